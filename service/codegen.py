@@ -1,0 +1,84 @@
+"""Regenerates the Python protobuf and gRPC modules in ``service/gen`` from ``protos/``.
+
+Run ``python -m service.codegen`` after editing a .proto file; CI runs it with
+``--check`` and fails when the checked-in code differs from what the protos produce.
+
+protoc writes absolute imports such as ``from mlxgrpc.v1 import model_pb2``; they
+are rewritten to ``from service.gen.mlxgrpc.v1 import ...`` so the generated code
+lives inside the ``service`` package while the descriptors keep their canonical
+file names (``mlxgrpc/v1/*.proto``), which reflection shows to clients.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTO_ROOT = ROOT / "protos"
+OUT = ROOT / "service" / "gen"
+_IMPORT = re.compile(r"^from mlxgrpc\.v1 import ", re.MULTILINE)
+
+
+def generate(out: Path) -> None:
+    """Writes the generated package (with ``__init__.py`` files) under ``out``."""
+    from grpc_tools import protoc  # a development dependency only
+
+    import grpc_tools
+
+    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.rglob("*.proto"))
+    include = Path(grpc_tools.__file__).parent / "_proto"
+    args = [
+        "protoc",
+        f"-I{PROTO_ROOT}",
+        f"-I{include}",
+        f"--python_out={out}",
+        f"--pyi_out={out}",
+        f"--grpc_python_out={out}",
+        *protos,
+    ]
+    if protoc.main(args) != 0:
+        raise SystemExit("protoc failed")
+    for path in out.rglob("*.py*"):
+        text = path.read_text()
+        path.write_text(_IMPORT.sub("from service.gen.mlxgrpc.v1 import ", text))
+    for folder in [out, *[p for p in out.rglob("*") if p.is_dir()]]:
+        (folder / "__init__.py").touch()
+
+
+def _differences(a: Path, b: Path) -> list[str]:
+    cmp = filecmp.dircmp(a, b, ignore=["__pycache__"])
+    diffs = [*cmp.left_only, *cmp.right_only, *cmp.diff_files]
+    for name, sub in cmp.subdirs.items():
+        diffs += [f"{name}/{d}" for d in _differences(a / name, b / name)]
+    return diffs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if service/gen is stale")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = Path(tmp) / "gen"
+        fresh.mkdir()
+        generate(fresh)
+        if args.check:
+            diffs = _differences(fresh, OUT) if OUT.exists() else ["service/gen missing"]
+            if diffs:
+                print("generated code is stale; run python -m service.codegen:", *diffs, sep="\n  ")
+                return 1
+            print("generated Python code matches protos/")
+            return 0
+        shutil.rmtree(OUT, ignore_errors=True)
+        shutil.copytree(fresh, OUT)
+    print(f"wrote {OUT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
