@@ -1,0 +1,64 @@
+"""What a served model is and what the engine does with it (the capability facts).
+
+Each flag states what the engine actually does, never what it might do: the
+service turns these dataclasses into GetModelInfo's ModelInfo.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class ModelKind(enum.Enum):
+    GENERATION = "generation"
+    EMBEDDING = "embedding"
+
+
+@dataclass(frozen=True)
+class GraphDescriptor:
+    id: str
+    backend: str
+    graph_abi: str
+    state_abi: str
+    artifact: str
+
+
+@dataclass(frozen=True)
+class Speculation:
+    adapters: bool = False
+    logprobs: bool = False
+    external_tokens: bool = False
+    grammar_proposals: bool = False
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The seed's GraphCapabilities, plus ``generation`` (the model generates text)."""
+
+    method: str = "autoregressive"
+    media: None = None  # text models accept no prepared media
+    compiled_decode: bool = False
+    sparse_attention: bool = False
+    embeddings: bool = False
+    hidden_layer_taps: bool = False
+    native_draft: None = None
+    prefill_bounded_workspace: bool = False
+    speculation: Speculation = field(default_factory=Speculation)
+    generation: bool = True
+
+
+@dataclass(frozen=True)
+class ModelDescription:
+    name: str
+    kind: ModelKind
+    descriptor: GraphDescriptor
+    capabilities: Capabilities
+    context_length: int
+    vocab_size: int
+    eos_token_ids: tuple[int, ...]
+    has_chat_template: bool
+    dtype: str
+    blas: str
+    embedding_dimensions: int
+    source: str

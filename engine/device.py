@@ -1,0 +1,36 @@
+"""Facts about the compute device the engine runs on."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+
+def on_cpu() -> bool:
+    return mx.default_device().type == mx.DeviceType.cpu
+
+
+def backend_name() -> str:
+    """"mlx-cpu" or "mlx-metal" (or "mlx-cuda")."""
+    if on_cpu():
+        return "mlx-cpu"
+    return "mlx-metal" if mx.metal.is_available() else "mlx-gpu"
+
+
+def runtime_dtype(requested: str) -> mx.Dtype | None:
+    """The floating dtype weights run in: ``auto`` is float32 on CPU (where fp16/bf16
+    matvec is scalar) and the checkpoint's own dtype elsewhere (None = keep)."""
+    if requested == "auto":
+        return mx.float32 if on_cpu() else None
+    try:
+        return getattr(mx, requested)
+    except AttributeError:
+        raise ValueError(f"unknown dtype {requested!r}; use auto, float32, float16 or bfloat16") from None
+
+
+def blas_name() -> str:
+    """The BLAS behind MLX's CPU matrix multiplications, as far as can be told."""
+    if not on_cpu():
+        return "none (gpu)"
+    from . import blas  # noqa: PLC0415 - optional fast path, loaded before mlx when enabled
+
+    return blas.active()

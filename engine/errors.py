@@ -1,0 +1,93 @@
+"""Errors the engine raises. The service maps each class to one gRPC status code.
+
+Every error carries a machine-readable ``reason`` (UPPER_SNAKE) and ``metadata``
+(string pairs) that the service puts into google.rpc.ErrorInfo.
+"""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base class. ``reason`` is stable and machine-readable."""
+
+    reason = "ENGINE_ERROR"
+
+    def __init__(self, message: str, *, metadata: dict[str, str] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.metadata = dict(metadata or {})
+
+
+class InvalidRequest(EngineError):
+    """A field of the request has an invalid value (INVALID_ARGUMENT)."""
+
+    reason = "INVALID_FIELD"
+
+    def __init__(self, field: str, description: str):
+        super().__init__(f"{field}: {description}", metadata={"field": field})
+        self.field = field
+        self.description = description
+
+
+class ModelNotFound(EngineError):
+    """No served model has the requested name (NOT_FOUND)."""
+
+    reason = "MODEL_NOT_FOUND"
+
+    def __init__(self, name: str, available: list[str]):
+        super().__init__(
+            f"model {name!r} is not served; available: {', '.join(available) or 'none'}",
+            metadata={"model": name},
+        )
+
+
+class RequestNotFound(EngineError):
+    """No running request has the given id (NOT_FOUND)."""
+
+    reason = "REQUEST_NOT_FOUND"
+
+
+class DuplicateRequestId(EngineError):
+    """A running request already uses this id (ALREADY_EXISTS)."""
+
+    reason = "DUPLICATE_REQUEST_ID"
+
+
+class QueueFull(EngineError):
+    """The admission queue is full; retry later (RESOURCE_EXHAUSTED)."""
+
+    reason = "QUEUE_FULL"
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0):
+        super().__init__(message, metadata={"retry_after_s": f"{retry_after_s:g}"})
+        self.retry_after_s = retry_after_s
+
+
+class NotReady(EngineError):
+    """The engine is loading or shutting down (UNAVAILABLE)."""
+
+    reason = "NOT_READY"
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Unsupported(EngineError):
+    """The model cannot do what was asked, e.g. Embed on a model without pooling
+    (FAILED_PRECONDITION)."""
+
+    reason = "UNSUPPORTED_OPERATION"
+
+
+class DoesNotFit(EngineError):
+    """The request can never fit the model's memory plan or context (OUT_OF_RANGE)."""
+
+    reason = "DOES_NOT_FIT"
+
+
+class EngineFailure(EngineError):
+    """An internal failure while serving a request (INTERNAL). The message is safe
+    to show to clients; details are logged with the request id."""
+
+    reason = "ENGINE_FAILURE"

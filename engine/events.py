@@ -1,0 +1,71 @@
+"""Events a generation stream yields, in order: one Started, Deltas, one Finished."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class FinishReason(enum.Enum):
+    LENGTH = "length"
+    STOP = "stop"
+    EOS = "eos"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class TopLogprob:
+    token_id: int
+    logprob: float
+    text: str
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: tuple[TopLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class Started:
+    request_id: str
+    model: str
+    prompt_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class Delta:
+    token_ids: tuple[int, ...]
+    text: str
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class Timings:
+    queue_s: float
+    time_to_first_token_s: float
+    decode_tokens_per_s: float
+    total_s: float
+
+
+@dataclass(frozen=True)
+class Finished:
+    reason: FinishReason
+    usage: Usage
+    timings: Timings
+    stop_sequence: str = ""
+    stop_token_id: int | None = None
+    error: str = field(default="", compare=False)
+
+
+Event = Started | Delta | Finished

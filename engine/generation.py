@@ -1,0 +1,268 @@
+"""The generation engine's asyncio facade: validate, tokenize, admit, stream.
+
+``GenerationEngine.generate`` is an async iterator of events. It never touches MLX:
+rows go to the engine thread (``Worker``) and events come back through an
+``asyncio.Queue`` fed with ``call_soon_threadsafe``. Admission (FIFO, bounded queue)
+happens here, so the engine thread never holds more rows than its capacity; a
+row's lease is released by the engine thread when the row leaves the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Callable
+
+from .admission import AdmissionClosed, AdmissionPool, AdmissionRejected
+from .description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
+from .detokenizer import IncrementalDetokenizer
+from .device import backend_name, blas_name
+from .errors import (DuplicateRequestId, EngineFailure, InvalidRequest, NotReady, QueueFull,
+                     Unsupported)
+from .events import Event, FinishReason, Finished, Timings, Usage
+from .loading import LoadedModel, load_generation_model
+from .prefill import FixedPrefillPolicy
+from .requests import ChatPrompt, GenerationRequest, TextPrompt, TokenPrompt
+from .row import Row, StopRule
+from .sampling import RowSampler
+from .scheduler import Scheduler, SchedulerConfig
+from .stops import StopStrings
+from .validation import Limits, check_token_ids, validate_request
+from .worker import Worker
+
+log = logging.getLogger("engine.generation")
+
+
+@dataclass
+class _Handle:
+    """A request known to the facade, for Cancel."""
+
+    cancel_requested: bool = False
+    acquiring: asyncio.Future | None = None
+    submitted: bool = False
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    dtype: str = "auto"
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    limits: Limits = field(default_factory=Limits)
+
+
+class GenerationEngine:
+    def __init__(self, source: str, *, name: str = "", config: GenerationConfig = GenerationConfig()):
+        self.source = source
+        self.name = name
+        self.config = config
+        self._loaded: LoadedModel | None = None
+        self._pool = AdmissionPool(config.scheduler.max_active, config.scheduler.max_queued)
+        self._requests: dict[str, _Handle] = {}
+        self._worker: Worker[LoadedModel] = Worker(name or "generation", self._load, self._scheduler)
+
+    # lifecycle -----------------------------------------------------------------
+    async def start(self) -> None:
+        """Loads the model on the engine thread; returns when it is ready."""
+        self._loaded = await asyncio.wrap_future(self._worker.start())
+        self.name = self._loaded.name
+
+    @property
+    def ready(self) -> bool:
+        return self._loaded is not None and not self._pool.closed
+
+    @property
+    def loaded(self) -> LoadedModel:
+        if self._loaded is None:
+            raise NotReady(f"model {self.name or self.source!r} is still loading")
+        return self._loaded
+
+    async def close(self) -> None:
+        """Rejects waiters, ends running rows (CANCELLED) and stops the thread."""
+        self._pool.close()
+        await asyncio.to_thread(self._worker.stop)
+
+    def _load(self) -> LoadedModel:
+        return load_generation_model(self.source, name=self.name, dtype=self.config.dtype)
+
+    def _scheduler(self, loaded: LoadedModel) -> Scheduler:
+        tokenizer = loaded.tokenizer
+        return Scheduler(loaded.model, self.config.scheduler,
+                         FixedPrefillPolicy(self.config.scheduler.prefill_chunk),
+                         lambda i: tokenizer.decode([i]))
+
+    # facts ----------------------------------------------------------------------
+    def describe(self) -> ModelDescription:
+        m = self.loaded
+        return ModelDescription(
+            name=m.name, kind=ModelKind.GENERATION,
+            descriptor=GraphDescriptor(f"mlx-lm/{m.model_type}", backend_name(), "mlx-lm/forward-v1",
+                                       "mlx-lm/kv-cache-v1", str(m.artifact)),
+            capabilities=Capabilities(prefill_bounded_workspace=True),
+            context_length=m.context_length, vocab_size=m.vocab_size,
+            eos_token_ids=tuple(sorted(m.eos_ids)), has_chat_template=m.has_chat_template,
+            dtype=m.dtype, blas=blas_name(), embedding_dimensions=0, source=m.source)
+
+    @property
+    def active(self) -> int:
+        return self._pool.active
+
+    @property
+    def queued(self) -> int:
+        return self._pool.queued
+
+    # tokens ---------------------------------------------------------------------
+    def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
+        tok = self.loaded.tokenizer
+        ids = tok.encode(text, add_special_tokens=add_special_tokens)
+        return ids, tok.convert_ids_to_tokens(ids)
+
+    def detokenize(self, ids: list[int], skip_special_tokens: bool) -> str:
+        check_token_ids("token_ids", ids, self.loaded.vocab_size)
+        return self.loaded.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def encode_prompt(self, request: GenerationRequest) -> list[int]:
+        """The prompt's token ids (chat prompts rendered with the template)."""
+        m, prompt = self.loaded, request.prompt
+        tok = m.tokenizer
+        if isinstance(prompt, TokenPrompt):
+            ids = list(prompt.ids)
+            check_token_ids("tokens.ids", ids, m.vocab_size)
+            field_name = "tokens.ids"
+        elif isinstance(prompt, TextPrompt):
+            bos = tok.bos_token
+            ids = tok.encode(prompt.text, add_special_tokens=bos is None or not prompt.text.startswith(bos))
+            field_name = "text"
+        elif isinstance(prompt, ChatPrompt):
+            ids = self._render_chat(prompt)
+            field_name = "chat.messages"
+        else:
+            raise InvalidRequest("prompt", "one of text, tokens or chat must be set")
+        if not ids:
+            raise InvalidRequest(field_name, "the prompt is empty")
+        limit = min(self.config.limits.max_prompt_tokens or m.context_length, m.context_length - 1)
+        if len(ids) > limit:
+            raise InvalidRequest(field_name, f"the prompt has {len(ids)} tokens; the limit is {limit}")
+        return ids
+
+    def _render_chat(self, prompt: ChatPrompt) -> list[int]:
+        m = self.loaded
+        if not m.has_chat_template:
+            raise Unsupported(f"model {m.name!r} has no chat template; send text or tokens")
+        if not prompt.messages:
+            raise InvalidRequest("chat.messages", "at least one message is required")
+        messages = [{"role": x.role, "content": x.content} for x in prompt.messages]
+        try:
+            text = m.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except Exception as exc:  # template errors are the caller's input errors
+            raise InvalidRequest("chat.messages", f"the chat template rejected the messages: {exc}") from exc
+        return m.tokenizer.encode(text, add_special_tokens=False)
+
+    # requests -------------------------------------------------------------------
+    def cancel(self, request_id: str) -> bool:
+        """Cancels a queued or running request; False if no such request runs."""
+        handle = self._requests.get(request_id)
+        if handle is None or handle.cancel_requested:
+            return False
+        handle.cancel_requested = True
+        if handle.submitted:
+            self._worker.cancel(request_id)
+        elif handle.acquiring is not None:
+            handle.acquiring.cancel()
+        return True
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        """Streams Started, Deltas and a Finished event for one request."""
+        m = self.loaded
+        if self._pool.closed:
+            raise NotReady("the server is shutting down", retry_after_s=1.0)
+        validate_request(request, m.vocab_size, self.config.limits)
+        request_id = request.request_id or uuid.uuid4().hex
+        if request_id in self._requests:
+            raise DuplicateRequestId(f"request id {request_id!r} is already running",
+                                     metadata={"request_id": request_id})
+        handle = self._requests[request_id] = _Handle()
+        try:
+            async for event in self._run(request, request_id, handle):
+                yield event
+        finally:
+            self._requests.pop(request_id, None)
+
+    async def _run(self, request: GenerationRequest, request_id: str, handle: _Handle):
+        loop = asyncio.get_running_loop()
+        arrived = loop.time()
+        prompt = await asyncio.to_thread(self.encode_prompt, request)
+        max_tokens = self._max_tokens(request, len(prompt))
+        if handle.cancel_requested:
+            yield _cancelled_before_start(len(prompt), loop.time() - arrived)
+            return
+        handle.acquiring = asyncio.ensure_future(self._pool.acquire())
+        try:
+            lease = await handle.acquiring
+        except AdmissionRejected:
+            raise QueueFull(f"the queue of model {self.name!r} is full "
+                            f"({self._pool.max_queued} waiting); retry later", retry_after_s=1.0) from None
+        except AdmissionClosed:
+            raise NotReady("the server is shutting down") from None
+        except asyncio.CancelledError:
+            if not handle.cancel_requested:
+                raise
+            yield _cancelled_before_start(len(prompt), loop.time() - arrived)
+            return
+        events: asyncio.Queue[Event] = asyncio.Queue()
+        row = self._make_row(request, request_id, prompt, max_tokens,
+                             _threadsafe(loop, events.put_nowait), _threadsafe(loop, lease.release))
+        row.arrived -= loop.time() - arrived  # count tokenization and queueing
+        handle.submitted = True
+        self._worker.submit(row)
+        finished = False
+        try:
+            while True:
+                event = await events.get()
+                if isinstance(event, Finished):
+                    finished = True
+                    if event.reason is FinishReason.ERROR:
+                        log.error("request %s failed: %s", request_id, event.error)
+                        raise EngineFailure(event.error or "generation failed")
+                    yield event
+                    return
+                yield event
+        finally:
+            if not finished:
+                self._worker.cancel(request_id)
+
+    def _max_tokens(self, request: GenerationRequest, prompt_tokens: int) -> int:
+        room = self.loaded.context_length - prompt_tokens
+        asked = request.stopping.max_tokens
+        if asked is not None and asked > room:
+            raise InvalidRequest("stopping.max_tokens",
+                                 f"{asked} tokens after a {prompt_tokens}-token prompt exceed the "
+                                 f"context length {self.loaded.context_length}")
+        return asked if asked is not None else min(room, self.config.limits.max_tokens)
+
+    def _make_row(self, request: GenerationRequest, request_id: str, prompt: list[int],
+                  max_tokens: int, sink: Callable, release: Callable) -> Row:
+        m = self.loaded
+        s = request.stopping
+        rule = StopRule(max_tokens, s.min_tokens, m.eos_ids, frozenset(s.stop_token_ids), s.ignore_eos)
+        decode = lambda ids: m.tokenizer.decode(ids)  # noqa: E731
+        return Row(request_id=request_id, model=m.name, prompt=prompt, rule=rule,
+                   sampler=RowSampler(request.sampling, prompt),
+                   detokenizer=IncrementalDetokenizer(decode, prompt), stops=StopStrings(s.stop),
+                   sink=sink, release=release, top_logprobs=request.top_logprobs,
+                   logprobs=request.logprobs or request.top_logprobs > 0,
+                   use_prefix_cache=not request.bypass_prefix_cache)
+
+
+def _threadsafe(loop: asyncio.AbstractEventLoop, fn: Callable) -> Callable:
+    """Wraps ``fn`` so the engine thread can call it; dropped once the loop is closed."""
+    def call(*args) -> None:
+        try:
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
+    return call
+
+
+def _cancelled_before_start(prompt_tokens: int, elapsed: float) -> Finished:
+    return Finished(FinishReason.CANCELLED, Usage(prompt_tokens, 0, 0), Timings(elapsed, 0.0, 0.0, elapsed))

@@ -1,0 +1,116 @@
+"""Loading generation models: local Hugging Face directories, GGUF files, hub ids.
+
+GGUF files are converted once into a Hugging Face-layout directory under the cache
+root (see ``engine.gguf``); every model then loads through ``mlx_lm.load``, so any
+architecture mlx-lm supports works.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx_lm
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from .device import runtime_dtype
+from .gguf import prepare_gguf
+
+log = logging.getLogger("engine.loading")
+
+
+def cache_root() -> Path:
+    """Where converted models are kept: $MLX_GRPC_CACHE or ~/.cache/mlx-grpc."""
+    root = os.environ.get("MLX_GRPC_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "mlx-grpc"
+
+
+@dataclass
+class LoadedModel:
+    """A generation model ready to run: weights, tokenizer and config facts."""
+
+    name: str
+    model: nn.Module
+    tokenizer: TokenizerWrapper
+    config: dict[str, Any]
+    source: str
+    artifact: Path
+    dtype: str
+
+    @property
+    def model_type(self) -> str:
+        return str(self.config.get("model_type", "unknown"))
+
+    @property
+    def vocab_size(self) -> int:
+        size = self.config.get("vocab_size") or self.config.get("text_config", {}).get("vocab_size")
+        return int(size or len(self.tokenizer))
+
+    @property
+    def context_length(self) -> int:
+        for key in ("max_position_embeddings", "max_sequence_length", "n_positions"):
+            if self.config.get(key):
+                return int(self.config[key])
+        return int(getattr(self.tokenizer, "model_max_length", 0) or 4096)
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        return frozenset(int(i) for i in self.tokenizer.eos_token_ids or ())
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+
+def resolve_artifact(source: str | Path) -> Path:
+    """A loadable directory for ``source``: a GGUF file is converted (once) into the
+    cache; a directory is used as is; anything else is passed to mlx-lm as a hub id."""
+    path = Path(source).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return prepare_gguf(path, cache_root())
+    return path
+
+
+def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "auto") -> LoadedModel:
+    """Loads a model and its tokenizer; casts floating weights to the runtime dtype."""
+    artifact = resolve_artifact(source)
+    model, tokenizer = mlx_lm.load(str(artifact))
+    target = runtime_dtype(dtype)
+    if target is not None:
+        model.set_dtype(target)
+    mx.eval(model.parameters())
+    config = _read_config(artifact)
+    weight_dtype = _weight_dtype(model)
+    log.info("loaded %s from %s (%s, %s)", name or artifact.name, source, config.get("model_type"), weight_dtype)
+    return LoadedModel(name or default_name(source), model, tokenizer, config, str(source),
+                       artifact, weight_dtype)
+
+
+def default_name(source: str | Path) -> str:
+    """A short model name from its source: the file stem or directory name."""
+    path = Path(str(source).rstrip("/"))
+    return (path.stem if path.suffix == ".gguf" else path.name).lower()
+
+
+def _read_config(artifact: Path) -> dict[str, Any]:
+    path = artifact / "config.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    from mlx_lm.utils import hf_repo_to_path  # hub ids: the downloaded snapshot
+
+    return json.loads((hf_repo_to_path(str(artifact)) / "config.json").read_text())
+
+
+def _weight_dtype(model: nn.Module) -> str:
+    from mlx.utils import tree_flatten
+
+    dtypes = {str(v.dtype).split(".")[-1] for _, v in tree_flatten(model.parameters())}
+    floating = sorted(d for d in dtypes if "float" in d)
+    quantized = any(isinstance(m, nn.QuantizedLinear) for _, m in model.named_modules())
+    return ("quantized+" if quantized else "") + ("/".join(floating) or "unknown")

@@ -1,0 +1,97 @@
+"""Plain request types of the engine's API (no protobuf, no tensors)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence, Union
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class TextPrompt:
+    """Raw text, tokenized with the model's tokenizer (special tokens added)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class TokenPrompt:
+    """Token ids used as they are."""
+
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """Messages rendered with the chat template plus the generation prompt."""
+
+    messages: tuple[ChatMessage, ...]
+
+
+Prompt = Union[TextPrompt, TokenPrompt, ChatPrompt]
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """How the next token is chosen. The defaults mean greedy decoding."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    repetition_context_size: int = 20
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
+    seed: int | None = None
+
+    @property
+    def is_greedy(self) -> bool:
+        """True when selection is a plain argmax of unmodified scores."""
+        return (
+            self.temperature == 0.0
+            and self.repetition_penalty == 1.0
+            and self.presence_penalty == 0.0
+            and self.frequency_penalty == 0.0
+            and not self.logit_bias
+        )
+
+
+@dataclass(frozen=True)
+class StopOptions:
+    """When generation ends. ``max_tokens=None`` means up to the context length."""
+
+    max_tokens: int | None = None
+    min_tokens: int = 0
+    stop: Sequence[str] = ()
+    stop_token_ids: Sequence[int] = ()
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt: Prompt
+    request_id: str = ""
+    model: str = ""
+    session_id: str = ""
+    sampling: SamplingOptions = SamplingOptions()
+    stopping: StopOptions = StopOptions()
+    logprobs: bool = False
+    top_logprobs: int = 0
+    bypass_prefix_cache: bool = False
+
+
+@dataclass(frozen=True)
+class EmbeddingRequest:
+    inputs: tuple[str, ...]
+    model: str = ""
+    request_id: str = ""
+    instruction: str = ""
+    normalize: bool = True
+    dimensions: int = 0

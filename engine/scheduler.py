@@ -1,0 +1,152 @@
+"""The continuous-batching scheduler. Runs only on the engine thread.
+
+One ``tick``:
+  1. prune   - cancelled rows leave the prefill queue or the decode batch (their KV
+               is freed and their admission lease released);
+  2. prefill - the token budget left after one token per decoding row is spent on
+               prompt chunks planned by ``next_prefill_step`` (tail split: the last
+               prompt token is fed by the decode step); a row whose prompt is done
+               joins the decode batch;
+  3. decode  - one batched forward over every decoding row, per-row selection,
+               delivery and stop checks; finished rows leave the batch.
+A long prompt therefore advances chunk by chunk between decode steps and never
+stalls running streams.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import make_prompt_cache
+
+from .batch import DecodeBatch
+from .events import FinishReason
+from .prefill import PrefillPolicy, StepKind, next_prefill_step
+from .row import Row, RowStatus
+from .sampling import greedy_tokens, token_logprobs
+
+log = logging.getLogger("engine.scheduler")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Limits of one model's scheduler (all configurable from the command line)."""
+
+    max_active: int = 8  # rows prefilling or decoding at once (admission capacity)
+    max_queued: int = 64  # requests waiting for admission before RESOURCE_EXHAUSTED
+    prefill_chunk: int = 256  # prompt tokens per prefill forward
+    tick_tokens: int = 512  # tokens one tick may process (decode rows + prefill)
+    min_prefill_tokens: int = 16  # prefill progress guaranteed per tick
+
+
+class Scheduler:
+    def __init__(self, model: nn.Module, config: SchedulerConfig, policy: PrefillPolicy,
+                 token_text: Callable[[int], str]):
+        self._model = model
+        self._config = config
+        self._policy = policy
+        self._token_text = token_text
+        self._batch = DecodeBatch(model)
+        self._prefilling: deque[Row] = deque()
+        self._decoding: list[Row] = []
+
+    @property
+    def idle(self) -> bool:
+        return not self._prefilling and not self._decoding
+
+    @property
+    def active(self) -> int:
+        return len(self._prefilling) + len(self._decoding)
+
+    @property
+    def kv_bytes(self) -> int:
+        return self._batch.nbytes
+
+    def add(self, row: Row) -> None:
+        row.admitted = time.perf_counter()
+        row.cache = make_prompt_cache(self._model)
+        row.status = RowStatus.PREFILLING
+        row.start()
+        self._prefilling.append(row)
+
+    def cancel(self, request_id: str) -> bool:
+        for row in (*self._prefilling, *self._decoding):
+            if row.request_id == request_id:
+                row.cancelled = True
+                return True
+        return False
+
+    def tick(self) -> None:
+        self._prune()
+        budget = max(self._config.tick_tokens - len(self._decoding), self._config.min_prefill_tokens)
+        self._prefill(budget)
+        if self._decoding:
+            self._decode()
+
+    def fail_all(self, message: str, reason: FinishReason = FinishReason.ERROR) -> None:
+        """Ends every row (engine failure or shutdown) and drops the batch."""
+        for row in (*self._prefilling, *self._decoding):
+            row.cancel(reason, message)
+        self._prefilling.clear()
+        self._decoding = []
+        self._batch.keep([])
+
+    def _prune(self) -> None:
+        for row in [r for r in self._prefilling if r.cancelled]:
+            self._prefilling.remove(row)
+            row.cancel()
+        if any(r.cancelled for r in self._decoding):
+            for row in self._decoding:
+                if row.cancelled:
+                    row.cancel()
+            self._retain_unfinished()
+
+    def _prefill(self, budget: int) -> None:
+        while self._prefilling and budget > 0:
+            row = self._prefilling[0]
+            chunk = min(self._policy.chunk_size(len(row.prompt)), budget)
+            step = next_prefill_step(len(row.prompt), row.position, chunk, True)
+            if step.kind is StepKind.FINAL:
+                self._prefilling.popleft()
+                self._join(row)
+                continue
+            tokens = mx.array(row.prompt[step.start : step.end], dtype=mx.int32)[None]
+            self._model(tokens, cache=row.cache)
+            mx.eval([c.state for c in row.cache])
+            row.position = step.end
+            budget -= step.end - step.start
+
+    def _join(self, row: Row) -> None:
+        self._batch.join(row.cache)
+        row.cache = None
+        row.status = RowStatus.DECODING
+        self._decoding.append(row)
+
+    def _decode(self) -> None:
+        rows = self._decoding
+        logits = self._batch.forward([r.next_input for r in rows])
+        greedy = greedy_tokens(logits)
+        sampled = {i: r.sampler.select(logits[i], r.step)
+                   for i, r in enumerate(rows) if not r.sampler.is_plain_greedy}
+        mx.eval(greedy, *sampled.values())
+        tokens = greedy.tolist()
+        for i, value in sampled.items():
+            tokens[i] = value.item()
+        for i, (row, token) in enumerate(zip(rows, tokens)):
+            logprob = None
+            if row.logprobs:
+                logprob = token_logprobs(logits[i], token, row.top_logprobs, self._token_text)
+            row.accept(token, logprob)
+        self._retain_unfinished()
+
+    def _retain_unfinished(self) -> None:
+        keep = [i for i, r in enumerate(self._decoding) if r.status is not RowStatus.FINISHED]
+        if len(keep) != len(self._decoding):
+            self._batch.keep(keep)
+            self._decoding = [self._decoding[i] for i in keep]

@@ -1,0 +1,119 @@
+"""The engine thread: owns a model, its caches and all MLX work for it.
+
+The asyncio side talks to it only through typed messages on a thread-safe inbox;
+results leave through each row's ``sink`` (which hands events to the event loop
+with ``call_soon_threadsafe``). The model is loaded on this thread, so every MLX
+array of the model lives and is used here.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Callable, Generic, TypeVar
+
+from .events import FinishReason
+
+log = logging.getLogger("engine.worker")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Submit:
+    row: object
+
+
+@dataclass(frozen=True)
+class Cancel:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Call:
+    """Runs ``fn(state)`` on the engine thread and resolves ``future`` with the result."""
+
+    fn: Callable[[object], object]
+    future: Future
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+class Worker(Generic[T]):
+    """Runs ``load()`` then a loop of ``scheduler.tick()`` on its own thread.
+
+    ``make_scheduler(loaded)`` builds the scheduler from the loaded state. The
+    scheduler must provide ``idle``, ``add(row)``, ``cancel(request_id)``,
+    ``tick()`` and ``fail_all(message, reason)``.
+    """
+
+    def __init__(self, name: str, load: Callable[[], T], make_scheduler: Callable[[T], object]):
+        self._load = load
+        self._make_scheduler = make_scheduler
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.ready: Future[T] = Future()
+        self._thread = threading.Thread(target=self._run, name=f"engine-{name}", daemon=True)
+
+    def start(self) -> Future[T]:
+        self._thread.start()
+        return self.ready
+
+    def submit(self, row: object) -> None:
+        self._inbox.put(Submit(row))
+
+    def cancel(self, request_id: str) -> None:
+        self._inbox.put(Cancel(request_id))
+
+    def call(self, fn: Callable[[object], object]) -> Future:
+        """Runs ``fn(scheduler)`` between ticks; returns a future of its result."""
+        future: Future = Future()
+        self._inbox.put(Call(fn, future))
+        return future
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        self._inbox.put(Shutdown())
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            loaded = self._load()
+            scheduler = self._make_scheduler(loaded)
+        except BaseException as exc:  # surfaced to whoever awaits readiness
+            log.exception("model failed to load")
+            self.ready.set_exception(exc)
+            return
+        self.ready.set_result(loaded)
+        while True:
+            if not self._drain(scheduler):
+                scheduler.fail_all("server is shutting down", FinishReason.CANCELLED)
+                return
+            try:
+                scheduler.tick()
+            except Exception as exc:  # noqa: BLE001 - one bad tick must not kill the thread
+                log.exception("engine tick failed; failing active requests")
+                scheduler.fail_all(f"engine failure: {type(exc).__name__}")
+
+    def _drain(self, scheduler) -> bool:
+        """Handles pending messages; blocks while idle. False means shut down."""
+        while True:
+            try:
+                message = self._inbox.get(block=scheduler.idle)
+            except queue.Empty:
+                return True
+            if isinstance(message, Shutdown):
+                return False
+            if isinstance(message, Submit):
+                scheduler.add(message.row)
+            elif isinstance(message, Cancel):
+                scheduler.cancel(message.request_id)
+            elif isinstance(message, Call):
+                try:
+                    message.future.set_result(message.fn(scheduler))
+                except Exception as exc:  # noqa: BLE001
+                    message.future.set_exception(exc)
