@@ -13,7 +13,7 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Callable
 
 from .admission import AdmissionClosed, AdmissionPool, AdmissionRejected
 from .description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
@@ -22,7 +22,7 @@ from .device import backend_name, blas_name
 from .errors import (DuplicateRequestId, EngineFailure, InvalidRequest, NotReady, QueueFull,
                      Unsupported)
 from .events import Event, FinishReason, Finished, Timings, Usage
-from .loading import LoadedModel, load_generation_model
+from .loading import LoadedModel, default_name, load_generation_model
 from .prefill import FixedPrefillPolicy
 from .requests import ChatPrompt, GenerationRequest, TextPrompt, TokenPrompt
 from .row import Row, StopRule
@@ -31,6 +31,9 @@ from .scheduler import Scheduler, SchedulerConfig
 from .stops import StopStrings
 from .validation import Limits, check_token_ids, validate_request
 from .worker import Worker
+
+if TYPE_CHECKING:
+    from .memory import MemoryPlan
 
 log = logging.getLogger("engine.generation")
 
@@ -54,12 +57,13 @@ class GenerationConfig:
 class GenerationEngine:
     def __init__(self, source: str, *, name: str = "", config: GenerationConfig = GenerationConfig()):
         self.source = source
-        self.name = name
+        self.name = name or default_name(source)
         self.config = config
         self._loaded: LoadedModel | None = None
         self._pool = AdmissionPool(config.scheduler.max_active, config.scheduler.max_queued)
         self._requests: dict[str, _Handle] = {}
-        self._worker: Worker[LoadedModel] = Worker(name or "generation", self._load, self._scheduler)
+        self._facts = None  # memory facts, computed on the engine thread on first use
+        self._worker: Worker[LoadedModel] = Worker(self.name, self._load, self._scheduler)
 
     # lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -102,6 +106,25 @@ class GenerationEngine:
             context_length=m.context_length, vocab_size=m.vocab_size,
             eos_token_ids=tuple(sorted(m.eos_ids)), has_chat_template=m.has_chat_template,
             dtype=m.dtype, blas=blas_name(), embedding_dimensions=0, source=m.source)
+
+    async def plan_memory(self, context_tokens: int, max_generation_tokens: int = 0) -> "MemoryPlan":
+        """The memory plan for ``context_tokens`` (0: the model's context length),
+        computed on the engine thread from the loaded arrays and this machine."""
+        m = self.loaded
+        context = context_tokens or m.context_length
+        if max_generation_tokens > context:
+            raise InvalidRequest("max_generation_tokens", "must not exceed context_tokens")
+
+        from .memory import facts_from_model, plan_memory
+
+        def plan(_scheduler) -> "MemoryPlan":
+            if self._facts is None:
+                self._facts = facts_from_model(m.model, m.config)
+            return plan_memory(self._facts, context_tokens=context,
+                               max_generation_tokens=max_generation_tokens,
+                               prefill_chunk=self.config.scheduler.prefill_chunk)
+
+        return await asyncio.wrap_future(self._worker.call(plan))
 
     @property
     def active(self) -> int:

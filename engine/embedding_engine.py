@@ -1,0 +1,120 @@
+"""The embedding engine's asyncio facade.
+
+The encoder and all its MLX work live on one dedicated thread (a single-worker
+executor): the model is loaded there and every batch runs there. ``embed`` streams
+``(index, result)`` pairs batch by batch; a cancelled stream stops pulling batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import AsyncIterator
+
+from .admission import AdmissionClosed, AdmissionPool, AdmissionRejected
+from .description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
+from .device import backend_name, blas_name
+from .embeddings import EmbeddingModel, EmbeddingResult
+from .errors import DuplicateRequestId, InvalidRequest, NotReady, QueueFull
+from .requests import EmbeddingRequest
+from .validation import Limits
+
+_END = object()
+
+
+class EmbeddingEngine:
+    def __init__(self, source: str | Path, *, name: str = "", max_active: int = 2,
+                 max_queued: int = 64, limits: Limits = Limits()):
+        self.source = str(source)
+        self.name = name or Path(self.source).name.lower()
+        self.limits = limits
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"engine-embed-{self.name}")
+        self._pool = AdmissionPool(max_active, max_queued)
+        self._model: EmbeddingModel | None = None
+        self._running: dict[str, asyncio.Task] = {}
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._model = await loop.run_in_executor(self._executor, EmbeddingModel.load, Path(self.source))
+
+    @property
+    def ready(self) -> bool:
+        return self._model is not None and not self._pool.closed
+
+    @property
+    def model(self) -> EmbeddingModel:
+        if self._model is None:
+            raise NotReady(f"embedding model {self.name!r} is still loading")
+        return self._model
+
+    async def close(self) -> None:
+        self._pool.close()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def describe(self) -> ModelDescription:
+        m = self.model
+        cfg = m.encoder.config
+        return ModelDescription(
+            name=self.name, kind=ModelKind.EMBEDDING,
+            descriptor=GraphDescriptor("mlx-grpc/bert-encoder", backend_name(), "encoder-forward-v1",
+                                       "stateless", self.source),
+            capabilities=Capabilities(embeddings=True, generation=False),
+            context_length=m.max_length, vocab_size=cfg.vocab_size, eos_token_ids=(),
+            has_chat_template=False, dtype="float32", blas=blas_name(),
+            embedding_dimensions=m.hidden_size, source=self.source)
+
+    def cancel(self, request_id: str) -> bool:
+        task = self._running.get(request_id)
+        if task is None:
+            return False
+        task.cancel()
+        return True
+
+    async def embed(self, request: EmbeddingRequest) -> AsyncIterator[tuple[int, EmbeddingResult]]:
+        """Yields (input index, result) as batches complete."""
+        model = self.model
+        self._validate(request, model)
+        request_id = request.request_id or uuid.uuid4().hex
+        if request_id in self._running:
+            raise DuplicateRequestId(f"request id {request_id!r} is already running")
+        self._running[request_id] = asyncio.current_task()  # type: ignore[assignment]
+        try:
+            try:
+                lease = await self._pool.acquire()
+            except AdmissionRejected:
+                raise QueueFull("the embedding queue is full; retry later") from None
+            except AdmissionClosed:
+                raise NotReady("the server is shutting down") from None
+            with lease:
+                loop = asyncio.get_running_loop()
+                results = await loop.run_in_executor(self._executor, lambda: model.embed_batches(
+                    list(request.inputs), instruction=request.instruction or None,
+                    normalize=request.normalize, dimensions=request.dimensions or None))
+                while (item := await loop.run_in_executor(self._executor, next, results, _END)) is not _END:
+                    yield item
+        finally:
+            self._running.pop(request_id, None)
+
+    def _validate(self, request: EmbeddingRequest, model: EmbeddingModel) -> None:
+        if not request.inputs:
+            raise InvalidRequest("inputs", "at least one input is required")
+        if len(request.inputs) > self.limits.max_embed_inputs:
+            raise InvalidRequest("inputs", f"at most {self.limits.max_embed_inputs} inputs per request")
+        if request.dimensions < 0 or request.dimensions > model.hidden_size:
+            raise InvalidRequest("dimensions", f"must be between 0 and {model.hidden_size}")
+        if len(request.request_id) > self.limits.max_request_id_length:
+            raise InvalidRequest("request_id", f"must be at most {self.limits.max_request_id_length} characters")
+
+    # tokens (the encoder's own tokenizer) ---------------------------------------
+    def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
+        encoding = self.model.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        return list(encoding.ids), list(encoding.tokens)
+
+    def detokenize(self, ids: list[int], skip_special_tokens: bool) -> str:
+        vocab = self.model.encoder.config.vocab_size
+        for i in ids:
+            if not 0 <= i < vocab:
+                raise InvalidRequest("token_ids", f"token id {i} is outside the vocabulary [0, {vocab})")
+        return self.model.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)

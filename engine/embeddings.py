@@ -1,0 +1,272 @@
+"""Sentence embeddings from an MLX BERT encoder (sentence-transformers layout).
+
+Inputs are tokenized without padding, grouped into length-sorted batches, padded
+per batch with an attention mask, encoded, pooled (masked mean or CLS, as the
+model's ``1_Pooling/config.json`` declares), optionally truncated to
+``dimensions`` and L2-normalized.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import mlx.core as mx
+import numpy as np
+from tokenizers import Tokenizer
+
+from engine.encoder import EncoderModel, load_encoder
+
+__all__ = [
+    "EmbeddingModel",
+    "EmbeddingResult",
+    "load_embedding_model",
+    "with_instruction",
+    "l2_normalize",
+]
+
+DEFAULT_MAX_BATCH_SIZE = 32
+# Upper bound on padded tokens (batch * longest) per forward pass; bounds memory
+# for long inputs (attention is batch * heads * L * L).
+DEFAULT_MAX_BATCH_TOKENS = 16384
+_POOLING_MODES = ("mean", "cls")
+
+
+@dataclass(frozen=True)
+class EmbeddingResult:
+    vector: np.ndarray  # float32, shape (dimensions,)
+    tokens: int  # tokens actually embedded (incl. special tokens, after truncation)
+
+
+def with_instruction(text: str, instruction: str | None = None) -> str:
+    """Qwen3-Embedding query format; documents are embedded raw (no instruction)."""
+    return f"Instruct: {instruction}\nQuery:{text}" if instruction else text
+
+
+def l2_normalize(v: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    norm = float(np.linalg.norm(v))
+    return (v / max(norm, eps)).astype(np.float32, copy=False)
+
+
+def _read_pooling_mode(model_dir: Path) -> str:
+    """Pooling mode from the sentence-transformers Pooling module config (mean if none)."""
+    pooling_dir = model_dir / "1_Pooling"
+    modules = model_dir / "modules.json"
+    if modules.is_file():
+        for module in json.loads(modules.read_text()):
+            if str(module.get("type", "")).endswith("Pooling"):
+                pooling_dir = model_dir / module.get("path", "1_Pooling")
+                break
+    cfg_path = pooling_dir / "config.json"
+    if not cfg_path.is_file():
+        return "mean"
+    cfg = json.loads(cfg_path.read_text())
+    if "pooling_mode" in cfg:  # newer sentence-transformers spelling
+        enabled = [str(cfg["pooling_mode"])]
+    else:
+        enabled = [
+            k[len("pooling_mode_"):]
+            for k, v in cfg.items()
+            if k.startswith("pooling_mode_") and v is True
+        ]
+    modes = {"mean_tokens": "mean", "mean": "mean", "cls_token": "cls", "cls": "cls"}
+    if len(enabled) != 1 or enabled[0] not in modes:
+        raise ValueError(
+            f"unsupported pooling configuration {enabled} in {cfg_path}: "
+            "exactly one of mean or cls pooling is supported"
+        )
+    return modes[enabled[0]]
+
+
+class EmbeddingModel:
+    """A BERT encoder plus its tokenizer, producing sentence embeddings."""
+
+    def __init__(
+        self,
+        encoder: EncoderModel,
+        tokenizer: Tokenizer,
+        *,
+        pooling: str = "mean",
+        max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+        max_length: int | None = None,
+        name: str = "",
+    ):
+        if pooling not in _POOLING_MODES:
+            raise ValueError(f"pooling must be one of {_POOLING_MODES}, got {pooling!r}")
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        limit = encoder.config.max_position_embeddings
+        max_length = limit if max_length is None else max_length
+        if not 2 <= max_length <= limit:
+            raise ValueError(f"max_length must be in [2, {limit}], got {max_length}")
+        self.encoder = encoder
+        self.tokenizer = tokenizer
+        self.pooling = pooling
+        self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max(max_batch_tokens, max_length)
+        self.max_length = max_length
+        self.name = name
+        # tokenizer.json ships fixed padding to 128 and truncation to 128: we pad per
+        # batch ourselves and truncate at the model's position limit.
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=max_length)
+        self._pad_id = encoder.config.pad_token_id
+        # MLX evaluation is not meant to be driven from several threads at once.
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(
+        cls,
+        model_dir: Path,
+        *,
+        max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+        max_length: int | None = None,
+    ) -> "EmbeddingModel":
+        model_dir = Path(model_dir)
+        encoder = load_encoder(model_dir)
+        tok_path = model_dir / "tokenizer.json"
+        if not tok_path.is_file():
+            raise FileNotFoundError(f"no tokenizer.json in {model_dir}")
+        tokenizer = Tokenizer.from_file(str(tok_path))
+        return cls(
+            encoder,
+            tokenizer,
+            pooling=_read_pooling_mode(model_dir),
+            max_batch_size=max_batch_size,
+            max_batch_tokens=max_batch_tokens,
+            max_length=max_length,
+            name=model_dir.name,
+        )
+
+    @property
+    def hidden_size(self) -> int:
+        return self.encoder.config.hidden_size
+
+    # -- validation / tokenization -------------------------------------------------
+
+    def _validate(self, texts: Sequence[str], dimensions: int | None) -> None:
+        if isinstance(texts, str):
+            raise ValueError("texts must be a list of strings, not a single string")
+        if len(texts) == 0:
+            raise ValueError("input must contain at least one text")
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise ValueError(f"input[{i}] must be a string, got {type(t).__name__}")
+        if dimensions is not None:
+            if isinstance(dimensions, bool) or not isinstance(dimensions, (int, np.integer)):
+                raise ValueError(f"dimensions must be an integer, got {dimensions!r}")
+            if not 1 <= dimensions <= self.hidden_size:
+                raise ValueError(
+                    f"dimensions must be between 1 and {self.hidden_size} "
+                    f"(the model's hidden size), got {dimensions}"
+                )
+
+    def _batches(self, lengths: list[int]) -> list[list[int]]:
+        """Indices grouped into batches of similar length (ascending)."""
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        batches: list[list[int]] = []
+        cur: list[int] = []
+        for i in order:
+            longest = lengths[i]  # ascending: the newcomer is the longest
+            if cur and (
+                len(cur) >= self.max_batch_size
+                or (len(cur) + 1) * longest > self.max_batch_tokens
+            ):
+                batches.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            batches.append(cur)
+        return batches
+
+    # -- forward -------------------------------------------------------------------
+
+    def _forward(self, ids_list: list[list[int]]) -> np.ndarray:
+        """Pooled (unnormalized) float32 vectors, shape (B, hidden)."""
+        L = max(len(ids) for ids in ids_list)
+        ids = np.full((len(ids_list), L), self._pad_id, dtype=np.int32)
+        mask = np.zeros((len(ids_list), L), dtype=np.int32)
+        for r, row in enumerate(ids_list):
+            ids[r, : len(row)] = row
+            mask[r, : len(row)] = 1
+        with self._lock:
+            input_ids = mx.array(ids)
+            attn = mx.array(mask)
+            h = self.encoder(input_ids, attn).astype(mx.float32)
+            if self.pooling == "cls":
+                pooled = h[:, 0, :]
+            else:
+                m = attn.astype(mx.float32)[:, :, None]
+                pooled = (h * m).sum(axis=1) / mx.maximum(m.sum(axis=1), 1e-9)
+            mx.eval(pooled)
+            return np.array(pooled, dtype=np.float32)
+
+    # -- public API ----------------------------------------------------------------
+
+    def embed_batches(
+        self,
+        texts: Sequence[str],
+        *,
+        instruction: str | None = None,
+        normalize: bool = True,
+        dimensions: int | None = None,
+    ) -> Iterator[tuple[int, EmbeddingResult]]:
+        """Yield ``(input_index, result)`` batch by batch as each batch completes
+        (batches run shortest-first, so indices arrive out of input order).
+
+        Arguments are validated eagerly, before the first ``next()``."""
+        self._validate(texts, dimensions)
+        encodings = self.tokenizer.encode_batch(
+            [with_instruction(t, instruction) for t in texts], add_special_tokens=True
+        )
+        ids_list = [e.ids for e in encodings]
+        batches = self._batches([len(ids) for ids in ids_list])
+        return self._run(ids_list, batches, normalize, dimensions)
+
+    def _run(
+        self,
+        ids_list: list[list[int]],
+        batches: list[list[int]],
+        normalize: bool,
+        dimensions: int | None,
+    ) -> Iterator[tuple[int, EmbeddingResult]]:
+        for batch in batches:
+            pooled = self._forward([ids_list[i] for i in batch])
+            for row, i in zip(pooled, batch):
+                vec = row[:dimensions] if dimensions is not None else row
+                vec = l2_normalize(vec) if normalize else vec.copy()
+                yield i, EmbeddingResult(vector=vec, tokens=len(ids_list[i]))
+
+    def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        instruction: str | None = None,
+        normalize: bool = True,
+        dimensions: int | None = None,
+    ) -> list[EmbeddingResult]:
+        """Embed ``texts``; results in input order."""
+        out: list[EmbeddingResult | None] = [None] * len(texts)
+        for i, res in self.embed_batches(
+            texts, instruction=instruction, normalize=normalize, dimensions=dimensions
+        ):
+            out[i] = res
+        return out  # type: ignore[return-value]
+
+    def count_tokens(self, texts: Sequence[str], *, instruction: str | None = None) -> list[int]:
+        """Token counts ``embed`` would report, without running the encoder."""
+        self._validate(texts, None)
+        encodings = self.tokenizer.encode_batch(
+            [with_instruction(t, instruction) for t in texts], add_special_tokens=True
+        )
+        return [len(e.ids) for e in encodings]
+
+
+def load_embedding_model(model_dir: Path, **kwargs) -> EmbeddingModel:
+    """Shorthand for :meth:`EmbeddingModel.load`."""
+    return EmbeddingModel.load(model_dir, **kwargs)

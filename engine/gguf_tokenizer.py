@@ -1,0 +1,166 @@
+"""Build Hugging Face tokenizer files from the vocabulary stored in a GGUF file.
+
+Only byte-level BPE vocabularies (``tokenizer.ggml.model == "gpt2"``) are
+supported. The pre-tokenizer is chosen from ``tokenizer.ggml.pre`` so that the
+text is split exactly as llama.cpp splits it before applying the merges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+
+__all__ = [
+    "GGUFVocab",
+    "build_tokenizer",
+    "pre_tokenizer_for",
+    "tokenizer_config",
+    "special_tokens_map",
+]
+
+# llama.cpp token types (llama_token_type in llama.h / gguf TokenType).
+TOKEN_TYPE_CONTROL = 3
+TOKEN_TYPE_USER_DEFINED = 4
+
+# Pre-tokenizers (`tokenizer.ggml.pre`) whose llama.cpp split is the GPT-2
+# byte-level regex, optionally preceded by isolating every digit (\p{N}).
+_GPT2_PRE = frozenset({"default", "gpt2", "mpt", "olmo", "jais"})
+_DIGIT_SPLIT_PRE = frozenset(
+    {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"}
+)
+# The Llama 3 split (llama.cpp's LLAMA_VOCAB_PRE_TYPE_LLAMA3).
+_LLAMA3_PRE = frozenset({"llama-bpe", "llama3", "llama-v3", "smaug-bpe", "dbrx"})
+_LLAMA3_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+@dataclass(frozen=True)
+class GGUFVocab:
+    """The tokenizer part of a GGUF file's metadata."""
+
+    model: str
+    pre: str
+    tokens: Sequence[str]
+    merges: Sequence[str]
+    token_types: Sequence[int]
+    bos_id: int | None
+    eos_id: int | None
+    unk_id: int | None
+    pad_id: int | None
+    add_bos: bool
+    chat_template: str | None
+
+    @classmethod
+    def from_metadata(cls, meta: Mapping[str, Any]) -> "GGUFVocab":
+        """Read the ``tokenizer.*`` keys of GGUF metadata (as ``mx.load`` returns them)."""
+
+        def opt_int(key: str) -> int | None:
+            value = meta.get(key)
+            return None if value is None else int(value.item() if hasattr(value, "item") else value)
+
+        types = meta.get("tokenizer.ggml.token_type")
+        tokens = list(meta["tokenizer.ggml.tokens"])
+        return cls(
+            model=str(meta.get("tokenizer.ggml.model", "")),
+            pre=str(meta.get("tokenizer.ggml.pre", "default")),
+            tokens=tokens,
+            merges=list(meta.get("tokenizer.ggml.merges", [])),
+            token_types=[1] * len(tokens) if types is None else [int(t) for t in types.tolist()],
+            bos_id=opt_int("tokenizer.ggml.bos_token_id"),
+            eos_id=opt_int("tokenizer.ggml.eos_token_id"),
+            unk_id=opt_int("tokenizer.ggml.unknown_token_id"),
+            pad_id=opt_int("tokenizer.ggml.padding_token_id"),
+            add_bos=bool(opt_int("tokenizer.ggml.add_bos_token") or 0),
+            chat_template=meta.get("tokenizer.chat_template"),
+        )
+
+    def token(self, token_id: int | None) -> str | None:
+        """The token text for an id, or None when the id is unset or out of range."""
+        if token_id is None or not 0 <= token_id < len(self.tokens):
+            return None
+        return self.tokens[token_id]
+
+
+def pre_tokenizer_for(pre: str) -> pre_tokenizers.PreTokenizer:
+    """The ``tokenizers`` pre-tokenizer reproducing llama.cpp's split for ``pre``.
+
+    ``smollm`` (and the StarCoder family) first isolates each digit, then applies
+    the GPT-2 byte-level regex, so "12345" becomes five pre-tokens.
+    """
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre in _GPT2_PRE:
+        return byte_level
+    if pre in _DIGIT_SPLIT_PRE:
+        digits = pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated")
+        return pre_tokenizers.Sequence([digits, byte_level])
+    if pre in _LLAMA3_PRE:
+        split = pre_tokenizers.Split(Regex(_LLAMA3_REGEX), behavior="isolated")
+        no_regex = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        return pre_tokenizers.Sequence([split, no_regex])
+    raise ValueError(f"unsupported GGUF pre-tokenizer {pre!r} (tokenizer.ggml.pre)")
+
+
+def _added_tokens(vocab: GGUFVocab, kind: int) -> list[AddedToken]:
+    """Tokens of one llama.cpp token type, as added tokens matched whole in the text.
+
+    Control tokens become special tokens; user-defined ones plain added tokens.
+    """
+    special = kind == TOKEN_TYPE_CONTROL
+    return [
+        AddedToken(text, special=special, normalized=False)
+        for text, token_type in zip(vocab.tokens, vocab.token_types)
+        if token_type == kind
+    ]
+
+
+def build_tokenizer(vocab: GGUFVocab) -> Tokenizer:
+    """A byte-level BPE ``Tokenizer`` equivalent to llama.cpp's for this vocabulary."""
+    if vocab.model != "gpt2":
+        raise ValueError(
+            f"unsupported GGUF tokenizer model {vocab.model!r}: only 'gpt2' (byte-level BPE) is supported"
+        )
+    ids = {text: i for i, text in enumerate(vocab.tokens)}
+    merges = [tuple(merge.split(" ", 1)) for merge in vocab.merges]
+    tokenizer = Tokenizer(models.BPE(vocab=ids, merges=merges, fuse_unk=False))
+    tokenizer.pre_tokenizer = pre_tokenizer_for(vocab.pre)
+    tokenizer.decoder = decoders.ByteLevel()
+    bos = vocab.token(vocab.bos_id)
+    if vocab.add_bos and bos is not None:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, vocab.bos_id)]
+        )
+    else:
+        tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    tokenizer.add_special_tokens(_added_tokens(vocab, TOKEN_TYPE_CONTROL))
+    tokenizer.add_tokens(_added_tokens(vocab, TOKEN_TYPE_USER_DEFINED))
+    return tokenizer
+
+
+def special_tokens_map(vocab: GGUFVocab) -> dict[str, str]:
+    """``special_tokens_map.json`` content: bos/eos/unk/pad tokens that the file sets."""
+    named = {
+        "bos_token": vocab.token(vocab.bos_id),
+        "eos_token": vocab.token(vocab.eos_id),
+        "unk_token": vocab.token(vocab.unk_id),
+        "pad_token": vocab.token(vocab.pad_id),
+    }
+    return {key: value for key, value in named.items() if value is not None}
+
+
+def tokenizer_config(vocab: GGUFVocab, model_max_length: int) -> dict[str, Any]:
+    """``tokenizer_config.json`` content for ``PreTrainedTokenizerFast``."""
+    config: dict[str, Any] = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **special_tokens_map(vocab),
+        "add_bos_token": vocab.add_bos,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": model_max_length,
+    }
+    if vocab.chat_template:
+        config["chat_template"] = vocab.chat_template
+    return config

@@ -1,0 +1,86 @@
+"""The set of served models: generation engines and embedding engines by name."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Union
+
+from .description import ModelDescription
+from .embedding_engine import EmbeddingEngine
+from .errors import ModelNotFound, NotReady, Unsupported
+from .generation import GenerationEngine
+
+Engine = Union[GenerationEngine, EmbeddingEngine]
+
+
+class ModelSet:
+    """Resolves request model names; the first model of each kind is its default."""
+
+    def __init__(self, generation: list[GenerationEngine], embedding: list[EmbeddingEngine]):
+        self.generation = list(generation)
+        self.embedding = list(embedding)
+
+    async def start(self) -> None:
+        """Loads every model (concurrently; each on its own engine thread)."""
+        await asyncio.gather(*(e.start() for e in self.all))
+
+    async def close(self) -> None:
+        await asyncio.gather(*(e.close() for e in self.all), return_exceptions=True)
+
+    @property
+    def all(self) -> list[Engine]:
+        return [*self.generation, *self.embedding]
+
+    @property
+    def ready(self) -> bool:
+        return all(e.ready for e in self.all)
+
+    def names(self) -> list[str]:
+        return [e.name for e in self.all]
+
+    def generator(self, name: str) -> GenerationEngine:
+        if not name:
+            if not self.generation:
+                raise Unsupported("this server serves no generation model")
+            return self._ready(self.generation[0])
+        engine = self._find(name)
+        if not isinstance(engine, GenerationEngine):
+            raise Unsupported(f"model {name!r} is an embedding model; it cannot generate text")
+        return self._ready(engine)
+
+    def embedder(self, name: str) -> EmbeddingEngine:
+        if not name:
+            if not self.embedding:
+                raise Unsupported("this server serves no embedding model")
+            return self._ready(self.embedding[0])
+        engine = self._find(name)
+        if not isinstance(engine, EmbeddingEngine):
+            raise Unsupported(f"model {name!r} has no pooled embedding operation; "
+                              f"use an embedding model ({', '.join(e.name for e in self.embedding) or 'none served'})")
+        return self._ready(engine)
+
+    def any(self, name: str) -> Engine:
+        """The named model, or the default generation (else embedding) model."""
+        if name:
+            return self._ready(self._find(name))
+        if not self.all:
+            raise NotReady("no model is served")
+        return self._ready(self.all[0])
+
+    def describe_all(self) -> list[ModelDescription]:
+        return [e.describe() for e in self.all if e.ready]
+
+    def cancel(self, request_id: str) -> bool:
+        return any(e.cancel(request_id) for e in self.all)
+
+    def _find(self, name: str) -> Engine:
+        for engine in self.all:
+            if engine.name == name:
+                return engine
+        raise ModelNotFound(name, self.names())
+
+    @staticmethod
+    def _ready(engine):
+        if not engine.ready:
+            raise NotReady(f"model {engine.name!r} is not ready", retry_after_s=2.0)
+        return engine

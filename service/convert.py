@@ -1,0 +1,136 @@
+"""Protobuf <-> engine conversion, in one place. No logic beyond translation."""
+
+from __future__ import annotations
+
+from engine.description import ModelDescription, ModelKind
+from engine.events import Delta, Event, FinishReason, Finished, Started
+from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, GenerationRequest,
+                             SamplingOptions, StopOptions, TextPrompt, TokenPrompt)
+from engine.errors import InvalidRequest
+
+from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
+from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
+from .gen.mlxgrpc.v1 import model_pb2 as model_pb
+
+_FINISH = {
+    FinishReason.LENGTH: gen_pb.FINISH_REASON_LENGTH,
+    FinishReason.STOP: gen_pb.FINISH_REASON_STOP,
+    FinishReason.EOS: gen_pb.FINISH_REASON_EOS,
+    FinishReason.CANCELLED: gen_pb.FINISH_REASON_CANCELLED,
+    FinishReason.ERROR: gen_pb.FINISH_REASON_ERROR,
+}
+_KIND = {ModelKind.GENERATION: model_pb.MODEL_KIND_GENERATION,
+         ModelKind.EMBEDDING: model_pb.MODEL_KIND_EMBEDDING}
+
+
+def generation_request(msg: pb.GenerateRequest) -> GenerationRequest:
+    return GenerationRequest(
+        prompt=_prompt(msg), request_id=msg.request_id, model=msg.model,
+        session_id=msg.session_id, sampling=_sampling(msg.sampling),
+        stopping=_stopping(msg.stopping), logprobs=msg.logprobs,
+        top_logprobs=msg.top_logprobs, bypass_prefix_cache=msg.bypass_prefix_cache)
+
+
+def _prompt(msg: pb.GenerateRequest):
+    which = msg.WhichOneof("prompt")
+    if which == "text":
+        return TextPrompt(msg.text)
+    if which == "tokens":
+        return TokenPrompt(tuple(msg.tokens.ids))
+    if which == "chat":
+        return ChatPrompt(tuple(ChatMessage(m.role, m.content) for m in msg.chat.messages))
+    raise InvalidRequest("prompt", "set exactly one of text, tokens or chat")
+
+
+def _sampling(s: gen_pb.SamplingParams) -> SamplingOptions:
+    defaults = SamplingOptions()
+    return SamplingOptions(
+        temperature=s.temperature if s.HasField("temperature") else defaults.temperature,
+        top_p=s.top_p if s.HasField("top_p") else defaults.top_p,
+        top_k=s.top_k, min_p=s.min_p,
+        repetition_penalty=s.repetition_penalty if s.HasField("repetition_penalty") else 1.0,
+        repetition_context_size=s.repetition_context_size or defaults.repetition_context_size,
+        presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty,
+        logit_bias=dict(s.logit_bias), seed=s.seed if s.HasField("seed") else None)
+
+
+def _stopping(s: gen_pb.StoppingCriteria) -> StopOptions:
+    return StopOptions(
+        max_tokens=s.max_tokens if s.HasField("max_tokens") else None, min_tokens=s.min_tokens,
+        stop=tuple(s.stop), stop_token_ids=tuple(s.stop_token_ids), ignore_eos=s.ignore_eos)
+
+
+def generate_response(event: Event) -> pb.GenerateResponse:
+    if isinstance(event, Started):
+        return pb.GenerateResponse(started=pb.GenerationStarted(
+            request_id=event.request_id, model=event.model,
+            prompt_tokens=event.prompt_tokens, cached_tokens=event.cached_tokens))
+    if isinstance(event, Delta):
+        return pb.GenerateResponse(delta=pb.TokenDelta(
+            token_ids=event.token_ids, text=event.text,
+            logprobs=[gen_pb.TokenLogprob(
+                token_id=lp.token_id, logprob=lp.logprob,
+                top_logprobs=[gen_pb.TopLogprob(token_id=t.token_id, logprob=t.logprob, text=t.text)
+                              for t in lp.top]) for lp in event.logprobs]))
+    assert isinstance(event, Finished)
+    return pb.GenerateResponse(finished=_finished(event))
+
+
+def _finished(e: Finished) -> pb.GenerationFinished:
+    msg = pb.GenerationFinished(
+        reason=_FINISH[e.reason], stop_sequence=e.stop_sequence,
+        usage=gen_pb.Usage(prompt_tokens=e.usage.prompt_tokens, completion_tokens=e.usage.completion_tokens,
+                           cached_tokens=e.usage.cached_tokens),
+        timings=gen_pb.Timings(queue_seconds=e.timings.queue_s,
+                               time_to_first_token_seconds=e.timings.time_to_first_token_s,
+                               decode_tokens_per_second=e.timings.decode_tokens_per_s,
+                               total_seconds=e.timings.total_s))
+    if e.stop_token_id is not None:
+        msg.stop_token_id = e.stop_token_id
+    return msg
+
+
+def embedding_request(msg: pb.EmbedRequest) -> EmbeddingRequest:
+    return EmbeddingRequest(
+        inputs=tuple(msg.inputs), model=msg.model, request_id=msg.request_id,
+        instruction=msg.instruction, normalize=msg.normalize if msg.HasField("normalize") else True,
+        dimensions=msg.dimensions)
+
+
+def model_info(d: ModelDescription) -> model_pb.ModelInfo:
+    c = d.capabilities
+    return model_pb.ModelInfo(
+        name=d.name, kind=_KIND[d.kind],
+        descriptor=model_pb.GraphDescriptor(id=d.descriptor.id, backend=d.descriptor.backend,
+                                            graph_abi=d.descriptor.graph_abi,
+                                            state_abi=d.descriptor.state_abi,
+                                            artifact=d.descriptor.artifact),
+        capabilities=model_pb.GraphCapabilities(
+            method=model_pb.GRAPH_METHOD_AUTOREGRESSIVE if c.method == "autoregressive"
+            else model_pb.GRAPH_METHOD_DENOISING,
+            compiled_decode=c.compiled_decode, sparse_attention=c.sparse_attention,
+            embeddings=c.embeddings, hidden_layer_taps=c.hidden_layer_taps,
+            prefill=model_pb.PrefillCapabilities(bounded_workspace=c.prefill_bounded_workspace),
+            speculation=model_pb.SpeculationCapabilities(
+                adapters=c.speculation.adapters, logprobs=c.speculation.logprobs,
+                external_tokens=c.speculation.external_tokens,
+                grammar_proposals=c.speculation.grammar_proposals),
+            generation=c.generation),
+        context_length=d.context_length, vocab_size=d.vocab_size, eos_token_ids=d.eos_token_ids,
+        has_chat_template=d.has_chat_template, dtype=d.dtype, blas=d.blas,
+        embedding_dimensions=d.embedding_dimensions, source=d.source)
+
+
+def memory_plan(p) -> model_pb.MemoryPlan:
+    msg = model_pb.MemoryPlan(
+        schema_version=p.schema_version, strategy=p.strategy, fits=p.fits,
+        context_tokens=p.context_tokens, max_safe_context=p.max_safe_context,
+        weights_bytes=p.weights_bytes, kv_bytes=p.kv_bytes, transient_bytes=p.transient_bytes,
+        reserve_bytes=p.reserve_bytes, total_bytes=p.total_bytes, usable_bytes=p.usable_bytes,
+        streamed_weights=dict(p.streamed_weights))
+    for name in ("predicted_decode_tps", "allocator_limit_bytes", "max_generation_tokens",
+                 "machine_headroom_bytes"):
+        value = getattr(p, name)
+        if value is not None:
+            setattr(msg, name, value)
+    return msg

