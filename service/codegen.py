@@ -2,6 +2,8 @@
 
 Run ``python -m service.codegen`` after editing a .proto file; CI runs it with
 ``--check`` and fails when the checked-in code differs from what the protos produce.
+``--out DIR --package PKG`` writes another copy (the Python client's) whose
+imports point at ``PKG`` instead.
 
 protoc writes absolute imports such as ``from mlxgrpc.v1 import model_pb2``; they
 are rewritten to ``from service.gen.mlxgrpc.v1 import ...`` so the generated code
@@ -22,10 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"
 OUT = ROOT / "service" / "gen"
+PACKAGE = "service.gen"
 _IMPORT = re.compile(r"^from mlxgrpc\.v1 import ", re.MULTILINE)
 
 
-def generate(out: Path) -> None:
+def generate(out: Path, package: str = PACKAGE) -> None:
     """Writes the generated package (with ``__init__.py`` files) under ``out``."""
     from grpc_tools import protoc  # a development dependency only
 
@@ -46,7 +49,7 @@ def generate(out: Path) -> None:
         raise SystemExit("protoc failed")
     for path in out.rglob("*.py*"):
         text = path.read_text()
-        path.write_text(_IMPORT.sub("from service.gen.mlxgrpc.v1 import ", text))
+        path.write_text(_IMPORT.sub(f"from {package}.mlxgrpc.v1 import ", text))
     for folder in [out, *[p for p in out.rglob("*") if p.is_dir()]]:
         (folder / "__init__.py").touch()
 
@@ -61,22 +64,26 @@ def _differences(a: Path, b: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if service/gen is stale")
+    parser.add_argument("--check", action="store_true", help="fail if the output is stale")
+    parser.add_argument("--out", type=Path, default=OUT, help="output folder (default service/gen)")
+    parser.add_argument("--package", default=PACKAGE, help="Python package of the output folder")
     args = parser.parse_args(argv)
+    out = args.out.resolve()
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp) / "gen"
         fresh.mkdir()
-        generate(fresh)
+        generate(fresh, args.package)
         if args.check:
-            diffs = _differences(fresh, OUT) if OUT.exists() else ["service/gen missing"]
+            diffs = _differences(fresh, out) if out.exists() else [f"{out} missing"]
             if diffs:
-                print("generated code is stale; run python -m service.codegen:", *diffs, sep="\n  ")
+                print(f"generated code in {out} is stale; run python -m service.codegen:",
+                      *diffs, sep="\n  ")
                 return 1
-            print("generated Python code matches protos/")
+            print(f"generated Python code in {out.relative_to(ROOT)} matches protos/")
             return 0
-        shutil.rmtree(OUT, ignore_errors=True)
-        shutil.copytree(fresh, OUT)
-    print(f"wrote {OUT.relative_to(ROOT)}")
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(fresh, out)
+    print(f"wrote {out.relative_to(ROOT)}")
     return 0
 
 
