@@ -48,6 +48,17 @@ class _Handle:
 
 
 @dataclass(frozen=True)
+class EngineStats:
+    """A consistent snapshot: admission counts, rows and KV bytes on the engine thread."""
+
+    queued: int
+    admitted: int
+    rows: int
+    kv_bytes: int
+    tracked: int  # requests the facade knows (queued, running or finishing)
+
+
+@dataclass(frozen=True)
 class GenerationConfig:
     dtype: str = "auto"
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -125,6 +136,10 @@ class GenerationEngine:
                                prefill_chunk=self.config.scheduler.prefill_chunk)
 
         return await asyncio.wrap_future(self._worker.call(plan))
+
+    async def stats(self) -> EngineStats:
+        rows, kv_bytes = await asyncio.wrap_future(self._worker.call(lambda s: (s.active, s.kv_bytes)))
+        return EngineStats(self._pool.queued, self._pool.active, rows, kv_bytes, len(self._requests))
 
     @property
     def active(self) -> int:
@@ -228,8 +243,13 @@ class GenerationEngine:
         except AdmissionClosed:
             raise NotReady("the server is shutting down") from None
         except asyncio.CancelledError:
+            _release_if_granted(handle.acquiring)  # granted just before we were cancelled
             if not handle.cancel_requested:
                 raise
+            yield _cancelled_before_start(len(prompt), loop.time() - arrived)
+            return
+        if handle.cancel_requested:  # Cancel arrived after the grant, before submission
+            lease.release()
             yield _cancelled_before_start(len(prompt), loop.time() - arrived)
             return
         events: asyncio.Queue[Event] = asyncio.Queue()
@@ -285,6 +305,11 @@ def _threadsafe(loop: asyncio.AbstractEventLoop, fn: Callable) -> Callable:
         except RuntimeError:  # the loop is closed: nobody is listening any more
             pass
     return call
+
+
+def _release_if_granted(acquiring: asyncio.Future) -> None:
+    if acquiring.done() and not acquiring.cancelled() and acquiring.exception() is None:
+        acquiring.result().release()
 
 
 def _cancelled_before_start(prompt_tokens: int, elapsed: float) -> Finished:

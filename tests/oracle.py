@@ -28,3 +28,16 @@ def greedy_reference(model_dir: Path, prompts: dict[str, str]) -> dict[str, list
     return {name: [r.token for r in mlx_lm.stream_generate(model, tokenizer, text,
                                                            max_tokens=ORACLE_TOKENS[name])]
             for name, text in prompts.items()}
+
+
+def first_step_logprobs(model_dir: Path, prompt: str, top: int) -> list[tuple[int, float]]:
+    """The ``top`` most likely first tokens after ``prompt`` and their log-softmax,
+    from a direct forward pass of the same weights."""
+    import mlx.core as mx
+
+    model, tokenizer = mlx_lm.load(str(model_dir))
+    ids = mx.array(tokenizer.encode(prompt))[None]
+    logits = model(ids)[0, -1].astype(mx.float32)
+    logprobs = logits - mx.logsumexp(logits)
+    order = mx.argsort(-logprobs)[:top].tolist()
+    return [(i, logprobs[i].item()) for i in order]
