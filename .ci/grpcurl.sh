@@ -9,8 +9,9 @@ set -x
 $G "$ADDR" list | grep -qx mlxgrpc.v1.InferenceService
 $G "$ADDR" describe mlxgrpc.v1.InferenceService | grep -q "rpc Generate"
 $G "$ADDR" describe mlxgrpc.v1.GenerateRequest | grep -q "Sampling"
-$G -d '{"text": "Hello", "stopping": {"max_tokens": 5}}' "$ADDR" mlxgrpc.v1.InferenceService/Generate \
-  | tee /dev/stderr | grep -q FINISH_REASON_LENGTH
+stream=$($G -d '{"text": "Hello", "stopping": {"max_tokens": 5}}' "$ADDR" mlxgrpc.v1.InferenceService/Generate)
+echo "$stream"
+grep -q FINISH_REASON_LENGTH <<<"$stream"
 $G -d '{}' "$ADDR" mlxgrpc.v1.InferenceService/GetModelInfo | grep -q '"vocab_size": 640'
 $G -d '{"inputs": ["A man is eating food."]}' "$ADDR" mlxgrpc.v1.InferenceService/Embed | grep -q '"tokens": 8'
 $G "$ADDR" grpc.health.v1.Health/Check | grep -q SERVING

@@ -104,7 +104,7 @@ class GenerationEngine:
         tokenizer = loaded.tokenizer
         return Scheduler(loaded.model, self.config.scheduler,
                          FixedPrefillPolicy(self.config.scheduler.prefill_chunk),
-                         lambda i: tokenizer.decode([i]))
+                         lambda i: tokenizer.decode([i]), namespace=loaded.name)
 
     # facts ----------------------------------------------------------------------
     def describe(self) -> ModelDescription:
@@ -159,8 +159,10 @@ class GenerationEngine:
         check_token_ids("token_ids", ids, self.loaded.vocab_size)
         return self.loaded.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
-    def encode_prompt(self, request: GenerationRequest) -> list[int]:
-        """The prompt's token ids (chat prompts rendered with the template)."""
+    def encode_prompt(self, request: GenerationRequest) -> tuple[list[int], int | None]:
+        """The prompt's token ids (chat prompts rendered with the template) and, for
+        chats, the length of the rendered history: a boundary worth caching."""
+        snapshot_at = None
         m, prompt = self.loaded, request.prompt
         tok = m.tokenizer
         if isinstance(prompt, TokenPrompt):
@@ -172,7 +174,7 @@ class GenerationEngine:
             ids = tok.encode(prompt.text, add_special_tokens=bos is None or not prompt.text.startswith(bos))
             field_name = "text"
         elif isinstance(prompt, ChatPrompt):
-            ids = self._render_chat(prompt)
+            ids, snapshot_at = self._render_chat(prompt)
             field_name = "chat.messages"
         else:
             raise InvalidRequest("prompt", "one of text, tokens or chat must be set")
@@ -181,20 +183,27 @@ class GenerationEngine:
         limit = min(self.config.limits.max_prompt_tokens or m.context_length, m.context_length - 1)
         if len(ids) > limit:
             raise InvalidRequest(field_name, f"the prompt has {len(ids)} tokens; the limit is {limit}")
-        return ids
+        return ids, snapshot_at
 
-    def _render_chat(self, prompt: ChatPrompt) -> list[int]:
+    def _render_chat(self, prompt: ChatPrompt) -> tuple[list[int], int | None]:
         m = self.loaded
         if not m.has_chat_template:
             raise Unsupported(f"model {m.name!r} has no chat template; send text or tokens")
         if not prompt.messages:
             raise InvalidRequest("chat.messages", "at least one message is required")
         messages = [{"role": x.role, "content": x.content} for x in prompt.messages]
+        ids = self._apply_template(messages, True)
+        history = self._apply_template(messages[:-1], False) if len(messages) > 1 else []
+        shared = 0 < len(history) < len(ids) and ids[: len(history)] == history
+        return ids, len(history) if shared else None
+
+    def _apply_template(self, messages: list[dict[str, str]], generation_prompt: bool) -> list[int]:
+        tok = self.loaded.tokenizer
         try:
-            text = m.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            text = tok.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False)
         except Exception as exc:  # template errors are the caller's input errors
             raise InvalidRequest("chat.messages", f"the chat template rejected the messages: {exc}") from exc
-        return m.tokenizer.encode(text, add_special_tokens=False)
+        return tok.encode(text, add_special_tokens=False)
 
     # requests -------------------------------------------------------------------
     def cancel(self, request_id: str) -> bool:
@@ -229,7 +238,7 @@ class GenerationEngine:
     async def _run(self, request: GenerationRequest, request_id: str, handle: _Handle):
         loop = asyncio.get_running_loop()
         arrived = loop.time()
-        prompt = await asyncio.to_thread(self.encode_prompt, request)
+        prompt, snapshot_at = await asyncio.to_thread(self.encode_prompt, request)
         max_tokens = self._max_tokens(request, len(prompt))
         if handle.cancel_requested:
             yield _cancelled_before_start(len(prompt), loop.time() - arrived)
@@ -255,6 +264,7 @@ class GenerationEngine:
         events: asyncio.Queue[Event] = asyncio.Queue()
         row = self._make_row(request, request_id, prompt, max_tokens,
                              _threadsafe(loop, events.put_nowait), _threadsafe(loop, lease.release))
+        row.snapshot_at = snapshot_at
         row.arrived -= loop.time() - arrived  # count tokenization and queueing
         handle.submitted = True
         self._worker.submit(row)
@@ -294,7 +304,7 @@ class GenerationEngine:
                    detokenizer=IncrementalDetokenizer(decode, prompt), stops=StopStrings(s.stop),
                    sink=sink, release=release, top_logprobs=request.top_logprobs,
                    logprobs=request.logprobs or request.top_logprobs > 0,
-                   use_prefix_cache=not request.bypass_prefix_cache)
+                   use_prefix_cache=not request.bypass_prefix_cache, session_id=request.session_id)
 
 
 def _threadsafe(loop: asyncio.AbstractEventLoop, fn: Callable) -> Callable:

@@ -50,6 +50,9 @@ class Row:
     top_logprobs: int = 0
     logprobs: bool = False
     use_prefix_cache: bool = True
+    session_id: str = ""
+    snapshot_at: int | None = None  # prompt boundary worth caching (the chat history)
+    finish_reason: FinishReason | None = None
     arrived: float = field(default_factory=time.perf_counter)
     admitted: float = 0.0
     status: RowStatus = RowStatus.WAITING
@@ -64,6 +67,12 @@ class Row:
     def next_input(self) -> int:
         """The token the next decode step feeds for this row."""
         return self.output[-1] if self.output else self.prompt[-1]
+
+    @property
+    def publishable(self) -> bool:
+        """Finished normally, so its computed tokens are worth keeping."""
+        return self.use_prefix_cache and self.finish_reason in (
+            FinishReason.LENGTH, FinishReason.STOP, FinishReason.EOS)
 
     @property
     def step(self) -> int:
@@ -108,6 +117,7 @@ class Row:
             if tail:
                 self.sink(Delta((), tail))
         self.status = RowStatus.FINISHED
+        self.finish_reason = reason
         self.cache = None
         self.release()
         self.sink(Finished(reason, self.usage(), self.timings(), stop_sequence, stop_token_id, error))

@@ -9,12 +9,17 @@ One ``tick``:
                joins the decode batch;
   3. decode  - one batched forward over every decoding row, per-row selection,
                delivery and stop checks; finished rows leave the batch.
+The prefix cache is consulted when a row is added (its prefill starts after the
+longest cached prefix) and fed three ways: at a snapshot boundary during prefill
+(a copy), when a row joins the batch (its own prefill caches, transferred), and
+when a row finishes (its KV extracted from the batch: prompt plus output).
 A long prompt therefore advances chunk by chunk between decode steps and never
 stalls running streams.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections import deque
@@ -28,6 +33,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from .batch import DecodeBatch
 from .events import FinishReason
 from .prefill import PrefillPolicy, StepKind, next_prefill_step
+from .prefix_cache import PrefixCache
 from .row import Row, RowStatus
 from .sampling import greedy_tokens, token_logprobs
 
@@ -43,12 +49,17 @@ class SchedulerConfig:
     prefill_chunk: int = 256  # prompt tokens per prefill forward
     tick_tokens: int = 512  # tokens one tick may process (decode rows + prefill)
     min_prefill_tokens: int = 16  # prefill progress guaranteed per tick
+    prefix_cache_bytes: int = 512 << 20  # 0 turns the prefix cache off
+    prefix_cache_entries: int = 64
 
 
 class Scheduler:
     def __init__(self, model: nn.Module, config: SchedulerConfig, policy: PrefillPolicy,
-                 token_text: Callable[[int], str]):
+                 token_text: Callable[[int], str], namespace: str = ""):
         self._model = model
+        self._namespace = namespace
+        self.prefix_cache = (PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries)
+                             if config.prefix_cache_bytes > 0 else None)
         self._config = config
         self._policy = policy
         self._token_text = token_text
@@ -70,7 +81,14 @@ class Scheduler:
 
     def add(self, row: Row) -> None:
         row.admitted = time.perf_counter()
-        row.cache = make_prompt_cache(self._model)
+        hit = None
+        if row.use_prefix_cache and self.prefix_cache is not None:
+            hit = self.prefix_cache.take(row.prompt, self._namespace, row.session_id)
+        if hit is not None:
+            row.cache, row.position = hit.caches, len(hit.tokens)
+            row.cached_tokens = row.position
+        else:
+            row.cache = make_prompt_cache(self._model)
         row.status = RowStatus.PREFILLING
         row.start()
         self._prefilling.append(row)
@@ -88,6 +106,17 @@ class Scheduler:
         self._prefill(budget)
         if self._decoding:
             self._decode()
+
+    def _publish_finished(self) -> None:
+        """Stores the KV of rows that finished normally (prompt plus output)."""
+        if self.prefix_cache is None or self._batch.caches is None:
+            return
+        for i, row in enumerate(self._decoding):
+            if row.status is RowStatus.FINISHED and row.publishable:
+                caches = [c.extract(i) for c in self._batch.caches]
+                fed = caches[0].offset
+                self.prefix_cache.put((row.prompt + row.output)[:fed], caches, self._namespace,
+                                      row.session_id)
 
     def fail_all(self, message: str, reason: FinishReason = FinishReason.ERROR) -> None:
         """Ends every row (engine failure or shutdown) and drops the batch."""
@@ -111,7 +140,8 @@ class Scheduler:
         while self._prefilling and budget > 0:
             row = self._prefilling[0]
             chunk = min(self._policy.chunk_size(len(row.prompt)), budget)
-            step = next_prefill_step(len(row.prompt), row.position, chunk, True)
+            snapshot_at = row.snapshot_at if row.use_prefix_cache and self.prefix_cache is not None else None
+            step = next_prefill_step(len(row.prompt), row.position, chunk, True, snapshot_at)
             if step.kind is StepKind.FINAL:
                 self._prefilling.popleft()
                 self._join(row)
@@ -121,9 +151,14 @@ class Scheduler:
             mx.eval([c.state for c in row.cache])
             row.position = step.end
             budget -= step.end - step.start
+            if step.snapshot:
+                self.prefix_cache.put(row.prompt[: step.end], copy.deepcopy(row.cache),
+                                      self._namespace, row.session_id)
 
     def _join(self, row: Row) -> None:
-        self._batch.join(row.cache)
+        self._batch.join(row.cache)  # the batch copies the row's KV
+        if row.use_prefix_cache and self.prefix_cache is not None and row.position > 0:
+            self.prefix_cache.put(row.prompt[: row.position], row.cache, self._namespace, row.session_id)
         row.cache = None
         row.status = RowStatus.DECODING
         self._decoding.append(row)
@@ -148,5 +183,6 @@ class Scheduler:
     def _retain_unfinished(self) -> None:
         keep = [i for i, r in enumerate(self._decoding) if r.status is not RowStatus.FINISHED]
         if len(keep) != len(self._decoding):
+            self._publish_finished()
             self._batch.keep(keep)
             self._decoding = [self._decoding[i] for i in keep]

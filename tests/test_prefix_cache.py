@@ -1,0 +1,80 @@
+"""Prefix reuse: hits report cached tokens and never change the output."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache
+
+from engine.prefix_cache import PrefixCache
+from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
+from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
+from tests.helpers import generate, request
+
+LONG_PROMPT = ("In the harbour town the boats came home at dusk, and the keepers of the light "
+               "counted them one by one while the gulls circled over the grey water. ") * 2
+
+
+def _filled(tokens: int) -> list[KVCache]:
+    cache = KVCache()
+    cache.update_and_fetch(mx.ones((1, 2, tokens, 4)), mx.ones((1, 2, tokens, 4)))
+    return [cache]
+
+
+def test_take_returns_owned_state_and_leaves_one_token_to_compute():
+    cache = PrefixCache(max_bytes=1 << 30)
+    cache.put([1, 2, 3, 4], _filled(4), "m")
+    hit = cache.take([1, 2, 3, 4, 5, 6], "m")
+    assert hit.tokens == [1, 2, 3, 4]
+    hit.caches[0].update_and_fetch(mx.zeros((1, 2, 1, 4)), mx.zeros((1, 2, 1, 4)))  # caller owns it
+    again = cache.take([1, 2, 3, 4, 5, 6], "m")
+    assert again.caches[0].offset == 4
+    exact = cache.take([1, 2, 3, 4], "m")  # never the whole prompt: the last token is computed
+    assert exact.tokens == [1, 2, 3] and exact.caches[0].offset == 3
+    assert cache.take([1, 2, 3, 4, 5], "other-namespace") is None
+    assert cache.take([9, 9, 9], "m") is None
+
+
+def test_put_evicts_least_recently_used_by_bytes():
+    one = _filled(4)[0].nbytes
+    cache = PrefixCache(max_bytes=2 * one)
+    for first in (10, 20, 30):
+        cache.put([first, 1, 2, 3], _filled(4), "m")
+    assert cache.nbytes <= 2 * one and len(cache) == 2
+    assert cache.take([10, 1, 2, 3, 4], "m") is None
+    assert cache.take([30, 1, 2, 3, 4], "m") is not None
+
+
+async def test_repeated_prompt_hits_and_output_is_identical(stub):
+    for kind in ("llama", "sliding"):
+        cold = await generate(stub, request(LONG_PROMPT, model=kind, max_tokens=12, bypass_prefix_cache=True))
+        assert cold.started.cached_tokens == 0
+        first = await generate(stub, request(LONG_PROMPT, model=kind, max_tokens=12))
+        warm = await generate(stub, request(LONG_PROMPT, model=kind, max_tokens=12))
+        assert warm.started.cached_tokens > 0
+        assert warm.finished.usage.cached_tokens == warm.started.cached_tokens
+        assert cold.token_ids == first.token_ids == warm.token_ids, kind
+
+
+async def test_a_continuation_reuses_prompt_and_output(stub):
+    first = await generate(stub, request("The keeper counted the boats", model="qwen3", max_tokens=10))
+    prompt_ids = (await stub.Tokenize(pb.TokenizeRequest(model="qwen3", text="The keeper counted the boats"))).token_ids
+    follow = list(prompt_ids) + first.token_ids + list(prompt_ids)
+    hit = await generate(stub, pb.GenerateRequest(model="qwen3", tokens=gen_pb.TokenIds(ids=follow),
+                                                  stopping=gen_pb.StoppingCriteria(max_tokens=6)))
+    assert hit.started.cached_tokens >= len(prompt_ids) + len(first.token_ids) - 1
+    cold = await generate(stub, pb.GenerateRequest(model="qwen3", tokens=gen_pb.TokenIds(ids=follow),
+                                                   stopping=gen_pb.StoppingCriteria(max_tokens=6),
+                                                   bypass_prefix_cache=True))
+    assert hit.token_ids == cold.token_ids
+
+
+async def test_chat_history_is_reused_by_the_next_turn(stub):
+    history = [gen_pb.ChatMessage(role="system", content="You are a lighthouse keeper. " * 4),
+               gen_pb.ChatMessage(role="user", content="How many boats came home?")]
+    turn = lambda *extra: pb.GenerateRequest(  # noqa: E731
+        model="sliding", chat=gen_pb.ChatMessages(messages=history + list(extra)),
+        stopping=gen_pb.StoppingCriteria(max_tokens=5))
+    await generate(stub, turn())
+    second = await generate(stub, turn(gen_pb.ChatMessage(role="assistant", content="Seven."),
+                                       gen_pb.ChatMessage(role="user", content="And the gulls?")))
+    assert second.started.cached_tokens > 20
