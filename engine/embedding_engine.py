@@ -8,6 +8,7 @@ executor): the model is loaded there and every batch runs there. ``embed`` strea
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,10 +19,16 @@ from .description import Capabilities, GraphDescriptor, ModelDescription, ModelK
 from .device import backend_name, blas_name
 from .embeddings import EmbeddingModel, EmbeddingResult
 from .errors import DuplicateRequestId, InvalidRequest, NotReady, QueueFull
+from .object_cache import ObjectCache
 from .requests import EmbeddingRequest
 from .validation import Limits
 
 _END = object()
+
+
+def _cache_key(request: EmbeddingRequest, text: str) -> str:
+    """Everything that determines the vector of ``text``."""
+    return json.dumps([request.instruction, request.normalize, request.dimensions, text])
 
 
 class EmbeddingEngine:
@@ -34,6 +41,9 @@ class EmbeddingEngine:
         self._pool = AdmissionPool(max_active, max_queued)
         self._model: EmbeddingModel | None = None
         self._running: dict[str, asyncio.Task] = {}
+        # Exact reuse of repeated inputs (vectors are immutable once made).
+        self._results: ObjectCache[EmbeddingResult] = ObjectCache(
+            max_entries=4096, max_size=64 << 20, size_of=lambda r: r.vector.nbytes)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -88,12 +98,25 @@ class EmbeddingEngine:
             except AdmissionClosed:
                 raise NotReady("the server is shutting down") from None
             with lease:
+                keys = [_cache_key(request, text) for text in request.inputs]
+                missing = []
+                for index, key in enumerate(keys):
+                    if (hit := self._results.take(key)) is None:
+                        missing.append(index)
+                        continue
+                    with hit as result:
+                        yield index, result
+                if not missing:
+                    return
                 loop = asyncio.get_running_loop()
                 results = await loop.run_in_executor(self._executor, lambda: model.embed_batches(
-                    list(request.inputs), instruction=request.instruction or None,
+                    [request.inputs[i] for i in missing], instruction=request.instruction or None,
                     normalize=request.normalize, dimensions=request.dimensions or None))
                 while (item := await loop.run_in_executor(self._executor, next, results, _END)) is not _END:
-                    yield item
+                    position, result = item
+                    result.vector.flags.writeable = False  # shared through the cache from now on
+                    self._results.put(keys[missing[position]], result)
+                    yield missing[position], result
         finally:
             self._running.pop(request_id, None)
 

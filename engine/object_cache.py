@@ -1,0 +1,119 @@
+"""Exact reusable work keyed by string (the seed's ObjectCache), e.g. embeddings of
+repeated inputs or rendered chat prompts.
+
+* ``take(key)`` borrows an immutable value through an owned lease; the caller must
+  ``release()`` it (idempotent). A miss returns None and permits recompute.
+* ``put(key, value)`` transfers ownership to the cache, even if it is evicted at once.
+* Bounded by entry count and by a caller-supplied size of each value; an entry
+  with live leases is never dropped while borrowed: eviction skips it, and a
+  replaced or evicted entry's ``on_evict`` runs only after its last lease ends.
+
+Thread-safe (one lock): the event loop and engine threads may share an instance.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Generic, TypeVar
+
+V = TypeVar("V")
+
+
+@dataclass
+class _Entry(Generic[V]):
+    value: V
+    size: int
+    leases: int = 0
+    evicted: bool = False
+
+
+class ObjectLease(Generic[V]):
+    """An owned borrow of a cached value."""
+
+    def __init__(self, cache: "ObjectCache[V]", entry: _Entry[V]):
+        self._cache, self._entry, self._released = cache, entry, False
+        self.value = entry.value
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._cache._return(self._entry)
+
+    def __enter__(self) -> V:
+        return self.value
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class ObjectCache(Generic[V]):
+    def __init__(self, max_entries: int, max_size: int = 1 << 62,
+                 size_of: Callable[[V], int] = lambda _: 1,
+                 on_evict: Callable[[V], None] | None = None):
+        if max_entries < 0 or max_size < 0:
+            raise ValueError("invalid object cache bounds")
+        self._entries: OrderedDict[str, _Entry[V]] = OrderedDict()
+        self._max_entries, self._max_size = max_entries, max_size
+        self._size_of, self._on_evict = size_of, on_evict
+        self._size = 0
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def take(self, key: str) -> ObjectLease[V] | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            entry.leases += 1
+            self.hits += 1
+            return ObjectLease(self, entry)
+
+    def put(self, key: str, value: V) -> None:
+        entry = _Entry(value, max(int(self._size_of(value)), 0))
+        with self._lock:
+            old = self._entries.pop(key, None)
+            removed = [self._remove(old)] if old is not None else []
+            self._entries[key] = entry
+            self._size += entry.size
+            removed += self._evict(keep=key)
+        self._dispose(removed)
+
+    def _remove(self, entry: _Entry[V]) -> _Entry[V]:
+        self._size -= entry.size
+        entry.evicted = True
+        return entry
+
+    def _evict(self, keep: str | None = None) -> list[_Entry[V]]:
+        """Drops least recently used entries without leases (never ``keep``, the
+        entry just put, unless it alone breaks the bounds) until within bounds."""
+        removed = []
+        for key in list(self._entries):
+            if len(self._entries) <= self._max_entries and self._size <= self._max_size:
+                break
+            if not self._entries[key].leases and (key != keep or len(self._entries) == 1):
+                removed.append(self._remove(self._entries.pop(key)))
+        return removed
+
+    def _return(self, entry: _Entry[V]) -> None:
+        with self._lock:
+            entry.leases -= 1
+            removed = self._evict()
+        self._dispose(removed + [entry])
+
+    def _dispose(self, entries: list[_Entry[V]]) -> None:
+        """Runs ``on_evict`` for removed entries nobody borrows any more (once each)."""
+        for entry in entries:
+            if entry.evicted and not entry.leases and self._on_evict is not None:
+                entry.leases = -1  # disposed: never again
+                self._on_evict(entry.value)

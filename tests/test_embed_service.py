@@ -1,0 +1,93 @@
+"""Embed through the live server: one response per input, streamed, correct vectors."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+
+from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
+from service.gen.mlxgrpc.v1 import model_pb2
+from tests.conftest import HAS_MINILM, MINILM
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not HAS_MINILM, reason="needs the embedded MiniLM")]
+
+SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The stock market crashed today."]
+
+
+async def embed(stub, inputs, **kw) -> dict[int, pb.EmbedResponse]:
+    out = {}
+    async for reply in stub.Embed(pb.EmbedRequest(inputs=inputs, **kw)):
+        assert reply.index not in out
+        out[reply.index] = reply
+    return out
+
+
+async def test_similarity_through_the_service(stub):
+    replies = await embed(stub, SENTENCES)
+    assert sorted(replies) == [0, 1, 2]
+    vectors = [np.array(replies[i].embedding) for i in range(3)]
+    assert all(len(v) == 384 and abs(np.linalg.norm(v) - 1) < 1e-5 for v in vectors)
+    assert vectors[0] @ vectors[1] > 0.7
+    assert vectors[0] @ vectors[2] < 0.2
+    assert replies[0].tokens == 8
+
+
+async def test_many_inputs_stream_in_batches_and_repeats_are_identical(stub):
+    inputs = [f"sentence number {i} about {'boats' if i % 2 else 'gulls'}" for i in range(70)]
+    first = await embed(stub, inputs)
+    again = await embed(stub, inputs)  # served from the object cache
+    assert sorted(first) == list(range(70))
+    for i in range(70):
+        assert first[i].embedding == again[i].embedding
+
+
+async def test_dimensions_normalize_and_instruction(stub):
+    whole = (await embed(stub, SENTENCES[:1]))[0].embedding
+    cut = np.array((await embed(stub, SENTENCES[:1], dimensions=32))[0].embedding)
+    assert len(cut) == 32 and abs(np.linalg.norm(cut) - 1) < 1e-5
+    np.testing.assert_allclose(cut, np.array(whole[:32]) / np.linalg.norm(whole[:32]), atol=1e-6)
+    raw = np.array((await embed(stub, SENTENCES[:1], normalize=False))[0].embedding)
+    assert abs(np.linalg.norm(raw) - 1) > 1e-3
+    np.testing.assert_allclose(raw / np.linalg.norm(raw), whole, atol=1e-6)
+    query = (await embed(stub, SENTENCES[:1], instruction="Find similar sentences"))[0]
+    assert query.tokens > 8 and query.embedding != whole
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    (dict(inputs=[]), "inputs"),
+    (dict(inputs=["x"], dimensions=385), "dimensions"),
+    (dict(inputs=["x"], dimensions=-1), "dimensions"),
+    (dict(inputs=["x"] * 257), "inputs"),
+])
+async def test_invalid_embed_requests(stub, kwargs, field):
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await embed(stub, **kwargs)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field in err.value.details()
+
+
+async def test_capabilities_match_behaviour(stub):
+    """Each declared capability is checked against what the server does."""
+    models = (await stub.ListModels(pb.ListModelsRequest())).models
+    for info in models:
+        caps = info.capabilities
+        embed_works = generate_works = True
+        try:
+            await embed(stub, ["probe"], model=info.name)
+        except grpc.aio.AioRpcError as err:
+            assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+            embed_works = False
+        call = stub.Generate(pb.GenerateRequest(model=info.name, text="probe"))
+        try:
+            assert (await call.read()).WhichOneof("event") == "started"
+            call.cancel()
+        except grpc.aio.AioRpcError as err:
+            assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+            generate_works = False
+        assert caps.embeddings == embed_works, info.name
+        assert caps.generation == generate_works, info.name
+        assert info.embedding_dimensions == (384 if embed_works else 0)
+        assert (info.kind == model_pb2.MODEL_KIND_EMBEDDING) == (info.name == MINILM)
+        assert not caps.compiled_decode and not caps.sparse_attention and not caps.hidden_layer_taps
+        assert not caps.HasField("media") and not caps.HasField("native_draft")
