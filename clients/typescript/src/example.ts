@@ -1,0 +1,85 @@
+// Example: node dist/example.js   (server address from MLXGRPC_ADDRESS, default localhost:50051)
+import {
+  Code,
+  ConnectError,
+  FinishReason,
+  GraphMethod,
+  ModelKind,
+  connect,
+  cosineSimilarity,
+  errorDetails,
+} from "./index.js";
+
+const address = process.env.MLXGRPC_ADDRESS || "localhost:50051";
+const client = connect(address, { timeoutMs: 60_000 });
+
+try {
+  // 1. Model info.
+  const info = await client.getModelInfo();
+  console.log(
+    `model ${info.name}: kind=${ModelKind[info.kind]} graph=${info.descriptor?.id} ` +
+      `backend=${info.descriptor?.backend} method=${GraphMethod[info.capabilities?.method ?? 0]} ` +
+      `context=${info.contextLength} vocab=${info.vocabSize} dtype=${info.dtype} chat_template=${info.hasChatTemplate}`,
+  );
+
+  // 2. Stream a generation, printing text deltas as they arrive.
+  process.stdout.write("generate: ");
+  for await (const res of client.generate({
+    prompt: { case: "chat", value: { messages: [{ role: "user", content: "Say hello." }] } },
+    stopping: { maxTokens: 24 },
+  })) {
+    const ev = res.event;
+    if (ev.case === "started") process.stdout.write(`[${ev.value.requestId}, ${ev.value.promptTokens} prompt tokens] `);
+    else if (ev.case === "delta") process.stdout.write(JSON.stringify(ev.value.text) + " ");
+    else if (ev.case === "finished") {
+      const u = ev.value.usage;
+      console.log(`\n  finished: ${FinishReason[ev.value.reason]}, ${u?.completionTokens} tokens, ` +
+        `${ev.value.timings?.decodeTokensPerSecond.toFixed(1)} tok/s`);
+    }
+  }
+
+  // 3. A second generation, cancelled with the Cancel RPC after a few deltas.
+  const call = client.generate({ prompt: { case: "text", value: "Once upon a time" }, stopping: { maxTokens: 2000 } });
+  let deltas = 0;
+  for await (const res of call) {
+    if (res.event.case === "delta" && ++deltas === 3) {
+      const cancelled = await call.cancel();
+      console.log(`cancel ${call.requestId} after ${deltas} deltas: cancelled=${cancelled}`);
+    } else if (res.event.case === "finished") {
+      console.log(`  second stream finished: ${FinishReason[res.event.value.reason]} ` +
+        `after ${res.event.value.usage?.completionTokens} tokens`);
+    }
+  }
+
+  // 3b. And one cancelled client-side (aborting the call).
+  const call2 = client.generate({ prompt: { case: "text", value: "Twice upon a time" }, stopping: { maxTokens: 2000 } });
+  deltas = 0;
+  try {
+    for await (const res of call2) {
+      if (res.event.case === "delta" && ++deltas === 3) call2.abort();
+    }
+  } catch (err) {
+    console.log(`client-side abort after ${deltas} deltas: ${Code[ConnectError.from(err).code]}`);
+  }
+
+  // 4. Embeddings of two inputs and their cosine similarity.
+  const [a, b] = await client.embed(["A man is eating food.", "A man is eating a piece of bread."]);
+  console.log(`embed: ${a.embedding.length} dims, cosine similarity ${cosineSimilarity(a.embedding, b.embedding).toFixed(4)}`);
+
+  // 5. An invalid request and its google.rpc details.
+  try {
+    await client.generateText({
+      prompt: { case: "text", value: "hi" },
+      sampling: { temperature: -1 },
+      stopping: { maxTokens: 4 },
+    });
+    throw new Error("expected INVALID_ARGUMENT");
+  } catch (err) {
+    const d = errorDetails(err);
+    console.log(`invalid request: ${Code[d.code]} (${d.code}): ${d.message}`);
+    console.log(`  reason=${d.errorInfo?.reason} field violations: ${d.fieldViolations.map((v) => v.field).join(", ")}`);
+    if (d.code !== Code.InvalidArgument) process.exitCode = 1;
+  }
+} finally {
+  client.close();
+}
