@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# CI for the Python client: fresh venv, install the distribution on its own, check the
+# generated code, run the example and the tests against the server at $MLXGRPC_ADDRESS
+# (already running; this script never starts one).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+ROOT="$(cd ../.. && pwd)"
+HERE="$(pwd)"
+
+PYTHON="${PYTHON:-python3}"
+GRPCIO_TOOLS_VERSION=1.85.1   # must match the generated code (service/codegen.py's toolchain)
+PYTEST_VERSION=9.2.0
+PYTEST_ASYNCIO_VERSION=1.5.0
+
+# Our own environment only: never the repository's .venv or anything on PYTHONPATH.
+unset VIRTUAL_ENV PYTHONPATH PYTHONHOME || true
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+
+echo "== fresh venv in clients/python/.venv"
+rm -rf .venv build src/*.egg-info  # stale build outputs would leak into the wheel
+"$PYTHON" -m venv .venv
+PY="$HERE/.venv/bin/python"
+
+echo "== pip install ./clients/python (non-editable) + test tools"
+"$PY" -m pip install -q . "pytest==$PYTEST_VERSION" "pytest-asyncio==$PYTEST_ASYNCIO_VERSION"
+"$PY" -m pip check
+# The installed distribution works on its own: imported from site-packages, not the source tree.
+(cd / && "$PY" -c 'import mlxgrpc_client, sys; assert "site-packages" in mlxgrpc_client.__file__, mlxgrpc_client.__file__; print("mlxgrpc_client from", mlxgrpc_client.__file__)')
+
+echo "== generated code is up to date (grpcio-tools==$GRPCIO_TOOLS_VERSION)"
+"$PY" -m pip install -q "grpcio-tools==$GRPCIO_TOOLS_VERSION"
+(cd "$ROOT" && "$PY" -m service.codegen --check \
+    --out clients/python/src/mlxgrpc_client/gen --package mlxgrpc_client.gen)
+
+echo "== example against ${MLXGRPC_ADDRESS:-localhost:50051 (MLXGRPC_ADDRESS unset)}"
+"$PY" examples/example.py
+
+echo "== tests"
+"$PY" -m pytest -ra tests

@@ -1,0 +1,33 @@
+"""Python client for the mlx-grpc InferenceService (mlxgrpc.v1).
+
+Blocking::
+
+    from mlxgrpc_client import connect, error_details, pb
+
+    with connect("localhost:50051", timeout=60) as client:
+        print(client.model_info().name)
+        for event in client.generate("Once upon a time", max_tokens=16):
+            if event.HasField("delta"):
+                print(event.delta.text, end="", flush=True)
+
+asyncio: ``from mlxgrpc_client import aio`` and ``aio.connect(...)`` (same methods,
+awaited; ``async for`` over ``generate``). Messages and enums live in
+:mod:`mlxgrpc_client.pb`; the generated modules in :mod:`mlxgrpc_client.gen`.
+"""
+
+from . import aio, pb
+from ._common import ErrorDetails, GenerationResult, embed_request, error_details, generate_request
+from ._sync import Client, GenerateStream, connect
+
+__all__ = [
+    "Client",
+    "ErrorDetails",
+    "GenerateStream",
+    "GenerationResult",
+    "aio",
+    "connect",
+    "embed_request",
+    "error_details",
+    "generate_request",
+    "pb",
+]

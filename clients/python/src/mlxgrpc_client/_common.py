@@ -1,0 +1,216 @@
+"""What the blocking and the asyncio client share: channel credentials, request
+building, stream bookkeeping and the google.rpc error details."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from . import pb
+
+#: Marks "use the client's default deadline" (``None`` means no deadline).
+DEFAULT: Any = object()
+
+Prompt = Union[str, Sequence[int], "pb.TokenIds", Sequence[Any], "pb.ChatMessages", "pb.GenerateRequest"]
+
+
+def channel_credentials(tls: bool, root_certificates: bytes | str | os.PathLike | None):
+    """TLS credentials, or ``None`` for a plaintext channel.
+
+    ``root_certificates`` is PEM bytes or the path of a CA file; setting it implies TLS.
+    TLS without it verifies the server against the system roots.
+    """
+    if root_certificates is None and not tls:
+        return None
+    if isinstance(root_certificates, (str, os.PathLike)):
+        with open(root_certificates, "rb") as f:
+            root_certificates = f.read()
+    return grpc.ssl_channel_credentials(root_certificates=root_certificates)
+
+
+def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+def _chat(messages: Sequence[Any]) -> pb.ChatMessages:
+    out = pb.ChatMessages()
+    for m in messages:
+        if isinstance(m, pb.ChatMessage):
+            out.messages.append(m)
+        elif isinstance(m, Mapping):
+            out.messages.add(**m)
+        else:  # a (role, content) pair
+            role, content = m
+            out.messages.add(role=role, content=content)
+    return out
+
+
+def generate_request(
+    prompt: Prompt,
+    *,
+    model: str = "",
+    request_id: str = "",
+    max_tokens: int | None = None,
+    sampling: pb.SamplingParams | Mapping[str, Any] | None = None,
+    stopping: pb.StoppingCriteria | Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> pb.GenerateRequest:
+    """Builds a GenerateRequest.
+
+    ``prompt`` is text (``str``), token ids (a sequence of ``int`` or ``pb.TokenIds``),
+    chat messages (a sequence of ``pb.ChatMessage``, ``{"role", "content"}`` dicts or
+    ``(role, content)`` pairs, or ``pb.ChatMessages``), or a whole ``pb.GenerateRequest``
+    that the keyword arguments then override. ``sampling``/``stopping`` take the message
+    or a dict of its fields; ``max_tokens`` is a shortcut for ``stopping.max_tokens``;
+    other keywords (``logprobs``, ``top_logprobs``, ``session_id``, ...) are request fields.
+    An empty ``request_id`` gets a random one here, so the Cancel RPC can address the
+    request before its ``started`` event arrives.
+    """
+    if isinstance(prompt, pb.GenerateRequest):
+        req = pb.GenerateRequest()
+        req.CopyFrom(prompt)
+    elif isinstance(prompt, str):
+        req = pb.GenerateRequest(text=prompt)
+    elif isinstance(prompt, pb.TokenIds):
+        req = pb.GenerateRequest(tokens=prompt)
+    elif isinstance(prompt, pb.ChatMessages):
+        req = pb.GenerateRequest(chat=prompt)
+    elif isinstance(prompt, Sequence) and all(isinstance(t, int) for t in prompt):
+        req = pb.GenerateRequest(tokens=pb.TokenIds(ids=prompt))
+    elif isinstance(prompt, Sequence):
+        req = pb.GenerateRequest(chat=_chat(prompt))
+    else:
+        raise TypeError(f"unsupported prompt type {type(prompt).__name__}")
+    if model:
+        req.model = model
+    if request_id:
+        req.request_id = request_id
+    if not req.request_id:
+        req.request_id = uuid.uuid4().hex
+    if sampling is not None:
+        req.sampling.CopyFrom(sampling if isinstance(sampling, pb.SamplingParams) else pb.SamplingParams(**sampling))
+    if stopping is not None:
+        req.stopping.CopyFrom(stopping if isinstance(stopping, pb.StoppingCriteria) else pb.StoppingCriteria(**stopping))
+    if max_tokens is not None:
+        req.stopping.max_tokens = max_tokens
+    for name, value in fields.items():
+        if name not in pb.GenerateRequest.DESCRIPTOR.fields_by_name:
+            raise TypeError(f"GenerateRequest has no field {name!r}")
+        setattr(req, name, value)
+    return req
+
+
+def embed_request(
+    inputs: str | Sequence[str],
+    *,
+    model: str = "",
+    instruction: str = "",
+    normalize: bool | None = None,
+    dimensions: int = 0,
+    request_id: str = "",
+) -> pb.EmbedRequest:
+    req = pb.EmbedRequest(
+        model=model,
+        inputs=[inputs] if isinstance(inputs, str) else list(inputs),
+        instruction=instruction,
+        dimensions=dimensions,
+        request_id=request_id,
+    )
+    if normalize is not None:
+        req.normalize = normalize
+    return req
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    """What a Generate stream produced, gathered from its events."""
+
+    request_id: str
+    model: str = ""
+    prompt_tokens: int = 0
+    token_ids: list[int] = dataclasses.field(default_factory=list)
+    text: str = ""
+    logprobs: list[pb.TokenLogprob] = dataclasses.field(default_factory=list)
+    #: The ``finished`` event; ``None`` when the stream ended without one
+    #: (cancelled client-side).
+    finished: pb.GenerationFinished | None = None
+
+    @property
+    def finish_reason(self) -> int:
+        """A ``pb.FinishReason`` value (``pb.FINISH_REASON_UNSPECIFIED`` without a finished event)."""
+        return self.finished.reason if self.finished is not None else pb.FINISH_REASON_UNSPECIFIED
+
+    def _add(self, event: pb.GenerateResponse) -> None:
+        kind = event.WhichOneof("event")
+        if kind == "started":
+            self.request_id = event.started.request_id
+            self.model = event.started.model
+            self.prompt_tokens = event.started.prompt_tokens
+        elif kind == "delta":
+            self.token_ids.extend(event.delta.token_ids)
+            self.text += event.delta.text
+            self.logprobs.extend(event.delta.logprobs)
+        elif kind == "finished":
+            self.finished = event.finished
+
+
+@dataclasses.dataclass
+class ErrorDetails:
+    """The google.rpc details of a failed call (see :func:`error_details`)."""
+
+    code: grpc.StatusCode
+    message: str
+    error_info: error_details_pb2.ErrorInfo | None = None
+    bad_request: error_details_pb2.BadRequest | None = None
+    retry_info: error_details_pb2.RetryInfo | None = None
+    #: The whole google.rpc.Status from the trailer (``None`` when the server sent none),
+    #: for detail types not unpacked above.
+    status: status_pb2.Status | None = None
+
+    @property
+    def reason(self) -> str:
+        """ErrorInfo.reason, e.g. ``"INVALID_FIELD"`` (empty without ErrorInfo)."""
+        return self.error_info.reason if self.error_info else ""
+
+    @property
+    def field_violations(self) -> list[error_details_pb2.BadRequest.FieldViolation]:
+        return list(self.bad_request.field_violations) if self.bad_request else []
+
+    @property
+    def retry_delay(self) -> float | None:
+        """RetryInfo.retry_delay in seconds, or ``None`` without RetryInfo."""
+        if self.retry_info is None:
+            return None
+        return self.retry_info.retry_delay.ToTimedelta().total_seconds()
+
+
+def error_details(err: grpc.RpcError) -> ErrorDetails:
+    """Unpacks ErrorInfo, BadRequest and RetryInfo from the ``grpc-status-details-bin``
+    trailer of a failed call: a ``grpc.RpcError`` from the blocking client or a
+    ``grpc.aio.AioRpcError`` from the asyncio one."""
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    message = err.details() if hasattr(err, "details") else str(err)
+    out = ErrorDetails(code=code, message=message or "")
+    try:
+        status = rpc_status.from_call(err)
+    except (ValueError, AttributeError):  # no trailer, or one that contradicts the status
+        status = None
+    if status is None:
+        return out
+    out.status = status
+    for any_ in status.details:
+        for attr, cls in (("error_info", error_details_pb2.ErrorInfo),
+                          ("bad_request", error_details_pb2.BadRequest),
+                          ("retry_info", error_details_pb2.RetryInfo)):
+            if any_.Is(cls.DESCRIPTOR) and getattr(out, attr) is None:
+                msg = cls()
+                any_.Unpack(msg)
+                setattr(out, attr, msg)
+    return out

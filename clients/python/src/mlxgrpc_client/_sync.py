@@ -1,0 +1,163 @@
+"""The blocking client (grpc sync API)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import grpc
+
+from . import pb
+from ._common import (DEFAULT, GenerationResult, Prompt, auth_metadata, channel_credentials,
+                      embed_request, generate_request)
+
+
+class GenerateStream:
+    """A running Generate call: iterate it for ``pb.GenerateResponse`` events.
+
+    ``started``/``delta``/``finished`` events arrive as the server sends them; the
+    stream also gathers them into :attr:`result`. Errors raise ``grpc.RpcError``
+    (pass it to :func:`mlxgrpc_client.error_details`). :meth:`cancel` cancels the
+    call client-side: iteration then just stops and :meth:`code` is CANCELLED. Used
+    as a context manager, leaving the block cancels the call if it is still running.
+    """
+
+    def __init__(self, call: Any, request_id: str):
+        self._call = call
+        self._cancelled = False
+        self.result = GenerationResult(request_id=request_id)
+        self._events = self._iterate()
+
+    @property
+    def request_id(self) -> str:
+        """The request id, usable with :meth:`Client.cancel` at any time."""
+        return self.result.request_id
+
+    def _iterate(self) -> Iterator[pb.GenerateResponse]:
+        try:
+            for event in self._call:
+                self.result._add(event)
+                yield event
+        except grpc.RpcError as err:
+            if self._cancelled and err.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise
+
+    def __iter__(self) -> Iterator[pb.GenerateResponse]:
+        return self._events
+
+    def __next__(self) -> pb.GenerateResponse:
+        return next(self._events)
+
+    def collect(self) -> GenerationResult:
+        """Reads the rest of the stream and returns everything it produced."""
+        for _ in self._events:
+            pass
+        return self.result
+
+    def cancel(self) -> bool:
+        """Cancels the call client-side (the server stops the generation too)."""
+        self._cancelled = True
+        return self._call.cancel()
+
+    def code(self) -> grpc.StatusCode:
+        """The call's final status code (blocks until the call ends)."""
+        return self._call.code()
+
+    def __enter__(self) -> GenerateStream:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self._call.done():
+            self.cancel()
+
+
+class Client:
+    """A blocking InferenceService client. Create it with :func:`connect`.
+
+    Every call carries the bearer token (if any) and the default deadline unless
+    ``timeout=`` overrides it (``None``: no deadline). Messages are the generated
+    protobuf classes in :mod:`mlxgrpc_client.pb`; :attr:`stub` is the raw stub.
+    """
+
+    def __init__(self, channel: grpc.Channel, *, token: str | None = None, timeout: float | None = None):
+        self.channel = channel
+        self.stub = pb.InferenceServiceStub(channel)
+        self.metadata = auth_metadata(token)
+        self.timeout = timeout
+
+    def _opts(self, timeout: Any) -> dict[str, Any]:
+        return {"timeout": self.timeout if timeout is DEFAULT else timeout, "metadata": self.metadata}
+
+    def generate(self, prompt: Prompt, *, timeout: Any = DEFAULT, **kwargs: Any) -> GenerateStream:
+        """Starts a Generate call; see :func:`mlxgrpc_client.generate_request` for the
+        arguments (``model``, ``request_id``, ``max_tokens``, ``sampling``, ``stopping``, ...)."""
+        req = generate_request(prompt, **kwargs)
+        return GenerateStream(self.stub.Generate(req, **self._opts(timeout)), req.request_id)
+
+    def cancel(self, request_id: str, *, timeout: Any = DEFAULT) -> bool:
+        """Cancels a running Generate or Embed by id (the Cancel RPC). True if one was found."""
+        return self.stub.Cancel(pb.CancelRequest(request_id=request_id), **self._opts(timeout)).cancelled
+
+    def embed(self, inputs: str | Sequence[str], *, timeout: Any = DEFAULT, **kwargs: Any) -> list[pb.EmbedResponse]:
+        """Embeds ``inputs``; one response per input, ordered by ``index``.
+        Keywords: ``model``, ``instruction``, ``normalize``, ``dimensions``, ``request_id``."""
+        responses = list(self.stub.Embed(embed_request(inputs, **kwargs), **self._opts(timeout)))
+        return sorted(responses, key=lambda r: r.index)
+
+    def model_info(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ModelInfo:
+        """Describes ``model`` (empty: the default generation model)."""
+        return self.stub.GetModelInfo(pb.GetModelInfoRequest(model=model), **self._opts(timeout)).info
+
+    def list_models(self, *, timeout: Any = DEFAULT) -> list[pb.ModelInfo]:
+        return list(self.stub.ListModels(pb.ListModelsRequest(), **self._opts(timeout)).models)
+
+    def tokenize(self, text: str, *, model: str = "", add_special_tokens: bool = False,
+                 timeout: Any = DEFAULT) -> pb.TokenizeResponse:
+        req = pb.TokenizeRequest(model=model, text=text, add_special_tokens=add_special_tokens)
+        return self.stub.Tokenize(req, **self._opts(timeout))
+
+    def detokenize(self, token_ids: Sequence[int], *, model: str = "", skip_special_tokens: bool = False,
+                   timeout: Any = DEFAULT) -> str:
+        req = pb.DetokenizeRequest(model=model, token_ids=token_ids, skip_special_tokens=skip_special_tokens)
+        return self.stub.Detokenize(req, **self._opts(timeout)).text
+
+    def plan_memory(self, model: str = "", *, context_tokens: int = 0, max_generation_tokens: int = 0,
+                    timeout: Any = DEFAULT) -> pb.MemoryPlan:
+        req = pb.PlanMemoryRequest(model=model, context_tokens=context_tokens,
+                                   max_generation_tokens=max_generation_tokens)
+        return self.stub.PlanMemory(req, **self._opts(timeout)).plan
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def connect(
+    address: str,
+    *,
+    tls: bool = False,
+    root_certificates: bytes | str | os.PathLike | None = None,
+    token: str | None = None,
+    timeout: float | None = None,
+    options: Sequence[tuple[str, Any]] = (),
+) -> Client:
+    """Opens a blocking client to ``address`` ("host:port").
+
+    ``tls=True`` uses TLS with the system roots; ``root_certificates`` (PEM bytes or a
+    CA file path) uses TLS with that CA. ``token`` sends ``authorization: Bearer
+    <token>`` on every call. ``timeout`` is the default deadline in seconds of every
+    call (``None``: none). ``options`` are grpc channel options.
+    """
+    creds = channel_credentials(tls, root_certificates)
+    if creds is None:
+        channel = grpc.insecure_channel(address, options=list(options))
+    else:
+        channel = grpc.secure_channel(address, creds, options=list(options))
+    return Client(channel, token=token, timeout=timeout)

@@ -1,0 +1,171 @@
+"""The asyncio client (grpc.aio). Same surface as the blocking :class:`mlxgrpc_client.Client`,
+with ``await`` on unary calls and ``async for`` over streams."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+
+from . import pb
+from ._common import (DEFAULT, GenerationResult, Prompt, auth_metadata, channel_credentials,
+                      embed_request, generate_request)
+
+
+def _task_cancelled() -> bool:
+    """The current task itself is being cancelled (not just the gRPC call)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)  # Python >= 3.11
+    return bool(cancelling and cancelling())
+
+
+class GenerateStream:
+    """A running Generate call: ``async for`` it for ``pb.GenerateResponse`` events.
+
+    The stream gathers the events into :attr:`result`. Errors raise
+    ``grpc.aio.AioRpcError`` (pass it to :func:`mlxgrpc_client.error_details`).
+    :meth:`cancel` cancels the call client-side: iteration then just stops (grpc.aio
+    would raise ``asyncio.CancelledError``) and ``await code()`` is CANCELLED. Used as
+    an async context manager, leaving the block cancels the call if still running.
+    """
+
+    def __init__(self, call: grpc.aio.UnaryStreamCall, request_id: str):
+        self._call = call
+        self._cancelled = False
+        self.result = GenerationResult(request_id=request_id)
+        self._events = self._iterate()
+
+    @property
+    def request_id(self) -> str:
+        """The request id, usable with :meth:`AsyncClient.cancel` at any time."""
+        return self.result.request_id
+
+    async def _iterate(self) -> AsyncIterator[pb.GenerateResponse]:
+        try:
+            async for event in self._call:
+                self.result._add(event)
+                yield event
+        except asyncio.CancelledError:
+            if self._cancelled and not _task_cancelled():
+                return
+            raise
+        except grpc.aio.AioRpcError as err:
+            if self._cancelled and err.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise
+
+    def __aiter__(self) -> AsyncIterator[pb.GenerateResponse]:
+        return self._events
+
+    async def __anext__(self) -> pb.GenerateResponse:
+        return await self._events.__anext__()
+
+    async def collect(self) -> GenerationResult:
+        """Reads the rest of the stream and returns everything it produced."""
+        async for _ in self._events:
+            pass
+        return self.result
+
+    def cancel(self) -> bool:
+        """Cancels the call client-side (the server stops the generation too)."""
+        self._cancelled = True
+        return self._call.cancel()
+
+    async def code(self) -> grpc.StatusCode:
+        """The call's final status code (waits until the call ends)."""
+        return await self._call.code()
+
+    async def __aenter__(self) -> GenerateStream:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if not self._call.done():
+            self.cancel()
+
+
+class AsyncClient:
+    """An asyncio InferenceService client. Create it with :func:`connect`.
+
+    Every call carries the bearer token (if any) and the default deadline unless
+    ``timeout=`` overrides it (``None``: no deadline). :attr:`stub` is the raw stub.
+    """
+
+    def __init__(self, channel: grpc.aio.Channel, *, token: str | None = None, timeout: float | None = None):
+        self.channel = channel
+        self.stub = pb.InferenceServiceStub(channel)
+        self.metadata = auth_metadata(token)
+        self.timeout = timeout
+
+    def _opts(self, timeout: Any) -> dict[str, Any]:
+        return {"timeout": self.timeout if timeout is DEFAULT else timeout, "metadata": self.metadata}
+
+    def generate(self, prompt: Prompt, *, timeout: Any = DEFAULT, **kwargs: Any) -> GenerateStream:
+        """Starts a Generate call (not awaited: iterate the stream); see
+        :func:`mlxgrpc_client.generate_request` for the arguments."""
+        req = generate_request(prompt, **kwargs)
+        return GenerateStream(self.stub.Generate(req, **self._opts(timeout)), req.request_id)
+
+    async def cancel(self, request_id: str, *, timeout: Any = DEFAULT) -> bool:
+        """Cancels a running Generate or Embed by id (the Cancel RPC). True if one was found."""
+        response = await self.stub.Cancel(pb.CancelRequest(request_id=request_id), **self._opts(timeout))
+        return response.cancelled
+
+    async def embed(self, inputs: str | Sequence[str], *, timeout: Any = DEFAULT,
+                    **kwargs: Any) -> list[pb.EmbedResponse]:
+        """Embeds ``inputs``; one response per input, ordered by ``index``."""
+        call = self.stub.Embed(embed_request(inputs, **kwargs), **self._opts(timeout))
+        return sorted([r async for r in call], key=lambda r: r.index)
+
+    async def model_info(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ModelInfo:
+        response = await self.stub.GetModelInfo(pb.GetModelInfoRequest(model=model), **self._opts(timeout))
+        return response.info
+
+    async def list_models(self, *, timeout: Any = DEFAULT) -> list[pb.ModelInfo]:
+        return list((await self.stub.ListModels(pb.ListModelsRequest(), **self._opts(timeout))).models)
+
+    async def tokenize(self, text: str, *, model: str = "", add_special_tokens: bool = False,
+                       timeout: Any = DEFAULT) -> pb.TokenizeResponse:
+        req = pb.TokenizeRequest(model=model, text=text, add_special_tokens=add_special_tokens)
+        return await self.stub.Tokenize(req, **self._opts(timeout))
+
+    async def detokenize(self, token_ids: Sequence[int], *, model: str = "", skip_special_tokens: bool = False,
+                         timeout: Any = DEFAULT) -> str:
+        req = pb.DetokenizeRequest(model=model, token_ids=token_ids, skip_special_tokens=skip_special_tokens)
+        return (await self.stub.Detokenize(req, **self._opts(timeout))).text
+
+    async def plan_memory(self, model: str = "", *, context_tokens: int = 0, max_generation_tokens: int = 0,
+                          timeout: Any = DEFAULT) -> pb.MemoryPlan:
+        req = pb.PlanMemoryRequest(model=model, context_tokens=context_tokens,
+                                   max_generation_tokens=max_generation_tokens)
+        return (await self.stub.PlanMemory(req, **self._opts(timeout))).plan
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+def connect(
+    address: str,
+    *,
+    tls: bool = False,
+    root_certificates: bytes | str | os.PathLike | None = None,
+    token: str | None = None,
+    timeout: float | None = None,
+    options: Sequence[tuple[str, Any]] = (),
+) -> AsyncClient:
+    """Opens an asyncio client to ``address``; the options are those of
+    :func:`mlxgrpc_client.connect`. Call it inside the event loop that uses it."""
+    creds = channel_credentials(tls, root_certificates)
+    if creds is None:
+        channel = grpc.aio.insecure_channel(address, options=list(options))
+    else:
+        channel = grpc.aio.secure_channel(address, creds, options=list(options))
+    return AsyncClient(channel, token=token, timeout=timeout)

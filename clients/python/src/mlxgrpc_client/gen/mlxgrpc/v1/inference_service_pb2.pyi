@@ -1,0 +1,191 @@
+from mlxgrpc_client.gen.mlxgrpc.v1 import generation_pb2 as _generation_pb2
+from mlxgrpc_client.gen.mlxgrpc.v1 import model_pb2 as _model_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GenerateRequest(_message.Message):
+    __slots__ = ("model", "request_id", "session_id", "text", "tokens", "chat", "sampling", "stopping", "logprobs", "top_logprobs", "bypass_prefix_cache")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CHAT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    STOPPING_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    BYPASS_PREFIX_CACHE_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    request_id: str
+    session_id: str
+    text: str
+    tokens: _generation_pb2.TokenIds
+    chat: _generation_pb2.ChatMessages
+    sampling: _generation_pb2.SamplingParams
+    stopping: _generation_pb2.StoppingCriteria
+    logprobs: bool
+    top_logprobs: int
+    bypass_prefix_cache: bool
+    def __init__(self, model: _Optional[str] = ..., request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., text: _Optional[str] = ..., tokens: _Optional[_Union[_generation_pb2.TokenIds, _Mapping]] = ..., chat: _Optional[_Union[_generation_pb2.ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[_generation_pb2.SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[_generation_pb2.StoppingCriteria, _Mapping]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., bypass_prefix_cache: _Optional[bool] = ...) -> None: ...
+
+class GenerationStarted(_message.Message):
+    __slots__ = ("request_id", "model", "prompt_tokens", "cached_tokens")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: str
+    prompt_tokens: int
+    cached_tokens: int
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
+
+class TokenDelta(_message.Message):
+    __slots__ = ("token_ids", "text", "logprobs")
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    text: str
+    logprobs: _containers.RepeatedCompositeFieldContainer[_generation_pb2.TokenLogprob]
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[_generation_pb2.TokenLogprob, _Mapping]]] = ...) -> None: ...
+
+class GenerationFinished(_message.Message):
+    __slots__ = ("reason", "stop_sequence", "stop_token_id", "usage", "timings")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    STOP_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    reason: _generation_pb2.FinishReason
+    stop_sequence: str
+    stop_token_id: int
+    usage: _generation_pb2.Usage
+    timings: _generation_pb2.Timings
+    def __init__(self, reason: _Optional[_Union[_generation_pb2.FinishReason, str]] = ..., stop_sequence: _Optional[str] = ..., stop_token_id: _Optional[int] = ..., usage: _Optional[_Union[_generation_pb2.Usage, _Mapping]] = ..., timings: _Optional[_Union[_generation_pb2.Timings, _Mapping]] = ...) -> None: ...
+
+class GenerateResponse(_message.Message):
+    __slots__ = ("started", "delta", "finished")
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    started: GenerationStarted
+    delta: TokenDelta
+    finished: GenerationFinished
+    def __init__(self, started: _Optional[_Union[GenerationStarted, _Mapping]] = ..., delta: _Optional[_Union[TokenDelta, _Mapping]] = ..., finished: _Optional[_Union[GenerationFinished, _Mapping]] = ...) -> None: ...
+
+class EmbedRequest(_message.Message):
+    __slots__ = ("model", "inputs", "instruction", "normalize", "dimensions", "request_id")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZE_FIELD_NUMBER: _ClassVar[int]
+    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    inputs: _containers.RepeatedScalarFieldContainer[str]
+    instruction: str
+    normalize: bool
+    dimensions: int
+    request_id: str
+    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., instruction: _Optional[str] = ..., normalize: _Optional[bool] = ..., dimensions: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class EmbedResponse(_message.Message):
+    __slots__ = ("index", "embedding", "tokens")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    embedding: _containers.RepeatedScalarFieldContainer[float]
+    tokens: int
+    def __init__(self, index: _Optional[int] = ..., embedding: _Optional[_Iterable[float]] = ..., tokens: _Optional[int] = ...) -> None: ...
+
+class CancelRequest(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+
+class CancelResponse(_message.Message):
+    __slots__ = ("cancelled",)
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    cancelled: bool
+    def __init__(self, cancelled: _Optional[bool] = ...) -> None: ...
+
+class GetModelInfoRequest(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class GetModelInfoResponse(_message.Message):
+    __slots__ = ("info",)
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    info: _model_pb2.ModelInfo
+    def __init__(self, info: _Optional[_Union[_model_pb2.ModelInfo, _Mapping]] = ...) -> None: ...
+
+class PlanMemoryRequest(_message.Message):
+    __slots__ = ("model", "context_tokens", "max_generation_tokens")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_GENERATION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    context_tokens: int
+    max_generation_tokens: int
+    def __init__(self, model: _Optional[str] = ..., context_tokens: _Optional[int] = ..., max_generation_tokens: _Optional[int] = ...) -> None: ...
+
+class PlanMemoryResponse(_message.Message):
+    __slots__ = ("plan",)
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    plan: _model_pb2.MemoryPlan
+    def __init__(self, plan: _Optional[_Union[_model_pb2.MemoryPlan, _Mapping]] = ...) -> None: ...
+
+class TokenizeRequest(_message.Message):
+    __slots__ = ("model", "text", "add_special_tokens")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    ADD_SPECIAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    text: str
+    add_special_tokens: bool
+    def __init__(self, model: _Optional[str] = ..., text: _Optional[str] = ..., add_special_tokens: _Optional[bool] = ...) -> None: ...
+
+class TokenizeResponse(_message.Message):
+    __slots__ = ("token_ids", "tokens")
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    tokens: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., tokens: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DetokenizeRequest(_message.Message):
+    __slots__ = ("model", "token_ids", "skip_special_tokens")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    SKIP_SPECIAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    skip_special_tokens: bool
+    def __init__(self, model: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., skip_special_tokens: _Optional[bool] = ...) -> None: ...
+
+class DetokenizeResponse(_message.Message):
+    __slots__ = ("text",)
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class ListModelsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListModelsResponse(_message.Message):
+    __slots__ = ("models",)
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedCompositeFieldContainer[_model_pb2.ModelInfo]
+    def __init__(self, models: _Optional[_Iterable[_Union[_model_pb2.ModelInfo, _Mapping]]] = ...) -> None: ...

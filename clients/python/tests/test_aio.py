@@ -1,0 +1,120 @@
+"""The asyncio client against a live server."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import grpc
+import pytest
+
+from mlxgrpc_client import error_details, pb
+
+from _support import SIMILAR, UNRELATED, cosine
+
+
+async def test_model_info_and_list_models(aclient):
+    info = await aclient.model_info()
+    assert (info.name, info.vocab_size, info.capabilities.generation) == ("llama", 640, True)
+    assert {m.name for m in await aclient.list_models()} == {"llama", "all-minilm-l6-v2"}
+
+
+async def test_greedy_generate_matches_blocking_client(aclient, client):
+    events = [e async for e in aclient.generate("The quick brown fox", max_tokens=8)]
+    assert events[0].WhichOneof("event") == "started" and events[0].started.prompt_tokens > 0
+    assert events[-1].WhichOneof("event") == "finished"
+    assert events[-1].finished.reason == pb.FINISH_REASON_LENGTH
+    ids = [t for e in events if e.HasField("delta") for t in e.delta.token_ids]
+    assert len(ids) == 8
+    assert ids == client.generate("The quick brown fox", max_tokens=8).collect().token_ids
+
+
+async def test_concurrent_greedy_streams_agree(aclient):
+    # Batched together on the server, identical greedy requests still agree.
+    results = await asyncio.gather(*(aclient.generate("Batch me", max_tokens=16).collect() for _ in range(4)))
+    assert all(r.token_ids == results[0].token_ids for r in results)
+    assert all(len(r.token_ids) == 16 and r.finish_reason == pb.FINISH_REASON_LENGTH for r in results)
+    assert len({r.request_id for r in results}) == 4
+
+
+async def test_tokenize_detokenize_round_trip(aclient):
+    text = "Streams of tokens, and back again."
+    ids = (await aclient.tokenize(text)).token_ids
+    assert await aclient.detokenize(ids) == text
+
+
+async def test_embed(aclient):
+    responses = await aclient.embed([*SIMILAR, UNRELATED])
+    assert [r.index for r in responses] == [0, 1, 2]
+    assert all(len(r.embedding) == 384 for r in responses)
+    assert all(math.isclose(math.sqrt(sum(x * x for x in r.embedding)), 1.0, abs_tol=1e-3) for r in responses)
+    food, bread, stocks = (r.embedding for r in responses)
+    assert cosine(food, bread) > 0.7
+    assert cosine(food, stocks) < 0.2
+
+
+async def test_invalid_temperature(aclient):
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await aclient.generate("Hi", sampling={"temperature": -1}, max_tokens=4).collect()
+    details = error_details(info.value)
+    assert details.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in details.field_violations] == ["sampling.temperature"]
+    assert details.reason == "INVALID_FIELD" and details.error_info.domain == "mlxgrpc.v1"
+
+
+async def test_unknown_model(aclient):
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await aclient.embed(["x"], model="no-such-model")
+    assert error_details(info.value).code == grpc.StatusCode.NOT_FOUND
+
+
+async def test_cancel_rpc(aclient):
+    stream = aclient.generate("Count forever:", max_tokens=2000)
+    deltas = 0
+    async for event in stream:
+        if event.HasField("delta"):
+            deltas += 1
+            if deltas == 3:
+                assert await aclient.cancel(stream.request_id) is True
+    assert stream.result.finish_reason == pb.FINISH_REASON_CANCELLED
+    assert stream.result.finished.usage.completion_tokens < 2000
+    assert await stream.code() == grpc.StatusCode.OK
+
+
+async def test_cancel_rpc_from_another_task(aclient):
+    stream = aclient.generate("Count forever:", max_tokens=2000)
+
+    async def cancel_soon():
+        # The id is known before `started` arrives; retry until the server has the request.
+        for _ in range(200):
+            if await aclient.cancel(stream.request_id):
+                return True
+            await asyncio.sleep(0.02)
+        return False
+
+    result, cancelled = await asyncio.gather(stream.collect(), cancel_soon())
+    assert cancelled is True
+    assert result.finish_reason == pb.FINISH_REASON_CANCELLED
+
+
+async def test_client_side_cancel(aclient):
+    async with aclient.generate("Count forever:", max_tokens=2000) as stream:
+        n = 0
+        async for _ in stream:
+            n += 1
+            if n == 3:
+                stream.cancel()
+    assert n == 3  # iteration stopped right after the cancel, without an exception
+    assert await stream.code() == grpc.StatusCode.CANCELLED
+    assert stream.result.finished is None
+
+
+async def test_task_cancellation_propagates(aclient):
+    # Cancelling the consuming task is not swallowed as a client-side stream cancel.
+    stream = aclient.generate("Count forever:", max_tokens=2000)
+    task = asyncio.create_task(stream.collect())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    stream.cancel()

@@ -1,0 +1,121 @@
+"""Client behaviour that needs no live server: request building, and the bearer token
+and default deadline as a small in-process server sees them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from concurrent import futures
+
+import grpc
+import pytest
+from google.protobuf import duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from mlxgrpc_client import aio, connect, error_details, generate_request, pb
+from mlxgrpc_client.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
+
+
+def test_generate_request_prompt_kinds():
+    assert generate_request("hi").text == "hi"
+    assert list(generate_request([1, 2, 3]).tokens.ids) == [1, 2, 3]
+    chat = generate_request([("system", "be brief"), {"role": "user", "content": "hi"},
+                             pb.ChatMessage(role="assistant", content="hello")]).chat
+    assert [(m.role, m.content) for m in chat.messages] == [
+        ("system", "be brief"), ("user", "hi"), ("assistant", "hello")]
+    base = pb.GenerateRequest(text="x", request_id="keep", logprobs=True)
+    req = generate_request(base, max_tokens=5, sampling={"temperature": 0.5, "seed": 1}, logprobs=False)
+    assert (req.text, req.request_id, req.stopping.max_tokens, req.logprobs) == ("x", "keep", 5, False)
+    assert req.sampling.HasField("temperature") and req.sampling.seed == 1
+    assert base.logprobs is True  # the caller's message is left alone
+    assert generate_request("a").request_id != generate_request("a").request_id
+    with pytest.raises(TypeError):
+        generate_request("a", no_such_field=1)
+
+
+class _Recorder(pb_grpc.InferenceServiceServicer):
+    def __init__(self):
+        self.seen = []
+
+    def GetModelInfo(self, request, context):
+        self.seen.append((dict(context.invocation_metadata()), context.time_remaining()))
+        return pb.GetModelInfoResponse(info=pb.ModelInfo(name=request.model or "default"))
+
+    def Cancel(self, request, context):
+        status = status_pb2.Status(code=code_pb2.UNAVAILABLE, message="draining")
+        status.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=2)))
+        context.abort_with_status(rpc_status.to_status(status))
+
+
+def _serve(credentials=None):
+    servicer = _Recorder()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_InferenceServiceServicer_to_server(servicer, server)
+    if credentials is None:
+        port = server.add_insecure_port("127.0.0.1:0")
+    else:
+        port = server.add_secure_port("127.0.0.1:0", credentials)
+    server.start()
+    return server, servicer, port
+
+
+@pytest.fixture
+def recorder():
+    server, servicer, port = _serve()
+    yield servicer, f"127.0.0.1:{port}"
+    server.stop(None)
+
+
+def test_token_and_default_deadline(recorder):
+    servicer, address = recorder
+    with connect(address, token="s3cret", timeout=30) as client:
+        assert client.model_info("m").name == "m"
+        client.model_info(timeout=None)
+    (meta, remaining), (meta2, remaining2) = servicer.seen
+    assert meta["authorization"] == "Bearer s3cret" == meta2["authorization"]
+    assert 20 < remaining < 31  # the 30 s default deadline (clocks differ slightly)
+    assert remaining2 is None or remaining2 > 1e6  # no deadline
+
+
+async def test_token_async_and_retry_info(recorder):
+    servicer, address = recorder
+    async with aio.connect(address, token="t0k") as client:
+        assert (await client.model_info()).name == "default"
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await client.cancel("x")
+    assert servicer.seen[0][0]["authorization"] == "Bearer t0k"
+    details = error_details(info.value)
+    assert details.code == grpc.StatusCode.UNAVAILABLE and details.retry_delay == 2.0
+    assert details.error_info is None and details.field_violations == []
+
+
+def test_no_token_no_header(recorder):
+    servicer, address = recorder
+    with connect(address) as client:
+        client.model_info()
+    assert "authorization" not in servicer.seen[0][0]
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+def test_tls_with_ca_file(tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost"], check=True, capture_output=True)
+    server, servicer, port = _serve(grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())]))
+    try:
+        with connect(f"localhost:{port}", root_certificates=str(cert), token="tls-token", timeout=10) as client:
+            assert client.model_info("over-tls").name == "over-tls"
+        assert servicer.seen[0][0]["authorization"] == "Bearer tls-token"
+        # The system roots do not trust the self-signed certificate.
+        with connect(f"localhost:{port}", tls=True, timeout=5) as client:
+            with pytest.raises(grpc.RpcError) as info:
+                client.model_info()
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        # Nor does a plaintext channel reach a TLS server.
+        with connect(f"localhost:{port}", timeout=5) as client:
+            with pytest.raises(grpc.RpcError):
+                client.model_info()
+    finally:
+        server.stop(None)
