@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             diffs = _differences(fresh, out) if out.exists() else [f"{out} missing"]
             if diffs:
-                print(f"generated code in {out} is stale; run python -m service.codegen:",
+                again = " ".join(["python -m service.codegen", *(argv or sys.argv[1:])]).replace(" --check", "")
+                print(f"generated code in {out} is stale; run {again}:",
                       *diffs, sep="\n  ")
                 return 1
             print(f"generated Python code in {out.relative_to(ROOT)} matches protos/")
