@@ -1,0 +1,114 @@
+// Command example walks through the mlx-grpc API: model info, a streamed
+// generation, a generation cancelled mid-way, embeddings, and an invalid
+// request's error details. The server address comes from MLXGRPC_ADDRESS
+// (default localhost:50051).
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"math"
+	"os"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"mlxgrpc.dev/go/mlxgrpc"
+	pb "mlxgrpc.dev/go/mlxgrpc/v1"
+)
+
+func main() {
+	addr := os.Getenv("MLXGRPC_ADDRESS")
+	if addr == "" {
+		addr = "localhost:50051"
+	}
+	client, err := mlxgrpc.Connect(addr, mlxgrpc.WithDefaultTimeout(60*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	// 1. Model info.
+	info, err := client.ModelInfo(ctx, "")
+	if err != nil {
+		log.Fatalf("GetModelInfo: %v", err)
+	}
+	fmt.Printf("model %q: kind=%s context=%d vocab=%d dtype=%s graph=%s chat_template=%v\n",
+		info.GetName(), info.GetKind(), info.GetContextLength(), info.GetVocabSize(),
+		info.GetDtype(), info.GetDescriptor_().GetId(), info.GetHasChatTemplate())
+
+	// 2. Stream a generation token by token.
+	fmt.Print("generate: ")
+	for ev, err := range client.Generate(ctx, &pb.GenerateRequest{
+		Prompt:   &pb.GenerateRequest_Chat{Chat: &pb.ChatMessages{Messages: []*pb.ChatMessage{{Role: "user", Content: "Tell me a story."}}}},
+		Stopping: &pb.StoppingCriteria{MaxTokens: proto.Int32(16)},
+	}) {
+		if err != nil {
+			log.Fatalf("\nGenerate: %v", err)
+		}
+		switch e := ev.Event.(type) {
+		case *pb.GenerateResponse_Started:
+			fmt.Printf("[started %s, %d prompt tokens] ", e.Started.GetRequestId(), e.Started.GetPromptTokens())
+		case *pb.GenerateResponse_Delta:
+			fmt.Printf("%q ", e.Delta.GetText())
+		case *pb.GenerateResponse_Finished:
+			fmt.Printf("\n[finished: %s, %d tokens]\n", e.Finished.GetReason(), e.Finished.GetUsage().GetCompletionTokens())
+		}
+	}
+
+	// 3. A long generation cancelled with the Cancel RPC after a few deltas.
+	deltas, requestID := 0, ""
+	for ev, err := range client.Generate(ctx, &pb.GenerateRequest{
+		Prompt:   &pb.GenerateRequest_Text{Text: "Once upon a time"},
+		Stopping: &pb.StoppingCriteria{MaxTokens: proto.Int32(2000)},
+	}) {
+		if err != nil {
+			log.Fatalf("Generate (to cancel): %v", err)
+		}
+		if s := ev.GetStarted(); s != nil {
+			requestID = s.GetRequestId()
+		}
+		if ev.GetDelta() != nil {
+			if deltas++; deltas == 3 {
+				ok, err := client.CancelByID(ctx, requestID)
+				fmt.Printf("cancel %s after %d deltas: cancelled=%v err=%v\n", requestID, deltas, ok, err)
+			}
+		}
+		if f := ev.GetFinished(); f != nil {
+			fmt.Printf("cancelled stream finished: %s after %d tokens\n", f.GetReason(), f.GetUsage().GetCompletionTokens())
+		}
+	}
+
+	// 4. Embeddings of two inputs and their cosine similarity.
+	embs, err := client.Embed(ctx, &pb.EmbedRequest{Inputs: []string{"A man is eating food.", "A man is eating a piece of bread."}})
+	if err != nil {
+		log.Fatalf("Embed: %v", err)
+	}
+	a, b := embs[0].GetEmbedding(), embs[1].GetEmbedding()
+	fmt.Printf("embed: %d vectors of length %d, cosine similarity %.4f\n", len(embs), len(a), cosine(a, b))
+
+	// 5. An invalid request and its google.rpc details.
+	for _, err := range client.Generate(ctx, &pb.GenerateRequest{
+		Prompt:   &pb.GenerateRequest_Text{Text: "hi"},
+		Sampling: &pb.SamplingParams{Temperature: proto.Float32(-1)},
+	}) {
+		if err != nil {
+			d := mlxgrpc.Details(err)
+			fmt.Printf("invalid request: code=%s fields=%v reason=%s\n", d.Code, d.Fields(), d.ErrorInfo.GetReason())
+			return
+		}
+	}
+	log.Fatal("invalid request was accepted")
+}
+
+func cosine(a, b []float32) float64 {
+	var dot, na, nb float64
+	for i := range a {
+		dot += float64(a[i]) * float64(b[i])
+		na += float64(a[i]) * float64(a[i])
+		nb += float64(b[i]) * float64(b[i])
+	}
+	return dot / math.Sqrt(na*nb)
+}
