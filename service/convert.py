@@ -101,7 +101,7 @@ def model_info(d: ModelDescription) -> model_pb.ModelInfo:
     c = d.capabilities
     return model_pb.ModelInfo(
         name=d.name, kind=_KIND[d.kind],
-        descriptor=model_pb.GraphDescriptor(id=d.descriptor.id, backend=d.descriptor.backend,
+        graph=model_pb.GraphDescriptor(id=d.descriptor.id, backend=d.descriptor.backend,
                                             graph_abi=d.descriptor.graph_abi,
                                             state_abi=d.descriptor.state_abi,
                                             artifact=d.descriptor.artifact),

@@ -48,7 +48,7 @@ async def test_model_info_reports_facts(stub):
     assert caps.prefill.bounded_workspace
     assert not any([caps.speculation.adapters, caps.speculation.logprobs,
                     caps.speculation.external_tokens, caps.speculation.grammar_proposals])
-    assert info.descriptor.id == "mlx-lm/llama" and info.descriptor.backend.startswith("mlx-")
+    assert info.graph.id == "mlx-lm/llama" and info.graph.backend.startswith("mlx-")
     assert info.dtype == "float32"
 
 

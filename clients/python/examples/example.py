@@ -27,7 +27,7 @@ def main() -> int:
     address = os.environ.get("MLXGRPC_ADDRESS", "localhost:50051")
     with connect(address, timeout=60) as client:
         info = client.model_info()
-        print(f"model {info.name}: {pb.ModelKind.Name(info.kind)}, graph {info.descriptor.id}, "
+        print(f"model {info.name}: {pb.ModelKind.Name(info.kind)}, graph {info.graph.id}, "
               f"context {info.context_length}, vocab {info.vocab_size}, dtype {info.dtype}, "
               f"generation={info.capabilities.generation}, chat template={info.has_chat_template}")
 

@@ -17,8 +17,8 @@ try {
   // 1. Model info.
   const info = await client.getModelInfo();
   console.log(
-    `model ${info.name}: kind=${ModelKind[info.kind]} graph=${info.descriptor?.id} ` +
-      `backend=${info.descriptor?.backend} method=${GraphMethod[info.capabilities?.method ?? 0]} ` +
+    `model ${info.name}: kind=${ModelKind[info.kind]} graph=${info.graph?.id} ` +
+      `backend=${info.graph?.backend} method=${GraphMethod[info.capabilities?.method ?? 0]} ` +
       `context=${info.contextLength} vocab=${info.vocabSize} dtype=${info.dtype} chat_template=${info.hasChatTemplate}`,
   );
 

@@ -37,7 +37,7 @@ func main() {
 	}
 	fmt.Printf("model %q: kind=%s context=%d vocab=%d dtype=%s graph=%s chat_template=%v\n",
 		info.GetName(), info.GetKind(), info.GetContextLength(), info.GetVocabSize(),
-		info.GetDtype(), info.GetDescriptor_().GetId(), info.GetHasChatTemplate())
+		info.GetDtype(), info.GetGraph().GetId(), info.GetHasChatTemplate())
 
 	// 2. Stream a generation token by token.
 	fmt.Print("generate: ")

@@ -632,7 +632,7 @@ type ModelInfo struct {
 	// What the model is for.
 	Kind ModelKind `protobuf:"varint,2,opt,name=kind,proto3,enum=mlxgrpc.v1.ModelKind" json:"kind,omitempty"`
 	// The implementation the model runs on.
-	Descriptor_ *GraphDescriptor `protobuf:"bytes,3,opt,name=descriptor,proto3" json:"descriptor,omitempty"`
+	Graph *GraphDescriptor `protobuf:"bytes,3,opt,name=graph,proto3" json:"graph,omitempty"`
 	// What the engine does with the model.
 	Capabilities *GraphCapabilities `protobuf:"bytes,4,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// The longest sequence (prompt plus output) the model accepts, in tokens.
@@ -699,9 +699,9 @@ func (x *ModelInfo) GetKind() ModelKind {
 	return ModelKind_MODEL_KIND_UNSPECIFIED
 }
 
-func (x *ModelInfo) GetDescriptor_() *GraphDescriptor {
+func (x *ModelInfo) GetGraph() *GraphDescriptor {
 	if x != nil {
-		return x.Descriptor_
+		return x.Graph
 	}
 	return nil
 }
@@ -991,13 +991,11 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\n" +
 	" \x01(\bR\n" +
-	"generation\"\xd5\x03\n" +
+	"generation\"\xcb\x03\n" +
 	"\tModelInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
-	"\x04kind\x18\x02 \x01(\x0e2\x15.mlxgrpc.v1.ModelKindR\x04kind\x12;\n" +
-	"\n" +
-	"descriptor\x18\x03 \x01(\v2\x1b.mlxgrpc.v1.GraphDescriptorR\n" +
-	"descriptor\x12A\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x15.mlxgrpc.v1.ModelKindR\x04kind\x121\n" +
+	"\x05graph\x18\x03 \x01(\v2\x1b.mlxgrpc.v1.GraphDescriptorR\x05graph\x12A\n" +
 	"\fcapabilities\x18\x04 \x01(\v2\x1d.mlxgrpc.v1.GraphCapabilitiesR\fcapabilities\x12%\n" +
 	"\x0econtext_length\x18\x05 \x01(\x05R\rcontextLength\x12\x1d\n" +
 	"\n" +
@@ -1089,7 +1087,7 @@ var file_mlxgrpc_v1_model_proto_depIdxs = []int32{
 	6,  // 4: mlxgrpc.v1.GraphCapabilities.prefill:type_name -> mlxgrpc.v1.PrefillCapabilities
 	7,  // 5: mlxgrpc.v1.GraphCapabilities.speculation:type_name -> mlxgrpc.v1.SpeculationCapabilities
 	2,  // 6: mlxgrpc.v1.ModelInfo.kind:type_name -> mlxgrpc.v1.ModelKind
-	3,  // 7: mlxgrpc.v1.ModelInfo.descriptor:type_name -> mlxgrpc.v1.GraphDescriptor
+	3,  // 7: mlxgrpc.v1.ModelInfo.graph:type_name -> mlxgrpc.v1.GraphDescriptor
 	8,  // 8: mlxgrpc.v1.ModelInfo.capabilities:type_name -> mlxgrpc.v1.GraphCapabilities
 	11, // 9: mlxgrpc.v1.MemoryPlan.streamed_weights:type_name -> mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
 	10, // [10:10] is the sub-list for method output_type

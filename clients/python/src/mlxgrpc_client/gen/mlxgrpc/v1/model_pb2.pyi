@@ -109,10 +109,10 @@ class GraphCapabilities(_message.Message):
     def __init__(self, method: _Optional[_Union[GraphMethod, str]] = ..., media: _Optional[_Union[MediaSupport, _Mapping]] = ..., compiled_decode: _Optional[bool] = ..., sparse_attention: _Optional[bool] = ..., embeddings: _Optional[bool] = ..., hidden_layer_taps: _Optional[bool] = ..., native_draft: _Optional[_Union[NativeDraft, _Mapping]] = ..., prefill: _Optional[_Union[PrefillCapabilities, _Mapping]] = ..., speculation: _Optional[_Union[SpeculationCapabilities, _Mapping]] = ..., generation: _Optional[bool] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "kind", "descriptor", "capabilities", "context_length", "vocab_size", "eos_token_ids", "has_chat_template", "dtype", "blas", "embedding_dimensions", "source")
+    __slots__ = ("name", "kind", "graph", "capabilities", "context_length", "vocab_size", "eos_token_ids", "has_chat_template", "dtype", "blas", "embedding_dimensions", "source")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
-    DESCRIPTOR_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -124,7 +124,7 @@ class ModelInfo(_message.Message):
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     name: str
     kind: ModelKind
-    descriptor: GraphDescriptor
+    graph: GraphDescriptor
     capabilities: GraphCapabilities
     context_length: int
     vocab_size: int
@@ -134,7 +134,7 @@ class ModelInfo(_message.Message):
     blas: str
     embedding_dimensions: int
     source: str
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., descriptor: _Optional[_Union[GraphDescriptor, _Mapping]] = ..., capabilities: _Optional[_Union[GraphCapabilities, _Mapping]] = ..., context_length: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., has_chat_template: _Optional[bool] = ..., dtype: _Optional[str] = ..., blas: _Optional[str] = ..., embedding_dimensions: _Optional[int] = ..., source: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., graph: _Optional[_Union[GraphDescriptor, _Mapping]] = ..., capabilities: _Optional[_Union[GraphCapabilities, _Mapping]] = ..., context_length: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., has_chat_template: _Optional[bool] = ..., dtype: _Optional[str] = ..., blas: _Optional[str] = ..., embedding_dimensions: _Optional[int] = ..., source: _Optional[str] = ...) -> None: ...
 
 class MemoryPlan(_message.Message):
     __slots__ = ("schema_version", "strategy", "fits", "context_tokens", "max_safe_context", "weights_bytes", "kv_bytes", "transient_bytes", "reserve_bytes", "total_bytes", "usable_bytes", "predicted_decode_tps", "allocator_limit_bytes", "max_generation_tokens", "streamed_weights", "machine_headroom_bytes")

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# CI for the Java client: regenerate code from ../../protos, build, run the example against
+# $MLXGRPC_ADDRESS, run the tests. Needs Java 17+ and Maven 3.8+; Maven downloads everything
+# else (protoc, protoc-gen-grpc-java, libraries) from Maven Central into ~/.m2 (reused when present).
+# Extra Maven arguments can be passed in MVN_ARGS, e.g. MVN_ARGS=-Dmaven.repo.local=/tmp/m2-cold.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+command -v java >/dev/null || { echo "ci.sh: java not found (need JDK 17+)" >&2; exit 1; }
+command -v mvn >/dev/null || { echo "ci.sh: mvn not found (need Maven 3.8+)" >&2; exit 1; }
+
+# shellcheck disable=SC2206
+MVN=(mvn -B -ntp -Dstyle.color=never ${MVN_ARGS:-})
+start=$SECONDS
+
+if [[ -z "${MLXGRPC_ADDRESS:-}" ]]; then
+  echo "ci.sh: MLXGRPC_ADDRESS is not set: the example uses localhost:50051, the live tests skip" >&2
+fi
+
+echo "== generate + build (protoc and protoc-gen-grpc-java from Maven Central)"
+"${MVN[@]}" -q clean test-compile
+
+echo "== check generated code"
+gen=target/generated-sources/protobuf
+for f in "$gen/grpc-java/dev/mlxgrpc/v1/InferenceServiceGrpc.java" \
+         "$gen/java/dev/mlxgrpc/v1/GenerateRequest.java" \
+         "$gen/java/dev/mlxgrpc/v1/ModelInfo.java"; do
+  [[ -s "$f" ]] || { echo "ci.sh: missing generated file $f" >&2; exit 1; }
+done
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  # Generated code is never checked in: it is produced from ../../protos on every build.
+  tracked=$(git ls-files -- target 'src/main/java/dev/mlxgrpc/v1' || true)
+  if [[ -n "$tracked" ]]; then
+    echo "ci.sh: generated files are tracked in git (they must not be):" >&2
+    echo "$tracked" >&2
+    exit 1
+  fi
+  # The build must not modify tracked files.
+  git diff --exit-code -- . >/dev/null || { echo "ci.sh: the build changed tracked files" >&2; git diff --stat -- . >&2; exit 1; }
+fi
+echo "generated $(find "$gen" -name '*.java' | wc -l) Java files from ../../protos"
+
+echo "== example (MLXGRPC_ADDRESS=${MLXGRPC_ADDRESS:-localhost:50051})"
+"${MVN[@]}" -q exec:java
+
+echo "== tests"
+"${MVN[@]}" surefire:test
+
+echo "ci.sh: OK in $((SECONDS - start)) s"
