@@ -1,0 +1,136 @@
+//! Tour of the client: model info, streaming generation, cancellation, embeddings
+//! and error details. Run with `MLXGRPC_ADDRESS=host:port cargo run --example example`.
+
+use std::io::Write;
+use std::time::Duration;
+
+use mlx_grpc_client::{Client, ConnectOptions, Event, error_details, pb};
+use pb::generate_request::Prompt;
+
+fn text_request(prompt: &str, max_tokens: i32) -> pb::GenerateRequest {
+    pb::GenerateRequest {
+        prompt: Some(Prompt::Text(prompt.to_string())),
+        stopping: Some(pb::StoppingCriteria {
+            max_tokens: Some(max_tokens),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (na * nb)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let address =
+        std::env::var("MLXGRPC_ADDRESS").unwrap_or_else(|_| "localhost:50051".to_string());
+    let options = ConnectOptions::default().with_timeout(Duration::from_secs(60));
+    let mut client = Client::connect(&address, options).await?;
+
+    // 1. Model info.
+    let info = client.model_info("").await?;
+    println!(
+        "model {} ({:?}): vocab {}, context {}, dtype {}, generation {}",
+        info.name,
+        info.kind(),
+        info.vocab_size,
+        info.context_length,
+        info.dtype,
+        info.capabilities.as_ref().is_some_and(|c| c.generation),
+    );
+
+    // 2. Stream a generation, printing text deltas as they arrive.
+    let mut generation = client
+        .generate(text_request("Once upon a time", 24))
+        .await?;
+    print!("generate: ");
+    while let Some(event) = generation.next_event().await? {
+        match event {
+            Event::Started(s) => print!("[{} prompt_tokens={}] ", s.request_id, s.prompt_tokens),
+            Event::Delta(d) => print!("{}", d.text),
+            Event::Finished(f) => println!(
+                "\n[finished: {:?}, {} tokens]",
+                f.reason(),
+                f.usage.map_or(0, |u| u.completion_tokens)
+            ),
+        }
+        std::io::stdout().flush()?;
+    }
+
+    // 3. A long generation cancelled mid-way with the Cancel RPC.
+    let mut long = client
+        .generate(text_request("Tell me a long story", 2000))
+        .await?;
+    let mut deltas = 0;
+    while let Some(event) = long.next_event().await? {
+        match event {
+            Event::Delta(_) => {
+                deltas += 1;
+                if deltas == 3 {
+                    let found = client.cancel(long.request_id()).await?;
+                    println!(
+                        "cancel {} after {deltas} deltas: found={found}",
+                        long.request_id()
+                    );
+                }
+            }
+            Event::Finished(f) => println!(
+                "cancelled stream finished: {:?} after {} tokens",
+                f.reason(),
+                f.usage.map_or(0, |u| u.completion_tokens)
+            ),
+            Event::Started(_) => {}
+        }
+    }
+    // Dropping a stream cancels the call too.
+    let mut dropped = client.generate(text_request("Another story", 2000)).await?;
+    let _ = dropped.next_event().await?;
+    drop(dropped);
+    println!("dropped a second long stream (client-side cancel)");
+
+    // 4. Embeddings and cosine similarity.
+    let vectors = client
+        .embed_texts(["A man is eating food.", "A man is eating a piece of bread."])
+        .await?;
+    println!(
+        "embed: {} vectors of length {}, cosine similarity {:.4}",
+        vectors.len(),
+        vectors[0].len(),
+        cosine(&vectors[0], &vectors[1])
+    );
+
+    // 5. An invalid request and its google.rpc details.
+    let mut bad = text_request("hi", 4);
+    bad.sampling = Some(pb::SamplingParams {
+        temperature: Some(-1.0),
+        ..Default::default()
+    });
+    let status = match client.generate(bad).await {
+        Ok(mut g) => match g.next_event().await {
+            Err(status) => status,
+            Ok(_) => return Err("invalid temperature was accepted".into()),
+        },
+        Err(status) => status,
+    };
+    let details = error_details(&status);
+    println!(
+        "invalid request: {:?} {:?}; reason {}; field violations {:?}",
+        status.code(),
+        status.message(),
+        details
+            .error_info
+            .as_ref()
+            .map_or("-", |e| e.reason.as_str()),
+        details
+            .field_violations
+            .iter()
+            .map(|v| v.field.as_str())
+            .collect::<Vec<_>>()
+    );
+    Ok(())
+}
