@@ -18,12 +18,22 @@ from .admission import AdmissionClosed, AdmissionPool, AdmissionRejected
 from .description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
 from .device import backend_name, blas_name
 from .embeddings import EmbeddingModel, EmbeddingResult
+from .embeddings_decoder import DecoderEmbeddingModel
 from .errors import DuplicateRequestId, InvalidRequest, NotReady, QueueFull
 from .object_cache import ObjectCache
 from .requests import EmbeddingRequest
 from .validation import Limits
 
 _END = object()
+
+
+def load_embedder(model_dir: Path) -> EmbeddingModel:
+    """A BERT-family encoder (mean/CLS pooling) or, for any other model type mlx-lm
+    can load, a decoder with last-token pooling."""
+    config = json.loads((model_dir / "config.json").read_text())
+    if config.get("model_type") == "bert":
+        return EmbeddingModel.load(model_dir)
+    return DecoderEmbeddingModel.load(model_dir)
 
 
 def _cache_key(request: EmbeddingRequest, text: str) -> str:
@@ -47,7 +57,7 @@ class EmbeddingEngine:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._model = await loop.run_in_executor(self._executor, EmbeddingModel.load, Path(self.source))
+        self._model = await loop.run_in_executor(self._executor, load_embedder, Path(self.source))
 
     @property
     def ready(self) -> bool:
@@ -65,15 +75,23 @@ class EmbeddingEngine:
 
     def describe(self) -> ModelDescription:
         m = self.model
-        cfg = m.encoder.config
+        if isinstance(m, DecoderEmbeddingModel):
+            graph = GraphDescriptor(f"mlx-lm/{m.model_type}+last-token-pooling", backend_name(),
+                                    "mlx-lm/forward-v1", "stateless", self.source)
+        else:
+            graph = GraphDescriptor("mlx-grpc/bert-encoder", backend_name(), "encoder-forward-v1",
+                                    "stateless", self.source)
         return ModelDescription(
-            name=self.name, kind=ModelKind.EMBEDDING,
-            descriptor=GraphDescriptor("mlx-grpc/bert-encoder", backend_name(), "encoder-forward-v1",
-                                       "stateless", self.source),
+            name=self.name, kind=ModelKind.EMBEDDING, descriptor=graph,
             capabilities=Capabilities(embeddings=True, generation=False),
-            context_length=m.max_length, vocab_size=cfg.vocab_size, eos_token_ids=(),
+            context_length=m.max_length, vocab_size=m.vocab_size, eos_token_ids=(),
             has_chat_template=False, dtype="float32", blas=blas_name(),
             embedding_dimensions=m.hidden_size, source=self.source)
+
+    @property
+    def cache_hits(self) -> int:
+        """Inputs answered from the object cache of repeated inputs."""
+        return self._results.hits
 
     def cancel(self, request_id: str) -> bool:
         task = self._running.get(request_id)
@@ -130,14 +148,13 @@ class EmbeddingEngine:
         if len(request.request_id) > self.limits.max_request_id_length:
             raise InvalidRequest("request_id", f"must be at most {self.limits.max_request_id_length} characters")
 
-    # tokens (the encoder's own tokenizer) ---------------------------------------
+    # tokens (the embedding model's own tokenizer) ----------------------------------
     def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
-        encoding = self.model.tokenizer.encode(text, add_special_tokens=add_special_tokens)
-        return list(encoding.ids), list(encoding.tokens)
+        return self.model.tokenize(text, add_special_tokens)
 
     def detokenize(self, ids: list[int], skip_special_tokens: bool) -> str:
-        vocab = self.model.encoder.config.vocab_size
+        vocab = self.model.vocab_size
         for i in ids:
             if not 0 <= i < vocab:
                 raise InvalidRequest("token_ids", f"token id {i} is outside the vocabulary [0, {vocab})")
-        return self.model.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        return self.model.detokenize(ids, skip_special_tokens)

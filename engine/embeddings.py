@@ -221,10 +221,7 @@ class EmbeddingModel:
 
         Arguments are validated eagerly, before the first ``next()``."""
         self._validate(texts, dimensions)
-        encodings = self.tokenizer.encode_batch(
-            [with_instruction(t, instruction) for t in texts], add_special_tokens=True
-        )
-        ids_list = [e.ids for e in encodings]
+        ids_list = self._encode(texts, instruction)
         batches = self._batches([len(ids) for ids in ids_list])
         return self._run(ids_list, batches, normalize, dimensions)
 
@@ -261,10 +258,27 @@ class EmbeddingModel:
     def count_tokens(self, texts: Sequence[str], *, instruction: str | None = None) -> list[int]:
         """Token counts ``embed`` would report, without running the encoder."""
         self._validate(texts, None)
+        return [len(ids) for ids in self._encode(texts, instruction)]
+
+    def _encode(self, texts: Sequence[str], instruction: str | None) -> list[list[int]]:
+        """Token ids per input: special tokens added, truncated to ``max_length``."""
         encodings = self.tokenizer.encode_batch(
             [with_instruction(t, instruction) for t in texts], add_special_tokens=True
         )
-        return [len(e.ids) for e in encodings]
+        return [e.ids for e in encodings]
+
+    # -- the tokenizer, for Tokenize/Detokenize ------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return self.encoder.config.vocab_size
+
+    def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
+        encoding = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        return list(encoding.ids), list(encoding.tokens)
+
+    def detokenize(self, ids: list[int], skip_special_tokens: bool) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
 
 def load_embedding_model(model_dir: Path, **kwargs) -> EmbeddingModel:

