@@ -89,6 +89,14 @@ class EmbeddingEngine:
             embedding_dimensions=m.hidden_size, source=self.source)
 
     @property
+    def queued(self) -> int:
+        return self._pool.queued
+
+    @property
+    def active(self) -> int:
+        return self._pool.active
+
+    @property
     def cache_hits(self) -> int:
         """Inputs answered from the object cache of repeated inputs."""
         return self._results.hits

@@ -13,9 +13,10 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, AsyncIterator, Callable
+from typing import AsyncIterator, Callable
 
 from .admission import AdmissionClosed, AdmissionPool, AdmissionRejected
+from .admitter import Admitter
 from .description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
 from .detokenizer import IncrementalDetokenizer
 from .device import backend_name, blas_name
@@ -23,6 +24,7 @@ from .errors import (DuplicateRequestId, EngineFailure, InvalidRequest, NotReady
                      Unsupported)
 from .events import Event, FinishReason, Finished, Timings, Usage
 from .loading import LoadedModel, default_name, load_generation_model
+from .memory import MemoryGate, MemoryPlan, facts_from_model, plan_memory, usable_memory
 from .prefill import FixedPrefillPolicy
 from .requests import ChatPrompt, GenerationRequest, TextPrompt, TokenPrompt
 from .row import Row, StopRule
@@ -31,9 +33,6 @@ from .scheduler import Scheduler, SchedulerConfig
 from .stops import StopStrings
 from .validation import Limits, check_token_ids, validate_request
 from .worker import Worker
-
-if TYPE_CHECKING:
-    from .memory import MemoryPlan
 
 log = logging.getLogger("engine.generation")
 
@@ -53,6 +52,7 @@ class EngineStats:
 
     queued: int
     admitted: int
+    reserved: int  # memory reservations held
     rows: int
     kv_bytes: int
     tracked: int  # requests the facade knows (queued, running or finishing)
@@ -63,6 +63,8 @@ class GenerationConfig:
     dtype: str = "auto"
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     limits: Limits = field(default_factory=Limits)
+    memory_limit_bytes: int | None = None  # None: what this machine has available
+    memory_reserve_bytes: int | None = None  # None: max(256 MiB, 5% of usable)
 
 
 class GenerationEngine:
@@ -72,8 +74,10 @@ class GenerationEngine:
         self.config = config
         self._loaded: LoadedModel | None = None
         self._pool = AdmissionPool(config.scheduler.max_active, config.scheduler.max_queued)
+        self._admitter = Admitter(self._pool)
         self._requests: dict[str, _Handle] = {}
-        self._facts = None  # memory facts, computed on the engine thread on first use
+        self._facts = None  # memory facts of the loaded weights (engine thread, at load)
+        self._machine_total = usable_memory()[1]
         self._worker: Worker[LoadedModel] = Worker(self.name, self._load, self._scheduler)
 
     # lifecycle -----------------------------------------------------------------
@@ -98,7 +102,13 @@ class GenerationEngine:
         await asyncio.to_thread(self._worker.stop)
 
     def _load(self) -> LoadedModel:
-        return load_generation_model(self.source, name=self.name, dtype=self.config.dtype)
+        """Runs on the engine thread: the weights, then the memory facts of them."""
+        loaded = load_generation_model(self.source, name=self.name, dtype=self.config.dtype)
+        self._facts = facts_from_model(loaded.model, loaded.config)
+        self._admitter.gate = MemoryGate(self._facts, usable=self.config.memory_limit_bytes,
+                                         reserve_bytes=self.config.memory_reserve_bytes,
+                                         prefill_chunk=self.config.scheduler.prefill_chunk)
+        return loaded
 
     def _scheduler(self, loaded: LoadedModel) -> Scheduler:
         tokenizer = loaded.tokenizer
@@ -118,7 +128,7 @@ class GenerationEngine:
             eos_token_ids=tuple(sorted(m.eos_ids)), has_chat_template=m.has_chat_template,
             dtype=m.dtype, blas=blas_name(), embedding_dimensions=0, source=m.source)
 
-    async def plan_memory(self, context_tokens: int, max_generation_tokens: int = 0) -> "MemoryPlan":
+    async def plan_memory(self, context_tokens: int, max_generation_tokens: int = 0) -> MemoryPlan:
         """The memory plan for ``context_tokens`` (0: the model's context length),
         computed on the engine thread from the loaded arrays and this machine."""
         m = self.loaded
@@ -126,20 +136,21 @@ class GenerationEngine:
         if max_generation_tokens > context:
             raise InvalidRequest("max_generation_tokens", "must not exceed context_tokens")
 
-        from .memory import facts_from_model, plan_memory
+        gate = self._admitter.gate
 
-        def plan(_scheduler) -> "MemoryPlan":
-            if self._facts is None:
-                self._facts = facts_from_model(m.model, m.config)
+        def plan(_scheduler) -> MemoryPlan:
             return plan_memory(self._facts, context_tokens=context,
                                max_generation_tokens=max_generation_tokens,
-                               prefill_chunk=self.config.scheduler.prefill_chunk)
+                               prefill_chunk=self.config.scheduler.prefill_chunk,
+                               usable=gate.usable_bytes, reserve_bytes=gate.reserve_bytes,
+                               machine_total=self._machine_total)
 
         return await asyncio.wrap_future(self._worker.call(plan))
 
     async def stats(self) -> EngineStats:
         rows, kv_bytes = await asyncio.wrap_future(self._worker.call(lambda s: (s.active, s.kv_bytes)))
-        return EngineStats(self._pool.queued, self._pool.active, rows, kv_bytes, len(self._requests))
+        return EngineStats(self._pool.queued, self._pool.active, self._admitter.reserved, rows, kv_bytes,
+                           len(self._requests))
 
     @property
     def active(self) -> int:
@@ -240,12 +251,13 @@ class GenerationEngine:
         arrived = loop.time()
         prompt, snapshot_at = await asyncio.to_thread(self.encode_prompt, request)
         max_tokens = self._max_tokens(request, len(prompt))
+        self._admitter.check(len(prompt) + max_tokens)
         if handle.cancel_requested:
             yield _cancelled_before_start(len(prompt), loop.time() - arrived)
             return
-        handle.acquiring = asyncio.ensure_future(self._pool.acquire())
+        handle.acquiring = asyncio.ensure_future(self._admitter.admit(len(prompt) + max_tokens))
         try:
-            lease = await handle.acquiring
+            ticket = await handle.acquiring
         except AdmissionRejected:
             raise QueueFull(f"the queue of model {self.name!r} is full "
                             f"({self._pool.max_queued} waiting); retry later", retry_after_s=1.0) from None
@@ -258,12 +270,12 @@ class GenerationEngine:
             yield _cancelled_before_start(len(prompt), loop.time() - arrived)
             return
         if handle.cancel_requested:  # Cancel arrived after the grant, before submission
-            lease.release()
+            ticket.release()
             yield _cancelled_before_start(len(prompt), loop.time() - arrived)
             return
         events: asyncio.Queue[Event] = asyncio.Queue()
         row = self._make_row(request, request_id, prompt, max_tokens,
-                             _threadsafe(loop, events.put_nowait), _threadsafe(loop, lease.release))
+                             _threadsafe(loop, events.put_nowait), _threadsafe(loop, ticket.release))
         row.snapshot_at = snapshot_at
         row.arrived -= loop.time() - arrived  # count tokenization and queueing
         handle.submitted = True
@@ -287,6 +299,9 @@ class GenerationEngine:
     def _max_tokens(self, request: GenerationRequest, prompt_tokens: int) -> int:
         room = self.loaded.context_length - prompt_tokens
         asked = request.stopping.max_tokens
+        fits = self._admitter.max_context
+        if asked is None and fits is not None:  # unset: as much as memory allows, at least 1
+            room = min(room, max(fits - prompt_tokens, 1))
         if asked is not None and asked > room:
             raise InvalidRequest("stopping.max_tokens",
                                  f"{asked} tokens after a {prompt_tokens}-token prompt exceed the "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 
 from engine.embedded import default_embedding_model, default_generation_model
@@ -14,7 +13,10 @@ from engine.models import ModelSet
 from engine.scheduler import SchedulerConfig
 from engine.validation import Limits
 
+from .access_log import configure_logging
+from .auth import ENV_VAR, load_tokens
 from .server import ServerOptions, serve
+from .tls import server_credentials
 
 DEFAULT_GENERATION_NAME = "smollm2-135m-instruct"
 DEFAULT_EMBEDDING_NAME = "all-minilm-l6-v2"
@@ -29,6 +31,8 @@ def _model_spec(text: str) -> tuple[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlx-grpc", description="gRPC inference server on MLX")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="log lines as text or one JSON object per line (default text)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run the server", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -52,6 +56,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-message-bytes", type=int, default=16 << 20, help="max gRPC message size")
     s.add_argument("--no-reflection", action="store_true", help="turn server reflection off")
     s.add_argument("--grace", type=float, default=10.0, help="seconds in-flight streams get on shutdown")
+    s.add_argument("--auth-token-file", metavar="PATH",
+                   help=f"require 'authorization: Bearer <token>' with a token from this file (one per line); "
+                        f"tokens may also come from ${ENV_VAR} (comma-separated)")
+    s.add_argument("--auth-open-reflection", action="store_true",
+                   help="serve reflection without a token (health is always open)")
+    s.add_argument("--tls-cert", metavar="PEM", help="server certificate chain: serve TLS")
+    s.add_argument("--tls-key", metavar="PEM", help="server private key")
+    s.add_argument("--tls-client-ca", metavar="PEM",
+                   help="CA for client certificates: require them (mutual TLS)")
+    s.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus metrics on this HTTP port (off by default; 0 picks one)")
+    s.add_argument("--metrics-host", default="0.0.0.0", help="address of the metrics endpoint")
+    s.add_argument("--no-access-log", action="store_true", help="no per-RPC line on the service.access logger")
 
     sub.add_parser("prepare", help="convert the embedded default models once (shows progress)")
     sub.add_parser("models", help="print where the embedded default models are")
@@ -85,20 +102,43 @@ def _prepare() -> None:
     print(f"embedding model: {default_embedding_model()}")
 
 
+def server_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ServerOptions:
+    try:
+        tokens = load_tokens(args.auth_token_file)
+    except (OSError, ValueError) as exc:
+        parser.error(f"--auth-token-file: {exc}")
+    return ServerOptions(reflection=not args.no_reflection, max_message_bytes=args.max_message_bytes,
+                         grace_s=args.grace, auth_tokens=tokens, auth_open_reflection=args.auth_open_reflection,
+                         metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+                         access_log=not args.no_access_log)
+
+
+def tls_credentials(args: argparse.Namespace, parser: argparse.ArgumentParser):
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    if args.tls_client_ca and not args.tls_cert:
+        parser.error("--tls-client-ca needs --tls-cert and --tls-key")
+    if not args.tls_cert:
+        return None
+    try:
+        return server_credentials(args.tls_cert, args.tls_key, args.tls_client_ca)
+    except OSError as exc:
+        parser.error(f"TLS: {exc}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level, args.log_format)
     if args.command == "models":
         print(f"generation: {default_generation_model()}\nembedding:  {default_embedding_model()}")
         return 0
     if args.command == "prepare":
         _prepare()
         return 0
-    options = ServerOptions(reflection=not args.no_reflection, max_message_bytes=args.max_message_bytes,
-                            grace_s=args.grace)
-    asyncio.run(serve(f"{args.host}:{args.port}", build_models(args), options))
-    return 0
+    options = server_options(args, parser)
+    credentials = tls_credentials(args, parser)
+    return asyncio.run(serve(f"{args.host}:{args.port}", build_models(args), options, credentials=credentials))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,10 @@
 and returns it with the port, so tests and embedders choose the address. ``serve``
 runs one until SIGINT/SIGTERM: health is NOT_SERVING while models load, SERVING
 when every model is ready, and NOT_SERVING again while it drains.
+
+Every RPC passes the interceptors (outermost first): observation (in-flight count,
+metrics, access log), bearer-token auth when tokens are configured, and the drain
+check. See docs/OPERATIONS.md.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from dataclasses import dataclass
 
 import grpc
@@ -19,12 +24,17 @@ from grpc_reflection.v1alpha import reflection
 
 from engine.models import ModelSet
 
+from .access_log import AccessLog
+from .auth import AuthInterceptor
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
+from .interceptors import DrainInterceptor, ObservingInterceptor, ServerState
+from .metrics import Metrics
 from .servicer import InferenceServicer
 
 log = logging.getLogger("service.server")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["InferenceService"].full_name
+FLUSH_S = 1.0  # after the drain: time for the last statuses to leave and health watches to end
 
 
 @dataclass(frozen=True)
@@ -32,13 +42,30 @@ class ServerOptions:
     reflection: bool = True
     max_message_bytes: int = 16 * 1024 * 1024
     grace_s: float = 10.0
+    auth_tokens: tuple[str, ...] = ()  # empty: no authentication
+    auth_open_reflection: bool = False  # reflection without a token (health is always open)
+    metrics_port: int | None = None  # None: no metrics endpoint; 0 picks a free port
+    metrics_host: str = "0.0.0.0"
+    access_log: bool = True
 
 
 async def create_server(address: str, models: ModelSet, *, options: ServerOptions = ServerOptions(),
-                        health_servicer: health.aio.HealthServicer | None = None
+                        health_servicer: health.aio.HealthServicer | None = None,
+                        credentials: grpc.ServerCredentials | None = None,
+                        state: ServerState | None = None, metrics: Metrics | None = None
                         ) -> tuple[grpc.aio.Server, int]:
-    """A server with every service added and ``address`` bound (not started)."""
-    server = grpc.aio.server(options=[
+    """A server with every service added and ``address`` bound (not started).
+
+    ``credentials`` (``service.tls.server_credentials``) makes the port TLS; ``state``
+    carries the draining flag and the in-flight count (``serve`` drains through it);
+    ``metrics`` receives every RPC's figures."""
+    state = state or ServerState()
+    observers = [o for o in (metrics, AccessLog() if options.access_log else None) if o is not None]
+    interceptors: list[grpc.aio.ServerInterceptor] = [ObservingInterceptor(state, observers)]
+    if options.auth_tokens:
+        interceptors.append(AuthInterceptor(options.auth_tokens, open_reflection=options.auth_open_reflection))
+    interceptors.append(DrainInterceptor(state))
+    server = grpc.aio.server(interceptors=interceptors, options=[
         ("grpc.max_receive_message_length", options.max_message_bytes),
         ("grpc.max_send_message_length", options.max_message_bytes),
     ])
@@ -47,7 +74,7 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
     if options.reflection:
         names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
         reflection.enable_server_reflection(names, server)
-    port = server.add_insecure_port(address)
+    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     if port == 0:
         raise RuntimeError(f"could not bind {address}")
     return server, port
@@ -59,18 +86,59 @@ async def set_health(servicer: health.aio.HealthServicer, serving: bool) -> None
         await servicer.set(name, status)
 
 
-async def serve(address: str, models: ModelSet, options: ServerOptions = ServerOptions()) -> None:
-    """Runs the server until SIGINT/SIGTERM, then drains gracefully."""
+async def drain(server: grpc.aio.Server, state: ServerState, health_servicer: health.aio.HealthServicer,
+                grace_s: float, *, metrics: Metrics | None = None,
+                force: asyncio.Event | None = None) -> bool:
+    """Health NOT_SERVING, new RPCs UNAVAILABLE, in-flight RPCs get ``grace_s`` to
+    finish (``force`` cuts it short), then the server stops. True when all finished."""
+    state.draining = True
+    if metrics is not None:
+        metrics.draining.set(1)
+    await set_health(health_servicer, False)
+    began = time.monotonic()
+    log.info("draining: %d RPCs in flight, grace %.1fs", state.in_flight, grace_s)
+    idle = asyncio.create_task(state.wait_idle(grace_s))
+    waits = {idle} | ({asyncio.create_task(force.wait())} if force is not None else set())
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for task in waits - {idle}:
+        task.cancel()
+    finished = idle.done() and idle.result()
+    idle.cancel()
+    if finished:
+        log.info("drained in %.2fs", time.monotonic() - began)
+    else:
+        log.warning("grace over after %.2fs: cancelling %d RPCs", time.monotonic() - began, state.in_flight)
+    await server.stop(FLUSH_S if finished else 0)
+    return finished
+
+
+async def serve(address: str, models: ModelSet, options: ServerOptions = ServerOptions(), *,
+                credentials: grpc.ServerCredentials | None = None) -> int:
+    """Runs the server until SIGINT/SIGTERM, then drains gracefully (a second signal
+    ends the grace period at once). Returns the exit status: 0, or 1 when a model
+    failed to load."""
     health_servicer = health.aio.HealthServicer()
-    server, port = await create_server(address, models, options=options, health_servicer=health_servicer)
+    state = ServerState()
+    metrics = Metrics(models) if options.metrics_port is not None else None
+    server, port = await create_server(address, models, options=options, health_servicer=health_servicer,
+                                       credentials=credentials, state=state, metrics=metrics)
     await set_health(health_servicer, False)
     await server.start()
-    log.info("listening on port %d; loading %s", port, ", ".join(models.names()))
-    stop = asyncio.Event()
+    log.info("listening on port %d%s; loading %s", port, " (TLS)" if credentials else "",
+             ", ".join(models.names()))
+    if metrics is not None:
+        log.info("metrics on http://%s:%d/metrics", options.metrics_host,
+                 metrics.serve_http(options.metrics_port, options.metrics_host))
+    stop, force = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        (force if stop.is_set() else stop).set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     loading = asyncio.create_task(models.start())
+    status = 0
     done, _ = await asyncio.wait({loading, asyncio.create_task(stop.wait())},
                                  return_when=asyncio.FIRST_COMPLETED)
     if loading in done and loading.exception() is None:
@@ -79,9 +147,11 @@ async def serve(address: str, models: ModelSet, options: ServerOptions = ServerO
         await stop.wait()
     elif loading in done:
         log.error("a model failed to load: %s", loading.exception())
-    log.info("draining (grace %.0fs)", options.grace_s)
-    await set_health(health_servicer, False)
-    await server.stop(options.grace_s)
+        status = 1
+    await drain(server, state, health_servicer, options.grace_s, metrics=metrics, force=force)
     loading.cancel()
     await models.close()
+    if metrics is not None:
+        metrics.close()
     log.info("stopped")
+    return status

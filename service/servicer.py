@@ -20,6 +20,7 @@ from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .status import abort
 
 log = logging.getLogger("service.servicer")
+_MAX_TOKENS = 2**31 - 1
 
 
 class InferenceServicer(pb_grpc.InferenceServiceServicer):
@@ -59,10 +60,11 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
 
     async def PlanMemory(self, request: pb.PlanMemoryRequest, context: grpc.aio.ServicerContext):
         try:
-            if request.context_tokens < 0:
-                raise InvalidRequest("context_tokens", "must be >= 0")
-            if request.max_generation_tokens < 0:
-                raise InvalidRequest("max_generation_tokens", "must be >= 0")
+            # token counts are int32 throughout the API; larger ones overflow the plan's int64 bytes
+            if not 0 <= request.context_tokens <= _MAX_TOKENS:
+                raise InvalidRequest("context_tokens", f"must be between 0 and {_MAX_TOKENS}")
+            if not 0 <= request.max_generation_tokens <= _MAX_TOKENS:
+                raise InvalidRequest("max_generation_tokens", f"must be between 0 and {_MAX_TOKENS}")
             engine = self.models.generator(request.model)
             plan = await engine.plan_memory(request.context_tokens, request.max_generation_tokens)
             return pb.PlanMemoryResponse(plan=convert.memory_plan(plan))

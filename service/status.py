@@ -67,3 +67,23 @@ def to_status(error: BaseException, request_id: str = "") -> grpc.Status:
 async def abort(context: grpc.aio.ServicerContext, error: BaseException, request_id: str = "") -> None:
     """Ends the RPC with the rich status of ``error`` (raises AbortError)."""
     await context.abort_with_status(to_status(error, request_id))
+
+
+def status_of(code: grpc.StatusCode, reason: str, message: str, *,
+              metadata: dict[str, str] | None = None, field: str = "",
+              retry_after_s: float | None = None) -> grpc.Status:
+    """A rich status for a service-level condition that is no engine error
+    (authentication, draining, an unparsable message): ErrorInfo with ``reason``,
+    plus BadRequest naming ``field`` and RetryInfo when given."""
+    details = [error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=dict(metadata or {}))]
+    if field:
+        details.append(error_details_pb2.BadRequest(field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=field, description=message)]))
+    if retry_after_s is not None:
+        delay = duration_pb2.Duration()
+        delay.FromMilliseconds(int(retry_after_s * 1000))
+        details.append(error_details_pb2.RetryInfo(retry_delay=delay))
+    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message)
+    for detail in details:
+        status.details.add().Pack(detail)
+    return rpc_status.to_status(status)

@@ -104,7 +104,7 @@ async def test_auth_gates_inference_but_not_health(server):
         assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
         health = health_pb2_grpc.HealthStub(ch)
-        reply = await health.Check(health_pb2.HealthCheckRequest(service="mlxgrpc.v1.InferenceService"))
+        reply = await health.Check(health_pb2.HealthCheckRequest())
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
         with pytest.raises(grpc.aio.AioRpcError) as err:

@@ -1,0 +1,152 @@
+"""Prometheus metrics, served over HTTP on a port of their own (off by default).
+
+Each server gets its own ``CollectorRegistry`` (never the process-global one), so
+several servers can live in one process. RPC figures come from the observing
+interceptor; queue depth and active rows are read from the engines on each scrape.
+
+Metrics (all prefixed ``mlxgrpc_``):
+  requests_total{service,method,code}            counter  finished RPCs by status code
+  request_duration_seconds{service,method}       histogram
+  requests_in_flight{service,method}             gauge      (health checks excluded)
+  time_to_first_token_seconds{model}             histogram  RPC start -> first token
+  inter_token_latency_seconds{model}             histogram  per generated token
+  generated_tokens_total{model}                  counter
+  prompt_tokens_total{model}                     counter
+  prefix_cache_hit_tokens_total{model}           counter    prompt tokens served from the prefix cache
+  embedded_tokens_total{model}                   counter
+  queue_depth{model}                             gauge      requests waiting for admission
+  active_rows{model}                             gauge      admitted requests (prefilling/decoding)
+  model_ready{model}                             gauge      1 when loaded and serving
+  draining                                       gauge      1 while the server drains
+plus the standard process_* metrics (CPU, resident memory, open fds).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+from .interceptors import HEALTH_SERVICE, CallRecord, Observer, split_method
+
+log = logging.getLogger("service.metrics")
+
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class EngineCollector:
+    """Queue depth, active rows and readiness per model, read at scrape time."""
+
+    def __init__(self, models):
+        self.models = models
+
+    def describe(self):
+        return []  # collected lazily; no registration-time call into the engines
+
+    def collect(self):
+        queued = GaugeMetricFamily("mlxgrpc_queue_depth", "Requests waiting for admission", labels=["model"])
+        active = GaugeMetricFamily("mlxgrpc_active_rows", "Admitted requests (prefilling or decoding)",
+                                   labels=["model"])
+        ready = GaugeMetricFamily("mlxgrpc_model_ready", "1 when the model is loaded and serving",
+                                  labels=["model"])
+        for engine in self.models.all:
+            queued.add_metric([engine.name], engine.queued)
+            active.add_metric([engine.name], engine.active)
+            ready.add_metric([engine.name], 1.0 if engine.ready else 0.0)
+        yield queued
+        yield active
+        yield ready
+
+
+class Metrics(Observer):
+    def __init__(self, models=None, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("mlxgrpc_requests", "Finished RPCs by status code",
+                                ["service", "method", "code"], registry=r)
+        self.duration = Histogram("mlxgrpc_request_duration_seconds", "RPC duration",
+                                  ["service", "method"], buckets=DURATION_BUCKETS, registry=r)
+        self.in_flight = Gauge("mlxgrpc_requests_in_flight", "RPCs being served",
+                               ["service", "method"], registry=r)
+        self.ttft = Histogram("mlxgrpc_time_to_first_token_seconds",
+                              "Generate: from the RPC's start to its first token",
+                              ["model"], buckets=TTFT_BUCKETS, registry=r)
+        self.itl = Histogram("mlxgrpc_inter_token_latency_seconds",
+                             "Generate: time between tokens of one stream, per token",
+                             ["model"], buckets=ITL_BUCKETS, registry=r)
+        self.generated = Counter("mlxgrpc_generated_tokens", "Generated tokens", ["model"], registry=r)
+        self.prompt = Counter("mlxgrpc_prompt_tokens", "Prompt tokens of started Generate streams",
+                              ["model"], registry=r)
+        self.prefix_hits = Counter("mlxgrpc_prefix_cache_hit_tokens",
+                                   "Prompt tokens served from the prefix cache", ["model"], registry=r)
+        self.embedded = Counter("mlxgrpc_embedded_tokens", "Tokens of embedded inputs", ["model"], registry=r)
+        self.draining = Gauge("mlxgrpc_draining", "1 while the server drains", registry=r)
+        if models is not None:
+            r.register(EngineCollector(models))
+        try:
+            ProcessCollector(registry=r)
+        except Exception:  # noqa: BLE001 - platforms without /proc
+            pass
+        self._http = None
+        self._lock = threading.Lock()
+
+    # Observer --------------------------------------------------------------------
+    def on_start(self, call: CallRecord) -> None:
+        service, method = split_method(call.method)
+        if service != HEALTH_SERVICE:  # Watch streams live as long as their clients
+            self.in_flight.labels(service, method).inc()
+
+    def on_tokens(self, call: CallRecord, count: int, now: float) -> None:
+        model = call.model or "default"
+        if call.last_token_at is None:
+            self.ttft.labels(model).observe(now - call.started)
+        else:
+            per_token = (now - call.last_token_at) / count
+            hist = self.itl.labels(model)
+            for _ in range(count):
+                hist.observe(per_token)
+        self.generated.labels(model).inc(count)
+
+    def on_end(self, call: CallRecord) -> None:
+        service, method = split_method(call.method)
+        if service != HEALTH_SERVICE:
+            self.in_flight.labels(service, method).dec()
+        self.requests.labels(service, method, call.code).inc()
+        self.duration.labels(service, method).observe(call.duration_s)
+        model = call.model or "default"
+        if call.prompt_tokens is not None:
+            self.prompt.labels(model).inc(call.prompt_tokens)
+        if call.cached_tokens:
+            self.prefix_hits.labels(model).inc(call.cached_tokens)
+        if call.embed_tokens:
+            self.embedded.labels(model).inc(call.embed_tokens)
+
+    # HTTP --------------------------------------------------------------------------
+    def serve_http(self, port: int, host: str = "0.0.0.0") -> int:
+        """Starts the /metrics endpoint on a daemon thread; returns the bound port."""
+        with self._lock:
+            if self._http is None:
+                server, thread = start_http_server(port, addr=host, registry=self.registry)
+                self._http = (server, thread)
+            return self._http[0].server_port
+
+    def close(self) -> None:
+        with self._lock:
+            if self._http is not None:
+                server, thread = self._http
+                server.shutdown()
+                server.server_close()
+                thread.join(timeout=5)
+                self._http = None
+
+
+def scrape(registry: CollectorRegistry) -> str:
+    """The registry in the text exposition format (for tests and debugging)."""
+    from prometheus_client import generate_latest
+
+    return generate_latest(registry).decode()
+
