@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-queued", type=int, default=64, help="requests waiting for admission per model")
     s.add_argument("--prefill-chunk", type=int, default=256, help="prompt tokens per prefill forward")
     s.add_argument("--tick-tokens", type=int, default=512, help="token budget of one scheduler tick")
+    s.add_argument("--prefix-cache-bytes", type=int, default=512 << 20,
+                   help="bytes of KV kept for prefix reuse per model (0 turns the prefix cache off)")
+    s.add_argument("--memory-limit", type=int, default=None, metavar="BYTES",
+                   help="memory the server may use for admission (default: what the machine has available)")
+    s.add_argument("--memory-reserve", type=int, default=None, metavar="BYTES",
+                   help="bytes held back from admission (default: max(256 MiB, 5%% of usable))")
     s.add_argument("--max-tokens", type=int, default=4096, help="cap on generated tokens per request")
     s.add_argument("--max-top-logprobs", type=int, default=20, help="cap on top_logprobs")
     s.add_argument("--max-embed-inputs", type=int, default=256, help="cap on inputs per Embed")
@@ -78,9 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
 def build_models(args: argparse.Namespace) -> ModelSet:
     limits = Limits(max_tokens=args.max_tokens, max_top_logprobs=args.max_top_logprobs,
                     max_embed_inputs=args.max_embed_inputs)
-    config = GenerationConfig(dtype=args.dtype, limits=limits, scheduler=SchedulerConfig(
-        max_active=args.max_active, max_queued=args.max_queued,
-        prefill_chunk=args.prefill_chunk, tick_tokens=args.tick_tokens))
+    config = GenerationConfig(
+        dtype=args.dtype, limits=limits, memory_limit_bytes=args.memory_limit,
+        memory_reserve_bytes=args.memory_reserve,
+        scheduler=SchedulerConfig(max_active=args.max_active, max_queued=args.max_queued,
+                                  prefill_chunk=args.prefill_chunk, tick_tokens=args.tick_tokens,
+                                  prefix_cache_bytes=args.prefix_cache_bytes))
     specs = args.model or [(DEFAULT_GENERATION_NAME, str(default_generation_model()))]
     generation = [GenerationEngine(source, name=name, config=config) for name, source in specs]
     embedding = []
