@@ -1,0 +1,240 @@
+"""What a loaded model occupies, as the memory accounting needs it.
+
+``ModelMemoryFacts`` holds the model's weights (the ``nbytes`` of the arrays it
+actually holds) and, per layer, the bytes one token adds to its cache, its
+sliding window and any fixed recurrent state. ``facts_from_model`` reads them
+off a one-token forward through a fresh ``make_prompt_cache``, falling back to
+``config.json`` when the model cannot be driven that way; ``memory_plan`` turns
+the facts into figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+__all__ = ["KV_STEP", "ModelMemoryFacts", "facts_from_model"]
+
+#: mlx-lm's ``KVCache.step`` / ``RotatingKVCache.step``: caches grow in this many tokens.
+KV_STEP = 256
+
+
+@dataclass(frozen=True)
+class ModelMemoryFacts:
+    """What a loaded model occupies, one entry per cache object of
+    ``make_prompt_cache(model)`` (one per layer; a ``CacheList`` contributes one
+    entry per member).
+
+    ``kv_bytes_per_token_per_layer[i]`` is the bytes one token adds to layer
+    ``i``'s keys plus values (``2 x kv_heads x head_dim x dtype bytes`` for a
+    plain cache); ``window_per_layer[i]`` the most tokens the layer stores (a
+    ``RotatingKVCache``'s ``max_size``) or None for a full cache;
+    ``state_bytes_per_layer[i]`` fixed bytes a layer holds whatever the context
+    (recurrent / SSM state; 0 for KV layers).
+    """
+
+    weights_bytes: int
+    kv_bytes_per_token_per_layer: tuple[int, ...]
+    window_per_layer: tuple[int | None, ...]
+    hidden_size: int
+    intermediate_size: int
+    vocab_size: int
+    num_attention_heads: int
+    activation_bytes: int
+    state_bytes_per_layer: tuple[int, ...] = ()
+    #: Tokens a cache grows by at once (mlx-lm's ``KVCache.step``).
+    kv_step: int = KV_STEP
+    #: "probe" (read off real cache objects) or "config" (derived from config.json).
+    source: str = "probe"
+
+    def __post_init__(self) -> None:
+        if len(self.kv_bytes_per_token_per_layer) != len(self.window_per_layer):
+            raise ValueError("one window per layer is required")
+        if self.state_bytes_per_layer and len(self.state_bytes_per_layer) != len(self.window_per_layer):
+            raise ValueError("one state size per layer is required")
+        if self.kv_step < 1:
+            raise ValueError("kv_step must be positive")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.kv_bytes_per_token_per_layer)
+
+    @property
+    def state_bytes(self) -> int:
+        return sum(self.state_bytes_per_layer)
+
+
+def _cfg(config: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
+    """First of ``keys`` found in ``config`` or its ``text_config`` (multimodal nesting)."""
+    scopes = [config]
+    text = config.get("text_config")
+    if isinstance(text, Mapping):
+        scopes.append(text)
+    for scope in scopes:
+        for key in keys:
+            value = scope.get(key)
+            if value is not None:
+                return value
+    return default
+
+
+def _leaf_caches(caches: Sequence[Any]) -> list[Any]:
+    """Flattens ``CacheList``-style containers (anything with ``.caches``)."""
+    out: list[Any] = []
+    for cache in caches:
+        inner = getattr(cache, "caches", None)
+        if isinstance(inner, (list, tuple)) and inner:
+            out.extend(_leaf_caches(inner))
+        else:
+            out.append(cache)
+    return out
+
+
+def _first_array(value: Any) -> mx.array | None:
+    if isinstance(value, mx.array):
+        return value
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = _first_array(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _window(cache: Any) -> int | None:
+    size = getattr(cache, "max_size", None)
+    return int(size) if isinstance(size, int) and size > 0 else None
+
+
+def _cache_nbytes(cache: Any) -> int:
+    try:
+        return int(cache.nbytes)
+    except Exception:  # noqa: BLE001 - caches without nbytes: count their state arrays
+        return sum(v.nbytes for v in _state_arrays(cache))
+
+
+def _state_arrays(cache: Any) -> list[mx.array]:
+    try:
+        state = cache.state
+    except Exception:  # noqa: BLE001 - an empty cache may refuse to give its state
+        return []
+    return [v for _, v in tree_flatten(state) if isinstance(v, mx.array)]
+
+
+def _activation_dtype_bytes(model: nn.Module) -> int:
+    """The floating dtype most parameters hold (quantized models: their scales)."""
+    counts: dict[mx.Dtype, int] = {}
+    for _, v in tree_flatten(model.parameters()):
+        if mx.issubdtype(v.dtype, mx.floating):
+            counts[v.dtype] = counts.get(v.dtype, 0) + v.size
+    if not counts:
+        return 4
+    return max(counts, key=counts.__getitem__).size
+
+
+def _probe_caches(model: nn.Module) -> tuple[list[int], list[int | None], list[int], int, int, int]:
+    """One-token forward through a fresh cache; reads what each cache stores.
+
+    Returns per-token bytes, windows, fixed state bytes, the activation dtype's
+    size (the keys' dtype), the vocabulary (the logits' last axis) and the step.
+    """
+    from mlx_lm.models.cache import make_prompt_cache  # noqa: PLC0415
+
+    caches = make_prompt_cache(model)
+    logits = model(mx.array([[0]], dtype=mx.int32), cache=caches)
+    leaves = _leaf_caches(caches)
+    mx.eval(logits, [_state_arrays(c) for c in leaves])
+    per_token: list[int] = []
+    windows: list[int | None] = []
+    states: list[int] = []
+    act_bytes = 0
+    step = KV_STEP
+    for cache in leaves:
+        keys = getattr(cache, "keys", None)
+        first = _first_array(keys)
+        nbytes = _cache_nbytes(cache)
+        if first is None:  # no growing keys/values: a fixed recurrent state
+            per_token.append(0)
+            windows.append(None)
+            states.append(nbytes)
+            continue
+        tokens = first.shape[-2]
+        if tokens < 1 or nbytes % tokens:
+            raise ValueError(f"cannot read per-token bytes from {type(cache).__name__}")
+        per_token.append(nbytes // tokens)
+        windows.append(_window(cache))
+        states.append(0)
+        if mx.issubdtype(first.dtype, mx.floating):
+            act_bytes = max(act_bytes, first.dtype.size)
+        step = max(step, int(getattr(cache, "step", KV_STEP) or KV_STEP))
+    del caches, leaves
+    return per_token, windows, states, act_bytes, int(logits.shape[-1]), step
+
+
+def _config_caches(model: nn.Module, config: Mapping[str, Any], act_bytes: int) -> tuple[list[int], list[int | None]]:
+    """Fallback when a forward is not possible: ``2 x kv_heads x head_dim x bytes``."""
+    from mlx_lm.models.cache import make_prompt_cache  # noqa: PLC0415
+
+    heads = int(_cfg(config, "num_attention_heads", "n_head", default=1))
+    kv_heads = int(_cfg(config, "num_key_value_heads", "n_kv_heads", default=heads))
+    hidden = int(_cfg(config, "hidden_size", "d_model", default=0))
+    head_dim = int(_cfg(config, "head_dim", default=hidden // heads if heads else 0))
+    leaves = _leaf_caches(make_prompt_cache(model))
+    per_token = 2 * kv_heads * head_dim * act_bytes
+    return [per_token] * len(leaves), [_window(c) for c in leaves]
+
+
+def facts_from_model(model: nn.Module, config: Mapping[str, Any]) -> ModelMemoryFacts:
+    """Facts about a loaded mlx-lm model.
+
+    Weights are the ``nbytes`` of the arrays the model holds (quantized weights,
+    scales and biases included). Per-layer KV bytes come from a one-token
+    forward through a fresh ``make_prompt_cache(model)``: each cache's
+    ``nbytes`` divided by the tokens its keys have room for, so any head count,
+    head dimension, dtype, key/value split or quantized cache is read, not
+    guessed. Should the forward fail (a model needing other inputs), they are
+    derived from ``config`` (``num_key_value_heads``, ``head_dim``, at the
+    parameters' floating dtype). Sizes for the transient workspace come from
+    ``config`` (``text_config`` nesting handled).
+    """
+    weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+    act_bytes = _activation_dtype_bytes(model)
+    vocab = int(_cfg(config, "vocab_size", default=0))
+    step = KV_STEP
+    try:
+        per_token, windows, states, probed_bytes, probed_vocab, step = _probe_caches(model)
+        act_bytes = probed_bytes or act_bytes
+        vocab = probed_vocab or vocab
+        source = "probe"
+    except Exception:  # noqa: BLE001 - any architecture the probe cannot drive
+        per_token, windows = _config_caches(model, config, act_bytes)
+        states = [0] * len(per_token)
+        source = "config"
+    heads = int(_cfg(config, "num_attention_heads", "n_head", default=1))
+    hidden = int(_cfg(config, "hidden_size", "d_model", "n_embd", default=0))
+    inter = _cfg(config, "intermediate_size", "ffn_dim", "n_inner", default=None)
+    if isinstance(inter, (list, tuple)):
+        inter = max(inter) if inter else None
+    inter = int(inter) if inter else 4 * hidden
+    experts = _cfg(config, "num_experts_per_tok", default=None)
+    moe_inter = _cfg(config, "moe_intermediate_size", default=None)
+    if experts and moe_inter:
+        inter = max(inter, int(experts) * int(moe_inter))
+    return ModelMemoryFacts(
+        weights_bytes=int(weights),
+        kv_bytes_per_token_per_layer=tuple(int(b) for b in per_token),
+        window_per_layer=tuple(windows),
+        hidden_size=hidden,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        num_attention_heads=heads,
+        activation_bytes=int(act_bytes),
+        state_bytes_per_layer=tuple(int(s) for s in states),
+        kv_step=step,
+        source=source,
+    )

@@ -1,0 +1,293 @@
+"""Memory plans: the bytes a context needs, from ``ModelMemoryFacts`` and this machine.
+
+Port of the seed's ``contracts/portable/memory-plan.ts`` (``MemoryPlan``).
+``kv_bytes``, ``kv_read_bytes`` and ``transient_bytes`` are the accounting;
+``plan_memory`` adds the weights and a reserve and compares with the usable
+memory (``machine.usable_memory``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from .machine import MIB, allocator_cache_limit, measure_read_bandwidth, usable_memory
+from .memory_facts import ModelMemoryFacts
+
+__all__ = [
+    "STRATEGY",
+    "MemoryPlan",
+    "default_reserve",
+    "kv_bytes",
+    "kv_read_bytes",
+    "plan_memory",
+    "transient_bytes",
+]
+
+#: Names the accounting below (``MemoryPlan.strategy``); informational.
+STRATEGY = "mlx-kv-cache/v1"
+#: Upper end of the ``max_safe_context`` search (a model whose every layer is a
+#: sliding window only grows through its attention scores).
+_MAX_CONTEXT_SEARCH = 1 << 40
+_SCORE_BYTES = 4  # attention scores and logits are materialized in float32
+_EMPTY: Mapping[str, int] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Common admission contract (``memory-plan.ts``): what serving consumes.
+
+    ``total_bytes = weights_bytes + kv_bytes + transient_bytes + reserve_bytes``
+    and ``fits`` is ``total_bytes <= usable_bytes``. Optional fields are None
+    (or empty) when unknown or not reserved.
+    """
+
+    strategy: str
+    fits: bool
+    context_tokens: int
+    max_safe_context: int
+    weights_bytes: int
+    kv_bytes: int
+    transient_bytes: int
+    reserve_bytes: int
+    total_bytes: int
+    usable_bytes: int
+    predicted_decode_tps: float | None
+    #: mlx allocator-cache limit, distinct from the process admission limit.
+    allocator_limit_bytes: int | None = None
+    #: Generated-token allowance reserved within ``context_tokens``; None when none.
+    max_generation_tokens: int | None = None
+    #: Parts of ``weights_bytes`` held in streaming tiers instead of resident memory.
+    streamed_weights: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    #: RAM the plan leaves to the rest of the machine (may be negative when it does not fit).
+    machine_headroom_bytes: int | None = None
+    schema_version: int = 1
+
+    def figures(self) -> dict[str, str]:
+        """The main numbers as strings, e.g. for error metadata (``ErrorInfo``)."""
+        out = {
+            "fits": "true" if self.fits else "false",
+            "context_tokens": str(self.context_tokens),
+            "max_safe_context": str(self.max_safe_context),
+            "weights_bytes": str(self.weights_bytes),
+            "kv_bytes": str(self.kv_bytes),
+            "transient_bytes": str(self.transient_bytes),
+            "reserve_bytes": str(self.reserve_bytes),
+            "total_bytes": str(self.total_bytes),
+            "usable_bytes": str(self.usable_bytes),
+        }
+        if self.max_generation_tokens is not None:
+            out["max_generation_tokens"] = str(self.max_generation_tokens)
+        if self.predicted_decode_tps is not None:
+            out["predicted_decode_tps"] = f"{self.predicted_decode_tps:.2f}"
+        if self.machine_headroom_bytes is not None:
+            out["machine_headroom_bytes"] = str(self.machine_headroom_bytes)
+        return out
+
+
+# ----------------------------------------------------------------------- accounting
+
+
+def _round_up(n: int, step: int) -> int:
+    return -(-n // step) * step
+
+
+def _stored_tokens(facts: ModelMemoryFacts, tokens: int, window: int | None, chunk: int | None) -> int:
+    """Tokens of room one layer's buffer holds for a context of ``tokens``."""
+    if tokens <= 0:
+        return 0
+    step = facts.kv_step
+    if window is None:
+        if chunk is None or chunk % step == 0:
+            return _round_up(tokens, step)
+        return tokens + _round_up(chunk, step) - 1
+    # RotatingKVCache grows by min(step, max_size - offset) from wherever the
+    # prefill left it, so until the window is full it may hold up to step - 1
+    # tokens of room beyond the context; once full it holds exactly max_size.
+    return min(tokens + step - 1, window)
+
+
+def kv_bytes(facts: ModelMemoryFacts, tokens: int, rows: int = 1, *, chunk: int | None = None) -> int:
+    """Bytes of KV cache ``rows`` rows of ``tokens`` tokens each occupy.
+
+    mlx-lm's ``KVCache`` allocates in steps of ``facts.kv_step`` (256) tokens, so
+    a full-attention layer is charged ``ceil(tokens / 256) * 256`` tokens. That
+    is exact when every prefill step but the last is a multiple of 256 tokens
+    (or the prompt goes in at once) and decode appends one token at a time —
+    ``chunk=None``, the default. With prefill steps of other sizes up to
+    ``chunk`` tokens, a growth can start off a step boundary and the buffer may
+    hold up to ``round_up(chunk, 256) - 1`` tokens beyond the context; pass
+    ``chunk`` to be charged that bound instead.
+
+    A sliding-window layer (``RotatingKVCache``) stores at most its window:
+    it is charged ``min(tokens + 255, window)`` (exact once the window is full;
+    an upper bound before, as growth steps start wherever the prefill stopped).
+    Its overshoot while a chunk is appended is transient (``transient_bytes``).
+    Fixed recurrent state (``state_bytes_per_layer``) is included per row.
+    """
+    if tokens < 0 or rows < 0:
+        raise ValueError("tokens and rows must be non-negative")
+    if rows == 0:
+        return 0
+    per_row = sum(
+        per_token * _stored_tokens(facts, tokens, window, chunk)
+        for per_token, window in zip(facts.kv_bytes_per_token_per_layer, facts.window_per_layer)
+    )
+    return rows * (per_row + facts.state_bytes)
+
+
+def kv_read_bytes(facts: ModelMemoryFacts, tokens: int) -> int:
+    """Bytes of KV one decode step reads for one row at ``tokens`` of context:
+    the tokens attended (a window's worth at most), not the buffer's room."""
+    return facts.state_bytes + sum(
+        per_token * (tokens if window is None else min(tokens, window))
+        for per_token, window in zip(facts.kv_bytes_per_token_per_layer, facts.window_per_layer)
+    )
+
+
+def transient_bytes(facts: ModelMemoryFacts, chunk: int, context: int, *, rows: int = 1) -> int:
+    """Workspace beyond weights and KV while a ``chunk``-token prefill step runs
+    at ``context`` tokens (and while a decode step of ``rows`` rows runs).
+
+    Terms (``c = min(chunk, context)``, at least 1), each checked against
+    ``mx.get_peak_memory()`` around real mlx-lm forwards (``tests/test_memory.py``):
+
+    * activations: ``c x (8 x hidden + 4 x intermediate) x activation bytes``:
+      residual stream, normed input, queries, rotated and scaled queries,
+      attention output and projections (about 8 x hidden live at once); gate,
+      up, sigmoid(gate) and their product in the MLP (4 x intermediate);
+    * attention scores: ``c x context x (heads x 4 + 1)`` bytes, the float32
+      score matrix an unfused (fallback) attention materializes for the chunk,
+      plus its boolean causal mask;
+    * logits: ``rows x vocab x 4`` bytes, for the last position of each row
+      only (mlx evaluates lazily; the engine never evaluates a prefill chunk's
+      other logits);
+    * cache growth: ``rows x`` the largest single layer's KV buffer at
+      ``context`` — a ``KVCache`` grows by concatenating its old buffer into a
+      new one, layer by layer, so one layer's old copy is alive at once
+      (measured: the peak of a growth step is one layer's buffer plus the step);
+    * sliding-window overshoot: while a chunk is appended a ``RotatingKVCache``
+      holds up to ``window - 1 + c`` tokens before trimming to its window; the
+      room beyond what ``kv_bytes`` charges is counted here.
+    """
+    if chunk < 1 or context < 0 or rows < 1:
+        raise ValueError("chunk and rows must be positive, context non-negative")
+    c = max(1, min(chunk, context))
+    activations = c * (8 * facts.hidden_size + 4 * facts.intermediate_size) * facts.activation_bytes
+    scores = c * context * (facts.num_attention_heads * _SCORE_BYTES + 1)
+    logits = rows * facts.vocab_size * _SCORE_BYTES
+    growth = 0
+    overshoot = 0
+    for per_token, window in zip(facts.kv_bytes_per_token_per_layer, facts.window_per_layer):
+        stored = _stored_tokens(facts, context, window, None)
+        growth = max(growth, rows * per_token * stored)
+        if window is not None:
+            overshoot += per_token * max(0, min(context, window - 1 + c) - stored)
+    return activations + scores + logits + growth + overshoot
+
+
+def default_reserve(usable: int) -> int:
+    """Safety reserve: the larger of 256 MiB and 5% of usable memory."""
+    return max(256 * MIB, usable // 20)
+
+
+# ---------------------------------------------------------------------------- plan
+
+
+def _kv_chunk(facts: ModelMemoryFacts, prefill_chunk: int) -> int | None:
+    return None if prefill_chunk % facts.kv_step == 0 else prefill_chunk
+
+
+def _need(facts: ModelMemoryFacts, context: int, prefill_chunk: int, rows: int) -> int:
+    """Bytes beyond weights and reserve for ``rows`` rows of ``context`` tokens."""
+    return (kv_bytes(facts, context, rows, chunk=_kv_chunk(facts, prefill_chunk))
+            + transient_bytes(facts, prefill_chunk, context, rows=rows))
+
+
+def _max_context(facts: ModelMemoryFacts, budget: int, prefill_chunk: int, rows: int) -> int:
+    """Largest context whose need fits ``budget`` (need is non-decreasing)."""
+    if _need(facts, 0, prefill_chunk, rows) > budget:
+        return 0
+    lo, hi = 0, 1
+    while hi < _MAX_CONTEXT_SEARCH and _need(facts, hi, prefill_chunk, rows) <= budget:
+        lo, hi = hi, hi * 2
+    if hi >= _MAX_CONTEXT_SEARCH and _need(facts, hi, prefill_chunk, rows) <= budget:
+        return hi
+    while hi - lo > 1:  # need(lo) fits, need(hi) does not
+        mid = (lo + hi) // 2
+        if _need(facts, mid, prefill_chunk, rows) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def plan_memory(
+    facts: ModelMemoryFacts,
+    *,
+    context_tokens: int,
+    max_generation_tokens: int = 0,
+    prefill_chunk: int = 256,
+    rows: int = 1,
+    reserve_bytes: int | None = None,
+    usable: int | None = None,
+    bandwidth: float | None = None,
+    machine_total: int | None = None,
+) -> MemoryPlan:
+    """The memory ``rows`` rows of ``context_tokens`` tokens (prompt plus
+    ``max_generation_tokens`` of output) need on this machine.
+
+    ``total = weights + kv + transient + reserve``; ``fits = total <= usable``.
+    ``usable`` (and ``machine_total``) default to ``usable_memory()``; the
+    reserve to ``default_reserve(usable)``; ``bandwidth`` to the measured read
+    bandwidth (``measure_read_bandwidth()``, cached).
+
+    * ``max_safe_context``: the largest context (per row) whose total fits,
+      found by binary search; 0 when not even an empty context fits. It is not
+      capped by the model's trained context length: that cap is the caller's.
+    * ``predicted_decode_tps``: single-stream bandwidth / bytes one decode step
+      reads (the weights plus the KV attended at ``context_tokens``).
+    * ``machine_headroom_bytes``: ``machine_total - total``, the RAM the plan
+      leaves to the rest of the machine (negative: it would push others out);
+      None when ``usable`` is given without ``machine_total``.
+    * ``allocator_limit_bytes``: mlx's allocator-cache limit, if readable.
+    """
+    if context_tokens < 0 or max_generation_tokens < 0:
+        raise ValueError("token counts must be non-negative")
+    if max_generation_tokens > context_tokens:
+        raise ValueError("max_generation_tokens must lie within context_tokens")
+    if prefill_chunk < 1 or rows < 1:
+        raise ValueError("prefill_chunk and rows must be positive")
+    if usable is None:
+        usable, measured_total = usable_memory()
+        machine_total = measured_total if machine_total is None else machine_total
+    reserve = default_reserve(usable) if reserve_bytes is None else int(reserve_bytes)
+    kv = kv_bytes(facts, context_tokens, rows, chunk=_kv_chunk(facts, prefill_chunk))
+    transient = transient_bytes(facts, prefill_chunk, context_tokens, rows=rows)
+    total = facts.weights_bytes + kv + transient + reserve
+    budget = usable - facts.weights_bytes - reserve
+    max_safe = _max_context(facts, budget, prefill_chunk, rows) if budget >= 0 else 0
+    if bandwidth is None:
+        try:
+            bandwidth = measure_read_bandwidth()
+        except Exception:  # noqa: BLE001 - no measurement, no prediction
+            bandwidth = None
+    read = facts.weights_bytes + kv_read_bytes(facts, context_tokens)
+    tps = bandwidth / read if bandwidth and read > 0 else None
+    return MemoryPlan(
+        strategy=STRATEGY,
+        fits=total <= usable,
+        context_tokens=int(context_tokens),
+        max_safe_context=int(max_safe),
+        weights_bytes=int(facts.weights_bytes),
+        kv_bytes=int(kv),
+        transient_bytes=int(transient),
+        reserve_bytes=int(reserve),
+        total_bytes=int(total),
+        usable_bytes=int(usable),
+        predicted_decode_tps=tps,
+        allocator_limit_bytes=allocator_cache_limit(),
+        max_generation_tokens=int(max_generation_tokens) if max_generation_tokens else None,
+        machine_headroom_bytes=None if machine_total is None else int(machine_total - total),
+    )
