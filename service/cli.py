@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--memory-reserve", type=int, default=None, metavar="BYTES",
                    help="bytes held back from admission (default: max(256 MiB, 5%% of usable))")
     s.add_argument("--max-tokens", type=int, default=4096, help="cap on generated tokens per request")
+    s.add_argument("--max-prompt-tokens", type=int, default=0,
+                   help="cap on prompt tokens per request (0: the model's context length)")
     s.add_argument("--max-top-logprobs", type=int, default=20, help="cap on top_logprobs")
     s.add_argument("--max-embed-inputs", type=int, default=256, help="cap on inputs per Embed")
     s.add_argument("--max-message-bytes", type=int, default=16 << 20, help="max gRPC message size")
@@ -82,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_models(args: argparse.Namespace) -> ModelSet:
-    limits = Limits(max_tokens=args.max_tokens, max_top_logprobs=args.max_top_logprobs,
+    limits = Limits(max_tokens=args.max_tokens, max_prompt_tokens=args.max_prompt_tokens,
+                    max_top_logprobs=args.max_top_logprobs,
                     max_embed_inputs=args.max_embed_inputs)
     config = GenerationConfig(
         dtype=args.dtype, limits=limits, memory_limit_bytes=args.memory_limit,
