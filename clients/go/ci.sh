@@ -25,9 +25,9 @@ step "regenerate code and compare with mlxgrpc/v1"
 gen=$(mktemp -d)
 trap 'rm -rf "$gen"' EXIT
 # Plugins are protoc-gen-go / protoc-gen-go-grpc pinned in go.mod and run with `go tool`.
-(cd "$ROOT" && "$BUF" generate --template clients/go/buf.gen.yaml -o "$gen")
+(cd "$ROOT" && "$BUF" generate --template buf.gen.yaml -o "$gen")
 if ! diff -r "$gen/clients/go/mlxgrpc/v1" mlxgrpc/v1; then
-  echo "generated code is stale: run 'buf generate --template clients/go/buf.gen.yaml' from the repo root" >&2
+  echo "generated code is stale: run 'buf generate' from the repo root" >&2
   exit 1
 fi
 
