@@ -109,7 +109,11 @@ class Worker(Generic[T]):
             if isinstance(message, Shutdown):
                 return False
             if isinstance(message, Submit):
-                scheduler.add(message.row)
+                try:
+                    scheduler.add(message.row)
+                except Exception as exc:  # noqa: BLE001 - fail this row, keep serving
+                    log.exception("could not start a request")
+                    message.row.cancel(FinishReason.ERROR, f"engine failure: {type(exc).__name__}")
             elif isinstance(message, Cancel):
                 scheduler.cancel(message.request_id)
             elif isinstance(message, Call):
