@@ -7,7 +7,7 @@ importing ``engine`` first preloads the optimized one (see engine/blas.py).
 import sys
 
 import engine  # noqa: F401  - must precede every mlx import
-from engine import blas
+from engine.hardware import blas
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 import engine  # noqa: F401  - BLAS before mlx
-from engine import blas
+from engine.hardware import blas
 
 
 # -- statistics -------------------------------------------------------------------------
@@ -83,7 +83,7 @@ def version(dist: str) -> str:
 def machine_facts() -> dict[str, str]:
     import psutil
 
-    from engine.device import backend_name
+    from engine.hardware.device import backend_name
 
     return {
         "machine": f"{cpu_model()}, {os.cpu_count()} cores, "
@@ -116,13 +116,13 @@ def wait_low_load(threshold: float, max_wait_s: float, log) -> float:
 # -- the model ---------------------------------------------------------------------------
 
 def default_model() -> Path:
-    from engine.embedded import default_generation_model
+    from engine.loading.embedded import default_generation_model
 
     return default_generation_model()
 
 
 def default_embedding_model() -> Path | None:
-    from engine.embedded import EmbeddedModelMissing, default_embedding_model as find
+    from engine.loading.embedded import EmbeddedModelMissing, default_embedding_model as find
 
     try:
         return find()
@@ -138,7 +138,7 @@ def prepare_f32(source: str | Path, log) -> Path:
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
-    from engine.loading import cache_root, load_generation_model, resolve_artifact
+    from engine.loading.model import cache_root, load_generation_model, resolve_artifact
 
     artifact = resolve_artifact(source)
     if not artifact.is_dir():

@@ -12,11 +12,11 @@ import engine  # noqa: F401  - BLAS before mlx
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from engine.generation import GenerationConfig, GenerationEngine
-from engine.loading import LoadedModel
+from engine.generation.engine import GenerationConfig, GenerationEngine
+from engine.loading.model import LoadedModel
 from engine.requests import GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
 from engine.events import Delta, Finished, Started
-from engine.scheduler import SchedulerConfig
+from engine.generation.scheduler import SchedulerConfig
 
 
 # -- physical limit ------------------------------------------------------------------------
@@ -26,10 +26,10 @@ def weight_bytes(model) -> int:
 
 
 def read_bandwidth(nbytes: int = 512 << 20) -> tuple[float, float]:
-    """Bytes/s read two ways over ``nbytes`` of float32: ``mx.sum`` (engine.memory's
+    """Bytes/s read two ways over ``nbytes`` of float32: ``mx.sum`` (engine.hardware.machine's
     measure, single-threaded in MLX's CPU backend) and a [1, K] x [K, N] matvec
     through the BLAS (decode's access pattern, all BLAS threads); best of 5 each."""
-    from engine.memory import measure_read_bandwidth
+    from engine.hardware.machine import measure_read_bandwidth
 
     by_sum = measure_read_bandwidth(nbytes)
     k = 4096
@@ -173,7 +173,7 @@ class InProcessEngine:
 
 class DirectEmbedder:
     def __init__(self, model_dir: Path):
-        from engine.embedding_engine import load_embedder
+        from engine.embedding.engine import load_embedder
 
         self.model = load_embedder(Path(model_dir))
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import engine  # noqa: F401  - BLAS before mlx
-from engine import blas
+from engine.hardware import blas
 
 from .common import (Sample, default_embedding_model, default_model, embedding_texts,
                      long_prompt_ids, machine_facts, percentile, prepare_f32, ratio, stream_prompt,
@@ -127,7 +127,7 @@ def rotated(items: list, rep: int) -> list:
 
 async def run_all(args, plan: Plan, model_dir: Path, embed_dir: Path | None, report: Report,
                   results: dict, log_dir: Path) -> None:
-    from engine.loading import load_generation_model
+    from engine.loading.model import load_generation_model
 
     from .inproc import (DirectEmbedder, InProcessEngine, mlx_lm_decode, mlx_lm_prefill, read_bandwidth,
                          weight_bytes)
@@ -143,7 +143,7 @@ async def run_all(args, plan: Plan, model_dir: Path, embed_dir: Path | None, rep
     report.facts["dtype"] = m.dtype
     report.facts["weights"] = f"{wbytes / 2**20:.0f} MiB ({m.model_type}, {model_dir.name})"
     report.facts["read bandwidth"] = (f"{by_matvec / 1e9:.1f} GB/s by an f32 matvec over 512 MiB through the BLAS; "
-                                      f"{by_sum / 1e9:.1f} GB/s by mx.sum (engine.memory)")
+                                      f"{by_sum / 1e9:.1f} GB/s by mx.sum (engine.hardware.machine)")
     report.facts["decode limit"] = f"{bw / wbytes:.1f} tok/s (bandwidth / weight bytes, batch 1)"
 
     local = InProcessEngine(model_dir) if want & {"decode", "prefill", "overhead"} else None

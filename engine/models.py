@@ -6,9 +6,9 @@ import asyncio
 from typing import Union
 
 from .description import ModelDescription
-from .embedding_engine import EmbeddingEngine
+from .embedding.engine import EmbeddingEngine
 from .errors import ModelNotFound, NotReady, Unsupported
-from .generation import GenerationEngine
+from .generation.engine import GenerationEngine
 
 Engine = Union[GenerationEngine, EmbeddingEngine]
 

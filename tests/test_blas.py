@@ -1,4 +1,4 @@
-"""The optimized BLAS preload (engine/blas.py): off, auto, and what the service reports.
+"""The optimized BLAS preload (engine/hardware/blas.py): off, auto, and what the service reports.
 
 Each BLAS setting runs in a fresh interpreter: the BLAS has to be loaded before
 mlx is imported, and the test session's own process imported mlx long ago.
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 PROBE = r"""
 import json, sys, time
 import engine
-from engine import blas
+from engine.hardware import blas
 import mlx.core as mx
 a = mx.random.normal((512, 512)); b = mx.random.normal((512, 512)); mx.eval(a, b)
 mx.eval(a @ b)
@@ -69,7 +69,7 @@ def test_auto_uses_the_optimized_blas_when_installed():
 def test_importing_mlx_first_reports_reference():
     if sys.platform != "linux":
         pytest.skip("preloading is Linux-only")
-    code = "import mlx.core, engine; from engine import blas; print(blas.active())"
+    code = "import mlx.core, engine; from engine.hardware import blas; print(blas.active())"
     environ = {**os.environ, "MLX_GRPC_BLAS": "auto",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-c", code], env=environ, cwd=REPO, capture_output=True,
@@ -78,7 +78,7 @@ def test_importing_mlx_first_reports_reference():
 
 
 async def test_model_info_reports_the_engines_blas(stub):
-    from engine import blas
+    from engine.hardware import blas
 
     info = (await stub.GetModelInfo(pb.GetModelInfoRequest(model="llama"))).info
     assert info.blas == blas.active()

@@ -1,4 +1,4 @@
-"""MLX BERT sentence embeddings (engine.encoder / engine.embeddings) on all-MiniLM-L6-v2."""
+"""MLX BERT sentence embeddings (engine.embedding.encoder / engine.embedding.pooling) on all-MiniLM-L6-v2."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from engine.embeddings import EmbeddingModel, EmbeddingResult, with_instruction
-from engine.encoder import BertConfig, load_encoder, sanitize_bert_weights
+from engine.embedding.pooling import EmbeddingModel, EmbeddingResult, with_instruction
+from engine.embedding.encoder import BertConfig, load_encoder, sanitize_bert_weights
 
 pytestmark = pytest.mark.slow
 

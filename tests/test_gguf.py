@@ -1,4 +1,4 @@
-"""GGUF -> Hugging Face directory conversion (engine.gguf) on the bundled SmolLM2 model."""
+"""GGUF -> Hugging Face directory conversion (engine.loading.gguf) on the bundled SmolLM2 model."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from engine.embedded import EmbeddedModelMissing, default_embedding_model, default_generation_model
-from engine.gguf import build_config, permute_qk, prepare_gguf, unpermute_qk
-from engine.gguf_tokenizer import pre_tokenizer_for
+from engine.loading.embedded import EmbeddedModelMissing, default_embedding_model, default_generation_model
+from engine.loading.gguf import build_config, permute_qk, prepare_gguf, unpermute_qk
+from engine.loading.gguf_tokenizer import pre_tokenizer_for
 
 # ---------------------------------------------------------------- fixtures
 

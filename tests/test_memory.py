@@ -17,25 +17,13 @@ from mlx.utils import tree_flatten
 from mlx_lm.models import gemma3_text, llama
 from mlx_lm.models.cache import make_prompt_cache
 
-import engine.machine as machine
-import engine.memory as memory
-import engine.memory_facts as memory_facts
-from engine.memory import (
-    KV_STEP,
-    MIB,
-    STRATEGY,
-    MemoryGate,
-    MemoryPlan,
-    ModelMemoryFacts,
-    default_reserve,
-    facts_from_model,
-    kv_bytes,
-    kv_read_bytes,
-    measure_read_bandwidth,
-    plan_memory,
-    transient_bytes,
-    usable_memory,
-)
+import engine.hardware.machine as machine
+import engine.memory.facts as memory_facts
+from engine.hardware.machine import MIB, allocator_cache_limit, measure_read_bandwidth, usable_memory
+from engine.memory.budget import MemoryGate
+from engine.memory.facts import KV_STEP, ModelMemoryFacts, facts_from_model
+from engine.memory.plan import (STRATEGY, MemoryPlan, default_reserve, kv_bytes, kv_read_bytes, plan_memory,
+                                transient_bytes)
 
 VOCAB = 1000
 LLAMA = dict(hidden_size=256, num_hidden_layers=4, intermediate_size=512, num_attention_heads=8,
@@ -443,6 +431,6 @@ def test_read_bandwidth_is_measured_once():
 
 
 def test_allocator_limit_is_read_without_changing_it():
-    before = memory.allocator_cache_limit()
+    before = allocator_cache_limit()
     assert before is not None and before >= 0
-    assert memory.allocator_cache_limit() == before
+    assert allocator_cache_limit() == before

@@ -12,10 +12,11 @@ import pytest
 
 from engine.errors import DoesNotFit
 from engine.events import Finished, Started
-from engine.generation import GenerationConfig, GenerationEngine
-from engine.memory import MemoryGate, facts_from_model
+from engine.generation.engine import GenerationConfig, GenerationEngine
+from engine.memory.budget import MemoryGate
+from engine.memory.facts import facts_from_model
 from engine.requests import GenerationRequest, StopOptions, TokenPrompt
-from engine.scheduler import SchedulerConfig
+from engine.generation.scheduler import SchedulerConfig
 from service.status import to_status
 
 CHUNK = 8

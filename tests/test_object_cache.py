@@ -1,6 +1,6 @@
 """The object cache's ownership rules (the seed's object-cache.ts)."""
 
-from engine.object_cache import ObjectCache
+from engine.caches.objects import ObjectCache
 
 
 def test_take_put_and_lease_release_once():

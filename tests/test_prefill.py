@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.prefill import (
+from engine.generation.prefill import (
     FixedPrefillPolicy,
     PrefillPhase,
     PrefillPolicy,

@@ -26,11 +26,11 @@ from typing import Any, Callable, Mapping
 import mlx.core as mx
 import numpy as np
 
-from engine.gguf_tokenizer import GGUFVocab, build_tokenizer, special_tokens_map, tokenizer_config
+from engine.loading.gguf_tokenizer import GGUFVocab, build_tokenizer, special_tokens_map, tokenizer_config
 
 __all__ = ["convert_gguf", "prepare_gguf", "gguf_fingerprint", "permute_qk", "unpermute_qk"]
 
-logger = logging.getLogger("engine.gguf")
+logger = logging.getLogger("engine.loading.gguf")
 
 Progress = Callable[[str, float], None]
 

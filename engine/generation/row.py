@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .detokenizer import IncrementalDetokenizer
-from .events import Delta, Event, FinishReason, Finished, Started, Timings, TokenLogprob, Usage
+from ..events import Delta, Event, FinishReason, Finished, Started, Timings, TokenLogprob, Usage
 from .sampling import RowSampler
 from .stops import StopStrings
 

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 import numpy as np
 
-from engine.embeddings import EmbeddingModel, EmbeddingResult, l2_normalize, with_instruction
+from engine.embedding.pooling import EmbeddingModel, EmbeddingResult, l2_normalize, with_instruction
 
 __all__ = ["DecoderEmbeddingModel", "decoder_embed", "embedding_terminator_id"]
 
@@ -89,7 +89,7 @@ class DecoderEmbeddingModel(EmbeddingModel):
              **kwargs: Any) -> "DecoderEmbeddingModel":
         import mlx_lm
 
-        from engine.device import runtime_dtype
+        from engine.hardware.device import runtime_dtype
 
         model, tokenizer = mlx_lm.load(str(model_dir))
         target = runtime_dtype(dtype)

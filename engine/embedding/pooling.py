@@ -18,7 +18,7 @@ import mlx.core as mx
 import numpy as np
 from tokenizers import Tokenizer
 
-from engine.encoder import EncoderModel, load_encoder
+from engine.embedding.encoder import EncoderModel, load_encoder
 
 __all__ = [
     "EmbeddingModel",

@@ -13,10 +13,10 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from .admission import AdmissionPool, Lease
-from .errors import DoesNotFit
+from ..errors import DoesNotFit
 
 if TYPE_CHECKING:
-    from .memory import MemoryGate, Reservation
+    from ..memory.budget import MemoryGate, Reservation
 
 
 class Ticket:

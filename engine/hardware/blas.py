@@ -42,7 +42,7 @@ from pathlib import Path
 
 __all__ = ["ENV_VAR", "BlasInfo", "preload", "active", "info", "describe", "announce"]
 
-log = logging.getLogger("engine.blas")
+log = logging.getLogger("engine.hardware.blas")
 
 ENV_VAR = "MLX_GRPC_BLAS"
 _OFF = {"off", "0", "no", "none", "false", "reference"}
@@ -139,9 +139,9 @@ def _preload() -> BlasInfo:
         if wanted:
             log.warning("BLAS: mlx was imported before engine, so %s cannot take over its "
                         "matmuls; MLX keeps its reference BLAS. Import engine (or call "
-                        "engine.blas.preload()) before mlx.", wanted)
+                        "engine.hardware.blas.preload()) before mlx.", wanted)
         return BlasInfo("reference", source="mlx imported first",
-                        note="mlx was imported before engine.blas.preload()" if wanted else "")
+                        note="mlx was imported before engine.hardware.blas.preload()" if wanted else "")
     preloaded = _global_blas(source="LD_PRELOAD")
     if preloaded is not None:
         return preloaded

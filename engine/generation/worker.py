@@ -15,9 +15,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
-from .events import FinishReason
+from ..events import FinishReason
 
-log = logging.getLogger("engine.worker")
+log = logging.getLogger("engine.generation.worker")
 T = TypeVar("T")
 
 

@@ -14,15 +14,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import AsyncIterator
 
-from .admission import AdmissionClosed, AdmissionPool, AdmissionRejected
-from .description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
-from .device import backend_name, blas_name
-from .embeddings import EmbeddingModel, EmbeddingResult
-from .embeddings_decoder import DecoderEmbeddingModel
-from .errors import DuplicateRequestId, InvalidRequest, NotReady, QueueFull
-from .object_cache import ObjectCache
-from .requests import EmbeddingRequest
-from .validation import Limits
+from ..generation.admission import AdmissionClosed, AdmissionPool, AdmissionRejected
+from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
+from ..hardware.device import backend_name, blas_name
+from .pooling import EmbeddingModel, EmbeddingResult
+from .decoder import DecoderEmbeddingModel
+from ..errors import DuplicateRequestId, InvalidRequest, NotReady, QueueFull
+from ..caches.objects import ObjectCache
+from ..requests import EmbeddingRequest
+from ..validation import Limits
 
 _END = object()
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from .machine import MIB, allocator_cache_limit, measure_read_bandwidth, usable_memory
-from .memory_facts import ModelMemoryFacts
+from ..hardware.machine import MIB, allocator_cache_limit, measure_read_bandwidth, usable_memory
+from ..memory.facts import ModelMemoryFacts
 
 __all__ = [
     "STRATEGY",

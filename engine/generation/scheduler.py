@@ -32,13 +32,13 @@ import mlx.nn as nn
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
 from .batch import DecodeBatch
-from .events import FinishReason
+from ..events import FinishReason
 from .prefill import PrefillPolicy, StepKind, next_prefill_step
-from .prefix_cache import PrefixCache
+from ..caches.prefix import PrefixCache
 from .row import Row, RowStatus
 from .sampling import greedy_tokens, token_logprobs
 
-log = logging.getLogger("engine.scheduler")
+log = logging.getLogger("engine.generation.scheduler")
 
 
 @dataclass(frozen=True)

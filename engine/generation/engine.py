@@ -17,24 +17,27 @@ from typing import AsyncIterator, Callable
 
 from .admission import AdmissionClosed, AdmissionPool, AdmissionRejected
 from .admitter import Admitter
-from .description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
+from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
 from .detokenizer import IncrementalDetokenizer
-from .device import backend_name, blas_name
-from .errors import (DuplicateRequestId, EngineFailure, InvalidRequest, NotReady, QueueFull,
+from ..hardware.device import backend_name, blas_name
+from ..errors import (DuplicateRequestId, EngineFailure, InvalidRequest, NotReady, QueueFull,
                      Unsupported)
-from .events import Event, FinishReason, Finished, Timings, Usage
-from .loading import LoadedModel, default_name, load_generation_model
-from .memory import MemoryGate, MemoryPlan, facts_from_model, plan_memory, usable_memory
+from ..events import Event, FinishReason, Finished, Timings, Usage
+from ..loading.model import LoadedModel, default_name, load_generation_model
+from ..hardware.machine import usable_memory
+from ..memory.budget import MemoryGate
+from ..memory.facts import facts_from_model
+from ..memory.plan import MemoryPlan, plan_memory
 from .prefill import FixedPrefillPolicy
-from .requests import ChatPrompt, GenerationRequest, TextPrompt, TokenPrompt
+from ..requests import ChatPrompt, GenerationRequest, TextPrompt, TokenPrompt
 from .row import Row, StopRule
 from .sampling import RowSampler
 from .scheduler import Scheduler, SchedulerConfig
 from .stops import StopStrings
-from .validation import Limits, check_token_ids, validate_request
+from ..validation import Limits, check_token_ids, validate_request
 from .worker import Worker
 
-log = logging.getLogger("engine.generation")
+log = logging.getLogger("engine.generation.engine")
 
 
 @dataclass

@@ -14,8 +14,8 @@ from typing import Sequence
 
 import mlx.core as mx
 
-from .events import TokenLogprob, TopLogprob
-from .requests import SamplingOptions
+from ..events import TokenLogprob, TopLogprob
+from ..requests import SamplingOptions
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 

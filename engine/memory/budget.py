@@ -9,9 +9,9 @@ import threading
 from collections.abc import Sequence
 from types import TracebackType
 
-from .machine import usable_memory
-from .memory_facts import ModelMemoryFacts
-from .memory_plan import _kv_chunk, _max_context, default_reserve, kv_bytes, transient_bytes
+from ..hardware.machine import usable_memory
+from ..memory.facts import ModelMemoryFacts
+from ..memory.plan import _kv_chunk, _max_context, default_reserve, kv_bytes, transient_bytes
 
 __all__ = ["MemoryGate", "Reservation"]
 

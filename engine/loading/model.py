@@ -1,7 +1,7 @@
 """Loading generation models: local Hugging Face directories, GGUF files, hub ids.
 
 GGUF files are converted once into a Hugging Face-layout directory under the cache
-root (see ``engine.gguf``); every model then loads through ``mlx_lm.load``, so any
+root (see ``engine.loading.gguf``); every model then loads through ``mlx_lm.load``, so any
 architecture mlx-lm supports works.
 """
 
@@ -19,10 +19,10 @@ import mlx.nn as nn
 import mlx_lm
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from .device import runtime_dtype
-from .gguf import prepare_gguf
+from ..hardware.device import runtime_dtype
+from ..loading.gguf import prepare_gguf
 
-log = logging.getLogger("engine.loading")
+log = logging.getLogger("engine.loading.model")
 
 
 def cache_root() -> Path:
