@@ -1,0 +1,149 @@
+"""SIMD CPU kernels for MLX, as a C++ extension of custom primitives.
+
+MLX's CPU backend computes exp, sigmoid, erf and softmax one element at a time and
+runs attention as separate matmul, mask and softmax ops. The extension
+(``csrc/``, built by ``python -m engine.kernels.build``) adds vectorised,
+multi-threaded kernels: fused attention (prefill and decode, causal, window and
+array masks, grouped-query heads, reading the KV cache in place), SiLU-gate, GELU,
+softmax, RoPE over fused projections, and matrix-vector products straight from
+8- and 4-bit quantized weights. ``decoder`` and ``encoder`` put them into loaded
+mlx-lm models and the BERT encoder, on the CPU backend only.
+
+``MLX_GRPC_KERNELS=off`` turns them off; without a build (no compiler, or mlx
+upgraded since) everything runs on mlx's own ops and ``status()`` says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from types import ModuleType
+
+import mlx.core as mx
+
+__all__ = ["ENV_VAR", "KernelStatus", "status", "enabled", "ext", "announce", "apply_to_decoder",
+           "apply_to_encoder"]
+
+log = logging.getLogger("engine.kernels")
+
+ENV_VAR = "MLX_GRPC_KERNELS"
+_OFF = {"off", "0", "no", "false", "none"}
+_ISA = {16: "avx512", 8: "avx2", 4: "sse/neon"}
+
+
+@dataclass(frozen=True)
+class KernelStatus:
+    available: bool
+    detail: str  # what runs ("avx512, 2 threads") or why nothing does
+
+    def describe(self) -> str:
+        return f"kernels {self.detail}" if self.available else f"kernels off: {self.detail}"
+
+
+_module: ModuleType | None = None
+_status: KernelStatus | None = None
+_announced = False
+
+
+def turned_off() -> bool:
+    return os.environ.get(ENV_VAR, "auto").strip().lower() in _OFF
+
+
+def status() -> KernelStatus:
+    """Whether the kernels can run here (loads the module once)."""
+    global _status, _module
+    if _status is None:
+        _module, _status = _load()
+    return _status
+
+
+def enabled() -> bool:
+    """The kernels are built, loadable, not turned off, and MLX computes on the CPU."""
+    return not turned_off() and status().available and mx.default_device().type == mx.DeviceType.cpu
+
+
+def ext() -> ModuleType:
+    """The loaded extension module (only when ``status().available``)."""
+    if not status().available or _module is None:
+        raise RuntimeError(status().describe())
+    return _module
+
+
+def announce() -> None:
+    """Logs once whether the kernels run (a WARNING, with the way to build them,
+    when the CPU backend runs without them)."""
+    global _announced
+    if _announced or mx.default_device().type != mx.DeviceType.cpu:
+        return
+    _announced = True
+    s = status()
+    if s.available and not turned_off():
+        log.info("CPU kernels: %s", s.detail)
+    elif turned_off():
+        log.info("CPU kernels turned off (%s); MLX's own ops run", s.detail)
+    else:
+        log.warning("CPU kernels unavailable (%s); MLX's own ops run, several times slower", s.detail)
+
+
+def apply_to_decoder(model, name: str = "") -> dict[str, int]:
+    """Puts the kernels into a loaded mlx-lm model when they are enabled; returns
+    what was replaced, by kind (empty when nothing was)."""
+    announce()
+    if not enabled():
+        return {}
+    from .decoder import apply  # noqa: PLC0415 - needs the module loaded
+
+    return _report(name, apply(model))
+
+
+def apply_to_encoder(encoder, name: str = "") -> dict[str, int]:
+    """The same for the BERT encoder (engine.embedding.encoder.EncoderModel)."""
+    announce()
+    if not enabled():
+        return {}
+    from .encoder import apply  # noqa: PLC0415
+
+    return _report(name, apply(encoder))
+
+
+def _report(name: str, counts: dict[str, int]) -> dict[str, int]:
+    log.info("CPU kernels in %s: %s", name or "model",
+             ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())) or "none applicable")
+    return counts
+
+
+def _load() -> tuple[ModuleType | None, KernelStatus]:
+    from .build import stale_reason  # noqa: PLC0415 - not at import: `python -m engine.kernels.build`
+
+    if turned_off():
+        return None, KernelStatus(False, f"{ENV_VAR}={os.environ.get(ENV_VAR)}")
+    stale = stale_reason()
+    if stale is not None:
+        return None, KernelStatus(False, f"{stale}; run `python -m engine.kernels.build`")
+    try:
+        from . import _ext  # noqa: PLC0415 - optional, built in place
+    except ImportError as exc:
+        return None, KernelStatus(False, f"the module does not load ({exc}); "
+                                         "run `python -m engine.kernels.build --force`")
+    if _ext.mlx_version != mx.__version__.split(".dev")[0]:
+        return None, KernelStatus(False, f"built against mlx {_ext.mlx_version}, running "
+                                         f"{mx.__version__}; rebuild")
+    problem = _self_test(_ext)
+    if problem:
+        return None, KernelStatus(False, problem)
+    isa = _ISA.get(_ext.simd_width, f"{_ext.simd_width}-wide")
+    return _ext, KernelStatus(True, f"{isa}, {_ext.max_threads()} threads")
+
+
+def _self_test(module: ModuleType) -> str:
+    """A tiny call through the module: catches a binding ABI that differs from mlx's."""
+    try:
+        x = mx.array([[-2.0, -0.5, 0.0, 0.5, 2.0]])
+        got = module.silu_gate(x, x, stream=mx.cpu)
+        want = x * mx.sigmoid(x) * x
+        if not mx.allclose(got, want, rtol=1e-5, atol=1e-6).item():
+            return "self-test gave wrong values"
+    except (TypeError, RuntimeError, ValueError) as exc:
+        return f"self-test failed ({exc}); the nanobind used to build may not match mlx's"
+    return ""

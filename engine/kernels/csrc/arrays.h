@@ -1,0 +1,130 @@
+// Reading primitive inputs in place and allocating outputs.
+//
+// eval_cpu runs when the graph is scheduled; the data of its inputs exists only
+// once the work it dispatches (on the stream's thread) runs. So shapes and strides
+// are read in eval_cpu and the data only inside dispatched work.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "mlx/array.h"
+#include "mlx/backend/cpu/encoder.h"
+
+namespace mlxk {
+
+namespace mx = mlx::core;
+
+// A float32 input seen as rows of `cols` contiguous values, `stride` apart.
+// When its layout does not allow that (broadcasts, transposed last axis), the
+// rows are gathered into a private buffer inside the dispatched work.
+struct Rows {
+  const float* data;
+  int64_t rows;
+  int64_t cols;
+  int64_t stride;
+  bool gather;
+  mx::Shape shape;
+  mx::Strides strides;
+
+  explicit Rows(const mx::array& a);
+  // Called inside dispatched work: the rows, gathered into `buffer` if needed.
+  const float* materialize(std::vector<float>& buffer, int64_t& row_stride) const;
+};
+
+inline Rows::Rows(const mx::array& a)
+    : data(a.data<float>()), rows(1), cols(a.ndim() ? a.shape(-1) : 1), stride(cols),
+      gather(false), shape(a.shape()), strides(a.strides()) {
+  int n = a.ndim();
+  rows = cols ? static_cast<int64_t>(a.size()) / cols : 0;
+  if (a.flags().row_contiguous || n <= 1 || rows <= 1) {
+    gather = n >= 1 && !a.flags().row_contiguous && a.strides(-1) != 1 && a.size() > 1;
+    return;
+  }
+  if (a.strides(-1) != 1) {
+    gather = true;
+    return;
+  }
+  // Leading axes must collapse into one: stride[i] == stride[i+1] * shape[i+1].
+  for (int i = 0; i + 2 < n; ++i) {
+    if (a.shape(i) != 1 && a.strides(i) != a.strides(i + 1) * a.shape(i + 1)) {
+      gather = true;
+      return;
+    }
+  }
+  stride = a.strides(n - 2);
+  if (stride < cols) {  // e.g. broadcast rows (stride 0): read-only, still valid
+    gather = stride != 0;
+  }
+}
+
+inline const float* Rows::materialize(std::vector<float>& buffer, int64_t& row_stride) const {
+  if (!gather) {
+    row_stride = stride;
+    return data;
+  }
+  buffer.resize(static_cast<size_t>(rows * cols));
+  int n = static_cast<int>(shape.size());
+  std::vector<int64_t> index(n, 0);
+  for (int64_t e = 0; e < rows * cols; ++e) {
+    int64_t loc = 0;
+    for (int d = 0; d < n; ++d) {
+      loc += index[d] * strides[d];
+    }
+    buffer[e] = data[loc];
+    for (int d = n - 1; d >= 0; --d) {
+      if (++index[d] < shape[d]) {
+        break;
+      }
+      index[d] = 0;
+    }
+  }
+  row_stride = cols;
+  return buffer.data();
+}
+
+// A 4-D float input whose last axis is contiguous: in place, or gathered.
+struct Dense4 {
+  Rows rows;
+  int64_t strides[4];
+  // A 3-D [B, T, D] input is seen as [B, 1, T, D].
+  explicit Dense4(const mx::array& a) : rows(a) {
+    int n = a.ndim();
+    for (int i = 0; i < 4; ++i) {
+      int axis = n == 3 ? (i == 0 ? 0 : i - 1) : i;
+      strides[i] = (n == 3 && i == 1) ? 0 : a.strides(axis);
+    }
+    if (n == 3) {
+      rows.shape = {a.shape(0), 1, a.shape(1), a.shape(2)};
+      rows.strides = {a.strides(0), 0, a.strides(1), a.strides(2)};
+    }
+  }
+  const float* get(std::vector<float>& buffer, int64_t out[4]) const {
+    if (strides[3] == 1 || rows.cols == 1) {
+      std::copy(strides, strides + 4, out);
+      return rows.data;
+    }
+    int64_t ignored;
+    const float* p = rows.materialize(buffer, ignored);  // gather = true here
+    int64_t s = 1;
+    for (int i = 3; i >= 0; --i) {
+      out[i] = s;
+      s *= rows.shape[i];
+    }
+    return p;
+  }
+};
+
+inline void require_float32(const mx::array& a, const char* op) {
+  if (a.dtype() != mx::float32) {
+    throw std::invalid_argument(std::string(op) + ": float32 inputs only");
+  }
+}
+
+inline void allocate(mx::array& out) {
+  out.set_data(mx::allocator::malloc(out.nbytes()));
+}
+
+} // namespace mlxk

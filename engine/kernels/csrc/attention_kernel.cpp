@@ -1,0 +1,312 @@
+// Two ways to score a block, one online softmax and one values product:
+// * many rows (prefill): the block's queries transposed once ([D][rows]), so a
+//   score tile is keys x rows with the rows in SIMD lanes and every key element
+//   broadcast (no transposed copy of the keys);
+// * few rows (decode): each key row dotted with each query row along D.
+#include "attention_kernel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "simd.h"
+
+namespace mlxk {
+
+namespace {
+
+constexpr int kNR = 2;                 // row vectors per block (lanes kernel)
+constexpr int kRows = kNR * kW;        // rows per block
+constexpr int kKB = 64;                // keys per block
+constexpr int kMK = kW >= 16 ? 8 : 4;  // keys per score tile (lanes kernel)
+constexpr int kDotRows = 8;            // blocks of at most this many rows use dot
+constexpr int kRegs = kW >= 16 ? 28 : 14;
+
+inline int round_up(int n, int m) {
+  return (n + m - 1) / m * m;
+}
+
+struct Scratch {
+  std::vector<float> q, s, m, l, corr, kpack, vpack;
+  static float* get(std::vector<float>& v, size_t n) {
+    if (v.size() < n) {
+      v.resize(n);
+    }
+    return v.data();
+  }
+};
+thread_local Scratch tl;
+
+// acc rows += P . V for up to MR rows, NV vectors per value row (kept in registers).
+template <int NV, int MR>
+void pv_tile(float* acc, int64_t astride, const float* P, int64_t prs, int64_t pjs,
+             const float* corr, int nrows, const float* v, int64_t vstride, int nk) {
+  vf o[MR][NV];
+  for (int r = 0; r < MR; ++r) {
+    for (int c = 0; c < NV; ++c) {
+      o[r][c] = r < nrows ? load(acc + r * astride + c * kW) * corr[r] : splat(0.0f);
+    }
+  }
+  for (int j = 0; j < nk; ++j) {
+    const float* vr = v + j * vstride;
+    vf vj[NV];
+    for (int c = 0; c < NV; ++c) {
+      vj[c] = load(vr + c * kW);
+    }
+    for (int r = 0; r < MR; ++r) {
+      float pr = P[r * prs + j * pjs];
+      for (int c = 0; c < NV; ++c) {
+        o[r][c] += pr * vj[c];
+      }
+    }
+  }
+  for (int r = 0; r < nrows; ++r) {
+    for (int c = 0; c < NV; ++c) {
+      store(acc + r * astride + c * kW, o[r][c]);
+    }
+  }
+}
+
+template <int NV>
+void pv_rows(float* acc, int64_t astride, const float* P, int64_t prs, int64_t pjs,
+             const float* corr, int nrows, const float* v, int64_t vstride, int nk, int) {
+  constexpr int MR = std::max(1, std::min(4, (kRegs - NV) / NV));
+  for (int r = 0; r < nrows; r += MR) {
+    pv_tile<NV, MR>(acc + r * astride, astride, P + r * prs, prs, pjs, corr + r,
+                    std::min(MR, nrows - r), v, vstride, nk);
+  }
+}
+
+void pv_generic(float* acc, int64_t astride, const float* P, int64_t prs, int64_t pjs,
+                const float* corr, int nrows, const float* v, int64_t vstride, int nk, int nv) {
+  for (int r = 0; r < nrows; ++r) {
+    float* a = acc + r * astride;
+    for (int c = 0; c < nv; ++c) {
+      store(a + c * kW, load(a + c * kW) * corr[r]);
+    }
+    for (int j = 0; j < nk; ++j) {
+      float pr = P[r * prs + j * pjs];
+      for (int c = 0; c < nv; ++c) {
+        store(a + c * kW, load(a + c * kW) + pr * load(v + j * vstride + c * kW));
+      }
+    }
+  }
+}
+
+using PvFn = void (*)(float*, int64_t, const float*, int64_t, int64_t, const float*, int,
+                      const float*, int64_t, int, int);
+
+PvFn pv_for(int nv) {
+  switch (nv) {
+    case 1: return pv_rows<1>;
+    case 2: return pv_rows<2>;
+    case 3: return pv_rows<3>;
+    case 4: return pv_rows<4>;
+    case 5: return pv_rows<5>;
+    case 6: return pv_rows<6>;
+    case 8: return pv_rows<8>;
+    default: return pv_generic;
+  }
+}
+
+// Scores of keys x rows: st[j * kRows + row] = sum_d k[j][d] * qt[d][row].
+void lanes_scores(const float* qt, int D, const float* k, int64_t kstride, int nk, float* st) {
+  for (int jt = 0; jt < nk; jt += kMK) {
+    int nj = std::min(kMK, nk - jt);
+    const float* kr[kMK];
+    for (int jj = 0; jj < kMK; ++jj) {
+      kr[jj] = k + (jt + std::min(jj, nj - 1)) * kstride;
+    }
+    vf acc[kMK][kNR];
+    for (int jj = 0; jj < kMK; ++jj) {
+      for (int c = 0; c < kNR; ++c) {
+        acc[jj][c] = splat(0.0f);
+      }
+    }
+    for (int d = 0; d < D; ++d) {
+      vf qv[kNR];
+      for (int c = 0; c < kNR; ++c) {
+        qv[c] = load(qt + d * kRows + c * kW);
+      }
+      for (int jj = 0; jj < kMK; ++jj) {
+        float kd = kr[jj][d];
+        for (int c = 0; c < kNR; ++c) {
+          acc[jj][c] += kd * qv[c];
+        }
+      }
+    }
+    for (int jj = 0; jj < nj; ++jj) {
+      for (int c = 0; c < kNR; ++c) {
+        store(st + (jt + jj) * kRows + c * kW, acc[jj][c]);
+      }
+    }
+  }
+}
+
+// Scores of rows x keys: s[r * kKB + j] = q[r] . k[j] (q rows padded to nv vectors).
+void dot_scores(const float* q, int nrows, int nv, const float* k, int64_t kstride, int nk,
+                float* s) {
+  for (int j = 0; j < nk; ++j) {
+    const float* kr = k + j * kstride;
+    for (int r = 0; r < nrows; ++r) {
+      const float* qr = q + r * nv * kW;
+      vf a = load(qr) * load(kr);
+      for (int c = 1; c < nv; ++c) {
+        a += load(qr + c * kW) * load(kr + c * kW);
+      }
+      s[r * kKB + j] = hsum(a);
+    }
+  }
+}
+
+// Online softmax step, rows in lanes: st becomes exp(score - new max).
+void lanes_softmax(float* st, int nk, float* m, float* l, float* corr) {
+  for (int c = 0; c < kNR; ++c) {
+    vf mo = load(m + c * kW);
+    vf mn = mo;
+    for (int j = 0; j < nk; ++j) {
+      mn = vmax(mn, load(st + j * kRows + c * kW));
+    }
+    vf mu = mn == kNegInf ? splat(0.0f) : mn;
+    vf sum = splat(0.0f);
+    for (int j = 0; j < nk; ++j) {
+      float* p = st + j * kRows + c * kW;
+      vf e = vexp(load(p) - mu);
+      store(p, e);
+      sum += e;
+    }
+    vf cr = vexp(mo - mu);
+    store(l + c * kW, load(l + c * kW) * cr + sum);
+    store(m + c * kW, mn);
+    store(corr + c * kW, cr);
+  }
+}
+
+// Online softmax step, keys in lanes (s padded with -inf to a multiple of kW).
+void rows_softmax(float* s, int nrows, int nk, float* m, float* l, float* corr) {
+  int nkp = round_up(nk, kW);
+  for (int r = 0; r < nrows; ++r) {
+    float* row = s + r * kKB;
+    vf mv = splat(kNegInf);
+    for (int j = 0; j < nkp; j += kW) {
+      mv = vmax(mv, load(row + j));
+    }
+    float mn = std::max(m[r], hmax(mv));
+    float mu = mn == kNegInf ? 0.0f : mn;
+    vf sum = splat(0.0f);
+    for (int j = 0; j < nkp; j += kW) {
+      vf e = vexp(load(row + j) - mu);
+      store(row + j, e);
+      sum += e;
+    }
+    corr[r] = m[r] == kNegInf ? 0.0f : std::exp(m[r] - mu);
+    l[r] = l[r] * corr[r] + hsum(sum);
+    m[r] = mn;
+  }
+}
+
+// Causal/window ranges and the array mask, for keys [k0, k0 + nk).
+void apply_masks(const AttnProblem& p, const RowBlock& blk, float* sc, int64_t rs, int64_t js,
+                 int nrows, int k0, int nk) {
+  bool array = p.mask_bool || p.mask_add;
+  if (!array && k0 >= p.key_lo(blk.i1 - 1) && k0 + nk <= p.key_hi(blk.i0)) {
+    return;  // every row sees every key of the block
+  }
+  for (int r = 0; r < nrows; ++r) {
+    int i = blk.i0 + r;
+    int lo = p.key_lo(i), hi = p.key_hi(i);
+    int64_t off = blk.b * p.ms[0] + p.row_head(blk.hk, i) * p.ms[1] + p.row_pos(i) * p.ms[2];
+    for (int j = 0; j < nk; ++j) {
+      int key = k0 + j;
+      float& x = sc[r * rs + j * js];
+      if (key < lo || key >= hi) {
+        x = kNegInf;
+      } else if (p.mask_bool) {
+        x = p.mask_bool[off + key * p.ms[3]] ? x : kNegInf;
+      } else if (p.mask_add) {
+        x += p.mask_add[off + key * p.ms[3]];
+      }
+    }
+  }
+}
+
+// Rows of k or v for keys [k0, k0 + nk), padded to whole vectors when needed.
+const float* key_rows(const float* base, int64_t stride, int dim, int k0, int nk,
+                      std::vector<float>& pack, int64_t& out_stride) {
+  const float* first = base + k0 * stride;
+  if (dim % kW == 0) {
+    out_stride = stride;
+    return first;
+  }
+  int dp = round_up(dim, kW);
+  float* dst = Scratch::get(pack, size_t(nk) * dp);
+  for (int j = 0; j < nk; ++j) {
+    std::copy(first + j * stride, first + j * stride + dim, dst + j * dp);
+    std::fill(dst + j * dp + dim, dst + (j + 1) * dp, 0.0f);
+  }
+  out_stride = dp;
+  return dst;
+}
+
+const float* query_row(const AttnProblem& p, const RowBlock& blk, int i) {
+  return p.q + blk.b * p.qs[0] + p.row_head(blk.hk, i) * p.qs[1] + p.row_pos(i) * p.qs[2];
+}
+
+} // namespace
+
+int attention_block_rows() {
+  return kRows;
+}
+
+void attend_block(const AttnProblem& p, const RowBlock& blk, const Partial& out) {
+  int R = blk.i1 - blk.i0;
+  int dvp = round_up(p.Dv, kW), dp = round_up(p.D, kW);
+  float* m = Scratch::get(tl.m, kRows);
+  float* l = Scratch::get(tl.l, kRows);
+  float* corr = Scratch::get(tl.corr, kRows);
+  std::fill(m, m + kRows, kNegInf);
+  std::fill(l, l + kRows, 0.0f);
+  for (int r = 0; r < R; ++r) {
+    std::fill(out.acc + r * out.stride, out.acc + r * out.stride + dvp, 0.0f);
+  }
+  int lo = std::max(blk.s0, p.key_lo(blk.i0));
+  int hi = std::min(blk.s1, p.key_hi(blk.i1 - 1));
+  bool dot = R <= kDotRows;
+  float* q = Scratch::get(tl.q, size_t(dot ? kDotRows * dp : p.D * kRows));
+  float* s = Scratch::get(tl.s, size_t(kRows) * kKB);
+  std::fill(q, q + (dot ? kDotRows * dp : p.D * kRows), 0.0f);
+  for (int r = 0; r < R; ++r) {
+    const float* qr = query_row(p, blk, blk.i0 + r);
+    for (int d = 0; d < p.D; ++d) {
+      (dot ? q[r * dp + d] : q[d * kRows + r]) = qr[d] * p.scale;
+    }
+  }
+  const int64_t kbase = blk.b * p.ks[0] + blk.hk * p.ks[1];
+  const int64_t vbase = blk.b * p.vs[0] + blk.hk * p.vs[1];
+  PvFn pv = pv_for(dvp / kW);
+  for (int k0 = lo; k0 < hi; k0 += kKB) {
+    int nk = std::min(kKB, hi - k0);
+    int64_t vstride;
+    const float* vr = key_rows(p.v + vbase, p.vs[2], p.Dv, k0, nk, tl.vpack, vstride);
+    if (dot) {
+      int64_t kstride;
+      const float* kr = key_rows(p.k + kbase, p.ks[2], p.D, k0, nk, tl.kpack, kstride);
+      for (int r = 0; r < R; ++r) {
+        std::fill(s + r * kKB + nk, s + (r + 1) * kKB, kNegInf);
+      }
+      dot_scores(q, R, dp / kW, kr, kstride, nk, s);
+      apply_masks(p, blk, s, kKB, 1, R, k0, nk);
+      rows_softmax(s, R, nk, m, l, corr);
+      pv(out.acc, out.stride, s, kKB, 1, corr, R, vr, vstride, nk, dvp / kW);
+    } else {
+      lanes_scores(q, p.D, p.k + kbase + k0 * p.ks[2], p.ks[2], nk, s);
+      apply_masks(p, blk, s, 1, kRows, R, k0, nk);
+      lanes_softmax(s, nk, m, l, corr);
+      pv(out.acc, out.stride, s, 1, kRows, corr, R, vr, vstride, nk, dvp / kW);
+    }
+  }
+  std::copy(m, m + R, out.m);
+  std::copy(l, l + R, out.l);
+}
+
+} // namespace mlxk

@@ -1,0 +1,64 @@
+// The attention kernel: one block of query rows of one (batch, kv head) against a
+// range of keys, with an online softmax (running max, sum and weighted values), so
+// scores never exist beyond one block of keys. Grouped-query heads sharing a kv
+// head are rows of the same block: each key and value row is read once for all.
+#pragma once
+
+#include <cstdint>
+
+namespace mlxk {
+
+struct AttnProblem {
+  int B, Hq, Hk, L, S, D, Dv;
+  float scale;
+  bool causal;
+  int window;  // > 0: keys at most window - 1 positions before the query
+  const float* q;
+  const float* k;
+  const float* v;
+  int64_t qs[4], ks[4], vs[4];  // strides of q [B,Hq,L,D], k [B,Hk,S,D], v [B,Hk,S,Dv]
+  const bool* mask_bool;  // broadcast to [B,Hq,L,S] by the strides ms, or null
+  const float* mask_add;
+  int64_t ms[4];
+  // Packed sequences (L == S): the query at position t sees keys [seg_lo[t], seg_hi[t]).
+  const int32_t* seg_lo;
+  const int32_t* seg_hi;
+
+  int rep() const { return Hq / Hk; }
+  // Query row i of a kv head's block sits at position i / rep, head hk*rep + i % rep.
+  int row_pos(int i) const { return i / rep(); }
+  int row_head(int hk, int i) const { return hk * rep() + i % rep(); }
+  // The keys row i may see: [lo, hi).
+  int key_lo(int i) const {
+    int lo = window > 0 ? row_pos(i) + (S - L) - window + 1 : 0;
+    lo = seg_lo && seg_lo[row_pos(i)] > lo ? seg_lo[row_pos(i)] : lo;
+    return lo > 0 ? lo : 0;
+  }
+  int key_hi(int i) const {
+    int hi = causal ? row_pos(i) + (S - L) + 1 : S;
+    hi = seg_hi && seg_hi[row_pos(i)] < hi ? seg_hi[row_pos(i)] : hi;
+    return hi < S ? hi : S;
+  }
+};
+
+// Rows [i0, i1) of kv head hk in batch b, keys [s0, s1).
+struct RowBlock {
+  int b, hk, i0, i1, s0, s1;
+};
+
+// Per row: the running max m, the sum l of exp(score - m), and acc = the sum of
+// exp(score - m) * value (Dv floats, `stride` apart).
+struct Partial {
+  float* m;
+  float* l;
+  float* acc;
+  int64_t stride;
+};
+
+// Rows per block the kernels take at most.
+int attention_block_rows();
+
+// Accumulates the block into `out` (initialised here: m = -inf, l = 0, acc = 0).
+void attend_block(const AttnProblem& p, const RowBlock& blk, const Partial& out);
+
+} // namespace mlxk

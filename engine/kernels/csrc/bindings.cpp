@@ -1,0 +1,69 @@
+// Python bindings: the ops take and return mlx.core.array (nanobind, MLX's domain).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
+#include <nanobind/stl/vector.h>
+
+#include "mlx/version.h"
+#include "parallel.h"
+#include "primitives.h"
+#include "simd.h"
+
+namespace nb = nanobind;
+namespace mx = mlx::core;
+using namespace nb::literals;
+
+#define MLXK_STR2(x) #x
+#define MLXK_STR(x) MLXK_STR2(x)
+
+NB_MODULE(_ext, m) {
+  m.doc() = "SIMD CPU kernels for MLX (float32)";
+  m.attr("mlx_version") = MLXK_STR(MLX_VERSION_MAJOR) "." MLXK_STR(MLX_VERSION_MINOR) "." MLXK_STR(
+      MLX_VERSION_PATCH);
+  m.attr("simd_width") = mlxk::kW;
+  m.def("max_threads", &mlxk::max_threads, "Threads the kernels may use.");
+  m.def("silu_gate", &mlxk::silu_gate, "gate"_a, "up"_a, nb::kw_only(), "stream"_a = nb::none(),
+        "silu(gate) * up.");
+  m.def("gelu", &mlxk::gelu, "x"_a, "approximate"_a = false, nb::kw_only(), "stream"_a = nb::none(),
+        "GELU: the erf form, or the tanh approximation.");
+  m.def("softmax", &mlxk::softmax, "x"_a, nb::kw_only(), "stream"_a = nb::none(),
+        "Softmax over the last axis.");
+  m.def("attention", &mlxk::attention, "q"_a, "k"_a, "v"_a, "scale"_a, "causal"_a = false,
+        "window"_a = 0, "mask"_a = nb::none(), "flat"_a = false, "segments"_a = nb::none(), nb::kw_only(),
+        "stream"_a = nb::none(),
+        "softmax(scale * q k^T + mask) v with grouped-query heads, causal and window masks; "
+        "[B, Hq, L, Dv], or [B, L, Hq * Dv] when flat.");
+  m.def("silu_gate_halves", &mlxk::silu_gate_halves, "x"_a, nb::kw_only(), "stream"_a = nb::none(),
+        "silu(gate) * up with gate and up the halves of x's last axis.");
+  m.def("quantized_matmul", &mlxk::quantized_matmul, "x"_a, "w"_a, "scales"_a, "biases"_a,
+        "group_size"_a, "bits"_a, nb::kw_only(), "stream"_a = nb::none(),
+        "x @ dequantize(w).T for MLX's affine 8- and 4-bit layouts.");
+  m.def("dequantize", &mlxk::dequantize, "w"_a, "scales"_a, "biases"_a, "group_size"_a, "bits"_a,
+        nb::kw_only(), "stream"_a = nb::none(), "MLX's affine 8- and 4-bit weights as float32.");
+  m.def("rms_norm", &mlxk::rms_norm, "x"_a, "weight"_a.none(), "eps"_a, nb::kw_only(),
+        "stream"_a = nb::none(), "RMSNorm over the last axis (mx.fast.rms_norm's rounding).");
+  m.def("layer_norm", &mlxk::layer_norm, "x"_a, "weight"_a.none(), "bias"_a.none(), "eps"_a,
+        nb::kw_only(), "stream"_a = nb::none(), "LayerNorm over the last axis (mx.fast.layer_norm's rounding).");
+  m.def(
+      "rope",
+      [](const mx::array& x, int dims, bool traditional, float scale, const mx::array& inv_freqs,
+         const mx::array& offsets, mx::StreamOrDevice s) {
+        return mlxk::rope(x, {dims, traditional, scale}, inv_freqs, offsets, s);
+      },
+      "x"_a, "dims"_a, "traditional"_a, "scale"_a, "inv_freqs"_a, "offsets"_a, nb::kw_only(),
+      "stream"_a = nb::none(), "mx.fast.rope with the inverse frequencies given (same results).");
+  m.def(
+      "qkv_rope",
+      [](const mx::array& qkv, int q_heads, int kv_heads, int head_dim, int dims, bool traditional,
+         float scale, const mx::array& inv_freqs, const mx::array& offsets,
+         const std::optional<mx::array>& q_norm, const std::optional<mx::array>& k_norm, float eps,
+         mx::StreamOrDevice s) {
+        mlxk::QkvHeads h{q_heads, kv_heads, head_dim, q_norm.has_value(), eps};
+        return mlxk::qkv_rope(qkv, {dims, traditional, scale}, h, inv_freqs, offsets, q_norm, k_norm, s);
+      },
+      "qkv"_a, "q_heads"_a, "kv_heads"_a, "head_dim"_a, "dims"_a, "traditional"_a, "scale"_a,
+      "inv_freqs"_a, "offsets"_a, "q_norm"_a = nb::none(), "k_norm"_a = nb::none(), "eps"_a = 0.0f,
+      nb::kw_only(), "stream"_a = nb::none(),
+      "Split a fused qkv projection into q, k, v heads with per-head RMSNorm (optional) and RoPE.");
+}

@@ -1,0 +1,202 @@
+// The custom MLX primitives: CPU kernels only (eval_gpu throws; the Python side
+// never builds them for another device). float32 inputs and outputs.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mlx/ops.h"
+#include "mlx/primitives.h"
+
+namespace mlxk {
+
+namespace mx = mlx::core;
+
+// silu(gate) * up, elementwise (shapes equal).
+mx::array silu_gate(const mx::array& gate, const mx::array& up, mx::StreamOrDevice s = {});
+// The same with gate and up the two halves of x's last axis (a fused projection).
+mx::array silu_gate_halves(const mx::array& x, mx::StreamOrDevice s = {});
+// gelu(x): the erf form, or the tanh approximation when `approximate`.
+mx::array gelu(const mx::array& x, bool approximate, mx::StreamOrDevice s = {});
+// softmax over the last axis.
+mx::array softmax(const mx::array& x, mx::StreamOrDevice s = {});
+// Attention of q [B, Hq, L, D] over k [B, Hk, S, D], v [B, Hk, S, Dv]
+// (Hq a multiple of Hk): softmax(scale * q k^T + mask) v. `causal` aligns the
+// queries with the last L keys; `window` > 0 also drops keys more than
+// window - 1 positions back; `mask` (bool keep, or additive) broadcasts to
+// [B, Hq, L, S]. Reads k and v in place (any strides, last axis contiguous).
+// With `flat` the result is [B, L, Hq * Dv] (the same memory). `segments` (int32
+// [n + 1], B == 1, L == S): packed sequences [segments[i], segments[i + 1]) that
+// see only themselves.
+mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
+                    bool causal, int window, const std::optional<mx::array>& mask, bool flat,
+                    const std::optional<mx::array>& segments, mx::StreamOrDevice s = {});
+// x [..., K] @ dequantize(w)^T for MLX's affine quantization (w uint32 [N, K*bits/32],
+// scales/biases [N, K/group]): bits 8 or 4.
+mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
+                           const mx::array& biases, int group_size, int bits,
+                           mx::StreamOrDevice s = {});
+// dequantize(w) as float32 [N, K].
+mx::array dequantize(const mx::array& w, const mx::array& scales, const mx::array& biases,
+                     int group_size, int bits, mx::StreamOrDevice s = {});
+// RMSNorm / LayerNorm over the last axis, as mx.fast's CPU fallbacks compute them.
+mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps,
+                   mx::StreamOrDevice s = {});
+mx::array layer_norm(const mx::array& x, const std::optional<mx::array>& weight,
+                     const std::optional<mx::array>& bias, float eps, mx::StreamOrDevice s = {});
+
+struct RopeParams {
+  int dims;  // leading elements of each head that rotate
+  bool traditional;
+  float scale;
+};
+struct QkvHeads {
+  int q_heads, kv_heads, head_dim;
+  bool has_norm;  // per-head RMSNorm of q and k before RoPE
+  float eps;
+};
+// mx.fast.rope of x [B, T, D] or [B, N, T, D] at positions (t + offset[b]) * scale,
+// with inverse frequencies inv_freqs [dims / 2]; offsets int32 [1] or [B].
+mx::array rope(const mx::array& x, const RopeParams& p, const mx::array& inv_freqs,
+               const mx::array& offsets, mx::StreamOrDevice s = {});
+// q [B, Hq, L, D], k and v [B, Hk, L, D] from a fused projection qkv [B, L, (Hq + 2 Hk) D]:
+// per-head RMSNorm of q and k (when given), then RoPE.
+std::vector<mx::array> qkv_rope(const mx::array& qkv, const RopeParams& p, const QkvHeads& h,
+                                const mx::array& inv_freqs, const mx::array& offsets,
+                                const std::optional<mx::array>& q_norm,
+                                const std::optional<mx::array>& k_norm, mx::StreamOrDevice s = {});
+
+// Shared by the primitives below: CPU only, no transforms.
+class CpuPrimitive : public mx::Primitive {
+ public:
+  explicit CpuPrimitive(mx::Stream stream) : mx::Primitive(stream) {}
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override;
+};
+
+class SiluGate : public CpuPrimitive {
+ public:
+  SiluGate(mx::Stream stream, bool halves) : CpuPrimitive(stream), halves_(halves) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelSiluGate"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  bool halves_;
+};
+
+class Gelu : public CpuPrimitive {
+ public:
+  Gelu(mx::Stream stream, bool approximate) : CpuPrimitive(stream), approximate_(approximate) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelGelu"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  bool approximate_;
+};
+
+class Softmax : public CpuPrimitive {
+ public:
+  using CpuPrimitive::CpuPrimitive;
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelSoftmax"; }
+  bool is_equivalent(const mx::Primitive&) const override { return true; }
+};
+
+struct AttentionParams {
+  float scale;
+  bool causal;
+  int window;
+  bool has_mask;
+  bool flat;
+  bool has_segments;
+};
+
+class Attention : public CpuPrimitive {
+ public:
+  Attention(mx::Stream stream, AttentionParams p) : CpuPrimitive(stream), p_(p) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelAttention"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  AttentionParams p_;
+};
+
+class RmsNorm : public CpuPrimitive {
+ public:
+  RmsNorm(mx::Stream stream, float eps, bool has_weight)
+      : CpuPrimitive(stream), eps_(eps), has_weight_(has_weight) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelRmsNorm"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  float eps_;
+  bool has_weight_;
+};
+
+class LayerNorm : public CpuPrimitive {
+ public:
+  LayerNorm(mx::Stream stream, float eps, bool has_weight, bool has_bias)
+      : CpuPrimitive(stream), eps_(eps), has_weight_(has_weight), has_bias_(has_bias) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelLayerNorm"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  float eps_;
+  bool has_weight_, has_bias_;
+};
+
+class Rope : public CpuPrimitive {
+ public:
+  Rope(mx::Stream stream, RopeParams p) : CpuPrimitive(stream), p_(p) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelRope"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  RopeParams p_;
+};
+
+class QkvRope : public CpuPrimitive {
+ public:
+  QkvRope(mx::Stream stream, RopeParams p, QkvHeads h) : CpuPrimitive(stream), p_(p), h_(h) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelQkvRope"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  RopeParams p_;
+  QkvHeads h_;
+};
+
+class QuantizedMatmul : public CpuPrimitive {
+ public:
+  QuantizedMatmul(mx::Stream stream, int group_size, int bits)
+      : CpuPrimitive(stream), group_size_(group_size), bits_(bits) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelQuantizedMatmul"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  int group_size_;
+  int bits_;
+};
+
+class Dequantize : public CpuPrimitive {
+ public:
+  Dequantize(mx::Stream stream, int group_size, int bits)
+      : CpuPrimitive(stream), group_size_(group_size), bits_(bits) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelDequantize"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  int group_size_;
+  int bits_;
+};
+
+} // namespace mlxk

@@ -1,0 +1,172 @@
+// Matrix-vector products straight from MLX's affine-quantized weights (8 or 4 bits,
+// groups along K): w[n][k] = scale[n][g] * q[n][k] + bias[n][g]. Per row n,
+//   y[n] = sum_g scale[n][g] * (x_g . q_g) + bias[n][g] * sum(x_g),
+// so a weight is read once as bytes and turned into floats in registers, for up
+// to kMaxRows input rows at a time. 4-bit weights pack element 2t of a byte pair
+// in the low nibble: x is split into even and odd elements once, so the nibbles
+// need no shuffling.
+#include <vector>
+
+#include "arrays.h"
+#include "quantized.h"
+#include "parallel.h"
+#include "primitives.h"
+#include "simd.h"
+
+namespace mlxk {
+
+namespace {
+
+constexpr int kMaxRows = 4;
+typedef uint8_t vb __attribute__((vector_size(kW)));
+
+inline vf bytes_to_float(vb b) {
+  return __builtin_convertvector(b, vf);
+}
+
+inline vb load_bytes(const uint8_t* p) {
+  vb v;
+  std::memcpy(&v, p, sizeof(vb));
+  return v;
+}
+
+// Rows m of x as the kernels read them: for 4 bits, even then odd elements of
+// each group; per group sums for the bias term.
+struct XPrep {
+  std::vector<float> x, sums;
+  XPrep(const float* x_in, int64_t stride, int rows, const QMat& w)
+      : x(size_t(rows) * w.K), sums(size_t(rows) * w.groups()) {
+    int g = w.group, half = g / 2;
+    for (int m = 0; m < rows; ++m) {
+      const float* xr = x_in + m * stride;
+      float* out = x.data() + size_t(m) * w.K;
+      for (int gi = 0; gi < w.groups(); ++gi) {
+        const float* src = xr + gi * g;
+        float s = 0.0f;
+        for (int t = 0; t < g; ++t) {
+          s += src[t];
+          if (w.bits == 4) {
+            out[gi * g + (t & 1) * half + t / 2] = src[t];
+          } else {
+            out[gi * g + t] = src[t];
+          }
+        }
+        sums[size_t(m) * w.groups() + gi] = s;
+      }
+    }
+  }
+};
+
+template <int BITS, int R>
+void rows_kernel(const QMat& w, const XPrep& xp, int m0, int n0, int n1, float* y, int64_t ys) {
+  const int G = w.group, ng = w.groups();
+  const int K = w.K;
+  for (int n = n0; n < n1; ++n) {
+    const uint8_t* wr = w.w + n * w.row_bytes();
+    const float* sc = w.scales + int64_t(n) * ng;
+    const float* bi = w.biases + int64_t(n) * ng;
+    vf total[R];
+    float bias[R];
+    for (int r = 0; r < R; ++r) {
+      total[r] = splat(0.0f);
+      bias[r] = 0.0f;
+    }
+    for (int gi = 0; gi < ng; ++gi) {
+      vf acc[R];
+      for (int r = 0; r < R; ++r) {
+        acc[r] = splat(0.0f);
+      }
+      const float* xg = xp.x.data() + size_t(m0) * K + gi * G;
+      if (BITS == 8) {
+        const uint8_t* q = wr + gi * G;
+        for (int t = 0; t < G; t += kW) {
+          vf wf = bytes_to_float(load_bytes(q + t));
+          for (int r = 0; r < R; ++r) {
+            acc[r] += wf * load(xg + size_t(r) * K + t);
+          }
+        }
+      } else {
+        const uint8_t* q = wr + gi * G / 2;
+        const int half = G / 2;
+        for (int t = 0; t < half; t += kW) {
+          vb b = load_bytes(q + t);
+          vf lo = bytes_to_float(b & 0xF), hi = bytes_to_float(b >> 4);
+          for (int r = 0; r < R; ++r) {
+            const float* xr = xg + size_t(r) * K;
+            acc[r] += lo * load(xr + t) + hi * load(xr + half + t);
+          }
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        total[r] += sc[gi] * acc[r];
+        bias[r] += bi[gi] * xp.sums[size_t(m0 + r) * ng + gi];
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      y[(m0 + r) * ys + n] = hsum(total[r]) + bias[r];
+    }
+  }
+}
+
+template <int BITS>
+void qmv(const QMat& w, const XPrep& xp, int rows, float* y) {
+  int64_t grain = std::max<int64_t>(16, (1 << 16) / std::max(1, w.K));
+  parallel_for(w.N, grain, [&](int64_t n0, int64_t n1) {
+    for (int m = 0; m < rows; m += kMaxRows) {
+      switch (std::min(kMaxRows, rows - m)) {
+        case 1: rows_kernel<BITS, 1>(w, xp, m, int(n0), int(n1), y, w.N); break;
+        case 2: rows_kernel<BITS, 2>(w, xp, m, int(n0), int(n1), y, w.N); break;
+        case 3: rows_kernel<BITS, 3>(w, xp, m, int(n0), int(n1), y, w.N); break;
+        default: rows_kernel<BITS, 4>(w, xp, m, int(n0), int(n1), y, w.N); break;
+      }
+    }
+  });
+}
+
+} // namespace
+
+void QuantizedMatmul::eval_cpu(const std::vector<mx::array>& inputs,
+                               std::vector<mx::array>& outputs) {
+  auto& out = outputs[0];
+  allocate(out);
+  auto& enc = mx::cpu::get_command_encoder(stream());
+  for (const auto& a : inputs) {
+    enc.set_input_array(a);
+  }
+  enc.set_output_array(out);
+  for (int i = 1; i < 4; ++i) {
+    if (!inputs[i].flags().row_contiguous) {
+      throw std::invalid_argument("quantized_matmul: weights must be row-contiguous");
+    }
+  }
+  enc.dispatch([x = Rows(inputs[0]), w = qmat(inputs, group_size_, bits_), y = out.data<float>()]() {
+    std::vector<float> buf;
+    int64_t stride;
+    const float* xp = x.materialize(buf, stride);
+    XPrep prep(xp, stride, int(x.rows), w);
+    (w.bits == 8 ? qmv<8> : qmv<4>)(w, prep, int(x.rows), y);
+  });
+}
+
+bool QuantizedMatmul::is_equivalent(const mx::Primitive& other) const {
+  const auto& o = static_cast<const QuantizedMatmul&>(other);
+  return group_size_ == o.group_size_ && bits_ == o.bits_;
+}
+
+mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
+                           const mx::array& biases, int group_size, int bits,
+                           mx::StreamOrDevice s) {
+  check_quantized(w, scales, biases, group_size, bits);
+  require_float32(x, "quantized_matmul");
+  int K = w.shape(1) * 32 / bits;
+  if (x.ndim() < 1 || x.shape(-1) != K) {
+    throw std::invalid_argument("quantized_matmul: x's last axis must equal K");
+  }
+  mx::Shape shape = x.shape();
+  shape.back() = w.shape(0);
+  return mx::array(shape, mx::float32,
+                   std::make_shared<QuantizedMatmul>(mx::to_stream(s), group_size, bits),
+                   {x, w, scales, biases});
+}
+
+} // namespace mlxk
