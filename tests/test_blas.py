@@ -77,9 +77,11 @@ def test_importing_mlx_first_reports_reference():
     assert out.stdout.strip().splitlines()[-1] == "reference"
 
 
-async def test_model_info_reports_the_engines_blas(stub):
+async def test_model_info_reports_the_engines_blas_and_kernels(stub):
+    from engine import kernels
     from engine.hardware import blas
 
     info = (await stub.GetModelInfo(pb.GetModelInfoRequest(model="llama"))).info
-    assert info.blas == blas.active()
-    assert info.blas  # never empty
+    library, _, cpu_kernels = info.blas.partition("; ")
+    assert library == blas.active()
+    assert cpu_kernels == kernels.status().describe()

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import AsyncIterator
 
+from .. import kernels
 from ..generation.admission import AdmissionClosed, AdmissionPool, AdmissionRejected
 from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
 from ..hardware.device import backend_name, blas_name
@@ -29,11 +30,15 @@ _END = object()
 
 def load_embedder(model_dir: Path) -> EmbeddingModel:
     """A BERT-family encoder (mean/CLS pooling) or, for any other model type mlx-lm
-    can load, a decoder with last-token pooling."""
+    can load, a decoder with last-token pooling; with the CPU kernels put in."""
     config = json.loads((model_dir / "config.json").read_text())
     if config.get("model_type") == "bert":
-        return EmbeddingModel.load(model_dir)
-    return DecoderEmbeddingModel.load(model_dir)
+        model = EmbeddingModel.load(model_dir)
+        kernels.apply_to_encoder(model.encoder, model.name)
+        return model
+    model = DecoderEmbeddingModel.load(model_dir)
+    kernels.apply_to_decoder(model.model, model.name)
+    return model
 
 
 def _cache_key(request: EmbeddingRequest, text: str) -> str:

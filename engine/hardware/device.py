@@ -31,11 +31,15 @@ def runtime_dtype(requested: str) -> mx.Dtype | None:
 
 
 def blas_name() -> str:
-    """The BLAS behind MLX's CPU matrix multiplications, as far as can be told."""
+    """The BLAS behind MLX's CPU matrix multiplications, as far as can be told, and
+    whether the CPU kernels (engine.kernels) run: "mkl; kernels avx512, 2 threads"
+    or "mkl; kernels off: <why>"."""
     if not on_cpu():
         return "none (gpu)"
     announce_blas()
-    return blas.active()
+    from .. import kernels  # noqa: PLC0415 - kernels imports mlx after the BLAS preload
+
+    return f"{blas.active()}; {kernels.status().describe()}"
 
 
 def announce_blas() -> None:

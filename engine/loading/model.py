@@ -19,6 +19,7 @@ import mlx.nn as nn
 import mlx_lm
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
+from .. import kernels
 from ..hardware.device import runtime_dtype
 from ..loading.gguf import prepare_gguf
 
@@ -42,6 +43,7 @@ class LoadedModel:
     source: str
     artifact: Path
     dtype: str
+    kernels: dict[str, int]  # CPU kernels put into the model, by kind (engine.kernels)
 
     @property
     def model_type(self) -> str:
@@ -77,8 +79,11 @@ def resolve_artifact(source: str | Path) -> Path:
     return path
 
 
-def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "auto") -> LoadedModel:
-    """Loads a model and its tokenizer; casts floating weights to the runtime dtype."""
+def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "auto",
+                          use_kernels: bool = True) -> LoadedModel:
+    """Loads a model and its tokenizer; casts floating weights to the runtime dtype
+    and, on the CPU backend, puts the CPU kernels in (unless ``use_kernels`` is False
+    or ``MLX_GRPC_KERNELS=off``)."""
     artifact = resolve_artifact(source)
     model, tokenizer = mlx_lm.load(str(artifact))
     target = runtime_dtype(dtype)
@@ -87,9 +92,10 @@ def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "a
     mx.eval(model.parameters())
     config = _read_config(artifact)
     weight_dtype = _weight_dtype(model)
-    log.info("loaded %s from %s (%s, %s)", name or artifact.name, source, config.get("model_type"), weight_dtype)
-    return LoadedModel(name or default_name(source), model, tokenizer, config, str(source),
-                       artifact, weight_dtype)
+    name = name or default_name(source)
+    log.info("loaded %s from %s (%s, %s)", name, source, config.get("model_type"), weight_dtype)
+    applied = kernels.apply_to_decoder(model, name) if use_kernels else {}
+    return LoadedModel(name, model, tokenizer, config, str(source), artifact, weight_dtype, applied)
 
 
 def default_name(source: str | Path) -> str:

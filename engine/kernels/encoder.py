@@ -1,0 +1,89 @@
+"""The kernels in the BERT encoder (engine.embedding.encoder.EncoderModel), with
+no work spent on padding.
+
+A padded batch [B, L] is packed into its N real tokens first: every projection,
+LayerNorm and GELU runs on [N, hidden], and attention runs over the packed
+sequences, each seeing only its own keys (the attention kernel's segments). The
+result is scattered back to [B, L, hidden] with zeros at padded positions, so
+pooling is unchanged. Masks that are not a run of ones followed by zeros take the
+encoder's own forward.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from . import ext
+from .modules import swap_class, swap_leaf_modules
+
+_GELU = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True}
+
+
+class KernelEncoder:
+    def __call__(self, input_ids: mx.array, attention_mask: mx.array | None = None,
+                 token_type_ids: mx.array | None = None) -> mx.array:
+        lengths = _prefix_lengths(input_ids, attention_mask)
+        if lengths is None or self.embeddings.word_embeddings.weight.dtype != mx.float32:
+            return super().__call__(input_ids, attention_mask, token_type_ids)
+        if input_ids.shape[1] > self.config.max_position_embeddings:
+            return super().__call__(input_ids, attention_mask, token_type_ids)
+        return packed_forward(self, input_ids, lengths, token_type_ids)
+
+
+def _prefix_lengths(input_ids: mx.array, attention_mask: mx.array | None) -> list[int] | None:
+    """Real tokens per row, when every row's mask is ones then zeros."""
+    B, L = input_ids.shape
+    if attention_mask is None:
+        return [L] * B
+    mask = np.array(attention_mask) != 0
+    lengths = mask.sum(axis=1)
+    if not (mask == (np.arange(L)[None, :] < lengths[:, None])).all() or (lengths == 0).any():
+        return None
+    return [int(n) for n in lengths]
+
+
+def packed_forward(encoder, input_ids: mx.array, lengths: list[int],
+                   token_type_ids: mx.array | None) -> mx.array:
+    B, L = input_ids.shape
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    flat = np.concatenate([b * L + np.arange(n) for b, n in enumerate(lengths)]).astype(np.int32)
+    positions = mx.array(np.concatenate([np.arange(n) for n in lengths]).astype(np.int32))
+    index = mx.array(flat)
+    ids = input_ids.reshape(-1)[index]
+    types = token_type_ids.reshape(-1)[index] if token_type_ids is not None else mx.zeros_like(ids)
+    emb = encoder.embeddings
+    h = emb.word_embeddings(ids) + emb.position_embeddings(positions) + emb.token_type_embeddings(types)
+    h = emb.LayerNorm(h)
+    segments = mx.array(starts)
+    for layer in encoder.encoder.layer:
+        h = _layer(layer, h, segments, encoder.config.hidden_act)
+    # Back to [B, L, hidden]: padded positions read the zero row appended at N.
+    scatter = np.full(B * L, len(flat), dtype=np.int32)
+    scatter[flat] = np.arange(len(flat), dtype=np.int32)
+    h = mx.concatenate([h, mx.zeros((1, h.shape[-1]), dtype=h.dtype)], axis=0)
+    return h[mx.array(scatter)].reshape(B, L, -1)
+
+
+def _layer(layer: nn.Module, h: mx.array, segments: mx.array, act: str) -> mx.array:
+    attn = layer.attention["self"]
+    N = h.shape[0]
+    heads, dim = attn.num_heads, attn.head_dim
+
+    def split(t: mx.array) -> mx.array:
+        return t.reshape(1, N, heads, dim).transpose(0, 2, 1, 3)
+
+    q, k, v = split(attn.query(h)), split(attn.key(h)), split(attn.value(h))
+    a = ext().attention(q, k, v, attn.scale, False, 0, None, True, segments).reshape(N, -1)
+    a = layer.attention.output(a, h)
+    inner = layer.intermediate.dense(a)
+    inner = ext().gelu(inner, _GELU[act]) if act in _GELU else layer.intermediate._act(inner)
+    return layer.output(inner, a)
+
+
+def apply(encoder: nn.Module) -> dict[str, int]:
+    counts = swap_leaf_modules(encoder)
+    swap_class(encoder, KernelEncoder)
+    counts["packed_encoder"] = 1
+    return counts
