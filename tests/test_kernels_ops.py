@@ -182,3 +182,20 @@ def test_attention_over_packed_segments_equals_each_alone(K, lengths, heads, see
         a, b = int(a), int(b)
         want = mx.fast.scaled_dot_product_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], scale=D ** -0.5)
         rows_close(got[:, :, a:b], want)
+
+
+@settings(max_examples=30, deadline=None)
+@given(M=st.integers(1, 40), N=st.integers(1, 300), K_=st.integers(1, 700), bias=st.booleans(),
+       residual=st.booleans(), lead=st.booleans(), seed=st.integers(0, 2**16))
+def test_linear(K, M, N, K_, bias, residual, lead, seed):
+    """Within 1e-5 of sum |x||w| (+ |bias| + |residual|) per output: another summation
+    order than the BLAS's."""
+    mx.random.seed(seed)
+    shape = (2, M, K_) if lead else (M, K_)
+    x, w = mx.random.normal(shape), mx.random.normal((N, K_))
+    b = mx.random.normal((N,)) if bias else None
+    r = mx.random.normal((*shape[:-1], N)) if residual else None
+    want = x @ w.T + (b if bias else 0) + (r if residual else 0)
+    got = K.linear(x, w, b, r)
+    bound = mx.abs(x) @ mx.abs(w).T + (mx.abs(b) if bias else 0) + (mx.abs(r) if residual else 0)
+    assert (np.abs(np.array(got) - np.array(want)) <= 1e-5 * np.array(bound) + 1e-30).all()

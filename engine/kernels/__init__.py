@@ -51,8 +51,11 @@ def turned_off() -> bool:
 
 
 def status() -> KernelStatus:
-    """Whether the kernels can run here (loads the module once)."""
+    """Whether the kernels can run here (loads the module once; ``MLX_GRPC_KERNELS``
+    is read on every call)."""
     global _status, _module
+    if turned_off():
+        return KernelStatus(False, f"{ENV_VAR}={os.environ.get(ENV_VAR)}")
     if _status is None:
         _module, _status = _load()
     return _status
@@ -64,8 +67,11 @@ def enabled() -> bool:
 
 
 def ext() -> ModuleType:
-    """The loaded extension module (only when ``status().available``)."""
-    if not status().available or _module is None:
+    """The loaded extension module (once loaded, also while turned off: models that
+    took the kernels keep running them)."""
+    if _module is None:
+        status()
+    if _module is None:
         raise RuntimeError(status().describe())
     return _module
 
@@ -116,8 +122,6 @@ def _report(name: str, counts: dict[str, int]) -> dict[str, int]:
 def _load() -> tuple[ModuleType | None, KernelStatus]:
     from .build import stale_reason  # noqa: PLC0415 - not at import: `python -m engine.kernels.build`
 
-    if turned_off():
-        return None, KernelStatus(False, f"{ENV_VAR}={os.environ.get(ENV_VAR)}")
     stale = stale_reason()
     if stale is not None:
         return None, KernelStatus(False, f"{stale}; run `python -m engine.kernels.build`")

@@ -13,11 +13,24 @@ import mlx.nn as nn
 from mlx_lm.models.base import scaled_dot_product_attention
 
 from . import ext, ops
+from .modules import swap_class
 
 # (module, class) of the stock blocks whose __call__ these reproduce.
 ATTENTION = {("mlx_lm.models.llama", "Attention"), ("mlx_lm.models.qwen2", "Attention"),
              ("mlx_lm.models.qwen3", "Attention")}
 MLP = {("mlx_lm.models.llama", "MLP"), ("mlx_lm.models.qwen2", "MLP"), ("mlx_lm.models.qwen3", "MLP")}
+BLOCK = {("mlx_lm.models.llama", "TransformerBlock"), ("mlx_lm.models.qwen2", "TransformerBlock"),
+         ("mlx_lm.models.qwen3", "TransformerBlock")}
+
+
+def _project(layer: nn.Module, x: mx.array, residual: mx.array | None) -> mx.array:
+    """layer(x) (+ residual), the add folded into the kernel's linear when it can be."""
+    if residual is not None and isinstance(layer, nn.Linear):
+        y = ops.linear(x, layer["weight"], layer.get("bias"), residual)
+        if y is not None:
+            return y
+    y = layer(x)
+    return y if residual is None else residual + y
 
 
 def fuse_linears(layers: list[nn.Module]) -> nn.Module | None:
@@ -64,7 +77,7 @@ class FusedAttention(nn.Module):
             self.q_norm, self.k_norm = attn.q_norm, attn.k_norm
         self._rope = rope
 
-    def __call__(self, x: mx.array, mask=None, cache=None) -> mx.array:
+    def __call__(self, x: mx.array, mask=None, cache=None, residual: mx.array | None = None) -> mx.array:
         B, L, _ = x.shape
         rope = self._rope
         norms = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if "q_norm" in self else (None, None, 0.0)
@@ -77,7 +90,7 @@ class FusedAttention(nn.Module):
         if out is None:
             out = scaled_dot_product_attention(q, k, v, cache=cache, scale=self.scale, mask=mask)
             out = out.transpose(0, 2, 1, 3).reshape(B, L, -1)
-        return self.o_proj(out)
+        return _project(self.o_proj, out, residual)
 
 
 class FusedMLP(nn.Module):
@@ -86,8 +99,17 @@ class FusedMLP(nn.Module):
         self.gate_up_proj = gate_up
         self.down_proj = down
 
-    def __call__(self, x: mx.array) -> mx.array:
-        return self.down_proj(ext().silu_gate_halves(self.gate_up_proj(x)))
+    def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
+        return _project(self.down_proj, ext().silu_gate_halves(self.gate_up_proj(x)), residual)
+
+
+class FusedBlock:
+    """A Llama-family TransformerBlock whose residual adds happen inside o_proj and
+    down_proj (the block's own norms and fused attention/MLP are used as they are)."""
+
+    def __call__(self, x: mx.array, mask=None, cache=None) -> mx.array:
+        h = self.self_attn(self.input_layernorm(x), mask, cache, residual=x)
+        return self.mlp(self.post_attention_layernorm(h), residual=h)
 
 
 def _fused_attention(attn: nn.Module) -> FusedAttention | None:
@@ -109,8 +131,9 @@ def _fused_mlp(mlp: nn.Module) -> FusedMLP | None:
 
 
 def fuse_blocks(model: nn.Module) -> dict[str, int]:
-    """Replaces every eligible ``self_attn`` and ``mlp`` in ``model``; counts."""
-    counts = {"fused_attention": 0, "fused_mlp": 0}
+    """Replaces every eligible ``self_attn`` and ``mlp`` in ``model`` and, where both
+    were, makes the block carry its residuals through them; counts."""
+    counts = {"fused_attention": 0, "fused_mlp": 0, "fused_block": 0}
     for _, module in list(model.named_modules()):
         for name, make, kind in (("self_attn", _fused_attention, "fused_attention"),
                                  ("mlp", _fused_mlp, "fused_mlp")):
@@ -118,4 +141,8 @@ def fuse_blocks(model: nn.Module) -> dict[str, int]:
             if isinstance(child, nn.Module) and (fused := make(child)) is not None:
                 setattr(module, name, fused)
                 counts[kind] += 1
+        if (_key(module) in BLOCK and isinstance(module.get("self_attn"), FusedAttention)
+                and isinstance(module.get("mlp"), FusedMLP)):
+            swap_class(module, FusedBlock)
+            counts["fused_block"] += 1
     return counts

@@ -49,6 +49,18 @@ class KernelRoPE:
         return self._kernel_rope(x, offset)
 
 
+class KernelLinear:
+    def __call__(self, x: mx.array) -> mx.array:
+        y = ops.linear(x, self["weight"], self.get("bias"))
+        return super().__call__(x) if y is None else y
+
+
+class KernelEmbedding:
+    def as_linear(self, x: mx.array) -> mx.array:
+        y = ops.linear(x, self["weight"])
+        return super().as_linear(x) if y is None else y
+
+
 class KernelQuantizedLinear:
     def __call__(self, x: mx.array) -> mx.array:
         y = ops.quantized_matmul(x, self)
@@ -72,7 +84,13 @@ def swap_leaf_modules(model: nn.Module) -> dict[str, int]:
 
     for _, module in model.named_modules():
         cls = type(module)
-        if cls is nn.RMSNorm:
+        if cls is nn.Linear and module["weight"].dtype == F32:
+            swap_class(module, KernelLinear)
+            mark("linear")
+        elif cls is nn.Embedding and module["weight"].dtype == F32:
+            swap_class(module, KernelEmbedding)
+            mark("embedding_as_linear")
+        elif cls is nn.RMSNorm:
             swap_class(module, KernelRMSNorm)
             mark("rms_norm")
         elif cls is nn.LayerNorm:

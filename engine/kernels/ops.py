@@ -75,6 +75,18 @@ def _ready(a: mx.array) -> mx.array:
     return a
 
 
+def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None,
+           residual: mx.array | None = None) -> mx.array | None:
+    """x @ weight.T (+ bias) (+ residual) as one primitive: the kernel's matvec for a
+    few rows, the global BLAS's sgemm for more (mlx's matmul when there is none)."""
+    if x.dtype != F32 or weight.dtype != F32 or (bias is not None and bias.dtype != F32):
+        return None
+    rows = x.size // x.shape[-1] if x.ndim else 1
+    if rows > 16 and not ext().blas_available():
+        return None
+    return ext().linear(x, weight, bias, residual)
+
+
 def quantized_matmul(x: mx.array, layer, rows_max: int = 8) -> mx.array | None:
     """x @ W.T for an nn.QuantizedLinear / QuantizedEmbedding's affine 8/4-bit W: from
     the quantized bytes for a few rows (decode), else through a float32 copy of W

@@ -41,6 +41,9 @@ NB_MODULE(_ext, m) {
         "x @ dequantize(w).T for MLX's affine 8- and 4-bit layouts.");
   m.def("dequantize", &mlxk::dequantize, "w"_a, "scales"_a, "biases"_a, "group_size"_a, "bits"_a,
         nb::kw_only(), "stream"_a = nb::none(), "MLX's affine 8- and 4-bit weights as float32.");
+  m.def("linear", &mlxk::linear, "x"_a, "weight"_a, "bias"_a = nb::none(), "residual"_a = nb::none(),
+        nb::kw_only(), "stream"_a = nb::none(), "x @ weight.T (+ bias) (+ residual) in one primitive.");
+  m.def("blas_available", &mlxk::blas_available, "Whether a CBLAS sgemm is loaded globally.");
   m.def("rms_norm", &mlxk::rms_norm, "x"_a, "weight"_a.none(), "eps"_a, nb::kw_only(),
         "stream"_a = nb::none(), "RMSNorm over the last axis (mx.fast.rms_norm's rounding).");
   m.def("layer_norm", &mlxk::layer_norm, "x"_a, "weight"_a.none(), "bias"_a.none(), "eps"_a,

@@ -40,6 +40,11 @@ mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::arr
 // dequantize(w) as float32 [N, K].
 mx::array dequantize(const mx::array& w, const mx::array& scales, const mx::array& biases,
                      int group_size, int bits, mx::StreamOrDevice s = {});
+// x [..., K] @ w[N, K]^T (+ bias [N]) (+ residual [..., N]).
+mx::array linear(const mx::array& x, const mx::array& w, const std::optional<mx::array>& bias,
+                 const std::optional<mx::array>& residual, mx::StreamOrDevice s = {});
+// Whether a CBLAS sgemm is in the process's global scope (linear's path for many rows).
+bool blas_available();
 // RMSNorm / LayerNorm over the last axis, as mx.fast's CPU fallbacks compute them.
 mx::array rms_norm(const mx::array& x, const std::optional<mx::array>& weight, float eps,
                    mx::StreamOrDevice s = {});
@@ -122,6 +127,18 @@ class Attention : public CpuPrimitive {
 
  private:
   AttentionParams p_;
+};
+
+class Linear : public CpuPrimitive {
+ public:
+  Linear(mx::Stream stream, bool has_bias, bool has_residual)
+      : CpuPrimitive(stream), has_bias_(has_bias), has_residual_(has_residual) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelLinear"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  bool has_bias_, has_residual_;
 };
 
 class RmsNorm : public CpuPrimitive {
