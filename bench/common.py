@@ -55,6 +55,13 @@ class Sample:
         return f"{med} [{f.format(min(self.values) * scale)}-{f.format(max(self.values) * scale)}]"
 
 
+def rotated(items: list, rep: int) -> list:
+    """``items`` rotated by ``rep``: each side goes first in turn, so drifts in machine
+    load hit every side alike."""
+    k = rep % len(items)
+    return items[k:] + items[:k]
+
+
 def ratio(a: float, b: float) -> str:
     if not a or not b or math.isnan(a) or math.isnan(b):
         return "n/a"

@@ -4,6 +4,7 @@ limit of decode (read bandwidth / weight bytes)."""
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,19 @@ def mlx_lm_decode(m: LoadedModel, prompt: list[int], tokens: int) -> float:
     return (len(times) - 1) / (times[-1] - times[0])
 
 
+def mlx_lm_generate(m: LoadedModel, prompt: list[int], tokens: int) -> tuple[float, float]:
+    """(prefill tok/s, decode tok/s) of one mlx_lm.stream_generate call."""
+    from mlx_lm.generate import stream_generate
+
+    proc = _no_eos(m.tokenizer)
+    start, times = time.perf_counter(), []
+    for _ in stream_generate(m.model, m.tokenizer, prompt, max_tokens=tokens,
+                             logits_processors=[proc] if proc else None):
+        times.append(time.perf_counter())
+    decode = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else float("nan")
+    return len(prompt) / (times[0] - start), decode
+
+
 def mlx_lm_prefill(m: LoadedModel, prompt: list[int]) -> float:
     """Prompt tok/s of mlx_lm.stream_generate (prompt tokens / time to the first token)."""
     from mlx_lm.generate import stream_generate
@@ -132,14 +146,27 @@ def spread_times(times: list[float], previous: float, arrived: float, n: int) ->
 
 
 class InProcessEngine:
-    """Our GenerationEngine without the service, driven from the caller's event loop."""
+    """Our GenerationEngine without the service, driven from the caller's event loop;
+    ``kernels=False`` loads it with MLX's own ops (MLX_GRPC_KERNELS=off while it loads)."""
 
-    def __init__(self, model_dir: Path, max_active: int = 32):
+    def __init__(self, model_dir: Path, max_active: int = 32, kernels: bool = True):
         cfg = GenerationConfig(dtype="float32", scheduler=SchedulerConfig(max_active=max_active, max_queued=64))
         self.engine = GenerationEngine(str(model_dir), name="bench", config=cfg)
+        self.kernels = kernels
 
     async def start(self) -> None:
-        await self.engine.start()
+        from engine.kernels import ENV_VAR
+
+        saved = os.environ.get(ENV_VAR)
+        if not self.kernels:
+            os.environ[ENV_VAR] = "off"
+        try:
+            await self.engine.start()
+        finally:
+            if saved is None:
+                os.environ.pop(ENV_VAR, None)
+            else:
+                os.environ[ENV_VAR] = saved
 
     async def close(self) -> None:
         await self.engine.close()
@@ -172,10 +199,13 @@ class InProcessEngine:
 # -- embeddings, direct ----------------------------------------------------------------------
 
 class DirectEmbedder:
-    def __init__(self, model_dir: Path):
-        from engine.embedding.engine import load_embedder
+    """EmbeddingModel.embed in this process, with the CPU kernels or the stock encoder."""
 
-        self.model = load_embedder(Path(model_dir))
+    def __init__(self, model_dir: Path, kernels: bool = True):
+        from engine.embedding.engine import load_embedder
+        from engine.embedding.pooling import EmbeddingModel
+
+        self.model = load_embedder(Path(model_dir)) if kernels else EmbeddingModel.load(Path(model_dir))
 
     def rate(self, texts: list[str]) -> float:
         start = time.perf_counter()

