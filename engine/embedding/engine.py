@@ -34,7 +34,9 @@ def load_embedder(model_dir: Path) -> EmbeddingModel:
     config = json.loads((model_dir / "config.json").read_text())
     if config.get("model_type") == "bert":
         model = EmbeddingModel.load(model_dir)
-        kernels.apply_to_encoder(model.encoder, model.name)
+        if kernels.apply_to_encoder(model.encoder, model.name):
+            # Packed sequences compute no padding, so larger batches only save ops.
+            model.max_batch_size = max(model.max_batch_size, kernels.PACKED_BATCH_SIZE)
         return model
     model = DecoderEmbeddingModel.load(model_dir)
     kernels.apply_to_decoder(model.model, model.name)

@@ -22,12 +22,15 @@ from types import ModuleType
 
 import mlx.core as mx
 
-__all__ = ["ENV_VAR", "KernelStatus", "status", "enabled", "ext", "announce", "apply_to_decoder",
+__all__ = ["ENV_VAR", "PACKED_BATCH_SIZE", "KernelStatus", "status", "enabled", "ext", "announce", "apply_to_decoder",
            "apply_to_encoder"]
 
 log = logging.getLogger("engine.kernels")
 
 ENV_VAR = "MLX_GRPC_KERNELS"
+# Inputs per encoder batch when sequences are packed (encoder.py): no padding is
+# computed, so the bound only limits how long the first results wait.
+PACKED_BATCH_SIZE = 128
 _OFF = {"off", "0", "no", "false", "none"}
 _ISA = {16: "avx512", 8: "avx2", 4: "sse/neon"}
 

@@ -44,6 +44,19 @@ def _prefix_lengths(input_ids: mx.array, attention_mask: mx.array | None) -> lis
     return [int(n) for n in lengths]
 
 
+class _FusedQKV:
+    """The query, key and value projections of one layer as one (not a parameter)."""
+
+    def __init__(self, attn: nn.Module):
+        parts = (attn.query, attn.key, attn.value)
+        self.weight = mx.concatenate([p.weight for p in parts], axis=0)
+        self.bias = mx.concatenate([p.bias for p in parts], axis=0) if all("bias" in p for p in parts) else None
+        mx.eval(self.weight, self.bias) if self.bias is not None else mx.eval(self.weight)
+
+
+_NO_ROPE = None
+
+
 def packed_forward(encoder, input_ids: mx.array, lengths: list[int],
                    token_type_ids: mx.array | None) -> mx.array:
     B, L = input_ids.shape
@@ -55,34 +68,40 @@ def packed_forward(encoder, input_ids: mx.array, lengths: list[int],
     types = token_type_ids.reshape(-1)[index] if token_type_ids is not None else mx.zeros_like(ids)
     emb = encoder.embeddings
     h = emb.word_embeddings(ids) + emb.position_embeddings(positions) + emb.token_type_embeddings(types)
-    h = emb.LayerNorm(h)
+    h = emb.LayerNorm(h[None])  # [1, N, hidden] from here on
     segments = mx.array(starts)
     for layer in encoder.encoder.layer:
         h = _layer(layer, h, segments, encoder.config.hidden_act)
     # Back to [B, L, hidden]: padded positions read the zero row appended at N.
     scatter = np.full(B * L, len(flat), dtype=np.int32)
     scatter[flat] = np.arange(len(flat), dtype=np.int32)
-    h = mx.concatenate([h, mx.zeros((1, h.shape[-1]), dtype=h.dtype)], axis=0)
+    h = mx.concatenate([h[0], mx.zeros((1, h.shape[-1]), dtype=h.dtype)], axis=0)
     return h[mx.array(scatter)].reshape(B, L, -1)
 
 
 def _layer(layer: nn.Module, h: mx.array, segments: mx.array, act: str) -> mx.array:
+    """One BertLayer over packed tokens h [1, N, hidden]: nine primitives."""
+    global _NO_ROPE
+    K = ext()
     attn = layer.attention["self"]
-    N = h.shape[0]
-    heads, dim = attn.num_heads, attn.head_dim
-
-    def split(t: mx.array) -> mx.array:
-        return t.reshape(1, N, heads, dim).transpose(0, 2, 1, 3)
-
-    q, k, v = split(attn.query(h)), split(attn.key(h)), split(attn.value(h))
-    a = ext().attention(q, k, v, attn.scale, False, 0, None, True, segments).reshape(N, -1)
-    a = layer.attention.output(a, h)
-    inner = layer.intermediate.dense(a)
-    inner = ext().gelu(inner, _GELU[act]) if act in _GELU else layer.intermediate._act(inner)
-    return layer.output(inner, a)
+    qkv = attn._kernel_qkv
+    if _NO_ROPE is None:
+        _NO_ROPE = (mx.zeros((0,), dtype=mx.float32), mx.zeros((1,), dtype=mx.int32))
+    heads = K.qkv_rope(K.linear(h, qkv.weight, qkv.bias), attn.num_heads, attn.num_heads, attn.head_dim, 0,
+                       False, 1.0, *_NO_ROPE)
+    a = K.attention(*heads, attn.scale, False, 0, None, True, segments)
+    out = layer.attention.output
+    a = out.LayerNorm(K.linear(a, out.dense.weight, out.dense.get("bias"), h))
+    inner = K.linear(a, layer.intermediate.dense.weight, layer.intermediate.dense.get("bias"))
+    inner = K.gelu(inner, _GELU[act]) if act in _GELU else layer.intermediate._act(inner)
+    last = layer.output
+    return last.LayerNorm(K.linear(inner, last.dense.weight, last.dense.get("bias"), a))
 
 
 def apply(encoder: nn.Module) -> dict[str, int]:
+    for layer in encoder.encoder.layer:
+        attn = layer.attention["self"]
+        attn._kernel_qkv = _FusedQKV(attn)
     counts = swap_leaf_modules(encoder)
     swap_class(encoder, KernelEncoder)
     counts["packed_encoder"] = 1

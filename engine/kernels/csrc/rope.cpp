@@ -18,9 +18,10 @@ float position(const int32_t* offsets, int n_offsets, int b, int t, float scale)
   return pos * scale;
 }
 
+// dims == 0 (qkv_rope only): split the heads, no rotation.
 void check_rope(const RopeParams& p, const mx::array& inv_freqs, const mx::array& offsets) {
   require_float32(inv_freqs, "rope (inv_freqs)");
-  if (p.dims <= 0 || p.dims % 2 || inv_freqs.ndim() != 1 || inv_freqs.shape(0) != p.dims / 2) {
+  if (p.dims < 0 || p.dims % 2 || inv_freqs.ndim() != 1 || inv_freqs.shape(0) != p.dims / 2) {
     throw std::invalid_argument("rope: dims must be even and inv_freqs [dims / 2]");
   }
   if (offsets.dtype() != mx::int32 || offsets.ndim() != 1) {
@@ -127,6 +128,9 @@ mx::array rope(const mx::array& x, const RopeParams& p, const mx::array& inv_fre
                const mx::array& offsets, mx::StreamOrDevice s) {
   require_float32(x, "rope");
   check_rope(p, inv_freqs, offsets);
+  if (p.dims == 0) {
+    throw std::invalid_argument("rope: dims must be positive");
+  }
   if (x.ndim() != 3 && x.ndim() != 4) {
     throw std::invalid_argument("rope: x must be [B, T, D] or [B, N, T, D]");
   }
