@@ -184,18 +184,27 @@ def test_attention_over_packed_segments_equals_each_alone(K, lengths, heads, see
         rows_close(got[:, :, a:b], want)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(M=st.integers(1, 40), N=st.integers(1, 300), K_=st.integers(1, 700), bias=st.booleans(),
-       residual=st.booleans(), lead=st.booleans(), seed=st.integers(0, 2**16))
-def test_linear(K, M, N, K_, bias, residual, lead, seed):
+       residual=st.booleans(), prologue=st.sampled_from(["none", "rms_norm", "silu_gate"]), lead=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_linear(K, M, N, K_, bias, residual, prologue, lead, seed):
     """Within 1e-5 of sum |x||w| (+ |bias| + |residual|) per output: another summation
-    order than the BLAS's."""
+    order than the BLAS's. The prologue (RMSNorm, or SiLU-gate of x's halves) is
+    applied as the standalone kernels apply it."""
     mx.random.seed(seed)
-    shape = (2, M, K_) if lead else (M, K_)
-    x, w = mx.random.normal(shape), mx.random.normal((N, K_))
+    lead_shape = (2, M) if lead else (M,)
+    x = mx.random.normal((*lead_shape, 2 * K_ if prologue == "silu_gate" else K_))
+    w = mx.random.normal((N, K_))
     b = mx.random.normal((N,)) if bias else None
-    r = mx.random.normal((*shape[:-1], N)) if residual else None
-    want = x @ w.T + (b if bias else 0) + (r if residual else 0)
-    got = K.linear(x, w, b, r)
-    bound = mx.abs(x) @ mx.abs(w).T + (mx.abs(b) if bias else 0) + (mx.abs(r) if residual else 0)
+    r = mx.random.normal((*lead_shape, N)) if residual else None
+    norm = mx.random.normal((K_,)) if prologue == "rms_norm" else None
+    rows = x
+    if prologue == "rms_norm":
+        rows = mx.fast.rms_norm(x, norm, 1e-5)
+    elif prologue == "silu_gate":
+        rows = K.silu_gate_halves(x)
+    want = rows @ w.T + (b if bias else 0) + (r if residual else 0)
+    got = K.linear(x, w, b, r, norm, 1e-5, prologue == "silu_gate")
+    bound = mx.abs(rows) @ mx.abs(w).T + (mx.abs(b) if bias else 0) + (mx.abs(r) if residual else 0)
     assert (np.abs(np.array(got) - np.array(want)) <= 1e-5 * np.array(bound) + 1e-30).all()

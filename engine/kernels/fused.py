@@ -23,12 +23,17 @@ BLOCK = {("mlx_lm.models.llama", "TransformerBlock"), ("mlx_lm.models.qwen2", "T
          ("mlx_lm.models.qwen3", "TransformerBlock")}
 
 
-def _project(layer: nn.Module, x: mx.array, residual: mx.array | None) -> mx.array:
-    """layer(x) (+ residual), the add folded into the kernel's linear when it can be."""
-    if residual is not None and isinstance(layer, nn.Linear):
-        y = ops.linear(x, layer["weight"], layer.get("bias"), residual)
+def _project(layer: nn.Module, x: mx.array, residual: mx.array | None = None,
+             norm: tuple[mx.array, float] | None = None, silu_gate: bool = False) -> mx.array:
+    """layer(prologue(x)) (+ residual), in one kernel primitive for float32 nn.Linear."""
+    if isinstance(layer, nn.Linear):
+        y = ops.linear(x, layer["weight"], layer.get("bias"), residual, norm, silu_gate)
         if y is not None:
             return y
+    if norm is not None:
+        x = ext().rms_norm(x, *norm)
+    if silu_gate:
+        x = ext().silu_gate_halves(x)
     y = layer(x)
     return y if residual is None else residual + y
 
@@ -77,11 +82,12 @@ class FusedAttention(nn.Module):
             self.q_norm, self.k_norm = attn.q_norm, attn.k_norm
         self._rope = rope
 
-    def __call__(self, x: mx.array, mask=None, cache=None, residual: mx.array | None = None) -> mx.array:
+    def __call__(self, x: mx.array, mask=None, cache=None, residual: mx.array | None = None,
+                 norm: tuple[mx.array, float] | None = None) -> mx.array:
         B, L, _ = x.shape
         rope = self._rope
         norms = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if "q_norm" in self else (None, None, 0.0)
-        q, k, v = ext().qkv_rope(self.qkv_proj(x), self.n_heads, self.n_kv_heads, self.head_dim, rope.dims,
+        q, k, v = ext().qkv_rope(_project(self.qkv_proj, x, norm=norm), self.n_heads, self.n_kv_heads, self.head_dim, rope.dims,
                                  rope.traditional, rope.scale, rope.inv_freqs,
                                  rope.offsets(cache.offset if cache is not None else 0), *norms)
         if cache is not None:
@@ -99,17 +105,21 @@ class FusedMLP(nn.Module):
         self.gate_up_proj = gate_up
         self.down_proj = down
 
-    def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
-        return _project(self.down_proj, ext().silu_gate_halves(self.gate_up_proj(x)), residual)
+    def __call__(self, x: mx.array, residual: mx.array | None = None,
+                 norm: tuple[mx.array, float] | None = None) -> mx.array:
+        gate_up = _project(self.gate_up_proj, x, norm=norm)
+        return _project(self.down_proj, gate_up, residual, silu_gate=True)
 
 
 class FusedBlock:
-    """A Llama-family TransformerBlock whose residual adds happen inside o_proj and
-    down_proj (the block's own norms and fused attention/MLP are used as they are)."""
+    """A Llama-family TransformerBlock in four linear primitives: its RMSNorms run as
+    the prologue of the qkv and gate-up projections, SiLU-gate as down_proj's, and the
+    residual adds inside o_proj and down_proj."""
 
     def __call__(self, x: mx.array, mask=None, cache=None) -> mx.array:
-        h = self.self_attn(self.input_layernorm(x), mask, cache, residual=x)
-        return self.mlp(self.post_attention_layernorm(h), residual=h)
+        first, second = self.input_layernorm, self.post_attention_layernorm
+        h = self.self_attn(x, mask, cache, residual=x, norm=(first.weight, first.eps))
+        return self.mlp(h, residual=h, norm=(second.weight, second.eps))
 
 
 def _fused_attention(attn: nn.Module) -> FusedAttention | None:

@@ -48,10 +48,22 @@ class RopeSpec:
     def offsets(self, offset) -> mx.array:
         if isinstance(offset, mx.array):
             return offset.reshape(-1).astype(mx.int32)
-        return mx.array([int(offset)], dtype=mx.int32)
+        return _offset_array(int(offset))
 
     def __call__(self, x: mx.array, offset=0) -> mx.array:
         return ext().rope(x, self.dims, self.traditional, self.scale, self.inv_freqs, self.offsets(offset))
+
+
+_last_offset: tuple[int, mx.array] = (-1, mx.array([0], dtype=mx.int32))
+
+
+def _offset_array(offset: int) -> mx.array:
+    """[offset] as int32, shared by every layer of a step (arrays are immutable)."""
+    global _last_offset
+    last = _last_offset
+    if last[0] != offset:
+        last = _last_offset = (offset, mx.array([offset], dtype=mx.int32))
+    return last[1]
 
 
 def rope_spec(module: nn.Module) -> RopeSpec | None:
@@ -75,16 +87,20 @@ def _ready(a: mx.array) -> mx.array:
     return a
 
 
-def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None,
-           residual: mx.array | None = None) -> mx.array | None:
-    """x @ weight.T (+ bias) (+ residual) as one primitive: the kernel's matvec for a
-    few rows, the global BLAS's sgemm for more (mlx's matmul when there is none)."""
-    if x.dtype != F32 or weight.dtype != F32 or (bias is not None and bias.dtype != F32):
+def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, residual: mx.array | None = None,
+           norm: tuple[mx.array, float] | None = None, silu_gate: bool = False) -> mx.array | None:
+    """prologue(x) @ weight.T (+ bias) (+ residual) as one primitive, the prologue an
+    RMSNorm (``norm`` = (weight, eps)) or SiLU-gate of x's halves: the kernel's
+    matvec for a few rows, the global BLAS's sgemm for more (None: mlx's matmul when
+    there is no such BLAS, or another dtype)."""
+    arrays = [x, weight, bias, residual, norm[0] if norm else None]
+    if any(a is not None and a.dtype != F32 for a in arrays):
         return None
     rows = x.size // x.shape[-1] if x.ndim else 1
     if rows > 16 and not ext().blas_available():
         return None
-    return ext().linear(x, weight, bias, residual)
+    return ext().linear(x, weight, bias, residual, norm[0] if norm else None, norm[1] if norm else 0.0,
+                        silu_gate)
 
 
 def quantized_matmul(x: mx.array, layer, rows_max: int = 8) -> mx.array | None:

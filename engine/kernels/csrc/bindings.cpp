@@ -41,8 +41,19 @@ NB_MODULE(_ext, m) {
         "x @ dequantize(w).T for MLX's affine 8- and 4-bit layouts.");
   m.def("dequantize", &mlxk::dequantize, "w"_a, "scales"_a, "biases"_a, "group_size"_a, "bits"_a,
         nb::kw_only(), "stream"_a = nb::none(), "MLX's affine 8- and 4-bit weights as float32.");
-  m.def("linear", &mlxk::linear, "x"_a, "weight"_a, "bias"_a = nb::none(), "residual"_a = nb::none(),
-        nb::kw_only(), "stream"_a = nb::none(), "x @ weight.T (+ bias) (+ residual) in one primitive.");
+  m.def(
+      "linear",
+      [](const mx::array& x, const mx::array& w, const std::optional<mx::array>& bias,
+         const std::optional<mx::array>& residual, const std::optional<mx::array>& norm, float eps,
+         bool silu_gate, mx::StreamOrDevice s) {
+        auto prologue = norm ? mlxk::Prologue::rms_norm
+                             : (silu_gate ? mlxk::Prologue::silu_gate_halves : mlxk::Prologue::none);
+        return mlxk::linear(x, w, bias, residual, prologue, norm, eps, s);
+      },
+      "x"_a, "weight"_a, "bias"_a = nb::none(), "residual"_a = nb::none(), "norm"_a = nb::none(),
+      "eps"_a = 0.0f, "silu_gate"_a = false, nb::kw_only(), "stream"_a = nb::none(),
+      "prologue(x) @ weight.T (+ bias) (+ residual) in one primitive; the prologue is RMSNorm "
+      "with `norm` and `eps`, SiLU-gate of x's halves with `silu_gate`, or nothing.");
   m.def("blas_available", &mlxk::blas_available, "Whether a CBLAS sgemm is loaded globally.");
   m.def("rms_norm", &mlxk::rms_norm, "x"_a, "weight"_a.none(), "eps"_a, nb::kw_only(),
         "stream"_a = nb::none(), "RMSNorm over the last axis (mx.fast.rms_norm's rounding).");

@@ -100,6 +100,17 @@ void dispatch_unary(mx::Stream stream, const mx::array& in, mx::array& out, F&& 
 
 } // namespace
 
+void silu_gate_row(float* y, const float* gate, const float* up, int64_t n) {
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) {
+    store(y + i, silu_gate_v(load(gate + i), load(up + i)));
+  }
+  if (i < n) {
+    int k = int(n - i);
+    store_part(y + i, silu_gate_v(load_part(gate + i, k, 0.0f), load_part(up + i, k, 0.0f)), k);
+  }
+}
+
 void CpuPrimitive::eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) {
   throw std::runtime_error(std::string(name()) + " has only a CPU kernel");
 }
@@ -120,19 +131,7 @@ void SiluGate::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::ar
     const float* up = halves ? gp + g.cols / 2 : u.materialize(ub, us);
     us = halves ? gs : us;
     int64_t n = halves ? g.cols / 2 : g.cols;
-    for_rows(g.rows, n, [&](int64_t r) {
-      const float* a = gp + r * gs;
-      const float* b = up + r * us;
-      float* y = o + r * n;
-      int64_t i = 0;
-      for (; i + kW <= n; i += kW) {
-        store(y + i, silu_gate_v(load(a + i), load(b + i)));
-      }
-      if (i < n) {
-        int k = int(n - i);
-        store_part(y + i, silu_gate_v(load_part(a + i, k, 0.0f), load_part(b + i, k, 0.0f)), k);
-      }
-    });
+    for_rows(g.rows, n, [&](int64_t r) { silu_gate_row(o + r * n, gp + r * gs, up + r * us, n); });
   });
 }
 

@@ -118,6 +118,35 @@ bool blas_available() {
   return global_sgemm() != nullptr;
 }
 
+namespace {
+
+// The rows linear multiplies: x itself, or prologue(x) in `buffer` (K per row).
+const float* prepare(const Rows& x, Prologue prologue, const float* norm, float eps, int K,
+                     std::vector<float>& raw, std::vector<float>& buffer, int64_t& stride) {
+  const float* p = x.materialize(raw, stride);
+  if (prologue == Prologue::none && (stride >= K || x.rows == 1)) {
+    return p;
+  }
+  buffer.resize(size_t(x.rows) * K);
+  parallel_for(x.rows, std::max<int64_t>(1, 4096 / K), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* row = p + r * stride;
+      float* out = buffer.data() + r * K;
+      if (prologue == Prologue::rms_norm) {
+        rms_norm_row(out, row, norm, K, eps);
+      } else if (prologue == Prologue::silu_gate_halves) {
+        silu_gate_row(out, row, row + K, K);
+      } else {  // broadcast rows (stride 0): sgemm needs a real leading dimension
+        std::copy(row, row + K, out);
+      }
+    }
+  });
+  stride = K;
+  return buffer.data();
+}
+
+} // namespace
+
 void Linear::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   auto& out = outputs[0];
   allocate(out);
@@ -127,26 +156,20 @@ void Linear::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::arra
   }
   enc.set_output_array(out);
   const auto& w = inputs[1];
-  for (size_t i = 1; i < inputs.size() - (has_residual_ ? 1 : 0); ++i) {
-    if (!inputs[i].flags().row_contiguous) {
-      throw std::invalid_argument("linear: the weight and bias must be row-contiguous");
+  size_t next = 2;
+  const float* bias = has_bias_ ? inputs[next++].data<float>() : nullptr;
+  Rows res = has_residual_ ? Rows(inputs[next++]) : Rows(inputs[0]);
+  const float* norm = prologue_ == Prologue::rms_norm ? inputs[next].data<float>() : nullptr;
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    if (!(has_residual_ && i == 2 + has_bias_) && !inputs[i].flags().row_contiguous) {
+      throw std::invalid_argument("linear: the weight, bias and norm must be row-contiguous");
     }
   }
-  const float* bias = has_bias_ ? inputs[2].data<float>() : nullptr;
-  Rows res = has_residual_ ? Rows(inputs.back()) : Rows(inputs[0]);
-  enc.dispatch([x = Rows(inputs[0]), wp = w.data<float>(), bias, res, has_res = has_residual_,
-                N = w.shape(0), y = out.data<float>()]() {
-    std::vector<float> xb, rb;
-    Problem p{nullptr, wp, bias, nullptr, 0, 0, int(x.rows), N, int(x.cols), y};
-    p.x = x.materialize(xb, p.xs);
-    if (p.xs < p.K && p.M > 1) {  // broadcast rows: sgemm needs a real leading dimension
-      xb.resize(size_t(p.M) * p.K);
-      for (int m = 0; m < p.M; ++m) {
-        std::copy(p.x + m * p.xs, p.x + m * p.xs + p.K, xb.data() + int64_t(m) * p.K);
-      }
-      p.x = xb.data();
-      p.xs = p.K;
-    }
+  enc.dispatch([x = Rows(inputs[0]), wp = w.data<float>(), bias, res, has_res = has_residual_, norm,
+                prologue = prologue_, eps = eps_, N = w.shape(0), K = w.shape(1), y = out.data<float>()]() {
+    std::vector<float> raw, buffer, rb;
+    Problem p{nullptr, wp, bias, nullptr, 0, 0, int(x.rows), N, K, y};
+    p.x = prepare(x, prologue, norm, eps, K, raw, buffer, p.xs);
     if (has_res) {
       p.res = res.materialize(rb, p.rs);
     }
@@ -156,31 +179,43 @@ void Linear::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::arra
 
 bool Linear::is_equivalent(const mx::Primitive& other) const {
   const auto& o = static_cast<const Linear&>(other);
-  return has_bias_ == o.has_bias_ && has_residual_ == o.has_residual_;
+  return has_bias_ == o.has_bias_ && has_residual_ == o.has_residual_ && prologue_ == o.prologue_ &&
+         eps_ == o.eps_;
 }
 
 mx::array linear(const mx::array& x, const mx::array& w, const std::optional<mx::array>& bias,
-                 const std::optional<mx::array>& residual, mx::StreamOrDevice s) {
+                 const std::optional<mx::array>& residual, Prologue prologue,
+                 const std::optional<mx::array>& norm, float eps, mx::StreamOrDevice s) {
   require_float32(x, "linear");
   require_float32(w, "linear (weight)");
-  if (x.ndim() < 1 || w.ndim() != 2 || x.shape(-1) != w.shape(1)) {
-    throw std::invalid_argument("linear: x [..., K] and weight [N, K] expected");
+  int K = w.ndim() == 2 ? w.shape(1) : -1;
+  int in = prologue == Prologue::silu_gate_halves ? 2 * K : K;
+  if (x.ndim() < 1 || w.ndim() != 2 || x.shape(-1) != in) {
+    throw std::invalid_argument("linear: x [..., K] (or [..., 2K] for silu_gate_halves) and weight [N, K]");
   }
   mx::Shape shape = x.shape();
   shape.back() = w.shape(0);
   std::vector<mx::array> inputs = {x, w};
-  if (bias) {
-    require_float32(*bias, "linear (bias)");
-    inputs.push_back(*bias);
-  }
-  if (residual) {
-    require_float32(*residual, "linear (residual)");
-    if (residual->shape() != shape) {
-      throw std::invalid_argument("linear: the residual must have the output's shape");
+  for (const auto* p : {&bias, &residual}) {
+    if (*p) {
+      require_float32(**p, "linear (bias, residual)");
+      inputs.push_back(**p);
     }
-    inputs.push_back(*residual);
   }
-  auto prim = std::make_shared<Linear>(mx::to_stream(s), bias.has_value(), residual.has_value());
+  if (residual && residual->shape() != shape) {
+    throw std::invalid_argument("linear: the residual must have the output's shape");
+  }
+  if ((prologue == Prologue::rms_norm) != norm.has_value()) {
+    throw std::invalid_argument("linear: the rms_norm prologue takes a norm weight, the others none");
+  }
+  if (norm) {
+    require_float32(*norm, "linear (norm)");
+    if (norm->ndim() != 1 || norm->shape(0) != K) {
+      throw std::invalid_argument("linear: the norm weight must be [K]");
+    }
+    inputs.push_back(*norm);
+  }
+  auto prim = std::make_shared<Linear>(mx::to_stream(s), bias.has_value(), residual.has_value(), prologue, eps);
   return mx::array(shape, mx::float32, prim, inputs);
 }
 

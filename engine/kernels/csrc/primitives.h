@@ -40,9 +40,16 @@ mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::arr
 // dequantize(w) as float32 [N, K].
 mx::array dequantize(const mx::array& w, const mx::array& scales, const mx::array& biases,
                      int group_size, int bits, mx::StreamOrDevice s = {});
-// x [..., K] @ w[N, K]^T (+ bias [N]) (+ residual [..., N]).
+// What linear applies to each row of x first.
+enum class Prologue { none, rms_norm, silu_gate_halves };
+// prologue(x) [..., K] @ w[N, K]^T (+ bias [N]) (+ residual [..., N]); rms_norm takes
+// `norm` [K] and `eps` (x is [..., K]); silu_gate_halves takes x [..., 2K].
 mx::array linear(const mx::array& x, const mx::array& w, const std::optional<mx::array>& bias,
-                 const std::optional<mx::array>& residual, mx::StreamOrDevice s = {});
+                 const std::optional<mx::array>& residual, Prologue prologue,
+                 const std::optional<mx::array>& norm, float eps, mx::StreamOrDevice s = {});
+// Row helpers shared with linear (each defined beside its own primitive).
+void silu_gate_row(float* y, const float* gate, const float* up, int64_t n);
+void rms_norm_row(float* out, const float* x, const float* w, int n, float eps);
 // Whether a CBLAS sgemm is in the process's global scope (linear's path for many rows).
 bool blas_available();
 // RMSNorm / LayerNorm over the last axis, as mx.fast's CPU fallbacks compute them.
@@ -131,14 +138,17 @@ class Attention : public CpuPrimitive {
 
 class Linear : public CpuPrimitive {
  public:
-  Linear(mx::Stream stream, bool has_bias, bool has_residual)
-      : CpuPrimitive(stream), has_bias_(has_bias), has_residual_(has_residual) {}
+  Linear(mx::Stream stream, bool has_bias, bool has_residual, Prologue prologue, float eps)
+      : CpuPrimitive(stream), has_bias_(has_bias), has_residual_(has_residual), prologue_(prologue),
+        eps_(eps) {}
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   const char* name() const override { return "KernelLinear"; }
   bool is_equivalent(const mx::Primitive& other) const override;
 
  private:
   bool has_bias_, has_residual_;
+  Prologue prologue_;
+  float eps_;
 };
 
 class RmsNorm : public CpuPrimitive {
