@@ -47,15 +47,14 @@ def _hook_points():
 
     points = [("matmul", nn.Linear, "__call__"), ("matmul", nn.QuantizedLinear, "__call__"),
               ("matmul", nn.Embedding, "as_linear"), ("matmul", nn.QuantizedEmbedding, "as_linear"),
-              ("matmul", modules.KernelQuantizedLinear, "__call__"),
-              ("matmul", modules.KernelQuantizedEmbedding, "as_linear"),
+              ("matmul", modules.KernelLinear, "__call__"), ("matmul", modules.KernelEmbedding, "as_linear"),
               ("attention", mx.fast, "scaled_dot_product_attention"), ("rope", mx.fast, "rope"),
               ("norms", mx.fast, "rms_norm"), ("norms", mx.fast, "layer_norm"),
               ("activations", activations, "swiglu"), ("activations", nn, "gelu"),
               ("activations", nn, "gelu_approx"), ("activations", nn, "silu")]
     if kernels.status().available:
         ext = kernels.ext()
-        points += [("attention", ext, "attention"), ("rope", ext, "rope"), ("rope", ext, "qkv_rope"),
+        points += [("matmul", ext, "linear"), ("matmul", ext, "quantized_matmul"), ("attention", ext, "attention"), ("rope", ext, "rope"), ("rope", ext, "qkv_rope"),
                    ("norms", ext, "rms_norm"), ("norms", ext, "layer_norm"), ("activations", ext, "silu_gate"),
                    ("activations", ext, "silu_gate_halves"), ("activations", ext, "gelu")]
     return points

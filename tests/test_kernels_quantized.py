@@ -51,17 +51,39 @@ def test_quantized_matmul_and_dequantize(K, M, N, groups, group, bits, lead, see
     within_quantization_tolerance(got.reshape(-1, N), x.reshape(-1, groups * group), deq)
 
 
+@settings(max_examples=25, deadline=None)
+@given(M=st.integers(1, 6), groups=st.integers(1, 6), bits=st.sampled_from([4, 8]), bias=st.booleans(),
+       residual=st.booleans(), prologue=st.sampled_from(["rms_norm", "silu_gate", "none"]),
+       seed=st.integers(0, 2**16))
+def test_quantized_matmul_with_prologue_bias_and_residual(K, M, groups, bits, bias, residual, prologue, seed):
+    w, wq, scales, biases = quantized(48, groups * 64, 64, bits, seed)
+    deq = mx.dequantize(wq, scales, biases, 64, bits)
+    K_ = groups * 64
+    x = mx.random.normal((M, 2 * K_ if prologue == "silu_gate" else K_))
+    b = mx.random.normal((48,)) if bias else None
+    r = mx.random.normal((M, 48)) if residual else None
+    norm = mx.random.normal((K_,)) if prologue == "rms_norm" else None
+    rows = x
+    if prologue == "rms_norm":
+        rows = mx.fast.rms_norm(x, norm, 1e-6)
+    elif prologue == "silu_gate":
+        rows = K.silu_gate_halves(x)
+    got = K.quantized_matmul(x, wq, scales, biases, 64, bits, b, r, norm, 1e-6, prologue == "silu_gate")
+    extra = (b if bias else 0) + (r if residual else 0)
+    within_quantization_tolerance(got - extra, rows, deq)
+
+
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("rows", [1, 5, 64])  # matvec from bytes; 64 rows go through dequantize + GEMM
 def test_quantized_linear_module_uses_the_kernel(K, bits, rows):
-    from engine.kernels.modules import KernelQuantizedLinear, swap_class
+    from engine.kernels.modules import KernelLinear, swap_class
 
     mx.random.seed(bits + rows)
     layer = nn.QuantizedLinear.from_linear(nn.Linear(256, 96, bias=True), group_size=64, bits=bits)
     layer.bias = mx.random.normal((96,))
     x = mx.random.normal((1, rows, 256))
     want = layer(x)
-    swap_class(layer, KernelQuantizedLinear)
+    swap_class(layer, KernelLinear)
     deq = mx.dequantize(layer.weight, layer.scales, layer.biases, 64, bits)
     got = layer(x)
     within_quantization_tolerance((got - layer.bias).reshape(rows, 96), x.reshape(rows, 256), deq)

@@ -25,11 +25,10 @@ BLOCK = {("mlx_lm.models.llama", "TransformerBlock"), ("mlx_lm.models.qwen2", "T
 
 def _project(layer: nn.Module, x: mx.array, residual: mx.array | None = None,
              norm: tuple[mx.array, float] | None = None, silu_gate: bool = False) -> mx.array:
-    """layer(prologue(x)) (+ residual), in one kernel primitive for float32 nn.Linear."""
-    if isinstance(layer, nn.Linear):
-        y = ops.linear(x, layer["weight"], layer.get("bias"), residual, norm, silu_gate)
-        if y is not None:
-            return y
+    """layer(prologue(x)) (+ residual): one kernel primitive where ops.project applies."""
+    y = ops.project(layer, x, residual, norm, silu_gate)
+    if y is not None:
+        return y
     if norm is not None:
         x = ext().rms_norm(x, *norm)
     if silu_gate:

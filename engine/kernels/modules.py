@@ -50,28 +50,18 @@ class KernelRoPE:
 
 
 class KernelLinear:
+    """nn.Linear and nn.QuantizedLinear."""
+
     def __call__(self, x: mx.array) -> mx.array:
-        y = ops.linear(x, self["weight"], self.get("bias"))
+        y = ops.project(self, x)
         return super().__call__(x) if y is None else y
 
 
 class KernelEmbedding:
+    """nn.Embedding and nn.QuantizedEmbedding used as the output layer."""
+
     def as_linear(self, x: mx.array) -> mx.array:
-        y = ops.linear(x, self["weight"])
-        return super().as_linear(x) if y is None else y
-
-
-class KernelQuantizedLinear:
-    def __call__(self, x: mx.array) -> mx.array:
-        y = ops.quantized_matmul(x, self)
-        if y is None:
-            return super().__call__(x)
-        return y + self["bias"] if "bias" in self else y
-
-
-class KernelQuantizedEmbedding:
-    def as_linear(self, x: mx.array) -> mx.array:
-        y = ops.quantized_matmul(x, self)
+        y = ops.project(self, x)
         return super().as_linear(x) if y is None else y
 
 
@@ -101,9 +91,9 @@ def swap_leaf_modules(model: nn.Module) -> dict[str, int]:
             swap_class(module, KernelRoPE)
             mark("rope")
         elif cls is nn.QuantizedLinear and ops.quantizable(module):
-            swap_class(module, KernelQuantizedLinear)
+            swap_class(module, KernelLinear)
             mark(f"q{module.bits}_linear")
         elif cls is nn.QuantizedEmbedding and ops.quantizable(module):
-            swap_class(module, KernelQuantizedEmbedding)
+            swap_class(module, KernelEmbedding)
             mark(f"q{module.bits}_embedding")
     return counts

@@ -87,33 +87,35 @@ def _ready(a: mx.array) -> mx.array:
     return a
 
 
-def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, residual: mx.array | None = None,
-           norm: tuple[mx.array, float] | None = None, silu_gate: bool = False) -> mx.array | None:
-    """prologue(x) @ weight.T (+ bias) (+ residual) as one primitive, the prologue an
-    RMSNorm (``norm`` = (weight, eps)) or SiLU-gate of x's halves: the kernel's
-    matvec for a few rows, the global BLAS's sgemm for more (None: mlx's matmul when
-    there is no such BLAS, or another dtype)."""
-    arrays = [x, weight, bias, residual, norm[0] if norm else None]
-    if any(a is not None and a.dtype != F32 for a in arrays):
+def project(layer, x: mx.array, residual: mx.array | None = None, norm: tuple[mx.array, float] | None = None,
+            silu_gate: bool = False) -> mx.array | None:
+    """layer(prologue(x)) (+ residual) in one primitive, for a float32 nn.Linear (or an
+    nn.Embedding used as a linear layer) and MLX's affine 8/4-bit layers; the prologue
+    is an RMSNorm (``norm`` = (weight, eps)) or SiLU-gate of x's halves. A few rows
+    take the kernels' matrix-vector products (from the quantized bytes when
+    quantized); more rows the global BLAS's sgemm, through a float32 copy of quantized
+    weights made per call. None where that does not apply (another dtype, or many
+    rows and no global BLAS): the caller falls back to mlx's ops."""
+    bias = layer.get("bias")
+    extra = [x, bias, residual, norm[0] if norm else None]
+    if any(a is not None and a.dtype != F32 for a in extra):
         return None
     rows = x.size // x.shape[-1] if x.ndim else 1
+    args = (bias, residual, norm[0] if norm else None, norm[1] if norm else 0.0, silu_gate)
+    if "scales" in layer:
+        if not quantizable(layer):
+            return None
+        quant = (layer["weight"], layer["scales"], layer["biases"], layer.group_size, layer.bits)
+        if rows <= 8:
+            return ext().quantized_matmul(x, *quant, *args)
+        weight = ext().dequantize(*quant)
+    else:
+        weight = layer["weight"]
+        if weight.dtype != F32:
+            return None
     if rows > 16 and not ext().blas_available():
         return None
-    return ext().linear(x, weight, bias, residual, norm[0] if norm else None, norm[1] if norm else 0.0,
-                        silu_gate)
-
-
-def quantized_matmul(x: mx.array, layer, rows_max: int = 8) -> mx.array | None:
-    """x @ W.T for an nn.QuantizedLinear / QuantizedEmbedding's affine 8/4-bit W: from
-    the quantized bytes for a few rows (decode), else through a float32 copy of W
-    made per call (prefill: the GEMM amortizes it)."""
-    if x.dtype != F32 or not quantizable(layer):
-        return None
-    w, scales, biases = layer["weight"], layer["scales"], layer["biases"]
-    rows = x.size // x.shape[-1] if x.ndim else 1
-    if rows <= rows_max:
-        return ext().quantized_matmul(x, w, scales, biases, layer.group_size, layer.bits)
-    return x @ ext().dequantize(w, scales, biases, layer.group_size, layer.bits).T
+    return ext().linear(x, weight, *args)
 
 
 def quantizable(layer) -> bool:

@@ -17,6 +17,17 @@ using namespace nb::literals;
 #define MLXK_STR2(x) #x
 #define MLXK_STR(x) MLXK_STR2(x)
 
+namespace {
+
+mlxk::RowOps row_ops(const std::optional<mx::array>& bias, const std::optional<mx::array>& residual,
+                     const std::optional<mx::array>& norm, float eps, bool silu_gate) {
+  auto prologue = norm ? mlxk::Prologue::rms_norm
+                       : (silu_gate ? mlxk::Prologue::silu_gate_halves : mlxk::Prologue::none);
+  return {prologue, eps, bias.has_value(), residual.has_value()};
+}
+
+} // namespace
+
 NB_MODULE(_ext, m) {
   m.doc() = "SIMD CPU kernels for MLX (float32)";
   m.attr("mlx_version") = MLXK_STR(MLX_VERSION_MAJOR) "." MLXK_STR(MLX_VERSION_MINOR) "." MLXK_STR(
@@ -36,9 +47,20 @@ NB_MODULE(_ext, m) {
         "[B, Hq, L, Dv], or [B, L, Hq * Dv] when flat.");
   m.def("silu_gate_halves", &mlxk::silu_gate_halves, "x"_a, nb::kw_only(), "stream"_a = nb::none(),
         "silu(gate) * up with gate and up the halves of x's last axis.");
-  m.def("quantized_matmul", &mlxk::quantized_matmul, "x"_a, "w"_a, "scales"_a, "biases"_a,
-        "group_size"_a, "bits"_a, nb::kw_only(), "stream"_a = nb::none(),
-        "x @ dequantize(w).T for MLX's affine 8- and 4-bit layouts.");
+  m.def(
+      "quantized_matmul",
+      [](const mx::array& x, const mx::array& w, const mx::array& scales, const mx::array& biases,
+         int group_size, int bits, const std::optional<mx::array>& bias,
+         const std::optional<mx::array>& residual, const std::optional<mx::array>& norm, float eps,
+         bool silu_gate, mx::StreamOrDevice s) {
+        return mlxk::quantized_matmul(x, w, scales, biases, group_size, bits,
+                                      row_ops(bias, residual, norm, eps, silu_gate), bias, residual, norm, s);
+      },
+      "x"_a, "w"_a, "scales"_a, "biases"_a, "group_size"_a, "bits"_a, "bias"_a = nb::none(),
+      "residual"_a = nb::none(), "norm"_a = nb::none(), "eps"_a = 0.0f, "silu_gate"_a = false,
+      nb::kw_only(), "stream"_a = nb::none(),
+      "prologue(x) @ dequantize(w).T (+ bias) (+ residual) for MLX's affine 8- and 4-bit layouts; "
+      "the prologue as linear's.");
   m.def("dequantize", &mlxk::dequantize, "w"_a, "scales"_a, "biases"_a, "group_size"_a, "bits"_a,
         nb::kw_only(), "stream"_a = nb::none(), "MLX's affine 8- and 4-bit weights as float32.");
   m.def(
@@ -46,9 +68,7 @@ NB_MODULE(_ext, m) {
       [](const mx::array& x, const mx::array& w, const std::optional<mx::array>& bias,
          const std::optional<mx::array>& residual, const std::optional<mx::array>& norm, float eps,
          bool silu_gate, mx::StreamOrDevice s) {
-        auto prologue = norm ? mlxk::Prologue::rms_norm
-                             : (silu_gate ? mlxk::Prologue::silu_gate_halves : mlxk::Prologue::none);
-        return mlxk::linear(x, w, bias, residual, prologue, norm, eps, s);
+        return mlxk::linear(x, w, row_ops(bias, residual, norm, eps, silu_gate), bias, residual, norm, s);
       },
       "x"_a, "weight"_a, "bias"_a = nb::none(), "residual"_a = nb::none(), "norm"_a = nb::none(),
       "eps"_a = 0.0f, "silu_gate"_a = false, nb::kw_only(), "stream"_a = nb::none(),

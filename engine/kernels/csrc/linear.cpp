@@ -56,8 +56,7 @@ void matvec_rows(const float* x, int64_t xs, const float* w, int K, int n0, int 
         for (int kk = k; kk < K; ++kk) {
           s += wr[int64_t(i) * K + kk] * x[r * xs + kk];
         }
-        s += bias ? bias[n + i] : 0.0f;
-        y[r * ys + n + i] = s + (res ? res[r * rs + n + i] : 0.0f);
+        y[r * ys + n + i] = finish(s, bias, res ? res + r * rs : nullptr, n + i);
       }
     }
   }
@@ -67,8 +66,7 @@ void matvec_rows(const float* x, int64_t xs, const float* w, int K, int n0, int 
       for (int k = 0; k < K; ++k) {
         s += w[int64_t(n) * K + k] * x[r * xs + k];
       }
-      s += bias ? bias[n] : 0.0f;
-      y[r * ys + n] = s + (res ? res[r * rs + n] : 0.0f);
+      y[r * ys + n] = finish(s, bias, res ? res + r * rs : nullptr, n);
     }
   }
 }
@@ -118,35 +116,6 @@ bool blas_available() {
   return global_sgemm() != nullptr;
 }
 
-namespace {
-
-// The rows linear multiplies: x itself, or prologue(x) in `buffer` (K per row).
-const float* prepare(const Rows& x, Prologue prologue, const float* norm, float eps, int K,
-                     std::vector<float>& raw, std::vector<float>& buffer, int64_t& stride) {
-  const float* p = x.materialize(raw, stride);
-  if (prologue == Prologue::none && (stride >= K || x.rows == 1)) {
-    return p;
-  }
-  buffer.resize(size_t(x.rows) * K);
-  parallel_for(x.rows, std::max<int64_t>(1, 4096 / K), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* row = p + r * stride;
-      float* out = buffer.data() + r * K;
-      if (prologue == Prologue::rms_norm) {
-        rms_norm_row(out, row, norm, K, eps);
-      } else if (prologue == Prologue::silu_gate_halves) {
-        silu_gate_row(out, row, row + K, K);
-      } else {  // broadcast rows (stride 0): sgemm needs a real leading dimension
-        std::copy(row, row + K, out);
-      }
-    }
-  });
-  stride = K;
-  return buffer.data();
-}
-
-} // namespace
-
 void Linear::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   auto& out = outputs[0];
   allocate(out);
@@ -156,67 +125,40 @@ void Linear::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::arra
   }
   enc.set_output_array(out);
   const auto& w = inputs[1];
-  size_t next = 2;
-  const float* bias = has_bias_ ? inputs[next++].data<float>() : nullptr;
-  Rows res = has_residual_ ? Rows(inputs[next++]) : Rows(inputs[0]);
-  const float* norm = prologue_ == Prologue::rms_norm ? inputs[next].data<float>() : nullptr;
-  for (size_t i = 1; i < inputs.size(); ++i) {
-    if (!(has_residual_ && i == 2 + has_bias_) && !inputs[i].flags().row_contiguous) {
-      throw std::invalid_argument("linear: the weight, bias and norm must be row-contiguous");
-    }
+  if (!w.flags().row_contiguous) {
+    throw std::invalid_argument("linear: the weight must be row-contiguous");
   }
-  enc.dispatch([x = Rows(inputs[0]), wp = w.data<float>(), bias, res, has_res = has_residual_, norm,
-                prologue = prologue_, eps = eps_, N = w.shape(0), K = w.shape(1), y = out.data<float>()]() {
+  enc.dispatch([x = Rows(inputs[0]), extra = RowOpsInputs(inputs, 2, ops_), ops = ops_, wp = w.data<float>(),
+                N = w.shape(0), K = w.shape(1), y = out.data<float>()]() {
     std::vector<float> raw, buffer, rb;
-    Problem p{nullptr, wp, bias, nullptr, 0, 0, int(x.rows), N, K, y};
-    p.x = prepare(x, prologue, norm, eps, K, raw, buffer, p.xs);
-    if (has_res) {
-      p.res = res.materialize(rb, p.rs);
+    Problem p{nullptr, wp, extra.bias, nullptr, 0, 0, int(x.rows), N, K, y};
+    p.x = prologue_rows(x, ops.prologue, extra.norm, ops.eps, K, raw, buffer, p.xs);
+    if (ops.has_residual) {
+      p.res = extra.residual.materialize(rb, p.rs);
     }
     (p.M <= kSmallRows || !global_sgemm()) ? small(p) : large(p);
   });
 }
 
 bool Linear::is_equivalent(const mx::Primitive& other) const {
-  const auto& o = static_cast<const Linear&>(other);
-  return has_bias_ == o.has_bias_ && has_residual_ == o.has_residual_ && prologue_ == o.prologue_ &&
-         eps_ == o.eps_;
+  return ops_ == static_cast<const Linear&>(other).ops_;
 }
 
-mx::array linear(const mx::array& x, const mx::array& w, const std::optional<mx::array>& bias,
-                 const std::optional<mx::array>& residual, Prologue prologue,
-                 const std::optional<mx::array>& norm, float eps, mx::StreamOrDevice s) {
+mx::array linear(const mx::array& x, const mx::array& w, RowOps ops, const std::optional<mx::array>& bias,
+                 const std::optional<mx::array>& residual, const std::optional<mx::array>& norm,
+                 mx::StreamOrDevice s) {
   require_float32(x, "linear");
   require_float32(w, "linear (weight)");
   int K = w.ndim() == 2 ? w.shape(1) : -1;
-  int in = prologue == Prologue::silu_gate_halves ? 2 * K : K;
+  int in = ops.prologue == Prologue::silu_gate_halves ? 2 * K : K;
   if (x.ndim() < 1 || w.ndim() != 2 || x.shape(-1) != in) {
     throw std::invalid_argument("linear: x [..., K] (or [..., 2K] for silu_gate_halves) and weight [N, K]");
   }
   mx::Shape shape = x.shape();
   shape.back() = w.shape(0);
   std::vector<mx::array> inputs = {x, w};
-  for (const auto* p : {&bias, &residual}) {
-    if (*p) {
-      require_float32(**p, "linear (bias, residual)");
-      inputs.push_back(**p);
-    }
-  }
-  if (residual && residual->shape() != shape) {
-    throw std::invalid_argument("linear: the residual must have the output's shape");
-  }
-  if ((prologue == Prologue::rms_norm) != norm.has_value()) {
-    throw std::invalid_argument("linear: the rms_norm prologue takes a norm weight, the others none");
-  }
-  if (norm) {
-    require_float32(*norm, "linear (norm)");
-    if (norm->ndim() != 1 || norm->shape(0) != K) {
-      throw std::invalid_argument("linear: the norm weight must be [K]");
-    }
-    inputs.push_back(*norm);
-  }
-  auto prim = std::make_shared<Linear>(mx::to_stream(s), bias.has_value(), residual.has_value(), prologue, eps);
-  return mx::array(shape, mx::float32, prim, inputs);
+  push_row_ops(inputs, ops, shape, K, bias, residual, norm, "linear");
+  return mx::array(shape, mx::float32, std::make_shared<Linear>(mx::to_stream(s), ops), inputs);
 }
 
 } // namespace mlxk

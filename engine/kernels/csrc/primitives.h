@@ -8,6 +8,7 @@
 
 #include "mlx/ops.h"
 #include "mlx/primitives.h"
+#include "rowops.h"
 
 namespace mlxk {
 
@@ -32,21 +33,21 @@ mx::array softmax(const mx::array& x, mx::StreamOrDevice s = {});
 mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
                     bool causal, int window, const std::optional<mx::array>& mask, bool flat,
                     const std::optional<mx::array>& segments, mx::StreamOrDevice s = {});
-// x [..., K] @ dequantize(w)^T for MLX's affine quantization (w uint32 [N, K*bits/32],
-// scales/biases [N, K/group]): bits 8 or 4.
+// prologue(x) [..., K] @ dequantize(w)^T (+ bias) (+ residual) for MLX's affine
+// quantization (w uint32 [N, K*bits/32], scales/biases [N, K/group]), bits 8 or 4;
+// the prologue and extra inputs as linear's.
 mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
-                           const mx::array& biases, int group_size, int bits,
-                           mx::StreamOrDevice s = {});
+                           const mx::array& biases, int group_size, int bits, RowOps ops,
+                           const std::optional<mx::array>& bias, const std::optional<mx::array>& residual,
+                           const std::optional<mx::array>& norm, mx::StreamOrDevice s = {});
 // dequantize(w) as float32 [N, K].
 mx::array dequantize(const mx::array& w, const mx::array& scales, const mx::array& biases,
                      int group_size, int bits, mx::StreamOrDevice s = {});
-// What linear applies to each row of x first.
-enum class Prologue { none, rms_norm, silu_gate_halves };
 // prologue(x) [..., K] @ w[N, K]^T (+ bias [N]) (+ residual [..., N]); rms_norm takes
-// `norm` [K] and `eps` (x is [..., K]); silu_gate_halves takes x [..., 2K].
-mx::array linear(const mx::array& x, const mx::array& w, const std::optional<mx::array>& bias,
-                 const std::optional<mx::array>& residual, Prologue prologue,
-                 const std::optional<mx::array>& norm, float eps, mx::StreamOrDevice s = {});
+// `norm` [K] and ops.eps (x is [..., K]); silu_gate_halves takes x [..., 2K].
+mx::array linear(const mx::array& x, const mx::array& w, RowOps ops, const std::optional<mx::array>& bias,
+                 const std::optional<mx::array>& residual, const std::optional<mx::array>& norm,
+                 mx::StreamOrDevice s = {});
 // Row helpers shared with linear (each defined beside its own primitive).
 void silu_gate_row(float* y, const float* gate, const float* up, int64_t n);
 void rms_norm_row(float* out, const float* x, const float* w, int n, float eps);
@@ -138,17 +139,13 @@ class Attention : public CpuPrimitive {
 
 class Linear : public CpuPrimitive {
  public:
-  Linear(mx::Stream stream, bool has_bias, bool has_residual, Prologue prologue, float eps)
-      : CpuPrimitive(stream), has_bias_(has_bias), has_residual_(has_residual), prologue_(prologue),
-        eps_(eps) {}
+  Linear(mx::Stream stream, RowOps ops) : CpuPrimitive(stream), ops_(ops) {}
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   const char* name() const override { return "KernelLinear"; }
   bool is_equivalent(const mx::Primitive& other) const override;
 
  private:
-  bool has_bias_, has_residual_;
-  Prologue prologue_;
-  float eps_;
+  RowOps ops_;
 };
 
 class RmsNorm : public CpuPrimitive {
@@ -202,8 +199,8 @@ class QkvRope : public CpuPrimitive {
 
 class QuantizedMatmul : public CpuPrimitive {
  public:
-  QuantizedMatmul(mx::Stream stream, int group_size, int bits)
-      : CpuPrimitive(stream), group_size_(group_size), bits_(bits) {}
+  QuantizedMatmul(mx::Stream stream, int group_size, int bits, RowOps ops)
+      : CpuPrimitive(stream), group_size_(group_size), bits_(bits), ops_(ops) {}
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   const char* name() const override { return "KernelQuantizedMatmul"; }
   bool is_equivalent(const mx::Primitive& other) const override;
@@ -211,6 +208,7 @@ class QuantizedMatmul : public CpuPrimitive {
  private:
   int group_size_;
   int bits_;
+  RowOps ops_;
 };
 
 class Dequantize : public CpuPrimitive {

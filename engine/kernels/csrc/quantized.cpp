@@ -57,8 +57,16 @@ struct XPrep {
   }
 };
 
+// Where the outputs go and what is added to them (bias [N], residual rows).
+struct Out {
+  float* y;
+  const float* bias;
+  const float* res;
+  int64_t rs;
+};
+
 template <int BITS, int R>
-void rows_kernel(const QMat& w, const XPrep& xp, int m0, int n0, int n1, float* y, int64_t ys) {
+void rows_kernel(const QMat& w, const XPrep& xp, int m0, int n0, int n1, const Out& o) {
   const int G = w.group, ng = w.groups();
   const int K = w.K;
   for (int n = n0; n < n1; ++n) {
@@ -103,21 +111,22 @@ void rows_kernel(const QMat& w, const XPrep& xp, int m0, int n0, int n1, float* 
       }
     }
     for (int r = 0; r < R; ++r) {
-      y[(m0 + r) * ys + n] = hsum(total[r]) + bias[r];
+      const float* res = o.res ? o.res + (m0 + r) * o.rs : nullptr;
+      o.y[int64_t(m0 + r) * w.N + n] = finish(hsum(total[r]) + bias[r], o.bias, res, n);
     }
   }
 }
 
 template <int BITS>
-void qmv(const QMat& w, const XPrep& xp, int rows, float* y) {
+void qmv(const QMat& w, const XPrep& xp, int rows, const Out& o) {
   int64_t grain = std::max<int64_t>(16, (1 << 16) / std::max(1, w.K));
   parallel_for(w.N, grain, [&](int64_t n0, int64_t n1) {
     for (int m = 0; m < rows; m += kMaxRows) {
       switch (std::min(kMaxRows, rows - m)) {
-        case 1: rows_kernel<BITS, 1>(w, xp, m, int(n0), int(n1), y, w.N); break;
-        case 2: rows_kernel<BITS, 2>(w, xp, m, int(n0), int(n1), y, w.N); break;
-        case 3: rows_kernel<BITS, 3>(w, xp, m, int(n0), int(n1), y, w.N); break;
-        default: rows_kernel<BITS, 4>(w, xp, m, int(n0), int(n1), y, w.N); break;
+        case 1: rows_kernel<BITS, 1>(w, xp, m, int(n0), int(n1), o); break;
+        case 2: rows_kernel<BITS, 2>(w, xp, m, int(n0), int(n1), o); break;
+        case 3: rows_kernel<BITS, 3>(w, xp, m, int(n0), int(n1), o); break;
+        default: rows_kernel<BITS, 4>(w, xp, m, int(n0), int(n1), o); break;
       }
     }
   });
@@ -139,34 +148,39 @@ void QuantizedMatmul::eval_cpu(const std::vector<mx::array>& inputs,
       throw std::invalid_argument("quantized_matmul: weights must be row-contiguous");
     }
   }
-  enc.dispatch([x = Rows(inputs[0]), w = qmat(inputs, group_size_, bits_), y = out.data<float>()]() {
-    std::vector<float> buf;
-    int64_t stride;
-    const float* xp = x.materialize(buf, stride);
+  enc.dispatch([x = Rows(inputs[0]), extra = RowOpsInputs(inputs, 4, ops_), ops = ops_,
+                w = qmat(inputs, group_size_, bits_), y = out.data<float>()]() {
+    std::vector<float> raw, buffer, rb;
+    int64_t stride, rs = 0;
+    const float* xp = prologue_rows(x, ops.prologue, extra.norm, ops.eps, w.K, raw, buffer, stride);
+    const float* res = ops.has_residual ? extra.residual.materialize(rb, rs) : nullptr;
     XPrep prep(xp, stride, int(x.rows), w);
-    (w.bits == 8 ? qmv<8> : qmv<4>)(w, prep, int(x.rows), y);
+    (w.bits == 8 ? qmv<8> : qmv<4>)(w, prep, int(x.rows), Out{y, extra.bias, res, rs});
   });
 }
 
 bool QuantizedMatmul::is_equivalent(const mx::Primitive& other) const {
   const auto& o = static_cast<const QuantizedMatmul&>(other);
-  return group_size_ == o.group_size_ && bits_ == o.bits_;
+  return group_size_ == o.group_size_ && bits_ == o.bits_ && ops_ == o.ops_;
 }
 
 mx::array quantized_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
-                           const mx::array& biases, int group_size, int bits,
-                           mx::StreamOrDevice s) {
+                           const mx::array& biases, int group_size, int bits, RowOps ops,
+                           const std::optional<mx::array>& bias, const std::optional<mx::array>& residual,
+                           const std::optional<mx::array>& norm, mx::StreamOrDevice s) {
   check_quantized(w, scales, biases, group_size, bits);
   require_float32(x, "quantized_matmul");
   int K = w.shape(1) * 32 / bits;
-  if (x.ndim() < 1 || x.shape(-1) != K) {
-    throw std::invalid_argument("quantized_matmul: x's last axis must equal K");
+  int in = ops.prologue == Prologue::silu_gate_halves ? 2 * K : K;
+  if (x.ndim() < 1 || x.shape(-1) != in) {
+    throw std::invalid_argument("quantized_matmul: x's last axis must equal K (2K for silu_gate_halves)");
   }
   mx::Shape shape = x.shape();
   shape.back() = w.shape(0);
-  return mx::array(shape, mx::float32,
-                   std::make_shared<QuantizedMatmul>(mx::to_stream(s), group_size, bits),
-                   {x, w, scales, biases});
+  std::vector<mx::array> inputs = {x, w, scales, biases};
+  push_row_ops(inputs, ops, shape, K, bias, residual, norm, "quantized_matmul");
+  auto prim = std::make_shared<QuantizedMatmul>(mx::to_stream(s), group_size, bits, ops);
+  return mx::array(shape, mx::float32, prim, inputs);
 }
 
 } // namespace mlxk
