@@ -18,3 +18,22 @@ def kernels_ext():
     if not state.available:
         pytest.fail(f"CPU kernels unavailable: {state.detail}")
     return kernels.ext()
+
+
+def product_inputs(K, k: int, n: int, lead: tuple[int, ...], bias: bool, residual: bool, prologue: str,
+                   eps: float):
+    """Inputs of a linear/quantized product with its extras, and the rows it must
+    multiply: (x, bias, residual, norm weight, rows). ``prologue`` is "none",
+    "rms_norm" (rows = mx.fast.rms_norm(x)) or "silu_gate" (x holds 2k values: gate, up)."""
+    import mlx.core as mx
+
+    x = mx.random.normal((*lead, 2 * k if prologue == "silu_gate" else k))
+    b = mx.random.normal((n,)) if bias else None
+    r = mx.random.normal((*lead, n)) if residual else None
+    norm = mx.random.normal((k,)) if prologue == "rms_norm" else None
+    rows = x
+    if prologue == "rms_norm":
+        rows = mx.fast.rms_norm(x, norm, eps)
+    elif prologue == "silu_gate":
+        rows = K.silu_gate_halves(x)
+    return x, b, r, norm, rows

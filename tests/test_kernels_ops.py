@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.kernel_helpers import kernels_ext
+from tests.kernel_helpers import kernels_ext, product_inputs
 
 EXAMPLES = settings(max_examples=25, deadline=None)
 
@@ -193,17 +193,8 @@ def test_linear(K, M, N, K_, bias, residual, prologue, lead, seed):
     order than the BLAS's. The prologue (RMSNorm, or SiLU-gate of x's halves) is
     applied as the standalone kernels apply it."""
     mx.random.seed(seed)
-    lead_shape = (2, M) if lead else (M,)
-    x = mx.random.normal((*lead_shape, 2 * K_ if prologue == "silu_gate" else K_))
+    x, b, r, norm, rows = product_inputs(K, K_, N, (2, M) if lead else (M,), bias, residual, prologue, 1e-5)
     w = mx.random.normal((N, K_))
-    b = mx.random.normal((N,)) if bias else None
-    r = mx.random.normal((*lead_shape, N)) if residual else None
-    norm = mx.random.normal((K_,)) if prologue == "rms_norm" else None
-    rows = x
-    if prologue == "rms_norm":
-        rows = mx.fast.rms_norm(x, norm, 1e-5)
-    elif prologue == "silu_gate":
-        rows = K.silu_gate_halves(x)
     want = rows @ w.T + (b if bias else 0) + (r if residual else 0)
     got = K.linear(x, w, b, r, norm, 1e-5, prologue == "silu_gate")
     bound = mx.abs(rows) @ mx.abs(w).T + (mx.abs(b) if bias else 0) + (mx.abs(r) if residual else 0)

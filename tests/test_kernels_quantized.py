@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.kernel_helpers import kernels_ext
+from tests.kernel_helpers import kernels_ext, product_inputs
 
 
 @pytest.fixture(scope="module")
@@ -58,16 +58,7 @@ def test_quantized_matmul_and_dequantize(K, M, N, groups, group, bits, lead, see
 def test_quantized_matmul_with_prologue_bias_and_residual(K, M, groups, bits, bias, residual, prologue, seed):
     w, wq, scales, biases = quantized(48, groups * 64, 64, bits, seed)
     deq = mx.dequantize(wq, scales, biases, 64, bits)
-    K_ = groups * 64
-    x = mx.random.normal((M, 2 * K_ if prologue == "silu_gate" else K_))
-    b = mx.random.normal((48,)) if bias else None
-    r = mx.random.normal((M, 48)) if residual else None
-    norm = mx.random.normal((K_,)) if prologue == "rms_norm" else None
-    rows = x
-    if prologue == "rms_norm":
-        rows = mx.fast.rms_norm(x, norm, 1e-6)
-    elif prologue == "silu_gate":
-        rows = K.silu_gate_halves(x)
+    x, b, r, norm, rows = product_inputs(K, groups * 64, 48, (M,), bias, residual, prologue, 1e-6)
     got = K.quantized_matmul(x, wq, scales, biases, 64, bits, b, r, norm, 1e-6, prologue == "silu_gate")
     extra = (b if bias else 0) + (r if residual else 0)
     within_quantization_tolerance(got - extra, rows, deq)

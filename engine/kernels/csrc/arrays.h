@@ -127,4 +127,21 @@ inline void allocate(mx::array& out) {
   out.set_data(mx::allocator::malloc(out.nbytes()));
 }
 
+// The stream's encoder, with every input and output registered; outputs are
+// allocated row-contiguous unless `allocate_outputs` is false (a custom layout).
+inline mx::cpu::CommandEncoder& encoder(mx::Stream stream, const std::vector<mx::array>& inputs,
+                                        std::vector<mx::array>& outputs, bool allocate_outputs = true) {
+  auto& enc = mx::cpu::get_command_encoder(stream);
+  for (const auto& a : inputs) {
+    enc.set_input_array(a);
+  }
+  for (auto& o : outputs) {
+    if (allocate_outputs) {
+      allocate(o);
+    }
+    enc.set_output_array(o);
+  }
+  return enc;
+}
+
 } // namespace mlxk

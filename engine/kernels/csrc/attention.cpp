@@ -138,11 +138,7 @@ void Attention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::a
   } else {
     out.set_data(mx::allocator::malloc(out.nbytes()), out.size(), os, flags_for(out.shape(), os));
   }
-  auto& enc = mx::cpu::get_command_encoder(stream());
-  for (const auto& a : inputs) {
-    enc.set_input_array(a);
-  }
-  enc.set_output_array(out);
+  auto& enc = encoder(stream(), inputs, outputs, false);
   const bool* mb = nullptr;
   const float* ma = nullptr;
   const int32_t* segments = p_.has_segments ? inputs.back().data<int32_t>() : nullptr;

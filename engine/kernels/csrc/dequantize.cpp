@@ -49,12 +49,7 @@ void check_quantized(const mx::array& w, const mx::array& scales, const mx::arra
 
 void Dequantize::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   auto& out = outputs[0];
-  allocate(out);
-  auto& enc = mx::cpu::get_command_encoder(stream());
-  for (const auto& a : inputs) {
-    enc.set_input_array(a);
-  }
-  enc.set_output_array(out);
+  auto& enc = encoder(stream(), inputs, outputs);
   std::vector<mx::array> all = {out, inputs[0], inputs[1], inputs[2]};
   enc.dispatch([w = qmat(all, group_size_, bits_), o = out.data<float>()]() {
     parallel_for(w.N, 64, [&](int64_t n0, int64_t n1) { dequantize_rows(w, o, n0, n1); });

@@ -1,27 +1,13 @@
 // SiLU-gate, GELU and softmax: vectorised, split over threads for large inputs.
 #include <cmath>
 
-#include "arrays.h"
-#include "parallel.h"
 #include "primitives.h"
+#include "rowmap.h"
 #include "simd.h"
 
 namespace mlxk {
 
 namespace {
-
-constexpr int64_t kGrainElems = 1 << 15;  // below this, one thread
-
-// f(out_row, in_rows..., cols) over all rows, in parallel when large.
-template <class F>
-void for_rows(int64_t rows, int64_t cols, F&& f) {
-  int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(cols, 1));
-  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      f(r);
-    }
-  });
-}
 
 template <class Op>
 inline void map_row(float* out, const float* a, int64_t n, Op op) {
@@ -51,7 +37,7 @@ inline vf gelu_tanh_v(vf x) {
   return x * vsigmoid(2.0f * y);
 }
 
-void softmax_row(float* out, const float* x, int64_t n) {
+void softmax_row(float* out, const float* x, int n) {
   vf m = splat(kNegInf);
   int64_t i = 0;
   for (; i + kW <= n; i += kW) {
@@ -84,20 +70,6 @@ void softmax_row(float* out, const float* x, int64_t n) {
   }
 }
 
-template <class F>
-void dispatch_unary(mx::Stream stream, const mx::array& in, mx::array& out, F&& row_fn) {
-  allocate(out);
-  auto& enc = mx::cpu::get_command_encoder(stream);
-  enc.set_input_array(in);
-  enc.set_output_array(out);
-  enc.dispatch([x = Rows(in), o = out.data<float>(), row_fn]() {
-    std::vector<float> buf;
-    int64_t stride;
-    const float* p = x.materialize(buf, stride);
-    for_rows(x.rows, x.cols, [&](int64_t r) { row_fn(o + r * x.cols, p + r * stride, x.cols); });
-  });
-}
-
 } // namespace
 
 void silu_gate_row(float* y, const float* gate, const float* up, int64_t n) {
@@ -117,12 +89,7 @@ void CpuPrimitive::eval_gpu(const std::vector<mx::array>&, std::vector<mx::array
 
 void SiluGate::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   auto& out = outputs[0];
-  allocate(out);
-  auto& enc = mx::cpu::get_command_encoder(stream());
-  for (const auto& a : inputs) {
-    enc.set_input_array(a);
-  }
-  enc.set_output_array(out);
+  auto& enc = encoder(stream(), inputs, outputs);
   const auto& second = halves_ ? inputs[0] : inputs[1];
   enc.dispatch([g = Rows(inputs[0]), u = Rows(second), halves = halves_, o = out.data<float>()]() {
     std::vector<float> gb, ub;
@@ -137,11 +104,9 @@ void SiluGate::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::ar
 
 void Gelu::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   if (approximate_) {
-    dispatch_unary(stream(), inputs[0], outputs[0],
-                   [](float* o, const float* x, int64_t n) { map_row(o, x, n, gelu_tanh_v); });
+    map_rows(stream(), inputs, outputs, [](float* o, const float* x, int n) { map_row(o, x, n, gelu_tanh_v); });
   } else {
-    dispatch_unary(stream(), inputs[0], outputs[0],
-                   [](float* o, const float* x, int64_t n) { map_row(o, x, n, gelu_erf_v); });
+    map_rows(stream(), inputs, outputs, [](float* o, const float* x, int n) { map_row(o, x, n, gelu_erf_v); });
   }
 }
 
@@ -154,7 +119,7 @@ bool Gelu::is_equivalent(const mx::Primitive& other) const {
 }
 
 void Softmax::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  dispatch_unary(stream(), inputs[0], outputs[0], softmax_row);
+  map_rows(stream(), inputs, outputs, softmax_row);
 }
 
 // -- ops ---------------------------------------------------------------------------------

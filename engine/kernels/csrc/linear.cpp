@@ -118,12 +118,7 @@ bool blas_available() {
 
 void Linear::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   auto& out = outputs[0];
-  allocate(out);
-  auto& enc = mx::cpu::get_command_encoder(stream());
-  for (const auto& a : inputs) {
-    enc.set_input_array(a);
-  }
-  enc.set_output_array(out);
+  auto& enc = encoder(stream(), inputs, outputs);
   const auto& w = inputs[1];
   if (!w.flags().row_contiguous) {
     throw std::invalid_argument("linear: the weight must be row-contiguous");

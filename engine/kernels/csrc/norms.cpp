@@ -1,37 +1,12 @@
 // RMSNorm and LayerNorm over the last axis: one primitive where MLX's CPU backend
 // runs six to nine, with the same rounding (exact.h).
-#include "arrays.h"
 #include "exact.h"
-#include "parallel.h"
 #include "primitives.h"
+#include "rowmap.h"
 
 namespace mlxk {
 
 namespace {
-
-constexpr int64_t kGrainElems = 1 << 15;
-
-// f(out_row, in_row, cols) for every row of `in`, in parallel when large.
-template <class F>
-void dispatch_rows(mx::Stream stream, const std::vector<mx::array>& inputs, mx::array& out, F&& f) {
-  allocate(out);
-  auto& enc = mx::cpu::get_command_encoder(stream);
-  for (const auto& a : inputs) {
-    enc.set_input_array(a);
-  }
-  enc.set_output_array(out);
-  enc.dispatch([x = Rows(inputs[0]), o = out.data<float>(), f]() {
-    std::vector<float> buf;
-    int64_t stride;
-    const float* p = x.materialize(buf, stride);
-    int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(x.cols, 1));
-    parallel_for(x.rows, grain, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        f(o + r * x.cols, p + r * stride, int(x.cols));
-      }
-    });
-  });
-}
 
 const float* optional_data(const std::vector<mx::array>& inputs, size_t i, bool present) {
   return present ? inputs[i].data<float>() : nullptr;
@@ -55,7 +30,7 @@ void rms_norm_row(float* out, const float* x, const float* w, int n, float eps) 
 void RmsNorm::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   const float* w = optional_data(inputs, 1, has_weight_);
   float eps = eps_;
-  dispatch_rows(stream(), inputs, outputs[0], [w, eps](float* o, const float* x, int n) {
+  map_rows(stream(), inputs, outputs, [w, eps](float* o, const float* x, int n) {
     exact::rms_norm(x, w, o, n, eps);
   });
 }
@@ -69,7 +44,7 @@ void LayerNorm::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::a
   const float* w = optional_data(inputs, 1, has_weight_);
   const float* b = optional_data(inputs, has_weight_ ? 2 : 1, has_bias_);
   float eps = eps_;
-  dispatch_rows(stream(), inputs, outputs[0], [w, b, eps](float* o, const float* x, int n) {
+  map_rows(stream(), inputs, outputs, [w, b, eps](float* o, const float* x, int n) {
     exact::layer_norm(x, w, b, o, n, eps);
   });
 }

@@ -137,12 +137,7 @@ void qmv(const QMat& w, const XPrep& xp, int rows, const Out& o) {
 void QuantizedMatmul::eval_cpu(const std::vector<mx::array>& inputs,
                                std::vector<mx::array>& outputs) {
   auto& out = outputs[0];
-  allocate(out);
-  auto& enc = mx::cpu::get_command_encoder(stream());
-  for (const auto& a : inputs) {
-    enc.set_input_array(a);
-  }
-  enc.set_output_array(out);
+  auto& enc = encoder(stream(), inputs, outputs);
   for (int i = 1; i < 4; ++i) {
     if (!inputs[i].flags().row_contiguous) {
       throw std::invalid_argument("quantized_matmul: weights must be row-contiguous");

@@ -29,25 +29,13 @@ void check_rope(const RopeParams& p, const mx::array& inv_freqs, const mx::array
   }
 }
 
-void encode(mx::Stream stream, const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  auto& enc = mx::cpu::get_command_encoder(stream);
-  for (const auto& a : inputs) {
-    enc.set_input_array(a);
-  }
-  for (auto& o : outputs) {
-    allocate(o);
-    enc.set_output_array(o);
-  }
-}
-
 } // namespace
 
 void Rope::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  encode(stream(), inputs, outputs);
+  auto& enc = encoder(stream(), inputs, outputs);
   const auto& x = inputs[0];
   int B = x.shape(0), T = x.shape(-2), D = x.shape(-1);
   int N = x.ndim() == 4 ? x.shape(1) : 1;
-  auto& enc = mx::cpu::get_command_encoder(stream());
   enc.dispatch([p = p_, xd = Dense4(x), inv = inputs[1].data<float>(), off = inputs[2].data<int32_t>(),
                 n_off = int(inputs[2].size()), o = outputs[0].data<float>(), B, N, T, D]() {
     std::vector<float> buf;
@@ -75,12 +63,11 @@ bool Rope::is_equivalent(const mx::Primitive& other) const {
 }
 
 void QkvRope::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  encode(stream(), inputs, outputs);
+  auto& enc = encoder(stream(), inputs, outputs);
   const auto& qkv = inputs[0];
   int B = qkv.shape(0), L = qkv.shape(1);
   const float* qn = h_.has_norm ? inputs[3].data<float>() : nullptr;
   const float* kn = h_.has_norm ? inputs[4].data<float>() : nullptr;
-  auto& enc = mx::cpu::get_command_encoder(stream());
   enc.dispatch([p = p_, h = h_, rows = Rows(qkv), inv = inputs[1].data<float>(),
                 off = inputs[2].data<int32_t>(), n_off = int(inputs[2].size()), qn, kn,
                 q = outputs[0].data<float>(), k = outputs[1].data<float>(),

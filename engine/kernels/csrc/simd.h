@@ -68,19 +68,22 @@ inline __m256 half_sum(vf v, bool) {
   return reinterpret_cast<__m256>(v);
 }
 #endif
-inline float hsum(vf v) {
-  __m256 x = half_sum(v, false);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+inline __m128 combine(__m128 a, __m128 b, bool max) {
+  return max ? _mm_max_ps(a, b) : _mm_add_ps(a, b);
+}
+// The sum (or max) of the lanes.
+inline float reduce(vf v, bool max) {
+  __m256 x = half_sum(v, max);
+  __m128 s = combine(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1), max);
+  s = combine(s, _mm_movehl_ps(s, s), max);
+  s = combine(s, _mm_movehdup_ps(s), max);
   return _mm_cvtss_f32(s);
 }
+inline float hsum(vf v) {
+  return reduce(v, false);
+}
 inline float hmax(vf v) {
-  __m256 x = half_sum(v, true);
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+  return reduce(v, true);
 }
 #else
 inline float hsum(vf v) {
