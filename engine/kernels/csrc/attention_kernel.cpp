@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "attention_values.h"
 #include "simd.h"
 
 namespace mlxk {
@@ -20,7 +21,6 @@ constexpr int kRows = kNR * kW;        // rows per block
 constexpr int kKB = 64;                // keys per block
 constexpr int kMK = kW >= 16 ? 8 : 4;  // keys per score tile (lanes kernel)
 constexpr int kDotRows = 8;            // blocks of at most this many rows use dot
-constexpr int kRegs = kW >= 16 ? 28 : 14;
 
 inline int round_up(int n, int m) {
   return (n + m - 1) / m * m;
@@ -36,78 +36,6 @@ struct Scratch {
   }
 };
 thread_local Scratch tl;
-
-// acc rows += P . V for up to MR rows, NV vectors per value row (kept in registers).
-template <int NV, int MR>
-void pv_tile(float* acc, int64_t astride, const float* P, int64_t prs, int64_t pjs,
-             const float* corr, int nrows, const float* v, int64_t vstride, int nk) {
-  vf o[MR][NV];
-  for (int r = 0; r < MR; ++r) {
-    for (int c = 0; c < NV; ++c) {
-      o[r][c] = r < nrows ? load(acc + r * astride + c * kW) * corr[r] : splat(0.0f);
-    }
-  }
-  for (int j = 0; j < nk; ++j) {
-    const float* vr = v + j * vstride;
-    vf vj[NV];
-    for (int c = 0; c < NV; ++c) {
-      vj[c] = load(vr + c * kW);
-    }
-    for (int r = 0; r < MR; ++r) {
-      float pr = P[r * prs + j * pjs];
-      for (int c = 0; c < NV; ++c) {
-        o[r][c] += pr * vj[c];
-      }
-    }
-  }
-  for (int r = 0; r < nrows; ++r) {
-    for (int c = 0; c < NV; ++c) {
-      store(acc + r * astride + c * kW, o[r][c]);
-    }
-  }
-}
-
-template <int NV>
-void pv_rows(float* acc, int64_t astride, const float* P, int64_t prs, int64_t pjs,
-             const float* corr, int nrows, const float* v, int64_t vstride, int nk, int) {
-  constexpr int MR = std::max(1, std::min(4, (kRegs - NV) / NV));
-  for (int r = 0; r < nrows; r += MR) {
-    pv_tile<NV, MR>(acc + r * astride, astride, P + r * prs, prs, pjs, corr + r,
-                    std::min(MR, nrows - r), v, vstride, nk);
-  }
-}
-
-void pv_generic(float* acc, int64_t astride, const float* P, int64_t prs, int64_t pjs,
-                const float* corr, int nrows, const float* v, int64_t vstride, int nk, int nv) {
-  for (int r = 0; r < nrows; ++r) {
-    float* a = acc + r * astride;
-    for (int c = 0; c < nv; ++c) {
-      store(a + c * kW, load(a + c * kW) * corr[r]);
-    }
-    for (int j = 0; j < nk; ++j) {
-      float pr = P[r * prs + j * pjs];
-      for (int c = 0; c < nv; ++c) {
-        store(a + c * kW, load(a + c * kW) + pr * load(v + j * vstride + c * kW));
-      }
-    }
-  }
-}
-
-using PvFn = void (*)(float*, int64_t, const float*, int64_t, int64_t, const float*, int,
-                      const float*, int64_t, int, int);
-
-PvFn pv_for(int nv) {
-  switch (nv) {
-    case 1: return pv_rows<1>;
-    case 2: return pv_rows<2>;
-    case 3: return pv_rows<3>;
-    case 4: return pv_rows<4>;
-    case 5: return pv_rows<5>;
-    case 6: return pv_rows<6>;
-    case 8: return pv_rows<8>;
-    default: return pv_generic;
-  }
-}
 
 // Scores of keys x rows: st[j * kRows + row] = sum_d k[j][d] * qt[d][row].
 void lanes_scores(const float* qt, int D, const float* k, int64_t kstride, int nk, float* st) {
@@ -283,7 +211,7 @@ void attend_block(const AttnProblem& p, const RowBlock& blk, const Partial& out)
   }
   const int64_t kbase = blk.b * p.ks[0] + blk.hk * p.ks[1];
   const int64_t vbase = blk.b * p.vs[0] + blk.hk * p.vs[1];
-  PvFn pv = pv_for(dvp / kW);
+  attention_values::PvFn pv = attention_values::pv_for(dvp / kW);
   for (int k0 = lo; k0 < hi; k0 += kKB) {
     int nk = std::min(kKB, hi - k0);
     int64_t vstride;
