@@ -8,9 +8,10 @@ import sys
 
 from engine.loading.embedded import default_embedding_model, default_generation_model
 from engine.embedding.engine import EmbeddingEngine
-from engine.generation.engine import GenerationConfig, GenerationEngine
+from engine.generation.config import GenerationConfig
+from engine.generation.engine import GenerationEngine
 from engine.models import ModelSet
-from engine.generation.scheduler import SchedulerConfig
+from engine.generation.config import SchedulerConfig
 from engine.validation import Limits
 
 from .access_log import configure_logging

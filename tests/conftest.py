@@ -79,9 +79,9 @@ async def server(fixture_models, oracle, logprob_reference, decoder_embedding_re
     budgets so short prompts exercise chunked prefill and mixed ticks."""
     from engine.loading.embedded import default_embedding_model, default_generation_model
     from engine.embedding.engine import EmbeddingEngine
-    from engine.generation.engine import GenerationConfig, GenerationEngine
+    from engine.generation.config import GenerationConfig, SchedulerConfig
+    from engine.generation.engine import GenerationEngine
     from engine.models import ModelSet
-    from engine.generation.scheduler import SchedulerConfig
     from service.server import create_server, set_health
     from grpc_health.v1 import health
 

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import AsyncIterator
 
-from ..generation.admission import AdmissionClosed, AdmissionPool, AdmissionRejected
+from .admission import AdmissionClosed, AdmissionPool, AdmissionRejected
 from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
 from ..hardware.device import backend_name, blas_name
 from .pooling import EmbeddingModel, EmbeddingResult

@@ -1,9 +1,9 @@
-"""The engine thread: owns a model, its caches and all MLX work for it.
+"""The engine thread: owns a model, its caches, its sequences and all MLX work for it.
 
 The asyncio side talks to it only through typed messages on a thread-safe inbox;
-results leave through each row's ``sink`` (which hands events to the event loop
-with ``call_soon_threadsafe``). The model is loaded on this thread, so every MLX
-array of the model lives and is used here.
+events leave through each sequence's delivery sink (which hands them to the event
+loop with ``call_soon_threadsafe``). The model is loaded on this thread, so every
+MLX array of the model lives and is used here.
 """
 
 from __future__ import annotations
@@ -15,25 +15,27 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
-from ..events import FinishReason
-
 log = logging.getLogger("engine.generation.worker")
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Submit:
-    row: object
+    """A new sequence for the waiting queue."""
+
+    sequence: object
 
 
 @dataclass(frozen=True)
 class Cancel:
+    """End this request, whatever state it is in."""
+
     request_id: str
 
 
 @dataclass(frozen=True)
 class Call:
-    """Runs ``fn(state)`` on the engine thread and resolves ``future`` with the result."""
+    """Runs ``fn(scheduler)`` between ticks and resolves ``future`` with the result."""
 
     fn: Callable[[object], object]
     future: Future
@@ -47,9 +49,9 @@ class Shutdown:
 class Worker(Generic[T]):
     """Runs ``load()`` then a loop of ``scheduler.tick()`` on its own thread.
 
-    ``make_scheduler(loaded)`` builds the scheduler from the loaded state. The
-    scheduler must provide ``idle``, ``add(row)``, ``cancel(request_id)``,
-    ``tick()`` and ``fail_all(message, reason)``.
+    ``make_scheduler(loaded)`` builds the scheduler from the loaded state; it must
+    provide ``idle``, ``submit(sequence)``, ``cancel(request_id)``, ``tick()``,
+    ``fail_running(message)`` and ``shutdown(message)``.
     """
 
     def __init__(self, name: str, load: Callable[[], T], make_scheduler: Callable[[T], object]):
@@ -63,8 +65,8 @@ class Worker(Generic[T]):
         self._thread.start()
         return self.ready
 
-    def submit(self, row: object) -> None:
-        self._inbox.put(Submit(row))
+    def submit(self, sequence: object) -> None:
+        self._inbox.put(Submit(sequence))
 
     def cancel(self, request_id: str) -> None:
         self._inbox.put(Cancel(request_id))
@@ -91,13 +93,13 @@ class Worker(Generic[T]):
         self.ready.set_result(loaded)
         while True:
             if not self._drain(scheduler):
-                scheduler.fail_all("server is shutting down", FinishReason.CANCELLED)
+                scheduler.shutdown("server is shutting down")
                 return
             try:
                 scheduler.tick()
             except Exception as exc:  # noqa: BLE001 - one bad tick must not kill the thread
-                log.exception("engine tick failed; failing active requests")
-                scheduler.fail_all(f"engine failure: {type(exc).__name__}")
+                log.exception("engine tick failed; failing running requests")
+                scheduler.fail_running(f"engine failure: {type(exc).__name__}")
 
     def _drain(self, scheduler) -> bool:
         """Handles pending messages; blocks while idle. False means shut down."""
@@ -109,11 +111,7 @@ class Worker(Generic[T]):
             if isinstance(message, Shutdown):
                 return False
             if isinstance(message, Submit):
-                try:
-                    scheduler.add(message.row)
-                except Exception as exc:  # noqa: BLE001 - fail this row, keep serving
-                    log.exception("could not start a request")
-                    message.row.cancel(FinishReason.ERROR, f"engine failure: {type(exc).__name__}")
+                scheduler.submit(message.sequence)
             elif isinstance(message, Cancel):
                 scheduler.cancel(message.request_id)
             elif isinstance(message, Call):

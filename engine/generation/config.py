@@ -1,0 +1,30 @@
+"""Knobs of one model's generation engine (all settable from the command line)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..validation import Limits
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """How one model's engine thread schedules work."""
+
+    max_active: int = 8  # sequences prefilling or decoding at once (admission capacity)
+    max_queued: int = 64  # requests waiting beyond those before RESOURCE_EXHAUSTED
+    prefill_chunk: int = 256  # prompt tokens per prefill forward
+    tick_tokens: int = 512  # tokens one tick may process (decode rows + prefill)
+    min_prefill_tokens: int = 16  # prefill progress guaranteed per tick
+    prefix_cache_bytes: int = 512 << 20  # 0 turns the prefix cache off
+    prefix_cache_entries: int = 64
+    prefill_batch: int = 8  # short fresh prompts prefilled together in one forward (1: off)
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    dtype: str = "auto"
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    limits: Limits = field(default_factory=Limits)
+    memory_limit_bytes: int | None = None  # None: what this machine has available
+    memory_reserve_bytes: int | None = None  # None: max(256 MiB, 5% of usable)

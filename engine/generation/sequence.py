@@ -1,0 +1,138 @@
+"""One request's state on the engine thread: one token list and how far it has got.
+
+::
+
+    tokens    [ prompt ........................... | output ............ ]
+    cached    [ KV taken from the prefix cache )
+    computed  [ KV in the sequence's caches: tokens fed through the model )
+    pending                                    tokens[computed:], fed by the next step
+
+``cached <= computed <= len(tokens)``. A decoding sequence has one pending token
+(the last one chosen) unless a step rolled positions back. Sampling, stopping and
+delivery are small parts it owns. Only the engine thread touches a sequence once it
+is submitted; the client hears of it through ``delivery``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Sequence as Seq
+
+from ..events import FinishReason, TokenLogprob, Usage
+from .delivery import Delivery
+from .sampling import SamplingState
+from .stopping import TokenStop, TokenStopRule
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"  # in the admission queue
+    PREFILLING = "prefilling"  # admitted; its prompt goes through the model in chunks
+    DECODING = "decoding"  # a row of the running batch
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """How the sequence uses the prefix cache."""
+
+    enabled: bool = True
+    session_id: str = ""
+    snapshot_at: int | None = None  # prompt boundary worth storing (a chat's history)
+
+
+@dataclass(eq=False)
+class Sequence:
+    request_id: str
+    tokens: list[int]
+    prompt_len: int
+    context_tokens: int  # prompt + the most output it may produce: what memory is held for
+    rule: TokenStopRule
+    sampling: SamplingState
+    delivery: Delivery
+    reuse: Reuse = Reuse()
+    top_logprobs: int | None = None  # None: no logprobs; n >= 0: the chosen one and n alternatives
+    status: Status = Status.WAITING
+    cached: int = 0
+    computed: int = 0
+    caches: list[Any] | None = None  # per-layer mlx-lm caches while prefilling (then the batch's)
+    cancelled: bool = False
+    finish_reason: FinishReason | None = None
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.tokens[: self.prompt_len]
+
+    @property
+    def num_output(self) -> int:
+        return len(self.tokens) - self.prompt_len
+
+    @property
+    def pending(self) -> list[int]:
+        """Tokens the next step feeds (their KV is not computed yet)."""
+        return self.tokens[self.computed :]
+
+    @property
+    def step(self) -> int:
+        """Index of the output token the next choice produces (keys seeded draws)."""
+        return self.num_output
+
+    @property
+    def finished(self) -> bool:
+        return self.status is Status.FINISHED
+
+    @property
+    def reusable(self) -> bool:
+        """Finished normally, so its computed tokens are worth storing for reuse."""
+        return self.reuse.enabled and self.finish_reason in (
+            FinishReason.LENGTH, FinishReason.STOP, FinishReason.EOS)
+
+    def start(self, cached: int) -> None:
+        self.cached = self.computed = cached
+        self.status = Status.PREFILLING
+        self.delivery.started(self.prompt_len, cached)
+
+    def accept(self, chosen: Seq[int], logprobs: Seq[TokenLogprob] = ()) -> int:
+        """Takes a run of chosen tokens in order until one ends the sequence; emits
+        them as one Delta. Returns how many were appended to ``tokens``."""
+        ids: list[int] = []
+        text: list[str] = []
+        end: dict[str, Any] | None = None
+        for i, token in enumerate(chosen):
+            self.delivery.chosen()
+            count = self.num_output + 1
+            verdict = self.rule.check(token, count)
+            if verdict is not TokenStop.CONTINUE:
+                end = ({"reason": FinishReason.EOS} if verdict is TokenStop.EOS
+                       else {"reason": FinishReason.STOP, "stop_token_id": token})
+                break
+            self.tokens.append(token)
+            self.sampling.commit(token)
+            ids.append(token)
+            piece, stop = self.delivery.text(token, self.rule.active(count))
+            text.append(piece)
+            if stop is not None:
+                end = {"reason": FinishReason.STOP, "stop_sequence": stop, "flush": False}
+                break
+            if self.rule.is_last(count):
+                end = {"reason": FinishReason.LENGTH}
+                break
+        self.delivery.delta(ids, "".join(text), logprobs[: len(ids)])
+        if end is not None:
+            self.finish(**end)
+        return len(ids)
+
+    def finish(self, reason: FinishReason, *, stop_sequence: str = "", stop_token_id: int | None = None,
+               error: str = "", flush: bool = True) -> None:
+        """Ends the sequence once: status, reason, and the Finished event. Its caches
+        are the scheduler's to free or store."""
+        if self.finished:
+            return
+        self.status = Status.FINISHED
+        self.finish_reason = reason
+        self.delivery.finish(reason, self.usage(), stop_sequence=stop_sequence,
+                             stop_token_id=stop_token_id, error=error,
+                             flush=flush and reason not in (FinishReason.CANCELLED, FinishReason.ERROR))
+
+    def usage(self) -> Usage:
+        return Usage(self.prompt_len, self.num_output, self.cached)
