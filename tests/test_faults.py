@@ -52,3 +52,16 @@ async def test_failed_admission_on_the_engine_thread_fails_only_that_request(stu
     await settled(server, "qwen3")
     out = await generate(stub, request("Hello", model="qwen3", max_tokens=4))
     assert len(out.token_ids) == 4
+
+
+async def test_a_failure_while_storing_a_prefix_drops_the_entry_not_the_request(stub, server, oracle):
+    engine = server["models"].generator("lfm2")
+    cache = await asyncio.wrap_future(engine._worker.call(lambda s: s.prefix_cache))
+    entries = len(cache)
+    for _ in range(3):  # fail every store this request makes: at join and at finish
+        await asyncio.wrap_future(engine._worker.call(_fail_next(cache, "put")))
+        name = "digits"
+        out = await generate(stub, request(ORACLE_PROMPTS[name], model="lfm2", max_tokens=ORACLE_TOKENS[name]))
+        assert out.token_ids == oracle["lfm2"][name]
+    await settled(server, "lfm2")
+    assert len(cache) >= entries
