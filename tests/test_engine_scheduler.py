@@ -172,3 +172,27 @@ def test_prefix_reuse_gives_the_same_output(llama):
     stats = scheduler.stats()
     assert stats.prefix_hits == 1 and stats.prefix_entries > 0 and stats.prefix_bytes > 0
     settled(scheduler)
+
+
+def test_a_cancel_waiting_during_a_prefill_chunk_stops_it_between_layers(llama, oracle):
+    model, tokenizer, _ = llama
+    log = Log()
+    waiting: set[str] = set()  # stands in for the worker's inbox
+    config = SchedulerConfig(max_active=2, prefill_chunk=64, tick_tokens=64, min_prefill_tokens=4,
+                             prefix_cache_bytes=0, prefill_batch=1)
+    scheduler = Scheduler(model, config, lambda i: tokenizer.decode([i]), interrupt=lambda rid: rid in waiting)
+    checkpoints = scheduler._prefiller.checkpoints
+    scheduler.submit(sequence(tokenizer, log, "neighbour", [5, 6, 7], 40))
+    run(scheduler, until=lambda: len(log.tokens("neighbour")) >= 2)
+    before = checkpoints.layers_run
+    scheduler.submit(sequence(tokenizer, log, "victim", list(range(10, 200)), 5))
+    waiting.add("victim")
+    scheduler.tick()
+    assert log.finish("victim").reason is FinishReason.CANCELLED
+    assert checkpoints.layers_run == before + 1  # stopped after its first layer, not at the chunk's end
+    assert log.tokens("victim") == [] and scheduler.stats().running == 1
+    scheduler.submit(sequence(tokenizer, log, "short", ORACLE_PROMPTS["medium"], ORACLE_TOKENS["medium"]))
+    run(scheduler)
+    assert log.tokens("short") == oracle["llama"]["medium"]  # later prefills run normally
+    assert log.finish("neighbour").reason is FinishReason.LENGTH and len(log.tokens("neighbour")) == 40
+    settled(scheduler)

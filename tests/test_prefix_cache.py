@@ -88,3 +88,23 @@ async def test_chat_history_is_reused_by_the_next_turn(stub, kind):
     cold = turn(*later)
     cold.bypass_prefix_cache = True
     assert (await generate(stub, cold)).token_ids == second.token_ids
+
+
+async def test_fresh_session_ids_leave_nothing_behind(stub):
+    """A client sending a new session_id with every request must not grow the server:
+    nothing in the prefix cache is kept per session."""
+    import tracemalloc
+
+    await generate(stub, request("Hello", model="llama", max_tokens=1, session_id="warm-up"))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for i in range(150):
+            await generate(stub, request("Hello there", model="llama", max_tokens=1,
+                                         session_id=f"session-{i:04d}-" + "x" * 100))
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    grown = sum(s.size_diff for s in after.compare_to(before, "filename")
+                if s.traceback[0].filename.endswith(("caches/prefix.py", "generation/reuse.py")))
+    assert grown < 16 * 1024, f"{grown} bytes kept for 150 sessions"

@@ -10,9 +10,10 @@ longer stored entry trimmed back). On top of it:
   None on a miss;
 * ``put`` transfers ownership of the caches to storage, even when storage evicts
   them at once; if it raises, ownership stays with the caller;
-* the namespace separates incompatible state (model, adapter);
-* ``session_id`` is an affinity hint: it is recorded so a session can be closed,
-  and never changes which content a lookup returns.
+* the namespace separates incompatible state (model, adapter).
+
+Nothing here is kept per client or per session: the only state is the bounded
+trie of entries, so no client-chosen string can grow the cache's memory.
 
 Used only on the engine thread (not thread-safe).
 """
@@ -36,7 +37,6 @@ class PrefixHit:
 class PrefixCache:
     def __init__(self, max_bytes: int, max_entries: int = 64):
         self._lru = LRUPromptCache(max_size=max_entries, max_bytes=max_bytes)
-        self._sessions: dict[str, tuple[str, tuple[int, ...]]] = {}
         self.hits = 0
         self.hit_tokens = 0
         self.misses = 0
@@ -48,7 +48,7 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._lru)
 
-    def take(self, prompt: Sequence[int], ns: str, session_id: str = "") -> PrefixHit | None:
+    def take(self, prompt: Sequence[int], ns: str) -> PrefixHit | None:
         """The longest usable cached prefix of ``prompt`` (never all of it), owned by the caller."""
         tokens = list(prompt)
         if len(tokens) < 2:
@@ -69,19 +69,10 @@ class PrefixCache:
         self.hit_tokens += covered
         return PrefixHit(tokens[:covered], caches)
 
-    def put(self, tokens: Sequence[int], caches: list[Any], ns: str, session_id: str = "") -> None:
+    def put(self, tokens: Sequence[int], caches: list[Any], ns: str) -> None:
         """Stores ``caches`` (covering exactly ``tokens``); ownership moves to the cache."""
-        if not tokens:
-            return
-        key = list(tokens)
-        self._lru.insert_cache(ns, key, caches)
-        if session_id:
-            self._sessions[session_id] = (ns, tuple(key))
-
-    def close_session(self, session_id: str) -> None:
-        """Drops session affinity without deleting reusable entries."""
-        self._sessions.pop(session_id, None)
+        if tokens:
+            self._lru.insert_cache(ns, list(tokens), caches)
 
     def clear(self) -> None:
         self._lru.trim_to(n_sequences=0)
-        self._sessions.clear()

@@ -96,7 +96,7 @@ class GenerationEngine:
     def _scheduler(self, loaded: LoadedModel) -> Scheduler:
         tokenizer = loaded.tokenizer
         return Scheduler(loaded.model, self.config.scheduler, lambda i: tokenizer.decode([i]),
-                         budget=self._budget, namespace=loaded.name)
+                         budget=self._budget, namespace=loaded.name, interrupt=self._worker.stop_requested)
 
     # facts ----------------------------------------------------------------------
     def describe(self) -> ModelDescription:

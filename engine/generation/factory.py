@@ -24,5 +24,5 @@ def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream
     return Sequence(
         request_id=stream.request_id, tokens=ids, prompt_len=len(ids), context_tokens=len(ids) + max_tokens,
         rule=rule, sampling=SamplingState(request.sampling, ids), delivery=delivery,
-        reuse=Reuse(not request.bypass_prefix_cache, request.session_id, prompt.snapshot_at),
+        reuse=Reuse(not request.bypass_prefix_cache, prompt.snapshot_at),
         top_logprobs=request.top_logprobs if wants_logprobs else None)

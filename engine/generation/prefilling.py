@@ -6,38 +6,51 @@ the batch's first step, which chooses token zero). Leading short fresh prompts (
 whole prompt but its last token fits one chunk, nothing cached, plain KV caches)
 go through the model together in one left-padded forward. A step that ends at a
 chat's history boundary stores a copy of the caches for reuse.
+
+Prompt forwards are checkpointed between layers (``interrupt``): a sequence whose
+Cancel is waiting stops within one layer instead of at the end of its chunk.
 """
 
 from __future__ import annotations
 
 import copy
 from collections import deque
+from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import BatchKVCache
 
 from .config import SchedulerConfig
+from .interrupt import Interrupted, LayerCheckpoints
 from .prefill import StepKind, next_prefill_step
 from .reuse import PrefixReuse
 from .sequence import Sequence
 
 
 class Prefiller:
-    def __init__(self, model: nn.Module, config: SchedulerConfig, reuse: PrefixReuse, plain_kv: bool):
+    def __init__(self, model: nn.Module, config: SchedulerConfig, reuse: PrefixReuse, plain_kv: bool,
+                 interrupt: Callable[[str], bool] | None = None):
         self._model = model
         self._config = config
         self._reuse = reuse
         self._plain_kv = plain_kv  # every layer a KVCache: short prompts may share a forward
+        self._interrupt = interrupt
+        self.checkpoints = LayerCheckpoints(model) if interrupt is not None else None
 
-    def run(self, queue: deque[Sequence], budget: int) -> list[Sequence]:
+    def run(self, queue: deque[Sequence], budget: int) -> tuple[list[Sequence], list[Sequence]]:
         """Spends up to ``budget`` prompt tokens on the queue, head first. Returns the
-        sequences whose prompt is done, taken out of the queue in order."""
+        sequences whose prompt is done and those interrupted by a waiting Cancel, both
+        taken out of the queue in order."""
         done: list[Sequence] = []
+        interrupted: list[Sequence] = []
         while queue and budget > 0:
             group = self._short_fresh(queue, budget)
             if len(group) >= 2:
-                budget -= self._together(group)
+                try:
+                    budget -= self._together(group)
+                except Interrupted:
+                    interrupted += self._take_cancelled(queue, group)
                 continue
             seq = queue[0]
             snapshot_at = seq.reuse.snapshot_at if self._reuse.applies(seq) else None
@@ -46,13 +59,34 @@ class Prefiller:
             if step.kind is StepKind.FINAL:
                 done.append(queue.popleft())
                 continue
-            self._model(mx.array(seq.tokens[step.start : step.end], dtype=mx.int32)[None], cache=seq.caches)
-            mx.eval([c.state for c in seq.caches])
+            try:
+                self._forward(mx.array(seq.tokens[step.start : step.end], dtype=mx.int32)[None], seq.caches,
+                              [seq])
+            except Interrupted:
+                interrupted += self._take_cancelled(queue, [seq])
+                continue
             seq.computed = step.end
             budget -= step.size
             if step.snapshot:
                 self._reuse.store(seq, seq.tokens[: step.end], copy.deepcopy(seq.caches))
-        return done
+        return done, interrupted
+
+    def _forward(self, tokens: mx.array, caches: list, seqs: list[Sequence]) -> None:
+        """Runs the prompt forward into ``caches``, checkpointed for ``seqs``' cancels."""
+        if self.checkpoints is None:
+            self._model(tokens, cache=caches)
+        else:
+            with self.checkpoints.armed(lambda: any(self._interrupt(s.request_id) for s in seqs)):
+                self._model(tokens, cache=caches)
+        mx.eval([c.state for c in caches])
+
+    def _take_cancelled(self, queue: deque[Sequence], seqs: list[Sequence]) -> list[Sequence]:
+        """Out of the queue: the members of ``seqs`` whose Cancel is waiting (the others
+        keep their place and start their interrupted step again)."""
+        cancelled = [s for s in seqs if self._interrupt(s.request_id)]
+        for seq in cancelled:
+            queue.remove(seq)
+        return cancelled
 
     def _short_fresh(self, queue: deque[Sequence], budget: int) -> list[Sequence]:
         """Leading sequences whose prompt but the last token fits one chunk, with nothing
@@ -80,8 +114,7 @@ class Prefiller:
         pads = [width - n for n in lengths]
         ids = [[0] * p + seq.tokens[:n] for seq, p, n in zip(group, pads, lengths)]
         caches = [BatchKVCache(pads) for _ in group[0].caches]
-        self._model(mx.array(ids, dtype=mx.int32), cache=caches)
-        mx.eval([c.state for c in caches])
+        self._forward(mx.array(ids, dtype=mx.int32), caches, group)
         for i, (seq, n) in enumerate(zip(group, lengths)):
             seq.caches = [c.extract(i) for c in caches]
             seq.computed = n

@@ -32,7 +32,7 @@ class PrefixReuse:
         """Cached tokens and the owned caches covering them, or (0, None) on a miss."""
         if not self.applies(seq):
             return 0, None
-        hit = self.cache.take(seq.prompt, self.namespace, seq.reuse.session_id)
+        hit = self.cache.take(seq.prompt, self.namespace)
         return (len(hit.tokens), hit.caches) if hit is not None else (0, None)
 
     def store(self, seq: Sequence, tokens: Seq[int], caches: list[Any] | Callable[[], list[Any]]) -> None:
@@ -42,6 +42,6 @@ class PrefixReuse:
             return
         try:
             caches = caches() if callable(caches) else caches
-            self.cache.put(tokens, caches, self.namespace, seq.reuse.session_id)
+            self.cache.put(tokens, caches, self.namespace)
         except Exception:  # noqa: BLE001 - a cache entry is never worth a request
             log.warning("dropped a prefix cache entry of %d tokens", len(tokens), exc_info=True)

@@ -7,7 +7,8 @@ Runs only on the engine thread, which owns every sequence once submitted. One ti
                 are free (``Admission``); each takes its longest cached prefix;
   3. prefill  - the token budget left after one token per decoding row goes to
                 prompt chunks (``Prefiller``); a sequence whose prompt is done joins
-                the batch, its last prompt token pending;
+                the batch, its last prompt token pending; one whose Cancel arrives
+                during its chunk stops between two layers (``interrupt``);
   4. decode   - one batched step over every row (``Decoder``); finished sequences
                 leave the batch and are released.
 
@@ -60,7 +61,8 @@ class SchedulerStats:
 
 class Scheduler:
     def __init__(self, model: nn.Module, config: SchedulerConfig, token_text: Callable[[int], str], *,
-                 budget: MemoryBudget | None = None, namespace: str = ""):
+                 budget: MemoryBudget | None = None, namespace: str = "",
+                 interrupt: Callable[[str], bool] | None = None):
         self._model = model
         self._config = config
         cache = (PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries)
@@ -69,7 +71,7 @@ class Scheduler:
         self.admission = Admission(config.max_active, budget)
         self._batch = Batch(model)
         self.can_roll_back = can_roll_back(model)
-        self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back)
+        self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt)
         self._decoder = Decoder(token_text)
         self._prefilling: deque[Sequence] = deque()
         self._decoding: list[Sequence] = []
@@ -106,7 +108,10 @@ class Scheduler:
         self._prune()
         self._admit()
         budget = max(self._config.tick_tokens - len(self._decoding), self._config.min_prefill_tokens)
-        for seq in self._prefiller.run(self._prefilling, budget):
+        done, interrupted = self._prefiller.run(self._prefilling, budget)
+        for seq in interrupted:
+            self._end(seq, FinishReason.CANCELLED)
+        for seq in done:
             self._join(seq)
         if self._decoding:
             self.generated_tokens += self._decoder.step(self._batch, self._decoding)

@@ -37,7 +37,6 @@ class Reuse:
     """How the sequence uses the prefix cache."""
 
     enabled: bool = True
-    session_id: str = ""
     snapshot_at: int | None = None  # prompt boundary worth storing (a chat's history)
 
 

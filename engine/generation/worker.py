@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
@@ -58,6 +59,7 @@ class Worker(Generic[T]):
         self._load = load
         self._make_scheduler = make_scheduler
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._early: deque = deque()  # messages read ahead by ``stop_requested``, in order
         self.ready: Future[T] = Future()
         self._thread = threading.Thread(target=self._run, name=f"engine-{name}", daemon=True)
 
@@ -76,6 +78,17 @@ class Worker(Generic[T]):
         future: Future = Future()
         self._inbox.put(Call(fn, future))
         return future
+
+    def stop_requested(self, request_id: str) -> bool:
+        """Engine thread only: whether a Cancel of ``request_id`` (or a Shutdown) is
+        waiting. Messages read while looking are handled, in order, at the next drain."""
+        while True:
+            try:
+                self._early.append(self._inbox.get_nowait())
+            except queue.Empty:
+                break
+        return any(isinstance(m, Shutdown) or (isinstance(m, Cancel) and m.request_id == request_id)
+                   for m in self._early)
 
     def stop(self, timeout: float | None = 30.0) -> None:
         self._inbox.put(Shutdown())
@@ -105,7 +118,7 @@ class Worker(Generic[T]):
         """Handles pending messages; blocks while idle. False means shut down."""
         while True:
             try:
-                message = self._inbox.get(block=scheduler.idle)
+                message = self._early.popleft() if self._early else self._inbox.get(block=scheduler.idle)
             except queue.Empty:
                 return True
             if isinstance(message, Shutdown):
