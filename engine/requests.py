@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence, Union
 
@@ -74,6 +75,26 @@ class StopOptions:
     ignore_eos: bool = False
 
 
+class FormatKind(enum.Enum):
+    """Which structured-output format a request asks for (the API's oneof names)."""
+
+    JSON_SCHEMA = "json_schema"
+    JSON_OBJECT = "json_object"
+    REGEX = "regex"
+    GRAMMAR = "grammar"  # Lark syntax as llguidance reads it
+    CHOICE = "choice"
+
+
+@dataclass(frozen=True)
+class ResponseFormat:
+    """Structured output: the generated text must match ``text`` (a JSON Schema, a
+    regex or a grammar), be any JSON object, or be exactly one of ``options``."""
+
+    kind: FormatKind
+    text: str = ""
+    options: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     prompt: Prompt
@@ -85,6 +106,7 @@ class GenerationRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     bypass_prefix_cache: bool = False
+    response_format: ResponseFormat | None = None
 
 
 @dataclass(frozen=True)

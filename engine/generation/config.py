@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..validation import Limits
+from .grammar.formats import GrammarLimits
 
 
 @dataclass(frozen=True)
@@ -28,3 +29,4 @@ class GenerationConfig:
     limits: Limits = field(default_factory=Limits)
     memory_limit_bytes: int | None = None  # None: what this machine has available
     memory_reserve_bytes: int | None = None  # None: max(256 MiB, 5% of usable)
+    grammar: GrammarLimits = field(default_factory=GrammarLimits)  # what one response_format may cost

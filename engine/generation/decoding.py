@@ -1,8 +1,9 @@
 """One step of the running batch: feed every row its pending tokens, choose, deliver.
 
 Each row is fed ``tokens[computed:]`` (one token in steady decoding); the scores at
-its last fed position choose its next token. Choice is batched (``sampling.choose``),
-logprobs too, and the host reads the results once per step.
+its last fed position choose its next token. Choice is batched (``sampling.choose``,
+with the token masks of every constrained row filled together), logprobs too, and
+the host reads the results once per step.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Callable, Sequence as Seq
 import mlx.core as mx
 
 from .batch import Batch
+from .grammar.masks import site_masks
 from .logprobs import logprobs, to_events
 from .sampling import choose
 from .sequence import Sequence
@@ -27,7 +29,8 @@ class Decoder:
         feeds = [seq.pending for seq in rows]
         scores = batch.step(feeds)
         sites = _last_positions(scores, [len(f) for f in feeds])
-        chosen = choose(sites, [seq.sampling for seq in rows], [seq.step for seq in rows])
+        masks = site_masks([seq.constraint for seq in rows], sites.shape[-1])
+        chosen = choose(sites, [seq.sampling for seq in rows], [seq.step for seq in rows], masks)
         wanted = [i for i, seq in enumerate(rows) if seq.top_logprobs is not None]
         arrays = None
         if wanted:

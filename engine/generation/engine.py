@@ -32,6 +32,10 @@ from ..requests import GenerationRequest
 from ..validation import check_token_ids, validate_request
 from .config import GenerationConfig
 from .factory import make_sequence
+from .grammar.compiler import Grammars, grammar_tokenizer
+from .grammar.constraint import Constraint
+from .grammar.formats import field_name
+from .grammar.stats import GrammarStats
 from .prompts import EncodedPrompt, PromptEncoder
 from .scheduler import Scheduler, SchedulerStats
 from .streams import Stream, Streams
@@ -57,6 +61,7 @@ class GenerationEngine:
         self._prompts: PromptEncoder | None = None
         self._budget: MemoryBudget | None = None  # built at load; the loop reads only its fixed facts
         self._facts = None
+        self._grammars: Grammars | None = None  # built at load
         self._streams = Streams()
         self._closing = False
         self._machine_total = usable_memory()[1]
@@ -83,6 +88,8 @@ class GenerationEngine:
         """Refuses new requests, ends the others (CANCELLED) and stops the thread."""
         self._closing = True
         await asyncio.to_thread(self._worker.stop)
+        if self._grammars is not None:
+            self._grammars.close()
 
     def _load(self) -> LoadedModel:
         """Runs on the engine thread: the weights, then the memory facts of them."""
@@ -91,6 +98,8 @@ class GenerationEngine:
         self._budget = MemoryBudget(self._facts, usable=self.config.memory_limit_bytes,
                                     reserve_bytes=self.config.memory_reserve_bytes,
                                     prefill_chunk=self.config.scheduler.prefill_chunk)
+        self._grammars = Grammars(grammar_tokenizer(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids),
+                                  self.config.grammar)
         return loaded
 
     def _scheduler(self, loaded: LoadedModel) -> Scheduler:
@@ -105,7 +114,8 @@ class GenerationEngine:
             name=m.name, kind=ModelKind.GENERATION,
             descriptor=GraphDescriptor(f"mlx-lm/{m.model_type}", backend_name(), "mlx-lm/forward-v1",
                                        "mlx-lm/kv-cache-v1", str(m.artifact)),
-            capabilities=Capabilities(prefill_bounded_workspace=True),
+            capabilities=Capabilities(prefill_bounded_workspace=True,
+                                      response_formats=tuple(k.value for k in self._grammars.formats)),
             context_length=m.context_length, vocab_size=m.vocab_size,
             eos_token_ids=tuple(sorted(m.eos_ids)), has_chat_template=m.has_chat_template,
             dtype=m.dtype, blas=blas_name(), embedding_dimensions=0, source=m.source)
@@ -130,6 +140,11 @@ class GenerationEngine:
         snapshot = await asyncio.wrap_future(self._worker.call(lambda s: s.stats()))
         return EngineStats(**dataclasses.asdict(snapshot), tracked=len(self._streams),
                            in_flight=self._streams.in_flight)
+
+    @property
+    def grammar_stats(self) -> GrammarStats | None:
+        """Structured-output counters (read at scrape time); None before the model loads."""
+        return self._grammars.stats if self._grammars is not None else None
 
     @property
     def active(self) -> int:
@@ -188,21 +203,31 @@ class GenerationEngine:
         prompt = await asyncio.to_thread(self.encode_prompt, request)
         max_tokens = self._max_tokens(request, len(prompt.ids))
         self._refuse_at_once(len(prompt.ids) + max_tokens)
+        constraint = await self._constrain(request)
         if stream.cancel_requested:
             elapsed = time.perf_counter() - arrived
             yield Finished(FinishReason.CANCELLED, Usage(len(prompt.ids), 0, 0), Timings(elapsed, 0.0, 0.0, elapsed))
             return
-        seq = make_sequence(self.loaded, request, stream, prompt, max_tokens, arrived)
+        seq = make_sequence(self.loaded, request, stream, prompt, max_tokens, arrived, constraint)
         self._streams.submitted(stream)
         self._worker.submit(seq)
         while True:
             event = await stream.events.get()
             if isinstance(event, Finished) and event.reason is FinishReason.ERROR:
+                if constraint is not None and constraint.error:  # the format, not the engine, failed
+                    raise InvalidRequest(field_name(request.response_format),
+                                         f"exceeded its limits while generating: {constraint.error}")
                 log.error("request %s failed: %s", stream.request_id, event.error)
                 raise EngineFailure(event.error or "generation failed")
             yield event
             if isinstance(event, Finished):
                 return
+
+    async def _constrain(self, request: GenerationRequest) -> Constraint | None:
+        """The row constraint of a structured-output request, compiled off the loop."""
+        if request.response_format is None:
+            return None
+        return await self._grammars.constrain(request.response_format)
 
     def _refuse_at_once(self, context_tokens: int) -> None:
         """Errors for a request that cannot be queued now, or can never run."""
