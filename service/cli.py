@@ -10,6 +10,7 @@ from engine.loading.embedded import default_embedding_model, default_generation_
 from engine.embedding.engine import EmbeddingEngine
 from engine.generation.config import GenerationConfig
 from engine.generation.engine import GenerationEngine
+from engine.generation.grammar.formats import GrammarLimits
 from engine.models import ModelSet
 from engine.generation.config import SchedulerConfig
 from engine.validation import Limits
@@ -62,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cap on prompt tokens per request (0: the model's context length)")
     s.add_argument("--max-top-logprobs", type=int, default=20, help="cap on top_logprobs")
     s.add_argument("--max-embed-inputs", type=int, default=256, help="cap on inputs per Embed")
+    s.add_argument("--max-format-bytes", type=int, default=64 << 10,
+                   help="cap on a response_format's schema, regex, grammar or choice options (bytes)")
+    s.add_argument("--format-compile-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="time a response_format may take to compile")
     s.add_argument("--max-message-bytes", type=int, default=16 << 20, help="max gRPC message size")
     s.add_argument("--no-reflection", action="store_true", help="turn server reflection off")
     s.add_argument("--grace", type=float, default=10.0, help="seconds in-flight streams get on shutdown")
@@ -91,6 +96,7 @@ def build_models(args: argparse.Namespace) -> ModelSet:
     config = GenerationConfig(
         dtype=args.dtype, limits=limits, memory_limit_bytes=args.memory_limit,
         memory_reserve_bytes=args.memory_reserve,
+        grammar=GrammarLimits(max_bytes=args.max_format_bytes, compile_timeout_s=args.format_compile_timeout),
         scheduler=SchedulerConfig(max_active=args.max_active, max_queued=args.max_queued,
                                   prefill_chunk=args.prefill_chunk, tick_tokens=args.tick_tokens,
                                   prefix_cache_bytes=args.prefix_cache_bytes))

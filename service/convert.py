@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from engine.description import ModelDescription, ModelKind
 from engine.events import Delta, Event, FinishReason, Finished, Started
-from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, GenerationRequest,
-                             SamplingOptions, StopOptions, TextPrompt, TokenPrompt)
+from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKind, GenerationRequest,
+                             ResponseFormat, SamplingOptions, StopOptions, TextPrompt, TokenPrompt)
 from engine.errors import InvalidRequest
 
 from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
@@ -28,7 +28,8 @@ def generation_request(msg: pb.GenerateRequest) -> GenerationRequest:
         prompt=_prompt(msg), request_id=msg.request_id, model=msg.model,
         session_id=msg.session_id, sampling=_sampling(msg.sampling),
         stopping=_stopping(msg.stopping), logprobs=msg.logprobs,
-        top_logprobs=msg.top_logprobs, bypass_prefix_cache=msg.bypass_prefix_cache)
+        top_logprobs=msg.top_logprobs, bypass_prefix_cache=msg.bypass_prefix_cache,
+        response_format=_response_format(msg.response_format))
 
 
 def _prompt(msg: pb.GenerateRequest):
@@ -52,6 +53,20 @@ def _sampling(s: gen_pb.SamplingParams) -> SamplingOptions:
         repetition_context_size=s.repetition_context_size or defaults.repetition_context_size,
         presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty,
         logit_bias=dict(s.logit_bias), seed=s.seed if s.HasField("seed") else None)
+
+
+def _response_format(f: gen_pb.ResponseFormat) -> ResponseFormat | None:
+    which = f.WhichOneof("format")
+    if which is None:
+        return None
+    kind = FormatKind(which)
+    if kind is FormatKind.CHOICE:
+        return ResponseFormat(kind, options=tuple(f.choice.options))
+    if kind is FormatKind.JSON_OBJECT:
+        if not f.json_object:
+            raise InvalidRequest("response_format.json_object", "must be true when set")
+        return ResponseFormat(kind)
+    return ResponseFormat(kind, text=getattr(f, which))
 
 
 def _stopping(s: gen_pb.StoppingCriteria) -> StopOptions:
@@ -115,7 +130,9 @@ def model_info(d: ModelDescription) -> model_pb.ModelInfo:
                 adapters=c.speculation.adapters, logprobs=c.speculation.logprobs,
                 external_tokens=c.speculation.external_tokens,
                 grammar_proposals=c.speculation.grammar_proposals),
-            generation=c.generation),
+            generation=c.generation,
+            response_formats=[model_pb.ResponseFormatKind.Value(f"RESPONSE_FORMAT_KIND_{f.upper()}")
+                              for f in c.response_formats]),
         context_length=d.context_length, vocab_size=d.vocab_size, eos_token_ids=d.eos_token_ids,
         has_chat_template=d.has_chat_template, dtype=d.dtype, blas=d.blas,
         embedding_dimensions=d.embedding_dimensions, source=d.source)

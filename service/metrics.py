@@ -18,7 +18,8 @@ Metrics (all prefixed ``mlxgrpc_``):
   active_rows{model}                             gauge      admitted requests (prefilling/decoding)
   model_ready{model}                             gauge      1 when loaded and serving
   draining                                       gauge      1 while the server drains
-plus the standard process_* metrics (CPU, resident memory, open fds).
+plus the structured-output counters of ``grammar_metrics`` and the standard
+process_* metrics (CPU, resident memory, open fds).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import threading
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
+from .grammar_metrics import GrammarCollector
 from .interceptors import HEALTH_SERVICE, CallRecord, Observer, split_method
 
 log = logging.getLogger("service.metrics")
@@ -87,6 +89,7 @@ class Metrics(Observer):
         self.draining = Gauge("mlxgrpc_draining", "1 while the server drains", registry=r)
         if models is not None:
             r.register(EngineCollector(models))
+            r.register(GrammarCollector(models))
         try:
             ProcessCollector(registry=r)
         except Exception:  # noqa: BLE001 - platforms without /proc
