@@ -6,6 +6,8 @@ engine threads start, so two threads never drive MLX at once.
 
 from __future__ import annotations
 
+import engine  # noqa: F401 - first: it loads the optimized BLAS, which must precede any import of mlx
+
 import importlib.util
 from pathlib import Path
 
