@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 
 from engine.loading.embedded import default_embedding_model, default_generation_model
 from engine.embedding.engine import EmbeddingEngine
-from engine.generation.config import GenerationConfig
+from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
 from engine.generation.engine import GenerationEngine
+from engine.loading.model import default_name
 from engine.models import ModelSet
-from engine.generation.config import SchedulerConfig
+from engine.requests import SpeculationMode
 from engine.validation import Limits
 
 from .access_log import configure_logging
@@ -51,6 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-queued", type=int, default=64, help="requests waiting for admission per model")
     s.add_argument("--prefill-chunk", type=int, default=256, help="prompt tokens per prefill forward")
     s.add_argument("--tick-tokens", type=int, default=512, help="token budget of one scheduler tick")
+    s.add_argument("--speculation", choices=("off", "ngram", "draft"), default="ngram",
+                   help="speculative decoding for requests that leave it unset (output never changes): "
+                        "ngram = prompt lookup, draft = the model's --draft-model")
+    s.add_argument("--num-draft-tokens", type=int, default=4, help="drafts verified per step by default (at most 8)")
+    s.add_argument("--draft-model", action="append", type=_model_spec, metavar="[MODEL=]SOURCE",
+                   help="a draft model with the same tokenizer for the served MODEL (default: the first); "
+                        "repeatable")
+    s.add_argument("--step-tokens", type=int, default=16,
+                   help="tokens one decode step may feed in all when rows speculate (drafts shrink as "
+                        "the batch grows)")
     s.add_argument("--prefix-cache-bytes", type=int, default=512 << 20,
                    help="bytes of KV kept for prefix reuse per model (0 turns the prefix cache off)")
     s.add_argument("--memory-limit", type=int, default=None, metavar="BYTES",
@@ -93,14 +105,31 @@ def build_models(args: argparse.Namespace) -> ModelSet:
         memory_reserve_bytes=args.memory_reserve,
         scheduler=SchedulerConfig(max_active=args.max_active, max_queued=args.max_queued,
                                   prefill_chunk=args.prefill_chunk, tick_tokens=args.tick_tokens,
-                                  prefix_cache_bytes=args.prefix_cache_bytes))
+                                  prefix_cache_bytes=args.prefix_cache_bytes, step_tokens=args.step_tokens),
+        speculation=SpeculationConfig(SpeculationMode(args.speculation), args.num_draft_tokens))
     specs = args.model or [(DEFAULT_GENERATION_NAME, str(default_generation_model()))]
-    generation = [GenerationEngine(source, name=name, config=config) for name, source in specs]
+    drafts = _drafts_by_model(args.draft_model or [], [name or default_name(source) for name, source in specs])
+    if args.speculation == "draft" and len(drafts) < len(specs):
+        raise SystemExit("--speculation draft needs a --draft-model for every served model")
+    generation = [GenerationEngine(source, name=name, config=dataclasses.replace(
+        config, draft_model=drafts.get(name or default_name(source)))) for name, source in specs]
     embedding = []
     if not args.no_embedding:
         specs = args.embedding_model or [(DEFAULT_EMBEDDING_NAME, str(default_embedding_model()))]
         embedding = [EmbeddingEngine(source, name=name, limits=limits) for name, source in specs]
     return ModelSet(generation, embedding)
+
+
+def _drafts_by_model(specs: list[tuple[str, str]], served: list[str]) -> dict[str, str]:
+    """--draft-model [MODEL=]SOURCE -> {served model name: draft source}."""
+    drafts = {}
+    for name, source in specs:
+        target = name or served[0]
+        if target not in served:
+            raise SystemExit(f"--draft-model {name}=...: no served model is called {name!r} "
+                             f"(served: {', '.join(served)})")
+        drafts[target] = source
+    return drafts
 
 
 def _prepare() -> None:

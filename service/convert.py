@@ -5,7 +5,8 @@ from __future__ import annotations
 from engine.description import ModelDescription, ModelKind
 from engine.events import Delta, Event, FinishReason, Finished, Started
 from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, GenerationRequest,
-                             SamplingOptions, StopOptions, TextPrompt, TokenPrompt)
+                             SamplingOptions, SpeculationMode, SpeculationOptions, StopOptions, TextPrompt,
+                             TokenPrompt)
 from engine.errors import InvalidRequest
 
 from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
@@ -19,6 +20,13 @@ _FINISH = {
     FinishReason.CANCELLED: gen_pb.FINISH_REASON_CANCELLED,
     FinishReason.ERROR: gen_pb.FINISH_REASON_ERROR,
 }
+_SPECULATION = {
+    gen_pb.SPECULATION_MODE_UNSPECIFIED: SpeculationMode.DEFAULT,
+    gen_pb.SPECULATION_MODE_OFF: SpeculationMode.OFF,
+    gen_pb.SPECULATION_MODE_NGRAM: SpeculationMode.NGRAM,
+    gen_pb.SPECULATION_MODE_DRAFT: SpeculationMode.DRAFT,
+}
+_SPECULATION_PB = {mode: value for value, mode in _SPECULATION.items()}
 _KIND = {ModelKind.GENERATION: model_pb.MODEL_KIND_GENERATION,
          ModelKind.EMBEDDING: model_pb.MODEL_KIND_EMBEDDING}
 
@@ -28,7 +36,14 @@ def generation_request(msg: pb.GenerateRequest) -> GenerationRequest:
         prompt=_prompt(msg), request_id=msg.request_id, model=msg.model,
         session_id=msg.session_id, sampling=_sampling(msg.sampling),
         stopping=_stopping(msg.stopping), logprobs=msg.logprobs,
-        top_logprobs=msg.top_logprobs, bypass_prefix_cache=msg.bypass_prefix_cache)
+        top_logprobs=msg.top_logprobs, bypass_prefix_cache=msg.bypass_prefix_cache,
+        speculation=_speculation(msg.speculation))
+
+
+def _speculation(s: gen_pb.SpeculationOptions) -> SpeculationOptions:
+    if s.mode not in _SPECULATION:
+        raise InvalidRequest("speculation.mode", f"unknown mode {s.mode}")
+    return SpeculationOptions(_SPECULATION[s.mode], s.num_draft_tokens)
 
 
 def _prompt(msg: pb.GenerateRequest):
@@ -80,7 +95,8 @@ def _finished(e: Finished) -> pb.GenerationFinished:
     msg = pb.GenerationFinished(
         reason=_FINISH[e.reason], stop_sequence=e.stop_sequence,
         usage=gen_pb.Usage(prompt_tokens=e.usage.prompt_tokens, completion_tokens=e.usage.completion_tokens,
-                           cached_tokens=e.usage.cached_tokens),
+                           cached_tokens=e.usage.cached_tokens, draft_tokens=e.usage.draft_tokens,
+                           accepted_draft_tokens=e.usage.accepted_draft_tokens),
         timings=gen_pb.Timings(queue_seconds=e.timings.queue_s,
                                time_to_first_token_seconds=e.timings.time_to_first_token_s,
                                decode_tokens_per_second=e.timings.decode_tokens_per_s,
@@ -114,7 +130,10 @@ def model_info(d: ModelDescription) -> model_pb.ModelInfo:
             speculation=model_pb.SpeculationCapabilities(
                 adapters=c.speculation.adapters, logprobs=c.speculation.logprobs,
                 external_tokens=c.speculation.external_tokens,
-                grammar_proposals=c.speculation.grammar_proposals),
+                grammar_proposals=c.speculation.grammar_proposals,
+                modes=[_SPECULATION_PB[m] for m in c.speculation.modes],
+                default_mode=_SPECULATION_PB[c.speculation.default_mode],
+                draft_model=c.speculation.draft_model),
             generation=c.generation),
         context_length=d.context_length, vocab_size=d.vocab_size, eos_token_ids=d.eos_token_ids,
         has_chat_template=d.has_chat_template, dtype=d.dtype, blas=d.blas,
