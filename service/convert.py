@@ -7,6 +7,7 @@ from engine.events import Delta, Event, FinishReason, Finished, Started
 from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, GenerationRequest,
                              SamplingOptions, StopOptions, TextPrompt, TokenPrompt)
 from engine.errors import InvalidRequest
+from engine.validation import RequestCounts
 
 from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
@@ -29,6 +30,15 @@ def generation_request(msg: pb.GenerateRequest) -> GenerationRequest:
         session_id=msg.session_id, sampling=_sampling(msg.sampling),
         stopping=_stopping(msg.stopping), logprobs=msg.logprobs,
         top_logprobs=msg.top_logprobs, bypass_prefix_cache=msg.bypass_prefix_cache)
+
+
+def generation_counts(msg: pb.GenerateRequest) -> RequestCounts:
+    which = msg.WhichOneof("prompt")
+    return RequestCounts(
+        prompt_ids=len(msg.tokens.ids) if which == "tokens" else 0,
+        chat_messages=len(msg.chat.messages) if which == "chat" else 0,
+        stop_strings=len(msg.stopping.stop), stop_token_ids=len(msg.stopping.stop_token_ids),
+        logit_bias=len(msg.sampling.logit_bias))
 
 
 def _prompt(msg: pb.GenerateRequest):

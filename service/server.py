@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from engine.models import ModelSet
+from engine.validation import Limits
 
 from .access_log import AccessLog
 from .auth import AuthInterceptor
@@ -47,6 +48,7 @@ class ServerOptions:
     metrics_port: int | None = None  # None: no metrics endpoint; 0 picks a free port
     metrics_host: str = "0.0.0.0"
     access_log: bool = True
+    limits: Limits = Limits()  # the engines' limits (identifiers are checked before a model is found)
 
 
 async def create_server(address: str, models: ModelSet, *, options: ServerOptions = ServerOptions(),
@@ -69,7 +71,8 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
         ("grpc.max_receive_message_length", options.max_message_bytes),
         ("grpc.max_send_message_length", options.max_message_bytes),
     ])
-    pb_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(models), server)
+    servicer = InferenceServicer(models, options.limits, options.max_message_bytes)
+    pb_grpc.add_InferenceServiceServicer_to_server(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer or health.aio.HealthServicer(), server)
     if options.reflection:
         names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)

@@ -246,3 +246,17 @@ def test_cli_security_flags(tmp_path, pki):
         cli.server_options(parser.parse_args(["serve", "--auth-token-file", str(empty)]), parser)
     defaults = cli.server_options(parser.parse_args(["serve"]), parser)
     assert defaults.metrics_port is None and defaults.reflection
+
+
+def test_cli_limit_flags():
+    parser = cli.build_parser()
+    args = parser.parse_args(["serve", "--max-prompt-bytes", "1000", "--max-chat-messages", "7",
+                              "--max-stop-strings", "3", "--max-logit-bias", "9", "--max-embed-inputs", "5",
+                              "--max-embed-input-bytes", "600"])
+    limits = cli.build_limits(args)
+    assert (limits.max_prompt_bytes, limits.max_chat_messages, limits.max_stop_strings) == (1000, 7, 3)
+    assert (limits.max_logit_bias, limits.max_stop_token_ids) == (9, 9)
+    assert (limits.max_embed_inputs, limits.max_embed_input_bytes) == (5, 600)
+    assert cli.server_options(args, parser).limits == limits
+    sized = cli.build_limits(parser.parse_args(["serve"])).for_context(8192)
+    assert (sized.max_prompt_tokens, sized.max_prompt_bytes, sized.max_chat_messages) == (8191, 8191 * 32, 8191)

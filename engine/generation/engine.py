@@ -237,7 +237,7 @@ class GenerationEngine:
         m = self.loaded
         if self._pool.closed:
             raise NotReady("the server is shutting down", retry_after_s=1.0)
-        validate_request(request, m.vocab_size, self.config.limits)
+        validate_request(request, m.vocab_size, self.config.limits, m.context_length)
         request_id = request.request_id or uuid.uuid4().hex
         if request_id in self._requests:
             raise DuplicateRequestId(f"request id {request_id!r} is already running",
