@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -51,9 +52,10 @@ class EmbeddingEngine:
         self._pool = AdmissionPool(max_active, max_queued)
         self._model: EmbeddingModel | None = None
         self._running: dict[str, asyncio.Task] = {}
-        # Exact reuse of repeated inputs (vectors are immutable once made).
+        # Exact reuse of repeated inputs (vectors are immutable once made); the keys
+        # hold the inputs, so they count against the budget too.
         self._results: ObjectCache[EmbeddingResult] = ObjectCache(
-            max_entries=4096, max_size=64 << 20, size_of=lambda r: r.vector.nbytes)
+            max_entries=4096, max_size=64 << 20, size_of=lambda r: r.vector.nbytes, key_size=sys.getsizeof)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -100,6 +102,11 @@ class EmbeddingEngine:
     def cache_hits(self) -> int:
         """Inputs answered from the object cache of repeated inputs."""
         return self._results.hits
+
+    @property
+    def cache_bytes(self) -> int:
+        """What the object cache of repeated inputs holds: vectors and their keys."""
+        return self._results.size
 
     def cancel(self, request_id: str) -> bool:
         task = self._running.get(request_id)
