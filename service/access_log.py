@@ -11,7 +11,7 @@ import json
 import logging
 import time
 
-from .interceptors import CallRecord, Observer
+from .calls import CallRecord, Observer
 
 ACCESS_LOGGER = "service.access"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

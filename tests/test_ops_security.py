@@ -113,6 +113,23 @@ async def test_auth_gates_inference_but_not_health(server):
         assert "mlxgrpc.v1.InferenceService" in await list_services(ch, metadata=bearer(TOKENS[0]))
 
 
+async def test_refused_streaming_calls_always_end_unauthenticated():
+    """A client still sending when the server refuses the call gets the refusal, not
+    INTERNAL: the refusing handler reads the burst of requests first."""
+    async with extra_server(ModelSet([], []), ServerOptions(auth_tokens=TOKENS)) as port, \
+            grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = reflection_pb2_grpc.ServerReflectionStub(ch)
+        burst = [reflection_pb2.ServerReflectionRequest(file_containing_symbol="grpc.health.v1.Health")] * 5
+        codes = []
+        for _ in range(60):
+            try:
+                _ = [r async for r in stub.ServerReflectionInfo(iter(burst))]
+                codes.append(grpc.StatusCode.OK)
+            except grpc.aio.AioRpcError as err:
+                codes.append(err.code())
+        assert set(codes) == {grpc.StatusCode.UNAUTHENTICATED}, codes.count(grpc.StatusCode.INTERNAL)
+
+
 async def test_reflection_can_stay_open_for_probes(server):
     options = ServerOptions(auth_tokens=TOKENS, auth_open_reflection=True)
     async with extra_server(server["models"], options) as port, \
