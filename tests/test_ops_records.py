@@ -1,17 +1,19 @@
 """What the server records about calls stays true and bounded whatever a client sends:
-status codes (deadline, oversized replies) and metric labels. Extra in-process
-servers over the session's models."""
+status codes (deadline, oversized replies), status details and trailers, access-log
+lines and metric labels. Extra in-process servers over the session's models."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 
 import grpc
 import pytest
 
-from service.access_log import ACCESS_LOGGER
+from service.access_log import ACCESS_LOGGER, AccessLog, JsonFormatter, TextFormatter
+from service.calls import CallRecord
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from service.interceptors import ServerState
@@ -20,6 +22,7 @@ from service.server import ServerOptions, create_server
 from tests.helpers import details, generate, request
 
 SERVICE = "mlxgrpc.v1.InferenceService"
+HOSTILE = "evil\x1b[2J\r\nINFO fake line\u202e\x00\x7f\x85\u2028"
 
 
 @contextlib.asynccontextmanager
@@ -73,6 +76,59 @@ async def test_a_reply_over_the_send_limit_fails_clearly_and_is_recorded_so(serv
         assert details(err.value)["ErrorInfo"].reason == "RESPONSE_TOO_LARGE"
         await asyncio.sleep(0.1)
     assert [r.fields["code"] for r in access_lines(caplog)] == ["RESOURCE_EXHAUSTED"]
+
+
+async def test_oversized_client_strings_are_refused_and_never_echoed_whole(server, caplog):
+    """A 1 MB model name or id is INVALID_ARGUMENT (not a trailer too large to send),
+    and neither the status nor the access log repeats it whole."""
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    huge = "m" * (1 << 20)
+    async with recorded_server(server["models"]) as (ch, _):
+        stub = pb_grpc.InferenceServiceStub(ch)
+        calls = [lambda: generate(stub, request("Hi", model=huge)),
+                 lambda: generate(stub, request("Hi", request_id=huge)),
+                 lambda: generate(stub, request("Hi", session_id=huge)),
+                 lambda: stub.Cancel(pb.CancelRequest(request_id=huge)),
+                 lambda: stub.Tokenize(pb.TokenizeRequest(model=huge, text="hi")),
+                 lambda: stub.GetModelInfo(pb.GetModelInfoRequest(model=huge))]
+        for call in calls:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call()
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+            assert len(err.value.details()) < 300
+            trailers = sum(len(k) + len(v) for k, v in err.value.trailing_metadata())
+            assert trailers < 2000
+        with pytest.raises(grpc.aio.AioRpcError) as err:  # at the limit: looked up, echoed cut short
+            await generate(stub, request("Hi", model="n" * 128))
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND and "(128 characters)" in err.value.details()
+        await asyncio.sleep(0.1)
+    lines = access_lines(caplog)
+    assert len(lines) == len(calls) + 1
+    assert all(len(r.getMessage()) < 1200 for r in lines)
+
+
+async def test_control_characters_never_reach_a_log_line_raw(server, caplog):
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    async with recorded_server(server["models"]) as (ch, _):
+        await generate(pb_grpc.InferenceServiceStub(ch), request("Hi", max_tokens=1, request_id=HOSTILE))
+        await asyncio.sleep(0.1)
+    [line] = [r for r in access_lines(caplog) if r.fields["request_id"] == HOSTILE]
+    for text in (line.getMessage(), TextFormatter().format(line), JsonFormatter().format(line)):
+        assert text.isprintable(), repr(text)
+    assert json.loads(JsonFormatter().format(line))["request_id"] == HOSTILE  # escaped, not lost
+
+
+def test_every_log_line_escapes_what_is_not_printable():
+    record = logging.LogRecord("engine.x", logging.ERROR, __file__, 1, "request %s failed", (HOSTILE,), None)
+    for formatter in (TextFormatter("%(levelname)s %(message)s"), JsonFormatter()):
+        assert formatter.format(record).isprintable()
+    call = CallRecord("/x/" + HOSTILE, request_id="r" * 5000)
+    records: list[logging.LogRecord] = []
+    logger = logging.getLogger("tests.records")
+    logger.propagate, logger.level = False, logging.INFO
+    logger.handlers = [type("Keep", (logging.Handler,), {"emit": lambda self, r: records.append(r)})()]
+    AccessLog(logger).on_end(call)
+    assert records[0].getMessage().isprintable() and len(records[0].getMessage()) < 700
 
 
 async def test_metric_labels_do_not_grow_with_what_clients_send(server):
