@@ -63,6 +63,18 @@ class ServerState:
         except asyncio.TimeoutError:
             return False
 
+    async def cut(self, status: grpc.Status) -> int:
+        """Ends every RPC in flight with ``status`` and stops its handler (its
+        generation is cancelled); returns how many there were."""
+        calls = list(self._calls.items())
+        for token, context in calls:
+            if not context.done():
+                with contextlib.suppress(Exception):  # the AbortError meant for the handler
+                    await context.abort_with_status(status)
+            if isinstance(token, asyncio.Task):
+                token.cancel()
+        return len(calls)
+
 
 class DrainInterceptor(grpc.aio.ServerInterceptor):
     """While draining, new RPCs (health excepted) end with UNAVAILABLE + RetryInfo,

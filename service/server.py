@@ -32,10 +32,16 @@ from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .interceptors import DrainInterceptor, ObservingInterceptor, ServerState
 from .metrics import Metrics
 from .servicer import InferenceServicer
+from .status import status_of
 
 log = logging.getLogger("service.server")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["InferenceService"].full_name
 FLUSH_S = 1.0  # after the drain: time for the last statuses to leave and health watches to end
+# What an RPC still running when the grace period ends gets: the work is lost, and
+# another replica can do it again.
+CUT = status_of(grpc.StatusCode.UNAVAILABLE, "DRAINING",
+                "the server shut down before this call finished; retry on another replica",
+                retry_after_s=1.0)
 
 
 @dataclass(frozen=True)
@@ -93,7 +99,8 @@ async def drain(server: grpc.aio.Server, state: ServerState, health_servicer: he
                 grace_s: float, *, metrics: Metrics | None = None,
                 force: asyncio.Event | None = None) -> bool:
     """Health NOT_SERVING, new RPCs UNAVAILABLE, in-flight RPCs get ``grace_s`` to
-    finish (``force`` cuts it short), then the server stops. True when all finished."""
+    finish (``force`` cuts it short); those still running then end with UNAVAILABLE
+    (reason DRAINING, RetryInfo) and the server stops. True when all finished."""
     state.draining = True
     if metrics is not None:
         metrics.draining.set(1)
@@ -110,8 +117,9 @@ async def drain(server: grpc.aio.Server, state: ServerState, health_servicer: he
     if finished:
         log.info("drained in %.2fs", time.monotonic() - began)
     else:
-        log.warning("grace over after %.2fs: cancelling %d RPCs", time.monotonic() - began, state.in_flight)
-    await server.stop(FLUSH_S if finished else 0)
+        log.warning("grace over after %.2fs: ending %d RPCs with UNAVAILABLE", time.monotonic() - began,
+                    await state.cut(CUT))
+    await server.stop(FLUSH_S)
     return finished
 
 
