@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import grpc
 import pytest
 
@@ -58,6 +61,21 @@ async def test_prompts_are_refused_by_size_before_any_work(stub):
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         violation = details(err.value)["BadRequest"].field_violations[0]
         assert violation.field == field and violation.description.startswith(description)
+
+
+async def test_a_request_that_can_never_fit_is_out_of_range_everywhere():
+    """The contract, the docs and the code name one status for a request that can
+    never fit in memory: OUT_OF_RANGE (AIP-193: a value beyond what the server holds)."""
+    from engine.errors import DoesNotFit
+    from service.status import code_for
+
+    root = Path(__file__).resolve().parents[1]
+    proto = (root / "protos/mlxgrpc/v1/inference_service.proto").read_text()
+    readme = (root / "README.md").read_text()
+    assert "can never fit in memory OUT_OF_RANGE" in " ".join(proto.replace("//", " ").split())
+    assert re.search(r"can never fit in memory[^|\n]*\| OUT_OF_RANGE \|", readme)
+    assert "FAILED_PRECONDITION" not in next(line for line in proto.splitlines() if "never fit" in line)
+    assert code_for(DoesNotFit("x")) == grpc.StatusCode.OUT_OF_RANGE
 
 
 async def test_token_prompt_outside_vocabulary(stub):
