@@ -14,7 +14,7 @@ from engine.generation.engine import GenerationEngine
 from engine.loading.model import default_name
 from engine.models import ModelSet
 from engine.requests import SpeculationMode
-from engine.validation import Limits
+from engine.validation import BYTES_PER_TOKEN, Limits
 
 from .access_log import configure_logging
 from .auth import ENV_VAR, load_tokens
@@ -72,8 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-tokens", type=int, default=4096, help="cap on generated tokens per request")
     s.add_argument("--max-prompt-tokens", type=int, default=0,
                    help="cap on prompt tokens per request (0: the model's context length)")
+    s.add_argument("--max-prompt-bytes", type=int, default=0,
+                   help=f"cap on UTF-8 bytes of a text or chat prompt, and of Tokenize's text "
+                        f"(0: {BYTES_PER_TOKEN} per prompt token allowed)")
+    s.add_argument("--max-chat-messages", type=int, default=0,
+                   help="cap on messages per chat prompt (0: one per prompt token allowed)")
+    s.add_argument("--max-stop-strings", type=int, default=16, help="cap on stop strings per request")
+    s.add_argument("--max-logit-bias", type=int, default=1024,
+                   help="cap on logit_bias entries, and on stop_token_ids, per request")
     s.add_argument("--max-top-logprobs", type=int, default=20, help="cap on top_logprobs")
     s.add_argument("--max-embed-inputs", type=int, default=256, help="cap on inputs per Embed")
+    s.add_argument("--max-embed-input-bytes", type=int, default=0,
+                   help=f"cap on UTF-8 bytes of each Embed input and of its instruction "
+                        f"(0: {BYTES_PER_TOKEN} per token of the embedding model's input length)")
     s.add_argument("--max-message-bytes", type=int, default=16 << 20, help="max gRPC message size")
     s.add_argument("--no-reflection", action="store_true", help="turn server reflection off")
     s.add_argument("--grace", type=float, default=10.0, help="seconds in-flight streams get on shutdown")
@@ -96,10 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_limits(args: argparse.Namespace) -> Limits:
+    return Limits(max_tokens=args.max_tokens, max_prompt_tokens=args.max_prompt_tokens,
+                  max_prompt_bytes=args.max_prompt_bytes, max_chat_messages=args.max_chat_messages,
+                  max_top_logprobs=args.max_top_logprobs, max_stop_strings=args.max_stop_strings,
+                  max_logit_bias=args.max_logit_bias, max_stop_token_ids=args.max_logit_bias,
+                  max_embed_inputs=args.max_embed_inputs, max_embed_input_bytes=args.max_embed_input_bytes)
+
+
 def build_models(args: argparse.Namespace) -> ModelSet:
-    limits = Limits(max_tokens=args.max_tokens, max_prompt_tokens=args.max_prompt_tokens,
-                    max_top_logprobs=args.max_top_logprobs,
-                    max_embed_inputs=args.max_embed_inputs)
+    limits = build_limits(args)
     config = GenerationConfig(
         dtype=args.dtype, limits=limits, memory_limit_bytes=args.memory_limit,
         memory_reserve_bytes=args.memory_reserve,
@@ -152,7 +169,7 @@ def server_options(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     return ServerOptions(reflection=not args.no_reflection, max_message_bytes=args.max_message_bytes,
                          grace_s=args.grace, auth_tokens=tokens, auth_open_reflection=args.auth_open_reflection,
                          metrics_port=args.metrics_port, metrics_host=args.metrics_host,
-                         access_log=not args.no_access_log)
+                         access_log=not args.no_access_log, limits=build_limits(args))
 
 
 def tls_credentials(args: argparse.Namespace, parser: argparse.ArgumentParser):

@@ -8,6 +8,7 @@ from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, Generati
                              SamplingOptions, SpeculationMode, SpeculationOptions, StopOptions, TextPrompt,
                              TokenPrompt)
 from engine.errors import InvalidRequest
+from engine.validation import RequestCounts
 
 from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
@@ -44,6 +45,15 @@ def _speculation(s: gen_pb.SpeculationOptions) -> SpeculationOptions:
     if s.mode not in _SPECULATION:
         raise InvalidRequest("speculation.mode", f"unknown mode {s.mode}")
     return SpeculationOptions(_SPECULATION[s.mode], s.num_draft_tokens)
+
+
+def generation_counts(msg: pb.GenerateRequest) -> RequestCounts:
+    which = msg.WhichOneof("prompt")
+    return RequestCounts(
+        prompt_ids=len(msg.tokens.ids) if which == "tokens" else 0,
+        chat_messages=len(msg.chat.messages) if which == "chat" else 0,
+        stop_strings=len(msg.stopping.stop), stop_token_ids=len(msg.stopping.stop_token_ids),
+        logit_bias=len(msg.sampling.logit_bias))
 
 
 def _prompt(msg: pb.GenerateRequest):

@@ -19,6 +19,10 @@ Metrics (all prefixed ``mlxgrpc_``):
   model_ready{model}                             gauge      1 when loaded and serving
   draining                                       gauge      1 while the server drains
 plus the standard process_* metrics (CPU, resident memory, open fds).
+
+Labels never take a client's string as it is, so no client can multiply series:
+methods this server does not serve are ``unknown`` (service and method), and so
+are model names that no served model has.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ import threading
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
-from .interceptors import HEALTH_SERVICE, CallRecord, Observer, split_method
+from .calls import EMBED, UNKNOWN, CallRecord, Observer, method_labels
+from .handlers import HEALTH_SERVICE
 
 log = logging.getLogger("service.metrics")
 
@@ -85,6 +90,7 @@ class Metrics(Observer):
                                    "Prompt tokens served from the prefix cache", ["model"], registry=r)
         self.embedded = Counter("mlxgrpc_embedded_tokens", "Tokens of embedded inputs", ["model"], registry=r)
         self.draining = Gauge("mlxgrpc_draining", "1 while the server drains", registry=r)
+        self.models = models
         if models is not None:
             r.register(EngineCollector(models))
         try:
@@ -96,12 +102,12 @@ class Metrics(Observer):
 
     # Observer --------------------------------------------------------------------
     def on_start(self, call: CallRecord) -> None:
-        service, method = split_method(call.method)
+        service, method = method_labels(call.method)
         if service != HEALTH_SERVICE:  # Watch streams live as long as their clients
             self.in_flight.labels(service, method).inc()
 
     def on_tokens(self, call: CallRecord, count: int, now: float) -> None:
-        model = call.model or "default"
+        model = self._model(call)
         if call.last_token_at is None:
             self.ttft.labels(model).observe(now - call.started)
         else:
@@ -112,18 +118,28 @@ class Metrics(Observer):
         self.generated.labels(model).inc(count)
 
     def on_end(self, call: CallRecord) -> None:
-        service, method = split_method(call.method)
+        service, method = method_labels(call.method)
         if service != HEALTH_SERVICE:
             self.in_flight.labels(service, method).dec()
         self.requests.labels(service, method, call.code).inc()
         self.duration.labels(service, method).observe(call.duration_s)
-        model = call.model or "default"
+        model = self._model(call)
         if call.prompt_tokens is not None:
             self.prompt.labels(model).inc(call.prompt_tokens)
         if call.cached_tokens:
             self.prefix_hits.labels(model).inc(call.cached_tokens)
         if call.embed_tokens:
             self.embedded.labels(model).inc(call.embed_tokens)
+
+    def _model(self, call: CallRecord) -> str:
+        """The served model a call used, as a label: a name the client sent that no
+        model has is ``unknown``, and no name at all is the default model."""
+        if self.models is None:
+            return UNKNOWN
+        if not call.model:
+            served = self.models.embedding if call.method == EMBED else self.models.generation
+            return served[0].name if served else UNKNOWN
+        return call.model if call.model in self.models.names() else UNKNOWN
 
     # HTTP --------------------------------------------------------------------------
     def serve_http(self, port: int, host: str = "0.0.0.0") -> int:

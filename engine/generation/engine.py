@@ -194,7 +194,7 @@ class GenerationEngine:
         m = self.loaded
         if self._closing:
             raise NotReady("the server is shutting down", retry_after_s=1.0)
-        validate_request(request, m.vocab_size, self.config.limits)
+        validate_request(request, m.vocab_size, self.config.limits, m.context_length)
         check_speculation(request, self.config.speculation, m.name, self._draft is not None)
         stream = self._streams.open(request.request_id or uuid.uuid4().hex)
         try:

@@ -33,7 +33,7 @@ const (
 	FinishReason_FINISH_REASON_STOP FinishReason = 2
 	// The model produced an end-of-sequence token.
 	FinishReason_FINISH_REASON_EOS FinishReason = 3
-	// The request was cancelled (Cancel RPC or server shutdown).
+	// The request was cancelled with the Cancel RPC.
 	FinishReason_FINISH_REASON_CANCELLED FinishReason = 4
 	// The engine failed while generating; the stream ends with an error status.
 	FinishReason_FINISH_REASON_ERROR FinishReason = 5

@@ -29,8 +29,8 @@ type GenerateRequest struct {
 	// A client-chosen id (at most 128 characters) used by Cancel, logs and the
 	// started event. Empty: the server assigns one. Must be unique among running requests.
 	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// Groups requests of one conversation. A hint for prefix-cache affinity; it never
-	// changes the output.
+	// Groups requests of one conversation (at most 128 characters). A hint for
+	// prefix-cache affinity; it never changes the output.
 	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The prompt. Exactly one must be set.
 	//

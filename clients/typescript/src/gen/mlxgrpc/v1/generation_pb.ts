@@ -453,7 +453,7 @@ export enum FinishReason {
   EOS = 3,
 
   /**
-   * The request was cancelled (Cancel RPC or server shutdown).
+   * The request was cancelled with the Cancel RPC.
    *
    * @generated from enum value: FINISH_REASON_CANCELLED = 4;
    */

@@ -38,8 +38,8 @@ export type GenerateRequest = Message<"mlxgrpc.v1.GenerateRequest"> & {
   requestId: string;
 
   /**
-   * Groups requests of one conversation. A hint for prefix-cache affinity; it never
-   * changes the output.
+   * Groups requests of one conversation (at most 128 characters). A hint for
+   * prefix-cache affinity; it never changes the output.
    *
    * @generated from field: string session_id = 3;
    */
@@ -692,9 +692,11 @@ export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PUR
  *
  * Errors use canonical status codes with google.rpc details (ErrorInfo with domain
  * "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
- * bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
- * RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
- * a server still loading or draining UNAVAILABLE.
+ * bad input (an invalid value, or more than the server's limits allow) is
+ * INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+ * a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+ * shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+ * period ends: retry it on another replica).
  *
  * @generated from service mlxgrpc.v1.InferenceService
  */
