@@ -40,6 +40,8 @@ class CallRecord:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    draft_tokens: int = 0  # speculative decoding: drafts verified, and those kept
+    accepted_draft_tokens: int = 0
     embed_tokens: int | None = None
     finish_reason: str = ""
     # Generate stream timing (perf_counter seconds)

@@ -196,6 +196,7 @@ class ObservingInterceptor(grpc.aio.ServerInterceptor):
             call.prompt_tokens = f.usage.prompt_tokens
             call.completion_tokens = f.usage.completion_tokens
             call.cached_tokens = f.usage.cached_tokens
+            call.draft_tokens, call.accepted_draft_tokens = f.usage.draft_tokens, f.usage.accepted_draft_tokens
             call.finish_reason = _finish_name(f.reason)
 
 

@@ -13,6 +13,8 @@ Metrics (all prefixed ``mlxgrpc_``):
   generated_tokens_total{model}                  counter
   prompt_tokens_total{model}                     counter
   prefix_cache_hit_tokens_total{model}           counter    prompt tokens served from the prefix cache
+  draft_tokens_total{model}                      counter    speculative drafts verified
+  accepted_draft_tokens_total{model}             counter    of those, the ones the output kept
   embedded_tokens_total{model}                   counter
   queue_depth{model}                             gauge      requests waiting for admission
   active_rows{model}                             gauge      admitted requests (prefilling/decoding)
@@ -88,6 +90,9 @@ class Metrics(Observer):
                               ["model"], registry=r)
         self.prefix_hits = Counter("mlxgrpc_prefix_cache_hit_tokens",
                                    "Prompt tokens served from the prefix cache", ["model"], registry=r)
+        self.drafts = Counter("mlxgrpc_draft_tokens", "Speculative draft tokens verified", ["model"], registry=r)
+        self.accepted = Counter("mlxgrpc_accepted_draft_tokens", "Speculative draft tokens the output kept",
+                                ["model"], registry=r)
         self.embedded = Counter("mlxgrpc_embedded_tokens", "Tokens of embedded inputs", ["model"], registry=r)
         self.draining = Gauge("mlxgrpc_draining", "1 while the server drains", registry=r)
         self.models = models
@@ -128,6 +133,9 @@ class Metrics(Observer):
             self.prompt.labels(model).inc(call.prompt_tokens)
         if call.cached_tokens:
             self.prefix_hits.labels(model).inc(call.cached_tokens)
+        if call.draft_tokens:
+            self.drafts.labels(model).inc(call.draft_tokens)
+            self.accepted.labels(model).inc(call.accepted_draft_tokens)
         if call.embed_tokens:
             self.embedded.labels(model).inc(call.embed_tokens)
 
