@@ -12,6 +12,9 @@ $G "$ADDR" describe mlxgrpc.v1.GenerateRequest | grep -q "Sampling"
 stream=$($G -d '{"text": "Hello", "stopping": {"max_tokens": 5}}' "$ADDR" mlxgrpc.v1.InferenceService/Generate)
 echo "$stream"
 grep -q FINISH_REASON_LENGTH <<<"$stream"
+$G -d '{"text": "1 2 3 1 2 3 1 2", "speculation": {"mode": "SPECULATION_MODE_NGRAM", "num_draft_tokens": 4},
+        "stopping": {"max_tokens": 5}}' "$ADDR" mlxgrpc.v1.InferenceService/Generate | grep -q FINISH_REASON_LENGTH
+$G "$ADDR" describe mlxgrpc.v1.SpeculationOptions | grep -q num_draft_tokens
 $G -d '{}' "$ADDR" mlxgrpc.v1.InferenceService/GetModelInfo | grep -q '"vocab_size": 640'
 $G -d '{"inputs": ["A man is eating food."]}' "$ADDR" mlxgrpc.v1.InferenceService/Embed | grep -q '"tokens": 8'
 $G "$ADDR" grpc.health.v1.Health/Check | grep -q SERVING

@@ -75,6 +75,21 @@ class StopOptions:
     ignore_eos: bool = False
 
 
+class SpeculationMode(enum.Enum):
+    DEFAULT = "default"  # whatever the server is configured to do
+    OFF = "off"
+    NGRAM = "ngram"  # prompt lookup: drafts copied from the sequence's own earlier tokens
+    DRAFT = "draft"  # a draft model with the same tokenizer
+
+
+@dataclass(frozen=True)
+class SpeculationOptions:
+    """Speculative decoding for one request. It never changes the output."""
+
+    mode: SpeculationMode = SpeculationMode.DEFAULT
+    num_draft_tokens: int = 0  # most drafts verified per step; 0: the server's default
+
+
 class FormatKind(enum.Enum):
     """Which structured-output format a request asks for (the API's oneof names)."""
 
@@ -106,6 +121,7 @@ class GenerationRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     bypass_prefix_cache: bool = False
+    speculation: SpeculationOptions = SpeculationOptions()
     response_format: ResponseFormat | None = None
 
 

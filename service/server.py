@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from engine.models import ModelSet
+from engine.validation import Limits
 
 from .access_log import AccessLog
 from .auth import AuthInterceptor
@@ -31,10 +32,16 @@ from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .interceptors import DrainInterceptor, ObservingInterceptor, ServerState
 from .metrics import Metrics
 from .servicer import InferenceServicer
+from .status import status_of
 
 log = logging.getLogger("service.server")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["InferenceService"].full_name
 FLUSH_S = 1.0  # after the drain: time for the last statuses to leave and health watches to end
+# What an RPC still running when the grace period ends gets: the work is lost, and
+# another replica can do it again.
+CUT = status_of(grpc.StatusCode.UNAVAILABLE, "DRAINING",
+                "the server shut down before this call finished; retry on another replica",
+                retry_after_s=1.0)
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,7 @@ class ServerOptions:
     metrics_port: int | None = None  # None: no metrics endpoint; 0 picks a free port
     metrics_host: str = "0.0.0.0"
     access_log: bool = True
+    limits: Limits = Limits()  # the engines' limits (identifiers are checked before a model is found)
 
 
 async def create_server(address: str, models: ModelSet, *, options: ServerOptions = ServerOptions(),
@@ -69,7 +77,8 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
         ("grpc.max_receive_message_length", options.max_message_bytes),
         ("grpc.max_send_message_length", options.max_message_bytes),
     ])
-    pb_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(models), server)
+    servicer = InferenceServicer(models, options.limits, options.max_message_bytes)
+    pb_grpc.add_InferenceServiceServicer_to_server(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer or health.aio.HealthServicer(), server)
     if options.reflection:
         names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
@@ -90,7 +99,8 @@ async def drain(server: grpc.aio.Server, state: ServerState, health_servicer: he
                 grace_s: float, *, metrics: Metrics | None = None,
                 force: asyncio.Event | None = None) -> bool:
     """Health NOT_SERVING, new RPCs UNAVAILABLE, in-flight RPCs get ``grace_s`` to
-    finish (``force`` cuts it short), then the server stops. True when all finished."""
+    finish (``force`` cuts it short); those still running then end with UNAVAILABLE
+    (reason DRAINING, RetryInfo) and the server stops. True when all finished."""
     state.draining = True
     if metrics is not None:
         metrics.draining.set(1)
@@ -107,8 +117,9 @@ async def drain(server: grpc.aio.Server, state: ServerState, health_servicer: he
     if finished:
         log.info("drained in %.2fs", time.monotonic() - began)
     else:
-        log.warning("grace over after %.2fs: cancelling %d RPCs", time.monotonic() - began, state.in_flight)
-    await server.stop(FLUSH_S if finished else 0)
+        log.warning("grace over after %.2fs: ending %d RPCs with UNAVAILABLE", time.monotonic() - began,
+                    await state.cut(CUT))
+    await server.stop(FLUSH_S)
     return finished
 
 

@@ -132,15 +132,15 @@ async def test_choice_under_masks_greedy_sampled_and_free_rows(grammars, tokeniz
     greedy = SamplingState(SamplingOptions(), [])
     sampled = SamplingState(SamplingOptions(temperature=1.0, seed=5), [])
     masks = site_masks([c, None, d], V)
-    chosen = choose(scores, [greedy, greedy, sampled], [0, 0, 0], masks).tolist()
+    chosen = choose(scores, [greedy, greedy, sampled], [0, 0, 0], masks=masks).tolist()
     raw = np.array(scores)
     assert chosen[0] == max(open_ids, key=lambda t: raw[0, t])
     assert chosen[1] == int(np.argmax(raw[1]))  # the free row chooses as without masks
     assert chosen[2] in open_ids
     for step in range(50):  # draws never leave the mask, and stay keyed by (seed, step)
-        token = choose(scores[2:], [sampled], [step], site_masks([c], V)).item()
+        token = choose(scores[2:], [sampled], [step], masks=site_masks([c], V)).item()
         assert token in open_ids
-        assert token == choose(scores, [greedy, greedy, sampled], [0, 0, step], masks).tolist()[2]
+        assert token == choose(scores, [greedy, greedy, sampled], [0, 0, step], masks=masks).tolist()[2]
 
 
 @pytest.mark.parametrize("kind,text,options,message", [

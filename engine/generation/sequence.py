@@ -23,6 +23,7 @@ from ..events import FinishReason, TokenLogprob, Usage
 from .delivery import Delivery
 from .grammar.constraint import Constraint
 from .sampling import SamplingState
+from .speculation.state import Speculation
 from .stopping import TokenStop, TokenStopRule
 
 
@@ -52,6 +53,7 @@ class Sequence:
     delivery: Delivery
     reuse: Reuse = Reuse()
     top_logprobs: int | None = None  # None: no logprobs; n >= 0: the chosen one and n alternatives
+    speculation: Speculation | None = None  # None: this sequence does not speculate
     status: Status = Status.WAITING
     cached: int = 0
     computed: int = 0
@@ -141,7 +143,9 @@ class Sequence:
                              flush=flush and reason not in (FinishReason.CANCELLED, FinishReason.ERROR))
 
     def usage(self) -> Usage:
-        return Usage(self.prompt_len, self.num_output, self.cached)
+        spec = self.speculation.acceptance if self.speculation is not None else None
+        return Usage(self.prompt_len, self.num_output, self.cached,
+                     spec.proposed if spec else 0, spec.accepted if spec else 0)
 
 
 def _constrained_end(constraint: Constraint, token: int) -> dict[str, Any] | None:

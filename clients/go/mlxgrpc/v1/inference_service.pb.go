@@ -29,8 +29,8 @@ type GenerateRequest struct {
 	// A client-chosen id (at most 128 characters) used by Cancel, logs and the
 	// started event. Empty: the server assigns one. Must be unique among running requests.
 	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// Groups requests of one conversation. A hint for prefix-cache affinity; it never
-	// changes the output.
+	// Groups requests of one conversation (at most 128 characters). A hint for
+	// prefix-cache affinity; it never changes the output.
 	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The prompt. Exactly one must be set.
 	//
@@ -50,9 +50,11 @@ type GenerateRequest struct {
 	TopLogprobs int32 `protobuf:"varint,10,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
 	// Do not reuse or publish prefix-cache entries for this request.
 	BypassPrefixCache bool `protobuf:"varint,11,opt,name=bypass_prefix_cache,json=bypassPrefixCache,proto3" json:"bypass_prefix_cache,omitempty"`
+	// Speculative decoding. Unset: the server's default. It never changes the output.
+	Speculation *SpeculationOptions `protobuf:"bytes,12,opt,name=speculation,proto3" json:"speculation,omitempty"`
 	// Structured output: constrain the generated text to a JSON Schema, any JSON
 	// object, a regex, a Lark grammar or a choice of strings. Unset: free text.
-	ResponseFormat *ResponseFormat `protobuf:"bytes,12,opt,name=response_format,json=responseFormat,proto3" json:"response_format,omitempty"`
+	ResponseFormat *ResponseFormat `protobuf:"bytes,13,opt,name=response_format,json=responseFormat,proto3" json:"response_format,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -175,6 +177,13 @@ func (x *GenerateRequest) GetBypassPrefixCache() bool {
 		return x.BypassPrefixCache
 	}
 	return false
+}
+
+func (x *GenerateRequest) GetSpeculation() *SpeculationOptions {
+	if x != nil {
+		return x.Speculation
+	}
+	return nil
 }
 
 func (x *GenerateRequest) GetResponseFormat() *ResponseFormat {
@@ -1302,7 +1311,7 @@ var File_mlxgrpc_v1_inference_service_proto protoreflect.FileDescriptor
 const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\n" +
 	"\"mlxgrpc/v1/inference_service.proto\x12\n" +
-	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x16mlxgrpc/v1/model.proto\"\x8b\x04\n" +
+	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x16mlxgrpc/v1/model.proto\"\xcd\x04\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
@@ -1317,8 +1326,9 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\blogprobs\x18\t \x01(\bR\blogprobs\x12!\n" +
 	"\ftop_logprobs\x18\n" +
 	" \x01(\x05R\vtopLogprobs\x12.\n" +
-	"\x13bypass_prefix_cache\x18\v \x01(\bR\x11bypassPrefixCache\x12C\n" +
-	"\x0fresponse_format\x18\f \x01(\v2\x1a.mlxgrpc.v1.ResponseFormatR\x0eresponseFormatB\b\n" +
+	"\x13bypass_prefix_cache\x18\v \x01(\bR\x11bypassPrefixCache\x12@\n" +
+	"\vspeculation\x18\f \x01(\v2\x1e.mlxgrpc.v1.SpeculationOptionsR\vspeculation\x12C\n" +
+	"\x0fresponse_format\x18\r \x01(\v2\x1a.mlxgrpc.v1.ResponseFormatR\x0eresponseFormatB\b\n" +
 	"\x06prompt\"\x92\x01\n" +
 	"\x11GenerationStarted\x12\x1d\n" +
 	"\n" +
@@ -1441,51 +1451,53 @@ var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(*ChatMessages)(nil),         // 20: mlxgrpc.v1.ChatMessages
 	(*SamplingParams)(nil),       // 21: mlxgrpc.v1.SamplingParams
 	(*StoppingCriteria)(nil),     // 22: mlxgrpc.v1.StoppingCriteria
-	(*ResponseFormat)(nil),       // 23: mlxgrpc.v1.ResponseFormat
-	(*TokenLogprob)(nil),         // 24: mlxgrpc.v1.TokenLogprob
-	(FinishReason)(0),            // 25: mlxgrpc.v1.FinishReason
-	(*Usage)(nil),                // 26: mlxgrpc.v1.Usage
-	(*Timings)(nil),              // 27: mlxgrpc.v1.Timings
-	(*ModelInfo)(nil),            // 28: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),           // 29: mlxgrpc.v1.MemoryPlan
+	(*SpeculationOptions)(nil),   // 23: mlxgrpc.v1.SpeculationOptions
+	(*ResponseFormat)(nil),       // 24: mlxgrpc.v1.ResponseFormat
+	(*TokenLogprob)(nil),         // 25: mlxgrpc.v1.TokenLogprob
+	(FinishReason)(0),            // 26: mlxgrpc.v1.FinishReason
+	(*Usage)(nil),                // 27: mlxgrpc.v1.Usage
+	(*Timings)(nil),              // 28: mlxgrpc.v1.Timings
+	(*ModelInfo)(nil),            // 29: mlxgrpc.v1.ModelInfo
+	(*MemoryPlan)(nil),           // 30: mlxgrpc.v1.MemoryPlan
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
 	19, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
 	20, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
 	21, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
 	22, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
-	23, // 4: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
-	24, // 5: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
-	25, // 6: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
-	26, // 7: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
-	27, // 8: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
-	1,  // 9: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
-	2,  // 10: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
-	3,  // 11: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
-	28, // 12: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
-	29, // 13: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
-	28, // 14: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
-	0,  // 15: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
-	5,  // 16: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
-	7,  // 17: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	9,  // 18: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	11, // 19: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	13, // 20: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	15, // 21: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	17, // 22: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	4,  // 23: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	6,  // 24: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	8,  // 25: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	10, // 26: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	12, // 27: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	14, // 28: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	16, // 29: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	18, // 30: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	23, // [23:31] is the sub-list for method output_type
-	15, // [15:23] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	23, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
+	24, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
+	25, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
+	26, // 7: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
+	27, // 8: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
+	28, // 9: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
+	1,  // 10: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
+	2,  // 11: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
+	3,  // 12: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
+	29, // 13: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
+	30, // 14: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
+	29, // 15: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
+	0,  // 16: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
+	5,  // 17: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
+	7,  // 18: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	9,  // 19: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	11, // 20: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	13, // 21: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	15, // 22: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	17, // 23: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	4,  // 24: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	6,  // 25: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	8,  // 26: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	10, // 27: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	12, // 28: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	14, // 29: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	16, // 30: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	18, // 31: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_inference_service_proto_init() }

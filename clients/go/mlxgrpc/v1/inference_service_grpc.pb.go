@@ -37,9 +37,11 @@ const (
 //
 // Errors use canonical status codes with google.rpc details (ErrorInfo with domain
 // "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-// bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-// RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-// a server still loading or draining UNAVAILABLE.
+// bad input (an invalid value, or more than the server's limits allow) is
+// INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+// a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+// shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+// period ends: retry it on another replica).
 type InferenceServiceClient interface {
 	// Generates text. The stream opens with a `started` event, carries `delta` events
 	// with new tokens and text, and closes with a `finished` event. Cancel the call
@@ -175,9 +177,11 @@ func (c *inferenceServiceClient) ListModels(ctx context.Context, in *ListModelsR
 //
 // Errors use canonical status codes with google.rpc details (ErrorInfo with domain
 // "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-// bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-// RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-// a server still loading or draining UNAVAILABLE.
+// bad input (an invalid value, or more than the server's limits allow) is
+// INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+// a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+// shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+// period ends: retry it on another replica).
 type InferenceServiceServer interface {
 	// Generates text. The stream opens with a `started` event, carries `delta` events
 	// with new tokens and text, and closes with a `finished` event. Cancel the call

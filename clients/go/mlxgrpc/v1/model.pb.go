@@ -499,8 +499,15 @@ type SpeculationCapabilities struct {
 	ExternalTokens bool `protobuf:"varint,3,opt,name=external_tokens,json=externalTokens,proto3" json:"external_tokens,omitempty"`
 	// Verified grammar-constraint proposals.
 	GrammarProposals bool `protobuf:"varint,4,opt,name=grammar_proposals,json=grammarProposals,proto3" json:"grammar_proposals,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The speculation modes requests to this model can use (empty: it does not
+	// speculate, e.g. its caches cannot roll back).
+	Modes []SpeculationMode `protobuf:"varint,5,rep,packed,name=modes,proto3,enum=mlxgrpc.v1.SpeculationMode" json:"modes,omitempty"`
+	// The mode a request gets when it leaves SpeculationOptions.mode unspecified.
+	DefaultMode SpeculationMode `protobuf:"varint,6,opt,name=default_mode,json=defaultMode,proto3,enum=mlxgrpc.v1.SpeculationMode" json:"default_mode,omitempty"`
+	// The draft model's name, when the server has one for this model.
+	DraftModel    string `protobuf:"bytes,7,opt,name=draft_model,json=draftModel,proto3" json:"draft_model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SpeculationCapabilities) Reset() {
@@ -559,6 +566,27 @@ func (x *SpeculationCapabilities) GetGrammarProposals() bool {
 		return x.GrammarProposals
 	}
 	return false
+}
+
+func (x *SpeculationCapabilities) GetModes() []SpeculationMode {
+	if x != nil {
+		return x.Modes
+	}
+	return nil
+}
+
+func (x *SpeculationCapabilities) GetDefaultMode() SpeculationMode {
+	if x != nil {
+		return x.DefaultMode
+	}
+	return SpeculationMode_SPECULATION_MODE_UNSPECIFIED
+}
+
+func (x *SpeculationCapabilities) GetDraftModel() string {
+	if x != nil {
+		return x.DraftModel
+	}
+	return ""
 }
 
 // Facts about what the engine actually does with a model. Nothing here is a promise
@@ -1031,7 +1059,7 @@ var File_mlxgrpc_v1_model_proto protoreflect.FileDescriptor
 const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\n" +
 	"\x16mlxgrpc/v1/model.proto\x12\n" +
-	"mlxgrpc.v1\"\x91\x01\n" +
+	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\"\x91\x01\n" +
 	"\x0fGraphDescriptor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12\x1b\n" +
@@ -1045,12 +1073,16 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12(\n" +
 	"\x10num_draft_tokens\x18\x02 \x01(\x05R\x0enumDraftTokens\"B\n" +
 	"\x13PrefillCapabilities\x12+\n" +
-	"\x11bounded_workspace\x18\x01 \x01(\bR\x10boundedWorkspace\"\xa7\x01\n" +
+	"\x11bounded_workspace\x18\x01 \x01(\bR\x10boundedWorkspace\"\xbb\x02\n" +
 	"\x17SpeculationCapabilities\x12\x1a\n" +
 	"\badapters\x18\x01 \x01(\bR\badapters\x12\x1a\n" +
 	"\blogprobs\x18\x02 \x01(\bR\blogprobs\x12'\n" +
 	"\x0fexternal_tokens\x18\x03 \x01(\bR\x0eexternalTokens\x12+\n" +
-	"\x11grammar_proposals\x18\x04 \x01(\bR\x10grammarProposals\"\xbd\x04\n" +
+	"\x11grammar_proposals\x18\x04 \x01(\bR\x10grammarProposals\x121\n" +
+	"\x05modes\x18\x05 \x03(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\x05modes\x12>\n" +
+	"\fdefault_mode\x18\x06 \x01(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\vdefaultMode\x12\x1f\n" +
+	"\vdraft_model\x18\a \x01(\tR\n" +
+	"draftModel\"\xbd\x04\n" +
 	"\x11GraphCapabilities\x12/\n" +
 	"\x06method\x18\x01 \x01(\x0e2\x17.mlxgrpc.v1.GraphMethodR\x06method\x12.\n" +
 	"\x05media\x18\x02 \x01(\v2\x18.mlxgrpc.v1.MediaSupportR\x05media\x12'\n" +
@@ -1162,24 +1194,27 @@ var file_mlxgrpc_v1_model_proto_goTypes = []any{
 	(*ModelInfo)(nil),               // 10: mlxgrpc.v1.ModelInfo
 	(*MemoryPlan)(nil),              // 11: mlxgrpc.v1.MemoryPlan
 	nil,                             // 12: mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
+	(SpeculationMode)(0),            // 13: mlxgrpc.v1.SpeculationMode
 }
 var file_mlxgrpc_v1_model_proto_depIdxs = []int32{
 	1,  // 0: mlxgrpc.v1.MediaSupport.input:type_name -> mlxgrpc.v1.MediaInput
-	0,  // 1: mlxgrpc.v1.GraphCapabilities.method:type_name -> mlxgrpc.v1.GraphMethod
-	5,  // 2: mlxgrpc.v1.GraphCapabilities.media:type_name -> mlxgrpc.v1.MediaSupport
-	6,  // 3: mlxgrpc.v1.GraphCapabilities.native_draft:type_name -> mlxgrpc.v1.NativeDraft
-	7,  // 4: mlxgrpc.v1.GraphCapabilities.prefill:type_name -> mlxgrpc.v1.PrefillCapabilities
-	8,  // 5: mlxgrpc.v1.GraphCapabilities.speculation:type_name -> mlxgrpc.v1.SpeculationCapabilities
-	2,  // 6: mlxgrpc.v1.GraphCapabilities.response_formats:type_name -> mlxgrpc.v1.ResponseFormatKind
-	3,  // 7: mlxgrpc.v1.ModelInfo.kind:type_name -> mlxgrpc.v1.ModelKind
-	4,  // 8: mlxgrpc.v1.ModelInfo.graph:type_name -> mlxgrpc.v1.GraphDescriptor
-	9,  // 9: mlxgrpc.v1.ModelInfo.capabilities:type_name -> mlxgrpc.v1.GraphCapabilities
-	12, // 10: mlxgrpc.v1.MemoryPlan.streamed_weights:type_name -> mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	13, // 1: mlxgrpc.v1.SpeculationCapabilities.modes:type_name -> mlxgrpc.v1.SpeculationMode
+	13, // 2: mlxgrpc.v1.SpeculationCapabilities.default_mode:type_name -> mlxgrpc.v1.SpeculationMode
+	0,  // 3: mlxgrpc.v1.GraphCapabilities.method:type_name -> mlxgrpc.v1.GraphMethod
+	5,  // 4: mlxgrpc.v1.GraphCapabilities.media:type_name -> mlxgrpc.v1.MediaSupport
+	6,  // 5: mlxgrpc.v1.GraphCapabilities.native_draft:type_name -> mlxgrpc.v1.NativeDraft
+	7,  // 6: mlxgrpc.v1.GraphCapabilities.prefill:type_name -> mlxgrpc.v1.PrefillCapabilities
+	8,  // 7: mlxgrpc.v1.GraphCapabilities.speculation:type_name -> mlxgrpc.v1.SpeculationCapabilities
+	2,  // 8: mlxgrpc.v1.GraphCapabilities.response_formats:type_name -> mlxgrpc.v1.ResponseFormatKind
+	3,  // 9: mlxgrpc.v1.ModelInfo.kind:type_name -> mlxgrpc.v1.ModelKind
+	4,  // 10: mlxgrpc.v1.ModelInfo.graph:type_name -> mlxgrpc.v1.GraphDescriptor
+	9,  // 11: mlxgrpc.v1.ModelInfo.capabilities:type_name -> mlxgrpc.v1.GraphCapabilities
+	12, // 12: mlxgrpc.v1.MemoryPlan.streamed_weights:type_name -> mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_model_proto_init() }
@@ -1187,6 +1222,7 @@ func file_mlxgrpc_v1_model_proto_init() {
 	if File_mlxgrpc_v1_model_proto != nil {
 		return
 	}
+	file_mlxgrpc_v1_generation_proto_init()
 	file_mlxgrpc_v1_model_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -4,13 +4,15 @@
 
 import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { SpeculationMode } from "./generation_pb.js";
+import { file_mlxgrpc_v1_generation } from "./generation_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file mlxgrpc/v1/model.proto.
  */
 export const file_mlxgrpc_v1_model: GenFile = /*@__PURE__*/
-  fileDesc("ChZtbHhncnBjL3YxL21vZGVsLnByb3RvEgptbHhncnBjLnYxImYKD0dyYXBoRGVzY3JpcHRvchIKCgJpZBgBIAEoCRIPCgdiYWNrZW5kGAIgASgJEhEKCWdyYXBoX2FiaRgDIAEoCRIRCglzdGF0ZV9hYmkYBCABKAkSEAoIYXJ0aWZhY3QYBSABKAkiRAoMTWVkaWFTdXBwb3J0EiUKBWlucHV0GAEgASgOMhYubWx4Z3JwYy52MS5NZWRpYUlucHV0Eg0KBXZpZGVvGAIgASgIIjUKC05hdGl2ZURyYWZ0EgwKBGtpbmQYASABKAkSGAoQbnVtX2RyYWZ0X3Rva2VucxgCIAEoBSIwChNQcmVmaWxsQ2FwYWJpbGl0aWVzEhkKEWJvdW5kZWRfd29ya3NwYWNlGAEgASgIInEKF1NwZWN1bGF0aW9uQ2FwYWJpbGl0aWVzEhAKCGFkYXB0ZXJzGAEgASgIEhAKCGxvZ3Byb2JzGAIgASgIEhcKD2V4dGVybmFsX3Rva2VucxgDIAEoCBIZChFncmFtbWFyX3Byb3Bvc2FscxgEIAEoCCL2AgoRR3JhcGhDYXBhYmlsaXRpZXMSJwoGbWV0aG9kGAEgASgOMhcubWx4Z3JwYy52MS5HcmFwaE1ldGhvZBInCgVtZWRpYRgCIAEoCzIYLm1seGdycGMudjEuTWVkaWFTdXBwb3J0EhcKD2NvbXBpbGVkX2RlY29kZRgDIAEoCBIYChBzcGFyc2VfYXR0ZW50aW9uGAQgASgIEhIKCmVtYmVkZGluZ3MYBSABKAgSGQoRaGlkZGVuX2xheWVyX3RhcHMYBiABKAgSLQoMbmF0aXZlX2RyYWZ0GAcgASgLMhcubWx4Z3JwYy52MS5OYXRpdmVEcmFmdBIwCgdwcmVmaWxsGAggASgLMh8ubWx4Z3JwYy52MS5QcmVmaWxsQ2FwYWJpbGl0aWVzEjgKC3NwZWN1bGF0aW9uGAkgASgLMiMubWx4Z3JwYy52MS5TcGVjdWxhdGlvbkNhcGFiaWxpdGllcxISCgpnZW5lcmF0aW9uGAogASgIIsgCCglNb2RlbEluZm8SDAoEbmFtZRgBIAEoCRIjCgRraW5kGAIgASgOMhUubWx4Z3JwYy52MS5Nb2RlbEtpbmQSKgoFZ3JhcGgYAyABKAsyGy5tbHhncnBjLnYxLkdyYXBoRGVzY3JpcHRvchIzCgxjYXBhYmlsaXRpZXMYBCABKAsyHS5tbHhncnBjLnYxLkdyYXBoQ2FwYWJpbGl0aWVzEhYKDmNvbnRleHRfbGVuZ3RoGAUgASgFEhIKCnZvY2FiX3NpemUYBiABKAUSFQoNZW9zX3Rva2VuX2lkcxgHIAMoBRIZChFoYXNfY2hhdF90ZW1wbGF0ZRgIIAEoCBINCgVkdHlwZRgJIAEoCRIMCgRibGFzGAogASgJEhwKFGVtYmVkZGluZ19kaW1lbnNpb25zGAsgASgFEg4KBnNvdXJjZRgMIAEoCSLxBAoKTWVtb3J5UGxhbhIWCg5zY2hlbWFfdmVyc2lvbhgBIAEoBRIQCghzdHJhdGVneRgCIAEoCRIMCgRmaXRzGAMgASgIEhYKDmNvbnRleHRfdG9rZW5zGAQgASgDEhgKEG1heF9zYWZlX2NvbnRleHQYBSABKAMSFQoNd2VpZ2h0c19ieXRlcxgGIAEoAxIQCghrdl9ieXRlcxgHIAEoAxIXCg90cmFuc2llbnRfYnl0ZXMYCCABKAMSFQoNcmVzZXJ2ZV9ieXRlcxgJIAEoAxITCgt0b3RhbF9ieXRlcxgKIAEoAxIUCgx1c2FibGVfYnl0ZXMYCyABKAMSIQoUcHJlZGljdGVkX2RlY29kZV90cHMYDCABKAFIAIgBARIiChVhbGxvY2F0b3JfbGltaXRfYnl0ZXMYDSABKANIAYgBARIiChVtYXhfZ2VuZXJhdGlvbl90b2tlbnMYDiABKANIAogBARJFChBzdHJlYW1lZF93ZWlnaHRzGA8gAygLMisubWx4Z3JwYy52MS5NZW1vcnlQbGFuLlN0cmVhbWVkV2VpZ2h0c0VudHJ5EiMKFm1hY2hpbmVfaGVhZHJvb21fYnl0ZXMYECABKANIA4gBARo2ChRTdHJlYW1lZFdlaWdodHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBQhcKFV9wcmVkaWN0ZWRfZGVjb2RlX3Rwc0IYChZfYWxsb2NhdG9yX2xpbWl0X2J5dGVzQhgKFl9tYXhfZ2VuZXJhdGlvbl90b2tlbnNCGQoXX21hY2hpbmVfaGVhZHJvb21fYnl0ZXMqaAoLR3JhcGhNZXRob2QSHAoYR1JBUEhfTUVUSE9EX1VOU1BFQ0lGSUVEEAASHwobR1JBUEhfTUVUSE9EX0FVVE9SRUdSRVNTSVZFEAESGgoWR1JBUEhfTUVUSE9EX0RFTk9JU0lORxACKoMBCgpNZWRpYUlucHV0EhsKF01FRElBX0lOUFVUX1VOU1BFQ0lGSUVEEAASGgoWTUVESUFfSU5QVVRfRU1CRURESU5HUxABEiQKIE1FRElBX0lOUFVUX0VNQkVERElOR1NfUE9TSVRJT05TEAISFgoSTUVESUFfSU5QVVRfUElYRUxTEAMqXAoJTW9kZWxLaW5kEhoKFk1PREVMX0tJTkRfVU5TUEVDSUZJRUQQABIZChVNT0RFTF9LSU5EX0dFTkVSQVRJT04QARIYChRNT0RFTF9LSU5EX0VNQkVERElORxACQkMKDmRldi5tbHhncnBjLnYxQgpNb2RlbFByb3RvUAFaI21seGdycGMuZGV2L2dvL21seGdycGMvdjE7bWx4Z3JwY3YxYgZwcm90bzM");
+  fileDesc("ChZtbHhncnBjL3YxL21vZGVsLnByb3RvEgptbHhncnBjLnYxImYKD0dyYXBoRGVzY3JpcHRvchIKCgJpZBgBIAEoCRIPCgdiYWNrZW5kGAIgASgJEhEKCWdyYXBoX2FiaRgDIAEoCRIRCglzdGF0ZV9hYmkYBCABKAkSEAoIYXJ0aWZhY3QYBSABKAkiRAoMTWVkaWFTdXBwb3J0EiUKBWlucHV0GAEgASgOMhYubWx4Z3JwYy52MS5NZWRpYUlucHV0Eg0KBXZpZGVvGAIgASgIIjUKC05hdGl2ZURyYWZ0EgwKBGtpbmQYASABKAkSGAoQbnVtX2RyYWZ0X3Rva2VucxgCIAEoBSIwChNQcmVmaWxsQ2FwYWJpbGl0aWVzEhkKEWJvdW5kZWRfd29ya3NwYWNlGAEgASgIIuUBChdTcGVjdWxhdGlvbkNhcGFiaWxpdGllcxIQCghhZGFwdGVycxgBIAEoCBIQCghsb2dwcm9icxgCIAEoCBIXCg9leHRlcm5hbF90b2tlbnMYAyABKAgSGQoRZ3JhbW1hcl9wcm9wb3NhbHMYBCABKAgSKgoFbW9kZXMYBSADKA4yGy5tbHhncnBjLnYxLlNwZWN1bGF0aW9uTW9kZRIxCgxkZWZhdWx0X21vZGUYBiABKA4yGy5tbHhncnBjLnYxLlNwZWN1bGF0aW9uTW9kZRITCgtkcmFmdF9tb2RlbBgHIAEoCSKwAwoRR3JhcGhDYXBhYmlsaXRpZXMSJwoGbWV0aG9kGAEgASgOMhcubWx4Z3JwYy52MS5HcmFwaE1ldGhvZBInCgVtZWRpYRgCIAEoCzIYLm1seGdycGMudjEuTWVkaWFTdXBwb3J0EhcKD2NvbXBpbGVkX2RlY29kZRgDIAEoCBIYChBzcGFyc2VfYXR0ZW50aW9uGAQgASgIEhIKCmVtYmVkZGluZ3MYBSABKAgSGQoRaGlkZGVuX2xheWVyX3RhcHMYBiABKAgSLQoMbmF0aXZlX2RyYWZ0GAcgASgLMhcubWx4Z3JwYy52MS5OYXRpdmVEcmFmdBIwCgdwcmVmaWxsGAggASgLMh8ubWx4Z3JwYy52MS5QcmVmaWxsQ2FwYWJpbGl0aWVzEjgKC3NwZWN1bGF0aW9uGAkgASgLMiMubWx4Z3JwYy52MS5TcGVjdWxhdGlvbkNhcGFiaWxpdGllcxISCgpnZW5lcmF0aW9uGAogASgIEjgKEHJlc3BvbnNlX2Zvcm1hdHMYCyADKA4yHi5tbHhncnBjLnYxLlJlc3BvbnNlRm9ybWF0S2luZCLIAgoJTW9kZWxJbmZvEgwKBG5hbWUYASABKAkSIwoEa2luZBgCIAEoDjIVLm1seGdycGMudjEuTW9kZWxLaW5kEioKBWdyYXBoGAMgASgLMhsubWx4Z3JwYy52MS5HcmFwaERlc2NyaXB0b3ISMwoMY2FwYWJpbGl0aWVzGAQgASgLMh0ubWx4Z3JwYy52MS5HcmFwaENhcGFiaWxpdGllcxIWCg5jb250ZXh0X2xlbmd0aBgFIAEoBRISCgp2b2NhYl9zaXplGAYgASgFEhUKDWVvc190b2tlbl9pZHMYByADKAUSGQoRaGFzX2NoYXRfdGVtcGxhdGUYCCABKAgSDQoFZHR5cGUYCSABKAkSDAoEYmxhcxgKIAEoCRIcChRlbWJlZGRpbmdfZGltZW5zaW9ucxgLIAEoBRIOCgZzb3VyY2UYDCABKAki8QQKCk1lbW9yeVBsYW4SFgoOc2NoZW1hX3ZlcnNpb24YASABKAUSEAoIc3RyYXRlZ3kYAiABKAkSDAoEZml0cxgDIAEoCBIWCg5jb250ZXh0X3Rva2VucxgEIAEoAxIYChBtYXhfc2FmZV9jb250ZXh0GAUgASgDEhUKDXdlaWdodHNfYnl0ZXMYBiABKAMSEAoIa3ZfYnl0ZXMYByABKAMSFwoPdHJhbnNpZW50X2J5dGVzGAggASgDEhUKDXJlc2VydmVfYnl0ZXMYCSABKAMSEwoLdG90YWxfYnl0ZXMYCiABKAMSFAoMdXNhYmxlX2J5dGVzGAsgASgDEiEKFHByZWRpY3RlZF9kZWNvZGVfdHBzGAwgASgBSACIAQESIgoVYWxsb2NhdG9yX2xpbWl0X2J5dGVzGA0gASgDSAGIAQESIgoVbWF4X2dlbmVyYXRpb25fdG9rZW5zGA4gASgDSAKIAQESRQoQc3RyZWFtZWRfd2VpZ2h0cxgPIAMoCzIrLm1seGdycGMudjEuTWVtb3J5UGxhbi5TdHJlYW1lZFdlaWdodHNFbnRyeRIjChZtYWNoaW5lX2hlYWRyb29tX2J5dGVzGBAgASgDSAOIAQEaNgoUU3RyZWFtZWRXZWlnaHRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4AUIXChVfcHJlZGljdGVkX2RlY29kZV90cHNCGAoWX2FsbG9jYXRvcl9saW1pdF9ieXRlc0IYChZfbWF4X2dlbmVyYXRpb25fdG9rZW5zQhkKF19tYWNoaW5lX2hlYWRyb29tX2J5dGVzKmgKC0dyYXBoTWV0aG9kEhwKGEdSQVBIX01FVEhPRF9VTlNQRUNJRklFRBAAEh8KG0dSQVBIX01FVEhPRF9BVVRPUkVHUkVTU0lWRRABEhoKFkdSQVBIX01FVEhPRF9ERU5PSVNJTkcQAiqDAQoKTWVkaWFJbnB1dBIbChdNRURJQV9JTlBVVF9VTlNQRUNJRklFRBAAEhoKFk1FRElBX0lOUFVUX0VNQkVERElOR1MQARIkCiBNRURJQV9JTlBVVF9FTUJFRERJTkdTX1BPU0lUSU9OUxACEhYKEk1FRElBX0lOUFVUX1BJWEVMUxADKukBChJSZXNwb25zZUZvcm1hdEtpbmQSJAogUkVTUE9OU0VfRk9STUFUX0tJTkRfVU5TUEVDSUZJRUQQABIkCiBSRVNQT05TRV9GT1JNQVRfS0lORF9KU09OX1NDSEVNQRABEiQKIFJFU1BPTlNFX0ZPUk1BVF9LSU5EX0pTT05fT0JKRUNUEAISHgoaUkVTUE9OU0VfRk9STUFUX0tJTkRfUkVHRVgQAxIgChxSRVNQT05TRV9GT1JNQVRfS0lORF9HUkFNTUFSEAQSHwobUkVTUE9OU0VfRk9STUFUX0tJTkRfQ0hPSUNFEAUqXAoJTW9kZWxLaW5kEhoKFk1PREVMX0tJTkRfVU5TUEVDSUZJRUQQABIZChVNT0RFTF9LSU5EX0dFTkVSQVRJT04QARIYChRNT0RFTF9LSU5EX0VNQkVERElORxACQkMKDmRldi5tbHhncnBjLnYxQgpNb2RlbFByb3RvUAFaI21seGdycGMuZGV2L2dvL21seGdycGMvdjE7bWx4Z3JwY3YxYgZwcm90bzM", [file_mlxgrpc_v1_generation]);
 
 /**
  * Identifies the implementation a model runs on: its ABI, not a claim of speed or parity.
@@ -172,6 +174,28 @@ export type SpeculationCapabilities = Message<"mlxgrpc.v1.SpeculationCapabilitie
    * @generated from field: bool grammar_proposals = 4;
    */
   grammarProposals: boolean;
+
+  /**
+   * The speculation modes requests to this model can use (empty: it does not
+   * speculate, e.g. its caches cannot roll back).
+   *
+   * @generated from field: repeated mlxgrpc.v1.SpeculationMode modes = 5;
+   */
+  modes: SpeculationMode[];
+
+  /**
+   * The mode a request gets when it leaves SpeculationOptions.mode unspecified.
+   *
+   * @generated from field: mlxgrpc.v1.SpeculationMode default_mode = 6;
+   */
+  defaultMode: SpeculationMode;
+
+  /**
+   * The draft model's name, when the server has one for this model.
+   *
+   * @generated from field: string draft_model = 7;
+   */
+  draftModel: string;
 };
 
 /**
@@ -257,6 +281,14 @@ export type GraphCapabilities = Message<"mlxgrpc.v1.GraphCapabilities"> & {
    * @generated from field: bool generation = 10;
    */
   generation: boolean;
+
+  /**
+   * The GenerateRequest.response_format kinds this model accepts; empty when its
+   * tokenizer cannot drive a grammar (or the model does not generate).
+   *
+   * @generated from field: repeated mlxgrpc.v1.ResponseFormatKind response_formats = 11;
+   */
+  responseFormats: ResponseFormatKind[];
 };
 
 /**
@@ -567,6 +599,61 @@ export const MediaInputSchema: GenEnum<MediaInput> = /*@__PURE__*/
   enumDesc(file_mlxgrpc_v1_model, 1);
 
 /**
+ * A kind of structured output (the fields of GenerateRequest.response_format).
+ *
+ * @generated from enum mlxgrpc.v1.ResponseFormatKind
+ */
+export enum ResponseFormatKind {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: RESPONSE_FORMAT_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * response_format.json_schema: JSON validating against a JSON Schema.
+   *
+   * @generated from enum value: RESPONSE_FORMAT_KIND_JSON_SCHEMA = 1;
+   */
+  JSON_SCHEMA = 1,
+
+  /**
+   * response_format.json_object: any JSON object.
+   *
+   * @generated from enum value: RESPONSE_FORMAT_KIND_JSON_OBJECT = 2;
+   */
+  JSON_OBJECT = 2,
+
+  /**
+   * response_format.regex: text matching a regular expression.
+   *
+   * @generated from enum value: RESPONSE_FORMAT_KIND_REGEX = 3;
+   */
+  REGEX = 3,
+
+  /**
+   * response_format.grammar: text matching a Lark grammar.
+   *
+   * @generated from enum value: RESPONSE_FORMAT_KIND_GRAMMAR = 4;
+   */
+  GRAMMAR = 4,
+
+  /**
+   * response_format.choice: exactly one of a list of strings.
+   *
+   * @generated from enum value: RESPONSE_FORMAT_KIND_CHOICE = 5;
+   */
+  CHOICE = 5,
+}
+
+/**
+ * Describes the enum mlxgrpc.v1.ResponseFormatKind.
+ */
+export const ResponseFormatKindSchema: GenEnum<ResponseFormatKind> = /*@__PURE__*/
+  enumDesc(file_mlxgrpc_v1_model, 2);
+
+/**
  * What a model is for.
  *
  * @generated from enum mlxgrpc.v1.ModelKind
@@ -598,5 +685,5 @@ export enum ModelKind {
  * Describes the enum mlxgrpc.v1.ModelKind.
  */
 export const ModelKindSchema: GenEnum<ModelKind> = /*@__PURE__*/
-  enumDesc(file_mlxgrpc_v1_model, 2);
+  enumDesc(file_mlxgrpc_v1_model, 3);
 
