@@ -16,7 +16,7 @@ import pytest
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import model_pb2 as model_pb
-from tests.conftest import HAS_SMOLLM, SMOLLM
+from tests.conftest import HAS_SMOLLM, SELF_DRAFTED, SMOLLM
 from tests.helpers import details, generate, request
 from tests.structured_prompts import EXTRACTIONS, REVIEW
 
@@ -134,3 +134,20 @@ async def test_an_invalid_format_is_invalid_argument_naming_its_field(stub, fmt,
     assert found["ErrorInfo"].reason == "INVALID_FIELD"
     violation = found["BadRequest"].field_violations[0]
     assert violation.field == field and message in violation.description
+
+
+async def test_speculative_rows_keep_their_constrained_tokens(stub):
+    """Drafts are checked against the grammar, then verified at sites masked as if
+    decoded one by one: every mode gives the tokens of plain constrained decoding."""
+    formats = [gen_pb.ResponseFormat(regex=r"[^\n]{0,40}\n"), gen_pb.ResponseFormat(json_schema=json.dumps(REVIEW)),
+               gen_pb.ResponseFormat(grammar='start: WORD (" " WORD){2,6}\nWORD: /[a-z]{1,9}/')]
+    modes = (gen_pb.SPECULATION_MODE_OFF, gen_pb.SPECULATION_MODE_DRAFT, gen_pb.SPECULATION_MODE_NGRAM)
+    accepted = 0
+    for fmt in formats:
+        outs = [await generate(stub, request("Once upon a time", model=SELF_DRAFTED, max_tokens=40, response_format=fmt,
+                                             speculation=gen_pb.SpeculationOptions(mode=mode, num_draft_tokens=4)))
+                for mode in modes]
+        assert outs[0].token_ids == outs[1].token_ids == outs[2].token_ids and outs[0].text == outs[1].text
+        assert outs[0].finished.usage.draft_tokens == 0
+        accepted += outs[1].finished.usage.accepted_draft_tokens
+    assert accepted > 0

@@ -99,7 +99,8 @@ class Decoder:
         drafts = [seq.speculation.propose(seq.tokens, k) if k else [] for seq, k in zip(rows, wanted)]
         if self._drafter is not None:
             drafts = self._drafter.propose(rows, wanted, drafts)
-        return drafts
+        return [d[: seq.constraint.valid_prefix(d)] if d and seq.constraint is not None else d  # grammar-checked
+                for seq, d in zip(rows, drafts)]
 
     def _logprobs(self, rows, sites: _Sites, site_scores: mx.array, chosen: mx.array) -> dict[int, object]:
         """Logprob records by site, for the rows that asked; read together with ``chosen``."""
