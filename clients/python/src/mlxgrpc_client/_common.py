@@ -4,6 +4,7 @@ building, stream bookkeeping and the google.rpc error details."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import uuid
 from collections.abc import Mapping, Sequence
@@ -60,6 +61,8 @@ def generate_request(
     max_tokens: int | None = None,
     sampling: pb.SamplingParams | Mapping[str, Any] | None = None,
     stopping: pb.StoppingCriteria | Mapping[str, Any] | None = None,
+    response_format: pb.ResponseFormat | Mapping[str, Any] | None = None,
+    json_schema: Mapping[str, Any] | str | None = None,
     **fields: Any,
 ) -> pb.GenerateRequest:
     """Builds a GenerateRequest.
@@ -69,7 +72,11 @@ def generate_request(
     ``(role, content)`` pairs, or ``pb.ChatMessages``), or a whole ``pb.GenerateRequest``
     that the keyword arguments then override. ``sampling``/``stopping`` take the message
     or a dict of its fields; ``max_tokens`` is a shortcut for ``stopping.max_tokens``;
-    other keywords (``logprobs``, ``top_logprobs``, ``session_id``, ...) are request fields.
+    ``response_format`` (structured output) takes the message or a dict such as
+    ``{"regex": "[0-9]+"}`` or ``{"choice": {"options": ["yes", "no"]}}``, and
+    ``json_schema`` is a shortcut for ``response_format.json_schema`` (a dict is
+    serialized to JSON); other keywords (``logprobs``, ``top_logprobs``, ``session_id``,
+    ...) are request fields.
     An empty ``request_id`` gets a random one here, so the Cancel RPC can address the
     request before its ``started`` event arrives.
     """
@@ -100,6 +107,11 @@ def generate_request(
         req.stopping.CopyFrom(stopping if isinstance(stopping, pb.StoppingCriteria) else pb.StoppingCriteria(**stopping))
     if max_tokens is not None:
         req.stopping.max_tokens = max_tokens
+    if response_format is not None:
+        req.response_format.CopyFrom(response_format if isinstance(response_format, pb.ResponseFormat)
+                                     else pb.ResponseFormat(**response_format))
+    if json_schema is not None:
+        req.response_format.json_schema = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
     for name, value in fields.items():
         if name not in pb.GenerateRequest.DESCRIPTOR.fields_by_name:
             raise TypeError(f"GenerateRequest has no field {name!r}")
