@@ -1,4 +1,5 @@
 export * from "./client.js";
+export * from "./formats.js";
 export * from "./gen/mlxgrpc/v1/generation_pb.js";
 export * from "./gen/mlxgrpc/v1/model_pb.js";
 export * from "./gen/mlxgrpc/v1/inference_service_pb.js";
