@@ -1,5 +1,5 @@
-//! Tour of the client: model info, streaming generation, cancellation, embeddings
-//! and error details. Run with `MLXGRPC_ADDRESS=host:port cargo run --example example`.
+//! Tour of the client: model info, streaming generation, cancellation, an answer
+//! constrained by a JSON schema, embeddings and error details. Run with `MLXGRPC_ADDRESS=host:port cargo run --example example`.
 
 use std::io::Write;
 use std::time::Duration;
@@ -104,7 +104,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         cosine(&vectors[0], &vectors[1])
     );
 
-    // 5. An invalid request and its google.rpc details.
+    // 5. Structured output: an answer that validates against a JSON schema.
+    let schema = r#"{"type": "object", "additionalProperties": false, "required": ["city", "country"],
+        "properties": {"city": {"type": "string", "maxLength": 40}, "country": {"type": "string", "maxLength": 40}}}"#;
+    let mut structured = client
+        .generate(pb::GenerateRequest {
+            prompt: Some(Prompt::Chat(pb::ChatMessages {
+                messages: vec![pb::ChatMessage {
+                    role: "user".into(),
+                    content: "Where is the Eiffel Tower?".into(),
+                }],
+            })),
+            stopping: Some(pb::StoppingCriteria {
+                max_tokens: Some(64),
+                ..Default::default()
+            }),
+            response_format: Some(pb::ResponseFormat::json_schema(schema)),
+            ..Default::default()
+        })
+        .await?;
+    let mut answer = String::new();
+    while let Some(event) = structured.next_event().await? {
+        match event {
+            Event::Delta(d) => answer.push_str(&d.text),
+            Event::Finished(f) => println!("json schema: {answer} [{:?}]", f.reason()),
+            _ => {}
+        }
+    }
+
+    // 6. An invalid request and its google.rpc details.
     let mut bad = text_request("hi", 4);
     bad.sampling = Some(pb::SamplingParams {
         temperature: Some(-1.0),

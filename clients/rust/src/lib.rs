@@ -50,6 +50,8 @@ pub mod pb {
 /// One event of a Generate stream: `Started`, then `Delta`s, then `Finished`.
 pub use pb::generate_response::Event;
 
+mod formats;
+
 /// The raw generated client with the connection's interceptor (token, deadline).
 pub type RawClient =
     pb::inference_service_client::InferenceServiceClient<InterceptedService<Channel, CallDefaults>>;

@@ -401,3 +401,46 @@ async fn bearer_token_is_accepted() {
     let mut c = Client::connect(&address, options).await.expect("connect");
     assert_eq!(c.model_info("").await.expect("model_info").vocab_size, 640);
 }
+
+#[tokio::test]
+async fn json_schema_output_is_complete_and_an_invalid_regex_is_refused() {
+    let Some(mut c) = client().await else { return };
+    let schema = r#"{"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}},
+        "required": ["answer"], "additionalProperties": false}"#;
+    let mut req = text_request("Answer:", 32);
+    req.response_format = Some(pb::ResponseFormat::json_schema(schema));
+    let events = collect(&mut c, req).await;
+    let text: String = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Delta(d) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    let Some(Event::Finished(finished)) = events.last() else {
+        panic!("no finished event")
+    };
+    assert_eq!(finished.reason(), FinishReason::Stop, "{text}");
+    assert!(
+        text == r#"{"answer": "yes"}"# || text == r#"{"answer": "no"}"#,
+        "{text}"
+    );
+    let info = c.model_info("").await.expect("model info");
+    let capabilities = info.capabilities.expect("capabilities");
+    assert!(
+        capabilities
+            .response_formats()
+            .any(|f| f == pb::ResponseFormatKind::JsonSchema)
+    );
+
+    let mut bad = text_request("x", 4);
+    bad.response_format = Some(pb::ResponseFormat::regex("[a-"));
+    let status = generate_error(&mut c, bad).await;
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    let fields: Vec<String> = error_details(&status)
+        .field_violations
+        .iter()
+        .map(|v| v.field.clone())
+        .collect();
+    assert_eq!(fields, ["response_format.regex"]);
+}
