@@ -1,5 +1,7 @@
 package dev.mlxgrpc.client;
 
+import dev.mlxgrpc.v1.ChatMessage;
+import dev.mlxgrpc.v1.ChatMessages;
 import dev.mlxgrpc.v1.EmbedResponse;
 import dev.mlxgrpc.v1.GenerateRequest;
 import dev.mlxgrpc.v1.GenerateResponse;
@@ -14,8 +16,8 @@ import java.util.UUID;
 
 /**
  * Walks through the API against the server at $MLXGRPC_ADDRESS (default localhost:50051): model
- * info, a streamed Generate, cancelling a Generate (Cancel RPC and client-side), Embed, and an
- * invalid request's error details.
+ * info, a streamed Generate, cancelling a Generate (Cancel RPC and client-side), an answer
+ * constrained by a JSON schema, Embed, and an invalid request's error details.
  */
 public final class Example {
   private Example() {}
@@ -106,7 +108,29 @@ public final class Example {
         vectors.size(), vectors.get(0).getEmbeddingCount(),
         cosine(vectors.get(0).getEmbeddingList(), vectors.get(1).getEmbeddingList()));
 
-    // 5. An invalid request: the error carries google.rpc details.
+    // 5. Structured output: an answer that validates against a JSON schema.
+    String schema =
+        "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"city\", \"country\"],"
+            + " \"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 40},"
+            + " \"country\": {\"type\": \"string\", \"maxLength\": 40}}}";
+    GenerateRequest structured =
+        GenerateRequest.newBuilder()
+            .setChat(ChatMessages.newBuilder().addMessages(
+                ChatMessage.newBuilder().setRole("user").setContent("Where is the Eiffel Tower?")))
+            .setStopping(StoppingCriteria.newBuilder().setMaxTokens(64))
+            .setResponseFormat(ResponseFormats.jsonSchema(schema))
+            .build();
+    StringBuilder answer = new StringBuilder();
+    try (GenerateStream stream = client.generate(structured)) {
+      for (GenerateResponse event : stream) {
+        answer.append(event.getDelta().getText());
+        if (event.hasFinished()) {
+          System.out.printf("json schema: %s [%s]%n", answer, event.getFinished().getReason());
+        }
+      }
+    }
+
+    // 6. An invalid request: the error carries google.rpc details.
     GenerateRequest invalid =
         request.toBuilder().setSampling(SamplingParams.newBuilder().setTemperature(-1f)).build();
     try (GenerateStream stream = client.generate(invalid)) {
