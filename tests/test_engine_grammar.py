@@ -93,11 +93,12 @@ async def test_a_refused_token_is_an_error_state(grammars, tokenizer):
 
 
 async def test_masks_with_drafts_equal_masks_after_consuming_them(grammars, tokenizer):
-    rows = [await constrain(grammars, FormatKind.JSON_SCHEMA, json.dumps(SCHEMA)) for _ in range(2)]
+    rows = [await constrain(grammars, FormatKind.JSON_SCHEMA, json.dumps(SCHEMA)) for _ in range(3)]
     drafts = [encode(tokenizer, '{"name": "Al'), encode(tokenizer, '{"na')]
     bad = list(drafts[1]) + [EOS, *encode(tokenizer, "x")]  # EOS is refused here: the sites after stay open
-    masks = masks_bias(site_masks([rows[0], None, rows[1]], V, [drafts[0], [], bad]))
-    assert masks.shape == (len(drafts[0]) + 1 + 1 + len(bad) + 1, V)
+    masks = masks_bias(site_masks([rows[0], None, rows[1], rows[2]], V, [drafts[0], [], bad, []]))
+    assert masks.shape == (len(drafts[0]) + 1 + 1 + len(bad) + 1 + 1, V)
+    assert set(np.flatnonzero(np.isfinite(masks[-1])).tolist()) == allowed(rows[2])  # constrained, no drafts
     assert all(c.consumed == 0 for c in rows)  # filling with drafts leaves the states as they were
     expected = []
     for token in [*drafts[0], None]:

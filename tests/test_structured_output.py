@@ -139,16 +139,18 @@ async def test_an_invalid_format_is_invalid_argument_naming_its_field(stub, fmt,
 
 async def test_speculative_rows_keep_their_constrained_tokens(stub):
     """Drafts are checked against the grammar, then verified at sites masked as if
-    decoded one by one: every mode gives the tokens of plain constrained decoding."""
+    decoded one by one: every mode gives the tokens of plain constrained decoding,
+    alone and in a batch where drafted and undrafted constrained rows mix."""
     formats = [gen_pb.ResponseFormat(regex=r"[^\n]{0,40}\n"), gen_pb.ResponseFormat(json_schema=json.dumps(REVIEW)),
                gen_pb.ResponseFormat(grammar='start: WORD (" " WORD){2,6}\nWORD: /[a-z]{1,9}/')]
     modes = (gen_pb.SPECULATION_MODE_OFF, gen_pb.SPECULATION_MODE_DRAFT, gen_pb.SPECULATION_MODE_NGRAM)
-    accepted = 0
-    for fmt in formats:
-        outs = [await generate(stub, request("Once upon a time", model=SELF_DRAFTED, max_tokens=40, response_format=fmt,
-                                             speculation=gen_pb.SpeculationOptions(mode=mode, num_draft_tokens=4)))
-                for mode in modes]
-        assert outs[0].token_ids == outs[1].token_ids == outs[2].token_ids and outs[0].text == outs[1].text
-        assert outs[0].finished.usage.draft_tokens == 0
-        accepted += outs[1].finished.usage.accepted_draft_tokens
-    assert accepted > 0
+    requests = [request("Once upon a time", model=SELF_DRAFTED, max_tokens=40, response_format=fmt,
+                        speculation=gen_pb.SpeculationOptions(mode=mode, num_draft_tokens=4))
+                for fmt in formats for mode in modes]
+    alone = [await generate(stub, r) for r in requests]
+    together = await asyncio.gather(*(generate(stub, r) for r in requests))
+    for i in range(0, len(requests), len(modes)):
+        runs = alone[i: i + len(modes)] + together[i: i + len(modes)]
+        assert all(o.token_ids == runs[0].token_ids and o.text == runs[0].text for o in runs)
+        assert runs[0].finished.usage.draft_tokens == 0
+    assert sum(o.finished.usage.accepted_draft_tokens for o in alone[1::len(modes)]) > 0

@@ -77,19 +77,19 @@ def site_masks(constraints: Sequence[Constraint | None], vocab: int,
     """The masks of a step whose row ``i`` is constrained by ``constraints[i]`` (None:
     free) and has ``1 + len(drafts[i])`` consecutive sites (one without drafts).
     None when no row is constrained."""
-    rows = [c for c in constraints if c is not None]
-    if not rows:
+    present = [c for c in constraints if c is not None]
+    if not present:
         return None
     started = time.perf_counter()
     widths = [1 + len(d) for d in drafts] if drafts is not None else [1] * len(constraints)
     firsts = np.cumsum([0, *widths[:-1]]).tolist()
     bits = allocate_token_bitmask(sum(widths), vocab)  # all allowed
-    if drafts is not None and any(drafts):
-        fill_next_token_bitmask_par_with_draft_tokens(executor(), [
-            (c.matcher, first, list(d)) for c, first, d in zip(constraints, firsts, drafts) if c is not None], bits)
-    else:
-        fill_next_token_bitmask_par(executor(), [(c.matcher, first)
-                                                 for c, first in zip(constraints, firsts) if c is not None], bits)
+    rows = [(c.matcher, first, list(d)) for c, first, d in zip(constraints, firsts, drafts or [()] * len(widths))
+            if c is not None]
+    if plain := [(m, first) for m, first, d in rows if not d]:
+        fill_next_token_bitmask_par(executor(), plain, bits)
+    if drafted := [row for row in rows if row[2]]:
+        fill_next_token_bitmask_par_with_draft_tokens(executor(), drafted, bits)
     masks = SiteMasks(bits, vocab)
-    rows[0].stats.masked(time.perf_counter() - started, sum(w for c, w in zip(constraints, widths) if c is not None))
+    present[0].stats.masked(time.perf_counter() - started, sum(w for c, w in zip(constraints, widths) if c is not None))
     return masks
