@@ -48,8 +48,9 @@ def executor() -> LLExecutor:
 def bias(bits: np.ndarray, vocab: int) -> np.ndarray:
     """llguidance bitmasks [sites, words] as a float32 bias [sites, vocab]: 0 where
     allowed, -inf where not."""
-    allowed = np.unpackbits(bits.view(np.uint8), axis=-1, count=vocab, bitorder="little")
-    return ((allowed.astype(np.uint32) - np.uint32(1)) & _NEG_INF_BITS).view(np.float32)
+    allowed = np.unpackbits(bits.view(np.uint8), axis=-1, count=vocab, bitorder="little")  # 0 / 1
+    out = np.subtract(allowed, 1, dtype=np.uint32)  # 0 / 0xFFFFFFFF, in one pass
+    return np.bitwise_and(out, _NEG_INF_BITS, out=out).view(np.float32)
 
 
 def _on_metal() -> bool:
