@@ -29,7 +29,6 @@ import asyncio
 import json
 import sys
 import time
-from pathlib import Path
 
 import engine  # noqa: F401  - BLAS before mlx
 import mlx.core as mx
@@ -144,12 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         args.tokens, args.reps = 32, 2
     started = time.perf_counter()
     report = asyncio.run(run(args))
-    report.facts["command"] = "python -m bench.structured " + " ".join(sys.argv[1:] if argv is None else argv)
-    report.facts["wall time"] = f"{time.perf_counter() - started:.0f} s"
-    text = report.render(args.markdown)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    command = "python -m bench.structured " + " ".join(sys.argv[1:] if argv is None else argv)
+    report.publish(command, started, args.markdown, args.out)
     return 0
 
 
