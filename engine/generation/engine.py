@@ -138,7 +138,8 @@ class GenerationEngine:
             return Speculation()
         modes = (SpeculationMode.NGRAM, SpeculationMode.DRAFT) if self._draft else (SpeculationMode.NGRAM,)
         default = self.config.speculation.mode
-        return Speculation(logprobs=True, modes=(SpeculationMode.OFF, *modes),
+        return Speculation(logprobs=True, grammar_proposals=bool(self._grammars.formats),  # drafts under masks
+                           modes=(SpeculationMode.OFF, *modes),
                            default_mode=default if default in modes else SpeculationMode.OFF,
                            draft_model=self._draft.name if self._draft else "")
 
