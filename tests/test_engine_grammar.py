@@ -20,6 +20,7 @@ from engine.generation.delivery import Delivery
 from engine.generation.detokenizer import IncrementalDetokenizer
 from engine.generation.grammar.compiler import Grammars, grammar_tokenizer
 from engine.generation.grammar.formats import GrammarLimits
+from engine.generation.grammar import masks as masks_module
 from engine.generation.grammar.masks import SiteMasks, bias, site_masks
 from engine.generation.sampling import SamplingState, choose
 from engine.generation.sequence import Sequence
@@ -112,6 +113,19 @@ async def test_masks_with_drafts_equal_masks_after_consuming_them(grammars, toke
         assert set(np.flatnonzero(np.isfinite(masks[free + 1 + i])).tolist()) == allowed(rows[1])
         rows[1].consume(token)
     assert rows[1].valid_prefix(bad[len(drafts[1]):]) == 0
+
+
+async def test_parallel_and_serial_fills_agree(grammars, tokenizer, monkeypatch):
+    rows = [await constrain(grammars, FormatKind.JSON_SCHEMA, json.dumps(SCHEMA)) for _ in range(3)]
+    for c, text in zip(rows, ['{"na', '{"name": "A', '{"name": "Al", "tags": [']):
+        for token in encode(tokenizer, text):
+            assert c.consume(token)
+    together = {}
+    for parallel in (True, False):
+        monkeypatch.setattr(masks_module, "_PARALLEL", parallel)
+        together[parallel] = site_masks([rows[0], None, rows[1], rows[2]], V).bits
+    assert np.array_equal(together[True], together[False])
+    assert len({row.tobytes() for row in together[True][[0, 2, 3]]}) == 3  # three different states
 
 
 @settings(max_examples=40, deadline=None)

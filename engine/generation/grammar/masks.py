@@ -1,7 +1,8 @@
 """The token masks of one step: every constrained site filled at once, then applied.
 
 ``site_masks`` fills the bitmasks of all constrained rows of a step in one call to
-llguidance's parallel executor (which releases the GIL) and returns ``SiteMasks``;
+llguidance's parallel executor (which releases the GIL; on machines of two cores or
+fewer, one after the other on the engine thread) and returns ``SiteMasks``;
 ``sampling.choose`` applies them after the score processors and before greedy or
 sampled selection, so disallowed ids get -inf and seeded draws keep their (seed,
 step) keys. Rows without a constraint get an all-allowed mask: their scores are
@@ -19,19 +20,24 @@ refuses stay all-allowed, as verification never keeps a token chosen there.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Sequence
 
 import mlx.core as mx
 import numpy as np
-from llguidance import LLExecutor
-from llguidance.numpy import (allocate_token_bitmask, fill_next_token_bitmask_par,
+from llguidance import LLExecutor, LLMatcher
+from llguidance.numpy import (allocate_token_bitmask, fill_next_token_bitmask, fill_next_token_bitmask_par,
                               fill_next_token_bitmask_par_with_draft_tokens)
 
 from .constraint import Constraint
 
 _NEG_INF_BITS = np.uint32(0xFF800000)  # float32 -inf
+# llguidance's pool gets 80% of the cores: one thread on two, which only adds a hand-off
+# (and competes with the BLAS threads still spinning after the forward), so small
+# machines fill on the engine thread itself.
+_PARALLEL = (os.cpu_count() or 1) > 2
 _executor: LLExecutor | None = None
 _executor_lock = threading.Lock()
 
@@ -73,6 +79,14 @@ class SiteMasks:
         return scores + self._bias
 
 
+def _fill(rows: list[tuple[LLMatcher, int]], bits: np.ndarray) -> None:
+    if _PARALLEL and len(rows) > 1:
+        fill_next_token_bitmask_par(executor(), rows, bits)
+    else:
+        for matcher, index in rows:
+            fill_next_token_bitmask(matcher, bits, index)
+
+
 def site_masks(constraints: Sequence[Constraint | None], vocab: int,
                drafts: Sequence[Sequence[int]] | None = None) -> SiteMasks | None:
     """The masks of a step whose row ``i`` is constrained by ``constraints[i]`` (None:
@@ -88,7 +102,7 @@ def site_masks(constraints: Sequence[Constraint | None], vocab: int,
     rows = [(c.matcher, first, list(d)) for c, first, d in zip(constraints, firsts, drafts or [()] * len(widths))
             if c is not None]
     if plain := [(m, first) for m, first, d in rows if not d]:
-        fill_next_token_bitmask_par(executor(), plain, bits)
+        _fill(plain, bits)
     if drafted := [row for row in rows if row[2]]:
         fill_next_token_bitmask_par_with_draft_tokens(executor(), drafted, bits)
     masks = SiteMasks(bits, vocab)
