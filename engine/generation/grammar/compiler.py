@@ -76,16 +76,16 @@ class Grammars:
         if self.tokenizer is None:
             raise Unsupported("this model's tokenizer cannot drive a grammar; response_format is not supported")
         future = asyncio.get_running_loop().run_in_executor(self._pool, self._compiled, fmt)
-        try:
+        try:  # shielded: a compile that runs late still lands in the cache
             compiled = await asyncio.wait_for(asyncio.shield(future), self.limits.compile_timeout_s)
-            if compiled.error:
-                raise InvalidRequest(field_name(fmt), compiled.error)
-        except (InvalidRequest, asyncio.TimeoutError) as exc:
+        except asyncio.TimeoutError:
+            compiled = Compiled(None, f"compiling took longer than {self.limits.compile_timeout_s:g} s")
+        except InvalidRequest:  # over the size limits, or malformed before compiling
             self.stats.rejected += 1
-            if isinstance(exc, InvalidRequest):
-                raise
-            raise InvalidRequest(field_name(fmt), f"compiling took longer than {self.limits.compile_timeout_s:g} s") \
-                from None
+            raise
+        if compiled.error:
+            self.stats.rejected += 1
+            raise InvalidRequest(field_name(fmt), compiled.error)
         self.stats.requests[fmt.kind.value] += 1
         return Constraint(compiled.matcher.deep_copy(), self._stop_tokens, self.stats)
 
