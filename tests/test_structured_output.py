@@ -157,3 +157,20 @@ async def test_speculative_rows_keep_their_constrained_tokens(stub):
         assert all(o.token_ids == runs[0].token_ids and o.text == runs[0].text for o in runs)
         assert runs[0].finished.usage.draft_tokens == 0
     assert sum(o.finished.usage.accepted_draft_tokens for o in alone[1::len(modes)]) > 0
+
+
+async def test_metrics_count_constrained_requests_and_mask_time(server, stub):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from service.metrics import Metrics, scrape
+
+    await generate(stub, request("x", max_tokens=4, response_format=gen_pb.ResponseFormat(regex="[a-z]+")))
+    with pytest.raises(grpc.aio.AioRpcError):
+        await generate(stub, request("x", response_format=gen_pb.ResponseFormat(regex="(")))
+    samples = {(s.name, s.labels.get("format", "")): s.value
+               for family in text_string_to_metric_families(scrape(Metrics(server["models"]).registry))
+               for s in family.samples if s.labels.get("model") == "llama"}
+    assert samples[("mlxgrpc_constrained_requests_total", "regex")] >= 1
+    assert samples[("mlxgrpc_response_format_rejected_total", "")] >= 1
+    assert samples[("mlxgrpc_grammar_masked_tokens_total", "")] >= 4
+    assert samples[("mlxgrpc_grammar_mask_seconds_total", "")] > 0
