@@ -21,7 +21,7 @@ from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from tests.helpers import generate, request
 from tests.oracle import ORACLE_PROMPTS, ORACLE_TOKENS
 
-EXAMPLES = int(os.environ.get("MLXGRPC_FORMAT_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("MLXGRPC_FORMAT_FUZZ_EXAMPLES", "150"))
 DEADLINE_S = 60  # per call: compiling is bounded, so is a constrained generation of a few tokens
 
 counts = st.one_of(st.integers(0, 12), st.sampled_from([0, 1, 1000, 10**6, 2**31, 10**18, -1]))
