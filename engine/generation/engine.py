@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import time
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import AsyncIterator
 
@@ -25,6 +26,7 @@ from ..events import Event, FinishReason, Finished, Timings, Usage
 from ..hardware.device import backend_name, blas_name
 from ..hardware.machine import usable_memory
 from ..loading.model import LoadedModel, default_name, load_generation_model
+from ..loading.tokenizer_files import tokenizer_files
 from ..memory.budget import MemoryBudget
 from ..memory.facts import facts_from_model
 from ..memory.plan import MemoryPlan, plan_memory
@@ -126,8 +128,12 @@ class GenerationEngine:
 
         return await asyncio.wrap_future(self._worker.call(plan))
 
+    def scheduler_stats(self) -> Future[SchedulerStats]:
+        """The engine thread's snapshot, as a future any thread may wait on."""
+        return self._worker.call(lambda s: s.stats())
+
     async def stats(self) -> EngineStats:
-        snapshot = await asyncio.wrap_future(self._worker.call(lambda s: s.stats()))
+        snapshot = await asyncio.wrap_future(self.scheduler_stats())
         return EngineStats(**dataclasses.asdict(snapshot), tracked=len(self._streams),
                            in_flight=self._streams.in_flight)
 
@@ -150,6 +156,17 @@ class GenerationEngine:
     def detokenize(self, ids: list[int], skip_special_tokens: bool) -> str:
         check_token_ids("token_ids", ids, self.loaded.vocab_size)
         return self.loaded.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def tokenizer_files(self) -> dict[str, bytes]:
+        """The tokenizer, its config (chat template included) and the model config, by
+        file name: what a router needs to tokenize as this model does; blocking."""
+        return tokenizer_files(self.loaded)
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        """The longest prompt a request may have (the limit, within the context)."""
+        self.loaded
+        return self._prompts.max_prompt_tokens
 
     def encode_prompt(self, request: GenerationRequest) -> EncodedPrompt:
         """The prompt's token ids (chats rendered with the template); blocking."""
