@@ -18,7 +18,8 @@ Metrics (all prefixed ``mlxgrpc_``):
   active_rows{model}                             gauge      admitted requests (prefilling/decoding)
   model_ready{model}                             gauge      1 when loaded and serving
   draining                                       gauge      1 while the server drains
-plus the standard process_* metrics (CPU, resident memory, open fds).
+plus GetLoad's figures per model (service/load_metrics.py) and the standard
+process_* metrics (CPU, resident memory, open fds).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.core import GaugeMetricFamily
 
 from .interceptors import HEALTH_SERVICE, CallRecord, Observer, split_method
+from .load_metrics import LoadCollector
 
 log = logging.getLogger("service.metrics")
 
@@ -87,6 +89,7 @@ class Metrics(Observer):
         self.draining = Gauge("mlxgrpc_draining", "1 while the server drains", registry=r)
         if models is not None:
             r.register(EngineCollector(models))
+            r.register(LoadCollector(models))
         try:
             ProcessCollector(registry=r)
         except Exception:  # noqa: BLE001 - platforms without /proc

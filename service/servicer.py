@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import grpc
 
@@ -26,6 +27,7 @@ _MAX_TOKENS = 2**31 - 1
 class InferenceServicer(pb_grpc.InferenceServiceServicer):
     def __init__(self, models: ModelSet):
         self.models = models
+        self.started = time.monotonic()
 
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
         try:
@@ -90,3 +92,14 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
 
     async def ListModels(self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext):
         return pb.ListModelsResponse(models=[convert.model_info(d) for d in self.models.describe_all()])
+
+    async def GetLoad(self, request: pb.GetLoadRequest, context: grpc.aio.ServicerContext):
+        try:
+            engines = ([self.models.generator(request.model)] if request.model
+                       else [e for e in self.models.generation if e.ready])
+            stats = await asyncio.gather(*(e.stats() for e in engines))
+            return pb.GetLoadResponse(
+                models=[convert.model_load(e.name, s, e.config.scheduler.max_active) for e, s in zip(engines, stats)],
+                uptime_seconds=time.monotonic() - self.started)
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/inference_service.proto.
  */
 export const file_mlxgrpc_v1_inference_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxItcCCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIQggKBnByb21wdCJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSJZCgpUb2tlbkRlbHRhEhEKCXRva2VuX2lkcxgBIAMoBRIMCgR0ZXh0GAIgASgJEioKCGxvZ3Byb2JzGAMgAygLMhgubWx4Z3JwYy52MS5Ub2tlbkxvZ3Byb2IiywEKEkdlbmVyYXRpb25GaW5pc2hlZBIoCgZyZWFzb24YASABKA4yGC5tbHhncnBjLnYxLkZpbmlzaFJlYXNvbhIVCg1zdG9wX3NlcXVlbmNlGAIgASgJEhoKDXN0b3BfdG9rZW5faWQYAyABKAVIAIgBARIgCgV1c2FnZRgEIAEoCzIRLm1seGdycGMudjEuVXNhZ2USJAoHdGltaW5ncxgFIAEoCzITLm1seGdycGMudjEuVGltaW5nc0IQCg5fc3RvcF90b2tlbl9pZCKqAQoQR2VuZXJhdGVSZXNwb25zZRIwCgdzdGFydGVkGAEgASgLMh0ubWx4Z3JwYy52MS5HZW5lcmF0aW9uU3RhcnRlZEgAEicKBWRlbHRhGAIgASgLMhYubWx4Z3JwYy52MS5Ub2tlbkRlbHRhSAASMgoIZmluaXNoZWQYAyABKAsyHi5tbHhncnBjLnYxLkdlbmVyYXRpb25GaW5pc2hlZEgAQgcKBWV2ZW50IpABCgxFbWJlZFJlcXVlc3QSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEhMKC2luc3RydWN0aW9uGAMgASgJEhYKCW5vcm1hbGl6ZRgEIAEoCEgAiAEBEhIKCmRpbWVuc2lvbnMYBSABKAUSEgoKcmVxdWVzdF9pZBgGIAEoCUIMCgpfbm9ybWFsaXplIkEKDUVtYmVkUmVzcG9uc2USDQoFaW5kZXgYASABKAUSEQoJZW1iZWRkaW5nGAIgAygCEg4KBnRva2VucxgDIAEoBSIjCg1DYW5jZWxSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiIwoOQ2FuY2VsUmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIIiQKE0dldE1vZGVsSW5mb1JlcXVlc3QSDQoFbW9kZWwYASABKAkiOwoUR2V0TW9kZWxJbmZvUmVzcG9uc2USIwoEaW5mbxgBIAEoCzIVLm1seGdycGMudjEuTW9kZWxJbmZvIlkKEVBsYW5NZW1vcnlSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhYKDmNvbnRleHRfdG9rZW5zGAIgASgDEh0KFW1heF9nZW5lcmF0aW9uX3Rva2VucxgDIAEoAyI6ChJQbGFuTWVtb3J5UmVzcG9uc2USJAoEcGxhbhgBIAEoCzIWLm1seGdycGMudjEuTWVtb3J5UGxhbiJKCg9Ub2tlbml6ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEdGV4dBgCIAEoCRIaChJhZGRfc3BlY2lhbF90b2tlbnMYAyABKAgiNQoQVG9rZW5pemVSZXNwb25zZRIRCgl0b2tlbl9pZHMYASADKAUSDgoGdG9rZW5zGAIgAygJIlIKEURldG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhEKCXRva2VuX2lkcxgCIAMoBRIbChNza2lwX3NwZWNpYWxfdG9rZW5zGAMgASgIIiIKEkRldG9rZW5pemVSZXNwb25zZRIMCgR0ZXh0GAEgASgJIhMKEUxpc3RNb2RlbHNSZXF1ZXN0IjsKEkxpc3RNb2RlbHNSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbzLdBAoQSW5mZXJlbmNlU2VydmljZRJHCghHZW5lcmF0ZRIbLm1seGdycGMudjEuR2VuZXJhdGVSZXF1ZXN0GhwubWx4Z3JwYy52MS5HZW5lcmF0ZVJlc3BvbnNlMAESPgoFRW1iZWQSGC5tbHhncnBjLnYxLkVtYmVkUmVxdWVzdBoZLm1seGdycGMudjEuRW1iZWRSZXNwb25zZTABEj8KBkNhbmNlbBIZLm1seGdycGMudjEuQ2FuY2VsUmVxdWVzdBoaLm1seGdycGMudjEuQ2FuY2VsUmVzcG9uc2USUQoMR2V0TW9kZWxJbmZvEh8ubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXF1ZXN0GiAubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXNwb25zZRJLCgpQbGFuTWVtb3J5Eh0ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVxdWVzdBoeLm1seGdycGMudjEuUGxhbk1lbW9yeVJlc3BvbnNlEkUKCFRva2VuaXplEhsubWx4Z3JwYy52MS5Ub2tlbml6ZVJlcXVlc3QaHC5tbHhncnBjLnYxLlRva2VuaXplUmVzcG9uc2USSwoKRGV0b2tlbml6ZRIdLm1seGdycGMudjEuRGV0b2tlbml6ZVJlcXVlc3QaHi5tbHhncnBjLnYxLkRldG9rZW5pemVSZXNwb25zZRJLCgpMaXN0TW9kZWxzEh0ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLm1seGdycGMudjEuTGlzdE1vZGVsc1Jlc3BvbnNlQk4KDmRldi5tbHhncnBjLnYxQhVJbmZlcmVuY2VTZXJ2aWNlUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
+  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxItcCCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIQggKBnByb21wdCJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSJZCgpUb2tlbkRlbHRhEhEKCXRva2VuX2lkcxgBIAMoBRIMCgR0ZXh0GAIgASgJEioKCGxvZ3Byb2JzGAMgAygLMhgubWx4Z3JwYy52MS5Ub2tlbkxvZ3Byb2IiywEKEkdlbmVyYXRpb25GaW5pc2hlZBIoCgZyZWFzb24YASABKA4yGC5tbHhncnBjLnYxLkZpbmlzaFJlYXNvbhIVCg1zdG9wX3NlcXVlbmNlGAIgASgJEhoKDXN0b3BfdG9rZW5faWQYAyABKAVIAIgBARIgCgV1c2FnZRgEIAEoCzIRLm1seGdycGMudjEuVXNhZ2USJAoHdGltaW5ncxgFIAEoCzITLm1seGdycGMudjEuVGltaW5nc0IQCg5fc3RvcF90b2tlbl9pZCKqAQoQR2VuZXJhdGVSZXNwb25zZRIwCgdzdGFydGVkGAEgASgLMh0ubWx4Z3JwYy52MS5HZW5lcmF0aW9uU3RhcnRlZEgAEicKBWRlbHRhGAIgASgLMhYubWx4Z3JwYy52MS5Ub2tlbkRlbHRhSAASMgoIZmluaXNoZWQYAyABKAsyHi5tbHhncnBjLnYxLkdlbmVyYXRpb25GaW5pc2hlZEgAQgcKBWV2ZW50IpABCgxFbWJlZFJlcXVlc3QSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEhMKC2luc3RydWN0aW9uGAMgASgJEhYKCW5vcm1hbGl6ZRgEIAEoCEgAiAEBEhIKCmRpbWVuc2lvbnMYBSABKAUSEgoKcmVxdWVzdF9pZBgGIAEoCUIMCgpfbm9ybWFsaXplIkEKDUVtYmVkUmVzcG9uc2USDQoFaW5kZXgYASABKAUSEQoJZW1iZWRkaW5nGAIgAygCEg4KBnRva2VucxgDIAEoBSIjCg1DYW5jZWxSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiIwoOQ2FuY2VsUmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIIiQKE0dldE1vZGVsSW5mb1JlcXVlc3QSDQoFbW9kZWwYASABKAkiOwoUR2V0TW9kZWxJbmZvUmVzcG9uc2USIwoEaW5mbxgBIAEoCzIVLm1seGdycGMudjEuTW9kZWxJbmZvIlkKEVBsYW5NZW1vcnlSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhYKDmNvbnRleHRfdG9rZW5zGAIgASgDEh0KFW1heF9nZW5lcmF0aW9uX3Rva2VucxgDIAEoAyI6ChJQbGFuTWVtb3J5UmVzcG9uc2USJAoEcGxhbhgBIAEoCzIWLm1seGdycGMudjEuTWVtb3J5UGxhbiJKCg9Ub2tlbml6ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEdGV4dBgCIAEoCRIaChJhZGRfc3BlY2lhbF90b2tlbnMYAyABKAgiNQoQVG9rZW5pemVSZXNwb25zZRIRCgl0b2tlbl9pZHMYASADKAUSDgoGdG9rZW5zGAIgAygJIlIKEURldG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhEKCXRva2VuX2lkcxgCIAMoBRIbChNza2lwX3NwZWNpYWxfdG9rZW5zGAMgASgIIiIKEkRldG9rZW5pemVSZXNwb25zZRIMCgR0ZXh0GAEgASgJIhMKEUxpc3RNb2RlbHNSZXF1ZXN0IjsKEkxpc3RNb2RlbHNSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbyIfCg5HZXRMb2FkUmVxdWVzdBINCgVtb2RlbBgBIAEoCSJQCg9HZXRMb2FkUmVzcG9uc2USJQoGbW9kZWxzGAEgAygLMhUubWx4Z3JwYy52MS5Nb2RlbExvYWQSFgoOdXB0aW1lX3NlY29uZHMYAiABKAEiiQMKCU1vZGVsTG9hZBINCgVtb2RlbBgBIAEoCRIYChBydW5uaW5nX3JlcXVlc3RzGAIgASgFEhgKEHdhaXRpbmdfcmVxdWVzdHMYAyABKAUSHAoUbWF4X3J1bm5pbmdfcmVxdWVzdHMYBCABKAUSFgoOa3ZfY2FjaGVfYnl0ZXMYBSABKAMSFgoOcmVzZXJ2ZWRfYnl0ZXMYBiABKAMSGwoTbWVtb3J5X2J1ZGdldF9ieXRlcxgHIAEoAxIcChRwcmVmaXhfY2FjaGVfZW50cmllcxgIIAEoBRIaChJwcmVmaXhfY2FjaGVfYnl0ZXMYCSABKAMSGQoRcHJlZml4X2NhY2hlX2hpdHMYCiABKAMSGwoTcHJlZml4X2NhY2hlX21pc3NlcxgLIAEoAxIdChVwcmVmaXhfY2FjaGVfaGl0X3JhdGUYDCABKAESIwobZ2VuZXJhdGVkX3Rva2Vuc19wZXJfc2Vjb25kGA0gASgBEhgKEGdlbmVyYXRlZF90b2tlbnMYDiABKAMyoQUKEEluZmVyZW5jZVNlcnZpY2USRwoIR2VuZXJhdGUSGy5tbHhncnBjLnYxLkdlbmVyYXRlUmVxdWVzdBocLm1seGdycGMudjEuR2VuZXJhdGVSZXNwb25zZTABEj4KBUVtYmVkEhgubWx4Z3JwYy52MS5FbWJlZFJlcXVlc3QaGS5tbHhncnBjLnYxLkVtYmVkUmVzcG9uc2UwARI/CgZDYW5jZWwSGS5tbHhncnBjLnYxLkNhbmNlbFJlcXVlc3QaGi5tbHhncnBjLnYxLkNhbmNlbFJlc3BvbnNlElEKDEdldE1vZGVsSW5mbxIfLm1seGdycGMudjEuR2V0TW9kZWxJbmZvUmVxdWVzdBogLm1seGdycGMudjEuR2V0TW9kZWxJbmZvUmVzcG9uc2USSwoKUGxhbk1lbW9yeRIdLm1seGdycGMudjEuUGxhbk1lbW9yeVJlcXVlc3QaHi5tbHhncnBjLnYxLlBsYW5NZW1vcnlSZXNwb25zZRJFCghUb2tlbml6ZRIbLm1seGdycGMudjEuVG9rZW5pemVSZXF1ZXN0GhwubWx4Z3JwYy52MS5Ub2tlbml6ZVJlc3BvbnNlEksKCkRldG9rZW5pemUSHS5tbHhncnBjLnYxLkRldG9rZW5pemVSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5EZXRva2VuaXplUmVzcG9uc2USSwoKTGlzdE1vZGVscxIdLm1seGdycGMudjEuTGlzdE1vZGVsc1JlcXVlc3QaHi5tbHhncnBjLnYxLkxpc3RNb2RlbHNSZXNwb25zZRJCCgdHZXRMb2FkEhoubWx4Z3JwYy52MS5HZXRMb2FkUmVxdWVzdBobLm1seGdycGMudjEuR2V0TG9hZFJlc3BvbnNlQk4KDmRldi5tbHhncnBjLnYxQhVJbmZlcmVuY2VTZXJ2aWNlUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
 
 /**
  * A request to generate text.
@@ -681,6 +681,169 @@ export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PUR
   messageDesc(file_mlxgrpc_v1_inference_service, 18);
 
 /**
+ * A request for load figures.
+ *
+ * @generated from message mlxgrpc.v1.GetLoadRequest
+ */
+export type GetLoadRequest = Message<"mlxgrpc.v1.GetLoadRequest"> & {
+  /**
+   * The generation model; empty reports every generation model.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.GetLoadRequest.
+ * Use `create(GetLoadRequestSchema)` to create a new message.
+ */
+export const GetLoadRequestSchema: GenMessage<GetLoadRequest> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 19);
+
+/**
+ * Load figures, one entry per generation model.
+ *
+ * @generated from message mlxgrpc.v1.GetLoadResponse
+ */
+export type GetLoadResponse = Message<"mlxgrpc.v1.GetLoadResponse"> & {
+  /**
+   * One entry per generation model, the default first.
+   *
+   * @generated from field: repeated mlxgrpc.v1.ModelLoad models = 1;
+   */
+  models: ModelLoad[];
+
+  /**
+   * Seconds since this server started.
+   *
+   * @generated from field: double uptime_seconds = 2;
+   */
+  uptimeSeconds: number;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.GetLoadResponse.
+ * Use `create(GetLoadResponseSchema)` to create a new message.
+ */
+export const GetLoadResponseSchema: GenMessage<GetLoadResponse> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 20);
+
+/**
+ * How busy one generation model is, read from its engine thread when asked.
+ *
+ * @generated from message mlxgrpc.v1.ModelLoad
+ */
+export type ModelLoad = Message<"mlxgrpc.v1.ModelLoad"> & {
+  /**
+   * The model's name.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * Requests admitted and not finished (prefilling or decoding).
+   *
+   * @generated from field: int32 running_requests = 2;
+   */
+  runningRequests: number;
+
+  /**
+   * Requests waiting for admission (a slot or memory).
+   *
+   * @generated from field: int32 waiting_requests = 3;
+   */
+  waitingRequests: number;
+
+  /**
+   * The most requests that run at once (the server's --max-active).
+   *
+   * @generated from field: int32 max_running_requests = 4;
+   */
+  maxRunningRequests: number;
+
+  /**
+   * Bytes of KV cache held by running requests now.
+   *
+   * @generated from field: int64 kv_cache_bytes = 5;
+   */
+  kvCacheBytes: bigint;
+
+  /**
+   * Bytes admission has committed to running requests (their KV at full context
+   * plus one prefill workspace).
+   *
+   * @generated from field: int64 reserved_bytes = 6;
+   */
+  reservedBytes: bigint;
+
+  /**
+   * Bytes admission may commit: usable memory less the weights and the reserve.
+   * 0 when admission does not plan by memory.
+   *
+   * @generated from field: int64 memory_budget_bytes = 7;
+   */
+  memoryBudgetBytes: bigint;
+
+  /**
+   * Entries in the prefix cache.
+   *
+   * @generated from field: int32 prefix_cache_entries = 8;
+   */
+  prefixCacheEntries: number;
+
+  /**
+   * Bytes of KV held by the prefix cache (not counted in kv_cache_bytes).
+   *
+   * @generated from field: int64 prefix_cache_bytes = 9;
+   */
+  prefixCacheBytes: bigint;
+
+  /**
+   * Prefix-cache lookups that reused a cached prefix, since the model loaded.
+   *
+   * @generated from field: int64 prefix_cache_hits = 10;
+   */
+  prefixCacheHits: bigint;
+
+  /**
+   * Prefix-cache lookups that found nothing to reuse, since the model loaded.
+   *
+   * @generated from field: int64 prefix_cache_misses = 11;
+   */
+  prefixCacheMisses: bigint;
+
+  /**
+   * hits / (hits + misses); 0 before the first lookup.
+   *
+   * @generated from field: double prefix_cache_hit_rate = 12;
+   */
+  prefixCacheHitRate: number;
+
+  /**
+   * Tokens generated per second over the last 10 seconds.
+   *
+   * @generated from field: double generated_tokens_per_second = 13;
+   */
+  generatedTokensPerSecond: number;
+
+  /**
+   * Tokens generated since the model loaded.
+   *
+   * @generated from field: int64 generated_tokens = 14;
+   */
+  generatedTokens: bigint;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.ModelLoad.
+ * Use `create(ModelLoadSchema)` to create a new message.
+ */
+export const ModelLoadSchema: GenMessage<ModelLoad> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 21);
+
+/**
  * Text generation and embeddings on MLX.
  *
  * Errors use canonical status codes with google.rpc details (ErrorInfo with domain
@@ -773,6 +936,19 @@ export const InferenceService: GenService<{
     methodKind: "unary";
     input: typeof ListModelsRequestSchema;
     output: typeof ListModelsResponseSchema;
+  },
+  /**
+   * Reports how busy each generation model is: requests running and waiting, KV-cache
+   * memory in use against its limit, the prefix cache and recent throughput. Meant
+   * for routers, autoscalers and dashboards; the Prometheus endpoint carries the
+   * same figures.
+   *
+   * @generated from rpc mlxgrpc.v1.InferenceService.GetLoad
+   */
+  getLoad: {
+    methodKind: "unary";
+    input: typeof GetLoadRequestSchema;
+    output: typeof GetLoadResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_mlxgrpc_v1_inference_service, 0);
