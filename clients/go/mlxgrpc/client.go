@@ -186,6 +186,15 @@ func (c *Client) ModelInfo(ctx context.Context, model string) (*pb.ModelInfo, er
 	return r.GetInfo(), err
 }
 
+// ModelLoads reports how busy each generation model is (an empty name: every
+// one; otherwise that model): running and waiting requests, KV-cache bytes
+// against the memory budget, the prefix cache and recent tokens per second.
+// The raw GetLoad RPC (with the server's uptime) stays available.
+func (c *Client) ModelLoads(ctx context.Context, model string) ([]*pb.ModelLoad, error) {
+	r, err := c.GetLoad(ctx, &pb.GetLoadRequest{Model: model})
+	return r.GetModels(), err
+}
+
 // ErrorDetails is the google.rpc detail carried by a failed call.
 type ErrorDetails struct {
 	Code    codes.Code

@@ -356,6 +356,36 @@ func TestListModels(t *testing.T) {
 	}
 }
 
+func TestModelLoads(t *testing.T) {
+	c, ctx := live(t)
+	before, err := c.ModelLoads(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before) != 1 || before[0].GetModel() != "llama" || before[0].GetMaxRunningRequests() != 4 ||
+		before[0].GetMemoryBudgetBytes() <= 0 {
+		t.Fatalf("loads %v, want llama alone with max_running_requests 4 and a budget", before)
+	}
+	req := &pb.GenerateRequest{Prompt: &pb.GenerateRequest_Text{Text: "Counting for the load report"},
+		Stopping: &pb.StoppingCriteria{MaxTokens: proto.Int32(5)}}
+	for _, err := range c.Generate(ctx, req) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := c.ModelLoads(ctx, "llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := after[0].GetGeneratedTokens() - before[0].GetGeneratedTokens(); got < 5 {
+		t.Errorf("generated tokens grew by %d, want >= 5", got)
+	}
+	_, err = c.ModelLoads(ctx, "all-minilm-l6-v2")
+	if d := mlxgrpc.Details(err); d == nil || d.Code != codes.FailedPrecondition {
+		t.Errorf("an embedding model: %v, want FailedPrecondition", err)
+	}
+}
+
 func TestDetailsOfNonStatusError(t *testing.T) {
 	if mlxgrpc.Details(nil) != nil || mlxgrpc.Details(errors.New("plain")) != nil {
 		t.Error("Details of a non-status error should be nil")

@@ -19,6 +19,12 @@ async def test_model_info_and_list_models(aclient):
     assert {m.name for m in await aclient.list_models()} == {"llama", "all-minilm-l6-v2"}
 
 
+async def test_get_load(aclient):
+    reply = await aclient.get_load()
+    assert [m.model for m in reply.models] == ["llama"]
+    assert reply.models[0].max_running_requests == 4 and reply.models[0].waiting_requests >= 0
+
+
 async def test_greedy_generate_matches_blocking_client(aclient, client):
     events = [e async for e in aclient.generate("The quick brown fox", max_tokens=8)]
     assert events[0].WhichOneof("event") == "started" and events[0].started.prompt_tokens > 0

@@ -33,6 +33,20 @@ def test_list_models(client):
     assert {m.name for m in models} == {"llama", "all-minilm-l6-v2"}
 
 
+def test_get_load_reports_the_generation_model(client):
+    before = client.get_load()
+    assert [m.model for m in before.models] == ["llama"] and before.uptime_seconds > 0
+    llama = before.models[0]
+    assert llama.max_running_requests == 4 and llama.memory_budget_bytes > 0
+    client.generate("Counting for the load report", max_tokens=5).collect()
+    after = client.get_load("llama").models[0]
+    assert after.generated_tokens - llama.generated_tokens >= 5
+    assert after.generated_tokens_per_second > 0
+    with pytest.raises(grpc.RpcError) as err:
+        client.get_load("all-minilm-l6-v2")
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
 def test_greedy_generate_is_deterministic(client):
     runs = []
     for _ in range(2):

@@ -215,7 +215,7 @@ impl Client {
     }
 
     /// The generated client on the same connection, for the RPCs not wrapped here
-    /// (Tokenize, Detokenize, ListModels, PlanMemory) or for full control.
+    /// (Tokenize, Detokenize, ListModels, PlanMemory, GetLoad) or for full control.
     pub fn raw(&self) -> RawClient {
         self.raw.clone()
     }
@@ -284,6 +284,16 @@ impl Client {
         let resp = self.raw.get_model_info(req).await?.into_inner();
         resp.info
             .ok_or_else(|| Status::internal("GetModelInfo returned no info"))
+    }
+
+    /// How busy each generation model is (`model` empty: every one): running and
+    /// waiting requests, KV-cache bytes against the memory budget, the prefix cache
+    /// and recent tokens per second. `raw().get_load` also returns the uptime.
+    pub async fn model_loads(&mut self, model: &str) -> Result<Vec<pb::ModelLoad>, Status> {
+        let req = pb::GetLoadRequest {
+            model: model.to_string(),
+        };
+        Ok(self.raw.get_load(req).await?.into_inner().models)
     }
 }
 

@@ -392,6 +392,24 @@ async fn model_info_and_list_models() {
 }
 
 #[tokio::test]
+async fn model_loads_report_the_generation_model() {
+    let Some(mut c) = client().await else { return };
+    let before = c.model_loads("").await.expect("model_loads");
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert_eq!(before[0].model, "llama");
+    assert_eq!(before[0].max_running_requests, 4);
+    assert!(before[0].memory_budget_bytes > 0);
+    collect(&mut c, text_request("Counting for the load report", 5)).await;
+    let after = c.model_loads("llama").await.expect("model_loads");
+    assert!(after[0].generated_tokens - before[0].generated_tokens >= 5);
+    let status = c
+        .model_loads("all-minilm-l6-v2")
+        .await
+        .expect_err("an embedding model has no load");
+    assert_eq!(status.code(), Code::FailedPrecondition);
+}
+
+#[tokio::test]
 async fn bearer_token_is_accepted() {
     // The test server does not check tokens; the call must still go through with one.
     let Ok(address) = std::env::var("MLXGRPC_ADDRESS") else {

@@ -25,6 +25,7 @@ import {
   type GenerateResponse,
   type GenerationFinished,
   type GenerationStarted,
+  type ModelLoad,
 } from "./gen/mlxgrpc/v1/inference_service_pb.js";
 import type { ModelInfo } from "./gen/mlxgrpc/v1/model_pb.js";
 import {
@@ -140,6 +141,15 @@ export class MlxClient {
     const res = await this.raw.getModelInfo({ model }, options);
     if (!res.info) throw new ConnectError("GetModelInfo returned no info", Code.Internal);
     return res.info;
+  }
+
+  /**
+   * How busy each generation model is (empty name: every one): running and waiting
+   * requests, KV-cache bytes against the memory budget, the prefix cache and recent
+   * tokens per second. `client.raw.getLoad` also returns the server's uptime.
+   */
+  async getLoad(model = "", options?: CallOptions): Promise<ModelLoad[]> {
+    return (await this.raw.getLoad({ model }, options)).models;
   }
 
   /** Closes the HTTP/2 connection; calls in flight fail. */

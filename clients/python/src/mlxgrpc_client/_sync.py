@@ -129,6 +129,11 @@ class Client:
                                    max_generation_tokens=max_generation_tokens)
         return self.stub.PlanMemory(req, **self._opts(timeout)).plan
 
+    def get_load(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.GetLoadResponse:
+        """How busy each generation model is (``model`` empty: all of them): running and
+        waiting requests, KV memory, the prefix cache, recent tokens per second."""
+        return self.stub.GetLoad(pb.GetLoadRequest(model=model), **self._opts(timeout))
+
     def close(self) -> None:
         self.channel.close()
 

@@ -142,6 +142,11 @@ class AsyncClient:
                                    max_generation_tokens=max_generation_tokens)
         return (await self.stub.PlanMemory(req, **self._opts(timeout))).plan
 
+    async def get_load(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.GetLoadResponse:
+        """How busy each generation model is (``model`` empty: all of them): running and
+        waiting requests, KV memory, the prefix cache, recent tokens per second."""
+        return await self.stub.GetLoad(pb.GetLoadRequest(model=model), **self._opts(timeout))
+
     async def close(self) -> None:
         await self.channel.close()
 

@@ -239,6 +239,19 @@ describe("live server", () => {
     assert.equal(emb.capabilities?.embeddings, true);
   });
 
+  liveTest("getLoad reports the generation model and counts its tokens", async () => {
+    const [before] = await client.getLoad();
+    assert.equal(before.model, "llama");
+    assert.equal(before.maxRunningRequests, 4);
+    assert.ok(before.memoryBudgetBytes > 0n);
+    await client.generateText({ prompt: { case: "text", value: "Counting for the load report" },
+      stopping: { maxTokens: 5 } });
+    const [after] = await client.getLoad("llama");
+    assert.ok(after.generatedTokens - before.generatedTokens >= 5n);
+    await assert.rejects(client.getLoad("all-minilm-l6-v2"),
+      (err: unknown) => errorDetails(err).code === Code.FailedPrecondition);
+  });
+
   liveTest("ListModels lists both models, the default generation model first", async () => {
     const res = await client.raw.listModels({});
     const names = res.models.map((m) => m.name);

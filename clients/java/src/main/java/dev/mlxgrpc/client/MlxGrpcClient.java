@@ -4,10 +4,12 @@ import dev.mlxgrpc.v1.CancelRequest;
 import dev.mlxgrpc.v1.EmbedRequest;
 import dev.mlxgrpc.v1.EmbedResponse;
 import dev.mlxgrpc.v1.GenerateRequest;
+import dev.mlxgrpc.v1.GetLoadRequest;
 import dev.mlxgrpc.v1.GetModelInfoRequest;
 import dev.mlxgrpc.v1.InferenceServiceGrpc;
 import dev.mlxgrpc.v1.InferenceServiceGrpc.InferenceServiceBlockingStub;
 import dev.mlxgrpc.v1.ModelInfo;
+import dev.mlxgrpc.v1.ModelLoad;
 import io.grpc.CallOptions;
 import io.grpc.Channel;
 import io.grpc.ChannelCredentials;
@@ -144,6 +146,17 @@ public final class MlxGrpcClient implements AutoCloseable {
     return stub()
         .getModelInfo(GetModelInfoRequest.newBuilder().setModel(model == null ? "" : model).build())
         .getInfo();
+  }
+
+  /**
+   * How busy each generation model is ({@code model} empty: every one): running and waiting
+   * requests, KV-cache bytes against the memory budget, the prefix cache and recent tokens per
+   * second. The raw GetLoad RPC (with the server's uptime) is on {@link #stub()}.
+   */
+  public List<ModelLoad> modelLoads(String model) {
+    return stub()
+        .getLoad(GetLoadRequest.newBuilder().setModel(model == null ? "" : model).build())
+        .getModelsList();
   }
 
   /** The underlying channel (without the token interceptor). */

@@ -17,6 +17,7 @@ import dev.mlxgrpc.v1.GenerationFinished;
 import dev.mlxgrpc.v1.ListModelsRequest;
 import dev.mlxgrpc.v1.ModelInfo;
 import dev.mlxgrpc.v1.ModelKind;
+import dev.mlxgrpc.v1.ModelLoad;
 import dev.mlxgrpc.v1.SamplingParams;
 import dev.mlxgrpc.v1.StoppingCriteria;
 import dev.mlxgrpc.v1.TokenizeRequest;
@@ -248,6 +249,21 @@ class MlxGrpcClientTest {
     ModelInfo embedder = client.modelInfo("all-minilm-l6-v2");
     assertEquals(384, embedder.getEmbeddingDimensions());
     assertTrue(embedder.getCapabilities().getEmbeddings());
+  }
+
+  @Test
+  void modelLoadsReportTheGenerationModel() {
+    List<ModelLoad> before = client.modelLoads("");
+    assertEquals(1, before.size(), "generation models only: " + before);
+    assertEquals("llama", before.get(0).getModel());
+    assertEquals(4, before.get(0).getMaxRunningRequests());
+    assertTrue(before.get(0).getMemoryBudgetBytes() > 0);
+    drain(greedy("Counting for the load report", 5));
+    ModelLoad after = client.modelLoads("llama").get(0);
+    assertTrue(after.getGeneratedTokens() - before.get(0).getGeneratedTokens() >= 5);
+    StatusRuntimeException e =
+        assertThrows(StatusRuntimeException.class, () -> client.modelLoads("all-minilm-l6-v2"));
+    assertEquals(Status.Code.FAILED_PRECONDITION, e.getStatus().getCode());
   }
 
   @Test
