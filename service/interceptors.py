@@ -14,18 +14,16 @@ import contextlib
 import inspect
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import grpc
 from grpc_health.v1 import health
 
-from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
+from .calls import CallRecord, Observer, follow, serving
 from .status import status_of
 
 HEALTH_SERVICE = health.SERVICE_NAME  # grpc.health.v1.Health
-GENERATE = "/mlxgrpc.v1.InferenceService/Generate"
-EMBED = "/mlxgrpc.v1.InferenceService/Embed"
+WORKER_HEALTH = "/mlx.grpc.engine.MlxEngine/HealthCheck"  # a probe: open and answered while draining
 
 _FACTORIES = {
     (False, False): grpc.unary_unary_rpc_method_handler,
@@ -39,6 +37,11 @@ def split_method(full: str) -> tuple[str, str]:
     """'/pkg.Service/Method' -> ('pkg.Service', 'Method')."""
     service, _, method = full.lstrip("/").rpartition("/")
     return service, method
+
+
+def is_probe(full: str) -> bool:
+    """Health checks: never behind a token, answered while draining."""
+    return split_method(full)[0] == HEALTH_SERVICE or full == WORKER_HEALTH
 
 
 def _behavior(handler: grpc.RpcMethodHandler) -> Callable:
@@ -107,43 +110,12 @@ class DrainInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
         handler = await continuation(details)
-        if not self.state.draining or split_method(details.method)[0] == HEALTH_SERVICE:
+        if not self.state.draining or is_probe(details.method):
             return handler
         return rejecting(handler, self.status, parse=True)
 
 
 # --- observation ------------------------------------------------------------------
-
-
-@dataclass
-class CallRecord:
-    """What one RPC did, filled in while it runs; read by the access log and metrics."""
-
-    method: str  # full method name
-    peer: str = ""
-    request_id: str = ""
-    model: str = ""
-    code: str = "OK"
-    started: float = field(default_factory=time.perf_counter)
-    duration_s: float = 0.0
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cached_tokens: int | None = None
-    embed_tokens: int | None = None
-    finish_reason: str = ""
-    # Generate stream timing (perf_counter seconds)
-    first_token_at: float | None = None
-    last_token_at: float | None = None
-
-
-class Observer:
-    """Receives the life of each RPC. ``Metrics`` and the access log implement it."""
-
-    def on_start(self, call: CallRecord) -> None: ...
-
-    def on_tokens(self, call: CallRecord, count: int, now: float) -> None: ...
-
-    def on_end(self, call: CallRecord) -> None: ...
 
 
 class Malformed:
@@ -201,6 +173,7 @@ class ObservingInterceptor(grpc.aio.ServerInterceptor):
                 pass
             call.request_id = str(getattr(request, "request_id", "") or "")
             call.model = str(getattr(request, "model", "") or "")
+            serving(call)
             if tracked:
                 self.state.begin()
             for o in self.observers:
@@ -218,12 +191,6 @@ class ObservingInterceptor(grpc.aio.ServerInterceptor):
                 except Exception:  # noqa: BLE001 - observation never fails a call
                     logging.getLogger("service.interceptors").exception("observer failed")
 
-        def observe(call: CallRecord, response: Any) -> None:
-            if method == GENERATE:
-                self._generate_event(call, response)
-            elif method == EMBED:
-                call.embed_tokens = (call.embed_tokens or 0) + int(getattr(response, "tokens", 0))
-
         if inspect.isasyncgenfunction(inner):
             async def stream_behavior(request: Any, context: grpc.aio.ServicerContext):
                 call, error = begin(request, context), None
@@ -233,7 +200,7 @@ class ObservingInterceptor(grpc.aio.ServerInterceptor):
                     responses = inner(request, context)
                     async with contextlib.aclosing(responses):
                         async for response in responses:
-                            observe(call, response)
+                            follow(method, call, response, self.observers)
                             yield response
                 except BaseException as exc:
                     error = exc
@@ -260,34 +227,6 @@ class ObservingInterceptor(grpc.aio.ServerInterceptor):
         factory = _FACTORIES[(handler.request_streaming, handler.response_streaming)]
         return factory(behavior, request_deserializer=deserializer,
                        response_serializer=handler.response_serializer)
-
-    def _generate_event(self, call: CallRecord, response: Any) -> None:
-        which = response.WhichOneof("event")
-        if which == "started":
-            s = response.started
-            call.request_id = call.request_id or s.request_id
-            call.model = s.model or call.model
-            call.prompt_tokens, call.cached_tokens = s.prompt_tokens, s.cached_tokens
-        elif which == "delta":
-            count = len(response.delta.token_ids)
-            if count:
-                now = time.perf_counter()
-                for o in self.observers:
-                    o.on_tokens(call, count, now)
-                if call.first_token_at is None:
-                    call.first_token_at = now
-                call.last_token_at = now
-        elif which == "finished":
-            f = response.finished
-            call.prompt_tokens = f.usage.prompt_tokens
-            call.completion_tokens = f.usage.completion_tokens
-            call.cached_tokens = f.usage.cached_tokens
-            call.finish_reason = _finish_name(f.reason)
-
-
-def _finish_name(reason: int) -> str:
-    name = gen_pb.FinishReason.Name(reason) if reason in gen_pb.FinishReason.values() else str(reason)
-    return name.removeprefix("FINISH_REASON_").lower()
 
 
 def _code_name(context: grpc.aio.ServicerContext, error: BaseException | None) -> str:
