@@ -85,10 +85,10 @@ class WorkerServicer(mlx_grpc.MlxEngineServicer):
     async def GetTokenizer(self, request, context: grpc.aio.ServicerContext):
         try:
             bundle = await self._tokenizer_bundle(self._engine())
+            for chunk in bundle.chunks():
+                yield chunk
         except Exception as exc:  # noqa: BLE001
             await abort(context, exc)
-        for chunk in bundle.chunks():
-            yield chunk
 
     async def _tokenizer_files(self, engine: GenerationEngine) -> dict[str, bytes]:
         if self._files is None:
