@@ -130,14 +130,15 @@ class Replica(Process):
 class Gateway(Process):
     """``smg launch`` in front of ``replicas``, OpenAI HTTP on ``port``."""
 
-    def __init__(self, replicas: list[Replica], log_dir: Path, policy: str = "cache_aware", *extra: str):
+    def __init__(self, replicas: list[Replica], log_dir: Path, policy: str = "cache_aware", *extra: str,
+                 name: str = "smg"):
         self.port, self.prometheus_port = free_port(), free_port()
         self.replicas = replicas
         argv = [smg_executable() or "smg", "launch", "--host", "127.0.0.1", "--port", str(self.port),
                 "--worker-urls", *(f"grpc://{r.address}" for r in replicas), "--policy", policy,
                 "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.prometheus_port),
                 "--log-level", "warn", *extra]
-        super().__init__("smg", argv, log_dir, cwd=log_dir)
+        super().__init__(name, argv, log_dir, cwd=log_dir)
 
     def ready(self) -> bool:
         try:
