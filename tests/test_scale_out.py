@@ -154,7 +154,7 @@ def test_a_killed_replica_fails_its_own_streams_and_the_survivor_serves_the_rest
     on_victim = victim.load().running_requests
     victim.kill()
     for t in threads:
-        t.join(60)
+        t.join(120)
     assert not any(t.is_alive() for t in threads), "a stream hung"
     errors = [o for o in outcomes.values() if o.startswith("error")]
     assert len(outcomes) == 6 and 1 <= len(errors) <= on_victim, outcomes
