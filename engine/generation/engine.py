@@ -26,6 +26,7 @@ from ..events import Event, FinishReason, Finished, Timings, Usage
 from ..loading.model import LoadedModel, default_name, load_generation_model
 from ..hardware.machine import usable_memory
 from ..memory.budget import MemoryGate
+from ..memory.calibration import calibrate_decode
 from ..memory.facts import facts_from_model
 from ..memory.plan import MemoryPlan, plan_memory
 from .prefill import FixedPrefillPolicy
@@ -108,6 +109,7 @@ class GenerationEngine:
         """Runs on the engine thread: the weights, then the memory facts of them."""
         loaded = load_generation_model(self.source, name=self.name, dtype=self.config.dtype)
         self._facts = facts_from_model(loaded.model, loaded.config)
+        self._decode = calibrate_decode(loaded.model, self._facts)
         self._admitter.gate = MemoryGate(self._facts, usable=self.config.memory_limit_bytes,
                                          reserve_bytes=self.config.memory_reserve_bytes,
                                          prefill_chunk=self.config.scheduler.prefill_chunk)
@@ -146,7 +148,8 @@ class GenerationEngine:
                                max_generation_tokens=max_generation_tokens,
                                prefill_chunk=self.config.scheduler.prefill_chunk,
                                usable=gate.usable_bytes, reserve_bytes=gate.reserve_bytes,
-                               machine_total=self._machine_total)
+                               machine_total=self._machine_total,
+                               decode=self._decode, context_limit=m.context_length)
 
         return await asyncio.wrap_future(self._worker.call(plan))
 
