@@ -12,6 +12,7 @@ fn text_request(prompt: &str, max_tokens: i32) -> pb::GenerateRequest {
         prompt: Some(Prompt::Text(prompt.to_string())),
         stopping: Some(pb::StoppingCriteria {
             max_tokens: Some(max_tokens),
+            ignore_eos: true,
             ..Default::default()
         }),
         ..Default::default()
@@ -30,7 +31,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let address =
         std::env::var("MLXGRPC_ADDRESS").unwrap_or_else(|_| "localhost:50051".to_string());
     let options = ConnectOptions::default().with_timeout(Duration::from_secs(60));
-    let mut client = Client::connect(&address, options).await?;
+    let client = Client::connect(&address, options).await?;
 
     // 1. Model info.
     let info = client.model_info("").await?;
@@ -45,9 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // 2. Stream a generation, printing text deltas as they arrive.
-    let mut generation = client
-        .generate(text_request("Once upon a time", 24))
-        .await?;
+    let mut generation = client.generate(text_request("Once upon a time", 24));
     print!("generate: ");
     while let Some(event) = generation.next_event().await? {
         match event {
@@ -62,10 +61,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::io::stdout().flush()?;
     }
 
-    // 3. A long generation cancelled mid-way with the Cancel RPC.
-    let mut long = client
-        .generate(text_request("Tell me a long story", 2000))
-        .await?;
+    // 3. A long generation cancelled mid-way with the Cancel RPC (its request id is
+    // assigned client-side, so it is known before anything is sent).
+    let mut long = client.generate(text_request("Tell me a long story", 2000));
     let mut deltas = 0;
     while let Some(event) = long.next_event().await? {
         match event {
@@ -88,7 +86,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     // Dropping a stream cancels the call too.
-    let mut dropped = client.generate(text_request("Another story", 2000)).await?;
+    let mut dropped = client.generate(text_request("Another story", 2000));
     let _ = dropped.next_event().await?;
     drop(dropped);
     println!("dropped a second long stream (client-side cancel)");
@@ -110,12 +108,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         temperature: Some(-1.0),
         ..Default::default()
     });
-    let status = match client.generate(bad).await {
-        Ok(mut g) => match g.next_event().await {
-            Err(status) => status,
-            Ok(_) => return Err("invalid temperature was accepted".into()),
-        },
-        Err(status) => status,
+    let Err(status) = client.generate_text(bad).await else {
+        return Err("invalid temperature was accepted".into());
     };
     let details = error_details(&status);
     println!(
