@@ -50,12 +50,12 @@ def test_calibration_measures_this_model(fixture_models):
     model, facts = _llama(fixture_models)
     calibration = calibrate_decode(model, facts)
     assert calibration is not None
-    assert calibration.bandwidth == measure_matvec_bandwidth()  # measured once per process
-    assert calibration.overhead_seconds >= 0 and calibration.step_seconds > 0
     read = facts.weights_bytes + kv_read_bytes(facts, calibration.context)
-    # At the context it was measured at, the model reproduces the measured step.
-    expected = 1 / max(calibration.step_seconds, read / calibration.bandwidth)
-    assert calibration.tokens_per_second(read) == pytest.approx(expected)
+    # The matvec's figure (measured once per process), unless the step itself read faster.
+    assert calibration.bandwidth == max(measure_matvec_bandwidth(), read / calibration.step_seconds)
+    assert calibration.overhead_seconds >= 0 and calibration.step_seconds > 0
+    # At the context it was measured at, the prediction is the measured step.
+    assert calibration.tokens_per_second(read) == pytest.approx(1 / calibration.step_seconds)
     assert measure_decode_step(model, context=4, steps=2, warmup=1) > 0
 
 

@@ -33,7 +33,9 @@ if [[ ${#ADDRESSES[@]} -eq 0 ]]; then
 fi
 echo "== example against ${ADDRESSES[0]}"
 MLXGRPC_ADDRESS=${ADDRESSES[0]} timeout 120 node dist/example.js
-for address in "${ADDRESSES[@]}"; do
-  echo "== tests against $address"
-  MLXGRPC_ADDRESS=$address node --test --test-concurrency=1 --test-reporter=spec dist/test/
+echo "== tests against ${ADDRESSES[0]}"
+MLXGRPC_ADDRESS=${ADDRESSES[0]} node --test --test-concurrency=1 --test-reporter=spec dist/test/
+for address in "${ADDRESSES[@]:1}"; do
+  echo "== live tests against $address"
+  MLXGRPC_ADDRESS=$address node --test --test-reporter=spec dist/test/live.test.js
 done

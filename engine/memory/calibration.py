@@ -8,7 +8,8 @@ backend, hundreds of ops per step), so
 
 ``bandwidth`` comes from ``measure_matvec_bandwidth`` (decode's access pattern);
 ``overhead_seconds`` is a real greedy decode step of the loaded model at a short
-context minus what reading its weights takes at that bandwidth. ``MemoryPlan``
+context minus what reading its weights takes at that bandwidth (which is at least
+what the step itself achieved). ``MemoryPlan``
 then predicts the decode rate at any context from the two.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 
@@ -32,6 +34,9 @@ log = logging.getLogger("engine.memory.calibration")
 
 #: Prompt tokens in the cache while the decode step is timed.
 _CONTEXT = 16
+#: One calibration at a time: engines load on threads of their own, and two timings
+#: running together would each see half the machine.
+_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -74,13 +79,17 @@ def calibrate_decode(model: nn.Module, facts: ModelMemoryFacts) -> DecodeCalibra
     """Measures bandwidth and per-step overhead for ``model``; None (logged) if the
     model cannot be stepped this way."""
     try:
-        bandwidth = measure_matvec_bandwidth()
-        step = measure_decode_step(model)
+        with _LOCK:
+            bandwidth = measure_matvec_bandwidth()
+            step = measure_decode_step(model)
     except Exception:  # noqa: BLE001 - an architecture needing other inputs: no calibration
         log.warning("decode calibration failed; PlanMemory predicts from bandwidth alone", exc_info=True)
         return None
     read = facts.weights_bytes + kv_read_bytes(facts, _CONTEXT)
-    overhead = max(0.0, step - read / bandwidth)
+    # The step itself read everything at least this fast (a matvec timed while the
+    # machine was busy may understate it).
+    bandwidth = max(bandwidth, read / step)
+    overhead = step - read / bandwidth
     log.info("decode calibration: %.1f GB/s, step %.1f ms at %d tokens (%.1f ms beyond reading)",
              bandwidth / 1e9, step * 1e3, _CONTEXT, overhead * 1e3)
     return DecodeCalibration(bandwidth, overhead, step, _CONTEXT)
