@@ -48,18 +48,19 @@ def models(client) -> list[pb.ModelInfo]:
     return client.list_models()
 
 
+def _first(models: list[pb.ModelInfo], kind: int, what: str) -> pb.ModelInfo:
+    found = [m for m in models if m.kind == kind]
+    if not found:
+        unavailable(f"the server has no {what} model")
+    return found[0]
+
+
 @pytest.fixture(scope="session")
 def generator(models) -> pb.ModelInfo:
     """The default generation model (ListModels lists it first)."""
-    found = [m for m in models if m.kind == pb.MODEL_KIND_GENERATION]
-    if not found:
-        unavailable("the server has no generation model")
-    return found[0]
+    return _first(models, pb.MODEL_KIND_GENERATION, "generation")
 
 
 @pytest.fixture(scope="session")
 def embedder(models) -> pb.ModelInfo:
-    found = [m for m in models if m.kind == pb.MODEL_KIND_EMBEDDING]
-    if not found:
-        unavailable("the server has no embedding model")
-    return found[0]
+    return _first(models, pb.MODEL_KIND_EMBEDDING, "embedding")

@@ -54,6 +54,19 @@ pub mod pb {
     tonic::include_proto!("mlxgrpc.v1");
 }
 
+/// A Generate request for `text` that stops after `max_tokens` tokens; set any other
+/// field on the result (`stopping`, `sampling`, `model`, ...) as needed.
+pub fn text_request(text: impl Into<String>, max_tokens: i32) -> pb::GenerateRequest {
+    pb::GenerateRequest {
+        prompt: Some(pb::generate_request::Prompt::Text(text.into())),
+        stopping: Some(pb::StoppingCriteria {
+            max_tokens: Some(max_tokens),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// The raw generated client with the connection's interceptor (token, deadline).
 pub type RawClient =
     pb::inference_service_client::InferenceServiceClient<InterceptedService<Channel, CallDefaults>>;

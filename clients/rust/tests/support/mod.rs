@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use mlx_grpc_client::{Client, ConnectOptions, Event, pb};
-use pb::generate_request::Prompt;
+use mlx_grpc_client::{Client, ConnectOptions, Event, pb, text_request};
 
 /// The reason every live test carries: `cargo test` lists them as ignored.
 pub const NEEDS_SERVER: &str =
@@ -42,15 +41,9 @@ pub async fn live() -> Live {
 
 /// A text prompt generating exactly `max_tokens` tokens on any model.
 pub fn exact(prompt: &str, max_tokens: i32) -> pb::GenerateRequest {
-    pb::GenerateRequest {
-        prompt: Some(Prompt::Text(prompt.to_string())),
-        stopping: Some(pb::StoppingCriteria {
-            max_tokens: Some(max_tokens),
-            ignore_eos: true,
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    let mut request = text_request(prompt, max_tokens);
+    request.stopping.as_mut().expect("stopping").ignore_eos = true;
+    request
 }
 
 pub async fn events(client: &Client, req: pb::GenerateRequest) -> Vec<Event> {
