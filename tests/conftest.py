@@ -10,6 +10,7 @@ import dataclasses
 import importlib.util
 from pathlib import Path
 
+import engine  # noqa: F401 - first: loads the optimized BLAS before anything imports mlx
 import grpc
 import pytest
 import pytest_asyncio

@@ -26,6 +26,7 @@ from ..hardware.device import backend_name, blas_name
 from ..hardware.machine import usable_memory
 from ..loading.model import LoadedModel, default_name, load_generation_model
 from ..memory.budget import MemoryBudget
+from ..memory.calibration import calibrate_decode
 from ..memory.facts import facts_from_model, with_draft
 from ..memory.plan import MemoryPlan, plan_memory
 from ..requests import GenerationRequest, SpeculationMode
@@ -61,6 +62,7 @@ class GenerationEngine:
         self._prompts: PromptEncoder | None = None
         self._budget: MemoryBudget | None = None  # built at load; the loop reads only its fixed facts
         self._facts = None
+        self._decode = None  # the decode rate calibrated at load (PlanMemory)
         self._streams = Streams()
         self._closing = False
         self._machine_total = usable_memory()[1]
@@ -92,6 +94,7 @@ class GenerationEngine:
         """Runs on the engine thread: the weights, then the memory facts of them."""
         loaded = load_generation_model(self.source, name=self.name, dtype=self.config.dtype)
         self._facts = facts_from_model(loaded.model, loaded.config)
+        self._decode = calibrate_decode(loaded.model, self._facts)
         self._rolls_back = can_roll_back(loaded.model)
         if self.config.draft_model:
             draft = load_generation_model(self.config.draft_model, dtype=self.config.dtype)
@@ -144,7 +147,8 @@ class GenerationEngine:
         def plan(_scheduler) -> MemoryPlan:
             return plan_memory(self._facts, context_tokens=context, max_generation_tokens=max_generation_tokens,
                                prefill_chunk=self.config.scheduler.prefill_chunk, usable=budget.usable_bytes,
-                               reserve_bytes=budget.reserve_bytes, machine_total=self._machine_total)
+                               reserve_bytes=budget.reserve_bytes, machine_total=self._machine_total,
+                               decode=self._decode, context_limit=m.context_length)
 
         return await asyncio.wrap_future(self._worker.call(plan))
 
