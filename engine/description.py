@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from .requests import SpeculationMode
+
 
 class ModelKind(enum.Enum):
     GENERATION = "generation"
@@ -26,10 +28,15 @@ class GraphDescriptor:
 
 @dataclass(frozen=True)
 class Speculation:
+    """What speculative verification covers for a model, and how requests may ask for it."""
+
     adapters: bool = False
     logprobs: bool = False
     external_tokens: bool = False
     grammar_proposals: bool = False
+    modes: tuple[SpeculationMode, ...] = ()  # empty: the model does not speculate
+    default_mode: SpeculationMode = SpeculationMode.OFF
+    draft_model: str = ""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Iterable, Mapping
 import grpc
 from grpc_reflection.v1alpha import reflection
 
-from .interceptors import HEALTH_SERVICE, is_probe, rejecting, split_method
+from .handlers import HEALTH_SERVICE, is_probe, rejecting, split_method
 from .status import status_of
 
 ENV_VAR = "MLXGRPC_AUTH_TOKENS"

@@ -1,5 +1,7 @@
-"""What one RPC did: its record, the observers that receive it, and how streamed
-responses fill it in (Generate events, the worker contract's chunks, Embed results).
+"""What one RPC did (``CallRecord``), who is told (``Observer``), how streamed
+responses fill it in (Generate events, the worker contract's chunks, Embed results),
+and how its end is named: the status code a call ended with, and labels a client
+cannot multiply.
 
 The observing interceptor (service/interceptors.py) creates the record, marks it as
 the task's current call, follows each response and reports the end to observers.
@@ -7,23 +9,39 @@ the task's current call, follows each response and reports the end to observers.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+import grpc
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
+from smg_grpc_proto import mlx_engine_pb2 as mlx_pb
+
 from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
+from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
+from .handlers import split_method
 
 GENERATE = "/mlxgrpc.v1.InferenceService/Generate"
 EMBED = "/mlxgrpc.v1.InferenceService/Embed"
 WORKER_GENERATE = "/mlx.grpc.engine.MlxEngine/Generate"
+UNKNOWN = "unknown"  # the label of a method or model this server does not serve
+KNOWN_METHODS = frozenset(
+    f"/{service.full_name}/{method.name}"
+    for service in (pb.DESCRIPTOR.services_by_name["InferenceService"],
+                    mlx_pb.DESCRIPTOR.services_by_name["MlxEngine"],
+                    health_pb2.DESCRIPTOR.services_by_name["Health"],
+                    reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"])
+    for method in service.methods)
 
 
 @dataclass
 class CallRecord:
     """What one RPC did, filled in while it runs; read by the access log and metrics."""
 
-    method: str  # full method name
+    method: str  # full method name, as the client sent it
     peer: str = ""
     request_id: str = ""
     model: str = ""
@@ -33,6 +51,8 @@ class CallRecord:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    draft_tokens: int = 0  # speculative decoding: drafts verified, and those kept
+    accepted_draft_tokens: int = 0
     embed_tokens: int | None = None
     finish_reason: str = ""
     # Generate stream timing (perf_counter seconds)
@@ -63,6 +83,9 @@ def current_call() -> CallRecord | None:
     return _CURRENT.get()
 
 
+# --- following streamed responses -------------------------------------------------
+
+
 def follow(method: str, call: CallRecord, response: Any, observers: Iterable[Observer]) -> None:
     """Takes what a streamed ``response`` of ``method`` tells about the call."""
     if method == GENERATE:
@@ -87,6 +110,7 @@ def _generate_event(call: CallRecord, response: Any, observers: Iterable[Observe
         call.prompt_tokens = f.usage.prompt_tokens
         call.completion_tokens = f.usage.completion_tokens
         call.cached_tokens = f.usage.cached_tokens
+        call.draft_tokens, call.accepted_draft_tokens = f.usage.draft_tokens, f.usage.accepted_draft_tokens
         call.finish_reason = _finish_name(f.reason)
 
 
@@ -115,3 +139,42 @@ def _tokens(call: CallRecord, count: int, observers: Iterable[Observer]) -> None
 def _finish_name(reason: int) -> str:
     name = gen_pb.FinishReason.Name(reason) if reason in gen_pb.FinishReason.values() else str(reason)
     return name.removeprefix("FINISH_REASON_").lower()
+
+
+# --- how a call is named ----------------------------------------------------------
+
+
+def method_labels(full: str) -> tuple[str, str]:
+    """(service, method) of a served method; ('unknown', 'unknown') for any other name."""
+    return split_method(full) if full in KNOWN_METHODS else (UNKNOWN, UNKNOWN)
+
+
+def code_name(context: grpc.aio.ServicerContext, error: BaseException | None) -> str:
+    """The status a call ended with: the one it was aborted with; for a call whose
+    handler was cancelled, DEADLINE_EXCEEDED once its deadline has passed, else
+    CANCELLED; UNKNOWN for any other exception; else OK."""
+    code = _code(context)
+    if code is not None:
+        return code.name
+    if isinstance(error, (asyncio.CancelledError, GeneratorExit)):
+        remaining = _time_remaining(context)
+        expired = remaining is not None and remaining <= 0
+        return (grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED).name
+    return grpc.StatusCode.UNKNOWN.name if error is not None else grpc.StatusCode.OK.name
+
+
+def _code(context: grpc.aio.ServicerContext) -> grpc.StatusCode | None:
+    try:
+        code = context.code()
+    except Exception:  # noqa: BLE001
+        return None
+    if isinstance(code, int):  # some grpc versions keep the raw number
+        code = next((c for c in grpc.StatusCode if c.value[0] == code), None)
+    return code if isinstance(code, grpc.StatusCode) else None
+
+
+def _time_remaining(context: grpc.aio.ServicerContext) -> float | None:
+    try:
+        return context.time_remaining()
+    except Exception:  # noqa: BLE001
+        return None

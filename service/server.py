@@ -27,6 +27,7 @@ from grpc_reflection.v1alpha import reflection
 from smg_grpc_proto import mlx_engine_pb2_grpc as mlx_grpc
 
 from engine.models import ModelSet
+from engine.validation import Limits
 
 from .access_log import AccessLog
 from .auth import AuthInterceptor
@@ -35,6 +36,7 @@ from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .interceptors import DrainInterceptor, ObservingInterceptor, ServerState
 from .metrics import Metrics
 from .servicer import InferenceServicer
+from .status import status_of
 from .worker.servicer import SERVICE_NAME as WORKER_SERVICE_NAME, WorkerServicer
 
 log = logging.getLogger("service.server")
@@ -43,6 +45,11 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["InferenceService"].full_name
 # such pings with GOAWAY (too_many_pings) and drop the connection.
 KEEPALIVE = [("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.min_ping_interval_without_data_ms", 10_000)]
 FLUSH_S = 1.0  # after the drain: time for the last statuses to leave and health watches to end
+# What an RPC still running when the grace period ends gets: the work is lost, and
+# another replica can do it again.
+CUT = status_of(grpc.StatusCode.UNAVAILABLE, "DRAINING",
+                "the server shut down before this call finished; retry on another replica",
+                retry_after_s=1.0)
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class ServerOptions:
     metrics_host: str = "0.0.0.0"
     access_log: bool = True
     smg_worker: bool = True  # also serve SMG's worker contract mlx.grpc.engine.MlxEngine
+    limits: Limits = Limits()  # the engines' limits (identifiers are checked before a model is found)
 
 
 async def create_server(address: str, models: ModelSet, *, options: ServerOptions = ServerOptions(),
@@ -78,9 +86,10 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
         ("grpc.max_receive_message_length", options.max_message_bytes),
         ("grpc.max_send_message_length", options.max_message_bytes), *KEEPALIVE,
     ])
-    pb_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(models), server)
+    servicer = InferenceServicer(models, options.limits, options.max_message_bytes)
+    pb_grpc.add_InferenceServiceServicer_to_server(servicer, server)
     if options.smg_worker:
-        mlx_grpc.add_MlxEngineServicer_to_server(WorkerServicer(models, state), server)
+        mlx_grpc.add_MlxEngineServicer_to_server(WorkerServicer(models, state, options.limits), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer or health.aio.HealthServicer(), server)
     if options.reflection:
         names = (SERVICE_NAME, *((WORKER_SERVICE_NAME,) if options.smg_worker else ()),
@@ -102,7 +111,8 @@ async def drain(server: grpc.aio.Server, state: ServerState, health_servicer: he
                 grace_s: float, *, metrics: Metrics | None = None,
                 force: asyncio.Event | None = None) -> bool:
     """Health NOT_SERVING, new RPCs UNAVAILABLE, in-flight RPCs get ``grace_s`` to
-    finish (``force`` cuts it short), then the server stops. True when all finished."""
+    finish (``force`` cuts it short); those still running then end with UNAVAILABLE
+    (reason DRAINING, RetryInfo) and the server stops. True when all finished."""
     state.draining = True
     if metrics is not None:
         metrics.draining.set(1)
@@ -119,8 +129,9 @@ async def drain(server: grpc.aio.Server, state: ServerState, health_servicer: he
     if finished:
         log.info("drained in %.2fs", time.monotonic() - began)
     else:
-        log.warning("grace over after %.2fs: cancelling %d RPCs", time.monotonic() - began, state.in_flight)
-    await server.stop(FLUSH_S if finished else 0)
+        log.warning("grace over after %.2fs: ending %d RPCs with UNAVAILABLE", time.monotonic() - began,
+                    await state.cut(CUT))
+    await server.stop(FLUSH_S)
     return finished
 
 

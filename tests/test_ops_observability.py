@@ -91,6 +91,21 @@ async def test_metrics_count_rpcs_tokens_and_latencies(server):
     assert value(m, "mlxgrpc_draining") == 0
 
 
+async def test_metrics_count_speculative_drafts(server):
+    from tests.conftest import SELF_DRAFTED
+
+    spec = gen_pb.SpeculationOptions(mode=gen_pb.SPECULATION_MODE_DRAFT, num_draft_tokens=4)
+    async with metered_server(server["models"]) as (stub, http_port):
+        out = await generate(stub, request("Hello there, drafts", model=SELF_DRAFTED, max_tokens=16,
+                                           speculation=spec))
+        await asyncio.sleep(0.2)
+        m = await scrape(http_port)
+    usage = out.finished.usage
+    assert usage.draft_tokens > 0
+    assert value(m, "mlxgrpc_draft_tokens_total", model=SELF_DRAFTED) == usage.draft_tokens
+    assert value(m, "mlxgrpc_accepted_draft_tokens_total", model=SELF_DRAFTED) == usage.accepted_draft_tokens
+
+
 async def test_metrics_show_in_flight_streams_and_registries_are_separate(server):
     async with metered_server(server["models"]) as (stub, http_port), \
             metered_server(server["models"]) as (_, other_port):

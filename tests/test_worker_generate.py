@@ -109,6 +109,11 @@ async def test_sampling_parameters_reach_the_engine(stub, worker, oracle):
     (mlx_pb.GenerateRequest(tokenized=mlx_pb.TokenizedInput(input_ids=[1, 2]),
                             sampling_params=mlx_pb.SamplingParams(logprobs=99)), "sampling_params.logprobs"),
     (mlx_pb.GenerateRequest(), "input"),
+    (mlx_pb.GenerateRequest(request_id="i" * 129, tokenized=mlx_pb.TokenizedInput(input_ids=[1, 2])), "request_id"),
+    (mlx_pb.GenerateRequest(tokenized=mlx_pb.TokenizedInput(input_ids=[1] * 4096)), "tokenized.input_ids"),
+    (mlx_pb.GenerateRequest(tokenized=mlx_pb.TokenizedInput(input_ids=[1, 2]),
+                            sampling_params=mlx_pb.SamplingParams(stop_token_ids=[1] * 1025)),
+     "sampling_params.stop_token_ids"),
 ])
 async def test_invalid_fields_name_the_contracts_field(worker, req, field):
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -117,6 +122,20 @@ async def test_invalid_fields_name_the_contracts_field(worker, req, field):
     found = details(err.value)
     assert found["BadRequest"].field_violations[0].field == field
     assert found["ErrorInfo"].domain == "mlxgrpc.v1" and found["ErrorInfo"].reason == "INVALID_FIELD"
+
+
+async def test_counts_are_checked_before_the_request_is_converted(worker, monkeypatch):
+    """The same limits as our Generate, measured on the wire message first."""
+    def unreachable(_msg):
+        raise AssertionError("converted before its counts were checked")
+
+    monkeypatch.setattr("service.worker.convert.generation_request", unreachable)
+    for req, field in ((tokenized([1] * 300_000), "tokenized.input_ids"),
+                       (tokenized([1, 2], logit_bias={i: 1.0 for i in range(2000)}), "sampling_params.logit_bias")):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            [r async for r in worker.Generate(req)]
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert details(err.value)["BadRequest"].field_violations[0].field == field
 
 
 async def read_rest(call) -> list[mlx_pb.GenerateResponse]:

@@ -37,6 +37,7 @@ from .decoding import Decoder
 from .prefilling import Prefiller
 from .reuse import PrefixReuse
 from .sequence import Sequence, Status
+from .speculation.draft import DraftModel
 from .throughput import TokenRate
 
 log = logging.getLogger("engine.generation.scheduler")
@@ -64,7 +65,7 @@ class SchedulerStats:
 class Scheduler:
     def __init__(self, model: nn.Module, config: SchedulerConfig, token_text: Callable[[int], str], *,
                  budget: MemoryBudget | None = None, namespace: str = "",
-                 interrupt: Callable[[str], bool] | None = None):
+                 interrupt: Callable[[str], bool] | None = None, drafter: DraftModel | None = None):
         self._model = model
         self._config = config
         cache = (PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries)
@@ -74,7 +75,9 @@ class Scheduler:
         self._batch = Batch(model)
         self.can_roll_back = can_roll_back(model)
         self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt)
-        self._decoder = Decoder(token_text)
+        self._drafter = drafter
+        self._decoder = Decoder(token_text, can_roll_back=self.can_roll_back, step_tokens=config.step_tokens,
+                                drafter=drafter)
         self._prefilling: deque[Sequence] = deque()
         self._decoding: list[Sequence] = []
         self.generated_tokens = 0
@@ -129,6 +132,8 @@ class Scheduler:
         self._prefilling.clear()
         self._decoding = []
         self._batch.keep([])
+        if self._drafter is not None:
+            self._drafter.retain([])
 
     def shutdown(self, message: str) -> None:
         """Ends everything, waiting sequences included (CANCELLED)."""
@@ -142,7 +147,7 @@ class Scheduler:
         return SchedulerStats(
             waiting=self.admission.waiting, running=self.admission.running,
             reserved=self.admission.reserved, rows=len(self._prefilling) + self._batch.size,
-            kv_bytes=self._batch.nbytes + prefill_bytes,
+            kv_bytes=self._batch.nbytes + prefill_bytes + (self._drafter.nbytes if self._drafter else 0),
             reserved_bytes=budget.committed_bytes if budget is not None else 0,
             budget_bytes=budget.budget_bytes if budget is not None else None,
             prefix_entries=len(cache) if cache is not None else 0,
@@ -168,6 +173,8 @@ class Scheduler:
 
     def _join(self, seq: Sequence) -> None:
         self._batch.join(seq.caches)  # the batch copies the row's KV
+        if self._drafter is not None:
+            self._drafter.join(seq)
         if seq.computed > 0:
             self.reuse.store(seq, seq.tokens[: seq.computed], seq.caches)
         seq.caches = None
@@ -192,6 +199,8 @@ class Scheduler:
                 self.admission.release(seq)
         self._batch.keep(keep)
         self._decoding = [self._decoding[i] for i in keep]
+        if self._drafter is not None:
+            self._drafter.retain(self._decoding)
 
     def _end(self, seq: Sequence, reason: FinishReason, error: str = "") -> None:
         """Finishes a started sequence outside the batch and releases it."""

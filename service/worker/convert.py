@@ -19,6 +19,7 @@ from engine.description import ModelDescription
 from engine.errors import InvalidRequest
 from engine.events import Delta, Event, FinishReason, Finished, Started, TokenLogprob
 from engine.requests import GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
+from engine.validation import RequestCounts
 
 SERVER_TYPE = "mlx-grpc"
 OPENAI_TEMPERATURE = 1.0
@@ -37,6 +38,15 @@ def generation_request(msg: mlx_pb.GenerateRequest) -> GenerationRequest:
         stopping=StopOptions(max_tokens=sp.max_tokens if sp.HasField("max_tokens") else None,
                              stop_token_ids=tuple(sp.stop_token_ids), ignore_eos=sp.ignore_eos),
         logprobs=logprobs is not None, top_logprobs=logprobs or 0)
+
+
+def generation_counts(msg: mlx_pb.GenerateRequest) -> RequestCounts:
+    """The repeated fields' sizes, measured on the wire message (in our API's field
+    names; ``in_contract_terms`` renames them)."""
+    sp = msg.sampling_params
+    return RequestCounts(
+        prompt_ids=len(msg.tokenized.input_ids) if msg.WhichOneof("input") == "tokenized" else 0,
+        stop_token_ids=len(sp.stop_token_ids), logit_bias=len(sp.logit_bias))
 
 
 def _prompt(msg: mlx_pb.GenerateRequest):

@@ -2,8 +2,10 @@
 
 A gateway treats each server as one worker serving one model: the first
 generation model. Generate, Abort and the load figures go through the same
-``GenerationEngine`` as our own Generate and Cancel; errors leave through
-``status.abort`` with the same codes and details.
+``GenerationEngine`` as our own Generate and Cancel, with the same limits checked
+before any work (the request id's length and the repeated fields' counts on the
+wire message); errors leave through ``status.abort`` with the same codes and
+details.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from smg_grpc_proto import mlx_engine_pb2_grpc as mlx_grpc
 
 from engine.errors import EngineError
 from engine.generation.engine import GenerationEngine
-from engine.models import ModelSet
+from engine.models import ModelSet, sized_limits
+from engine.validation import Limits, check_counts, check_ids
 
 from ..calls import current_call
 from ..interceptors import ServerState
@@ -29,9 +32,10 @@ SERVICE_NAME = mlx_pb.DESCRIPTOR.services_by_name["MlxEngine"].full_name
 
 
 class WorkerServicer(mlx_grpc.MlxEngineServicer):
-    def __init__(self, models: ModelSet, state: ServerState):
+    def __init__(self, models: ModelSet, state: ServerState, limits: Limits = Limits()):
         self.models = models
         self.state = state
+        self.limits = limits  # for the request id, checked before the model is looked up
         self.started = time.monotonic()
         self._files: dict[str, bytes] | None = None
         self._bundle: TokenizerBundle | None = None
@@ -45,7 +49,9 @@ class WorkerServicer(mlx_grpc.MlxEngineServicer):
 
     async def Generate(self, request: mlx_pb.GenerateRequest, context: grpc.aio.ServicerContext):
         try:
+            check_ids(self.limits, request_id=request.request_id)
             engine = self._engine()
+            check_counts(convert.generation_counts(request), sized_limits(engine))
             responses = convert.Responses(request.stream)
             async for event in engine.generate(convert.generation_request(request)):
                 message = responses.add(event)

@@ -29,8 +29,8 @@ type GenerateRequest struct {
 	// A client-chosen id (at most 128 characters) used by Cancel, logs and the
 	// started event. Empty: the server assigns one. Must be unique among running requests.
 	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// Groups requests of one conversation. A hint for prefix-cache affinity; it never
-	// changes the output.
+	// Groups requests of one conversation (at most 128 characters). A hint for
+	// prefix-cache affinity; it never changes the output.
 	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The prompt. Exactly one must be set.
 	//
@@ -50,8 +50,10 @@ type GenerateRequest struct {
 	TopLogprobs int32 `protobuf:"varint,10,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
 	// Do not reuse or publish prefix-cache entries for this request.
 	BypassPrefixCache bool `protobuf:"varint,11,opt,name=bypass_prefix_cache,json=bypassPrefixCache,proto3" json:"bypass_prefix_cache,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Speculative decoding. Unset: the server's default. It never changes the output.
+	Speculation   *SpeculationOptions `protobuf:"bytes,12,opt,name=speculation,proto3" json:"speculation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -172,6 +174,13 @@ func (x *GenerateRequest) GetBypassPrefixCache() bool {
 		return x.BypassPrefixCache
 	}
 	return false
+}
+
+func (x *GenerateRequest) GetSpeculation() *SpeculationOptions {
+	if x != nil {
+		return x.Speculation
+	}
+	return nil
 }
 
 type isGenerateRequest_Prompt interface {
@@ -1558,7 +1567,7 @@ var File_mlxgrpc_v1_inference_service_proto protoreflect.FileDescriptor
 const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\n" +
 	"\"mlxgrpc/v1/inference_service.proto\x12\n" +
-	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x16mlxgrpc/v1/model.proto\"\xc6\x03\n" +
+	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x16mlxgrpc/v1/model.proto\"\x88\x04\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
@@ -1573,7 +1582,8 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\blogprobs\x18\t \x01(\bR\blogprobs\x12!\n" +
 	"\ftop_logprobs\x18\n" +
 	" \x01(\x05R\vtopLogprobs\x12.\n" +
-	"\x13bypass_prefix_cache\x18\v \x01(\bR\x11bypassPrefixCacheB\b\n" +
+	"\x13bypass_prefix_cache\x18\v \x01(\bR\x11bypassPrefixCache\x12@\n" +
+	"\vspeculation\x18\f \x01(\v2\x1e.mlxgrpc.v1.SpeculationOptionsR\vspeculationB\b\n" +
 	"\x06prompt\"\x92\x01\n" +
 	"\x11GenerationStarted\x12\x1d\n" +
 	"\n" +
@@ -1721,52 +1731,54 @@ var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(*ChatMessages)(nil),         // 23: mlxgrpc.v1.ChatMessages
 	(*SamplingParams)(nil),       // 24: mlxgrpc.v1.SamplingParams
 	(*StoppingCriteria)(nil),     // 25: mlxgrpc.v1.StoppingCriteria
-	(*TokenLogprob)(nil),         // 26: mlxgrpc.v1.TokenLogprob
-	(FinishReason)(0),            // 27: mlxgrpc.v1.FinishReason
-	(*Usage)(nil),                // 28: mlxgrpc.v1.Usage
-	(*Timings)(nil),              // 29: mlxgrpc.v1.Timings
-	(*ModelInfo)(nil),            // 30: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),           // 31: mlxgrpc.v1.MemoryPlan
+	(*SpeculationOptions)(nil),   // 26: mlxgrpc.v1.SpeculationOptions
+	(*TokenLogprob)(nil),         // 27: mlxgrpc.v1.TokenLogprob
+	(FinishReason)(0),            // 28: mlxgrpc.v1.FinishReason
+	(*Usage)(nil),                // 29: mlxgrpc.v1.Usage
+	(*Timings)(nil),              // 30: mlxgrpc.v1.Timings
+	(*ModelInfo)(nil),            // 31: mlxgrpc.v1.ModelInfo
+	(*MemoryPlan)(nil),           // 32: mlxgrpc.v1.MemoryPlan
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
 	22, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
 	23, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
 	24, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
 	25, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
-	26, // 4: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
-	27, // 5: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
-	28, // 6: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
-	29, // 7: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
-	1,  // 8: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
-	2,  // 9: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
-	3,  // 10: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
-	30, // 11: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
-	31, // 12: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
-	30, // 13: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
-	21, // 14: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
-	0,  // 15: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
-	5,  // 16: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
-	7,  // 17: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	9,  // 18: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	11, // 19: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	13, // 20: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	15, // 21: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	17, // 22: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	19, // 23: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
-	4,  // 24: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	6,  // 25: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	8,  // 26: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	10, // 27: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	12, // 28: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	14, // 29: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	16, // 30: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	18, // 31: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	20, // 32: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
-	24, // [24:33] is the sub-list for method output_type
-	15, // [15:24] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	26, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
+	27, // 5: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
+	28, // 6: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
+	29, // 7: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
+	30, // 8: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
+	1,  // 9: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
+	2,  // 10: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
+	3,  // 11: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
+	31, // 12: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
+	32, // 13: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
+	31, // 14: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
+	21, // 15: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
+	0,  // 16: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
+	5,  // 17: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
+	7,  // 18: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	9,  // 19: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	11, // 20: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	13, // 21: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	15, // 22: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	17, // 23: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	19, // 24: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
+	4,  // 25: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	6,  // 26: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	8,  // 27: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	10, // 28: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	12, // 29: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	14, // 30: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	16, // 31: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	18, // 32: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	20, // 33: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
+	25, // [25:34] is the sub-list for method output_type
+	16, // [16:25] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_inference_service_proto_init() }

@@ -38,9 +38,11 @@ const (
 //
 // Errors use canonical status codes with google.rpc details (ErrorInfo with domain
 // "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-// bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-// RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-// a server still loading or draining UNAVAILABLE.
+// bad input (an invalid value, or more than the server's limits allow) is
+// INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+// a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+// shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+// period ends: retry it on another replica).
 type InferenceServiceClient interface {
 	// Generates text. The stream opens with a `started` event, carries `delta` events
 	// with new tokens and text, and closes with a `finished` event. Cancel the call
@@ -191,9 +193,11 @@ func (c *inferenceServiceClient) GetLoad(ctx context.Context, in *GetLoadRequest
 //
 // Errors use canonical status codes with google.rpc details (ErrorInfo with domain
 // "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-// bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-// RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-// a server still loading or draining UNAVAILABLE.
+// bad input (an invalid value, or more than the server's limits allow) is
+// INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+// a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+// shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+// period ends: retry it on another replica).
 type InferenceServiceServer interface {
 	// Generates text. The stream opens with a `started` event, carries `delta` events
 	// with new tokens and text, and closes with a `finished` event. Cancel the call

@@ -30,9 +30,11 @@ class InferenceServiceStub:
 
     Errors use canonical status codes with google.rpc details (ErrorInfo with domain
     "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-    bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-    RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-    a server still loading or draining UNAVAILABLE.
+    bad input (an invalid value, or more than the server's limits allow) is
+    INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+    a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+    shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+    period ends: retry it on another replica).
     """
 
     def __init__(self, channel):
@@ -93,9 +95,11 @@ class InferenceServiceServicer:
 
     Errors use canonical status codes with google.rpc details (ErrorInfo with domain
     "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-    bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-    RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-    a server still loading or draining UNAVAILABLE.
+    bad input (an invalid value, or more than the server's limits allow) is
+    INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+    a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+    shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+    period ends: retry it on another replica).
     """
 
     def Generate(self, request, context):
@@ -227,9 +231,11 @@ class InferenceService:
 
     Errors use canonical status codes with google.rpc details (ErrorInfo with domain
     "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-    bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-    RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-    a server still loading or draining UNAVAILABLE.
+    bad input (an invalid value, or more than the server's limits allow) is
+    INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+    a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+    shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+    period ends: retry it on another replica).
     """
 
     @staticmethod
