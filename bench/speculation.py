@@ -33,7 +33,7 @@ from engine.requests import GenerationRequest, SpeculationMode, SpeculationOptio
 
 from .common import Sample, default_model, machine_facts, prepare_f32, ratio
 from .run import Report, Row, log
-from .spec_prompts import COPY_TASKS, FREE_TASKS, copy_batch
+from .spec_prompts import COPY_TASKS, FREE_TASKS, copy_batch, free_batch
 
 MODES = (SpeculationMode.OFF, SpeculationMode.NGRAM, SpeculationMode.DRAFT)
 
@@ -119,20 +119,21 @@ async def run(args) -> Report:
 
 
 async def batch_rows(eng: GenerationEngine, tok, args, report: Report) -> None:
-    """Copy-heavy prompts, ``args.streams`` at once: aggregate tok/s, off vs n-gram."""
-    table = report.table(f"{args.streams} copy-heavy streams at once (aggregate tok/s)", "speculating", "off")
-    prompts = [tok.apply_chat_template(m, add_generation_prompt=True) for m in copy_batch(args.streams)]
-    rates = {}
-    for mode in (SpeculationMode.OFF, SpeculationMode.NGRAM, SpeculationMode.OFF, SpeculationMode.NGRAM):
-        start = time.perf_counter()
-        outs = await asyncio.gather(*(ours(eng, p, args.tokens, mode, args.k) for p in prompts))
-        rate = sum(len(o[0]) for o in outs) / (time.perf_counter() - start)
-        rates.setdefault(mode, Sample()).add(rate)
-        rates.setdefault((mode, "acc"), [sum(o[3] for o in outs), sum(o[2] for o in outs)])
-    on, off = rates[SpeculationMode.NGRAM], rates[SpeculationMode.OFF]
-    acc = rates[(SpeculationMode.NGRAM, "acc")]
-    table.append(Row("ngram", on.fmt(), off.fmt(), ratio(on.median, off.median), f"accepted {acc[0]}/{acc[1]}"))
-    log(f"{args.streams} streams: off {off.fmt()}, ngram {on.fmt()} tok/s")
+    """``args.streams`` prompts at once, copy-heavy then free: aggregate tok/s, off vs n-gram."""
+    table = report.table(f"{args.streams} streams at once (aggregate tok/s)", "n-gram", "off")
+    for kind, chats in (("copy-heavy", copy_batch(args.streams)), ("free", free_batch(args.streams))):
+        prompts = [tok.apply_chat_template(m, add_generation_prompt=True) for m in chats]
+        rates: dict = {}
+        accepted = drafted = 0
+        for mode in (SpeculationMode.OFF, SpeculationMode.NGRAM) * 2:
+            start = time.perf_counter()
+            outs = await asyncio.gather(*(ours(eng, p, args.tokens, mode, args.k) for p in prompts))
+            rates.setdefault(mode, Sample()).add(sum(len(o[0]) for o in outs) / (time.perf_counter() - start))
+            if mode is SpeculationMode.NGRAM:
+                accepted, drafted = accepted + sum(o[3] for o in outs), drafted + sum(o[2] for o in outs)
+        on, off = rates[SpeculationMode.NGRAM], rates[SpeculationMode.OFF]
+        table.append(Row(kind, on.fmt(), off.fmt(), ratio(on.median, off.median), f"accepted {accepted}/{drafted}"))
+        log(f"{args.streams} {kind} streams: off {off.fmt()}, ngram {on.fmt()} tok/s")
 
 
 def main(argv: list[str] | None = None) -> int:

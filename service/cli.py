@@ -106,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve Prometheus metrics on this HTTP port (off by default; 0 picks one)")
     s.add_argument("--metrics-host", default="0.0.0.0", help="address of the metrics endpoint")
     s.add_argument("--no-access-log", action="store_true", help="no per-RPC line on the service.access logger")
+    s.add_argument("--no-smg-worker", action="store_true",
+                   help="do not serve SMG's worker contract mlx.grpc.engine.MlxEngine (the Shepherd Model Gateway's)")
 
     sub.add_parser("prepare", help="convert the embedded default models once (shows progress)")
     sub.add_parser("models", help="print where the embedded default models are")
@@ -175,7 +177,8 @@ def server_options(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     return ServerOptions(reflection=not args.no_reflection, max_message_bytes=args.max_message_bytes,
                          grace_s=args.grace, auth_tokens=tokens, auth_open_reflection=args.auth_open_reflection,
                          metrics_port=args.metrics_port, metrics_host=args.metrics_host,
-                         access_log=not args.no_access_log, limits=build_limits(args))
+                         access_log=not args.no_access_log, limits=build_limits(args),
+                         smg_worker=not args.no_smg_worker)
 
 
 def tls_credentials(args: argparse.Namespace, parser: argparse.ArgumentParser):

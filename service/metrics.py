@@ -20,12 +20,14 @@ Metrics (all prefixed ``mlxgrpc_``):
   active_rows{model}                             gauge      admitted requests (prefilling/decoding)
   model_ready{model}                             gauge      1 when loaded and serving
   draining                                       gauge      1 while the server drains
-plus the structured-output counters of ``grammar_metrics`` and the standard
+plus the structured-output counters of ``grammar_metrics``, GetLoad's figures per
+model (service/load_metrics.py) and the standard
 process_* metrics (CPU, resident memory, open fds).
 
 Labels never take a client's string as it is, so no client can multiply series:
 methods this server does not serve are ``unknown`` (service and method), and so
-are model names that no served model has.
+are model names that no served model has. The served methods include the worker
+contract's (``mlx.grpc.engine.MlxEngine``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from prometheus_client.core import GaugeMetricFamily
 from .calls import EMBED, UNKNOWN, CallRecord, Observer, method_labels
 from .grammar_metrics import GrammarCollector
 from .handlers import HEALTH_SERVICE
+from .load_metrics import LoadCollector
 
 log = logging.getLogger("service.metrics")
 
@@ -101,6 +104,7 @@ class Metrics(Observer):
         if models is not None:
             r.register(EngineCollector(models))
             r.register(GrammarCollector(models))
+            r.register(LoadCollector(models))
         try:
             ProcessCollector(registry=r)
         except Exception:  # noqa: BLE001 - platforms without /proc

@@ -6,12 +6,11 @@ engine threads start, so two threads never drive MLX at once.
 
 from __future__ import annotations
 
-import engine  # noqa: F401 - first: it loads the optimized BLAS, which must precede any import of mlx
-
 import dataclasses
 import importlib.util
 from pathlib import Path
 
+import engine  # noqa: F401 - first: loads the optimized BLAS before anything imports mlx
 import grpc
 import pytest
 import pytest_asyncio

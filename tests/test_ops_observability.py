@@ -26,15 +26,16 @@ SERVICE = "mlxgrpc.v1.InferenceService"
 
 
 @contextlib.asynccontextmanager
-async def metered_server(models, options: ServerOptions = ServerOptions()):
+async def metered_server(models, options: ServerOptions = ServerOptions(), *, state: ServerState | None = None,
+                         stub=pb_grpc.InferenceServiceStub):
     metrics = Metrics(models)
     srv, port = await create_server("127.0.0.1:0", models, options=options, metrics=metrics,
-                                    state=ServerState())
+                                    state=state or ServerState())
     await srv.start()
     http_port = metrics.serve_http(0, "127.0.0.1")
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-            yield pb_grpc.InferenceServiceStub(ch), http_port
+            yield stub(ch), http_port
     finally:
         await srv.stop(0.5)
         metrics.close()

@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import time
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import AsyncIterator
 
@@ -25,7 +26,9 @@ from ..events import Event, FinishReason, Finished, Timings, Usage
 from ..hardware.device import backend_name, blas_name
 from ..hardware.machine import usable_memory
 from ..loading.model import LoadedModel, default_name, load_generation_model
+from ..loading.tokenizer_files import tokenizer_files
 from ..memory.budget import MemoryBudget
+from ..memory.calibration import calibrate_decode
 from ..memory.facts import facts_from_model, with_draft
 from ..memory.plan import MemoryPlan, plan_memory
 from ..requests import GenerationRequest, SpeculationMode
@@ -33,7 +36,6 @@ from ..validation import check_token_ids, validate_request
 from .config import GenerationConfig
 from .factory import check_speculation, make_sequence
 from .grammar.compiler import Grammars, grammar_tokenizer
-from .grammar.constraint import Constraint
 from .grammar.formats import field_name
 from .grammar.stats import GrammarStats
 from .prompts import EncodedPrompt, PromptEncoder
@@ -66,6 +68,7 @@ class GenerationEngine:
         self._budget: MemoryBudget | None = None  # built at load; the loop reads only its fixed facts
         self._facts = None
         self._grammars: Grammars | None = None  # built at load
+        self._decode = None  # the decode rate calibrated at load (PlanMemory)
         self._streams = Streams()
         self._closing = False
         self._machine_total = usable_memory()[1]
@@ -99,6 +102,7 @@ class GenerationEngine:
         """Runs on the engine thread: the weights, then the memory facts of them."""
         loaded = load_generation_model(self.source, name=self.name, dtype=self.config.dtype)
         self._facts = facts_from_model(loaded.model, loaded.config)
+        self._decode = calibrate_decode(loaded.model, self._facts)
         self._rolls_back = can_roll_back(loaded.model)
         if self.config.draft_model:
             draft = load_generation_model(self.config.draft_model, dtype=self.config.dtype)
@@ -155,12 +159,17 @@ class GenerationEngine:
         def plan(_scheduler) -> MemoryPlan:
             return plan_memory(self._facts, context_tokens=context, max_generation_tokens=max_generation_tokens,
                                prefill_chunk=self.config.scheduler.prefill_chunk, usable=budget.usable_bytes,
-                               reserve_bytes=budget.reserve_bytes, machine_total=self._machine_total)
+                               reserve_bytes=budget.reserve_bytes, machine_total=self._machine_total,
+                               decode=self._decode, context_limit=m.context_length)
 
         return await asyncio.wrap_future(self._worker.call(plan))
 
+    def scheduler_stats(self) -> Future[SchedulerStats]:
+        """The engine thread's snapshot, as a future any thread may wait on."""
+        return self._worker.call(lambda s: s.stats())
+
     async def stats(self) -> EngineStats:
-        snapshot = await asyncio.wrap_future(self._worker.call(lambda s: s.stats()))
+        snapshot = await asyncio.wrap_future(self.scheduler_stats())
         return EngineStats(**dataclasses.asdict(snapshot), tracked=len(self._streams),
                            in_flight=self._streams.in_flight)
 
@@ -188,6 +197,17 @@ class GenerationEngine:
     def detokenize(self, ids: list[int], skip_special_tokens: bool) -> str:
         check_token_ids("token_ids", ids, self.loaded.vocab_size)
         return self.loaded.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def tokenizer_files(self) -> dict[str, bytes]:
+        """The tokenizer, its config (chat template included) and the model config, by
+        file name: what a router needs to tokenize as this model does; blocking."""
+        return tokenizer_files(self.loaded)
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        """The longest prompt a request may have (the limit, within the context)."""
+        self.loaded
+        return self._prompts.max_prompt_tokens
 
     def encode_prompt(self, request: GenerationRequest) -> EncodedPrompt:
         """The prompt's token ids (chats rendered with the template); blocking."""
@@ -227,7 +247,8 @@ class GenerationEngine:
         prompt = await asyncio.to_thread(self.encode_prompt, request)
         max_tokens = self._max_tokens(request, len(prompt.ids))
         self._refuse_at_once(len(prompt.ids) + max_tokens)
-        constraint = await self._constrain(request)
+        fmt = request.response_format  # structured output: the row constraint, compiled off the loop
+        constraint = await self._grammars.constrain(fmt) if fmt is not None else None
         if stream.cancel_requested:
             elapsed = time.perf_counter() - arrived
             yield Finished(FinishReason.CANCELLED, Usage(len(prompt.ids), 0, 0), Timings(elapsed, 0.0, 0.0, elapsed))
@@ -247,12 +268,6 @@ class GenerationEngine:
             yield event
             if isinstance(event, Finished):
                 return
-
-    async def _constrain(self, request: GenerationRequest) -> Constraint | None:
-        """The row constraint of a structured-output request, compiled off the loop."""
-        if request.response_format is None:
-            return None
-        return await self._grammars.constrain(request.response_format)
 
     def _refuse_at_once(self, context_tokens: int) -> None:
         """Errors for a request that cannot be queued now, or can never run."""

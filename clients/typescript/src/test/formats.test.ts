@@ -1,5 +1,5 @@
-// Structured output: the builders, and a JSON-schema request against a live server
-// at MLXGRPC_ADDRESS (skipped when it is unset).
+// Structured output: the builders, and a JSON-schema request against the live server
+// (see support.ts).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
@@ -16,8 +16,7 @@ import {
   jsonSchemaFormat,
   regexFormat,
 } from "../index.js";
-
-const address = process.env.MLXGRPC_ADDRESS;
+import { address, liveTest } from "./support.js";
 
 test("the builders set one field of the oneof", () => {
   assert.deepEqual(jsonSchemaFormat({ type: "string" }), { format: { case: "jsonSchema", value: '{"type":"string"}' } });
@@ -28,7 +27,7 @@ test("the builders set one field of the oneof", () => {
   assert.deepEqual(choiceFormat("a", "b"), { format: { case: "choice", value: { options: ["a", "b"] } } });
 });
 
-test("a JSON-schema request ends STOP with JSON that fits the schema", { skip: address ? false : "MLXGRPC_ADDRESS is not set" }, async () => {
+liveTest("a JSON-schema request ends STOP with JSON that fits the schema", async () => {
   const client = connect(address!, { timeoutMs: 120_000 });
   try {
     const schema = {

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/inference_service.proto.
  */
 export const file_mlxgrpc_v1_inference_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIsEDCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSMwoPcmVzcG9uc2VfZm9ybWF0GA0gASgLMhoubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdEIICgZwcm9tcHQiZAoRR2VuZXJhdGlvblN0YXJ0ZWQSEgoKcmVxdWVzdF9pZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIVCg1wcm9tcHRfdG9rZW5zGAMgASgFEhUKDWNhY2hlZF90b2tlbnMYBCABKAUiWQoKVG9rZW5EZWx0YRIRCgl0b2tlbl9pZHMYASADKAUSDAoEdGV4dBgCIAEoCRIqCghsb2dwcm9icxgDIAMoCzIYLm1seGdycGMudjEuVG9rZW5Mb2dwcm9iIssBChJHZW5lcmF0aW9uRmluaXNoZWQSKAoGcmVhc29uGAEgASgOMhgubWx4Z3JwYy52MS5GaW5pc2hSZWFzb24SFQoNc3RvcF9zZXF1ZW5jZRgCIAEoCRIaCg1zdG9wX3Rva2VuX2lkGAMgASgFSACIAQESIAoFdXNhZ2UYBCABKAsyES5tbHhncnBjLnYxLlVzYWdlEiQKB3RpbWluZ3MYBSABKAsyEy5tbHhncnBjLnYxLlRpbWluZ3NCEAoOX3N0b3BfdG9rZW5faWQiqgEKEEdlbmVyYXRlUmVzcG9uc2USMAoHc3RhcnRlZBgBIAEoCzIdLm1seGdycGMudjEuR2VuZXJhdGlvblN0YXJ0ZWRIABInCgVkZWx0YRgCIAEoCzIWLm1seGdycGMudjEuVG9rZW5EZWx0YUgAEjIKCGZpbmlzaGVkGAMgASgLMh4ubWx4Z3JwYy52MS5HZW5lcmF0aW9uRmluaXNoZWRIAEIHCgVldmVudCKQAQoMRW1iZWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEg4KBmlucHV0cxgCIAMoCRITCgtpbnN0cnVjdGlvbhgDIAEoCRIWCglub3JtYWxpemUYBCABKAhIAIgBARISCgpkaW1lbnNpb25zGAUgASgFEhIKCnJlcXVlc3RfaWQYBiABKAlCDAoKX25vcm1hbGl6ZSJBCg1FbWJlZFJlc3BvbnNlEg0KBWluZGV4GAEgASgFEhEKCWVtYmVkZGluZxgCIAMoAhIOCgZ0b2tlbnMYAyABKAUiIwoNQ2FuY2VsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIiMKDkNhbmNlbFJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCCIkChNHZXRNb2RlbEluZm9SZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIjsKFEdldE1vZGVsSW5mb1Jlc3BvbnNlEiMKBGluZm8YASABKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbyJZChFQbGFuTWVtb3J5UmVxdWVzdBINCgVtb2RlbBgBIAEoCRIWCg5jb250ZXh0X3Rva2VucxgCIAEoAxIdChVtYXhfZ2VuZXJhdGlvbl90b2tlbnMYAyABKAMiOgoSUGxhbk1lbW9yeVJlc3BvbnNlEiQKBHBsYW4YASABKAsyFi5tbHhncnBjLnYxLk1lbW9yeVBsYW4iSgoPVG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBHRleHQYAiABKAkSGgoSYWRkX3NwZWNpYWxfdG9rZW5zGAMgASgIIjUKEFRva2VuaXplUmVzcG9uc2USEQoJdG9rZW5faWRzGAEgAygFEg4KBnRva2VucxgCIAMoCSJSChFEZXRva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIRCgl0b2tlbl9pZHMYAiADKAUSGwoTc2tpcF9zcGVjaWFsX3Rva2VucxgDIAEoCCIiChJEZXRva2VuaXplUmVzcG9uc2USDAoEdGV4dBgBIAEoCSITChFMaXN0TW9kZWxzUmVxdWVzdCI7ChJMaXN0TW9kZWxzUmVzcG9uc2USJQoGbW9kZWxzGAEgAygLMhUubWx4Z3JwYy52MS5Nb2RlbEluZm8y3QQKEEluZmVyZW5jZVNlcnZpY2USRwoIR2VuZXJhdGUSGy5tbHhncnBjLnYxLkdlbmVyYXRlUmVxdWVzdBocLm1seGdycGMudjEuR2VuZXJhdGVSZXNwb25zZTABEj4KBUVtYmVkEhgubWx4Z3JwYy52MS5FbWJlZFJlcXVlc3QaGS5tbHhncnBjLnYxLkVtYmVkUmVzcG9uc2UwARI/CgZDYW5jZWwSGS5tbHhncnBjLnYxLkNhbmNlbFJlcXVlc3QaGi5tbHhncnBjLnYxLkNhbmNlbFJlc3BvbnNlElEKDEdldE1vZGVsSW5mbxIfLm1seGdycGMudjEuR2V0TW9kZWxJbmZvUmVxdWVzdBogLm1seGdycGMudjEuR2V0TW9kZWxJbmZvUmVzcG9uc2USSwoKUGxhbk1lbW9yeRIdLm1seGdycGMudjEuUGxhbk1lbW9yeVJlcXVlc3QaHi5tbHhncnBjLnYxLlBsYW5NZW1vcnlSZXNwb25zZRJFCghUb2tlbml6ZRIbLm1seGdycGMudjEuVG9rZW5pemVSZXF1ZXN0GhwubWx4Z3JwYy52MS5Ub2tlbml6ZVJlc3BvbnNlEksKCkRldG9rZW5pemUSHS5tbHhncnBjLnYxLkRldG9rZW5pemVSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5EZXRva2VuaXplUmVzcG9uc2USSwoKTGlzdE1vZGVscxIdLm1seGdycGMudjEuTGlzdE1vZGVsc1JlcXVlc3QaHi5tbHhncnBjLnYxLkxpc3RNb2RlbHNSZXNwb25zZUJOCg5kZXYubWx4Z3JwYy52MUIVSW5mZXJlbmNlU2VydmljZVByb3RvUAFaI21seGdycGMuZGV2L2dvL21seGdycGMvdjE7bWx4Z3JwY3YxYgZwcm90bzM", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
+  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIsEDCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSMwoPcmVzcG9uc2VfZm9ybWF0GA0gASgLMhoubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdEIICgZwcm9tcHQiZAoRR2VuZXJhdGlvblN0YXJ0ZWQSEgoKcmVxdWVzdF9pZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIVCg1wcm9tcHRfdG9rZW5zGAMgASgFEhUKDWNhY2hlZF90b2tlbnMYBCABKAUiWQoKVG9rZW5EZWx0YRIRCgl0b2tlbl9pZHMYASADKAUSDAoEdGV4dBgCIAEoCRIqCghsb2dwcm9icxgDIAMoCzIYLm1seGdycGMudjEuVG9rZW5Mb2dwcm9iIssBChJHZW5lcmF0aW9uRmluaXNoZWQSKAoGcmVhc29uGAEgASgOMhgubWx4Z3JwYy52MS5GaW5pc2hSZWFzb24SFQoNc3RvcF9zZXF1ZW5jZRgCIAEoCRIaCg1zdG9wX3Rva2VuX2lkGAMgASgFSACIAQESIAoFdXNhZ2UYBCABKAsyES5tbHhncnBjLnYxLlVzYWdlEiQKB3RpbWluZ3MYBSABKAsyEy5tbHhncnBjLnYxLlRpbWluZ3NCEAoOX3N0b3BfdG9rZW5faWQiqgEKEEdlbmVyYXRlUmVzcG9uc2USMAoHc3RhcnRlZBgBIAEoCzIdLm1seGdycGMudjEuR2VuZXJhdGlvblN0YXJ0ZWRIABInCgVkZWx0YRgCIAEoCzIWLm1seGdycGMudjEuVG9rZW5EZWx0YUgAEjIKCGZpbmlzaGVkGAMgASgLMh4ubWx4Z3JwYy52MS5HZW5lcmF0aW9uRmluaXNoZWRIAEIHCgVldmVudCKQAQoMRW1iZWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEg4KBmlucHV0cxgCIAMoCRITCgtpbnN0cnVjdGlvbhgDIAEoCRIWCglub3JtYWxpemUYBCABKAhIAIgBARISCgpkaW1lbnNpb25zGAUgASgFEhIKCnJlcXVlc3RfaWQYBiABKAlCDAoKX25vcm1hbGl6ZSJBCg1FbWJlZFJlc3BvbnNlEg0KBWluZGV4GAEgASgFEhEKCWVtYmVkZGluZxgCIAMoAhIOCgZ0b2tlbnMYAyABKAUiIwoNQ2FuY2VsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIiMKDkNhbmNlbFJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCCIkChNHZXRNb2RlbEluZm9SZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIjsKFEdldE1vZGVsSW5mb1Jlc3BvbnNlEiMKBGluZm8YASABKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbyJZChFQbGFuTWVtb3J5UmVxdWVzdBINCgVtb2RlbBgBIAEoCRIWCg5jb250ZXh0X3Rva2VucxgCIAEoAxIdChVtYXhfZ2VuZXJhdGlvbl90b2tlbnMYAyABKAMiOgoSUGxhbk1lbW9yeVJlc3BvbnNlEiQKBHBsYW4YASABKAsyFi5tbHhncnBjLnYxLk1lbW9yeVBsYW4iSgoPVG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBHRleHQYAiABKAkSGgoSYWRkX3NwZWNpYWxfdG9rZW5zGAMgASgIIjUKEFRva2VuaXplUmVzcG9uc2USEQoJdG9rZW5faWRzGAEgAygFEg4KBnRva2VucxgCIAMoCSJSChFEZXRva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIRCgl0b2tlbl9pZHMYAiADKAUSGwoTc2tpcF9zcGVjaWFsX3Rva2VucxgDIAEoCCIiChJEZXRva2VuaXplUmVzcG9uc2USDAoEdGV4dBgBIAEoCSITChFMaXN0TW9kZWxzUmVxdWVzdCI7ChJMaXN0TW9kZWxzUmVzcG9uc2USJQoGbW9kZWxzGAEgAygLMhUubWx4Z3JwYy52MS5Nb2RlbEluZm8iHwoOR2V0TG9hZFJlcXVlc3QSDQoFbW9kZWwYASABKAkiUAoPR2V0TG9hZFJlc3BvbnNlEiUKBm1vZGVscxgBIAMoCzIVLm1seGdycGMudjEuTW9kZWxMb2FkEhYKDnVwdGltZV9zZWNvbmRzGAIgASgBIokDCglNb2RlbExvYWQSDQoFbW9kZWwYASABKAkSGAoQcnVubmluZ19yZXF1ZXN0cxgCIAEoBRIYChB3YWl0aW5nX3JlcXVlc3RzGAMgASgFEhwKFG1heF9ydW5uaW5nX3JlcXVlc3RzGAQgASgFEhYKDmt2X2NhY2hlX2J5dGVzGAUgASgDEhYKDnJlc2VydmVkX2J5dGVzGAYgASgDEhsKE21lbW9yeV9idWRnZXRfYnl0ZXMYByABKAMSHAoUcHJlZml4X2NhY2hlX2VudHJpZXMYCCABKAUSGgoScHJlZml4X2NhY2hlX2J5dGVzGAkgASgDEhkKEXByZWZpeF9jYWNoZV9oaXRzGAogASgDEhsKE3ByZWZpeF9jYWNoZV9taXNzZXMYCyABKAMSHQoVcHJlZml4X2NhY2hlX2hpdF9yYXRlGAwgASgBEiMKG2dlbmVyYXRlZF90b2tlbnNfcGVyX3NlY29uZBgNIAEoARIYChBnZW5lcmF0ZWRfdG9rZW5zGA4gASgDMqEFChBJbmZlcmVuY2VTZXJ2aWNlEkcKCEdlbmVyYXRlEhsubWx4Z3JwYy52MS5HZW5lcmF0ZVJlcXVlc3QaHC5tbHhncnBjLnYxLkdlbmVyYXRlUmVzcG9uc2UwARI+CgVFbWJlZBIYLm1seGdycGMudjEuRW1iZWRSZXF1ZXN0GhkubWx4Z3JwYy52MS5FbWJlZFJlc3BvbnNlMAESPwoGQ2FuY2VsEhkubWx4Z3JwYy52MS5DYW5jZWxSZXF1ZXN0GhoubWx4Z3JwYy52MS5DYW5jZWxSZXNwb25zZRJRCgxHZXRNb2RlbEluZm8SHy5tbHhncnBjLnYxLkdldE1vZGVsSW5mb1JlcXVlc3QaIC5tbHhncnBjLnYxLkdldE1vZGVsSW5mb1Jlc3BvbnNlEksKClBsYW5NZW1vcnkSHS5tbHhncnBjLnYxLlBsYW5NZW1vcnlSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVzcG9uc2USRQoIVG9rZW5pemUSGy5tbHhncnBjLnYxLlRva2VuaXplUmVxdWVzdBocLm1seGdycGMudjEuVG9rZW5pemVSZXNwb25zZRJLCgpEZXRva2VuaXplEh0ubWx4Z3JwYy52MS5EZXRva2VuaXplUmVxdWVzdBoeLm1seGdycGMudjEuRGV0b2tlbml6ZVJlc3BvbnNlEksKCkxpc3RNb2RlbHMSHS5tbHhncnBjLnYxLkxpc3RNb2RlbHNSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVzcG9uc2USQgoHR2V0TG9hZBIaLm1seGdycGMudjEuR2V0TG9hZFJlcXVlc3QaGy5tbHhncnBjLnYxLkdldExvYWRSZXNwb25zZUJOCg5kZXYubWx4Z3JwYy52MUIVSW5mZXJlbmNlU2VydmljZVByb3RvUAFaI21seGdycGMuZGV2L2dvL21seGdycGMvdjE7bWx4Z3JwY3YxYgZwcm90bzM", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
 
 /**
  * A request to generate text.
@@ -696,6 +696,169 @@ export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PUR
   messageDesc(file_mlxgrpc_v1_inference_service, 18);
 
 /**
+ * A request for load figures.
+ *
+ * @generated from message mlxgrpc.v1.GetLoadRequest
+ */
+export type GetLoadRequest = Message<"mlxgrpc.v1.GetLoadRequest"> & {
+  /**
+   * The generation model; empty reports every generation model.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.GetLoadRequest.
+ * Use `create(GetLoadRequestSchema)` to create a new message.
+ */
+export const GetLoadRequestSchema: GenMessage<GetLoadRequest> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 19);
+
+/**
+ * Load figures, one entry per generation model.
+ *
+ * @generated from message mlxgrpc.v1.GetLoadResponse
+ */
+export type GetLoadResponse = Message<"mlxgrpc.v1.GetLoadResponse"> & {
+  /**
+   * One entry per generation model, the default first.
+   *
+   * @generated from field: repeated mlxgrpc.v1.ModelLoad models = 1;
+   */
+  models: ModelLoad[];
+
+  /**
+   * Seconds since this server started.
+   *
+   * @generated from field: double uptime_seconds = 2;
+   */
+  uptimeSeconds: number;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.GetLoadResponse.
+ * Use `create(GetLoadResponseSchema)` to create a new message.
+ */
+export const GetLoadResponseSchema: GenMessage<GetLoadResponse> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 20);
+
+/**
+ * How busy one generation model is, read from its engine thread when asked.
+ *
+ * @generated from message mlxgrpc.v1.ModelLoad
+ */
+export type ModelLoad = Message<"mlxgrpc.v1.ModelLoad"> & {
+  /**
+   * The model's name.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * Requests admitted and not finished (prefilling or decoding).
+   *
+   * @generated from field: int32 running_requests = 2;
+   */
+  runningRequests: number;
+
+  /**
+   * Requests waiting for admission (a slot or memory).
+   *
+   * @generated from field: int32 waiting_requests = 3;
+   */
+  waitingRequests: number;
+
+  /**
+   * The most requests that run at once (the server's --max-active).
+   *
+   * @generated from field: int32 max_running_requests = 4;
+   */
+  maxRunningRequests: number;
+
+  /**
+   * Bytes of KV cache held by running requests now.
+   *
+   * @generated from field: int64 kv_cache_bytes = 5;
+   */
+  kvCacheBytes: bigint;
+
+  /**
+   * Bytes admission has committed to running requests (their KV at full context
+   * plus one prefill workspace).
+   *
+   * @generated from field: int64 reserved_bytes = 6;
+   */
+  reservedBytes: bigint;
+
+  /**
+   * Bytes admission may commit: usable memory less the weights and the reserve.
+   * 0 when admission does not plan by memory.
+   *
+   * @generated from field: int64 memory_budget_bytes = 7;
+   */
+  memoryBudgetBytes: bigint;
+
+  /**
+   * Entries in the prefix cache.
+   *
+   * @generated from field: int32 prefix_cache_entries = 8;
+   */
+  prefixCacheEntries: number;
+
+  /**
+   * Bytes of KV held by the prefix cache (not counted in kv_cache_bytes).
+   *
+   * @generated from field: int64 prefix_cache_bytes = 9;
+   */
+  prefixCacheBytes: bigint;
+
+  /**
+   * Prefix-cache lookups that reused a cached prefix, since the model loaded.
+   *
+   * @generated from field: int64 prefix_cache_hits = 10;
+   */
+  prefixCacheHits: bigint;
+
+  /**
+   * Prefix-cache lookups that found nothing to reuse, since the model loaded.
+   *
+   * @generated from field: int64 prefix_cache_misses = 11;
+   */
+  prefixCacheMisses: bigint;
+
+  /**
+   * hits / (hits + misses); 0 before the first lookup.
+   *
+   * @generated from field: double prefix_cache_hit_rate = 12;
+   */
+  prefixCacheHitRate: number;
+
+  /**
+   * Tokens generated per second over the last 10 seconds.
+   *
+   * @generated from field: double generated_tokens_per_second = 13;
+   */
+  generatedTokensPerSecond: number;
+
+  /**
+   * Tokens generated since the model loaded.
+   *
+   * @generated from field: int64 generated_tokens = 14;
+   */
+  generatedTokens: bigint;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.ModelLoad.
+ * Use `create(ModelLoadSchema)` to create a new message.
+ */
+export const ModelLoadSchema: GenMessage<ModelLoad> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 21);
+
+/**
  * Text generation and embeddings on MLX.
  *
  * Errors use canonical status codes with google.rpc details (ErrorInfo with domain
@@ -790,6 +953,19 @@ export const InferenceService: GenService<{
     methodKind: "unary";
     input: typeof ListModelsRequestSchema;
     output: typeof ListModelsResponseSchema;
+  },
+  /**
+   * Reports how busy each generation model is: requests running and waiting, KV-cache
+   * memory in use against its limit, the prefix cache and recent throughput. Meant
+   * for routers, autoscalers and dashboards; the Prometheus endpoint carries the
+   * same figures.
+   *
+   * @generated from rpc mlxgrpc.v1.InferenceService.GetLoad
+   */
+  getLoad: {
+    methodKind: "unary";
+    input: typeof GetLoadRequestSchema;
+    output: typeof GetLoadResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_mlxgrpc_v1_inference_service, 0);

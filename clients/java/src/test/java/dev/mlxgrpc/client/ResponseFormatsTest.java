@@ -6,16 +6,13 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.mlxgrpc.v1.FinishReason;
 import dev.mlxgrpc.v1.GenerateRequest;
-import dev.mlxgrpc.v1.GenerateResponse;
 import dev.mlxgrpc.v1.ResponseFormat;
 import dev.mlxgrpc.v1.ResponseFormatKind;
 import dev.mlxgrpc.v1.StoppingCriteria;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
-import java.time.Duration;
 import java.util.List;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.condition.EnabledIfEnvironmentVariable;
 
 class ResponseFormatsTest {
   @Test
@@ -27,16 +24,11 @@ class ResponseFormatsTest {
     assertEquals(List.of("a", "b"), ResponseFormats.choice("a", "b").getChoice().getOptionsList());
   }
 
+  /** Against the live server at $MLXGRPC_ADDRESS (see {@link LiveServer}). */
   @Test
-  @EnabledIfEnvironmentVariable(
-      named = "MLXGRPC_ADDRESS",
-      matches = ".+",
-      disabledReason = "MLXGRPC_ADDRESS is not set: skipping live tests")
   void jsonSchemaOutputIsCompleteAndAnInvalidRegexIsRefused() {
-    try (MlxGrpcClient client =
-        MlxGrpcClient.builder(System.getenv("MLXGRPC_ADDRESS"))
-            .defaultDeadline(Duration.ofSeconds(60))
-            .build()) {
+    try (LiveServer server = LiveServer.connect()) {
+      MlxGrpcClient client = server.client;
       String schema =
           "{\"type\": \"object\", \"properties\": {\"answer\": {\"enum\": [\"yes\", \"no\"]}},"
               + " \"required\": [\"answer\"], \"additionalProperties\": false}";
@@ -46,34 +38,17 @@ class ResponseFormatsTest {
               .setStopping(StoppingCriteria.newBuilder().setMaxTokens(32))
               .setResponseFormat(ResponseFormats.jsonSchema(schema))
               .build();
-      StringBuilder text = new StringBuilder();
-      FinishReason reason = FinishReason.FINISH_REASON_UNSPECIFIED;
-      try (GenerateStream stream = client.generate(request)) {
-        for (GenerateResponse event : stream) {
-          text.append(event.getDelta().getText());
-          if (event.hasFinished()) {
-            reason = event.getFinished().getReason();
-          }
-        }
-      }
-      assertEquals(FinishReason.FINISH_REASON_STOP, reason, text.toString());
+      GenerationResult result = client.generateText(request);
+      assertEquals(FinishReason.FINISH_REASON_STOP, result.finished().orElseThrow().getReason(), result.text());
       assertTrue(
-          List.of("{\"answer\": \"yes\"}", "{\"answer\": \"no\"}").contains(text.toString()),
-          text.toString());
+          List.of("{\"answer\": \"yes\"}", "{\"answer\": \"no\"}").contains(result.text()), result.text());
       assertTrue(
-          client.modelInfo("").getCapabilities().getResponseFormatsList()
+          server.generator.getCapabilities().getResponseFormatsList()
               .contains(ResponseFormatKind.RESPONSE_FORMAT_KIND_JSON_SCHEMA));
 
       GenerateRequest invalid =
           request.toBuilder().setResponseFormat(ResponseFormats.regex("[a-")).build();
-      StatusRuntimeException error =
-          assertThrows(
-              StatusRuntimeException.class,
-              () -> {
-                try (GenerateStream stream = client.generate(invalid)) {
-                  stream.forEachRemaining(e -> { });
-                }
-              });
+      StatusRuntimeException error = assertThrows(StatusRuntimeException.class, () -> client.generateText(invalid));
       ErrorDetails details = ErrorDetails.from(error);
       assertEquals(Status.Code.INVALID_ARGUMENT, details.code());
       assertEquals(List.of("response_format.regex"), details.violationFields());
