@@ -63,6 +63,8 @@ def generate_request(
     stopping: pb.StoppingCriteria | Mapping[str, Any] | None = None,
     response_format: pb.ResponseFormat | Mapping[str, Any] | None = None,
     json_schema: Mapping[str, Any] | str | None = None,
+    speculation: str | int | pb.SpeculationOptions | Mapping[str, Any] | None = None,
+    num_draft_tokens: int | None = None,
     **fields: Any,
 ) -> pb.GenerateRequest:
     """Builds a GenerateRequest.
@@ -75,8 +77,11 @@ def generate_request(
     ``response_format`` (structured output) takes the message or a dict such as
     ``{"regex": "[0-9]+"}`` or ``{"choice": {"options": ["yes", "no"]}}``, and
     ``json_schema`` is a shortcut for ``response_format.json_schema`` (a dict is
-    serialized to JSON); other keywords (``logprobs``, ``top_logprobs``, ``session_id``,
-    ...) are request fields.
+    serialized to JSON); ``speculation`` takes a mode (``"off"``, ``"ngram"``, ``"draft"``,
+    ``"unspecified"`` for the server's default, or a ``pb.SpeculationMode``), a
+    ``pb.SpeculationOptions`` or a dict of its fields, and ``num_draft_tokens`` sets
+    ``speculation.num_draft_tokens``; other keywords (``logprobs``, ``top_logprobs``,
+    ``session_id``, ...) are request fields.
     An empty ``request_id`` gets a random one here, so the Cancel RPC can address the
     request before its ``started`` event arrives.
     """
@@ -112,11 +117,37 @@ def generate_request(
                                      else pb.ResponseFormat(**response_format))
     if json_schema is not None:
         req.response_format.json_schema = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
+    if speculation is not None:
+        req.speculation.CopyFrom(_speculation(speculation))
+    if num_draft_tokens is not None:
+        req.speculation.num_draft_tokens = num_draft_tokens
     for name, value in fields.items():
         if name not in pb.GenerateRequest.DESCRIPTOR.fields_by_name:
             raise TypeError(f"GenerateRequest has no field {name!r}")
         setattr(req, name, value)
     return req
+
+
+def _speculation_mode(mode: str | int) -> int:
+    if isinstance(mode, int):
+        return mode
+    name = mode.upper()
+    try:
+        return pb.SpeculationMode.Value(name if name.startswith("SPECULATION_MODE_") else f"SPECULATION_MODE_{name}")
+    except ValueError:
+        choices = ", ".join(n.removeprefix("SPECULATION_MODE_").lower() for n in pb.SpeculationMode.keys())
+        raise ValueError(f"unknown speculation mode {mode!r} (one of {choices})") from None
+
+
+def _speculation(value: str | int | pb.SpeculationOptions | Mapping[str, Any]) -> pb.SpeculationOptions:
+    if isinstance(value, pb.SpeculationOptions):
+        return value
+    if isinstance(value, Mapping):
+        fields = dict(value)
+        if "mode" in fields:
+            fields["mode"] = _speculation_mode(fields["mode"])
+        return pb.SpeculationOptions(**fields)
+    return pb.SpeculationOptions(mode=_speculation_mode(value))
 
 
 def embed_request(
