@@ -82,3 +82,11 @@ def copy_batch(n: int) -> list[list[dict[str, str]]]:
     openings = ["Repeat the following text exactly, word for word:", "Quote this passage in full:",
                 "Copy this text without changing anything:", "Write out this text again exactly:"]
     return [_chat(f"{openings[i % len(openings)]}\n\n{passages[(i // len(openings)) % 2]}") for i in range(n)]
+
+
+def free_batch(n: int) -> list[list[dict[str, str]]]:
+    """``n`` distinct open-ended prompts."""
+    topics = ["a fox who learns to sail", "the first day at a new school", "a city under the sea",
+              "a robot that paints", "a lost umbrella", "two rival bakers", "a winter in the mountains",
+              "a message in a bottle"]
+    return [_chat(f"Write a short story about {topics[i % len(topics)]}.") for i in range(n)]

@@ -34,7 +34,7 @@ from engine.requests import GenerationRequest, SpeculationMode, SpeculationOptio
 
 from .common import Sample, default_model, machine_facts, prepare_f32, ratio
 from .run import Report, Row, log
-from .spec_prompts import COPY_TASKS, FREE_TASKS, copy_batch
+from .spec_prompts import COPY_TASKS, FREE_TASKS, copy_batch, free_batch
 
 MODES = (SpeculationMode.OFF, SpeculationMode.NGRAM, SpeculationMode.DRAFT)
 
@@ -77,7 +77,8 @@ async def run(args) -> Report:
     model_dir = prepare_f32(args.model or default_model(), log)
     draft_dir = prepare_f32(args.draft, log) if args.draft else model_dir
     config = GenerationConfig(dtype="float32", draft_model=str(draft_dir),
-                              scheduler=SchedulerConfig(max_active=8, step_tokens=args.step_tokens))
+                              scheduler=SchedulerConfig(max_active=8, step_tokens=args.step_tokens,
+                                                        speculation_rows=args.speculation_rows))
     eng = GenerationEngine(str(model_dir), name="bench", config=config)
     await eng.start()
     tok = eng.loaded.tokenizer
@@ -85,7 +86,7 @@ async def run(args) -> Report:
     report = Report()
     report.facts.update(machine_facts())
     report.facts.update({"model": str(model_dir), "draft": str(draft_dir), "drafts per step": str(args.k),
-                         "step tokens": str(args.step_tokens)})
+                         "step tokens": str(args.step_tokens), "speculation rows": str(args.speculation_rows)})
     table = report.table("speculative decoding, 1 stream (decode tok/s, greedy)", "speculating", "off")
     tasks = [("copy", t) for t in COPY_TASKS[: args.prompts]] + [("free", t) for t in FREE_TASKS[: args.prompts]]
     ratios: dict[str, dict[str, list[float]]] = {}
@@ -120,20 +121,21 @@ async def run(args) -> Report:
 
 
 async def batch_rows(eng: GenerationEngine, tok, args, report: Report) -> None:
-    """Copy-heavy prompts, ``args.streams`` at once: aggregate tok/s, off vs n-gram."""
-    table = report.table(f"{args.streams} copy-heavy streams at once (aggregate tok/s)", "speculating", "off")
-    prompts = [tok.apply_chat_template(m, add_generation_prompt=True) for m in copy_batch(args.streams)]
-    rates = {}
-    for mode in (SpeculationMode.OFF, SpeculationMode.NGRAM, SpeculationMode.OFF, SpeculationMode.NGRAM):
-        start = time.perf_counter()
-        outs = await asyncio.gather(*(ours(eng, p, args.tokens, mode, args.k) for p in prompts))
-        rate = sum(len(o[0]) for o in outs) / (time.perf_counter() - start)
-        rates.setdefault(mode, Sample()).add(rate)
-        rates.setdefault((mode, "acc"), [sum(o[3] for o in outs), sum(o[2] for o in outs)])
-    on, off = rates[SpeculationMode.NGRAM], rates[SpeculationMode.OFF]
-    acc = rates[(SpeculationMode.NGRAM, "acc")]
-    table.append(Row("ngram", on.fmt(), off.fmt(), ratio(on.median, off.median), f"accepted {acc[0]}/{acc[1]}"))
-    log(f"{args.streams} streams: off {off.fmt()}, ngram {on.fmt()} tok/s")
+    """``args.streams`` prompts at once, copy-heavy then free: aggregate tok/s, off vs n-gram."""
+    table = report.table(f"{args.streams} streams at once (aggregate tok/s)", "n-gram", "off")
+    for kind, chats in (("copy-heavy", copy_batch(args.streams)), ("free", free_batch(args.streams))):
+        prompts = [tok.apply_chat_template(m, add_generation_prompt=True) for m in chats]
+        rates: dict = {}
+        accepted = drafted = 0
+        for mode in (SpeculationMode.OFF, SpeculationMode.NGRAM) * 2:
+            start = time.perf_counter()
+            outs = await asyncio.gather(*(ours(eng, p, args.tokens, mode, args.k) for p in prompts))
+            rates.setdefault(mode, Sample()).add(sum(len(o[0]) for o in outs) / (time.perf_counter() - start))
+            if mode is SpeculationMode.NGRAM:
+                accepted, drafted = accepted + sum(o[3] for o in outs), drafted + sum(o[2] for o in outs)
+        on, off = rates[SpeculationMode.NGRAM], rates[SpeculationMode.OFF]
+        table.append(Row(kind, on.fmt(), off.fmt(), ratio(on.median, off.median), f"accepted {accepted}/{drafted}"))
+        log(f"{args.streams} {kind} streams: off {off.fmt()}, ngram {on.fmt()} tok/s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draft", help="draft model with the same tokenizer (default: the target itself)")
     p.add_argument("--k", type=int, default=6, help="drafts per step asked for")
     p.add_argument("--step-tokens", type=int, default=16, help="the scheduler's step_tokens")
+    p.add_argument("--speculation-rows", type=int, default=1,
+                   help="the scheduler's speculation_rows (rows speculate only in steps of at most this many)")
     p.add_argument("--tokens", type=int, default=160, help="tokens generated per request")
     p.add_argument("--prompts", type=int, default=3, help="prompts per workload")
     p.add_argument("--streams", type=int, default=8, help="concurrent copy-heavy streams (0: skip)")

@@ -1,26 +1,37 @@
-"""What one RPC did (``CallRecord``), who is told (``Observer``), and how its end is
-named: the status code a call ended with, and labels a client cannot multiply.
+"""What one RPC did (``CallRecord``), who is told (``Observer``), how streamed
+responses fill it in (Generate events, the worker contract's chunks, Embed results),
+and how its end is named: the status code a call ended with, and labels a client
+cannot multiply.
+
+The observing interceptor (service/interceptors.py) creates the record, marks it as
+the task's current call, follows each response and reports the end to observers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from dataclasses import dataclass, field
+from typing import Any, Iterable
 
 import grpc
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
+from smg_grpc_proto import mlx_engine_pb2 as mlx_pb
 
+from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .handlers import split_method
 
 GENERATE = "/mlxgrpc.v1.InferenceService/Generate"
 EMBED = "/mlxgrpc.v1.InferenceService/Embed"
+WORKER_GENERATE = "/mlx.grpc.engine.MlxEngine/Generate"
 UNKNOWN = "unknown"  # the label of a method or model this server does not serve
 KNOWN_METHODS = frozenset(
     f"/{service.full_name}/{method.name}"
     for service in (pb.DESCRIPTOR.services_by_name["InferenceService"],
+                    mlx_pb.DESCRIPTOR.services_by_name["MlxEngine"],
                     health_pb2.DESCRIPTOR.services_by_name["Health"],
                     reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"])
     for method in service.methods)
@@ -40,6 +51,8 @@ class CallRecord:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    draft_tokens: int = 0  # speculative decoding: drafts verified, and those kept
+    accepted_draft_tokens: int = 0
     embed_tokens: int | None = None
     finish_reason: str = ""
     # Generate stream timing (perf_counter seconds)
@@ -55,6 +68,80 @@ class Observer:
     def on_tokens(self, call: CallRecord, count: int, now: float) -> None: ...
 
     def on_end(self, call: CallRecord) -> None: ...
+
+
+_CURRENT: contextvars.ContextVar[CallRecord | None] = contextvars.ContextVar("call", default=None)
+
+
+def serving(call: CallRecord) -> None:
+    """Marks ``call`` as the RPC this task serves."""
+    _CURRENT.set(call)
+
+
+def current_call() -> CallRecord | None:
+    """The record of the RPC this task serves (a servicer may name its model)."""
+    return _CURRENT.get()
+
+
+# --- following streamed responses -------------------------------------------------
+
+
+def follow(method: str, call: CallRecord, response: Any, observers: Iterable[Observer]) -> None:
+    """Takes what a streamed ``response`` of ``method`` tells about the call."""
+    if method == GENERATE:
+        _generate_event(call, response, observers)
+    elif method == WORKER_GENERATE:
+        _worker_event(call, response, observers)
+    elif method == EMBED:
+        call.embed_tokens = (call.embed_tokens or 0) + int(getattr(response, "tokens", 0))
+
+
+def _generate_event(call: CallRecord, response: Any, observers: Iterable[Observer]) -> None:
+    which = response.WhichOneof("event")
+    if which == "started":
+        s = response.started
+        call.request_id = call.request_id or s.request_id
+        call.model = s.model or call.model
+        call.prompt_tokens, call.cached_tokens = s.prompt_tokens, s.cached_tokens
+    elif which == "delta":
+        _tokens(call, len(response.delta.token_ids), observers)
+    elif which == "finished":
+        f = response.finished
+        call.prompt_tokens = f.usage.prompt_tokens
+        call.completion_tokens = f.usage.completion_tokens
+        call.cached_tokens = f.usage.cached_tokens
+        call.draft_tokens, call.accepted_draft_tokens = f.usage.draft_tokens, f.usage.accepted_draft_tokens
+        call.finish_reason = _finish_name(f.reason)
+
+
+def _worker_event(call: CallRecord, response: Any, observers: Iterable[Observer]) -> None:
+    """The worker contract's chunks (running totals) and its complete message."""
+    if response.HasField("chunk"):
+        part = response.chunk
+        _tokens(call, len(part.token_ids), observers)
+    else:
+        part = response.complete
+        _tokens(call, len(part.output_ids), observers)  # unstreamed: every token at once
+        call.completion_tokens, call.finish_reason = part.completion_tokens, part.finish_reason
+    call.prompt_tokens, call.cached_tokens = part.prompt_tokens, part.cached_tokens
+
+
+def _tokens(call: CallRecord, count: int, observers: Iterable[Observer]) -> None:
+    if count:
+        now = time.perf_counter()
+        for o in observers:
+            o.on_tokens(call, count, now)
+        if call.first_token_at is None:
+            call.first_token_at = now
+        call.last_token_at = now
+
+
+def _finish_name(reason: int) -> str:
+    name = gen_pb.FinishReason.Name(reason) if reason in gen_pb.FinishReason.values() else str(reason)
+    return name.removeprefix("FINISH_REASON_").lower()
+
+
+# --- how a call is named ----------------------------------------------------------
 
 
 def method_labels(full: str) -> tuple[str, str]:

@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--step-tokens", type=int, default=16,
                    help="tokens one decode step may feed in all when rows speculate (drafts shrink as "
                         "the batch grows)")
+    s.add_argument("--speculation-rows", type=int, default=1,
+                   help="rows speculate only in decode steps of at most this many rows (on a CPU, "
+                        "realigning a larger batch's KV after ragged acceptance costs more than drafts save)")
     s.add_argument("--prefix-cache-bytes", type=int, default=512 << 20,
                    help="bytes of KV kept for prefix reuse per model (0 turns the prefix cache off)")
     s.add_argument("--memory-limit", type=int, default=None, metavar="BYTES",
@@ -101,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve Prometheus metrics on this HTTP port (off by default; 0 picks one)")
     s.add_argument("--metrics-host", default="0.0.0.0", help="address of the metrics endpoint")
     s.add_argument("--no-access-log", action="store_true", help="no per-RPC line on the service.access logger")
+    s.add_argument("--no-smg-worker", action="store_true",
+                   help="do not serve SMG's worker contract mlx.grpc.engine.MlxEngine (the Shepherd Model Gateway's)")
 
     sub.add_parser("prepare", help="convert the embedded default models once (shows progress)")
     sub.add_parser("models", help="print where the embedded default models are")
@@ -122,7 +127,8 @@ def build_models(args: argparse.Namespace) -> ModelSet:
         memory_reserve_bytes=args.memory_reserve,
         scheduler=SchedulerConfig(max_active=args.max_active, max_queued=args.max_queued,
                                   prefill_chunk=args.prefill_chunk, tick_tokens=args.tick_tokens,
-                                  prefix_cache_bytes=args.prefix_cache_bytes, step_tokens=args.step_tokens),
+                                  prefix_cache_bytes=args.prefix_cache_bytes, step_tokens=args.step_tokens,
+                                  speculation_rows=args.speculation_rows),
         speculation=SpeculationConfig(SpeculationMode(args.speculation), args.num_draft_tokens))
     specs = args.model or [(DEFAULT_GENERATION_NAME, str(default_generation_model()))]
     drafts = _drafts_by_model(args.draft_model or [], [name or default_name(source) for name, source in specs])
@@ -169,7 +175,8 @@ def server_options(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     return ServerOptions(reflection=not args.no_reflection, max_message_bytes=args.max_message_bytes,
                          grace_s=args.grace, auth_tokens=tokens, auth_open_reflection=args.auth_open_reflection,
                          metrics_port=args.metrics_port, metrics_host=args.metrics_host,
-                         access_log=not args.no_access_log, limits=build_limits(args))
+                         access_log=not args.no_access_log, limits=build_limits(args),
+                         smg_worker=not args.no_smg_worker)
 
 
 def tls_credentials(args: argparse.Namespace, parser: argparse.ArgumentParser):

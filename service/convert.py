@@ -163,3 +163,15 @@ def memory_plan(p) -> model_pb.MemoryPlan:
         if value is not None:
             setattr(msg, name, value)
     return msg
+
+
+def model_load(name: str, s, max_running: int) -> pb.ModelLoad:
+    """A generation engine's stats snapshot (``SchedulerStats``) as a ModelLoad."""
+    lookups = s.prefix_hits + s.prefix_misses
+    return pb.ModelLoad(
+        model=name, running_requests=s.running, waiting_requests=s.waiting, max_running_requests=max_running,
+        kv_cache_bytes=s.kv_bytes, reserved_bytes=s.reserved_bytes, memory_budget_bytes=s.budget_bytes or 0,
+        prefix_cache_entries=s.prefix_entries, prefix_cache_bytes=s.prefix_bytes,
+        prefix_cache_hits=s.prefix_hits, prefix_cache_misses=s.prefix_misses,
+        prefix_cache_hit_rate=s.prefix_hits / lookups if lookups else 0.0,
+        generated_tokens_per_second=s.recent_tokens_per_s, generated_tokens=s.generated_tokens)

@@ -14,6 +14,7 @@ from grpc_health.v1 import health
 from .status import status_of
 
 HEALTH_SERVICE = health.SERVICE_NAME  # grpc.health.v1.Health
+WORKER_HEALTH = "/mlx.grpc.engine.MlxEngine/HealthCheck"  # a probe: open and answered while draining
 # A refused call's client may still be sending: these many messages (each unparsed),
 # each within this many seconds of the last, are read and dropped before the
 # status, so the client's writes do not fail and hide it.
@@ -32,6 +33,11 @@ def split_method(full: str) -> tuple[str, str]:
     """'/pkg.Service/Method' -> ('pkg.Service', 'Method')."""
     service, _, method = full.lstrip("/").rpartition("/")
     return service, method
+
+
+def is_probe(full: str) -> bool:
+    """Health checks: never behind a token, answered while draining."""
+    return split_method(full)[0] == HEALTH_SERVICE or full == WORKER_HEALTH
 
 
 def behavior_of(handler: grpc.RpcMethodHandler) -> Callable:

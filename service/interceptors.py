@@ -18,9 +18,8 @@ from typing import Any, Callable, Iterator
 
 import grpc
 
-from .calls import EMBED, GENERATE, CallRecord, Observer, code_name
-from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
-from .handlers import FACTORIES, HEALTH_SERVICE, Malformed, behavior_of, rejecting, split_method, tolerant
+from .calls import CallRecord, Observer, code_name, follow, serving
+from .handlers import FACTORIES, HEALTH_SERVICE, Malformed, behavior_of, is_probe, rejecting, split_method, tolerant
 from .status import status_of
 
 log = logging.getLogger("service.interceptors")
@@ -77,7 +76,7 @@ class ServerState:
 
 
 class DrainInterceptor(grpc.aio.ServerInterceptor):
-    """While draining, new RPCs (health excepted) end with UNAVAILABLE + RetryInfo,
+    """While draining, new RPCs (health probes excepted) end with UNAVAILABLE + RetryInfo,
     so clients retry on another replica."""
 
     def __init__(self, state: ServerState, retry_after_s: float = 1.0):
@@ -88,7 +87,7 @@ class DrainInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
         handler = await continuation(details)
-        if not self.state.draining or split_method(details.method)[0] == HEALTH_SERVICE:
+        if not self.state.draining or is_probe(details.method):
             return handler
         return rejecting(handler, self.status, parse=True)
 
@@ -98,8 +97,9 @@ class DrainInterceptor(grpc.aio.ServerInterceptor):
 
 class ObservingInterceptor(grpc.aio.ServerInterceptor):
     """Wraps every handler: counts it in flight (``ServerState``), turns unparsable
-    requests into INVALID_ARGUMENT, follows Generate/Embed streams for token figures,
-    and reports each finished call to the observers."""
+    requests into INVALID_ARGUMENT, marks the call as its task's current one, follows
+    Generate/Embed streams (and the worker contract's Generate) for token figures, and
+    reports each finished call to the observers."""
 
     def __init__(self, state: ServerState, observers: list[Observer]):
         self.state = state
@@ -125,7 +125,7 @@ class ObservingInterceptor(grpc.aio.ServerInterceptor):
                     await context.abort_with_status(request.status())
                 async with contextlib.aclosing(inner(request, context)) as responses:
                     async for response in responses:
-                        self._observe(call, response)
+                        follow(method, call, response, self.observers)
                         yield response
 
         return behavior
@@ -149,6 +149,7 @@ class ObservingInterceptor(grpc.aio.ServerInterceptor):
             call.peer = context.peer() or ""
         call.request_id = str(getattr(request, "request_id", "") or "")
         call.model = str(getattr(request, "model", "") or "")
+        serving(call)
         token = self.state.begin(context) if split_method(method)[0] != HEALTH_SERVICE else None
         for o in self.observers:
             o.on_start(call)
@@ -168,37 +169,3 @@ class ObservingInterceptor(grpc.aio.ServerInterceptor):
                     o.on_end(call)
                 except Exception:  # noqa: BLE001 - observation never fails a call
                     log.exception("observer failed")
-
-    def _observe(self, call: CallRecord, response: Any) -> None:
-        if call.method == GENERATE:
-            self._generate_event(call, response)
-        elif call.method == EMBED:
-            call.embed_tokens = (call.embed_tokens or 0) + int(getattr(response, "tokens", 0))
-
-    def _generate_event(self, call: CallRecord, response: Any) -> None:
-        which = response.WhichOneof("event")
-        if which == "started":
-            s = response.started
-            call.request_id = call.request_id or s.request_id
-            call.model = s.model or call.model
-            call.prompt_tokens, call.cached_tokens = s.prompt_tokens, s.cached_tokens
-        elif which == "delta":
-            count = len(response.delta.token_ids)
-            if count:
-                now = time.perf_counter()
-                for o in self.observers:
-                    o.on_tokens(call, count, now)
-                if call.first_token_at is None:
-                    call.first_token_at = now
-                call.last_token_at = now
-        elif which == "finished":
-            f = response.finished
-            call.prompt_tokens = f.usage.prompt_tokens
-            call.completion_tokens = f.usage.completion_tokens
-            call.cached_tokens = f.usage.cached_tokens
-            call.finish_reason = _finish_name(f.reason)
-
-
-def _finish_name(reason: int) -> str:
-    name = gen_pb.FinishReason.Name(reason) if reason in gen_pb.FinishReason.values() else str(reason)
-    return name.removeprefix("FINISH_REASON_").lower()

@@ -13,16 +13,20 @@ Metrics (all prefixed ``mlxgrpc_``):
   generated_tokens_total{model}                  counter
   prompt_tokens_total{model}                     counter
   prefix_cache_hit_tokens_total{model}           counter    prompt tokens served from the prefix cache
+  draft_tokens_total{model}                      counter    speculative drafts verified
+  accepted_draft_tokens_total{model}             counter    of those, the ones the output kept
   embedded_tokens_total{model}                   counter
   queue_depth{model}                             gauge      requests waiting for admission
   active_rows{model}                             gauge      admitted requests (prefilling/decoding)
   model_ready{model}                             gauge      1 when loaded and serving
   draining                                       gauge      1 while the server drains
-plus the standard process_* metrics (CPU, resident memory, open fds).
+plus GetLoad's figures per model (service/load_metrics.py) and the standard
+process_* metrics (CPU, resident memory, open fds).
 
 Labels never take a client's string as it is, so no client can multiply series:
 methods this server does not serve are ``unknown`` (service and method), and so
-are model names that no served model has.
+are model names that no served model has. The served methods include the worker
+contract's (``mlx.grpc.engine.MlxEngine``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from .calls import EMBED, UNKNOWN, CallRecord, Observer, method_labels
 from .handlers import HEALTH_SERVICE
+from .load_metrics import LoadCollector
 
 log = logging.getLogger("service.metrics")
 
@@ -88,11 +93,15 @@ class Metrics(Observer):
                               ["model"], registry=r)
         self.prefix_hits = Counter("mlxgrpc_prefix_cache_hit_tokens",
                                    "Prompt tokens served from the prefix cache", ["model"], registry=r)
+        self.drafts = Counter("mlxgrpc_draft_tokens", "Speculative draft tokens verified", ["model"], registry=r)
+        self.accepted = Counter("mlxgrpc_accepted_draft_tokens", "Speculative draft tokens the output kept",
+                                ["model"], registry=r)
         self.embedded = Counter("mlxgrpc_embedded_tokens", "Tokens of embedded inputs", ["model"], registry=r)
         self.draining = Gauge("mlxgrpc_draining", "1 while the server drains", registry=r)
         self.models = models
         if models is not None:
             r.register(EngineCollector(models))
+            r.register(LoadCollector(models))
         try:
             ProcessCollector(registry=r)
         except Exception:  # noqa: BLE001 - platforms without /proc
@@ -128,6 +137,9 @@ class Metrics(Observer):
             self.prompt.labels(model).inc(call.prompt_tokens)
         if call.cached_tokens:
             self.prefix_hits.labels(model).inc(call.cached_tokens)
+        if call.draft_tokens:
+            self.drafts.labels(model).inc(call.draft_tokens)
+            self.accepted.labels(model).inc(call.accepted_draft_tokens)
         if call.embed_tokens:
             self.embedded.labels(model).inc(call.embed_tokens)
 

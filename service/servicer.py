@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import grpc
 from google.protobuf.message import Message
@@ -33,6 +34,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         self.models = models
         self.limits = limits  # for identifiers, checked before a model is looked up
         self.max_message_bytes = max_message_bytes
+        self.started = time.monotonic()
 
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
         try:
@@ -110,6 +112,18 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
 
     async def ListModels(self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext):
         return pb.ListModelsResponse(models=[convert.model_info(d) for d in self.models.describe_all()])
+
+    async def GetLoad(self, request: pb.GetLoadRequest, context: grpc.aio.ServicerContext):
+        try:
+            check_ids(self.limits, model=request.model)
+            engines = ([self.models.generator(request.model)] if request.model
+                       else [e for e in self.models.generation if e.ready])
+            stats = await asyncio.gather(*(e.stats() for e in engines))
+            return pb.GetLoadResponse(
+                models=[convert.model_load(e.name, s, e.config.scheduler.max_active) for e, s in zip(engines, stats)],
+                uptime_seconds=time.monotonic() - self.started)
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)
 
     def _sendable(self, reply: Message) -> Message:
         """``reply`` if it fits the server's message limit (else the send would fail

@@ -150,6 +150,8 @@ UNARY = [
     ("Detokenize", pb.DetokenizeRequest(model="llama", token_ids=[5, 99999]), INVALID, "token_ids"),
     ("Detokenize", pb.DetokenizeRequest(model="llama", token_ids=[5] * (CONTEXT + 1)), INVALID, "token_ids"),
     ("Detokenize", pb.DetokenizeRequest(model="nope"), NOT_FOUND, ""),
+    ("GetLoad", pb.GetLoadRequest(model="m" * 129), INVALID, "model"),
+    ("GetLoad", pb.GetLoadRequest(model="nope"), NOT_FOUND, ""),
 ]
 
 
@@ -166,6 +168,8 @@ async def test_unary_successes(harness):
     assert (await harness.call("Tokenize", pb.TokenizeRequest(model="llama", text="x" * 100))).code.name == "OK"
     names = [m.name for m in (await harness.call("ListModels", pb.ListModelsRequest())).responses[0].models]
     assert "llama" in names
+    loads = (await harness.call("GetLoad", pb.GetLoadRequest(model="llama"))).responses[0].models
+    assert [load.model for load in loads] == ["llama"]
 
 
 async def test_a_reply_over_the_message_limit_is_resource_exhausted(server):

@@ -55,10 +55,10 @@ class Batch:
 
     def keep(self, indices: Sequence[int]) -> None:
         """Keeps only the given rows, in the given order; frees the others' KV."""
-        self._settle()
-        if not indices:
-            self.caches, self.size = None, 0
+        if not indices:  # also after a failed step: nothing is left to settle
+            self.caches, self.size, self._padding = None, 0, None
             return
+        self._settle()
         if list(indices) == list(range(self.size)):
             return
         keep = mx.array(list(indices), dtype=mx.int32)

@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import time
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import AsyncIterator
 
@@ -25,7 +26,9 @@ from ..events import Event, FinishReason, Finished, Timings, Usage
 from ..hardware.device import backend_name, blas_name
 from ..hardware.machine import usable_memory
 from ..loading.model import LoadedModel, default_name, load_generation_model
+from ..loading.tokenizer_files import tokenizer_files
 from ..memory.budget import MemoryBudget
+from ..memory.calibration import calibrate_decode
 from ..memory.facts import facts_from_model, with_draft
 from ..memory.plan import MemoryPlan, plan_memory
 from ..requests import GenerationRequest, SpeculationMode
@@ -61,6 +64,7 @@ class GenerationEngine:
         self._prompts: PromptEncoder | None = None
         self._budget: MemoryBudget | None = None  # built at load; the loop reads only its fixed facts
         self._facts = None
+        self._decode = None  # the decode rate calibrated at load (PlanMemory)
         self._streams = Streams()
         self._closing = False
         self._machine_total = usable_memory()[1]
@@ -92,6 +96,7 @@ class GenerationEngine:
         """Runs on the engine thread: the weights, then the memory facts of them."""
         loaded = load_generation_model(self.source, name=self.name, dtype=self.config.dtype)
         self._facts = facts_from_model(loaded.model, loaded.config)
+        self._decode = calibrate_decode(loaded.model, self._facts)
         self._rolls_back = can_roll_back(loaded.model)
         if self.config.draft_model:
             draft = load_generation_model(self.config.draft_model, dtype=self.config.dtype)
@@ -144,12 +149,17 @@ class GenerationEngine:
         def plan(_scheduler) -> MemoryPlan:
             return plan_memory(self._facts, context_tokens=context, max_generation_tokens=max_generation_tokens,
                                prefill_chunk=self.config.scheduler.prefill_chunk, usable=budget.usable_bytes,
-                               reserve_bytes=budget.reserve_bytes, machine_total=self._machine_total)
+                               reserve_bytes=budget.reserve_bytes, machine_total=self._machine_total,
+                               decode=self._decode, context_limit=m.context_length)
 
         return await asyncio.wrap_future(self._worker.call(plan))
 
+    def scheduler_stats(self) -> Future[SchedulerStats]:
+        """The engine thread's snapshot, as a future any thread may wait on."""
+        return self._worker.call(lambda s: s.stats())
+
     async def stats(self) -> EngineStats:
-        snapshot = await asyncio.wrap_future(self._worker.call(lambda s: s.stats()))
+        snapshot = await asyncio.wrap_future(self.scheduler_stats())
         return EngineStats(**dataclasses.asdict(snapshot), tracked=len(self._streams),
                            in_flight=self._streams.in_flight)
 
@@ -172,6 +182,17 @@ class GenerationEngine:
     def detokenize(self, ids: list[int], skip_special_tokens: bool) -> str:
         check_token_ids("token_ids", ids, self.loaded.vocab_size)
         return self.loaded.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def tokenizer_files(self) -> dict[str, bytes]:
+        """The tokenizer, its config (chat template included) and the model config, by
+        file name: what a router needs to tokenize as this model does; blocking."""
+        return tokenizer_files(self.loaded)
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        """The longest prompt a request may have (the limit, within the context)."""
+        self.loaded
+        return self._prompts.max_prompt_tokens
 
     def encode_prompt(self, request: GenerationRequest) -> EncodedPrompt:
         """The prompt's token ids (chats rendered with the template); blocking."""

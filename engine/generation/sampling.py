@@ -132,6 +132,7 @@ def _mask(scores: mx.array, options: Sequence[SamplingOptions]) -> mx.array:
         top_p = mx.array([o.top_p for o in options], dtype=mx.float32)[:, None]
         kept = mx.sum(before < top_p, axis=-1, keepdims=True)
         threshold = mx.take_along_axis(ordered, mx.maximum(kept - 1, 0), axis=-1)
+        threshold = mx.where(top_p < 1.0, threshold, 0.0)  # rows without top-p keep every id
         scores = mx.where(probs < threshold, neg_inf, scores)
     return scores
 

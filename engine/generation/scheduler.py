@@ -38,6 +38,7 @@ from .prefilling import Prefiller
 from .reuse import PrefixReuse
 from .sequence import Sequence, Status
 from .speculation.draft import DraftModel
+from .throughput import TokenRate
 
 log = logging.getLogger("engine.generation.scheduler")
 
@@ -58,6 +59,7 @@ class SchedulerStats:
     prefix_hits: int
     prefix_misses: int
     generated_tokens: int
+    recent_tokens_per_s: float  # generated over the last ``throughput.WINDOW_S`` seconds
 
 
 class Scheduler:
@@ -75,10 +77,11 @@ class Scheduler:
         self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt)
         self._drafter = drafter
         self._decoder = Decoder(token_text, can_roll_back=self.can_roll_back, step_tokens=config.step_tokens,
-                                drafter=drafter)
+                                speculation_rows=config.speculation_rows, drafter=drafter)
         self._prefilling: deque[Sequence] = deque()
         self._decoding: list[Sequence] = []
         self.generated_tokens = 0
+        self.rate = TokenRate()
 
     @property
     def prefix_cache(self) -> PrefixCache | None:
@@ -117,7 +120,9 @@ class Scheduler:
         for seq in done:
             self._join(seq)
         if self._decoding:
-            self.generated_tokens += self._decoder.step(self._batch, self._decoding)
+            produced = self._decoder.step(self._batch, self._decoding)
+            self.generated_tokens += produced
+            self.rate.add(produced)
             self._retire_finished()
 
     def fail_running(self, message: str, reason: FinishReason = FinishReason.ERROR) -> None:
@@ -149,7 +154,7 @@ class Scheduler:
             prefix_bytes=cache.nbytes if cache is not None else 0,
             prefix_hits=cache.hits if cache is not None else 0,
             prefix_misses=cache.misses if cache is not None else 0,
-            generated_tokens=self.generated_tokens)
+            generated_tokens=self.generated_tokens, recent_tokens_per_s=self.rate.per_second())
 
     # ------------------------------------------------------------------ internals
     def _admit(self) -> None:

@@ -1296,6 +1296,272 @@ func (x *ListModelsResponse) GetModels() []*ModelInfo {
 	return nil
 }
 
+// A request for load figures.
+type GetLoadRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation model; empty reports every generation model.
+	Model         string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLoadRequest) Reset() {
+	*x = GetLoadRequest{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLoadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLoadRequest) ProtoMessage() {}
+
+func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLoadRequest.ProtoReflect.Descriptor instead.
+func (*GetLoadRequest) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GetLoadRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+// Load figures, one entry per generation model.
+type GetLoadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One entry per generation model, the default first.
+	Models []*ModelLoad `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
+	// Seconds since this server started.
+	UptimeSeconds float64 `protobuf:"fixed64,2,opt,name=uptime_seconds,json=uptimeSeconds,proto3" json:"uptime_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLoadResponse) Reset() {
+	*x = GetLoadResponse{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLoadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLoadResponse) ProtoMessage() {}
+
+func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLoadResponse.ProtoReflect.Descriptor instead.
+func (*GetLoadResponse) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *GetLoadResponse) GetModels() []*ModelLoad {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+func (x *GetLoadResponse) GetUptimeSeconds() float64 {
+	if x != nil {
+		return x.UptimeSeconds
+	}
+	return 0
+}
+
+// How busy one generation model is, read from its engine thread when asked.
+type ModelLoad struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model's name.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Requests admitted and not finished (prefilling or decoding).
+	RunningRequests int32 `protobuf:"varint,2,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
+	// Requests waiting for admission (a slot or memory).
+	WaitingRequests int32 `protobuf:"varint,3,opt,name=waiting_requests,json=waitingRequests,proto3" json:"waiting_requests,omitempty"`
+	// The most requests that run at once (the server's --max-active).
+	MaxRunningRequests int32 `protobuf:"varint,4,opt,name=max_running_requests,json=maxRunningRequests,proto3" json:"max_running_requests,omitempty"`
+	// Bytes of KV cache held by running requests now.
+	KvCacheBytes int64 `protobuf:"varint,5,opt,name=kv_cache_bytes,json=kvCacheBytes,proto3" json:"kv_cache_bytes,omitempty"`
+	// Bytes admission has committed to running requests (their KV at full context
+	// plus one prefill workspace).
+	ReservedBytes int64 `protobuf:"varint,6,opt,name=reserved_bytes,json=reservedBytes,proto3" json:"reserved_bytes,omitempty"`
+	// Bytes admission may commit: usable memory less the weights and the reserve.
+	// 0 when admission does not plan by memory.
+	MemoryBudgetBytes int64 `protobuf:"varint,7,opt,name=memory_budget_bytes,json=memoryBudgetBytes,proto3" json:"memory_budget_bytes,omitempty"`
+	// Entries in the prefix cache.
+	PrefixCacheEntries int32 `protobuf:"varint,8,opt,name=prefix_cache_entries,json=prefixCacheEntries,proto3" json:"prefix_cache_entries,omitempty"`
+	// Bytes of KV held by the prefix cache (not counted in kv_cache_bytes).
+	PrefixCacheBytes int64 `protobuf:"varint,9,opt,name=prefix_cache_bytes,json=prefixCacheBytes,proto3" json:"prefix_cache_bytes,omitempty"`
+	// Prefix-cache lookups that reused a cached prefix, since the model loaded.
+	PrefixCacheHits int64 `protobuf:"varint,10,opt,name=prefix_cache_hits,json=prefixCacheHits,proto3" json:"prefix_cache_hits,omitempty"`
+	// Prefix-cache lookups that found nothing to reuse, since the model loaded.
+	PrefixCacheMisses int64 `protobuf:"varint,11,opt,name=prefix_cache_misses,json=prefixCacheMisses,proto3" json:"prefix_cache_misses,omitempty"`
+	// hits / (hits + misses); 0 before the first lookup.
+	PrefixCacheHitRate float64 `protobuf:"fixed64,12,opt,name=prefix_cache_hit_rate,json=prefixCacheHitRate,proto3" json:"prefix_cache_hit_rate,omitempty"`
+	// Tokens generated per second over the last 10 seconds.
+	GeneratedTokensPerSecond float64 `protobuf:"fixed64,13,opt,name=generated_tokens_per_second,json=generatedTokensPerSecond,proto3" json:"generated_tokens_per_second,omitempty"`
+	// Tokens generated since the model loaded.
+	GeneratedTokens int64 `protobuf:"varint,14,opt,name=generated_tokens,json=generatedTokens,proto3" json:"generated_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ModelLoad) Reset() {
+	*x = ModelLoad{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelLoad) ProtoMessage() {}
+
+func (x *ModelLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelLoad.ProtoReflect.Descriptor instead.
+func (*ModelLoad) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ModelLoad) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelLoad) GetRunningRequests() int32 {
+	if x != nil {
+		return x.RunningRequests
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetWaitingRequests() int32 {
+	if x != nil {
+		return x.WaitingRequests
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetMaxRunningRequests() int32 {
+	if x != nil {
+		return x.MaxRunningRequests
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetKvCacheBytes() int64 {
+	if x != nil {
+		return x.KvCacheBytes
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetReservedBytes() int64 {
+	if x != nil {
+		return x.ReservedBytes
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetMemoryBudgetBytes() int64 {
+	if x != nil {
+		return x.MemoryBudgetBytes
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheEntries() int32 {
+	if x != nil {
+		return x.PrefixCacheEntries
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheBytes() int64 {
+	if x != nil {
+		return x.PrefixCacheBytes
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheHits() int64 {
+	if x != nil {
+		return x.PrefixCacheHits
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheMisses() int64 {
+	if x != nil {
+		return x.PrefixCacheMisses
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheHitRate() float64 {
+	if x != nil {
+		return x.PrefixCacheHitRate
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetGeneratedTokensPerSecond() float64 {
+	if x != nil {
+		return x.GeneratedTokensPerSecond
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetGeneratedTokens() int64 {
+	if x != nil {
+		return x.GeneratedTokens
+	}
+	return 0
+}
+
 var File_mlxgrpc_v1_inference_service_proto protoreflect.FileDescriptor
 
 const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
@@ -1388,7 +1654,28 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x04text\x18\x01 \x01(\tR\x04text\"\x13\n" +
 	"\x11ListModelsRequest\"C\n" +
 	"\x12ListModelsResponse\x12-\n" +
-	"\x06models\x18\x01 \x03(\v2\x15.mlxgrpc.v1.ModelInfoR\x06models2\xdd\x04\n" +
+	"\x06models\x18\x01 \x03(\v2\x15.mlxgrpc.v1.ModelInfoR\x06models\"&\n" +
+	"\x0eGetLoadRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\"g\n" +
+	"\x0fGetLoadResponse\x12-\n" +
+	"\x06models\x18\x01 \x03(\v2\x15.mlxgrpc.v1.ModelLoadR\x06models\x12%\n" +
+	"\x0euptime_seconds\x18\x02 \x01(\x01R\ruptimeSeconds\"\xff\x04\n" +
+	"\tModelLoad\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12)\n" +
+	"\x10running_requests\x18\x02 \x01(\x05R\x0frunningRequests\x12)\n" +
+	"\x10waiting_requests\x18\x03 \x01(\x05R\x0fwaitingRequests\x120\n" +
+	"\x14max_running_requests\x18\x04 \x01(\x05R\x12maxRunningRequests\x12$\n" +
+	"\x0ekv_cache_bytes\x18\x05 \x01(\x03R\fkvCacheBytes\x12%\n" +
+	"\x0ereserved_bytes\x18\x06 \x01(\x03R\rreservedBytes\x12.\n" +
+	"\x13memory_budget_bytes\x18\a \x01(\x03R\x11memoryBudgetBytes\x120\n" +
+	"\x14prefix_cache_entries\x18\b \x01(\x05R\x12prefixCacheEntries\x12,\n" +
+	"\x12prefix_cache_bytes\x18\t \x01(\x03R\x10prefixCacheBytes\x12*\n" +
+	"\x11prefix_cache_hits\x18\n" +
+	" \x01(\x03R\x0fprefixCacheHits\x12.\n" +
+	"\x13prefix_cache_misses\x18\v \x01(\x03R\x11prefixCacheMisses\x121\n" +
+	"\x15prefix_cache_hit_rate\x18\f \x01(\x01R\x12prefixCacheHitRate\x12=\n" +
+	"\x1bgenerated_tokens_per_second\x18\r \x01(\x01R\x18generatedTokensPerSecond\x12)\n" +
+	"\x10generated_tokens\x18\x0e \x01(\x03R\x0fgeneratedTokens2\xa1\x05\n" +
 	"\x10InferenceService\x12G\n" +
 	"\bGenerate\x12\x1b.mlxgrpc.v1.GenerateRequest\x1a\x1c.mlxgrpc.v1.GenerateResponse0\x01\x12>\n" +
 	"\x05Embed\x12\x18.mlxgrpc.v1.EmbedRequest\x1a\x19.mlxgrpc.v1.EmbedResponse0\x01\x12?\n" +
@@ -1400,7 +1687,8 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\n" +
 	"Detokenize\x12\x1d.mlxgrpc.v1.DetokenizeRequest\x1a\x1e.mlxgrpc.v1.DetokenizeResponse\x12K\n" +
 	"\n" +
-	"ListModels\x12\x1d.mlxgrpc.v1.ListModelsRequest\x1a\x1e.mlxgrpc.v1.ListModelsResponseBN\n" +
+	"ListModels\x12\x1d.mlxgrpc.v1.ListModelsRequest\x1a\x1e.mlxgrpc.v1.ListModelsResponse\x12B\n" +
+	"\aGetLoad\x12\x1a.mlxgrpc.v1.GetLoadRequest\x1a\x1b.mlxgrpc.v1.GetLoadResponseBN\n" +
 	"\x0edev.mlxgrpc.v1B\x15InferenceServiceProtoP\x01Z#mlxgrpc.dev/go/mlxgrpc/v1;mlxgrpcv1b\x06proto3"
 
 var (
@@ -1415,7 +1703,7 @@ func file_mlxgrpc_v1_inference_service_proto_rawDescGZIP() []byte {
 	return file_mlxgrpc_v1_inference_service_proto_rawDescData
 }
 
-var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(*GenerateRequest)(nil),      // 0: mlxgrpc.v1.GenerateRequest
 	(*GenerationStarted)(nil),    // 1: mlxgrpc.v1.GenerationStarted
@@ -1436,55 +1724,61 @@ var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(*DetokenizeResponse)(nil),   // 16: mlxgrpc.v1.DetokenizeResponse
 	(*ListModelsRequest)(nil),    // 17: mlxgrpc.v1.ListModelsRequest
 	(*ListModelsResponse)(nil),   // 18: mlxgrpc.v1.ListModelsResponse
-	(*TokenIds)(nil),             // 19: mlxgrpc.v1.TokenIds
-	(*ChatMessages)(nil),         // 20: mlxgrpc.v1.ChatMessages
-	(*SamplingParams)(nil),       // 21: mlxgrpc.v1.SamplingParams
-	(*StoppingCriteria)(nil),     // 22: mlxgrpc.v1.StoppingCriteria
-	(*SpeculationOptions)(nil),   // 23: mlxgrpc.v1.SpeculationOptions
-	(*TokenLogprob)(nil),         // 24: mlxgrpc.v1.TokenLogprob
-	(FinishReason)(0),            // 25: mlxgrpc.v1.FinishReason
-	(*Usage)(nil),                // 26: mlxgrpc.v1.Usage
-	(*Timings)(nil),              // 27: mlxgrpc.v1.Timings
-	(*ModelInfo)(nil),            // 28: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),           // 29: mlxgrpc.v1.MemoryPlan
+	(*GetLoadRequest)(nil),       // 19: mlxgrpc.v1.GetLoadRequest
+	(*GetLoadResponse)(nil),      // 20: mlxgrpc.v1.GetLoadResponse
+	(*ModelLoad)(nil),            // 21: mlxgrpc.v1.ModelLoad
+	(*TokenIds)(nil),             // 22: mlxgrpc.v1.TokenIds
+	(*ChatMessages)(nil),         // 23: mlxgrpc.v1.ChatMessages
+	(*SamplingParams)(nil),       // 24: mlxgrpc.v1.SamplingParams
+	(*StoppingCriteria)(nil),     // 25: mlxgrpc.v1.StoppingCriteria
+	(*SpeculationOptions)(nil),   // 26: mlxgrpc.v1.SpeculationOptions
+	(*TokenLogprob)(nil),         // 27: mlxgrpc.v1.TokenLogprob
+	(FinishReason)(0),            // 28: mlxgrpc.v1.FinishReason
+	(*Usage)(nil),                // 29: mlxgrpc.v1.Usage
+	(*Timings)(nil),              // 30: mlxgrpc.v1.Timings
+	(*ModelInfo)(nil),            // 31: mlxgrpc.v1.ModelInfo
+	(*MemoryPlan)(nil),           // 32: mlxgrpc.v1.MemoryPlan
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
-	19, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
-	20, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
-	21, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
-	22, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
-	23, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
-	24, // 5: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
-	25, // 6: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
-	26, // 7: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
-	27, // 8: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
+	22, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	23, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	24, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
+	25, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
+	26, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
+	27, // 5: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
+	28, // 6: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
+	29, // 7: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
+	30, // 8: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
 	1,  // 9: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
 	2,  // 10: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
 	3,  // 11: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
-	28, // 12: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
-	29, // 13: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
-	28, // 14: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
-	0,  // 15: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
-	5,  // 16: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
-	7,  // 17: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	9,  // 18: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	11, // 19: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	13, // 20: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	15, // 21: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	17, // 22: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	4,  // 23: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	6,  // 24: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	8,  // 25: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	10, // 26: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	12, // 27: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	14, // 28: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	16, // 29: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	18, // 30: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	23, // [23:31] is the sub-list for method output_type
-	15, // [15:23] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	31, // 12: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
+	32, // 13: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
+	31, // 14: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
+	21, // 15: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
+	0,  // 16: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
+	5,  // 17: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
+	7,  // 18: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	9,  // 19: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	11, // 20: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	13, // 21: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	15, // 22: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	17, // 23: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	19, // 24: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
+	4,  // 25: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	6,  // 26: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	8,  // 27: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	10, // 28: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	12, // 29: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	14, // 30: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	16, // 31: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	18, // 32: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	20, // 33: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
+	25, // [25:34] is the sub-list for method output_type
+	16, // [16:25] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_inference_service_proto_init() }
@@ -1512,7 +1806,7 @@ func file_mlxgrpc_v1_inference_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_inference_service_proto_rawDesc), len(file_mlxgrpc_v1_inference_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

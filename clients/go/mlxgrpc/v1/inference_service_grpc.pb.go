@@ -27,6 +27,7 @@ const (
 	InferenceService_Tokenize_FullMethodName     = "/mlxgrpc.v1.InferenceService/Tokenize"
 	InferenceService_Detokenize_FullMethodName   = "/mlxgrpc.v1.InferenceService/Detokenize"
 	InferenceService_ListModels_FullMethodName   = "/mlxgrpc.v1.InferenceService/ListModels"
+	InferenceService_GetLoad_FullMethodName      = "/mlxgrpc.v1.InferenceService/GetLoad"
 )
 
 // InferenceServiceClient is the client API for InferenceService service.
@@ -61,6 +62,11 @@ type InferenceServiceClient interface {
 	Detokenize(ctx context.Context, in *DetokenizeRequest, opts ...grpc.CallOption) (*DetokenizeResponse, error)
 	// Lists the models this server serves.
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
+	// Reports how busy each generation model is: requests running and waiting, KV-cache
+	// memory in use against its limit, the prefix cache and recent throughput. Meant
+	// for routers, autoscalers and dashboards; the Prometheus endpoint carries the
+	// same figures.
+	GetLoad(ctx context.Context, in *GetLoadRequest, opts ...grpc.CallOption) (*GetLoadResponse, error)
 }
 
 type inferenceServiceClient struct {
@@ -169,6 +175,16 @@ func (c *inferenceServiceClient) ListModels(ctx context.Context, in *ListModelsR
 	return out, nil
 }
 
+func (c *inferenceServiceClient) GetLoad(ctx context.Context, in *GetLoadRequest, opts ...grpc.CallOption) (*GetLoadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetLoadResponse)
+	err := c.cc.Invoke(ctx, InferenceService_GetLoad_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InferenceServiceServer is the server API for InferenceService service.
 // All implementations must embed UnimplementedInferenceServiceServer
 // for forward compatibility.
@@ -201,6 +217,11 @@ type InferenceServiceServer interface {
 	Detokenize(context.Context, *DetokenizeRequest) (*DetokenizeResponse, error)
 	// Lists the models this server serves.
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
+	// Reports how busy each generation model is: requests running and waiting, KV-cache
+	// memory in use against its limit, the prefix cache and recent throughput. Meant
+	// for routers, autoscalers and dashboards; the Prometheus endpoint carries the
+	// same figures.
+	GetLoad(context.Context, *GetLoadRequest) (*GetLoadResponse, error)
 	mustEmbedUnimplementedInferenceServiceServer()
 }
 
@@ -234,6 +255,9 @@ func (UnimplementedInferenceServiceServer) Detokenize(context.Context, *Detokeni
 }
 func (UnimplementedInferenceServiceServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListModels not implemented")
+}
+func (UnimplementedInferenceServiceServer) GetLoad(context.Context, *GetLoadRequest) (*GetLoadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLoad not implemented")
 }
 func (UnimplementedInferenceServiceServer) mustEmbedUnimplementedInferenceServiceServer() {}
 func (UnimplementedInferenceServiceServer) testEmbeddedByValue()                          {}
@@ -386,6 +410,24 @@ func _InferenceService_ListModels_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _InferenceService_GetLoad_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLoadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).GetLoad(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_GetLoad_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).GetLoad(ctx, req.(*GetLoadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // InferenceService_ServiceDesc is the grpc.ServiceDesc for InferenceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -416,6 +458,10 @@ var InferenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListModels",
 			Handler:    _InferenceService_ListModels_Handler,
+		},
+		{
+			MethodName: "GetLoad",
+			Handler:    _InferenceService_GetLoad_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

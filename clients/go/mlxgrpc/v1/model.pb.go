@@ -808,7 +808,8 @@ type MemoryPlan struct {
 	Fits bool `protobuf:"varint,3,opt,name=fits,proto3" json:"fits,omitempty"`
 	// The context (prompt plus output) the plan is for, in tokens.
 	ContextTokens int64 `protobuf:"varint,4,opt,name=context_tokens,json=contextTokens,proto3" json:"context_tokens,omitempty"`
-	// The longest context that fits in usable memory, in tokens.
+	// The longest context that fits in usable memory, in tokens, and never more than
+	// the model's own context length.
 	MaxSafeContext int64 `protobuf:"varint,5,opt,name=max_safe_context,json=maxSafeContext,proto3" json:"max_safe_context,omitempty"`
 	// Bytes of the loaded weights.
 	WeightsBytes int64 `protobuf:"varint,6,opt,name=weights_bytes,json=weightsBytes,proto3" json:"weights_bytes,omitempty"`
@@ -822,8 +823,9 @@ type MemoryPlan struct {
 	TotalBytes int64 `protobuf:"varint,10,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
 	// Memory the process may use on this machine.
 	UsableBytes int64 `protobuf:"varint,11,opt,name=usable_bytes,json=usableBytes,proto3" json:"usable_bytes,omitempty"`
-	// Predicted single-stream decode rate (read bandwidth / bytes read per token);
-	// absent when not known.
+	// Predicted single-stream decode rate at context_tokens, in tokens per second:
+	// 1 / (per-step overhead + bytes read per token / read bandwidth), both measured on
+	// this machine when the model loaded. Absent when not known.
 	PredictedDecodeTps *float64 `protobuf:"fixed64,12,opt,name=predicted_decode_tps,json=predictedDecodeTps,proto3,oneof" json:"predicted_decode_tps,omitempty"`
 	// The MLX allocator-cache limit, distinct from the admission limit.
 	AllocatorLimitBytes *int64 `protobuf:"varint,13,opt,name=allocator_limit_bytes,json=allocatorLimitBytes,proto3,oneof" json:"allocator_limit_bytes,omitempty"`

@@ -423,7 +423,8 @@ export type MemoryPlan = Message<"mlxgrpc.v1.MemoryPlan"> & {
   contextTokens: bigint;
 
   /**
-   * The longest context that fits in usable memory, in tokens.
+   * The longest context that fits in usable memory, in tokens, and never more than
+   * the model's own context length.
    *
    * @generated from field: int64 max_safe_context = 5;
    */
@@ -472,8 +473,9 @@ export type MemoryPlan = Message<"mlxgrpc.v1.MemoryPlan"> & {
   usableBytes: bigint;
 
   /**
-   * Predicted single-stream decode rate (read bandwidth / bytes read per token);
-   * absent when not known.
+   * Predicted single-stream decode rate at context_tokens, in tokens per second:
+   * 1 / (per-step overhead + bytes read per token / read bandwidth), both measured on
+   * this machine when the model loaded. Absent when not known.
    *
    * @generated from field: optional double predicted_decode_tps = 12;
    */

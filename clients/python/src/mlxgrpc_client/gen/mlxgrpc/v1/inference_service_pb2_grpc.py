@@ -83,6 +83,11 @@ class InferenceServiceStub:
                 request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.GetLoad = channel.unary_unary(
+                '/mlxgrpc.v1.InferenceService/GetLoad',
+                request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadRequest.SerializeToString,
+                response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServiceServicer:
@@ -155,6 +160,16 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLoad(self, request, context):
+        """Reports how busy each generation model is: requests running and waiting, KV-cache
+        memory in use against its limit, the prefix cache and recent throughput. Meant
+        for routers, autoscalers and dashboards; the Prometheus endpoint carries the
+        same figures.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -197,6 +212,11 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsRequest.FromString,
                     response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'GetLoad': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLoad,
+                    request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadRequest.FromString,
+                    response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -424,6 +444,33 @@ class InferenceService:
             '/mlxgrpc.v1.InferenceService/ListModels',
             mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsRequest.SerializeToString,
             mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLoad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxgrpc.v1.InferenceService/GetLoad',
+            mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadRequest.SerializeToString,
+            mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadResponse.FromString,
             options,
             channel_credentials,
             insecure,
