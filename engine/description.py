@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from .adapters.info import AdapterInfo
+
 
 class ModelKind(enum.Enum):
     GENERATION = "generation"
@@ -62,3 +64,5 @@ class ModelDescription:
     blas: str
     embedding_dimensions: int
     source: str
+    adapters: tuple[AdapterInfo, ...] = ()  # loaded adapters
+    max_adapters: int = 0  # adapters that may be loaded at once (0: none)

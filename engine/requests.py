@@ -85,6 +85,7 @@ class GenerationRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     bypass_prefix_cache: bool = False
+    adapter: str = ""  # a loaded adapter's name; "" for the base model
 
 
 @dataclass(frozen=True)

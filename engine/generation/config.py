@@ -28,3 +28,5 @@ class GenerationConfig:
     limits: Limits = field(default_factory=Limits)
     memory_limit_bytes: int | None = None  # None: what this machine has available
     memory_reserve_bytes: int | None = None  # None: max(256 MiB, 5% of usable)
+    adapters: tuple[tuple[str, str], ...] = ()  # (name, directory) loaded at start
+    max_adapters: int = 8  # adapters loaded at once; beyond it the least recently used idle one goes

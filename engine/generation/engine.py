@@ -19,6 +19,8 @@ import uuid
 from dataclasses import dataclass
 from typing import AsyncIterator
 
+from ..adapters.bank import AdapterBank
+from ..adapters.control import Adapters
 from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
 from ..errors import DoesNotFit, EngineFailure, InvalidRequest, NotReady, QueueFull
 from ..events import Event, FinishReason, Finished, Timings, Usage
@@ -61,6 +63,7 @@ class GenerationEngine:
         self._closing = False
         self._machine_total = usable_memory()[1]
         self._worker: Worker[LoadedModel] = Worker(self.name, self._load, self._scheduler)
+        self.adapters = Adapters(self._worker.call, self.name, config.max_adapters)
 
     # lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -68,6 +71,7 @@ class GenerationEngine:
         self._loaded = await asyncio.wrap_future(self._worker.start())
         self._prompts = PromptEncoder(self._loaded, self.config.limits)
         self.name = self._loaded.name
+        await self.adapters.load_all(self.config.adapters)
 
     @property
     def ready(self) -> bool:
@@ -82,6 +86,7 @@ class GenerationEngine:
     async def close(self) -> None:
         """Refuses new requests, ends the others (CANCELLED) and stops the thread."""
         self._closing = True
+        self.adapters.close()
         await asyncio.to_thread(self._worker.stop)
 
     def _load(self) -> LoadedModel:
@@ -96,7 +101,8 @@ class GenerationEngine:
     def _scheduler(self, loaded: LoadedModel) -> Scheduler:
         tokenizer = loaded.tokenizer
         return Scheduler(loaded.model, self.config.scheduler, lambda i: tokenizer.decode([i]),
-                         budget=self._budget, namespace=loaded.name, interrupt=self._worker.stop_requested)
+                         budget=self._budget, namespace=loaded.name, interrupt=self._worker.stop_requested,
+                         adapters=AdapterBank(loaded.model, loaded.name))
 
     # facts ----------------------------------------------------------------------
     def describe(self) -> ModelDescription:
@@ -108,7 +114,8 @@ class GenerationEngine:
             capabilities=Capabilities(prefill_bounded_workspace=True),
             context_length=m.context_length, vocab_size=m.vocab_size,
             eos_token_ids=tuple(sorted(m.eos_ids)), has_chat_template=m.has_chat_template,
-            dtype=m.dtype, blas=blas_name(), embedding_dimensions=0, source=m.source)
+            dtype=m.dtype, blas=blas_name(), embedding_dimensions=0, source=m.source,
+            adapters=tuple(self.adapters.infos()), max_adapters=self.adapters.limit)
 
     async def plan_memory(self, context_tokens: int, max_generation_tokens: int = 0) -> MemoryPlan:
         """The memory plan for ``context_tokens`` (0: the model's context length),
@@ -120,9 +127,12 @@ class GenerationEngine:
         budget = self._budget
 
         def plan(_scheduler) -> MemoryPlan:
-            return plan_memory(self._facts, context_tokens=context, max_generation_tokens=max_generation_tokens,
+            adapters = budget.resident_bytes  # loaded adapters count as weights
+            facts = dataclasses.replace(self._facts, weights_bytes=self._facts.weights_bytes + adapters)
+            plan = plan_memory(facts, context_tokens=context, max_generation_tokens=max_generation_tokens,
                                prefill_chunk=self.config.scheduler.prefill_chunk, usable=budget.usable_bytes,
                                reserve_bytes=budget.reserve_bytes, machine_total=self._machine_total)
+            return dataclasses.replace(plan, adapter_bytes=adapters)
 
         return await asyncio.wrap_future(self._worker.call(plan))
 
@@ -185,6 +195,7 @@ class GenerationEngine:
 
     async def _run(self, request: GenerationRequest, stream: Stream) -> AsyncIterator[Event]:
         arrived = time.perf_counter()
+        adapter = self.adapters.acquire(request.adapter, stream.closers)
         prompt = await asyncio.to_thread(self.encode_prompt, request)
         max_tokens = self._max_tokens(request, len(prompt.ids))
         self._refuse_at_once(len(prompt.ids) + max_tokens)
@@ -192,7 +203,7 @@ class GenerationEngine:
             elapsed = time.perf_counter() - arrived
             yield Finished(FinishReason.CANCELLED, Usage(len(prompt.ids), 0, 0), Timings(elapsed, 0.0, 0.0, elapsed))
             return
-        seq = make_sequence(self.loaded, request, stream, prompt, max_tokens, arrived)
+        seq = make_sequence(self.loaded, request, stream, prompt, max_tokens, arrived, adapter=adapter)
         self._streams.submitted(stream)
         self._worker.submit(seq)
         while True:

@@ -14,7 +14,7 @@ from .streams import Stream
 
 
 def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream, prompt: EncodedPrompt,
-                  max_tokens: int, arrived: float) -> Sequence:
+                  max_tokens: int, arrived: float, *, adapter: str = "") -> Sequence:
     s = request.stopping
     ids = list(prompt.ids)
     rule = TokenStopRule(max_tokens, s.min_tokens, model.eos_ids, frozenset(s.stop_token_ids), s.ignore_eos)
@@ -25,4 +25,4 @@ def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream
         request_id=stream.request_id, tokens=ids, prompt_len=len(ids), context_tokens=len(ids) + max_tokens,
         rule=rule, sampling=SamplingState(request.sampling, ids), delivery=delivery,
         reuse=Reuse(not request.bypass_prefix_cache, prompt.snapshot_at),
-        top_logprobs=request.top_logprobs if wants_logprobs else None)
+        top_logprobs=request.top_logprobs if wants_logprobs else None, adapter=adapter)
