@@ -123,6 +123,7 @@ class CallRecord:
     peer: str = ""
     request_id: str = ""
     model: str = ""
+    adapter: str = ""  # Generate's adapter, as the client named it
     code: str = "OK"
     started: float = field(default_factory=time.perf_counter)
     duration_s: float = 0.0
@@ -201,6 +202,7 @@ class ObservingInterceptor(grpc.aio.ServerInterceptor):
                 pass
             call.request_id = str(getattr(request, "request_id", "") or "")
             call.model = str(getattr(request, "model", "") or "")
+            call.adapter = str(getattr(request, "adapter", "") or "")
             if tracked:
                 self.state.begin()
             for o in self.observers:

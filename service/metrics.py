@@ -17,6 +17,10 @@ Metrics (all prefixed ``mlxgrpc_``):
   queue_depth{model}                             gauge      requests waiting for admission
   active_rows{model}                             gauge      admitted requests (prefilling/decoding)
   model_ready{model}                             gauge      1 when loaded and serving
+  adapter_generated_tokens_total{model,adapter}  counter    tokens generated with each adapter
+  adapter_requests_total{model,adapter,code}     counter    started Generate streams per adapter
+  adapter_active_requests{model,adapter}         gauge      requests using each loaded adapter
+  adapter_bytes{model,adapter}                   gauge      memory of each loaded adapter
   draining                                       gauge      1 while the server drains
 plus the standard process_* metrics (CPU, resident memory, open fds).
 """
@@ -60,6 +64,19 @@ class EngineCollector:
         yield queued
         yield active
         yield ready
+        yield from _adapter_families(self.models)
+
+
+def _adapter_families(models):
+    users = GaugeMetricFamily("mlxgrpc_adapter_active_requests", "Requests using a loaded adapter",
+                              labels=["model", "adapter"])
+    size = GaugeMetricFamily("mlxgrpc_adapter_bytes", "Memory of a loaded adapter", labels=["model", "adapter"])
+    for engine in models.generation:
+        for info in engine.adapters.infos():
+            users.add_metric([engine.name, info.name], info.active_requests)
+            size.add_metric([engine.name, info.name], info.nbytes)
+    yield users
+    yield size
 
 
 class Metrics(Observer):
@@ -84,6 +101,11 @@ class Metrics(Observer):
         self.prefix_hits = Counter("mlxgrpc_prefix_cache_hit_tokens",
                                    "Prompt tokens served from the prefix cache", ["model"], registry=r)
         self.embedded = Counter("mlxgrpc_embedded_tokens", "Tokens of embedded inputs", ["model"], registry=r)
+        # Per adapter, only for streams that started (so only loaded adapters' names become labels).
+        self.adapter_generated = Counter("mlxgrpc_adapter_generated_tokens", "Tokens generated with an adapter",
+                                         ["model", "adapter"], registry=r)
+        self.adapter_requests = Counter("mlxgrpc_adapter_requests", "Started Generate streams with an adapter",
+                                        ["model", "adapter", "code"], registry=r)
         self.draining = Gauge("mlxgrpc_draining", "1 while the server drains", registry=r)
         if models is not None:
             r.register(EngineCollector(models))
@@ -110,6 +132,8 @@ class Metrics(Observer):
             for _ in range(count):
                 hist.observe(per_token)
         self.generated.labels(model).inc(count)
+        if call.adapter:
+            self.adapter_generated.labels(model, call.adapter).inc(count)
 
     def on_end(self, call: CallRecord) -> None:
         service, method = split_method(call.method)
@@ -124,6 +148,8 @@ class Metrics(Observer):
             self.prefix_hits.labels(model).inc(call.cached_tokens)
         if call.embed_tokens:
             self.embedded.labels(model).inc(call.embed_tokens)
+        if call.adapter and call.prompt_tokens is not None:
+            self.adapter_requests.labels(model, call.adapter, call.code).inc()
 
     # HTTP --------------------------------------------------------------------------
     def serve_http(self, port: int, host: str = "0.0.0.0") -> int:

@@ -90,3 +90,26 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
 
     async def ListModels(self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext):
         return pb.ListModelsResponse(models=[convert.model_info(d) for d in self.models.describe_all()])
+
+    async def LoadAdapter(self, request: pb.LoadAdapterRequest, context: grpc.aio.ServicerContext):
+        try:
+            adapters = self.models.generator(request.model).adapters
+            loaded = await adapters.load(request.name, request.path)
+            return pb.LoadAdapterResponse(adapter=convert.adapter_info(loaded.info), evicted=loaded.evicted)
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)
+
+    async def UnloadAdapter(self, request: pb.UnloadAdapterRequest, context: grpc.aio.ServicerContext):
+        try:
+            info = await self.models.generator(request.model).adapters.unload(request.name)
+            return pb.UnloadAdapterResponse(adapter=convert.adapter_info(info))
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)
+
+    async def ListAdapters(self, request: pb.ListAdaptersRequest, context: grpc.aio.ServicerContext):
+        try:
+            engine = self.models.generator(request.model)
+            return pb.ListAdaptersResponse(model=engine.name, max_adapters=engine.adapters.limit,
+                                           adapters=[convert.adapter_info(a) for a in engine.adapters.infos()])
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)
