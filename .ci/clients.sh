@@ -7,7 +7,10 @@ PORT=${MLXGRPC_PORT:-50051}
 export MLXGRPC_ADDRESS="localhost:$PORT"
 WORK=$(mktemp -d)
 .venv/bin/python -m tests.fixtures "$WORK/models" >/dev/null
+# The server starts with adapter "tone"; clients load and unload MLXGRPC_ADAPTER_DIR themselves.
+export MLXGRPC_ADAPTER_DIR="$WORK/models/adapters/small"
 .venv/bin/mlx-grpc serve --host 127.0.0.1 --port "$PORT" --model "llama=$WORK/models/llama" \
+  --adapter "tone=$WORK/models/adapters/tone" \
   --max-active 4 --max-queued 16 --grace 5 >"$WORK/server.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT

@@ -19,5 +19,13 @@ if $G -d '{"text": "x", "sampling": {"temperature": -1}}' "$ADDR" mlxgrpc.v1.Inf
   exit 1
 fi
 grep -q InvalidArgument err.txt && grep -q sampling.temperature err.txt && rm -f err.txt
+# adapters: "tone" is loaded at start; MLXGRPC_ADAPTER_DIR is loaded and unloaded here
+$G "$ADDR" describe mlxgrpc.v1.InferenceService | grep -q "rpc LoadAdapter"
+$G -d '{}' "$ADDR" mlxgrpc.v1.InferenceService/ListAdapters | grep -q '"name": "tone"'
+$G -d '{"text": "Hello", "adapter": "tone", "stopping": {"max_tokens": 5}}' "$ADDR" \
+  mlxgrpc.v1.InferenceService/Generate | grep -q FINISH_REASON_LENGTH
+$G -d "{\"name\": \"by-grpcurl\", \"path\": \"$MLXGRPC_ADAPTER_DIR\"}" "$ADDR" \
+  mlxgrpc.v1.InferenceService/LoadAdapter | grep -q ADAPTER_KIND_LORA
+$G -d '{"name": "by-grpcurl"}' "$ADDR" mlxgrpc.v1.InferenceService/UnloadAdapter | grep -q by-grpcurl
 set +x
 echo "grpcurl checks passed"

@@ -4,7 +4,8 @@
 // Client embeds the generated InferenceServiceClient, so every RPC is
 // available as generated; this package only adds connection options
 // (TLS, bearer token, default deadline), Generate as a range-over-func
-// iterator, Embed collected in input order, and google.rpc error details.
+// iterator, Embed collected in input order, adapter helpers (Adapters,
+// LoadAdapterDir, UnloadAdapterByName) and google.rpc error details.
 package mlxgrpc
 
 import (
@@ -184,6 +185,27 @@ func (c *Client) CancelByID(ctx context.Context, requestID string) (bool, error)
 func (c *Client) ModelInfo(ctx context.Context, model string) (*pb.ModelInfo, error) {
 	r, err := c.GetModelInfo(ctx, &pb.GetModelInfoRequest{Model: model})
 	return r.GetInfo(), err
+}
+
+// Adapters lists the adapters loaded on a model; an empty name selects the
+// default generation model. Requests pick one with GenerateRequest.Adapter.
+func (c *Client) Adapters(ctx context.Context, model string) ([]*pb.AdapterInfo, error) {
+	r, err := c.ListAdapters(ctx, &pb.ListAdaptersRequest{Model: model})
+	return r.GetAdapters(), err
+}
+
+// LoadAdapterDir loads the adapter directory dir (on the server, as mlx_lm.lora
+// writes it) as name for model ("" selects the default generation model). The
+// response carries the adapter's info and the adapters evicted to make room.
+func (c *Client) LoadAdapterDir(ctx context.Context, model, name, dir string) (*pb.LoadAdapterResponse, error) {
+	return c.LoadAdapter(ctx, &pb.LoadAdapterRequest{Model: model, Name: name, Path: dir})
+}
+
+// UnloadAdapterByName unloads an adapter. The server stops giving it to new
+// requests at once and returns when the requests already using it have finished.
+func (c *Client) UnloadAdapterByName(ctx context.Context, model, name string) (*pb.AdapterInfo, error) {
+	r, err := c.UnloadAdapter(ctx, &pb.UnloadAdapterRequest{Model: model, Name: name})
+	return r.GetAdapter(), err
 }
 
 // ErrorDetails is the google.rpc detail carried by a failed call.

@@ -4,8 +4,9 @@
 //! `../../protos` (see `build.rs`) and live in [`pb`]. [`Client`] adds what the
 //! raw stub lacks: connecting with TLS and a bearer token, a default deadline,
 //! Generate as a [`Stream`] of events with an id to cancel it by, Embed results
-//! in input order, and [`error_details`] for the google.rpc details the server
-//! attaches to errors. Everything else is reachable through [`Client::raw`].
+//! in input order, adapter calls ([`Client::load_adapter`], [`Client::unload_adapter`],
+//! [`Client::list_adapters`]), and [`error_details`] for the google.rpc details the
+//! server attaches to errors. Everything else is reachable through [`Client::raw`].
 //!
 //! ```no_run
 //! use mlx_grpc_client::{Client, ConnectOptions, Event, pb};
@@ -46,6 +47,8 @@ pub mod pb {
     #![allow(clippy::all)]
     tonic::include_proto!("mlxgrpc.v1");
 }
+
+mod adapters;
 
 /// One event of a Generate stream: `Started`, then `Delta`s, then `Finished`.
 pub use pb::generate_response::Event;

@@ -401,3 +401,66 @@ async fn bearer_token_is_accepted() {
     let mut c = Client::connect(&address, options).await.expect("connect");
     assert_eq!(c.model_info("").await.expect("model_info").vocab_size, 640);
 }
+
+// --- adapters: the server starts with adapter "tone" on "llama";
+// $MLXGRPC_ADAPTER_DIR is another adapter directory on the server.
+
+fn with_adapter(adapter: &str, max_tokens: i32) -> pb::GenerateRequest {
+    pb::GenerateRequest {
+        adapter: adapter.into(),
+        ..text_request("The quick brown fox", max_tokens)
+    }
+}
+
+#[tokio::test]
+async fn generate_with_an_adapter_changes_the_output() {
+    let Some(mut c) = client().await else { return };
+    let listed = c.list_adapters("").await.expect("list");
+    assert_eq!(listed.model, "llama");
+    assert!(listed.adapters.iter().any(|a| a.name == "tone"));
+    let base = token_ids(&collect(&mut c, with_adapter("", 8)).await);
+    let tuned = token_ids(&collect(&mut c, with_adapter("tone", 8)).await);
+    assert_eq!(tuned.len(), 8);
+    assert_ne!(tuned, base);
+    let err = generate_error(&mut c, with_adapter("no-such-adapter", 2)).await;
+    assert_eq!(err.code(), Code::NotFound);
+    assert_eq!(
+        error_details(&err).error_info.expect("ErrorInfo").reason,
+        "ADAPTER_NOT_FOUND"
+    );
+}
+
+#[tokio::test]
+async fn load_use_and_unload_an_adapter() {
+    let Some(mut c) = client().await else { return };
+    let Ok(dir) = std::env::var("MLXGRPC_ADAPTER_DIR") else {
+        return;
+    };
+    let loaded = c.load_adapter("", "rust-client", &dir).await.expect("load");
+    let info = loaded.adapter.expect("adapter");
+    assert_eq!(info.name, "rust-client");
+    assert_eq!(info.kind(), pb::AdapterKind::Lora);
+    assert!(info.bytes > 0);
+    let out = token_ids(&collect(&mut c, with_adapter("rust-client", 4)).await);
+    assert_eq!(out.len(), 4);
+    assert_eq!(
+        c.unload_adapter("", "rust-client")
+            .await
+            .expect("unload")
+            .name,
+        "rust-client"
+    );
+    let listed = c.list_adapters("").await.expect("list");
+    assert!(!listed.adapters.iter().any(|a| a.name == "rust-client"));
+    let err = c
+        .load_adapter("", "nothing", "/nonexistent/adapter")
+        .await
+        .expect_err("bad dir");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let fields: Vec<String> = error_details(&err)
+        .field_violations
+        .into_iter()
+        .map(|v| v.field)
+        .collect();
+    assert_eq!(fields, ["path"]);
+}

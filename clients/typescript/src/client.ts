@@ -25,8 +25,10 @@ import {
   type GenerateResponse,
   type GenerationFinished,
   type GenerationStarted,
+  type ListAdaptersResponse,
+  type LoadAdapterResponse,
 } from "./gen/mlxgrpc/v1/inference_service_pb.js";
-import type { ModelInfo } from "./gen/mlxgrpc/v1/model_pb.js";
+import type { AdapterInfo, ModelInfo } from "./gen/mlxgrpc/v1/model_pb.js";
 import {
   BadRequestSchema,
   ErrorInfoSchema,
@@ -140,6 +142,26 @@ export class MlxClient {
     const res = await this.raw.getModelInfo({ model }, options);
     if (!res.info) throw new ConnectError("GetModelInfo returned no info", Code.Internal);
     return res.info;
+  }
+
+  /**
+   * Loads an adapter directory on the server (as mlx_lm.lora writes it) under `name`,
+   * for `model` (empty: the default generation model). Generate picks it with `adapter`.
+   */
+  async loadAdapter(name: string, path: string, model = "", options?: CallOptions): Promise<LoadAdapterResponse> {
+    return this.raw.loadAdapter({ model, name, path }, options);
+  }
+
+  /** Unloads an adapter; resolves once the requests already using it have finished. */
+  async unloadAdapter(name: string, model = "", options?: CallOptions): Promise<AdapterInfo> {
+    const res = await this.raw.unloadAdapter({ model, name }, options);
+    if (!res.adapter) throw new ConnectError("UnloadAdapter returned no adapter", Code.Internal);
+    return res.adapter;
+  }
+
+  /** The adapters loaded on a model (empty name: the default generation model). */
+  async listAdapters(model = "", options?: CallOptions): Promise<ListAdaptersResponse> {
+    return this.raw.listAdapters({ model }, options);
   }
 
   /** Closes the HTTP/2 connection; calls in flight fail. */

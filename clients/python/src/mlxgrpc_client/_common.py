@@ -56,6 +56,7 @@ def generate_request(
     prompt: Prompt,
     *,
     model: str = "",
+    adapter: str = "",
     request_id: str = "",
     max_tokens: int | None = None,
     sampling: pb.SamplingParams | Mapping[str, Any] | None = None,
@@ -69,6 +70,7 @@ def generate_request(
     ``(role, content)`` pairs, or ``pb.ChatMessages``), or a whole ``pb.GenerateRequest``
     that the keyword arguments then override. ``sampling``/``stopping`` take the message
     or a dict of its fields; ``max_tokens`` is a shortcut for ``stopping.max_tokens``;
+    ``adapter`` names a loaded LoRA/DoRA adapter of the model (empty: the base model);
     other keywords (``logprobs``, ``top_logprobs``, ``session_id``, ...) are request fields.
     An empty ``request_id`` gets a random one here, so the Cancel RPC can address the
     request before its ``started`` event arrives.
@@ -90,6 +92,8 @@ def generate_request(
         raise TypeError(f"unsupported prompt type {type(prompt).__name__}")
     if model:
         req.model = model
+    if adapter:
+        req.adapter = adapter
     if request_id:
         req.request_id = request_id
     if not req.request_id:

@@ -129,6 +129,22 @@ class Client:
                                    max_generation_tokens=max_generation_tokens)
         return self.stub.PlanMemory(req, **self._opts(timeout)).plan
 
+    def load_adapter(self, name: str, path: str, *, model: str = "",
+                     timeout: Any = DEFAULT) -> pb.LoadAdapterResponse:
+        """Loads the adapter directory ``path`` (on the server) as ``name``; the response
+        has its ``adapter`` info and the names ``evicted`` to stay within the limit."""
+        req = pb.LoadAdapterRequest(model=model, name=name, path=path)
+        return self.stub.LoadAdapter(req, **self._opts(timeout))
+
+    def unload_adapter(self, name: str, *, model: str = "", timeout: Any = DEFAULT) -> pb.AdapterInfo:
+        """Unloads adapter ``name``; returns once the requests using it have finished."""
+        req = pb.UnloadAdapterRequest(model=model, name=name)
+        return self.stub.UnloadAdapter(req, **self._opts(timeout)).adapter
+
+    def list_adapters(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ListAdaptersResponse:
+        """The adapters loaded on ``model`` (empty: the default generation model)."""
+        return self.stub.ListAdapters(pb.ListAdaptersRequest(model=model), **self._opts(timeout))
+
     def close(self) -> None:
         self.channel.close()
 

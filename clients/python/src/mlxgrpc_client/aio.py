@@ -142,6 +142,21 @@ class AsyncClient:
                                    max_generation_tokens=max_generation_tokens)
         return (await self.stub.PlanMemory(req, **self._opts(timeout))).plan
 
+    async def load_adapter(self, name: str, path: str, *, model: str = "",
+                           timeout: Any = DEFAULT) -> pb.LoadAdapterResponse:
+        """Loads the adapter directory ``path`` (on the server) as ``name``."""
+        req = pb.LoadAdapterRequest(model=model, name=name, path=path)
+        return await self.stub.LoadAdapter(req, **self._opts(timeout))
+
+    async def unload_adapter(self, name: str, *, model: str = "", timeout: Any = DEFAULT) -> pb.AdapterInfo:
+        """Unloads adapter ``name``; returns once the requests using it have finished."""
+        req = pb.UnloadAdapterRequest(model=model, name=name)
+        return (await self.stub.UnloadAdapter(req, **self._opts(timeout))).adapter
+
+    async def list_adapters(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ListAdaptersResponse:
+        """The adapters loaded on ``model`` (empty: the default generation model)."""
+        return await self.stub.ListAdapters(pb.ListAdaptersRequest(model=model), **self._opts(timeout))
+
     async def close(self) -> None:
         await self.channel.close()
 

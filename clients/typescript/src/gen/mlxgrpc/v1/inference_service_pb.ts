@@ -6,7 +6,7 @@ import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegen
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { ChatMessages, FinishReason, SamplingParams, StoppingCriteria, Timings, TokenIds, TokenLogprob, Usage } from "./generation_pb.js";
 import { file_mlxgrpc_v1_generation } from "./generation_pb.js";
-import type { MemoryPlan, ModelInfo } from "./model_pb.js";
+import type { AdapterInfo, MemoryPlan, ModelInfo } from "./model_pb.js";
 import { file_mlxgrpc_v1_model } from "./model_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/inference_service.proto.
  */
 export const file_mlxgrpc_v1_inference_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxItcCCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIQggKBnByb21wdCJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSJZCgpUb2tlbkRlbHRhEhEKCXRva2VuX2lkcxgBIAMoBRIMCgR0ZXh0GAIgASgJEioKCGxvZ3Byb2JzGAMgAygLMhgubWx4Z3JwYy52MS5Ub2tlbkxvZ3Byb2IiywEKEkdlbmVyYXRpb25GaW5pc2hlZBIoCgZyZWFzb24YASABKA4yGC5tbHhncnBjLnYxLkZpbmlzaFJlYXNvbhIVCg1zdG9wX3NlcXVlbmNlGAIgASgJEhoKDXN0b3BfdG9rZW5faWQYAyABKAVIAIgBARIgCgV1c2FnZRgEIAEoCzIRLm1seGdycGMudjEuVXNhZ2USJAoHdGltaW5ncxgFIAEoCzITLm1seGdycGMudjEuVGltaW5nc0IQCg5fc3RvcF90b2tlbl9pZCKqAQoQR2VuZXJhdGVSZXNwb25zZRIwCgdzdGFydGVkGAEgASgLMh0ubWx4Z3JwYy52MS5HZW5lcmF0aW9uU3RhcnRlZEgAEicKBWRlbHRhGAIgASgLMhYubWx4Z3JwYy52MS5Ub2tlbkRlbHRhSAASMgoIZmluaXNoZWQYAyABKAsyHi5tbHhncnBjLnYxLkdlbmVyYXRpb25GaW5pc2hlZEgAQgcKBWV2ZW50IpABCgxFbWJlZFJlcXVlc3QSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEhMKC2luc3RydWN0aW9uGAMgASgJEhYKCW5vcm1hbGl6ZRgEIAEoCEgAiAEBEhIKCmRpbWVuc2lvbnMYBSABKAUSEgoKcmVxdWVzdF9pZBgGIAEoCUIMCgpfbm9ybWFsaXplIkEKDUVtYmVkUmVzcG9uc2USDQoFaW5kZXgYASABKAUSEQoJZW1iZWRkaW5nGAIgAygCEg4KBnRva2VucxgDIAEoBSIjCg1DYW5jZWxSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiIwoOQ2FuY2VsUmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIIiQKE0dldE1vZGVsSW5mb1JlcXVlc3QSDQoFbW9kZWwYASABKAkiOwoUR2V0TW9kZWxJbmZvUmVzcG9uc2USIwoEaW5mbxgBIAEoCzIVLm1seGdycGMudjEuTW9kZWxJbmZvIlkKEVBsYW5NZW1vcnlSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhYKDmNvbnRleHRfdG9rZW5zGAIgASgDEh0KFW1heF9nZW5lcmF0aW9uX3Rva2VucxgDIAEoAyI6ChJQbGFuTWVtb3J5UmVzcG9uc2USJAoEcGxhbhgBIAEoCzIWLm1seGdycGMudjEuTWVtb3J5UGxhbiJKCg9Ub2tlbml6ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEdGV4dBgCIAEoCRIaChJhZGRfc3BlY2lhbF90b2tlbnMYAyABKAgiNQoQVG9rZW5pemVSZXNwb25zZRIRCgl0b2tlbl9pZHMYASADKAUSDgoGdG9rZW5zGAIgAygJIlIKEURldG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhEKCXRva2VuX2lkcxgCIAMoBRIbChNza2lwX3NwZWNpYWxfdG9rZW5zGAMgASgIIiIKEkRldG9rZW5pemVSZXNwb25zZRIMCgR0ZXh0GAEgASgJIhMKEUxpc3RNb2RlbHNSZXF1ZXN0IjsKEkxpc3RNb2RlbHNSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbzLdBAoQSW5mZXJlbmNlU2VydmljZRJHCghHZW5lcmF0ZRIbLm1seGdycGMudjEuR2VuZXJhdGVSZXF1ZXN0GhwubWx4Z3JwYy52MS5HZW5lcmF0ZVJlc3BvbnNlMAESPgoFRW1iZWQSGC5tbHhncnBjLnYxLkVtYmVkUmVxdWVzdBoZLm1seGdycGMudjEuRW1iZWRSZXNwb25zZTABEj8KBkNhbmNlbBIZLm1seGdycGMudjEuQ2FuY2VsUmVxdWVzdBoaLm1seGdycGMudjEuQ2FuY2VsUmVzcG9uc2USUQoMR2V0TW9kZWxJbmZvEh8ubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXF1ZXN0GiAubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXNwb25zZRJLCgpQbGFuTWVtb3J5Eh0ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVxdWVzdBoeLm1seGdycGMudjEuUGxhbk1lbW9yeVJlc3BvbnNlEkUKCFRva2VuaXplEhsubWx4Z3JwYy52MS5Ub2tlbml6ZVJlcXVlc3QaHC5tbHhncnBjLnYxLlRva2VuaXplUmVzcG9uc2USSwoKRGV0b2tlbml6ZRIdLm1seGdycGMudjEuRGV0b2tlbml6ZVJlcXVlc3QaHi5tbHhncnBjLnYxLkRldG9rZW5pemVSZXNwb25zZRJLCgpMaXN0TW9kZWxzEh0ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLm1seGdycGMudjEuTGlzdE1vZGVsc1Jlc3BvbnNlQk4KDmRldi5tbHhncnBjLnYxQhVJbmZlcmVuY2VTZXJ2aWNlUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
+  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIugCCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEg8KB2FkYXB0ZXIYDCABKAlCCAoGcHJvbXB0ImQKEUdlbmVyYXRpb25TdGFydGVkEhIKCnJlcXVlc3RfaWQYASABKAkSDQoFbW9kZWwYAiABKAkSFQoNcHJvbXB0X3Rva2VucxgDIAEoBRIVCg1jYWNoZWRfdG9rZW5zGAQgASgFIlkKClRva2VuRGVsdGESEQoJdG9rZW5faWRzGAEgAygFEgwKBHRleHQYAiABKAkSKgoIbG9ncHJvYnMYAyADKAsyGC5tbHhncnBjLnYxLlRva2VuTG9ncHJvYiLLAQoSR2VuZXJhdGlvbkZpbmlzaGVkEigKBnJlYXNvbhgBIAEoDjIYLm1seGdycGMudjEuRmluaXNoUmVhc29uEhUKDXN0b3Bfc2VxdWVuY2UYAiABKAkSGgoNc3RvcF90b2tlbl9pZBgDIAEoBUgAiAEBEiAKBXVzYWdlGAQgASgLMhEubWx4Z3JwYy52MS5Vc2FnZRIkCgd0aW1pbmdzGAUgASgLMhMubWx4Z3JwYy52MS5UaW1pbmdzQhAKDl9zdG9wX3Rva2VuX2lkIqoBChBHZW5lcmF0ZVJlc3BvbnNlEjAKB3N0YXJ0ZWQYASABKAsyHS5tbHhncnBjLnYxLkdlbmVyYXRpb25TdGFydGVkSAASJwoFZGVsdGEYAiABKAsyFi5tbHhncnBjLnYxLlRva2VuRGVsdGFIABIyCghmaW5pc2hlZBgDIAEoCzIeLm1seGdycGMudjEuR2VuZXJhdGlvbkZpbmlzaGVkSABCBwoFZXZlbnQikAEKDEVtYmVkUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIOCgZpbnB1dHMYAiADKAkSEwoLaW5zdHJ1Y3Rpb24YAyABKAkSFgoJbm9ybWFsaXplGAQgASgISACIAQESEgoKZGltZW5zaW9ucxgFIAEoBRISCgpyZXF1ZXN0X2lkGAYgASgJQgwKCl9ub3JtYWxpemUiQQoNRW1iZWRSZXNwb25zZRINCgVpbmRleBgBIAEoBRIRCgllbWJlZGRpbmcYAiADKAISDgoGdG9rZW5zGAMgASgFIiMKDUNhbmNlbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCSIjCg5DYW5jZWxSZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgiJAoTR2V0TW9kZWxJbmZvUmVxdWVzdBINCgVtb2RlbBgBIAEoCSI7ChRHZXRNb2RlbEluZm9SZXNwb25zZRIjCgRpbmZvGAEgASgLMhUubWx4Z3JwYy52MS5Nb2RlbEluZm8iWQoRUGxhbk1lbW9yeVJlcXVlc3QSDQoFbW9kZWwYASABKAkSFgoOY29udGV4dF90b2tlbnMYAiABKAMSHQoVbWF4X2dlbmVyYXRpb25fdG9rZW5zGAMgASgDIjoKElBsYW5NZW1vcnlSZXNwb25zZRIkCgRwbGFuGAEgASgLMhYubWx4Z3JwYy52MS5NZW1vcnlQbGFuIkoKD1Rva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIMCgR0ZXh0GAIgASgJEhoKEmFkZF9zcGVjaWFsX3Rva2VucxgDIAEoCCI1ChBUb2tlbml6ZVJlc3BvbnNlEhEKCXRva2VuX2lkcxgBIAMoBRIOCgZ0b2tlbnMYAiADKAkiUgoRRGV0b2tlbml6ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEQoJdG9rZW5faWRzGAIgAygFEhsKE3NraXBfc3BlY2lhbF90b2tlbnMYAyABKAgiIgoSRGV0b2tlbml6ZVJlc3BvbnNlEgwKBHRleHQYASABKAkiEwoRTGlzdE1vZGVsc1JlcXVlc3QiOwoSTGlzdE1vZGVsc1Jlc3BvbnNlEiUKBm1vZGVscxgBIAMoCzIVLm1seGdycGMudjEuTW9kZWxJbmZvIj8KEkxvYWRBZGFwdGVyUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIMCgRuYW1lGAIgASgJEgwKBHBhdGgYAyABKAkiUAoTTG9hZEFkYXB0ZXJSZXNwb25zZRIoCgdhZGFwdGVyGAEgASgLMhcubWx4Z3JwYy52MS5BZGFwdGVySW5mbxIPCgdldmljdGVkGAIgAygJIjMKFFVubG9hZEFkYXB0ZXJSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBG5hbWUYAiABKAkiQQoVVW5sb2FkQWRhcHRlclJlc3BvbnNlEigKB2FkYXB0ZXIYASABKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvIiQKE0xpc3RBZGFwdGVyc1JlcXVlc3QSDQoFbW9kZWwYASABKAkiZgoUTGlzdEFkYXB0ZXJzUmVzcG9uc2USDQoFbW9kZWwYASABKAkSKQoIYWRhcHRlcnMYAiADKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvEhQKDG1heF9hZGFwdGVycxgDIAEoBTLWBgoQSW5mZXJlbmNlU2VydmljZRJHCghHZW5lcmF0ZRIbLm1seGdycGMudjEuR2VuZXJhdGVSZXF1ZXN0GhwubWx4Z3JwYy52MS5HZW5lcmF0ZVJlc3BvbnNlMAESPgoFRW1iZWQSGC5tbHhncnBjLnYxLkVtYmVkUmVxdWVzdBoZLm1seGdycGMudjEuRW1iZWRSZXNwb25zZTABEj8KBkNhbmNlbBIZLm1seGdycGMudjEuQ2FuY2VsUmVxdWVzdBoaLm1seGdycGMudjEuQ2FuY2VsUmVzcG9uc2USUQoMR2V0TW9kZWxJbmZvEh8ubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXF1ZXN0GiAubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXNwb25zZRJLCgpQbGFuTWVtb3J5Eh0ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVxdWVzdBoeLm1seGdycGMudjEuUGxhbk1lbW9yeVJlc3BvbnNlEkUKCFRva2VuaXplEhsubWx4Z3JwYy52MS5Ub2tlbml6ZVJlcXVlc3QaHC5tbHhncnBjLnYxLlRva2VuaXplUmVzcG9uc2USSwoKRGV0b2tlbml6ZRIdLm1seGdycGMudjEuRGV0b2tlbml6ZVJlcXVlc3QaHi5tbHhncnBjLnYxLkRldG9rZW5pemVSZXNwb25zZRJLCgpMaXN0TW9kZWxzEh0ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLm1seGdycGMudjEuTGlzdE1vZGVsc1Jlc3BvbnNlEk4KC0xvYWRBZGFwdGVyEh4ubWx4Z3JwYy52MS5Mb2FkQWRhcHRlclJlcXVlc3QaHy5tbHhncnBjLnYxLkxvYWRBZGFwdGVyUmVzcG9uc2USVAoNVW5sb2FkQWRhcHRlchIgLm1seGdycGMudjEuVW5sb2FkQWRhcHRlclJlcXVlc3QaIS5tbHhncnBjLnYxLlVubG9hZEFkYXB0ZXJSZXNwb25zZRJRCgxMaXN0QWRhcHRlcnMSHy5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1JlcXVlc3QaIC5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1Jlc3BvbnNlQk4KDmRldi5tbHhncnBjLnYxQhVJbmZlcmVuY2VTZXJ2aWNlUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
 
 /**
  * A request to generate text.
@@ -110,6 +110,15 @@ export type GenerateRequest = Message<"mlxgrpc.v1.GenerateRequest"> & {
    * @generated from field: bool bypass_prefix_cache = 11;
    */
   bypassPrefixCache: boolean;
+
+  /**
+   * The loaded adapter (LoRA or DoRA, see ListAdapters) to generate with, by name;
+   * empty uses the base model. Requests with different adapters, or none, share one
+   * batch. An adapter that is not loaded is NOT_FOUND.
+   *
+   * @generated from field: string adapter = 12;
+   */
+  adapter: string;
 };
 
 /**
@@ -681,6 +690,177 @@ export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PUR
   messageDesc(file_mlxgrpc_v1_inference_service, 18);
 
 /**
+ * A request to load an adapter.
+ *
+ * @generated from message mlxgrpc.v1.LoadAdapterRequest
+ */
+export type LoadAdapterRequest = Message<"mlxgrpc.v1.LoadAdapterRequest"> & {
+  /**
+   * The generation model to adapt; empty selects the default generation model.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * The name requests use to select the adapter: 1 to 64 characters of A-Z, a-z,
+   * 0-9, '.', '_' and '-'.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * The adapter directory on the server: adapter_config.json and adapters.safetensors,
+   * as mlx_lm.lora writes them.
+   *
+   * @generated from field: string path = 3;
+   */
+  path: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.LoadAdapterRequest.
+ * Use `create(LoadAdapterRequestSchema)` to create a new message.
+ */
+export const LoadAdapterRequestSchema: GenMessage<LoadAdapterRequest> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 19);
+
+/**
+ * The result of loading an adapter.
+ *
+ * @generated from message mlxgrpc.v1.LoadAdapterResponse
+ */
+export type LoadAdapterResponse = Message<"mlxgrpc.v1.LoadAdapterResponse"> & {
+  /**
+   * The adapter now loaded.
+   *
+   * @generated from field: mlxgrpc.v1.AdapterInfo adapter = 1;
+   */
+  adapter?: AdapterInfo | undefined;
+
+  /**
+   * Names of adapters unloaded to stay within the model's adapter limit (least
+   * recently used first).
+   *
+   * @generated from field: repeated string evicted = 2;
+   */
+  evicted: string[];
+};
+
+/**
+ * Describes the message mlxgrpc.v1.LoadAdapterResponse.
+ * Use `create(LoadAdapterResponseSchema)` to create a new message.
+ */
+export const LoadAdapterResponseSchema: GenMessage<LoadAdapterResponse> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 20);
+
+/**
+ * A request to unload an adapter.
+ *
+ * @generated from message mlxgrpc.v1.UnloadAdapterRequest
+ */
+export type UnloadAdapterRequest = Message<"mlxgrpc.v1.UnloadAdapterRequest"> & {
+  /**
+   * The generation model; empty selects the default generation model.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * The adapter's name.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.UnloadAdapterRequest.
+ * Use `create(UnloadAdapterRequestSchema)` to create a new message.
+ */
+export const UnloadAdapterRequestSchema: GenMessage<UnloadAdapterRequest> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 21);
+
+/**
+ * The result of unloading an adapter.
+ *
+ * @generated from message mlxgrpc.v1.UnloadAdapterResponse
+ */
+export type UnloadAdapterResponse = Message<"mlxgrpc.v1.UnloadAdapterResponse"> & {
+  /**
+   * The adapter that was unloaded.
+   *
+   * @generated from field: mlxgrpc.v1.AdapterInfo adapter = 1;
+   */
+  adapter?: AdapterInfo | undefined;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.UnloadAdapterResponse.
+ * Use `create(UnloadAdapterResponseSchema)` to create a new message.
+ */
+export const UnloadAdapterResponseSchema: GenMessage<UnloadAdapterResponse> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 22);
+
+/**
+ * A request to list a model's adapters.
+ *
+ * @generated from message mlxgrpc.v1.ListAdaptersRequest
+ */
+export type ListAdaptersRequest = Message<"mlxgrpc.v1.ListAdaptersRequest"> & {
+  /**
+   * The generation model; empty selects the default generation model.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.ListAdaptersRequest.
+ * Use `create(ListAdaptersRequestSchema)` to create a new message.
+ */
+export const ListAdaptersRequestSchema: GenMessage<ListAdaptersRequest> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 23);
+
+/**
+ * The adapters loaded on a model.
+ *
+ * @generated from message mlxgrpc.v1.ListAdaptersResponse
+ */
+export type ListAdaptersResponse = Message<"mlxgrpc.v1.ListAdaptersResponse"> & {
+  /**
+   * The model's name.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * The loaded adapters, in the order they were loaded.
+   *
+   * @generated from field: repeated mlxgrpc.v1.AdapterInfo adapters = 2;
+   */
+  adapters: AdapterInfo[];
+
+  /**
+   * How many adapters the model may hold at once.
+   *
+   * @generated from field: int32 max_adapters = 3;
+   */
+  maxAdapters: number;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.ListAdaptersResponse.
+ * Use `create(ListAdaptersResponseSchema)` to create a new message.
+ */
+export const ListAdaptersResponseSchema: GenMessage<ListAdaptersResponse> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 24);
+
+/**
  * Text generation and embeddings on MLX.
  *
  * Errors use canonical status codes with google.rpc details (ErrorInfo with domain
@@ -773,6 +953,44 @@ export const InferenceService: GenService<{
     methodKind: "unary";
     input: typeof ListModelsRequestSchema;
     output: typeof ListModelsResponseSchema;
+  },
+  /**
+   * Loads a LoRA or DoRA adapter (a directory as mlx_lm.lora writes it, on the server)
+   * for a generation model, under a name that GenerateRequest.adapter then selects.
+   * A directory that is no adapter is INVALID_ARGUMENT; an adapter that does not fit
+   * the model (layer names, shapes, rank) FAILED_PRECONDITION saying what differs; a
+   * name in use ALREADY_EXISTS. At the model's adapter limit the least recently used
+   * adapter without requests is unloaded to make room; when every one is in use,
+   * RESOURCE_EXHAUSTED with RetryInfo.
+   *
+   * @generated from rpc mlxgrpc.v1.InferenceService.LoadAdapter
+   */
+  loadAdapter: {
+    methodKind: "unary";
+    input: typeof LoadAdapterRequestSchema;
+    output: typeof LoadAdapterResponseSchema;
+  },
+  /**
+   * Unloads an adapter. From the call on, new requests naming it get NOT_FOUND; the
+   * requests already using it finish normally, then its memory is freed and the call
+   * returns. If the call ends first (deadline, cancel), the unload still completes.
+   *
+   * @generated from rpc mlxgrpc.v1.InferenceService.UnloadAdapter
+   */
+  unloadAdapter: {
+    methodKind: "unary";
+    input: typeof UnloadAdapterRequestSchema;
+    output: typeof UnloadAdapterResponseSchema;
+  },
+  /**
+   * Lists the adapters loaded on a generation model.
+   *
+   * @generated from rpc mlxgrpc.v1.InferenceService.ListAdapters
+   */
+  listAdapters: {
+    methodKind: "unary";
+    input: typeof ListAdaptersRequestSchema;
+    output: typeof ListAdaptersResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_mlxgrpc_v1_inference_service, 0);

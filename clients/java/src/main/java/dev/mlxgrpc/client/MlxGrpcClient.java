@@ -1,5 +1,6 @@
 package dev.mlxgrpc.client;
 
+import dev.mlxgrpc.v1.AdapterInfo;
 import dev.mlxgrpc.v1.CancelRequest;
 import dev.mlxgrpc.v1.EmbedRequest;
 import dev.mlxgrpc.v1.EmbedResponse;
@@ -7,7 +8,12 @@ import dev.mlxgrpc.v1.GenerateRequest;
 import dev.mlxgrpc.v1.GetModelInfoRequest;
 import dev.mlxgrpc.v1.InferenceServiceGrpc;
 import dev.mlxgrpc.v1.InferenceServiceGrpc.InferenceServiceBlockingStub;
+import dev.mlxgrpc.v1.ListAdaptersRequest;
+import dev.mlxgrpc.v1.ListAdaptersResponse;
+import dev.mlxgrpc.v1.LoadAdapterRequest;
+import dev.mlxgrpc.v1.LoadAdapterResponse;
 import dev.mlxgrpc.v1.ModelInfo;
+import dev.mlxgrpc.v1.UnloadAdapterRequest;
 import io.grpc.CallOptions;
 import io.grpc.Channel;
 import io.grpc.ChannelCredentials;
@@ -144,6 +150,35 @@ public final class MlxGrpcClient implements AutoCloseable {
     return stub()
         .getModelInfo(GetModelInfoRequest.newBuilder().setModel(model == null ? "" : model).build())
         .getInfo();
+  }
+
+  /**
+   * Loads the adapter directory {@code path} (on the server, as mlx_lm.lora writes it) as {@code
+   * name} for {@code model} (empty: the default generation model); a Generate request then picks
+   * it with {@code setAdapter(name)}. The response carries the adapters evicted to make room.
+   */
+  public LoadAdapterResponse loadAdapter(String model, String name, String path) {
+    return stub()
+        .loadAdapter(
+            LoadAdapterRequest.newBuilder()
+                .setModel(model == null ? "" : model)
+                .setName(name)
+                .setPath(path)
+                .build());
+  }
+
+  /** Unloads an adapter; returns once the requests already using it have finished. */
+  public AdapterInfo unloadAdapter(String model, String name) {
+    return stub()
+        .unloadAdapter(
+            UnloadAdapterRequest.newBuilder().setModel(model == null ? "" : model).setName(name).build())
+        .getAdapter();
+  }
+
+  /** The adapters loaded on {@code model}; an empty name selects the default generation model. */
+  public ListAdaptersResponse listAdapters(String model) {
+    return stub()
+        .listAdapters(ListAdaptersRequest.newBuilder().setModel(model == null ? "" : model).build());
   }
 
   /** The underlying channel (without the token interceptor). */

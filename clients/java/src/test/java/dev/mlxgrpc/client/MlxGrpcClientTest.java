@@ -2,11 +2,14 @@ package dev.mlxgrpc.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.google.rpc.ErrorInfo;
+import dev.mlxgrpc.v1.AdapterInfo;
+import dev.mlxgrpc.v1.AdapterKind;
 import dev.mlxgrpc.v1.DetokenizeRequest;
 import dev.mlxgrpc.v1.EmbedRequest;
 import dev.mlxgrpc.v1.EmbedResponse;
@@ -14,7 +17,9 @@ import dev.mlxgrpc.v1.FinishReason;
 import dev.mlxgrpc.v1.GenerateRequest;
 import dev.mlxgrpc.v1.GenerateResponse;
 import dev.mlxgrpc.v1.GenerationFinished;
+import dev.mlxgrpc.v1.ListAdaptersResponse;
 import dev.mlxgrpc.v1.ListModelsRequest;
+import dev.mlxgrpc.v1.LoadAdapterResponse;
 import dev.mlxgrpc.v1.ModelInfo;
 import dev.mlxgrpc.v1.ModelKind;
 import dev.mlxgrpc.v1.SamplingParams;
@@ -275,5 +280,48 @@ class MlxGrpcClientTest {
     int rawPrompt = drain(greedy("Hi", 3)).get(0).getStarted().getPromptTokens();
     assertTrue(chatPrompt > rawPrompt, "template adds tokens: " + chatPrompt + " vs " + rawPrompt);
     assertEquals(3, tokenIds(events).size());
+  }
+
+  // --- adapters: the server starts with adapter "tone" on "llama";
+  // $MLXGRPC_ADAPTER_DIR is another adapter directory on the server.
+
+  private static List<Integer> adapterTokens(String adapter, int maxTokens) {
+    return tokenIds(drain(greedy("The quick brown fox", maxTokens).toBuilder().setAdapter(adapter).build()));
+  }
+
+  @Test
+  void generateWithAnAdapterChangesTheOutput() {
+    ListAdaptersResponse listed = client.listAdapters("");
+    assertEquals("llama", listed.getModel());
+    assertTrue(listed.getAdaptersList().stream().anyMatch(a -> a.getName().equals("tone")));
+    List<Integer> tuned = adapterTokens("tone", 8);
+    assertEquals(8, tuned.size());
+    assertNotEquals(adapterTokens("", 8), tuned);
+    StatusRuntimeException e =
+        assertThrows(StatusRuntimeException.class, () -> adapterTokens("no-such-adapter", 2));
+    ErrorDetails d = ErrorDetails.from(e);
+    assertEquals(Status.Code.NOT_FOUND, d.code());
+    assertEquals("ADAPTER_NOT_FOUND", d.errorInfo().orElseThrow().getReason());
+  }
+
+  @Test
+  @EnabledIfEnvironmentVariable(named = "MLXGRPC_ADAPTER_DIR", matches = ".+")
+  void loadUseAndUnloadAnAdapter() {
+    LoadAdapterResponse loaded =
+        client.loadAdapter("", "java-client", System.getenv("MLXGRPC_ADAPTER_DIR"));
+    AdapterInfo info = loaded.getAdapter();
+    assertEquals("java-client", info.getName());
+    assertEquals(AdapterKind.ADAPTER_KIND_LORA, info.getKind());
+    assertTrue(info.getBytes() > 0);
+    assertEquals(4, adapterTokens("java-client", 4).size());
+    assertEquals("java-client", client.unloadAdapter("", "java-client").getName());
+    assertTrue(
+        client.listAdapters("").getAdaptersList().stream()
+            .noneMatch(a -> a.getName().equals("java-client")));
+    StatusRuntimeException e =
+        assertThrows(
+            StatusRuntimeException.class,
+            () -> client.loadAdapter("", "nothing", "/nonexistent/adapter"));
+    assertEquals(List.of("path"), ErrorDetails.from(e).violationFields());
   }
 }

@@ -1,0 +1,48 @@
+//! Adapter calls: load, unload and list the LoRA/DoRA adapters of a model.
+//! Generate picks a loaded adapter by name with `GenerateRequest::adapter`.
+
+use tonic::Status;
+
+use crate::{Client, pb};
+
+impl Client {
+    /// Loads the adapter directory `path` (on the server, as `mlx_lm.lora` writes
+    /// it) as `name` for `model` (empty: the default generation model). The
+    /// response carries its info and the adapters evicted to make room.
+    pub async fn load_adapter(
+        &mut self,
+        model: &str,
+        name: &str,
+        path: &str,
+    ) -> Result<pb::LoadAdapterResponse, Status> {
+        let req = pb::LoadAdapterRequest {
+            model: model.to_string(),
+            name: name.to_string(),
+            path: path.to_string(),
+        };
+        Ok(self.raw.load_adapter(req).await?.into_inner())
+    }
+
+    /// Unloads an adapter; returns once the requests already using it have finished.
+    pub async fn unload_adapter(
+        &mut self,
+        model: &str,
+        name: &str,
+    ) -> Result<pb::AdapterInfo, Status> {
+        let req = pb::UnloadAdapterRequest {
+            model: model.to_string(),
+            name: name.to_string(),
+        };
+        let resp = self.raw.unload_adapter(req).await?.into_inner();
+        resp.adapter
+            .ok_or_else(|| Status::internal("UnloadAdapter returned no adapter"))
+    }
+
+    /// The adapters loaded on `model` (empty: the default generation model).
+    pub async fn list_adapters(&mut self, model: &str) -> Result<pb::ListAdaptersResponse, Status> {
+        let req = pb::ListAdaptersRequest {
+            model: model.to_string(),
+        };
+        Ok(self.raw.list_adapters(req).await?.into_inner())
+    }
+}
