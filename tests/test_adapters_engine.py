@@ -93,9 +93,12 @@ def test_unload_gives_the_layers_back_untouched(base, fixture_adapters):
     classes = {path: type(m) for path, m in base.named_modules()}
     weights = dict(tree_flatten(base.parameters()))
     bank = AdapterBank(base, "llama")
-    keys = [bank.load(n, str(fixture_adapters[n])).key for n in ("tone", "qv")]
+    keys = [bank.load(n, str(fixture_adapters[n])).key for n in ("tone", "qv", "dora")]
     assert dict(tree_flatten(base.parameters())).keys() == weights.keys()  # adapters are no parameters
-    assert bank.nbytes == sum(i.nbytes for i in [bank._loaded[k].info for k in keys])
+    alone = [scores(base, TOKENS[:1], bank, [key]) for key in keys]
+    bank.unload(keys[2])  # the others score as before
+    for key, before in zip(keys[:2], alone):
+        close(scores(base, TOKENS[:1], bank, [key]), before)
     bank.unload(keys[0])
     assert type(base.model.layers[0].mlp.down_proj) is classes["model.layers.0.mlp.down_proj"]
     assert type(base.model.layers[1].self_attn.q_proj) is not classes["model.layers.1.self_attn.q_proj"]
@@ -181,3 +184,25 @@ def _copy(source, root, change):
     change(config)
     (target / "adapter_config.json").write_text(json.dumps(config))
     return target
+
+
+def test_a_layer_routes_rows_of_any_input_layout():
+    import mlx.nn as nn
+
+    from engine.adapters.fit import LayerPart
+    from engine.adapters.layers import LayerStack
+    from engine.adapters.routing import Routing
+
+    linear, routing = nn.Linear(8, 6, bias=False), Routing()
+    a, b = mx.random.normal((8, 2)), mx.random.normal((2, 6))
+    LayerStack(linear, routing).add("k#1", LayerPart("p", linear, a, b, 0.5, None))
+    x = mx.random.normal((2, 3, 8))
+    with routing.routed(["k#1", ""]):
+        shapes = [linear(x), linear(x[:, 0]), linear(x[:, None])]
+    delta = 0.5 * ((x[0] @ a) @ b)
+    close(shapes[0][0], x[0] @ linear.weight.T + delta)
+    close(shapes[0][1], x[1] @ linear.weight.T)  # the base row
+    close(shapes[1], shapes[0][:, 0])
+    close(shapes[2][:, 0], shapes[0])
+    with routing.routed(["k#1", ""]), pytest.raises(RuntimeError, match="cannot route 2 rows"):
+        linear(x.reshape(6, 8))

@@ -1,9 +1,9 @@
 """The loaded adapters of one model, owned by its engine thread.
 
 ``load`` reads an adapter directory, checks that it fits the base model
-(``fit``), checks its bytes against the memory budget, unloads the adapters the
-caller chose to evict, and installs its parts into the layers' stacks
-(``layers.LayerStack``); ``unload`` takes them out again. Each load gets a unique
+(``fit``), checks its bytes against the memory budget, installs its parts into the
+layers' stacks (``layers.LayerStack``) and then unloads the adapters the caller
+chose to evict; ``unload`` takes an adapter out again. Each load gets a unique
 key (``name#serial``): rows are routed by it and the prefix cache is namespaced by
 it, so a name loaded again from other weights never meets the old one's KV.
 ``routed(seqs)`` wraps a forward over those sequences' rows. The base weights are
@@ -61,7 +61,8 @@ class AdapterBank:
 
     def load(self, name: str, path: str, *, evict: Seq[str] = (), budget: MemoryBudget | None = None,
              field: str = "path") -> AdapterInfo:
-        """Reads, checks and installs an adapter, first unloading the ``evict`` keys."""
+        """Reads, checks and installs an adapter, then unloads the ``evict`` keys (chosen to make
+        room; their bytes are already left out of the memory check)."""
         source = read_adapter(path, field)
         parts = fit(self._model, source, self._model_name)
         mx.eval([a for p in parts for a in (p.a, p.b, p.gain) if a is not None])
@@ -69,11 +70,11 @@ class AdapterBank:
         freeing = sum(self._loaded[k].info.nbytes for k in evict)
         if budget is not None:
             self._check_room(budget, self.nbytes - freeing + adding, adding)
-        for key in evict:
-            self.unload(key, budget)
         info = AdapterInfo(name, f"{name}#{next(self._serial)}", str(source.path), source.fine_tune_type,
                            source.rank, source.scale, len(parts), adding)
-        self._install(info, parts)
+        self._install(info, parts)  # first: if it fails, nothing was evicted
+        for key in evict:
+            self.unload(key)
         if budget is not None:
             budget.set_resident(self.nbytes)
         return info
@@ -90,12 +91,18 @@ class AdapterBank:
             budget.set_resident(self.nbytes)
 
     def _install(self, info: AdapterInfo, parts: list[LayerPart]) -> None:
-        for part in parts:
-            stack = self._stacks.get(part.path)
-            if stack is None:
-                stack = self._stacks[part.path] = LayerStack(part.module, self.routing)
-            stack.add(info.key, part)
-        self._loaded[info.key] = Loaded(info, tuple(p.path for p in parts))
+        """Adds the parts to their layers' stacks; all of them or (on failure) none."""
+        self._loaded[info.key] = Loaded(info, ())
+        try:
+            for part in parts:
+                stack = self._stacks.get(part.path)
+                if stack is None:
+                    stack = self._stacks[part.path] = LayerStack(part.module, self.routing)
+                stack.add(info.key, part)
+                self._loaded[info.key] = Loaded(info, (*self._loaded[info.key].paths, part.path))
+        except BaseException:
+            self.unload(info.key)
+            raise
 
     def _check_room(self, budget: MemoryBudget, total: int, adding: int) -> None:
         now, idle = budget.resident_room()

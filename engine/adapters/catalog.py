@@ -49,8 +49,8 @@ class Catalog:
 
     def infos(self) -> list[AdapterInfo]:
         """The loaded adapters, in load order, each with its users now."""
-        return [dataclasses.replace(e.info, active_requests=e.users, unloading=e.retiring)
-                for e in self._entries.values()]
+        entries = list(self._entries.values())  # one step: metrics read this from their own thread
+        return [dataclasses.replace(e.info, active_requests=e.users, unloading=e.retiring) for e in entries]
 
     def get(self, name: str) -> Entry:
         entry = self._entries.get(name)

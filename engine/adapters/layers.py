@@ -35,7 +35,7 @@ class Member:
     key: str
     rank: int
     scale: float
-    gain: mx.array | None  # DoRA only, [out]
+    dora: bool  # its per-output gain is a row of ``LayerStack.gains``
 
 
 class LayerStack:
@@ -60,15 +60,21 @@ class LayerStack:
     def add(self, key: str, part: LayerPart) -> None:
         if not self.members:
             _install(self.module, self)
-        self.members.append(Member(key, part.a.shape[1], part.scale, part.gain))
+        self.members.append(Member(key, part.a.shape[1], part.scale, part.gain is not None))
         self.a_cat = part.a if self.a_cat is None else mx.concatenate([self.a_cat, part.a], axis=1)
         self.b_cat = part.b if self.b_cat is None else mx.concatenate([self.b_cat, part.b], axis=0)
+        if part.gain is not None:
+            gains = self.gains if self.gains is not None else mx.ones_like(part.gain)[None, None]
+            self.gains = mx.concatenate([gains, part.gain[None, None]])
         self._relayout()
 
     def remove(self, key: str) -> None:
         at = next(i for i, m in enumerate(self.members) if m.key == key)
         start = sum(m.rank for m in self.members[:at])
         end = start + self.members[at].rank
+        if self.members[at].dora:
+            row = 1 + sum(m.dora for m in self.members[:at])
+            self.gains = mx.concatenate([self.gains[:row], self.gains[row + 1:]]) if len(self.gains) > 2 else None
         del self.members[at]
         if not self.members:
             _uninstall(self.module)
@@ -83,24 +89,32 @@ class LayerStack:
         mask = self.routing.mask(self.layout, x.dtype)
         if mask is None:
             return y
-        y = mx.addmm(y, (x @ self.a_cat) * mask, self.b_cat)
+        y = mx.addmm(y, (x @ self.a_cat) * _per_row(mask, x), self.b_cat)
         if self.gains is not None and (rows := self.routing.index(self.dora_keys)) is not None:
-            y = y * self.gains[rows]
+            y = y * _per_row(self.gains[rows], x)
             if self.bias_fix is not None:
-                y = y + self.bias_fix[rows]
+                y = y + _per_row(self.bias_fix[rows], x)
         return y
 
     def _relayout(self) -> None:
         self.layout = tuple((m.key, m.rank, m.scale) for m in self.members)
-        dora = [m for m in self.members if m.gain is not None]
-        self.dora_keys = tuple(m.key for m in dora)
-        self.gains = self.bias_fix = None
-        if dora:
-            ones = mx.ones_like(dora[0].gain)
-            self.gains = mx.stack([ones, *(m.gain for m in dora)])[:, None, :]
-            if "bias" in self.module:
-                self.bias_fix = (1 - self.gains) * self.module.bias
+        self.dora_keys = tuple(m.key for m in self.members if m.dora)
+        has_bias = self.gains is not None and "bias" in self.module
+        self.bias_fix = (1 - self.gains) * self.module.bias if has_bias else None
         mx.eval([a for a in (self.a_cat, self.b_cat, self.gains, self.bias_fix) if a is not None])
+
+
+def _per_row(values: mx.array, x: mx.array) -> mx.array:
+    """``values`` [rows, 1, n] shaped to broadcast against ``x``'s rows: as they are for
+    the usual [rows, tokens, features] input, reshaped for other layouts."""
+    rows = values.shape[0]
+    if x.ndim == 3 and x.shape[0] == rows:
+        return values
+    if rows == 1:
+        return values.reshape(-1)
+    if x.shape[0] == rows:
+        return values.reshape(rows, *([1] * (x.ndim - 2)), -1)
+    raise RuntimeError(f"cannot route {rows} rows through a layer whose input has shape {tuple(x.shape)}")
 
 
 def _install(module: nn.Module, stack: LayerStack) -> None:
