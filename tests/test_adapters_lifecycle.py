@@ -10,11 +10,12 @@ import grpc
 import pytest
 
 from service import cli
+from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from service.gen.mlxgrpc.v1 import model_pb2 as model_pb
 from service.server import ServerOptions, create_server
-from tests.adapter_helpers import keep_only, listed
+from tests.adapter_helpers import Held, keep_only, listed
 from tests.conftest import MAX_ADAPTERS
 from tests.helpers import details, generate, request
 
@@ -76,20 +77,18 @@ async def test_loads_that_cannot_work_are_refused_saying_why(adapter_server, fix
 async def test_unloading_an_adapter_in_use_waits_for_its_requests(adapter_server, fixture_adapters):
     stub = adapter_server["stub"]
     await keep_only(stub, "llama", ["small"], fixture_adapters)
-    tokens = 160
-    running = asyncio.create_task(generate(stub, request("Hello world", model="llama", adapter="small",
-                                                         max_tokens=tokens)))
-    while not (await listed(stub, "llama"))["small"].active_requests:
-        await asyncio.sleep(0.01)
+    held = Held(stub, "small")
+    await held.running()
     unload = asyncio.ensure_future(stub.UnloadAdapter(pb.UnloadAdapterRequest(model="llama", name="small")))
     while not (await listed(stub, "llama"))["small"].unloading:
         await asyncio.sleep(0.01)
     with pytest.raises(grpc.aio.AioRpcError) as err:  # no new request may take it meanwhile
         await generate(stub, request("Hello", model="llama", adapter="small"))
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    assert not unload.done() and not running.done()
-    out = await running
-    assert len(out.token_ids) == tokens and out.finished.usage.completion_tokens == tokens
+    await held.running(more=5)  # the request using it goes on
+    assert not unload.done() and (await listed(stub, "llama"))["small"].active_requests == 1
+    finished = await held.release()
+    assert finished.reason == gen_pb.FINISH_REASON_CANCELLED
     assert (await unload).adapter.name == "small"
     assert "small" not in await listed(stub, "llama")
 
@@ -97,13 +96,13 @@ async def test_unloading_an_adapter_in_use_waits_for_its_requests(adapter_server
 async def test_an_unload_whose_call_ends_early_still_completes(adapter_server, fixture_adapters):
     stub = adapter_server["stub"]
     await keep_only(stub, "llama", ["small"], fixture_adapters)
-    running = asyncio.create_task(generate(stub, request("Hello", model="llama", adapter="small", max_tokens=120)))
-    while not (await listed(stub, "llama"))["small"].active_requests:
-        await asyncio.sleep(0.01)
+    held = Held(stub, "small")
+    await held.running()
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.UnloadAdapter(pb.UnloadAdapterRequest(model="llama", name="small"), timeout=0.2)
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert len((await running).token_ids) == 120
+    await held.running(more=2)
+    await held.release()
     for _ in range(200):
         if "small" not in await listed(stub, "llama"):
             break
@@ -120,15 +119,17 @@ async def test_beyond_the_limit_the_least_recently_used_idle_adapter_goes(adapte
     reply = await stub.LoadAdapter(pb.LoadAdapterRequest(model="llama", name="small", path=path))
     assert list(reply.evicted) == ["dora"] and reply.adapter.name == "small"
     assert set(await listed(stub, "llama")) == {"tone", "qv", "small"}
-    busy = [asyncio.create_task(generate(stub, request("Hello", model="llama", adapter=n, max_tokens=150)))
-            for n in ("tone", "qv", "small")]
-    while sum(a.active_requests for a in (await listed(stub, "llama")).values()) < 3:
-        await asyncio.sleep(0.01)
+    busy = [Held(stub, name) for name in ("tone", "qv", "small")]
+    for held in busy:
+        await held.running()
     with pytest.raises(grpc.aio.AioRpcError) as err:  # every adapter is in use: nothing may go
         await stub.LoadAdapter(pb.LoadAdapterRequest(model="llama", name="dora", path=str(fixture_adapters["dora"])))
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert details(err.value)["ErrorInfo"].reason == "ADAPTER_CAPACITY" and "RetryInfo" in details(err.value)
-    assert [len((await task).token_ids) for task in busy] == [150] * 3
+    for held in busy:
+        await held.release()
+    reply = await stub.LoadAdapter(pb.LoadAdapterRequest(model="llama", name="dora", path=str(fixture_adapters["dora"])))
+    assert len(reply.evicted) == 1  # idle again: one may go
 
 
 async def test_adapter_calls_need_the_token_like_every_call(adapter_server):
