@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass, field
 
 from .adapters.info import AdapterInfo
+from .requests import SpeculationMode
 
 
 class ModelKind(enum.Enum):
@@ -28,10 +29,15 @@ class GraphDescriptor:
 
 @dataclass(frozen=True)
 class Speculation:
+    """What speculative verification covers for a model, and how requests may ask for it."""
+
     adapters: bool = False
     logprobs: bool = False
     external_tokens: bool = False
     grammar_proposals: bool = False
+    modes: tuple[SpeculationMode, ...] = ()  # empty: the model does not speculate
+    default_mode: SpeculationMode = SpeculationMode.OFF
+    draft_model: str = ""
 
 
 @dataclass(frozen=True)

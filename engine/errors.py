@@ -6,6 +6,14 @@ Every error carries a machine-readable ``reason`` (UPPER_SNAKE) and ``metadata``
 
 from __future__ import annotations
 
+ECHO_CHARS = 64  # the most characters of a client's string an error message repeats
+
+
+def echo(text: str, limit: int = ECHO_CHARS) -> str:
+    """A client-chosen string as an error message may repeat it: quoted, control
+    characters escaped, cut to ``limit`` characters."""
+    return repr(text[:limit]) + (f"... ({len(text)} characters)" if len(text) > limit else "")
+
 
 class EngineError(Exception):
     """Base class. ``reason`` is stable and machine-readable."""
@@ -36,8 +44,8 @@ class ModelNotFound(EngineError):
 
     def __init__(self, name: str, available: list[str]):
         super().__init__(
-            f"model {name!r} is not served; available: {', '.join(available) or 'none'}",
-            metadata={"model": name},
+            f"model {echo(name)} is not served; available: {', '.join(available) or 'none'}",
+            metadata={"model": name[:ECHO_CHARS]},
         )
 
 

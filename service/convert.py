@@ -6,8 +6,10 @@ from engine.adapters.info import AdapterInfo
 from engine.description import ModelDescription, ModelKind
 from engine.events import Delta, Event, FinishReason, Finished, Started
 from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, GenerationRequest,
-                             SamplingOptions, StopOptions, TextPrompt, TokenPrompt)
+                             SamplingOptions, SpeculationMode, SpeculationOptions, StopOptions, TextPrompt,
+                             TokenPrompt)
 from engine.errors import InvalidRequest
+from engine.validation import RequestCounts
 
 from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
@@ -20,6 +22,13 @@ _FINISH = {
     FinishReason.CANCELLED: gen_pb.FINISH_REASON_CANCELLED,
     FinishReason.ERROR: gen_pb.FINISH_REASON_ERROR,
 }
+_SPECULATION = {
+    gen_pb.SPECULATION_MODE_UNSPECIFIED: SpeculationMode.DEFAULT,
+    gen_pb.SPECULATION_MODE_OFF: SpeculationMode.OFF,
+    gen_pb.SPECULATION_MODE_NGRAM: SpeculationMode.NGRAM,
+    gen_pb.SPECULATION_MODE_DRAFT: SpeculationMode.DRAFT,
+}
+_SPECULATION_PB = {mode: value for value, mode in _SPECULATION.items()}
 _KIND = {ModelKind.GENERATION: model_pb.MODEL_KIND_GENERATION,
          ModelKind.EMBEDDING: model_pb.MODEL_KIND_EMBEDDING}
 _ADAPTER_KIND = {"lora": model_pb.ADAPTER_KIND_LORA, "dora": model_pb.ADAPTER_KIND_DORA}
@@ -30,7 +39,23 @@ def generation_request(msg: pb.GenerateRequest) -> GenerationRequest:
         prompt=_prompt(msg), request_id=msg.request_id, model=msg.model,
         session_id=msg.session_id, sampling=_sampling(msg.sampling),
         stopping=_stopping(msg.stopping), logprobs=msg.logprobs,
-        top_logprobs=msg.top_logprobs, bypass_prefix_cache=msg.bypass_prefix_cache, adapter=msg.adapter)
+        top_logprobs=msg.top_logprobs, bypass_prefix_cache=msg.bypass_prefix_cache,
+        speculation=_speculation(msg.speculation), adapter=msg.adapter)
+
+
+def _speculation(s: gen_pb.SpeculationOptions) -> SpeculationOptions:
+    if s.mode not in _SPECULATION:
+        raise InvalidRequest("speculation.mode", f"unknown mode {s.mode}")
+    return SpeculationOptions(_SPECULATION[s.mode], s.num_draft_tokens)
+
+
+def generation_counts(msg: pb.GenerateRequest) -> RequestCounts:
+    which = msg.WhichOneof("prompt")
+    return RequestCounts(
+        prompt_ids=len(msg.tokens.ids) if which == "tokens" else 0,
+        chat_messages=len(msg.chat.messages) if which == "chat" else 0,
+        stop_strings=len(msg.stopping.stop), stop_token_ids=len(msg.stopping.stop_token_ids),
+        logit_bias=len(msg.sampling.logit_bias))
 
 
 def _prompt(msg: pb.GenerateRequest):
@@ -82,7 +107,8 @@ def _finished(e: Finished) -> pb.GenerationFinished:
     msg = pb.GenerationFinished(
         reason=_FINISH[e.reason], stop_sequence=e.stop_sequence,
         usage=gen_pb.Usage(prompt_tokens=e.usage.prompt_tokens, completion_tokens=e.usage.completion_tokens,
-                           cached_tokens=e.usage.cached_tokens),
+                           cached_tokens=e.usage.cached_tokens, draft_tokens=e.usage.draft_tokens,
+                           accepted_draft_tokens=e.usage.accepted_draft_tokens),
         timings=gen_pb.Timings(queue_seconds=e.timings.queue_s,
                                time_to_first_token_seconds=e.timings.time_to_first_token_s,
                                decode_tokens_per_second=e.timings.decode_tokens_per_s,
@@ -116,7 +142,10 @@ def model_info(d: ModelDescription) -> model_pb.ModelInfo:
             speculation=model_pb.SpeculationCapabilities(
                 adapters=c.speculation.adapters, logprobs=c.speculation.logprobs,
                 external_tokens=c.speculation.external_tokens,
-                grammar_proposals=c.speculation.grammar_proposals),
+                grammar_proposals=c.speculation.grammar_proposals,
+                modes=[_SPECULATION_PB[m] for m in c.speculation.modes],
+                default_mode=_SPECULATION_PB[c.speculation.default_mode],
+                draft_model=c.speculation.draft_model),
             generation=c.generation),
         context_length=d.context_length, vocab_size=d.vocab_size, eos_token_ids=d.eos_token_ids,
         has_chat_template=d.has_chat_template, dtype=d.dtype, blas=d.blas,
@@ -144,3 +173,15 @@ def memory_plan(p) -> model_pb.MemoryPlan:
         if value is not None:
             setattr(msg, name, value)
     return msg
+
+
+def model_load(name: str, s, max_running: int) -> pb.ModelLoad:
+    """A generation engine's stats snapshot (``SchedulerStats``) as a ModelLoad."""
+    lookups = s.prefix_hits + s.prefix_misses
+    return pb.ModelLoad(
+        model=name, running_requests=s.running, waiting_requests=s.waiting, max_running_requests=max_running,
+        kv_cache_bytes=s.kv_bytes, reserved_bytes=s.reserved_bytes, memory_budget_bytes=s.budget_bytes or 0,
+        prefix_cache_entries=s.prefix_entries, prefix_cache_bytes=s.prefix_bytes,
+        prefix_cache_hits=s.prefix_hits, prefix_cache_misses=s.prefix_misses,
+        prefix_cache_hit_rate=s.prefix_hits / lookups if lookups else 0.0,
+        generated_tokens_per_second=s.recent_tokens_per_s, generated_tokens=s.generated_tokens)

@@ -6,9 +6,11 @@ engine threads start, so two threads never drive MLX at once.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
+import engine  # noqa: F401 - first: loads the optimized BLAS before anything imports mlx
 import grpc
 import pytest
 import pytest_asyncio
@@ -22,6 +24,7 @@ FIXTURE_KINDS = ("llama", "qwen3", "sliding", "lfm2")
 SMOLLM = "smollm2"
 MINILM = "minilm"
 DECODER_EMBEDDER = "qwen3-embed"  # the qwen3 fixture served with last-token pooling
+SELF_DRAFTED = "llama-drafted"  # the llama fixture with itself as draft model
 
 
 @pytest.fixture(scope="session")
@@ -96,6 +99,9 @@ async def server(fixture_models, oracle, logprob_reference, decoder_embedding_re
     config = GenerationConfig(scheduler=SchedulerConfig(max_active=8, max_queued=16, prefill_chunk=8,
                                                         tick_tokens=24, min_prefill_tokens=4))
     generation = [GenerationEngine(str(fixture_models[k]), name=k, config=config) for k in FIXTURE_KINDS]
+    # llama drafted by itself: every draft is accepted, so speculation runs at full width
+    generation.append(GenerationEngine(str(fixture_models["llama"]), name=SELF_DRAFTED,
+                                       config=dataclasses.replace(config, draft_model=str(fixture_models["llama"]))))
     if HAS_SMOLLM:
         generation.append(GenerationEngine(str(default_generation_model()), name=SMOLLM))
     embedding = [EmbeddingEngine(default_embedding_model(), name=MINILM)] if HAS_MINILM else []

@@ -1,6 +1,7 @@
 """Generation with adapters through gRPC equals mlx-lm loaded with the adapter,
-token for token: alone, and in one batch mixing three adapters and the base model.
-The prefix cache never shares KV across adapters; metrics count each adapter."""
+token for token: alone, in one batch mixing three adapters and the base model, and
+with speculative decoding (n-gram drafts, a draft model's). The prefix cache never
+shares KV across adapters; metrics count each adapter."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import asyncio
 import pytest
 
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
+from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.metrics import scrape
 from tests.adapter_helpers import keep_only
-from tests.conftest import ADAPTER_PROMPTS, ADAPTERS_BY_MODEL
+from tests.conftest import ADAPTER_PROMPTS, ADAPTERS_BY_MODEL, SELF_DRAFTED
 from tests.helpers import generate, request
 from tests.oracle import ORACLE_PROMPTS, ORACLE_TOKENS
 
@@ -82,3 +84,34 @@ async def test_metrics_count_each_adapter(adapter_server, fixture_adapters):
     assert 'mlxgrpc_adapter_requests_total{adapter="hybrid",code="OK",model="lfm2"}' in text
     assert 'mlxgrpc_adapter_active_requests{adapter="hybrid",model="lfm2"} 0.0' in text
     assert 'mlxgrpc_adapter_bytes{adapter="hybrid",model="lfm2"}' in text
+
+
+async def test_speculation_with_adapters_matches_mlx_lm_loaded_with_them(stub, fixture_adapters, adapter_oracle):
+    """Each row's drafts are verified by the model with the row's adapter: n-gram drafts
+    and a draft model's (the draft model runs without adapters, so it proposes base
+    tokens) leave every adapter's output exactly as mlx-lm gives it, in batches mixing
+    adapters, the base model and both modes. On the session server's llama drafted by
+    itself; the adapters are loaded for this test only."""
+    names = ["tone", "qv", "dora"]
+    for name in names:
+        await stub.LoadAdapter(pb.LoadAdapterRequest(model=SELF_DRAFTED, name=name, path=str(fixture_adapters[name])))
+    try:
+        modes = (gen_pb.SPECULATION_MODE_NGRAM, gen_pb.SPECULATION_MODE_DRAFT)
+        cases = [(a, p, m) for p in ADAPTER_PROMPTS for a in ("", *names) for m in modes]
+        results = []
+        for wave in (cases[:16], cases[16:]):  # within the server's running and queued limits
+            results += await asyncio.gather(*(
+                generate(stub, request(ORACLE_PROMPTS[p], model=SELF_DRAFTED, adapter=a, max_tokens=ORACLE_TOKENS[p],
+                                       speculation=gen_pb.SpeculationOptions(mode=m, num_draft_tokens=4)))
+                for a, p, m in wave))
+        for (adapter, prompt, mode), out in zip(cases, results):
+            assert out.token_ids == adapter_oracle[("llama", adapter)][prompt], \
+                f"{adapter or 'base'}/{prompt}/{gen_pb.SpeculationMode.Name(mode)}"
+        drafted = [out.finished.usage for (a, _, m), out in zip(cases, results) if a and m == modes[1]]
+        assert sum(u.draft_tokens for u in drafted) > 0  # adapter rows were verified, not skipped
+        base = [out.finished.usage for (a, _, m), out in zip(cases, results) if not a and m == modes[1]]
+        assert all(u.draft_tokens > 0 and u.accepted_draft_tokens >= 0.8 * u.draft_tokens
+                   for u in base)  # the draft model is the base itself
+    finally:
+        for name in names:
+            await stub.UnloadAdapter(pb.UnloadAdapterRequest(model=SELF_DRAFTED, name=name))

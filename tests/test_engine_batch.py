@@ -111,3 +111,15 @@ def test_bad_feeds_and_counts_are_refused(models):
         batch.rollback([1])
     with pytest.raises(RuntimeError):
         _joined(models["lfm2"], PROMPTS[:2]).rollback([1, 0])
+
+
+def test_ragged_step_then_rollback_drops_padding_and_drafts_together(models):
+    model = models["llama"]
+    batch = _joined(model, PROMPTS)
+    feeds = [[70, 71, 72], [80], [90, 91]]
+    batch.step(feeds)
+    batch.rollback([1, 0, 2])  # row 0 keeps 70 71, row 1 keeps 80, row 2 keeps nothing
+    kept = [[70, 71], [80], []]
+    after = batch.step([[5], [6], [7]])
+    for prompt, k, nxt, row in zip(PROMPTS, kept, (5, 6, 7), after):
+        _close(row[0], _alone(model, prompt + k + [nxt])[-1])

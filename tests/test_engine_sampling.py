@@ -8,7 +8,7 @@ import math
 import mlx.core as mx
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from engine.generation.sampling import SamplingState, _mask, choose, draw_uniform
@@ -55,20 +55,26 @@ def test_a_batch_chooses_what_each_row_would_alone(opts, step, seed):
             assert token == mx.argmax(state.process(scores[i])).item()
 
 
-def _reference_allowed(row: np.ndarray, o: SamplingOptions) -> set[int]:
-    """Ids left by temperature, top-k, min-p then top-p, written plainly (float64)."""
+def _reference_allowed(row: np.ndarray, o: SamplingOptions) -> set[int] | None:
+    """Ids left by temperature, top-k, min-p then top-p, written plainly (float64);
+    None when a threshold falls within float32 rounding of a score (either answer is right)."""
     s = row.astype(np.float64) / o.temperature
     allowed = np.ones_like(s, dtype=bool)
     if 0 < o.top_k < len(s):
         kth = np.sort(s)[::-1][o.top_k - 1]
         allowed &= s >= kth
     if o.min_p > 0:
-        allowed &= s - s[allowed].max() >= math.log(o.min_p)
+        gap = s - s[allowed].max() - math.log(o.min_p)
+        if np.abs(gap[allowed]).min() < 1e-4:
+            return None
+        allowed &= gap >= 0
     if o.top_p < 1:
         p = np.where(allowed, np.exp(s - s[allowed].max()), 0.0)
         p /= p.sum()
         order = np.argsort(-p, kind="stable")
         before = np.cumsum(p[order]) - p[order]
+        if np.abs(before - o.top_p).min() < 1e-5:
+            return None
         kept = int((before < o.top_p).sum())
         threshold = p[order][max(kept - 1, 0)]
         allowed &= p >= threshold
@@ -83,7 +89,9 @@ def test_masks_match_a_plain_reference(opts, seed):
                      for i in range(len(opts))])
     masked = np.array(_mask(mx.array(rows), opts))
     for row, out, o in zip(rows, masked, opts):
-        assert set(np.flatnonzero(np.isfinite(out)).tolist()) == _reference_allowed(row, o)
+        expected = _reference_allowed(row, o)
+        assume(expected is not None)
+        assert set(np.flatnonzero(np.isfinite(out)).tolist()) == expected
 
 
 def test_draws_follow_the_distribution():

@@ -3,10 +3,15 @@
 A row prefilled into its own per-layer caches joins with ``join`` (each cache's
 ``merge`` builds its batch form - KVCache -> BatchKVCache, RotatingKVCache ->
 BatchRotatingKVCache, ArraysCache stays itself - and ``extend`` appends it); rows
-leave with ``keep`` (``filter``). ``step`` feeds every row k >= 1 tokens (rows may
-differ in k: shorter feeds are right-padded, announced to the caches with
-``prepare``, and the padding is moved to the left by ``finalize``) and returns the
-scores of every fed position. ``rollback`` drops each row's last n positions.
+leave with ``keep`` (``filter``). ``step`` feeds every row k >= 1 tokens and returns
+the scores of every fed position; rows may differ in k: shorter feeds are
+right-padded. ``rollback`` then drops each row's last n positions.
+
+Padding and rolled-back positions leave the same way: a trim that all rows share,
+then each row's remainder rolled into its left padding (mlx-lm's ``finalize``). For
+plain KV layers the padding of a step is dropped together with the step's rollback,
+so a step costs at most one roll; other layers (sliding windows, recurrent state)
+are told of the padding with ``prepare`` and settle it at once.
 
 The batch holds no request state: row ``i`` is whatever the scheduler put there.
 """
@@ -31,6 +36,7 @@ class Batch:
         self._model = model
         self.caches: list[Any] | None = None
         self.size = 0
+        self._padding: list[int] | None = None  # a step's right padding not yet dropped (KV layers)
 
     @property
     def nbytes(self) -> int:
@@ -38,6 +44,7 @@ class Batch:
 
     def join(self, row_caches: Sequence[Any]) -> None:
         """Appends one row (its per-layer caches, which stay the caller's) as the last row."""
+        self._settle()
         merged = [type(c).merge([c]) for c in row_caches]
         if self.caches is None:
             self.caches = merged
@@ -48,9 +55,10 @@ class Batch:
 
     def keep(self, indices: Sequence[int]) -> None:
         """Keeps only the given rows, in the given order; frees the others' KV."""
-        if not indices:
-            self.caches, self.size = None, 0
+        if not indices:  # also after a failed step: nothing is left to settle
+            self.caches, self.size, self._padding = None, 0, None
             return
+        self._settle()
         if list(indices) == list(range(self.size)):
             return
         keep = mx.array(list(indices), dtype=mx.int32)
@@ -60,6 +68,7 @@ class Batch:
 
     def extract(self, index: int) -> list[Any]:
         """A copy of row ``index``'s caches in single-row form (e.g. for the prefix cache)."""
+        self._settle()
         return [c.extract(index) for c in self.caches or ()]
 
     def step(self, feeds: Sequence[Sequence[int]]) -> mx.array:
@@ -68,31 +77,45 @@ class Batch:
         lengths = [len(f) for f in feeds]
         if len(feeds) != self.size or min(lengths) < 1:
             raise ValueError("one feed of at least one token per row is required")
+        self._settle()
         width = max(lengths)
         padding = [width - n for n in lengths]
         ragged = any(padding)
         inputs = mx.array([list(f) + [0] * p for f, p in zip(feeds, padding)], dtype=mx.int32)
+        others = [c for c in self.caches if not isinstance(c, BatchKVCache)]
         if ragged:
-            for cache in self.caches:
+            for cache in others:
                 cache.prepare(lengths=lengths, right_padding=padding)
         scores = self._model(inputs, cache=self.caches)
         if ragged:
-            for cache in self.caches:
+            for cache in others:
                 cache.finalize()
+            self._padding = padding
         return scores
 
     def rollback(self, counts: Sequence[int]) -> None:
-        """Drops the last ``counts[i]`` computed positions of row ``i``. Rows share a
-        trim of the smallest count; the rest are rolled into each row's left padding."""
+        """Drops the last ``counts[i]`` computed positions of row ``i`` (and the padding
+        of the step just taken)."""
         if len(counts) != self.size or min(counts, default=0) < 0:
             raise ValueError("one non-negative count per row is required")
-        if not any(counts):
-            return
-        if not all(isinstance(c, BatchKVCache) for c in self.caches):
+        if any(counts) and not all(isinstance(c, BatchKVCache) for c in self.caches):
             raise RuntimeError("this model's caches cannot roll back")
-        shared = min(counts)
-        rest = [n - shared for n in counts]
+        self._drop(counts)
+
+    def _settle(self) -> None:
+        if self._padding is not None:
+            self._drop([0] * self.size)
+
+    def _drop(self, counts: Sequence[int]) -> None:
+        padding, self._padding = self._padding, None
+        drops = [n + p for n, p in zip(counts, padding)] if padding else list(counts)
+        if not any(drops):
+            return
+        shared = min(drops)
+        rest = [n - shared for n in drops]
         for cache in self.caches:
+            if not isinstance(cache, BatchKVCache):
+                continue
             if shared:
                 cache.trim(shared)
             if any(rest):

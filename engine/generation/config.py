@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..requests import SpeculationMode
 from ..validation import Limits
 
 
@@ -19,6 +20,16 @@ class SchedulerConfig:
     prefix_cache_bytes: int = 512 << 20  # 0 turns the prefix cache off
     prefix_cache_entries: int = 64
     prefill_batch: int = 8  # short fresh prompts prefilled together in one forward (1: off)
+    step_tokens: int = 16  # tokens a decode step may feed in all when rows speculate (pending + drafts)
+
+
+@dataclass(frozen=True)
+class SpeculationConfig:
+    """Speculative decoding defaults (requests may ask for less, or turn it off)."""
+
+    mode: SpeculationMode = SpeculationMode.NGRAM  # used when a request leaves the mode unset
+    num_draft_tokens: int = 4  # drafts per step when a request leaves it unset
+    max_draft_tokens: int = 8  # the most a request may ask for
 
 
 @dataclass(frozen=True)
@@ -26,7 +37,9 @@ class GenerationConfig:
     dtype: str = "auto"
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     limits: Limits = field(default_factory=Limits)
+    speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
     memory_limit_bytes: int | None = None  # None: what this machine has available
     memory_reserve_bytes: int | None = None  # None: max(256 MiB, 5% of usable)
     adapters: tuple[tuple[str, str], ...] = ()  # (name, directory) loaded at start
     max_adapters: int = 8  # adapters loaded at once; beyond it the least recently used idle one goes
+    draft_model: str | None = None  # a model with the same tokenizer, for SPECULATION_MODE_DRAFT

@@ -16,26 +16,31 @@ import dataclasses
 import logging
 import time
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import AsyncIterator
 
 from ..adapters.bank import AdapterBank
 from ..adapters.control import Adapters
-from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
+from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind, Speculation
 from ..errors import DoesNotFit, EngineFailure, InvalidRequest, NotReady, QueueFull
 from ..events import Event, FinishReason, Finished, Timings, Usage
 from ..hardware.device import backend_name, blas_name
 from ..hardware.machine import usable_memory
 from ..loading.model import LoadedModel, default_name, load_generation_model
+from ..loading.tokenizer_files import tokenizer_files
 from ..memory.budget import MemoryBudget
-from ..memory.facts import facts_from_model
+from ..memory.calibration import calibrate_decode
+from ..memory.facts import facts_from_model, with_draft
 from ..memory.plan import MemoryPlan, plan_memory
-from ..requests import GenerationRequest
+from ..requests import GenerationRequest, SpeculationMode
 from ..validation import check_token_ids, validate_request
 from .config import GenerationConfig
-from .factory import make_sequence
+from .factory import check_speculation, make_sequence
 from .prompts import EncodedPrompt, PromptEncoder
 from .scheduler import Scheduler, SchedulerStats
+from .batch import can_roll_back
+from .speculation.draft import DraftModel, check_draft
 from .streams import Stream, Streams
 from .worker import Worker
 
@@ -56,9 +61,12 @@ class GenerationEngine:
         self.name = name or default_name(source)
         self.config = config
         self._loaded: LoadedModel | None = None
+        self._draft: LoadedModel | None = None
+        self._rolls_back = False  # whether rows can drop computed positions (speculation)
         self._prompts: PromptEncoder | None = None
         self._budget: MemoryBudget | None = None  # built at load; the loop reads only its fixed facts
         self._facts = None
+        self._decode = None  # the decode rate calibrated at load (PlanMemory)
         self._streams = Streams()
         self._closing = False
         self._machine_total = usable_memory()[1]
@@ -93,6 +101,13 @@ class GenerationEngine:
         """Runs on the engine thread: the weights, then the memory facts of them."""
         loaded = load_generation_model(self.source, name=self.name, dtype=self.config.dtype)
         self._facts = facts_from_model(loaded.model, loaded.config)
+        self._decode = calibrate_decode(loaded.model, self._facts)
+        self._rolls_back = can_roll_back(loaded.model)
+        if self.config.draft_model:
+            draft = load_generation_model(self.config.draft_model, dtype=self.config.dtype)
+            check_draft(loaded.tokenizer, draft.tokenizer, draft.model, (loaded.name, draft.name))
+            self._facts = with_draft(self._facts, facts_from_model(draft.model, draft.config))
+            self._draft = draft
         self._budget = MemoryBudget(self._facts, usable=self.config.memory_limit_bytes,
                                     reserve_bytes=self.config.memory_reserve_bytes,
                                     prefill_chunk=self.config.scheduler.prefill_chunk)
@@ -100,9 +115,11 @@ class GenerationEngine:
 
     def _scheduler(self, loaded: LoadedModel) -> Scheduler:
         tokenizer = loaded.tokenizer
+        drafter = (DraftModel(self._draft.model, self.config.scheduler.prefill_chunk)
+                   if self._draft is not None else None)
         return Scheduler(loaded.model, self.config.scheduler, lambda i: tokenizer.decode([i]),
                          budget=self._budget, namespace=loaded.name, interrupt=self._worker.stop_requested,
-                         adapters=AdapterBank(loaded.model, loaded.name))
+                         drafter=drafter, adapters=AdapterBank(loaded.model, loaded.name))
 
     # facts ----------------------------------------------------------------------
     def describe(self) -> ModelDescription:
@@ -111,11 +128,20 @@ class GenerationEngine:
             name=m.name, kind=ModelKind.GENERATION,
             descriptor=GraphDescriptor(f"mlx-lm/{m.model_type}", backend_name(), "mlx-lm/forward-v1",
                                        "mlx-lm/kv-cache-v1", str(m.artifact)),
-            capabilities=Capabilities(prefill_bounded_workspace=True),
+            capabilities=Capabilities(prefill_bounded_workspace=True, speculation=self._speculation()),
             context_length=m.context_length, vocab_size=m.vocab_size,
             eos_token_ids=tuple(sorted(m.eos_ids)), has_chat_template=m.has_chat_template,
             dtype=m.dtype, blas=blas_name(), embedding_dimensions=0, source=m.source,
             adapters=tuple(self.adapters.infos()), max_adapters=self.adapters.limit)
+
+    def _speculation(self) -> Speculation:
+        if not self._rolls_back:
+            return Speculation()
+        modes = (SpeculationMode.NGRAM, SpeculationMode.DRAFT) if self._draft else (SpeculationMode.NGRAM,)
+        default = self.config.speculation.mode
+        return Speculation(adapters=True, logprobs=True, modes=(SpeculationMode.OFF, *modes),
+                           default_mode=default if default in modes else SpeculationMode.OFF,
+                           draft_model=self._draft.name if self._draft else "")
 
     async def plan_memory(self, context_tokens: int, max_generation_tokens: int = 0) -> MemoryPlan:
         """The memory plan for ``context_tokens`` (0: the model's context length),
@@ -131,13 +157,18 @@ class GenerationEngine:
             facts = dataclasses.replace(self._facts, weights_bytes=self._facts.weights_bytes + adapters)
             plan = plan_memory(facts, context_tokens=context, max_generation_tokens=max_generation_tokens,
                                prefill_chunk=self.config.scheduler.prefill_chunk, usable=budget.usable_bytes,
-                               reserve_bytes=budget.reserve_bytes, machine_total=self._machine_total)
+                               reserve_bytes=budget.reserve_bytes, machine_total=self._machine_total,
+                               decode=self._decode, context_limit=m.context_length)
             return dataclasses.replace(plan, adapter_bytes=adapters)
 
         return await asyncio.wrap_future(self._worker.call(plan))
 
+    def scheduler_stats(self) -> Future[SchedulerStats]:
+        """The engine thread's snapshot, as a future any thread may wait on."""
+        return self._worker.call(lambda s: s.stats())
+
     async def stats(self) -> EngineStats:
-        snapshot = await asyncio.wrap_future(self._worker.call(lambda s: s.stats()))
+        snapshot = await asyncio.wrap_future(self.scheduler_stats())
         return EngineStats(**dataclasses.asdict(snapshot), tracked=len(self._streams),
                            in_flight=self._streams.in_flight)
 
@@ -161,6 +192,17 @@ class GenerationEngine:
         check_token_ids("token_ids", ids, self.loaded.vocab_size)
         return self.loaded.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    def tokenizer_files(self) -> dict[str, bytes]:
+        """The tokenizer, its config (chat template included) and the model config, by
+        file name: what a router needs to tokenize as this model does; blocking."""
+        return tokenizer_files(self.loaded)
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        """The longest prompt a request may have (the limit, within the context)."""
+        self.loaded
+        return self._prompts.max_prompt_tokens
+
     def encode_prompt(self, request: GenerationRequest) -> EncodedPrompt:
         """The prompt's token ids (chats rendered with the template); blocking."""
         self.loaded
@@ -182,7 +224,8 @@ class GenerationEngine:
         m = self.loaded
         if self._closing:
             raise NotReady("the server is shutting down", retry_after_s=1.0)
-        validate_request(request, m.vocab_size, self.config.limits)
+        validate_request(request, m.vocab_size, self.config.limits, m.context_length)
+        check_speculation(request, self.config.speculation, m.name, self._draft is not None)
         stream = self._streams.open(request.request_id or uuid.uuid4().hex)
         try:
             async for event in self._run(request, stream):
@@ -203,7 +246,8 @@ class GenerationEngine:
             elapsed = time.perf_counter() - arrived
             yield Finished(FinishReason.CANCELLED, Usage(len(prompt.ids), 0, 0), Timings(elapsed, 0.0, 0.0, elapsed))
             return
-        seq = make_sequence(self.loaded, request, stream, prompt, max_tokens, arrived, adapter=adapter)
+        seq = make_sequence(self.loaded, request, stream, prompt, max_tokens, arrived, self.config.speculation,
+                            adapter=adapter)
         self._streams.submitted(stream)
         self._worker.submit(seq)
         while True:

@@ -26,6 +26,11 @@ class PromptEncoder:
         self._model = model
         self._limits = limits
 
+    @property
+    def max_prompt_tokens(self) -> int:
+        context = self._model.context_length
+        return min(self._limits.max_prompt_tokens or context, context - 1)
+
     def encode(self, request: GenerationRequest) -> EncodedPrompt:
         """The prompt's ids, checked against the vocabulary and the prompt limit."""
         m, prompt = self._model, request.prompt
@@ -44,7 +49,7 @@ class PromptEncoder:
             raise InvalidRequest("prompt", "one of text, tokens or chat must be set")
         if not ids:
             raise InvalidRequest(field_name, "the prompt is empty")
-        limit = min(self._limits.max_prompt_tokens or m.context_length, m.context_length - 1)
+        limit = self.max_prompt_tokens
         if len(ids) > limit:
             raise InvalidRequest(field_name, f"the prompt has {len(ids)} tokens; the limit is {limit}")
         return EncodedPrompt(ids, snapshot_at)

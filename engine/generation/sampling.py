@@ -64,32 +64,39 @@ class SamplingState:
         if len(self._recent) > self._window:
             del self._recent[: len(self._recent) - self._window]
 
-    def process(self, scores: mx.array) -> mx.array:
-        """Logit bias and penalties applied to one row of scores [V] (float32)."""
+    def process(self, scores: mx.array, extra: Sequence[int] = ()) -> mx.array:
+        """Logit bias and penalties applied to one row of scores [V] (float32), with
+        ``extra`` tokens (drafts before this position) counted as if emitted."""
         o = self.options
+        recent, counts = self._recent, self._counts
+        if extra:
+            recent = (recent + list(extra))[-self._window:]
+            counts = counts + Counter(extra)
         if o.logit_bias:
             if self._bias is None:
                 self._bias = (mx.array(list(o.logit_bias.keys()), dtype=mx.int32),
                               mx.array(list(o.logit_bias.values()), dtype=mx.float32))
             scores = scores.at[self._bias[0]].add(self._bias[1])
-        if o.repetition_penalty != 1.0 and self._recent:
-            ids = mx.array(sorted(set(self._recent)), dtype=mx.int32)
+        if o.repetition_penalty != 1.0 and recent:
+            ids = mx.array(sorted(set(recent)), dtype=mx.int32)
             picked = scores[ids]
             scores[ids] = mx.where(picked < 0, picked * o.repetition_penalty, picked / o.repetition_penalty)
-        if (o.presence_penalty or o.frequency_penalty) and self._counts:
-            ids = mx.array(list(self._counts.keys()), dtype=mx.int32)
-            counts = mx.array(list(self._counts.values()), dtype=mx.float32)
-            scores = scores.at[ids].subtract(o.presence_penalty + o.frequency_penalty * counts)
+        if (o.presence_penalty or o.frequency_penalty) and counts:
+            ids = mx.array(list(counts.keys()), dtype=mx.int32)
+            weights = mx.array(list(counts.values()), dtype=mx.float32)
+            scores = scores.at[ids].subtract(o.presence_penalty + o.frequency_penalty * weights)
         return scores
 
 
-def choose(scores: mx.array, states: Sequence[SamplingState], steps: Sequence[int]) -> mx.array:
+def choose(scores: mx.array, states: Sequence[SamplingState], steps: Sequence[int],
+           extras: Sequence[Sequence[int]] | None = None) -> mx.array:
     """The ids chosen at ``N`` sample sites: ``scores`` [N, V], site ``i`` belongs to
-    ``states[i]`` and selects that sequence's token number ``steps[i]``. Lazy."""
+    ``states[i]`` and selects that sequence's token number ``steps[i]``, its processors'
+    history extended by ``extras[i]`` (the drafts before a verified position). Lazy."""
     scores = scores.astype(mx.float32)
     processed = [i for i, s in enumerate(states) if s.has_processors]
     if processed:
-        rows = mx.stack([states[i].process(scores[i]) for i in processed])
+        rows = mx.stack([states[i].process(scores[i], extras[i] if extras else ()) for i in processed])
         scores[mx.array(processed, dtype=mx.int32)] = rows
     chosen = mx.argmax(scores, axis=-1).astype(mx.int32)
     sampled = [i for i, s in enumerate(states) if not s.greedy]
@@ -125,6 +132,7 @@ def _mask(scores: mx.array, options: Sequence[SamplingOptions]) -> mx.array:
         top_p = mx.array([o.top_p for o in options], dtype=mx.float32)[:, None]
         kept = mx.sum(before < top_p, axis=-1, keepdims=True)
         threshold = mx.take_along_axis(ordered, mx.maximum(kept - 1, 0), axis=-1)
+        threshold = mx.where(top_p < 1.0, threshold, 0.0)  # rows without top-p keep every id
         scores = mx.where(probs < threshold, neg_inf, scores)
     return scores
 

@@ -12,8 +12,10 @@ Runs only on the engine thread, which owns every sequence once submitted. One ti
   4. decode   - one batched step over every row (``Decoder``); finished sequences
                 leave the batch and are released.
 
-Every forward is routed (``AdapterBank.routed``): rows of sequences with an adapter
-add its low-rank delta, in the same forward as rows of other adapters or none.
+Every forward of the model is routed (``AdapterBank.routed``): rows of sequences
+with an adapter add its low-rank delta, in the same forward as rows of other
+adapters or none - prompt chunks, decode steps and the verification of drafts alike.
+A draft model runs without adapters.
 
 Cancel is one message whatever the state: a waiting sequence leaves the queue, a
 prefilling one is dropped at once, a decoding one leaves at the next prune. Every
@@ -41,6 +43,8 @@ from .decoding import Decoder
 from .prefilling import Prefiller, unrouted
 from .reuse import PrefixReuse
 from .sequence import Sequence, Status
+from .speculation.draft import DraftModel
+from .throughput import TokenRate
 
 log = logging.getLogger("engine.generation.scheduler")
 
@@ -61,12 +65,14 @@ class SchedulerStats:
     prefix_hits: int
     prefix_misses: int
     generated_tokens: int
+    recent_tokens_per_s: float  # generated over the last ``throughput.WINDOW_S`` seconds
 
 
 class Scheduler:
     def __init__(self, model: nn.Module, config: SchedulerConfig, token_text: Callable[[int], str], *,
                  budget: MemoryBudget | None = None, namespace: str = "",
-                 interrupt: Callable[[str], bool] | None = None, adapters: AdapterBank | None = None):
+                 interrupt: Callable[[str], bool] | None = None, drafter: DraftModel | None = None,
+                 adapters: AdapterBank | None = None):
         self._model = model
         self.adapters = adapters  # loaded adapters; every forward is routed through them
         self._route = adapters.routed if adapters is not None else unrouted
@@ -78,10 +84,13 @@ class Scheduler:
         self._batch = Batch(model)
         self.can_roll_back = can_roll_back(model)
         self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt, self._route)
-        self._decoder = Decoder(token_text)
+        self._drafter = drafter
+        self._decoder = Decoder(token_text, can_roll_back=self.can_roll_back, step_tokens=config.step_tokens,
+                                drafter=drafter, route=self._route)
         self._prefilling: deque[Sequence] = deque()
         self._decoding: list[Sequence] = []
         self.generated_tokens = 0
+        self.rate = TokenRate()
 
     @property
     def prefix_cache(self) -> PrefixCache | None:
@@ -120,8 +129,9 @@ class Scheduler:
         for seq in done:
             self._join(seq)
         if self._decoding:
-            with self._route(self._decoding):
-                self.generated_tokens += self._decoder.step(self._batch, self._decoding)
+            produced = self._decoder.step(self._batch, self._decoding)
+            self.generated_tokens += produced
+            self.rate.add(produced)
             self._retire_finished()
 
     def fail_running(self, message: str, reason: FinishReason = FinishReason.ERROR) -> None:
@@ -131,6 +141,8 @@ class Scheduler:
         self._prefilling.clear()
         self._decoding = []
         self._batch.keep([])
+        if self._drafter is not None:
+            self._drafter.retain([])
 
     def shutdown(self, message: str) -> None:
         """Ends everything, waiting sequences included (CANCELLED)."""
@@ -144,14 +156,14 @@ class Scheduler:
         return SchedulerStats(
             waiting=self.admission.waiting, running=self.admission.running,
             reserved=self.admission.reserved, rows=len(self._prefilling) + self._batch.size,
-            kv_bytes=self._batch.nbytes + prefill_bytes,
+            kv_bytes=self._batch.nbytes + prefill_bytes + (self._drafter.nbytes if self._drafter else 0),
             reserved_bytes=budget.committed_bytes if budget is not None else 0,
             budget_bytes=budget.budget_bytes if budget is not None else None,
             prefix_entries=len(cache) if cache is not None else 0,
             prefix_bytes=cache.nbytes if cache is not None else 0,
             prefix_hits=cache.hits if cache is not None else 0,
             prefix_misses=cache.misses if cache is not None else 0,
-            generated_tokens=self.generated_tokens)
+            generated_tokens=self.generated_tokens, recent_tokens_per_s=self.rate.per_second())
 
     # ------------------------------------------------------------------ internals
     def _admit(self) -> None:
@@ -170,6 +182,8 @@ class Scheduler:
 
     def _join(self, seq: Sequence) -> None:
         self._batch.join(seq.caches)  # the batch copies the row's KV
+        if self._drafter is not None:
+            self._drafter.join(seq)
         if seq.computed > 0:
             self.reuse.store(seq, seq.tokens[: seq.computed], seq.caches)
         seq.caches = None
@@ -194,6 +208,8 @@ class Scheduler:
                 self.admission.release(seq)
         self._batch.keep(keep)
         self._decoding = [self._decoding[i] for i in keep]
+        if self._drafter is not None:
+            self._drafter.retain(self._decoding)
 
     def _end(self, seq: Sequence, reason: FinishReason, error: str = "") -> None:
         """Finishes a started sequence outside the batch and releases it."""

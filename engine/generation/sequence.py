@@ -22,6 +22,7 @@ from typing import Any, Sequence as Seq
 from ..events import FinishReason, TokenLogprob, Usage
 from .delivery import Delivery
 from .sampling import SamplingState
+from .speculation.state import Speculation
 from .stopping import TokenStop, TokenStopRule
 
 
@@ -51,6 +52,7 @@ class Sequence:
     delivery: Delivery
     reuse: Reuse = Reuse()
     top_logprobs: int | None = None  # None: no logprobs; n >= 0: the chosen one and n alternatives
+    speculation: Speculation | None = None  # None: this sequence does not speculate
     adapter: str = ""  # the key of the adapter its rows run with ("": the base model)
     status: Status = Status.WAITING
     cached: int = 0
@@ -135,4 +137,6 @@ class Sequence:
                              flush=flush and reason not in (FinishReason.CANCELLED, FinishReason.ERROR))
 
     def usage(self) -> Usage:
-        return Usage(self.prompt_len, self.num_output, self.cached)
+        spec = self.speculation.acceptance if self.speculation is not None else None
+        return Usage(self.prompt_len, self.num_output, self.cached,
+                     spec.proposed if spec else 0, spec.accepted if spec else 0)

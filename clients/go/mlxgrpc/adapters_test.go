@@ -1,81 +1,85 @@
 package mlxgrpc_test
 
-// Adapters against the live server: it starts with adapter "tone" on "llama";
-// MLXGRPC_ADAPTER_DIR is another adapter directory on the server.
+// Adapters against the live server: the default generation model's first loaded
+// adapter (from ListAdapters) is used, and loaded again from its directory under
+// another name. A server with no adapter loaded skips these (fails them under
+// MLXGRPC_REQUIRE_LIVE=1).
 
 import (
-	"os"
 	"slices"
 	"testing"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/proto"
 
 	"mlxgrpc.dev/go/mlxgrpc"
 	pb "mlxgrpc.dev/go/mlxgrpc/v1"
 )
 
-func tokens(t *testing.T, evs []*pb.GenerateResponse) []int32 {
+// loadedAdapter is the first adapter of the server's default generation model.
+func loadedAdapter(t *testing.T, s *server) *pb.AdapterInfo {
 	t.Helper()
-	var ids []int32
-	for _, ev := range evs {
-		ids = append(ids, ev.GetDelta().GetTokenIds()...)
+	adapters, err := s.c.Adapters(s.ctx, "")
+	if err != nil {
+		t.Fatalf("ListAdapters: %v", err)
 	}
-	return ids
+	if len(adapters) == 0 {
+		unavailable(t, "model "+s.generator.GetName()+" has no adapter loaded (serve it with --adapter NAME=DIR)")
+	}
+	return adapters[0]
+}
+
+func tokenIDs(t *testing.T, s *server, req *pb.GenerateRequest) []int32 {
+	t.Helper()
+	r, err := s.c.Generate(s.ctx, req).Collect()
+	if err != nil {
+		t.Fatalf("Generate with adapter %q: %v", req.GetAdapter(), err)
+	}
+	return r.TokenIDs
 }
 
 func TestGenerateWithAnAdapter(t *testing.T) {
-	c, ctx := live(t)
-	adapters, err := c.Adapters(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(adapters, func(a *pb.AdapterInfo) bool { return a.GetName() == "tone" }) {
-		t.Fatalf("adapters = %v, want tone", adapters)
-	}
-	req := &pb.GenerateRequest{
-		Prompt:   &pb.GenerateRequest_Text{Text: "The quick brown fox"},
-		Stopping: &pb.StoppingCriteria{MaxTokens: proto.Int32(8)},
-	}
-	base := tokens(t, collect(t, c, ctx, req))
-	req.Adapter = "tone"
-	tuned := tokens(t, collect(t, c, ctx, req))
+	s := live(t)
+	adapter := loadedAdapter(t, s)
+	req := text("The quick brown fox", exact(8))
+	base := tokenIDs(t, s, req)
+	req.Adapter = adapter.GetName()
+	tuned := tokenIDs(t, s, req)
 	if len(tuned) != 8 || slices.Equal(tuned, base) {
 		t.Errorf("with adapter %v, base %v: want 8 other tokens", tuned, base)
 	}
 	req.Adapter = "no-such-adapter"
-	for _, err := range c.Generate(ctx, req) {
-		if d := mlxgrpc.Details(err); err != nil && (d.Code != codes.NotFound || d.ErrorInfo.GetReason() != "ADAPTER_NOT_FOUND") {
-			t.Errorf("unknown adapter: %v", err)
-		}
+	_, err := s.c.Generate(s.ctx, req).Collect()
+	if d := mlxgrpc.Details(err); d == nil || d.Code != codes.NotFound || d.ErrorInfo.GetReason() != "ADAPTER_NOT_FOUND" {
+		t.Errorf("unknown adapter: %v", err)
 	}
 }
 
 func TestLoadAndUnloadAnAdapter(t *testing.T) {
-	c, ctx := live(t)
-	dir := os.Getenv("MLXGRPC_ADAPTER_DIR")
-	if dir == "" {
-		t.Skip("MLXGRPC_ADAPTER_DIR is not set")
-	}
-	loaded, err := c.LoadAdapterDir(ctx, "", "go-client", dir)
+	s := live(t)
+	adapter := loadedAdapter(t, s)
+	loaded, err := s.c.LoadAdapterDir(s.ctx, "", "go-client", adapter.GetSource())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := loaded.GetAdapter(); a.GetName() != "go-client" || a.GetKind() != pb.AdapterKind_ADAPTER_KIND_LORA || a.GetBytes() <= 0 {
-		t.Errorf("loaded %v", a)
+	if a := loaded.GetAdapter(); a.GetName() != "go-client" || a.GetKind() != adapter.GetKind() || a.GetBytes() != adapter.GetBytes() {
+		t.Errorf("loaded %v, from %v", a, adapter)
 	}
-	out := tokens(t, collect(t, c, ctx, &pb.GenerateRequest{
-		Prompt: &pb.GenerateRequest_Text{Text: "Hello"}, Adapter: "go-client",
-		Stopping: &pb.StoppingCriteria{MaxTokens: proto.Int32(4)},
-	}))
-	if len(out) != 4 {
-		t.Errorf("tokens %v, want 4", out)
+	req := text("The quick brown fox", exact(8))
+	req.Adapter = "go-client"
+	again := tokenIDs(t, s, req)
+	req.Adapter = adapter.GetName()
+	if first := tokenIDs(t, s, req); !slices.Equal(again, first) {
+		t.Errorf("the same weights under another name: %v vs %v", again, first)
 	}
-	gone, err := c.UnloadAdapterByName(ctx, "", "go-client")
+	gone, err := s.c.UnloadAdapterByName(s.ctx, "", "go-client")
 	if err != nil || gone.GetName() != "go-client" {
 		t.Fatalf("unload: %v, %v", gone, err)
 	}
-	_, err = c.LoadAdapterDir(ctx, "", "nothing", "/nonexistent/adapter")
+	after, err := s.c.Adapters(s.ctx, "")
+	if err != nil || slices.ContainsFunc(after, func(a *pb.AdapterInfo) bool { return a.GetName() == "go-client" }) {
+		t.Errorf("after unloading: %v, %v", after, err)
+	}
+	_, err = s.c.LoadAdapterDir(s.ctx, "", "nothing", "/nonexistent/adapter")
 	if d := mlxgrpc.Details(err); d == nil || d.Code != codes.InvalidArgument || !slices.Equal(d.Fields(), []string{"path"}) {
 		t.Errorf("bad directory: %v", err)
 	}

@@ -47,7 +47,7 @@ def main() -> int:
 
         # 2. Start another generation and cancel it with the Cancel RPC after a few deltas.
         print("\n--- generate, cancelled after 3 deltas ---")
-        stream = client.generate("Count forever:", max_tokens=2000)
+        stream = client.generate("Count forever:", max_tokens=2000, stopping={"ignore_eos": True})
         deltas = 0
         for event in stream:
             if event.HasField("delta"):
@@ -61,7 +61,7 @@ def main() -> int:
 
         # 3. Or cancel the call itself, client-side: the stream stops and the call ends CANCELLED.
         print("\n--- generate, call cancelled client-side after 3 events ---")
-        with client.generate("Count forever:", max_tokens=2000) as stream:
+        with client.generate("Count forever:", max_tokens=2000, stopping={"ignore_eos": True}) as stream:
             for i, event in enumerate(stream, 1):
                 if i == 3:
                     stream.cancel()

@@ -39,7 +39,7 @@ try {
   }
 
   // 3. A second generation, cancelled with the Cancel RPC after a few deltas.
-  const call = client.generate({ prompt: { case: "text", value: "Once upon a time" }, stopping: { maxTokens: 2000 } });
+  const call = client.generate({ prompt: { case: "text", value: "Once upon a time" }, stopping: { maxTokens: 2000, ignoreEos: true } });
   let deltas = 0;
   for await (const res of call) {
     if (res.event.case === "delta" && ++deltas === 3) {
@@ -52,7 +52,7 @@ try {
   }
 
   // 3b. And one cancelled client-side (aborting the call).
-  const call2 = client.generate({ prompt: { case: "text", value: "Twice upon a time" }, stopping: { maxTokens: 2000 } });
+  const call2 = client.generate({ prompt: { case: "text", value: "Twice upon a time" }, stopping: { maxTokens: 2000, ignoreEos: true } });
   deltas = 0;
   try {
     for await (const res of call2) {

@@ -30,6 +30,7 @@ const (
 	InferenceService_LoadAdapter_FullMethodName   = "/mlxgrpc.v1.InferenceService/LoadAdapter"
 	InferenceService_UnloadAdapter_FullMethodName = "/mlxgrpc.v1.InferenceService/UnloadAdapter"
 	InferenceService_ListAdapters_FullMethodName  = "/mlxgrpc.v1.InferenceService/ListAdapters"
+	InferenceService_GetLoad_FullMethodName       = "/mlxgrpc.v1.InferenceService/GetLoad"
 )
 
 // InferenceServiceClient is the client API for InferenceService service.
@@ -40,9 +41,11 @@ const (
 //
 // Errors use canonical status codes with google.rpc details (ErrorInfo with domain
 // "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-// bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-// RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-// a server still loading or draining UNAVAILABLE.
+// bad input (an invalid value, or more than the server's limits allow) is
+// INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+// a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+// shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+// period ends: retry it on another replica).
 type InferenceServiceClient interface {
 	// Generates text. The stream opens with a `started` event, carries `delta` events
 	// with new tokens and text, and closes with a `finished` event. Cancel the call
@@ -76,6 +79,11 @@ type InferenceServiceClient interface {
 	UnloadAdapter(ctx context.Context, in *UnloadAdapterRequest, opts ...grpc.CallOption) (*UnloadAdapterResponse, error)
 	// Lists the adapters loaded on a generation model.
 	ListAdapters(ctx context.Context, in *ListAdaptersRequest, opts ...grpc.CallOption) (*ListAdaptersResponse, error)
+	// Reports how busy each generation model is: requests running and waiting, KV-cache
+	// memory in use against its limit, the prefix cache and recent throughput. Meant
+	// for routers, autoscalers and dashboards; the Prometheus endpoint carries the
+	// same figures.
+	GetLoad(ctx context.Context, in *GetLoadRequest, opts ...grpc.CallOption) (*GetLoadResponse, error)
 }
 
 type inferenceServiceClient struct {
@@ -214,6 +222,16 @@ func (c *inferenceServiceClient) ListAdapters(ctx context.Context, in *ListAdapt
 	return out, nil
 }
 
+func (c *inferenceServiceClient) GetLoad(ctx context.Context, in *GetLoadRequest, opts ...grpc.CallOption) (*GetLoadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetLoadResponse)
+	err := c.cc.Invoke(ctx, InferenceService_GetLoad_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InferenceServiceServer is the server API for InferenceService service.
 // All implementations must embed UnimplementedInferenceServiceServer
 // for forward compatibility.
@@ -222,9 +240,11 @@ func (c *inferenceServiceClient) ListAdapters(ctx context.Context, in *ListAdapt
 //
 // Errors use canonical status codes with google.rpc details (ErrorInfo with domain
 // "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-// bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-// RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-// a server still loading or draining UNAVAILABLE.
+// bad input (an invalid value, or more than the server's limits allow) is
+// INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+// a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+// shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+// period ends: retry it on another replica).
 type InferenceServiceServer interface {
 	// Generates text. The stream opens with a `started` event, carries `delta` events
 	// with new tokens and text, and closes with a `finished` event. Cancel the call
@@ -258,6 +278,11 @@ type InferenceServiceServer interface {
 	UnloadAdapter(context.Context, *UnloadAdapterRequest) (*UnloadAdapterResponse, error)
 	// Lists the adapters loaded on a generation model.
 	ListAdapters(context.Context, *ListAdaptersRequest) (*ListAdaptersResponse, error)
+	// Reports how busy each generation model is: requests running and waiting, KV-cache
+	// memory in use against its limit, the prefix cache and recent throughput. Meant
+	// for routers, autoscalers and dashboards; the Prometheus endpoint carries the
+	// same figures.
+	GetLoad(context.Context, *GetLoadRequest) (*GetLoadResponse, error)
 	mustEmbedUnimplementedInferenceServiceServer()
 }
 
@@ -300,6 +325,9 @@ func (UnimplementedInferenceServiceServer) UnloadAdapter(context.Context, *Unloa
 }
 func (UnimplementedInferenceServiceServer) ListAdapters(context.Context, *ListAdaptersRequest) (*ListAdaptersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAdapters not implemented")
+}
+func (UnimplementedInferenceServiceServer) GetLoad(context.Context, *GetLoadRequest) (*GetLoadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLoad not implemented")
 }
 func (UnimplementedInferenceServiceServer) mustEmbedUnimplementedInferenceServiceServer() {}
 func (UnimplementedInferenceServiceServer) testEmbeddedByValue()                          {}
@@ -506,6 +534,24 @@ func _InferenceService_ListAdapters_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _InferenceService_GetLoad_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLoadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).GetLoad(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_GetLoad_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).GetLoad(ctx, req.(*GetLoadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // InferenceService_ServiceDesc is the grpc.ServiceDesc for InferenceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -548,6 +594,10 @@ var InferenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAdapters",
 			Handler:    _InferenceService_ListAdapters_Handler,
+		},
+		{
+			MethodName: "GetLoad",
+			Handler:    _InferenceService_GetLoad_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

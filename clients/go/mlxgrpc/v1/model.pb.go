@@ -487,8 +487,15 @@ type SpeculationCapabilities struct {
 	ExternalTokens bool `protobuf:"varint,3,opt,name=external_tokens,json=externalTokens,proto3" json:"external_tokens,omitempty"`
 	// Verified grammar-constraint proposals.
 	GrammarProposals bool `protobuf:"varint,4,opt,name=grammar_proposals,json=grammarProposals,proto3" json:"grammar_proposals,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The speculation modes requests to this model can use (empty: it does not
+	// speculate, e.g. its caches cannot roll back).
+	Modes []SpeculationMode `protobuf:"varint,5,rep,packed,name=modes,proto3,enum=mlxgrpc.v1.SpeculationMode" json:"modes,omitempty"`
+	// The mode a request gets when it leaves SpeculationOptions.mode unspecified.
+	DefaultMode SpeculationMode `protobuf:"varint,6,opt,name=default_mode,json=defaultMode,proto3,enum=mlxgrpc.v1.SpeculationMode" json:"default_mode,omitempty"`
+	// The draft model's name, when the server has one for this model.
+	DraftModel    string `protobuf:"bytes,7,opt,name=draft_model,json=draftModel,proto3" json:"draft_model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SpeculationCapabilities) Reset() {
@@ -547,6 +554,27 @@ func (x *SpeculationCapabilities) GetGrammarProposals() bool {
 		return x.GrammarProposals
 	}
 	return false
+}
+
+func (x *SpeculationCapabilities) GetModes() []SpeculationMode {
+	if x != nil {
+		return x.Modes
+	}
+	return nil
+}
+
+func (x *SpeculationCapabilities) GetDefaultMode() SpeculationMode {
+	if x != nil {
+		return x.DefaultMode
+	}
+	return SpeculationMode_SPECULATION_MODE_UNSPECIFIED
+}
+
+func (x *SpeculationCapabilities) GetDraftModel() string {
+	if x != nil {
+		return x.DraftModel
+	}
+	return ""
 }
 
 // Facts about what the engine actually does with a model. Nothing here is a promise
@@ -969,7 +997,8 @@ type MemoryPlan struct {
 	Fits bool `protobuf:"varint,3,opt,name=fits,proto3" json:"fits,omitempty"`
 	// The context (prompt plus output) the plan is for, in tokens.
 	ContextTokens int64 `protobuf:"varint,4,opt,name=context_tokens,json=contextTokens,proto3" json:"context_tokens,omitempty"`
-	// The longest context that fits in usable memory, in tokens.
+	// The longest context that fits in usable memory, in tokens, and never more than
+	// the model's own context length.
 	MaxSafeContext int64 `protobuf:"varint,5,opt,name=max_safe_context,json=maxSafeContext,proto3" json:"max_safe_context,omitempty"`
 	// Bytes of the loaded weights.
 	WeightsBytes int64 `protobuf:"varint,6,opt,name=weights_bytes,json=weightsBytes,proto3" json:"weights_bytes,omitempty"`
@@ -983,8 +1012,9 @@ type MemoryPlan struct {
 	TotalBytes int64 `protobuf:"varint,10,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
 	// Memory the process may use on this machine.
 	UsableBytes int64 `protobuf:"varint,11,opt,name=usable_bytes,json=usableBytes,proto3" json:"usable_bytes,omitempty"`
-	// Predicted single-stream decode rate (read bandwidth / bytes read per token);
-	// absent when not known.
+	// Predicted single-stream decode rate at context_tokens, in tokens per second:
+	// 1 / (per-step overhead + bytes read per token / read bandwidth), both measured on
+	// this machine when the model loaded. Absent when not known.
 	PredictedDecodeTps *float64 `protobuf:"fixed64,12,opt,name=predicted_decode_tps,json=predictedDecodeTps,proto3,oneof" json:"predicted_decode_tps,omitempty"`
 	// The MLX allocator-cache limit, distinct from the admission limit.
 	AllocatorLimitBytes *int64 `protobuf:"varint,13,opt,name=allocator_limit_bytes,json=allocatorLimitBytes,proto3,oneof" json:"allocator_limit_bytes,omitempty"`
@@ -1154,7 +1184,7 @@ var File_mlxgrpc_v1_model_proto protoreflect.FileDescriptor
 const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\n" +
 	"\x16mlxgrpc/v1/model.proto\x12\n" +
-	"mlxgrpc.v1\"\x91\x01\n" +
+	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\"\x91\x01\n" +
 	"\x0fGraphDescriptor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12\x1b\n" +
@@ -1168,12 +1198,16 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12(\n" +
 	"\x10num_draft_tokens\x18\x02 \x01(\x05R\x0enumDraftTokens\"B\n" +
 	"\x13PrefillCapabilities\x12+\n" +
-	"\x11bounded_workspace\x18\x01 \x01(\bR\x10boundedWorkspace\"\xa7\x01\n" +
+	"\x11bounded_workspace\x18\x01 \x01(\bR\x10boundedWorkspace\"\xbb\x02\n" +
 	"\x17SpeculationCapabilities\x12\x1a\n" +
 	"\badapters\x18\x01 \x01(\bR\badapters\x12\x1a\n" +
 	"\blogprobs\x18\x02 \x01(\bR\blogprobs\x12'\n" +
 	"\x0fexternal_tokens\x18\x03 \x01(\bR\x0eexternalTokens\x12+\n" +
-	"\x11grammar_proposals\x18\x04 \x01(\bR\x10grammarProposals\"\xf2\x03\n" +
+	"\x11grammar_proposals\x18\x04 \x01(\bR\x10grammarProposals\x121\n" +
+	"\x05modes\x18\x05 \x03(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\x05modes\x12>\n" +
+	"\fdefault_mode\x18\x06 \x01(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\vdefaultMode\x12\x1f\n" +
+	"\vdraft_model\x18\a \x01(\tR\n" +
+	"draftModel\"\xf2\x03\n" +
 	"\x11GraphCapabilities\x12/\n" +
 	"\x06method\x18\x01 \x01(\x0e2\x17.mlxgrpc.v1.GraphMethodR\x06method\x12.\n" +
 	"\x05media\x18\x02 \x01(\v2\x18.mlxgrpc.v1.MediaSupportR\x05media\x12'\n" +
@@ -1295,25 +1329,28 @@ var file_mlxgrpc_v1_model_proto_goTypes = []any{
 	(*AdapterInfo)(nil),             // 11: mlxgrpc.v1.AdapterInfo
 	(*MemoryPlan)(nil),              // 12: mlxgrpc.v1.MemoryPlan
 	nil,                             // 13: mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
+	(SpeculationMode)(0),            // 14: mlxgrpc.v1.SpeculationMode
 }
 var file_mlxgrpc_v1_model_proto_depIdxs = []int32{
 	1,  // 0: mlxgrpc.v1.MediaSupport.input:type_name -> mlxgrpc.v1.MediaInput
-	0,  // 1: mlxgrpc.v1.GraphCapabilities.method:type_name -> mlxgrpc.v1.GraphMethod
-	5,  // 2: mlxgrpc.v1.GraphCapabilities.media:type_name -> mlxgrpc.v1.MediaSupport
-	6,  // 3: mlxgrpc.v1.GraphCapabilities.native_draft:type_name -> mlxgrpc.v1.NativeDraft
-	7,  // 4: mlxgrpc.v1.GraphCapabilities.prefill:type_name -> mlxgrpc.v1.PrefillCapabilities
-	8,  // 5: mlxgrpc.v1.GraphCapabilities.speculation:type_name -> mlxgrpc.v1.SpeculationCapabilities
-	2,  // 6: mlxgrpc.v1.ModelInfo.kind:type_name -> mlxgrpc.v1.ModelKind
-	4,  // 7: mlxgrpc.v1.ModelInfo.graph:type_name -> mlxgrpc.v1.GraphDescriptor
-	9,  // 8: mlxgrpc.v1.ModelInfo.capabilities:type_name -> mlxgrpc.v1.GraphCapabilities
-	11, // 9: mlxgrpc.v1.ModelInfo.adapters:type_name -> mlxgrpc.v1.AdapterInfo
-	3,  // 10: mlxgrpc.v1.AdapterInfo.kind:type_name -> mlxgrpc.v1.AdapterKind
-	13, // 11: mlxgrpc.v1.MemoryPlan.streamed_weights:type_name -> mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	14, // 1: mlxgrpc.v1.SpeculationCapabilities.modes:type_name -> mlxgrpc.v1.SpeculationMode
+	14, // 2: mlxgrpc.v1.SpeculationCapabilities.default_mode:type_name -> mlxgrpc.v1.SpeculationMode
+	0,  // 3: mlxgrpc.v1.GraphCapabilities.method:type_name -> mlxgrpc.v1.GraphMethod
+	5,  // 4: mlxgrpc.v1.GraphCapabilities.media:type_name -> mlxgrpc.v1.MediaSupport
+	6,  // 5: mlxgrpc.v1.GraphCapabilities.native_draft:type_name -> mlxgrpc.v1.NativeDraft
+	7,  // 6: mlxgrpc.v1.GraphCapabilities.prefill:type_name -> mlxgrpc.v1.PrefillCapabilities
+	8,  // 7: mlxgrpc.v1.GraphCapabilities.speculation:type_name -> mlxgrpc.v1.SpeculationCapabilities
+	2,  // 8: mlxgrpc.v1.ModelInfo.kind:type_name -> mlxgrpc.v1.ModelKind
+	4,  // 9: mlxgrpc.v1.ModelInfo.graph:type_name -> mlxgrpc.v1.GraphDescriptor
+	9,  // 10: mlxgrpc.v1.ModelInfo.capabilities:type_name -> mlxgrpc.v1.GraphCapabilities
+	11, // 11: mlxgrpc.v1.ModelInfo.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	3,  // 12: mlxgrpc.v1.AdapterInfo.kind:type_name -> mlxgrpc.v1.AdapterKind
+	13, // 13: mlxgrpc.v1.MemoryPlan.streamed_weights:type_name -> mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_model_proto_init() }
@@ -1321,6 +1358,7 @@ func file_mlxgrpc_v1_model_proto_init() {
 	if File_mlxgrpc_v1_model_proto != nil {
 		return
 	}
+	file_mlxgrpc_v1_generation_proto_init()
 	file_mlxgrpc_v1_model_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

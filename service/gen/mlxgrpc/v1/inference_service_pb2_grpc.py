@@ -30,9 +30,11 @@ class InferenceServiceStub:
 
     Errors use canonical status codes with google.rpc details (ErrorInfo with domain
     "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-    bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-    RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-    a server still loading or draining UNAVAILABLE.
+    bad input (an invalid value, or more than the server's limits allow) is
+    INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+    a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+    shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+    period ends: retry it on another replica).
     """
 
     def __init__(self, channel):
@@ -96,6 +98,11 @@ class InferenceServiceStub:
                 request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListAdaptersRequest.SerializeToString,
                 response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListAdaptersResponse.FromString,
                 _registered_method=True)
+        self.GetLoad = channel.unary_unary(
+                '/mlxgrpc.v1.InferenceService/GetLoad',
+                request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadRequest.SerializeToString,
+                response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServiceServicer:
@@ -103,9 +110,11 @@ class InferenceServiceServicer:
 
     Errors use canonical status codes with google.rpc details (ErrorInfo with domain
     "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-    bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-    RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-    a server still loading or draining UNAVAILABLE.
+    bad input (an invalid value, or more than the server's limits allow) is
+    INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+    a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+    shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+    period ends: retry it on another replica).
     """
 
     def Generate(self, request, context):
@@ -195,6 +204,16 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLoad(self, request, context):
+        """Reports how busy each generation model is: requests running and waiting, KV-cache
+        memory in use against its limit, the prefix cache and recent throughput. Meant
+        for routers, autoscalers and dashboards; the Prometheus endpoint carries the
+        same figures.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -253,6 +272,11 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListAdaptersRequest.FromString,
                     response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListAdaptersResponse.SerializeToString,
             ),
+            'GetLoad': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLoad,
+                    request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadRequest.FromString,
+                    response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'mlxgrpc.v1.InferenceService', rpc_method_handlers)
@@ -266,9 +290,11 @@ class InferenceService:
 
     Errors use canonical status codes with google.rpc details (ErrorInfo with domain
     "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-    bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-    RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-    a server still loading or draining UNAVAILABLE.
+    bad input (an invalid value, or more than the server's limits allow) is
+    INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+    a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+    shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+    period ends: retry it on another replica).
     """
 
     @staticmethod
@@ -558,6 +584,33 @@ class InferenceService:
             '/mlxgrpc.v1.InferenceService/ListAdapters',
             mlxgrpc_dot_v1_dot_inference__service__pb2.ListAdaptersRequest.SerializeToString,
             mlxgrpc_dot_v1_dot_inference__service__pb2.ListAdaptersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLoad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxgrpc.v1.InferenceService/GetLoad',
+            mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadRequest.SerializeToString,
+            mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/generation.proto.
  */
 export const file_mlxgrpc_v1_generation: GenFile = /*@__PURE__*/
-  fileDesc("ChttbHhncnBjL3YxL2dlbmVyYXRpb24ucHJvdG8SCm1seGdycGMudjEiFwoIVG9rZW5JZHMSCwoDaWRzGAEgAygFIiwKC0NoYXRNZXNzYWdlEgwKBHJvbGUYASABKAkSDwoHY29udGVudBgCIAEoCSI5CgxDaGF0TWVzc2FnZXMSKQoIbWVzc2FnZXMYASADKAsyFy5tbHhncnBjLnYxLkNoYXRNZXNzYWdlIpEDCg5TYW1wbGluZ1BhcmFtcxIYCgt0ZW1wZXJhdHVyZRgBIAEoAkgAiAEBEhIKBXRvcF9wGAIgASgCSAGIAQESDQoFdG9wX2sYAyABKAUSDQoFbWluX3AYBCABKAISHwoScmVwZXRpdGlvbl9wZW5hbHR5GAUgASgCSAKIAQESHwoXcmVwZXRpdGlvbl9jb250ZXh0X3NpemUYBiABKAUSGAoQcHJlc2VuY2VfcGVuYWx0eRgHIAEoAhIZChFmcmVxdWVuY3lfcGVuYWx0eRgIIAEoAhI9Cgpsb2dpdF9iaWFzGAkgAygLMikubWx4Z3JwYy52MS5TYW1wbGluZ1BhcmFtcy5Mb2dpdEJpYXNFbnRyeRIRCgRzZWVkGAogASgESAOIAQEaMAoOTG9naXRCaWFzRW50cnkSCwoDa2V5GAEgASgFEg0KBXZhbHVlGAIgASgCOgI4AUIOCgxfdGVtcGVyYXR1cmVCCAoGX3RvcF9wQhUKE19yZXBldGl0aW9uX3BlbmFsdHlCBwoFX3NlZWQiiAEKEFN0b3BwaW5nQ3JpdGVyaWESFwoKbWF4X3Rva2VucxgBIAEoBUgAiAEBEhIKCm1pbl90b2tlbnMYAiABKAUSDAoEc3RvcBgDIAMoCRIWCg5zdG9wX3Rva2VuX2lkcxgEIAMoBRISCgppZ25vcmVfZW9zGAUgASgIQg0KC19tYXhfdG9rZW5zIj0KClRvcExvZ3Byb2ISEAoIdG9rZW5faWQYASABKAUSDwoHbG9ncHJvYhgCIAEoAhIMCgR0ZXh0GAMgASgJIl8KDFRva2VuTG9ncHJvYhIQCgh0b2tlbl9pZBgBIAEoBRIPCgdsb2dwcm9iGAIgASgCEiwKDHRvcF9sb2dwcm9icxgDIAMoCzIWLm1seGdycGMudjEuVG9wTG9ncHJvYiJQCgVVc2FnZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgFEhkKEWNvbXBsZXRpb25fdG9rZW5zGAIgASgFEhUKDWNhY2hlZF90b2tlbnMYAyABKAUifgoHVGltaW5ncxIVCg1xdWV1ZV9zZWNvbmRzGAEgASgBEiMKG3RpbWVfdG9fZmlyc3RfdG9rZW5fc2Vjb25kcxgCIAEoARIgChhkZWNvZGVfdG9rZW5zX3Blcl9zZWNvbmQYAyABKAESFQoNdG90YWxfc2Vjb25kcxgEIAEoASqsAQoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBABEhYKEkZJTklTSF9SRUFTT05fU1RPUBACEhUKEUZJTklTSF9SRUFTT05fRU9TEAMSGwoXRklOSVNIX1JFQVNPTl9DQU5DRUxMRUQQBBIXChNGSU5JU0hfUkVBU09OX0VSUk9SEAVCSAoOZGV2Lm1seGdycGMudjFCD0dlbmVyYXRpb25Qcm90b1ABWiNtbHhncnBjLmRldi9nby9tbHhncnBjL3YxO21seGdycGN2MWIGcHJvdG8z");
+  fileDesc("ChttbHhncnBjL3YxL2dlbmVyYXRpb24ucHJvdG8SCm1seGdycGMudjEiFwoIVG9rZW5JZHMSCwoDaWRzGAEgAygFIiwKC0NoYXRNZXNzYWdlEgwKBHJvbGUYASABKAkSDwoHY29udGVudBgCIAEoCSI5CgxDaGF0TWVzc2FnZXMSKQoIbWVzc2FnZXMYASADKAsyFy5tbHhncnBjLnYxLkNoYXRNZXNzYWdlIpEDCg5TYW1wbGluZ1BhcmFtcxIYCgt0ZW1wZXJhdHVyZRgBIAEoAkgAiAEBEhIKBXRvcF9wGAIgASgCSAGIAQESDQoFdG9wX2sYAyABKAUSDQoFbWluX3AYBCABKAISHwoScmVwZXRpdGlvbl9wZW5hbHR5GAUgASgCSAKIAQESHwoXcmVwZXRpdGlvbl9jb250ZXh0X3NpemUYBiABKAUSGAoQcHJlc2VuY2VfcGVuYWx0eRgHIAEoAhIZChFmcmVxdWVuY3lfcGVuYWx0eRgIIAEoAhI9Cgpsb2dpdF9iaWFzGAkgAygLMikubWx4Z3JwYy52MS5TYW1wbGluZ1BhcmFtcy5Mb2dpdEJpYXNFbnRyeRIRCgRzZWVkGAogASgESAOIAQEaMAoOTG9naXRCaWFzRW50cnkSCwoDa2V5GAEgASgFEg0KBXZhbHVlGAIgASgCOgI4AUIOCgxfdGVtcGVyYXR1cmVCCAoGX3RvcF9wQhUKE19yZXBldGl0aW9uX3BlbmFsdHlCBwoFX3NlZWQiiAEKEFN0b3BwaW5nQ3JpdGVyaWESFwoKbWF4X3Rva2VucxgBIAEoBUgAiAEBEhIKCm1pbl90b2tlbnMYAiABKAUSDAoEc3RvcBgDIAMoCRIWCg5zdG9wX3Rva2VuX2lkcxgEIAMoBRISCgppZ25vcmVfZW9zGAUgASgIQg0KC19tYXhfdG9rZW5zIj0KClRvcExvZ3Byb2ISEAoIdG9rZW5faWQYASABKAUSDwoHbG9ncHJvYhgCIAEoAhIMCgR0ZXh0GAMgASgJIl8KDFRva2VuTG9ncHJvYhIQCgh0b2tlbl9pZBgBIAEoBRIPCgdsb2dwcm9iGAIgASgCEiwKDHRvcF9sb2dwcm9icxgDIAMoCzIWLm1seGdycGMudjEuVG9wTG9ncHJvYiKFAQoFVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoBRIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoBRIVCg1jYWNoZWRfdG9rZW5zGAMgASgFEhQKDGRyYWZ0X3Rva2VucxgEIAEoBRIdChVhY2NlcHRlZF9kcmFmdF90b2tlbnMYBSABKAUiWQoSU3BlY3VsYXRpb25PcHRpb25zEikKBG1vZGUYASABKA4yGy5tbHhncnBjLnYxLlNwZWN1bGF0aW9uTW9kZRIYChBudW1fZHJhZnRfdG9rZW5zGAIgASgFIn4KB1RpbWluZ3MSFQoNcXVldWVfc2Vjb25kcxgBIAEoARIjCht0aW1lX3RvX2ZpcnN0X3Rva2VuX3NlY29uZHMYAiABKAESIAoYZGVjb2RlX3Rva2Vuc19wZXJfc2Vjb25kGAMgASgBEhUKDXRvdGFsX3NlY29uZHMYBCABKAEqrAEKDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQARIWChJGSU5JU0hfUkVBU09OX1NUT1AQAhIVChFGSU5JU0hfUkVBU09OX0VPUxADEhsKF0ZJTklTSF9SRUFTT05fQ0FOQ0VMTEVEEAQSFwoTRklOSVNIX1JFQVNPTl9FUlJPUhAFKoUBCg9TcGVjdWxhdGlvbk1vZGUSIAocU1BFQ1VMQVRJT05fTU9ERV9VTlNQRUNJRklFRBAAEhgKFFNQRUNVTEFUSU9OX01PREVfT0ZGEAESGgoWU1BFQ1VMQVRJT05fTU9ERV9OR1JBTRACEhoKFlNQRUNVTEFUSU9OX01PREVfRFJBRlQQA0JICg5kZXYubWx4Z3JwYy52MUIPR2VuZXJhdGlvblByb3RvUAFaI21seGdycGMuZGV2L2dvL21seGdycGMvdjE7bWx4Z3JwY3YxYgZwcm90bzM");
 
 /**
  * A list of token ids, used where a prompt is given as tokens.
@@ -321,6 +321,20 @@ export type Usage = Message<"mlxgrpc.v1.Usage"> & {
    * @generated from field: int32 cached_tokens = 3;
    */
   cachedTokens: number;
+
+  /**
+   * Draft tokens that speculative decoding proposed and the model verified.
+   *
+   * @generated from field: int32 draft_tokens = 4;
+   */
+  draftTokens: number;
+
+  /**
+   * Of draft_tokens, those the output kept (each saved one step of the model).
+   *
+   * @generated from field: int32 accepted_draft_tokens = 5;
+   */
+  acceptedDraftTokens: number;
 };
 
 /**
@@ -329,6 +343,38 @@ export type Usage = Message<"mlxgrpc.v1.Usage"> & {
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
   messageDesc(file_mlxgrpc_v1_generation, 7);
+
+/**
+ * Speculative decoding for one request: the model verifies several proposed tokens
+ * in one step and keeps those it would have produced itself. It never changes the
+ * output (greedy or seeded), only how fast it arrives. Models whose caches cannot roll
+ * back (sliding windows, recurrent layers) do not speculate.
+ *
+ * @generated from message mlxgrpc.v1.SpeculationOptions
+ */
+export type SpeculationOptions = Message<"mlxgrpc.v1.SpeculationOptions"> & {
+  /**
+   * Where drafts come from; unspecified means the server's default.
+   *
+   * @generated from field: mlxgrpc.v1.SpeculationMode mode = 1;
+   */
+  mode: SpeculationMode;
+
+  /**
+   * The most draft tokens verified per step (0: the server's default; at most 8).
+   * The server may verify fewer, from the request's recent acceptance and the batch size.
+   *
+   * @generated from field: int32 num_draft_tokens = 2;
+   */
+  numDraftTokens: number;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.SpeculationOptions.
+ * Use `create(SpeculationOptionsSchema)` to create a new message.
+ */
+export const SpeculationOptionsSchema: GenMessage<SpeculationOptions> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_generation, 8);
 
 /**
  * Where the time of a request went.
@@ -370,7 +416,7 @@ export type Timings = Message<"mlxgrpc.v1.Timings"> & {
  * Use `create(TimingsSchema)` to create a new message.
  */
 export const TimingsSchema: GenMessage<Timings> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 8);
+  messageDesc(file_mlxgrpc_v1_generation, 9);
 
 /**
  * Why a generation ended.
@@ -407,7 +453,7 @@ export enum FinishReason {
   EOS = 3,
 
   /**
-   * The request was cancelled (Cancel RPC or server shutdown).
+   * The request was cancelled with the Cancel RPC.
    *
    * @generated from enum value: FINISH_REASON_CANCELLED = 4;
    */
@@ -426,4 +472,46 @@ export enum FinishReason {
  */
 export const FinishReasonSchema: GenEnum<FinishReason> = /*@__PURE__*/
   enumDesc(file_mlxgrpc_v1_generation, 0);
+
+/**
+ * Where speculative decoding takes its draft tokens from.
+ *
+ * @generated from enum mlxgrpc.v1.SpeculationMode
+ */
+export enum SpeculationMode {
+  /**
+   * The server's default (see the server's --speculation flag and GetModelInfo).
+   *
+   * @generated from enum value: SPECULATION_MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * No speculation.
+   *
+   * @generated from enum value: SPECULATION_MODE_OFF = 1;
+   */
+  OFF = 1,
+
+  /**
+   * Prompt lookup: continue the latest earlier occurrence of the last few tokens of
+   * the prompt and output. No extra model; helps when the output copies its input.
+   *
+   * @generated from enum value: SPECULATION_MODE_NGRAM = 2;
+   */
+  NGRAM = 2,
+
+  /**
+   * A draft model with the same tokenizer (the server's --draft-model).
+   *
+   * @generated from enum value: SPECULATION_MODE_DRAFT = 3;
+   */
+  DRAFT = 3,
+}
+
+/**
+ * Describes the enum mlxgrpc.v1.SpeculationMode.
+ */
+export const SpeculationModeSchema: GenEnum<SpeculationMode> = /*@__PURE__*/
+  enumDesc(file_mlxgrpc_v1_generation, 1);
 

@@ -4,7 +4,7 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { ChatMessages, FinishReason, SamplingParams, StoppingCriteria, Timings, TokenIds, TokenLogprob, Usage } from "./generation_pb.js";
+import type { ChatMessages, FinishReason, SamplingParams, SpeculationOptions, StoppingCriteria, Timings, TokenIds, TokenLogprob, Usage } from "./generation_pb.js";
 import { file_mlxgrpc_v1_generation } from "./generation_pb.js";
 import type { AdapterInfo, MemoryPlan, ModelInfo } from "./model_pb.js";
 import { file_mlxgrpc_v1_model } from "./model_pb.js";
@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/inference_service.proto.
  */
 export const file_mlxgrpc_v1_inference_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIugCCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEg8KB2FkYXB0ZXIYDCABKAlCCAoGcHJvbXB0ImQKEUdlbmVyYXRpb25TdGFydGVkEhIKCnJlcXVlc3RfaWQYASABKAkSDQoFbW9kZWwYAiABKAkSFQoNcHJvbXB0X3Rva2VucxgDIAEoBRIVCg1jYWNoZWRfdG9rZW5zGAQgASgFIlkKClRva2VuRGVsdGESEQoJdG9rZW5faWRzGAEgAygFEgwKBHRleHQYAiABKAkSKgoIbG9ncHJvYnMYAyADKAsyGC5tbHhncnBjLnYxLlRva2VuTG9ncHJvYiLLAQoSR2VuZXJhdGlvbkZpbmlzaGVkEigKBnJlYXNvbhgBIAEoDjIYLm1seGdycGMudjEuRmluaXNoUmVhc29uEhUKDXN0b3Bfc2VxdWVuY2UYAiABKAkSGgoNc3RvcF90b2tlbl9pZBgDIAEoBUgAiAEBEiAKBXVzYWdlGAQgASgLMhEubWx4Z3JwYy52MS5Vc2FnZRIkCgd0aW1pbmdzGAUgASgLMhMubWx4Z3JwYy52MS5UaW1pbmdzQhAKDl9zdG9wX3Rva2VuX2lkIqoBChBHZW5lcmF0ZVJlc3BvbnNlEjAKB3N0YXJ0ZWQYASABKAsyHS5tbHhncnBjLnYxLkdlbmVyYXRpb25TdGFydGVkSAASJwoFZGVsdGEYAiABKAsyFi5tbHhncnBjLnYxLlRva2VuRGVsdGFIABIyCghmaW5pc2hlZBgDIAEoCzIeLm1seGdycGMudjEuR2VuZXJhdGlvbkZpbmlzaGVkSABCBwoFZXZlbnQikAEKDEVtYmVkUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIOCgZpbnB1dHMYAiADKAkSEwoLaW5zdHJ1Y3Rpb24YAyABKAkSFgoJbm9ybWFsaXplGAQgASgISACIAQESEgoKZGltZW5zaW9ucxgFIAEoBRISCgpyZXF1ZXN0X2lkGAYgASgJQgwKCl9ub3JtYWxpemUiQQoNRW1iZWRSZXNwb25zZRINCgVpbmRleBgBIAEoBRIRCgllbWJlZGRpbmcYAiADKAISDgoGdG9rZW5zGAMgASgFIiMKDUNhbmNlbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCSIjCg5DYW5jZWxSZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgiJAoTR2V0TW9kZWxJbmZvUmVxdWVzdBINCgVtb2RlbBgBIAEoCSI7ChRHZXRNb2RlbEluZm9SZXNwb25zZRIjCgRpbmZvGAEgASgLMhUubWx4Z3JwYy52MS5Nb2RlbEluZm8iWQoRUGxhbk1lbW9yeVJlcXVlc3QSDQoFbW9kZWwYASABKAkSFgoOY29udGV4dF90b2tlbnMYAiABKAMSHQoVbWF4X2dlbmVyYXRpb25fdG9rZW5zGAMgASgDIjoKElBsYW5NZW1vcnlSZXNwb25zZRIkCgRwbGFuGAEgASgLMhYubWx4Z3JwYy52MS5NZW1vcnlQbGFuIkoKD1Rva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIMCgR0ZXh0GAIgASgJEhoKEmFkZF9zcGVjaWFsX3Rva2VucxgDIAEoCCI1ChBUb2tlbml6ZVJlc3BvbnNlEhEKCXRva2VuX2lkcxgBIAMoBRIOCgZ0b2tlbnMYAiADKAkiUgoRRGV0b2tlbml6ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEQoJdG9rZW5faWRzGAIgAygFEhsKE3NraXBfc3BlY2lhbF90b2tlbnMYAyABKAgiIgoSRGV0b2tlbml6ZVJlc3BvbnNlEgwKBHRleHQYASABKAkiEwoRTGlzdE1vZGVsc1JlcXVlc3QiOwoSTGlzdE1vZGVsc1Jlc3BvbnNlEiUKBm1vZGVscxgBIAMoCzIVLm1seGdycGMudjEuTW9kZWxJbmZvIj8KEkxvYWRBZGFwdGVyUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIMCgRuYW1lGAIgASgJEgwKBHBhdGgYAyABKAkiUAoTTG9hZEFkYXB0ZXJSZXNwb25zZRIoCgdhZGFwdGVyGAEgASgLMhcubWx4Z3JwYy52MS5BZGFwdGVySW5mbxIPCgdldmljdGVkGAIgAygJIjMKFFVubG9hZEFkYXB0ZXJSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBG5hbWUYAiABKAkiQQoVVW5sb2FkQWRhcHRlclJlc3BvbnNlEigKB2FkYXB0ZXIYASABKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvIiQKE0xpc3RBZGFwdGVyc1JlcXVlc3QSDQoFbW9kZWwYASABKAkiZgoUTGlzdEFkYXB0ZXJzUmVzcG9uc2USDQoFbW9kZWwYASABKAkSKQoIYWRhcHRlcnMYAiADKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvEhQKDG1heF9hZGFwdGVycxgDIAEoBTLWBgoQSW5mZXJlbmNlU2VydmljZRJHCghHZW5lcmF0ZRIbLm1seGdycGMudjEuR2VuZXJhdGVSZXF1ZXN0GhwubWx4Z3JwYy52MS5HZW5lcmF0ZVJlc3BvbnNlMAESPgoFRW1iZWQSGC5tbHhncnBjLnYxLkVtYmVkUmVxdWVzdBoZLm1seGdycGMudjEuRW1iZWRSZXNwb25zZTABEj8KBkNhbmNlbBIZLm1seGdycGMudjEuQ2FuY2VsUmVxdWVzdBoaLm1seGdycGMudjEuQ2FuY2VsUmVzcG9uc2USUQoMR2V0TW9kZWxJbmZvEh8ubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXF1ZXN0GiAubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXNwb25zZRJLCgpQbGFuTWVtb3J5Eh0ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVxdWVzdBoeLm1seGdycGMudjEuUGxhbk1lbW9yeVJlc3BvbnNlEkUKCFRva2VuaXplEhsubWx4Z3JwYy52MS5Ub2tlbml6ZVJlcXVlc3QaHC5tbHhncnBjLnYxLlRva2VuaXplUmVzcG9uc2USSwoKRGV0b2tlbml6ZRIdLm1seGdycGMudjEuRGV0b2tlbml6ZVJlcXVlc3QaHi5tbHhncnBjLnYxLkRldG9rZW5pemVSZXNwb25zZRJLCgpMaXN0TW9kZWxzEh0ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLm1seGdycGMudjEuTGlzdE1vZGVsc1Jlc3BvbnNlEk4KC0xvYWRBZGFwdGVyEh4ubWx4Z3JwYy52MS5Mb2FkQWRhcHRlclJlcXVlc3QaHy5tbHhncnBjLnYxLkxvYWRBZGFwdGVyUmVzcG9uc2USVAoNVW5sb2FkQWRhcHRlchIgLm1seGdycGMudjEuVW5sb2FkQWRhcHRlclJlcXVlc3QaIS5tbHhncnBjLnYxLlVubG9hZEFkYXB0ZXJSZXNwb25zZRJRCgxMaXN0QWRhcHRlcnMSHy5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1JlcXVlc3QaIC5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1Jlc3BvbnNlQk4KDmRldi5tbHhncnBjLnYxQhVJbmZlcmVuY2VTZXJ2aWNlUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
+  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIp0DCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSDwoHYWRhcHRlchgOIAEoCUIICgZwcm9tcHQiZAoRR2VuZXJhdGlvblN0YXJ0ZWQSEgoKcmVxdWVzdF9pZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIVCg1wcm9tcHRfdG9rZW5zGAMgASgFEhUKDWNhY2hlZF90b2tlbnMYBCABKAUiWQoKVG9rZW5EZWx0YRIRCgl0b2tlbl9pZHMYASADKAUSDAoEdGV4dBgCIAEoCRIqCghsb2dwcm9icxgDIAMoCzIYLm1seGdycGMudjEuVG9rZW5Mb2dwcm9iIssBChJHZW5lcmF0aW9uRmluaXNoZWQSKAoGcmVhc29uGAEgASgOMhgubWx4Z3JwYy52MS5GaW5pc2hSZWFzb24SFQoNc3RvcF9zZXF1ZW5jZRgCIAEoCRIaCg1zdG9wX3Rva2VuX2lkGAMgASgFSACIAQESIAoFdXNhZ2UYBCABKAsyES5tbHhncnBjLnYxLlVzYWdlEiQKB3RpbWluZ3MYBSABKAsyEy5tbHhncnBjLnYxLlRpbWluZ3NCEAoOX3N0b3BfdG9rZW5faWQiqgEKEEdlbmVyYXRlUmVzcG9uc2USMAoHc3RhcnRlZBgBIAEoCzIdLm1seGdycGMudjEuR2VuZXJhdGlvblN0YXJ0ZWRIABInCgVkZWx0YRgCIAEoCzIWLm1seGdycGMudjEuVG9rZW5EZWx0YUgAEjIKCGZpbmlzaGVkGAMgASgLMh4ubWx4Z3JwYy52MS5HZW5lcmF0aW9uRmluaXNoZWRIAEIHCgVldmVudCKQAQoMRW1iZWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEg4KBmlucHV0cxgCIAMoCRITCgtpbnN0cnVjdGlvbhgDIAEoCRIWCglub3JtYWxpemUYBCABKAhIAIgBARISCgpkaW1lbnNpb25zGAUgASgFEhIKCnJlcXVlc3RfaWQYBiABKAlCDAoKX25vcm1hbGl6ZSJBCg1FbWJlZFJlc3BvbnNlEg0KBWluZGV4GAEgASgFEhEKCWVtYmVkZGluZxgCIAMoAhIOCgZ0b2tlbnMYAyABKAUiIwoNQ2FuY2VsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIiMKDkNhbmNlbFJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCCIkChNHZXRNb2RlbEluZm9SZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIjsKFEdldE1vZGVsSW5mb1Jlc3BvbnNlEiMKBGluZm8YASABKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbyJZChFQbGFuTWVtb3J5UmVxdWVzdBINCgVtb2RlbBgBIAEoCRIWCg5jb250ZXh0X3Rva2VucxgCIAEoAxIdChVtYXhfZ2VuZXJhdGlvbl90b2tlbnMYAyABKAMiOgoSUGxhbk1lbW9yeVJlc3BvbnNlEiQKBHBsYW4YASABKAsyFi5tbHhncnBjLnYxLk1lbW9yeVBsYW4iSgoPVG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBHRleHQYAiABKAkSGgoSYWRkX3NwZWNpYWxfdG9rZW5zGAMgASgIIjUKEFRva2VuaXplUmVzcG9uc2USEQoJdG9rZW5faWRzGAEgAygFEg4KBnRva2VucxgCIAMoCSJSChFEZXRva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIRCgl0b2tlbl9pZHMYAiADKAUSGwoTc2tpcF9zcGVjaWFsX3Rva2VucxgDIAEoCCIiChJEZXRva2VuaXplUmVzcG9uc2USDAoEdGV4dBgBIAEoCSITChFMaXN0TW9kZWxzUmVxdWVzdCI7ChJMaXN0TW9kZWxzUmVzcG9uc2USJQoGbW9kZWxzGAEgAygLMhUubWx4Z3JwYy52MS5Nb2RlbEluZm8iPwoSTG9hZEFkYXB0ZXJSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBG5hbWUYAiABKAkSDAoEcGF0aBgDIAEoCSJQChNMb2FkQWRhcHRlclJlc3BvbnNlEigKB2FkYXB0ZXIYASABKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvEg8KB2V2aWN0ZWQYAiADKAkiMwoUVW5sb2FkQWRhcHRlclJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEbmFtZRgCIAEoCSJBChVVbmxvYWRBZGFwdGVyUmVzcG9uc2USKAoHYWRhcHRlchgBIAEoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8iJAoTTGlzdEFkYXB0ZXJzUmVxdWVzdBINCgVtb2RlbBgBIAEoCSJmChRMaXN0QWRhcHRlcnNSZXNwb25zZRINCgVtb2RlbBgBIAEoCRIpCghhZGFwdGVycxgCIAMoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8SFAoMbWF4X2FkYXB0ZXJzGAMgASgFIh8KDkdldExvYWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIlAKD0dldExvYWRSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5tbHhncnBjLnYxLk1vZGVsTG9hZBIWCg51cHRpbWVfc2Vjb25kcxgCIAEoASKJAwoJTW9kZWxMb2FkEg0KBW1vZGVsGAEgASgJEhgKEHJ1bm5pbmdfcmVxdWVzdHMYAiABKAUSGAoQd2FpdGluZ19yZXF1ZXN0cxgDIAEoBRIcChRtYXhfcnVubmluZ19yZXF1ZXN0cxgEIAEoBRIWCg5rdl9jYWNoZV9ieXRlcxgFIAEoAxIWCg5yZXNlcnZlZF9ieXRlcxgGIAEoAxIbChNtZW1vcnlfYnVkZ2V0X2J5dGVzGAcgASgDEhwKFHByZWZpeF9jYWNoZV9lbnRyaWVzGAggASgFEhoKEnByZWZpeF9jYWNoZV9ieXRlcxgJIAEoAxIZChFwcmVmaXhfY2FjaGVfaGl0cxgKIAEoAxIbChNwcmVmaXhfY2FjaGVfbWlzc2VzGAsgASgDEh0KFXByZWZpeF9jYWNoZV9oaXRfcmF0ZRgMIAEoARIjChtnZW5lcmF0ZWRfdG9rZW5zX3Blcl9zZWNvbmQYDSABKAESGAoQZ2VuZXJhdGVkX3Rva2VucxgOIAEoAzKaBwoQSW5mZXJlbmNlU2VydmljZRJHCghHZW5lcmF0ZRIbLm1seGdycGMudjEuR2VuZXJhdGVSZXF1ZXN0GhwubWx4Z3JwYy52MS5HZW5lcmF0ZVJlc3BvbnNlMAESPgoFRW1iZWQSGC5tbHhncnBjLnYxLkVtYmVkUmVxdWVzdBoZLm1seGdycGMudjEuRW1iZWRSZXNwb25zZTABEj8KBkNhbmNlbBIZLm1seGdycGMudjEuQ2FuY2VsUmVxdWVzdBoaLm1seGdycGMudjEuQ2FuY2VsUmVzcG9uc2USUQoMR2V0TW9kZWxJbmZvEh8ubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXF1ZXN0GiAubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXNwb25zZRJLCgpQbGFuTWVtb3J5Eh0ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVxdWVzdBoeLm1seGdycGMudjEuUGxhbk1lbW9yeVJlc3BvbnNlEkUKCFRva2VuaXplEhsubWx4Z3JwYy52MS5Ub2tlbml6ZVJlcXVlc3QaHC5tbHhncnBjLnYxLlRva2VuaXplUmVzcG9uc2USSwoKRGV0b2tlbml6ZRIdLm1seGdycGMudjEuRGV0b2tlbml6ZVJlcXVlc3QaHi5tbHhncnBjLnYxLkRldG9rZW5pemVSZXNwb25zZRJLCgpMaXN0TW9kZWxzEh0ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLm1seGdycGMudjEuTGlzdE1vZGVsc1Jlc3BvbnNlEk4KC0xvYWRBZGFwdGVyEh4ubWx4Z3JwYy52MS5Mb2FkQWRhcHRlclJlcXVlc3QaHy5tbHhncnBjLnYxLkxvYWRBZGFwdGVyUmVzcG9uc2USVAoNVW5sb2FkQWRhcHRlchIgLm1seGdycGMudjEuVW5sb2FkQWRhcHRlclJlcXVlc3QaIS5tbHhncnBjLnYxLlVubG9hZEFkYXB0ZXJSZXNwb25zZRJRCgxMaXN0QWRhcHRlcnMSHy5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1JlcXVlc3QaIC5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1Jlc3BvbnNlEkIKB0dldExvYWQSGi5tbHhncnBjLnYxLkdldExvYWRSZXF1ZXN0GhsubWx4Z3JwYy52MS5HZXRMb2FkUmVzcG9uc2VCTgoOZGV2Lm1seGdycGMudjFCFUluZmVyZW5jZVNlcnZpY2VQcm90b1ABWiNtbHhncnBjLmRldi9nby9tbHhncnBjL3YxO21seGdycGN2MWIGcHJvdG8z", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
 
 /**
  * A request to generate text.
@@ -38,8 +38,8 @@ export type GenerateRequest = Message<"mlxgrpc.v1.GenerateRequest"> & {
   requestId: string;
 
   /**
-   * Groups requests of one conversation. A hint for prefix-cache affinity; it never
-   * changes the output.
+   * Groups requests of one conversation (at most 128 characters). A hint for
+   * prefix-cache affinity; it never changes the output.
    *
    * @generated from field: string session_id = 3;
    */
@@ -112,11 +112,18 @@ export type GenerateRequest = Message<"mlxgrpc.v1.GenerateRequest"> & {
   bypassPrefixCache: boolean;
 
   /**
+   * Speculative decoding. Unset: the server's default. It never changes the output.
+   *
+   * @generated from field: mlxgrpc.v1.SpeculationOptions speculation = 12;
+   */
+  speculation?: SpeculationOptions | undefined;
+
+  /**
    * The loaded adapter (LoRA or DoRA, see ListAdapters) to generate with, by name;
    * empty uses the base model. Requests with different adapters, or none, share one
    * batch. An adapter that is not loaded is NOT_FOUND.
    *
-   * @generated from field: string adapter = 12;
+   * @generated from field: string adapter = 14;
    */
   adapter: string;
 };
@@ -861,13 +868,178 @@ export const ListAdaptersResponseSchema: GenMessage<ListAdaptersResponse> = /*@_
   messageDesc(file_mlxgrpc_v1_inference_service, 24);
 
 /**
+ * A request for load figures.
+ *
+ * @generated from message mlxgrpc.v1.GetLoadRequest
+ */
+export type GetLoadRequest = Message<"mlxgrpc.v1.GetLoadRequest"> & {
+  /**
+   * The generation model; empty reports every generation model.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.GetLoadRequest.
+ * Use `create(GetLoadRequestSchema)` to create a new message.
+ */
+export const GetLoadRequestSchema: GenMessage<GetLoadRequest> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 25);
+
+/**
+ * Load figures, one entry per generation model.
+ *
+ * @generated from message mlxgrpc.v1.GetLoadResponse
+ */
+export type GetLoadResponse = Message<"mlxgrpc.v1.GetLoadResponse"> & {
+  /**
+   * One entry per generation model, the default first.
+   *
+   * @generated from field: repeated mlxgrpc.v1.ModelLoad models = 1;
+   */
+  models: ModelLoad[];
+
+  /**
+   * Seconds since this server started.
+   *
+   * @generated from field: double uptime_seconds = 2;
+   */
+  uptimeSeconds: number;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.GetLoadResponse.
+ * Use `create(GetLoadResponseSchema)` to create a new message.
+ */
+export const GetLoadResponseSchema: GenMessage<GetLoadResponse> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 26);
+
+/**
+ * How busy one generation model is, read from its engine thread when asked.
+ *
+ * @generated from message mlxgrpc.v1.ModelLoad
+ */
+export type ModelLoad = Message<"mlxgrpc.v1.ModelLoad"> & {
+  /**
+   * The model's name.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * Requests admitted and not finished (prefilling or decoding).
+   *
+   * @generated from field: int32 running_requests = 2;
+   */
+  runningRequests: number;
+
+  /**
+   * Requests waiting for admission (a slot or memory).
+   *
+   * @generated from field: int32 waiting_requests = 3;
+   */
+  waitingRequests: number;
+
+  /**
+   * The most requests that run at once (the server's --max-active).
+   *
+   * @generated from field: int32 max_running_requests = 4;
+   */
+  maxRunningRequests: number;
+
+  /**
+   * Bytes of KV cache held by running requests now.
+   *
+   * @generated from field: int64 kv_cache_bytes = 5;
+   */
+  kvCacheBytes: bigint;
+
+  /**
+   * Bytes admission has committed to running requests (their KV at full context
+   * plus one prefill workspace).
+   *
+   * @generated from field: int64 reserved_bytes = 6;
+   */
+  reservedBytes: bigint;
+
+  /**
+   * Bytes admission may commit: usable memory less the weights and the reserve.
+   * 0 when admission does not plan by memory.
+   *
+   * @generated from field: int64 memory_budget_bytes = 7;
+   */
+  memoryBudgetBytes: bigint;
+
+  /**
+   * Entries in the prefix cache.
+   *
+   * @generated from field: int32 prefix_cache_entries = 8;
+   */
+  prefixCacheEntries: number;
+
+  /**
+   * Bytes of KV held by the prefix cache (not counted in kv_cache_bytes).
+   *
+   * @generated from field: int64 prefix_cache_bytes = 9;
+   */
+  prefixCacheBytes: bigint;
+
+  /**
+   * Prefix-cache lookups that reused a cached prefix, since the model loaded.
+   *
+   * @generated from field: int64 prefix_cache_hits = 10;
+   */
+  prefixCacheHits: bigint;
+
+  /**
+   * Prefix-cache lookups that found nothing to reuse, since the model loaded.
+   *
+   * @generated from field: int64 prefix_cache_misses = 11;
+   */
+  prefixCacheMisses: bigint;
+
+  /**
+   * hits / (hits + misses); 0 before the first lookup.
+   *
+   * @generated from field: double prefix_cache_hit_rate = 12;
+   */
+  prefixCacheHitRate: number;
+
+  /**
+   * Tokens generated per second over the last 10 seconds.
+   *
+   * @generated from field: double generated_tokens_per_second = 13;
+   */
+  generatedTokensPerSecond: number;
+
+  /**
+   * Tokens generated since the model loaded.
+   *
+   * @generated from field: int64 generated_tokens = 14;
+   */
+  generatedTokens: bigint;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.ModelLoad.
+ * Use `create(ModelLoadSchema)` to create a new message.
+ */
+export const ModelLoadSchema: GenMessage<ModelLoad> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 27);
+
+/**
  * Text generation and embeddings on MLX.
  *
  * Errors use canonical status codes with google.rpc details (ErrorInfo with domain
  * "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
- * bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
- * RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
- * a server still loading or draining UNAVAILABLE.
+ * bad input (an invalid value, or more than the server's limits allow) is
+ * INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+ * a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+ * shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+ * period ends: retry it on another replica).
  *
  * @generated from service mlxgrpc.v1.InferenceService
  */
@@ -991,6 +1163,19 @@ export const InferenceService: GenService<{
     methodKind: "unary";
     input: typeof ListAdaptersRequestSchema;
     output: typeof ListAdaptersResponseSchema;
+  },
+  /**
+   * Reports how busy each generation model is: requests running and waiting, KV-cache
+   * memory in use against its limit, the prefix cache and recent throughput. Meant
+   * for routers, autoscalers and dashboards; the Prometheus endpoint carries the
+   * same figures.
+   *
+   * @generated from rpc mlxgrpc.v1.InferenceService.GetLoad
+   */
+  getLoad: {
+    methodKind: "unary";
+    input: typeof GetLoadRequestSchema;
+    output: typeof GetLoadResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_mlxgrpc_v1_inference_service, 0);

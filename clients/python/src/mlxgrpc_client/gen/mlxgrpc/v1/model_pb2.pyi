@@ -1,3 +1,4 @@
+from mlxgrpc_client.gen.mlxgrpc.v1 import generation_pb2 as _generation_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -82,16 +83,22 @@ class PrefillCapabilities(_message.Message):
     def __init__(self, bounded_workspace: _Optional[bool] = ...) -> None: ...
 
 class SpeculationCapabilities(_message.Message):
-    __slots__ = ("adapters", "logprobs", "external_tokens", "grammar_proposals")
+    __slots__ = ("adapters", "logprobs", "external_tokens", "grammar_proposals", "modes", "default_mode", "draft_model")
     ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     EXTERNAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     GRAMMAR_PROPOSALS_FIELD_NUMBER: _ClassVar[int]
+    MODES_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_MODE_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_MODEL_FIELD_NUMBER: _ClassVar[int]
     adapters: bool
     logprobs: bool
     external_tokens: bool
     grammar_proposals: bool
-    def __init__(self, adapters: _Optional[bool] = ..., logprobs: _Optional[bool] = ..., external_tokens: _Optional[bool] = ..., grammar_proposals: _Optional[bool] = ...) -> None: ...
+    modes: _containers.RepeatedScalarFieldContainer[_generation_pb2.SpeculationMode]
+    default_mode: _generation_pb2.SpeculationMode
+    draft_model: str
+    def __init__(self, adapters: _Optional[bool] = ..., logprobs: _Optional[bool] = ..., external_tokens: _Optional[bool] = ..., grammar_proposals: _Optional[bool] = ..., modes: _Optional[_Iterable[_Union[_generation_pb2.SpeculationMode, str]]] = ..., default_mode: _Optional[_Union[_generation_pb2.SpeculationMode, str]] = ..., draft_model: _Optional[str] = ...) -> None: ...
 
 class GraphCapabilities(_message.Message):
     __slots__ = ("method", "media", "compiled_decode", "sparse_attention", "embeddings", "hidden_layer_taps", "native_draft", "prefill", "speculation", "generation")
