@@ -249,7 +249,6 @@ public final class MlxGrpcClient implements AutoCloseable {
         ListAdaptersRequest.newBuilder().setModel(model == null ? "" : model).build();
     return unary(stub -> stub.listAdapters(request));
   }
-  }
 
   @Override
   public void close() {
