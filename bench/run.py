@@ -148,7 +148,7 @@ async def run_all(args, plan: Plan, model_dir: Path, embed_dir: Path | None, rep
 
     local = InProcessEngine(model_dir) if want & {"decode", "prefill", "overhead"} else None
     direct = DirectEmbedder(embed_dir) if "embed" in want else None
-    ours = OurServer(model_dir, embed_dir if "embed" in want else None, log_dir)
+    ours = OurServer(model_dir, embed_dir if "embed" in want else None, log_dir, extra=args.serve_arg)
     anchor = AnchorServer(model_dir, log_dir) if "concurrency" in want else None
     try:
         log("starting the in-process engine and the servers" + (" (ours, mlx_lm.server)" if anchor else ""))
@@ -325,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write raw figures (JSON) to this file")
     p.add_argument("--max-load", type=float, default=0.0,
                    help="wait (up to 2 min) for the 1-min load average to drop below this first (0: don't)")
+    p.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+                   help="an extra flag for our server's `serve` (repeatable), e.g. --serve-arg=--speculation=off")
     args = p.parse_args(argv)
     args.only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = set(args.only) - set(SECTIONS)

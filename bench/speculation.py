@@ -77,7 +77,8 @@ async def run(args) -> Report:
     model_dir = prepare_f32(args.model or default_model(), log)
     draft_dir = prepare_f32(args.draft, log) if args.draft else model_dir
     config = GenerationConfig(dtype="float32", draft_model=str(draft_dir),
-                              scheduler=SchedulerConfig(max_active=8, step_tokens=args.step_tokens))
+                              scheduler=SchedulerConfig(max_active=8, step_tokens=args.step_tokens,
+                                                        speculation_rows=args.speculation_rows))
     eng = GenerationEngine(str(model_dir), name="bench", config=config)
     await eng.start()
     tok = eng.loaded.tokenizer
@@ -85,7 +86,7 @@ async def run(args) -> Report:
     report = Report()
     report.facts.update(machine_facts())
     report.facts.update({"model": str(model_dir), "draft": str(draft_dir), "drafts per step": str(args.k),
-                         "step tokens": str(args.step_tokens)})
+                         "step tokens": str(args.step_tokens), "speculation rows": str(args.speculation_rows)})
     table = report.table("speculative decoding, 1 stream (decode tok/s, greedy)", "speculating", "off")
     tasks = [("copy", t) for t in COPY_TASKS[: args.prompts]] + [("free", t) for t in FREE_TASKS[: args.prompts]]
     ratios: dict[str, dict[str, list[float]]] = {}
@@ -144,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draft", help="draft model with the same tokenizer (default: the target itself)")
     p.add_argument("--k", type=int, default=6, help="drafts per step asked for")
     p.add_argument("--step-tokens", type=int, default=16, help="the scheduler's step_tokens")
+    p.add_argument("--speculation-rows", type=int, default=1,
+                   help="the scheduler's speculation_rows (rows speculate only in steps of at most this many)")
     p.add_argument("--tokens", type=int, default=160, help="tokens generated per request")
     p.add_argument("--prompts", type=int, default=3, help="prompts per workload")
     p.add_argument("--streams", type=int, default=8, help="concurrent copy-heavy streams (0: skip)")

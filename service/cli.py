@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--step-tokens", type=int, default=16,
                    help="tokens one decode step may feed in all when rows speculate (drafts shrink as "
                         "the batch grows)")
+    s.add_argument("--speculation-rows", type=int, default=1,
+                   help="rows speculate only in decode steps of at most this many rows (on a CPU, "
+                        "realigning a larger batch's KV after ragged acceptance costs more than drafts save)")
     s.add_argument("--prefix-cache-bytes", type=int, default=512 << 20,
                    help="bytes of KV kept for prefix reuse per model (0 turns the prefix cache off)")
     s.add_argument("--memory-limit", type=int, default=None, metavar="BYTES",
@@ -139,7 +142,8 @@ def build_models(args: argparse.Namespace) -> ModelSet:
         memory_reserve_bytes=args.memory_reserve,
         scheduler=SchedulerConfig(max_active=args.max_active, max_queued=args.max_queued,
                                   prefill_chunk=args.prefill_chunk, tick_tokens=args.tick_tokens,
-                                  prefix_cache_bytes=args.prefix_cache_bytes, step_tokens=args.step_tokens),
+                                  prefix_cache_bytes=args.prefix_cache_bytes, step_tokens=args.step_tokens,
+                                  speculation_rows=args.speculation_rows),
         speculation=SpeculationConfig(SpeculationMode(args.speculation), args.num_draft_tokens))
     specs = args.model or [(DEFAULT_GENERATION_NAME, str(default_generation_model()))]
     names = [name or default_name(source) for name, source in specs]

@@ -97,7 +97,8 @@ async def server(fixture_models, oracle, logprob_reference, decoder_embedding_re
     from grpc_health.v1 import health
 
     config = GenerationConfig(scheduler=SchedulerConfig(max_active=8, max_queued=16, prefill_chunk=8,
-                                                        tick_tokens=24, min_prefill_tokens=4))
+                                                        tick_tokens=24, min_prefill_tokens=4,
+                                                        speculation_rows=8))  # batched speculation tested too
     generation = [GenerationEngine(str(fixture_models[k]), name=k, config=config) for k in FIXTURE_KINDS]
     # llama drafted by itself: every draft is accepted, so speculation runs at full width
     generation.append(GenerationEngine(str(fixture_models["llama"]), name=SELF_DRAFTED,

@@ -193,3 +193,5 @@ def test_acceptance_pauses_a_failing_proposer_and_the_batch_shares_a_budget():
     record.record(4, 4)
     assert record.wanted() >= 2 and record.proposed == 20 and record.accepted == 4
     assert [step_allowance(rows, 16) for rows in (1, 2, 4, 8, 16)] == [15, 7, 3, 1, 0]
+    assert [step_allowance(rows, 16, max_rows=1) for rows in (1, 2, 8)] == [15, 0, 0]
+    assert [step_allowance(rows, 16, max_rows=4) for rows in (1, 4, 5)] == [15, 3, 0]

@@ -21,6 +21,10 @@ class SchedulerConfig:
     prefix_cache_entries: int = 64
     prefill_batch: int = 8  # short fresh prompts prefilled together in one forward (1: off)
     step_tokens: int = 16  # tokens a decode step may feed in all when rows speculate (pending + drafts)
+    # rows speculate only in steps of at most this many rows: rows that keep different
+    # numbers of positions make mlx-lm's right-aligned batch cache roll (copy) the whole
+    # batch's KV, which on a CPU costs more than the drafts save (docs/PERFORMANCE.md)
+    speculation_rows: int = 1
 
 
 @dataclass(frozen=True)

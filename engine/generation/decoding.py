@@ -49,11 +49,13 @@ class _Sites:
 
 class Decoder:
     def __init__(self, token_text: Callable[[int], str], *, can_roll_back: bool = False, step_tokens: int = 16,
-                 drafter=None, route: Callable[[Seq[Sequence]], AbstractContextManager] | None = None):
+                 speculation_rows: int | None = None, drafter=None,
+                 route: Callable[[Seq[Sequence]], AbstractContextManager] | None = None):
         self._token_text = token_text
         self._route = route or (lambda _rows: nullcontext())  # the target's rows run with their adapters
         self._can_roll_back = can_roll_back
         self._step_tokens = step_tokens
+        self._speculation_rows = speculation_rows
         self._drafter = drafter  # proposes for DRAFT-mode rows (a draft model), or None
 
     def step(self, batch: Batch, rows: Seq[Sequence]) -> int:
@@ -91,7 +93,8 @@ class Decoder:
 
     def _drafts(self, rows: Seq[Sequence]) -> list[list[int]]:
         """Each row's drafts for this step (empty for rows that do not speculate)."""
-        allowance = step_allowance(len(rows), self._step_tokens) if self._can_roll_back else 0
+        allowance = (step_allowance(len(rows), self._step_tokens, self._speculation_rows)
+                     if self._can_roll_back else 0)
         wanted = []
         for seq in rows:
             spec = seq.speculation

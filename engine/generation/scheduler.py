@@ -86,7 +86,7 @@ class Scheduler:
         self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt, self._route)
         self._drafter = drafter
         self._decoder = Decoder(token_text, can_roll_back=self.can_roll_back, step_tokens=config.step_tokens,
-                                drafter=drafter, route=self._route)
+                                speculation_rows=config.speculation_rows, drafter=drafter, route=self._route)
         self._prefilling: deque[Sequence] = deque()
         self._decoding: list[Sequence] = []
         self.generated_tokens = 0

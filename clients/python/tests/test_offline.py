@@ -35,6 +35,27 @@ def test_generate_request_prompt_kinds():
         generate_request("a", no_such_field=1)
 
 
+def test_generate_request_speculation():
+    assert not generate_request("a").HasField("speculation")  # the server's default
+    ngram = pb.SpeculationOptions(mode=pb.SPECULATION_MODE_NGRAM, num_draft_tokens=6)
+    assert generate_request("a", speculation="ngram", num_draft_tokens=6).speculation == ngram
+    assert generate_request("a", speculation={"mode": "NGRAM", "num_draft_tokens": 6}).speculation == ngram
+    assert generate_request("a", speculation=ngram).speculation == ngram
+    for mode in ("off", "SPECULATION_MODE_OFF", pb.SPECULATION_MODE_OFF):
+        assert generate_request("a", speculation=mode).speculation.mode == pb.SPECULATION_MODE_OFF
+    assert generate_request("a", speculation="draft").speculation.mode == pb.SPECULATION_MODE_DRAFT
+    only_k = generate_request("a", num_draft_tokens=3)
+    assert only_k.HasField("speculation") and only_k.speculation == pb.SpeculationOptions(num_draft_tokens=3)
+    assert generate_request("a", speculation=ngram, num_draft_tokens=2).speculation.num_draft_tokens == 2
+    assert ngram.num_draft_tokens == 6  # the caller's message is left alone
+    base = pb.GenerateRequest(text="x", speculation=ngram)
+    assert generate_request(base).speculation == ngram
+    assert generate_request(base, speculation="off").speculation == pb.SpeculationOptions(
+        mode=pb.SPECULATION_MODE_OFF)
+    with pytest.raises(ValueError, match="off, ngram, draft"):
+        generate_request("a", speculation="fast")
+
+
 def _refusal(code: int, retry_seconds: float | None) -> grpc.Status:
     status = status_pb2.Status(code=code, message="refused for now")
     status.details.add().Pack(error_details_pb2.ErrorInfo(reason="QUEUE_FULL", domain="mlxgrpc.v1"))

@@ -122,6 +122,25 @@ def test_logprobs(client):
         assert lp.top_logprobs[0].token_id == lp.token_id  # greedy: the chosen token is the most likely
 
 
+#: Copy-heavy: the continuation repeats text the prompt holds, which prompt lookup drafts.
+PASSAGE = ("The lighthouse keeper climbed the narrow stairs every evening at dusk, lit the great lamp, "
+           "and wrote the names of the ships that passed in a worn leather book.")
+COPY = f"Repeat exactly: {PASSAGE}\n{PASSAGE}\n"
+
+
+def test_speculation_never_changes_the_output_and_reports_drafts(client, generator):
+    off = client.generate(COPY, speculation="off", **exact(32)).collect()
+    assert len(off.token_ids) == 32
+    assert (off.finished.usage.draft_tokens, off.finished.usage.accepted_draft_tokens) == (0, 0)
+    if pb.SPECULATION_MODE_NGRAM not in generator.capabilities.speculation.modes:
+        pytest.skip(f"{generator.name} does not speculate with NGRAM")
+    ngram = client.generate(COPY, speculation="ngram", num_draft_tokens=6, **exact(32)).collect()
+    assert (ngram.token_ids, ngram.text) == (off.token_ids, off.text)
+    usage = ngram.finished.usage
+    assert usage.draft_tokens >= usage.accepted_draft_tokens >= 0, usage
+    assert usage.completion_tokens == 32
+
+
 def test_tokenize_detokenize_round_trip(client):
     text = "Hello world, this is a test."
     tokens = client.tokenize(text)

@@ -69,6 +69,25 @@ pub fn text_request(text: impl Into<String>, max_tokens: i32) -> pb::GenerateReq
     }
 }
 
+/// A request's speculative decoding: where drafts come from (`Ngram`: prompt lookup,
+/// `Draft`: the server's draft model, `Off`, or `Unspecified` for the server's default)
+/// and the most draft tokens verified per step (0: the server's default; at most 8).
+/// It never changes the output, only how soon it arrives; the finished event's usage
+/// reports `draft_tokens` and `accepted_draft_tokens`.
+///
+/// ```
+/// use mlx_grpc_client::{pb, speculation, text_request};
+///
+/// let mut request = text_request("Repeat exactly: the quick brown fox.", 32);
+/// request.speculation = Some(speculation(pb::SpeculationMode::Ngram, 6));
+/// ```
+pub fn speculation(mode: pb::SpeculationMode, num_draft_tokens: i32) -> pb::SpeculationOptions {
+    pb::SpeculationOptions {
+        mode: mode as i32,
+        num_draft_tokens,
+    }
+}
+
 /// The raw generated client with the connection's interceptor (token, deadline).
 pub type RawClient =
     pb::inference_service_client::InferenceServiceClient<InterceptedService<Channel, CallDefaults>>;
@@ -282,6 +301,27 @@ mod tests {
         own.set_timeout(Duration::from_millis(250));
         let req = defaults.call(own).unwrap();
         assert_eq!(req.metadata().get("grpc-timeout").unwrap(), "250000u");
+    }
+
+    #[test]
+    fn speculation_builds_the_options() {
+        let ngram = speculation(pb::SpeculationMode::Ngram, 6);
+        assert_eq!(ngram.mode(), pb::SpeculationMode::Ngram);
+        assert_eq!(
+            ngram,
+            pb::SpeculationOptions {
+                mode: pb::SpeculationMode::Ngram as i32,
+                num_draft_tokens: 6
+            }
+        );
+        assert_eq!(
+            speculation(pb::SpeculationMode::Off, 0).mode(),
+            pb::SpeculationMode::Off
+        );
+        assert_eq!(
+            speculation(pb::SpeculationMode::Unspecified, 0),
+            pb::SpeculationOptions::default()
+        );
     }
 
     #[tokio::test]

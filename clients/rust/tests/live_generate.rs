@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use mlx_grpc_client::{Code, Event, StreamExt, pb};
+use mlx_grpc_client::{Code, Event, StreamExt, pb, speculation};
 use pb::FinishReason;
 use pb::generate_request::Prompt;
 use support::{events, exact, live, loaded_adapter, token_ids, with_adapter};
@@ -145,6 +145,53 @@ async fn chat_prompt_uses_template() {
         "the template added no tokens"
     );
     assert_eq!(chat.token_ids.len(), 4);
+}
+
+/// Copy-heavy: the continuation repeats text the prompt holds, which prompt lookup drafts.
+const PASSAGE: &str = "The lighthouse keeper climbed the narrow stairs every evening at dusk, \
+    lit the great lamp, and wrote the names of the ships that passed in a worn leather book.";
+
+#[tokio::test]
+#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
+async fn speculation_never_changes_the_output() {
+    let s = live().await;
+    let run = |mode, k| {
+        let mut req = exact(&format!("Repeat exactly: {PASSAGE}\n{PASSAGE}\n"), 32); // greedy
+        req.speculation = Some(speculation(mode, k));
+        s.client.generate_text(req)
+    };
+    fn usage(r: &mlx_grpc_client::GenerationResult) -> &pb::Usage {
+        r.finished
+            .as_ref()
+            .and_then(|f| f.usage.as_ref())
+            .expect("usage")
+    }
+    let off = run(pb::SpeculationMode::Off, 0).await.expect("OFF");
+    assert_eq!(off.token_ids.len(), 32);
+    assert_eq!(
+        (usage(&off).draft_tokens, usage(&off).accepted_draft_tokens),
+        (0, 0)
+    );
+    let caps = s
+        .generator
+        .capabilities
+        .as_ref()
+        .and_then(|c| c.speculation.as_ref());
+    if !caps.is_some_and(|c| c.modes.contains(&(pb::SpeculationMode::Ngram as i32))) {
+        eprintln!(
+            "{} does not speculate with NGRAM: skipping that half",
+            s.generator.name
+        );
+        return;
+    }
+    let ngram = run(pb::SpeculationMode::Ngram, 6).await.expect("NGRAM");
+    assert_eq!((&ngram.token_ids, &ngram.text), (&off.token_ids, &off.text));
+    let u = usage(&ngram);
+    assert!(
+        u.draft_tokens >= u.accepted_draft_tokens && u.accepted_draft_tokens >= 0,
+        "{u:?}"
+    );
+    assert_eq!(u.completion_tokens, 32);
 }
 
 #[tokio::test]

@@ -5,7 +5,9 @@ exponential average of the accepted fraction. Rows whose proposals keep failing 
 proposing for a while (the pause doubles each time, up to a limit), so a proposer
 that does not help costs almost nothing. Across the batch, every row is padded to
 the longest feed, so a step of ``rows`` rows may feed at most ``step_tokens`` tokens
-in all: speculation shrinks as the batch grows and stops when rows alone fill it.
+in all: speculation shrinks as the batch grows and stops when rows alone fill it, or
+when the step has more rows than ``speculation_rows`` (rows that keep different
+numbers of positions make the batch cache copy every row's KV to realign them).
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from dataclasses import dataclass
 _PAUSE_MAX = 64
 
 
-def step_allowance(rows: int, step_tokens: int) -> int:
-    """The most drafts one row may feed in a step of ``rows`` rows."""
+def step_allowance(rows: int, step_tokens: int, max_rows: int | None = None) -> int:
+    """The most drafts one row may feed in a step of ``rows`` rows (none in a step of
+    more than ``max_rows`` rows)."""
+    if max_rows is not None and rows > max_rows:
+        return 0
     return max(0, step_tokens // max(rows, 1) - 1)
 
 

@@ -8,9 +8,11 @@ import {
   ConnectError,
   FinishReason,
   ModelKind,
+  SpeculationMode,
   connect,
   cosineSimilarity,
   errorDetails,
+  speculation,
   type GenerateResponse,
   type MlxClient,
   type ModelInfo,
@@ -33,6 +35,12 @@ async function expectError(p: Promise<unknown>): Promise<ConnectError> {
   }
   assert.fail("expected the call to fail");
 }
+
+// Copy-heavy: the continuation repeats text the prompt holds, which prompt lookup drafts.
+const passage =
+  "The lighthouse keeper climbed the narrow stairs every evening at dusk, lit the great lamp, " +
+  "and wrote the names of the ships that passed in a worn leather book.";
+const copyPrompt = `Repeat exactly: ${passage}\n${passage}\n`;
 
 const long = { prompt: { case: "text" as const, value: "Once upon a time" }, stopping: exact(2000) };
 
@@ -98,6 +106,29 @@ describe("live server", () => {
     assert.deepEqual(a.tokenIds, b.tokenIds);
     const tok = await client.raw.tokenize({ text: "Hi there" });
     assert.ok((a.started?.promptTokens ?? 0) > tok.tokenIds.length, "chat template adds tokens");
+  });
+
+  liveTest("speculation never changes the output; usage counts the drafts", async (t) => {
+    const run = (mode: "off" | "ngram") =>
+      client.generateText({
+        prompt: { case: "text", value: copyPrompt }, // no sampling: greedy
+        stopping: exact(32),
+        speculation: speculation(mode, mode === "off" ? 0 : 6),
+      });
+    const off = await run("off");
+    assert.equal(off.tokenIds.length, 32);
+    assert.equal(off.finished?.usage?.draftTokens, 0);
+    assert.equal(off.finished?.usage?.acceptedDraftTokens, 0);
+    if (!generator.capabilities?.speculation?.modes.includes(SpeculationMode.NGRAM)) {
+      return t.skip(`${generator.name} does not speculate with NGRAM`);
+    }
+    const ngram = await run("ngram");
+    assert.deepEqual(ngram.tokenIds, off.tokenIds);
+    assert.equal(ngram.text, off.text);
+    const usage = ngram.finished?.usage;
+    assert.ok(usage, "finished with usage");
+    assert.ok(usage.draftTokens >= usage.acceptedDraftTokens && usage.acceptedDraftTokens >= 0, JSON.stringify(usage));
+    assert.equal(usage.completionTokens, 32);
   });
 
   liveTest("Tokenize then Detokenize round-trips a text", async () => {

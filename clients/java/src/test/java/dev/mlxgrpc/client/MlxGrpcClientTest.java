@@ -27,8 +27,10 @@ import dev.mlxgrpc.v1.ModelInfo;
 import dev.mlxgrpc.v1.ModelKind;
 import dev.mlxgrpc.v1.ModelLoad;
 import dev.mlxgrpc.v1.SamplingParams;
+import dev.mlxgrpc.v1.SpeculationMode;
 import dev.mlxgrpc.v1.TokenizeRequest;
 import dev.mlxgrpc.v1.TokenizeResponse;
+import dev.mlxgrpc.v1.Usage;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import java.util.ArrayList;
@@ -37,6 +39,7 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
@@ -119,6 +122,30 @@ class MlxGrpcClientTest {
         .detokenize(DetokenizeRequest.newBuilder().addAllTokenIds(r.tokenIds()).build())
         .getText();
     assertEquals(detok, r.text());
+  }
+
+  /** Copy-heavy: the continuation repeats text the prompt holds, which prompt lookup drafts. */
+  private static final String PASSAGE = "The lighthouse keeper climbed the narrow stairs every evening at dusk, "
+      + "lit the great lamp, and wrote the names of the ships that passed in a worn leather book.";
+
+  @Test
+  void speculationNeverChangesTheOutputAndCountsDrafts() {
+    GenerateRequest copy = exact("Repeat exactly: " + PASSAGE + "\n" + PASSAGE + "\n", 32); // greedy
+    GenerationResult off = client.generateText(copy.toBuilder().setSpeculation(Speculation.off()).build());
+    Usage offUsage = off.finished().orElseThrow().getUsage();
+    assertEquals(32, off.tokenIds().size());
+    assertEquals(0, offUsage.getDraftTokens());
+    assertEquals(0, offUsage.getAcceptedDraftTokens());
+    List<SpeculationMode> modes = server.generator.getCapabilities().getSpeculation().getModesList();
+    Assumptions.assumeTrue(modes.contains(SpeculationMode.SPECULATION_MODE_NGRAM),
+        server.generator.getName() + " does not speculate with NGRAM");
+    GenerationResult ngram = client.generateText(copy.toBuilder().setSpeculation(Speculation.ngram(6)).build());
+    assertEquals(off.tokenIds(), ngram.tokenIds());
+    assertEquals(off.text(), ngram.text());
+    Usage usage = ngram.finished().orElseThrow().getUsage();
+    assertTrue(usage.getDraftTokens() >= usage.getAcceptedDraftTokens() && usage.getAcceptedDraftTokens() >= 0,
+        usage.toString());
+    assertEquals(32, usage.getCompletionTokens());
   }
 
   @Test
