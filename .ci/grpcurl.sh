@@ -42,6 +42,20 @@ wait $story
 grep -q FINISH_REASON_CANCELLED "$OUT/story.json"
 $G -emit-defaults -d '{"request_id": "story-1"}' "$ADDR" $S/Cancel | grep -q '"cancelled": false'
 
+# Structured output (the README's examples): every generation model accepts formats, and a
+# complete output ends STOP
+$G -d '{}' "$ADDR" $S/GetModelInfo | grep -q RESPONSE_FORMAT_KIND_JSON_SCHEMA
+$G -d '{"chat": {"messages": [{"role": "user", "content": "Maria Lopez is 34 and lives in Madrid. Extract the person."}]},
+  "response_format": {"json_schema": "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"name\", \"age\", \"city\"], \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 40}, \"age\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 130}, \"city\": {\"type\": \"string\", \"maxLength\": 40}}}"},
+  "stopping": {"max_tokens": 64}}' "$ADDR" $S/Generate | grep -q '"finished"'
+$G -d '{"chat": {"messages": [{"role": "user", "content": "In which year did the French Revolution begin? Answer with the year only."}]},
+  "response_format": {"regex": "[0-9]{4}"}}' "$ADDR" $S/Generate | grep -q FINISH_REASON_STOP
+$G -d '{"chat": {"messages": [{"role": "user", "content": "Review: I loved it, best purchase ever! Is the review positive or negative?"}]},
+  "response_format": {"choice": {"options": ["positive", "negative"]}}}' "$ADDR" $S/Generate | grep -q FINISH_REASON_STOP
+$G -d '{"text": "Answer:", "stopping": {"max_tokens": 16},
+  "response_format": {"json_schema": "{\"enum\": [\"yes\", \"no\"]}"}}' "$ADDR" $S/Generate \
+  | grep -q FINISH_REASON_STOP  # complete: "yes" or "no", quoted
+
 $G -d '{}' "$ADDR" $S/GetLoad | grep -q '"max_running_requests": [1-9]'
 # SMG's worker contract, served beside ours on the same port
 $G "$ADDR" list | grep -qx mlx.grpc.engine.MlxEngine
@@ -53,6 +67,10 @@ if $G -d '{"text": "x", "sampling": {"temperature": -1}}' "$ADDR" $S/Generate 2>
   exit 1
 fi
 grep -q InvalidArgument "$OUT/err.txt" && grep -q sampling.temperature "$OUT/err.txt"
+if $G -d '{"text": "x", "response_format": {"regex": "[a-"}}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
+  exit 1
+fi
+grep -q InvalidArgument "$OUT/err.txt" && grep -q response_format.regex "$OUT/err.txt"
 
 # Adapters: the default generation model's first loaded adapter is used, then loaded again
 # from its directory under another name and unloaded; unknown names are NOT_FOUND.

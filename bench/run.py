@@ -107,6 +107,16 @@ class Report:
                     out.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
         return "\n".join(out)
 
+    def publish(self, command: str, started: float, markdown: bool, path: str | None) -> None:
+        """Records the command and the wall time since ``started``, prints the report
+        and writes it to ``path`` too when given."""
+        self.facts["command"] = command
+        self.facts["wall time"] = f"{time.perf_counter() - started:.0f} s"
+        text = self.render(markdown)
+        print(text)
+        if path:
+            Path(path).write_text(text + "\n")
+
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import sys
 import time
-from pathlib import Path
 
 import engine  # noqa: F401  - BLAS before mlx
 from engine.events import Delta, Finished
@@ -158,12 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         args.prompts, args.tokens, args.streams = 1, 48, 4
     started = time.perf_counter()
     report = asyncio.run(run(args))
-    report.facts["command"] = "python -m bench.speculation " + " ".join(sys.argv[1:] if argv is None else argv)
-    report.facts["wall time"] = f"{time.perf_counter() - started:.0f} s"
-    text = report.render(args.markdown)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    command = "python -m bench.speculation " + " ".join(sys.argv[1:] if argv is None else argv)
+    report.publish(command, started, args.markdown, args.out)
     return 0
 
 

@@ -54,6 +54,7 @@ class Capabilities:
     prefill_bounded_workspace: bool = False
     speculation: Speculation = field(default_factory=Speculation)
     generation: bool = True
+    response_formats: tuple[str, ...] = ()  # structured-output formats Generate accepts ("json_schema", ...)
 
 
 @dataclass(frozen=True)

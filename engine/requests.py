@@ -90,6 +90,26 @@ class SpeculationOptions:
     num_draft_tokens: int = 0  # most drafts verified per step; 0: the server's default
 
 
+class FormatKind(enum.Enum):
+    """Which structured-output format a request asks for (the API's oneof names)."""
+
+    JSON_SCHEMA = "json_schema"
+    JSON_OBJECT = "json_object"
+    REGEX = "regex"
+    GRAMMAR = "grammar"  # Lark syntax as llguidance reads it
+    CHOICE = "choice"
+
+
+@dataclass(frozen=True)
+class ResponseFormat:
+    """Structured output: the generated text must match ``text`` (a JSON Schema, a
+    regex or a grammar), be any JSON object, or be exactly one of ``options``."""
+
+    kind: FormatKind
+    text: str = ""
+    options: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     prompt: Prompt
@@ -102,6 +122,7 @@ class GenerationRequest:
     top_logprobs: int = 0
     bypass_prefix_cache: bool = False
     speculation: SpeculationOptions = SpeculationOptions()
+    response_format: ResponseFormat | None = None
     adapter: str = ""  # a loaded adapter's name; "" for the base model
 
 

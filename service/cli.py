@@ -11,6 +11,7 @@ from engine.loading.embedded import default_embedding_model, default_generation_
 from engine.embedding.engine import EmbeddingEngine
 from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
 from engine.generation.engine import GenerationEngine
+from engine.generation.grammar.formats import GrammarLimits
 from engine.loading.model import default_name
 from engine.models import ModelSet
 from engine.requests import SpeculationMode
@@ -103,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-embed-input-bytes", type=int, default=0,
                    help=f"cap on UTF-8 bytes of each Embed input and of its instruction "
                         f"(0: {BYTES_PER_TOKEN} per token of the embedding model's input length)")
+    s.add_argument("--max-format-bytes", type=int, default=64 << 10,
+                   help="cap on a response_format's schema, regex, grammar or choice options (bytes)")
+    s.add_argument("--format-compile-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="time a response_format may take to compile")
     s.add_argument("--max-message-bytes", type=int, default=16 << 20, help="max gRPC message size")
     s.add_argument("--no-reflection", action="store_true", help="turn server reflection off")
     s.add_argument("--grace", type=float, default=10.0, help="seconds in-flight streams get on shutdown")
@@ -140,6 +145,7 @@ def build_models(args: argparse.Namespace) -> ModelSet:
     config = GenerationConfig(
         dtype=args.dtype, limits=limits, memory_limit_bytes=args.memory_limit,
         memory_reserve_bytes=args.memory_reserve,
+        grammar=GrammarLimits(max_bytes=args.max_format_bytes, compile_timeout_s=args.format_compile_timeout),
         scheduler=SchedulerConfig(max_active=args.max_active, max_queued=args.max_queued,
                                   prefill_chunk=args.prefill_chunk, tick_tokens=args.tick_tokens,
                                   prefix_cache_bytes=args.prefix_cache_bytes, step_tokens=args.step_tokens,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from engine.adapters.info import AdapterInfo
 from engine.description import ModelDescription, ModelKind
 from engine.events import Delta, Event, FinishReason, Finished, Started
-from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, GenerationRequest,
-                             SamplingOptions, SpeculationMode, SpeculationOptions, StopOptions, TextPrompt,
-                             TokenPrompt)
+from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKind, GenerationRequest,
+                             ResponseFormat, SamplingOptions, SpeculationMode, SpeculationOptions, StopOptions,
+                             TextPrompt, TokenPrompt)
 from engine.errors import InvalidRequest
 from engine.validation import RequestCounts
 
@@ -40,7 +40,8 @@ def generation_request(msg: pb.GenerateRequest) -> GenerationRequest:
         session_id=msg.session_id, sampling=_sampling(msg.sampling),
         stopping=_stopping(msg.stopping), logprobs=msg.logprobs,
         top_logprobs=msg.top_logprobs, bypass_prefix_cache=msg.bypass_prefix_cache,
-        speculation=_speculation(msg.speculation), adapter=msg.adapter)
+        speculation=_speculation(msg.speculation),
+        response_format=_response_format(msg.response_format), adapter=msg.adapter)
 
 
 def _speculation(s: gen_pb.SpeculationOptions) -> SpeculationOptions:
@@ -79,6 +80,20 @@ def _sampling(s: gen_pb.SamplingParams) -> SamplingOptions:
         repetition_context_size=s.repetition_context_size or defaults.repetition_context_size,
         presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty,
         logit_bias=dict(s.logit_bias), seed=s.seed if s.HasField("seed") else None)
+
+
+def _response_format(f: gen_pb.ResponseFormat) -> ResponseFormat | None:
+    which = f.WhichOneof("format")
+    if which is None:
+        return None
+    kind = FormatKind(which)
+    if kind is FormatKind.CHOICE:
+        return ResponseFormat(kind, options=tuple(f.choice.options))
+    if kind is FormatKind.JSON_OBJECT:
+        if not f.json_object:
+            raise InvalidRequest("response_format.json_object", "must be true when set")
+        return ResponseFormat(kind)
+    return ResponseFormat(kind, text=getattr(f, which))
 
 
 def _stopping(s: gen_pb.StoppingCriteria) -> StopOptions:
@@ -146,7 +161,9 @@ def model_info(d: ModelDescription) -> model_pb.ModelInfo:
                 modes=[_SPECULATION_PB[m] for m in c.speculation.modes],
                 default_mode=_SPECULATION_PB[c.speculation.default_mode],
                 draft_model=c.speculation.draft_model),
-            generation=c.generation),
+            generation=c.generation,
+            response_formats=[model_pb.ResponseFormatKind.Value(f"RESPONSE_FORMAT_KIND_{f.upper()}")
+                              for f in c.response_formats]),
         context_length=d.context_length, vocab_size=d.vocab_size, eos_token_ids=d.eos_token_ids,
         has_chat_template=d.has_chat_template, dtype=d.dtype, blas=d.blas,
         embedding_dimensions=d.embedding_dimensions, source=d.source,

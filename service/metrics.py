@@ -24,7 +24,8 @@ Metrics (all prefixed ``mlxgrpc_``):
   adapter_active_requests{model,adapter}         gauge      requests using each loaded adapter
   adapter_bytes{model,adapter}                   gauge      memory of each loaded adapter
   draining                                       gauge      1 while the server drains
-plus GetLoad's figures per model (service/load_metrics.py) and the standard
+plus the structured-output counters of ``grammar_metrics``, GetLoad's figures per
+model (service/load_metrics.py) and the standard
 process_* metrics (CPU, resident memory, open fds).
 
 Labels never take a client's string as it is, so no client can multiply series:
@@ -42,6 +43,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.core import GaugeMetricFamily
 
 from .calls import EMBED, UNKNOWN, CallRecord, Observer, method_labels
+from .grammar_metrics import GrammarCollector
 from .handlers import HEALTH_SERVICE
 from .load_metrics import LoadCollector
 
@@ -123,6 +125,7 @@ class Metrics(Observer):
         self.models = models
         if models is not None:
             r.register(EngineCollector(models))
+            r.register(GrammarCollector(models))
             r.register(LoadCollector(models))
         try:
             ProcessCollector(registry=r)

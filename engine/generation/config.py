@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from ..requests import SpeculationMode
 from ..validation import Limits
+from .grammar.formats import GrammarLimits
 
 
 @dataclass(frozen=True)
@@ -47,3 +48,4 @@ class GenerationConfig:
     adapters: tuple[tuple[str, str], ...] = ()  # (name, directory) loaded at start
     max_adapters: int = 8  # adapters loaded at once; beyond it the least recently used idle one goes
     draft_model: str | None = None  # a model with the same tokenizer, for SPECULATION_MODE_DRAFT
+    grammar: GrammarLimits = field(default_factory=GrammarLimits)  # what one response_format may cost

@@ -7,10 +7,10 @@ sample site: the target's choice there is made exactly as without speculation
 (``sampling.choose`` at the step that position would have, with the drafts before it
 in the processors' history). Drafts are accepted while they equal the target's
 choice; the target's choice after the last accepted draft is always kept. Rejected
-positions are rolled back. Choice and logprobs are batched over all sites, and the
-host reads the results once per step. The target's forward is routed: each row runs
-with its adapter (drafts are verified by the adapted model); a draft model's
-forwards are not.
+positions are rolled back. Choice and logprobs are batched over all sites (the token
+masks of constrained rows filled together, drafts included), and the host reads the
+results once per step. The target's forward is routed: each row runs with its adapter
+(drafts are verified by the adapted model); a draft model's forwards are not.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Callable, Sequence as Seq
 import mlx.core as mx
 
 from .batch import Batch
+from .grammar.masks import site_masks
 from .logprobs import logprobs, to_events
 from .sampling import choose
 from .sequence import Sequence
@@ -70,7 +71,8 @@ class Decoder:
         states = [rows[r].sampling for r in sites.rows]
         steps = [rows[r].step + (i - sites.firsts[r]) for i, r in enumerate(sites.rows)]
         extras = [drafts[r][: i - sites.firsts[r]] for i, r in enumerate(sites.rows)]
-        chosen = choose(site_scores, states, steps, extras)
+        masks = site_masks([seq.constraint for seq in rows], site_scores.shape[-1], drafts)
+        chosen = choose(site_scores, states, steps, extras, masks)
         records = self._logprobs(rows, sites, site_scores, chosen)
         tokens = chosen.tolist()
         runs, drops = [], []
@@ -104,7 +106,8 @@ class Decoder:
         drafts = [seq.speculation.propose(seq.tokens, k) if k else [] for seq, k in zip(rows, wanted)]
         if self._drafter is not None:
             drafts = self._drafter.propose(rows, wanted, drafts)
-        return drafts
+        return [d[: seq.constraint.valid_prefix(d)] if d and seq.constraint is not None else d  # grammar-checked
+                for seq, d in zip(rows, drafts)]
 
     def _logprobs(self, rows, sites: _Sites, site_scores: mx.array, chosen: mx.array) -> dict[int, object]:
         """Logprob records by site, for the rows that asked; read together with ``chosen``."""

@@ -22,10 +22,9 @@ from typing import AsyncIterator
 
 from ..adapters.bank import AdapterBank
 from ..adapters.control import Adapters
-from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind, Speculation
+from ..description import ModelDescription
 from ..errors import DoesNotFit, EngineFailure, InvalidRequest, NotReady, QueueFull
 from ..events import Event, FinishReason, Finished, Timings, Usage
-from ..hardware.device import backend_name, blas_name
 from ..hardware.machine import usable_memory
 from ..loading.model import LoadedModel, default_name, load_generation_model
 from ..loading.tokenizer_files import tokenizer_files
@@ -33,10 +32,14 @@ from ..memory.budget import MemoryBudget
 from ..memory.calibration import calibrate_decode
 from ..memory.facts import facts_from_model, with_draft
 from ..memory.plan import MemoryPlan, plan_memory
-from ..requests import GenerationRequest, SpeculationMode
+from ..requests import GenerationRequest
 from ..validation import check_token_ids, validate_request
 from .config import GenerationConfig
 from .factory import check_speculation, make_sequence
+from .facts import describe_generation, speculation_facts
+from .grammar.compiler import Grammars, grammar_tokenizer
+from .grammar.formats import field_name
+from .grammar.stats import GrammarStats
 from .prompts import EncodedPrompt, PromptEncoder
 from .scheduler import Scheduler, SchedulerStats
 from .batch import can_roll_back
@@ -66,6 +69,7 @@ class GenerationEngine:
         self._prompts: PromptEncoder | None = None
         self._budget: MemoryBudget | None = None  # built at load; the loop reads only its fixed facts
         self._facts = None
+        self._grammars: Grammars | None = None  # built at load
         self._decode = None  # the decode rate calibrated at load (PlanMemory)
         self._streams = Streams()
         self._closing = False
@@ -96,6 +100,8 @@ class GenerationEngine:
         self._closing = True
         self.adapters.close()
         await asyncio.to_thread(self._worker.stop)
+        if self._grammars is not None:
+            self._grammars.close()
 
     def _load(self) -> LoadedModel:
         """Runs on the engine thread: the weights, then the memory facts of them."""
@@ -111,6 +117,8 @@ class GenerationEngine:
         self._budget = MemoryBudget(self._facts, usable=self.config.memory_limit_bytes,
                                     reserve_bytes=self.config.memory_reserve_bytes,
                                     prefill_chunk=self.config.scheduler.prefill_chunk)
+        self._grammars = Grammars(grammar_tokenizer(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids),
+                                  self.config.grammar)
         return loaded
 
     def _scheduler(self, loaded: LoadedModel) -> Scheduler:
@@ -123,25 +131,12 @@ class GenerationEngine:
 
     # facts ----------------------------------------------------------------------
     def describe(self) -> ModelDescription:
-        m = self.loaded
-        return ModelDescription(
-            name=m.name, kind=ModelKind.GENERATION,
-            descriptor=GraphDescriptor(f"mlx-lm/{m.model_type}", backend_name(), "mlx-lm/forward-v1",
-                                       "mlx-lm/kv-cache-v1", str(m.artifact)),
-            capabilities=Capabilities(prefill_bounded_workspace=True, speculation=self._speculation()),
-            context_length=m.context_length, vocab_size=m.vocab_size,
-            eos_token_ids=tuple(sorted(m.eos_ids)), has_chat_template=m.has_chat_template,
-            dtype=m.dtype, blas=blas_name(), embedding_dimensions=0, source=m.source,
-            adapters=tuple(self.adapters.infos()), max_adapters=self.adapters.limit)
-
-    def _speculation(self) -> Speculation:
-        if not self._rolls_back:
-            return Speculation()
-        modes = (SpeculationMode.NGRAM, SpeculationMode.DRAFT) if self._draft else (SpeculationMode.NGRAM,)
-        default = self.config.speculation.mode
-        return Speculation(adapters=True, logprobs=True, modes=(SpeculationMode.OFF, *modes),
-                           default_mode=default if default in modes else SpeculationMode.OFF,
-                           draft_model=self._draft.name if self._draft else "")
+        m = self.loaded  # NotReady while loading
+        formats = self._grammars.formats
+        speculation = speculation_facts(self._rolls_back, self._draft.name if self._draft else "",
+                                        self.config.speculation.mode, bool(formats))
+        return describe_generation(m, speculation, tuple(k.value for k in formats),
+                                   tuple(self.adapters.infos()), self.adapters.limit)
 
     async def plan_memory(self, context_tokens: int, max_generation_tokens: int = 0) -> MemoryPlan:
         """The memory plan for ``context_tokens`` (0: the model's context length),
@@ -171,6 +166,11 @@ class GenerationEngine:
         snapshot = await asyncio.wrap_future(self.scheduler_stats())
         return EngineStats(**dataclasses.asdict(snapshot), tracked=len(self._streams),
                            in_flight=self._streams.in_flight)
+
+    @property
+    def grammar_stats(self) -> GrammarStats | None:
+        """Structured-output counters (read at scrape time); None before the model loads."""
+        return self._grammars.stats if self._grammars is not None else None
 
     @property
     def active(self) -> int:
@@ -242,17 +242,22 @@ class GenerationEngine:
         prompt = await asyncio.to_thread(self.encode_prompt, request)
         max_tokens = self._max_tokens(request, len(prompt.ids))
         self._refuse_at_once(len(prompt.ids) + max_tokens)
+        fmt = request.response_format  # structured output: the row constraint, compiled off the loop
+        constraint = await self._grammars.constrain(fmt) if fmt is not None else None
         if stream.cancel_requested:
             elapsed = time.perf_counter() - arrived
             yield Finished(FinishReason.CANCELLED, Usage(len(prompt.ids), 0, 0), Timings(elapsed, 0.0, 0.0, elapsed))
             return
         seq = make_sequence(self.loaded, request, stream, prompt, max_tokens, arrived, self.config.speculation,
-                            adapter=adapter)
+                            constraint, adapter=adapter)
         self._streams.submitted(stream)
         self._worker.submit(seq)
         while True:
             event = await stream.events.get()
             if isinstance(event, Finished) and event.reason is FinishReason.ERROR:
+                if constraint is not None and constraint.error:  # the format, not the engine, failed
+                    raise InvalidRequest(field_name(request.response_format),
+                                         f"exceeded its limits while generating: {constraint.error}")
                 log.error("request %s failed: %s", stream.request_id, event.error)
                 raise EngineFailure(event.error or "generation failed")
             yield event

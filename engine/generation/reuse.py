@@ -5,9 +5,12 @@ begins after it). Its state is stored when a chat's history boundary is reached 
 prefill (a copy), when it joins the batch (its own prefill caches, handed over: the
 batch holds a copy), and when it finishes normally (its KV extracted from the batch:
 prompt plus output, ready for the next turn). Keys are the tokens actually computed,
-so recurrent state is stored only where it is exact. Each adapter (each load of
-one) has a namespace of its own. A failure while storing drops that entry and never
-the request.
+so recurrent state is stored only where it is exact. State that covers no more than
+the sequence took from the cache is not stored again: until the sequence writes to
+it, it shares the buffers of the entry it came from, which already serves the same
+prompts (a second entry would count those buffers twice). Each adapter (each load
+of one) has a namespace of its own. A failure while storing drops that entry and
+never the request.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ class PrefixReuse:
     def store(self, seq: Sequence, tokens: Seq[int], caches: list[Any] | Callable[[], list[Any]]) -> None:
         """Hands ``caches`` (covering exactly ``tokens``; or a function making them) to
         the cache."""
-        if not self.applies(seq) or not tokens:
+        if not self.applies(seq) or len(tokens) <= seq.cached:
             return
         try:
             caches = caches() if callable(caches) else caches

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import mlx.core as mx
 
@@ -88,16 +88,25 @@ class SamplingState:
         return scores
 
 
+class Masks(Protocol):
+    """Allowed ids per sample site (``grammar.masks.SiteMasks``)."""
+
+    def apply(self, scores: mx.array) -> mx.array: ...
+
+
 def choose(scores: mx.array, states: Sequence[SamplingState], steps: Sequence[int],
-           extras: Sequence[Sequence[int]] | None = None) -> mx.array:
+           extras: Sequence[Sequence[int]] | None = None, masks: Masks | None = None) -> mx.array:
     """The ids chosen at ``N`` sample sites: ``scores`` [N, V], site ``i`` belongs to
     ``states[i]`` and selects that sequence's token number ``steps[i]``, its processors'
-    history extended by ``extras[i]`` (the drafts before a verified position). Lazy."""
+    history extended by ``extras[i]`` (the drafts before a verified position).
+    ``masks`` (structured output) removes disallowed ids after the processors. Lazy."""
     scores = scores.astype(mx.float32)
     processed = [i for i, s in enumerate(states) if s.has_processors]
     if processed:
         rows = mx.stack([states[i].process(scores[i], extras[i] if extras else ()) for i in processed])
         scores[mx.array(processed, dtype=mx.int32)] = rows
+    if masks is not None:
+        scores = masks.apply(scores)
     chosen = mx.argmax(scores, axis=-1).astype(mx.int32)
     sampled = [i for i, s in enumerate(states) if not s.greedy]
     if not sampled:

@@ -21,6 +21,7 @@ from typing import Any, Sequence as Seq
 
 from ..events import FinishReason, TokenLogprob, Usage
 from .delivery import Delivery
+from .grammar.constraint import Constraint
 from .sampling import SamplingState
 from .speculation.state import Speculation
 from .stopping import TokenStop, TokenStopRule
@@ -60,6 +61,7 @@ class Sequence:
     caches: list[Any] | None = None  # per-layer mlx-lm caches while prefilling (then the batch's)
     cancelled: bool = False
     finish_reason: FinishReason | None = None
+    constraint: Constraint | None = None  # structured output: the grammar its output must match
 
     @property
     def prompt(self) -> list[int]:
@@ -103,6 +105,8 @@ class Sequence:
         for i, token in enumerate(chosen):
             self.delivery.chosen()
             count = self.num_output + 1
+            if self.constraint is not None and (end := _constrained_end(self.constraint, token)) is not None:
+                break
             verdict = self.rule.check(token, count)
             if verdict is not TokenStop.CONTINUE:
                 end = ({"reason": FinishReason.EOS} if verdict is TokenStop.EOS
@@ -115,6 +119,9 @@ class Sequence:
             text.append(piece)
             if stop is not None:
                 end = {"reason": FinishReason.STOP, "stop_sequence": stop, "flush": False}
+                break
+            if self.constraint is not None and self.constraint.done:  # complete: nothing else allowed
+                end = {"reason": FinishReason.STOP}
                 break
             if self.rule.is_last(count):
                 end = {"reason": FinishReason.LENGTH}
@@ -140,3 +147,14 @@ class Sequence:
         spec = self.speculation.acceptance if self.speculation is not None else None
         return Usage(self.prompt_len, self.num_output, self.cached,
                      spec.proposed if spec else 0, spec.accepted if spec else 0)
+
+
+def _constrained_end(constraint: Constraint, token: int) -> dict[str, Any] | None:
+    """How a constrained row ends at ``token`` before emitting it: its grammar's stop
+    token where the output is complete (STOP), or a token the grammar refuses (ERROR:
+    the matcher failed, e.g. over its limits); None after consuming an allowed token."""
+    if constraint.ends(token):
+        return {"reason": FinishReason.STOP}
+    if not constraint.consume(token):
+        return {"reason": FinishReason.ERROR, "error": f"response_format: {constraint.error or 'token refused'}"}
+    return None

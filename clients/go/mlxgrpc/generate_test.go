@@ -1,9 +1,10 @@
 package mlxgrpc_test
 
-// Generate against the live server: streams, the unary form, cancellation.
+// Generate against the live server: streams, the unary form, structured output, cancellation.
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -95,6 +96,44 @@ func TestGenerateChatAndLogprobs(t *testing.T) {
 	plain, err := s.c.Tokenize(s.ctx, &pb.TokenizeRequest{Text: "Hello"})
 	if err != nil || int(r.Started.GetPromptTokens()) <= len(plain.GetTokenIds()) {
 		t.Errorf("chat prompt %d tokens vs plain %d (%v): the template adds some", r.Started.GetPromptTokens(), len(plain.GetTokenIds()), err)
+	}
+}
+
+func TestGenerateWithJSONSchema(t *testing.T) {
+	s := live(t)
+	format, err := mlxgrpc.JSONSchema(map[string]any{
+		"type":                 "object",
+		"properties":           map[string]any{"answer": map[string]any{"enum": []string{"yes", "no"}}},
+		"required":             []string{"answer"},
+		"additionalProperties": false,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.c.Generate(s.ctx, &pb.GenerateRequest{
+		Prompt:         &pb.GenerateRequest_Text{Text: "Answer:"},
+		Stopping:       &pb.StoppingCriteria{MaxTokens: proto.Int32(32)},
+		ResponseFormat: format,
+	}).Collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Finished.GetReason() != pb.FinishReason_FINISH_REASON_STOP {
+		t.Fatalf("reason %s, text %q", r.Finished.GetReason(), r.Text)
+	}
+	var answer struct{ Answer string }
+	if err := json.Unmarshal([]byte(r.Text), &answer); err != nil || (answer.Answer != "yes" && answer.Answer != "no") {
+		t.Fatalf("%q: %v", r.Text, err)
+	}
+	if formats := s.generator.GetCapabilities().GetResponseFormats(); !slices.Contains(formats, pb.ResponseFormatKind_RESPONSE_FORMAT_KIND_JSON_SCHEMA) {
+		t.Fatalf("response formats %v", formats)
+	}
+	req := text("x", nil)
+	req.ResponseFormat = mlxgrpc.Regex("[a-")
+	_, err = s.c.Generate(s.ctx, req).Collect()
+	d := mlxgrpc.Details(err)
+	if d == nil || d.Code != codes.InvalidArgument || !slices.Equal(d.Fields(), []string{"response_format.regex"}) {
+		t.Fatalf("an invalid regex: %v", err)
 	}
 }
 

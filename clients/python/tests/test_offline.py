@@ -3,6 +3,7 @@ and default deadline as a small in-process server sees them."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -33,6 +34,19 @@ def test_generate_request_prompt_kinds():
     assert generate_request("a").request_id != generate_request("a").request_id
     with pytest.raises(TypeError):
         generate_request("a", no_such_field=1)
+
+
+def test_generate_request_structured_output():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    req = generate_request("hi", json_schema=schema)
+    assert req.response_format.WhichOneof("format") == "json_schema"
+    assert json.loads(req.response_format.json_schema) == schema
+    assert generate_request("hi", json_schema='{"type": "string"}').response_format.json_schema == '{"type": "string"}'
+    choice = generate_request("hi", response_format={"choice": {"options": ["yes", "no"]}}).response_format
+    assert list(choice.choice.options) == ["yes", "no"]
+    regex = generate_request("hi", response_format=pb.ResponseFormat(regex="[0-9]+")).response_format
+    assert regex.regex == "[0-9]+"
+    assert not generate_request("hi").HasField("response_format")
 
 
 def test_generate_request_speculation():

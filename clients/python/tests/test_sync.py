@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -120,6 +121,21 @@ def test_logprobs(client):
     for lp in result.logprobs:
         assert lp.logprob <= 0 and len(lp.top_logprobs) == 3
         assert lp.top_logprobs[0].token_id == lp.token_id  # greedy: the chosen token is the most likely
+
+
+def test_json_schema_and_choice(client):
+    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}, "score": {"type": "integer",
+              "minimum": 0, "maximum": 9}}, "required": ["answer", "score"], "additionalProperties": False}
+    result = client.generate("Answer:", max_tokens=32, json_schema=schema).collect()
+    assert result.finish_reason == pb.FINISH_REASON_STOP  # complete: the schema allows nothing more
+    answer = json.loads(result.text)
+    assert answer["answer"] in ("yes", "no") and 0 <= answer["score"] <= 9
+    choice = client.generate("Pick:", max_tokens=8, response_format={"choice": {"options": ["red", "blue"]}})
+    assert choice.collect().text in ("red", "blue")
+    assert pb.RESPONSE_FORMAT_KIND_JSON_SCHEMA in client.model_info().capabilities.response_formats
+    with pytest.raises(grpc.RpcError) as info:
+        client.generate("Hi", json_schema="{not json", max_tokens=4).collect()
+    assert [v.field for v in error_details(info.value).field_violations] == ["response_format.json_schema"]
 
 
 #: Copy-heavy: the continuation repeats text the prompt holds, which prompt lookup drafts.

@@ -1,5 +1,6 @@
-//! Tour of the client: model info, streaming generation, cancellation, embeddings
-//! and error details. Run with `MLXGRPC_ADDRESS=host:port cargo run --example example`.
+//! Tour of the client: model info, streaming generation, cancellation, embeddings, an
+//! answer constrained by a JSON schema and error details. Run with
+//! `MLXGRPC_ADDRESS=host:port cargo run --example example`.
 
 use std::io::Write;
 use std::time::Duration;
@@ -96,7 +97,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         cosine(&vectors[0], &vectors[1])
     );
 
-    // 5. An invalid request and its google.rpc details.
+    // 5. Structured output: an answer that validates against a JSON schema.
+    let schema = r#"{"type": "object", "additionalProperties": false, "required": ["city", "country"],
+        "properties": {"city": {"type": "string", "maxLength": 40}, "country": {"type": "string", "maxLength": 40}}}"#;
+    let mut structured = text_request("", 64);
+    structured.prompt = Some(pb::generate_request::Prompt::Chat(pb::ChatMessages {
+        messages: vec![pb::ChatMessage {
+            role: "user".into(),
+            content: "Where is the Eiffel Tower?".into(),
+        }],
+    }));
+    structured.response_format = Some(pb::ResponseFormat::json_schema(schema));
+    let answer = client.generate_text(structured).await?;
+    let reason = answer
+        .finished
+        .map_or(pb::FinishReason::Unspecified, |f| f.reason());
+    println!("json schema: {} [{reason:?}]", answer.text);
+
+    // 6. An invalid request and its google.rpc details.
     let mut bad = long_request("hi", 4);
     bad.sampling = Some(pb::SamplingParams {
         temperature: Some(-1.0),

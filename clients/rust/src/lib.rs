@@ -69,6 +69,8 @@ pub fn text_request(text: impl Into<String>, max_tokens: i32) -> pb::GenerateReq
     }
 }
 
+mod formats;
+
 /// A request's speculative decoding: where drafts come from (`Ngram`: prompt lookup,
 /// `Draft`: the server's draft model, `Off`, or `Unspecified` for the server's default)
 /// and the most draft tokens verified per step (0: the server's default; at most 8).

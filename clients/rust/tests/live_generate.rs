@@ -1,5 +1,5 @@
 //! Generate against a live server at MLXGRPC_ADDRESS (any server: the models come from
-//! ListModels): streams, the unary form, cancellation, deadlines. `cargo test` lists these
+//! ListModels): streams, the unary form, structured output, cancellation, deadlines. `cargo test` lists these
 //! as ignored; run them with `MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored`.
 //! Run without the address they fail: a live test never passes without having run.
 
@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use mlx_grpc_client::{Code, Event, StreamExt, pb, speculation};
+use mlx_grpc_client::{Code, Event, StreamExt, error_details, pb, speculation, text_request};
 use pb::FinishReason;
 use pb::generate_request::Prompt;
 use support::{events, exact, live, loaded_adapter, token_ids, with_adapter};
@@ -192,6 +192,45 @@ async fn speculation_never_changes_the_output() {
         "{u:?}"
     );
     assert_eq!(u.completion_tokens, 32);
+}
+
+#[tokio::test]
+#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
+async fn json_schema_output_is_complete_and_an_invalid_regex_is_refused() {
+    let s = live().await;
+    let schema = r#"{"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}},
+        "required": ["answer"], "additionalProperties": false}"#;
+    let mut req = text_request("Answer:", 32);
+    req.response_format = Some(pb::ResponseFormat::json_schema(schema));
+    let r = s.client.generate_text(req).await.expect("generate_text");
+    let text = r.text;
+    let finished = r.finished.expect("finished event");
+    assert_eq!(finished.reason(), FinishReason::Stop, "{text}");
+    assert!(
+        text == r#"{"answer": "yes"}"# || text == r#"{"answer": "no"}"#,
+        "{text}"
+    );
+    let capabilities = s.generator.capabilities.as_ref().expect("capabilities");
+    assert!(
+        capabilities
+            .response_formats()
+            .any(|f| f == pb::ResponseFormatKind::JsonSchema)
+    );
+
+    let mut bad = text_request("x", 4);
+    bad.response_format = Some(pb::ResponseFormat::regex("[a-"));
+    let status = s
+        .client
+        .generate_text(bad)
+        .await
+        .expect_err("an invalid regex accepted");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    let fields: Vec<String> = error_details(&status)
+        .field_violations
+        .iter()
+        .map(|v| v.field.clone())
+        .collect();
+    assert_eq!(fields, ["response_format.regex"]);
 }
 
 #[tokio::test]

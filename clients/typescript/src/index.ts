@@ -1,5 +1,6 @@
 export * from "./client.js";
 export * from "./errors.js";
+export * from "./formats.js";
 export * from "./generate.js";
 export * from "./speculation.js";
 export { Attempts, type OnRetry } from "./retry.js";

@@ -1,7 +1,7 @@
 // Command example walks through the mlx-grpc API: model info, a streamed
-// generation, a generation cancelled mid-way, embeddings, and an invalid
-// request's error details. The server address comes from MLXGRPC_ADDRESS
-// (default localhost:50051).
+// generation, a generation cancelled mid-way, embeddings, an answer constrained
+// by a JSON schema, and an invalid request's error details. The server address
+// comes from MLXGRPC_ADDRESS (default localhost:50051).
 package main
 
 import (
@@ -88,7 +88,28 @@ func main() {
 	a, b := embs[0].GetEmbedding(), embs[1].GetEmbedding()
 	fmt.Printf("embed: %d vectors of length %d, cosine similarity %.4f\n", len(embs), len(a), cosine(a, b))
 
-	// 5. An invalid request and its google.rpc details (Collect: the unary form).
+	// 5. Structured output: an answer that validates against a JSON schema.
+	format, err := mlxgrpc.JSONSchema(map[string]any{
+		"type": "object", "additionalProperties": false, "required": []string{"city", "country"},
+		"properties": map[string]any{
+			"city":    map[string]any{"type": "string", "maxLength": 40},
+			"country": map[string]any{"type": "string", "maxLength": 40},
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	answer, err := client.Generate(ctx, &pb.GenerateRequest{
+		Prompt:         &pb.GenerateRequest_Chat{Chat: &pb.ChatMessages{Messages: []*pb.ChatMessage{{Role: "user", Content: "Where is the Eiffel Tower?"}}}},
+		Stopping:       &pb.StoppingCriteria{MaxTokens: proto.Int32(64)},
+		ResponseFormat: format,
+	}).Collect()
+	if err != nil {
+		log.Fatalf("Generate (JSON schema): %v", err)
+	}
+	fmt.Printf("json schema: %s [%s]\n", answer.Text, answer.Finished.GetReason())
+
+	// 6. An invalid request and its google.rpc details (Collect: the unary form).
 	_, err = client.Generate(ctx, &pb.GenerateRequest{
 		Prompt:   &pb.GenerateRequest_Text{Text: "hi"},
 		Sampling: &pb.SamplingParams{Temperature: proto.Float32(-1)},

@@ -131,6 +131,71 @@ func (MediaInput) EnumDescriptor() ([]byte, []int) {
 	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{1}
 }
 
+// A kind of structured output (the fields of GenerateRequest.response_format).
+type ResponseFormatKind int32
+
+const (
+	// Not set.
+	ResponseFormatKind_RESPONSE_FORMAT_KIND_UNSPECIFIED ResponseFormatKind = 0
+	// response_format.json_schema: JSON validating against a JSON Schema.
+	ResponseFormatKind_RESPONSE_FORMAT_KIND_JSON_SCHEMA ResponseFormatKind = 1
+	// response_format.json_object: any JSON object.
+	ResponseFormatKind_RESPONSE_FORMAT_KIND_JSON_OBJECT ResponseFormatKind = 2
+	// response_format.regex: text matching a regular expression.
+	ResponseFormatKind_RESPONSE_FORMAT_KIND_REGEX ResponseFormatKind = 3
+	// response_format.grammar: text matching a Lark grammar.
+	ResponseFormatKind_RESPONSE_FORMAT_KIND_GRAMMAR ResponseFormatKind = 4
+	// response_format.choice: exactly one of a list of strings.
+	ResponseFormatKind_RESPONSE_FORMAT_KIND_CHOICE ResponseFormatKind = 5
+)
+
+// Enum value maps for ResponseFormatKind.
+var (
+	ResponseFormatKind_name = map[int32]string{
+		0: "RESPONSE_FORMAT_KIND_UNSPECIFIED",
+		1: "RESPONSE_FORMAT_KIND_JSON_SCHEMA",
+		2: "RESPONSE_FORMAT_KIND_JSON_OBJECT",
+		3: "RESPONSE_FORMAT_KIND_REGEX",
+		4: "RESPONSE_FORMAT_KIND_GRAMMAR",
+		5: "RESPONSE_FORMAT_KIND_CHOICE",
+	}
+	ResponseFormatKind_value = map[string]int32{
+		"RESPONSE_FORMAT_KIND_UNSPECIFIED": 0,
+		"RESPONSE_FORMAT_KIND_JSON_SCHEMA": 1,
+		"RESPONSE_FORMAT_KIND_JSON_OBJECT": 2,
+		"RESPONSE_FORMAT_KIND_REGEX":       3,
+		"RESPONSE_FORMAT_KIND_GRAMMAR":     4,
+		"RESPONSE_FORMAT_KIND_CHOICE":      5,
+	}
+)
+
+func (x ResponseFormatKind) Enum() *ResponseFormatKind {
+	p := new(ResponseFormatKind)
+	*p = x
+	return p
+}
+
+func (x ResponseFormatKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ResponseFormatKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_mlxgrpc_v1_model_proto_enumTypes[2].Descriptor()
+}
+
+func (ResponseFormatKind) Type() protoreflect.EnumType {
+	return &file_mlxgrpc_v1_model_proto_enumTypes[2]
+}
+
+func (x ResponseFormatKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ResponseFormatKind.Descriptor instead.
+func (ResponseFormatKind) EnumDescriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{2}
+}
+
 // What a model is for.
 type ModelKind int32
 
@@ -168,11 +233,11 @@ func (x ModelKind) String() string {
 }
 
 func (ModelKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_mlxgrpc_v1_model_proto_enumTypes[2].Descriptor()
+	return file_mlxgrpc_v1_model_proto_enumTypes[3].Descriptor()
 }
 
 func (ModelKind) Type() protoreflect.EnumType {
-	return &file_mlxgrpc_v1_model_proto_enumTypes[2]
+	return &file_mlxgrpc_v1_model_proto_enumTypes[3]
 }
 
 func (x ModelKind) Number() protoreflect.EnumNumber {
@@ -181,7 +246,7 @@ func (x ModelKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ModelKind.Descriptor instead.
 func (ModelKind) EnumDescriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{2}
+	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{3}
 }
 
 // How an adapter changes its base model's linear layers.
@@ -221,11 +286,11 @@ func (x AdapterKind) String() string {
 }
 
 func (AdapterKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_mlxgrpc_v1_model_proto_enumTypes[3].Descriptor()
+	return file_mlxgrpc_v1_model_proto_enumTypes[4].Descriptor()
 }
 
 func (AdapterKind) Type() protoreflect.EnumType {
-	return &file_mlxgrpc_v1_model_proto_enumTypes[3]
+	return &file_mlxgrpc_v1_model_proto_enumTypes[4]
 }
 
 func (x AdapterKind) Number() protoreflect.EnumNumber {
@@ -234,7 +299,7 @@ func (x AdapterKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AdapterKind.Descriptor instead.
 func (AdapterKind) EnumDescriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{3}
+	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{4}
 }
 
 // Identifies the implementation a model runs on: its ABI, not a claim of speed or parity.
@@ -600,9 +665,12 @@ type GraphCapabilities struct {
 	// Speculative verification qualifications.
 	Speculation *SpeculationCapabilities `protobuf:"bytes,9,opt,name=speculation,proto3" json:"speculation,omitempty"`
 	// The model generates text (Generate works).
-	Generation    bool `protobuf:"varint,10,opt,name=generation,proto3" json:"generation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Generation bool `protobuf:"varint,10,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The GenerateRequest.response_format kinds this model accepts; empty when its
+	// tokenizer cannot drive a grammar (or the model does not generate).
+	ResponseFormats []ResponseFormatKind `protobuf:"varint,11,rep,packed,name=response_formats,json=responseFormats,proto3,enum=mlxgrpc.v1.ResponseFormatKind" json:"response_formats,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GraphCapabilities) Reset() {
@@ -703,6 +771,13 @@ func (x *GraphCapabilities) GetGeneration() bool {
 		return x.Generation
 	}
 	return false
+}
+
+func (x *GraphCapabilities) GetResponseFormats() []ResponseFormatKind {
+	if x != nil {
+		return x.ResponseFormats
+	}
+	return nil
 }
 
 // Everything a client needs to know about one served model.
@@ -1207,7 +1282,7 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x05modes\x18\x05 \x03(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\x05modes\x12>\n" +
 	"\fdefault_mode\x18\x06 \x01(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\vdefaultMode\x12\x1f\n" +
 	"\vdraft_model\x18\a \x01(\tR\n" +
-	"draftModel\"\xf2\x03\n" +
+	"draftModel\"\xbd\x04\n" +
 	"\x11GraphCapabilities\x12/\n" +
 	"\x06method\x18\x01 \x01(\x0e2\x17.mlxgrpc.v1.GraphMethodR\x06method\x12.\n" +
 	"\x05media\x18\x02 \x01(\v2\x18.mlxgrpc.v1.MediaSupportR\x05media\x12'\n" +
@@ -1223,7 +1298,8 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\n" +
 	" \x01(\bR\n" +
-	"generation\"\xa3\x04\n" +
+	"generation\x12I\n" +
+	"\x10response_formats\x18\v \x03(\x0e2\x1e.mlxgrpc.v1.ResponseFormatKindR\x0fresponseFormats\"\xa3\x04\n" +
 	"\tModelInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x15.mlxgrpc.v1.ModelKindR\x04kind\x121\n" +
@@ -1288,7 +1364,14 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x17MEDIA_INPUT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16MEDIA_INPUT_EMBEDDINGS\x10\x01\x12$\n" +
 	" MEDIA_INPUT_EMBEDDINGS_POSITIONS\x10\x02\x12\x16\n" +
-	"\x12MEDIA_INPUT_PIXELS\x10\x03*\\\n" +
+	"\x12MEDIA_INPUT_PIXELS\x10\x03*\xe9\x01\n" +
+	"\x12ResponseFormatKind\x12$\n" +
+	" RESPONSE_FORMAT_KIND_UNSPECIFIED\x10\x00\x12$\n" +
+	" RESPONSE_FORMAT_KIND_JSON_SCHEMA\x10\x01\x12$\n" +
+	" RESPONSE_FORMAT_KIND_JSON_OBJECT\x10\x02\x12\x1e\n" +
+	"\x1aRESPONSE_FORMAT_KIND_REGEX\x10\x03\x12 \n" +
+	"\x1cRESPONSE_FORMAT_KIND_GRAMMAR\x10\x04\x12\x1f\n" +
+	"\x1bRESPONSE_FORMAT_KIND_CHOICE\x10\x05*\\\n" +
 	"\tModelKind\x12\x1a\n" +
 	"\x16MODEL_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15MODEL_KIND_GENERATION\x10\x01\x12\x18\n" +
@@ -1312,45 +1395,47 @@ func file_mlxgrpc_v1_model_proto_rawDescGZIP() []byte {
 	return file_mlxgrpc_v1_model_proto_rawDescData
 }
 
-var file_mlxgrpc_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_mlxgrpc_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_mlxgrpc_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_mlxgrpc_v1_model_proto_goTypes = []any{
 	(GraphMethod)(0),                // 0: mlxgrpc.v1.GraphMethod
 	(MediaInput)(0),                 // 1: mlxgrpc.v1.MediaInput
-	(ModelKind)(0),                  // 2: mlxgrpc.v1.ModelKind
-	(AdapterKind)(0),                // 3: mlxgrpc.v1.AdapterKind
-	(*GraphDescriptor)(nil),         // 4: mlxgrpc.v1.GraphDescriptor
-	(*MediaSupport)(nil),            // 5: mlxgrpc.v1.MediaSupport
-	(*NativeDraft)(nil),             // 6: mlxgrpc.v1.NativeDraft
-	(*PrefillCapabilities)(nil),     // 7: mlxgrpc.v1.PrefillCapabilities
-	(*SpeculationCapabilities)(nil), // 8: mlxgrpc.v1.SpeculationCapabilities
-	(*GraphCapabilities)(nil),       // 9: mlxgrpc.v1.GraphCapabilities
-	(*ModelInfo)(nil),               // 10: mlxgrpc.v1.ModelInfo
-	(*AdapterInfo)(nil),             // 11: mlxgrpc.v1.AdapterInfo
-	(*MemoryPlan)(nil),              // 12: mlxgrpc.v1.MemoryPlan
-	nil,                             // 13: mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
-	(SpeculationMode)(0),            // 14: mlxgrpc.v1.SpeculationMode
+	(ResponseFormatKind)(0),         // 2: mlxgrpc.v1.ResponseFormatKind
+	(ModelKind)(0),                  // 3: mlxgrpc.v1.ModelKind
+	(AdapterKind)(0),                // 4: mlxgrpc.v1.AdapterKind
+	(*GraphDescriptor)(nil),         // 5: mlxgrpc.v1.GraphDescriptor
+	(*MediaSupport)(nil),            // 6: mlxgrpc.v1.MediaSupport
+	(*NativeDraft)(nil),             // 7: mlxgrpc.v1.NativeDraft
+	(*PrefillCapabilities)(nil),     // 8: mlxgrpc.v1.PrefillCapabilities
+	(*SpeculationCapabilities)(nil), // 9: mlxgrpc.v1.SpeculationCapabilities
+	(*GraphCapabilities)(nil),       // 10: mlxgrpc.v1.GraphCapabilities
+	(*ModelInfo)(nil),               // 11: mlxgrpc.v1.ModelInfo
+	(*AdapterInfo)(nil),             // 12: mlxgrpc.v1.AdapterInfo
+	(*MemoryPlan)(nil),              // 13: mlxgrpc.v1.MemoryPlan
+	nil,                             // 14: mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
+	(SpeculationMode)(0),            // 15: mlxgrpc.v1.SpeculationMode
 }
 var file_mlxgrpc_v1_model_proto_depIdxs = []int32{
 	1,  // 0: mlxgrpc.v1.MediaSupport.input:type_name -> mlxgrpc.v1.MediaInput
-	14, // 1: mlxgrpc.v1.SpeculationCapabilities.modes:type_name -> mlxgrpc.v1.SpeculationMode
-	14, // 2: mlxgrpc.v1.SpeculationCapabilities.default_mode:type_name -> mlxgrpc.v1.SpeculationMode
+	15, // 1: mlxgrpc.v1.SpeculationCapabilities.modes:type_name -> mlxgrpc.v1.SpeculationMode
+	15, // 2: mlxgrpc.v1.SpeculationCapabilities.default_mode:type_name -> mlxgrpc.v1.SpeculationMode
 	0,  // 3: mlxgrpc.v1.GraphCapabilities.method:type_name -> mlxgrpc.v1.GraphMethod
-	5,  // 4: mlxgrpc.v1.GraphCapabilities.media:type_name -> mlxgrpc.v1.MediaSupport
-	6,  // 5: mlxgrpc.v1.GraphCapabilities.native_draft:type_name -> mlxgrpc.v1.NativeDraft
-	7,  // 6: mlxgrpc.v1.GraphCapabilities.prefill:type_name -> mlxgrpc.v1.PrefillCapabilities
-	8,  // 7: mlxgrpc.v1.GraphCapabilities.speculation:type_name -> mlxgrpc.v1.SpeculationCapabilities
-	2,  // 8: mlxgrpc.v1.ModelInfo.kind:type_name -> mlxgrpc.v1.ModelKind
-	4,  // 9: mlxgrpc.v1.ModelInfo.graph:type_name -> mlxgrpc.v1.GraphDescriptor
-	9,  // 10: mlxgrpc.v1.ModelInfo.capabilities:type_name -> mlxgrpc.v1.GraphCapabilities
-	11, // 11: mlxgrpc.v1.ModelInfo.adapters:type_name -> mlxgrpc.v1.AdapterInfo
-	3,  // 12: mlxgrpc.v1.AdapterInfo.kind:type_name -> mlxgrpc.v1.AdapterKind
-	13, // 13: mlxgrpc.v1.MemoryPlan.streamed_weights:type_name -> mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	6,  // 4: mlxgrpc.v1.GraphCapabilities.media:type_name -> mlxgrpc.v1.MediaSupport
+	7,  // 5: mlxgrpc.v1.GraphCapabilities.native_draft:type_name -> mlxgrpc.v1.NativeDraft
+	8,  // 6: mlxgrpc.v1.GraphCapabilities.prefill:type_name -> mlxgrpc.v1.PrefillCapabilities
+	9,  // 7: mlxgrpc.v1.GraphCapabilities.speculation:type_name -> mlxgrpc.v1.SpeculationCapabilities
+	2,  // 8: mlxgrpc.v1.GraphCapabilities.response_formats:type_name -> mlxgrpc.v1.ResponseFormatKind
+	3,  // 9: mlxgrpc.v1.ModelInfo.kind:type_name -> mlxgrpc.v1.ModelKind
+	5,  // 10: mlxgrpc.v1.ModelInfo.graph:type_name -> mlxgrpc.v1.GraphDescriptor
+	10, // 11: mlxgrpc.v1.ModelInfo.capabilities:type_name -> mlxgrpc.v1.GraphCapabilities
+	12, // 12: mlxgrpc.v1.ModelInfo.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	4,  // 13: mlxgrpc.v1.AdapterInfo.kind:type_name -> mlxgrpc.v1.AdapterKind
+	14, // 14: mlxgrpc.v1.MemoryPlan.streamed_weights:type_name -> mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_model_proto_init() }
@@ -1365,7 +1450,7 @@ func file_mlxgrpc_v1_model_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_model_proto_rawDesc), len(file_mlxgrpc_v1_model_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,

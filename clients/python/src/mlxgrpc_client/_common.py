@@ -4,6 +4,7 @@ building, stream bookkeeping and the google.rpc error details."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import uuid
 from collections.abc import Mapping, Sequence
@@ -61,6 +62,8 @@ def generate_request(
     max_tokens: int | None = None,
     sampling: pb.SamplingParams | Mapping[str, Any] | None = None,
     stopping: pb.StoppingCriteria | Mapping[str, Any] | None = None,
+    response_format: pb.ResponseFormat | Mapping[str, Any] | None = None,
+    json_schema: Mapping[str, Any] | str | None = None,
     speculation: str | int | pb.SpeculationOptions | Mapping[str, Any] | None = None,
     num_draft_tokens: int | None = None,
     **fields: Any,
@@ -73,10 +76,14 @@ def generate_request(
     that the keyword arguments then override. ``sampling``/``stopping`` take the message
     or a dict of its fields; ``max_tokens`` is a shortcut for ``stopping.max_tokens``;
     ``adapter`` names a loaded LoRA/DoRA adapter of the model (empty: the base model);
-    ``speculation`` takes a mode (``"off"``, ``"ngram"``, ``"draft"``, ``"unspecified"`` for
-    the server's default, or a ``pb.SpeculationMode``), a ``pb.SpeculationOptions`` or a dict
-    of its fields, and ``num_draft_tokens`` sets ``speculation.num_draft_tokens``;
-    other keywords (``logprobs``, ``top_logprobs``, ``session_id``, ...) are request fields.
+    ``response_format`` (structured output) takes the message or a dict such as
+    ``{"regex": "[0-9]+"}`` or ``{"choice": {"options": ["yes", "no"]}}``, and
+    ``json_schema`` is a shortcut for ``response_format.json_schema`` (a dict is
+    serialized to JSON); ``speculation`` takes a mode (``"off"``, ``"ngram"``, ``"draft"``,
+    ``"unspecified"`` for the server's default, or a ``pb.SpeculationMode``), a
+    ``pb.SpeculationOptions`` or a dict of its fields, and ``num_draft_tokens`` sets
+    ``speculation.num_draft_tokens``; other keywords (``logprobs``, ``top_logprobs``,
+    ``session_id``, ...) are request fields.
     An empty ``request_id`` gets a random one here, so the Cancel RPC can address the
     request before its ``started`` event arrives.
     """
@@ -109,6 +116,11 @@ def generate_request(
         req.stopping.CopyFrom(stopping if isinstance(stopping, pb.StoppingCriteria) else pb.StoppingCriteria(**stopping))
     if max_tokens is not None:
         req.stopping.max_tokens = max_tokens
+    if response_format is not None:
+        req.response_format.CopyFrom(response_format if isinstance(response_format, pb.ResponseFormat)
+                                     else pb.ResponseFormat(**response_format))
+    if json_schema is not None:
+        req.response_format.json_schema = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
     if speculation is not None:
         req.speculation.CopyFrom(_speculation(speculation))
     if num_draft_tokens is not None:

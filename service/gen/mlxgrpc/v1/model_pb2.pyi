@@ -21,6 +21,15 @@ class MediaInput(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MEDIA_INPUT_EMBEDDINGS_POSITIONS: _ClassVar[MediaInput]
     MEDIA_INPUT_PIXELS: _ClassVar[MediaInput]
 
+class ResponseFormatKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESPONSE_FORMAT_KIND_UNSPECIFIED: _ClassVar[ResponseFormatKind]
+    RESPONSE_FORMAT_KIND_JSON_SCHEMA: _ClassVar[ResponseFormatKind]
+    RESPONSE_FORMAT_KIND_JSON_OBJECT: _ClassVar[ResponseFormatKind]
+    RESPONSE_FORMAT_KIND_REGEX: _ClassVar[ResponseFormatKind]
+    RESPONSE_FORMAT_KIND_GRAMMAR: _ClassVar[ResponseFormatKind]
+    RESPONSE_FORMAT_KIND_CHOICE: _ClassVar[ResponseFormatKind]
+
 class ModelKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     MODEL_KIND_UNSPECIFIED: _ClassVar[ModelKind]
@@ -39,6 +48,12 @@ MEDIA_INPUT_UNSPECIFIED: MediaInput
 MEDIA_INPUT_EMBEDDINGS: MediaInput
 MEDIA_INPUT_EMBEDDINGS_POSITIONS: MediaInput
 MEDIA_INPUT_PIXELS: MediaInput
+RESPONSE_FORMAT_KIND_UNSPECIFIED: ResponseFormatKind
+RESPONSE_FORMAT_KIND_JSON_SCHEMA: ResponseFormatKind
+RESPONSE_FORMAT_KIND_JSON_OBJECT: ResponseFormatKind
+RESPONSE_FORMAT_KIND_REGEX: ResponseFormatKind
+RESPONSE_FORMAT_KIND_GRAMMAR: ResponseFormatKind
+RESPONSE_FORMAT_KIND_CHOICE: ResponseFormatKind
 MODEL_KIND_UNSPECIFIED: ModelKind
 MODEL_KIND_GENERATION: ModelKind
 MODEL_KIND_EMBEDDING: ModelKind
@@ -101,7 +116,7 @@ class SpeculationCapabilities(_message.Message):
     def __init__(self, adapters: _Optional[bool] = ..., logprobs: _Optional[bool] = ..., external_tokens: _Optional[bool] = ..., grammar_proposals: _Optional[bool] = ..., modes: _Optional[_Iterable[_Union[_generation_pb2.SpeculationMode, str]]] = ..., default_mode: _Optional[_Union[_generation_pb2.SpeculationMode, str]] = ..., draft_model: _Optional[str] = ...) -> None: ...
 
 class GraphCapabilities(_message.Message):
-    __slots__ = ("method", "media", "compiled_decode", "sparse_attention", "embeddings", "hidden_layer_taps", "native_draft", "prefill", "speculation", "generation")
+    __slots__ = ("method", "media", "compiled_decode", "sparse_attention", "embeddings", "hidden_layer_taps", "native_draft", "prefill", "speculation", "generation", "response_formats")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     MEDIA_FIELD_NUMBER: _ClassVar[int]
     COMPILED_DECODE_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +127,7 @@ class GraphCapabilities(_message.Message):
     PREFILL_FIELD_NUMBER: _ClassVar[int]
     SPECULATION_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FORMATS_FIELD_NUMBER: _ClassVar[int]
     method: GraphMethod
     media: MediaSupport
     compiled_decode: bool
@@ -122,7 +138,8 @@ class GraphCapabilities(_message.Message):
     prefill: PrefillCapabilities
     speculation: SpeculationCapabilities
     generation: bool
-    def __init__(self, method: _Optional[_Union[GraphMethod, str]] = ..., media: _Optional[_Union[MediaSupport, _Mapping]] = ..., compiled_decode: _Optional[bool] = ..., sparse_attention: _Optional[bool] = ..., embeddings: _Optional[bool] = ..., hidden_layer_taps: _Optional[bool] = ..., native_draft: _Optional[_Union[NativeDraft, _Mapping]] = ..., prefill: _Optional[_Union[PrefillCapabilities, _Mapping]] = ..., speculation: _Optional[_Union[SpeculationCapabilities, _Mapping]] = ..., generation: _Optional[bool] = ...) -> None: ...
+    response_formats: _containers.RepeatedScalarFieldContainer[ResponseFormatKind]
+    def __init__(self, method: _Optional[_Union[GraphMethod, str]] = ..., media: _Optional[_Union[MediaSupport, _Mapping]] = ..., compiled_decode: _Optional[bool] = ..., sparse_attention: _Optional[bool] = ..., embeddings: _Optional[bool] = ..., hidden_layer_taps: _Optional[bool] = ..., native_draft: _Optional[_Union[NativeDraft, _Mapping]] = ..., prefill: _Optional[_Union[PrefillCapabilities, _Mapping]] = ..., speculation: _Optional[_Union[SpeculationCapabilities, _Mapping]] = ..., generation: _Optional[bool] = ..., response_formats: _Optional[_Iterable[_Union[ResponseFormatKind, str]]] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
     __slots__ = ("name", "kind", "graph", "capabilities", "context_length", "vocab_size", "eos_token_ids", "has_chat_template", "dtype", "blas", "embedding_dimensions", "source", "adapters", "max_adapters")

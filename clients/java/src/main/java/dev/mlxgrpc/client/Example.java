@@ -1,5 +1,7 @@
 package dev.mlxgrpc.client;
 
+import dev.mlxgrpc.v1.ChatMessage;
+import dev.mlxgrpc.v1.ChatMessages;
 import dev.mlxgrpc.v1.EmbedResponse;
 import dev.mlxgrpc.v1.GenerateRequest;
 import dev.mlxgrpc.v1.GenerateResponse;
@@ -15,8 +17,8 @@ import java.util.List;
 /**
  * Walks through the API against the server at $MLXGRPC_ADDRESS (default localhost:50051): model
  * info, a streamed Generate, cancelling a Generate (Cancel RPC and client-side), an asynchronous
- * Generate, Embed, and an invalid request's error details. Notes are dimmed on a terminal only:
- * piped output carries no escape codes (nor with NO_COLOR set).
+ * Generate, Embed, an answer constrained by a JSON schema, and an invalid request's error details.
+ * Notes are dimmed on a terminal only: piped output carries no escape codes (nor with NO_COLOR set).
  */
 public final class Example {
   private static final boolean COLOUR = System.console() != null && System.getenv("NO_COLOR") == null;
@@ -123,7 +125,22 @@ public final class Example {
         vectors.size(), vectors.get(0).getEmbeddingCount(),
         cosine(vectors.get(0).getEmbeddingList(), vectors.get(1).getEmbeddingList()));
 
-    // 6. An invalid request: the error carries google.rpc details.
+    // 6. Structured output: an answer that validates against a JSON schema.
+    String schema =
+        "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"city\", \"country\"],"
+            + " \"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 40},"
+            + " \"country\": {\"type\": \"string\", \"maxLength\": 40}}}";
+    GenerateRequest structured =
+        GenerateRequest.newBuilder()
+            .setChat(ChatMessages.newBuilder().addMessages(
+                ChatMessage.newBuilder().setRole("user").setContent("Where is the Eiffel Tower?")))
+            .setStopping(StoppingCriteria.newBuilder().setMaxTokens(64))
+            .setResponseFormat(ResponseFormats.jsonSchema(schema))
+            .build();
+    GenerationResult answer = client.generateText(structured);
+    System.out.printf("json schema: %s [%s]%n", answer.text(), answer.finished().orElseThrow().getReason());
+
+    // 7. An invalid request: the error carries google.rpc details.
     GenerateRequest invalid = request("Hi", 4).toBuilder()
         .setSampling(SamplingParams.newBuilder().setTemperature(-1f)).build();
     try {
