@@ -1,7 +1,8 @@
 """Generation with adapters through gRPC equals mlx-lm loaded with the adapter,
 token for token: alone, in one batch mixing three adapters and the base model, and
-with speculative decoding (n-gram drafts, a draft model's). The prefix cache never
-shares KV across adapters; metrics count each adapter."""
+with speculative decoding (n-gram drafts, a draft model's); constrained rows with an
+adapter keep their tokens in every speculation mode. The prefix cache never shares
+KV across adapters; metrics count each adapter."""
 
 from __future__ import annotations
 
@@ -115,3 +116,26 @@ async def test_speculation_with_adapters_matches_mlx_lm_loaded_with_them(stub, f
     finally:
         for name in names:
             await stub.UnloadAdapter(pb.UnloadAdapterRequest(model=SELF_DRAFTED, name=name))
+
+
+async def test_constrained_rows_with_adapters_keep_their_tokens_in_every_speculation_mode(stub, fixture_adapters):
+    """A row with an adapter and a response format is masked by its grammar and verified
+    with its adapter: off, n-gram and draft-model speculation give the same constrained
+    tokens, alone and batched beside the base model's constrained rows."""
+    await stub.LoadAdapter(pb.LoadAdapterRequest(model=SELF_DRAFTED, name="tone", path=str(fixture_adapters["tone"])))
+    try:
+        fmt = gen_pb.ResponseFormat(regex=r"[^\n]{0,40}\n")
+        modes = (gen_pb.SPECULATION_MODE_OFF, gen_pb.SPECULATION_MODE_NGRAM, gen_pb.SPECULATION_MODE_DRAFT)
+        requests = [request("Once upon a time", model=SELF_DRAFTED, adapter=adapter, max_tokens=40,
+                            response_format=fmt, speculation=gen_pb.SpeculationOptions(mode=mode, num_draft_tokens=4))
+                    for adapter in ("tone", "") for mode in modes]
+        alone = [await generate(stub, r) for r in requests]
+        together = await asyncio.gather(*(generate(stub, r) for r in requests))
+        tuned, base = alone[0], alone[len(modes)]
+        for i, out in enumerate(alone + list(together)):
+            expected = tuned if requests[i % len(requests)].adapter else base
+            assert (out.token_ids, out.text) == (expected.token_ids, expected.text), i
+            assert out.finished.reason == gen_pb.FINISH_REASON_STOP and out.text.endswith("\n")
+        assert tuned.token_ids != base.token_ids  # the adapter is applied under the mask
+    finally:
+        await stub.UnloadAdapter(pb.UnloadAdapterRequest(model=SELF_DRAFTED, name="tone"))
