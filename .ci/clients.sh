@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # Starts two live servers the way a user would: the default one (bash scripts/serve.sh: the
-# embedded SmolLM2 + MiniLM) and the test fixture ("llama" + MiniLM). Then the grpcurl checks
-# (reflection only, no proto files) against both, every client's ci.sh (example against the
-# default server, tests against both), and every README's outside-consumer recipe.
+# embedded SmolLM2 + MiniLM) and the test fixture ("llama" + MiniLM), each with an adapter.
+# Then the grpcurl checks (reflection only, no proto files) against both, every client's
+# ci.sh (example against the default server, tests against both), and every README's
+# outside-consumer recipe.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEFAULT_PORT=${MLXGRPC_PORT:-50051}
 FIXTURE_PORT=$((DEFAULT_PORT + 1))
 DEFAULT="localhost:$DEFAULT_PORT"
 FIXTURE="localhost:$FIXTURE_PORT"
-# A live test that cannot run (no server, no embedding model) fails instead of skipping.
+# A live test that cannot run (no server, no embedding model, no adapter) fails instead of skipping.
 export MLXGRPC_REQUIRE_LIVE=1
 WORK=$(mktemp -d)
 .venv/bin/python -m tests.fixtures "$WORK/models" >/dev/null
+# Each server starts with an adapter "tone" (random LoRA weights shaped for its model), so
+# the adapter checks and every client's adapter tests run against both.
+DEFAULT_MODEL=$(.venv/bin/python -c 'from engine.loading.embedded import default_generation_model as m; print(m())')
+.venv/bin/python -m tests.fixtures.adapters "$DEFAULT_MODEL" "$WORK/default-tone" >/dev/null
 # A short admission queue, so the clients' retry tests fill it in a moment.
 bash scripts/serve.sh --host 127.0.0.1 --port "$DEFAULT_PORT" --max-queued 8 --grace 5 \
-  >"$WORK/default.log" 2>&1 &
+  --adapter "tone=$WORK/default-tone" >"$WORK/default.log" 2>&1 &
 DEFAULT_PID=$!
 .venv/bin/mlx-grpc serve --host 127.0.0.1 --port "$FIXTURE_PORT" --model "llama=$WORK/models/llama" \
+  --adapter "tone=$WORK/models/adapters/tone" \
   --max-active 4 --max-queued 16 --grace 5 >"$WORK/fixture.log" 2>&1 &
 FIXTURE_PID=$!
 trap 'kill $DEFAULT_PID $FIXTURE_PID 2>/dev/null || true; wait 2>/dev/null || true' EXIT

@@ -71,5 +71,23 @@ if $G -d '{"text": "x", "response_format": {"regex": "[a-"}}' "$ADDR" $S/Generat
   exit 1
 fi
 grep -q InvalidArgument "$OUT/err.txt" && grep -q response_format.regex "$OUT/err.txt"
+
+# Adapters: the default generation model's first loaded adapter is used, then loaded again
+# from its directory under another name and unloaded; unknown names are NOT_FOUND.
+$G "$ADDR" describe $S | grep -q "rpc LoadAdapter"
+$G -d '{}' "$ADDR" $S/ListAdapters >"$OUT/adapters.json"
+grep -q '"max_adapters": [1-9]' "$OUT/adapters.json"
+adapter=$(sed -n 's/^ *"name": "\(.*\)",*$/\1/p' "$OUT/adapters.json" | head -1)
+source=$(sed -n 's/^ *"source": "\(.*\)",*$/\1/p' "$OUT/adapters.json" | head -1)
+[ -n "$adapter" ] && [ -n "$source" ]  # the CI servers start with one
+$G -d "{\"text\": \"Hello\", \"adapter\": \"$adapter\", \"stopping\": {\"max_tokens\": 5, \"ignore_eos\": true}}" \
+  "$ADDR" $S/Generate | grep -q FINISH_REASON_LENGTH
+$G -d "{\"name\": \"by-grpcurl\", \"path\": \"$source\"}" "$ADDR" $S/LoadAdapter | grep -q '"name": "by-grpcurl"'
+$G -d '{}' "$ADDR" $S/ListAdapters | grep -q '"name": "by-grpcurl"'
+$G -d '{"name": "by-grpcurl"}' "$ADDR" $S/UnloadAdapter | grep -q by-grpcurl
+if $G -d '{"text": "x", "adapter": "no-such-adapter"}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
+  exit 1
+fi
+grep -q NotFound "$OUT/err.txt" && grep -q "no-such-adapter. is not loaded" "$OUT/err.txt"
 set +x
 echo "grpcurl checks passed against $ADDR"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from .adapters.info import AdapterInfo
 from .requests import SpeculationMode
 
 
@@ -70,3 +71,5 @@ class ModelDescription:
     blas: str
     embedding_dimensions: int
     source: str
+    adapters: tuple[AdapterInfo, ...] = ()  # loaded adapters
+    max_adapters: int = 0  # adapters that may be loaded at once (0: none)

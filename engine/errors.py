@@ -99,3 +99,38 @@ class EngineFailure(EngineError):
     to show to clients; details are logged with the request id."""
 
     reason = "ENGINE_FAILURE"
+
+
+class AdapterNotFound(EngineError):
+    """No loaded adapter of the model has this name (NOT_FOUND)."""
+
+    reason = "ADAPTER_NOT_FOUND"
+
+    def __init__(self, model: str, name: str, available: list[str]):
+        super().__init__(
+            f"adapter {name!r} is not loaded on model {model!r}; loaded: {', '.join(available) or 'none'}",
+            metadata={"model": model, "adapter": name})
+
+
+class AdapterExists(EngineError):
+    """An adapter of this name is already loaded, or being loaded (ALREADY_EXISTS)."""
+
+    reason = "ADAPTER_EXISTS"
+
+
+class AdapterMismatch(EngineError):
+    """The adapter does not fit its base model: layer names, shapes or rank differ,
+    or it targets layers that take no adapters here (FAILED_PRECONDITION)."""
+
+    reason = "ADAPTER_MISMATCH"
+
+
+class AdapterCapacity(EngineError):
+    """No room for another adapter now: every slot is held by adapters in use, or its
+    bytes do not fit beside the running requests; retry later (RESOURCE_EXHAUSTED)."""
+
+    reason = "ADAPTER_CAPACITY"
+
+    def __init__(self, message: str, *, metadata: dict[str, str] | None = None, retry_after_s: float = 1.0):
+        super().__init__(message, metadata={**(metadata or {}), "retry_after_s": f"{retry_after_s:g}"})
+        self.retry_after_s = retry_after_s

@@ -123,6 +123,7 @@ class GenerationRequest:
     bypass_prefix_cache: bool = False
     speculation: SpeculationOptions = SpeculationOptions()
     response_format: ResponseFormat | None = None
+    adapter: str = ""  # a loaded adapter's name; "" for the base model
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,8 @@ def access_fields(call: CallRecord) -> dict[str, object]:
     }
     if call.model:
         fields["model"] = _clip(call.model)
+    if call.adapter:
+        fields["adapter"] = _clip(call.adapter)
     for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "embed_tokens"):
         value = getattr(call, name)
         if value is not None:

@@ -45,6 +45,7 @@ class CallRecord:
     peer: str = ""
     request_id: str = ""
     model: str = ""
+    adapter: str = ""  # Generate's adapter, as the client named it
     code: str = "OK"
     started: float = field(default_factory=time.perf_counter)
     duration_s: float = 0.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import sys
+from dataclasses import replace
 
 from engine.loading.embedded import default_embedding_model, default_generation_model
 from engine.embedding.engine import EmbeddingEngine
@@ -32,6 +32,15 @@ def _model_spec(text: str) -> tuple[str, str]:
     return (name, source) if sep and source else ("", text)
 
 
+def _adapter_spec(text: str) -> tuple[str, str, str]:
+    """[MODEL:]NAME=DIR -> (model or "" for the default, name, directory)."""
+    target, sep, path = text.partition("=")
+    model, _, name = target.rpartition(":")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected [MODEL:]NAME=DIR, got {text!r}")
+    return model, name, path
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlx-grpc", description="gRPC inference server on MLX")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
@@ -49,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="BERT-family embedding model directory; repeatable; "
                         "default: the embedded all-MiniLM-L6-v2")
     s.add_argument("--no-embedding", action="store_true", help="serve no embedding model")
+    s.add_argument("--adapter", action="append", type=_adapter_spec, default=[], metavar="[MODEL:]NAME=DIR",
+                   help="LoRA/DoRA adapter directory (as mlx_lm.lora writes it) loaded at start for the default "
+                        "generation model, or MODEL; requests select it by NAME; repeatable")
+    s.add_argument("--max-adapters", type=int, default=8,
+                   help="adapters a generation model holds at once; loading beyond it unloads the least "
+                        "recently used idle one")
     s.add_argument("--dtype", default="auto", help="weight dtype: auto (float32 on CPU), float32, float16, bfloat16")
     s.add_argument("--max-active", type=int, default=8, help="rows prefilling or decoding at once per model")
     s.add_argument("--max-queued", type=int, default=64, help="requests waiting for admission per model")
@@ -137,16 +152,29 @@ def build_models(args: argparse.Namespace) -> ModelSet:
                                   speculation_rows=args.speculation_rows),
         speculation=SpeculationConfig(SpeculationMode(args.speculation), args.num_draft_tokens))
     specs = args.model or [(DEFAULT_GENERATION_NAME, str(default_generation_model()))]
-    drafts = _drafts_by_model(args.draft_model or [], [name or default_name(source) for name, source in specs])
+    names = [name or default_name(source) for name, source in specs]
+    adapters = adapters_by_model(args.adapter, names)
+    drafts = _drafts_by_model(args.draft_model or [], names)
     if args.speculation == "draft" and len(drafts) < len(specs):
         raise SystemExit("--speculation draft needs a --draft-model for every served model")
-    generation = [GenerationEngine(source, name=name, config=dataclasses.replace(
-        config, draft_model=drafts.get(name or default_name(source)))) for name, source in specs]
+    generation = [GenerationEngine(source, name=name, config=replace(
+        config, adapters=adapters[name], max_adapters=args.max_adapters, draft_model=drafts.get(name)))
+        for name, (_, source) in zip(names, specs)]
     embedding = []
     if not args.no_embedding:
         specs = args.embedding_model or [(DEFAULT_EMBEDDING_NAME, str(default_embedding_model()))]
         embedding = [EmbeddingEngine(source, name=name, limits=limits) for name, source in specs]
     return ModelSet(generation, embedding)
+
+
+def adapters_by_model(specs: list[tuple[str, str, str]], names: list[str]) -> dict[str, tuple]:
+    """Each generation model's (name, dir) adapters from ``--adapter`` values."""
+    out: dict[str, list] = {name: [] for name in names}
+    for model, name, path in specs:
+        if (model or names[0]) not in out:
+            raise ValueError(f"--adapter {model}:{name}: no generation model named {model!r} ({', '.join(names)})")
+        out[model or names[0]].append((name, path))
+    return {model: tuple(pairs) for model, pairs in out.items()}
 
 
 def _drafts_by_model(specs: list[tuple[str, str]], served: list[str]) -> dict[str, str]:
@@ -210,7 +238,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     options = server_options(args, parser)
     credentials = tls_credentials(args, parser)
-    return asyncio.run(serve(f"{args.host}:{args.port}", build_models(args), options, credentials=credentials))
+    if args.max_adapters < 1:
+        parser.error("--max-adapters must be at least 1")
+    try:
+        models = build_models(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return asyncio.run(serve(f"{args.host}:{args.port}", models, options, credentials=credentials))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engine.adapters.info import AdapterInfo
 from engine.description import ModelDescription, ModelKind
 from engine.events import Delta, Event, FinishReason, Finished, Started
 from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKind, GenerationRequest,
@@ -30,6 +31,7 @@ _SPECULATION = {
 _SPECULATION_PB = {mode: value for value, mode in _SPECULATION.items()}
 _KIND = {ModelKind.GENERATION: model_pb.MODEL_KIND_GENERATION,
          ModelKind.EMBEDDING: model_pb.MODEL_KIND_EMBEDDING}
+_ADAPTER_KIND = {"lora": model_pb.ADAPTER_KIND_LORA, "dora": model_pb.ADAPTER_KIND_DORA}
 
 
 def generation_request(msg: pb.GenerateRequest) -> GenerationRequest:
@@ -39,7 +41,7 @@ def generation_request(msg: pb.GenerateRequest) -> GenerationRequest:
         stopping=_stopping(msg.stopping), logprobs=msg.logprobs,
         top_logprobs=msg.top_logprobs, bypass_prefix_cache=msg.bypass_prefix_cache,
         speculation=_speculation(msg.speculation),
-        response_format=_response_format(msg.response_format))
+        response_format=_response_format(msg.response_format), adapter=msg.adapter)
 
 
 def _speculation(s: gen_pb.SpeculationOptions) -> SpeculationOptions:
@@ -164,7 +166,15 @@ def model_info(d: ModelDescription) -> model_pb.ModelInfo:
                               for f in c.response_formats]),
         context_length=d.context_length, vocab_size=d.vocab_size, eos_token_ids=d.eos_token_ids,
         has_chat_template=d.has_chat_template, dtype=d.dtype, blas=d.blas,
-        embedding_dimensions=d.embedding_dimensions, source=d.source)
+        embedding_dimensions=d.embedding_dimensions, source=d.source,
+        adapters=[adapter_info(a) for a in d.adapters], max_adapters=d.max_adapters)
+
+
+def adapter_info(a: AdapterInfo) -> model_pb.AdapterInfo:
+    return model_pb.AdapterInfo(
+        name=a.name, kind=_ADAPTER_KIND.get(a.fine_tune_type, model_pb.ADAPTER_KIND_UNSPECIFIED), rank=a.rank,
+        scale=a.scale, layers=a.layers, bytes=a.nbytes, source=a.source, active_requests=a.active_requests,
+        unloading=a.unloading)
 
 
 def memory_plan(p) -> model_pb.MemoryPlan:
@@ -173,7 +183,7 @@ def memory_plan(p) -> model_pb.MemoryPlan:
         context_tokens=p.context_tokens, max_safe_context=p.max_safe_context,
         weights_bytes=p.weights_bytes, kv_bytes=p.kv_bytes, transient_bytes=p.transient_bytes,
         reserve_bytes=p.reserve_bytes, total_bytes=p.total_bytes, usable_bytes=p.usable_bytes,
-        streamed_weights=dict(p.streamed_weights))
+        streamed_weights=dict(p.streamed_weights), adapter_bytes=p.adapter_bytes)
     for name in ("predicted_decode_tps", "allocator_limit_bytes", "max_generation_tokens",
                  "machine_headroom_bytes"):
         value = getattr(p, name)

@@ -149,6 +149,7 @@ class ObservingInterceptor(grpc.aio.ServerInterceptor):
             call.peer = context.peer() or ""
         call.request_id = str(getattr(request, "request_id", "") or "")
         call.model = str(getattr(request, "model", "") or "")
+        call.adapter = str(getattr(request, "adapter", "") or "")
         serving(call)
         token = self.state.begin(context) if split_method(method)[0] != HEALTH_SERVICE else None
         for o in self.observers:

@@ -19,6 +19,10 @@ Metrics (all prefixed ``mlxgrpc_``):
   queue_depth{model}                             gauge      requests waiting for admission
   active_rows{model}                             gauge      admitted requests (prefilling/decoding)
   model_ready{model}                             gauge      1 when loaded and serving
+  adapter_generated_tokens_total{model,adapter}  counter    tokens generated with each adapter
+  adapter_requests_total{model,adapter,code}     counter    started Generate streams per adapter
+  adapter_active_requests{model,adapter}         gauge      requests using each loaded adapter
+  adapter_bytes{model,adapter}                   gauge      memory of each loaded adapter
   draining                                       gauge      1 while the server drains
 plus the structured-output counters of ``grammar_metrics``, GetLoad's figures per
 model (service/load_metrics.py) and the standard
@@ -72,6 +76,19 @@ class EngineCollector:
         yield queued
         yield active
         yield ready
+        yield from _adapter_families(self.models)
+
+
+def _adapter_families(models):
+    users = GaugeMetricFamily("mlxgrpc_adapter_active_requests", "Requests using a loaded adapter",
+                              labels=["model", "adapter"])
+    size = GaugeMetricFamily("mlxgrpc_adapter_bytes", "Memory of a loaded adapter", labels=["model", "adapter"])
+    for engine in models.generation:
+        for info in engine.adapters.infos():
+            users.add_metric([engine.name, info.name], info.active_requests)
+            size.add_metric([engine.name, info.name], info.nbytes)
+    yield users
+    yield size
 
 
 class Metrics(Observer):
@@ -99,6 +116,11 @@ class Metrics(Observer):
         self.accepted = Counter("mlxgrpc_accepted_draft_tokens", "Speculative draft tokens the output kept",
                                 ["model"], registry=r)
         self.embedded = Counter("mlxgrpc_embedded_tokens", "Tokens of embedded inputs", ["model"], registry=r)
+        # Per adapter, only for streams that started (so only loaded adapters' names become labels).
+        self.adapter_generated = Counter("mlxgrpc_adapter_generated_tokens", "Tokens generated with an adapter",
+                                         ["model", "adapter"], registry=r)
+        self.adapter_requests = Counter("mlxgrpc_adapter_requests", "Started Generate streams with an adapter",
+                                        ["model", "adapter", "code"], registry=r)
         self.draining = Gauge("mlxgrpc_draining", "1 while the server drains", registry=r)
         self.models = models
         if models is not None:
@@ -128,6 +150,8 @@ class Metrics(Observer):
             for _ in range(count):
                 hist.observe(per_token)
         self.generated.labels(model).inc(count)
+        if call.adapter:
+            self.adapter_generated.labels(model, call.adapter).inc(count)
 
     def on_end(self, call: CallRecord) -> None:
         service, method = method_labels(call.method)
@@ -145,6 +169,8 @@ class Metrics(Observer):
             self.accepted.labels(model).inc(call.accepted_draft_tokens)
         if call.embed_tokens:
             self.embedded.labels(model).inc(call.embed_tokens)
+        if call.adapter and call.prompt_tokens is not None:
+            self.adapter_requests.labels(model, call.adapter, call.code).inc()
 
     def _model(self, call: CallRecord) -> str:
         """The served model a call used, as a label: a name the client sent that no

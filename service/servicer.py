@@ -27,6 +27,7 @@ from .status import ResponseTooLarge, abort
 
 log = logging.getLogger("service.servicer")
 _MAX_TOKENS = 2**31 - 1
+MAX_ADAPTER_PATH = 4096  # characters of LoadAdapter's directory (PATH_MAX on Linux)
 
 
 class InferenceServicer(pb_grpc.InferenceServiceServicer):
@@ -39,7 +40,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
         try:
             check_ids(self.limits, model=request.model, request_id=request.request_id,
-                      session_id=request.session_id)
+                      session_id=request.session_id, adapter=request.adapter)
             engine = self.models.generator(request.model)
             check_counts(convert.generation_counts(request), sized_limits(engine))
             async for event in engine.generate(convert.generation_request(request)):
@@ -122,6 +123,33 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             return pb.GetLoadResponse(
                 models=[convert.model_load(e.name, s, e.config.scheduler.max_active) for e, s in zip(engines, stats)],
                 uptime_seconds=time.monotonic() - self.started)
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)
+
+    async def LoadAdapter(self, request: pb.LoadAdapterRequest, context: grpc.aio.ServicerContext):
+        try:
+            check_ids(self.limits, model=request.model, name=request.name)
+            at_most("path", len(request.path), MAX_ADAPTER_PATH, "characters")
+            adapters = self.models.generator(request.model).adapters
+            loaded = await adapters.load(request.name, request.path)
+            return pb.LoadAdapterResponse(adapter=convert.adapter_info(loaded.info), evicted=loaded.evicted)
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)
+
+    async def UnloadAdapter(self, request: pb.UnloadAdapterRequest, context: grpc.aio.ServicerContext):
+        try:
+            check_ids(self.limits, model=request.model, name=request.name)
+            info = await self.models.generator(request.model).adapters.unload(request.name)
+            return pb.UnloadAdapterResponse(adapter=convert.adapter_info(info))
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)
+
+    async def ListAdapters(self, request: pb.ListAdaptersRequest, context: grpc.aio.ServicerContext):
+        try:
+            check_ids(self.limits, model=request.model)
+            engine = self.models.generator(request.model)
+            return pb.ListAdaptersResponse(model=engine.name, max_adapters=engine.adapters.limit,
+                                           adapters=[convert.adapter_info(a) for a in engine.adapters.infos()])
         except Exception as exc:  # noqa: BLE001
             await abort(context, exc)
 

@@ -45,6 +45,10 @@ _CODES: list[tuple[type[errors.EngineError], grpc.StatusCode]] = [
     (errors.Unsupported, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.DoesNotFit, grpc.StatusCode.OUT_OF_RANGE),
     (errors.EngineFailure, grpc.StatusCode.INTERNAL),
+    (errors.AdapterNotFound, grpc.StatusCode.NOT_FOUND),
+    (errors.AdapterExists, grpc.StatusCode.ALREADY_EXISTS),
+    (errors.AdapterMismatch, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.AdapterCapacity, grpc.StatusCode.RESOURCE_EXHAUSTED),
 ]
 
 

@@ -34,6 +34,14 @@ def fixture_models(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def fixture_adapters(fixture_models, tmp_path_factory) -> dict[str, Path]:
+    """Random LoRA/DoRA adapters for the fixture models (tests.fixtures.adapters)."""
+    from tests.fixtures.adapters import build_adapters
+
+    return build_adapters(fixture_models, tmp_path_factory.mktemp("adapters"))
+
+
+@pytest.fixture(scope="session")
 def oracle(fixture_models) -> dict[str, dict[str, list[int]]]:
     """mlx-lm's greedy tokens for every fixture model and oracle prompt."""
     return {kind: greedy_reference(fixture_models[kind], ORACLE_PROMPTS) for kind in FIXTURE_KINDS}
@@ -122,3 +130,47 @@ def stub(channel):
     from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 
     return pb_grpc.InferenceServiceStub(channel)
+
+
+# Adapters: one more server, its llama and lfm2 holding LoRA/DoRA adapters (see
+# tests.fixtures.adapters); the oracle is mlx-lm loaded with each adapter.
+ADAPTER_PROMPTS = ("short", "medium", "long", "digits")
+ADAPTERS_BY_MODEL = {"llama": ("", "tone", "qv", "dora", "small"), "lfm2": ("", "hybrid")}
+ADAPTERS_AT_START = {"llama": ("tone", "qv"), "lfm2": ("hybrid",)}
+MAX_ADAPTERS = 3
+
+
+@pytest.fixture(scope="session")
+def adapter_oracle(fixture_models, fixture_adapters) -> dict[tuple[str, str], dict[str, list[int]]]:
+    """(model, adapter) -> mlx-lm's greedy tokens per prompt ("" is the base model)."""
+    prompts = {name: ORACLE_PROMPTS[name] for name in ADAPTER_PROMPTS}
+    return {(kind, name): greedy_reference(fixture_models[kind], prompts, fixture_adapters.get(name))
+            for kind, names in ADAPTERS_BY_MODEL.items() for name in names}
+
+
+@pytest_asyncio.fixture(scope="session")
+async def adapter_server(fixture_models, fixture_adapters, adapter_oracle):
+    """A live server whose llama (limit: three adapters) starts with "tone" and "qv"
+    and whose lfm2 starts with "hybrid"; with Prometheus metrics."""
+    from engine.generation.config import GenerationConfig, SchedulerConfig
+    from engine.generation.engine import GenerationEngine
+    from engine.models import ModelSet
+    from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
+    from service.metrics import Metrics
+    from service.server import create_server
+
+    scheduler = SchedulerConfig(max_active=8, max_queued=32, prefill_chunk=8, tick_tokens=24, min_prefill_tokens=4)
+    engines = [GenerationEngine(str(fixture_models[kind]), name=kind, config=GenerationConfig(
+        scheduler=scheduler, max_adapters=MAX_ADAPTERS,
+        adapters=tuple((name, str(fixture_adapters[name])) for name in names)))
+        for kind, names in ADAPTERS_AT_START.items()]
+    models = ModelSet(engines, [])
+    metrics = Metrics(models)
+    srv, port = await create_server("127.0.0.1:0", models, metrics=metrics)
+    await srv.start()
+    await models.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield {"stub": pb_grpc.InferenceServiceStub(channel), "models": models, "metrics": metrics,
+               "address": f"127.0.0.1:{port}"}
+    await srv.stop(1.0)
+    await models.close()

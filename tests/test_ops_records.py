@@ -133,7 +133,8 @@ def test_every_log_line_escapes_what_is_not_printable():
 
 async def test_metric_labels_do_not_grow_with_what_clients_send(server):
     """Unknown methods (unauthenticated too) share one `unknown` label; so do model
-    names no model has; an unnamed model is the default it resolves to."""
+    names no model has; an unnamed model is the default it resolves to. Adapter names
+    that are not loaded never become labels; the adapter RPCs have labels of their own."""
     options = ServerOptions(auth_tokens=("tok",))
     async with recorded_server(server["models"], options) as (ch, metrics):
         for i in range(200):
@@ -146,6 +147,9 @@ async def test_metric_labels_do_not_grow_with_what_clients_send(server):
         for i in range(20):
             with pytest.raises(grpc.aio.AioRpcError):
                 await generate(stub, request("Hi", model=f"no-such-{i}"), metadata=auth)
+            with pytest.raises(grpc.aio.AioRpcError):
+                await generate(stub, request("Hi", adapter=f"no-such-adapter-{i}"), metadata=auth)
+        assert (await stub.ListAdapters(pb.ListAdaptersRequest(), metadata=auth)).max_adapters > 0
         replies = [r async for r in stub.Embed(pb.EmbedRequest(inputs=["hello"]), metadata=auth)]
         assert len(replies) == 1
         await asyncio.sleep(0.1)
@@ -153,6 +157,7 @@ async def test_metric_labels_do_not_grow_with_what_clients_send(server):
     counted = series(metrics, "mlxgrpc_requests_total")
     assert counted[(("code", "UNAUTHENTICATED"), ("method", "unknown"), ("service", "unknown"))] == 200
     assert "evil" not in text and "no-such" not in text
-    assert len(counted) <= 4
+    assert counted[(("code", "OK"), ("method", "ListAdapters"), ("service", SERVICE))] == 1
+    assert len(counted) <= 5  # as before, plus ListAdapters
     embedded = series(metrics, "mlxgrpc_embedded_tokens_total")
     assert list(embedded) == [(("model", server["models"].embedding[0].name),)]

@@ -72,6 +72,8 @@ GENERATE = [
     ("sampling.min_p", gen(sampling=gen_pb.SamplingParams(min_p=1.0))),
     ("sampling.repetition_penalty", gen(sampling=gen_pb.SamplingParams(repetition_penalty=0))),
     ("top_logprobs", gen(top_logprobs=21)),
+    ("adapter", gen(adapter="a" * 129)),
+    ("adapter", gen(adapter="not a name")),
 ]
 
 
@@ -101,6 +103,10 @@ async def test_generate_states_of_the_model(harness):
                                                                                   "no-such-model")
     out = await harness.call_stream("Generate", gen(model=DECODER_EMBEDDER))
     assert (out.code, out.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "UNSUPPORTED_OPERATION")
+    out = await harness.call_stream("Generate", gen(adapter="not-loaded"))
+    assert (out.code, out.reason, out.details["ErrorInfo"].metadata["adapter"]) == (NOT_FOUND, "ADAPTER_NOT_FOUND",
+                                                                                    "not-loaded")
+    assert not out.responses  # refused before the stream started
     out = await harness.call_stream("Generate", gen(stopping=gen_pb.StoppingCriteria(max_tokens=3)))
     assert out.code is grpc.StatusCode.OK
     assert [r.WhichOneof("event") for r in out.responses][::len(out.responses) - 1] == ["started", "finished"]
@@ -152,6 +158,20 @@ UNARY = [
     ("Detokenize", pb.DetokenizeRequest(model="nope"), NOT_FOUND, ""),
     ("GetLoad", pb.GetLoadRequest(model="m" * 129), INVALID, "model"),
     ("GetLoad", pb.GetLoadRequest(model="nope"), NOT_FOUND, ""),
+    ("LoadAdapter", pb.LoadAdapterRequest(model="m" * 129, name="x", path="/x"), INVALID, "model"),
+    ("LoadAdapter", pb.LoadAdapterRequest(model="llama", name="n" * 129, path="/x"), INVALID, "name"),
+    ("LoadAdapter", pb.LoadAdapterRequest(model="llama", name="not a name", path="/x"), INVALID, "name"),
+    ("LoadAdapter", pb.LoadAdapterRequest(model="llama", name="x"), INVALID, "path"),
+    ("LoadAdapter", pb.LoadAdapterRequest(model="llama", name="x", path="/" + "p" * 4096), INVALID, "path"),
+    ("LoadAdapter", pb.LoadAdapterRequest(model="llama", name="x", path="/nonexistent/adapter"), INVALID, "path"),
+    ("LoadAdapter", pb.LoadAdapterRequest(model="nope", name="x", path="/x"), NOT_FOUND, ""),
+    ("LoadAdapter", pb.LoadAdapterRequest(model=DECODER_EMBEDDER, name="x", path="/x"),
+     grpc.StatusCode.FAILED_PRECONDITION, ""),
+    ("UnloadAdapter", pb.UnloadAdapterRequest(model="llama", name=""), INVALID, "name"),
+    ("UnloadAdapter", pb.UnloadAdapterRequest(model="llama", name="absent"), NOT_FOUND, ""),
+    ("UnloadAdapter", pb.UnloadAdapterRequest(model="nope", name="x"), NOT_FOUND, ""),
+    ("ListAdapters", pb.ListAdaptersRequest(model="m" * 129), INVALID, "model"),
+    ("ListAdapters", pb.ListAdaptersRequest(model="nope"), NOT_FOUND, ""),
 ]
 
 
@@ -170,6 +190,8 @@ async def test_unary_successes(harness):
     assert "llama" in names
     loads = (await harness.call("GetLoad", pb.GetLoadRequest(model="llama"))).responses[0].models
     assert [load.model for load in loads] == ["llama"]
+    adapters = (await harness.call("ListAdapters", pb.ListAdaptersRequest(model="llama"))).responses[0]
+    assert adapters.model == "llama" and adapters.max_adapters > 0
 
 
 async def test_a_reply_over_the_message_limit_is_resource_exhausted(server):

@@ -45,5 +45,6 @@ echo "== tests against ${ADDRESSES[0]}"
 MLXGRPC_ADDRESS=${ADDRESSES[0]} "$PY" -m pytest -ra -p no:cacheprovider tests
 for address in "${ADDRESSES[@]:1}"; do
   echo "== live tests against $address"
-  MLXGRPC_ADDRESS=$address "$PY" -m pytest -ra -p no:cacheprovider tests/test_sync.py tests/test_aio.py
+  MLXGRPC_ADDRESS=$address "$PY" -m pytest -ra -p no:cacheprovider tests/test_sync.py tests/test_aio.py \
+    tests/test_adapters.py
 done

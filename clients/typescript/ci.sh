@@ -37,5 +37,6 @@ echo "== tests against ${ADDRESSES[0]}"
 MLXGRPC_ADDRESS=${ADDRESSES[0]} node --test --test-concurrency=1 --test-reporter=spec dist/test/
 for address in "${ADDRESSES[@]:1}"; do
   echo "== live tests against $address"
-  MLXGRPC_ADDRESS=$address node --test --test-concurrency=1 --test-reporter=spec dist/test/live.test.js dist/test/formats.test.js
+  MLXGRPC_ADDRESS=$address node --test --test-concurrency=1 --test-reporter=spec dist/test/live.test.js \
+    dist/test/formats.test.js dist/test/adapters.test.js
 done

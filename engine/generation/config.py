@@ -45,5 +45,7 @@ class GenerationConfig:
     speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
     memory_limit_bytes: int | None = None  # None: what this machine has available
     memory_reserve_bytes: int | None = None  # None: max(256 MiB, 5% of usable)
+    adapters: tuple[tuple[str, str], ...] = ()  # (name, directory) loaded at start
+    max_adapters: int = 8  # adapters loaded at once; beyond it the least recently used idle one goes
     draft_model: str | None = None  # a model with the same tokenizer, for SPECULATION_MODE_DRAFT
     grammar: GrammarLimits = field(default_factory=GrammarLimits)  # what one response_format may cost

@@ -9,11 +9,13 @@ in the processors' history). Drafts are accepted while they equal the target's
 choice; the target's choice after the last accepted draft is always kept. Rejected
 positions are rolled back. Choice and logprobs are batched over all sites (the token
 masks of constrained rows filled together, drafts included), and the host reads the
-results once per step.
+results once per step. The target's forward is routed: each row runs with its adapter
+(drafts are verified by the adapted model); a draft model's forwards are not.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Callable, Sequence as Seq
 
@@ -48,8 +50,10 @@ class _Sites:
 
 class Decoder:
     def __init__(self, token_text: Callable[[int], str], *, can_roll_back: bool = False, step_tokens: int = 16,
-                 speculation_rows: int | None = None, drafter=None):
+                 speculation_rows: int | None = None, drafter=None,
+                 route: Callable[[Seq[Sequence]], AbstractContextManager] | None = None):
         self._token_text = token_text
+        self._route = route or (lambda _rows: nullcontext())  # the target's rows run with their adapters
         self._can_roll_back = can_roll_back
         self._step_tokens = step_tokens
         self._speculation_rows = speculation_rows
@@ -60,7 +64,8 @@ class Decoder:
         of tokens appended to them."""
         drafts = self._drafts(rows)
         feeds = [seq.pending + d for seq, d in zip(rows, drafts)]
-        scores = batch.step(feeds)
+        with self._route(rows):  # verification too: every position with the row's adapter
+            scores = batch.step(feeds)
         sites = _Sites.of(feeds, drafts)
         site_scores = scores[mx.array(sites.rows, dtype=mx.int32), mx.array(sites.positions, dtype=mx.int32)]
         states = [rows[r].sampling for r in sites.rows]

@@ -20,10 +20,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import AsyncIterator
 
-from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind, Speculation
+from ..adapters.bank import AdapterBank
+from ..adapters.control import Adapters
+from ..description import ModelDescription
 from ..errors import DoesNotFit, EngineFailure, InvalidRequest, NotReady, QueueFull
 from ..events import Event, FinishReason, Finished, Timings, Usage
-from ..hardware.device import backend_name, blas_name
 from ..hardware.machine import usable_memory
 from ..loading.model import LoadedModel, default_name, load_generation_model
 from ..loading.tokenizer_files import tokenizer_files
@@ -31,10 +32,11 @@ from ..memory.budget import MemoryBudget
 from ..memory.calibration import calibrate_decode
 from ..memory.facts import facts_from_model, with_draft
 from ..memory.plan import MemoryPlan, plan_memory
-from ..requests import GenerationRequest, SpeculationMode
+from ..requests import GenerationRequest
 from ..validation import check_token_ids, validate_request
 from .config import GenerationConfig
 from .factory import check_speculation, make_sequence
+from .facts import describe_generation, speculation_facts
 from .grammar.compiler import Grammars, grammar_tokenizer
 from .grammar.formats import field_name
 from .grammar.stats import GrammarStats
@@ -73,6 +75,7 @@ class GenerationEngine:
         self._closing = False
         self._machine_total = usable_memory()[1]
         self._worker: Worker[LoadedModel] = Worker(self.name, self._load, self._scheduler)
+        self.adapters = Adapters(self._worker.call, self.name, config.max_adapters)
 
     # lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -80,6 +83,7 @@ class GenerationEngine:
         self._loaded = await asyncio.wrap_future(self._worker.start())
         self._prompts = PromptEncoder(self._loaded, self.config.limits)
         self.name = self._loaded.name
+        await self.adapters.load_all(self.config.adapters)
 
     @property
     def ready(self) -> bool:
@@ -94,6 +98,7 @@ class GenerationEngine:
     async def close(self) -> None:
         """Refuses new requests, ends the others (CANCELLED) and stops the thread."""
         self._closing = True
+        self.adapters.close()
         await asyncio.to_thread(self._worker.stop)
         if self._grammars is not None:
             self._grammars.close()
@@ -122,30 +127,16 @@ class GenerationEngine:
                    if self._draft is not None else None)
         return Scheduler(loaded.model, self.config.scheduler, lambda i: tokenizer.decode([i]),
                          budget=self._budget, namespace=loaded.name, interrupt=self._worker.stop_requested,
-                         drafter=drafter)
+                         drafter=drafter, adapters=AdapterBank(loaded.model, loaded.name))
 
     # facts ----------------------------------------------------------------------
     def describe(self) -> ModelDescription:
-        m = self.loaded
-        return ModelDescription(
-            name=m.name, kind=ModelKind.GENERATION,
-            descriptor=GraphDescriptor(f"mlx-lm/{m.model_type}", backend_name(), "mlx-lm/forward-v1",
-                                       "mlx-lm/kv-cache-v1", str(m.artifact)),
-            capabilities=Capabilities(prefill_bounded_workspace=True, speculation=self._speculation(),
-                                      response_formats=tuple(k.value for k in self._grammars.formats)),
-            context_length=m.context_length, vocab_size=m.vocab_size,
-            eos_token_ids=tuple(sorted(m.eos_ids)), has_chat_template=m.has_chat_template,
-            dtype=m.dtype, blas=blas_name(), embedding_dimensions=0, source=m.source)
-
-    def _speculation(self) -> Speculation:
-        if not self._rolls_back:
-            return Speculation()
-        modes = (SpeculationMode.NGRAM, SpeculationMode.DRAFT) if self._draft else (SpeculationMode.NGRAM,)
-        default = self.config.speculation.mode
-        return Speculation(logprobs=True, grammar_proposals=bool(self._grammars.formats),  # drafts under masks
-                           modes=(SpeculationMode.OFF, *modes),
-                           default_mode=default if default in modes else SpeculationMode.OFF,
-                           draft_model=self._draft.name if self._draft else "")
+        m = self.loaded  # NotReady while loading
+        formats = self._grammars.formats
+        speculation = speculation_facts(self._rolls_back, self._draft.name if self._draft else "",
+                                        self.config.speculation.mode, bool(formats))
+        return describe_generation(m, speculation, tuple(k.value for k in formats),
+                                   tuple(self.adapters.infos()), self.adapters.limit)
 
     async def plan_memory(self, context_tokens: int, max_generation_tokens: int = 0) -> MemoryPlan:
         """The memory plan for ``context_tokens`` (0: the model's context length),
@@ -157,10 +148,13 @@ class GenerationEngine:
         budget = self._budget
 
         def plan(_scheduler) -> MemoryPlan:
-            return plan_memory(self._facts, context_tokens=context, max_generation_tokens=max_generation_tokens,
+            adapters = budget.resident_bytes  # loaded adapters count as weights
+            facts = dataclasses.replace(self._facts, weights_bytes=self._facts.weights_bytes + adapters)
+            plan = plan_memory(facts, context_tokens=context, max_generation_tokens=max_generation_tokens,
                                prefill_chunk=self.config.scheduler.prefill_chunk, usable=budget.usable_bytes,
                                reserve_bytes=budget.reserve_bytes, machine_total=self._machine_total,
                                decode=self._decode, context_limit=m.context_length)
+            return dataclasses.replace(plan, adapter_bytes=adapters)
 
         return await asyncio.wrap_future(self._worker.call(plan))
 
@@ -244,6 +238,7 @@ class GenerationEngine:
 
     async def _run(self, request: GenerationRequest, stream: Stream) -> AsyncIterator[Event]:
         arrived = time.perf_counter()
+        adapter = self.adapters.acquire(request.adapter, stream.closers)
         prompt = await asyncio.to_thread(self.encode_prompt, request)
         max_tokens = self._max_tokens(request, len(prompt.ids))
         self._refuse_at_once(len(prompt.ids) + max_tokens)
@@ -254,7 +249,7 @@ class GenerationEngine:
             yield Finished(FinishReason.CANCELLED, Usage(len(prompt.ids), 0, 0), Timings(elapsed, 0.0, 0.0, elapsed))
             return
         seq = make_sequence(self.loaded, request, stream, prompt, max_tokens, arrived, self.config.speculation,
-                            constraint)
+                            constraint, adapter=adapter)
         self._streams.submitted(stream)
         self._worker.submit(seq)
         while True:

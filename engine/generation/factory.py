@@ -19,7 +19,7 @@ from .streams import Stream
 
 def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream, prompt: EncodedPrompt,
                   max_tokens: int, arrived: float, speculation: SpeculationConfig = SpeculationConfig(),
-                  constraint: Constraint | None = None) -> Sequence:
+                  constraint: Constraint | None = None, *, adapter: str = "") -> Sequence:
     s = request.stopping
     ids = list(prompt.ids)
     rule = TokenStopRule(max_tokens, s.min_tokens, model.eos_ids, frozenset(s.stop_token_ids), s.ignore_eos)
@@ -31,7 +31,7 @@ def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream
         rule=rule, sampling=SamplingState(request.sampling, ids), delivery=delivery,
         reuse=Reuse(not request.bypass_prefix_cache, prompt.snapshot_at),
         top_logprobs=request.top_logprobs if wants_logprobs else None,
-        speculation=speculation_for(request, speculation), constraint=constraint)
+        speculation=speculation_for(request, speculation), constraint=constraint, adapter=adapter)
 
 
 def check_speculation(request: GenerationRequest, config: SpeculationConfig, model: str, has_draft: bool) -> None:

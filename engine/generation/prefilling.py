@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
+from contextlib import AbstractContextManager, nullcontext
 from typing import Callable
 
 import mlx.core as mx
@@ -27,11 +28,19 @@ from .prefill import StepKind, next_prefill_step
 from .reuse import PrefixReuse
 from .sequence import Sequence
 
+Route = Callable[[list[Sequence]], AbstractContextManager]
+
+
+def unrouted(_seqs: list[Sequence]) -> AbstractContextManager:
+    """No adapters: forwards run the base model."""
+    return nullcontext()
+
 
 class Prefiller:
     def __init__(self, model: nn.Module, config: SchedulerConfig, reuse: PrefixReuse, plain_kv: bool,
-                 interrupt: Callable[[str], bool] | None = None):
+                 interrupt: Callable[[str], bool] | None = None, route: Route = unrouted):
         self._model = model
+        self._route = route  # a forward over sequences' rows runs with their adapters
         self._config = config
         self._reuse = reuse
         self._plain_kv = plain_kv  # every layer a KVCache: short prompts may share a forward
@@ -73,12 +82,13 @@ class Prefiller:
 
     def _forward(self, tokens: mx.array, caches: list, seqs: list[Sequence]) -> None:
         """Runs the prompt forward into ``caches``, checkpointed for ``seqs``' cancels."""
-        if self.checkpoints is None:
-            self._model(tokens, cache=caches)
-        else:
-            with self.checkpoints.armed(lambda: any(self._interrupt(s.request_id) for s in seqs)):
+        with self._route(seqs):
+            if self.checkpoints is None:
                 self._model(tokens, cache=caches)
-        mx.eval([c.state for c in caches])
+            else:
+                with self.checkpoints.armed(lambda: any(self._interrupt(s.request_id) for s in seqs)):
+                    self._model(tokens, cache=caches)
+            mx.eval([c.state for c in caches])
 
     def _take_cancelled(self, queue: deque[Sequence], seqs: list[Sequence]) -> list[Sequence]:
         """Out of the queue: the members of ``seqs`` whose Cancel is waiting (the others

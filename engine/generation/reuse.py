@@ -8,8 +8,9 @@ prompt plus output, ready for the next turn). Keys are the tokens actually compu
 so recurrent state is stored only where it is exact. State that covers no more than
 the sequence took from the cache is not stored again: until the sequence writes to
 it, it shares the buffers of the entry it came from, which already serves the same
-prompts (a second entry would count those buffers twice). A failure while storing
-drops that entry and never the request.
+prompts (a second entry would count those buffers twice). Each adapter (each load
+of one) has a namespace of its own. A failure while storing drops that entry and
+never the request.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ class PrefixReuse:
         self.cache = cache
         self.namespace = namespace
 
+    def _namespace(self, seq: Sequence) -> str:
+        """KV computed under an adapter is never shared with the base or another adapter."""
+        return f"{self.namespace}\x1f{seq.adapter}" if seq.adapter else self.namespace
+
     def applies(self, seq: Sequence) -> bool:
         return self.cache is not None and seq.reuse.enabled
 
@@ -35,7 +40,7 @@ class PrefixReuse:
         """Cached tokens and the owned caches covering them, or (0, None) on a miss."""
         if not self.applies(seq):
             return 0, None
-        hit = self.cache.take(seq.prompt, self.namespace)
+        hit = self.cache.take(seq.prompt, self._namespace(seq))
         return (len(hit.tokens), hit.caches) if hit is not None else (0, None)
 
     def store(self, seq: Sequence, tokens: Seq[int], caches: list[Any] | Callable[[], list[Any]]) -> None:
@@ -45,6 +50,6 @@ class PrefixReuse:
             return
         try:
             caches = caches() if callable(caches) else caches
-            self.cache.put(tokens, caches, self.namespace)
+            self.cache.put(tokens, caches, self._namespace(seq))
         except Exception:  # noqa: BLE001 - a cache entry is never worth a request
             log.warning("dropped a prefix cache entry of %d tokens", len(tokens), exc_info=True)

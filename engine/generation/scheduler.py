@@ -12,6 +12,11 @@ Runs only on the engine thread, which owns every sequence once submitted. One ti
   4. decode   - one batched step over every row (``Decoder``); finished sequences
                 leave the batch and are released.
 
+Every forward of the model is routed (``AdapterBank.routed``): rows of sequences
+with an adapter add its low-rank delta, in the same forward as rows of other
+adapters or none - prompt chunks, decode steps and the verification of drafts alike.
+A draft model runs without adapters.
+
 Cancel is one message whatever the state: a waiting sequence leaves the queue, a
 prefilling one is dropped at once, a decoding one leaves at the next prune. Every
 started sequence is released exactly once (slot and memory) when it finishes.
@@ -27,6 +32,7 @@ from typing import Callable
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
+from ..adapters.bank import AdapterBank
 from ..caches.prefix import PrefixCache
 from ..events import FinishReason
 from ..memory.budget import MemoryBudget
@@ -34,7 +40,7 @@ from .admission import Admission
 from .batch import Batch, can_roll_back
 from .config import SchedulerConfig
 from .decoding import Decoder
-from .prefilling import Prefiller
+from .prefilling import Prefiller, unrouted
 from .reuse import PrefixReuse
 from .sequence import Sequence, Status
 from .speculation.draft import DraftModel
@@ -65,8 +71,11 @@ class SchedulerStats:
 class Scheduler:
     def __init__(self, model: nn.Module, config: SchedulerConfig, token_text: Callable[[int], str], *,
                  budget: MemoryBudget | None = None, namespace: str = "",
-                 interrupt: Callable[[str], bool] | None = None, drafter: DraftModel | None = None):
+                 interrupt: Callable[[str], bool] | None = None, drafter: DraftModel | None = None,
+                 adapters: AdapterBank | None = None):
         self._model = model
+        self.adapters = adapters  # loaded adapters; every forward is routed through them
+        self._route = adapters.routed if adapters is not None else unrouted
         self._config = config
         cache = (PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries)
                  if config.prefix_cache_bytes > 0 else None)
@@ -74,10 +83,10 @@ class Scheduler:
         self.admission = Admission(config.max_active, budget)
         self._batch = Batch(model)
         self.can_roll_back = can_roll_back(model)
-        self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt)
+        self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt, self._route)
         self._drafter = drafter
         self._decoder = Decoder(token_text, can_roll_back=self.can_roll_back, step_tokens=config.step_tokens,
-                                speculation_rows=config.speculation_rows, drafter=drafter)
+                                speculation_rows=config.speculation_rows, drafter=drafter, route=self._route)
         self._prefilling: deque[Sequence] = deque()
         self._decoding: list[Sequence] = []
         self.generated_tokens = 0

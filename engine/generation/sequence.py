@@ -54,6 +54,7 @@ class Sequence:
     reuse: Reuse = Reuse()
     top_logprobs: int | None = None  # None: no logprobs; n >= 0: the chosen one and n alternatives
     speculation: Speculation | None = None  # None: this sequence does not speculate
+    adapter: str = ""  # the key of the adapter its rows run with ("": the base model)
     status: Status = Status.WAITING
     cached: int = 0
     computed: int = 0

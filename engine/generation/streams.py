@@ -2,7 +2,8 @@
 
 A stream is opened when ``generate`` is called, carries the request's events from
 the engine thread (``sink`` -> ``call_soon_threadsafe`` -> an ``asyncio.Queue``)
-and closes when its Finished event arrives (or when it ends before submission).
+and closes when its Finished event arrives (or when it ends before submission),
+running its ``closers`` (e.g. the release of the adapter it used).
 The registry knows the ids in use (Cancel, duplicates) and counts what the
 engine holds, from events alone: ``in_flight`` (submitted, not finished) and
 ``running`` (started, not finished). Event loop only.
@@ -26,6 +27,7 @@ class Stream:
         self.started = False
         self.finished = False
         self.cancel_requested = False
+        self.closers: list[Callable[[], None]] = []  # run once when the stream closes
         self._loop = loop
         self._on_event = on_event
 
@@ -39,6 +41,11 @@ class Stream:
     def _deliver(self, event: Event) -> None:
         self._on_event(self, event)
         self.events.put_nowait(event)
+
+    def close(self) -> None:
+        closers, self.closers = self.closers, []
+        for closer in closers:
+            closer()
 
 
 class Streams:
@@ -68,6 +75,7 @@ class Streams:
         """Closes a stream that was never submitted."""
         if not stream.submitted:
             self._open.pop(stream.request_id, None)
+            stream.close()
 
     def _on_event(self, stream: Stream, event: Event) -> None:
         if isinstance(event, Started) and not stream.started:
@@ -78,3 +86,4 @@ class Streams:
             self.in_flight -= 1
             self.running -= stream.started
             self._open.pop(stream.request_id, None)
+            stream.close()

@@ -2,10 +2,10 @@
 
 ``MemoryBudget`` lives on the engine thread. The scheduler asks it whether the head
 of the waiting queue fits beside the running requests (``try_reserve``) and gives
-the memory back when that request ends (``release``). Its fixed facts
-(``would_ever_fit``, ``max_context``, ``budget_bytes``) never change after
-construction, so the event loop may read them to refuse at once a request that
-could never run.
+the memory back when that request ends (``release``). Its facts
+(``would_ever_fit``, ``max_context``, ``budget_bytes``) change only when adapters
+load or unload (``set_resident``, engine thread, each one attribute swap), so the
+event loop may read them to refuse at once a request that could never run.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ __all__ = ["MemoryBudget"]
 
 
 class MemoryBudget:
-    """What running requests have committed, against ``usable - weights - reserve``.
+    """What running requests have committed, against ``usable - weights - resident -
+    reserve`` (resident: loaded adapters, ``set_resident``).
 
     A set of running requests costs its KV cache plus one transient workspace (one
     prefill step runs at a time) sized for the longest of them. With
@@ -43,12 +44,24 @@ class MemoryBudget:
         self.facts = facts
         self.usable_bytes = int(usable)
         self.reserve_bytes = default_reserve(self.usable_bytes) if reserve_bytes is None else int(reserve_bytes)
-        self.budget_bytes = self.usable_bytes - facts.weights_bytes - self.reserve_bytes
         self.prefill_chunk = prefill_chunk
         self.padded_batch = padded_batch
-        self.max_context = (0 if self.budget_bytes < 0
-                            else _max_context(facts, self.budget_bytes, prefill_chunk, 1))
         self._held: dict[str, int] = {}  # key -> context tokens
+        self.set_resident(0)
+
+    def set_resident(self, nbytes: int) -> None:
+        """Bytes resident beside the weights (loaded adapters): the budget shrinks by
+        them. Engine thread; callers check ``resident_room`` first."""
+        self.resident_bytes = int(nbytes)
+        self.budget_bytes = self.usable_bytes - self.facts.weights_bytes - self.resident_bytes - self.reserve_bytes
+        self.max_context = (0 if self.budget_bytes < 0
+                            else _max_context(self.facts, self.budget_bytes, self.prefill_chunk, 1))
+
+    def resident_room(self) -> tuple[int, int]:
+        """(bytes that may be resident beside what running requests hold now, bytes
+        with nothing running): the most ``set_resident`` may take."""
+        idle = self.usable_bytes - self.facts.weights_bytes - self.reserve_bytes
+        return idle - self.committed_bytes, idle
 
     def cost(self, tokens: Sequence[int]) -> int:
         """Bytes beyond weights and reserve that requests of these contexts need together."""

@@ -59,6 +59,8 @@ class MemoryPlan:
     streamed_weights: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     #: RAM the plan leaves to the rest of the machine (may be negative when it does not fit).
     machine_headroom_bytes: int | None = None
+    #: Part of ``weights_bytes`` held by loaded adapters.
+    adapter_bytes: int = 0
     schema_version: int = 1
 
     def figures(self) -> dict[str, str]:

@@ -6,7 +6,8 @@
 // (TLS, bearer token, default deadline), retries of calls the server refused
 // for now with RetryInfo, Generate with a client-side request id as a
 // range-over-func iterator or collected at once, Embed collected in input
-// order, and google.rpc error details.
+// order, adapter helpers (Adapters, LoadAdapterDir, UnloadAdapterByName) and
+// google.rpc error details.
 package mlxgrpc
 
 import (
@@ -186,6 +187,27 @@ func (c *Client) CancelByID(ctx context.Context, requestID string) (bool, error)
 func (c *Client) ModelInfo(ctx context.Context, model string) (*pb.ModelInfo, error) {
 	r, err := c.GetModelInfo(ctx, &pb.GetModelInfoRequest{Model: model})
 	return r.GetInfo(), err
+}
+
+// Adapters lists the adapters loaded on a model; an empty name selects the
+// default generation model. Requests pick one with GenerateRequest.Adapter.
+func (c *Client) Adapters(ctx context.Context, model string) ([]*pb.AdapterInfo, error) {
+	r, err := c.ListAdapters(ctx, &pb.ListAdaptersRequest{Model: model})
+	return r.GetAdapters(), err
+}
+
+// LoadAdapterDir loads the adapter directory dir (on the server, as mlx_lm.lora
+// writes it) as name for model ("" selects the default generation model). The
+// response carries the adapter's info and the adapters evicted to make room.
+func (c *Client) LoadAdapterDir(ctx context.Context, model, name, dir string) (*pb.LoadAdapterResponse, error) {
+	return c.LoadAdapter(ctx, &pb.LoadAdapterRequest{Model: model, Name: name, Path: dir})
+}
+
+// UnloadAdapterByName unloads an adapter. The server stops giving it to new
+// requests at once and returns when the requests already using it have finished.
+func (c *Client) UnloadAdapterByName(ctx context.Context, model, name string) (*pb.AdapterInfo, error) {
+	r, err := c.UnloadAdapter(ctx, &pb.UnloadAdapterRequest{Model: model, Name: name})
+	return r.GetAdapter(), err
 }
 
 // ModelLoads reports how busy each generation model is (an empty name: every

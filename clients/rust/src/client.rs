@@ -30,7 +30,7 @@ impl Client {
     }
 
     /// Sends `request` with `call`, retrying refusals that carry RetryInfo.
-    async fn unary<T, R, F, Fut>(
+    pub(crate) async fn unary<T, R, F, Fut>(
         &self,
         request: impl IntoRequest<T>,
         mut call: F,

@@ -5,9 +5,10 @@
 //! raw stub lacks: connecting with TLS and a bearer token, a default deadline,
 //! retries of calls the server refused for now (RetryInfo), Generate as a
 //! [`Stream`] of events with a client-side id to cancel it by (or collected at
-//! once), Embed results in input order, and [`error_details`] for the google.rpc
-//! details the server attaches to errors. Everything else is reachable through
-//! [`Client::raw`].
+//! once), Embed results in input order, adapter calls ([`Client::load_adapter`],
+//! [`Client::unload_adapter`], [`Client::list_adapters`]), and [`error_details`]
+//! for the google.rpc details the server attaches to errors. Everything else is
+//! reachable through [`Client::raw`].
 //!
 //! ```no_run
 //! use mlx_grpc_client::{Client, ConnectOptions, Event, pb};
@@ -36,6 +37,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Status};
 
+mod adapters;
 mod client;
 mod errors;
 mod generation;

@@ -1,12 +1,12 @@
 //! The other calls against a live server at MLXGRPC_ADDRESS (any server: the models come
 //! from ListModels): tokenizing, embeddings, error details, model info, the memory plan,
-//! load reports, bearer tokens.
+//! load reports, bearer tokens, adapters.
 //! Ignored unless asked for, like tests/live_generate.rs.
 
 mod support;
 
 use mlx_grpc_client::{Code, ConnectOptions, error_details, pb};
-use support::{exact, live};
+use support::{exact, live, loaded_adapter, with_adapter};
 
 fn norm(v: &[f32]) -> f32 {
     v.iter().map(|x| x * x).sum::<f32>().sqrt()
@@ -224,4 +224,50 @@ async fn bearer_token_is_accepted() {
         c.model_info("").await.expect("model_info").name,
         s.generator.name
     );
+}
+
+#[tokio::test]
+#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
+async fn load_use_and_unload_an_adapter() {
+    let s = live().await;
+    let adapter = loaded_adapter(&s).await;
+    let c = &s.client;
+    let loaded = c
+        .load_adapter("", "rust-client", &adapter.source)
+        .await
+        .expect("load");
+    let info = loaded.adapter.expect("adapter");
+    assert_eq!(info.name, "rust-client");
+    assert_eq!(
+        (info.kind, info.rank, info.bytes),
+        (adapter.kind, adapter.rank, adapter.bytes)
+    );
+    let prompt = "The quick brown fox";
+    let again = c
+        .generate_text(with_adapter(prompt, 8, "rust-client"))
+        .await
+        .expect("again");
+    let first = c
+        .generate_text(with_adapter(prompt, 8, &adapter.name))
+        .await
+        .expect("first");
+    assert_eq!(
+        again.token_ids, first.token_ids,
+        "the same weights under another name"
+    );
+    let gone = c.unload_adapter("", "rust-client").await.expect("unload");
+    assert_eq!(gone.name, "rust-client");
+    let listed = c.list_adapters("").await.expect("list");
+    assert!(!listed.adapters.iter().any(|a| a.name == "rust-client"));
+    let err = c
+        .load_adapter("", "nothing", "/nonexistent/adapter")
+        .await
+        .expect_err("a directory without an adapter");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let fields: Vec<String> = error_details(&err)
+        .field_violations
+        .into_iter()
+        .map(|v| v.field)
+        .collect();
+    assert_eq!(fields, ["path"]);
 }

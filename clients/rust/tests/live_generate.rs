@@ -10,7 +10,7 @@ use std::time::Duration;
 use mlx_grpc_client::{Code, Event, StreamExt, error_details, pb, speculation, text_request};
 use pb::FinishReason;
 use pb::generate_request::Prompt;
-use support::{events, exact, live, token_ids};
+use support::{events, exact, live, loaded_adapter, token_ids, with_adapter};
 
 #[tokio::test]
 #[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
@@ -304,4 +304,34 @@ async fn deadline_ends_a_long_stream() {
         .await
         .expect_err("finished before the deadline");
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
+async fn generate_with_an_adapter_changes_the_output() {
+    let s = live().await;
+    let adapter = loaded_adapter(&s).await;
+    let prompt = "The quick brown fox";
+    let base = s
+        .client
+        .generate_text(with_adapter(prompt, 8, ""))
+        .await
+        .expect("base");
+    let tuned = s
+        .client
+        .generate_text(with_adapter(prompt, 8, &adapter.name))
+        .await
+        .expect("with the adapter");
+    assert_eq!(tuned.token_ids.len(), 8);
+    assert_ne!(tuned.token_ids, base.token_ids);
+    let err = s
+        .client
+        .generate_text(with_adapter(prompt, 2, "no-such-adapter"))
+        .await
+        .expect_err("an unknown adapter");
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    let info = mlx_grpc_client::error_details(&err)
+        .error_info
+        .expect("ErrorInfo");
+    assert_eq!(info.reason, "ADAPTER_NOT_FOUND");
 }

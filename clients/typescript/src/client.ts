@@ -16,9 +16,11 @@ import {
   type EmbedRequestSchema,
   type EmbedResponse,
   type GenerateRequestSchema,
+  type ListAdaptersResponse,
+  type LoadAdapterResponse,
   type ModelLoad,
 } from "./gen/mlxgrpc/v1/inference_service_pb.js";
-import type { MemoryPlan, ModelInfo } from "./gen/mlxgrpc/v1/model_pb.js";
+import type { AdapterInfo, MemoryPlan, ModelInfo } from "./gen/mlxgrpc/v1/model_pb.js";
 import { GenerateCall, type GenerateResult } from "./generate.js";
 import { Attempts, withRetry, type OnRetry } from "./retry.js";
 
@@ -166,6 +168,26 @@ export class MlxClient {
    */
   async getLoad(model = "", options?: CallOptions): Promise<ModelLoad[]> {
     return (await this.unary((o) => this.raw.getLoad({ model }, o), options)).models;
+  }
+
+  /**
+   * Loads an adapter directory on the server (as mlx_lm.lora writes it) under `name`,
+   * for `model` (empty: the default generation model). Generate picks it with `adapter`.
+   */
+  async loadAdapter(name: string, path: string, model = "", options?: CallOptions): Promise<LoadAdapterResponse> {
+    return this.unary((o) => this.raw.loadAdapter({ model, name, path }, o), options);
+  }
+
+  /** Unloads an adapter; resolves once the requests already using it have finished. */
+  async unloadAdapter(name: string, model = "", options?: CallOptions): Promise<AdapterInfo> {
+    const res = await this.unary((o) => this.raw.unloadAdapter({ model, name }, o), options);
+    if (!res.adapter) throw new ConnectError("UnloadAdapter returned no adapter", Code.Internal);
+    return res.adapter;
+  }
+
+  /** The adapters loaded on a model (empty name: the default generation model). */
+  async listAdapters(model = "", options?: CallOptions): Promise<ListAdaptersResponse> {
+    return this.unary((o) => this.raw.listAdapters({ model }, o), options);
   }
 
   /** Closes the HTTP/2 connection; calls in flight fail. */

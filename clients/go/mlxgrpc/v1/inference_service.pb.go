@@ -55,8 +55,12 @@ type GenerateRequest struct {
 	// Structured output: constrain the generated text to a JSON Schema, any JSON
 	// object, a regex, a Lark grammar or a choice of strings. Unset: free text.
 	ResponseFormat *ResponseFormat `protobuf:"bytes,13,opt,name=response_format,json=responseFormat,proto3" json:"response_format,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The loaded adapter (LoRA or DoRA, see ListAdapters) to generate with, by name;
+	// empty uses the base model. Requests with different adapters, or none, share one
+	// batch. An adapter that is not loaded is NOT_FOUND.
+	Adapter       string `protobuf:"bytes,14,opt,name=adapter,proto3" json:"adapter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -191,6 +195,13 @@ func (x *GenerateRequest) GetResponseFormat() *ResponseFormat {
 		return x.ResponseFormat
 	}
 	return nil
+}
+
+func (x *GenerateRequest) GetAdapter() string {
+	if x != nil {
+		return x.Adapter
+	}
+	return ""
 }
 
 type isGenerateRequest_Prompt interface {
@@ -1306,6 +1317,339 @@ func (x *ListModelsResponse) GetModels() []*ModelInfo {
 	return nil
 }
 
+// A request to load an adapter.
+type LoadAdapterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation model to adapt; empty selects the default generation model.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The name requests use to select the adapter: 1 to 64 characters of A-Z, a-z,
+	// 0-9, '.', '_' and '-'.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The adapter directory on the server: adapter_config.json and adapters.safetensors,
+	// as mlx_lm.lora writes them.
+	Path          string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadAdapterRequest) Reset() {
+	*x = LoadAdapterRequest{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadAdapterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadAdapterRequest) ProtoMessage() {}
+
+func (x *LoadAdapterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadAdapterRequest.ProtoReflect.Descriptor instead.
+func (*LoadAdapterRequest) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *LoadAdapterRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *LoadAdapterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LoadAdapterRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+// The result of loading an adapter.
+type LoadAdapterResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The adapter now loaded.
+	Adapter *AdapterInfo `protobuf:"bytes,1,opt,name=adapter,proto3" json:"adapter,omitempty"`
+	// Names of adapters unloaded to stay within the model's adapter limit (least
+	// recently used first).
+	Evicted       []string `protobuf:"bytes,2,rep,name=evicted,proto3" json:"evicted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadAdapterResponse) Reset() {
+	*x = LoadAdapterResponse{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadAdapterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadAdapterResponse) ProtoMessage() {}
+
+func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadAdapterResponse.ProtoReflect.Descriptor instead.
+func (*LoadAdapterResponse) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LoadAdapterResponse) GetAdapter() *AdapterInfo {
+	if x != nil {
+		return x.Adapter
+	}
+	return nil
+}
+
+func (x *LoadAdapterResponse) GetEvicted() []string {
+	if x != nil {
+		return x.Evicted
+	}
+	return nil
+}
+
+// A request to unload an adapter.
+type UnloadAdapterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation model; empty selects the default generation model.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The adapter's name.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnloadAdapterRequest) Reset() {
+	*x = UnloadAdapterRequest{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnloadAdapterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnloadAdapterRequest) ProtoMessage() {}
+
+func (x *UnloadAdapterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnloadAdapterRequest.ProtoReflect.Descriptor instead.
+func (*UnloadAdapterRequest) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *UnloadAdapterRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *UnloadAdapterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// The result of unloading an adapter.
+type UnloadAdapterResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The adapter that was unloaded.
+	Adapter       *AdapterInfo `protobuf:"bytes,1,opt,name=adapter,proto3" json:"adapter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnloadAdapterResponse) Reset() {
+	*x = UnloadAdapterResponse{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnloadAdapterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnloadAdapterResponse) ProtoMessage() {}
+
+func (x *UnloadAdapterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnloadAdapterResponse.ProtoReflect.Descriptor instead.
+func (*UnloadAdapterResponse) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *UnloadAdapterResponse) GetAdapter() *AdapterInfo {
+	if x != nil {
+		return x.Adapter
+	}
+	return nil
+}
+
+// A request to list a model's adapters.
+type ListAdaptersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation model; empty selects the default generation model.
+	Model         string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAdaptersRequest) Reset() {
+	*x = ListAdaptersRequest{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAdaptersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAdaptersRequest) ProtoMessage() {}
+
+func (x *ListAdaptersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAdaptersRequest.ProtoReflect.Descriptor instead.
+func (*ListAdaptersRequest) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListAdaptersRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+// The adapters loaded on a model.
+type ListAdaptersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model's name.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The loaded adapters, in the order they were loaded.
+	Adapters []*AdapterInfo `protobuf:"bytes,2,rep,name=adapters,proto3" json:"adapters,omitempty"`
+	// How many adapters the model may hold at once.
+	MaxAdapters   int32 `protobuf:"varint,3,opt,name=max_adapters,json=maxAdapters,proto3" json:"max_adapters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAdaptersResponse) Reset() {
+	*x = ListAdaptersResponse{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAdaptersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAdaptersResponse) ProtoMessage() {}
+
+func (x *ListAdaptersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAdaptersResponse.ProtoReflect.Descriptor instead.
+func (*ListAdaptersResponse) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListAdaptersResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ListAdaptersResponse) GetAdapters() []*AdapterInfo {
+	if x != nil {
+		return x.Adapters
+	}
+	return nil
+}
+
+func (x *ListAdaptersResponse) GetMaxAdapters() int32 {
+	if x != nil {
+		return x.MaxAdapters
+	}
+	return 0
+}
+
 // A request for load figures.
 type GetLoadRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1317,7 +1661,7 @@ type GetLoadRequest struct {
 
 func (x *GetLoadRequest) Reset() {
 	*x = GetLoadRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1673,7 @@ func (x *GetLoadRequest) String() string {
 func (*GetLoadRequest) ProtoMessage() {}
 
 func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1686,7 @@ func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{19}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetLoadRequest) GetModel() string {
@@ -1365,7 +1709,7 @@ type GetLoadResponse struct {
 
 func (x *GetLoadResponse) Reset() {
 	*x = GetLoadResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1721,7 @@ func (x *GetLoadResponse) String() string {
 func (*GetLoadResponse) ProtoMessage() {}
 
 func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1734,7 @@ func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{20}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetLoadResponse) GetModels() []*ModelLoad {
@@ -1446,7 +1790,7 @@ type ModelLoad struct {
 
 func (x *ModelLoad) Reset() {
 	*x = ModelLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1802,7 @@ func (x *ModelLoad) String() string {
 func (*ModelLoad) ProtoMessage() {}
 
 func (x *ModelLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1815,7 @@ func (x *ModelLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelLoad.ProtoReflect.Descriptor instead.
 func (*ModelLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{21}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ModelLoad) GetModel() string {
@@ -1577,7 +1921,7 @@ var File_mlxgrpc_v1_inference_service_proto protoreflect.FileDescriptor
 const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\n" +
 	"\"mlxgrpc/v1/inference_service.proto\x12\n" +
-	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x16mlxgrpc/v1/model.proto\"\xcd\x04\n" +
+	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x16mlxgrpc/v1/model.proto\"\xe7\x04\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
@@ -1594,7 +1938,8 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	" \x01(\x05R\vtopLogprobs\x12.\n" +
 	"\x13bypass_prefix_cache\x18\v \x01(\bR\x11bypassPrefixCache\x12@\n" +
 	"\vspeculation\x18\f \x01(\v2\x1e.mlxgrpc.v1.SpeculationOptionsR\vspeculation\x12C\n" +
-	"\x0fresponse_format\x18\r \x01(\v2\x1a.mlxgrpc.v1.ResponseFormatR\x0eresponseFormatB\b\n" +
+	"\x0fresponse_format\x18\r \x01(\v2\x1a.mlxgrpc.v1.ResponseFormatR\x0eresponseFormat\x12\x18\n" +
+	"\aadapter\x18\x0e \x01(\tR\aadapterB\b\n" +
 	"\x06prompt\"\x92\x01\n" +
 	"\x11GenerationStarted\x12\x1d\n" +
 	"\n" +
@@ -1665,7 +2010,25 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x04text\x18\x01 \x01(\tR\x04text\"\x13\n" +
 	"\x11ListModelsRequest\"C\n" +
 	"\x12ListModelsResponse\x12-\n" +
-	"\x06models\x18\x01 \x03(\v2\x15.mlxgrpc.v1.ModelInfoR\x06models\"&\n" +
+	"\x06models\x18\x01 \x03(\v2\x15.mlxgrpc.v1.ModelInfoR\x06models\"R\n" +
+	"\x12LoadAdapterRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"b\n" +
+	"\x13LoadAdapterResponse\x121\n" +
+	"\aadapter\x18\x01 \x01(\v2\x17.mlxgrpc.v1.AdapterInfoR\aadapter\x12\x18\n" +
+	"\aevicted\x18\x02 \x03(\tR\aevicted\"@\n" +
+	"\x14UnloadAdapterRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"J\n" +
+	"\x15UnloadAdapterResponse\x121\n" +
+	"\aadapter\x18\x01 \x01(\v2\x17.mlxgrpc.v1.AdapterInfoR\aadapter\"+\n" +
+	"\x13ListAdaptersRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\"\x84\x01\n" +
+	"\x14ListAdaptersResponse\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x123\n" +
+	"\badapters\x18\x02 \x03(\v2\x17.mlxgrpc.v1.AdapterInfoR\badapters\x12!\n" +
+	"\fmax_adapters\x18\x03 \x01(\x05R\vmaxAdapters\"&\n" +
 	"\x0eGetLoadRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\"g\n" +
 	"\x0fGetLoadResponse\x12-\n" +
@@ -1686,7 +2049,7 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x13prefix_cache_misses\x18\v \x01(\x03R\x11prefixCacheMisses\x121\n" +
 	"\x15prefix_cache_hit_rate\x18\f \x01(\x01R\x12prefixCacheHitRate\x12=\n" +
 	"\x1bgenerated_tokens_per_second\x18\r \x01(\x01R\x18generatedTokensPerSecond\x12)\n" +
-	"\x10generated_tokens\x18\x0e \x01(\x03R\x0fgeneratedTokens2\xa1\x05\n" +
+	"\x10generated_tokens\x18\x0e \x01(\x03R\x0fgeneratedTokens2\x9a\a\n" +
 	"\x10InferenceService\x12G\n" +
 	"\bGenerate\x12\x1b.mlxgrpc.v1.GenerateRequest\x1a\x1c.mlxgrpc.v1.GenerateResponse0\x01\x12>\n" +
 	"\x05Embed\x12\x18.mlxgrpc.v1.EmbedRequest\x1a\x19.mlxgrpc.v1.EmbedResponse0\x01\x12?\n" +
@@ -1698,7 +2061,10 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\n" +
 	"Detokenize\x12\x1d.mlxgrpc.v1.DetokenizeRequest\x1a\x1e.mlxgrpc.v1.DetokenizeResponse\x12K\n" +
 	"\n" +
-	"ListModels\x12\x1d.mlxgrpc.v1.ListModelsRequest\x1a\x1e.mlxgrpc.v1.ListModelsResponse\x12B\n" +
+	"ListModels\x12\x1d.mlxgrpc.v1.ListModelsRequest\x1a\x1e.mlxgrpc.v1.ListModelsResponse\x12N\n" +
+	"\vLoadAdapter\x12\x1e.mlxgrpc.v1.LoadAdapterRequest\x1a\x1f.mlxgrpc.v1.LoadAdapterResponse\x12T\n" +
+	"\rUnloadAdapter\x12 .mlxgrpc.v1.UnloadAdapterRequest\x1a!.mlxgrpc.v1.UnloadAdapterResponse\x12Q\n" +
+	"\fListAdapters\x12\x1f.mlxgrpc.v1.ListAdaptersRequest\x1a .mlxgrpc.v1.ListAdaptersResponse\x12B\n" +
 	"\aGetLoad\x12\x1a.mlxgrpc.v1.GetLoadRequest\x1a\x1b.mlxgrpc.v1.GetLoadResponseBN\n" +
 	"\x0edev.mlxgrpc.v1B\x15InferenceServiceProtoP\x01Z#mlxgrpc.dev/go/mlxgrpc/v1;mlxgrpcv1b\x06proto3"
 
@@ -1714,84 +2080,100 @@ func file_mlxgrpc_v1_inference_service_proto_rawDescGZIP() []byte {
 	return file_mlxgrpc_v1_inference_service_proto_rawDescData
 }
 
-var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
-	(*GenerateRequest)(nil),      // 0: mlxgrpc.v1.GenerateRequest
-	(*GenerationStarted)(nil),    // 1: mlxgrpc.v1.GenerationStarted
-	(*TokenDelta)(nil),           // 2: mlxgrpc.v1.TokenDelta
-	(*GenerationFinished)(nil),   // 3: mlxgrpc.v1.GenerationFinished
-	(*GenerateResponse)(nil),     // 4: mlxgrpc.v1.GenerateResponse
-	(*EmbedRequest)(nil),         // 5: mlxgrpc.v1.EmbedRequest
-	(*EmbedResponse)(nil),        // 6: mlxgrpc.v1.EmbedResponse
-	(*CancelRequest)(nil),        // 7: mlxgrpc.v1.CancelRequest
-	(*CancelResponse)(nil),       // 8: mlxgrpc.v1.CancelResponse
-	(*GetModelInfoRequest)(nil),  // 9: mlxgrpc.v1.GetModelInfoRequest
-	(*GetModelInfoResponse)(nil), // 10: mlxgrpc.v1.GetModelInfoResponse
-	(*PlanMemoryRequest)(nil),    // 11: mlxgrpc.v1.PlanMemoryRequest
-	(*PlanMemoryResponse)(nil),   // 12: mlxgrpc.v1.PlanMemoryResponse
-	(*TokenizeRequest)(nil),      // 13: mlxgrpc.v1.TokenizeRequest
-	(*TokenizeResponse)(nil),     // 14: mlxgrpc.v1.TokenizeResponse
-	(*DetokenizeRequest)(nil),    // 15: mlxgrpc.v1.DetokenizeRequest
-	(*DetokenizeResponse)(nil),   // 16: mlxgrpc.v1.DetokenizeResponse
-	(*ListModelsRequest)(nil),    // 17: mlxgrpc.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),   // 18: mlxgrpc.v1.ListModelsResponse
-	(*GetLoadRequest)(nil),       // 19: mlxgrpc.v1.GetLoadRequest
-	(*GetLoadResponse)(nil),      // 20: mlxgrpc.v1.GetLoadResponse
-	(*ModelLoad)(nil),            // 21: mlxgrpc.v1.ModelLoad
-	(*TokenIds)(nil),             // 22: mlxgrpc.v1.TokenIds
-	(*ChatMessages)(nil),         // 23: mlxgrpc.v1.ChatMessages
-	(*SamplingParams)(nil),       // 24: mlxgrpc.v1.SamplingParams
-	(*StoppingCriteria)(nil),     // 25: mlxgrpc.v1.StoppingCriteria
-	(*SpeculationOptions)(nil),   // 26: mlxgrpc.v1.SpeculationOptions
-	(*ResponseFormat)(nil),       // 27: mlxgrpc.v1.ResponseFormat
-	(*TokenLogprob)(nil),         // 28: mlxgrpc.v1.TokenLogprob
-	(FinishReason)(0),            // 29: mlxgrpc.v1.FinishReason
-	(*Usage)(nil),                // 30: mlxgrpc.v1.Usage
-	(*Timings)(nil),              // 31: mlxgrpc.v1.Timings
-	(*ModelInfo)(nil),            // 32: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),           // 33: mlxgrpc.v1.MemoryPlan
+	(*GenerateRequest)(nil),       // 0: mlxgrpc.v1.GenerateRequest
+	(*GenerationStarted)(nil),     // 1: mlxgrpc.v1.GenerationStarted
+	(*TokenDelta)(nil),            // 2: mlxgrpc.v1.TokenDelta
+	(*GenerationFinished)(nil),    // 3: mlxgrpc.v1.GenerationFinished
+	(*GenerateResponse)(nil),      // 4: mlxgrpc.v1.GenerateResponse
+	(*EmbedRequest)(nil),          // 5: mlxgrpc.v1.EmbedRequest
+	(*EmbedResponse)(nil),         // 6: mlxgrpc.v1.EmbedResponse
+	(*CancelRequest)(nil),         // 7: mlxgrpc.v1.CancelRequest
+	(*CancelResponse)(nil),        // 8: mlxgrpc.v1.CancelResponse
+	(*GetModelInfoRequest)(nil),   // 9: mlxgrpc.v1.GetModelInfoRequest
+	(*GetModelInfoResponse)(nil),  // 10: mlxgrpc.v1.GetModelInfoResponse
+	(*PlanMemoryRequest)(nil),     // 11: mlxgrpc.v1.PlanMemoryRequest
+	(*PlanMemoryResponse)(nil),    // 12: mlxgrpc.v1.PlanMemoryResponse
+	(*TokenizeRequest)(nil),       // 13: mlxgrpc.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),      // 14: mlxgrpc.v1.TokenizeResponse
+	(*DetokenizeRequest)(nil),     // 15: mlxgrpc.v1.DetokenizeRequest
+	(*DetokenizeResponse)(nil),    // 16: mlxgrpc.v1.DetokenizeResponse
+	(*ListModelsRequest)(nil),     // 17: mlxgrpc.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),    // 18: mlxgrpc.v1.ListModelsResponse
+	(*LoadAdapterRequest)(nil),    // 19: mlxgrpc.v1.LoadAdapterRequest
+	(*LoadAdapterResponse)(nil),   // 20: mlxgrpc.v1.LoadAdapterResponse
+	(*UnloadAdapterRequest)(nil),  // 21: mlxgrpc.v1.UnloadAdapterRequest
+	(*UnloadAdapterResponse)(nil), // 22: mlxgrpc.v1.UnloadAdapterResponse
+	(*ListAdaptersRequest)(nil),   // 23: mlxgrpc.v1.ListAdaptersRequest
+	(*ListAdaptersResponse)(nil),  // 24: mlxgrpc.v1.ListAdaptersResponse
+	(*GetLoadRequest)(nil),        // 25: mlxgrpc.v1.GetLoadRequest
+	(*GetLoadResponse)(nil),       // 26: mlxgrpc.v1.GetLoadResponse
+	(*ModelLoad)(nil),             // 27: mlxgrpc.v1.ModelLoad
+	(*TokenIds)(nil),              // 28: mlxgrpc.v1.TokenIds
+	(*ChatMessages)(nil),          // 29: mlxgrpc.v1.ChatMessages
+	(*SamplingParams)(nil),        // 30: mlxgrpc.v1.SamplingParams
+	(*StoppingCriteria)(nil),      // 31: mlxgrpc.v1.StoppingCriteria
+	(*SpeculationOptions)(nil),    // 32: mlxgrpc.v1.SpeculationOptions
+	(*ResponseFormat)(nil),        // 33: mlxgrpc.v1.ResponseFormat
+	(*TokenLogprob)(nil),          // 34: mlxgrpc.v1.TokenLogprob
+	(FinishReason)(0),             // 35: mlxgrpc.v1.FinishReason
+	(*Usage)(nil),                 // 36: mlxgrpc.v1.Usage
+	(*Timings)(nil),               // 37: mlxgrpc.v1.Timings
+	(*ModelInfo)(nil),             // 38: mlxgrpc.v1.ModelInfo
+	(*MemoryPlan)(nil),            // 39: mlxgrpc.v1.MemoryPlan
+	(*AdapterInfo)(nil),           // 40: mlxgrpc.v1.AdapterInfo
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
-	22, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
-	23, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
-	24, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
-	25, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
-	26, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
-	27, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
-	28, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
-	29, // 7: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
-	30, // 8: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
-	31, // 9: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
+	28, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	29, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	30, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
+	31, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
+	32, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
+	33, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
+	34, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
+	35, // 7: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
+	36, // 8: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
+	37, // 9: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
 	1,  // 10: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
 	2,  // 11: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
 	3,  // 12: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
-	32, // 13: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
-	33, // 14: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
-	32, // 15: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
-	21, // 16: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
-	0,  // 17: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
-	5,  // 18: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
-	7,  // 19: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	9,  // 20: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	11, // 21: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	13, // 22: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	15, // 23: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	17, // 24: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	19, // 25: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
-	4,  // 26: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	6,  // 27: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	8,  // 28: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	10, // 29: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	12, // 30: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	14, // 31: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	16, // 32: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	18, // 33: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	20, // 34: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
-	26, // [26:35] is the sub-list for method output_type
-	17, // [17:26] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	38, // 13: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
+	39, // 14: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
+	38, // 15: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
+	40, // 16: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	40, // 17: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	40, // 18: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	27, // 19: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
+	0,  // 20: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
+	5,  // 21: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
+	7,  // 22: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	9,  // 23: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	11, // 24: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	13, // 25: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	15, // 26: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	17, // 27: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	19, // 28: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
+	21, // 29: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
+	23, // 30: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
+	25, // 31: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
+	4,  // 32: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	6,  // 33: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	8,  // 34: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	10, // 35: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	12, // 36: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	14, // 37: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	16, // 38: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	18, // 39: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	20, // 40: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
+	22, // 41: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
+	24, // 42: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
+	26, // 43: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
+	32, // [32:44] is the sub-list for method output_type
+	20, // [20:32] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_inference_service_proto_init() }
@@ -1819,7 +2201,7 @@ func file_mlxgrpc_v1_inference_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_inference_service_proto_rawDesc), len(file_mlxgrpc_v1_inference_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -249,6 +249,59 @@ func (ModelKind) EnumDescriptor() ([]byte, []int) {
 	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{3}
 }
 
+// How an adapter changes its base model's linear layers.
+type AdapterKind int32
+
+const (
+	// Not set.
+	AdapterKind_ADAPTER_KIND_UNSPECIFIED AdapterKind = 0
+	// Low-rank adaptation: each layer adds scale * (x A) B.
+	AdapterKind_ADAPTER_KIND_LORA AdapterKind = 1
+	// Weight-decomposed low-rank adaptation: LoRA with a learned per-output magnitude.
+	AdapterKind_ADAPTER_KIND_DORA AdapterKind = 2
+)
+
+// Enum value maps for AdapterKind.
+var (
+	AdapterKind_name = map[int32]string{
+		0: "ADAPTER_KIND_UNSPECIFIED",
+		1: "ADAPTER_KIND_LORA",
+		2: "ADAPTER_KIND_DORA",
+	}
+	AdapterKind_value = map[string]int32{
+		"ADAPTER_KIND_UNSPECIFIED": 0,
+		"ADAPTER_KIND_LORA":        1,
+		"ADAPTER_KIND_DORA":        2,
+	}
+)
+
+func (x AdapterKind) Enum() *AdapterKind {
+	p := new(AdapterKind)
+	*p = x
+	return p
+}
+
+func (x AdapterKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AdapterKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_mlxgrpc_v1_model_proto_enumTypes[4].Descriptor()
+}
+
+func (AdapterKind) Type() protoreflect.EnumType {
+	return &file_mlxgrpc_v1_model_proto_enumTypes[4]
+}
+
+func (x AdapterKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AdapterKind.Descriptor instead.
+func (AdapterKind) EnumDescriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{4}
+}
+
 // Identifies the implementation a model runs on: its ABI, not a claim of speed or parity.
 type GraphDescriptor struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -753,7 +806,11 @@ type ModelInfo struct {
 	// Length of the vectors Embed returns; 0 when the model does not embed.
 	EmbeddingDimensions int32 `protobuf:"varint,11,opt,name=embedding_dimensions,json=embeddingDimensions,proto3" json:"embedding_dimensions,omitempty"`
 	// Where the weights came from (a file or directory).
-	Source        string `protobuf:"bytes,12,opt,name=source,proto3" json:"source,omitempty"`
+	Source string `protobuf:"bytes,12,opt,name=source,proto3" json:"source,omitempty"`
+	// The adapters loaded on a generation model (see ListAdapters).
+	Adapters []*AdapterInfo `protobuf:"bytes,13,rep,name=adapters,proto3" json:"adapters,omitempty"`
+	// How many adapters a generation model may hold at once; 0 for embedding models.
+	MaxAdapters   int32 `protobuf:"varint,14,opt,name=max_adapters,json=maxAdapters,proto3" json:"max_adapters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -872,6 +929,138 @@ func (x *ModelInfo) GetSource() string {
 	return ""
 }
 
+func (x *ModelInfo) GetAdapters() []*AdapterInfo {
+	if x != nil {
+		return x.Adapters
+	}
+	return nil
+}
+
+func (x *ModelInfo) GetMaxAdapters() int32 {
+	if x != nil {
+		return x.MaxAdapters
+	}
+	return 0
+}
+
+// An adapter loaded on a generation model.
+type AdapterInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name requests use (GenerateRequest.adapter).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// LoRA or DoRA.
+	Kind AdapterKind `protobuf:"varint,2,opt,name=kind,proto3,enum=mlxgrpc.v1.AdapterKind" json:"kind,omitempty"`
+	// The rank of its low-rank matrices.
+	Rank int32 `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
+	// The scale its low-rank product is multiplied by.
+	Scale float64 `protobuf:"fixed64,4,opt,name=scale,proto3" json:"scale,omitempty"`
+	// Linear layers of the base model it adapts.
+	Layers int32 `protobuf:"varint,5,opt,name=layers,proto3" json:"layers,omitempty"`
+	// Memory its weights occupy on the server, counted in the memory plan.
+	Bytes int64 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// The directory it was loaded from.
+	Source string `protobuf:"bytes,7,opt,name=source,proto3" json:"source,omitempty"`
+	// Requests using it now (queued or running).
+	ActiveRequests int32 `protobuf:"varint,8,opt,name=active_requests,json=activeRequests,proto3" json:"active_requests,omitempty"`
+	// Being unloaded: it takes no new request and goes once active_requests is 0.
+	Unloading     bool `protobuf:"varint,9,opt,name=unloading,proto3" json:"unloading,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdapterInfo) Reset() {
+	*x = AdapterInfo{}
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdapterInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdapterInfo) ProtoMessage() {}
+
+func (x *AdapterInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdapterInfo.ProtoReflect.Descriptor instead.
+func (*AdapterInfo) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *AdapterInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AdapterInfo) GetKind() AdapterKind {
+	if x != nil {
+		return x.Kind
+	}
+	return AdapterKind_ADAPTER_KIND_UNSPECIFIED
+}
+
+func (x *AdapterInfo) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *AdapterInfo) GetScale() float64 {
+	if x != nil {
+		return x.Scale
+	}
+	return 0
+}
+
+func (x *AdapterInfo) GetLayers() int32 {
+	if x != nil {
+		return x.Layers
+	}
+	return 0
+}
+
+func (x *AdapterInfo) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *AdapterInfo) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *AdapterInfo) GetActiveRequests() int32 {
+	if x != nil {
+		return x.ActiveRequests
+	}
+	return 0
+}
+
+func (x *AdapterInfo) GetUnloading() bool {
+	if x != nil {
+		return x.Unloading
+	}
+	return false
+}
+
 // The memory budget of a model serving a given context. All sizes are bytes.
 type MemoryPlan struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -910,13 +1099,15 @@ type MemoryPlan struct {
 	StreamedWeights map[string]int64 `protobuf:"bytes,15,rep,name=streamed_weights,json=streamedWeights,proto3" json:"streamed_weights,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Memory the plan leaves to the rest of the machine.
 	MachineHeadroomBytes *int64 `protobuf:"varint,16,opt,name=machine_headroom_bytes,json=machineHeadroomBytes,proto3,oneof" json:"machine_headroom_bytes,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Part of weights_bytes held by loaded adapters.
+	AdapterBytes  int64 `protobuf:"varint,17,opt,name=adapter_bytes,json=adapterBytes,proto3" json:"adapter_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MemoryPlan) Reset() {
 	*x = MemoryPlan{}
-	mi := &file_mlxgrpc_v1_model_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1119,7 @@ func (x *MemoryPlan) String() string {
 func (*MemoryPlan) ProtoMessage() {}
 
 func (x *MemoryPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_model_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1132,7 @@ func (x *MemoryPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryPlan.ProtoReflect.Descriptor instead.
 func (*MemoryPlan) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{7}
+	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MemoryPlan) GetSchemaVersion() int32 {
@@ -1056,6 +1247,13 @@ func (x *MemoryPlan) GetMachineHeadroomBytes() int64 {
 	return 0
 }
 
+func (x *MemoryPlan) GetAdapterBytes() int64 {
+	if x != nil {
+		return x.AdapterBytes
+	}
+	return 0
+}
+
 var File_mlxgrpc_v1_model_proto protoreflect.FileDescriptor
 
 const file_mlxgrpc_v1_model_proto_rawDesc = "" +
@@ -1101,7 +1299,7 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"generation\x18\n" +
 	" \x01(\bR\n" +
 	"generation\x12I\n" +
-	"\x10response_formats\x18\v \x03(\x0e2\x1e.mlxgrpc.v1.ResponseFormatKindR\x0fresponseFormats\"\xcb\x03\n" +
+	"\x10response_formats\x18\v \x03(\x0e2\x1e.mlxgrpc.v1.ResponseFormatKindR\x0fresponseFormats\"\xa3\x04\n" +
 	"\tModelInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x15.mlxgrpc.v1.ModelKindR\x04kind\x121\n" +
@@ -1116,7 +1314,19 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x04blas\x18\n" +
 	" \x01(\tR\x04blas\x121\n" +
 	"\x14embedding_dimensions\x18\v \x01(\x05R\x13embeddingDimensions\x12\x16\n" +
-	"\x06source\x18\f \x01(\tR\x06source\"\xee\x06\n" +
+	"\x06source\x18\f \x01(\tR\x06source\x123\n" +
+	"\badapters\x18\r \x03(\v2\x17.mlxgrpc.v1.AdapterInfoR\badapters\x12!\n" +
+	"\fmax_adapters\x18\x0e \x01(\x05R\vmaxAdapters\"\x85\x02\n" +
+	"\vAdapterInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x17.mlxgrpc.v1.AdapterKindR\x04kind\x12\x12\n" +
+	"\x04rank\x18\x03 \x01(\x05R\x04rank\x12\x14\n" +
+	"\x05scale\x18\x04 \x01(\x01R\x05scale\x12\x16\n" +
+	"\x06layers\x18\x05 \x01(\x05R\x06layers\x12\x14\n" +
+	"\x05bytes\x18\x06 \x01(\x03R\x05bytes\x12\x16\n" +
+	"\x06source\x18\a \x01(\tR\x06source\x12'\n" +
+	"\x0factive_requests\x18\b \x01(\x05R\x0eactiveRequests\x12\x1c\n" +
+	"\tunloading\x18\t \x01(\bR\tunloading\"\x93\a\n" +
 	"\n" +
 	"MemoryPlan\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\x05R\rschemaVersion\x12\x1a\n" +
@@ -1136,7 +1346,8 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x15allocator_limit_bytes\x18\r \x01(\x03H\x01R\x13allocatorLimitBytes\x88\x01\x01\x127\n" +
 	"\x15max_generation_tokens\x18\x0e \x01(\x03H\x02R\x13maxGenerationTokens\x88\x01\x01\x12V\n" +
 	"\x10streamed_weights\x18\x0f \x03(\v2+.mlxgrpc.v1.MemoryPlan.StreamedWeightsEntryR\x0fstreamedWeights\x129\n" +
-	"\x16machine_headroom_bytes\x18\x10 \x01(\x03H\x03R\x14machineHeadroomBytes\x88\x01\x01\x1aB\n" +
+	"\x16machine_headroom_bytes\x18\x10 \x01(\x03H\x03R\x14machineHeadroomBytes\x88\x01\x01\x12#\n" +
+	"\radapter_bytes\x18\x11 \x01(\x03R\fadapterBytes\x1aB\n" +
 	"\x14StreamedWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01B\x17\n" +
@@ -1164,7 +1375,11 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\tModelKind\x12\x1a\n" +
 	"\x16MODEL_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15MODEL_KIND_GENERATION\x10\x01\x12\x18\n" +
-	"\x14MODEL_KIND_EMBEDDING\x10\x02BC\n" +
+	"\x14MODEL_KIND_EMBEDDING\x10\x02*Y\n" +
+	"\vAdapterKind\x12\x1c\n" +
+	"\x18ADAPTER_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11ADAPTER_KIND_LORA\x10\x01\x12\x15\n" +
+	"\x11ADAPTER_KIND_DORA\x10\x02BC\n" +
 	"\x0edev.mlxgrpc.v1B\n" +
 	"ModelProtoP\x01Z#mlxgrpc.dev/go/mlxgrpc/v1;mlxgrpcv1b\x06proto3"
 
@@ -1180,43 +1395,47 @@ func file_mlxgrpc_v1_model_proto_rawDescGZIP() []byte {
 	return file_mlxgrpc_v1_model_proto_rawDescData
 }
 
-var file_mlxgrpc_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_mlxgrpc_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_mlxgrpc_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_mlxgrpc_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_mlxgrpc_v1_model_proto_goTypes = []any{
 	(GraphMethod)(0),                // 0: mlxgrpc.v1.GraphMethod
 	(MediaInput)(0),                 // 1: mlxgrpc.v1.MediaInput
 	(ResponseFormatKind)(0),         // 2: mlxgrpc.v1.ResponseFormatKind
 	(ModelKind)(0),                  // 3: mlxgrpc.v1.ModelKind
-	(*GraphDescriptor)(nil),         // 4: mlxgrpc.v1.GraphDescriptor
-	(*MediaSupport)(nil),            // 5: mlxgrpc.v1.MediaSupport
-	(*NativeDraft)(nil),             // 6: mlxgrpc.v1.NativeDraft
-	(*PrefillCapabilities)(nil),     // 7: mlxgrpc.v1.PrefillCapabilities
-	(*SpeculationCapabilities)(nil), // 8: mlxgrpc.v1.SpeculationCapabilities
-	(*GraphCapabilities)(nil),       // 9: mlxgrpc.v1.GraphCapabilities
-	(*ModelInfo)(nil),               // 10: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),              // 11: mlxgrpc.v1.MemoryPlan
-	nil,                             // 12: mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
-	(SpeculationMode)(0),            // 13: mlxgrpc.v1.SpeculationMode
+	(AdapterKind)(0),                // 4: mlxgrpc.v1.AdapterKind
+	(*GraphDescriptor)(nil),         // 5: mlxgrpc.v1.GraphDescriptor
+	(*MediaSupport)(nil),            // 6: mlxgrpc.v1.MediaSupport
+	(*NativeDraft)(nil),             // 7: mlxgrpc.v1.NativeDraft
+	(*PrefillCapabilities)(nil),     // 8: mlxgrpc.v1.PrefillCapabilities
+	(*SpeculationCapabilities)(nil), // 9: mlxgrpc.v1.SpeculationCapabilities
+	(*GraphCapabilities)(nil),       // 10: mlxgrpc.v1.GraphCapabilities
+	(*ModelInfo)(nil),               // 11: mlxgrpc.v1.ModelInfo
+	(*AdapterInfo)(nil),             // 12: mlxgrpc.v1.AdapterInfo
+	(*MemoryPlan)(nil),              // 13: mlxgrpc.v1.MemoryPlan
+	nil,                             // 14: mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
+	(SpeculationMode)(0),            // 15: mlxgrpc.v1.SpeculationMode
 }
 var file_mlxgrpc_v1_model_proto_depIdxs = []int32{
 	1,  // 0: mlxgrpc.v1.MediaSupport.input:type_name -> mlxgrpc.v1.MediaInput
-	13, // 1: mlxgrpc.v1.SpeculationCapabilities.modes:type_name -> mlxgrpc.v1.SpeculationMode
-	13, // 2: mlxgrpc.v1.SpeculationCapabilities.default_mode:type_name -> mlxgrpc.v1.SpeculationMode
+	15, // 1: mlxgrpc.v1.SpeculationCapabilities.modes:type_name -> mlxgrpc.v1.SpeculationMode
+	15, // 2: mlxgrpc.v1.SpeculationCapabilities.default_mode:type_name -> mlxgrpc.v1.SpeculationMode
 	0,  // 3: mlxgrpc.v1.GraphCapabilities.method:type_name -> mlxgrpc.v1.GraphMethod
-	5,  // 4: mlxgrpc.v1.GraphCapabilities.media:type_name -> mlxgrpc.v1.MediaSupport
-	6,  // 5: mlxgrpc.v1.GraphCapabilities.native_draft:type_name -> mlxgrpc.v1.NativeDraft
-	7,  // 6: mlxgrpc.v1.GraphCapabilities.prefill:type_name -> mlxgrpc.v1.PrefillCapabilities
-	8,  // 7: mlxgrpc.v1.GraphCapabilities.speculation:type_name -> mlxgrpc.v1.SpeculationCapabilities
+	6,  // 4: mlxgrpc.v1.GraphCapabilities.media:type_name -> mlxgrpc.v1.MediaSupport
+	7,  // 5: mlxgrpc.v1.GraphCapabilities.native_draft:type_name -> mlxgrpc.v1.NativeDraft
+	8,  // 6: mlxgrpc.v1.GraphCapabilities.prefill:type_name -> mlxgrpc.v1.PrefillCapabilities
+	9,  // 7: mlxgrpc.v1.GraphCapabilities.speculation:type_name -> mlxgrpc.v1.SpeculationCapabilities
 	2,  // 8: mlxgrpc.v1.GraphCapabilities.response_formats:type_name -> mlxgrpc.v1.ResponseFormatKind
 	3,  // 9: mlxgrpc.v1.ModelInfo.kind:type_name -> mlxgrpc.v1.ModelKind
-	4,  // 10: mlxgrpc.v1.ModelInfo.graph:type_name -> mlxgrpc.v1.GraphDescriptor
-	9,  // 11: mlxgrpc.v1.ModelInfo.capabilities:type_name -> mlxgrpc.v1.GraphCapabilities
-	12, // 12: mlxgrpc.v1.MemoryPlan.streamed_weights:type_name -> mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	5,  // 10: mlxgrpc.v1.ModelInfo.graph:type_name -> mlxgrpc.v1.GraphDescriptor
+	10, // 11: mlxgrpc.v1.ModelInfo.capabilities:type_name -> mlxgrpc.v1.GraphCapabilities
+	12, // 12: mlxgrpc.v1.ModelInfo.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	4,  // 13: mlxgrpc.v1.AdapterInfo.kind:type_name -> mlxgrpc.v1.AdapterKind
+	14, // 14: mlxgrpc.v1.MemoryPlan.streamed_weights:type_name -> mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_model_proto_init() }
@@ -1225,14 +1444,14 @@ func file_mlxgrpc_v1_model_proto_init() {
 		return
 	}
 	file_mlxgrpc_v1_generation_proto_init()
-	file_mlxgrpc_v1_model_proto_msgTypes[7].OneofWrappers = []any{}
+	file_mlxgrpc_v1_model_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_model_proto_rawDesc), len(file_mlxgrpc_v1_model_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   9,
+			NumEnums:      5,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -57,6 +57,7 @@ def generate_request(
     prompt: Prompt,
     *,
     model: str = "",
+    adapter: str = "",
     request_id: str = "",
     max_tokens: int | None = None,
     sampling: pb.SamplingParams | Mapping[str, Any] | None = None,
@@ -74,6 +75,7 @@ def generate_request(
     ``(role, content)`` pairs, or ``pb.ChatMessages``), or a whole ``pb.GenerateRequest``
     that the keyword arguments then override. ``sampling``/``stopping`` take the message
     or a dict of its fields; ``max_tokens`` is a shortcut for ``stopping.max_tokens``;
+    ``adapter`` names a loaded LoRA/DoRA adapter of the model (empty: the base model);
     ``response_format`` (structured output) takes the message or a dict such as
     ``{"regex": "[0-9]+"}`` or ``{"choice": {"options": ["yes", "no"]}}``, and
     ``json_schema`` is a shortcut for ``response_format.json_schema`` (a dict is
@@ -102,6 +104,8 @@ def generate_request(
         raise TypeError(f"unsupported prompt type {type(prompt).__name__}")
     if model:
         req.model = model
+    if adapter:
+        req.adapter = adapter
     if request_id:
         req.request_id = request_id
     if not req.request_id:

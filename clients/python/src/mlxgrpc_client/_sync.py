@@ -163,6 +163,22 @@ class Client:
         waiting requests, KV memory, the prefix cache, recent tokens per second."""
         return self._unary(self.stub.GetLoad, pb.GetLoadRequest(model=model), timeout)
 
+    def load_adapter(self, name: str, path: str, *, model: str = "",
+                     timeout: Any = DEFAULT) -> pb.LoadAdapterResponse:
+        """Loads the adapter directory ``path`` (on the server) as ``name``; the response
+        has its ``adapter`` info and the names ``evicted`` to stay within the limit."""
+        req = pb.LoadAdapterRequest(model=model, name=name, path=path)
+        return self._unary(self.stub.LoadAdapter, req, timeout)
+
+    def unload_adapter(self, name: str, *, model: str = "", timeout: Any = DEFAULT) -> pb.AdapterInfo:
+        """Unloads adapter ``name``; returns once the requests using it have finished."""
+        req = pb.UnloadAdapterRequest(model=model, name=name)
+        return self._unary(self.stub.UnloadAdapter, req, timeout).adapter
+
+    def list_adapters(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ListAdaptersResponse:
+        """The adapters loaded on ``model`` (empty: the default generation model)."""
+        return self._unary(self.stub.ListAdapters, pb.ListAdaptersRequest(model=model), timeout)
+
     def close(self) -> None:
         self.channel.close()
 

@@ -172,6 +172,21 @@ class AsyncClient:
         waiting requests, KV memory, the prefix cache, recent tokens per second."""
         return await self._unary(self.stub.GetLoad, pb.GetLoadRequest(model=model), timeout)
 
+    async def load_adapter(self, name: str, path: str, *, model: str = "",
+                           timeout: Any = DEFAULT) -> pb.LoadAdapterResponse:
+        """Loads the adapter directory ``path`` (on the server) as ``name``."""
+        req = pb.LoadAdapterRequest(model=model, name=name, path=path)
+        return await self._unary(self.stub.LoadAdapter, req, timeout)
+
+    async def unload_adapter(self, name: str, *, model: str = "", timeout: Any = DEFAULT) -> pb.AdapterInfo:
+        """Unloads adapter ``name``; returns once the requests using it have finished."""
+        req = pb.UnloadAdapterRequest(model=model, name=name)
+        return (await self._unary(self.stub.UnloadAdapter, req, timeout)).adapter
+
+    async def list_adapters(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ListAdaptersResponse:
+        """The adapters loaded on ``model`` (empty: the default generation model)."""
+        return await self._unary(self.stub.ListAdapters, pb.ListAdaptersRequest(model=model), timeout)
+
     async def close(self) -> None:
         await self.channel.close()
 

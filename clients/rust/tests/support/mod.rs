@@ -65,3 +65,25 @@ pub fn token_ids(events: &[Event]) -> Vec<i32> {
         .flatten()
         .collect()
 }
+
+/// The first adapter of the default generation model (ListAdapters); a server with
+/// none fails the adapter tests (serve it with `--adapter NAME=DIR`).
+pub async fn loaded_adapter(s: &Live) -> pb::AdapterInfo {
+    let listed = s.client.list_adapters("").await.expect("ListAdapters");
+    assert_eq!(listed.model, s.generator.name);
+    assert!(listed.max_adapters > 0);
+    listed.adapters.into_iter().next().unwrap_or_else(|| {
+        panic!(
+            "model {} has no adapter loaded (serve it with --adapter NAME=DIR)",
+            s.generator.name
+        )
+    })
+}
+
+/// `exact(prompt, max_tokens)` with `adapter` ("" for the base model).
+pub fn with_adapter(prompt: &str, max_tokens: i32, adapter: &str) -> pb::GenerateRequest {
+    pb::GenerateRequest {
+        adapter: adapter.into(),
+        ..exact(prompt, max_tokens)
+    }
+}

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "request_id", "session_id", "text", "tokens", "chat", "sampling", "stopping", "logprobs", "top_logprobs", "bypass_prefix_cache", "speculation", "response_format")
+    __slots__ = ("model", "request_id", "session_id", "text", "tokens", "chat", "sampling", "stopping", "logprobs", "top_logprobs", "bypass_prefix_cache", "speculation", "response_format", "adapter")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,7 @@ class GenerateRequest(_message.Message):
     BYPASS_PREFIX_CACHE_FIELD_NUMBER: _ClassVar[int]
     SPECULATION_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
     model: str
     request_id: str
     session_id: str
@@ -36,7 +37,8 @@ class GenerateRequest(_message.Message):
     bypass_prefix_cache: bool
     speculation: _generation_pb2.SpeculationOptions
     response_format: _generation_pb2.ResponseFormat
-    def __init__(self, model: _Optional[str] = ..., request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., text: _Optional[str] = ..., tokens: _Optional[_Union[_generation_pb2.TokenIds, _Mapping]] = ..., chat: _Optional[_Union[_generation_pb2.ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[_generation_pb2.SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[_generation_pb2.StoppingCriteria, _Mapping]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., bypass_prefix_cache: _Optional[bool] = ..., speculation: _Optional[_Union[_generation_pb2.SpeculationOptions, _Mapping]] = ..., response_format: _Optional[_Union[_generation_pb2.ResponseFormat, _Mapping]] = ...) -> None: ...
+    adapter: str
+    def __init__(self, model: _Optional[str] = ..., request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., text: _Optional[str] = ..., tokens: _Optional[_Union[_generation_pb2.TokenIds, _Mapping]] = ..., chat: _Optional[_Union[_generation_pb2.ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[_generation_pb2.SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[_generation_pb2.StoppingCriteria, _Mapping]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., bypass_prefix_cache: _Optional[bool] = ..., speculation: _Optional[_Union[_generation_pb2.SpeculationOptions, _Mapping]] = ..., response_format: _Optional[_Union[_generation_pb2.ResponseFormat, _Mapping]] = ..., adapter: _Optional[str] = ...) -> None: ...
 
 class GenerationStarted(_message.Message):
     __slots__ = ("request_id", "model", "prompt_tokens", "cached_tokens")
@@ -193,6 +195,54 @@ class ListModelsResponse(_message.Message):
     MODELS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[_model_pb2.ModelInfo]
     def __init__(self, models: _Optional[_Iterable[_Union[_model_pb2.ModelInfo, _Mapping]]] = ...) -> None: ...
+
+class LoadAdapterRequest(_message.Message):
+    __slots__ = ("model", "name", "path")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    name: str
+    path: str
+    def __init__(self, model: _Optional[str] = ..., name: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class LoadAdapterResponse(_message.Message):
+    __slots__ = ("adapter", "evicted")
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_FIELD_NUMBER: _ClassVar[int]
+    adapter: _model_pb2.AdapterInfo
+    evicted: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, adapter: _Optional[_Union[_model_pb2.AdapterInfo, _Mapping]] = ..., evicted: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UnloadAdapterRequest(_message.Message):
+    __slots__ = ("model", "name")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    name: str
+    def __init__(self, model: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class UnloadAdapterResponse(_message.Message):
+    __slots__ = ("adapter",)
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    adapter: _model_pb2.AdapterInfo
+    def __init__(self, adapter: _Optional[_Union[_model_pb2.AdapterInfo, _Mapping]] = ...) -> None: ...
+
+class ListAdaptersRequest(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class ListAdaptersResponse(_message.Message):
+    __slots__ = ("model", "adapters", "max_adapters")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    adapters: _containers.RepeatedCompositeFieldContainer[_model_pb2.AdapterInfo]
+    max_adapters: int
+    def __init__(self, model: _Optional[str] = ..., adapters: _Optional[_Iterable[_Union[_model_pb2.AdapterInfo, _Mapping]]] = ..., max_adapters: _Optional[int] = ...) -> None: ...
 
 class GetLoadRequest(_message.Message):
     __slots__ = ("model",)

@@ -1,5 +1,6 @@
 package dev.mlxgrpc.client;
 
+import dev.mlxgrpc.v1.AdapterInfo;
 import dev.mlxgrpc.v1.CancelRequest;
 import dev.mlxgrpc.v1.EmbedRequest;
 import dev.mlxgrpc.v1.EmbedResponse;
@@ -10,11 +11,16 @@ import dev.mlxgrpc.v1.GetModelInfoRequest;
 import dev.mlxgrpc.v1.InferenceServiceGrpc;
 import dev.mlxgrpc.v1.InferenceServiceGrpc.InferenceServiceBlockingStub;
 import dev.mlxgrpc.v1.InferenceServiceGrpc.InferenceServiceStub;
+import dev.mlxgrpc.v1.ListAdaptersRequest;
+import dev.mlxgrpc.v1.ListAdaptersResponse;
 import dev.mlxgrpc.v1.ListModelsRequest;
+import dev.mlxgrpc.v1.LoadAdapterRequest;
+import dev.mlxgrpc.v1.LoadAdapterResponse;
 import dev.mlxgrpc.v1.MemoryPlan;
 import dev.mlxgrpc.v1.ModelInfo;
 import dev.mlxgrpc.v1.ModelLoad;
 import dev.mlxgrpc.v1.PlanMemoryRequest;
+import dev.mlxgrpc.v1.UnloadAdapterRequest;
 import io.grpc.Channel;
 import io.grpc.Deadline;
 import io.grpc.ManagedChannel;
@@ -213,6 +219,35 @@ public final class MlxGrpcClient implements AutoCloseable {
     PlanMemoryRequest request =
         PlanMemoryRequest.newBuilder().setModel(model).setContextTokens(contextTokens).build();
     return unary(stub -> stub.planMemory(request)).getPlan();
+  }
+
+  /**
+   * Loads the adapter directory {@code path} (on the server, as mlx_lm.lora writes it) as {@code
+   * name} for {@code model} (empty: the default generation model); a Generate request then picks
+   * it with {@code setAdapter(name)}. The response carries the adapters evicted to make room.
+   */
+  public LoadAdapterResponse loadAdapter(String model, String name, String path) {
+    LoadAdapterRequest request =
+        LoadAdapterRequest.newBuilder()
+            .setModel(model == null ? "" : model)
+            .setName(name)
+            .setPath(path)
+            .build();
+    return unary(stub -> stub.loadAdapter(request));
+  }
+
+  /** Unloads an adapter; returns once the requests already using it have finished. */
+  public AdapterInfo unloadAdapter(String model, String name) {
+    UnloadAdapterRequest request =
+        UnloadAdapterRequest.newBuilder().setModel(model == null ? "" : model).setName(name).build();
+    return unary(stub -> stub.unloadAdapter(request)).getAdapter();
+  }
+
+  /** The adapters loaded on {@code model}; an empty name selects the default generation model. */
+  public ListAdaptersResponse listAdapters(String model) {
+    ListAdaptersRequest request =
+        ListAdaptersRequest.newBuilder().setModel(model == null ? "" : model).build();
+    return unary(stub -> stub.listAdapters(request));
   }
 
   @Override

@@ -3,11 +3,13 @@ package dev.mlxgrpc.client;
 import static dev.mlxgrpc.client.LiveServer.exact;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.google.rpc.ErrorInfo;
+import dev.mlxgrpc.v1.AdapterInfo;
 import dev.mlxgrpc.v1.ChatMessage;
 import dev.mlxgrpc.v1.ChatMessages;
 import dev.mlxgrpc.v1.DetokenizeRequest;
@@ -18,7 +20,9 @@ import dev.mlxgrpc.v1.GenerateRequest;
 import dev.mlxgrpc.v1.GenerateResponse;
 import dev.mlxgrpc.v1.GenerationFinished;
 import dev.mlxgrpc.v1.InferenceServiceGrpc;
+import dev.mlxgrpc.v1.ListAdaptersResponse;
 import dev.mlxgrpc.v1.ListModelsRequest;
+import dev.mlxgrpc.v1.LoadAdapterResponse;
 import dev.mlxgrpc.v1.ModelInfo;
 import dev.mlxgrpc.v1.ModelKind;
 import dev.mlxgrpc.v1.ModelLoad;
@@ -338,5 +342,59 @@ class MlxGrpcClientTest {
     int rawPrompt = raw.started().orElseThrow().getPromptTokens();
     assertTrue(chatPrompt > rawPrompt, "template adds tokens: " + chatPrompt + " vs " + rawPrompt);
     assertEquals(3, templated.tokenIds().size());
+  }
+
+  // --- adapters: the default generation model's first loaded adapter (ListAdapters) is used,
+  // and loaded again from its directory under another name.
+
+  private static AdapterInfo loadedAdapter() {
+    ListAdaptersResponse listed = client.listAdapters("");
+    assertEquals(server.generator.getName(), listed.getModel());
+    assertTrue(listed.getMaxAdapters() > 0);
+    if (listed.getAdaptersCount() == 0) {
+      LiveServer.unavailable(
+          server.generator.getName() + " has no adapter loaded (serve it with --adapter NAME=DIR)");
+    }
+    return listed.getAdapters(0);
+  }
+
+  private static List<Integer> adapterTokens(String adapter, int maxTokens) {
+    return tokenIds(drain(exact("The quick brown fox", maxTokens).toBuilder().setAdapter(adapter).build()));
+  }
+
+  @Test
+  void generateWithAnAdapterChangesTheOutput() {
+    AdapterInfo adapter = loadedAdapter();
+    List<Integer> tuned = adapterTokens(adapter.getName(), 8);
+    assertEquals(8, tuned.size());
+    assertNotEquals(adapterTokens("", 8), tuned);
+    StatusRuntimeException e =
+        assertThrows(StatusRuntimeException.class, () -> adapterTokens("no-such-adapter", 2));
+    ErrorDetails d = ErrorDetails.from(e);
+    assertEquals(Status.Code.NOT_FOUND, d.code());
+    assertEquals("ADAPTER_NOT_FOUND", d.errorInfo().orElseThrow().getReason());
+  }
+
+  @Test
+  void loadUseAndUnloadAnAdapter() {
+    AdapterInfo adapter = loadedAdapter();
+    LoadAdapterResponse loaded = client.loadAdapter("", "java-client", adapter.getSource());
+    AdapterInfo info = loaded.getAdapter();
+    assertEquals("java-client", info.getName());
+    assertEquals(adapter.getKind(), info.getKind());
+    assertEquals(adapter.getBytes(), info.getBytes());
+    assertEquals(
+        adapterTokens(adapter.getName(), 8),
+        adapterTokens("java-client", 8),
+        "the same weights under another name");
+    assertEquals("java-client", client.unloadAdapter("", "java-client").getName());
+    assertTrue(
+        client.listAdapters("").getAdaptersList().stream()
+            .noneMatch(a -> a.getName().equals("java-client")));
+    StatusRuntimeException e =
+        assertThrows(
+            StatusRuntimeException.class,
+            () -> client.loadAdapter("", "nothing", "/nonexistent/adapter"));
+    assertEquals(List.of("path"), ErrorDetails.from(e).violationFields());
   }
 }
