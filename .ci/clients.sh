@@ -1,26 +1,45 @@
 #!/usr/bin/env bash
-# Starts one live server on a fixture model (plus the embedded MiniLM), then runs
-# the grpcurl checks (reflection only, no proto files) and every client's ci.sh.
+# Starts two live servers the way a user would: the default one (bash scripts/serve.sh: the
+# embedded SmolLM2 + MiniLM) and the test fixture ("llama" + MiniLM), each with an adapter.
+# Then the grpcurl checks (reflection only, no proto files) against both, every client's
+# ci.sh (example against the default server, tests against both), and every README's
+# outside-consumer recipe.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PORT=${MLXGRPC_PORT:-50051}
-export MLXGRPC_ADDRESS="localhost:$PORT"
+DEFAULT_PORT=${MLXGRPC_PORT:-50051}
+FIXTURE_PORT=$((DEFAULT_PORT + 1))
+DEFAULT="localhost:$DEFAULT_PORT"
+FIXTURE="localhost:$FIXTURE_PORT"
+# A live test that cannot run (no server, no embedding model, no adapter) fails instead of skipping.
+export MLXGRPC_REQUIRE_LIVE=1
 WORK=$(mktemp -d)
 .venv/bin/python -m tests.fixtures "$WORK/models" >/dev/null
-.venv/bin/mlx-grpc serve --host 127.0.0.1 --port "$PORT" --model "llama=$WORK/models/llama" \
-  --max-active 4 --max-queued 16 --grace 5 >"$WORK/server.log" 2>&1 &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
-.venv/bin/python .ci/wait_healthy.py "$MLXGRPC_ADDRESS" 120 || { cat "$WORK/server.log"; exit 1; }
+# Each server starts with an adapter "tone" (random LoRA weights shaped for its model), so
+# the adapter checks and every client's adapter tests run against both.
+DEFAULT_MODEL=$(.venv/bin/python -c 'from engine.loading.embedded import default_generation_model as m; print(m())')
+.venv/bin/python -m tests.fixtures.adapters "$DEFAULT_MODEL" "$WORK/default-tone" >/dev/null
+# A short admission queue, so the clients' retry tests fill it in a moment.
+bash scripts/serve.sh --host 127.0.0.1 --port "$DEFAULT_PORT" --max-queued 8 --grace 5 \
+  --adapter "tone=$WORK/default-tone" >"$WORK/default.log" 2>&1 &
+DEFAULT_PID=$!
+.venv/bin/mlx-grpc serve --host 127.0.0.1 --port "$FIXTURE_PORT" --model "llama=$WORK/models/llama" \
+  --adapter "tone=$WORK/models/adapters/tone" \
+  --max-active 4 --max-queued 16 --grace 5 >"$WORK/fixture.log" 2>&1 &
+FIXTURE_PID=$!
+trap 'kill $DEFAULT_PID $FIXTURE_PID 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+.venv/bin/python .ci/wait_healthy.py "$FIXTURE" 120 || { cat "$WORK/fixture.log"; exit 1; }
+.venv/bin/python .ci/wait_healthy.py "$DEFAULT" 300 || { cat "$WORK/default.log"; exit 1; }
 
-bash .ci/grpcurl.sh "$MLXGRPC_ADDRESS"
-for lang in python go typescript rust java; do
-  if [ -f "clients/$lang/ci.sh" ]; then
-    printf '\n--- client: %s (%ss)\n' "$lang" "$SECONDS"
-    bash "clients/$lang/ci.sh"
-  fi
+for address in "$DEFAULT" "$FIXTURE"; do
+  bash .ci/grpcurl.sh "$address"
 done
+for lang in python go typescript rust java; do
+  printf '\n--- client: %s (%ss)\n' "$lang" "$SECONDS"
+  bash "clients/$lang/ci.sh" "$DEFAULT" "$FIXTURE"
+done
+printf '\n--- outside-consumer recipes (%ss)\n' "$SECONDS"
+bash .ci/consumers.sh "$DEFAULT"
 
-kill -TERM $SERVER
-wait $SERVER && echo "server drained and exited 0"
+kill -TERM $DEFAULT_PID $FIXTURE_PID
+wait $DEFAULT_PID && wait $FIXTURE_PID && echo "servers drained and exited 0"
 trap - EXIT

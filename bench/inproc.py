@@ -13,11 +13,12 @@ import engine  # noqa: F401  - BLAS before mlx
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from engine.generation.engine import GenerationConfig, GenerationEngine
+from engine.generation.config import GenerationConfig
+from engine.generation.engine import GenerationEngine
 from engine.loading.model import LoadedModel
 from engine.requests import GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
 from engine.events import Delta, Finished, Started
-from engine.generation.scheduler import SchedulerConfig
+from engine.generation.config import SchedulerConfig
 
 
 # -- physical limit ------------------------------------------------------------------------

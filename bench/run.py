@@ -67,6 +67,16 @@ QUICK = Plan(reps=2, decode_tokens=32, prefill_tokens=500, prefill_reps=1, level
              level_reps=1, prefix_tokens=500, prefix_reps=2, embed_texts=64, embed_reps=1, long_tokens=1000,
              long_decode_tokens=16, long_reps=1)
 
+    def publish(self, command: str, started: float, markdown: bool, path: str | None) -> None:
+        """Records the command and the wall time since ``started``, prints the report
+        and writes it to ``path`` too when given."""
+        self.facts["command"] = command
+        self.facts["wall time"] = f"{time.perf_counter() - started:.0f} s"
+        text = self.render(markdown)
+        print(text)
+        if path:
+            Path(path).write_text(text + "\n")
+
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -97,7 +107,7 @@ async def run_all(args, plan: Plan, model_dir: Path, embed_dir: Path | None, rep
 
     local = InProcessEngine(model_dir) if want & {"decode", "prefill", "overhead", "kernels"} else None
     direct = DirectEmbedder(embed_dir) if "embed" in want else None
-    ours = OurServer(model_dir, embed_dir if "embed" in want else None, log_dir)
+    ours = OurServer(model_dir, embed_dir if "embed" in want else None, log_dir, extra=args.serve_arg)
     anchor = AnchorServer(model_dir, log_dir) if "concurrency" in want else None
     try:
         log("starting the in-process engine and the servers" + (" (ours, mlx_lm.server)" if anchor else ""))
@@ -227,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="only print where a decode step and a prefill chunk spend their time, stock vs kernels")
     p.add_argument("--max-load", type=float, default=0.0,
                    help="wait (up to 2 min) for the 1-min load average to drop below this first (0: don't)")
+    p.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+                   help="an extra flag for our server's `serve` (repeatable), e.g. --serve-arg=--speculation=off")
     args = p.parse_args(argv)
     args.only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = set(args.only) - set(SECTIONS)

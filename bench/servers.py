@@ -58,12 +58,14 @@ class Subprocess:
 # -- ours ------------------------------------------------------------------------------------
 
 class OurServer:
-    def __init__(self, model_dir: Path, embedding_dir: Path | None, log_dir: Path, max_active: int = 32):
+    def __init__(self, model_dir: Path, embedding_dir: Path | None, log_dir: Path, max_active: int = 32,
+                 extra: list[str] | None = None):
         self.port = free_port()
         argv = [sys.executable, "-m", "service", "--log-level", "WARNING", "serve",
                 "--host", "127.0.0.1", "--port", str(self.port), "--model", f"bench={model_dir}",
                 "--max-active", str(max_active), "--max-queued", "64"]
         argv += ["--embedding-model", f"embed={embedding_dir}"] if embedding_dir else ["--no-embedding"]
+        argv += extra or []
         self.proc = Subprocess("ours", argv, log_dir)
         self.channel: grpc.aio.Channel | None = None
         self.stub: pb_grpc.InferenceServiceStub | None = None

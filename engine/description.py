@@ -9,6 +9,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from .adapters.info import AdapterInfo
+from .requests import SpeculationMode
+
 
 class ModelKind(enum.Enum):
     GENERATION = "generation"
@@ -26,10 +29,15 @@ class GraphDescriptor:
 
 @dataclass(frozen=True)
 class Speculation:
+    """What speculative verification covers for a model, and how requests may ask for it."""
+
     adapters: bool = False
     logprobs: bool = False
     external_tokens: bool = False
     grammar_proposals: bool = False
+    modes: tuple[SpeculationMode, ...] = ()  # empty: the model does not speculate
+    default_mode: SpeculationMode = SpeculationMode.OFF
+    draft_model: str = ""
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,7 @@ class Capabilities:
     prefill_bounded_workspace: bool = False
     speculation: Speculation = field(default_factory=Speculation)
     generation: bool = True
+    response_formats: tuple[str, ...] = ()  # structured-output formats Generate accepts ("json_schema", ...)
 
 
 @dataclass(frozen=True)
@@ -62,3 +71,5 @@ class ModelDescription:
     blas: str
     embedding_dimensions: int
     source: str
+    adapters: tuple[AdapterInfo, ...] = ()  # loaded adapters
+    max_adapters: int = 0  # adapters that may be loaded at once (0: none)

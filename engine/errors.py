@@ -6,6 +6,14 @@ Every error carries a machine-readable ``reason`` (UPPER_SNAKE) and ``metadata``
 
 from __future__ import annotations
 
+ECHO_CHARS = 64  # the most characters of a client's string an error message repeats
+
+
+def echo(text: str, limit: int = ECHO_CHARS) -> str:
+    """A client-chosen string as an error message may repeat it: quoted, control
+    characters escaped, cut to ``limit`` characters."""
+    return repr(text[:limit]) + (f"... ({len(text)} characters)" if len(text) > limit else "")
+
 
 class EngineError(Exception):
     """Base class. ``reason`` is stable and machine-readable."""
@@ -36,8 +44,8 @@ class ModelNotFound(EngineError):
 
     def __init__(self, name: str, available: list[str]):
         super().__init__(
-            f"model {name!r} is not served; available: {', '.join(available) or 'none'}",
-            metadata={"model": name},
+            f"model {echo(name)} is not served; available: {', '.join(available) or 'none'}",
+            metadata={"model": name[:ECHO_CHARS]},
         )
 
 
@@ -91,3 +99,38 @@ class EngineFailure(EngineError):
     to show to clients; details are logged with the request id."""
 
     reason = "ENGINE_FAILURE"
+
+
+class AdapterNotFound(EngineError):
+    """No loaded adapter of the model has this name (NOT_FOUND)."""
+
+    reason = "ADAPTER_NOT_FOUND"
+
+    def __init__(self, model: str, name: str, available: list[str]):
+        super().__init__(
+            f"adapter {name!r} is not loaded on model {model!r}; loaded: {', '.join(available) or 'none'}",
+            metadata={"model": model, "adapter": name})
+
+
+class AdapterExists(EngineError):
+    """An adapter of this name is already loaded, or being loaded (ALREADY_EXISTS)."""
+
+    reason = "ADAPTER_EXISTS"
+
+
+class AdapterMismatch(EngineError):
+    """The adapter does not fit its base model: layer names, shapes or rank differ,
+    or it targets layers that take no adapters here (FAILED_PRECONDITION)."""
+
+    reason = "ADAPTER_MISMATCH"
+
+
+class AdapterCapacity(EngineError):
+    """No room for another adapter now: every slot is held by adapters in use, or its
+    bytes do not fit beside the running requests; retry later (RESOURCE_EXHAUSTED)."""
+
+    reason = "ADAPTER_CAPACITY"
+
+    def __init__(self, message: str, *, metadata: dict[str, str] | None = None, retry_after_s: float = 1.0):
+        super().__init__(message, metadata={**(metadata or {}), "retry_after_s": f"{retry_after_s:g}"})
+        self.retry_after_s = retry_after_s

@@ -48,6 +48,8 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
+    draft_tokens: int = 0  # drafts verified by speculative decoding
+    accepted_draft_tokens: int = 0  # of those, the ones the output kept
 
 
 @dataclass(frozen=True)

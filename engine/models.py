@@ -9,6 +9,7 @@ from .description import ModelDescription
 from .embedding.engine import EmbeddingEngine
 from .errors import ModelNotFound, NotReady, Unsupported
 from .generation.engine import GenerationEngine
+from .validation import Limits
 
 Engine = Union[GenerationEngine, EmbeddingEngine]
 
@@ -84,3 +85,16 @@ class ModelSet:
         if not engine.ready:
             raise NotReady(f"model {engine.name!r} is not ready", retry_after_s=2.0)
         return engine
+
+
+def sized_limits(engine: Engine) -> Limits:
+    """The engine's limits with the zeros sized to its model's context."""
+    if isinstance(engine, GenerationEngine):
+        return engine.config.limits.for_context(engine.loaded.context_length)
+    return engine.limits.for_context(engine.model.max_length)
+
+
+def text_limit(engine: Engine) -> int:
+    """The most UTF-8 bytes of text the engine tokenizes as one piece (a prompt, an input)."""
+    limits = sized_limits(engine)
+    return limits.max_prompt_bytes if isinstance(engine, GenerationEngine) else limits.max_embed_input_bytes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence, Union
 
@@ -74,6 +75,41 @@ class StopOptions:
     ignore_eos: bool = False
 
 
+class SpeculationMode(enum.Enum):
+    DEFAULT = "default"  # whatever the server is configured to do
+    OFF = "off"
+    NGRAM = "ngram"  # prompt lookup: drafts copied from the sequence's own earlier tokens
+    DRAFT = "draft"  # a draft model with the same tokenizer
+
+
+@dataclass(frozen=True)
+class SpeculationOptions:
+    """Speculative decoding for one request. It never changes the output."""
+
+    mode: SpeculationMode = SpeculationMode.DEFAULT
+    num_draft_tokens: int = 0  # most drafts verified per step; 0: the server's default
+
+
+class FormatKind(enum.Enum):
+    """Which structured-output format a request asks for (the API's oneof names)."""
+
+    JSON_SCHEMA = "json_schema"
+    JSON_OBJECT = "json_object"
+    REGEX = "regex"
+    GRAMMAR = "grammar"  # Lark syntax as llguidance reads it
+    CHOICE = "choice"
+
+
+@dataclass(frozen=True)
+class ResponseFormat:
+    """Structured output: the generated text must match ``text`` (a JSON Schema, a
+    regex or a grammar), be any JSON object, or be exactly one of ``options``."""
+
+    kind: FormatKind
+    text: str = ""
+    options: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     prompt: Prompt
@@ -85,6 +121,9 @@ class GenerationRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     bypass_prefix_cache: bool = False
+    speculation: SpeculationOptions = SpeculationOptions()
+    response_format: ResponseFormat | None = None
+    adapter: str = ""  # a loaded adapter's name; "" for the base model
 
 
 @dataclass(frozen=True)

@@ -1,40 +1,121 @@
-"""Checks a generation request against the model's facts and the server's limits.
+"""Checks a request against the model's facts and the server's limits, before any work.
 
 Each failure raises ``InvalidRequest`` naming the field by its path in the API
 (e.g. ``sampling.top_p``), so the service can report it as a BadRequest violation.
+Sizes come first, cheapest first: identifiers and counts of repeated fields (free
+to measure on the wire message too, so the service checks them before converting
+it), then bytes of text, then values. Nothing is rendered or tokenized before that.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Iterable
 
 from .errors import InvalidRequest
-from .requests import GenerationRequest, SamplingOptions, StopOptions
+from .requests import ChatPrompt, GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
+
+# Text allowed per token of context where a byte limit is left at 0: tokens of real
+# text average 3-5 bytes, and few vocabularies hold tokens longer than 32 bytes.
+BYTES_PER_TOKEN = 32
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-request limits (configurable from the command line)."""
+    """Per-request limits (configurable from the command line). The zeros are sized to
+    each model's context by ``for_context``."""
 
     max_tokens: int = 4096  # cap on generated tokens per request
-    max_prompt_tokens: int = 0  # 0: the model's context length
+    max_prompt_tokens: int = 0  # 0: the model's context length - 1
+    max_prompt_bytes: int = 0  # UTF-8 bytes of text or chat (roles and contents); 0: BYTES_PER_TOKEN per prompt token
+    max_chat_messages: int = 0  # 0: one per prompt token
     max_top_logprobs: int = 20
     max_stop_strings: int = 16
-    max_stop_length: int = 256
-    max_logit_bias: int = 1024
-    max_request_id_length: int = 128
+    max_stop_length: int = 256  # characters per stop string
+    max_logit_bias: int = 1024  # entries of sampling.logit_bias
+    max_stop_token_ids: int = 1024
+    max_request_id_length: int = 128  # characters, also for session ids and model names
     max_embed_inputs: int = 256
+    max_embed_input_bytes: int = 0  # per input and for the instruction; 0: BYTES_PER_TOKEN per input token
+
+    def for_context(self, context_length: int) -> Limits:
+        """These limits with the zeros sized to a model of ``context_length`` tokens."""
+        prompt = min(self.max_prompt_tokens or context_length, context_length - 1)
+        return replace(self, max_prompt_tokens=prompt,
+                       max_prompt_bytes=self.max_prompt_bytes or prompt * BYTES_PER_TOKEN,
+                       max_chat_messages=self.max_chat_messages or prompt,
+                       max_embed_input_bytes=self.max_embed_input_bytes or context_length * BYTES_PER_TOKEN)
 
 
-def validate_request(request: GenerationRequest, vocab_size: int, limits: Limits) -> None:
+@dataclass(frozen=True)
+class RequestCounts:
+    """How many elements a generation request's repeated fields hold."""
+
+    prompt_ids: int = 0
+    chat_messages: int = 0
+    stop_strings: int = 0
+    stop_token_ids: int = 0
+    logit_bias: int = 0
+
+
+def validate_request(request: GenerationRequest, vocab_size: int, limits: Limits, context_length: int) -> None:
     """Checks everything that does not need the tokenized prompt."""
-    if len(request.request_id) > limits.max_request_id_length:
-        raise InvalidRequest("request_id", f"must be at most {limits.max_request_id_length} characters")
+    limits = limits.for_context(context_length)
+    check_ids(limits, request_id=request.request_id, session_id=request.session_id)
+    check_counts(counts_of(request), limits)
+    _check_prompt_bytes(request.prompt, limits)
     if request.top_logprobs < 0 or request.top_logprobs > limits.max_top_logprobs:
         raise InvalidRequest("top_logprobs", f"must be between 0 and {limits.max_top_logprobs}")
-    _check_sampling(request.sampling, vocab_size, limits)
-    _check_stopping(request.stopping, vocab_size, limits)
+    _check_sampling(request.sampling, vocab_size)
+    _check_stopping(request.stopping, vocab_size, limits, context_length)
+
+
+def check_ids(limits: Limits, **ids: str) -> None:
+    """Identifiers a client chooses (model, request_id, session_id) are short."""
+    for field, value in ids.items():
+        at_most(field, len(value), limits.max_request_id_length, "characters")
+
+
+def check_counts(counts: RequestCounts, limits: Limits) -> None:
+    """Counts against limits already sized by ``Limits.for_context``."""
+    at_most("tokens.ids", counts.prompt_ids, limits.max_prompt_tokens, "token ids")
+    at_most("chat.messages", counts.chat_messages, limits.max_chat_messages, "messages")
+    at_most("stopping.stop", counts.stop_strings, limits.max_stop_strings, "stop strings")
+    at_most("stopping.stop_token_ids", counts.stop_token_ids, limits.max_stop_token_ids, "ids")
+    at_most("sampling.logit_bias", counts.logit_bias, limits.max_logit_bias, "entries")
+
+
+def counts_of(request: GenerationRequest) -> RequestCounts:
+    prompt = request.prompt
+    return RequestCounts(
+        prompt_ids=len(prompt.ids) if isinstance(prompt, TokenPrompt) else 0,
+        chat_messages=len(prompt.messages) if isinstance(prompt, ChatPrompt) else 0,
+        stop_strings=len(request.stopping.stop), stop_token_ids=len(request.stopping.stop_token_ids),
+        logit_bias=len(request.sampling.logit_bias))
+
+
+def at_most(field: str, count: int, limit: int, what: str) -> None:
+    if count > limit:
+        raise InvalidRequest(field, f"at most {limit} {what}, got {count}")
+
+
+def check_text_bytes(field: str, texts: Iterable[str], limit: int) -> None:
+    """The UTF-8 size of ``texts`` together is at most ``limit`` bytes. A text longer in
+    characters than the limit is refused without being encoded."""
+    total = 0
+    for text in texts:
+        total += len(text) if len(text) > limit else len(text.encode("utf-8", "surrogatepass"))
+        if total > limit:
+            raise InvalidRequest(field, f"at most {limit} bytes of UTF-8 text")
+
+
+def _check_prompt_bytes(prompt, limits: Limits) -> None:
+    if isinstance(prompt, TextPrompt):
+        check_text_bytes("text", (prompt.text,), limits.max_prompt_bytes)
+    elif isinstance(prompt, ChatPrompt):
+        texts = (text for m in prompt.messages for text in (m.role, m.content))
+        check_text_bytes("chat.messages", texts, limits.max_prompt_bytes)
 
 
 def check_token_ids(field: str, ids, vocab_size: int) -> None:
@@ -48,7 +129,7 @@ def _finite(field: str, value: float) -> None:
         raise InvalidRequest(field, "must be a finite number")
 
 
-def _check_sampling(s: SamplingOptions, vocab_size: int, limits: Limits) -> None:
+def _check_sampling(s: SamplingOptions, vocab_size: int) -> None:
     _finite("sampling.temperature", s.temperature)
     if s.temperature < 0:
         raise InvalidRequest("sampling.temperature", "must be >= 0")
@@ -67,24 +148,20 @@ def _check_sampling(s: SamplingOptions, vocab_size: int, limits: Limits) -> None
         raise InvalidRequest("sampling.repetition_context_size", "must be >= 0")
     _finite("sampling.presence_penalty", s.presence_penalty)
     _finite("sampling.frequency_penalty", s.frequency_penalty)
-    if len(s.logit_bias) > limits.max_logit_bias:
-        raise InvalidRequest("sampling.logit_bias", f"at most {limits.max_logit_bias} entries")
     check_token_ids("sampling.logit_bias", s.logit_bias.keys(), vocab_size)
     for value in s.logit_bias.values():
         _finite("sampling.logit_bias", value)
 
 
-def _check_stopping(s: StopOptions, vocab_size: int, limits: Limits) -> None:
+def _check_stopping(s: StopOptions, vocab_size: int, limits: Limits, context_length: int) -> None:
+    longest = min(limits.max_tokens, context_length - 1)
     if s.max_tokens is not None and not 1 <= s.max_tokens <= limits.max_tokens:
         raise InvalidRequest("stopping.max_tokens", f"must be between 1 and {limits.max_tokens}")
-    if s.min_tokens < 0:
-        raise InvalidRequest("stopping.min_tokens", "must be >= 0")
+    if not 0 <= s.min_tokens <= longest:
+        raise InvalidRequest("stopping.min_tokens", f"must be between 0 and {longest} (the most tokens "
+                                                    "a request may generate on this model)")
     if s.max_tokens is not None and s.min_tokens > s.max_tokens:
         raise InvalidRequest("stopping.min_tokens", "must not exceed max_tokens")
-    if len(s.stop) > limits.max_stop_strings:
-        raise InvalidRequest("stopping.stop", f"at most {limits.max_stop_strings} stop strings")
     if any(len(x) > limits.max_stop_length for x in s.stop):
         raise InvalidRequest("stopping.stop", f"each stop string at most {limits.max_stop_length} characters")
-    if len(s.stop_token_ids) > limits.max_logit_bias:
-        raise InvalidRequest("stopping.stop_token_ids", f"at most {limits.max_logit_bias} ids")
     check_token_ids("stopping.stop_token_ids", s.stop_token_ids, vocab_size)

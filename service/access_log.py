@@ -3,6 +3,11 @@
 One line per RPC on the logger ``service.access``: method, peer, request id, status
 code, duration and token counts. ``--log-format json`` makes every log line (the
 access log included) one JSON object; the access log's fields are then top-level keys.
+
+Log lines never carry a client's bytes raw: characters that are not printable
+(control characters, line and paragraph separators, bidi overrides) are escaped in
+every line, text or JSON, and the strings a client chooses (method, ids, model) are
+cut to ``FIELD_CHARS`` in the access log.
 """
 
 from __future__ import annotations
@@ -11,10 +16,35 @@ import json
 import logging
 import time
 
-from .interceptors import CallRecord, Observer
+from .calls import CallRecord, Observer
 
 ACCESS_LOGGER = "service.access"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+FIELD_CHARS = 256  # the most characters of a client-chosen string one access-log field keeps
+
+
+def escape_unprintable(text: str) -> str:
+    """``text`` with every non-printable character as a ``\\uXXXX`` escape (a JSON
+    escape: surrogate pairs beyond the BMP)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(ord(c)) for c in text)
+
+
+def _escape(code: int) -> str:
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+class TextFormatter(logging.Formatter):
+    """The text format, with the message's non-printable characters escaped (a
+    traceback keeps its lines)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_unprintable(record.message)
+        return super().formatMessage(record)
 
 
 class JsonFormatter(logging.Formatter):
@@ -32,13 +62,15 @@ class JsonFormatter(logging.Formatter):
             entry.update(fields)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False, default=str)
+        # json escapes control characters below U+0020 only; the rest of the
+        # non-printable ones can only be inside strings, where \u escapes are valid
+        return escape_unprintable(json.dumps(entry, ensure_ascii=False, default=str))
 
 
 def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     """Root logging to stderr in ``text`` or ``json``."""
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -48,14 +80,16 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
 
 def access_fields(call: CallRecord) -> dict[str, object]:
     fields: dict[str, object] = {
-        "method": call.method,
-        "peer": call.peer,
-        "request_id": call.request_id,
+        "method": _clip(call.method),
+        "peer": _clip(call.peer),
+        "request_id": _clip(call.request_id),
         "code": call.code,
         "duration_ms": round(call.duration_s * 1000, 3),
     }
     if call.model:
-        fields["model"] = call.model
+        fields["model"] = _clip(call.model)
+    if call.adapter:
+        fields["adapter"] = _clip(call.adapter)
     for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "embed_tokens"):
         value = getattr(call, name)
         if value is not None:
@@ -76,9 +110,17 @@ class AccessLog(Observer):
             return
         fields = access_fields(call)
         text = " ".join(f"{k}={_text(v)}" for k, v in fields.items() if k != "method")
-        self.logger.info("%s %s", call.method, text, extra={"fields": fields})
+        self.logger.info("%s %s", _text(fields["method"]), text, extra={"fields": fields})
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= FIELD_CHARS else text[:FIELD_CHARS] + "..."
 
 
 def _text(value: object) -> str:
+    """A value as one token of a text line: quoted (JSON-style, non-printable
+    characters escaped) unless it is plain."""
     s = str(value)
-    return s if s and not any(c.isspace() or c in '"=' for c in s) else json.dumps(s, ensure_ascii=False)
+    if s and s.isprintable() and not any(c.isspace() or c in '"=\\' for c in s):
+        return s
+    return escape_unprintable(json.dumps(s, ensure_ascii=False))

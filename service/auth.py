@@ -20,7 +20,7 @@ from typing import Iterable, Mapping
 import grpc
 from grpc_reflection.v1alpha import reflection
 
-from .interceptors import HEALTH_SERVICE, rejecting, split_method
+from .handlers import HEALTH_SERVICE, is_probe, rejecting, split_method
 from .status import status_of
 
 ENV_VAR = "MLXGRPC_AUTH_TOKENS"
@@ -75,7 +75,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return match
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
-        if split_method(details.method)[0] in self.open_services:
+        if split_method(details.method)[0] in self.open_services or is_probe(details.method):
             return await continuation(details)
         token = bearer_token(details.invocation_metadata)
         if token is not None and self.authorized(token):

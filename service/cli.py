@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from dataclasses import replace
 
 from engine.loading.embedded import default_embedding_model, default_generation_model
 from engine.embedding.engine import EmbeddingEngine
-from engine.generation.engine import GenerationConfig, GenerationEngine
+from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
+from engine.generation.engine import GenerationEngine
+from engine.generation.grammar.formats import GrammarLimits
+from engine.loading.model import default_name
 from engine.models import ModelSet
-from engine.generation.scheduler import SchedulerConfig
-from engine.validation import Limits
+from engine.requests import SpeculationMode
+from engine.validation import BYTES_PER_TOKEN, Limits
 
 from .access_log import configure_logging
 from .auth import ENV_VAR, load_tokens
@@ -26,6 +30,15 @@ def _model_spec(text: str) -> tuple[str, str]:
     """NAME=SOURCE or SOURCE (the name is then derived from the source)."""
     name, sep, source = text.partition("=")
     return (name, source) if sep and source else ("", text)
+
+
+def _adapter_spec(text: str) -> tuple[str, str, str]:
+    """[MODEL:]NAME=DIR -> (model or "" for the default, name, directory)."""
+    target, sep, path = text.partition("=")
+    model, _, name = target.rpartition(":")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected [MODEL:]NAME=DIR, got {text!r}")
+    return model, name, path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,11 +58,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="BERT-family embedding model directory; repeatable; "
                         "default: the embedded all-MiniLM-L6-v2")
     s.add_argument("--no-embedding", action="store_true", help="serve no embedding model")
+    s.add_argument("--adapter", action="append", type=_adapter_spec, default=[], metavar="[MODEL:]NAME=DIR",
+                   help="LoRA/DoRA adapter directory (as mlx_lm.lora writes it) loaded at start for the default "
+                        "generation model, or MODEL; requests select it by NAME; repeatable")
+    s.add_argument("--max-adapters", type=int, default=8,
+                   help="adapters a generation model holds at once; loading beyond it unloads the least "
+                        "recently used idle one")
     s.add_argument("--dtype", default="auto", help="weight dtype: auto (float32 on CPU), float32, float16, bfloat16")
     s.add_argument("--max-active", type=int, default=8, help="rows prefilling or decoding at once per model")
     s.add_argument("--max-queued", type=int, default=64, help="requests waiting for admission per model")
     s.add_argument("--prefill-chunk", type=int, default=256, help="prompt tokens per prefill forward")
     s.add_argument("--tick-tokens", type=int, default=512, help="token budget of one scheduler tick")
+    s.add_argument("--speculation", choices=("off", "ngram", "draft"), default="ngram",
+                   help="speculative decoding for requests that leave it unset (output never changes): "
+                        "ngram = prompt lookup, draft = the model's --draft-model")
+    s.add_argument("--num-draft-tokens", type=int, default=4, help="drafts verified per step by default (at most 8)")
+    s.add_argument("--draft-model", action="append", type=_model_spec, metavar="[MODEL=]SOURCE",
+                   help="a draft model with the same tokenizer for the served MODEL (default: the first); "
+                        "repeatable")
+    s.add_argument("--step-tokens", type=int, default=16,
+                   help="tokens one decode step may feed in all when rows speculate (drafts shrink as "
+                        "the batch grows)")
+    s.add_argument("--speculation-rows", type=int, default=1,
+                   help="rows speculate only in decode steps of at most this many rows (on a CPU, "
+                        "realigning a larger batch's KV after ragged acceptance costs more than drafts save)")
     s.add_argument("--prefix-cache-bytes", type=int, default=512 << 20,
                    help="bytes of KV kept for prefix reuse per model (0 turns the prefix cache off)")
     s.add_argument("--memory-limit", type=int, default=None, metavar="BYTES",
@@ -59,8 +91,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-tokens", type=int, default=4096, help="cap on generated tokens per request")
     s.add_argument("--max-prompt-tokens", type=int, default=0,
                    help="cap on prompt tokens per request (0: the model's context length)")
+    s.add_argument("--max-prompt-bytes", type=int, default=0,
+                   help=f"cap on UTF-8 bytes of a text or chat prompt, and of Tokenize's text "
+                        f"(0: {BYTES_PER_TOKEN} per prompt token allowed)")
+    s.add_argument("--max-chat-messages", type=int, default=0,
+                   help="cap on messages per chat prompt (0: one per prompt token allowed)")
+    s.add_argument("--max-stop-strings", type=int, default=16, help="cap on stop strings per request")
+    s.add_argument("--max-logit-bias", type=int, default=1024,
+                   help="cap on logit_bias entries, and on stop_token_ids, per request")
     s.add_argument("--max-top-logprobs", type=int, default=20, help="cap on top_logprobs")
     s.add_argument("--max-embed-inputs", type=int, default=256, help="cap on inputs per Embed")
+    s.add_argument("--max-embed-input-bytes", type=int, default=0,
+                   help=f"cap on UTF-8 bytes of each Embed input and of its instruction "
+                        f"(0: {BYTES_PER_TOKEN} per token of the embedding model's input length)")
+    s.add_argument("--max-format-bytes", type=int, default=64 << 10,
+                   help="cap on a response_format's schema, regex, grammar or choice options (bytes)")
+    s.add_argument("--format-compile-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="time a response_format may take to compile")
     s.add_argument("--max-message-bytes", type=int, default=16 << 20, help="max gRPC message size")
     s.add_argument("--no-reflection", action="store_true", help="turn server reflection off")
     s.add_argument("--grace", type=float, default=10.0, help="seconds in-flight streams get on shutdown")
@@ -77,29 +124,69 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve Prometheus metrics on this HTTP port (off by default; 0 picks one)")
     s.add_argument("--metrics-host", default="0.0.0.0", help="address of the metrics endpoint")
     s.add_argument("--no-access-log", action="store_true", help="no per-RPC line on the service.access logger")
+    s.add_argument("--no-smg-worker", action="store_true",
+                   help="do not serve SMG's worker contract mlx.grpc.engine.MlxEngine (the Shepherd Model Gateway's)")
 
     sub.add_parser("prepare", help="convert the embedded default models once (shows progress)")
     sub.add_parser("models", help="print where the embedded default models are")
     return parser
 
 
+def build_limits(args: argparse.Namespace) -> Limits:
+    return Limits(max_tokens=args.max_tokens, max_prompt_tokens=args.max_prompt_tokens,
+                  max_prompt_bytes=args.max_prompt_bytes, max_chat_messages=args.max_chat_messages,
+                  max_top_logprobs=args.max_top_logprobs, max_stop_strings=args.max_stop_strings,
+                  max_logit_bias=args.max_logit_bias, max_stop_token_ids=args.max_logit_bias,
+                  max_embed_inputs=args.max_embed_inputs, max_embed_input_bytes=args.max_embed_input_bytes)
+
+
 def build_models(args: argparse.Namespace) -> ModelSet:
-    limits = Limits(max_tokens=args.max_tokens, max_prompt_tokens=args.max_prompt_tokens,
-                    max_top_logprobs=args.max_top_logprobs,
-                    max_embed_inputs=args.max_embed_inputs)
+    limits = build_limits(args)
     config = GenerationConfig(
         dtype=args.dtype, limits=limits, memory_limit_bytes=args.memory_limit,
         memory_reserve_bytes=args.memory_reserve,
+        grammar=GrammarLimits(max_bytes=args.max_format_bytes, compile_timeout_s=args.format_compile_timeout),
         scheduler=SchedulerConfig(max_active=args.max_active, max_queued=args.max_queued,
                                   prefill_chunk=args.prefill_chunk, tick_tokens=args.tick_tokens,
-                                  prefix_cache_bytes=args.prefix_cache_bytes))
+                                  prefix_cache_bytes=args.prefix_cache_bytes, step_tokens=args.step_tokens,
+                                  speculation_rows=args.speculation_rows),
+        speculation=SpeculationConfig(SpeculationMode(args.speculation), args.num_draft_tokens))
     specs = args.model or [(DEFAULT_GENERATION_NAME, str(default_generation_model()))]
-    generation = [GenerationEngine(source, name=name, config=config) for name, source in specs]
+    names = [name or default_name(source) for name, source in specs]
+    adapters = adapters_by_model(args.adapter, names)
+    drafts = _drafts_by_model(args.draft_model or [], names)
+    if args.speculation == "draft" and len(drafts) < len(specs):
+        raise SystemExit("--speculation draft needs a --draft-model for every served model")
+    generation = [GenerationEngine(source, name=name, config=replace(
+        config, adapters=adapters[name], max_adapters=args.max_adapters, draft_model=drafts.get(name)))
+        for name, (_, source) in zip(names, specs)]
     embedding = []
     if not args.no_embedding:
         specs = args.embedding_model or [(DEFAULT_EMBEDDING_NAME, str(default_embedding_model()))]
         embedding = [EmbeddingEngine(source, name=name, limits=limits) for name, source in specs]
     return ModelSet(generation, embedding)
+
+
+def adapters_by_model(specs: list[tuple[str, str, str]], names: list[str]) -> dict[str, tuple]:
+    """Each generation model's (name, dir) adapters from ``--adapter`` values."""
+    out: dict[str, list] = {name: [] for name in names}
+    for model, name, path in specs:
+        if (model or names[0]) not in out:
+            raise ValueError(f"--adapter {model}:{name}: no generation model named {model!r} ({', '.join(names)})")
+        out[model or names[0]].append((name, path))
+    return {model: tuple(pairs) for model, pairs in out.items()}
+
+
+def _drafts_by_model(specs: list[tuple[str, str]], served: list[str]) -> dict[str, str]:
+    """--draft-model [MODEL=]SOURCE -> {served model name: draft source}."""
+    drafts = {}
+    for name, source in specs:
+        target = name or served[0]
+        if target not in served:
+            raise SystemExit(f"--draft-model {name}=...: no served model is called {name!r} "
+                             f"(served: {', '.join(served)})")
+        drafts[target] = source
+    return drafts
 
 
 def _prepare() -> None:
@@ -122,7 +209,8 @@ def server_options(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     return ServerOptions(reflection=not args.no_reflection, max_message_bytes=args.max_message_bytes,
                          grace_s=args.grace, auth_tokens=tokens, auth_open_reflection=args.auth_open_reflection,
                          metrics_port=args.metrics_port, metrics_host=args.metrics_host,
-                         access_log=not args.no_access_log)
+                         access_log=not args.no_access_log, limits=build_limits(args),
+                         smg_worker=not args.no_smg_worker)
 
 
 def tls_credentials(args: argparse.Namespace, parser: argparse.ArgumentParser):
@@ -150,7 +238,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     options = server_options(args, parser)
     credentials = tls_credentials(args, parser)
-    return asyncio.run(serve(f"{args.host}:{args.port}", build_models(args), options, credentials=credentials))
+    if args.max_adapters < 1:
+        parser.error("--max-adapters must be at least 1")
+    try:
+        models = build_models(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return asyncio.run(serve(f"{args.host}:{args.port}", models, options, credentials=credentials))
 
 
 if __name__ == "__main__":

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from engine.adapters.info import AdapterInfo
 from engine.description import ModelDescription, ModelKind
 from engine.events import Delta, Event, FinishReason, Finished, Started
-from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, GenerationRequest,
-                             SamplingOptions, StopOptions, TextPrompt, TokenPrompt)
+from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKind, GenerationRequest,
+                             ResponseFormat, SamplingOptions, SpeculationMode, SpeculationOptions, StopOptions,
+                             TextPrompt, TokenPrompt)
 from engine.errors import InvalidRequest
+from engine.validation import RequestCounts
 
 from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
@@ -19,8 +22,16 @@ _FINISH = {
     FinishReason.CANCELLED: gen_pb.FINISH_REASON_CANCELLED,
     FinishReason.ERROR: gen_pb.FINISH_REASON_ERROR,
 }
+_SPECULATION = {
+    gen_pb.SPECULATION_MODE_UNSPECIFIED: SpeculationMode.DEFAULT,
+    gen_pb.SPECULATION_MODE_OFF: SpeculationMode.OFF,
+    gen_pb.SPECULATION_MODE_NGRAM: SpeculationMode.NGRAM,
+    gen_pb.SPECULATION_MODE_DRAFT: SpeculationMode.DRAFT,
+}
+_SPECULATION_PB = {mode: value for value, mode in _SPECULATION.items()}
 _KIND = {ModelKind.GENERATION: model_pb.MODEL_KIND_GENERATION,
          ModelKind.EMBEDDING: model_pb.MODEL_KIND_EMBEDDING}
+_ADAPTER_KIND = {"lora": model_pb.ADAPTER_KIND_LORA, "dora": model_pb.ADAPTER_KIND_DORA}
 
 
 def generation_request(msg: pb.GenerateRequest) -> GenerationRequest:
@@ -28,7 +39,24 @@ def generation_request(msg: pb.GenerateRequest) -> GenerationRequest:
         prompt=_prompt(msg), request_id=msg.request_id, model=msg.model,
         session_id=msg.session_id, sampling=_sampling(msg.sampling),
         stopping=_stopping(msg.stopping), logprobs=msg.logprobs,
-        top_logprobs=msg.top_logprobs, bypass_prefix_cache=msg.bypass_prefix_cache)
+        top_logprobs=msg.top_logprobs, bypass_prefix_cache=msg.bypass_prefix_cache,
+        speculation=_speculation(msg.speculation),
+        response_format=_response_format(msg.response_format), adapter=msg.adapter)
+
+
+def _speculation(s: gen_pb.SpeculationOptions) -> SpeculationOptions:
+    if s.mode not in _SPECULATION:
+        raise InvalidRequest("speculation.mode", f"unknown mode {s.mode}")
+    return SpeculationOptions(_SPECULATION[s.mode], s.num_draft_tokens)
+
+
+def generation_counts(msg: pb.GenerateRequest) -> RequestCounts:
+    which = msg.WhichOneof("prompt")
+    return RequestCounts(
+        prompt_ids=len(msg.tokens.ids) if which == "tokens" else 0,
+        chat_messages=len(msg.chat.messages) if which == "chat" else 0,
+        stop_strings=len(msg.stopping.stop), stop_token_ids=len(msg.stopping.stop_token_ids),
+        logit_bias=len(msg.sampling.logit_bias))
 
 
 def _prompt(msg: pb.GenerateRequest):
@@ -52,6 +80,20 @@ def _sampling(s: gen_pb.SamplingParams) -> SamplingOptions:
         repetition_context_size=s.repetition_context_size or defaults.repetition_context_size,
         presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty,
         logit_bias=dict(s.logit_bias), seed=s.seed if s.HasField("seed") else None)
+
+
+def _response_format(f: gen_pb.ResponseFormat) -> ResponseFormat | None:
+    which = f.WhichOneof("format")
+    if which is None:
+        return None
+    kind = FormatKind(which)
+    if kind is FormatKind.CHOICE:
+        return ResponseFormat(kind, options=tuple(f.choice.options))
+    if kind is FormatKind.JSON_OBJECT:
+        if not f.json_object:
+            raise InvalidRequest("response_format.json_object", "must be true when set")
+        return ResponseFormat(kind)
+    return ResponseFormat(kind, text=getattr(f, which))
 
 
 def _stopping(s: gen_pb.StoppingCriteria) -> StopOptions:
@@ -80,7 +122,8 @@ def _finished(e: Finished) -> pb.GenerationFinished:
     msg = pb.GenerationFinished(
         reason=_FINISH[e.reason], stop_sequence=e.stop_sequence,
         usage=gen_pb.Usage(prompt_tokens=e.usage.prompt_tokens, completion_tokens=e.usage.completion_tokens,
-                           cached_tokens=e.usage.cached_tokens),
+                           cached_tokens=e.usage.cached_tokens, draft_tokens=e.usage.draft_tokens,
+                           accepted_draft_tokens=e.usage.accepted_draft_tokens),
         timings=gen_pb.Timings(queue_seconds=e.timings.queue_s,
                                time_to_first_token_seconds=e.timings.time_to_first_token_s,
                                decode_tokens_per_second=e.timings.decode_tokens_per_s,
@@ -114,11 +157,24 @@ def model_info(d: ModelDescription) -> model_pb.ModelInfo:
             speculation=model_pb.SpeculationCapabilities(
                 adapters=c.speculation.adapters, logprobs=c.speculation.logprobs,
                 external_tokens=c.speculation.external_tokens,
-                grammar_proposals=c.speculation.grammar_proposals),
-            generation=c.generation),
+                grammar_proposals=c.speculation.grammar_proposals,
+                modes=[_SPECULATION_PB[m] for m in c.speculation.modes],
+                default_mode=_SPECULATION_PB[c.speculation.default_mode],
+                draft_model=c.speculation.draft_model),
+            generation=c.generation,
+            response_formats=[model_pb.ResponseFormatKind.Value(f"RESPONSE_FORMAT_KIND_{f.upper()}")
+                              for f in c.response_formats]),
         context_length=d.context_length, vocab_size=d.vocab_size, eos_token_ids=d.eos_token_ids,
         has_chat_template=d.has_chat_template, dtype=d.dtype, blas=d.blas,
-        embedding_dimensions=d.embedding_dimensions, source=d.source)
+        embedding_dimensions=d.embedding_dimensions, source=d.source,
+        adapters=[adapter_info(a) for a in d.adapters], max_adapters=d.max_adapters)
+
+
+def adapter_info(a: AdapterInfo) -> model_pb.AdapterInfo:
+    return model_pb.AdapterInfo(
+        name=a.name, kind=_ADAPTER_KIND.get(a.fine_tune_type, model_pb.ADAPTER_KIND_UNSPECIFIED), rank=a.rank,
+        scale=a.scale, layers=a.layers, bytes=a.nbytes, source=a.source, active_requests=a.active_requests,
+        unloading=a.unloading)
 
 
 def memory_plan(p) -> model_pb.MemoryPlan:
@@ -127,10 +183,22 @@ def memory_plan(p) -> model_pb.MemoryPlan:
         context_tokens=p.context_tokens, max_safe_context=p.max_safe_context,
         weights_bytes=p.weights_bytes, kv_bytes=p.kv_bytes, transient_bytes=p.transient_bytes,
         reserve_bytes=p.reserve_bytes, total_bytes=p.total_bytes, usable_bytes=p.usable_bytes,
-        streamed_weights=dict(p.streamed_weights))
+        streamed_weights=dict(p.streamed_weights), adapter_bytes=p.adapter_bytes)
     for name in ("predicted_decode_tps", "allocator_limit_bytes", "max_generation_tokens",
                  "machine_headroom_bytes"):
         value = getattr(p, name)
         if value is not None:
             setattr(msg, name, value)
     return msg
+
+
+def model_load(name: str, s, max_running: int) -> pb.ModelLoad:
+    """A generation engine's stats snapshot (``SchedulerStats``) as a ModelLoad."""
+    lookups = s.prefix_hits + s.prefix_misses
+    return pb.ModelLoad(
+        model=name, running_requests=s.running, waiting_requests=s.waiting, max_running_requests=max_running,
+        kv_cache_bytes=s.kv_bytes, reserved_bytes=s.reserved_bytes, memory_budget_bytes=s.budget_bytes or 0,
+        prefix_cache_entries=s.prefix_entries, prefix_cache_bytes=s.prefix_bytes,
+        prefix_cache_hits=s.prefix_hits, prefix_cache_misses=s.prefix_misses,
+        prefix_cache_hit_rate=s.prefix_hits / lookups if lookups else 0.0,
+        generated_tokens_per_second=s.recent_tokens_per_s, generated_tokens=s.generated_tokens)

@@ -13,12 +13,25 @@ Metrics (all prefixed ``mlxgrpc_``):
   generated_tokens_total{model}                  counter
   prompt_tokens_total{model}                     counter
   prefix_cache_hit_tokens_total{model}           counter    prompt tokens served from the prefix cache
+  draft_tokens_total{model}                      counter    speculative drafts verified
+  accepted_draft_tokens_total{model}             counter    of those, the ones the output kept
   embedded_tokens_total{model}                   counter
   queue_depth{model}                             gauge      requests waiting for admission
   active_rows{model}                             gauge      admitted requests (prefilling/decoding)
   model_ready{model}                             gauge      1 when loaded and serving
+  adapter_generated_tokens_total{model,adapter}  counter    tokens generated with each adapter
+  adapter_requests_total{model,adapter,code}     counter    started Generate streams per adapter
+  adapter_active_requests{model,adapter}         gauge      requests using each loaded adapter
+  adapter_bytes{model,adapter}                   gauge      memory of each loaded adapter
   draining                                       gauge      1 while the server drains
-plus the standard process_* metrics (CPU, resident memory, open fds).
+plus the structured-output counters of ``grammar_metrics``, GetLoad's figures per
+model (service/load_metrics.py) and the standard
+process_* metrics (CPU, resident memory, open fds).
+
+Labels never take a client's string as it is, so no client can multiply series:
+methods this server does not serve are ``unknown`` (service and method), and so
+are model names that no served model has. The served methods include the worker
+contract's (``mlx.grpc.engine.MlxEngine``).
 """
 
 from __future__ import annotations
@@ -29,7 +42,10 @@ import threading
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
-from .interceptors import HEALTH_SERVICE, CallRecord, Observer, split_method
+from .calls import EMBED, UNKNOWN, CallRecord, Observer, method_labels
+from .grammar_metrics import GrammarCollector
+from .handlers import HEALTH_SERVICE
+from .load_metrics import LoadCollector
 
 log = logging.getLogger("service.metrics")
 
@@ -60,6 +76,19 @@ class EngineCollector:
         yield queued
         yield active
         yield ready
+        yield from _adapter_families(self.models)
+
+
+def _adapter_families(models):
+    users = GaugeMetricFamily("mlxgrpc_adapter_active_requests", "Requests using a loaded adapter",
+                              labels=["model", "adapter"])
+    size = GaugeMetricFamily("mlxgrpc_adapter_bytes", "Memory of a loaded adapter", labels=["model", "adapter"])
+    for engine in models.generation:
+        for info in engine.adapters.infos():
+            users.add_metric([engine.name, info.name], info.active_requests)
+            size.add_metric([engine.name, info.name], info.nbytes)
+    yield users
+    yield size
 
 
 class Metrics(Observer):
@@ -83,10 +112,21 @@ class Metrics(Observer):
                               ["model"], registry=r)
         self.prefix_hits = Counter("mlxgrpc_prefix_cache_hit_tokens",
                                    "Prompt tokens served from the prefix cache", ["model"], registry=r)
+        self.drafts = Counter("mlxgrpc_draft_tokens", "Speculative draft tokens verified", ["model"], registry=r)
+        self.accepted = Counter("mlxgrpc_accepted_draft_tokens", "Speculative draft tokens the output kept",
+                                ["model"], registry=r)
         self.embedded = Counter("mlxgrpc_embedded_tokens", "Tokens of embedded inputs", ["model"], registry=r)
+        # Per adapter, only for streams that started (so only loaded adapters' names become labels).
+        self.adapter_generated = Counter("mlxgrpc_adapter_generated_tokens", "Tokens generated with an adapter",
+                                         ["model", "adapter"], registry=r)
+        self.adapter_requests = Counter("mlxgrpc_adapter_requests", "Started Generate streams with an adapter",
+                                        ["model", "adapter", "code"], registry=r)
         self.draining = Gauge("mlxgrpc_draining", "1 while the server drains", registry=r)
+        self.models = models
         if models is not None:
             r.register(EngineCollector(models))
+            r.register(GrammarCollector(models))
+            r.register(LoadCollector(models))
         try:
             ProcessCollector(registry=r)
         except Exception:  # noqa: BLE001 - platforms without /proc
@@ -96,12 +136,12 @@ class Metrics(Observer):
 
     # Observer --------------------------------------------------------------------
     def on_start(self, call: CallRecord) -> None:
-        service, method = split_method(call.method)
+        service, method = method_labels(call.method)
         if service != HEALTH_SERVICE:  # Watch streams live as long as their clients
             self.in_flight.labels(service, method).inc()
 
     def on_tokens(self, call: CallRecord, count: int, now: float) -> None:
-        model = call.model or "default"
+        model = self._model(call)
         if call.last_token_at is None:
             self.ttft.labels(model).observe(now - call.started)
         else:
@@ -110,20 +150,37 @@ class Metrics(Observer):
             for _ in range(count):
                 hist.observe(per_token)
         self.generated.labels(model).inc(count)
+        if call.adapter:
+            self.adapter_generated.labels(model, call.adapter).inc(count)
 
     def on_end(self, call: CallRecord) -> None:
-        service, method = split_method(call.method)
+        service, method = method_labels(call.method)
         if service != HEALTH_SERVICE:
             self.in_flight.labels(service, method).dec()
         self.requests.labels(service, method, call.code).inc()
         self.duration.labels(service, method).observe(call.duration_s)
-        model = call.model or "default"
+        model = self._model(call)
         if call.prompt_tokens is not None:
             self.prompt.labels(model).inc(call.prompt_tokens)
         if call.cached_tokens:
             self.prefix_hits.labels(model).inc(call.cached_tokens)
+        if call.draft_tokens:
+            self.drafts.labels(model).inc(call.draft_tokens)
+            self.accepted.labels(model).inc(call.accepted_draft_tokens)
         if call.embed_tokens:
             self.embedded.labels(model).inc(call.embed_tokens)
+        if call.adapter and call.prompt_tokens is not None:
+            self.adapter_requests.labels(model, call.adapter, call.code).inc()
+
+    def _model(self, call: CallRecord) -> str:
+        """The served model a call used, as a label: a name the client sent that no
+        model has is ``unknown``, and no name at all is the default model."""
+        if self.models is None:
+            return UNKNOWN
+        if not call.model:
+            served = self.models.embedding if call.method == EMBED else self.models.generation
+            return served[0].name if served else UNKNOWN
+        return call.model if call.model in self.models.names() else UNKNOWN
 
     # HTTP --------------------------------------------------------------------------
     def serve_http(self, port: int, host: str = "0.0.0.0") -> int:

@@ -5,6 +5,9 @@ and returns it with the port, so tests and embedders choose the address. ``serve
 runs one until SIGINT/SIGTERM: health is NOT_SERVING while models load, SERVING
 when every model is ready, and NOT_SERVING again while it drains.
 
+Beside InferenceService it serves SMG's worker contract ``mlx.grpc.engine.MlxEngine``
+(service/worker/, on by default) on the same port and engines.
+
 Every RPC passes the interceptors (outermost first): observation (in-flight count,
 metrics, access log), bearer-token auth when tokens are configured, and the drain
 check. See docs/OPERATIONS.md.
@@ -21,8 +24,10 @@ from dataclasses import dataclass
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from smg_grpc_proto import mlx_engine_pb2_grpc as mlx_grpc
 
 from engine.models import ModelSet
+from engine.validation import Limits
 
 from .access_log import AccessLog
 from .auth import AuthInterceptor
@@ -31,10 +36,20 @@ from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .interceptors import DrainInterceptor, ObservingInterceptor, ServerState
 from .metrics import Metrics
 from .servicer import InferenceServicer
+from .status import status_of
+from .worker.servicer import SERVICE_NAME as WORKER_SERVICE_NAME, WorkerServicer
 
 log = logging.getLogger("service.server")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["InferenceService"].full_name
+# Gateways ping idle connections (SMG: every 30 s); grpc's defaults would answer
+# such pings with GOAWAY (too_many_pings) and drop the connection.
+KEEPALIVE = [("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.min_ping_interval_without_data_ms", 10_000)]
 FLUSH_S = 1.0  # after the drain: time for the last statuses to leave and health watches to end
+# What an RPC still running when the grace period ends gets: the work is lost, and
+# another replica can do it again.
+CUT = status_of(grpc.StatusCode.UNAVAILABLE, "DRAINING",
+                "the server shut down before this call finished; retry on another replica",
+                retry_after_s=1.0)
 
 
 @dataclass(frozen=True)
@@ -47,6 +62,8 @@ class ServerOptions:
     metrics_port: int | None = None  # None: no metrics endpoint; 0 picks a free port
     metrics_host: str = "0.0.0.0"
     access_log: bool = True
+    smg_worker: bool = True  # also serve SMG's worker contract mlx.grpc.engine.MlxEngine
+    limits: Limits = Limits()  # the engines' limits (identifiers are checked before a model is found)
 
 
 async def create_server(address: str, models: ModelSet, *, options: ServerOptions = ServerOptions(),
@@ -67,12 +84,16 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
     interceptors.append(DrainInterceptor(state))
     server = grpc.aio.server(interceptors=interceptors, options=[
         ("grpc.max_receive_message_length", options.max_message_bytes),
-        ("grpc.max_send_message_length", options.max_message_bytes),
+        ("grpc.max_send_message_length", options.max_message_bytes), *KEEPALIVE,
     ])
-    pb_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(models), server)
+    servicer = InferenceServicer(models, options.limits, options.max_message_bytes)
+    pb_grpc.add_InferenceServiceServicer_to_server(servicer, server)
+    if options.smg_worker:
+        mlx_grpc.add_MlxEngineServicer_to_server(WorkerServicer(models, state, options.limits), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer or health.aio.HealthServicer(), server)
     if options.reflection:
-        names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
+        names = (SERVICE_NAME, *((WORKER_SERVICE_NAME,) if options.smg_worker else ()),
+                 health.SERVICE_NAME, reflection.SERVICE_NAME)
         reflection.enable_server_reflection(names, server)
     port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     if port == 0:
@@ -80,9 +101,9 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
     return server, port
 
 
-async def set_health(servicer: health.aio.HealthServicer, serving: bool) -> None:
+async def set_health(servicer: health.aio.HealthServicer, serving: bool, *, worker: bool = True) -> None:
     status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
-    for name in ("", SERVICE_NAME):
+    for name in ("", SERVICE_NAME, *((WORKER_SERVICE_NAME,) if worker else ())):
         await servicer.set(name, status)
 
 
@@ -90,7 +111,8 @@ async def drain(server: grpc.aio.Server, state: ServerState, health_servicer: he
                 grace_s: float, *, metrics: Metrics | None = None,
                 force: asyncio.Event | None = None) -> bool:
     """Health NOT_SERVING, new RPCs UNAVAILABLE, in-flight RPCs get ``grace_s`` to
-    finish (``force`` cuts it short), then the server stops. True when all finished."""
+    finish (``force`` cuts it short); those still running then end with UNAVAILABLE
+    (reason DRAINING, RetryInfo) and the server stops. True when all finished."""
     state.draining = True
     if metrics is not None:
         metrics.draining.set(1)
@@ -107,8 +129,9 @@ async def drain(server: grpc.aio.Server, state: ServerState, health_servicer: he
     if finished:
         log.info("drained in %.2fs", time.monotonic() - began)
     else:
-        log.warning("grace over after %.2fs: cancelling %d RPCs", time.monotonic() - began, state.in_flight)
-    await server.stop(FLUSH_S if finished else 0)
+        log.warning("grace over after %.2fs: ending %d RPCs with UNAVAILABLE", time.monotonic() - began,
+                    await state.cut(CUT))
+    await server.stop(FLUSH_S)
     return finished
 
 
@@ -122,7 +145,7 @@ async def serve(address: str, models: ModelSet, options: ServerOptions = ServerO
     metrics = Metrics(models) if options.metrics_port is not None else None
     server, port = await create_server(address, models, options=options, health_servicer=health_servicer,
                                        credentials=credentials, state=state, metrics=metrics)
-    await set_health(health_servicer, False)
+    await set_health(health_servicer, False, worker=options.smg_worker)
     await server.start()
     log.info("listening on port %d%s; loading %s", port, " (TLS)" if credentials else "",
              ", ".join(models.names()))
@@ -142,7 +165,7 @@ async def serve(address: str, models: ModelSet, options: ServerOptions = ServerO
     done, _ = await asyncio.wait({loading, asyncio.create_task(stop.wait())},
                                  return_when=asyncio.FIRST_COMPLETED)
     if loading in done and loading.exception() is None:
-        await set_health(health_servicer, True)
+        await set_health(health_servicer, True, worker=options.smg_worker)
         log.info("ready: serving %s on port %d", ", ".join(models.names()), port)
         await stop.wait()
     elif loading in done:

@@ -1,46 +1,59 @@
-"""The InferenceService servicer: each RPC converts, calls the engine, converts back.
+"""The InferenceService servicer: each RPC checks, converts, calls the engine, converts back.
 
-Errors leave through ``status.abort`` only; a stream that fails after it started
-ends with that status, never silently.
+Before any work, each RPC checks what is free to measure on the wire message: the
+length of the identifiers it names (model, request and session ids) and the
+counts of its repeated fields, so nothing oversized is converted, rendered or
+tokenized. Errors leave through ``status.abort`` only; a stream that fails after it
+started ends with that status, never silently.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import grpc
+from google.protobuf.message import Message
 
-from engine.errors import EngineError, InvalidRequest, Unsupported
-from engine.models import ModelSet
+from engine.errors import InvalidRequest
+from engine.models import ModelSet, sized_limits, text_limit
+from engine.validation import Limits, at_most, check_counts, check_ids, check_text_bytes
 
 from . import convert
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
-from .status import abort
+from .status import ResponseTooLarge, abort
 
 log = logging.getLogger("service.servicer")
 _MAX_TOKENS = 2**31 - 1
+MAX_ADAPTER_PATH = 4096  # characters of LoadAdapter's directory (PATH_MAX on Linux)
 
 
 class InferenceServicer(pb_grpc.InferenceServiceServicer):
-    def __init__(self, models: ModelSet):
+    def __init__(self, models: ModelSet, limits: Limits = Limits(), max_message_bytes: int = 16 << 20):
         self.models = models
+        self.limits = limits  # for identifiers, checked before a model is looked up
+        self.max_message_bytes = max_message_bytes
+        self.started = time.monotonic()
 
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
         try:
-            req = convert.generation_request(request)
-            engine = self.models.generator(req.model)
-            async for event in engine.generate(req):
+            check_ids(self.limits, model=request.model, request_id=request.request_id,
+                      session_id=request.session_id, adapter=request.adapter)
+            engine = self.models.generator(request.model)
+            check_counts(convert.generation_counts(request), sized_limits(engine))
+            async for event in engine.generate(convert.generation_request(request)):
                 yield convert.generate_response(event)
         except Exception as exc:  # noqa: BLE001 - mapped to a status in one place
             await abort(context, exc, request.request_id)
 
     async def Embed(self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext):
         try:
-            req = convert.embedding_request(request)
-            engine = self.models.embedder(req.model)
-            async for index, result in engine.embed(req):
+            check_ids(self.limits, model=request.model, request_id=request.request_id)
+            engine = self.models.embedder(request.model)
+            at_most("inputs", len(request.inputs), engine.limits.max_embed_inputs, "inputs")
+            async for index, result in engine.embed(convert.embedding_request(request)):
                 yield pb.EmbedResponse(index=index, embedding=result.vector.tolist(), tokens=result.tokens)
         except ValueError as exc:  # the encoder's own input checks
             await abort(context, InvalidRequest("inputs", str(exc)), request.request_id)
@@ -48,18 +61,24 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             await abort(context, exc, request.request_id)
 
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext):
-        if not request.request_id:
-            await abort(context, InvalidRequest("request_id", "is required"))
-        return pb.CancelResponse(cancelled=self.models.cancel(request.request_id))
+        try:
+            if not request.request_id:
+                raise InvalidRequest("request_id", "is required")
+            check_ids(self.limits, request_id=request.request_id)
+            return pb.CancelResponse(cancelled=self.models.cancel(request.request_id))
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)
 
     async def GetModelInfo(self, request: pb.GetModelInfoRequest, context: grpc.aio.ServicerContext):
         try:
+            check_ids(self.limits, model=request.model)
             return pb.GetModelInfoResponse(info=convert.model_info(self.models.any(request.model).describe()))
         except Exception as exc:  # noqa: BLE001
             await abort(context, exc)
 
     async def PlanMemory(self, request: pb.PlanMemoryRequest, context: grpc.aio.ServicerContext):
         try:
+            check_ids(self.limits, model=request.model)
             # token counts are int32 throughout the API; larger ones overflow the plan's int64 bytes
             if not 0 <= request.context_tokens <= _MAX_TOKENS:
                 raise InvalidRequest("context_tokens", f"must be between 0 and {_MAX_TOKENS}")
@@ -73,20 +92,71 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
 
     async def Tokenize(self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext):
         try:
+            check_ids(self.limits, model=request.model)
             engine = self.models.any(request.model)
+            check_text_bytes("text", (request.text,), text_limit(engine))
             ids, tokens = await asyncio.to_thread(engine.tokenize, request.text, request.add_special_tokens)
-            return pb.TokenizeResponse(token_ids=ids, tokens=tokens)
+            return self._sendable(pb.TokenizeResponse(token_ids=ids, tokens=tokens))
         except Exception as exc:  # noqa: BLE001
             await abort(context, exc)
 
     async def Detokenize(self, request: pb.DetokenizeRequest, context: grpc.aio.ServicerContext):
         try:
+            check_ids(self.limits, model=request.model)
             engine = self.models.any(request.model)
+            at_most("token_ids", len(request.token_ids), engine.describe().context_length, "token ids")
             text = await asyncio.to_thread(engine.detokenize, list(request.token_ids),
                                            request.skip_special_tokens)
-            return pb.DetokenizeResponse(text=text)
+            return self._sendable(pb.DetokenizeResponse(text=text))
         except Exception as exc:  # noqa: BLE001
             await abort(context, exc)
 
     async def ListModels(self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext):
         return pb.ListModelsResponse(models=[convert.model_info(d) for d in self.models.describe_all()])
+
+    async def GetLoad(self, request: pb.GetLoadRequest, context: grpc.aio.ServicerContext):
+        try:
+            check_ids(self.limits, model=request.model)
+            engines = ([self.models.generator(request.model)] if request.model
+                       else [e for e in self.models.generation if e.ready])
+            stats = await asyncio.gather(*(e.stats() for e in engines))
+            return pb.GetLoadResponse(
+                models=[convert.model_load(e.name, s, e.config.scheduler.max_active) for e, s in zip(engines, stats)],
+                uptime_seconds=time.monotonic() - self.started)
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)
+
+    async def LoadAdapter(self, request: pb.LoadAdapterRequest, context: grpc.aio.ServicerContext):
+        try:
+            check_ids(self.limits, model=request.model, name=request.name)
+            at_most("path", len(request.path), MAX_ADAPTER_PATH, "characters")
+            adapters = self.models.generator(request.model).adapters
+            loaded = await adapters.load(request.name, request.path)
+            return pb.LoadAdapterResponse(adapter=convert.adapter_info(loaded.info), evicted=loaded.evicted)
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)
+
+    async def UnloadAdapter(self, request: pb.UnloadAdapterRequest, context: grpc.aio.ServicerContext):
+        try:
+            check_ids(self.limits, model=request.model, name=request.name)
+            info = await self.models.generator(request.model).adapters.unload(request.name)
+            return pb.UnloadAdapterResponse(adapter=convert.adapter_info(info))
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)
+
+    async def ListAdapters(self, request: pb.ListAdaptersRequest, context: grpc.aio.ServicerContext):
+        try:
+            check_ids(self.limits, model=request.model)
+            engine = self.models.generator(request.model)
+            return pb.ListAdaptersResponse(model=engine.name, max_adapters=engine.adapters.limit,
+                                           adapters=[convert.adapter_info(a) for a in engine.adapters.infos()])
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)
+
+    def _sendable(self, reply: Message) -> Message:
+        """``reply`` if it fits the server's message limit (else the send would fail
+        after the call had already counted as a success)."""
+        size = reply.ByteSize()
+        if size > self.max_message_bytes:
+            raise ResponseTooLarge(size, self.max_message_bytes)
+        return reply

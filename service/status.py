@@ -3,7 +3,9 @@
 Every error carries ErrorInfo (reason, domain, metadata); invalid fields add a
 BadRequest field violation; overload and unavailability add RetryInfo.
 Unexpected exceptions become INTERNAL with a generic message: the traceback goes
-to the log with the request id, never to the client.
+to the log with the request id, never to the client. Whatever a status repeats is
+cut short (messages, metadata values), so a client's oversized string can never
+make the trailers too large to send.
 """
 
 from __future__ import annotations
@@ -18,7 +20,20 @@ from grpc_status import rpc_status
 from engine import errors
 
 DOMAIN = "mlxgrpc.v1"
+MAX_MESSAGE_CHARS = 1024  # status messages and field violation descriptions
+MAX_METADATA_CHARS = 128  # each ErrorInfo metadata value
 log = logging.getLogger("service.status")
+
+
+class ResponseTooLarge(Exception):
+    """A reply would exceed the server's message size limit (RESOURCE_EXHAUSTED, no
+    RetryInfo: the same request fails the same way)."""
+
+    def __init__(self, size: int, limit: int):
+        super().__init__(f"the reply would be {size} bytes, over the server's message limit of {limit} bytes; "
+                         "send less per request")
+        self.size, self.limit = size, limit
+
 
 _CODES: list[tuple[type[errors.EngineError], grpc.StatusCode]] = [
     (errors.InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
@@ -30,6 +45,10 @@ _CODES: list[tuple[type[errors.EngineError], grpc.StatusCode]] = [
     (errors.Unsupported, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.DoesNotFit, grpc.StatusCode.OUT_OF_RANGE),
     (errors.EngineFailure, grpc.StatusCode.INTERNAL),
+    (errors.AdapterNotFound, grpc.StatusCode.NOT_FOUND),
+    (errors.AdapterExists, grpc.StatusCode.ALREADY_EXISTS),
+    (errors.AdapterMismatch, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.AdapterCapacity, grpc.StatusCode.RESOURCE_EXHAUSTED),
 ]
 
 
@@ -42,26 +61,17 @@ def code_for(error: errors.EngineError) -> grpc.StatusCode:
 
 def to_status(error: BaseException, request_id: str = "") -> grpc.Status:
     """The rich status for ``error`` (an EngineError, or anything else as INTERNAL)."""
+    if isinstance(error, ResponseTooLarge):
+        return status_of(grpc.StatusCode.RESOURCE_EXHAUSTED, "RESPONSE_TOO_LARGE", str(error),
+                         metadata={"size_bytes": str(error.size), "limit_bytes": str(error.limit)})
     if not isinstance(error, errors.EngineError):
-        log.error("internal error (request %s)", request_id or "-", exc_info=error)
+        log.error("internal error (request %s)", request_id[:MAX_METADATA_CHARS] or "-", exc_info=error)
         error = errors.EngineFailure("internal error; see the server log")
-    code = code_for(error)
-    metadata = dict(error.metadata)
-    if request_id:
-        metadata["request_id"] = request_id
-    details = [error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=metadata)]
-    if isinstance(error, errors.InvalidRequest):
-        details.append(error_details_pb2.BadRequest(field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field=error.field, description=error.description)]))
-    retry = getattr(error, "retry_after_s", None)
-    if retry is not None:
-        delay = duration_pb2.Duration()
-        delay.FromMilliseconds(int(retry * 1000))
-        details.append(error_details_pb2.RetryInfo(retry_delay=delay))
-    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=error.message)
-    for detail in details:
-        status.details.add().Pack(detail)
-    return rpc_status.to_status(status)
+    metadata = dict(error.metadata) | ({"request_id": request_id} if request_id else {})
+    field = error.field if isinstance(error, errors.InvalidRequest) else ""
+    return status_of(code_for(error), error.reason, error.message, metadata=metadata, field=field,
+                     description=getattr(error, "description", ""),
+                     retry_after_s=getattr(error, "retry_after_s", None))
 
 
 async def abort(context: grpc.aio.ServicerContext, error: BaseException, request_id: str = "") -> None:
@@ -70,20 +80,23 @@ async def abort(context: grpc.aio.ServicerContext, error: BaseException, request
 
 
 def status_of(code: grpc.StatusCode, reason: str, message: str, *,
-              metadata: dict[str, str] | None = None, field: str = "",
+              metadata: dict[str, str] | None = None, field: str = "", description: str = "",
               retry_after_s: float | None = None) -> grpc.Status:
-    """A rich status for a service-level condition that is no engine error
-    (authentication, draining, an unparsable message): ErrorInfo with ``reason``,
-    plus BadRequest naming ``field`` and RetryInfo when given."""
-    details = [error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=dict(metadata or {}))]
+    """A rich status: ErrorInfo with ``reason`` and ``metadata``, plus a BadRequest
+    violation of ``field`` (described by ``description``, else ``message``) and
+    RetryInfo when given. Also for service-level conditions that are no engine error
+    (authentication, draining, an unparsable message)."""
+    metadata = {key: value[:MAX_METADATA_CHARS] for key, value in (metadata or {}).items()}
+    details = [error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata)]
     if field:
         details.append(error_details_pb2.BadRequest(field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field=field, description=message)]))
+            error_details_pb2.BadRequest.FieldViolation(field=field,
+                                                        description=(description or message)[:MAX_MESSAGE_CHARS])]))
     if retry_after_s is not None:
         delay = duration_pb2.Duration()
         delay.FromMilliseconds(int(retry_after_s * 1000))
         details.append(error_details_pb2.RetryInfo(retry_delay=delay))
-    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message)
+    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message[:MAX_MESSAGE_CHARS])
     for detail in details:
         status.details.add().Pack(detail)
     return rpc_status.to_status(status)

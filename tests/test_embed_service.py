@@ -101,6 +101,18 @@ async def test_capabilities_match_behaviour(stub):
         assert not caps.HasField("media") and not caps.HasField("native_draft")
 
 
+async def test_the_object_cache_counts_what_its_keys_hold(stub, server):
+    """Each cached vector is keyed by its input and instruction: those bytes count
+    against the cache's budget (a long instruction once added far more than counted)."""
+    engine = server["models"].embedder(DECODER_EMBEDDER)
+    before = engine.cache_bytes
+    instruction = "Retrieve passages about lighthouses and the sea " * 160  # ~7.8 KB
+    inputs = [f"keeper {i} of the light" for i in range(4)]
+    replies = await embed(stub, inputs, model=DECODER_EMBEDDER, instruction=instruction)
+    assert sorted(replies) == [0, 1, 2, 3]
+    assert engine.cache_bytes - before >= 4 * len(instruction)
+
+
 async def test_decoder_last_token_pooling_matches_direct_and_batched(stub, decoder_embedding_reference):
     """The seed's decoder convention through Embed: a right-padded batch equals direct
     one-at-a-time pooling (computed before the server started) within 1e-5."""

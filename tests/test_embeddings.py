@@ -273,14 +273,3 @@ def test_bert_prefix_and_ignored_weights():
         "embeddings.word_embeddings.weight",
         "encoder.layer.0.output.LayerNorm.weight",
     ]
-
-
-def test_embeddings_per_second(model: EmbeddingModel):
-    import time
-
-    texts = [f"This is short sentence number {i}." for i in range(64)]
-    model.embed(texts[:8])  # warm-up
-    t0 = time.perf_counter()
-    model.embed(texts)
-    dt = time.perf_counter() - t0
-    print(f"{len(texts) / dt:.1f} embeddings/s for 64 short sentences")

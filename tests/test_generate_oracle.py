@@ -32,15 +32,27 @@ async def test_greedy_in_batch_of_eight_matches_mlx_lm(stub, oracle, kind):
         assert out.token_ids == oracle[kind][name], f"{kind}/{name}"
 
 
-async def test_staggered_arrivals_match_mlx_lm(stub, oracle):
+@pytest.mark.parametrize("kind", FIXTURE_KINDS)
+async def test_staggered_arrivals_match_mlx_lm(stub, oracle, kind):
     """Requests arriving while others are mid-decode join the running batch."""
     names = list(ORACLE_PROMPTS)
 
     async def delayed(i, name):
         await asyncio.sleep(0.05 * i)
-        return await generate(stub, request(ORACLE_PROMPTS[name], model="sliding",
-                                            max_tokens=ORACLE_TOKENS[name]))
+        return await generate(stub, request(ORACLE_PROMPTS[name], model=kind, max_tokens=ORACLE_TOKENS[name]))
 
     results = await asyncio.gather(*(delayed(i, n) for i, n in enumerate(names)))
     for name, out in zip(names, results):
-        assert out.token_ids == oracle["sliding"][name], name
+        assert out.token_ids == oracle[kind][name], f"{kind}/{name}"
+
+
+@pytest.mark.parametrize("kind", FIXTURE_KINDS)
+async def test_repeated_batch_with_the_prefix_cache_warm_matches_mlx_lm(stub, oracle, kind):
+    """The same eight prompts again: every row starts from a prefix cache hit."""
+    names = list(ORACLE_PROMPTS)
+    results = await asyncio.gather(*(
+        generate(stub, request(ORACLE_PROMPTS[n], model=kind, max_tokens=ORACLE_TOKENS[n])) for n in names))
+    for name, out in zip(names, results):
+        assert out.token_ids == oracle[kind][name], f"{kind}/{name}"
+        if name != "one":  # a one-token prompt has nothing to reuse
+            assert out.started.cached_tokens > 0, f"{kind}/{name}"

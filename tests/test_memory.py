@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import gc
 import sys
-import threading
 
 import mlx.core as mx
 import mlx.nn as nn
 import psutil
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mlx.utils import tree_flatten
 from mlx_lm.models import gemma3_text, llama
 from mlx_lm.models.cache import make_prompt_cache
@@ -20,7 +21,7 @@ from mlx_lm.models.cache import make_prompt_cache
 import engine.hardware.machine as machine
 import engine.memory.facts as memory_facts
 from engine.hardware.machine import MIB, allocator_cache_limit, measure_read_bandwidth, usable_memory
-from engine.memory.budget import MemoryGate
+from engine.memory.budget import MemoryBudget
 from engine.memory.facts import KV_STEP, ModelMemoryFacts, facts_from_model
 from engine.memory.plan import (STRATEGY, MemoryPlan, default_reserve, kv_bytes, kv_read_bytes, plan_memory,
                                 transient_bytes)
@@ -313,85 +314,88 @@ def test_default_reserve():
     assert default_reserve(100 << 30) == (100 << 30) // 20
 
 
-# ---------------------------------------------------------------------------- gate
+# -------------------------------------------------------------------------- budget
 
 
-def test_gate_agrees_with_the_plan(sliding):
+def test_budget_agrees_with_the_plan(sliding):
     facts = facts_from_model(*sliding)
     usable = facts.weights_bytes + 256 * MIB + 40 * MIB
-    gate = MemoryGate(facts, usable=usable, reserve_bytes=256 * MIB)
+    budget = MemoryBudget(facts, usable=usable, reserve_bytes=256 * MIB)
     safe = _plan(facts, usable, reserve_bytes=256 * MIB).max_safe_context
-    assert gate.max_context == safe
+    assert budget.max_context == safe
     for tokens in (1, safe // 2, safe, safe + 1, 10 * safe):
-        assert gate.would_ever_fit(tokens) == _plan(facts, usable, context=tokens, reserve_bytes=256 * MIB).fits
-    assert gate.try_reserve(safe + 1) is None
-    with gate.try_reserve(safe) as held:
-        assert gate.active == 1 and not held.released
-    assert held.released and gate.active == 0
+        assert budget.would_ever_fit(tokens) == _plan(facts, usable, context=tokens, reserve_bytes=256 * MIB).fits
+    assert not budget.try_reserve("too-long", safe + 1) and budget.reserved == 0
+    assert budget.try_reserve("fits", safe) and budget.reserved == 1
+    budget.release("fits")
+    assert budget.reserved == 0 and budget.committed_bytes == 0
 
 
-def test_gate_accounting(full):
+def test_budget_accounting(full):
     facts = facts_from_model(*full)
     usable = facts.weights_bytes + 256 * MIB + 24 * MIB
-    gate = MemoryGate(facts, usable=usable, reserve_bytes=256 * MIB)
-    assert gate.budget_bytes == 24 * MIB
-    assert gate.committed_bytes == 0 and gate.available_bytes == 24 * MIB
-    a = gate.try_reserve(1000)
-    assert a is not None
-    assert gate.committed_bytes == kv_bytes(facts, 1000) + transient_bytes(facts, 256, 1000)
-    b = gate.try_reserve(500)
-    assert b is not None
+    budget = MemoryBudget(facts, usable=usable, reserve_bytes=256 * MIB)
+    assert budget.budget_bytes == 24 * MIB
+    assert budget.committed_bytes == 0 and budget.available_bytes == 24 * MIB
+    assert budget.try_reserve("a", 1000)
+    assert budget.committed_bytes == kv_bytes(facts, 1000) + transient_bytes(facts, 256, 1000)
+    assert budget.try_reserve("b", 500)
     # padded batch: both rows are charged the longest row's cache
-    assert gate.committed_bytes == gate.cost([1000, 500]) == (
+    assert budget.committed_bytes == budget.cost([1000, 500]) == (
         kv_bytes(facts, 1000, rows=2) + transient_bytes(facts, 256, 1000, rows=2))
-    held = [a, b]
-    while (r := gate.try_reserve(1000)) is not None:
-        held.append(r)
-    assert gate.would_ever_fit(1000)  # short for now, not forever
-    assert gate.available_bytes < gate.cost([1000] * (len(held) + 1)) - gate.cost([1000] * len(held))
-    held.pop().release()
-    again = gate.try_reserve(1000)
-    assert again is not None
-    again.release()
-    again.release()  # idempotent
-    for r in held:
-        r.release()
-    assert gate.active == 0 and gate.committed_bytes == 0
-    unpadded = MemoryGate(facts, usable=usable, reserve_bytes=256 * MIB, padded_batch=False)
+    held = ["a", "b"]
+    while budget.try_reserve(f"r{len(held)}", 1000):
+        held.append(f"r{len(held)}")
+    assert budget.would_ever_fit(1000)  # short for now, not forever
+    assert budget.available_bytes < budget.cost([1000] * (len(held) + 1)) - budget.cost([1000] * len(held))
+    with pytest.raises(ValueError):
+        budget.try_reserve("a", 1)  # one reservation per key
+    budget.release(held.pop())
+    assert budget.try_reserve("again", 1000)
+    budget.release("again")
+    budget.release("again")  # idempotent
+    for key in held:
+        budget.release(key)
+    assert budget.reserved == 0 and budget.committed_bytes == 0
+    unpadded = MemoryBudget(facts, usable=usable, reserve_bytes=256 * MIB, padded_batch=False)
     assert unpadded.cost([1000, 500]) == (kv_bytes(facts, 1000) + kv_bytes(facts, 500)
                                           + transient_bytes(facts, 256, 1000, rows=2))
-    assert unpadded.cost([1000, 500]) < gate.cost([1000, 500])
+    assert unpadded.cost([1000, 500]) < budget.cost([1000, 500])
 
 
-def test_gate_with_no_budget(full):
+def test_budget_with_nothing_to_spend(full):
     facts = facts_from_model(*full)
-    gate = MemoryGate(facts, usable=facts.weights_bytes, reserve_bytes=256 * MIB)
-    assert not gate.would_ever_fit(1)
-    assert gate.try_reserve(1) is None
-    assert gate.max_context == 0
+    budget = MemoryBudget(facts, usable=facts.weights_bytes, reserve_bytes=256 * MIB)
+    assert not budget.would_ever_fit(1)
+    assert not budget.try_reserve("x", 1)
+    assert budget.max_context == 0
 
 
-def test_gate_is_thread_safe(full):
-    facts = facts_from_model(*full)
-    gate = MemoryGate(facts, usable=facts.weights_bytes + 256 * MIB + 16 * MIB, reserve_bytes=256 * MIB)
-    peak_active = []
+@pytest.fixture(scope="module")
+def full_facts(full):
+    return facts_from_model(*full)
 
-    def worker():
-        for i in range(200):
-            r = gate.try_reserve(100 + i)
-            if r is not None:
-                peak_active.append(gate.active)
-                assert gate.committed_bytes <= gate.budget_bytes
-                r.release()
-                r.release()
 
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert gate.active == 0 and gate.committed_bytes == 0
-    assert peak_active
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(0, 5), st.integers(1, 3000)), max_size=60))
+def test_budget_never_overcommits(full_facts, ops):
+    """Random reserves and releases: what is committed is exactly the cost of the
+    keys held, and never more than the budget."""
+    facts = full_facts
+    budget = MemoryBudget(facts, usable=facts.weights_bytes + 256 * MIB + 16 * MIB, reserve_bytes=256 * MIB)
+    held: dict[str, int] = {}
+    for reserve, key, tokens in ops:
+        name = f"k{key}"
+        if reserve and name not in held:
+            fits = budget.cost([*held.values(), tokens]) <= budget.budget_bytes
+            assert budget.try_reserve(name, tokens) is fits
+            if fits:
+                held[name] = tokens
+        elif not reserve:
+            budget.release(name)
+            held.pop(name, None)
+        assert budget.reserved == len(held)
+        assert budget.committed_bytes == budget.cost(held.values()) <= budget.budget_bytes
 
 
 # ------------------------------------------------------------------------- machine
@@ -433,4 +437,11 @@ def test_read_bandwidth_is_measured_once():
 def test_allocator_limit_is_read_without_changing_it():
     before = allocator_cache_limit()
     assert before is not None and before >= 0
+    assert allocator_cache_limit() == before
+    previous = mx.set_cache_limit(12345 * MIB)  # a limit we set is the one read back
+    try:
+        assert previous == before
+        assert allocator_cache_limit() == 12345 * MIB
+    finally:
+        mx.set_cache_limit(previous)
     assert allocator_cache_limit() == before

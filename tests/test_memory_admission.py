@@ -12,11 +12,12 @@ import pytest
 
 from engine.errors import DoesNotFit
 from engine.events import Finished, Started
-from engine.generation.engine import GenerationConfig, GenerationEngine
-from engine.memory.budget import MemoryGate
+from engine.generation.config import GenerationConfig
+from engine.generation.engine import GenerationEngine
+from engine.memory.budget import MemoryBudget
 from engine.memory.facts import facts_from_model
 from engine.requests import GenerationRequest, StopOptions, TokenPrompt
-from engine.generation.scheduler import SchedulerConfig
+from engine.generation.config import SchedulerConfig
 from service.status import to_status
 
 CHUNK = 8
@@ -28,7 +29,7 @@ def tight_limit(fixture_models) -> int:
     model, _ = mlx_lm.load(str(fixture_models["llama"]))
     config = json.loads((fixture_models["llama"] / "config.json").read_text())
     facts = facts_from_model(model, config)
-    probe = MemoryGate(facts, usable=1 << 40, reserve_bytes=0, prefill_chunk=CHUNK)
+    probe = MemoryBudget(facts, usable=1 << 40, reserve_bytes=0, prefill_chunk=CHUNK)
     return facts.weights_bytes + (probe.cost([600]) + probe.cost([600, 600])) // 2
 
 
@@ -68,7 +69,7 @@ async def test_unset_max_tokens_is_capped_to_what_memory_allows(tight_engine):
     finished = events[-1]
     assert isinstance(finished, Finished)
     used = finished.usage.prompt_tokens + finished.usage.completion_tokens
-    assert 600 <= used <= tight_engine._admitter.max_context
+    assert 600 <= used <= tight_engine._budget.max_context
 
 
 async def test_short_for_now_waits_instead_of_failing(tight_engine):
@@ -79,11 +80,12 @@ async def test_short_for_now_waits_instead_of_failing(tight_engine):
     second = asyncio.create_task(collect(tight_engine, ask(580), log, "second"))
     await asyncio.sleep(0.2)
     stats = await tight_engine.stats()
-    assert stats.admitted == 2 and stats.reserved == 1 and stats.rows == 1  # second holds its slot, waits
+    # the second keeps its place in the queue; only the first holds memory and a row
+    assert (stats.in_flight, stats.waiting, stats.running, stats.reserved, stats.rows) == (2, 1, 1, 1, 1)
     await asyncio.gather(first, second)
     assert log == [("first", "Started"), ("first", "Finished"), ("second", "Started"), ("second", "Finished")]
     stats = await tight_engine.stats()
-    assert (stats.admitted, stats.reserved, stats.rows, stats.tracked) == (0, 0, 0, 0)
+    assert (stats.in_flight, stats.waiting, stats.reserved, stats.rows, stats.tracked) == (0, 0, 0, 0, 0)
 
 
 async def test_cancelling_a_request_waiting_for_memory_releases_its_slot(tight_engine):
@@ -97,5 +99,5 @@ async def test_cancelling_a_request_waiting_for_memory_releases_its_slot(tight_e
     await asyncio.gather(waiting, return_exceptions=True)
     await first
     stats = await tight_engine.stats()
-    assert (stats.admitted, stats.reserved, stats.rows) == (0, 0, 0)
+    assert (stats.in_flight, stats.waiting, stats.reserved, stats.rows) == (0, 0, 0, 0)
     assert ("waiting", "Started") not in log

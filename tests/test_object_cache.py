@@ -50,3 +50,11 @@ def test_bounded_by_size():
     for key in "abcd":
         cache.put(key, key * 4)
     assert cache.size <= 10 and cache.take("a") is None and cache.take("d") is not None
+
+
+def test_keys_count_against_the_size_bound():
+    cache = ObjectCache(max_entries=100, max_size=100, size_of=len, key_size=len)
+    cache.put("k" * 40, "v")
+    assert cache.size == 41
+    cache.put("j" * 70, "w")  # both together would be 112 bytes: the older entry goes
+    assert cache.size == 71 and len(cache) == 1 and cache.take("k" * 40) is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -19,8 +20,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
+from service.access_log import ACCESS_LOGGER
 from service.interceptors import ServerState
-from service.metrics import Metrics
+from service.metrics import Metrics, scrape
 from service.server import create_server, drain, set_health
 from tests.helpers import details, generate, request
 
@@ -29,7 +31,8 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 async def read_all(call):
-    """The rest of a Generate stream: (token count, finished event or None, status code)."""
+    """The rest of a Generate stream: (token count, finished event or None, status code,
+    google.rpc details of a failure)."""
     tokens, finished = 0, None
     try:
         while (msg := await call.read()) is not grpc.aio.EOF:
@@ -37,9 +40,9 @@ async def read_all(call):
                 tokens += len(msg.delta.token_ids)
             elif msg.WhichOneof("event") == "finished":
                 finished = msg.finished
-        return tokens, finished, grpc.StatusCode.OK
+        return tokens, finished, grpc.StatusCode.OK, {}
     except grpc.aio.AioRpcError as err:
-        return tokens, finished, err.code()
+        return tokens, finished, err.code(), details(err)
 
 
 async def health_status(channel) -> int:
@@ -82,26 +85,41 @@ async def test_drain_lets_in_flight_streams_finish(server):
             await generate(stub, request("too late", max_tokens=2))
         assert_draining_rejection(err.value)
         assert metrics.registry.get_sample_value("mlxgrpc_draining") == 1
-        tokens, finished, code = await read_all(call)
+        tokens, finished, code, _ = await read_all(call)
         assert code == grpc.StatusCode.OK and finished.reason == gen_pb.FINISH_REASON_LENGTH
         assert finished.usage.completion_tokens == 120
         assert await asyncio.wait_for(draining, 30) is True
 
 
-async def test_grace_over_cancels_what_is_left(server, stub):
-    async with drainable_server(server["models"]) as (srv, state, hs, _, ch):
-        call = pb_grpc.InferenceServiceStub(ch).Generate(request("A very long story", max_tokens=3000,
-                                                                 request_id="drain-cut"))
-        assert (await call.read()).WhichOneof("event") == "started"
+async def test_grace_over_ends_what_is_left_unavailable(server, stub, caplog):
+    """Streams still running when the grace period ends (a second signal here) end
+    with UNAVAILABLE, reason DRAINING and RetryInfo: the work was lost, another
+    replica can do it. The access log says the same; the engine lets the rows go."""
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    async with drainable_server(server["models"]) as (srv, state, hs, metrics, ch):
+        calls = [pb_grpc.InferenceServiceStub(ch).Generate(request("A very long story", max_tokens=3000,
+                                                                   request_id=f"drain-cut-{i}"))
+                 for i in range(3)]
+        for call in calls:
+            assert (await call.read()).WhichOneof("event") == "started"
         force = asyncio.Event()
         began = time.monotonic()
         asyncio.get_running_loop().call_later(0.3, force.set)  # a second SIGTERM
         assert await drain(srv, state, hs, 60.0, force=force) is False
         assert time.monotonic() - began < 10
-        tokens, finished, code = await read_all(call)
-        assert finished is None and code in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE)
-    # the engine let the row go: the shared models still serve, and the id is free again
-    out = await generate(stub, request("after the cut", max_tokens=3, request_id="drain-cut"))
+        for call in calls:
+            tokens, finished, code, found = await read_all(call)
+            assert finished is None and code == grpc.StatusCode.UNAVAILABLE
+            assert found["ErrorInfo"].reason == "DRAINING" and found["RetryInfo"].retry_delay.ToMilliseconds() > 0
+        assert state.in_flight == 0
+        await asyncio.sleep(0.1)
+        cut = 'mlxgrpc_requests_total{code="UNAVAILABLE",method="Generate",service="mlxgrpc.v1.InferenceService"}'
+        assert f"{cut} 3.0" in scrape(metrics.registry)
+    logged = {r.fields["request_id"]: r.fields["code"] for r in caplog.records
+              if r.name == ACCESS_LOGGER and str(getattr(r, "fields", {}).get("request_id", "")).startswith("drain-cut")}
+    assert logged == {f"drain-cut-{i}": "UNAVAILABLE" for i in range(3)}
+    # the engine let the rows go: the shared models still serve, and the ids are free again
+    out = await generate(stub, request("after the cut", max_tokens=3, request_id="drain-cut-0"))
     assert len(out.token_ids) == 3
 
 
@@ -153,7 +171,7 @@ async def test_sigterm_drains_and_exits_zero(fixture_models):
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await generate(stub, request("new work", max_tokens=2, request_id="rejected"))
             assert_draining_rejection(err.value)
-            tokens, finished, code = await read_all(call)
+            tokens, finished, code, _ = await read_all(call)
             assert code == grpc.StatusCode.OK and finished is not None
             assert finished.reason == gen_pb.FINISH_REASON_LENGTH and finished.usage.completion_tokens == 600
         assert await asyncio.wait_for(proc.wait(), 90) == 0

@@ -105,7 +105,7 @@ async def test_bounded_soak_keeps_memory_flat_and_leaks_nothing(stub, server):
     stats = await settled(server)
     grown = process.memory_info().rss - baseline
     print(f"\nsoak {SOAK_SECONDS:.0f}s: {counts}, rss {baseline / 2**20:.0f} MiB -> +{grown / 2**20:.1f} MiB")
-    assert stats.kv_bytes == 0 and stats.rows == 0 and stats.reserved == 0
+    assert (stats.kv_bytes, stats.rows, stats.reserved, stats.waiting, stats.in_flight) == (0, 0, 0, 0, 0)
     assert grown < 64 * 2**20, f"resident memory grew by {grown / 2**20:.1f} MiB"
     out = await generate(stub, request("Hello world", max_tokens=5))
     assert len(out.token_ids) == 5

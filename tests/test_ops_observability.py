@@ -26,15 +26,16 @@ SERVICE = "mlxgrpc.v1.InferenceService"
 
 
 @contextlib.asynccontextmanager
-async def metered_server(models, options: ServerOptions = ServerOptions()):
+async def metered_server(models, options: ServerOptions = ServerOptions(), *, state: ServerState | None = None,
+                         stub=pb_grpc.InferenceServiceStub):
     metrics = Metrics(models)
     srv, port = await create_server("127.0.0.1:0", models, options=options, metrics=metrics,
-                                    state=ServerState())
+                                    state=state or ServerState())
     await srv.start()
     http_port = metrics.serve_http(0, "127.0.0.1")
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-            yield pb_grpc.InferenceServiceStub(ch), http_port
+            yield stub(ch), http_port
     finally:
         await srv.stop(0.5)
         metrics.close()
@@ -88,6 +89,21 @@ async def test_metrics_count_rpcs_tokens_and_latencies(server):
     assert value(m, "mlxgrpc_model_ready", model="llama") == 1
     assert ("mlxgrpc_queue_depth", (("model", "llama"),)) in m
     assert value(m, "mlxgrpc_draining") == 0
+
+
+async def test_metrics_count_speculative_drafts(server):
+    from tests.conftest import SELF_DRAFTED
+
+    spec = gen_pb.SpeculationOptions(mode=gen_pb.SPECULATION_MODE_DRAFT, num_draft_tokens=4)
+    async with metered_server(server["models"]) as (stub, http_port):
+        out = await generate(stub, request("Hello there, drafts", model=SELF_DRAFTED, max_tokens=16,
+                                           speculation=spec))
+        await asyncio.sleep(0.2)
+        m = await scrape(http_port)
+    usage = out.finished.usage
+    assert usage.draft_tokens > 0
+    assert value(m, "mlxgrpc_draft_tokens_total", model=SELF_DRAFTED) == usage.draft_tokens
+    assert value(m, "mlxgrpc_accepted_draft_tokens_total", model=SELF_DRAFTED) == usage.accepted_draft_tokens
 
 
 async def test_metrics_show_in_flight_streams_and_registries_are_separate(server):

@@ -113,6 +113,23 @@ async def test_auth_gates_inference_but_not_health(server):
         assert "mlxgrpc.v1.InferenceService" in await list_services(ch, metadata=bearer(TOKENS[0]))
 
 
+async def test_refused_streaming_calls_always_end_unauthenticated():
+    """A client still sending when the server refuses the call gets the refusal, not
+    INTERNAL: the refusing handler reads the burst of requests first."""
+    async with extra_server(ModelSet([], []), ServerOptions(auth_tokens=TOKENS)) as port, \
+            grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = reflection_pb2_grpc.ServerReflectionStub(ch)
+        burst = [reflection_pb2.ServerReflectionRequest(file_containing_symbol="grpc.health.v1.Health")] * 5
+        codes = []
+        for _ in range(60):
+            try:
+                _ = [r async for r in stub.ServerReflectionInfo(iter(burst))]
+                codes.append(grpc.StatusCode.OK)
+            except grpc.aio.AioRpcError as err:
+                codes.append(err.code())
+        assert set(codes) == {grpc.StatusCode.UNAUTHENTICATED}, codes.count(grpc.StatusCode.INTERNAL)
+
+
 async def test_reflection_can_stay_open_for_probes(server):
     options = ServerOptions(auth_tokens=TOKENS, auth_open_reflection=True)
     async with extra_server(server["models"], options) as port, \
@@ -246,3 +263,17 @@ def test_cli_security_flags(tmp_path, pki):
         cli.server_options(parser.parse_args(["serve", "--auth-token-file", str(empty)]), parser)
     defaults = cli.server_options(parser.parse_args(["serve"]), parser)
     assert defaults.metrics_port is None and defaults.reflection
+
+
+def test_cli_limit_flags():
+    parser = cli.build_parser()
+    args = parser.parse_args(["serve", "--max-prompt-bytes", "1000", "--max-chat-messages", "7",
+                              "--max-stop-strings", "3", "--max-logit-bias", "9", "--max-embed-inputs", "5",
+                              "--max-embed-input-bytes", "600"])
+    limits = cli.build_limits(args)
+    assert (limits.max_prompt_bytes, limits.max_chat_messages, limits.max_stop_strings) == (1000, 7, 3)
+    assert (limits.max_logit_bias, limits.max_stop_token_ids) == (9, 9)
+    assert (limits.max_embed_inputs, limits.max_embed_input_bytes) == (5, 600)
+    assert cli.server_options(args, parser).limits == limits
+    sized = cli.build_limits(parser.parse_args(["serve"])).for_context(8192)
+    assert (sized.max_prompt_tokens, sized.max_prompt_bytes, sized.max_chat_messages) == (8191, 8191 * 32, 8191)

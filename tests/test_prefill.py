@@ -13,92 +13,93 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.generation.prefill import (
-    FixedPrefillPolicy,
-    PrefillPhase,
-    PrefillPolicy,
-    PrefillStep,
-    StepKind,
-    next_prefill_step,
-    plan_prefill,
-    prefill_phase,
-)
+from engine.generation.prefill import PrefillStep, StepKind, next_prefill_step
 
-C, T, D = PrefillPhase.CHUNK, PrefillPhase.TAIL, PrefillPhase.DECODE
+
+def plan_prefill(length: int, chunk_size: int, tail_split: bool, snapshot_at: int | None = None,
+                 start: int = 0) -> list[PrefillStep]:
+    """Every step from ``start`` up to and including the final one."""
+    steps: list[PrefillStep] = []
+    position = start
+    while True:
+        steps.append(next_prefill_step(length, position, chunk_size, tail_split, snapshot_at))
+        if steps[-1].kind is StepKind.FINAL:
+            return steps
+        position = steps[-1].end
 
 
 def compact(steps: list[PrefillStep]) -> list[tuple]:
-    """(start, end, kind, snapshot, batch_yield, phase) with short spellings."""
-    return [(s.start, s.end, s.kind.value[0], s.snapshot, s.batch_yield, s.phase) for s in steps]
+    """(start, end, kind, snapshot) with short spellings."""
+    return [(s.start, s.end, s.kind.value[0], s.snapshot) for s in steps]
 
 
 # (length, chunk, tail_split, snapshot_at, start) -> steps as
-# (start, end, "d"rain/"f"inal, snapshot, batch_yield, phase); derived by hand.
+# (start, end, "d"rain/"f"inal, snapshot); derived by hand.
 PLANS = [
     pytest.param(10, 4, False, None, 0,
-                 [(0, 4, "d", False, True, C), (4, 8, "d", False, True, C), (8, 10, "f", False, False, T)],
+                 [(0, 4, "d", False), (4, 8, "d", False), (8, 10, "f", False)],
                  id="10/4-plain"),
     pytest.param(10, 4, True, None, 0,
-                 [(0, 4, "d", False, True, C), (4, 8, "d", False, True, C), (8, 9, "d", False, False, D),
-                  (9, 10, "f", False, False, D)],
+                 [(0, 4, "d", False), (4, 8, "d", False), (8, 9, "d", False),
+                  (9, 10, "f", False)],
                  id="10/4-tailsplit"),
     pytest.param(8, 4, False, None, 0,
-                 [(0, 4, "d", False, True, C), (4, 8, "f", False, False, C)], id="8/4-plain-exact"),
+                 [(0, 4, "d", False), (4, 8, "f", False)], id="8/4-plain-exact"),
     pytest.param(9, 4, True, None, 0,
-                 [(0, 4, "d", False, True, C), (4, 8, "d", False, False, C), (8, 9, "f", False, False, D)],
+                 [(0, 4, "d", False), (4, 8, "d", False), (8, 9, "f", False)],
                  id="9/4-tailsplit-last-drain-whole"),
     pytest.param(7, 4, True, None, 0,
-                 [(0, 4, "d", False, True, C), (4, 6, "d", False, False, T), (6, 7, "f", False, False, D)],
+                 [(0, 4, "d", False), (4, 6, "d", False), (6, 7, "f", False)],
                  id="7/4-tailsplit-short-tail"),
     pytest.param(5, 100, True, None, 0,
-                 [(0, 4, "d", False, False, T), (4, 5, "f", False, False, D)], id="5/100-tailsplit"),
-    pytest.param(5, 100, False, None, 0, [(0, 5, "f", False, False, T)], id="5/100-plain"),
-    pytest.param(2, 4, False, None, 0, [(0, 2, "f", False, False, T)], id="2/4-plain"),
+                 [(0, 4, "d", False), (4, 5, "f", False)], id="5/100-tailsplit"),
+    pytest.param(5, 100, False, None, 0, [(0, 5, "f", False)], id="5/100-plain"),
+    pytest.param(2, 4, False, None, 0, [(0, 2, "f", False)], id="2/4-plain"),
     pytest.param(2, 4, True, None, 0,
-                 [(0, 1, "d", False, False, D), (1, 2, "f", False, False, D)], id="2/4-tailsplit"),
-    pytest.param(1, 4, False, None, 0, [(0, 1, "f", False, False, D)], id="length1-plain"),
-    pytest.param(1, 4, True, None, 0, [(0, 1, "f", False, False, D)], id="length1-tailsplit"),
-    pytest.param(1, 1, False, None, 0, [(0, 1, "f", False, False, D)], id="length1-chunk1"),
+                 [(0, 1, "d", False), (1, 2, "f", False)], id="2/4-tailsplit"),
+    pytest.param(1, 4, False, None, 0, [(0, 1, "f", False)], id="length1-plain"),
+    pytest.param(1, 4, True, None, 0, [(0, 1, "f", False)], id="length1-tailsplit"),
+    pytest.param(1, 1, False, None, 0, [(0, 1, "f", False)], id="length1-chunk1"),
     pytest.param(3, 1, False, None, 0,
-                 [(0, 1, "d", False, True, D), (1, 2, "d", False, True, D), (2, 3, "f", False, False, D)],
+                 [(0, 1, "d", False), (1, 2, "d", False), (2, 3, "f", False)],
                  id="chunk1-plain"),
     pytest.param(3, 1, True, None, 0,
-                 [(0, 1, "d", False, True, D), (1, 2, "d", False, False, D), (2, 3, "f", False, False, D)],
+                 [(0, 1, "d", False), (1, 2, "d", False), (2, 3, "f", False)],
                  id="chunk1-tailsplit"),
-    pytest.param(10, 4, True, None, 9, [(9, 10, "f", False, False, D)], id="position-length-1-tailsplit"),
-    pytest.param(10, 4, False, None, 9, [(9, 10, "f", False, False, D)], id="position-length-1-plain"),
+    pytest.param(10, 4, True, None, 9, [(9, 10, "f", False)], id="position-length-1-tailsplit"),
+    pytest.param(10, 4, False, None, 9, [(9, 10, "f", False)], id="position-length-1-plain"),
     pytest.param(10, 4, False, None, 3,
-                 [(3, 7, "d", False, True, C), (7, 10, "f", False, False, T)], id="start3-plain"),
-    # Snapshot strictly inside: cut at the boundary, flagged, always batch_yield.
+                 [(3, 7, "d", False), (7, 10, "f", False)], id="start3-plain"),
+    # Snapshot strictly inside: cut at the boundary, flagged.
     pytest.param(10, 4, False, 6, 0,
-                 [(0, 4, "d", False, True, C), (4, 6, "d", True, True, T), (6, 10, "f", False, False, C)],
+                 [(0, 4, "d", False), (4, 6, "d", True), (6, 10, "f", False)],
                  id="snap6-short-cut"),
     pytest.param(10, 4, False, 8, 0,
-                 [(0, 4, "d", False, True, C), (4, 8, "d", True, True, C), (8, 10, "f", False, False, T)],
+                 [(0, 4, "d", False), (4, 8, "d", True), (8, 10, "f", False)],
                  id="snap8-on-chunk-boundary"),
     pytest.param(10, 4, True, 9, 0,
-                 [(0, 4, "d", False, True, C), (4, 8, "d", False, True, C), (8, 9, "d", True, True, D),
-                  (9, 10, "f", False, False, D)],
+                 [(0, 4, "d", False), (4, 8, "d", False), (8, 9, "d", True),
+                  (9, 10, "f", False)],
                  id="snap9-tailsplit-last-drain-yields"),
     pytest.param(5, 4, True, 4, 0,
-                 [(0, 4, "d", True, True, C), (4, 5, "f", False, False, D)], id="snap4-tailsplit"),
+                 [(0, 4, "d", True), (4, 5, "f", False)], id="snap4-tailsplit"),
     pytest.param(10, 4, False, 1, 0,
-                 [(0, 1, "d", True, True, D), (1, 5, "d", False, True, C), (5, 9, "d", False, True, C),
-                  (9, 10, "f", False, False, D)],
+                 [(0, 1, "d", True), (1, 5, "d", False), (5, 9, "d", False),
+                  (9, 10, "f", False)],
                  id="snap1-decode-cut"),
     pytest.param(6, 4, True, 3, 0,
-                 [(0, 3, "d", True, True, T), (3, 5, "d", False, False, T), (5, 6, "f", False, False, D)],
+                 [(0, 3, "d", True), (3, 5, "d", False), (5, 6, "f", False)],
                  id="snap3-tailsplit"),
     # Boundaries at/before the position or at the length are ignored.
     pytest.param(10, 4, False, 4, 4,
-                 [(4, 8, "d", False, True, C), (8, 10, "f", False, False, T)], id="snap-at-position"),
+                 [(4, 8, "d", False), (8, 10, "f", False)], id="snap-at-position"),
     pytest.param(10, 4, False, 2, 4,
-                 [(4, 8, "d", False, True, C), (8, 10, "f", False, False, T)], id="snap-before-position"),
+                 [(4, 8, "d", False), (8, 10, "f", False)], id="snap-before-position"),
     pytest.param(10, 4, False, 0, 0,
-                 [(0, 4, "d", False, True, C), (4, 8, "d", False, True, C), (8, 10, "f", False, False, T)],
+                 [(0, 4, "d", False), (4, 8, "d", False), (8, 10, "f", False)],
                  id="snap-zero"),
     pytest.param(10, 4, False, 10, 0,
-                 [(0, 4, "d", False, True, C), (4, 8, "d", False, True, C), (8, 10, "f", False, False, T)],
+                 [(0, 4, "d", False), (4, 8, "d", False), (8, 10, "f", False)],
                  id="snap-at-length"),
 ]
 
@@ -106,24 +107,17 @@ PLANS = [
 @pytest.mark.parametrize(("length", "chunk", "tail_split", "snapshot_at", "start", "expected"), PLANS)
 def test_plan_table(length: int, chunk: int, tail_split: bool, snapshot_at: int | None, start: int,
                     expected: list[tuple]) -> None:
-    expected = [(s, e, k, snap, by, ph) for s, e, k, snap, by, ph in expected]
     assert compact(plan_prefill(length, chunk, tail_split, snapshot_at, start)) == expected
 
 
 def test_single_step_matches_plan_and_fields() -> None:
     step = next_prefill_step(10, 8, 4, True)
-    assert step == PrefillStep(8, 9, StepKind.DRAIN, False, False, PrefillPhase.DECODE)
+    assert step == PrefillStep(8, 9, StepKind.DRAIN, False)
     assert step.size == 1
-    assert step.kind == "drain" and step.phase == "decode"  # str enums compare to the seed's strings
+    assert step.kind == "drain"  # str enums compare to the seed's strings
     with pytest.raises(AttributeError):
         step.start = 0  # type: ignore[misc]
 
-
-def test_prefill_phase() -> None:
-    assert prefill_phase(3, 4, True) is PrefillPhase.DECODE
-    assert prefill_phase(3, 4, False) is PrefillPhase.DECODE
-    assert prefill_phase(0, 4, True) is PrefillPhase.CHUNK
-    assert prefill_phase(0, 4, False) is PrefillPhase.TAIL
 
 
 POSITION_ERRORS = [
@@ -173,7 +167,7 @@ def test_snapshot_validated_even_when_ignored() -> None:
 
 def test_safe_integer_limits_accepted() -> None:
     big = 2**53 - 1
-    assert next_prefill_step(big, big - 1, big, False) == PrefillStep(big - 1, big, StepKind.FINAL, False, False, D)
+    assert next_prefill_step(big, big - 1, big, False) == PrefillStep(big - 1, big, StepKind.FINAL, False)
     assert next_prefill_step(big, 0, 4, False, big).end == 4
 
 
@@ -181,14 +175,6 @@ def test_plan_rejects_empty_range() -> None:
     with pytest.raises(ValueError):
         plan_prefill(5, 4, False, start=5)
 
-
-def test_fixed_policy() -> None:
-    policy = FixedPrefillPolicy(512)
-    assert isinstance(policy, PrefillPolicy)
-    assert policy.chunk_size(1) == 512 and policy.chunk_size(100_000) == 512
-    for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError):
-            FixedPrefillPolicy(bad)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- properties
@@ -215,16 +201,15 @@ def test_plan_properties(args: tuple[int, int, int, bool, int | None]) -> None:
     assert all(a.end == b.start for a, b in zip(steps, steps[1:]))
     assert [s.kind for s in steps] == [StepKind.DRAIN] * (len(steps) - 1) + [StepKind.FINAL]
 
-    # Each step is non-empty and at most one chunk; phase follows its size.
+    # Each step is non-empty and at most one chunk.
     for s in steps:
         assert 1 <= s.size <= chunk
-        assert s.phase == prefill_phase(s.start, s.end, s.size == chunk)
         assert s == next_prefill_step(length, s.start, chunk, tail_split, snapshot_at)
 
     final = steps[-1]
-    assert final.batch_yield is False and final.snapshot is False
+    assert final.snapshot is False
     if tail_split:
-        assert final.size == 1 and final.phase is PrefillPhase.DECODE
+        assert final.size == 1
     else:
         # Without snapshot influence the final step holds what is left after whole chunks.
         assert 1 <= final.size <= chunk
@@ -239,13 +224,6 @@ def test_plan_properties(args: tuple[int, int, int, bool, int | None]) -> None:
         assert all(s.size == chunk for s in before[:-1])
     else:
         assert snaps == []
-
-    # batch_yield is false only on the final step and, with tail_split, on the
-    # last drain cut after the boundary (the one ending at length - 1).
-    for s in steps[:-1]:
-        pre_boundary = inside and s.start < snapshot_at  # type: ignore[operator]
-        expected = True if pre_boundary else (not tail_split or s.end < length - 1)
-        assert s.batch_yield is expected
 
     # After the boundary (or without one) the cut is canonical: whole chunks,
     # then the remainder (tail_split: the remainder minus one, then one position).
@@ -324,8 +302,7 @@ def _python_step(case: dict) -> dict:
                               case["snapshotAt"])
     except ValueError as e:
         return {"error": str(e)}
-    return {"start": s.start, "end": s.end, "kind": s.kind.value, "snapshot": s.snapshot,
-            "batchYield": s.batch_yield, "phase": s.phase.value}
+    return {"start": s.start, "end": s.end, "kind": s.kind.value, "snapshot": s.snapshot}
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not on PATH")
@@ -333,12 +310,13 @@ def test_matches_seed_under_node() -> None:
     cases = _random_inputs(random.Random(20240607), 20_000)
     proc = subprocess.run([shutil.which("node") or "node", "-e", SEED_JS], input=json.dumps(cases),
                           capture_output=True, text=True, timeout=120, check=True)
-    js = json.loads(proc.stdout)
+    fields = ("start", "end", "kind", "snapshot", "error")  # the port keeps what the engine uses
+    js = [{k: v for k, v in r.items() if k in fields} for r in json.loads(proc.stdout)]
     assert len(js) == len(cases)
     mismatches = [(c, j, p) for c, j in zip(cases, js) if (p := _python_step(c)) != j]
     assert not mismatches, mismatches[:5]
     # The sample exercises every outcome.
-    outcomes = {(r.get("kind"), r.get("phase"), r.get("snapshot"), r.get("batchYield")) for r in js if "error" not in r}
-    assert len(outcomes) >= 8
+    outcomes = {(r.get("kind"), r.get("snapshot"), r["end"] - r["start"] == 1) for r in js if "error" not in r}
+    assert len(outcomes) >= 5
     assert {r["error"] for r in js if "error" in r} == {"invalid prefill position or chunk size",
                                                          "invalid prefill snapshot boundary"}

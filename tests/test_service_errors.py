@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import grpc
 import pytest
 
@@ -23,8 +26,12 @@ INVALID = [
     ("stopping.max_tokens", dict(stopping=gen_pb.StoppingCriteria(max_tokens=0))),
     ("stopping.max_tokens", dict(stopping=gen_pb.StoppingCriteria(max_tokens=4096))),  # prompt + 4096 > context
     ("stopping.min_tokens", dict(stopping=gen_pb.StoppingCriteria(max_tokens=4, min_tokens=9))),
+    ("stopping.min_tokens", dict(stopping=gen_pb.StoppingCriteria(min_tokens=2**31 - 1))),  # max_tokens unset
+    ("stopping.stop", dict(stopping=gen_pb.StoppingCriteria(max_tokens=4, stop=["x"] * 17))),
+    ("sampling.logit_bias", dict(sampling=gen_pb.SamplingParams(logit_bias={i: 0.5 for i in range(1025)}))),
     ("top_logprobs", dict(top_logprobs=21)),
     ("request_id", dict(request_id="x" * 129)),
+    ("session_id", dict(session_id="x" * 129)),
 ]
 
 
@@ -39,6 +46,36 @@ async def test_invalid_field_is_invalid_argument_with_bad_request(stub, field, k
     assert found["ErrorInfo"].reason == "INVALID_FIELD"
     assert found["ErrorInfo"].domain == "mlxgrpc.v1"
     assert [v.field for v in found["BadRequest"].field_violations] == [field]
+
+
+async def test_prompts_are_refused_by_size_before_any_work(stub):
+    """Text and chats past the byte and message limits (sized to the 4096-token
+    context) are refused for their size, not tokenized and then refused for tokens."""
+    too_long = request("x" * (4095 * 32 + 1))
+    many = pb.GenerateRequest(model="llama", chat=gen_pb.ChatMessages(
+        messages=[gen_pb.ChatMessage(role="user", content="hi")] * 400_000))
+    for req, field, description in ((too_long, "text", "at most 131040 bytes"),
+                                    (many, "chat.messages", "at most 4095 messages")):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await generate(stub, req)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        violation = details(err.value)["BadRequest"].field_violations[0]
+        assert violation.field == field and violation.description.startswith(description)
+
+
+async def test_a_request_that_can_never_fit_is_out_of_range_everywhere():
+    """The contract, the docs and the code name one status for a request that can
+    never fit in memory: OUT_OF_RANGE (AIP-193: a value beyond what the server holds)."""
+    from engine.errors import DoesNotFit
+    from service.status import code_for
+
+    root = Path(__file__).resolve().parents[1]
+    proto = (root / "protos/mlxgrpc/v1/inference_service.proto").read_text()
+    readme = (root / "README.md").read_text()
+    assert "can never fit in memory OUT_OF_RANGE" in " ".join(proto.replace("//", " ").split())
+    assert re.search(r"can never fit in memory[^|\n]*\| OUT_OF_RANGE \|", readme)
+    assert "FAILED_PRECONDITION" not in next(line for line in proto.splitlines() if "never fit" in line)
+    assert code_for(DoesNotFit("x")) == grpc.StatusCode.OUT_OF_RANGE
 
 
 async def test_token_prompt_outside_vocabulary(stub):

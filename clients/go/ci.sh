@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# CI for the Go client: install tools, check generated code, build, run the
-# example against $MLXGRPC_ADDRESS, run the tests. Does not start a server.
+# CI for the Go client: install tools, check generated code, build, run the example
+# against the first server address and the tests against each (arguments, default
+# $MLXGRPC_ADDRESS). Does not start a server.
 set -euo pipefail
+ADDRESSES=("$@")
+[[ ${#ADDRESSES[@]} -gt 0 || -z ${MLXGRPC_ADDRESS:-} ]] || ADDRESSES=("$MLXGRPC_ADDRESS")
 cd "$(dirname "${BASH_SOURCE[0]}")"
 HERE=$PWD
 ROOT=$(cd ../.. && pwd)
@@ -37,13 +40,15 @@ if [[ -n $unformatted ]]; then echo "not gofmt-ed: $unformatted" >&2; exit 1; fi
 go vet ./...
 go build -o "$TOOLS/bin/example" ./cmd/example
 
-if [[ -z ${MLXGRPC_ADDRESS:-} ]]; then
-  step "MLXGRPC_ADDRESS is not set: skipping the example; live tests will skip"
+if [[ ${#ADDRESSES[@]} -eq 0 ]]; then
+  step "no server address: skipping the example; live tests will skip"
+  go test -count=1 -v ./...
 else
-  step "example against $MLXGRPC_ADDRESS"
-  timeout 120 "$TOOLS/bin/example"
+  step "example against ${ADDRESSES[0]}"
+  MLXGRPC_ADDRESS=${ADDRESSES[0]} timeout 120 "$TOOLS/bin/example"
+  for address in "${ADDRESSES[@]}"; do
+    step "tests against $address"
+    MLXGRPC_ADDRESS=$address go test -count=1 -v ./...
+  done
 fi
-
-step "tests"
-go test -count=1 -v ./...
 step "done"

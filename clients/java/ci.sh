@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# CI for the Java client: regenerate code from ../../protos, build, run the example against
-# $MLXGRPC_ADDRESS, run the tests. Needs Java 17+ and Maven 3.8+; Maven downloads everything
-# else (protoc, protoc-gen-grpc-java, libraries) from Maven Central into ~/.m2 (reused when present).
-# Extra Maven arguments can be passed in MVN_ARGS, e.g. MVN_ARGS=-Dmaven.repo.local=/tmp/m2-cold.
+# CI for the Java client: regenerate code from ../../protos, build, run the example against the
+# first server address and the tests against each (arguments, default $MLXGRPC_ADDRESS). Needs
+# Java 17+ and Maven 3.8+; Maven downloads everything else (protoc, protoc-gen-grpc-java,
+# libraries) from Maven Central into ~/.m2 (reused when present). Extra Maven arguments can be
+# passed in MVN_ARGS, e.g. MVN_ARGS=-Dmaven.repo.local=/tmp/m2-cold.
 set -euo pipefail
+ADDRESSES=("$@")
+[[ ${#ADDRESSES[@]} -gt 0 || -z ${MLXGRPC_ADDRESS:-} ]] || ADDRESSES=("$MLXGRPC_ADDRESS")
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 command -v java >/dev/null || { echo "ci.sh: java not found (need JDK 17+)" >&2; exit 1; }
@@ -13,9 +16,6 @@ command -v mvn >/dev/null || { echo "ci.sh: mvn not found (need Maven 3.8+)" >&2
 MVN=(mvn -B -ntp -Dstyle.color=never ${MVN_ARGS:-})
 start=$SECONDS
 
-if [[ -z "${MLXGRPC_ADDRESS:-}" ]]; then
-  echo "ci.sh: MLXGRPC_ADDRESS is not set: the example uses localhost:50051, the live tests skip" >&2
-fi
 
 echo "== generate + build (protoc and protoc-gen-grpc-java from Maven Central)"
 "${MVN[@]}" -q clean test-compile
@@ -40,10 +40,18 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 fi
 echo "generated $(find "$gen" -name '*.java' | wc -l) Java files from ../../protos"
 
-echo "== example (MLXGRPC_ADDRESS=${MLXGRPC_ADDRESS:-localhost:50051})"
-"${MVN[@]}" -q exec:java
-
-echo "== tests"
-"${MVN[@]}" surefire:test
+if [[ ${#ADDRESSES[@]} -eq 0 ]]; then
+  echo "== no server address: skipping the example; the live tests will skip"
+  "${MVN[@]}" surefire:test
+else
+  echo "== example against ${ADDRESSES[0]} (plain java, as the README runs it)"
+  MLXGRPC_ADDRESS=${ADDRESSES[0]} java -cp "target/classes:$(cat target/classpath.txt)" dev.mlxgrpc.client.Example
+  echo "== tests against ${ADDRESSES[0]}"
+  MLXGRPC_ADDRESS=${ADDRESSES[0]} "${MVN[@]}" surefire:test
+  for address in "${ADDRESSES[@]:1}"; do
+    echo "== live tests against $address"
+    MLXGRPC_ADDRESS=$address "${MVN[@]}" surefire:test -Dtest='MlxGrpcClientTest,RetryLiveTest,ResponseFormatsTest'
+  done
+fi
 
 echo "ci.sh: OK in $((SECONDS - start)) s"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # CI for the Rust client: fetch crates, build (build.rs regenerates the code from
-# ../../protos with the vendored protoc), run the example and the live tests
-# against the server at $MLXGRPC_ADDRESS (which must already be running).
+# ../../protos with the vendored protoc), run the example against the first server
+# address and the tests, live ones included, against each (arguments, default
+# $MLXGRPC_ADDRESS; the servers must already be running).
 set -euo pipefail
+ADDRESSES=("$@")
+[[ ${#ADDRESSES[@]} -gt 0 ]] || ADDRESSES=("${MLXGRPC_ADDRESS:?pass or set the address of a running mlx-grpc server}")
 cd "$(dirname "${BASH_SOURCE[0]}")"
-
-: "${MLXGRPC_ADDRESS:?set MLXGRPC_ADDRESS to a running mlx-grpc server (host:port)}"
 export CARGO_TARGET_DIR="$PWD/target"
 export CARGO_TERM_COLOR=never
 
@@ -29,8 +30,12 @@ grep -q 'pub struct GenerateRequest' "$generated"
 grep -q 'pub struct InferenceServiceClient' "$generated"
 echo "generated: $generated"
 
-echo "== example against $MLXGRPC_ADDRESS"
-cargo run --locked --quiet --example example
+echo "== example against ${ADDRESSES[0]}"
+MLXGRPC_ADDRESS=${ADDRESSES[0]} cargo run --locked --quiet --example example
 
-echo "== tests against $MLXGRPC_ADDRESS"
-cargo test --locked
+echo "== tests against ${ADDRESSES[0]} (live ones included)"
+MLXGRPC_ADDRESS=${ADDRESSES[0]} cargo test --locked -- --include-ignored
+for address in "${ADDRESSES[@]:1}"; do
+  echo "== live tests against $address"
+  MLXGRPC_ADDRESS=$address cargo test --locked --test live_generate --test live_calls --test retry_live -- --include-ignored
+done

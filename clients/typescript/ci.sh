@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# CI for the TypeScript client: install, check generated code, build, run the
-# example and the tests against the server at $MLXGRPC_ADDRESS (already running).
+# CI for the TypeScript client: install, check generated code, build, run the example
+# against the first server address and the tests against each (arguments, default
+# $MLXGRPC_ADDRESS; already running: this script never starts one).
 set -euo pipefail
+ADDRESSES=("$@")
+[[ ${#ADDRESSES[@]} -gt 0 || -z ${MLXGRPC_ADDRESS:-} ]] || ADDRESSES=("$MLXGRPC_ADDRESS")
 cd "$(dirname "${BASH_SOURCE[0]}")"
 CLIENT_DIR="$(pwd)"
 REPO_ROOT="$(cd ../.. && pwd)"
@@ -23,12 +26,17 @@ echo "== build"
 rm -rf dist
 npx --no-install tsc -p tsconfig.json
 
-if [[ -n "${MLXGRPC_ADDRESS:-}" ]]; then
-  echo "== example against $MLXGRPC_ADDRESS"
-  timeout 120 node dist/example.js
-else
-  echo "== MLXGRPC_ADDRESS is not set: skipping the example; live tests will be skipped"
+if [[ ${#ADDRESSES[@]} -eq 0 ]]; then
+  echo "== no server address: skipping the example; live tests will be skipped"
+  node --test --test-concurrency=1 --test-reporter=spec dist/test/
+  exit 0
 fi
-
-echo "== tests"
-node --test --test-reporter=tap dist/test/
+echo "== example against ${ADDRESSES[0]}"
+MLXGRPC_ADDRESS=${ADDRESSES[0]} timeout 120 node dist/example.js
+echo "== tests against ${ADDRESSES[0]}"
+MLXGRPC_ADDRESS=${ADDRESSES[0]} node --test --test-concurrency=1 --test-reporter=spec dist/test/
+for address in "${ADDRESSES[@]:1}"; do
+  echo "== live tests against $address"
+  MLXGRPC_ADDRESS=$address node --test --test-concurrency=1 --test-reporter=spec dist/test/live.test.js \
+    dist/test/formats.test.js dist/test/adapters.test.js
+done

@@ -4,7 +4,8 @@ repeated inputs or rendered chat prompts.
 * ``take(key)`` borrows an immutable value through an owned lease; the caller must
   ``release()`` it (idempotent). A miss returns None and permits recompute.
 * ``put(key, value)`` transfers ownership to the cache, even if it is evicted at once.
-* Bounded by entry count and by a caller-supplied size of each value; an entry
+* Bounded by entry count and by a caller-supplied size of each value (plus, with
+  ``key_size``, of its key: keys made of client input weigh as much); an entry
   with live leases is never dropped while borrowed: eviction skips it, and a
   replaced or evicted entry's ``on_evict`` runs only after its last lease ends.
 
@@ -51,12 +52,13 @@ class ObjectLease(Generic[V]):
 class ObjectCache(Generic[V]):
     def __init__(self, max_entries: int, max_size: int = 1 << 62,
                  size_of: Callable[[V], int] = lambda _: 1,
-                 on_evict: Callable[[V], None] | None = None):
+                 on_evict: Callable[[V], None] | None = None,
+                 key_size: Callable[[str], int] = lambda _: 0):
         if max_entries < 0 or max_size < 0:
             raise ValueError("invalid object cache bounds")
         self._entries: OrderedDict[str, _Entry[V]] = OrderedDict()
         self._max_entries, self._max_size = max_entries, max_size
-        self._size_of, self._on_evict = size_of, on_evict
+        self._size_of, self._on_evict, self._key_size = size_of, on_evict, key_size
         self._size = 0
         self._lock = threading.Lock()
         self.hits = self.misses = 0
@@ -80,7 +82,7 @@ class ObjectCache(Generic[V]):
             return ObjectLease(self, entry)
 
     def put(self, key: str, value: V) -> None:
-        entry = _Entry(value, max(int(self._size_of(value)), 0))
+        entry = _Entry(value, max(int(self._size_of(value)) + int(self._key_size(key)), 0))
         with self._lock:
             old = self._entries.pop(key, None)
             removed = [self._remove(old)] if old is not None else []

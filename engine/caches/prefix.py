@@ -10,9 +10,14 @@ longer stored entry trimmed back). On top of it:
   None on a miss;
 * ``put`` transfers ownership of the caches to storage, even when storage evicts
   them at once; if it raises, ownership stays with the caller;
-* the namespace separates incompatible state (model, adapter);
-* ``session_id`` is an affinity hint: it is recorded so a session can be closed,
-  and never changes which content a lookup returns.
+* the bytes counted and bounded by ``max_bytes`` are the bytes the process holds:
+  stored state is made ``exact`` (evaluated, cut to its content, no view of a larger
+  buffer) and each entry counts its buffers at the allocator's size, which may
+  exceed the arrays' ``nbytes`` when MLX reuses a slightly larger freed buffer;
+* the namespace separates incompatible state (model, adapter).
+
+Nothing here is kept per client or per session: the only state is the bounded
+trie of entries, so no client-chosen string can grow the cache's memory.
 
 Used only on the engine thread (not thread-safe).
 """
@@ -23,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
+
+from .exact import buffer_bytes, exact
 
 
 @dataclass
@@ -35,20 +42,35 @@ class PrefixHit:
 
 class PrefixCache:
     def __init__(self, max_bytes: int, max_entries: int = 64):
-        self._lru = LRUPromptCache(max_size=max_entries, max_bytes=max_bytes)
-        self._sessions: dict[str, tuple[str, tuple[int, ...]]] = {}
+        self.max_bytes = max_bytes
+        self._lru = LRUPromptCache(max_size=max_entries)  # bounded by entries there, by bytes here
+        self._held: dict[tuple[str, tuple[int, ...]], int] = {}  # (namespace, tokens) -> bytes of its buffers
         self.hits = 0
         self.hit_tokens = 0
         self.misses = 0
 
     @property
     def nbytes(self) -> int:
-        return self._lru.nbytes
+        """The bytes counted against ``max_bytes``: each entry's buffers, as stored."""
+        return sum(self._held.values())
+
+    def held_bytes(self) -> int:
+        """The bytes the stored entries hold now, measured again: their distinct
+        buffers at the allocator's size (a check of ``nbytes``; it walks every entry)."""
+        return buffer_bytes([cache for entry in self.entries() for cache in entry])
+
+    def entries(self) -> list[list[Any]]:
+        """Every stored entry's caches (still owned by the cache: read, never change)."""
+        return [self._lru._trie.get(ns, tokens).prompt_cache for ns, tokens in self._keys()]
+
+    def _keys(self) -> list[tuple[str, list[int]]]:
+        """(namespace, tokens) of every entry: mlx-lm's LRU lists them only in private fields."""
+        return [key for order in self._lru._lru._lrus.values() for key in order]
 
     def __len__(self) -> int:
         return len(self._lru)
 
-    def take(self, prompt: Sequence[int], ns: str, session_id: str = "") -> PrefixHit | None:
+    def take(self, prompt: Sequence[int], ns: str) -> PrefixHit | None:
         """The longest usable cached prefix of ``prompt`` (never all of it), owned by the caller."""
         tokens = list(prompt)
         if len(tokens) < 2:
@@ -69,19 +91,23 @@ class PrefixCache:
         self.hit_tokens += covered
         return PrefixHit(tokens[:covered], caches)
 
-    def put(self, tokens: Sequence[int], caches: list[Any], ns: str, session_id: str = "") -> None:
+    def put(self, tokens: Sequence[int], caches: list[Any], ns: str) -> None:
         """Stores ``caches`` (covering exactly ``tokens``); ownership moves to the cache."""
         if not tokens:
             return
-        key = list(tokens)
-        self._lru.insert_cache(ns, key, caches)
-        if session_id:
-            self._sessions[session_id] = (ns, tuple(key))
-
-    def close_session(self, session_id: str) -> None:
-        """Drops session affinity without deleting reusable entries."""
-        self._sessions.pop(session_id, None)
+        stored = exact(caches)
+        self._lru.insert_cache(ns, list(tokens), stored)  # may drop entries it covers, or the oldest
+        self._held[(ns, tuple(tokens))] = buffer_bytes(stored)
+        self._forget_dropped()
+        while self._held and self.nbytes > self.max_bytes:
+            self._lru.trim_to(n_sequences=len(self._lru) - 1)  # the least recently used
+            self._forget_dropped()
 
     def clear(self) -> None:
         self._lru.trim_to(n_sequences=0)
-        self._sessions.clear()
+        self._held.clear()
+
+    def _forget_dropped(self) -> None:
+        if len(self._held) != len(self._lru):
+            stored = {(ns, tuple(tokens)) for ns, tokens in self._keys()}
+            self._held = {key: n for key, n in self._held.items() if key in stored}

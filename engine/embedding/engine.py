@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import AsyncIterator
 
 from .. import kernels
-from ..generation.admission import AdmissionClosed, AdmissionPool, AdmissionRejected
+from .admission import AdmissionClosed, AdmissionPool, AdmissionRejected
 from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
 from ..hardware.device import backend_name, blas_name
 from .pooling import EmbeddingModel, EmbeddingResult
@@ -23,7 +24,7 @@ from .decoder import DecoderEmbeddingModel
 from ..errors import DuplicateRequestId, InvalidRequest, NotReady, QueueFull
 from ..caches.objects import ObjectCache
 from ..requests import EmbeddingRequest
-from ..validation import Limits
+from ..validation import Limits, at_most, check_ids, check_text_bytes
 
 _END = object()
 
@@ -58,9 +59,10 @@ class EmbeddingEngine:
         self._pool = AdmissionPool(max_active, max_queued)
         self._model: EmbeddingModel | None = None
         self._running: dict[str, asyncio.Task] = {}
-        # Exact reuse of repeated inputs (vectors are immutable once made).
+        # Exact reuse of repeated inputs (vectors are immutable once made); the keys
+        # hold the inputs, so they count against the budget too.
         self._results: ObjectCache[EmbeddingResult] = ObjectCache(
-            max_entries=4096, max_size=64 << 20, size_of=lambda r: r.vector.nbytes)
+            max_entries=4096, max_size=64 << 20, size_of=lambda r: r.vector.nbytes, key_size=sys.getsizeof)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -108,6 +110,11 @@ class EmbeddingEngine:
         """Inputs answered from the object cache of repeated inputs."""
         return self._results.hits
 
+    @property
+    def cache_bytes(self) -> int:
+        """What the object cache of repeated inputs holds: vectors and their keys."""
+        return self._results.size
+
     def cancel(self, request_id: str) -> bool:
         task = self._running.get(request_id)
         if task is None:
@@ -154,14 +161,16 @@ class EmbeddingEngine:
             self._running.pop(request_id, None)
 
     def _validate(self, request: EmbeddingRequest, model: EmbeddingModel) -> None:
+        limits = self.limits.for_context(model.max_length)
+        check_ids(limits, request_id=request.request_id)
         if not request.inputs:
             raise InvalidRequest("inputs", "at least one input is required")
-        if len(request.inputs) > self.limits.max_embed_inputs:
-            raise InvalidRequest("inputs", f"at most {self.limits.max_embed_inputs} inputs per request")
+        at_most("inputs", len(request.inputs), limits.max_embed_inputs, "inputs")
+        for i, text in enumerate(request.inputs):
+            check_text_bytes(f"inputs[{i}]", (text,), limits.max_embed_input_bytes)
+        check_text_bytes("instruction", (request.instruction,), limits.max_embed_input_bytes)
         if request.dimensions < 0 or request.dimensions > model.hidden_size:
             raise InvalidRequest("dimensions", f"must be between 0 and {model.hidden_size}")
-        if len(request.request_id) > self.limits.max_request_id_length:
-            raise InvalidRequest("request_id", f"must be at most {self.limits.max_request_id_length} characters")
 
     # tokens (the embedding model's own tokenizer) ----------------------------------
     def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:

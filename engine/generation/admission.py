@@ -1,190 +1,79 @@
-"""FIFO admission reservations for asyncio.
+"""Which waiting sequence may start: FIFO order, a slot, and its memory.
 
-Port of the seed's ``execution/admission.ts``. At most ``capacity`` leases are
-held at once; up to ``max_queued`` callers wait, granted strictly in arrival
-order. Invariants:
+The seed's AdmissionPool rules, kept on the engine thread:
 
-* a full queue rejects at once (``AdmissionRejected``), it never waits;
-* releasing a lease hands its capacity straight to the oldest live waiter, so
-  while anyone is waiting ``active == capacity`` and no newcomer can overtake;
-* a cancelled waiter leaves the queue and releases no other owner's capacity;
-  a lease granted in the same instant as the cancellation is released again,
-  so capacity never leaks;
-* a lease releases once; later releases do nothing;
-* ``close()`` rejects every waiter and every later acquire with
-  ``AdmissionClosed``; leases already held stay valid until released.
+* sequences wait in arrival order; only the head may start, when a slot is free
+  (fewer than ``capacity`` running) and the memory budget holds its context beside
+  the running ones - nobody overtakes a head that waits for memory;
+* a waiting sequence keeps its place until it starts or is cancelled; a cancelled
+  one leaves the queue and takes nothing with it;
+* every started sequence is released exactly once, which frees its slot and memory.
 
-Not thread-safe: use a pool from the one event loop that runs its waiters.
+The queue is bounded by the facade, which refuses at once (RESOURCE_EXHAUSTED) a
+request that would make more than ``capacity + max_queued`` in flight.
+Not thread-safe: the engine thread owns it.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
-from types import TracebackType
 
-__all__ = ["AdmissionClosed", "AdmissionPool", "AdmissionRejected", "Lease"]
-
-_MAX_SAFE_INTEGER = 2**53 - 1
+from ..memory.budget import MemoryBudget
+from .sequence import Sequence
 
 
-def _is_safe_integer(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _MAX_SAFE_INTEGER
-
-
-class AdmissionRejected(Exception):
-    """The wait queue is full; raised immediately, without waiting."""
-
-    def __init__(self) -> None:
-        super().__init__("admission queue is full")
-
-
-class AdmissionClosed(Exception):
-    """The pool is closed: raised to its waiters and to every later acquire."""
-
-    def __init__(self) -> None:
-        super().__init__("admission is closed")
-
-
-class Lease:
-    """One unit of a pool's capacity. ``release()`` is idempotent and hands the
-    capacity to the next FIFO waiter; ``with lease:`` / ``async with lease:``
-    release on exit."""
-
-    __slots__ = ("_pool", "_released")
-
-    def __init__(self, pool: AdmissionPool) -> None:
-        self._pool = pool
-        self._released = False
+class Admission:
+    def __init__(self, capacity: int, budget: MemoryBudget | None = None):
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        self.budget = budget
+        self._waiting: deque[Sequence] = deque()
+        self._running: set[str] = set()
 
     @property
-    def released(self) -> bool:
-        return self._released
-
-    def release(self) -> None:
-        """Give the capacity back; only the first call has any effect."""
-        if self._released:
-            return
-        self._released = True
-        self._pool._release()
-
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.release()
-
-    async def __aenter__(self) -> Lease:
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        self.release()
-
-
-class AdmissionPool:
-    """FIFO reservations. A cancelled waiter releases no active owner's capacity.
-
-    ``capacity`` must be an integer >= 1 and ``max_queued`` an integer >= 0
-    (``0`` means never wait), else ``ValueError("invalid admission capacity")``.
-    Single event loop only; not thread-safe.
-    """
-
-    def __init__(self, capacity: int, max_queued: int = 64) -> None:
-        if not _is_safe_integer(capacity) or capacity < 1 or not _is_safe_integer(max_queued) or max_queued < 0:
-            raise ValueError("invalid admission capacity")
-        self._capacity = capacity
-        self._max_queued = max_queued
-        self._active = 0
-        self._closed = False
-        # Pending futures are live waiters; a done one belongs to a cancelled
-        # task whose handler has not yet run, and is skipped and pruned.
-        self._waiting: deque[asyncio.Future[Lease]] = deque()
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    @property
-    def max_queued(self) -> int:
-        return self._max_queued
-
-    @property
-    def active(self) -> int:
-        """Leases currently held (granted and not yet released)."""
-        return self._active
-
-    @property
-    def queued(self) -> int:
-        """Callers waiting for a lease."""
-        self._prune()
+    def waiting(self) -> int:
         return len(self._waiting)
 
     @property
-    def closed(self) -> bool:
-        return self._closed
+    def running(self) -> int:
+        return len(self._running)
 
-    def try_acquire(self) -> Lease | None:
-        """A lease if capacity is free now, else ``None``; never queues.
-        Raises ``AdmissionClosed`` once the pool is closed."""
-        if self._closed:
-            raise AdmissionClosed()
-        if self._active < self._capacity:
-            return self._lease()
+    @property
+    def reserved(self) -> int:
+        """Sequences holding memory (equals ``running`` whenever a budget is set)."""
+        return self.budget.reserved if self.budget is not None else 0
+
+    def enqueue(self, seq: Sequence) -> None:
+        self._waiting.append(seq)
+
+    def withdraw(self, request_id: str) -> Sequence | None:
+        """Takes a waiting sequence out of the queue (cancelled before it started)."""
+        for seq in self._waiting:
+            if seq.request_id == request_id:
+                self._waiting.remove(seq)
+                return seq
         return None
 
-    async def acquire(self) -> Lease:
-        """Wait for a lease in FIFO order.
+    def next_ready(self) -> Sequence | None:
+        """The head, taken out of the queue, if it may start now; else None."""
+        if not self._waiting or len(self._running) >= self.capacity:
+            return None
+        head = self._waiting[0]
+        if self.budget is not None and not self.budget.try_reserve(head.request_id, head.context_tokens):
+            return None
+        self._waiting.popleft()
+        self._running.add(head.request_id)
+        return head
 
-        Returns without suspending when capacity is free. Raises
-        ``AdmissionClosed`` if the pool is or becomes closed, and
-        ``AdmissionRejected`` at once when ``max_queued`` callers already wait.
-        Cancelling the awaiting task removes it from the queue and propagates
-        ``CancelledError``; a lease granted to it in the same instant is released.
-        """
-        lease = self.try_acquire()
-        if lease is not None:
-            return lease
-        if self.queued >= self._max_queued:
-            raise AdmissionRejected()
-        waiter: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
-        self._waiting.append(waiter)
-        try:
-            return await waiter
-        except BaseException:  # CancelledError, or anything thrown into the wait
-            if waiter.done() and not waiter.cancelled():
-                # Granted (or closed) just before the cancellation was delivered.
-                if waiter.exception() is None:
-                    waiter.result().release()
-            else:
-                waiter.cancel()
-                try:
-                    self._waiting.remove(waiter)
-                except ValueError:
-                    pass
-            raise
+    def release(self, seq: Sequence) -> None:
+        """Frees a started sequence's slot and memory; a second call does nothing."""
+        if seq.request_id in self._running:
+            self._running.discard(seq.request_id)
+            if self.budget is not None:
+                self.budget.release(seq.request_id)
 
-    def close(self) -> None:
-        """Reject every waiter and all later acquires with ``AdmissionClosed``."""
-        self._closed = True
-        waiting, self._waiting = self._waiting, deque()
-        for waiter in waiting:
-            if not waiter.done():
-                waiter.set_exception(AdmissionClosed())
-
-    def _lease(self) -> Lease:
-        self._active += 1
-        return Lease(self)
-
-    def _release(self) -> None:
-        self._active -= 1
-        while self._waiting:
-            waiter = self._waiting.popleft()
-            if not waiter.done():
-                waiter.set_result(self._lease())
-                return
-
-    def _prune(self) -> None:
-        if any(w.done() for w in self._waiting):
-            self._waiting = deque(w for w in self._waiting if not w.done())
+    def drain(self) -> list[Sequence]:
+        """Empties the queue (shutdown): the sequences that never started."""
+        waiting, self._waiting = list(self._waiting), deque()
+        return waiting

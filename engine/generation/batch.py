@@ -1,10 +1,19 @@
-"""The decode batch: left-padded batch KV caches over mlx-lm's cache classes.
+"""The running rows' caches as mlx-lm batch caches, and one forward over them.
 
 A row prefilled into its own per-layer caches joins with ``join`` (each cache's
-``merge`` builds its batch form, e.g. KVCache -> BatchKVCache, RotatingKVCache ->
-BatchRotatingKVCache, then ``extend`` appends it); finished rows leave with
-``keep`` (``filter``). Any architecture whose caches implement merge/extend/filter
-works, sliding-window ones included. The batch holds no request state.
+``merge`` builds its batch form - KVCache -> BatchKVCache, RotatingKVCache ->
+BatchRotatingKVCache, ArraysCache stays itself - and ``extend`` appends it); rows
+leave with ``keep`` (``filter``). ``step`` feeds every row k >= 1 tokens and returns
+the scores of every fed position; rows may differ in k: shorter feeds are
+right-padded. ``rollback`` then drops each row's last n positions.
+
+Padding and rolled-back positions leave the same way: a trim that all rows share,
+then each row's remainder rolled into its left padding (mlx-lm's ``finalize``). For
+plain KV layers the padding of a step is dropped together with the step's rollback,
+so a step costs at most one roll; other layers (sliding windows, recurrent state)
+are told of the padding with ``prepare`` and settle it at once.
+
+The batch holds no request state: row ``i`` is whatever the scheduler put there.
 """
 
 from __future__ import annotations
@@ -13,16 +22,29 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
 
-class DecodeBatch:
+def can_roll_back(model: nn.Module) -> bool:
+    """Whether rows of this model can drop computed positions: every layer keeps a
+    plain KV cache (sliding windows and recurrent state cannot be rolled back)."""
+    return all(type(c) is KVCache for c in make_prompt_cache(model))
+
+
+class Batch:
     def __init__(self, model: nn.Module):
         self._model = model
         self.caches: list[Any] | None = None
         self.size = 0
+        self._padding: list[int] | None = None  # a step's right padding not yet dropped (KV layers)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in self.caches or ())
 
     def join(self, row_caches: Sequence[Any]) -> None:
-        """Appends one row (its per-layer caches) as the last batch row."""
+        """Appends one row (its per-layer caches, which stay the caller's) as the last row."""
+        self._settle()
         merged = [type(c).merge([c]) for c in row_caches]
         if self.caches is None:
             self.caches = merged
@@ -33,9 +55,10 @@ class DecodeBatch:
 
     def keep(self, indices: Sequence[int]) -> None:
         """Keeps only the given rows, in the given order; frees the others' KV."""
-        if not indices:
-            self.caches, self.size = None, 0
+        if not indices:  # also after a failed step: nothing is left to settle
+            self.caches, self.size, self._padding = None, 0, None
             return
+        self._settle()
         if list(indices) == list(range(self.size)):
             return
         keep = mx.array(list(indices), dtype=mx.int32)
@@ -43,11 +66,58 @@ class DecodeBatch:
             cache.filter(keep)
         self.size = len(indices)
 
-    def forward(self, tokens: Sequence[int]) -> mx.array:
-        """One decode step: feeds one token per row, returns scores [B, V]."""
-        inputs = mx.array(tokens, dtype=mx.int32)[:, None]
-        return self._model(inputs, cache=self.caches)[:, -1, :]
+    def extract(self, index: int) -> list[Any]:
+        """A copy of row ``index``'s caches in single-row form (e.g. for the prefix cache)."""
+        self._settle()
+        return [c.extract(index) for c in self.caches or ()]
 
-    @property
-    def nbytes(self) -> int:
-        return sum(c.nbytes for c in self.caches or ())
+    def step(self, feeds: Sequence[Sequence[int]]) -> mx.array:
+        """Feeds row ``i`` the tokens ``feeds[i]`` (at least one each); returns scores
+        [B, K, V] with K the longest feed; row ``i``'s are valid at ``[0, len(feeds[i]))``."""
+        lengths = [len(f) for f in feeds]
+        if len(feeds) != self.size or min(lengths) < 1:
+            raise ValueError("one feed of at least one token per row is required")
+        self._settle()
+        width = max(lengths)
+        padding = [width - n for n in lengths]
+        ragged = any(padding)
+        inputs = mx.array([list(f) + [0] * p for f, p in zip(feeds, padding)], dtype=mx.int32)
+        others = [c for c in self.caches if not isinstance(c, BatchKVCache)]
+        if ragged:
+            for cache in others:
+                cache.prepare(lengths=lengths, right_padding=padding)
+        scores = self._model(inputs, cache=self.caches)
+        if ragged:
+            for cache in others:
+                cache.finalize()
+            self._padding = padding
+        return scores
+
+    def rollback(self, counts: Sequence[int]) -> None:
+        """Drops the last ``counts[i]`` computed positions of row ``i`` (and the padding
+        of the step just taken)."""
+        if len(counts) != self.size or min(counts, default=0) < 0:
+            raise ValueError("one non-negative count per row is required")
+        if any(counts) and not all(isinstance(c, BatchKVCache) for c in self.caches):
+            raise RuntimeError("this model's caches cannot roll back")
+        self._drop(counts)
+
+    def _settle(self) -> None:
+        if self._padding is not None:
+            self._drop([0] * self.size)
+
+    def _drop(self, counts: Sequence[int]) -> None:
+        padding, self._padding = self._padding, None
+        drops = [n + p for n, p in zip(counts, padding)] if padding else list(counts)
+        if not any(drops):
+            return
+        shared = min(drops)
+        rest = [n - shared for n in drops]
+        for cache in self.caches:
+            if not isinstance(cache, BatchKVCache):
+                continue
+            if shared:
+                cache.trim(shared)
+            if any(rest):
+                cache.prepare(right_padding=rest)
+                cache.finalize()

@@ -1,40 +1,26 @@
 """Prefill planning: how a prompt is cut into forward steps.
 
-Port of the seed's ``contracts/portable/prefill.ts``. Pure arithmetic: no
-tensors, no runtime policy reads, no sampling. A row (alone or in a batch)
-follows the program one step at a time, and advances its position only after
-executing the returned step.
+Port of the seed's ``contracts/portable/prefill.ts`` (``nextPrefillStep``): pure
+arithmetic, no tensors, no policy reads. A sequence follows the plan one step at a
+time and advances its position only after executing the returned step.
 
-Invariants of a plan over ``[start, length)`` (see ``plan_prefill``):
+Invariants of the plan over ``[start, length)`` (iterate ``next_prefill_step``):
 
-* steps are contiguous and cover ``[start, length)``; only the last is ``final``;
+* steps are contiguous and cover ``[start, length)``; only the last is ``FINAL``;
 * every step has at most ``chunk_size`` positions;
-* with ``tail_split`` the final step is exactly one position (token zero is
-  sampled from a one-position ``decode`` append); without it the final step
-  holds the remaining ``1..chunk_size`` positions;
-* a snapshot boundary strictly inside ``(position, length)`` cuts the plan so
-  that exactly one step ends at it, flagged ``snapshot``;
-* ``phase`` is ``decode`` for one position, else ``chunk`` for a whole planned
-  chunk (exactly ``chunk_size`` positions), else ``tail``.
+* with ``tail_split`` the final step is exactly one position (token zero is chosen
+  from a one-position decode append); without it the final step holds the
+  remaining ``1..chunk_size`` positions;
+* a snapshot boundary strictly inside ``(position, length)`` cuts the plan so that
+  exactly one step ends at it, flagged ``snapshot``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol, runtime_checkable
 
-__all__ = [
-    "MAX_SAFE_INTEGER",
-    "FixedPrefillPolicy",
-    "PrefillPhase",
-    "PrefillPolicy",
-    "PrefillStep",
-    "StepKind",
-    "next_prefill_step",
-    "plan_prefill",
-    "prefill_phase",
-]
+__all__ = ["MAX_SAFE_INTEGER", "PrefillStep", "StepKind", "next_prefill_step"]
 
 #: JavaScript's ``Number.MAX_SAFE_INTEGER``; positions beyond it are rejected.
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -46,46 +32,8 @@ def _is_safe_integer(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
 
 
-@runtime_checkable
-class PrefillPolicy(Protocol):
-    """Request-level chunk policy. Execution consumes the selected size; model
-    backends can account for their temporary workspace without changing admission."""
-
-    def chunk_size(self, prompt_tokens: int) -> int:
-        """The chunk size to prefill a prompt of ``prompt_tokens`` positions with."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class FixedPrefillPolicy:
-    """The same chunk size for every prompt."""
-
-    chunk: int
-
-    def __post_init__(self) -> None:
-        if not _is_safe_integer(self.chunk) or self.chunk < 1:
-            raise ValueError("invalid prefill chunk size")
-
-    def chunk_size(self, prompt_tokens: int) -> int:
-        return self.chunk
-
-
-class PrefillPhase(str, Enum):
-    """The phase a prompt step runs in, named by the planner that cut it.
-
-    * ``CHUNK``: a whole planned chunk (exactly the step's chunk size);
-    * ``TAIL``: any other number of positions above one: what is left after the
-      whole chunks, or a piece a snapshot boundary cuts short;
-    * ``DECODE``: a single position, appended through the one-position read.
-    """
-
-    CHUNK = "chunk"
-    TAIL = "tail"
-    DECODE = "decode"
-
-
 class StepKind(str, Enum):
-    """``DRAIN`` fills the cache only; ``FINAL`` is the step whose logits yield token zero."""
+    """``DRAIN`` fills the cache only; ``FINAL`` is the step whose scores yield token zero."""
 
     DRAIN = "drain"
     FINAL = "final"
@@ -93,33 +41,18 @@ class StepKind(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class PrefillStep:
-    """One forward over prompt positions ``[start, end)``.
-
-    ``snapshot``: the step ends exactly at the requested snapshot boundary.
-    ``batch_yield``: when false, batch admission may finish this (short last)
-    drain and token zero in one tick; otherwise execution yields between every
-    drain and the next forward.
-    """
+    """One forward over prompt positions ``[start, end)``; ``snapshot``: the step ends
+    exactly at the requested snapshot boundary."""
 
     start: int
     end: int
     kind: StepKind
     snapshot: bool
-    batch_yield: bool
-    phase: PrefillPhase
 
     @property
     def size(self) -> int:
         """Number of positions the step covers."""
         return self.end - self.start
-
-
-def prefill_phase(start: int, end: int, whole: bool) -> PrefillPhase:
-    """The phase of a step from ``start`` to ``end`` that the planner made
-    ``whole`` (a full chunk) or not. One position is always ``DECODE``."""
-    if end - start == 1:
-        return PrefillPhase.DECODE
-    return PrefillPhase.CHUNK if whole else PrefillPhase.TAIL
 
 
 def next_prefill_step(
@@ -129,8 +62,7 @@ def next_prefill_step(
     tail_split: bool,
     snapshot_at: int | None = None,
 ) -> PrefillStep:
-    """The next step of the prefill program for a row at ``position`` of a
-    ``length``-position prompt (exact port of the seed's ``nextPrefillStep``).
+    """The next step for a sequence at ``position`` of a ``length``-position prompt.
 
     Raises ``ValueError("invalid prefill position or chunk size")`` unless
     ``length``, ``position`` and ``chunk_size`` are safe integers with
@@ -153,38 +85,12 @@ def next_prefill_step(
         raise ValueError("invalid prefill snapshot boundary")
 
     if snapshot_at is not None and position < snapshot_at < length:
-        whole = position + chunk_size <= snapshot_at
-        end = position + chunk_size if whole else snapshot_at
-        return PrefillStep(position, end, StepKind.DRAIN, end == snapshot_at, True,
-                           prefill_phase(position, end, whole))
+        end = min(position + chunk_size, snapshot_at)
+        return PrefillStep(position, end, StepKind.DRAIN, end == snapshot_at)
 
     remaining = length - position
     if remaining > (1 if tail_split else chunk_size):
-        whole = not tail_split or chunk_size <= remaining - 1
-        end = position + (chunk_size if whole else remaining - 1)
-        return PrefillStep(position, end, StepKind.DRAIN, False,
-                           not tail_split or remaining - 1 > chunk_size,
-                           prefill_phase(position, end, whole))
+        end = position + (min(chunk_size, remaining - 1) if tail_split else chunk_size)
+        return PrefillStep(position, end, StepKind.DRAIN, False)
 
-    return PrefillStep(position, length, StepKind.FINAL, False, False,
-                       prefill_phase(position, length, remaining == chunk_size))
-
-
-def plan_prefill(
-    length: int,
-    chunk_size: int,
-    tail_split: bool,
-    snapshot_at: int | None = None,
-    start: int = 0,
-) -> list[PrefillStep]:
-    """Every step from ``start`` up to and including the ``final`` one, by
-    iterating ``next_prefill_step``. Raises its ``ValueError`` for invalid
-    input, including an empty range (``start >= length``)."""
-    steps: list[PrefillStep] = []
-    position = start
-    while True:
-        step = next_prefill_step(length, position, chunk_size, tail_split, snapshot_at)
-        steps.append(step)
-        if step.kind is StepKind.FINAL:
-            return steps
-        position = step.end
+    return PrefillStep(position, length, StepKind.FINAL, False)

@@ -1,119 +1,156 @@
-"""Per-request sampling inside a batch: score processors, selection and logprobs.
+"""Choosing tokens for a whole batch at once.
 
-A ``RowSampler`` owns one request's processor history. Seeded draws are keyed by
-(seed, step), never by a shared random stream, so a request with a seed yields the
-same tokens alone or inside any batch, whatever its neighbours do.
-Greedy rows without processors take the batched fast path in ``greedy_tokens``.
+Each sequence owns a ``SamplingState``: its options, its seed and the history its
+score processors need (repetition, presence and frequency penalties, logit bias).
+``choose`` takes the scores of every sample site of a step ([N, V]) and returns the
+chosen ids ([N], lazy):
+
+* processors run per row, only for rows that have any;
+* greedy rows take one batched argmax;
+* sampled rows go through one vectorised pass: temperature, top-k, min-p and top-p
+  masks with per-row parameters, then an inverse-CDF draw.
+
+A seeded draw depends only on (seed, step): its uniform comes from a hash of the two,
+never from a shared random stream, so a request yields the same tokens alone or
+inside any batch, whatever its neighbours do.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import mlx.core as mx
 
-from ..events import TokenLogprob, TopLogprob
 from ..requests import SamplingOptions
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 
 
-def draw_key(seed: int, step: int) -> mx.array:
-    """The PRNG key of draw ``step`` of a request seeded with ``seed`` (splitmix64 mix)."""
+def draw_uniform(seed: int, step: int) -> float:
+    """The uniform in (0, 1) of draw ``step`` of a request seeded with ``seed`` (splitmix64)."""
     z = (seed * 0x9E3779B97F4A7C15 + (step + 1) * 0xBF58476D1CE4E5B9) & _MASK
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-    return mx.random.key((z ^ (z >> 31)) & 0x7FFFFFFFFFFFFFFF)
+    z ^= z >> 31
+    return ((z >> 11) + 0.5) / float(1 << 53)
 
 
-def greedy_tokens(logits: mx.array) -> mx.array:
-    """Argmax over the last axis: the batched fast path for plain greedy rows."""
-    return mx.argmax(logits, axis=-1)
-
-
-class RowSampler:
-    """Selects one request's tokens. Not thread-safe; lives on the engine thread."""
+class SamplingState:
+    """One sequence's sampling: options, seed and processor history (engine thread only)."""
 
     def __init__(self, options: SamplingOptions, prompt: Sequence[int]):
         self.options = options
         self.seed = options.seed if options.seed is not None else random.getrandbits(63)
-        self._recent = list(prompt[-max(options.repetition_context_size, 1):])
+        self._window = max(options.repetition_context_size, 1)
+        self._recent = list(prompt[-self._window:])
         self._counts: Counter[int] = Counter()
-        bias = options.logit_bias
-        self._bias_ids = mx.array(list(bias.keys()), dtype=mx.int32) if bias else None
-        self._bias_values = mx.array(list(bias.values()), dtype=mx.float32) if bias else None
+        self._bias: tuple[mx.array, mx.array] | None = None  # built on the engine thread
 
     @property
-    def is_plain_greedy(self) -> bool:
-        return self.options.is_greedy
+    def has_processors(self) -> bool:
+        o = self.options
+        return bool(o.logit_bias) or o.repetition_penalty != 1.0 or bool(o.presence_penalty or o.frequency_penalty)
+
+    @property
+    def greedy(self) -> bool:
+        return self.options.temperature == 0.0
 
     def commit(self, token: int) -> None:
-        """Advance processor history with the token actually emitted."""
+        """Advances processor history with a token the sequence emitted."""
         self._counts[token] += 1
         self._recent.append(token)
-        window = max(self.options.repetition_context_size, 1)
-        if len(self._recent) > window:
-            del self._recent[: len(self._recent) - window]
+        if len(self._recent) > self._window:
+            del self._recent[: len(self._recent) - self._window]
 
-    def process(self, logits: mx.array) -> mx.array:
-        """Applies logit bias and penalties to one row of scores [V]."""
+    def process(self, scores: mx.array, extra: Sequence[int] = ()) -> mx.array:
+        """Logit bias and penalties applied to one row of scores [V] (float32), with
+        ``extra`` tokens (drafts before this position) counted as if emitted."""
         o = self.options
-        logits = logits.astype(mx.float32)
-        if self._bias_ids is not None:
-            logits = logits.at[self._bias_ids].add(self._bias_values)
-        if o.repetition_penalty != 1.0 and self._recent:
-            ids = mx.array(sorted(set(self._recent)), dtype=mx.int32)
-            picked = logits[ids]
-            picked = mx.where(picked < 0, picked * o.repetition_penalty, picked / o.repetition_penalty)
-            logits[ids] = picked
-        if (o.presence_penalty or o.frequency_penalty) and self._counts:
-            ids = mx.array(list(self._counts.keys()), dtype=mx.int32)
-            counts = mx.array(list(self._counts.values()), dtype=mx.float32)
-            logits = logits.at[ids].subtract(o.presence_penalty + o.frequency_penalty * counts)
-        return logits
-
-    def select(self, logits: mx.array, step: int) -> mx.array:
-        """Chooses the token at ``step`` from one row of scores [V] (a 0-d array)."""
-        o = self.options
-        scores = self.process(logits) if not self.is_plain_greedy else logits
-        if o.temperature == 0.0:
-            return mx.argmax(scores)
-        scores = _filter(scores / o.temperature, o)
-        return mx.random.categorical(scores, key=draw_key(self.seed, step))
+        recent, counts = self._recent, self._counts
+        if extra:
+            recent = (recent + list(extra))[-self._window:]
+            counts = counts + Counter(extra)
+        if o.logit_bias:
+            if self._bias is None:
+                self._bias = (mx.array(list(o.logit_bias.keys()), dtype=mx.int32),
+                              mx.array(list(o.logit_bias.values()), dtype=mx.float32))
+            scores = scores.at[self._bias[0]].add(self._bias[1])
+        if o.repetition_penalty != 1.0 and recent:
+            ids = mx.array(sorted(set(recent)), dtype=mx.int32)
+            picked = scores[ids]
+            scores[ids] = mx.where(picked < 0, picked * o.repetition_penalty, picked / o.repetition_penalty)
+        if (o.presence_penalty or o.frequency_penalty) and counts:
+            ids = mx.array(list(counts.keys()), dtype=mx.int32)
+            weights = mx.array(list(counts.values()), dtype=mx.float32)
+            scores = scores.at[ids].subtract(o.presence_penalty + o.frequency_penalty * weights)
+        return scores
 
 
-def _filter(scores: mx.array, o: SamplingOptions) -> mx.array:
-    """Top-k, min-p and top-p filtering of temperature-scaled scores [V]."""
-    neg_inf = mx.array(-float("inf"), dtype=scores.dtype)
-    if 0 < o.top_k < scores.shape[-1]:
-        kth = mx.topk(scores, o.top_k).min()
+class Masks(Protocol):
+    """Allowed ids per sample site (``grammar.masks.SiteMasks``)."""
+
+    def apply(self, scores: mx.array) -> mx.array: ...
+
+
+def choose(scores: mx.array, states: Sequence[SamplingState], steps: Sequence[int],
+           extras: Sequence[Sequence[int]] | None = None, masks: Masks | None = None) -> mx.array:
+    """The ids chosen at ``N`` sample sites: ``scores`` [N, V], site ``i`` belongs to
+    ``states[i]`` and selects that sequence's token number ``steps[i]``, its processors'
+    history extended by ``extras[i]`` (the drafts before a verified position).
+    ``masks`` (structured output) removes disallowed ids after the processors. Lazy."""
+    scores = scores.astype(mx.float32)
+    processed = [i for i, s in enumerate(states) if s.has_processors]
+    if processed:
+        rows = mx.stack([states[i].process(scores[i], extras[i] if extras else ()) for i in processed])
+        scores[mx.array(processed, dtype=mx.int32)] = rows
+    if masks is not None:
+        scores = masks.apply(scores)
+    chosen = mx.argmax(scores, axis=-1).astype(mx.int32)
+    sampled = [i for i, s in enumerate(states) if not s.greedy]
+    if not sampled:
+        return chosen
+    index = mx.array(sampled, dtype=mx.int32)
+    options = [states[i].options for i in sampled]
+    uniforms = [draw_uniform(states[i].seed, steps[i]) for i in sampled]
+    chosen[index] = _draw(_mask(scores[index], options), mx.array(uniforms, dtype=mx.float32))
+    return chosen
+
+
+def _mask(scores: mx.array, options: Sequence[SamplingOptions]) -> mx.array:
+    """Temperature-scaled scores [n, V] with top-k, then min-p, then top-p applied
+    (each on what the previous left); excluded ids get -inf."""
+    vocab = scores.shape[-1]
+    neg_inf = mx.array(-float("inf"), dtype=mx.float32)
+    scores = scores / mx.array([o.temperature for o in options], dtype=mx.float32)[:, None]
+    ks = [o.top_k if 0 < o.top_k < vocab else 0 for o in options]
+    if any(ks):
+        k_max = max(ks)
+        top = mx.sort(mx.topk(scores, k_max, axis=-1), axis=-1)  # ascending: the k-th largest at k_max - k
+        kth = mx.take_along_axis(top, mx.array([[k_max - max(k, 1)] for k in ks], dtype=mx.int32), axis=-1)
+        kth = mx.where(mx.array(ks)[:, None] > 0, kth, neg_inf)
         scores = mx.where(scores < kth, neg_inf, scores)
-    if o.min_p > 0.0:
-        probs = mx.softmax(scores)
-        scores = mx.where(probs < o.min_p * probs.max(), neg_inf, scores)
-    if o.top_p < 1.0:
-        probs = mx.softmax(scores)
-        ordered = mx.sort(probs)[::-1]
-        before = mx.cumsum(ordered) - ordered
-        kept = mx.sum(before < o.top_p)
-        threshold = ordered[mx.maximum(kept - 1, 0)]
+    if any(o.min_p > 0 for o in options):
+        floor = mx.log(mx.array([o.min_p for o in options], dtype=mx.float32))[:, None]
+        scores = mx.where(scores - scores.max(axis=-1, keepdims=True) < floor, neg_inf, scores)
+    if any(o.top_p < 1.0 for o in options):
+        probs = mx.softmax(scores, axis=-1)
+        ordered = -mx.sort(-probs, axis=-1)
+        before = mx.cumsum(ordered, axis=-1) - ordered
+        top_p = mx.array([o.top_p for o in options], dtype=mx.float32)[:, None]
+        kept = mx.sum(before < top_p, axis=-1, keepdims=True)
+        threshold = mx.take_along_axis(ordered, mx.maximum(kept - 1, 0), axis=-1)
+        threshold = mx.where(top_p < 1.0, threshold, 0.0)  # rows without top-p keep every id
         scores = mx.where(probs < threshold, neg_inf, scores)
     return scores
 
 
-def token_logprobs(
-    logits: mx.array, token: int, top_n: int, token_text
-) -> TokenLogprob:
-    """Log probability of ``token`` under the unmodified distribution of one row
-    [V], with the ``top_n`` most likely alternatives, most likely first."""
-    logprobs = logits.astype(mx.float32) - mx.logsumexp(logits.astype(mx.float32))
-    top: tuple[TopLogprob, ...] = ()
-    if top_n > 0:
-        ids = mx.argpartition(-logprobs, top_n - 1)[:top_n]
-        values = logprobs[ids]
-        order = mx.argsort(-values)
-        ids, values = ids[order].tolist(), values[order].tolist()
-        top = tuple(TopLogprob(i, v, token_text(i)) for i, v in zip(ids, values))
-    return TokenLogprob(token, logprobs[token].item(), top)
+def _draw(scores: mx.array, uniforms: mx.array) -> mx.array:
+    """One id per row of ``scores`` [n, V], drawn from softmax(scores) by inverting its
+    CDF at ``uniforms`` [n] (ids with -inf scores have no mass and are never drawn)."""
+    weights = mx.exp(scores - scores.max(axis=-1, keepdims=True))
+    cdf = mx.cumsum(weights, axis=-1)
+    target = uniforms[:, None] * cdf[:, -1:]
+    index = mx.sum(cdf < target, axis=-1)
+    return mx.minimum(index, scores.shape[-1] - 1).astype(mx.int32)

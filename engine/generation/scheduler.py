@@ -1,225 +1,218 @@
-"""The continuous-batching scheduler. Runs only on the engine thread.
+"""The continuous-batching scheduler: one model's sequences, from waiting to finished.
 
-One ``tick``:
-  1. prune   - cancelled rows leave the prefill queue or the decode batch (their KV
-               is freed and their admission lease released);
-  2. prefill - the token budget left after one token per decoding row is spent on
-               prompt chunks planned by ``next_prefill_step`` (tail split: the last
-               prompt token is fed by the decode step); leading short fresh prompts
-               (one chunk each) are prefilled together in one left-padded forward;
-               a row whose prompt is done joins the decode batch;
-  3. decode  - one batched forward over every decoding row, per-row selection,
-               delivery and stop checks; finished rows leave the batch.
-The prefix cache is consulted when a row is added (its prefill starts after the
-longest cached prefix) and fed three ways: at a snapshot boundary during prefill
-(a copy), when a row joins the batch (its own prefill caches, transferred), and
-when a row finishes (its KV extracted from the batch: prompt plus output).
-A long prompt therefore advances chunk by chunk between decode steps and never
-stalls running streams.
+Runs only on the engine thread, which owns every sequence once submitted. One tick:
+
+  1. prune    - cancelled rows leave the running batch (their KV freed);
+  2. admit    - waiting sequences start in FIFO order while a slot and their memory
+                are free (``Admission``); each takes its longest cached prefix;
+  3. prefill  - the token budget left after one token per decoding row goes to
+                prompt chunks (``Prefiller``); a sequence whose prompt is done joins
+                the batch, its last prompt token pending; one whose Cancel arrives
+                during its chunk stops between two layers (``interrupt``);
+  4. decode   - one batched step over every row (``Decoder``); finished sequences
+                leave the batch and are released.
+
+Every forward of the model is routed (``AdapterBank.routed``): rows of sequences
+with an adapter add its low-rank delta, in the same forward as rows of other
+adapters or none - prompt chunks, decode steps and the verification of drafts alike.
+A draft model runs without adapters.
+
+Cancel is one message whatever the state: a waiting sequence leaves the queue, a
+prefilling one is dropped at once, a decoding one leaves at the next prune. Every
+started sequence is released exactly once (slot and memory) when it finishes.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
-import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 
-from .batch import DecodeBatch
-from ..events import FinishReason
-from .prefill import PrefillPolicy, StepKind, next_prefill_step
+from ..adapters.bank import AdapterBank
 from ..caches.prefix import PrefixCache
-from .row import Row, RowStatus
-from .sampling import greedy_tokens, token_logprobs
+from ..events import FinishReason
+from ..memory.budget import MemoryBudget
+from .admission import Admission
+from .batch import Batch, can_roll_back
+from .config import SchedulerConfig
+from .decoding import Decoder
+from .prefilling import Prefiller, unrouted
+from .reuse import PrefixReuse
+from .sequence import Sequence, Status
+from .speculation.draft import DraftModel
+from .throughput import TokenRate
 
 log = logging.getLogger("engine.generation.scheduler")
 
 
 @dataclass(frozen=True)
-class SchedulerConfig:
-    """Limits of one model's scheduler (all configurable from the command line)."""
+class SchedulerStats:
+    """A snapshot taken on the engine thread."""
 
-    max_active: int = 8  # rows prefilling or decoding at once (admission capacity)
-    max_queued: int = 64  # requests waiting for admission before RESOURCE_EXHAUSTED
-    prefill_chunk: int = 256  # prompt tokens per prefill forward
-    tick_tokens: int = 512  # tokens one tick may process (decode rows + prefill)
-    min_prefill_tokens: int = 16  # prefill progress guaranteed per tick
-    prefix_cache_bytes: int = 512 << 20  # 0 turns the prefix cache off
-    prefix_cache_entries: int = 64
-    prefill_batch: int = 8  # short fresh prompts prefilled together in one forward (1: off)
+    waiting: int
+    running: int
+    reserved: int  # sequences holding memory
+    rows: int  # sequences prefilling plus rows of the batch
+    kv_bytes: int  # caches of running sequences
+    reserved_bytes: int
+    budget_bytes: int | None
+    prefix_entries: int
+    prefix_bytes: int
+    prefix_hits: int
+    prefix_misses: int
+    generated_tokens: int
+    recent_tokens_per_s: float  # generated over the last ``throughput.WINDOW_S`` seconds
 
 
 class Scheduler:
-    def __init__(self, model: nn.Module, config: SchedulerConfig, policy: PrefillPolicy,
-                 token_text: Callable[[int], str], namespace: str = ""):
+    def __init__(self, model: nn.Module, config: SchedulerConfig, token_text: Callable[[int], str], *,
+                 budget: MemoryBudget | None = None, namespace: str = "",
+                 interrupt: Callable[[str], bool] | None = None, drafter: DraftModel | None = None,
+                 adapters: AdapterBank | None = None):
         self._model = model
-        self._namespace = namespace
-        self.prefix_cache = (PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries)
-                             if config.prefix_cache_bytes > 0 else None)
+        self.adapters = adapters  # loaded adapters; every forward is routed through them
+        self._route = adapters.routed if adapters is not None else unrouted
         self._config = config
-        self._policy = policy
-        self._token_text = token_text
-        self._batch = DecodeBatch(model)
-        self._prefilling: deque[Row] = deque()
-        self._decoding: list[Row] = []
+        cache = (PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries)
+                 if config.prefix_cache_bytes > 0 else None)
+        self.reuse = PrefixReuse(cache, namespace)
+        self.admission = Admission(config.max_active, budget)
+        self._batch = Batch(model)
+        self.can_roll_back = can_roll_back(model)
+        self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt, self._route)
+        self._drafter = drafter
+        self._decoder = Decoder(token_text, can_roll_back=self.can_roll_back, step_tokens=config.step_tokens,
+                                speculation_rows=config.speculation_rows, drafter=drafter, route=self._route)
+        self._prefilling: deque[Sequence] = deque()
+        self._decoding: list[Sequence] = []
+        self.generated_tokens = 0
+        self.rate = TokenRate()
+
+    @property
+    def prefix_cache(self) -> PrefixCache | None:
+        return self.reuse.cache
 
     @property
     def idle(self) -> bool:
-        return not self._prefilling and not self._decoding
+        return not self.admission.waiting and not self._prefilling and not self._decoding
 
-    @property
-    def active(self) -> int:
-        return len(self._prefilling) + len(self._decoding)
-
-    @property
-    def kv_bytes(self) -> int:
-        return self._batch.nbytes
-
-    def add(self, row: Row) -> None:
-        row.admitted = time.perf_counter()
-        hit = None
-        if row.use_prefix_cache and self.prefix_cache is not None:
-            hit = self.prefix_cache.take(row.prompt, self._namespace, row.session_id)
-        if hit is not None:
-            row.cache, row.position = hit.caches, len(hit.tokens)
-            row.cached_tokens = row.position
-        else:
-            row.cache = make_prompt_cache(self._model)
-        row.status = RowStatus.PREFILLING
-        row.start()
-        self._prefilling.append(row)
+    def submit(self, seq: Sequence) -> None:
+        self.admission.enqueue(seq)
 
     def cancel(self, request_id: str) -> bool:
-        for row in (*self._prefilling, *self._decoding):
-            if row.request_id == request_id:
-                row.cancelled = True
+        """Ends the request wherever it is; False if this scheduler does not hold it."""
+        if (seq := self.admission.withdraw(request_id)) is not None:
+            seq.finish(FinishReason.CANCELLED)
+            return True
+        for seq in self._prefilling:
+            if seq.request_id == request_id:
+                self._prefilling.remove(seq)
+                self._end(seq, FinishReason.CANCELLED)
+                return True
+        for seq in self._decoding:
+            if seq.request_id == request_id:
+                seq.cancelled = True  # leaves the batch at the next prune
                 return True
         return False
 
     def tick(self) -> None:
         self._prune()
+        self._admit()
         budget = max(self._config.tick_tokens - len(self._decoding), self._config.min_prefill_tokens)
-        self._prefill(budget)
+        done, interrupted = self._prefiller.run(self._prefilling, budget)
+        for seq in interrupted:
+            self._end(seq, FinishReason.CANCELLED)
+        for seq in done:
+            self._join(seq)
         if self._decoding:
-            self._decode()
+            produced = self._decoder.step(self._batch, self._decoding)
+            self.generated_tokens += produced
+            self.rate.add(produced)
+            self._retire_finished()
 
-    def _publish_finished(self) -> None:
-        """Stores the KV of rows that finished normally (prompt plus output)."""
-        if self.prefix_cache is None or self._batch.caches is None:
-            return
-        for i, row in enumerate(self._decoding):
-            if row.status is RowStatus.FINISHED and row.publishable:
-                caches = [c.extract(i) for c in self._batch.caches]
-                fed = caches[0].offset
-                self.prefix_cache.put((row.prompt + row.output)[:fed], caches, self._namespace,
-                                      row.session_id)
-
-    def fail_all(self, message: str, reason: FinishReason = FinishReason.ERROR) -> None:
-        """Ends every row (engine failure or shutdown) and drops the batch."""
-        for row in (*self._prefilling, *self._decoding):
-            row.cancel(reason, message)
+    def fail_running(self, message: str, reason: FinishReason = FinishReason.ERROR) -> None:
+        """Ends every started sequence (a failed tick); waiting ones keep their place."""
+        for seq in (*self._prefilling, *self._decoding):
+            self._end(seq, reason, message)
         self._prefilling.clear()
         self._decoding = []
         self._batch.keep([])
+        if self._drafter is not None:
+            self._drafter.retain([])
+
+    def shutdown(self, message: str) -> None:
+        """Ends everything, waiting sequences included (CANCELLED)."""
+        self.fail_running(message, FinishReason.CANCELLED)
+        for seq in self.admission.drain():
+            seq.finish(FinishReason.CANCELLED, error=message)
+
+    def stats(self) -> SchedulerStats:
+        cache, budget = self.reuse.cache, self.admission.budget
+        prefill_bytes = sum(c.nbytes for seq in self._prefilling for c in seq.caches or ())
+        return SchedulerStats(
+            waiting=self.admission.waiting, running=self.admission.running,
+            reserved=self.admission.reserved, rows=len(self._prefilling) + self._batch.size,
+            kv_bytes=self._batch.nbytes + prefill_bytes + (self._drafter.nbytes if self._drafter else 0),
+            reserved_bytes=budget.committed_bytes if budget is not None else 0,
+            budget_bytes=budget.budget_bytes if budget is not None else None,
+            prefix_entries=len(cache) if cache is not None else 0,
+            prefix_bytes=cache.nbytes if cache is not None else 0,
+            prefix_hits=cache.hits if cache is not None else 0,
+            prefix_misses=cache.misses if cache is not None else 0,
+            generated_tokens=self.generated_tokens, recent_tokens_per_s=self.rate.per_second())
+
+    # ------------------------------------------------------------------ internals
+    def _admit(self) -> None:
+        while (seq := self.admission.next_ready()) is not None:
+            try:
+                self._start(seq)
+            except Exception as exc:  # noqa: BLE001 - fail this request, keep serving
+                log.exception("could not start request %s", seq.request_id)
+                self._end(seq, FinishReason.ERROR, f"engine failure: {type(exc).__name__}")
+
+    def _start(self, seq: Sequence) -> None:
+        cached, caches = self.reuse.take(seq)
+        seq.caches = caches if caches is not None else make_prompt_cache(self._model)
+        seq.start(cached)
+        self._prefilling.append(seq)
+
+    def _join(self, seq: Sequence) -> None:
+        self._batch.join(seq.caches)  # the batch copies the row's KV
+        if self._drafter is not None:
+            self._drafter.join(seq)
+        if seq.computed > 0:
+            self.reuse.store(seq, seq.tokens[: seq.computed], seq.caches)
+        seq.caches = None
+        seq.status = Status.DECODING
+        self._decoding.append(seq)
 
     def _prune(self) -> None:
-        for row in [r for r in self._prefilling if r.cancelled]:
-            self._prefilling.remove(row)
-            row.cancel()
-        if any(r.cancelled for r in self._decoding):
-            for row in self._decoding:
-                if row.cancelled:
-                    row.cancel()
-            self._retain_unfinished()
+        for seq in self._decoding:
+            if seq.cancelled:
+                seq.finish(FinishReason.CANCELLED)
+        self._retire_finished()
 
-    def _prefill(self, budget: int) -> None:
-        while self._prefilling and budget > 0:
-            group = self._short_fresh_rows(budget)
-            if len(group) >= 2:
-                budget -= self._prefill_together(group)
-                continue
-            row = self._prefilling[0]
-            chunk = min(self._policy.chunk_size(len(row.prompt)), budget)
-            snapshot_at = row.snapshot_at if row.use_prefix_cache and self.prefix_cache is not None else None
-            step = next_prefill_step(len(row.prompt), row.position, chunk, True, snapshot_at)
-            if step.kind is StepKind.FINAL:
-                self._prefilling.popleft()
-                self._join(row)
-                continue
-            tokens = mx.array(row.prompt[step.start : step.end], dtype=mx.int32)[None]
-            self._model(tokens, cache=row.cache)
-            mx.eval([c.state for c in row.cache])
-            row.position = step.end
-            budget -= step.end - step.start
-            if step.snapshot:
-                self.prefix_cache.put(row.prompt[: step.end], copy.deepcopy(row.cache),
-                                      self._namespace, row.session_id)
+    def _retire_finished(self) -> None:
+        """Finished rows leave the batch; normal endings are stored for reuse first."""
+        keep = [i for i, seq in enumerate(self._decoding) if not seq.finished]
+        if len(keep) == len(self._decoding):
+            return
+        for i, seq in enumerate(self._decoding):
+            if seq.finished:
+                if seq.reusable:
+                    self.reuse.store(seq, seq.tokens[: seq.computed], lambda i=i: self._batch.extract(i))
+                self.admission.release(seq)
+        self._batch.keep(keep)
+        self._decoding = [self._decoding[i] for i in keep]
+        if self._drafter is not None:
+            self._drafter.retain(self._decoding)
 
-    def _short_fresh_rows(self, budget: int) -> list[Row]:
-        """Leading rows whose whole prompt but the last token fits one chunk, with nothing
-        cached yet, plain KVCaches and no snapshot boundary inside: prefilled together."""
-        group: list[Row] = []
-        used = 0
-        for row in self._prefilling:
-            n = len(row.prompt) - 1
-            if (len(group) >= self._config.prefill_batch or row.position != 0 or n < 1
-                    or n > self._policy.chunk_size(len(row.prompt)) or used + n > budget
-                    or not all(type(c) is KVCache for c in row.cache)
-                    or (row.snapshot_at is not None and 0 < row.snapshot_at < n)):
-                break
-            group.append(row)
-            used += n
-        return group
-
-    def _prefill_together(self, rows: list[Row]) -> int:
-        """One left-padded [B, L] forward over ``rows``' prompts (all but the last
-        token, as the tail split wants); each row gets its own KVCache back."""
-        lengths = [len(r.prompt) - 1 for r in rows]
-        width = max(lengths)
-        pads = [width - n for n in lengths]
-        ids = [[0] * p + r.prompt[:n] for r, p, n in zip(rows, pads, lengths)]
-        caches = [BatchKVCache(pads) for _ in rows[0].cache]
-        self._model(mx.array(ids, dtype=mx.int32), cache=caches)
-        mx.eval([c.state for c in caches])
-        for i, (row, n) in enumerate(zip(rows, lengths)):
-            row.cache = [c.extract(i) for c in caches]
-            row.position = n
-        return sum(lengths)
-
-    def _join(self, row: Row) -> None:
-        self._batch.join(row.cache)  # the batch copies the row's KV
-        if row.use_prefix_cache and self.prefix_cache is not None and row.position > 0:
-            self.prefix_cache.put(row.prompt[: row.position], row.cache, self._namespace, row.session_id)
-        row.cache = None
-        row.status = RowStatus.DECODING
-        self._decoding.append(row)
-
-    def _decode(self) -> None:
-        rows = self._decoding
-        logits = self._batch.forward([r.next_input for r in rows])
-        greedy = greedy_tokens(logits)
-        sampled = {i: r.sampler.select(logits[i], r.step)
-                   for i, r in enumerate(rows) if not r.sampler.is_plain_greedy}
-        mx.eval(greedy, *sampled.values())
-        tokens = greedy.tolist()
-        for i, value in sampled.items():
-            tokens[i] = value.item()
-        for i, (row, token) in enumerate(zip(rows, tokens)):
-            logprob = None
-            if row.logprobs:
-                logprob = token_logprobs(logits[i], token, row.top_logprobs, self._token_text)
-            row.accept(token, logprob)
-        self._retain_unfinished()
-
-    def _retain_unfinished(self) -> None:
-        keep = [i for i, r in enumerate(self._decoding) if r.status is not RowStatus.FINISHED]
-        if len(keep) != len(self._decoding):
-            self._publish_finished()
-            self._batch.keep(keep)
-            self._decoding = [self._decoding[i] for i in keep]
+    def _end(self, seq: Sequence, reason: FinishReason, error: str = "") -> None:
+        """Finishes a started sequence outside the batch and releases it."""
+        seq.finish(reason, error=error)
+        seq.caches = None
+        self.admission.release(seq)

@@ -1,9 +1,9 @@
-"""The engine thread: owns a model, its caches and all MLX work for it.
+"""The engine thread: owns a model, its caches, its sequences and all MLX work for it.
 
 The asyncio side talks to it only through typed messages on a thread-safe inbox;
-results leave through each row's ``sink`` (which hands events to the event loop
-with ``call_soon_threadsafe``). The model is loaded on this thread, so every MLX
-array of the model lives and is used here.
+events leave through each sequence's delivery sink (which hands them to the event
+loop with ``call_soon_threadsafe``). The model is loaded on this thread, so every
+MLX array of the model lives and is used here.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
-
-from ..events import FinishReason
 
 log = logging.getLogger("engine.generation.worker")
 T = TypeVar("T")
@@ -23,17 +22,21 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Submit:
-    row: object
+    """A new sequence for the waiting queue."""
+
+    sequence: object
 
 
 @dataclass(frozen=True)
 class Cancel:
+    """End this request, whatever state it is in."""
+
     request_id: str
 
 
 @dataclass(frozen=True)
 class Call:
-    """Runs ``fn(state)`` on the engine thread and resolves ``future`` with the result."""
+    """Runs ``fn(scheduler)`` between ticks and resolves ``future`` with the result."""
 
     fn: Callable[[object], object]
     future: Future
@@ -47,15 +50,16 @@ class Shutdown:
 class Worker(Generic[T]):
     """Runs ``load()`` then a loop of ``scheduler.tick()`` on its own thread.
 
-    ``make_scheduler(loaded)`` builds the scheduler from the loaded state. The
-    scheduler must provide ``idle``, ``add(row)``, ``cancel(request_id)``,
-    ``tick()`` and ``fail_all(message, reason)``.
+    ``make_scheduler(loaded)`` builds the scheduler from the loaded state; it must
+    provide ``idle``, ``submit(sequence)``, ``cancel(request_id)``, ``tick()``,
+    ``fail_running(message)`` and ``shutdown(message)``.
     """
 
     def __init__(self, name: str, load: Callable[[], T], make_scheduler: Callable[[T], object]):
         self._load = load
         self._make_scheduler = make_scheduler
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._early: deque = deque()  # messages read ahead by ``stop_requested``, in order
         self.ready: Future[T] = Future()
         self._thread = threading.Thread(target=self._run, name=f"engine-{name}", daemon=True)
 
@@ -63,8 +67,8 @@ class Worker(Generic[T]):
         self._thread.start()
         return self.ready
 
-    def submit(self, row: object) -> None:
-        self._inbox.put(Submit(row))
+    def submit(self, sequence: object) -> None:
+        self._inbox.put(Submit(sequence))
 
     def cancel(self, request_id: str) -> None:
         self._inbox.put(Cancel(request_id))
@@ -74,6 +78,17 @@ class Worker(Generic[T]):
         future: Future = Future()
         self._inbox.put(Call(fn, future))
         return future
+
+    def stop_requested(self, request_id: str) -> bool:
+        """Engine thread only: whether a Cancel of ``request_id`` (or a Shutdown) is
+        waiting. Messages read while looking are handled, in order, at the next drain."""
+        while True:
+            try:
+                self._early.append(self._inbox.get_nowait())
+            except queue.Empty:
+                break
+        return any(isinstance(m, Shutdown) or (isinstance(m, Cancel) and m.request_id == request_id)
+                   for m in self._early)
 
     def stop(self, timeout: float | None = 30.0) -> None:
         self._inbox.put(Shutdown())
@@ -91,29 +106,25 @@ class Worker(Generic[T]):
         self.ready.set_result(loaded)
         while True:
             if not self._drain(scheduler):
-                scheduler.fail_all("server is shutting down", FinishReason.CANCELLED)
+                scheduler.shutdown("server is shutting down")
                 return
             try:
                 scheduler.tick()
             except Exception as exc:  # noqa: BLE001 - one bad tick must not kill the thread
-                log.exception("engine tick failed; failing active requests")
-                scheduler.fail_all(f"engine failure: {type(exc).__name__}")
+                log.exception("engine tick failed; failing running requests")
+                scheduler.fail_running(f"engine failure: {type(exc).__name__}")
 
     def _drain(self, scheduler) -> bool:
         """Handles pending messages; blocks while idle. False means shut down."""
         while True:
             try:
-                message = self._inbox.get(block=scheduler.idle)
+                message = self._early.popleft() if self._early else self._inbox.get(block=scheduler.idle)
             except queue.Empty:
                 return True
             if isinstance(message, Shutdown):
                 return False
             if isinstance(message, Submit):
-                try:
-                    scheduler.add(message.row)
-                except Exception as exc:  # noqa: BLE001 - fail this row, keep serving
-                    log.exception("could not start a request")
-                    message.row.cancel(FinishReason.ERROR, f"engine failure: {type(exc).__name__}")
+                scheduler.submit(message.sequence)
             elif isinstance(message, Cancel):
                 scheduler.cancel(message.request_id)
             elif isinstance(message, Call):

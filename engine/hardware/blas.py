@@ -23,8 +23,8 @@ throughput, prefill ~20x and decode ~1.8x faster on CPU.
 prefixed (``scipy_cblas_sgemm``).
 
 ``active()`` reports what MLX really binds to: after a preload it asks the dynamic
-linker which library ``cblas_sgemm`` resolves to in the global scope (so an
-``LD_PRELOAD``-ed BLAS is reported too); when ``mlx`` was imported before
+linker (``blas_linker``) which library ``cblas_sgemm`` resolves to in the global
+scope (so an ``LD_PRELOAD``-ed BLAS is reported too); when ``mlx`` was imported before
 ``preload()`` ran nothing is loaded (it would be too late) and a warning is logged.
 """
 
@@ -37,8 +37,9 @@ import os
 import platform
 import sys
 import threading
-from dataclasses import dataclass
 from pathlib import Path
+
+from .blas_linker import BlasInfo, global_blas
 
 __all__ = ["ENV_VAR", "BlasInfo", "preload", "active", "info", "describe", "announce"]
 
@@ -46,27 +47,6 @@ log = logging.getLogger("engine.hardware.blas")
 
 ENV_VAR = "MLX_GRPC_BLAS"
 _OFF = {"off", "0", "no", "none", "false", "reference"}
-
-
-@dataclass(frozen=True)
-class BlasInfo:
-    name: str  # "mkl", "openblas", "blis", "reference", "accelerate" or a library's file name
-    path: str = ""  # the library cblas_sgemm resolves to ("" for the bundled reference)
-    version: str = ""
-    threads: int = 0  # 0: unknown
-    source: str = ""  # how it came: "auto: mkl (PyPI)", "MLX_GRPC_BLAS", "LD_PRELOAD", ...
-    note: str = ""  # why the reference BLAS is in use, when that is worth saying
-
-    def describe(self) -> str:
-        parts = [self.name + (f" {self.version}" if self.version else "")]
-        extra = []
-        if self.threads:
-            extra.append(f"{self.threads} threads")
-        if self.path:
-            extra.append(self.path)
-        if self.note:
-            extra.append(self.note)
-        return parts[0] + (f" ({', '.join(extra)})" if extra else "")
 
 
 _lock = threading.Lock()
@@ -127,12 +107,12 @@ def _preload() -> BlasInfo:
         return _global_or_reference("not Linux: nothing preloaded")
     setting = os.environ.get(ENV_VAR, "auto").strip()
     if setting.lower() in _OFF:
-        found = _global_blas(source=f"{ENV_VAR}={setting}, but LD_PRELOAD")
+        found = global_blas(source=f"{ENV_VAR}={setting}, but LD_PRELOAD")
         return found or BlasInfo("reference", source=f"{ENV_VAR}={setting}")
     mlx_first = "mlx.core" in sys.modules
     if mlx_first:
         # libmlx bound cblas_* at import (RTLD_NOW): a library loaded now changes nothing.
-        found = _global_blas(source="loaded before mlx (LD_PRELOAD)")
+        found = global_blas(source="loaded before mlx (LD_PRELOAD)")
         if found is not None:
             return found
         wanted = setting if setting.lower() != "auto" else _first_candidate_name()
@@ -142,7 +122,7 @@ def _preload() -> BlasInfo:
                         "engine.hardware.blas.preload()) before mlx.", wanted)
         return BlasInfo("reference", source="mlx imported first",
                         note="mlx was imported before engine.hardware.blas.preload()" if wanted else "")
-    preloaded = _global_blas(source="LD_PRELOAD")
+    preloaded = global_blas(source="LD_PRELOAD")
     if preloaded is not None:
         return preloaded
     if setting.lower() == "auto":
@@ -174,7 +154,7 @@ def _try_load(libs: list[Path], name: str | None, source: str) -> BlasInfo | Non
         log.warning("BLAS: %s exports no cblas_sgemm (prefixed symbols?); not used", libs[-1])
         return None
     _handles.extend(handles)
-    found = _global_blas(source=source)
+    found = global_blas(source=source)
     if found is None or (name and found.name != name):
         log.warning("BLAS: loaded %s but cblas_sgemm resolves to %s", libs[-1],
                     found.path if found else "nothing")
@@ -224,85 +204,9 @@ def _dist_file(distribution: str, stem: str) -> Path | None:
     return None
 
 
-# -- what the dynamic linker resolves -----------------------------------------------------
-
-class _DlInfo(ctypes.Structure):
-    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
-                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
-
-
-def _dladdr():
-    for lib in (None, ctypes.util.find_library("dl")):
-        try:
-            fn = ctypes.CDLL(lib).dladdr
-        except (OSError, AttributeError, TypeError):
-            continue
-        fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
-        fn.restype = ctypes.c_int
-        return fn
-    return None
-
-
-def _global_blas(source: str) -> BlasInfo | None:
-    """The library ``cblas_sgemm`` resolves to in the process's global scope (the main
-    program, LD_PRELOAD, libraries loaded RTLD_GLOBAL), which MLX binds to before its
-    own bundled reference BLAS; None if no such library is in the global scope."""
-    try:
-        glob = ctypes.CDLL(None)
-        fn = glob.cblas_sgemm
-    except (OSError, AttributeError):
-        return None
-    path = ""
-    dladdr = _dladdr()
-    if dladdr is not None:
-        info_ = _DlInfo()
-        if dladdr(ctypes.cast(fn, ctypes.c_void_p), ctypes.byref(info_)) and info_.dli_fname:
-            path = os.path.realpath(info_.dli_fname.decode(errors="replace"))
-    name = _classify(path, glob)
-    return BlasInfo(name, path, *_version_threads(name, glob), source=source)
-
-
-def _classify(path: str, glob: ctypes.CDLL) -> str:
-    base = os.path.basename(path).lower()
-    if "mkl" in base or hasattr(glob, "mkl_get_version_string") and not base:
-        return "mkl"
-    if "openblas" in base or (not base and hasattr(glob, "openblas_get_config")):
-        return "openblas"
-    if "blis" in base:
-        return "blis"
-    if base.startswith(("libblas", "libcblas")):
-        return "reference"
-    return base or "unknown"
-
-
-def _version_threads(name: str, glob: ctypes.CDLL) -> tuple[str, int]:
-    version, threads = "", 0
-    try:
-        if name == "openblas":
-            f = glob.openblas_get_config
-            f.restype = ctypes.c_char_p
-            config = (f() or b"").decode(errors="replace").split()
-            version = config[1] if len(config) > 1 and config[0] == "OpenBLAS" else ""
-            t = glob.openblas_get_num_threads
-            t.restype = ctypes.c_int
-            threads = int(t())
-        elif name == "mkl":
-            buf = ctypes.create_string_buffer(256)
-            glob.mkl_get_version_string(buf, 256)
-            text = buf.value.decode(errors="replace")
-            words = text.replace(",", " ").split()
-            version = next((w for w in words if w[:1].isdigit() and "." in w), "").split("-")[0]
-            t = glob.MKL_Get_Max_Threads
-            t.restype = ctypes.c_int
-            threads = int(t())
-    except (AttributeError, OSError, ValueError):
-        pass
-    return version, threads
-
-
 def _turned_off() -> bool:
     return os.environ.get(ENV_VAR, "auto").strip().lower() in _OFF
 
 
 def _global_or_reference(note: str) -> BlasInfo:
-    return _global_blas(source="global") or BlasInfo("reference", note=note)
+    return global_blas(source="global") or BlasInfo("reference", note=note)

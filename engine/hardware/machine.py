@@ -2,7 +2,8 @@
 
 * usable memory: the process's memory limit (cgroup v1/v2, Metal working set,
   RAM) and what the rest of the machine leaves free;
-* read bandwidth: measured, as decode is bound by it;
+* read bandwidth: measured, as decode is bound by it (``mx.sum``, single-threaded
+  on the CPU backend, and a matvec, decode's access pattern through the BLAS);
 * mlx's allocator-cache limit, read without changing it.
 """
 
@@ -18,7 +19,7 @@ import time
 import mlx.core as mx
 import psutil
 
-__all__ = ["MIB", "allocator_cache_limit", "measure_read_bandwidth", "usable_memory"]
+__all__ = ["MIB", "allocator_cache_limit", "measure_matvec_bandwidth", "measure_read_bandwidth", "usable_memory"]
 
 MIB = 1 << 20
 
@@ -180,6 +181,27 @@ def measure_read_bandwidth(nbytes: int = 256 * MIB) -> float:
     del data
     mx.clear_cache()
     return (n * 4) / best if best > 0 else 0.0
+
+
+@functools.lru_cache(maxsize=8)
+def measure_matvec_bandwidth(nbytes: int = 256 * MIB, k: int = 4096) -> float:
+    """Bytes per second a [1, k] x [k, n] float32 matvec reads: decode's access
+    pattern (every weight once per step), through the BLAS and all its threads on
+    the CPU. Best of five over a ``nbytes`` matrix; cached per size (the first
+    call allocates ``nbytes`` for a moment)."""
+    weights = mx.ones((max(1, nbytes // 4 // k), k), dtype=mx.float32)
+    x = mx.ones((1, k), dtype=mx.float32)
+    mx.eval(weights, x)
+    mx.eval(x @ weights.T)  # warm-up: kernels, page faults
+    best = math.inf
+    for _ in range(5):
+        start = time.perf_counter()
+        mx.eval(x @ weights.T)
+        best = min(best, time.perf_counter() - start)
+    read = weights.nbytes
+    del weights
+    mx.clear_cache()
+    return read / best if best > 0 else 0.0
 
 
 _cache_limit_lock = threading.Lock()

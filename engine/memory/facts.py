@@ -11,7 +11,7 @@ the facts into figures.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mlx.core as mx
@@ -238,3 +238,18 @@ def facts_from_model(model: nn.Module, config: Mapping[str, Any]) -> ModelMemory
         kv_step=step,
         source=source,
     )
+
+
+def with_draft(target: ModelMemoryFacts, draft: ModelMemoryFacts) -> ModelMemoryFacts:
+    """The facts of a target served with a draft model: both sets of weights, and every
+    token stored in both models' caches (the workspace is the larger of the two)."""
+    states = (target.state_bytes_per_layer or (0,) * target.num_layers) + (
+        draft.state_bytes_per_layer or (0,) * draft.num_layers)
+    return replace(
+        target,
+        weights_bytes=target.weights_bytes + draft.weights_bytes,
+        kv_bytes_per_token_per_layer=target.kv_bytes_per_token_per_layer + draft.kv_bytes_per_token_per_layer,
+        window_per_layer=target.window_per_layer + draft.window_per_layer,
+        state_bytes_per_layer=states,
+        hidden_size=max(target.hidden_size, draft.hidden_size),
+        intermediate_size=max(target.intermediate_size, draft.intermediate_size))

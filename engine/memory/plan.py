@@ -11,19 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-from ..hardware.machine import MIB, allocator_cache_limit, measure_read_bandwidth, usable_memory
+from ..hardware.machine import MIB, allocator_cache_limit, measure_matvec_bandwidth, usable_memory
 from ..memory.facts import ModelMemoryFacts
 
-__all__ = [
-    "STRATEGY",
-    "MemoryPlan",
-    "default_reserve",
-    "kv_bytes",
-    "kv_read_bytes",
-    "plan_memory",
-    "transient_bytes",
-]
+if TYPE_CHECKING:
+    from .calibration import DecodeCalibration
+
+__all__ = ["STRATEGY", "MemoryPlan", "default_reserve", "kv_bytes", "kv_read_bytes", "plan_memory",
+           "transient_bytes"]
 
 #: Names the accounting below (``MemoryPlan.strategy``); informational.
 STRATEGY = "mlx-kv-cache/v1"
@@ -62,21 +59,16 @@ class MemoryPlan:
     streamed_weights: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     #: RAM the plan leaves to the rest of the machine (may be negative when it does not fit).
     machine_headroom_bytes: int | None = None
+    #: Part of ``weights_bytes`` held by loaded adapters.
+    adapter_bytes: int = 0
     schema_version: int = 1
 
     def figures(self) -> dict[str, str]:
         """The main numbers as strings, e.g. for error metadata (``ErrorInfo``)."""
-        out = {
-            "fits": "true" if self.fits else "false",
-            "context_tokens": str(self.context_tokens),
-            "max_safe_context": str(self.max_safe_context),
-            "weights_bytes": str(self.weights_bytes),
-            "kv_bytes": str(self.kv_bytes),
-            "transient_bytes": str(self.transient_bytes),
-            "reserve_bytes": str(self.reserve_bytes),
-            "total_bytes": str(self.total_bytes),
-            "usable_bytes": str(self.usable_bytes),
-        }
+        out = {"fits": "true" if self.fits else "false"}
+        out.update((name, str(getattr(self, name))) for name in (
+            "context_tokens", "max_safe_context", "weights_bytes", "kv_bytes", "transient_bytes",
+            "reserve_bytes", "total_bytes", "usable_bytes"))
         if self.max_generation_tokens is not None:
             out["max_generation_tokens"] = str(self.max_generation_tokens)
         if self.predicted_decode_tps is not None:
@@ -223,6 +215,18 @@ def _max_context(facts: ModelMemoryFacts, budget: int, prefill_chunk: int, rows:
     return lo
 
 
+def _predicted_decode_tps(facts: ModelMemoryFacts, context: int, bandwidth: float | None,
+                          decode: DecodeCalibration | None) -> float | None:
+    read = facts.weights_bytes + kv_read_bytes(facts, context)
+    if decode is not None:
+        return decode.tokens_per_second(read)
+    try:
+        bandwidth = bandwidth or measure_matvec_bandwidth()
+    except Exception:  # noqa: BLE001 - no measurement, no prediction
+        return None
+    return bandwidth / read if bandwidth and read > 0 else None
+
+
 def plan_memory(
     facts: ModelMemoryFacts,
     *,
@@ -234,20 +238,25 @@ def plan_memory(
     usable: int | None = None,
     bandwidth: float | None = None,
     machine_total: int | None = None,
+    decode: DecodeCalibration | None = None,
+    context_limit: int | None = None,
 ) -> MemoryPlan:
     """The memory ``rows`` rows of ``context_tokens`` tokens (prompt plus
     ``max_generation_tokens`` of output) need on this machine.
 
     ``total = weights + kv + transient + reserve``; ``fits = total <= usable``.
     ``usable`` (and ``machine_total``) default to ``usable_memory()``; the
-    reserve to ``default_reserve(usable)``; ``bandwidth`` to the measured read
-    bandwidth (``measure_read_bandwidth()``, cached).
+    reserve to ``default_reserve(usable)``.
 
     * ``max_safe_context``: the largest context (per row) whose total fits,
-      found by binary search; 0 when not even an empty context fits. It is not
-      capped by the model's trained context length: that cap is the caller's.
-    * ``predicted_decode_tps``: single-stream bandwidth / bytes one decode step
-      reads (the weights plus the KV attended at ``context_tokens``).
+      found by binary search, capped at ``context_limit`` (the model's context
+      length) when given; 0 when not even an empty context fits.
+    * ``predicted_decode_tps``: single-stream decode rate when a step reads the
+      weights plus the KV attended at ``context_tokens``: from ``decode`` (the
+      bandwidth and per-step overhead measured when the model loaded) when
+      given, else ``bandwidth`` / those bytes (``bandwidth`` defaults to
+      ``measure_matvec_bandwidth()``, cached), an upper bound that ignores the
+      per-step overhead.
     * ``machine_headroom_bytes``: ``machine_total - total``, the RAM the plan
       leaves to the rest of the machine (negative: it would push others out);
       None when ``usable`` is given without ``machine_total``.
@@ -268,13 +277,9 @@ def plan_memory(
     total = facts.weights_bytes + kv + transient + reserve
     budget = usable - facts.weights_bytes - reserve
     max_safe = _max_context(facts, budget, prefill_chunk, rows) if budget >= 0 else 0
-    if bandwidth is None:
-        try:
-            bandwidth = measure_read_bandwidth()
-        except Exception:  # noqa: BLE001 - no measurement, no prediction
-            bandwidth = None
-    read = facts.weights_bytes + kv_read_bytes(facts, context_tokens)
-    tps = bandwidth / read if bandwidth and read > 0 else None
+    if context_limit is not None:
+        max_safe = min(max_safe, context_limit)
+    tps = _predicted_decode_tps(facts, context_tokens, bandwidth, decode)
     return MemoryPlan(
         strategy=STRATEGY,
         fits=total <= usable,

@@ -3,8 +3,11 @@
 // The generated stubs live in mlxgrpc.dev/go/mlxgrpc/v1 (package mlxgrpcv1).
 // Client embeds the generated InferenceServiceClient, so every RPC is
 // available as generated; this package only adds connection options
-// (TLS, bearer token, default deadline), Generate as a range-over-func
-// iterator, Embed collected in input order, and google.rpc error details.
+// (TLS, bearer token, default deadline), retries of calls the server refused
+// for now with RetryInfo, Generate with a client-side request id as a
+// range-over-func iterator or collected at once, Embed collected in input
+// order, adapter helpers (Adapters, LoadAdapterDir, UnloadAdapterByName) and
+// google.rpc error details.
 package mlxgrpc
 
 import (
@@ -13,17 +16,13 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
-	"iter"
 	"os"
 	"sort"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	pb "mlxgrpc.dev/go/mlxgrpc/v1"
 )
@@ -35,6 +34,7 @@ type options struct {
 	creds   credentials.TransportCredentials
 	token   string
 	timeout time.Duration
+	retry   retryPolicy
 	dial    []grpc.DialOption
 }
 
@@ -71,6 +71,25 @@ func WithDefaultTimeout(d time.Duration) Option {
 	return func(o *options) error { o.timeout = d; return nil }
 }
 
+// WithMaxAttempts sets how many attempts in all a call gets when the server
+// refuses it with RESOURCE_EXHAUSTED or UNAVAILABLE and a RetryInfo (default 3;
+// 1 turns retrying off). Each retry waits the delay the server asked for, only
+// before the first response, never past the deadline, with the same request.
+func WithMaxAttempts(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("mlxgrpc: max attempts must be at least 1, not %d", n)
+		}
+		o.retry.maxAttempts = n
+		return nil
+	}
+}
+
+// WithRetryObserver calls f before each retry with the refusal and the delay.
+func WithRetryObserver(f func(refusal *ErrorDetails, delay time.Duration)) Option {
+	return func(o *options) error { o.retry.observe = f; return nil }
+}
+
 // WithDialOptions passes extra options to grpc.NewClient.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) error { o.dial = append(o.dial, opts...); return nil }
@@ -81,13 +100,15 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // Generate and Embed are overridden by the friendlier forms below.
 type Client struct {
 	pb.InferenceServiceClient
-	conn *grpc.ClientConn
+	conn    *grpc.ClientConn
+	timeout time.Duration
+	retry   retryPolicy
 }
 
 // Connect creates a client for address ("host:port"). Without WithTLS the
 // connection is plaintext. The connection is made lazily on the first call.
 func Connect(address string, opts ...Option) (*Client, error) {
-	o := options{creds: insecure.NewCredentials()}
+	o := options{creds: insecure.NewCredentials(), retry: retryPolicy{maxAttempts: 3}}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -102,11 +123,12 @@ func Connect(address string, opts ...Option) (*Client, error) {
 			grpc.WithChainUnaryInterceptor(unaryTimeout(o.timeout)),
 			grpc.WithChainStreamInterceptor(streamTimeout(o.timeout)))
 	}
+	dial = append(dial, grpc.WithChainUnaryInterceptor(o.retry.unary)) // inside the timeout: it covers retries
 	conn, err := grpc.NewClient(address, append(dial, o.dial...)...)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{InferenceServiceClient: pb.NewInferenceServiceClient(conn), conn: conn}, nil
+	return &Client{InferenceServiceClient: pb.NewInferenceServiceClient(conn), conn: conn, timeout: o.timeout, retry: o.retry}, nil
 }
 
 // Conn returns the underlying connection (for health checks, reflection, ...).
@@ -115,50 +137,22 @@ func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
-// Generate streams the events of a generation: started, deltas, finished.
-// The iterator yields (event, nil) per event and at most one (nil, err) at
-// the end if the call fails. Breaking out of the loop, or cancelling ctx,
-// cancels the call; the server then stops generating.
-//
-//	for ev, err := range client.Generate(ctx, req) {
-//		if err != nil { ... }
-//		fmt.Print(ev.GetDelta().GetText())
-//	}
-func (c *Client) Generate(ctx context.Context, req *pb.GenerateRequest, opts ...grpc.CallOption) iter.Seq2[*pb.GenerateResponse, error] {
-	return func(yield func(*pb.GenerateResponse, error) bool) {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		stream, err := c.InferenceServiceClient.Generate(ctx, req, opts...)
-		if err != nil {
-			yield(nil, err)
-			return
-		}
-		for {
-			ev, err := stream.Recv()
-			if err == io.EOF {
-				return
-			}
-			if err != nil {
-				yield(nil, err)
-				return
-			}
-			if !yield(ev, nil) {
-				return
-			}
-		}
-	}
-}
-
 // Embed embeds req.Inputs and returns one response per input, ordered by
-// index (the server streams them in completion order).
+// index (the server streams them in completion order). A refusal with
+// RetryInfo before the first response is retried like any other call.
 func (c *Client) Embed(ctx context.Context, req *pb.EmbedRequest, opts ...grpc.CallOption) ([]*pb.EmbedResponse, error) {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	stream, err := c.InferenceServiceClient.Embed(ctx, req, opts...)
+	stream, first, err := openStream(ctx, c.retry, func(ctx context.Context) (grpc.ServerStreamingClient[pb.EmbedResponse], error) {
+		return c.InferenceServiceClient.Embed(ctx, req, opts...)
+	})
+	if err == io.EOF {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	var out []*pb.EmbedResponse
+	out := []*pb.EmbedResponse{first}
 	for {
 		r, err := stream.Recv()
 		if err == io.EOF {
@@ -173,8 +167,17 @@ func (c *Client) Embed(ctx context.Context, req *pb.EmbedRequest, opts ...grpc.C
 	return out, nil
 }
 
+// callContext applies the default timeout to ctx when it has no deadline, so
+// that one deadline covers every attempt of a streaming call.
+func (c *Client) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok || c.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}
+
 // CancelByID cancels a running or queued Generate or Embed by its request id
-// (the one in the started event). It reports whether such a request was found.
+// (Generation.RequestID). It reports whether such a request was found.
 func (c *Client) CancelByID(ctx context.Context, requestID string) (bool, error) {
 	r, err := c.InferenceServiceClient.Cancel(ctx, &pb.CancelRequest{RequestId: requestID})
 	return r.GetCancelled(), err
@@ -186,61 +189,34 @@ func (c *Client) ModelInfo(ctx context.Context, model string) (*pb.ModelInfo, er
 	return r.GetInfo(), err
 }
 
-// ErrorDetails is the google.rpc detail carried by a failed call.
-type ErrorDetails struct {
-	Code    codes.Code
-	Message string
-	// ErrorInfo has Domain "mlxgrpc.v1", a Reason such as "INVALID_FIELD", and
-	// Metadata such as {"field": "sampling.temperature"}. Nil when absent.
-	ErrorInfo *errdetails.ErrorInfo
-	// FieldViolations from BadRequest; Field is a path like "sampling.temperature".
-	FieldViolations []*errdetails.BadRequest_FieldViolation
-	// RetryInfo is set on RESOURCE_EXHAUSTED and UNAVAILABLE; nil when absent.
-	RetryInfo *errdetails.RetryInfo
+// Adapters lists the adapters loaded on a model; an empty name selects the
+// default generation model. Requests pick one with GenerateRequest.Adapter.
+func (c *Client) Adapters(ctx context.Context, model string) ([]*pb.AdapterInfo, error) {
+	r, err := c.ListAdapters(ctx, &pb.ListAdaptersRequest{Model: model})
+	return r.GetAdapters(), err
 }
 
-// Details extracts the status code, message and google.rpc details of err.
-// It returns nil when err is nil or carries no gRPC status.
-func Details(err error) *ErrorDetails {
-	if err == nil {
-		return nil
-	}
-	st, ok := status.FromError(err)
-	if !ok {
-		return nil
-	}
-	d := &ErrorDetails{Code: st.Code(), Message: st.Message()}
-	for _, x := range st.Details() {
-		switch v := x.(type) {
-		case *errdetails.ErrorInfo:
-			d.ErrorInfo = v
-		case *errdetails.BadRequest:
-			d.FieldViolations = append(d.FieldViolations, v.GetFieldViolations()...)
-		case *errdetails.RetryInfo:
-			d.RetryInfo = v
-		}
-	}
-	return d
+// LoadAdapterDir loads the adapter directory dir (on the server, as mlx_lm.lora
+// writes it) as name for model ("" selects the default generation model). The
+// response carries the adapter's info and the adapters evicted to make room.
+func (c *Client) LoadAdapterDir(ctx context.Context, model, name, dir string) (*pb.LoadAdapterResponse, error) {
+	return c.LoadAdapter(ctx, &pb.LoadAdapterRequest{Model: model, Name: name, Path: dir})
 }
 
-// Fields lists the field paths named by the BadRequest violations.
-func (d *ErrorDetails) Fields() []string {
-	if d == nil {
-		return nil
-	}
-	out := make([]string, 0, len(d.FieldViolations))
-	for _, v := range d.FieldViolations {
-		out = append(out, v.GetField())
-	}
-	return out
+// UnloadAdapterByName unloads an adapter. The server stops giving it to new
+// requests at once and returns when the requests already using it have finished.
+func (c *Client) UnloadAdapterByName(ctx context.Context, model, name string) (*pb.AdapterInfo, error) {
+	r, err := c.UnloadAdapter(ctx, &pb.UnloadAdapterRequest{Model: model, Name: name})
+	return r.GetAdapter(), err
 }
 
-// RetryDelay is the server's suggested wait before retrying, and whether it gave one.
-func (d *ErrorDetails) RetryDelay() (time.Duration, bool) {
-	if d == nil || d.RetryInfo == nil || d.RetryInfo.GetRetryDelay() == nil {
-		return 0, false
-	}
-	return d.RetryInfo.GetRetryDelay().AsDuration(), true
+// ModelLoads reports how busy each generation model is (an empty name: every
+// one; otherwise that model): running and waiting requests, KV-cache bytes
+// against the memory budget, the prefix cache and recent tokens per second.
+// The raw GetLoad RPC (with the server's uptime) stays available.
+func (c *Client) ModelLoads(ctx context.Context, model string) ([]*pb.ModelLoad, error) {
+	r, err := c.GetLoad(ctx, &pb.GetLoadRequest{Model: model})
+	return r.GetModels(), err
 }
 
 // bearer is per-RPC credentials adding "authorization: Bearer <token>".

@@ -3,12 +3,13 @@
     MLXGRPC_ADDRESS=localhost:50051 python examples/example.py
 
 Model info, a streamed generation, generations cancelled with the Cancel RPC and
-client-side, two
-embeddings and their cosine similarity, and the error details of an invalid request.
+client-side, two embeddings and their cosine similarity, an answer constrained by a
+JSON schema, and the error details of an invalid request.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -47,7 +48,7 @@ def main() -> int:
 
         # 2. Start another generation and cancel it with the Cancel RPC after a few deltas.
         print("\n--- generate, cancelled after 3 deltas ---")
-        stream = client.generate("Count forever:", max_tokens=2000)
+        stream = client.generate("Count forever:", max_tokens=2000, stopping={"ignore_eos": True})
         deltas = 0
         for event in stream:
             if event.HasField("delta"):
@@ -61,7 +62,7 @@ def main() -> int:
 
         # 3. Or cancel the call itself, client-side: the stream stops and the call ends CANCELLED.
         print("\n--- generate, call cancelled client-side after 3 events ---")
-        with client.generate("Count forever:", max_tokens=2000) as stream:
+        with client.generate("Count forever:", max_tokens=2000, stopping={"ignore_eos": True}) as stream:
             for i, event in enumerate(stream, 1):
                 if i == 3:
                     stream.cancel()
@@ -72,7 +73,18 @@ def main() -> int:
         a, b = client.embed(["A man is eating food.", "A man is eating a piece of bread."])
         print(f"vector length {len(a.embedding)}, cosine similarity {cosine(a.embedding, b.embedding):.3f}")
 
-        # 5. An invalid request: the error carries google.rpc details.
+        # 5. Structured output: the answer is JSON that validates against a schema.
+        print("\n--- generate with a JSON schema ---")
+        schema = {"type": "object", "additionalProperties": False, "required": ["city", "country"],
+                  "properties": {"city": {"type": "string", "maxLength": 40},
+                                 "country": {"type": "string", "maxLength": 40}}}
+        result = client.generate([("user", "Where is the Eiffel Tower?")], json_schema=schema,
+                                 max_tokens=64).collect()
+        print(f"{result.text} [{pb.FinishReason.Name(result.finish_reason)}]")
+        if result.finish_reason == pb.FINISH_REASON_STOP:  # complete, so it parses
+            print("parsed:", json.loads(result.text))
+
+        # 6. An invalid request: the error carries google.rpc details.
         print("\n--- invalid request (sampling.temperature = -1) ---")
         try:
             client.generate("Hi", sampling={"temperature": -1}, max_tokens=4).collect()

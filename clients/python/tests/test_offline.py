@@ -3,8 +3,10 @@ and default deadline as a small in-process server sees them."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import time
 from concurrent import futures
 
 import grpc
@@ -34,15 +36,77 @@ def test_generate_request_prompt_kinds():
         generate_request("a", no_such_field=1)
 
 
+def test_generate_request_structured_output():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    req = generate_request("hi", json_schema=schema)
+    assert req.response_format.WhichOneof("format") == "json_schema"
+    assert json.loads(req.response_format.json_schema) == schema
+    assert generate_request("hi", json_schema='{"type": "string"}').response_format.json_schema == '{"type": "string"}'
+    choice = generate_request("hi", response_format={"choice": {"options": ["yes", "no"]}}).response_format
+    assert list(choice.choice.options) == ["yes", "no"]
+    regex = generate_request("hi", response_format=pb.ResponseFormat(regex="[0-9]+")).response_format
+    assert regex.regex == "[0-9]+"
+    assert not generate_request("hi").HasField("response_format")
+
+
+def test_generate_request_speculation():
+    assert not generate_request("a").HasField("speculation")  # the server's default
+    ngram = pb.SpeculationOptions(mode=pb.SPECULATION_MODE_NGRAM, num_draft_tokens=6)
+    assert generate_request("a", speculation="ngram", num_draft_tokens=6).speculation == ngram
+    assert generate_request("a", speculation={"mode": "NGRAM", "num_draft_tokens": 6}).speculation == ngram
+    assert generate_request("a", speculation=ngram).speculation == ngram
+    for mode in ("off", "SPECULATION_MODE_OFF", pb.SPECULATION_MODE_OFF):
+        assert generate_request("a", speculation=mode).speculation.mode == pb.SPECULATION_MODE_OFF
+    assert generate_request("a", speculation="draft").speculation.mode == pb.SPECULATION_MODE_DRAFT
+    only_k = generate_request("a", num_draft_tokens=3)
+    assert only_k.HasField("speculation") and only_k.speculation == pb.SpeculationOptions(num_draft_tokens=3)
+    assert generate_request("a", speculation=ngram, num_draft_tokens=2).speculation.num_draft_tokens == 2
+    assert ngram.num_draft_tokens == 6  # the caller's message is left alone
+    base = pb.GenerateRequest(text="x", speculation=ngram)
+    assert generate_request(base).speculation == ngram
+    assert generate_request(base, speculation="off").speculation == pb.SpeculationOptions(
+        mode=pb.SPECULATION_MODE_OFF)
+    with pytest.raises(ValueError, match="off, ngram, draft"):
+        generate_request("a", speculation="fast")
+
+
+def _refusal(code: int, retry_seconds: float | None) -> grpc.Status:
+    status = status_pb2.Status(code=code, message="refused for now")
+    status.details.add().Pack(error_details_pb2.ErrorInfo(reason="QUEUE_FULL", domain="mlxgrpc.v1"))
+    if retry_seconds is not None:
+        delay = duration_pb2.Duration()
+        delay.FromMilliseconds(int(retry_seconds * 1000))
+        status.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+    return rpc_status.to_status(status)
+
+
 class _Recorder(pb_grpc.InferenceServiceServicer):
+    """Records metadata and deadlines; Generate refuses ``refusals`` times with
+    ``refusal`` (before or, with ``refuse_after_started``, after its first event)."""
+
     def __init__(self):
         self.seen = []
+        self.generate_ids = []
+        self.refusals = 0
+        self.refusal = _refusal(code_pb2.RESOURCE_EXHAUSTED, 0.2)
+        self.refuse_after_started = False
+        self.cancels = []
+
+    def Generate(self, request, context):
+        self.generate_ids.append(request.request_id)
+        if self.refuse_after_started:
+            yield pb.GenerateResponse(started=pb.GenerationStarted(request_id=request.request_id))
+        if self.refusals > 0:
+            self.refusals -= 1
+            context.abort_with_status(self.refusal)
+        yield pb.GenerateResponse(finished=pb.GenerationFinished(reason=pb.FINISH_REASON_LENGTH))
 
     def GetModelInfo(self, request, context):
         self.seen.append((dict(context.invocation_metadata()), context.time_remaining()))
         return pb.GetModelInfoResponse(info=pb.ModelInfo(name=request.model or "default"))
 
     def Cancel(self, request, context):
+        self.cancels.append(request.request_id)
         status = status_pb2.Status(code=code_pb2.UNAVAILABLE, message="draining")
         status.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=2)))
         context.abort_with_status(rpc_status.to_status(status))
@@ -80,7 +144,7 @@ def test_token_and_default_deadline(recorder):
 
 async def test_token_async_and_retry_info(recorder):
     servicer, address = recorder
-    async with aio.connect(address, token="t0k") as client:
+    async with aio.connect(address, token="t0k", max_attempts=1) as client:
         assert (await client.model_info()).name == "default"
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await client.cancel("x")
@@ -119,3 +183,50 @@ def test_tls_with_ca_file(tmp_path):
                 client.model_info()
     finally:
         server.stop(None)
+
+
+def test_refusals_are_retried_after_the_servers_delay(recorder):
+    servicer, address = recorder
+    servicer.refusals = 2
+    retries = []
+    with connect(address, on_retry=lambda d, delay: retries.append((d.reason, delay))) as client:
+        started = time.monotonic()
+        result = client.generate("hi", request_id="same-id").collect()
+    assert result.finish_reason == pb.FINISH_REASON_LENGTH
+    assert retries == [("QUEUE_FULL", 0.2), ("QUEUE_FULL", 0.2)]
+    assert servicer.generate_ids == ["same-id"] * 3  # one request id for every attempt
+    assert time.monotonic() - started >= 0.4
+
+
+@pytest.mark.parametrize("setup", ["no_retry_info", "spent", "past_deadline", "after_first_event", "off"])
+def test_refusals_that_are_not_retried(recorder, setup):
+    servicer, address = recorder
+    servicer.refusals = 5
+    attempts, timeout = 3, 30
+    if setup == "no_retry_info":  # the server did not say when: the caller decides
+        servicer.refusal = _refusal(code_pb2.RESOURCE_EXHAUSTED, None)
+    elif setup == "past_deadline":
+        servicer.refusal = _refusal(code_pb2.UNAVAILABLE, 5.0)
+        timeout = 1
+    elif setup == "after_first_event":  # the generation had begun: retrying would repeat it
+        servicer.refuse_after_started = True
+    elif setup == "off":
+        attempts = 1
+    with connect(address, timeout=timeout, max_attempts=attempts) as client:
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as info:
+            client.generate("hi").collect()
+    expected = 3 if setup == "spent" else 1
+    assert len(servicer.generate_ids) == expected
+    assert info.value.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
+    assert time.monotonic() - started < 0.2 * expected + 1
+
+
+async def test_unary_calls_retry_in_asyncio(recorder):
+    servicer, address = recorder
+    async with aio.connect(address, max_attempts=2) as client:
+        with pytest.raises(grpc.aio.AioRpcError):  # Cancel always refuses: two attempts, 2 s apart
+            started = time.monotonic()
+            await client.cancel("x")
+    assert time.monotonic() - started >= 2.0
+    assert len(servicer.cancels) == 2

@@ -1,8 +1,8 @@
-"""The blocking client against a live server (the tiny "llama" fixture model and
-"all-minilm-l6-v2")."""
+"""The blocking client against a live server; the models come from ListModels."""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -11,36 +11,51 @@ import pytest
 
 from mlxgrpc_client import error_details, pb
 
-from _support import SIMILAR, UNRELATED, cosine
+from _support import LONG, SIMILAR, UNRELATED, cosine, exact, release, saturate
 
 
-def test_model_info(client):
+def test_model_info(client, generator, embedder):
     info = client.model_info()
-    assert info.name == "llama"
-    assert info.kind == pb.MODEL_KIND_GENERATION
-    assert info.vocab_size == 640
-    assert info.context_length == 4096
-    assert info.capabilities.generation is True
-    assert info.has_chat_template is True
-    embedder = client.model_info("all-minilm-l6-v2")
-    assert embedder.capabilities.embeddings is True
-    assert embedder.embedding_dimensions == 384
+    assert info.name == generator.name  # the default generation model
+    assert info.kind == pb.MODEL_KIND_GENERATION and info.capabilities.generation is True
+    assert info.vocab_size > 0 and info.context_length > 0
+    assert client.model_info(embedder.name).capabilities.embeddings is True
+    assert embedder.embedding_dimensions > 0
 
 
-def test_list_models(client):
-    models = client.list_models()
-    assert [m.name for m in models][0] == "llama"  # the default generation model first
-    assert {m.name for m in models} == {"llama", "all-minilm-l6-v2"}
+def test_list_models(client, models, generator):
+    assert models[0].name == generator.name  # the default generation model first
+    assert len({m.name for m in client.list_models()}) == len(models)
 
 
-def test_greedy_generate_is_deterministic(client):
+def test_get_load_reports_the_generation_models(client, models, generator):
+    before = client.get_load()
+    assert [m.model for m in before.models] == [m.name for m in models if m.kind == pb.MODEL_KIND_GENERATION]
+    assert before.uptime_seconds > 0
+    load = before.models[0]  # the default generation model first
+    assert load.model == generator.name
+    assert load.max_running_requests > 0 and load.memory_budget_bytes > 0
+    client.generate("Counting for the load report", **exact(5)).collect()
+    after = client.get_load(generator.name).models[0]
+    assert after.generated_tokens - load.generated_tokens >= 5
+    assert after.generated_tokens_per_second > 0
+    with pytest.raises(grpc.RpcError) as err:
+        client.get_load("no-such-model")
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    for embedder in (m for m in models if m.kind == pb.MODEL_KIND_EMBEDDING):
+        with pytest.raises(grpc.RpcError) as err:
+            client.get_load(embedder.name)
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_greedy_generate_is_deterministic(client, generator):
     runs = []
     for _ in range(2):
-        stream = client.generate("The quick brown fox", max_tokens=8)
+        stream = client.generate("The quick brown fox", **exact(8))
         events = list(stream)
         assert events[0].WhichOneof("event") == "started"
         assert events[0].started.prompt_tokens > 0
-        assert events[0].started.model == "llama"
+        assert events[0].started.model == generator.name
         assert events[0].started.request_id == stream.request_id
         assert events[-1].WhichOneof("event") == "finished"
         assert all(e.WhichOneof("event") == "delta" for e in events[1:-1])
@@ -49,24 +64,33 @@ def test_greedy_generate_is_deterministic(client):
         assert finished.usage.completion_tokens == 8
         assert finished.usage.prompt_tokens == events[0].started.prompt_tokens
         ids = [t for e in events[1:-1] for t in e.delta.token_ids]
-        assert len(ids) == 8 and all(0 <= t < 640 for t in ids)
+        assert len(ids) == 8 and all(0 <= t < generator.vocab_size for t in ids)
         assert stream.result.token_ids == ids
         assert stream.result.finish_reason == pb.FINISH_REASON_LENGTH
         runs.append(ids)
     assert runs[0] == runs[1]
 
 
+def test_collect_is_the_unary_form(client):
+    result = client.generate("The quick brown fox", **exact(6)).collect()
+    assert len(result.token_ids) == 6 and result.finish_reason == pb.FINISH_REASON_LENGTH
+    assert result.text == client.detokenize(result.token_ids)
+    assert result.finished.usage.completion_tokens == 6
+
+
 def test_token_prompt_matches_text_prompt(client):
     text = "The quick brown fox"
     ids = list(client.tokenize(text, add_special_tokens=True).token_ids)
-    by_text = client.generate(text, max_tokens=8).collect()
-    by_ids = client.generate(ids, max_tokens=8).collect()
+    by_text = client.generate(text, **exact(8)).collect()
+    by_ids = client.generate(ids, **exact(8)).collect()
     assert by_ids.prompt_tokens == by_text.prompt_tokens == len(ids)
     assert by_ids.token_ids == by_text.token_ids
 
 
-def test_chat_prompt(client):
-    result = client.generate([{"role": "user", "content": "Hello"}], max_tokens=4).collect()
+def test_chat_prompt(client, generator):
+    if not generator.has_chat_template:
+        pytest.skip(f"{generator.name} has no chat template")
+    result = client.generate([{"role": "user", "content": "Hello"}], **exact(4)).collect()
     plain = client.tokenize("Hello", add_special_tokens=True)
     assert result.prompt_tokens > len(plain.token_ids)  # the chat template wraps the message
     assert len(result.token_ids) == 4
@@ -74,28 +98,63 @@ def test_chat_prompt(client):
 
 def test_seeded_sampling_is_reproducible(client):
     def run(seed):
-        return client.generate("Once upon a time", max_tokens=12,
-                               sampling={"temperature": 1.0, "seed": seed}).collect().token_ids
+        return client.generate("Once upon a time", sampling={"temperature": 1.0, "seed": seed},
+                               **exact(12)).collect().token_ids
     assert run(7) == run(7)
     assert run(7) != run(8)
 
 
 def test_stop_token_id(client):
-    greedy = client.generate("The quick brown fox", max_tokens=8).collect().token_ids
+    greedy = client.generate("The quick brown fox", **exact(8)).collect().token_ids
     stop = greedy[3]
     first = greedy.index(stop)
-    result = client.generate("The quick brown fox", max_tokens=8, stopping={"stop_token_ids": [stop]}).collect()
+    result = client.generate("The quick brown fox", max_tokens=8,
+                             stopping={"stop_token_ids": [stop], "ignore_eos": True}).collect()
     assert result.finish_reason == pb.FINISH_REASON_STOP
     assert result.finished.stop_token_id == stop
     assert result.token_ids == greedy[:first]  # the stop token itself is not emitted
 
 
 def test_logprobs(client):
-    result = client.generate("The quick brown fox", max_tokens=4, top_logprobs=3).collect()
+    result = client.generate("The quick brown fox", top_logprobs=3, **exact(4)).collect()
     assert [lp.token_id for lp in result.logprobs] == result.token_ids
     for lp in result.logprobs:
         assert lp.logprob <= 0 and len(lp.top_logprobs) == 3
         assert lp.top_logprobs[0].token_id == lp.token_id  # greedy: the chosen token is the most likely
+
+
+def test_json_schema_and_choice(client):
+    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}, "score": {"type": "integer",
+              "minimum": 0, "maximum": 9}}, "required": ["answer", "score"], "additionalProperties": False}
+    result = client.generate("Answer:", max_tokens=32, json_schema=schema).collect()
+    assert result.finish_reason == pb.FINISH_REASON_STOP  # complete: the schema allows nothing more
+    answer = json.loads(result.text)
+    assert answer["answer"] in ("yes", "no") and 0 <= answer["score"] <= 9
+    choice = client.generate("Pick:", max_tokens=8, response_format={"choice": {"options": ["red", "blue"]}})
+    assert choice.collect().text in ("red", "blue")
+    assert pb.RESPONSE_FORMAT_KIND_JSON_SCHEMA in client.model_info().capabilities.response_formats
+    with pytest.raises(grpc.RpcError) as info:
+        client.generate("Hi", json_schema="{not json", max_tokens=4).collect()
+    assert [v.field for v in error_details(info.value).field_violations] == ["response_format.json_schema"]
+
+
+#: Copy-heavy: the continuation repeats text the prompt holds, which prompt lookup drafts.
+PASSAGE = ("The lighthouse keeper climbed the narrow stairs every evening at dusk, lit the great lamp, "
+           "and wrote the names of the ships that passed in a worn leather book.")
+COPY = f"Repeat exactly: {PASSAGE}\n{PASSAGE}\n"
+
+
+def test_speculation_never_changes_the_output_and_reports_drafts(client, generator):
+    off = client.generate(COPY, speculation="off", **exact(32)).collect()
+    assert len(off.token_ids) == 32
+    assert (off.finished.usage.draft_tokens, off.finished.usage.accepted_draft_tokens) == (0, 0)
+    if pb.SPECULATION_MODE_NGRAM not in generator.capabilities.speculation.modes:
+        pytest.skip(f"{generator.name} does not speculate with NGRAM")
+    ngram = client.generate(COPY, speculation="ngram", num_draft_tokens=6, **exact(32)).collect()
+    assert (ngram.token_ids, ngram.text) == (off.token_ids, off.text)
+    usage = ngram.finished.usage
+    assert usage.draft_tokens >= usage.accepted_draft_tokens >= 0, usage
+    assert usage.completion_tokens == 32
 
 
 def test_tokenize_detokenize_round_trip(client):
@@ -106,21 +165,19 @@ def test_tokenize_detokenize_round_trip(client):
     assert client.detokenize(tokens.token_ids) == text
 
 
-def test_embed(client):
-    inputs = [*SIMILAR, UNRELATED]
-    responses = client.embed(inputs)
+def test_embed(client, embedder):
+    responses = client.embed([*SIMILAR, UNRELATED], model=embedder.name)
     assert [r.index for r in responses] == [0, 1, 2]
     for r in responses:
-        assert len(r.embedding) == 384
+        assert len(r.embedding) == embedder.embedding_dimensions
         assert math.isclose(math.sqrt(sum(x * x for x in r.embedding)), 1.0, abs_tol=1e-3)
         assert r.tokens > 0
     food, bread, stocks = (r.embedding for r in responses)
-    assert cosine(food, bread) > 0.7
-    assert cosine(food, stocks) < 0.2
+    assert cosine(food, bread) > cosine(food, stocks) + 0.2
 
 
-def test_embed_dimensions(client):
-    (r,) = client.embed("A man is eating food.", dimensions=64)
+def test_embed_dimensions(client, embedder):
+    (r,) = client.embed("A man is eating food.", model=embedder.name, dimensions=64)
     assert len(r.embedding) == 64
     assert math.isclose(math.sqrt(sum(x * x for x in r.embedding)), 1.0, abs_tol=1e-3)
 
@@ -148,7 +205,7 @@ def test_unknown_model(client):
 
 
 def test_cancel_rpc(client):
-    stream = client.generate("Count forever:", max_tokens=2000)
+    stream = client.generate("Count forever:", **LONG)
     deltas = 0
     cancelled = None
     for event in stream:
@@ -164,7 +221,7 @@ def test_cancel_rpc(client):
 
 
 def test_cancel_with_own_request_id(client):
-    stream = client.generate("Count forever:", max_tokens=2000, request_id="py-client-own-id")
+    stream = client.generate("Count forever:", request_id="py-client-own-id", **LONG)
     assert next(stream).started.request_id == "py-client-own-id"
     assert client.cancel("py-client-own-id") is True
     assert stream.collect().finish_reason == pb.FINISH_REASON_CANCELLED
@@ -175,7 +232,7 @@ def test_cancel_unknown_request(client):
 
 
 def test_client_side_cancel(client):
-    with client.generate("Count forever:", max_tokens=2000) as stream:
+    with client.generate("Count forever:", **LONG) as stream:
         for i, _ in enumerate(stream, 1):
             if i == 3:
                 assert stream.cancel() is True
@@ -191,5 +248,30 @@ def test_client_side_cancel(client):
 
 def test_deadline(client):
     with pytest.raises(grpc.RpcError) as info:
-        client.generate("Count forever:", max_tokens=2000, timeout=0.3).collect()
+        client.generate("Count forever:", timeout=0.3, **LONG).collect()
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_queue_full_is_retried_after_the_servers_delay(client, generator):
+    """A full admission queue refuses with RESOURCE_EXHAUSTED and RetryInfo; the
+    client waits the server's delay and tries again with the same request id."""
+    running, refusal = saturate(client, generator.name)
+    retries = []
+
+    def on_retry(details, delay):
+        retries.append((details.code, details.reason, delay))
+        release(client, running, generator.name)  # room for the next attempt
+
+    try:
+        details = error_details(refusal)
+        assert details.code == grpc.StatusCode.RESOURCE_EXHAUSTED and details.reason == "QUEUE_FULL"
+        assert details.retry_delay and details.retry_delay > 0
+        client.on_retry = on_retry
+        started = time.monotonic()
+        result = client.generate("Hello", **exact(3)).collect()
+        assert retries == [(grpc.StatusCode.RESOURCE_EXHAUSTED, "QUEUE_FULL", details.retry_delay)]
+        assert time.monotonic() - started >= details.retry_delay  # it waited as asked
+        assert result.finish_reason == pb.FINISH_REASON_LENGTH and len(result.token_ids) == 3
+    finally:
+        client.on_retry = None
+        release(client, running, generator.name)

@@ -1,21 +1,17 @@
-//! Tour of the client: model info, streaming generation, cancellation, embeddings
-//! and error details. Run with `MLXGRPC_ADDRESS=host:port cargo run --example example`.
+//! Tour of the client: model info, streaming generation, cancellation, embeddings, an
+//! answer constrained by a JSON schema and error details. Run with
+//! `MLXGRPC_ADDRESS=host:port cargo run --example example`.
 
 use std::io::Write;
 use std::time::Duration;
 
-use mlx_grpc_client::{Client, ConnectOptions, Event, error_details, pb};
-use pb::generate_request::Prompt;
+use mlx_grpc_client::{Client, ConnectOptions, Event, error_details, pb, text_request};
 
-fn text_request(prompt: &str, max_tokens: i32) -> pb::GenerateRequest {
-    pb::GenerateRequest {
-        prompt: Some(Prompt::Text(prompt.to_string())),
-        stopping: Some(pb::StoppingCriteria {
-            max_tokens: Some(max_tokens),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+/// A text prompt that runs its full `max_tokens` (end-of-sequence ignored).
+fn long_request(prompt: &str, max_tokens: i32) -> pb::GenerateRequest {
+    let mut request = text_request(prompt, max_tokens);
+    request.stopping.as_mut().expect("stopping").ignore_eos = true;
+    request
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f32 {
@@ -30,7 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let address =
         std::env::var("MLXGRPC_ADDRESS").unwrap_or_else(|_| "localhost:50051".to_string());
     let options = ConnectOptions::default().with_timeout(Duration::from_secs(60));
-    let mut client = Client::connect(&address, options).await?;
+    let client = Client::connect(&address, options).await?;
 
     // 1. Model info.
     let info = client.model_info("").await?;
@@ -45,9 +41,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // 2. Stream a generation, printing text deltas as they arrive.
-    let mut generation = client
-        .generate(text_request("Once upon a time", 24))
-        .await?;
+    let mut generation = client.generate(long_request("Once upon a time", 24));
     print!("generate: ");
     while let Some(event) = generation.next_event().await? {
         match event {
@@ -62,10 +56,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::io::stdout().flush()?;
     }
 
-    // 3. A long generation cancelled mid-way with the Cancel RPC.
-    let mut long = client
-        .generate(text_request("Tell me a long story", 2000))
-        .await?;
+    // 3. A long generation cancelled mid-way with the Cancel RPC (its request id is
+    // assigned client-side, so it is known before anything is sent).
+    let mut long = client.generate(long_request("Tell me a long story", 2000));
     let mut deltas = 0;
     while let Some(event) = long.next_event().await? {
         match event {
@@ -88,7 +81,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     // Dropping a stream cancels the call too.
-    let mut dropped = client.generate(text_request("Another story", 2000)).await?;
+    let mut dropped = client.generate(long_request("Another story", 2000));
     let _ = dropped.next_event().await?;
     drop(dropped);
     println!("dropped a second long stream (client-side cancel)");
@@ -104,18 +97,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         cosine(&vectors[0], &vectors[1])
     );
 
-    // 5. An invalid request and its google.rpc details.
-    let mut bad = text_request("hi", 4);
+    // 5. Structured output: an answer that validates against a JSON schema.
+    let schema = r#"{"type": "object", "additionalProperties": false, "required": ["city", "country"],
+        "properties": {"city": {"type": "string", "maxLength": 40}, "country": {"type": "string", "maxLength": 40}}}"#;
+    let mut structured = text_request("", 64);
+    structured.prompt = Some(pb::generate_request::Prompt::Chat(pb::ChatMessages {
+        messages: vec![pb::ChatMessage {
+            role: "user".into(),
+            content: "Where is the Eiffel Tower?".into(),
+        }],
+    }));
+    structured.response_format = Some(pb::ResponseFormat::json_schema(schema));
+    let answer = client.generate_text(structured).await?;
+    let reason = answer
+        .finished
+        .map_or(pb::FinishReason::Unspecified, |f| f.reason());
+    println!("json schema: {} [{reason:?}]", answer.text);
+
+    // 6. An invalid request and its google.rpc details.
+    let mut bad = long_request("hi", 4);
     bad.sampling = Some(pb::SamplingParams {
         temperature: Some(-1.0),
         ..Default::default()
     });
-    let status = match client.generate(bad).await {
-        Ok(mut g) => match g.next_event().await {
-            Err(status) => status,
-            Ok(_) => return Err("invalid temperature was accepted".into()),
-        },
-        Err(status) => status,
+    let Err(status) = client.generate_text(bad).await else {
+        return Err("invalid temperature was accepted".into());
     };
     let details = error_details(&status);
     println!(

@@ -3,20 +3,23 @@
 //! The protobuf messages and the tonic client are generated at build time from
 //! `../../protos` (see `build.rs`) and live in [`pb`]. [`Client`] adds what the
 //! raw stub lacks: connecting with TLS and a bearer token, a default deadline,
-//! Generate as a [`Stream`] of events with an id to cancel it by, Embed results
-//! in input order, and [`error_details`] for the google.rpc details the server
-//! attaches to errors. Everything else is reachable through [`Client::raw`].
+//! retries of calls the server refused for now (RetryInfo), Generate as a
+//! [`Stream`] of events with a client-side id to cancel it by (or collected at
+//! once), Embed results in input order, adapter calls ([`Client::load_adapter`],
+//! [`Client::unload_adapter`], [`Client::list_adapters`]), and [`error_details`]
+//! for the google.rpc details the server attaches to errors. Everything else is
+//! reachable through [`Client::raw`].
 //!
 //! ```no_run
 //! use mlx_grpc_client::{Client, ConnectOptions, Event, pb};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut client = Client::connect("localhost:50051", ConnectOptions::default()).await?;
+//! let client = Client::connect("localhost:50051", ConnectOptions::default()).await?;
 //! let mut generation = client.generate(pb::GenerateRequest {
 //!     prompt: Some(pb::generate_request::Prompt::Text("Once upon a time".into())),
 //!     stopping: Some(pb::StoppingCriteria { max_tokens: Some(16), ..Default::default() }),
 //!     ..Default::default()
-//! }).await?;
+//! });
 //! while let Some(event) = generation.next_event().await? {
 //!     if let Event::Delta(delta) = event {
 //!         print!("{}", delta.text);
@@ -25,21 +28,27 @@
 //! # Ok(()) }
 //! ```
 
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
 use tonic::metadata::MetadataValue;
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
-use tonic::{IntoRequest, Request, Status, Streaming};
-use tonic_types::StatusExt;
+use tonic::{Request, Status};
 
+mod adapters;
+mod client;
+mod errors;
+mod generation;
+mod retry;
+
+pub use client::Client;
+pub use errors::{ErrorDetails, ErrorInfo, FieldViolation, RetryInfo, error_details};
+pub use generation::{Event, Generation, GenerationResult};
+pub use retry::RetryObserver;
 pub use tokio_stream::{Stream, StreamExt};
 pub use tonic::Code;
-pub use tonic_types::{ErrorInfo, FieldViolation, RetryInfo};
 
 /// Generated protobuf messages and the raw tonic client of `mlxgrpc.v1`.
 pub mod pb {
@@ -47,8 +56,39 @@ pub mod pb {
     tonic::include_proto!("mlxgrpc.v1");
 }
 
-/// One event of a Generate stream: `Started`, then `Delta`s, then `Finished`.
-pub use pb::generate_response::Event;
+/// A Generate request for `text` that stops after `max_tokens` tokens; set any other
+/// field on the result (`stopping`, `sampling`, `model`, ...) as needed.
+pub fn text_request(text: impl Into<String>, max_tokens: i32) -> pb::GenerateRequest {
+    pb::GenerateRequest {
+        prompt: Some(pb::generate_request::Prompt::Text(text.into())),
+        stopping: Some(pb::StoppingCriteria {
+            max_tokens: Some(max_tokens),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+mod formats;
+
+/// A request's speculative decoding: where drafts come from (`Ngram`: prompt lookup,
+/// `Draft`: the server's draft model, `Off`, or `Unspecified` for the server's default)
+/// and the most draft tokens verified per step (0: the server's default; at most 8).
+/// It never changes the output, only how soon it arrives; the finished event's usage
+/// reports `draft_tokens` and `accepted_draft_tokens`.
+///
+/// ```
+/// use mlx_grpc_client::{pb, speculation, text_request};
+///
+/// let mut request = text_request("Repeat exactly: the quick brown fox.", 32);
+/// request.speculation = Some(speculation(pb::SpeculationMode::Ngram, 6));
+/// ```
+pub fn speculation(mode: pb::SpeculationMode, num_draft_tokens: i32) -> pb::SpeculationOptions {
+    pb::SpeculationOptions {
+        mode: mode as i32,
+        num_draft_tokens,
+    }
+}
 
 /// The raw generated client with the connection's interceptor (token, deadline).
 pub type RawClient =
@@ -100,7 +140,7 @@ pub enum Tls {
 }
 
 /// Options for [`Client::connect`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ConnectOptions {
     /// Transport security.
     pub tls: Tls,
@@ -113,6 +153,25 @@ pub struct ConnectOptions {
     pub timeout: Option<Duration>,
     /// Limit for establishing the connection.
     pub connect_timeout: Option<Duration>,
+    /// Attempts in all for a call the server refuses with RESOURCE_EXHAUSTED or
+    /// UNAVAILABLE and a RetryInfo (default 3; 1 turns retrying off).
+    pub max_attempts: u32,
+    /// Hears of each retry: the refusal and the delay.
+    pub on_retry: Option<RetryObserver>,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        Self {
+            tls: Tls::None,
+            tls_domain: None,
+            bearer_token: None,
+            timeout: None,
+            connect_timeout: None,
+            max_attempts: 3,
+            on_retry: None,
+        }
+    }
 }
 
 impl ConnectOptions {
@@ -131,9 +190,20 @@ impl ConnectOptions {
         self.bearer_token = Some(token.into());
         self
     }
-    /// Default deadline of every call.
+    /// Default deadline of every call (retries included).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+    /// Attempts in all for a call refused with RetryInfo; each retry waits the
+    /// server's delay, only before the first response and within the deadline.
+    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+    /// Calls `f` before each retry with the refusal and the delay.
+    pub fn on_retry(mut self, f: impl Fn(&ErrorDetails, Duration) + Send + Sync + 'static) -> Self {
+        self.on_retry = Some(RetryObserver(Arc::new(f)));
         self
     }
 }
@@ -157,12 +227,6 @@ impl Interceptor for CallDefaults {
         }
         Ok(request)
     }
-}
-
-/// A connection to an mlx-grpc server. Cheap to clone; clones share the connection.
-#[derive(Clone, Debug)]
-pub struct Client {
-    raw: RawClient,
 }
 
 impl Client {
@@ -211,159 +275,13 @@ impl Client {
             raw: pb::inference_service_client::InferenceServiceClient::with_interceptor(
                 channel, defaults,
             ),
+            timeout: options.timeout,
+            retry: retry::RetryPolicy {
+                max_attempts: options.max_attempts.max(1),
+                observer: options.on_retry.clone(),
+            },
         })
     }
-
-    /// The generated client on the same connection, for the RPCs not wrapped here
-    /// (Tokenize, Detokenize, ListModels, PlanMemory) or for full control.
-    pub fn raw(&self) -> RawClient {
-        self.raw.clone()
-    }
-
-    /// Starts a generation. An empty `request_id` is filled with a fresh
-    /// client-side id, so [`Generation::request_id`] can be passed to
-    /// [`Client::cancel`] at once. Dropping the returned stream cancels the call.
-    pub async fn generate(
-        &mut self,
-        request: impl IntoRequest<pb::GenerateRequest>,
-    ) -> Result<Generation, Status> {
-        let mut request = request.into_request();
-        if request.get_ref().request_id.is_empty() {
-            request.get_mut().request_id = new_request_id();
-        }
-        let request_id = request.get_ref().request_id.clone();
-        let inner = self.raw.generate(request).await?.into_inner();
-        Ok(Generation { inner, request_id })
-    }
-
-    /// Cancels a running Generate or Embed through the Cancel RPC. Returns whether
-    /// the server found it; the stream then ends with a `FINISH_REASON_CANCELLED` event.
-    pub async fn cancel(&mut self, request_id: impl Into<String>) -> Result<bool, Status> {
-        let req = pb::CancelRequest {
-            request_id: request_id.into(),
-        };
-        Ok(self.raw.cancel(req).await?.into_inner().cancelled)
-    }
-
-    /// Embeds texts, returning one response per input ordered by `index`.
-    pub async fn embed(
-        &mut self,
-        request: impl IntoRequest<pb::EmbedRequest>,
-    ) -> Result<Vec<pb::EmbedResponse>, Status> {
-        let mut stream = self.raw.embed(request).await?.into_inner();
-        let mut out = Vec::new();
-        while let Some(r) = stream.message().await? {
-            out.push(r);
-        }
-        out.sort_by_key(|r| r.index);
-        Ok(out)
-    }
-
-    /// Embeds `inputs` with the default embedding model.
-    pub async fn embed_texts<S: Into<String>>(
-        &mut self,
-        inputs: impl IntoIterator<Item = S>,
-    ) -> Result<Vec<Vec<f32>>, Status> {
-        let req = pb::EmbedRequest {
-            inputs: inputs.into_iter().map(Into::into).collect(),
-            ..Default::default()
-        };
-        Ok(self
-            .embed(req)
-            .await?
-            .into_iter()
-            .map(|r| r.embedding)
-            .collect())
-    }
-
-    /// Describes `model` (empty: the default generation model).
-    pub async fn model_info(&mut self, model: &str) -> Result<pb::ModelInfo, Status> {
-        let req = pb::GetModelInfoRequest {
-            model: model.to_string(),
-        };
-        let resp = self.raw.get_model_info(req).await?.into_inner();
-        resp.info
-            .ok_or_else(|| Status::internal("GetModelInfo returned no info"))
-    }
-}
-
-/// A running Generate: a [`Stream`] of [`Event`]s. Drop it to cancel the call.
-#[derive(Debug)]
-pub struct Generation {
-    inner: Streaming<pb::GenerateResponse>,
-    request_id: String,
-}
-
-impl Generation {
-    /// The request id, for [`Client::cancel`].
-    pub fn request_id(&self) -> &str {
-        &self.request_id
-    }
-
-    /// The next event, or `None` when the stream has ended.
-    pub async fn next_event(&mut self) -> Result<Option<Event>, Status> {
-        loop {
-            match self.inner.message().await? {
-                None => return Ok(None),
-                Some(pb::GenerateResponse { event: Some(e) }) => return Ok(Some(e)),
-                Some(_) => continue, // an empty event: nothing to report
-            }
-        }
-    }
-}
-
-impl Stream for Generation {
-    type Item = Result<Event, Status>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        loop {
-            return match Pin::new(&mut self.inner).poll_next(cx) {
-                Poll::Ready(Some(Ok(pb::GenerateResponse { event: None }))) => continue,
-                Poll::Ready(Some(Ok(pb::GenerateResponse { event: Some(e) }))) => {
-                    Poll::Ready(Some(Ok(e)))
-                }
-                Poll::Ready(Some(Err(s))) => Poll::Ready(Some(Err(s))),
-                Poll::Ready(None) => Poll::Ready(None),
-                Poll::Pending => Poll::Pending,
-            };
-        }
-    }
-}
-
-/// The google.rpc details the server attaches to an error status.
-#[derive(Clone, Debug, Default)]
-pub struct ErrorDetails {
-    /// ErrorInfo: `domain` is "mlxgrpc.v1", `reason` e.g. "INVALID_FIELD",
-    /// `metadata` e.g. {"field": ...}.
-    pub error_info: Option<ErrorInfo>,
-    /// BadRequest field violations; `field` is a path such as "sampling.temperature".
-    pub field_violations: Vec<FieldViolation>,
-    /// RetryInfo's delay, on RESOURCE_EXHAUSTED and UNAVAILABLE.
-    pub retry_delay: Option<Duration>,
-}
-
-/// Decodes the google.rpc details (`grpc-status-details-bin`) of `status`.
-/// Missing or undecodable details give an empty result.
-pub fn error_details(status: &Status) -> ErrorDetails {
-    let d = status.get_error_details();
-    ErrorDetails {
-        error_info: d.error_info().cloned(),
-        field_violations: d
-            .bad_request()
-            .map(|b| b.field_violations.clone())
-            .unwrap_or_default(),
-        retry_delay: d.retry_info().and_then(|r| r.retry_delay),
-    }
-}
-
-fn new_request_id() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("rs-{:x}-{}-{n}", nanos, std::process::id())
 }
 
 #[cfg(test)]
@@ -387,41 +305,31 @@ mod tests {
         assert_eq!(req.metadata().get("grpc-timeout").unwrap(), "250000u");
     }
 
+    #[test]
+    fn speculation_builds_the_options() {
+        let ngram = speculation(pb::SpeculationMode::Ngram, 6);
+        assert_eq!(ngram.mode(), pb::SpeculationMode::Ngram);
+        assert_eq!(
+            ngram,
+            pb::SpeculationOptions {
+                mode: pb::SpeculationMode::Ngram as i32,
+                num_draft_tokens: 6
+            }
+        );
+        assert_eq!(
+            speculation(pb::SpeculationMode::Off, 0).mode(),
+            pb::SpeculationMode::Off
+        );
+        assert_eq!(
+            speculation(pb::SpeculationMode::Unspecified, 0),
+            pb::SpeculationOptions::default()
+        );
+    }
+
     #[tokio::test]
     async fn invalid_token_fails_before_connecting() {
         let options = ConnectOptions::default().with_bearer_token("line\nbreak");
         let err = Client::connect("127.0.0.1:1", options).await.unwrap_err();
         assert!(matches!(err, ConnectError::InvalidToken), "{err}");
-    }
-
-    #[test]
-    fn details_of_a_plain_status_are_empty() {
-        let d = error_details(&Status::not_found("nope"));
-        assert!(d.error_info.is_none() && d.field_violations.is_empty());
-        assert!(d.retry_delay.is_none());
-    }
-
-    #[test]
-    fn details_are_decoded() {
-        let mut details = tonic_types::ErrorDetails::with_bad_request_violation(
-            "sampling.temperature",
-            "must be >= 0",
-        );
-        details.set_error_info(
-            "INVALID_FIELD",
-            "mlxgrpc.v1",
-            [("field".to_string(), "sampling.temperature".to_string())],
-        );
-        details.set_retry_info(Some(Duration::from_millis(1500)));
-        let status = Status::with_error_details(Code::InvalidArgument, "bad", details);
-        let d = error_details(&status);
-        assert_eq!(d.field_violations[0].field, "sampling.temperature");
-        assert_eq!(d.error_info.unwrap().domain, "mlxgrpc.v1");
-        assert_eq!(d.retry_delay, Some(Duration::from_millis(1500)));
-    }
-
-    #[test]
-    fn request_ids_are_unique() {
-        assert_ne!(new_request_id(), new_request_id());
     }
 }

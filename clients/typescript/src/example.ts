@@ -8,6 +8,7 @@ import {
   connect,
   cosineSimilarity,
   errorDetails,
+  jsonSchemaFormat,
 } from "./index.js";
 
 const address = process.env.MLXGRPC_ADDRESS || "localhost:50051";
@@ -39,7 +40,7 @@ try {
   }
 
   // 3. A second generation, cancelled with the Cancel RPC after a few deltas.
-  const call = client.generate({ prompt: { case: "text", value: "Once upon a time" }, stopping: { maxTokens: 2000 } });
+  const call = client.generate({ prompt: { case: "text", value: "Once upon a time" }, stopping: { maxTokens: 2000, ignoreEos: true } });
   let deltas = 0;
   for await (const res of call) {
     if (res.event.case === "delta" && ++deltas === 3) {
@@ -52,7 +53,7 @@ try {
   }
 
   // 3b. And one cancelled client-side (aborting the call).
-  const call2 = client.generate({ prompt: { case: "text", value: "Twice upon a time" }, stopping: { maxTokens: 2000 } });
+  const call2 = client.generate({ prompt: { case: "text", value: "Twice upon a time" }, stopping: { maxTokens: 2000, ignoreEos: true } });
   deltas = 0;
   try {
     for await (const res of call2) {
@@ -66,7 +67,22 @@ try {
   const [a, b] = await client.embed(["A man is eating food.", "A man is eating a piece of bread."]);
   console.log(`embed: ${a.embedding.length} dims, cosine similarity ${cosineSimilarity(a.embedding, b.embedding).toFixed(4)}`);
 
-  // 5. An invalid request and its google.rpc details.
+  // 5. Structured output: an answer that validates against a JSON schema.
+  const answer = await client.generateText({
+    prompt: { case: "chat", value: { messages: [{ role: "user", content: "Where is the Eiffel Tower?" }] } },
+    stopping: { maxTokens: 64 },
+    responseFormat: jsonSchemaFormat({
+      type: "object",
+      additionalProperties: false,
+      required: ["city", "country"],
+      properties: { city: { type: "string", maxLength: 40 }, country: { type: "string", maxLength: 40 } },
+    }),
+  });
+  const reason = answer.finished?.reason ?? FinishReason.UNSPECIFIED;
+  console.log(`json schema: ${answer.text} [${FinishReason[reason]}]`);
+  if (reason === FinishReason.STOP) console.log("  parsed:", JSON.parse(answer.text));
+
+  // 6. An invalid request and its google.rpc details.
   try {
     await client.generateText({
       prompt: { case: "text", value: "hi" },

@@ -1,4 +1,9 @@
 export * from "./client.js";
+export * from "./errors.js";
+export * from "./formats.js";
+export * from "./generate.js";
+export * from "./speculation.js";
+export { Attempts, type OnRetry } from "./retry.js";
 export * from "./gen/mlxgrpc/v1/generation_pb.js";
 export * from "./gen/mlxgrpc/v1/model_pb.js";
 export * from "./gen/mlxgrpc/v1/inference_service_pb.js";

@@ -1,7 +1,7 @@
 // Command example walks through the mlx-grpc API: model info, a streamed
-// generation, a generation cancelled mid-way, embeddings, and an invalid
-// request's error details. The server address comes from MLXGRPC_ADDRESS
-// (default localhost:50051).
+// generation, a generation cancelled mid-way, embeddings, an answer constrained
+// by a JSON schema, and an invalid request's error details. The server address
+// comes from MLXGRPC_ADDRESS (default localhost:50051).
 package main
 
 import (
@@ -44,7 +44,7 @@ func main() {
 	for ev, err := range client.Generate(ctx, &pb.GenerateRequest{
 		Prompt:   &pb.GenerateRequest_Chat{Chat: &pb.ChatMessages{Messages: []*pb.ChatMessage{{Role: "user", Content: "Tell me a story."}}}},
 		Stopping: &pb.StoppingCriteria{MaxTokens: proto.Int32(16)},
-	}) {
+	}).Events() {
 		if err != nil {
 			log.Fatalf("\nGenerate: %v", err)
 		}
@@ -58,22 +58,21 @@ func main() {
 		}
 	}
 
-	// 3. A long generation cancelled with the Cancel RPC after a few deltas.
-	deltas, requestID := 0, ""
-	for ev, err := range client.Generate(ctx, &pb.GenerateRequest{
+	// 3. A long generation cancelled with the Cancel RPC after a few deltas. Its
+	// request id is assigned client-side, so it is known before the call starts.
+	deltas := 0
+	gen := client.Generate(ctx, &pb.GenerateRequest{
 		Prompt:   &pb.GenerateRequest_Text{Text: "Once upon a time"},
-		Stopping: &pb.StoppingCriteria{MaxTokens: proto.Int32(2000)},
-	}) {
+		Stopping: &pb.StoppingCriteria{MaxTokens: proto.Int32(2000), IgnoreEos: true},
+	})
+	for ev, err := range gen.Events() {
 		if err != nil {
 			log.Fatalf("Generate (to cancel): %v", err)
 		}
-		if s := ev.GetStarted(); s != nil {
-			requestID = s.GetRequestId()
-		}
 		if ev.GetDelta() != nil {
 			if deltas++; deltas == 3 {
-				ok, err := client.CancelByID(ctx, requestID)
-				fmt.Printf("cancel %s after %d deltas: cancelled=%v err=%v\n", requestID, deltas, ok, err)
+				ok, err := client.CancelByID(ctx, gen.RequestID)
+				fmt.Printf("cancel %s after %d deltas: cancelled=%v err=%v\n", gen.RequestID, deltas, ok, err)
 			}
 		}
 		if f := ev.GetFinished(); f != nil {
@@ -89,18 +88,37 @@ func main() {
 	a, b := embs[0].GetEmbedding(), embs[1].GetEmbedding()
 	fmt.Printf("embed: %d vectors of length %d, cosine similarity %.4f\n", len(embs), len(a), cosine(a, b))
 
-	// 5. An invalid request and its google.rpc details.
-	for _, err := range client.Generate(ctx, &pb.GenerateRequest{
+	// 5. Structured output: an answer that validates against a JSON schema.
+	format, err := mlxgrpc.JSONSchema(map[string]any{
+		"type": "object", "additionalProperties": false, "required": []string{"city", "country"},
+		"properties": map[string]any{
+			"city":    map[string]any{"type": "string", "maxLength": 40},
+			"country": map[string]any{"type": "string", "maxLength": 40},
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	answer, err := client.Generate(ctx, &pb.GenerateRequest{
+		Prompt:         &pb.GenerateRequest_Chat{Chat: &pb.ChatMessages{Messages: []*pb.ChatMessage{{Role: "user", Content: "Where is the Eiffel Tower?"}}}},
+		Stopping:       &pb.StoppingCriteria{MaxTokens: proto.Int32(64)},
+		ResponseFormat: format,
+	}).Collect()
+	if err != nil {
+		log.Fatalf("Generate (JSON schema): %v", err)
+	}
+	fmt.Printf("json schema: %s [%s]\n", answer.Text, answer.Finished.GetReason())
+
+	// 6. An invalid request and its google.rpc details (Collect: the unary form).
+	_, err = client.Generate(ctx, &pb.GenerateRequest{
 		Prompt:   &pb.GenerateRequest_Text{Text: "hi"},
 		Sampling: &pb.SamplingParams{Temperature: proto.Float32(-1)},
-	}) {
-		if err != nil {
-			d := mlxgrpc.Details(err)
-			fmt.Printf("invalid request: code=%s fields=%v reason=%s\n", d.Code, d.Fields(), d.ErrorInfo.GetReason())
-			return
-		}
+	}).Collect()
+	d := mlxgrpc.Details(err)
+	if d == nil {
+		log.Fatalf("invalid request: %v", err)
 	}
-	log.Fatal("invalid request was accepted")
+	fmt.Printf("invalid request: code=%s fields=%v reason=%s\n", d.Code, d.Fields(), d.ErrorInfo.GetReason())
 }
 
 func cosine(a, b []float32) float64 {

@@ -29,11 +29,11 @@ const (
 	FinishReason_FINISH_REASON_UNSPECIFIED FinishReason = 0
 	// max_tokens was reached, or the context is full.
 	FinishReason_FINISH_REASON_LENGTH FinishReason = 1
-	// A stop string or stop token id matched.
+	// A stop string or stop token id matched, or the response_format's output is complete.
 	FinishReason_FINISH_REASON_STOP FinishReason = 2
 	// The model produced an end-of-sequence token.
 	FinishReason_FINISH_REASON_EOS FinishReason = 3
-	// The request was cancelled (Cancel RPC or server shutdown).
+	// The request was cancelled with the Cancel RPC.
 	FinishReason_FINISH_REASON_CANCELLED FinishReason = 4
 	// The engine failed while generating; the stream ends with an error status.
 	FinishReason_FINISH_REASON_ERROR FinishReason = 5
@@ -84,6 +84,64 @@ func (x FinishReason) Number() protoreflect.EnumNumber {
 // Deprecated: Use FinishReason.Descriptor instead.
 func (FinishReason) EnumDescriptor() ([]byte, []int) {
 	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{0}
+}
+
+// Where speculative decoding takes its draft tokens from.
+type SpeculationMode int32
+
+const (
+	// The server's default (see the server's --speculation flag and GetModelInfo).
+	SpeculationMode_SPECULATION_MODE_UNSPECIFIED SpeculationMode = 0
+	// No speculation.
+	SpeculationMode_SPECULATION_MODE_OFF SpeculationMode = 1
+	// Prompt lookup: continue the latest earlier occurrence of the last few tokens of
+	// the prompt and output. No extra model; helps when the output copies its input.
+	SpeculationMode_SPECULATION_MODE_NGRAM SpeculationMode = 2
+	// A draft model with the same tokenizer (the server's --draft-model).
+	SpeculationMode_SPECULATION_MODE_DRAFT SpeculationMode = 3
+)
+
+// Enum value maps for SpeculationMode.
+var (
+	SpeculationMode_name = map[int32]string{
+		0: "SPECULATION_MODE_UNSPECIFIED",
+		1: "SPECULATION_MODE_OFF",
+		2: "SPECULATION_MODE_NGRAM",
+		3: "SPECULATION_MODE_DRAFT",
+	}
+	SpeculationMode_value = map[string]int32{
+		"SPECULATION_MODE_UNSPECIFIED": 0,
+		"SPECULATION_MODE_OFF":         1,
+		"SPECULATION_MODE_NGRAM":       2,
+		"SPECULATION_MODE_DRAFT":       3,
+	}
+)
+
+func (x SpeculationMode) Enum() *SpeculationMode {
+	p := new(SpeculationMode)
+	*p = x
+	return p
+}
+
+func (x SpeculationMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SpeculationMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_mlxgrpc_v1_generation_proto_enumTypes[1].Descriptor()
+}
+
+func (SpeculationMode) Type() protoreflect.EnumType {
+	return &file_mlxgrpc_v1_generation_proto_enumTypes[1]
+}
+
+func (x SpeculationMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SpeculationMode.Descriptor instead.
+func (SpeculationMode) EnumDescriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{1}
 }
 
 // A list of token ids, used where a prompt is given as tokens.
@@ -452,6 +510,155 @@ func (x *StoppingCriteria) GetIgnoreEos() bool {
 	return false
 }
 
+// Structured output: the generated text is constrained, token by token, to a format.
+// Every step masks the tokens the format does not allow, so the output always
+// follows it; generation ends with FINISH_REASON_STOP once the output is complete
+// and nothing else is allowed (the format's own end token is never emitted), or
+// with FINISH_REASON_LENGTH when max_tokens comes first (the output is then cut
+// short and may not parse). An invalid or too costly format is INVALID_ARGUMENT
+// naming the field, e.g. response_format.json_schema. GetModelInfo lists the
+// formats a model supports in capabilities.response_formats.
+type ResponseFormat struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The format. Unset: no constraint.
+	//
+	// Types that are valid to be assigned to Format:
+	//
+	//	*ResponseFormat_JsonSchema
+	//	*ResponseFormat_JsonObject
+	//	*ResponseFormat_Regex
+	//	*ResponseFormat_Grammar
+	//	*ResponseFormat_Choice_
+	Format        isResponseFormat_Format `protobuf_oneof:"format"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResponseFormat) Reset() {
+	*x = ResponseFormat{}
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResponseFormat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResponseFormat) ProtoMessage() {}
+
+func (x *ResponseFormat) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResponseFormat.ProtoReflect.Descriptor instead.
+func (*ResponseFormat) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ResponseFormat) GetFormat() isResponseFormat_Format {
+	if x != nil {
+		return x.Format
+	}
+	return nil
+}
+
+func (x *ResponseFormat) GetJsonSchema() string {
+	if x != nil {
+		if x, ok := x.Format.(*ResponseFormat_JsonSchema); ok {
+			return x.JsonSchema
+		}
+	}
+	return ""
+}
+
+func (x *ResponseFormat) GetJsonObject() bool {
+	if x != nil {
+		if x, ok := x.Format.(*ResponseFormat_JsonObject); ok {
+			return x.JsonObject
+		}
+	}
+	return false
+}
+
+func (x *ResponseFormat) GetRegex() string {
+	if x != nil {
+		if x, ok := x.Format.(*ResponseFormat_Regex); ok {
+			return x.Regex
+		}
+	}
+	return ""
+}
+
+func (x *ResponseFormat) GetGrammar() string {
+	if x != nil {
+		if x, ok := x.Format.(*ResponseFormat_Grammar); ok {
+			return x.Grammar
+		}
+	}
+	return ""
+}
+
+func (x *ResponseFormat) GetChoice() *ResponseFormat_Choice {
+	if x != nil {
+		if x, ok := x.Format.(*ResponseFormat_Choice_); ok {
+			return x.Choice
+		}
+	}
+	return nil
+}
+
+type isResponseFormat_Format interface {
+	isResponseFormat_Format()
+}
+
+type ResponseFormat_JsonSchema struct {
+	// A JSON Schema document (as text): the output is JSON that validates against
+	// it. Items are separated by ", " and keys by ": ", with no other whitespace
+	// (the schema's "x-guidance" options can change that). Bound strings with
+	// maxLength and arrays with maxItems to bound the output's length.
+	JsonSchema string `protobuf:"bytes,1,opt,name=json_schema,json=jsonSchema,proto3,oneof"`
+}
+
+type ResponseFormat_JsonObject struct {
+	// Any JSON object (must be true when set).
+	JsonObject bool `protobuf:"varint,2,opt,name=json_object,json=jsonObject,proto3,oneof"`
+}
+
+type ResponseFormat_Regex struct {
+	// A regular expression (Rust regex syntax) the whole output matches.
+	Regex string `protobuf:"bytes,3,opt,name=regex,proto3,oneof"`
+}
+
+type ResponseFormat_Grammar struct {
+	// A context-free grammar in Lark syntax, as llguidance reads it (its start rule
+	// is `start`); the whole output matches it.
+	Grammar string `protobuf:"bytes,4,opt,name=grammar,proto3,oneof"`
+}
+
+type ResponseFormat_Choice_ struct {
+	// The output is exactly one of the given options.
+	Choice *ResponseFormat_Choice `protobuf:"bytes,5,opt,name=choice,proto3,oneof"`
+}
+
+func (*ResponseFormat_JsonSchema) isResponseFormat_Format() {}
+
+func (*ResponseFormat_JsonObject) isResponseFormat_Format() {}
+
+func (*ResponseFormat_Regex) isResponseFormat_Format() {}
+
+func (*ResponseFormat_Grammar) isResponseFormat_Format() {}
+
+func (*ResponseFormat_Choice_) isResponseFormat_Format() {}
+
 // An alternative token and its log probability.
 type TopLogprob struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -467,7 +674,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +686,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +699,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{5}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TopLogprob) GetTokenId() int32 {
@@ -531,7 +738,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +750,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +763,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{6}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TokenLogprob) GetTokenId() int32 {
@@ -588,14 +795,18 @@ type Usage struct {
 	// Tokens generated.
 	CompletionTokens int32 `protobuf:"varint,2,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
 	// Prompt tokens served from the prefix cache instead of being computed.
-	CachedTokens  int32 `protobuf:"varint,3,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CachedTokens int32 `protobuf:"varint,3,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	// Draft tokens that speculative decoding proposed and the model verified.
+	DraftTokens int32 `protobuf:"varint,4,opt,name=draft_tokens,json=draftTokens,proto3" json:"draft_tokens,omitempty"`
+	// Of draft_tokens, those the output kept (each saved one step of the model).
+	AcceptedDraftTokens int32 `protobuf:"varint,5,opt,name=accepted_draft_tokens,json=acceptedDraftTokens,proto3" json:"accepted_draft_tokens,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +818,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +831,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{7}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Usage) GetPromptTokens() int32 {
@@ -644,6 +855,79 @@ func (x *Usage) GetCachedTokens() int32 {
 	return 0
 }
 
+func (x *Usage) GetDraftTokens() int32 {
+	if x != nil {
+		return x.DraftTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetAcceptedDraftTokens() int32 {
+	if x != nil {
+		return x.AcceptedDraftTokens
+	}
+	return 0
+}
+
+// Speculative decoding for one request: the model verifies several proposed tokens
+// in one step and keeps those it would have produced itself. It never changes the
+// output (greedy or seeded), only how fast it arrives. Models whose caches cannot roll
+// back (sliding windows, recurrent layers) do not speculate.
+type SpeculationOptions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Where drafts come from; unspecified means the server's default.
+	Mode SpeculationMode `protobuf:"varint,1,opt,name=mode,proto3,enum=mlxgrpc.v1.SpeculationMode" json:"mode,omitempty"`
+	// The most draft tokens verified per step (0: the server's default; at most 8).
+	// The server may verify fewer, from the request's recent acceptance and the batch size.
+	NumDraftTokens int32 `protobuf:"varint,2,opt,name=num_draft_tokens,json=numDraftTokens,proto3" json:"num_draft_tokens,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SpeculationOptions) Reset() {
+	*x = SpeculationOptions{}
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpeculationOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpeculationOptions) ProtoMessage() {}
+
+func (x *SpeculationOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpeculationOptions.ProtoReflect.Descriptor instead.
+func (*SpeculationOptions) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SpeculationOptions) GetMode() SpeculationMode {
+	if x != nil {
+		return x.Mode
+	}
+	return SpeculationMode_SPECULATION_MODE_UNSPECIFIED
+}
+
+func (x *SpeculationOptions) GetNumDraftTokens() int32 {
+	if x != nil {
+		return x.NumDraftTokens
+	}
+	return 0
+}
+
 // Where the time of a request went.
 type Timings struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -661,7 +945,7 @@ type Timings struct {
 
 func (x *Timings) Reset() {
 	*x = Timings{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -673,7 +957,7 @@ func (x *Timings) String() string {
 func (*Timings) ProtoMessage() {}
 
 func (x *Timings) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -686,7 +970,7 @@ func (x *Timings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timings.ProtoReflect.Descriptor instead.
 func (*Timings) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{8}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Timings) GetQueueSeconds() float64 {
@@ -715,6 +999,52 @@ func (x *Timings) GetTotalSeconds() float64 {
 		return x.TotalSeconds
 	}
 	return 0
+}
+
+// A list of allowed outputs.
+type ResponseFormat_Choice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The allowed outputs, each non-empty; the output is exactly one of them.
+	Options       []string `protobuf:"bytes,1,rep,name=options,proto3" json:"options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResponseFormat_Choice) Reset() {
+	*x = ResponseFormat_Choice{}
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResponseFormat_Choice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResponseFormat_Choice) ProtoMessage() {}
+
+func (x *ResponseFormat_Choice) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResponseFormat_Choice.ProtoReflect.Descriptor instead.
+func (*ResponseFormat_Choice) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{5, 0}
+}
+
+func (x *ResponseFormat_Choice) GetOptions() []string {
+	if x != nil {
+		return x.Options
+	}
+	return nil
 }
 
 var File_mlxgrpc_v1_generation_proto protoreflect.FileDescriptor
@@ -759,7 +1089,18 @@ const file_mlxgrpc_v1_generation_proto_rawDesc = "" +
 	"\x0estop_token_ids\x18\x04 \x03(\x05R\fstopTokenIds\x12\x1d\n" +
 	"\n" +
 	"ignore_eos\x18\x05 \x01(\bR\tignoreEosB\r\n" +
-	"\v_max_tokens\"U\n" +
+	"\v_max_tokens\"\xf5\x01\n" +
+	"\x0eResponseFormat\x12!\n" +
+	"\vjson_schema\x18\x01 \x01(\tH\x00R\n" +
+	"jsonSchema\x12!\n" +
+	"\vjson_object\x18\x02 \x01(\bH\x00R\n" +
+	"jsonObject\x12\x16\n" +
+	"\x05regex\x18\x03 \x01(\tH\x00R\x05regex\x12\x1a\n" +
+	"\agrammar\x18\x04 \x01(\tH\x00R\agrammar\x12;\n" +
+	"\x06choice\x18\x05 \x01(\v2!.mlxgrpc.v1.ResponseFormat.ChoiceH\x00R\x06choice\x1a\"\n" +
+	"\x06Choice\x12\x18\n" +
+	"\aoptions\x18\x01 \x03(\tR\aoptionsB\b\n" +
+	"\x06format\"U\n" +
 	"\n" +
 	"TopLogprob\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\x05R\atokenId\x12\x18\n" +
@@ -768,11 +1109,16 @@ const file_mlxgrpc_v1_generation_proto_rawDesc = "" +
 	"\fTokenLogprob\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\x05R\atokenId\x12\x18\n" +
 	"\alogprob\x18\x02 \x01(\x02R\alogprob\x129\n" +
-	"\ftop_logprobs\x18\x03 \x03(\v2\x16.mlxgrpc.v1.TopLogprobR\vtopLogprobs\"~\n" +
+	"\ftop_logprobs\x18\x03 \x03(\v2\x16.mlxgrpc.v1.TopLogprobR\vtopLogprobs\"\xd5\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x05R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x05R\x10completionTokens\x12#\n" +
-	"\rcached_tokens\x18\x03 \x01(\x05R\fcachedTokens\"\xca\x01\n" +
+	"\rcached_tokens\x18\x03 \x01(\x05R\fcachedTokens\x12!\n" +
+	"\fdraft_tokens\x18\x04 \x01(\x05R\vdraftTokens\x122\n" +
+	"\x15accepted_draft_tokens\x18\x05 \x01(\x05R\x13acceptedDraftTokens\"o\n" +
+	"\x12SpeculationOptions\x12/\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\x04mode\x12(\n" +
+	"\x10num_draft_tokens\x18\x02 \x01(\x05R\x0enumDraftTokens\"\xca\x01\n" +
 	"\aTimings\x12#\n" +
 	"\rqueue_seconds\x18\x01 \x01(\x01R\fqueueSeconds\x12<\n" +
 	"\x1btime_to_first_token_seconds\x18\x02 \x01(\x01R\x17timeToFirstTokenSeconds\x127\n" +
@@ -784,7 +1130,12 @@ const file_mlxgrpc_v1_generation_proto_rawDesc = "" +
 	"\x12FINISH_REASON_STOP\x10\x02\x12\x15\n" +
 	"\x11FINISH_REASON_EOS\x10\x03\x12\x1b\n" +
 	"\x17FINISH_REASON_CANCELLED\x10\x04\x12\x17\n" +
-	"\x13FINISH_REASON_ERROR\x10\x05BH\n" +
+	"\x13FINISH_REASON_ERROR\x10\x05*\x85\x01\n" +
+	"\x0fSpeculationMode\x12 \n" +
+	"\x1cSPECULATION_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14SPECULATION_MODE_OFF\x10\x01\x12\x1a\n" +
+	"\x16SPECULATION_MODE_NGRAM\x10\x02\x12\x1a\n" +
+	"\x16SPECULATION_MODE_DRAFT\x10\x03BH\n" +
 	"\x0edev.mlxgrpc.v1B\x0fGenerationProtoP\x01Z#mlxgrpc.dev/go/mlxgrpc/v1;mlxgrpcv1b\x06proto3"
 
 var (
@@ -799,30 +1150,36 @@ func file_mlxgrpc_v1_generation_proto_rawDescGZIP() []byte {
 	return file_mlxgrpc_v1_generation_proto_rawDescData
 }
 
-var file_mlxgrpc_v1_generation_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mlxgrpc_v1_generation_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_mlxgrpc_v1_generation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_mlxgrpc_v1_generation_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_mlxgrpc_v1_generation_proto_goTypes = []any{
-	(FinishReason)(0),        // 0: mlxgrpc.v1.FinishReason
-	(*TokenIds)(nil),         // 1: mlxgrpc.v1.TokenIds
-	(*ChatMessage)(nil),      // 2: mlxgrpc.v1.ChatMessage
-	(*ChatMessages)(nil),     // 3: mlxgrpc.v1.ChatMessages
-	(*SamplingParams)(nil),   // 4: mlxgrpc.v1.SamplingParams
-	(*StoppingCriteria)(nil), // 5: mlxgrpc.v1.StoppingCriteria
-	(*TopLogprob)(nil),       // 6: mlxgrpc.v1.TopLogprob
-	(*TokenLogprob)(nil),     // 7: mlxgrpc.v1.TokenLogprob
-	(*Usage)(nil),            // 8: mlxgrpc.v1.Usage
-	(*Timings)(nil),          // 9: mlxgrpc.v1.Timings
-	nil,                      // 10: mlxgrpc.v1.SamplingParams.LogitBiasEntry
+	(FinishReason)(0),             // 0: mlxgrpc.v1.FinishReason
+	(SpeculationMode)(0),          // 1: mlxgrpc.v1.SpeculationMode
+	(*TokenIds)(nil),              // 2: mlxgrpc.v1.TokenIds
+	(*ChatMessage)(nil),           // 3: mlxgrpc.v1.ChatMessage
+	(*ChatMessages)(nil),          // 4: mlxgrpc.v1.ChatMessages
+	(*SamplingParams)(nil),        // 5: mlxgrpc.v1.SamplingParams
+	(*StoppingCriteria)(nil),      // 6: mlxgrpc.v1.StoppingCriteria
+	(*ResponseFormat)(nil),        // 7: mlxgrpc.v1.ResponseFormat
+	(*TopLogprob)(nil),            // 8: mlxgrpc.v1.TopLogprob
+	(*TokenLogprob)(nil),          // 9: mlxgrpc.v1.TokenLogprob
+	(*Usage)(nil),                 // 10: mlxgrpc.v1.Usage
+	(*SpeculationOptions)(nil),    // 11: mlxgrpc.v1.SpeculationOptions
+	(*Timings)(nil),               // 12: mlxgrpc.v1.Timings
+	nil,                           // 13: mlxgrpc.v1.SamplingParams.LogitBiasEntry
+	(*ResponseFormat_Choice)(nil), // 14: mlxgrpc.v1.ResponseFormat.Choice
 }
 var file_mlxgrpc_v1_generation_proto_depIdxs = []int32{
-	2,  // 0: mlxgrpc.v1.ChatMessages.messages:type_name -> mlxgrpc.v1.ChatMessage
-	10, // 1: mlxgrpc.v1.SamplingParams.logit_bias:type_name -> mlxgrpc.v1.SamplingParams.LogitBiasEntry
-	6,  // 2: mlxgrpc.v1.TokenLogprob.top_logprobs:type_name -> mlxgrpc.v1.TopLogprob
-	3,  // [3:3] is the sub-list for method output_type
-	3,  // [3:3] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	3,  // 0: mlxgrpc.v1.ChatMessages.messages:type_name -> mlxgrpc.v1.ChatMessage
+	13, // 1: mlxgrpc.v1.SamplingParams.logit_bias:type_name -> mlxgrpc.v1.SamplingParams.LogitBiasEntry
+	14, // 2: mlxgrpc.v1.ResponseFormat.choice:type_name -> mlxgrpc.v1.ResponseFormat.Choice
+	8,  // 3: mlxgrpc.v1.TokenLogprob.top_logprobs:type_name -> mlxgrpc.v1.TopLogprob
+	1,  // 4: mlxgrpc.v1.SpeculationOptions.mode:type_name -> mlxgrpc.v1.SpeculationMode
+	5,  // [5:5] is the sub-list for method output_type
+	5,  // [5:5] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_generation_proto_init() }
@@ -832,13 +1189,20 @@ func file_mlxgrpc_v1_generation_proto_init() {
 	}
 	file_mlxgrpc_v1_generation_proto_msgTypes[3].OneofWrappers = []any{}
 	file_mlxgrpc_v1_generation_proto_msgTypes[4].OneofWrappers = []any{}
+	file_mlxgrpc_v1_generation_proto_msgTypes[5].OneofWrappers = []any{
+		(*ResponseFormat_JsonSchema)(nil),
+		(*ResponseFormat_JsonObject)(nil),
+		(*ResponseFormat_Regex)(nil),
+		(*ResponseFormat_Grammar)(nil),
+		(*ResponseFormat_Choice_)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_generation_proto_rawDesc), len(file_mlxgrpc_v1_generation_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   10,
+			NumEnums:      2,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -29,8 +29,8 @@ type GenerateRequest struct {
 	// A client-chosen id (at most 128 characters) used by Cancel, logs and the
 	// started event. Empty: the server assigns one. Must be unique among running requests.
 	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// Groups requests of one conversation. A hint for prefix-cache affinity; it never
-	// changes the output.
+	// Groups requests of one conversation (at most 128 characters). A hint for
+	// prefix-cache affinity; it never changes the output.
 	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The prompt. Exactly one must be set.
 	//
@@ -50,8 +50,17 @@ type GenerateRequest struct {
 	TopLogprobs int32 `protobuf:"varint,10,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
 	// Do not reuse or publish prefix-cache entries for this request.
 	BypassPrefixCache bool `protobuf:"varint,11,opt,name=bypass_prefix_cache,json=bypassPrefixCache,proto3" json:"bypass_prefix_cache,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Speculative decoding. Unset: the server's default. It never changes the output.
+	Speculation *SpeculationOptions `protobuf:"bytes,12,opt,name=speculation,proto3" json:"speculation,omitempty"`
+	// Structured output: constrain the generated text to a JSON Schema, any JSON
+	// object, a regex, a Lark grammar or a choice of strings. Unset: free text.
+	ResponseFormat *ResponseFormat `protobuf:"bytes,13,opt,name=response_format,json=responseFormat,proto3" json:"response_format,omitempty"`
+	// The loaded adapter (LoRA or DoRA, see ListAdapters) to generate with, by name;
+	// empty uses the base model. Requests with different adapters, or none, share one
+	// batch. An adapter that is not loaded is NOT_FOUND.
+	Adapter       string `protobuf:"bytes,14,opt,name=adapter,proto3" json:"adapter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -172,6 +181,27 @@ func (x *GenerateRequest) GetBypassPrefixCache() bool {
 		return x.BypassPrefixCache
 	}
 	return false
+}
+
+func (x *GenerateRequest) GetSpeculation() *SpeculationOptions {
+	if x != nil {
+		return x.Speculation
+	}
+	return nil
+}
+
+func (x *GenerateRequest) GetResponseFormat() *ResponseFormat {
+	if x != nil {
+		return x.ResponseFormat
+	}
+	return nil
+}
+
+func (x *GenerateRequest) GetAdapter() string {
+	if x != nil {
+		return x.Adapter
+	}
+	return ""
 }
 
 type isGenerateRequest_Prompt interface {
@@ -1287,12 +1317,611 @@ func (x *ListModelsResponse) GetModels() []*ModelInfo {
 	return nil
 }
 
+// A request to load an adapter.
+type LoadAdapterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation model to adapt; empty selects the default generation model.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The name requests use to select the adapter: 1 to 64 characters of A-Z, a-z,
+	// 0-9, '.', '_' and '-'.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The adapter directory on the server: adapter_config.json and adapters.safetensors,
+	// as mlx_lm.lora writes them.
+	Path          string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadAdapterRequest) Reset() {
+	*x = LoadAdapterRequest{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadAdapterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadAdapterRequest) ProtoMessage() {}
+
+func (x *LoadAdapterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadAdapterRequest.ProtoReflect.Descriptor instead.
+func (*LoadAdapterRequest) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *LoadAdapterRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *LoadAdapterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LoadAdapterRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+// The result of loading an adapter.
+type LoadAdapterResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The adapter now loaded.
+	Adapter *AdapterInfo `protobuf:"bytes,1,opt,name=adapter,proto3" json:"adapter,omitempty"`
+	// Names of adapters unloaded to stay within the model's adapter limit (least
+	// recently used first).
+	Evicted       []string `protobuf:"bytes,2,rep,name=evicted,proto3" json:"evicted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadAdapterResponse) Reset() {
+	*x = LoadAdapterResponse{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadAdapterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadAdapterResponse) ProtoMessage() {}
+
+func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadAdapterResponse.ProtoReflect.Descriptor instead.
+func (*LoadAdapterResponse) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LoadAdapterResponse) GetAdapter() *AdapterInfo {
+	if x != nil {
+		return x.Adapter
+	}
+	return nil
+}
+
+func (x *LoadAdapterResponse) GetEvicted() []string {
+	if x != nil {
+		return x.Evicted
+	}
+	return nil
+}
+
+// A request to unload an adapter.
+type UnloadAdapterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation model; empty selects the default generation model.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The adapter's name.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnloadAdapterRequest) Reset() {
+	*x = UnloadAdapterRequest{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnloadAdapterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnloadAdapterRequest) ProtoMessage() {}
+
+func (x *UnloadAdapterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnloadAdapterRequest.ProtoReflect.Descriptor instead.
+func (*UnloadAdapterRequest) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *UnloadAdapterRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *UnloadAdapterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// The result of unloading an adapter.
+type UnloadAdapterResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The adapter that was unloaded.
+	Adapter       *AdapterInfo `protobuf:"bytes,1,opt,name=adapter,proto3" json:"adapter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnloadAdapterResponse) Reset() {
+	*x = UnloadAdapterResponse{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnloadAdapterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnloadAdapterResponse) ProtoMessage() {}
+
+func (x *UnloadAdapterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnloadAdapterResponse.ProtoReflect.Descriptor instead.
+func (*UnloadAdapterResponse) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *UnloadAdapterResponse) GetAdapter() *AdapterInfo {
+	if x != nil {
+		return x.Adapter
+	}
+	return nil
+}
+
+// A request to list a model's adapters.
+type ListAdaptersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation model; empty selects the default generation model.
+	Model         string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAdaptersRequest) Reset() {
+	*x = ListAdaptersRequest{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAdaptersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAdaptersRequest) ProtoMessage() {}
+
+func (x *ListAdaptersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAdaptersRequest.ProtoReflect.Descriptor instead.
+func (*ListAdaptersRequest) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListAdaptersRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+// The adapters loaded on a model.
+type ListAdaptersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model's name.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The loaded adapters, in the order they were loaded.
+	Adapters []*AdapterInfo `protobuf:"bytes,2,rep,name=adapters,proto3" json:"adapters,omitempty"`
+	// How many adapters the model may hold at once.
+	MaxAdapters   int32 `protobuf:"varint,3,opt,name=max_adapters,json=maxAdapters,proto3" json:"max_adapters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAdaptersResponse) Reset() {
+	*x = ListAdaptersResponse{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAdaptersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAdaptersResponse) ProtoMessage() {}
+
+func (x *ListAdaptersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAdaptersResponse.ProtoReflect.Descriptor instead.
+func (*ListAdaptersResponse) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListAdaptersResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ListAdaptersResponse) GetAdapters() []*AdapterInfo {
+	if x != nil {
+		return x.Adapters
+	}
+	return nil
+}
+
+func (x *ListAdaptersResponse) GetMaxAdapters() int32 {
+	if x != nil {
+		return x.MaxAdapters
+	}
+	return 0
+}
+
+// A request for load figures.
+type GetLoadRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation model; empty reports every generation model.
+	Model         string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLoadRequest) Reset() {
+	*x = GetLoadRequest{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLoadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLoadRequest) ProtoMessage() {}
+
+func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLoadRequest.ProtoReflect.Descriptor instead.
+func (*GetLoadRequest) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetLoadRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+// Load figures, one entry per generation model.
+type GetLoadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One entry per generation model, the default first.
+	Models []*ModelLoad `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
+	// Seconds since this server started.
+	UptimeSeconds float64 `protobuf:"fixed64,2,opt,name=uptime_seconds,json=uptimeSeconds,proto3" json:"uptime_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLoadResponse) Reset() {
+	*x = GetLoadResponse{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLoadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLoadResponse) ProtoMessage() {}
+
+func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLoadResponse.ProtoReflect.Descriptor instead.
+func (*GetLoadResponse) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetLoadResponse) GetModels() []*ModelLoad {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+func (x *GetLoadResponse) GetUptimeSeconds() float64 {
+	if x != nil {
+		return x.UptimeSeconds
+	}
+	return 0
+}
+
+// How busy one generation model is, read from its engine thread when asked.
+type ModelLoad struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model's name.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Requests admitted and not finished (prefilling or decoding).
+	RunningRequests int32 `protobuf:"varint,2,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
+	// Requests waiting for admission (a slot or memory).
+	WaitingRequests int32 `protobuf:"varint,3,opt,name=waiting_requests,json=waitingRequests,proto3" json:"waiting_requests,omitempty"`
+	// The most requests that run at once (the server's --max-active).
+	MaxRunningRequests int32 `protobuf:"varint,4,opt,name=max_running_requests,json=maxRunningRequests,proto3" json:"max_running_requests,omitempty"`
+	// Bytes of KV cache held by running requests now.
+	KvCacheBytes int64 `protobuf:"varint,5,opt,name=kv_cache_bytes,json=kvCacheBytes,proto3" json:"kv_cache_bytes,omitempty"`
+	// Bytes admission has committed to running requests (their KV at full context
+	// plus one prefill workspace).
+	ReservedBytes int64 `protobuf:"varint,6,opt,name=reserved_bytes,json=reservedBytes,proto3" json:"reserved_bytes,omitempty"`
+	// Bytes admission may commit: usable memory less the weights and the reserve.
+	// 0 when admission does not plan by memory.
+	MemoryBudgetBytes int64 `protobuf:"varint,7,opt,name=memory_budget_bytes,json=memoryBudgetBytes,proto3" json:"memory_budget_bytes,omitempty"`
+	// Entries in the prefix cache.
+	PrefixCacheEntries int32 `protobuf:"varint,8,opt,name=prefix_cache_entries,json=prefixCacheEntries,proto3" json:"prefix_cache_entries,omitempty"`
+	// Bytes of KV held by the prefix cache (not counted in kv_cache_bytes).
+	PrefixCacheBytes int64 `protobuf:"varint,9,opt,name=prefix_cache_bytes,json=prefixCacheBytes,proto3" json:"prefix_cache_bytes,omitempty"`
+	// Prefix-cache lookups that reused a cached prefix, since the model loaded.
+	PrefixCacheHits int64 `protobuf:"varint,10,opt,name=prefix_cache_hits,json=prefixCacheHits,proto3" json:"prefix_cache_hits,omitempty"`
+	// Prefix-cache lookups that found nothing to reuse, since the model loaded.
+	PrefixCacheMisses int64 `protobuf:"varint,11,opt,name=prefix_cache_misses,json=prefixCacheMisses,proto3" json:"prefix_cache_misses,omitempty"`
+	// hits / (hits + misses); 0 before the first lookup.
+	PrefixCacheHitRate float64 `protobuf:"fixed64,12,opt,name=prefix_cache_hit_rate,json=prefixCacheHitRate,proto3" json:"prefix_cache_hit_rate,omitempty"`
+	// Tokens generated per second over the last 10 seconds.
+	GeneratedTokensPerSecond float64 `protobuf:"fixed64,13,opt,name=generated_tokens_per_second,json=generatedTokensPerSecond,proto3" json:"generated_tokens_per_second,omitempty"`
+	// Tokens generated since the model loaded.
+	GeneratedTokens int64 `protobuf:"varint,14,opt,name=generated_tokens,json=generatedTokens,proto3" json:"generated_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ModelLoad) Reset() {
+	*x = ModelLoad{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelLoad) ProtoMessage() {}
+
+func (x *ModelLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelLoad.ProtoReflect.Descriptor instead.
+func (*ModelLoad) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ModelLoad) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelLoad) GetRunningRequests() int32 {
+	if x != nil {
+		return x.RunningRequests
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetWaitingRequests() int32 {
+	if x != nil {
+		return x.WaitingRequests
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetMaxRunningRequests() int32 {
+	if x != nil {
+		return x.MaxRunningRequests
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetKvCacheBytes() int64 {
+	if x != nil {
+		return x.KvCacheBytes
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetReservedBytes() int64 {
+	if x != nil {
+		return x.ReservedBytes
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetMemoryBudgetBytes() int64 {
+	if x != nil {
+		return x.MemoryBudgetBytes
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheEntries() int32 {
+	if x != nil {
+		return x.PrefixCacheEntries
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheBytes() int64 {
+	if x != nil {
+		return x.PrefixCacheBytes
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheHits() int64 {
+	if x != nil {
+		return x.PrefixCacheHits
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheMisses() int64 {
+	if x != nil {
+		return x.PrefixCacheMisses
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheHitRate() float64 {
+	if x != nil {
+		return x.PrefixCacheHitRate
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetGeneratedTokensPerSecond() float64 {
+	if x != nil {
+		return x.GeneratedTokensPerSecond
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetGeneratedTokens() int64 {
+	if x != nil {
+		return x.GeneratedTokens
+	}
+	return 0
+}
+
 var File_mlxgrpc_v1_inference_service_proto protoreflect.FileDescriptor
 
 const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\n" +
 	"\"mlxgrpc/v1/inference_service.proto\x12\n" +
-	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x16mlxgrpc/v1/model.proto\"\xc6\x03\n" +
+	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x16mlxgrpc/v1/model.proto\"\xe7\x04\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
@@ -1307,7 +1936,10 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\blogprobs\x18\t \x01(\bR\blogprobs\x12!\n" +
 	"\ftop_logprobs\x18\n" +
 	" \x01(\x05R\vtopLogprobs\x12.\n" +
-	"\x13bypass_prefix_cache\x18\v \x01(\bR\x11bypassPrefixCacheB\b\n" +
+	"\x13bypass_prefix_cache\x18\v \x01(\bR\x11bypassPrefixCache\x12@\n" +
+	"\vspeculation\x18\f \x01(\v2\x1e.mlxgrpc.v1.SpeculationOptionsR\vspeculation\x12C\n" +
+	"\x0fresponse_format\x18\r \x01(\v2\x1a.mlxgrpc.v1.ResponseFormatR\x0eresponseFormat\x12\x18\n" +
+	"\aadapter\x18\x0e \x01(\tR\aadapterB\b\n" +
 	"\x06prompt\"\x92\x01\n" +
 	"\x11GenerationStarted\x12\x1d\n" +
 	"\n" +
@@ -1378,7 +2010,46 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x04text\x18\x01 \x01(\tR\x04text\"\x13\n" +
 	"\x11ListModelsRequest\"C\n" +
 	"\x12ListModelsResponse\x12-\n" +
-	"\x06models\x18\x01 \x03(\v2\x15.mlxgrpc.v1.ModelInfoR\x06models2\xdd\x04\n" +
+	"\x06models\x18\x01 \x03(\v2\x15.mlxgrpc.v1.ModelInfoR\x06models\"R\n" +
+	"\x12LoadAdapterRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"b\n" +
+	"\x13LoadAdapterResponse\x121\n" +
+	"\aadapter\x18\x01 \x01(\v2\x17.mlxgrpc.v1.AdapterInfoR\aadapter\x12\x18\n" +
+	"\aevicted\x18\x02 \x03(\tR\aevicted\"@\n" +
+	"\x14UnloadAdapterRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"J\n" +
+	"\x15UnloadAdapterResponse\x121\n" +
+	"\aadapter\x18\x01 \x01(\v2\x17.mlxgrpc.v1.AdapterInfoR\aadapter\"+\n" +
+	"\x13ListAdaptersRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\"\x84\x01\n" +
+	"\x14ListAdaptersResponse\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x123\n" +
+	"\badapters\x18\x02 \x03(\v2\x17.mlxgrpc.v1.AdapterInfoR\badapters\x12!\n" +
+	"\fmax_adapters\x18\x03 \x01(\x05R\vmaxAdapters\"&\n" +
+	"\x0eGetLoadRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\"g\n" +
+	"\x0fGetLoadResponse\x12-\n" +
+	"\x06models\x18\x01 \x03(\v2\x15.mlxgrpc.v1.ModelLoadR\x06models\x12%\n" +
+	"\x0euptime_seconds\x18\x02 \x01(\x01R\ruptimeSeconds\"\xff\x04\n" +
+	"\tModelLoad\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12)\n" +
+	"\x10running_requests\x18\x02 \x01(\x05R\x0frunningRequests\x12)\n" +
+	"\x10waiting_requests\x18\x03 \x01(\x05R\x0fwaitingRequests\x120\n" +
+	"\x14max_running_requests\x18\x04 \x01(\x05R\x12maxRunningRequests\x12$\n" +
+	"\x0ekv_cache_bytes\x18\x05 \x01(\x03R\fkvCacheBytes\x12%\n" +
+	"\x0ereserved_bytes\x18\x06 \x01(\x03R\rreservedBytes\x12.\n" +
+	"\x13memory_budget_bytes\x18\a \x01(\x03R\x11memoryBudgetBytes\x120\n" +
+	"\x14prefix_cache_entries\x18\b \x01(\x05R\x12prefixCacheEntries\x12,\n" +
+	"\x12prefix_cache_bytes\x18\t \x01(\x03R\x10prefixCacheBytes\x12*\n" +
+	"\x11prefix_cache_hits\x18\n" +
+	" \x01(\x03R\x0fprefixCacheHits\x12.\n" +
+	"\x13prefix_cache_misses\x18\v \x01(\x03R\x11prefixCacheMisses\x121\n" +
+	"\x15prefix_cache_hit_rate\x18\f \x01(\x01R\x12prefixCacheHitRate\x12=\n" +
+	"\x1bgenerated_tokens_per_second\x18\r \x01(\x01R\x18generatedTokensPerSecond\x12)\n" +
+	"\x10generated_tokens\x18\x0e \x01(\x03R\x0fgeneratedTokens2\x9a\a\n" +
 	"\x10InferenceService\x12G\n" +
 	"\bGenerate\x12\x1b.mlxgrpc.v1.GenerateRequest\x1a\x1c.mlxgrpc.v1.GenerateResponse0\x01\x12>\n" +
 	"\x05Embed\x12\x18.mlxgrpc.v1.EmbedRequest\x1a\x19.mlxgrpc.v1.EmbedResponse0\x01\x12?\n" +
@@ -1390,7 +2061,11 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\n" +
 	"Detokenize\x12\x1d.mlxgrpc.v1.DetokenizeRequest\x1a\x1e.mlxgrpc.v1.DetokenizeResponse\x12K\n" +
 	"\n" +
-	"ListModels\x12\x1d.mlxgrpc.v1.ListModelsRequest\x1a\x1e.mlxgrpc.v1.ListModelsResponseBN\n" +
+	"ListModels\x12\x1d.mlxgrpc.v1.ListModelsRequest\x1a\x1e.mlxgrpc.v1.ListModelsResponse\x12N\n" +
+	"\vLoadAdapter\x12\x1e.mlxgrpc.v1.LoadAdapterRequest\x1a\x1f.mlxgrpc.v1.LoadAdapterResponse\x12T\n" +
+	"\rUnloadAdapter\x12 .mlxgrpc.v1.UnloadAdapterRequest\x1a!.mlxgrpc.v1.UnloadAdapterResponse\x12Q\n" +
+	"\fListAdapters\x12\x1f.mlxgrpc.v1.ListAdaptersRequest\x1a .mlxgrpc.v1.ListAdaptersResponse\x12B\n" +
+	"\aGetLoad\x12\x1a.mlxgrpc.v1.GetLoadRequest\x1a\x1b.mlxgrpc.v1.GetLoadResponseBN\n" +
 	"\x0edev.mlxgrpc.v1B\x15InferenceServiceProtoP\x01Z#mlxgrpc.dev/go/mlxgrpc/v1;mlxgrpcv1b\x06proto3"
 
 var (
@@ -1405,74 +2080,100 @@ func file_mlxgrpc_v1_inference_service_proto_rawDescGZIP() []byte {
 	return file_mlxgrpc_v1_inference_service_proto_rawDescData
 }
 
-var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
-	(*GenerateRequest)(nil),      // 0: mlxgrpc.v1.GenerateRequest
-	(*GenerationStarted)(nil),    // 1: mlxgrpc.v1.GenerationStarted
-	(*TokenDelta)(nil),           // 2: mlxgrpc.v1.TokenDelta
-	(*GenerationFinished)(nil),   // 3: mlxgrpc.v1.GenerationFinished
-	(*GenerateResponse)(nil),     // 4: mlxgrpc.v1.GenerateResponse
-	(*EmbedRequest)(nil),         // 5: mlxgrpc.v1.EmbedRequest
-	(*EmbedResponse)(nil),        // 6: mlxgrpc.v1.EmbedResponse
-	(*CancelRequest)(nil),        // 7: mlxgrpc.v1.CancelRequest
-	(*CancelResponse)(nil),       // 8: mlxgrpc.v1.CancelResponse
-	(*GetModelInfoRequest)(nil),  // 9: mlxgrpc.v1.GetModelInfoRequest
-	(*GetModelInfoResponse)(nil), // 10: mlxgrpc.v1.GetModelInfoResponse
-	(*PlanMemoryRequest)(nil),    // 11: mlxgrpc.v1.PlanMemoryRequest
-	(*PlanMemoryResponse)(nil),   // 12: mlxgrpc.v1.PlanMemoryResponse
-	(*TokenizeRequest)(nil),      // 13: mlxgrpc.v1.TokenizeRequest
-	(*TokenizeResponse)(nil),     // 14: mlxgrpc.v1.TokenizeResponse
-	(*DetokenizeRequest)(nil),    // 15: mlxgrpc.v1.DetokenizeRequest
-	(*DetokenizeResponse)(nil),   // 16: mlxgrpc.v1.DetokenizeResponse
-	(*ListModelsRequest)(nil),    // 17: mlxgrpc.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),   // 18: mlxgrpc.v1.ListModelsResponse
-	(*TokenIds)(nil),             // 19: mlxgrpc.v1.TokenIds
-	(*ChatMessages)(nil),         // 20: mlxgrpc.v1.ChatMessages
-	(*SamplingParams)(nil),       // 21: mlxgrpc.v1.SamplingParams
-	(*StoppingCriteria)(nil),     // 22: mlxgrpc.v1.StoppingCriteria
-	(*TokenLogprob)(nil),         // 23: mlxgrpc.v1.TokenLogprob
-	(FinishReason)(0),            // 24: mlxgrpc.v1.FinishReason
-	(*Usage)(nil),                // 25: mlxgrpc.v1.Usage
-	(*Timings)(nil),              // 26: mlxgrpc.v1.Timings
-	(*ModelInfo)(nil),            // 27: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),           // 28: mlxgrpc.v1.MemoryPlan
+	(*GenerateRequest)(nil),       // 0: mlxgrpc.v1.GenerateRequest
+	(*GenerationStarted)(nil),     // 1: mlxgrpc.v1.GenerationStarted
+	(*TokenDelta)(nil),            // 2: mlxgrpc.v1.TokenDelta
+	(*GenerationFinished)(nil),    // 3: mlxgrpc.v1.GenerationFinished
+	(*GenerateResponse)(nil),      // 4: mlxgrpc.v1.GenerateResponse
+	(*EmbedRequest)(nil),          // 5: mlxgrpc.v1.EmbedRequest
+	(*EmbedResponse)(nil),         // 6: mlxgrpc.v1.EmbedResponse
+	(*CancelRequest)(nil),         // 7: mlxgrpc.v1.CancelRequest
+	(*CancelResponse)(nil),        // 8: mlxgrpc.v1.CancelResponse
+	(*GetModelInfoRequest)(nil),   // 9: mlxgrpc.v1.GetModelInfoRequest
+	(*GetModelInfoResponse)(nil),  // 10: mlxgrpc.v1.GetModelInfoResponse
+	(*PlanMemoryRequest)(nil),     // 11: mlxgrpc.v1.PlanMemoryRequest
+	(*PlanMemoryResponse)(nil),    // 12: mlxgrpc.v1.PlanMemoryResponse
+	(*TokenizeRequest)(nil),       // 13: mlxgrpc.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),      // 14: mlxgrpc.v1.TokenizeResponse
+	(*DetokenizeRequest)(nil),     // 15: mlxgrpc.v1.DetokenizeRequest
+	(*DetokenizeResponse)(nil),    // 16: mlxgrpc.v1.DetokenizeResponse
+	(*ListModelsRequest)(nil),     // 17: mlxgrpc.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),    // 18: mlxgrpc.v1.ListModelsResponse
+	(*LoadAdapterRequest)(nil),    // 19: mlxgrpc.v1.LoadAdapterRequest
+	(*LoadAdapterResponse)(nil),   // 20: mlxgrpc.v1.LoadAdapterResponse
+	(*UnloadAdapterRequest)(nil),  // 21: mlxgrpc.v1.UnloadAdapterRequest
+	(*UnloadAdapterResponse)(nil), // 22: mlxgrpc.v1.UnloadAdapterResponse
+	(*ListAdaptersRequest)(nil),   // 23: mlxgrpc.v1.ListAdaptersRequest
+	(*ListAdaptersResponse)(nil),  // 24: mlxgrpc.v1.ListAdaptersResponse
+	(*GetLoadRequest)(nil),        // 25: mlxgrpc.v1.GetLoadRequest
+	(*GetLoadResponse)(nil),       // 26: mlxgrpc.v1.GetLoadResponse
+	(*ModelLoad)(nil),             // 27: mlxgrpc.v1.ModelLoad
+	(*TokenIds)(nil),              // 28: mlxgrpc.v1.TokenIds
+	(*ChatMessages)(nil),          // 29: mlxgrpc.v1.ChatMessages
+	(*SamplingParams)(nil),        // 30: mlxgrpc.v1.SamplingParams
+	(*StoppingCriteria)(nil),      // 31: mlxgrpc.v1.StoppingCriteria
+	(*SpeculationOptions)(nil),    // 32: mlxgrpc.v1.SpeculationOptions
+	(*ResponseFormat)(nil),        // 33: mlxgrpc.v1.ResponseFormat
+	(*TokenLogprob)(nil),          // 34: mlxgrpc.v1.TokenLogprob
+	(FinishReason)(0),             // 35: mlxgrpc.v1.FinishReason
+	(*Usage)(nil),                 // 36: mlxgrpc.v1.Usage
+	(*Timings)(nil),               // 37: mlxgrpc.v1.Timings
+	(*ModelInfo)(nil),             // 38: mlxgrpc.v1.ModelInfo
+	(*MemoryPlan)(nil),            // 39: mlxgrpc.v1.MemoryPlan
+	(*AdapterInfo)(nil),           // 40: mlxgrpc.v1.AdapterInfo
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
-	19, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
-	20, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
-	21, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
-	22, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
-	23, // 4: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
-	24, // 5: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
-	25, // 6: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
-	26, // 7: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
-	1,  // 8: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
-	2,  // 9: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
-	3,  // 10: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
-	27, // 11: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
-	28, // 12: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
-	27, // 13: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
-	0,  // 14: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
-	5,  // 15: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
-	7,  // 16: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	9,  // 17: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	11, // 18: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	13, // 19: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	15, // 20: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	17, // 21: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	4,  // 22: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	6,  // 23: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	8,  // 24: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	10, // 25: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	12, // 26: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	14, // 27: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	16, // 28: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	18, // 29: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	22, // [22:30] is the sub-list for method output_type
-	14, // [14:22] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	28, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	29, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	30, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
+	31, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
+	32, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
+	33, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
+	34, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
+	35, // 7: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
+	36, // 8: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
+	37, // 9: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
+	1,  // 10: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
+	2,  // 11: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
+	3,  // 12: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
+	38, // 13: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
+	39, // 14: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
+	38, // 15: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
+	40, // 16: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	40, // 17: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	40, // 18: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	27, // 19: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
+	0,  // 20: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
+	5,  // 21: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
+	7,  // 22: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	9,  // 23: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	11, // 24: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	13, // 25: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	15, // 26: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	17, // 27: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	19, // 28: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
+	21, // 29: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
+	23, // 30: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
+	25, // 31: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
+	4,  // 32: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	6,  // 33: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	8,  // 34: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	10, // 35: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	12, // 36: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	14, // 37: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	16, // 38: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	18, // 39: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	20, // 40: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
+	22, // 41: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
+	24, // 42: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
+	26, // 43: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
+	32, // [32:44] is the sub-list for method output_type
+	20, // [20:32] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_inference_service_proto_init() }
@@ -1500,7 +2201,7 @@ func file_mlxgrpc_v1_inference_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_inference_service_proto_rawDesc), len(file_mlxgrpc_v1_inference_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

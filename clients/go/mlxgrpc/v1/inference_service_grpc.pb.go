@@ -19,14 +19,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	InferenceService_Generate_FullMethodName     = "/mlxgrpc.v1.InferenceService/Generate"
-	InferenceService_Embed_FullMethodName        = "/mlxgrpc.v1.InferenceService/Embed"
-	InferenceService_Cancel_FullMethodName       = "/mlxgrpc.v1.InferenceService/Cancel"
-	InferenceService_GetModelInfo_FullMethodName = "/mlxgrpc.v1.InferenceService/GetModelInfo"
-	InferenceService_PlanMemory_FullMethodName   = "/mlxgrpc.v1.InferenceService/PlanMemory"
-	InferenceService_Tokenize_FullMethodName     = "/mlxgrpc.v1.InferenceService/Tokenize"
-	InferenceService_Detokenize_FullMethodName   = "/mlxgrpc.v1.InferenceService/Detokenize"
-	InferenceService_ListModels_FullMethodName   = "/mlxgrpc.v1.InferenceService/ListModels"
+	InferenceService_Generate_FullMethodName      = "/mlxgrpc.v1.InferenceService/Generate"
+	InferenceService_Embed_FullMethodName         = "/mlxgrpc.v1.InferenceService/Embed"
+	InferenceService_Cancel_FullMethodName        = "/mlxgrpc.v1.InferenceService/Cancel"
+	InferenceService_GetModelInfo_FullMethodName  = "/mlxgrpc.v1.InferenceService/GetModelInfo"
+	InferenceService_PlanMemory_FullMethodName    = "/mlxgrpc.v1.InferenceService/PlanMemory"
+	InferenceService_Tokenize_FullMethodName      = "/mlxgrpc.v1.InferenceService/Tokenize"
+	InferenceService_Detokenize_FullMethodName    = "/mlxgrpc.v1.InferenceService/Detokenize"
+	InferenceService_ListModels_FullMethodName    = "/mlxgrpc.v1.InferenceService/ListModels"
+	InferenceService_LoadAdapter_FullMethodName   = "/mlxgrpc.v1.InferenceService/LoadAdapter"
+	InferenceService_UnloadAdapter_FullMethodName = "/mlxgrpc.v1.InferenceService/UnloadAdapter"
+	InferenceService_ListAdapters_FullMethodName  = "/mlxgrpc.v1.InferenceService/ListAdapters"
+	InferenceService_GetLoad_FullMethodName       = "/mlxgrpc.v1.InferenceService/GetLoad"
 )
 
 // InferenceServiceClient is the client API for InferenceService service.
@@ -37,9 +41,11 @@ const (
 //
 // Errors use canonical status codes with google.rpc details (ErrorInfo with domain
 // "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-// bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-// RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-// a server still loading or draining UNAVAILABLE.
+// bad input (an invalid value, or more than the server's limits allow) is
+// INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+// a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+// shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+// period ends: retry it on another replica).
 type InferenceServiceClient interface {
 	// Generates text. The stream opens with a `started` event, carries `delta` events
 	// with new tokens and text, and closes with a `finished` event. Cancel the call
@@ -59,6 +65,25 @@ type InferenceServiceClient interface {
 	Detokenize(ctx context.Context, in *DetokenizeRequest, opts ...grpc.CallOption) (*DetokenizeResponse, error)
 	// Lists the models this server serves.
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
+	// Loads a LoRA or DoRA adapter (a directory as mlx_lm.lora writes it, on the server)
+	// for a generation model, under a name that GenerateRequest.adapter then selects.
+	// A directory that is no adapter is INVALID_ARGUMENT; an adapter that does not fit
+	// the model (layer names, shapes, rank) FAILED_PRECONDITION saying what differs; a
+	// name in use ALREADY_EXISTS. At the model's adapter limit the least recently used
+	// adapter without requests is unloaded to make room; when every one is in use,
+	// RESOURCE_EXHAUSTED with RetryInfo.
+	LoadAdapter(ctx context.Context, in *LoadAdapterRequest, opts ...grpc.CallOption) (*LoadAdapterResponse, error)
+	// Unloads an adapter. From the call on, new requests naming it get NOT_FOUND; the
+	// requests already using it finish normally, then its memory is freed and the call
+	// returns. If the call ends first (deadline, cancel), the unload still completes.
+	UnloadAdapter(ctx context.Context, in *UnloadAdapterRequest, opts ...grpc.CallOption) (*UnloadAdapterResponse, error)
+	// Lists the adapters loaded on a generation model.
+	ListAdapters(ctx context.Context, in *ListAdaptersRequest, opts ...grpc.CallOption) (*ListAdaptersResponse, error)
+	// Reports how busy each generation model is: requests running and waiting, KV-cache
+	// memory in use against its limit, the prefix cache and recent throughput. Meant
+	// for routers, autoscalers and dashboards; the Prometheus endpoint carries the
+	// same figures.
+	GetLoad(ctx context.Context, in *GetLoadRequest, opts ...grpc.CallOption) (*GetLoadResponse, error)
 }
 
 type inferenceServiceClient struct {
@@ -167,6 +192,46 @@ func (c *inferenceServiceClient) ListModels(ctx context.Context, in *ListModelsR
 	return out, nil
 }
 
+func (c *inferenceServiceClient) LoadAdapter(ctx context.Context, in *LoadAdapterRequest, opts ...grpc.CallOption) (*LoadAdapterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LoadAdapterResponse)
+	err := c.cc.Invoke(ctx, InferenceService_LoadAdapter_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inferenceServiceClient) UnloadAdapter(ctx context.Context, in *UnloadAdapterRequest, opts ...grpc.CallOption) (*UnloadAdapterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnloadAdapterResponse)
+	err := c.cc.Invoke(ctx, InferenceService_UnloadAdapter_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inferenceServiceClient) ListAdapters(ctx context.Context, in *ListAdaptersRequest, opts ...grpc.CallOption) (*ListAdaptersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAdaptersResponse)
+	err := c.cc.Invoke(ctx, InferenceService_ListAdapters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inferenceServiceClient) GetLoad(ctx context.Context, in *GetLoadRequest, opts ...grpc.CallOption) (*GetLoadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetLoadResponse)
+	err := c.cc.Invoke(ctx, InferenceService_GetLoad_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InferenceServiceServer is the server API for InferenceService service.
 // All implementations must embed UnimplementedInferenceServiceServer
 // for forward compatibility.
@@ -175,9 +240,11 @@ func (c *inferenceServiceClient) ListModels(ctx context.Context, in *ListModelsR
 //
 // Errors use canonical status codes with google.rpc details (ErrorInfo with domain
 // "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-// bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-// RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-// a server still loading or draining UNAVAILABLE.
+// bad input (an invalid value, or more than the server's limits allow) is
+// INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+// a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+// shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+// period ends: retry it on another replica).
 type InferenceServiceServer interface {
 	// Generates text. The stream opens with a `started` event, carries `delta` events
 	// with new tokens and text, and closes with a `finished` event. Cancel the call
@@ -197,6 +264,25 @@ type InferenceServiceServer interface {
 	Detokenize(context.Context, *DetokenizeRequest) (*DetokenizeResponse, error)
 	// Lists the models this server serves.
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
+	// Loads a LoRA or DoRA adapter (a directory as mlx_lm.lora writes it, on the server)
+	// for a generation model, under a name that GenerateRequest.adapter then selects.
+	// A directory that is no adapter is INVALID_ARGUMENT; an adapter that does not fit
+	// the model (layer names, shapes, rank) FAILED_PRECONDITION saying what differs; a
+	// name in use ALREADY_EXISTS. At the model's adapter limit the least recently used
+	// adapter without requests is unloaded to make room; when every one is in use,
+	// RESOURCE_EXHAUSTED with RetryInfo.
+	LoadAdapter(context.Context, *LoadAdapterRequest) (*LoadAdapterResponse, error)
+	// Unloads an adapter. From the call on, new requests naming it get NOT_FOUND; the
+	// requests already using it finish normally, then its memory is freed and the call
+	// returns. If the call ends first (deadline, cancel), the unload still completes.
+	UnloadAdapter(context.Context, *UnloadAdapterRequest) (*UnloadAdapterResponse, error)
+	// Lists the adapters loaded on a generation model.
+	ListAdapters(context.Context, *ListAdaptersRequest) (*ListAdaptersResponse, error)
+	// Reports how busy each generation model is: requests running and waiting, KV-cache
+	// memory in use against its limit, the prefix cache and recent throughput. Meant
+	// for routers, autoscalers and dashboards; the Prometheus endpoint carries the
+	// same figures.
+	GetLoad(context.Context, *GetLoadRequest) (*GetLoadResponse, error)
 	mustEmbedUnimplementedInferenceServiceServer()
 }
 
@@ -230,6 +316,18 @@ func (UnimplementedInferenceServiceServer) Detokenize(context.Context, *Detokeni
 }
 func (UnimplementedInferenceServiceServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListModels not implemented")
+}
+func (UnimplementedInferenceServiceServer) LoadAdapter(context.Context, *LoadAdapterRequest) (*LoadAdapterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LoadAdapter not implemented")
+}
+func (UnimplementedInferenceServiceServer) UnloadAdapter(context.Context, *UnloadAdapterRequest) (*UnloadAdapterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnloadAdapter not implemented")
+}
+func (UnimplementedInferenceServiceServer) ListAdapters(context.Context, *ListAdaptersRequest) (*ListAdaptersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAdapters not implemented")
+}
+func (UnimplementedInferenceServiceServer) GetLoad(context.Context, *GetLoadRequest) (*GetLoadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLoad not implemented")
 }
 func (UnimplementedInferenceServiceServer) mustEmbedUnimplementedInferenceServiceServer() {}
 func (UnimplementedInferenceServiceServer) testEmbeddedByValue()                          {}
@@ -382,6 +480,78 @@ func _InferenceService_ListModels_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _InferenceService_LoadAdapter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LoadAdapterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).LoadAdapter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_LoadAdapter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).LoadAdapter(ctx, req.(*LoadAdapterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _InferenceService_UnloadAdapter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnloadAdapterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).UnloadAdapter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_UnloadAdapter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).UnloadAdapter(ctx, req.(*UnloadAdapterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _InferenceService_ListAdapters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAdaptersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).ListAdapters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_ListAdapters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).ListAdapters(ctx, req.(*ListAdaptersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _InferenceService_GetLoad_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLoadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).GetLoad(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_GetLoad_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).GetLoad(ctx, req.(*GetLoadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // InferenceService_ServiceDesc is the grpc.ServiceDesc for InferenceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -412,6 +582,22 @@ var InferenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListModels",
 			Handler:    _InferenceService_ListModels_Handler,
+		},
+		{
+			MethodName: "LoadAdapter",
+			Handler:    _InferenceService_LoadAdapter_Handler,
+		},
+		{
+			MethodName: "UnloadAdapter",
+			Handler:    _InferenceService_UnloadAdapter_Handler,
+		},
+		{
+			MethodName: "ListAdapters",
+			Handler:    _InferenceService_ListAdapters_Handler,
+		},
+		{
+			MethodName: "GetLoad",
+			Handler:    _InferenceService_GetLoad_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

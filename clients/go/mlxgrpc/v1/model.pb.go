@@ -131,6 +131,71 @@ func (MediaInput) EnumDescriptor() ([]byte, []int) {
 	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{1}
 }
 
+// A kind of structured output (the fields of GenerateRequest.response_format).
+type ResponseFormatKind int32
+
+const (
+	// Not set.
+	ResponseFormatKind_RESPONSE_FORMAT_KIND_UNSPECIFIED ResponseFormatKind = 0
+	// response_format.json_schema: JSON validating against a JSON Schema.
+	ResponseFormatKind_RESPONSE_FORMAT_KIND_JSON_SCHEMA ResponseFormatKind = 1
+	// response_format.json_object: any JSON object.
+	ResponseFormatKind_RESPONSE_FORMAT_KIND_JSON_OBJECT ResponseFormatKind = 2
+	// response_format.regex: text matching a regular expression.
+	ResponseFormatKind_RESPONSE_FORMAT_KIND_REGEX ResponseFormatKind = 3
+	// response_format.grammar: text matching a Lark grammar.
+	ResponseFormatKind_RESPONSE_FORMAT_KIND_GRAMMAR ResponseFormatKind = 4
+	// response_format.choice: exactly one of a list of strings.
+	ResponseFormatKind_RESPONSE_FORMAT_KIND_CHOICE ResponseFormatKind = 5
+)
+
+// Enum value maps for ResponseFormatKind.
+var (
+	ResponseFormatKind_name = map[int32]string{
+		0: "RESPONSE_FORMAT_KIND_UNSPECIFIED",
+		1: "RESPONSE_FORMAT_KIND_JSON_SCHEMA",
+		2: "RESPONSE_FORMAT_KIND_JSON_OBJECT",
+		3: "RESPONSE_FORMAT_KIND_REGEX",
+		4: "RESPONSE_FORMAT_KIND_GRAMMAR",
+		5: "RESPONSE_FORMAT_KIND_CHOICE",
+	}
+	ResponseFormatKind_value = map[string]int32{
+		"RESPONSE_FORMAT_KIND_UNSPECIFIED": 0,
+		"RESPONSE_FORMAT_KIND_JSON_SCHEMA": 1,
+		"RESPONSE_FORMAT_KIND_JSON_OBJECT": 2,
+		"RESPONSE_FORMAT_KIND_REGEX":       3,
+		"RESPONSE_FORMAT_KIND_GRAMMAR":     4,
+		"RESPONSE_FORMAT_KIND_CHOICE":      5,
+	}
+)
+
+func (x ResponseFormatKind) Enum() *ResponseFormatKind {
+	p := new(ResponseFormatKind)
+	*p = x
+	return p
+}
+
+func (x ResponseFormatKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ResponseFormatKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_mlxgrpc_v1_model_proto_enumTypes[2].Descriptor()
+}
+
+func (ResponseFormatKind) Type() protoreflect.EnumType {
+	return &file_mlxgrpc_v1_model_proto_enumTypes[2]
+}
+
+func (x ResponseFormatKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ResponseFormatKind.Descriptor instead.
+func (ResponseFormatKind) EnumDescriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{2}
+}
+
 // What a model is for.
 type ModelKind int32
 
@@ -168,11 +233,11 @@ func (x ModelKind) String() string {
 }
 
 func (ModelKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_mlxgrpc_v1_model_proto_enumTypes[2].Descriptor()
+	return file_mlxgrpc_v1_model_proto_enumTypes[3].Descriptor()
 }
 
 func (ModelKind) Type() protoreflect.EnumType {
-	return &file_mlxgrpc_v1_model_proto_enumTypes[2]
+	return &file_mlxgrpc_v1_model_proto_enumTypes[3]
 }
 
 func (x ModelKind) Number() protoreflect.EnumNumber {
@@ -181,7 +246,60 @@ func (x ModelKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ModelKind.Descriptor instead.
 func (ModelKind) EnumDescriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{2}
+	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{3}
+}
+
+// How an adapter changes its base model's linear layers.
+type AdapterKind int32
+
+const (
+	// Not set.
+	AdapterKind_ADAPTER_KIND_UNSPECIFIED AdapterKind = 0
+	// Low-rank adaptation: each layer adds scale * (x A) B.
+	AdapterKind_ADAPTER_KIND_LORA AdapterKind = 1
+	// Weight-decomposed low-rank adaptation: LoRA with a learned per-output magnitude.
+	AdapterKind_ADAPTER_KIND_DORA AdapterKind = 2
+)
+
+// Enum value maps for AdapterKind.
+var (
+	AdapterKind_name = map[int32]string{
+		0: "ADAPTER_KIND_UNSPECIFIED",
+		1: "ADAPTER_KIND_LORA",
+		2: "ADAPTER_KIND_DORA",
+	}
+	AdapterKind_value = map[string]int32{
+		"ADAPTER_KIND_UNSPECIFIED": 0,
+		"ADAPTER_KIND_LORA":        1,
+		"ADAPTER_KIND_DORA":        2,
+	}
+)
+
+func (x AdapterKind) Enum() *AdapterKind {
+	p := new(AdapterKind)
+	*p = x
+	return p
+}
+
+func (x AdapterKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AdapterKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_mlxgrpc_v1_model_proto_enumTypes[4].Descriptor()
+}
+
+func (AdapterKind) Type() protoreflect.EnumType {
+	return &file_mlxgrpc_v1_model_proto_enumTypes[4]
+}
+
+func (x AdapterKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AdapterKind.Descriptor instead.
+func (AdapterKind) EnumDescriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{4}
 }
 
 // Identifies the implementation a model runs on: its ABI, not a claim of speed or parity.
@@ -434,8 +552,15 @@ type SpeculationCapabilities struct {
 	ExternalTokens bool `protobuf:"varint,3,opt,name=external_tokens,json=externalTokens,proto3" json:"external_tokens,omitempty"`
 	// Verified grammar-constraint proposals.
 	GrammarProposals bool `protobuf:"varint,4,opt,name=grammar_proposals,json=grammarProposals,proto3" json:"grammar_proposals,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The speculation modes requests to this model can use (empty: it does not
+	// speculate, e.g. its caches cannot roll back).
+	Modes []SpeculationMode `protobuf:"varint,5,rep,packed,name=modes,proto3,enum=mlxgrpc.v1.SpeculationMode" json:"modes,omitempty"`
+	// The mode a request gets when it leaves SpeculationOptions.mode unspecified.
+	DefaultMode SpeculationMode `protobuf:"varint,6,opt,name=default_mode,json=defaultMode,proto3,enum=mlxgrpc.v1.SpeculationMode" json:"default_mode,omitempty"`
+	// The draft model's name, when the server has one for this model.
+	DraftModel    string `protobuf:"bytes,7,opt,name=draft_model,json=draftModel,proto3" json:"draft_model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SpeculationCapabilities) Reset() {
@@ -496,6 +621,27 @@ func (x *SpeculationCapabilities) GetGrammarProposals() bool {
 	return false
 }
 
+func (x *SpeculationCapabilities) GetModes() []SpeculationMode {
+	if x != nil {
+		return x.Modes
+	}
+	return nil
+}
+
+func (x *SpeculationCapabilities) GetDefaultMode() SpeculationMode {
+	if x != nil {
+		return x.DefaultMode
+	}
+	return SpeculationMode_SPECULATION_MODE_UNSPECIFIED
+}
+
+func (x *SpeculationCapabilities) GetDraftModel() string {
+	if x != nil {
+		return x.DraftModel
+	}
+	return ""
+}
+
 // Facts about what the engine actually does with a model. Nothing here is a promise
 // the engine does not keep.
 type GraphCapabilities struct {
@@ -519,9 +665,12 @@ type GraphCapabilities struct {
 	// Speculative verification qualifications.
 	Speculation *SpeculationCapabilities `protobuf:"bytes,9,opt,name=speculation,proto3" json:"speculation,omitempty"`
 	// The model generates text (Generate works).
-	Generation    bool `protobuf:"varint,10,opt,name=generation,proto3" json:"generation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Generation bool `protobuf:"varint,10,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The GenerateRequest.response_format kinds this model accepts; empty when its
+	// tokenizer cannot drive a grammar (or the model does not generate).
+	ResponseFormats []ResponseFormatKind `protobuf:"varint,11,rep,packed,name=response_formats,json=responseFormats,proto3,enum=mlxgrpc.v1.ResponseFormatKind" json:"response_formats,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GraphCapabilities) Reset() {
@@ -624,6 +773,13 @@ func (x *GraphCapabilities) GetGeneration() bool {
 	return false
 }
 
+func (x *GraphCapabilities) GetResponseFormats() []ResponseFormatKind {
+	if x != nil {
+		return x.ResponseFormats
+	}
+	return nil
+}
+
 // Everything a client needs to know about one served model.
 type ModelInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -650,7 +806,11 @@ type ModelInfo struct {
 	// Length of the vectors Embed returns; 0 when the model does not embed.
 	EmbeddingDimensions int32 `protobuf:"varint,11,opt,name=embedding_dimensions,json=embeddingDimensions,proto3" json:"embedding_dimensions,omitempty"`
 	// Where the weights came from (a file or directory).
-	Source        string `protobuf:"bytes,12,opt,name=source,proto3" json:"source,omitempty"`
+	Source string `protobuf:"bytes,12,opt,name=source,proto3" json:"source,omitempty"`
+	// The adapters loaded on a generation model (see ListAdapters).
+	Adapters []*AdapterInfo `protobuf:"bytes,13,rep,name=adapters,proto3" json:"adapters,omitempty"`
+	// How many adapters a generation model may hold at once; 0 for embedding models.
+	MaxAdapters   int32 `protobuf:"varint,14,opt,name=max_adapters,json=maxAdapters,proto3" json:"max_adapters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -769,6 +929,138 @@ func (x *ModelInfo) GetSource() string {
 	return ""
 }
 
+func (x *ModelInfo) GetAdapters() []*AdapterInfo {
+	if x != nil {
+		return x.Adapters
+	}
+	return nil
+}
+
+func (x *ModelInfo) GetMaxAdapters() int32 {
+	if x != nil {
+		return x.MaxAdapters
+	}
+	return 0
+}
+
+// An adapter loaded on a generation model.
+type AdapterInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name requests use (GenerateRequest.adapter).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// LoRA or DoRA.
+	Kind AdapterKind `protobuf:"varint,2,opt,name=kind,proto3,enum=mlxgrpc.v1.AdapterKind" json:"kind,omitempty"`
+	// The rank of its low-rank matrices.
+	Rank int32 `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
+	// The scale its low-rank product is multiplied by.
+	Scale float64 `protobuf:"fixed64,4,opt,name=scale,proto3" json:"scale,omitempty"`
+	// Linear layers of the base model it adapts.
+	Layers int32 `protobuf:"varint,5,opt,name=layers,proto3" json:"layers,omitempty"`
+	// Memory its weights occupy on the server, counted in the memory plan.
+	Bytes int64 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// The directory it was loaded from.
+	Source string `protobuf:"bytes,7,opt,name=source,proto3" json:"source,omitempty"`
+	// Requests using it now (queued or running).
+	ActiveRequests int32 `protobuf:"varint,8,opt,name=active_requests,json=activeRequests,proto3" json:"active_requests,omitempty"`
+	// Being unloaded: it takes no new request and goes once active_requests is 0.
+	Unloading     bool `protobuf:"varint,9,opt,name=unloading,proto3" json:"unloading,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdapterInfo) Reset() {
+	*x = AdapterInfo{}
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdapterInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdapterInfo) ProtoMessage() {}
+
+func (x *AdapterInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdapterInfo.ProtoReflect.Descriptor instead.
+func (*AdapterInfo) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *AdapterInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AdapterInfo) GetKind() AdapterKind {
+	if x != nil {
+		return x.Kind
+	}
+	return AdapterKind_ADAPTER_KIND_UNSPECIFIED
+}
+
+func (x *AdapterInfo) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *AdapterInfo) GetScale() float64 {
+	if x != nil {
+		return x.Scale
+	}
+	return 0
+}
+
+func (x *AdapterInfo) GetLayers() int32 {
+	if x != nil {
+		return x.Layers
+	}
+	return 0
+}
+
+func (x *AdapterInfo) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *AdapterInfo) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *AdapterInfo) GetActiveRequests() int32 {
+	if x != nil {
+		return x.ActiveRequests
+	}
+	return 0
+}
+
+func (x *AdapterInfo) GetUnloading() bool {
+	if x != nil {
+		return x.Unloading
+	}
+	return false
+}
+
 // The memory budget of a model serving a given context. All sizes are bytes.
 type MemoryPlan struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -780,7 +1072,8 @@ type MemoryPlan struct {
 	Fits bool `protobuf:"varint,3,opt,name=fits,proto3" json:"fits,omitempty"`
 	// The context (prompt plus output) the plan is for, in tokens.
 	ContextTokens int64 `protobuf:"varint,4,opt,name=context_tokens,json=contextTokens,proto3" json:"context_tokens,omitempty"`
-	// The longest context that fits in usable memory, in tokens.
+	// The longest context that fits in usable memory, in tokens, and never more than
+	// the model's own context length.
 	MaxSafeContext int64 `protobuf:"varint,5,opt,name=max_safe_context,json=maxSafeContext,proto3" json:"max_safe_context,omitempty"`
 	// Bytes of the loaded weights.
 	WeightsBytes int64 `protobuf:"varint,6,opt,name=weights_bytes,json=weightsBytes,proto3" json:"weights_bytes,omitempty"`
@@ -794,8 +1087,9 @@ type MemoryPlan struct {
 	TotalBytes int64 `protobuf:"varint,10,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
 	// Memory the process may use on this machine.
 	UsableBytes int64 `protobuf:"varint,11,opt,name=usable_bytes,json=usableBytes,proto3" json:"usable_bytes,omitempty"`
-	// Predicted single-stream decode rate (read bandwidth / bytes read per token);
-	// absent when not known.
+	// Predicted single-stream decode rate at context_tokens, in tokens per second:
+	// 1 / (per-step overhead + bytes read per token / read bandwidth), both measured on
+	// this machine when the model loaded. Absent when not known.
 	PredictedDecodeTps *float64 `protobuf:"fixed64,12,opt,name=predicted_decode_tps,json=predictedDecodeTps,proto3,oneof" json:"predicted_decode_tps,omitempty"`
 	// The MLX allocator-cache limit, distinct from the admission limit.
 	AllocatorLimitBytes *int64 `protobuf:"varint,13,opt,name=allocator_limit_bytes,json=allocatorLimitBytes,proto3,oneof" json:"allocator_limit_bytes,omitempty"`
@@ -805,13 +1099,15 @@ type MemoryPlan struct {
 	StreamedWeights map[string]int64 `protobuf:"bytes,15,rep,name=streamed_weights,json=streamedWeights,proto3" json:"streamed_weights,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Memory the plan leaves to the rest of the machine.
 	MachineHeadroomBytes *int64 `protobuf:"varint,16,opt,name=machine_headroom_bytes,json=machineHeadroomBytes,proto3,oneof" json:"machine_headroom_bytes,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Part of weights_bytes held by loaded adapters.
+	AdapterBytes  int64 `protobuf:"varint,17,opt,name=adapter_bytes,json=adapterBytes,proto3" json:"adapter_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MemoryPlan) Reset() {
 	*x = MemoryPlan{}
-	mi := &file_mlxgrpc_v1_model_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +1119,7 @@ func (x *MemoryPlan) String() string {
 func (*MemoryPlan) ProtoMessage() {}
 
 func (x *MemoryPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_model_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +1132,7 @@ func (x *MemoryPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryPlan.ProtoReflect.Descriptor instead.
 func (*MemoryPlan) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{7}
+	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MemoryPlan) GetSchemaVersion() int32 {
@@ -951,12 +1247,19 @@ func (x *MemoryPlan) GetMachineHeadroomBytes() int64 {
 	return 0
 }
 
+func (x *MemoryPlan) GetAdapterBytes() int64 {
+	if x != nil {
+		return x.AdapterBytes
+	}
+	return 0
+}
+
 var File_mlxgrpc_v1_model_proto protoreflect.FileDescriptor
 
 const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\n" +
 	"\x16mlxgrpc/v1/model.proto\x12\n" +
-	"mlxgrpc.v1\"\x91\x01\n" +
+	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\"\x91\x01\n" +
 	"\x0fGraphDescriptor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12\x1b\n" +
@@ -970,12 +1273,16 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12(\n" +
 	"\x10num_draft_tokens\x18\x02 \x01(\x05R\x0enumDraftTokens\"B\n" +
 	"\x13PrefillCapabilities\x12+\n" +
-	"\x11bounded_workspace\x18\x01 \x01(\bR\x10boundedWorkspace\"\xa7\x01\n" +
+	"\x11bounded_workspace\x18\x01 \x01(\bR\x10boundedWorkspace\"\xbb\x02\n" +
 	"\x17SpeculationCapabilities\x12\x1a\n" +
 	"\badapters\x18\x01 \x01(\bR\badapters\x12\x1a\n" +
 	"\blogprobs\x18\x02 \x01(\bR\blogprobs\x12'\n" +
 	"\x0fexternal_tokens\x18\x03 \x01(\bR\x0eexternalTokens\x12+\n" +
-	"\x11grammar_proposals\x18\x04 \x01(\bR\x10grammarProposals\"\xf2\x03\n" +
+	"\x11grammar_proposals\x18\x04 \x01(\bR\x10grammarProposals\x121\n" +
+	"\x05modes\x18\x05 \x03(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\x05modes\x12>\n" +
+	"\fdefault_mode\x18\x06 \x01(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\vdefaultMode\x12\x1f\n" +
+	"\vdraft_model\x18\a \x01(\tR\n" +
+	"draftModel\"\xbd\x04\n" +
 	"\x11GraphCapabilities\x12/\n" +
 	"\x06method\x18\x01 \x01(\x0e2\x17.mlxgrpc.v1.GraphMethodR\x06method\x12.\n" +
 	"\x05media\x18\x02 \x01(\v2\x18.mlxgrpc.v1.MediaSupportR\x05media\x12'\n" +
@@ -991,7 +1298,8 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\n" +
 	" \x01(\bR\n" +
-	"generation\"\xcb\x03\n" +
+	"generation\x12I\n" +
+	"\x10response_formats\x18\v \x03(\x0e2\x1e.mlxgrpc.v1.ResponseFormatKindR\x0fresponseFormats\"\xa3\x04\n" +
 	"\tModelInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x15.mlxgrpc.v1.ModelKindR\x04kind\x121\n" +
@@ -1006,7 +1314,19 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x04blas\x18\n" +
 	" \x01(\tR\x04blas\x121\n" +
 	"\x14embedding_dimensions\x18\v \x01(\x05R\x13embeddingDimensions\x12\x16\n" +
-	"\x06source\x18\f \x01(\tR\x06source\"\xee\x06\n" +
+	"\x06source\x18\f \x01(\tR\x06source\x123\n" +
+	"\badapters\x18\r \x03(\v2\x17.mlxgrpc.v1.AdapterInfoR\badapters\x12!\n" +
+	"\fmax_adapters\x18\x0e \x01(\x05R\vmaxAdapters\"\x85\x02\n" +
+	"\vAdapterInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x17.mlxgrpc.v1.AdapterKindR\x04kind\x12\x12\n" +
+	"\x04rank\x18\x03 \x01(\x05R\x04rank\x12\x14\n" +
+	"\x05scale\x18\x04 \x01(\x01R\x05scale\x12\x16\n" +
+	"\x06layers\x18\x05 \x01(\x05R\x06layers\x12\x14\n" +
+	"\x05bytes\x18\x06 \x01(\x03R\x05bytes\x12\x16\n" +
+	"\x06source\x18\a \x01(\tR\x06source\x12'\n" +
+	"\x0factive_requests\x18\b \x01(\x05R\x0eactiveRequests\x12\x1c\n" +
+	"\tunloading\x18\t \x01(\bR\tunloading\"\x93\a\n" +
 	"\n" +
 	"MemoryPlan\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\x05R\rschemaVersion\x12\x1a\n" +
@@ -1026,7 +1346,8 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x15allocator_limit_bytes\x18\r \x01(\x03H\x01R\x13allocatorLimitBytes\x88\x01\x01\x127\n" +
 	"\x15max_generation_tokens\x18\x0e \x01(\x03H\x02R\x13maxGenerationTokens\x88\x01\x01\x12V\n" +
 	"\x10streamed_weights\x18\x0f \x03(\v2+.mlxgrpc.v1.MemoryPlan.StreamedWeightsEntryR\x0fstreamedWeights\x129\n" +
-	"\x16machine_headroom_bytes\x18\x10 \x01(\x03H\x03R\x14machineHeadroomBytes\x88\x01\x01\x1aB\n" +
+	"\x16machine_headroom_bytes\x18\x10 \x01(\x03H\x03R\x14machineHeadroomBytes\x88\x01\x01\x12#\n" +
+	"\radapter_bytes\x18\x11 \x01(\x03R\fadapterBytes\x1aB\n" +
 	"\x14StreamedWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01B\x17\n" +
@@ -1043,11 +1364,22 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x17MEDIA_INPUT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16MEDIA_INPUT_EMBEDDINGS\x10\x01\x12$\n" +
 	" MEDIA_INPUT_EMBEDDINGS_POSITIONS\x10\x02\x12\x16\n" +
-	"\x12MEDIA_INPUT_PIXELS\x10\x03*\\\n" +
+	"\x12MEDIA_INPUT_PIXELS\x10\x03*\xe9\x01\n" +
+	"\x12ResponseFormatKind\x12$\n" +
+	" RESPONSE_FORMAT_KIND_UNSPECIFIED\x10\x00\x12$\n" +
+	" RESPONSE_FORMAT_KIND_JSON_SCHEMA\x10\x01\x12$\n" +
+	" RESPONSE_FORMAT_KIND_JSON_OBJECT\x10\x02\x12\x1e\n" +
+	"\x1aRESPONSE_FORMAT_KIND_REGEX\x10\x03\x12 \n" +
+	"\x1cRESPONSE_FORMAT_KIND_GRAMMAR\x10\x04\x12\x1f\n" +
+	"\x1bRESPONSE_FORMAT_KIND_CHOICE\x10\x05*\\\n" +
 	"\tModelKind\x12\x1a\n" +
 	"\x16MODEL_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15MODEL_KIND_GENERATION\x10\x01\x12\x18\n" +
-	"\x14MODEL_KIND_EMBEDDING\x10\x02BC\n" +
+	"\x14MODEL_KIND_EMBEDDING\x10\x02*Y\n" +
+	"\vAdapterKind\x12\x1c\n" +
+	"\x18ADAPTER_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11ADAPTER_KIND_LORA\x10\x01\x12\x15\n" +
+	"\x11ADAPTER_KIND_DORA\x10\x02BC\n" +
 	"\x0edev.mlxgrpc.v1B\n" +
 	"ModelProtoP\x01Z#mlxgrpc.dev/go/mlxgrpc/v1;mlxgrpcv1b\x06proto3"
 
@@ -1063,38 +1395,47 @@ func file_mlxgrpc_v1_model_proto_rawDescGZIP() []byte {
 	return file_mlxgrpc_v1_model_proto_rawDescData
 }
 
-var file_mlxgrpc_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_mlxgrpc_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_mlxgrpc_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_mlxgrpc_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_mlxgrpc_v1_model_proto_goTypes = []any{
 	(GraphMethod)(0),                // 0: mlxgrpc.v1.GraphMethod
 	(MediaInput)(0),                 // 1: mlxgrpc.v1.MediaInput
-	(ModelKind)(0),                  // 2: mlxgrpc.v1.ModelKind
-	(*GraphDescriptor)(nil),         // 3: mlxgrpc.v1.GraphDescriptor
-	(*MediaSupport)(nil),            // 4: mlxgrpc.v1.MediaSupport
-	(*NativeDraft)(nil),             // 5: mlxgrpc.v1.NativeDraft
-	(*PrefillCapabilities)(nil),     // 6: mlxgrpc.v1.PrefillCapabilities
-	(*SpeculationCapabilities)(nil), // 7: mlxgrpc.v1.SpeculationCapabilities
-	(*GraphCapabilities)(nil),       // 8: mlxgrpc.v1.GraphCapabilities
-	(*ModelInfo)(nil),               // 9: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),              // 10: mlxgrpc.v1.MemoryPlan
-	nil,                             // 11: mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
+	(ResponseFormatKind)(0),         // 2: mlxgrpc.v1.ResponseFormatKind
+	(ModelKind)(0),                  // 3: mlxgrpc.v1.ModelKind
+	(AdapterKind)(0),                // 4: mlxgrpc.v1.AdapterKind
+	(*GraphDescriptor)(nil),         // 5: mlxgrpc.v1.GraphDescriptor
+	(*MediaSupport)(nil),            // 6: mlxgrpc.v1.MediaSupport
+	(*NativeDraft)(nil),             // 7: mlxgrpc.v1.NativeDraft
+	(*PrefillCapabilities)(nil),     // 8: mlxgrpc.v1.PrefillCapabilities
+	(*SpeculationCapabilities)(nil), // 9: mlxgrpc.v1.SpeculationCapabilities
+	(*GraphCapabilities)(nil),       // 10: mlxgrpc.v1.GraphCapabilities
+	(*ModelInfo)(nil),               // 11: mlxgrpc.v1.ModelInfo
+	(*AdapterInfo)(nil),             // 12: mlxgrpc.v1.AdapterInfo
+	(*MemoryPlan)(nil),              // 13: mlxgrpc.v1.MemoryPlan
+	nil,                             // 14: mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
+	(SpeculationMode)(0),            // 15: mlxgrpc.v1.SpeculationMode
 }
 var file_mlxgrpc_v1_model_proto_depIdxs = []int32{
 	1,  // 0: mlxgrpc.v1.MediaSupport.input:type_name -> mlxgrpc.v1.MediaInput
-	0,  // 1: mlxgrpc.v1.GraphCapabilities.method:type_name -> mlxgrpc.v1.GraphMethod
-	4,  // 2: mlxgrpc.v1.GraphCapabilities.media:type_name -> mlxgrpc.v1.MediaSupport
-	5,  // 3: mlxgrpc.v1.GraphCapabilities.native_draft:type_name -> mlxgrpc.v1.NativeDraft
-	6,  // 4: mlxgrpc.v1.GraphCapabilities.prefill:type_name -> mlxgrpc.v1.PrefillCapabilities
-	7,  // 5: mlxgrpc.v1.GraphCapabilities.speculation:type_name -> mlxgrpc.v1.SpeculationCapabilities
-	2,  // 6: mlxgrpc.v1.ModelInfo.kind:type_name -> mlxgrpc.v1.ModelKind
-	3,  // 7: mlxgrpc.v1.ModelInfo.graph:type_name -> mlxgrpc.v1.GraphDescriptor
-	8,  // 8: mlxgrpc.v1.ModelInfo.capabilities:type_name -> mlxgrpc.v1.GraphCapabilities
-	11, // 9: mlxgrpc.v1.MemoryPlan.streamed_weights:type_name -> mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	15, // 1: mlxgrpc.v1.SpeculationCapabilities.modes:type_name -> mlxgrpc.v1.SpeculationMode
+	15, // 2: mlxgrpc.v1.SpeculationCapabilities.default_mode:type_name -> mlxgrpc.v1.SpeculationMode
+	0,  // 3: mlxgrpc.v1.GraphCapabilities.method:type_name -> mlxgrpc.v1.GraphMethod
+	6,  // 4: mlxgrpc.v1.GraphCapabilities.media:type_name -> mlxgrpc.v1.MediaSupport
+	7,  // 5: mlxgrpc.v1.GraphCapabilities.native_draft:type_name -> mlxgrpc.v1.NativeDraft
+	8,  // 6: mlxgrpc.v1.GraphCapabilities.prefill:type_name -> mlxgrpc.v1.PrefillCapabilities
+	9,  // 7: mlxgrpc.v1.GraphCapabilities.speculation:type_name -> mlxgrpc.v1.SpeculationCapabilities
+	2,  // 8: mlxgrpc.v1.GraphCapabilities.response_formats:type_name -> mlxgrpc.v1.ResponseFormatKind
+	3,  // 9: mlxgrpc.v1.ModelInfo.kind:type_name -> mlxgrpc.v1.ModelKind
+	5,  // 10: mlxgrpc.v1.ModelInfo.graph:type_name -> mlxgrpc.v1.GraphDescriptor
+	10, // 11: mlxgrpc.v1.ModelInfo.capabilities:type_name -> mlxgrpc.v1.GraphCapabilities
+	12, // 12: mlxgrpc.v1.ModelInfo.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	4,  // 13: mlxgrpc.v1.AdapterInfo.kind:type_name -> mlxgrpc.v1.AdapterKind
+	14, // 14: mlxgrpc.v1.MemoryPlan.streamed_weights:type_name -> mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_model_proto_init() }
@@ -1102,14 +1443,15 @@ func file_mlxgrpc_v1_model_proto_init() {
 	if File_mlxgrpc_v1_model_proto != nil {
 		return
 	}
-	file_mlxgrpc_v1_model_proto_msgTypes[7].OneofWrappers = []any{}
+	file_mlxgrpc_v1_generation_proto_init()
+	file_mlxgrpc_v1_model_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_model_proto_rawDesc), len(file_mlxgrpc_v1_model_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   9,
+			NumEnums:      5,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -4,6 +4,7 @@ building, stream bookkeeping and the google.rpc error details."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import uuid
 from collections.abc import Mapping, Sequence
@@ -56,10 +57,15 @@ def generate_request(
     prompt: Prompt,
     *,
     model: str = "",
+    adapter: str = "",
     request_id: str = "",
     max_tokens: int | None = None,
     sampling: pb.SamplingParams | Mapping[str, Any] | None = None,
     stopping: pb.StoppingCriteria | Mapping[str, Any] | None = None,
+    response_format: pb.ResponseFormat | Mapping[str, Any] | None = None,
+    json_schema: Mapping[str, Any] | str | None = None,
+    speculation: str | int | pb.SpeculationOptions | Mapping[str, Any] | None = None,
+    num_draft_tokens: int | None = None,
     **fields: Any,
 ) -> pb.GenerateRequest:
     """Builds a GenerateRequest.
@@ -69,7 +75,15 @@ def generate_request(
     ``(role, content)`` pairs, or ``pb.ChatMessages``), or a whole ``pb.GenerateRequest``
     that the keyword arguments then override. ``sampling``/``stopping`` take the message
     or a dict of its fields; ``max_tokens`` is a shortcut for ``stopping.max_tokens``;
-    other keywords (``logprobs``, ``top_logprobs``, ``session_id``, ...) are request fields.
+    ``adapter`` names a loaded LoRA/DoRA adapter of the model (empty: the base model);
+    ``response_format`` (structured output) takes the message or a dict such as
+    ``{"regex": "[0-9]+"}`` or ``{"choice": {"options": ["yes", "no"]}}``, and
+    ``json_schema`` is a shortcut for ``response_format.json_schema`` (a dict is
+    serialized to JSON); ``speculation`` takes a mode (``"off"``, ``"ngram"``, ``"draft"``,
+    ``"unspecified"`` for the server's default, or a ``pb.SpeculationMode``), a
+    ``pb.SpeculationOptions`` or a dict of its fields, and ``num_draft_tokens`` sets
+    ``speculation.num_draft_tokens``; other keywords (``logprobs``, ``top_logprobs``,
+    ``session_id``, ...) are request fields.
     An empty ``request_id`` gets a random one here, so the Cancel RPC can address the
     request before its ``started`` event arrives.
     """
@@ -90,6 +104,8 @@ def generate_request(
         raise TypeError(f"unsupported prompt type {type(prompt).__name__}")
     if model:
         req.model = model
+    if adapter:
+        req.adapter = adapter
     if request_id:
         req.request_id = request_id
     if not req.request_id:
@@ -100,11 +116,42 @@ def generate_request(
         req.stopping.CopyFrom(stopping if isinstance(stopping, pb.StoppingCriteria) else pb.StoppingCriteria(**stopping))
     if max_tokens is not None:
         req.stopping.max_tokens = max_tokens
+    if response_format is not None:
+        req.response_format.CopyFrom(response_format if isinstance(response_format, pb.ResponseFormat)
+                                     else pb.ResponseFormat(**response_format))
+    if json_schema is not None:
+        req.response_format.json_schema = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
+    if speculation is not None:
+        req.speculation.CopyFrom(_speculation(speculation))
+    if num_draft_tokens is not None:
+        req.speculation.num_draft_tokens = num_draft_tokens
     for name, value in fields.items():
         if name not in pb.GenerateRequest.DESCRIPTOR.fields_by_name:
             raise TypeError(f"GenerateRequest has no field {name!r}")
         setattr(req, name, value)
     return req
+
+
+def _speculation_mode(mode: str | int) -> int:
+    if isinstance(mode, int):
+        return mode
+    name = mode.upper()
+    try:
+        return pb.SpeculationMode.Value(name if name.startswith("SPECULATION_MODE_") else f"SPECULATION_MODE_{name}")
+    except ValueError:
+        choices = ", ".join(n.removeprefix("SPECULATION_MODE_").lower() for n in pb.SpeculationMode.keys())
+        raise ValueError(f"unknown speculation mode {mode!r} (one of {choices})") from None
+
+
+def _speculation(value: str | int | pb.SpeculationOptions | Mapping[str, Any]) -> pb.SpeculationOptions:
+    if isinstance(value, pb.SpeculationOptions):
+        return value
+    if isinstance(value, Mapping):
+        fields = dict(value)
+        if "mode" in fields:
+            fields["mode"] = _speculation_mode(fields["mode"])
+        return pb.SpeculationOptions(**fields)
+    return pb.SpeculationOptions(mode=_speculation_mode(value))
 
 
 def embed_request(

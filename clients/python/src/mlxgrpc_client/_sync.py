@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
 
-from . import pb
+from . import _retry, pb
 from ._common import (DEFAULT, GenerationResult, Prompt, auth_metadata, channel_credentials,
                       embed_request, generate_request)
+from ._retry import Attempts, OnRetry
 
 
 class GenerateStream:
@@ -18,13 +20,17 @@ class GenerateStream:
 
     ``started``/``delta``/``finished`` events arrive as the server sends them; the
     stream also gathers them into :attr:`result`. Errors raise ``grpc.RpcError``
-    (pass it to :func:`mlxgrpc_client.error_details`). :meth:`cancel` cancels the
-    call client-side: iteration then just stops and :meth:`code` is CANCELLED. Used
-    as a context manager, leaving the block cancels the call if it is still running.
+    (pass it to :func:`mlxgrpc_client.error_details`) once retries are spent: a
+    refusal with RetryInfo before the first event is retried after the server's delay.
+    :meth:`cancel` cancels the call client-side: iteration then just stops and
+    :meth:`code` is CANCELLED. Used as a context manager, leaving the block cancels the
+    call if it is still running.
     """
 
-    def __init__(self, call: Any, request_id: str):
-        self._call = call
+    def __init__(self, start: Callable[[], Any], attempts: Attempts, request_id: str):
+        self._start = start
+        self._attempts = attempts
+        self._call = start()
         self._cancelled = False
         self.result = GenerationResult(request_id=request_id)
         self._events = self._iterate()
@@ -35,14 +41,24 @@ class GenerateStream:
         return self.result.request_id
 
     def _iterate(self) -> Iterator[pb.GenerateResponse]:
-        try:
-            for event in self._call:
-                self.result._add(event)
-                yield event
-        except grpc.RpcError as err:
-            if self._cancelled and err.code() == grpc.StatusCode.CANCELLED:
+        received = False
+        while True:
+            try:
+                for event in self._call:
+                    received = True
+                    self.result._add(event)
+                    yield event
                 return
-            raise
+            except grpc.RpcError as err:
+                if self._cancelled and err.code() == grpc.StatusCode.CANCELLED:
+                    return
+                delay = None if received else self._attempts.delay_after(err)
+                if delay is None:
+                    raise
+            time.sleep(delay)
+            if self._cancelled:
+                return
+            self._call = self._start()
 
     def __iter__(self) -> Iterator[pb.GenerateResponse]:
         return self._events
@@ -77,57 +93,91 @@ class Client:
     """A blocking InferenceService client. Create it with :func:`connect`.
 
     Every call carries the bearer token (if any) and the default deadline unless
-    ``timeout=`` overrides it (``None``: no deadline). Messages are the generated
-    protobuf classes in :mod:`mlxgrpc_client.pb`; :attr:`stub` is the raw stub.
+    ``timeout=`` overrides it (``None``: no deadline); the deadline covers retries.
+    Refusals with RetryInfo are retried up to ``max_attempts`` attempts in all.
+    Messages are the generated protobuf classes in :mod:`mlxgrpc_client.pb`;
+    :attr:`stub` is the raw stub.
     """
 
-    def __init__(self, channel: grpc.Channel, *, token: str | None = None, timeout: float | None = None):
+    def __init__(self, channel: grpc.Channel, *, token: str | None = None, timeout: float | None = None,
+                 max_attempts: int = 3, on_retry: OnRetry | None = None):
         self.channel = channel
         self.stub = pb.InferenceServiceStub(channel)
         self.metadata = auth_metadata(token)
         self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.on_retry = on_retry
 
-    def _opts(self, timeout: Any) -> dict[str, Any]:
-        return {"timeout": self.timeout if timeout is DEFAULT else timeout, "metadata": self.metadata}
+    def _attempts(self, timeout: Any) -> Attempts:
+        return Attempts(self.max_attempts, self.timeout if timeout is DEFAULT else timeout, self.on_retry)
+
+    def _unary(self, method: Callable[..., Any], request: Any, timeout: Any) -> Any:
+        return _retry.call(lambda t: method(request, timeout=t, metadata=self.metadata), self._attempts(timeout))
 
     def generate(self, prompt: Prompt, *, timeout: Any = DEFAULT, **kwargs: Any) -> GenerateStream:
         """Starts a Generate call; see :func:`mlxgrpc_client.generate_request` for the
-        arguments (``model``, ``request_id``, ``max_tokens``, ``sampling``, ``stopping``, ...)."""
+        arguments (``model``, ``request_id``, ``max_tokens``, ``sampling``, ``stopping``, ...).
+        ``.collect()`` on the stream gives the whole result at once."""
         req = generate_request(prompt, **kwargs)
-        return GenerateStream(self.stub.Generate(req, **self._opts(timeout)), req.request_id)
+        attempts = self._attempts(timeout)
+        start = lambda: self.stub.Generate(req, timeout=attempts.timeout(), metadata=self.metadata)  # noqa: E731
+        return GenerateStream(start, attempts, req.request_id)
 
     def cancel(self, request_id: str, *, timeout: Any = DEFAULT) -> bool:
         """Cancels a running Generate or Embed by id (the Cancel RPC). True if one was found."""
-        return self.stub.Cancel(pb.CancelRequest(request_id=request_id), **self._opts(timeout)).cancelled
+        return self._unary(self.stub.Cancel, pb.CancelRequest(request_id=request_id), timeout).cancelled
 
     def embed(self, inputs: str | Sequence[str], *, timeout: Any = DEFAULT, **kwargs: Any) -> list[pb.EmbedResponse]:
         """Embeds ``inputs``; one response per input, ordered by ``index``.
         Keywords: ``model``, ``instruction``, ``normalize``, ``dimensions``, ``request_id``."""
-        responses = list(self.stub.Embed(embed_request(inputs, **kwargs), **self._opts(timeout)))
+        responses = self._unary(lambda r, **kw: list(self.stub.Embed(r, **kw)), embed_request(inputs, **kwargs),
+                                timeout)
         return sorted(responses, key=lambda r: r.index)
 
     def model_info(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ModelInfo:
         """Describes ``model`` (empty: the default generation model)."""
-        return self.stub.GetModelInfo(pb.GetModelInfoRequest(model=model), **self._opts(timeout)).info
+        return self._unary(self.stub.GetModelInfo, pb.GetModelInfoRequest(model=model), timeout).info
 
     def list_models(self, *, timeout: Any = DEFAULT) -> list[pb.ModelInfo]:
-        return list(self.stub.ListModels(pb.ListModelsRequest(), **self._opts(timeout)).models)
+        """Every served model, the default generation model first."""
+        return list(self._unary(self.stub.ListModels, pb.ListModelsRequest(), timeout).models)
 
     def tokenize(self, text: str, *, model: str = "", add_special_tokens: bool = False,
                  timeout: Any = DEFAULT) -> pb.TokenizeResponse:
         req = pb.TokenizeRequest(model=model, text=text, add_special_tokens=add_special_tokens)
-        return self.stub.Tokenize(req, **self._opts(timeout))
+        return self._unary(self.stub.Tokenize, req, timeout)
 
     def detokenize(self, token_ids: Sequence[int], *, model: str = "", skip_special_tokens: bool = False,
                    timeout: Any = DEFAULT) -> str:
         req = pb.DetokenizeRequest(model=model, token_ids=token_ids, skip_special_tokens=skip_special_tokens)
-        return self.stub.Detokenize(req, **self._opts(timeout)).text
+        return self._unary(self.stub.Detokenize, req, timeout).text
 
     def plan_memory(self, model: str = "", *, context_tokens: int = 0, max_generation_tokens: int = 0,
                     timeout: Any = DEFAULT) -> pb.MemoryPlan:
         req = pb.PlanMemoryRequest(model=model, context_tokens=context_tokens,
                                    max_generation_tokens=max_generation_tokens)
-        return self.stub.PlanMemory(req, **self._opts(timeout)).plan
+        return self._unary(self.stub.PlanMemory, req, timeout).plan
+
+    def get_load(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.GetLoadResponse:
+        """How busy each generation model is (``model`` empty: all of them): running and
+        waiting requests, KV memory, the prefix cache, recent tokens per second."""
+        return self._unary(self.stub.GetLoad, pb.GetLoadRequest(model=model), timeout)
+
+    def load_adapter(self, name: str, path: str, *, model: str = "",
+                     timeout: Any = DEFAULT) -> pb.LoadAdapterResponse:
+        """Loads the adapter directory ``path`` (on the server) as ``name``; the response
+        has its ``adapter`` info and the names ``evicted`` to stay within the limit."""
+        req = pb.LoadAdapterRequest(model=model, name=name, path=path)
+        return self._unary(self.stub.LoadAdapter, req, timeout)
+
+    def unload_adapter(self, name: str, *, model: str = "", timeout: Any = DEFAULT) -> pb.AdapterInfo:
+        """Unloads adapter ``name``; returns once the requests using it have finished."""
+        req = pb.UnloadAdapterRequest(model=model, name=name)
+        return self._unary(self.stub.UnloadAdapter, req, timeout).adapter
+
+    def list_adapters(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ListAdaptersResponse:
+        """The adapters loaded on ``model`` (empty: the default generation model)."""
+        return self._unary(self.stub.ListAdapters, pb.ListAdaptersRequest(model=model), timeout)
 
     def close(self) -> None:
         self.channel.close()
@@ -146,6 +196,8 @@ def connect(
     root_certificates: bytes | str | os.PathLike | None = None,
     token: str | None = None,
     timeout: float | None = None,
+    max_attempts: int = 3,
+    on_retry: OnRetry | None = None,
     options: Sequence[tuple[str, Any]] = (),
 ) -> Client:
     """Opens a blocking client to ``address`` ("host:port").
@@ -153,11 +205,14 @@ def connect(
     ``tls=True`` uses TLS with the system roots; ``root_certificates`` (PEM bytes or a
     CA file path) uses TLS with that CA. ``token`` sends ``authorization: Bearer
     <token>`` on every call. ``timeout`` is the default deadline in seconds of every
-    call (``None``: none). ``options`` are grpc channel options.
+    call (``None``: none). A call refused with RESOURCE_EXHAUSTED or UNAVAILABLE and a
+    RetryInfo is tried again after the server's delay, ``max_attempts`` times in all
+    (1: never), within its deadline; ``on_retry(details, delay)`` hears of each retry.
+    ``options`` are grpc channel options.
     """
     creds = channel_credentials(tls, root_certificates)
     if creds is None:
         channel = grpc.insecure_channel(address, options=list(options))
     else:
         channel = grpc.secure_channel(address, creds, options=list(options))
-    return Client(channel, token=token, timeout=timeout)
+    return Client(channel, token=token, timeout=timeout, max_attempts=max_attempts, on_retry=on_retry)

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
 
-from . import pb
+from . import _retry, pb
 from ._common import (DEFAULT, GenerationResult, Prompt, auth_metadata, channel_credentials,
                       embed_request, generate_request)
+from ._retry import Attempts, OnRetry
 
 
 def _task_cancelled() -> bool:
@@ -26,14 +27,17 @@ class GenerateStream:
     """A running Generate call: ``async for`` it for ``pb.GenerateResponse`` events.
 
     The stream gathers the events into :attr:`result`. Errors raise
-    ``grpc.aio.AioRpcError`` (pass it to :func:`mlxgrpc_client.error_details`).
-    :meth:`cancel` cancels the call client-side: iteration then just stops (grpc.aio
-    would raise ``asyncio.CancelledError``) and ``await code()`` is CANCELLED. Used as
-    an async context manager, leaving the block cancels the call if still running.
+    ``grpc.aio.AioRpcError`` (pass it to :func:`mlxgrpc_client.error_details`) once
+    retries are spent, as in the blocking client. :meth:`cancel` cancels the call
+    client-side: iteration then just stops (grpc.aio would raise
+    ``asyncio.CancelledError``) and ``await code()`` is CANCELLED. Used as an async
+    context manager, leaving the block cancels the call if still running.
     """
 
-    def __init__(self, call: grpc.aio.UnaryStreamCall, request_id: str):
-        self._call = call
+    def __init__(self, start: Callable[[], grpc.aio.UnaryStreamCall], attempts: Attempts, request_id: str):
+        self._start = start
+        self._attempts = attempts
+        self._call = start()
         self._cancelled = False
         self.result = GenerationResult(request_id=request_id)
         self._events = self._iterate()
@@ -44,18 +48,28 @@ class GenerateStream:
         return self.result.request_id
 
     async def _iterate(self) -> AsyncIterator[pb.GenerateResponse]:
-        try:
-            async for event in self._call:
-                self.result._add(event)
-                yield event
-        except asyncio.CancelledError:
-            if self._cancelled and not _task_cancelled():
+        received = False
+        while True:
+            try:
+                async for event in self._call:
+                    received = True
+                    self.result._add(event)
+                    yield event
                 return
-            raise
-        except grpc.aio.AioRpcError as err:
-            if self._cancelled and err.code() == grpc.StatusCode.CANCELLED:
+            except asyncio.CancelledError:
+                if self._cancelled and not _task_cancelled():
+                    return
+                raise
+            except grpc.aio.AioRpcError as err:
+                if self._cancelled and err.code() == grpc.StatusCode.CANCELLED:
+                    return
+                delay = None if received else self._attempts.delay_after(err)
+                if delay is None:
+                    raise
+            await asyncio.sleep(delay)
+            if self._cancelled:
                 return
-            raise
+            self._call = self._start()
 
     def __aiter__(self) -> AsyncIterator[pb.GenerateResponse]:
         return self._events
@@ -90,57 +104,88 @@ class AsyncClient:
     """An asyncio InferenceService client. Create it with :func:`connect`.
 
     Every call carries the bearer token (if any) and the default deadline unless
-    ``timeout=`` overrides it (``None``: no deadline). :attr:`stub` is the raw stub.
+    ``timeout=`` overrides it (``None``: no deadline); refusals with RetryInfo are
+    retried as in the blocking client. :attr:`stub` is the raw stub.
     """
 
-    def __init__(self, channel: grpc.aio.Channel, *, token: str | None = None, timeout: float | None = None):
+    def __init__(self, channel: grpc.aio.Channel, *, token: str | None = None, timeout: float | None = None,
+                 max_attempts: int = 3, on_retry: OnRetry | None = None):
         self.channel = channel
         self.stub = pb.InferenceServiceStub(channel)
         self.metadata = auth_metadata(token)
         self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.on_retry = on_retry
 
-    def _opts(self, timeout: Any) -> dict[str, Any]:
-        return {"timeout": self.timeout if timeout is DEFAULT else timeout, "metadata": self.metadata}
+    def _attempts(self, timeout: Any) -> Attempts:
+        return Attempts(self.max_attempts, self.timeout if timeout is DEFAULT else timeout, self.on_retry)
+
+    async def _unary(self, method: Callable[..., Any], request: Any, timeout: Any) -> Any:
+        return await _retry.acall(lambda t: method(request, timeout=t, metadata=self.metadata),
+                                  self._attempts(timeout))
 
     def generate(self, prompt: Prompt, *, timeout: Any = DEFAULT, **kwargs: Any) -> GenerateStream:
-        """Starts a Generate call (not awaited: iterate the stream); see
-        :func:`mlxgrpc_client.generate_request` for the arguments."""
+        """Starts a Generate call (not awaited: iterate the stream, or ``await
+        .collect()``); see :func:`mlxgrpc_client.generate_request` for the arguments."""
         req = generate_request(prompt, **kwargs)
-        return GenerateStream(self.stub.Generate(req, **self._opts(timeout)), req.request_id)
+        attempts = self._attempts(timeout)
+        start = lambda: self.stub.Generate(req, timeout=attempts.timeout(), metadata=self.metadata)  # noqa: E731
+        return GenerateStream(start, attempts, req.request_id)
 
     async def cancel(self, request_id: str, *, timeout: Any = DEFAULT) -> bool:
         """Cancels a running Generate or Embed by id (the Cancel RPC). True if one was found."""
-        response = await self.stub.Cancel(pb.CancelRequest(request_id=request_id), **self._opts(timeout))
-        return response.cancelled
+        return (await self._unary(self.stub.Cancel, pb.CancelRequest(request_id=request_id), timeout)).cancelled
 
     async def embed(self, inputs: str | Sequence[str], *, timeout: Any = DEFAULT,
                     **kwargs: Any) -> list[pb.EmbedResponse]:
         """Embeds ``inputs``; one response per input, ordered by ``index``."""
-        call = self.stub.Embed(embed_request(inputs, **kwargs), **self._opts(timeout))
-        return sorted([r async for r in call], key=lambda r: r.index)
+        async def embed_all(request: pb.EmbedRequest, **kw: Any) -> list[pb.EmbedResponse]:
+            return [r async for r in self.stub.Embed(request, **kw)]
+
+        responses = await self._unary(embed_all, embed_request(inputs, **kwargs), timeout)
+        return sorted(responses, key=lambda r: r.index)
 
     async def model_info(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ModelInfo:
-        response = await self.stub.GetModelInfo(pb.GetModelInfoRequest(model=model), **self._opts(timeout))
-        return response.info
+        return (await self._unary(self.stub.GetModelInfo, pb.GetModelInfoRequest(model=model), timeout)).info
 
     async def list_models(self, *, timeout: Any = DEFAULT) -> list[pb.ModelInfo]:
-        return list((await self.stub.ListModels(pb.ListModelsRequest(), **self._opts(timeout))).models)
+        return list((await self._unary(self.stub.ListModels, pb.ListModelsRequest(), timeout)).models)
 
     async def tokenize(self, text: str, *, model: str = "", add_special_tokens: bool = False,
                        timeout: Any = DEFAULT) -> pb.TokenizeResponse:
         req = pb.TokenizeRequest(model=model, text=text, add_special_tokens=add_special_tokens)
-        return await self.stub.Tokenize(req, **self._opts(timeout))
+        return await self._unary(self.stub.Tokenize, req, timeout)
 
     async def detokenize(self, token_ids: Sequence[int], *, model: str = "", skip_special_tokens: bool = False,
                          timeout: Any = DEFAULT) -> str:
         req = pb.DetokenizeRequest(model=model, token_ids=token_ids, skip_special_tokens=skip_special_tokens)
-        return (await self.stub.Detokenize(req, **self._opts(timeout))).text
+        return (await self._unary(self.stub.Detokenize, req, timeout)).text
 
     async def plan_memory(self, model: str = "", *, context_tokens: int = 0, max_generation_tokens: int = 0,
                           timeout: Any = DEFAULT) -> pb.MemoryPlan:
         req = pb.PlanMemoryRequest(model=model, context_tokens=context_tokens,
                                    max_generation_tokens=max_generation_tokens)
-        return (await self.stub.PlanMemory(req, **self._opts(timeout))).plan
+        return (await self._unary(self.stub.PlanMemory, req, timeout)).plan
+
+    async def get_load(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.GetLoadResponse:
+        """How busy each generation model is (``model`` empty: all of them): running and
+        waiting requests, KV memory, the prefix cache, recent tokens per second."""
+        return await self._unary(self.stub.GetLoad, pb.GetLoadRequest(model=model), timeout)
+
+    async def load_adapter(self, name: str, path: str, *, model: str = "",
+                           timeout: Any = DEFAULT) -> pb.LoadAdapterResponse:
+        """Loads the adapter directory ``path`` (on the server) as ``name``."""
+        req = pb.LoadAdapterRequest(model=model, name=name, path=path)
+        return await self._unary(self.stub.LoadAdapter, req, timeout)
+
+    async def unload_adapter(self, name: str, *, model: str = "", timeout: Any = DEFAULT) -> pb.AdapterInfo:
+        """Unloads adapter ``name``; returns once the requests using it have finished."""
+        req = pb.UnloadAdapterRequest(model=model, name=name)
+        return (await self._unary(self.stub.UnloadAdapter, req, timeout)).adapter
+
+    async def list_adapters(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ListAdaptersResponse:
+        """The adapters loaded on ``model`` (empty: the default generation model)."""
+        return await self._unary(self.stub.ListAdapters, pb.ListAdaptersRequest(model=model), timeout)
 
     async def close(self) -> None:
         await self.channel.close()
@@ -159,6 +204,8 @@ def connect(
     root_certificates: bytes | str | os.PathLike | None = None,
     token: str | None = None,
     timeout: float | None = None,
+    max_attempts: int = 3,
+    on_retry: OnRetry | None = None,
     options: Sequence[tuple[str, Any]] = (),
 ) -> AsyncClient:
     """Opens an asyncio client to ``address``; the options are those of
@@ -168,4 +215,4 @@ def connect(
         channel = grpc.aio.insecure_channel(address, options=list(options))
     else:
         channel = grpc.aio.secure_channel(address, creds, options=list(options))
-    return AsyncClient(channel, token=token, timeout=timeout)
+    return AsyncClient(channel, token=token, timeout=timeout, max_attempts=max_attempts, on_retry=on_retry)

@@ -1,5 +1,6 @@
-// Tests against a live server at MLXGRPC_ADDRESS; skipped when it is unset.
-import { after, before, describe, test } from "node:test";
+// Tests against a live server at MLXGRPC_ADDRESS (any server: the models come from
+// ListModels); skipped when it is unset, failed under MLXGRPC_REQUIRE_LIVE=1.
+import { after, before, describe } from "node:test";
 import assert from "node:assert/strict";
 
 import {
@@ -7,21 +8,20 @@ import {
   ConnectError,
   FinishReason,
   ModelKind,
+  SpeculationMode,
   connect,
   cosineSimilarity,
   errorDetails,
+  speculation,
   type GenerateResponse,
   type MlxClient,
+  type ModelInfo,
 } from "../index.js";
-
-const address = process.env.MLXGRPC_ADDRESS;
-const skip = address ? false : "MLXGRPC_ADDRESS is not set";
-/** A test that is skipped (not failed) when no server address is given. */
-const liveTest = (name: string, fn: () => Promise<void>) => test(name, { skip }, fn);
+import { address, discover, exact, liveTest, release, saturate, sleep, unavailable, type Served } from "./support.js";
 
 async function events(client: MlxClient, maxTokens: number, prompt = "The quick brown fox"): Promise<GenerateResponse[]> {
   const out: GenerateResponse[] = [];
-  for await (const res of client.generate({ prompt: { case: "text", value: prompt }, stopping: { maxTokens } })) {
+  for await (const res of client.generate({ prompt: { case: "text", value: prompt }, stopping: exact(maxTokens) })) {
     out.push(res);
   }
   return out;
@@ -36,12 +36,24 @@ async function expectError(p: Promise<unknown>): Promise<ConnectError> {
   assert.fail("expected the call to fail");
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+// Copy-heavy: the continuation repeats text the prompt holds, which prompt lookup drafts.
+const passage =
+  "The lighthouse keeper climbed the narrow stairs every evening at dusk, lit the great lamp, " +
+  "and wrote the names of the ships that passed in a worn leather book.";
+const copyPrompt = `Repeat exactly: ${passage}\n${passage}\n`;
+
+const long = { prompt: { case: "text" as const, value: "Once upon a time" }, stopping: exact(2000) };
 
 describe("live server", () => {
   let client: MlxClient;
-  before(() => {
-    if (address) client = connect(address, { timeoutMs: 120_000 });
+  let served: Served;
+  let generator: ModelInfo;
+  before(async () => {
+    if (!address) return;
+    client = connect(address, { timeoutMs: 120_000 });
+    served = await discover(client);
+    assert.ok(served.generator, "the server serves a generation model");
+    generator = served.generator;
   });
   after(() => client?.close());
 
@@ -54,7 +66,7 @@ describe("live server", () => {
       assert.equal(first.case, "started");
       assert.ok(first.value.promptTokens > 0, "prompt_tokens > 0");
       assert.ok(first.value.requestId.length > 0);
-      assert.equal(first.value.model, "llama");
+      assert.equal(first.value.model, generator.name);
       assert.equal(last.case, "finished");
       assert.equal(last.value.reason, FinishReason.LENGTH);
       assert.equal(last.value.usage?.completionTokens, 8);
@@ -65,24 +77,28 @@ describe("live server", () => {
     }
     assert.equal(ids[0].length, 8);
     assert.deepEqual(ids[0], ids[1]);
-    assert.ok(ids[0].every((id) => id >= 0 && id < 640));
+    assert.ok(ids[0].every((id) => id >= 0 && id < generator.vocabSize));
   });
 
-  liveTest("generateText collects the same tokens and text as the deltas' detokenization", async () => {
-    const r = await client.generateText({ prompt: { case: "text", value: "The quick brown fox" }, stopping: { maxTokens: 8 } });
+  liveTest("collect (generateText) gathers the same tokens, and text equal to their detokenization", async () => {
+    const call = client.generate({ prompt: { case: "text", value: "The quick brown fox" }, stopping: exact(8) });
+    const r = await call.collect();
     const evs = await events(client, 8);
     const ids = evs.flatMap((e) => (e.event.case === "delta" ? e.event.value.tokenIds : []));
     assert.deepEqual(r.tokenIds, ids);
+    assert.equal(r.requestId, call.requestId);
+    assert.equal(r.started?.requestId, call.requestId);
     assert.equal(r.finished?.reason, FinishReason.LENGTH);
     const detok = await client.raw.detokenize({ tokenIds: r.tokenIds });
     assert.equal(r.text, detok.text);
   });
 
-  liveTest("seeded sampling is reproducible; chat prompts are templated", async () => {
+  liveTest("seeded sampling is reproducible; chat prompts are templated", async (t) => {
+    if (!generator.hasChatTemplate) return t.skip(`${generator.name} has no chat template`);
     const req = {
       prompt: { case: "chat" as const, value: { messages: [{ role: "user", content: "Hi there" }] } },
       sampling: { temperature: 1.0, seed: 1234n },
-      stopping: { maxTokens: 6 },
+      stopping: exact(6),
     };
     const a = await client.generateText(req);
     const b = await client.generateText(req);
@@ -90,6 +106,29 @@ describe("live server", () => {
     assert.deepEqual(a.tokenIds, b.tokenIds);
     const tok = await client.raw.tokenize({ text: "Hi there" });
     assert.ok((a.started?.promptTokens ?? 0) > tok.tokenIds.length, "chat template adds tokens");
+  });
+
+  liveTest("speculation never changes the output; usage counts the drafts", async (t) => {
+    const run = (mode: "off" | "ngram") =>
+      client.generateText({
+        prompt: { case: "text", value: copyPrompt }, // no sampling: greedy
+        stopping: exact(32),
+        speculation: speculation(mode, mode === "off" ? 0 : 6),
+      });
+    const off = await run("off");
+    assert.equal(off.tokenIds.length, 32);
+    assert.equal(off.finished?.usage?.draftTokens, 0);
+    assert.equal(off.finished?.usage?.acceptedDraftTokens, 0);
+    if (!generator.capabilities?.speculation?.modes.includes(SpeculationMode.NGRAM)) {
+      return t.skip(`${generator.name} does not speculate with NGRAM`);
+    }
+    const ngram = await run("ngram");
+    assert.deepEqual(ngram.tokenIds, off.tokenIds);
+    assert.equal(ngram.text, off.text);
+    const usage = ngram.finished?.usage;
+    assert.ok(usage, "finished with usage");
+    assert.ok(usage.draftTokens >= usage.acceptedDraftTokens && usage.acceptedDraftTokens >= 0, JSON.stringify(usage));
+    assert.equal(usage.completionTokens, 32);
   });
 
   liveTest("Tokenize then Detokenize round-trips a text", async () => {
@@ -101,28 +140,23 @@ describe("live server", () => {
     assert.equal(d.text, text);
   });
 
-  liveTest("Embed: one response per input, 384 normalized floats, semantic similarity", async () => {
+  liveTest("Embed: one normalized vector per input, similar texts closer than unrelated ones", async (t) => {
+    const embedder = served.embedder;
+    if (!embedder) return unavailable(t, "the server has no embedding model");
     const inputs = ["A man is eating food.", "A man is eating a piece of bread.", "The stock market crashed today."];
-    const res = await client.embed(inputs);
-    assert.equal(res.length, 3);
+    const res = await client.embed({ model: embedder.name, inputs });
     assert.deepEqual(res.map((r) => r.index), [0, 1, 2]);
     for (const r of res) {
-      assert.equal(r.embedding.length, 384);
+      assert.equal(r.embedding.length, embedder.embeddingDimensions);
       const norm = Math.sqrt(r.embedding.reduce((s, x) => s + x * x, 0));
       assert.ok(Math.abs(norm - 1) < 1e-3, `norm ${norm}`);
       assert.ok(r.tokens > 0);
     }
     const similar = cosineSimilarity(res[0].embedding, res[1].embedding);
     const unrelated = cosineSimilarity(res[0].embedding, res[2].embedding);
-    assert.ok(similar > 0.7, `similar cosine ${similar}`);
-    assert.ok(unrelated < 0.2, `unrelated cosine ${unrelated}`);
-  });
-
-  liveTest("Embed dimensions truncates and re-normalizes", async () => {
-    const [r] = await client.embed({ inputs: ["A man is eating food."], dimensions: 64 });
-    assert.equal(r.embedding.length, 64);
-    const norm = Math.sqrt(r.embedding.reduce((s, x) => s + x * x, 0));
-    assert.ok(Math.abs(norm - 1) < 1e-3, `norm ${norm}`);
+    assert.ok(similar > unrelated + 0.2, `similar ${similar} vs unrelated ${unrelated}`);
+    const [short] = await client.embed({ model: embedder.name, inputs: inputs.slice(0, 1), dimensions: 64 });
+    assert.equal(short.embedding.length, 64);
   });
 
   liveTest("invalid temperature: INVALID_ARGUMENT with BadRequest and ErrorInfo details", async () => {
@@ -131,10 +165,11 @@ describe("live server", () => {
     );
     const d = errorDetails(err);
     assert.equal(d.code, Code.InvalidArgument);
-    assert.ok(d.fieldViolations.some((v) => v.field === "sampling.temperature"), JSON.stringify(d.fieldViolations));
+    assert.deepEqual(d.fieldViolations.map((v) => v.field), ["sampling.temperature"]);
     assert.equal(d.errorInfo?.domain, "mlxgrpc.v1");
     assert.equal(d.errorInfo?.reason, "INVALID_FIELD");
     assert.equal(d.errorInfo?.metadata["field"], "sampling.temperature");
+    assert.equal(d.retryDelayMs, undefined);
   });
 
   liveTest("unknown model: NOT_FOUND", async () => {
@@ -148,7 +183,7 @@ describe("live server", () => {
   });
 
   liveTest("Cancel RPC ends a long stream with FINISH_REASON_CANCELLED", async () => {
-    const call = client.generate({ prompt: { case: "text", value: "Once upon a time" }, stopping: { maxTokens: 2000 } });
+    const call = client.generate(long);
     let deltas = 0;
     let cancelled: boolean | undefined;
     let last: GenerateResponse | undefined;
@@ -165,8 +200,25 @@ describe("live server", () => {
     assert.equal(await client.cancel(call.requestId), false, "nothing left to cancel");
   });
 
+  liveTest("another caller cancels by the client-assigned id before any event arrived", async () => {
+    const call = client.generate(long);
+    const other = connect(address!, { timeoutMs: 30_000 });
+    try {
+      let found = false;
+      for (let i = 0; i < 200 && !found; i++) {
+        found = await other.cancel(call.requestId);
+        if (!found) await sleep(20);
+      }
+      assert.ok(found, "the request was found by its id");
+      const r = await call.collect();
+      assert.equal(r.finished?.reason, FinishReason.CANCELLED);
+    } finally {
+      other.close();
+    }
+  });
+
   liveTest("aborting the call client-side gives CANCELLED", async () => {
-    const call = client.generate({ prompt: { case: "text", value: "Once upon a time" }, stopping: { maxTokens: 2000 } });
+    const call = client.generate(long);
     let deltas = 0;
     const err = await expectError(
       (async () => {
@@ -178,10 +230,10 @@ describe("live server", () => {
   });
 
   liveTest("breaking out of the loop cancels the request on the server", async () => {
-    const call = client.generate({ prompt: { case: "text", value: "Once upon a time" }, stopping: { maxTokens: 4000 } });
+    const call = client.generate(long);
     let deltas = 0;
     for await (const res of call) if (res.event.case === "delta" && ++deltas === 2) break;
-    // A 4000-token generation runs for seconds; the server drops it as soon as the stream is reset.
+    // A 2000-token generation runs for seconds; the server drops it as soon as the stream is reset.
     const t0 = Date.now();
     while (await client.cancel(call.requestId)) {
       assert.ok(Date.now() - t0 < 2000, "request still running 2 s after the client dropped it");
@@ -196,9 +248,7 @@ describe("live server", () => {
   liveTest("default deadline applies: DEADLINE_EXCEEDED", async () => {
     const short = connect(address!, { timeoutMs: 200 });
     try {
-      const err = await expectError(
-        short.generateText({ prompt: { case: "text", value: "Once upon a time" }, stopping: { maxTokens: 4000 } }),
-      );
+      const err = await expectError(short.generateText(long));
       assert.equal(err.code, Code.DeadlineExceeded);
     } finally {
       short.close();
@@ -218,31 +268,72 @@ describe("live server", () => {
     });
     try {
       const info = await authed.getModelInfo();
-      assert.equal(info.name, "llama");
+      assert.equal(info.name, generator.name);
       assert.deepEqual(seen, ["Bearer s3cret"]);
     } finally {
       authed.close();
     }
   });
 
-  liveTest("GetModelInfo describes the generation and embedding models", async () => {
+  liveTest("GetModelInfo and ListModels describe the served models, the default first", async () => {
     const info = await client.getModelInfo();
-    assert.equal(info.name, "llama");
+    assert.equal(info.name, served.all[0].name);
     assert.equal(info.kind, ModelKind.GENERATION);
-    assert.equal(info.vocabSize, 640);
-    assert.equal(info.contextLength, 4096);
+    assert.ok(info.vocabSize > 0 && info.contextLength > 0);
     assert.equal(info.capabilities?.generation, true);
-    assert.equal(info.hasChatTemplate, true);
-    const emb = await client.getModelInfo("all-minilm-l6-v2");
-    assert.equal(emb.kind, ModelKind.EMBEDDING);
-    assert.equal(emb.embeddingDimensions, 384);
-    assert.equal(emb.capabilities?.embeddings, true);
+    for (const m of served.all) {
+      const again = await client.getModelInfo(m.name);
+      assert.equal(again.kind, m.kind);
+      if (m.kind === ModelKind.EMBEDDING) assert.ok(again.embeddingDimensions > 0 && again.capabilities?.embeddings);
+    }
   });
 
-  liveTest("ListModels lists both models, the default generation model first", async () => {
-    const res = await client.raw.listModels({});
-    const names = res.models.map((m) => m.name);
-    assert.equal(names[0], "llama");
-    assert.ok(names.includes("all-minilm-l6-v2"), names.join(","));
+  liveTest("getLoad reports every generation model and counts its tokens", async () => {
+    const loads = await client.getLoad();
+    const generators = served.all.filter((m) => m.kind === ModelKind.GENERATION).map((m) => m.name);
+    assert.deepEqual(loads.map((l) => l.model), generators, "generation models only, the default first");
+    const before = loads[0];
+    assert.ok(before.maxRunningRequests > 0);
+    assert.ok(before.memoryBudgetBytes > 0n);
+    await client.generateText({ prompt: { case: "text", value: "Counting for the load report" }, stopping: exact(5) });
+    const [after] = await client.getLoad(generator.name);
+    assert.ok(after.generatedTokens - before.generatedTokens >= 5n);
+    assert.ok(after.generatedTokensPerSecond > 0, "tokens/s right after a generation");
+    assert.equal((await expectError(client.getLoad("no-such-model"))).code, Code.NotFound);
+    for (const m of served.all.filter((m) => m.kind === ModelKind.EMBEDDING)) {
+      assert.equal(errorDetails(await expectError(client.getLoad(m.name))).code, Code.FailedPrecondition);
+    }
+  });
+
+  liveTest("PlanMemory never plans beyond the model's context", async () => {
+    const plan = await client.planMemory(generator.name, 1024n);
+    assert.ok(plan && plan.maxSafeContext > 0n && plan.maxSafeContext <= BigInt(generator.contextLength));
+  });
+
+  liveTest("a full admission queue is retried after the server's delay", async () => {
+    const { running, refusal } = await saturate(client, generator.name);
+    const retries: [Code, string, number][] = [];
+    const retrying = connect(address!, {
+      timeoutMs: 120_000,
+      onRetry: (d, delayMs) => {
+        retries.push([d.code, d.errorInfo?.reason ?? "", delayMs]);
+        void release(client, running, generator.name); // room for the next attempt
+      },
+    });
+    try {
+      const d = errorDetails(refusal);
+      assert.equal(d.code, Code.ResourceExhausted);
+      assert.equal(d.errorInfo?.reason, "QUEUE_FULL");
+      assert.ok((d.retryDelayMs ?? 0) > 0);
+      const t0 = Date.now();
+      const r = await retrying.generateText({ prompt: { case: "text", value: "Hello" }, stopping: exact(3) });
+      assert.deepEqual(retries, [[Code.ResourceExhausted, "QUEUE_FULL", d.retryDelayMs]]);
+      assert.ok(Date.now() - t0 >= d.retryDelayMs!, "waited the server's delay");
+      assert.equal(r.finished?.reason, FinishReason.LENGTH);
+      assert.equal(r.tokenIds.length, 3);
+    } finally {
+      retrying.close();
+      await release(client, running, generator.name);
+    }
   });
 });

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/generation.proto.
  */
 export const file_mlxgrpc_v1_generation: GenFile = /*@__PURE__*/
-  fileDesc("ChttbHhncnBjL3YxL2dlbmVyYXRpb24ucHJvdG8SCm1seGdycGMudjEiFwoIVG9rZW5JZHMSCwoDaWRzGAEgAygFIiwKC0NoYXRNZXNzYWdlEgwKBHJvbGUYASABKAkSDwoHY29udGVudBgCIAEoCSI5CgxDaGF0TWVzc2FnZXMSKQoIbWVzc2FnZXMYASADKAsyFy5tbHhncnBjLnYxLkNoYXRNZXNzYWdlIpEDCg5TYW1wbGluZ1BhcmFtcxIYCgt0ZW1wZXJhdHVyZRgBIAEoAkgAiAEBEhIKBXRvcF9wGAIgASgCSAGIAQESDQoFdG9wX2sYAyABKAUSDQoFbWluX3AYBCABKAISHwoScmVwZXRpdGlvbl9wZW5hbHR5GAUgASgCSAKIAQESHwoXcmVwZXRpdGlvbl9jb250ZXh0X3NpemUYBiABKAUSGAoQcHJlc2VuY2VfcGVuYWx0eRgHIAEoAhIZChFmcmVxdWVuY3lfcGVuYWx0eRgIIAEoAhI9Cgpsb2dpdF9iaWFzGAkgAygLMikubWx4Z3JwYy52MS5TYW1wbGluZ1BhcmFtcy5Mb2dpdEJpYXNFbnRyeRIRCgRzZWVkGAogASgESAOIAQEaMAoOTG9naXRCaWFzRW50cnkSCwoDa2V5GAEgASgFEg0KBXZhbHVlGAIgASgCOgI4AUIOCgxfdGVtcGVyYXR1cmVCCAoGX3RvcF9wQhUKE19yZXBldGl0aW9uX3BlbmFsdHlCBwoFX3NlZWQiiAEKEFN0b3BwaW5nQ3JpdGVyaWESFwoKbWF4X3Rva2VucxgBIAEoBUgAiAEBEhIKCm1pbl90b2tlbnMYAiABKAUSDAoEc3RvcBgDIAMoCRIWCg5zdG9wX3Rva2VuX2lkcxgEIAMoBRISCgppZ25vcmVfZW9zGAUgASgIQg0KC19tYXhfdG9rZW5zIj0KClRvcExvZ3Byb2ISEAoIdG9rZW5faWQYASABKAUSDwoHbG9ncHJvYhgCIAEoAhIMCgR0ZXh0GAMgASgJIl8KDFRva2VuTG9ncHJvYhIQCgh0b2tlbl9pZBgBIAEoBRIPCgdsb2dwcm9iGAIgASgCEiwKDHRvcF9sb2dwcm9icxgDIAMoCzIWLm1seGdycGMudjEuVG9wTG9ncHJvYiJQCgVVc2FnZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgFEhkKEWNvbXBsZXRpb25fdG9rZW5zGAIgASgFEhUKDWNhY2hlZF90b2tlbnMYAyABKAUifgoHVGltaW5ncxIVCg1xdWV1ZV9zZWNvbmRzGAEgASgBEiMKG3RpbWVfdG9fZmlyc3RfdG9rZW5fc2Vjb25kcxgCIAEoARIgChhkZWNvZGVfdG9rZW5zX3Blcl9zZWNvbmQYAyABKAESFQoNdG90YWxfc2Vjb25kcxgEIAEoASqsAQoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBABEhYKEkZJTklTSF9SRUFTT05fU1RPUBACEhUKEUZJTklTSF9SRUFTT05fRU9TEAMSGwoXRklOSVNIX1JFQVNPTl9DQU5DRUxMRUQQBBIXChNGSU5JU0hfUkVBU09OX0VSUk9SEAVCSAoOZGV2Lm1seGdycGMudjFCD0dlbmVyYXRpb25Qcm90b1ABWiNtbHhncnBjLmRldi9nby9tbHhncnBjL3YxO21seGdycGN2MWIGcHJvdG8z");
+  fileDesc("ChttbHhncnBjL3YxL2dlbmVyYXRpb24ucHJvdG8SCm1seGdycGMudjEiFwoIVG9rZW5JZHMSCwoDaWRzGAEgAygFIiwKC0NoYXRNZXNzYWdlEgwKBHJvbGUYASABKAkSDwoHY29udGVudBgCIAEoCSI5CgxDaGF0TWVzc2FnZXMSKQoIbWVzc2FnZXMYASADKAsyFy5tbHhncnBjLnYxLkNoYXRNZXNzYWdlIpEDCg5TYW1wbGluZ1BhcmFtcxIYCgt0ZW1wZXJhdHVyZRgBIAEoAkgAiAEBEhIKBXRvcF9wGAIgASgCSAGIAQESDQoFdG9wX2sYAyABKAUSDQoFbWluX3AYBCABKAISHwoScmVwZXRpdGlvbl9wZW5hbHR5GAUgASgCSAKIAQESHwoXcmVwZXRpdGlvbl9jb250ZXh0X3NpemUYBiABKAUSGAoQcHJlc2VuY2VfcGVuYWx0eRgHIAEoAhIZChFmcmVxdWVuY3lfcGVuYWx0eRgIIAEoAhI9Cgpsb2dpdF9iaWFzGAkgAygLMikubWx4Z3JwYy52MS5TYW1wbGluZ1BhcmFtcy5Mb2dpdEJpYXNFbnRyeRIRCgRzZWVkGAogASgESAOIAQEaMAoOTG9naXRCaWFzRW50cnkSCwoDa2V5GAEgASgFEg0KBXZhbHVlGAIgASgCOgI4AUIOCgxfdGVtcGVyYXR1cmVCCAoGX3RvcF9wQhUKE19yZXBldGl0aW9uX3BlbmFsdHlCBwoFX3NlZWQiiAEKEFN0b3BwaW5nQ3JpdGVyaWESFwoKbWF4X3Rva2VucxgBIAEoBUgAiAEBEhIKCm1pbl90b2tlbnMYAiABKAUSDAoEc3RvcBgDIAMoCRIWCg5zdG9wX3Rva2VuX2lkcxgEIAMoBRISCgppZ25vcmVfZW9zGAUgASgIQg0KC19tYXhfdG9rZW5zIrwBCg5SZXNwb25zZUZvcm1hdBIVCgtqc29uX3NjaGVtYRgBIAEoCUgAEhUKC2pzb25fb2JqZWN0GAIgASgISAASDwoFcmVnZXgYAyABKAlIABIRCgdncmFtbWFyGAQgASgJSAASMwoGY2hvaWNlGAUgASgLMiEubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdC5DaG9pY2VIABoZCgZDaG9pY2USDwoHb3B0aW9ucxgBIAMoCUIICgZmb3JtYXQiPQoKVG9wTG9ncHJvYhIQCgh0b2tlbl9pZBgBIAEoBRIPCgdsb2dwcm9iGAIgASgCEgwKBHRleHQYAyABKAkiXwoMVG9rZW5Mb2dwcm9iEhAKCHRva2VuX2lkGAEgASgFEg8KB2xvZ3Byb2IYAiABKAISLAoMdG9wX2xvZ3Byb2JzGAMgAygLMhYubWx4Z3JwYy52MS5Ub3BMb2dwcm9iIoUBCgVVc2FnZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgFEhkKEWNvbXBsZXRpb25fdG9rZW5zGAIgASgFEhUKDWNhY2hlZF90b2tlbnMYAyABKAUSFAoMZHJhZnRfdG9rZW5zGAQgASgFEh0KFWFjY2VwdGVkX2RyYWZ0X3Rva2VucxgFIAEoBSJZChJTcGVjdWxhdGlvbk9wdGlvbnMSKQoEbW9kZRgBIAEoDjIbLm1seGdycGMudjEuU3BlY3VsYXRpb25Nb2RlEhgKEG51bV9kcmFmdF90b2tlbnMYAiABKAUifgoHVGltaW5ncxIVCg1xdWV1ZV9zZWNvbmRzGAEgASgBEiMKG3RpbWVfdG9fZmlyc3RfdG9rZW5fc2Vjb25kcxgCIAEoARIgChhkZWNvZGVfdG9rZW5zX3Blcl9zZWNvbmQYAyABKAESFQoNdG90YWxfc2Vjb25kcxgEIAEoASqsAQoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBABEhYKEkZJTklTSF9SRUFTT05fU1RPUBACEhUKEUZJTklTSF9SRUFTT05fRU9TEAMSGwoXRklOSVNIX1JFQVNPTl9DQU5DRUxMRUQQBBIXChNGSU5JU0hfUkVBU09OX0VSUk9SEAUqhQEKD1NwZWN1bGF0aW9uTW9kZRIgChxTUEVDVUxBVElPTl9NT0RFX1VOU1BFQ0lGSUVEEAASGAoUU1BFQ1VMQVRJT05fTU9ERV9PRkYQARIaChZTUEVDVUxBVElPTl9NT0RFX05HUkFNEAISGgoWU1BFQ1VMQVRJT05fTU9ERV9EUkFGVBADQkgKDmRldi5tbHhncnBjLnYxQg9HZW5lcmF0aW9uUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw");
 
 /**
  * A list of token ids, used where a prompt is given as tokens.
@@ -226,6 +226,99 @@ export const StoppingCriteriaSchema: GenMessage<StoppingCriteria> = /*@__PURE__*
   messageDesc(file_mlxgrpc_v1_generation, 4);
 
 /**
+ * Structured output: the generated text is constrained, token by token, to a format.
+ * Every step masks the tokens the format does not allow, so the output always
+ * follows it; generation ends with FINISH_REASON_STOP once the output is complete
+ * and nothing else is allowed (the format's own end token is never emitted), or
+ * with FINISH_REASON_LENGTH when max_tokens comes first (the output is then cut
+ * short and may not parse). An invalid or too costly format is INVALID_ARGUMENT
+ * naming the field, e.g. response_format.json_schema. GetModelInfo lists the
+ * formats a model supports in capabilities.response_formats.
+ *
+ * @generated from message mlxgrpc.v1.ResponseFormat
+ */
+export type ResponseFormat = Message<"mlxgrpc.v1.ResponseFormat"> & {
+  /**
+   * The format. Unset: no constraint.
+   *
+   * @generated from oneof mlxgrpc.v1.ResponseFormat.format
+   */
+  format: {
+    /**
+     * A JSON Schema document (as text): the output is JSON that validates against
+     * it. Items are separated by ", " and keys by ": ", with no other whitespace
+     * (the schema's "x-guidance" options can change that). Bound strings with
+     * maxLength and arrays with maxItems to bound the output's length.
+     *
+     * @generated from field: string json_schema = 1;
+     */
+    value: string;
+    case: "jsonSchema";
+  } | {
+    /**
+     * Any JSON object (must be true when set).
+     *
+     * @generated from field: bool json_object = 2;
+     */
+    value: boolean;
+    case: "jsonObject";
+  } | {
+    /**
+     * A regular expression (Rust regex syntax) the whole output matches.
+     *
+     * @generated from field: string regex = 3;
+     */
+    value: string;
+    case: "regex";
+  } | {
+    /**
+     * A context-free grammar in Lark syntax, as llguidance reads it (its start rule
+     * is `start`); the whole output matches it.
+     *
+     * @generated from field: string grammar = 4;
+     */
+    value: string;
+    case: "grammar";
+  } | {
+    /**
+     * The output is exactly one of the given options.
+     *
+     * @generated from field: mlxgrpc.v1.ResponseFormat.Choice choice = 5;
+     */
+    value: ResponseFormat_Choice;
+    case: "choice";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message mlxgrpc.v1.ResponseFormat.
+ * Use `create(ResponseFormatSchema)` to create a new message.
+ */
+export const ResponseFormatSchema: GenMessage<ResponseFormat> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_generation, 5);
+
+/**
+ * A list of allowed outputs.
+ *
+ * @generated from message mlxgrpc.v1.ResponseFormat.Choice
+ */
+export type ResponseFormat_Choice = Message<"mlxgrpc.v1.ResponseFormat.Choice"> & {
+  /**
+   * The allowed outputs, each non-empty; the output is exactly one of them.
+   *
+   * @generated from field: repeated string options = 1;
+   */
+  options: string[];
+};
+
+/**
+ * Describes the message mlxgrpc.v1.ResponseFormat.Choice.
+ * Use `create(ResponseFormat_ChoiceSchema)` to create a new message.
+ */
+export const ResponseFormat_ChoiceSchema: GenMessage<ResponseFormat_Choice> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_generation, 5, 0);
+
+/**
  * An alternative token and its log probability.
  *
  * @generated from message mlxgrpc.v1.TopLogprob
@@ -258,7 +351,7 @@ export type TopLogprob = Message<"mlxgrpc.v1.TopLogprob"> & {
  * Use `create(TopLogprobSchema)` to create a new message.
  */
 export const TopLogprobSchema: GenMessage<TopLogprob> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 5);
+  messageDesc(file_mlxgrpc_v1_generation, 6);
 
 /**
  * The log probability of a generated token and, if requested, its top alternatives.
@@ -293,7 +386,7 @@ export type TokenLogprob = Message<"mlxgrpc.v1.TokenLogprob"> & {
  * Use `create(TokenLogprobSchema)` to create a new message.
  */
 export const TokenLogprobSchema: GenMessage<TokenLogprob> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 6);
+  messageDesc(file_mlxgrpc_v1_generation, 7);
 
 /**
  * Token counts of a request.
@@ -321,6 +414,20 @@ export type Usage = Message<"mlxgrpc.v1.Usage"> & {
    * @generated from field: int32 cached_tokens = 3;
    */
   cachedTokens: number;
+
+  /**
+   * Draft tokens that speculative decoding proposed and the model verified.
+   *
+   * @generated from field: int32 draft_tokens = 4;
+   */
+  draftTokens: number;
+
+  /**
+   * Of draft_tokens, those the output kept (each saved one step of the model).
+   *
+   * @generated from field: int32 accepted_draft_tokens = 5;
+   */
+  acceptedDraftTokens: number;
 };
 
 /**
@@ -328,7 +435,39 @@ export type Usage = Message<"mlxgrpc.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 7);
+  messageDesc(file_mlxgrpc_v1_generation, 8);
+
+/**
+ * Speculative decoding for one request: the model verifies several proposed tokens
+ * in one step and keeps those it would have produced itself. It never changes the
+ * output (greedy or seeded), only how fast it arrives. Models whose caches cannot roll
+ * back (sliding windows, recurrent layers) do not speculate.
+ *
+ * @generated from message mlxgrpc.v1.SpeculationOptions
+ */
+export type SpeculationOptions = Message<"mlxgrpc.v1.SpeculationOptions"> & {
+  /**
+   * Where drafts come from; unspecified means the server's default.
+   *
+   * @generated from field: mlxgrpc.v1.SpeculationMode mode = 1;
+   */
+  mode: SpeculationMode;
+
+  /**
+   * The most draft tokens verified per step (0: the server's default; at most 8).
+   * The server may verify fewer, from the request's recent acceptance and the batch size.
+   *
+   * @generated from field: int32 num_draft_tokens = 2;
+   */
+  numDraftTokens: number;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.SpeculationOptions.
+ * Use `create(SpeculationOptionsSchema)` to create a new message.
+ */
+export const SpeculationOptionsSchema: GenMessage<SpeculationOptions> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_generation, 9);
 
 /**
  * Where the time of a request went.
@@ -370,7 +509,7 @@ export type Timings = Message<"mlxgrpc.v1.Timings"> & {
  * Use `create(TimingsSchema)` to create a new message.
  */
 export const TimingsSchema: GenMessage<Timings> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 8);
+  messageDesc(file_mlxgrpc_v1_generation, 10);
 
 /**
  * Why a generation ended.
@@ -393,7 +532,7 @@ export enum FinishReason {
   LENGTH = 1,
 
   /**
-   * A stop string or stop token id matched.
+   * A stop string or stop token id matched, or the response_format's output is complete.
    *
    * @generated from enum value: FINISH_REASON_STOP = 2;
    */
@@ -407,7 +546,7 @@ export enum FinishReason {
   EOS = 3,
 
   /**
-   * The request was cancelled (Cancel RPC or server shutdown).
+   * The request was cancelled with the Cancel RPC.
    *
    * @generated from enum value: FINISH_REASON_CANCELLED = 4;
    */
@@ -426,4 +565,46 @@ export enum FinishReason {
  */
 export const FinishReasonSchema: GenEnum<FinishReason> = /*@__PURE__*/
   enumDesc(file_mlxgrpc_v1_generation, 0);
+
+/**
+ * Where speculative decoding takes its draft tokens from.
+ *
+ * @generated from enum mlxgrpc.v1.SpeculationMode
+ */
+export enum SpeculationMode {
+  /**
+   * The server's default (see the server's --speculation flag and GetModelInfo).
+   *
+   * @generated from enum value: SPECULATION_MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * No speculation.
+   *
+   * @generated from enum value: SPECULATION_MODE_OFF = 1;
+   */
+  OFF = 1,
+
+  /**
+   * Prompt lookup: continue the latest earlier occurrence of the last few tokens of
+   * the prompt and output. No extra model; helps when the output copies its input.
+   *
+   * @generated from enum value: SPECULATION_MODE_NGRAM = 2;
+   */
+  NGRAM = 2,
+
+  /**
+   * A draft model with the same tokenizer (the server's --draft-model).
+   *
+   * @generated from enum value: SPECULATION_MODE_DRAFT = 3;
+   */
+  DRAFT = 3,
+}
+
+/**
+ * Describes the enum mlxgrpc.v1.SpeculationMode.
+ */
+export const SpeculationModeSchema: GenEnum<SpeculationMode> = /*@__PURE__*/
+  enumDesc(file_mlxgrpc_v1_generation, 1);
 

@@ -4,9 +4,9 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { ChatMessages, FinishReason, SamplingParams, StoppingCriteria, Timings, TokenIds, TokenLogprob, Usage } from "./generation_pb.js";
+import type { ChatMessages, FinishReason, ResponseFormat, SamplingParams, SpeculationOptions, StoppingCriteria, Timings, TokenIds, TokenLogprob, Usage } from "./generation_pb.js";
 import { file_mlxgrpc_v1_generation } from "./generation_pb.js";
-import type { MemoryPlan, ModelInfo } from "./model_pb.js";
+import type { AdapterInfo, MemoryPlan, ModelInfo } from "./model_pb.js";
 import { file_mlxgrpc_v1_model } from "./model_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/inference_service.proto.
  */
 export const file_mlxgrpc_v1_inference_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxItcCCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIQggKBnByb21wdCJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSJZCgpUb2tlbkRlbHRhEhEKCXRva2VuX2lkcxgBIAMoBRIMCgR0ZXh0GAIgASgJEioKCGxvZ3Byb2JzGAMgAygLMhgubWx4Z3JwYy52MS5Ub2tlbkxvZ3Byb2IiywEKEkdlbmVyYXRpb25GaW5pc2hlZBIoCgZyZWFzb24YASABKA4yGC5tbHhncnBjLnYxLkZpbmlzaFJlYXNvbhIVCg1zdG9wX3NlcXVlbmNlGAIgASgJEhoKDXN0b3BfdG9rZW5faWQYAyABKAVIAIgBARIgCgV1c2FnZRgEIAEoCzIRLm1seGdycGMudjEuVXNhZ2USJAoHdGltaW5ncxgFIAEoCzITLm1seGdycGMudjEuVGltaW5nc0IQCg5fc3RvcF90b2tlbl9pZCKqAQoQR2VuZXJhdGVSZXNwb25zZRIwCgdzdGFydGVkGAEgASgLMh0ubWx4Z3JwYy52MS5HZW5lcmF0aW9uU3RhcnRlZEgAEicKBWRlbHRhGAIgASgLMhYubWx4Z3JwYy52MS5Ub2tlbkRlbHRhSAASMgoIZmluaXNoZWQYAyABKAsyHi5tbHhncnBjLnYxLkdlbmVyYXRpb25GaW5pc2hlZEgAQgcKBWV2ZW50IpABCgxFbWJlZFJlcXVlc3QSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEhMKC2luc3RydWN0aW9uGAMgASgJEhYKCW5vcm1hbGl6ZRgEIAEoCEgAiAEBEhIKCmRpbWVuc2lvbnMYBSABKAUSEgoKcmVxdWVzdF9pZBgGIAEoCUIMCgpfbm9ybWFsaXplIkEKDUVtYmVkUmVzcG9uc2USDQoFaW5kZXgYASABKAUSEQoJZW1iZWRkaW5nGAIgAygCEg4KBnRva2VucxgDIAEoBSIjCg1DYW5jZWxSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiIwoOQ2FuY2VsUmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIIiQKE0dldE1vZGVsSW5mb1JlcXVlc3QSDQoFbW9kZWwYASABKAkiOwoUR2V0TW9kZWxJbmZvUmVzcG9uc2USIwoEaW5mbxgBIAEoCzIVLm1seGdycGMudjEuTW9kZWxJbmZvIlkKEVBsYW5NZW1vcnlSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhYKDmNvbnRleHRfdG9rZW5zGAIgASgDEh0KFW1heF9nZW5lcmF0aW9uX3Rva2VucxgDIAEoAyI6ChJQbGFuTWVtb3J5UmVzcG9uc2USJAoEcGxhbhgBIAEoCzIWLm1seGdycGMudjEuTWVtb3J5UGxhbiJKCg9Ub2tlbml6ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEdGV4dBgCIAEoCRIaChJhZGRfc3BlY2lhbF90b2tlbnMYAyABKAgiNQoQVG9rZW5pemVSZXNwb25zZRIRCgl0b2tlbl9pZHMYASADKAUSDgoGdG9rZW5zGAIgAygJIlIKEURldG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhEKCXRva2VuX2lkcxgCIAMoBRIbChNza2lwX3NwZWNpYWxfdG9rZW5zGAMgASgIIiIKEkRldG9rZW5pemVSZXNwb25zZRIMCgR0ZXh0GAEgASgJIhMKEUxpc3RNb2RlbHNSZXF1ZXN0IjsKEkxpc3RNb2RlbHNSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbzLdBAoQSW5mZXJlbmNlU2VydmljZRJHCghHZW5lcmF0ZRIbLm1seGdycGMudjEuR2VuZXJhdGVSZXF1ZXN0GhwubWx4Z3JwYy52MS5HZW5lcmF0ZVJlc3BvbnNlMAESPgoFRW1iZWQSGC5tbHhncnBjLnYxLkVtYmVkUmVxdWVzdBoZLm1seGdycGMudjEuRW1iZWRSZXNwb25zZTABEj8KBkNhbmNlbBIZLm1seGdycGMudjEuQ2FuY2VsUmVxdWVzdBoaLm1seGdycGMudjEuQ2FuY2VsUmVzcG9uc2USUQoMR2V0TW9kZWxJbmZvEh8ubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXF1ZXN0GiAubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXNwb25zZRJLCgpQbGFuTWVtb3J5Eh0ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVxdWVzdBoeLm1seGdycGMudjEuUGxhbk1lbW9yeVJlc3BvbnNlEkUKCFRva2VuaXplEhsubWx4Z3JwYy52MS5Ub2tlbml6ZVJlcXVlc3QaHC5tbHhncnBjLnYxLlRva2VuaXplUmVzcG9uc2USSwoKRGV0b2tlbml6ZRIdLm1seGdycGMudjEuRGV0b2tlbml6ZVJlcXVlc3QaHi5tbHhncnBjLnYxLkRldG9rZW5pemVSZXNwb25zZRJLCgpMaXN0TW9kZWxzEh0ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLm1seGdycGMudjEuTGlzdE1vZGVsc1Jlc3BvbnNlQk4KDmRldi5tbHhncnBjLnYxQhVJbmZlcmVuY2VTZXJ2aWNlUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
+  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxItIDCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSMwoPcmVzcG9uc2VfZm9ybWF0GA0gASgLMhoubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdBIPCgdhZGFwdGVyGA4gASgJQggKBnByb21wdCJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSJZCgpUb2tlbkRlbHRhEhEKCXRva2VuX2lkcxgBIAMoBRIMCgR0ZXh0GAIgASgJEioKCGxvZ3Byb2JzGAMgAygLMhgubWx4Z3JwYy52MS5Ub2tlbkxvZ3Byb2IiywEKEkdlbmVyYXRpb25GaW5pc2hlZBIoCgZyZWFzb24YASABKA4yGC5tbHhncnBjLnYxLkZpbmlzaFJlYXNvbhIVCg1zdG9wX3NlcXVlbmNlGAIgASgJEhoKDXN0b3BfdG9rZW5faWQYAyABKAVIAIgBARIgCgV1c2FnZRgEIAEoCzIRLm1seGdycGMudjEuVXNhZ2USJAoHdGltaW5ncxgFIAEoCzITLm1seGdycGMudjEuVGltaW5nc0IQCg5fc3RvcF90b2tlbl9pZCKqAQoQR2VuZXJhdGVSZXNwb25zZRIwCgdzdGFydGVkGAEgASgLMh0ubWx4Z3JwYy52MS5HZW5lcmF0aW9uU3RhcnRlZEgAEicKBWRlbHRhGAIgASgLMhYubWx4Z3JwYy52MS5Ub2tlbkRlbHRhSAASMgoIZmluaXNoZWQYAyABKAsyHi5tbHhncnBjLnYxLkdlbmVyYXRpb25GaW5pc2hlZEgAQgcKBWV2ZW50IpABCgxFbWJlZFJlcXVlc3QSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEhMKC2luc3RydWN0aW9uGAMgASgJEhYKCW5vcm1hbGl6ZRgEIAEoCEgAiAEBEhIKCmRpbWVuc2lvbnMYBSABKAUSEgoKcmVxdWVzdF9pZBgGIAEoCUIMCgpfbm9ybWFsaXplIkEKDUVtYmVkUmVzcG9uc2USDQoFaW5kZXgYASABKAUSEQoJZW1iZWRkaW5nGAIgAygCEg4KBnRva2VucxgDIAEoBSIjCg1DYW5jZWxSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiIwoOQ2FuY2VsUmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIIiQKE0dldE1vZGVsSW5mb1JlcXVlc3QSDQoFbW9kZWwYASABKAkiOwoUR2V0TW9kZWxJbmZvUmVzcG9uc2USIwoEaW5mbxgBIAEoCzIVLm1seGdycGMudjEuTW9kZWxJbmZvIlkKEVBsYW5NZW1vcnlSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhYKDmNvbnRleHRfdG9rZW5zGAIgASgDEh0KFW1heF9nZW5lcmF0aW9uX3Rva2VucxgDIAEoAyI6ChJQbGFuTWVtb3J5UmVzcG9uc2USJAoEcGxhbhgBIAEoCzIWLm1seGdycGMudjEuTWVtb3J5UGxhbiJKCg9Ub2tlbml6ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEdGV4dBgCIAEoCRIaChJhZGRfc3BlY2lhbF90b2tlbnMYAyABKAgiNQoQVG9rZW5pemVSZXNwb25zZRIRCgl0b2tlbl9pZHMYASADKAUSDgoGdG9rZW5zGAIgAygJIlIKEURldG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhEKCXRva2VuX2lkcxgCIAMoBRIbChNza2lwX3NwZWNpYWxfdG9rZW5zGAMgASgIIiIKEkRldG9rZW5pemVSZXNwb25zZRIMCgR0ZXh0GAEgASgJIhMKEUxpc3RNb2RlbHNSZXF1ZXN0IjsKEkxpc3RNb2RlbHNSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbyI/ChJMb2FkQWRhcHRlclJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEbmFtZRgCIAEoCRIMCgRwYXRoGAMgASgJIlAKE0xvYWRBZGFwdGVyUmVzcG9uc2USKAoHYWRhcHRlchgBIAEoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8SDwoHZXZpY3RlZBgCIAMoCSIzChRVbmxvYWRBZGFwdGVyUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIMCgRuYW1lGAIgASgJIkEKFVVubG9hZEFkYXB0ZXJSZXNwb25zZRIoCgdhZGFwdGVyGAEgASgLMhcubWx4Z3JwYy52MS5BZGFwdGVySW5mbyIkChNMaXN0QWRhcHRlcnNSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJImYKFExpc3RBZGFwdGVyc1Jlc3BvbnNlEg0KBW1vZGVsGAEgASgJEikKCGFkYXB0ZXJzGAIgAygLMhcubWx4Z3JwYy52MS5BZGFwdGVySW5mbxIUCgxtYXhfYWRhcHRlcnMYAyABKAUiHwoOR2V0TG9hZFJlcXVlc3QSDQoFbW9kZWwYASABKAkiUAoPR2V0TG9hZFJlc3BvbnNlEiUKBm1vZGVscxgBIAMoCzIVLm1seGdycGMudjEuTW9kZWxMb2FkEhYKDnVwdGltZV9zZWNvbmRzGAIgASgBIokDCglNb2RlbExvYWQSDQoFbW9kZWwYASABKAkSGAoQcnVubmluZ19yZXF1ZXN0cxgCIAEoBRIYChB3YWl0aW5nX3JlcXVlc3RzGAMgASgFEhwKFG1heF9ydW5uaW5nX3JlcXVlc3RzGAQgASgFEhYKDmt2X2NhY2hlX2J5dGVzGAUgASgDEhYKDnJlc2VydmVkX2J5dGVzGAYgASgDEhsKE21lbW9yeV9idWRnZXRfYnl0ZXMYByABKAMSHAoUcHJlZml4X2NhY2hlX2VudHJpZXMYCCABKAUSGgoScHJlZml4X2NhY2hlX2J5dGVzGAkgASgDEhkKEXByZWZpeF9jYWNoZV9oaXRzGAogASgDEhsKE3ByZWZpeF9jYWNoZV9taXNzZXMYCyABKAMSHQoVcHJlZml4X2NhY2hlX2hpdF9yYXRlGAwgASgBEiMKG2dlbmVyYXRlZF90b2tlbnNfcGVyX3NlY29uZBgNIAEoARIYChBnZW5lcmF0ZWRfdG9rZW5zGA4gASgDMpoHChBJbmZlcmVuY2VTZXJ2aWNlEkcKCEdlbmVyYXRlEhsubWx4Z3JwYy52MS5HZW5lcmF0ZVJlcXVlc3QaHC5tbHhncnBjLnYxLkdlbmVyYXRlUmVzcG9uc2UwARI+CgVFbWJlZBIYLm1seGdycGMudjEuRW1iZWRSZXF1ZXN0GhkubWx4Z3JwYy52MS5FbWJlZFJlc3BvbnNlMAESPwoGQ2FuY2VsEhkubWx4Z3JwYy52MS5DYW5jZWxSZXF1ZXN0GhoubWx4Z3JwYy52MS5DYW5jZWxSZXNwb25zZRJRCgxHZXRNb2RlbEluZm8SHy5tbHhncnBjLnYxLkdldE1vZGVsSW5mb1JlcXVlc3QaIC5tbHhncnBjLnYxLkdldE1vZGVsSW5mb1Jlc3BvbnNlEksKClBsYW5NZW1vcnkSHS5tbHhncnBjLnYxLlBsYW5NZW1vcnlSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVzcG9uc2USRQoIVG9rZW5pemUSGy5tbHhncnBjLnYxLlRva2VuaXplUmVxdWVzdBocLm1seGdycGMudjEuVG9rZW5pemVSZXNwb25zZRJLCgpEZXRva2VuaXplEh0ubWx4Z3JwYy52MS5EZXRva2VuaXplUmVxdWVzdBoeLm1seGdycGMudjEuRGV0b2tlbml6ZVJlc3BvbnNlEksKCkxpc3RNb2RlbHMSHS5tbHhncnBjLnYxLkxpc3RNb2RlbHNSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVzcG9uc2USTgoLTG9hZEFkYXB0ZXISHi5tbHhncnBjLnYxLkxvYWRBZGFwdGVyUmVxdWVzdBofLm1seGdycGMudjEuTG9hZEFkYXB0ZXJSZXNwb25zZRJUCg1VbmxvYWRBZGFwdGVyEiAubWx4Z3JwYy52MS5VbmxvYWRBZGFwdGVyUmVxdWVzdBohLm1seGdycGMudjEuVW5sb2FkQWRhcHRlclJlc3BvbnNlElEKDExpc3RBZGFwdGVycxIfLm1seGdycGMudjEuTGlzdEFkYXB0ZXJzUmVxdWVzdBogLm1seGdycGMudjEuTGlzdEFkYXB0ZXJzUmVzcG9uc2USQgoHR2V0TG9hZBIaLm1seGdycGMudjEuR2V0TG9hZFJlcXVlc3QaGy5tbHhncnBjLnYxLkdldExvYWRSZXNwb25zZUJOCg5kZXYubWx4Z3JwYy52MUIVSW5mZXJlbmNlU2VydmljZVByb3RvUAFaI21seGdycGMuZGV2L2dvL21seGdycGMvdjE7bWx4Z3JwY3YxYgZwcm90bzM", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
 
 /**
  * A request to generate text.
@@ -38,8 +38,8 @@ export type GenerateRequest = Message<"mlxgrpc.v1.GenerateRequest"> & {
   requestId: string;
 
   /**
-   * Groups requests of one conversation. A hint for prefix-cache affinity; it never
-   * changes the output.
+   * Groups requests of one conversation (at most 128 characters). A hint for
+   * prefix-cache affinity; it never changes the output.
    *
    * @generated from field: string session_id = 3;
    */
@@ -110,6 +110,30 @@ export type GenerateRequest = Message<"mlxgrpc.v1.GenerateRequest"> & {
    * @generated from field: bool bypass_prefix_cache = 11;
    */
   bypassPrefixCache: boolean;
+
+  /**
+   * Speculative decoding. Unset: the server's default. It never changes the output.
+   *
+   * @generated from field: mlxgrpc.v1.SpeculationOptions speculation = 12;
+   */
+  speculation?: SpeculationOptions | undefined;
+
+  /**
+   * Structured output: constrain the generated text to a JSON Schema, any JSON
+   * object, a regex, a Lark grammar or a choice of strings. Unset: free text.
+   *
+   * @generated from field: mlxgrpc.v1.ResponseFormat response_format = 13;
+   */
+  responseFormat?: ResponseFormat | undefined;
+
+  /**
+   * The loaded adapter (LoRA or DoRA, see ListAdapters) to generate with, by name;
+   * empty uses the base model. Requests with different adapters, or none, share one
+   * batch. An adapter that is not loaded is NOT_FOUND.
+   *
+   * @generated from field: string adapter = 14;
+   */
+  adapter: string;
 };
 
 /**
@@ -681,13 +705,349 @@ export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PUR
   messageDesc(file_mlxgrpc_v1_inference_service, 18);
 
 /**
+ * A request to load an adapter.
+ *
+ * @generated from message mlxgrpc.v1.LoadAdapterRequest
+ */
+export type LoadAdapterRequest = Message<"mlxgrpc.v1.LoadAdapterRequest"> & {
+  /**
+   * The generation model to adapt; empty selects the default generation model.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * The name requests use to select the adapter: 1 to 64 characters of A-Z, a-z,
+   * 0-9, '.', '_' and '-'.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * The adapter directory on the server: adapter_config.json and adapters.safetensors,
+   * as mlx_lm.lora writes them.
+   *
+   * @generated from field: string path = 3;
+   */
+  path: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.LoadAdapterRequest.
+ * Use `create(LoadAdapterRequestSchema)` to create a new message.
+ */
+export const LoadAdapterRequestSchema: GenMessage<LoadAdapterRequest> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 19);
+
+/**
+ * The result of loading an adapter.
+ *
+ * @generated from message mlxgrpc.v1.LoadAdapterResponse
+ */
+export type LoadAdapterResponse = Message<"mlxgrpc.v1.LoadAdapterResponse"> & {
+  /**
+   * The adapter now loaded.
+   *
+   * @generated from field: mlxgrpc.v1.AdapterInfo adapter = 1;
+   */
+  adapter?: AdapterInfo | undefined;
+
+  /**
+   * Names of adapters unloaded to stay within the model's adapter limit (least
+   * recently used first).
+   *
+   * @generated from field: repeated string evicted = 2;
+   */
+  evicted: string[];
+};
+
+/**
+ * Describes the message mlxgrpc.v1.LoadAdapterResponse.
+ * Use `create(LoadAdapterResponseSchema)` to create a new message.
+ */
+export const LoadAdapterResponseSchema: GenMessage<LoadAdapterResponse> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 20);
+
+/**
+ * A request to unload an adapter.
+ *
+ * @generated from message mlxgrpc.v1.UnloadAdapterRequest
+ */
+export type UnloadAdapterRequest = Message<"mlxgrpc.v1.UnloadAdapterRequest"> & {
+  /**
+   * The generation model; empty selects the default generation model.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * The adapter's name.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.UnloadAdapterRequest.
+ * Use `create(UnloadAdapterRequestSchema)` to create a new message.
+ */
+export const UnloadAdapterRequestSchema: GenMessage<UnloadAdapterRequest> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 21);
+
+/**
+ * The result of unloading an adapter.
+ *
+ * @generated from message mlxgrpc.v1.UnloadAdapterResponse
+ */
+export type UnloadAdapterResponse = Message<"mlxgrpc.v1.UnloadAdapterResponse"> & {
+  /**
+   * The adapter that was unloaded.
+   *
+   * @generated from field: mlxgrpc.v1.AdapterInfo adapter = 1;
+   */
+  adapter?: AdapterInfo | undefined;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.UnloadAdapterResponse.
+ * Use `create(UnloadAdapterResponseSchema)` to create a new message.
+ */
+export const UnloadAdapterResponseSchema: GenMessage<UnloadAdapterResponse> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 22);
+
+/**
+ * A request to list a model's adapters.
+ *
+ * @generated from message mlxgrpc.v1.ListAdaptersRequest
+ */
+export type ListAdaptersRequest = Message<"mlxgrpc.v1.ListAdaptersRequest"> & {
+  /**
+   * The generation model; empty selects the default generation model.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.ListAdaptersRequest.
+ * Use `create(ListAdaptersRequestSchema)` to create a new message.
+ */
+export const ListAdaptersRequestSchema: GenMessage<ListAdaptersRequest> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 23);
+
+/**
+ * The adapters loaded on a model.
+ *
+ * @generated from message mlxgrpc.v1.ListAdaptersResponse
+ */
+export type ListAdaptersResponse = Message<"mlxgrpc.v1.ListAdaptersResponse"> & {
+  /**
+   * The model's name.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * The loaded adapters, in the order they were loaded.
+   *
+   * @generated from field: repeated mlxgrpc.v1.AdapterInfo adapters = 2;
+   */
+  adapters: AdapterInfo[];
+
+  /**
+   * How many adapters the model may hold at once.
+   *
+   * @generated from field: int32 max_adapters = 3;
+   */
+  maxAdapters: number;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.ListAdaptersResponse.
+ * Use `create(ListAdaptersResponseSchema)` to create a new message.
+ */
+export const ListAdaptersResponseSchema: GenMessage<ListAdaptersResponse> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 24);
+
+/**
+ * A request for load figures.
+ *
+ * @generated from message mlxgrpc.v1.GetLoadRequest
+ */
+export type GetLoadRequest = Message<"mlxgrpc.v1.GetLoadRequest"> & {
+  /**
+   * The generation model; empty reports every generation model.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.GetLoadRequest.
+ * Use `create(GetLoadRequestSchema)` to create a new message.
+ */
+export const GetLoadRequestSchema: GenMessage<GetLoadRequest> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 25);
+
+/**
+ * Load figures, one entry per generation model.
+ *
+ * @generated from message mlxgrpc.v1.GetLoadResponse
+ */
+export type GetLoadResponse = Message<"mlxgrpc.v1.GetLoadResponse"> & {
+  /**
+   * One entry per generation model, the default first.
+   *
+   * @generated from field: repeated mlxgrpc.v1.ModelLoad models = 1;
+   */
+  models: ModelLoad[];
+
+  /**
+   * Seconds since this server started.
+   *
+   * @generated from field: double uptime_seconds = 2;
+   */
+  uptimeSeconds: number;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.GetLoadResponse.
+ * Use `create(GetLoadResponseSchema)` to create a new message.
+ */
+export const GetLoadResponseSchema: GenMessage<GetLoadResponse> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 26);
+
+/**
+ * How busy one generation model is, read from its engine thread when asked.
+ *
+ * @generated from message mlxgrpc.v1.ModelLoad
+ */
+export type ModelLoad = Message<"mlxgrpc.v1.ModelLoad"> & {
+  /**
+   * The model's name.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * Requests admitted and not finished (prefilling or decoding).
+   *
+   * @generated from field: int32 running_requests = 2;
+   */
+  runningRequests: number;
+
+  /**
+   * Requests waiting for admission (a slot or memory).
+   *
+   * @generated from field: int32 waiting_requests = 3;
+   */
+  waitingRequests: number;
+
+  /**
+   * The most requests that run at once (the server's --max-active).
+   *
+   * @generated from field: int32 max_running_requests = 4;
+   */
+  maxRunningRequests: number;
+
+  /**
+   * Bytes of KV cache held by running requests now.
+   *
+   * @generated from field: int64 kv_cache_bytes = 5;
+   */
+  kvCacheBytes: bigint;
+
+  /**
+   * Bytes admission has committed to running requests (their KV at full context
+   * plus one prefill workspace).
+   *
+   * @generated from field: int64 reserved_bytes = 6;
+   */
+  reservedBytes: bigint;
+
+  /**
+   * Bytes admission may commit: usable memory less the weights and the reserve.
+   * 0 when admission does not plan by memory.
+   *
+   * @generated from field: int64 memory_budget_bytes = 7;
+   */
+  memoryBudgetBytes: bigint;
+
+  /**
+   * Entries in the prefix cache.
+   *
+   * @generated from field: int32 prefix_cache_entries = 8;
+   */
+  prefixCacheEntries: number;
+
+  /**
+   * Bytes of KV held by the prefix cache (not counted in kv_cache_bytes).
+   *
+   * @generated from field: int64 prefix_cache_bytes = 9;
+   */
+  prefixCacheBytes: bigint;
+
+  /**
+   * Prefix-cache lookups that reused a cached prefix, since the model loaded.
+   *
+   * @generated from field: int64 prefix_cache_hits = 10;
+   */
+  prefixCacheHits: bigint;
+
+  /**
+   * Prefix-cache lookups that found nothing to reuse, since the model loaded.
+   *
+   * @generated from field: int64 prefix_cache_misses = 11;
+   */
+  prefixCacheMisses: bigint;
+
+  /**
+   * hits / (hits + misses); 0 before the first lookup.
+   *
+   * @generated from field: double prefix_cache_hit_rate = 12;
+   */
+  prefixCacheHitRate: number;
+
+  /**
+   * Tokens generated per second over the last 10 seconds.
+   *
+   * @generated from field: double generated_tokens_per_second = 13;
+   */
+  generatedTokensPerSecond: number;
+
+  /**
+   * Tokens generated since the model loaded.
+   *
+   * @generated from field: int64 generated_tokens = 14;
+   */
+  generatedTokens: bigint;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.ModelLoad.
+ * Use `create(ModelLoadSchema)` to create a new message.
+ */
+export const ModelLoadSchema: GenMessage<ModelLoad> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 27);
+
+/**
  * Text generation and embeddings on MLX.
  *
  * Errors use canonical status codes with google.rpc details (ErrorInfo with domain
  * "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
- * bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
- * RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
- * a server still loading or draining UNAVAILABLE.
+ * bad input (an invalid value, or more than the server's limits allow) is
+ * INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+ * a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+ * shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+ * period ends: retry it on another replica).
  *
  * @generated from service mlxgrpc.v1.InferenceService
  */
@@ -773,6 +1133,57 @@ export const InferenceService: GenService<{
     methodKind: "unary";
     input: typeof ListModelsRequestSchema;
     output: typeof ListModelsResponseSchema;
+  },
+  /**
+   * Loads a LoRA or DoRA adapter (a directory as mlx_lm.lora writes it, on the server)
+   * for a generation model, under a name that GenerateRequest.adapter then selects.
+   * A directory that is no adapter is INVALID_ARGUMENT; an adapter that does not fit
+   * the model (layer names, shapes, rank) FAILED_PRECONDITION saying what differs; a
+   * name in use ALREADY_EXISTS. At the model's adapter limit the least recently used
+   * adapter without requests is unloaded to make room; when every one is in use,
+   * RESOURCE_EXHAUSTED with RetryInfo.
+   *
+   * @generated from rpc mlxgrpc.v1.InferenceService.LoadAdapter
+   */
+  loadAdapter: {
+    methodKind: "unary";
+    input: typeof LoadAdapterRequestSchema;
+    output: typeof LoadAdapterResponseSchema;
+  },
+  /**
+   * Unloads an adapter. From the call on, new requests naming it get NOT_FOUND; the
+   * requests already using it finish normally, then its memory is freed and the call
+   * returns. If the call ends first (deadline, cancel), the unload still completes.
+   *
+   * @generated from rpc mlxgrpc.v1.InferenceService.UnloadAdapter
+   */
+  unloadAdapter: {
+    methodKind: "unary";
+    input: typeof UnloadAdapterRequestSchema;
+    output: typeof UnloadAdapterResponseSchema;
+  },
+  /**
+   * Lists the adapters loaded on a generation model.
+   *
+   * @generated from rpc mlxgrpc.v1.InferenceService.ListAdapters
+   */
+  listAdapters: {
+    methodKind: "unary";
+    input: typeof ListAdaptersRequestSchema;
+    output: typeof ListAdaptersResponseSchema;
+  },
+  /**
+   * Reports how busy each generation model is: requests running and waiting, KV-cache
+   * memory in use against its limit, the prefix cache and recent throughput. Meant
+   * for routers, autoscalers and dashboards; the Prometheus endpoint carries the
+   * same figures.
+   *
+   * @generated from rpc mlxgrpc.v1.InferenceService.GetLoad
+   */
+  getLoad: {
+    methodKind: "unary";
+    input: typeof GetLoadRequestSchema;
+    output: typeof GetLoadResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_mlxgrpc_v1_inference_service, 0);

@@ -4,13 +4,15 @@
 
 import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { SpeculationMode } from "./generation_pb.js";
+import { file_mlxgrpc_v1_generation } from "./generation_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file mlxgrpc/v1/model.proto.
  */
 export const file_mlxgrpc_v1_model: GenFile = /*@__PURE__*/
-  fileDesc("ChZtbHhncnBjL3YxL21vZGVsLnByb3RvEgptbHhncnBjLnYxImYKD0dyYXBoRGVzY3JpcHRvchIKCgJpZBgBIAEoCRIPCgdiYWNrZW5kGAIgASgJEhEKCWdyYXBoX2FiaRgDIAEoCRIRCglzdGF0ZV9hYmkYBCABKAkSEAoIYXJ0aWZhY3QYBSABKAkiRAoMTWVkaWFTdXBwb3J0EiUKBWlucHV0GAEgASgOMhYubWx4Z3JwYy52MS5NZWRpYUlucHV0Eg0KBXZpZGVvGAIgASgIIjUKC05hdGl2ZURyYWZ0EgwKBGtpbmQYASABKAkSGAoQbnVtX2RyYWZ0X3Rva2VucxgCIAEoBSIwChNQcmVmaWxsQ2FwYWJpbGl0aWVzEhkKEWJvdW5kZWRfd29ya3NwYWNlGAEgASgIInEKF1NwZWN1bGF0aW9uQ2FwYWJpbGl0aWVzEhAKCGFkYXB0ZXJzGAEgASgIEhAKCGxvZ3Byb2JzGAIgASgIEhcKD2V4dGVybmFsX3Rva2VucxgDIAEoCBIZChFncmFtbWFyX3Byb3Bvc2FscxgEIAEoCCL2AgoRR3JhcGhDYXBhYmlsaXRpZXMSJwoGbWV0aG9kGAEgASgOMhcubWx4Z3JwYy52MS5HcmFwaE1ldGhvZBInCgVtZWRpYRgCIAEoCzIYLm1seGdycGMudjEuTWVkaWFTdXBwb3J0EhcKD2NvbXBpbGVkX2RlY29kZRgDIAEoCBIYChBzcGFyc2VfYXR0ZW50aW9uGAQgASgIEhIKCmVtYmVkZGluZ3MYBSABKAgSGQoRaGlkZGVuX2xheWVyX3RhcHMYBiABKAgSLQoMbmF0aXZlX2RyYWZ0GAcgASgLMhcubWx4Z3JwYy52MS5OYXRpdmVEcmFmdBIwCgdwcmVmaWxsGAggASgLMh8ubWx4Z3JwYy52MS5QcmVmaWxsQ2FwYWJpbGl0aWVzEjgKC3NwZWN1bGF0aW9uGAkgASgLMiMubWx4Z3JwYy52MS5TcGVjdWxhdGlvbkNhcGFiaWxpdGllcxISCgpnZW5lcmF0aW9uGAogASgIIsgCCglNb2RlbEluZm8SDAoEbmFtZRgBIAEoCRIjCgRraW5kGAIgASgOMhUubWx4Z3JwYy52MS5Nb2RlbEtpbmQSKgoFZ3JhcGgYAyABKAsyGy5tbHhncnBjLnYxLkdyYXBoRGVzY3JpcHRvchIzCgxjYXBhYmlsaXRpZXMYBCABKAsyHS5tbHhncnBjLnYxLkdyYXBoQ2FwYWJpbGl0aWVzEhYKDmNvbnRleHRfbGVuZ3RoGAUgASgFEhIKCnZvY2FiX3NpemUYBiABKAUSFQoNZW9zX3Rva2VuX2lkcxgHIAMoBRIZChFoYXNfY2hhdF90ZW1wbGF0ZRgIIAEoCBINCgVkdHlwZRgJIAEoCRIMCgRibGFzGAogASgJEhwKFGVtYmVkZGluZ19kaW1lbnNpb25zGAsgASgFEg4KBnNvdXJjZRgMIAEoCSLxBAoKTWVtb3J5UGxhbhIWCg5zY2hlbWFfdmVyc2lvbhgBIAEoBRIQCghzdHJhdGVneRgCIAEoCRIMCgRmaXRzGAMgASgIEhYKDmNvbnRleHRfdG9rZW5zGAQgASgDEhgKEG1heF9zYWZlX2NvbnRleHQYBSABKAMSFQoNd2VpZ2h0c19ieXRlcxgGIAEoAxIQCghrdl9ieXRlcxgHIAEoAxIXCg90cmFuc2llbnRfYnl0ZXMYCCABKAMSFQoNcmVzZXJ2ZV9ieXRlcxgJIAEoAxITCgt0b3RhbF9ieXRlcxgKIAEoAxIUCgx1c2FibGVfYnl0ZXMYCyABKAMSIQoUcHJlZGljdGVkX2RlY29kZV90cHMYDCABKAFIAIgBARIiChVhbGxvY2F0b3JfbGltaXRfYnl0ZXMYDSABKANIAYgBARIiChVtYXhfZ2VuZXJhdGlvbl90b2tlbnMYDiABKANIAogBARJFChBzdHJlYW1lZF93ZWlnaHRzGA8gAygLMisubWx4Z3JwYy52MS5NZW1vcnlQbGFuLlN0cmVhbWVkV2VpZ2h0c0VudHJ5EiMKFm1hY2hpbmVfaGVhZHJvb21fYnl0ZXMYECABKANIA4gBARo2ChRTdHJlYW1lZFdlaWdodHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBQhcKFV9wcmVkaWN0ZWRfZGVjb2RlX3Rwc0IYChZfYWxsb2NhdG9yX2xpbWl0X2J5dGVzQhgKFl9tYXhfZ2VuZXJhdGlvbl90b2tlbnNCGQoXX21hY2hpbmVfaGVhZHJvb21fYnl0ZXMqaAoLR3JhcGhNZXRob2QSHAoYR1JBUEhfTUVUSE9EX1VOU1BFQ0lGSUVEEAASHwobR1JBUEhfTUVUSE9EX0FVVE9SRUdSRVNTSVZFEAESGgoWR1JBUEhfTUVUSE9EX0RFTk9JU0lORxACKoMBCgpNZWRpYUlucHV0EhsKF01FRElBX0lOUFVUX1VOU1BFQ0lGSUVEEAASGgoWTUVESUFfSU5QVVRfRU1CRURESU5HUxABEiQKIE1FRElBX0lOUFVUX0VNQkVERElOR1NfUE9TSVRJT05TEAISFgoSTUVESUFfSU5QVVRfUElYRUxTEAMqXAoJTW9kZWxLaW5kEhoKFk1PREVMX0tJTkRfVU5TUEVDSUZJRUQQABIZChVNT0RFTF9LSU5EX0dFTkVSQVRJT04QARIYChRNT0RFTF9LSU5EX0VNQkVERElORxACQkMKDmRldi5tbHhncnBjLnYxQgpNb2RlbFByb3RvUAFaI21seGdycGMuZGV2L2dvL21seGdycGMvdjE7bWx4Z3JwY3YxYgZwcm90bzM");
+  fileDesc("ChZtbHhncnBjL3YxL21vZGVsLnByb3RvEgptbHhncnBjLnYxImYKD0dyYXBoRGVzY3JpcHRvchIKCgJpZBgBIAEoCRIPCgdiYWNrZW5kGAIgASgJEhEKCWdyYXBoX2FiaRgDIAEoCRIRCglzdGF0ZV9hYmkYBCABKAkSEAoIYXJ0aWZhY3QYBSABKAkiRAoMTWVkaWFTdXBwb3J0EiUKBWlucHV0GAEgASgOMhYubWx4Z3JwYy52MS5NZWRpYUlucHV0Eg0KBXZpZGVvGAIgASgIIjUKC05hdGl2ZURyYWZ0EgwKBGtpbmQYASABKAkSGAoQbnVtX2RyYWZ0X3Rva2VucxgCIAEoBSIwChNQcmVmaWxsQ2FwYWJpbGl0aWVzEhkKEWJvdW5kZWRfd29ya3NwYWNlGAEgASgIIuUBChdTcGVjdWxhdGlvbkNhcGFiaWxpdGllcxIQCghhZGFwdGVycxgBIAEoCBIQCghsb2dwcm9icxgCIAEoCBIXCg9leHRlcm5hbF90b2tlbnMYAyABKAgSGQoRZ3JhbW1hcl9wcm9wb3NhbHMYBCABKAgSKgoFbW9kZXMYBSADKA4yGy5tbHhncnBjLnYxLlNwZWN1bGF0aW9uTW9kZRIxCgxkZWZhdWx0X21vZGUYBiABKA4yGy5tbHhncnBjLnYxLlNwZWN1bGF0aW9uTW9kZRITCgtkcmFmdF9tb2RlbBgHIAEoCSKwAwoRR3JhcGhDYXBhYmlsaXRpZXMSJwoGbWV0aG9kGAEgASgOMhcubWx4Z3JwYy52MS5HcmFwaE1ldGhvZBInCgVtZWRpYRgCIAEoCzIYLm1seGdycGMudjEuTWVkaWFTdXBwb3J0EhcKD2NvbXBpbGVkX2RlY29kZRgDIAEoCBIYChBzcGFyc2VfYXR0ZW50aW9uGAQgASgIEhIKCmVtYmVkZGluZ3MYBSABKAgSGQoRaGlkZGVuX2xheWVyX3RhcHMYBiABKAgSLQoMbmF0aXZlX2RyYWZ0GAcgASgLMhcubWx4Z3JwYy52MS5OYXRpdmVEcmFmdBIwCgdwcmVmaWxsGAggASgLMh8ubWx4Z3JwYy52MS5QcmVmaWxsQ2FwYWJpbGl0aWVzEjgKC3NwZWN1bGF0aW9uGAkgASgLMiMubWx4Z3JwYy52MS5TcGVjdWxhdGlvbkNhcGFiaWxpdGllcxISCgpnZW5lcmF0aW9uGAogASgIEjgKEHJlc3BvbnNlX2Zvcm1hdHMYCyADKA4yHi5tbHhncnBjLnYxLlJlc3BvbnNlRm9ybWF0S2luZCKJAwoJTW9kZWxJbmZvEgwKBG5hbWUYASABKAkSIwoEa2luZBgCIAEoDjIVLm1seGdycGMudjEuTW9kZWxLaW5kEioKBWdyYXBoGAMgASgLMhsubWx4Z3JwYy52MS5HcmFwaERlc2NyaXB0b3ISMwoMY2FwYWJpbGl0aWVzGAQgASgLMh0ubWx4Z3JwYy52MS5HcmFwaENhcGFiaWxpdGllcxIWCg5jb250ZXh0X2xlbmd0aBgFIAEoBRISCgp2b2NhYl9zaXplGAYgASgFEhUKDWVvc190b2tlbl9pZHMYByADKAUSGQoRaGFzX2NoYXRfdGVtcGxhdGUYCCABKAgSDQoFZHR5cGUYCSABKAkSDAoEYmxhcxgKIAEoCRIcChRlbWJlZGRpbmdfZGltZW5zaW9ucxgLIAEoBRIOCgZzb3VyY2UYDCABKAkSKQoIYWRhcHRlcnMYDSADKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvEhQKDG1heF9hZGFwdGVycxgOIAEoBSK6AQoLQWRhcHRlckluZm8SDAoEbmFtZRgBIAEoCRIlCgRraW5kGAIgASgOMhcubWx4Z3JwYy52MS5BZGFwdGVyS2luZBIMCgRyYW5rGAMgASgFEg0KBXNjYWxlGAQgASgBEg4KBmxheWVycxgFIAEoBRINCgVieXRlcxgGIAEoAxIOCgZzb3VyY2UYByABKAkSFwoPYWN0aXZlX3JlcXVlc3RzGAggASgFEhEKCXVubG9hZGluZxgJIAEoCCKIBQoKTWVtb3J5UGxhbhIWCg5zY2hlbWFfdmVyc2lvbhgBIAEoBRIQCghzdHJhdGVneRgCIAEoCRIMCgRmaXRzGAMgASgIEhYKDmNvbnRleHRfdG9rZW5zGAQgASgDEhgKEG1heF9zYWZlX2NvbnRleHQYBSABKAMSFQoNd2VpZ2h0c19ieXRlcxgGIAEoAxIQCghrdl9ieXRlcxgHIAEoAxIXCg90cmFuc2llbnRfYnl0ZXMYCCABKAMSFQoNcmVzZXJ2ZV9ieXRlcxgJIAEoAxITCgt0b3RhbF9ieXRlcxgKIAEoAxIUCgx1c2FibGVfYnl0ZXMYCyABKAMSIQoUcHJlZGljdGVkX2RlY29kZV90cHMYDCABKAFIAIgBARIiChVhbGxvY2F0b3JfbGltaXRfYnl0ZXMYDSABKANIAYgBARIiChVtYXhfZ2VuZXJhdGlvbl90b2tlbnMYDiABKANIAogBARJFChBzdHJlYW1lZF93ZWlnaHRzGA8gAygLMisubWx4Z3JwYy52MS5NZW1vcnlQbGFuLlN0cmVhbWVkV2VpZ2h0c0VudHJ5EiMKFm1hY2hpbmVfaGVhZHJvb21fYnl0ZXMYECABKANIA4gBARIVCg1hZGFwdGVyX2J5dGVzGBEgASgDGjYKFFN0cmVhbWVkV2VpZ2h0c0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAFCFwoVX3ByZWRpY3RlZF9kZWNvZGVfdHBzQhgKFl9hbGxvY2F0b3JfbGltaXRfYnl0ZXNCGAoWX21heF9nZW5lcmF0aW9uX3Rva2Vuc0IZChdfbWFjaGluZV9oZWFkcm9vbV9ieXRlcypoCgtHcmFwaE1ldGhvZBIcChhHUkFQSF9NRVRIT0RfVU5TUEVDSUZJRUQQABIfChtHUkFQSF9NRVRIT0RfQVVUT1JFR1JFU1NJVkUQARIaChZHUkFQSF9NRVRIT0RfREVOT0lTSU5HEAIqgwEKCk1lZGlhSW5wdXQSGwoXTUVESUFfSU5QVVRfVU5TUEVDSUZJRUQQABIaChZNRURJQV9JTlBVVF9FTUJFRERJTkdTEAESJAogTUVESUFfSU5QVVRfRU1CRURESU5HU19QT1NJVElPTlMQAhIWChJNRURJQV9JTlBVVF9QSVhFTFMQAyrpAQoSUmVzcG9uc2VGb3JtYXRLaW5kEiQKIFJFU1BPTlNFX0ZPUk1BVF9LSU5EX1VOU1BFQ0lGSUVEEAASJAogUkVTUE9OU0VfRk9STUFUX0tJTkRfSlNPTl9TQ0hFTUEQARIkCiBSRVNQT05TRV9GT1JNQVRfS0lORF9KU09OX09CSkVDVBACEh4KGlJFU1BPTlNFX0ZPUk1BVF9LSU5EX1JFR0VYEAMSIAocUkVTUE9OU0VfRk9STUFUX0tJTkRfR1JBTU1BUhAEEh8KG1JFU1BPTlNFX0ZPUk1BVF9LSU5EX0NIT0lDRRAFKlwKCU1vZGVsS2luZBIaChZNT0RFTF9LSU5EX1VOU1BFQ0lGSUVEEAASGQoVTU9ERUxfS0lORF9HRU5FUkFUSU9OEAESGAoUTU9ERUxfS0lORF9FTUJFRERJTkcQAipZCgtBZGFwdGVyS2luZBIcChhBREFQVEVSX0tJTkRfVU5TUEVDSUZJRUQQABIVChFBREFQVEVSX0tJTkRfTE9SQRABEhUKEUFEQVBURVJfS0lORF9ET1JBEAJCQwoOZGV2Lm1seGdycGMudjFCCk1vZGVsUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw", [file_mlxgrpc_v1_generation]);
 
 /**
  * Identifies the implementation a model runs on: its ABI, not a claim of speed or parity.
@@ -172,6 +174,28 @@ export type SpeculationCapabilities = Message<"mlxgrpc.v1.SpeculationCapabilitie
    * @generated from field: bool grammar_proposals = 4;
    */
   grammarProposals: boolean;
+
+  /**
+   * The speculation modes requests to this model can use (empty: it does not
+   * speculate, e.g. its caches cannot roll back).
+   *
+   * @generated from field: repeated mlxgrpc.v1.SpeculationMode modes = 5;
+   */
+  modes: SpeculationMode[];
+
+  /**
+   * The mode a request gets when it leaves SpeculationOptions.mode unspecified.
+   *
+   * @generated from field: mlxgrpc.v1.SpeculationMode default_mode = 6;
+   */
+  defaultMode: SpeculationMode;
+
+  /**
+   * The draft model's name, when the server has one for this model.
+   *
+   * @generated from field: string draft_model = 7;
+   */
+  draftModel: string;
 };
 
 /**
@@ -257,6 +281,14 @@ export type GraphCapabilities = Message<"mlxgrpc.v1.GraphCapabilities"> & {
    * @generated from field: bool generation = 10;
    */
   generation: boolean;
+
+  /**
+   * The GenerateRequest.response_format kinds this model accepts; empty when its
+   * tokenizer cannot drive a grammar (or the model does not generate).
+   *
+   * @generated from field: repeated mlxgrpc.v1.ResponseFormatKind response_formats = 11;
+   */
+  responseFormats: ResponseFormatKind[];
 };
 
 /**
@@ -355,6 +387,20 @@ export type ModelInfo = Message<"mlxgrpc.v1.ModelInfo"> & {
    * @generated from field: string source = 12;
    */
   source: string;
+
+  /**
+   * The adapters loaded on a generation model (see ListAdapters).
+   *
+   * @generated from field: repeated mlxgrpc.v1.AdapterInfo adapters = 13;
+   */
+  adapters: AdapterInfo[];
+
+  /**
+   * How many adapters a generation model may hold at once; 0 for embedding models.
+   *
+   * @generated from field: int32 max_adapters = 14;
+   */
+  maxAdapters: number;
 };
 
 /**
@@ -363,6 +409,83 @@ export type ModelInfo = Message<"mlxgrpc.v1.ModelInfo"> & {
  */
 export const ModelInfoSchema: GenMessage<ModelInfo> = /*@__PURE__*/
   messageDesc(file_mlxgrpc_v1_model, 6);
+
+/**
+ * An adapter loaded on a generation model.
+ *
+ * @generated from message mlxgrpc.v1.AdapterInfo
+ */
+export type AdapterInfo = Message<"mlxgrpc.v1.AdapterInfo"> & {
+  /**
+   * The name requests use (GenerateRequest.adapter).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * LoRA or DoRA.
+   *
+   * @generated from field: mlxgrpc.v1.AdapterKind kind = 2;
+   */
+  kind: AdapterKind;
+
+  /**
+   * The rank of its low-rank matrices.
+   *
+   * @generated from field: int32 rank = 3;
+   */
+  rank: number;
+
+  /**
+   * The scale its low-rank product is multiplied by.
+   *
+   * @generated from field: double scale = 4;
+   */
+  scale: number;
+
+  /**
+   * Linear layers of the base model it adapts.
+   *
+   * @generated from field: int32 layers = 5;
+   */
+  layers: number;
+
+  /**
+   * Memory its weights occupy on the server, counted in the memory plan.
+   *
+   * @generated from field: int64 bytes = 6;
+   */
+  bytes: bigint;
+
+  /**
+   * The directory it was loaded from.
+   *
+   * @generated from field: string source = 7;
+   */
+  source: string;
+
+  /**
+   * Requests using it now (queued or running).
+   *
+   * @generated from field: int32 active_requests = 8;
+   */
+  activeRequests: number;
+
+  /**
+   * Being unloaded: it takes no new request and goes once active_requests is 0.
+   *
+   * @generated from field: bool unloading = 9;
+   */
+  unloading: boolean;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.AdapterInfo.
+ * Use `create(AdapterInfoSchema)` to create a new message.
+ */
+export const AdapterInfoSchema: GenMessage<AdapterInfo> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_model, 7);
 
 /**
  * The memory budget of a model serving a given context. All sizes are bytes.
@@ -399,7 +522,8 @@ export type MemoryPlan = Message<"mlxgrpc.v1.MemoryPlan"> & {
   contextTokens: bigint;
 
   /**
-   * The longest context that fits in usable memory, in tokens.
+   * The longest context that fits in usable memory, in tokens, and never more than
+   * the model's own context length.
    *
    * @generated from field: int64 max_safe_context = 5;
    */
@@ -448,8 +572,9 @@ export type MemoryPlan = Message<"mlxgrpc.v1.MemoryPlan"> & {
   usableBytes: bigint;
 
   /**
-   * Predicted single-stream decode rate (read bandwidth / bytes read per token);
-   * absent when not known.
+   * Predicted single-stream decode rate at context_tokens, in tokens per second:
+   * 1 / (per-step overhead + bytes read per token / read bandwidth), both measured on
+   * this machine when the model loaded. Absent when not known.
    *
    * @generated from field: optional double predicted_decode_tps = 12;
    */
@@ -482,6 +607,13 @@ export type MemoryPlan = Message<"mlxgrpc.v1.MemoryPlan"> & {
    * @generated from field: optional int64 machine_headroom_bytes = 16;
    */
   machineHeadroomBytes?: bigint | undefined;
+
+  /**
+   * Part of weights_bytes held by loaded adapters.
+   *
+   * @generated from field: int64 adapter_bytes = 17;
+   */
+  adapterBytes: bigint;
 };
 
 /**
@@ -489,7 +621,7 @@ export type MemoryPlan = Message<"mlxgrpc.v1.MemoryPlan"> & {
  * Use `create(MemoryPlanSchema)` to create a new message.
  */
 export const MemoryPlanSchema: GenMessage<MemoryPlan> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_model, 7);
+  messageDesc(file_mlxgrpc_v1_model, 8);
 
 /**
  * The method a graph's forward pass serves.
@@ -567,6 +699,61 @@ export const MediaInputSchema: GenEnum<MediaInput> = /*@__PURE__*/
   enumDesc(file_mlxgrpc_v1_model, 1);
 
 /**
+ * A kind of structured output (the fields of GenerateRequest.response_format).
+ *
+ * @generated from enum mlxgrpc.v1.ResponseFormatKind
+ */
+export enum ResponseFormatKind {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: RESPONSE_FORMAT_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * response_format.json_schema: JSON validating against a JSON Schema.
+   *
+   * @generated from enum value: RESPONSE_FORMAT_KIND_JSON_SCHEMA = 1;
+   */
+  JSON_SCHEMA = 1,
+
+  /**
+   * response_format.json_object: any JSON object.
+   *
+   * @generated from enum value: RESPONSE_FORMAT_KIND_JSON_OBJECT = 2;
+   */
+  JSON_OBJECT = 2,
+
+  /**
+   * response_format.regex: text matching a regular expression.
+   *
+   * @generated from enum value: RESPONSE_FORMAT_KIND_REGEX = 3;
+   */
+  REGEX = 3,
+
+  /**
+   * response_format.grammar: text matching a Lark grammar.
+   *
+   * @generated from enum value: RESPONSE_FORMAT_KIND_GRAMMAR = 4;
+   */
+  GRAMMAR = 4,
+
+  /**
+   * response_format.choice: exactly one of a list of strings.
+   *
+   * @generated from enum value: RESPONSE_FORMAT_KIND_CHOICE = 5;
+   */
+  CHOICE = 5,
+}
+
+/**
+ * Describes the enum mlxgrpc.v1.ResponseFormatKind.
+ */
+export const ResponseFormatKindSchema: GenEnum<ResponseFormatKind> = /*@__PURE__*/
+  enumDesc(file_mlxgrpc_v1_model, 2);
+
+/**
  * What a model is for.
  *
  * @generated from enum mlxgrpc.v1.ModelKind
@@ -598,5 +785,39 @@ export enum ModelKind {
  * Describes the enum mlxgrpc.v1.ModelKind.
  */
 export const ModelKindSchema: GenEnum<ModelKind> = /*@__PURE__*/
-  enumDesc(file_mlxgrpc_v1_model, 2);
+  enumDesc(file_mlxgrpc_v1_model, 3);
+
+/**
+ * How an adapter changes its base model's linear layers.
+ *
+ * @generated from enum mlxgrpc.v1.AdapterKind
+ */
+export enum AdapterKind {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: ADAPTER_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Low-rank adaptation: each layer adds scale * (x A) B.
+   *
+   * @generated from enum value: ADAPTER_KIND_LORA = 1;
+   */
+  LORA = 1,
+
+  /**
+   * Weight-decomposed low-rank adaptation: LoRA with a learned per-output magnitude.
+   *
+   * @generated from enum value: ADAPTER_KIND_DORA = 2;
+   */
+  DORA = 2,
+}
+
+/**
+ * Describes the enum mlxgrpc.v1.AdapterKind.
+ */
+export const AdapterKindSchema: GenEnum<AdapterKind> = /*@__PURE__*/
+  enumDesc(file_mlxgrpc_v1_model, 4);
 

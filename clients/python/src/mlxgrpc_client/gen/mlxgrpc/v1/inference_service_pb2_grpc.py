@@ -30,9 +30,11 @@ class InferenceServiceStub:
 
     Errors use canonical status codes with google.rpc details (ErrorInfo with domain
     "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-    bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-    RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-    a server still loading or draining UNAVAILABLE.
+    bad input (an invalid value, or more than the server's limits allow) is
+    INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+    a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+    shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+    period ends: retry it on another replica).
     """
 
     def __init__(self, channel):
@@ -81,6 +83,26 @@ class InferenceServiceStub:
                 request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.LoadAdapter = channel.unary_unary(
+                '/mlxgrpc.v1.InferenceService/LoadAdapter',
+                request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.LoadAdapterRequest.SerializeToString,
+                response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.LoadAdapterResponse.FromString,
+                _registered_method=True)
+        self.UnloadAdapter = channel.unary_unary(
+                '/mlxgrpc.v1.InferenceService/UnloadAdapter',
+                request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.UnloadAdapterRequest.SerializeToString,
+                response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.UnloadAdapterResponse.FromString,
+                _registered_method=True)
+        self.ListAdapters = channel.unary_unary(
+                '/mlxgrpc.v1.InferenceService/ListAdapters',
+                request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListAdaptersRequest.SerializeToString,
+                response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListAdaptersResponse.FromString,
+                _registered_method=True)
+        self.GetLoad = channel.unary_unary(
+                '/mlxgrpc.v1.InferenceService/GetLoad',
+                request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadRequest.SerializeToString,
+                response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServiceServicer:
@@ -88,9 +110,11 @@ class InferenceServiceServicer:
 
     Errors use canonical status codes with google.rpc details (ErrorInfo with domain
     "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-    bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-    RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-    a server still loading or draining UNAVAILABLE.
+    bad input (an invalid value, or more than the server's limits allow) is
+    INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+    a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+    shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+    period ends: retry it on another replica).
     """
 
     def Generate(self, request, context):
@@ -151,6 +175,45 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LoadAdapter(self, request, context):
+        """Loads a LoRA or DoRA adapter (a directory as mlx_lm.lora writes it, on the server)
+        for a generation model, under a name that GenerateRequest.adapter then selects.
+        A directory that is no adapter is INVALID_ARGUMENT; an adapter that does not fit
+        the model (layer names, shapes, rank) FAILED_PRECONDITION saying what differs; a
+        name in use ALREADY_EXISTS. At the model's adapter limit the least recently used
+        adapter without requests is unloaded to make room; when every one is in use,
+        RESOURCE_EXHAUSTED with RetryInfo.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnloadAdapter(self, request, context):
+        """Unloads an adapter. From the call on, new requests naming it get NOT_FOUND; the
+        requests already using it finish normally, then its memory is freed and the call
+        returns. If the call ends first (deadline, cancel), the unload still completes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAdapters(self, request, context):
+        """Lists the adapters loaded on a generation model.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetLoad(self, request, context):
+        """Reports how busy each generation model is: requests running and waiting, KV-cache
+        memory in use against its limit, the prefix cache and recent throughput. Meant
+        for routers, autoscalers and dashboards; the Prometheus endpoint carries the
+        same figures.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -194,6 +257,26 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsRequest.FromString,
                     response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsResponse.SerializeToString,
             ),
+            'LoadAdapter': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadAdapter,
+                    request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.LoadAdapterRequest.FromString,
+                    response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.LoadAdapterResponse.SerializeToString,
+            ),
+            'UnloadAdapter': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnloadAdapter,
+                    request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.UnloadAdapterRequest.FromString,
+                    response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.UnloadAdapterResponse.SerializeToString,
+            ),
+            'ListAdapters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAdapters,
+                    request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListAdaptersRequest.FromString,
+                    response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListAdaptersResponse.SerializeToString,
+            ),
+            'GetLoad': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLoad,
+                    request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadRequest.FromString,
+                    response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'mlxgrpc.v1.InferenceService', rpc_method_handlers)
@@ -207,9 +290,11 @@ class InferenceService:
 
     Errors use canonical status codes with google.rpc details (ErrorInfo with domain
     "mlxgrpc.v1", BadRequest naming invalid fields, RetryInfo when retrying helps):
-    bad input is INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue
-    RESOURCE_EXHAUSTED, a request that can never fit in memory FAILED_PRECONDITION,
-    a server still loading or draining UNAVAILABLE.
+    bad input (an invalid value, or more than the server's limits allow) is
+    INVALID_ARGUMENT, an unknown model NOT_FOUND, a full queue RESOURCE_EXHAUSTED,
+    a request that can never fit in memory OUT_OF_RANGE, a server still loading or
+    shutting down UNAVAILABLE (also a stream cut short when its shutdown grace
+    period ends: retry it on another replica).
     """
 
     @staticmethod
@@ -418,6 +503,114 @@ class InferenceService:
             '/mlxgrpc.v1.InferenceService/ListModels',
             mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsRequest.SerializeToString,
             mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadAdapter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxgrpc.v1.InferenceService/LoadAdapter',
+            mlxgrpc_dot_v1_dot_inference__service__pb2.LoadAdapterRequest.SerializeToString,
+            mlxgrpc_dot_v1_dot_inference__service__pb2.LoadAdapterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnloadAdapter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxgrpc.v1.InferenceService/UnloadAdapter',
+            mlxgrpc_dot_v1_dot_inference__service__pb2.UnloadAdapterRequest.SerializeToString,
+            mlxgrpc_dot_v1_dot_inference__service__pb2.UnloadAdapterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAdapters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxgrpc.v1.InferenceService/ListAdapters',
+            mlxgrpc_dot_v1_dot_inference__service__pb2.ListAdaptersRequest.SerializeToString,
+            mlxgrpc_dot_v1_dot_inference__service__pb2.ListAdaptersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLoad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxgrpc.v1.InferenceService/GetLoad',
+            mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadRequest.SerializeToString,
+            mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadResponse.FromString,
             options,
             channel_credentials,
             insecure,

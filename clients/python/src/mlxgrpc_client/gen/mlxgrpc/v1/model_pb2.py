@@ -22,9 +22,10 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from mlxgrpc_client.gen.mlxgrpc.v1 import generation_pb2 as mlxgrpc_dot_v1_dot_generation__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16mlxgrpc/v1/model.proto\x12\nmlxgrpc.v1\"f\n\x0fGraphDescriptor\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\x11\n\tgraph_abi\x18\x03 \x01(\t\x12\x11\n\tstate_abi\x18\x04 \x01(\t\x12\x10\n\x08\x61rtifact\x18\x05 \x01(\t\"D\n\x0cMediaSupport\x12%\n\x05input\x18\x01 \x01(\x0e\x32\x16.mlxgrpc.v1.MediaInput\x12\r\n\x05video\x18\x02 \x01(\x08\"5\n\x0bNativeDraft\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x18\n\x10num_draft_tokens\x18\x02 \x01(\x05\"0\n\x13PrefillCapabilities\x12\x19\n\x11\x62ounded_workspace\x18\x01 \x01(\x08\"q\n\x17SpeculationCapabilities\x12\x10\n\x08\x61\x64\x61pters\x18\x01 \x01(\x08\x12\x10\n\x08logprobs\x18\x02 \x01(\x08\x12\x17\n\x0f\x65xternal_tokens\x18\x03 \x01(\x08\x12\x19\n\x11grammar_proposals\x18\x04 \x01(\x08\"\xf6\x02\n\x11GraphCapabilities\x12\'\n\x06method\x18\x01 \x01(\x0e\x32\x17.mlxgrpc.v1.GraphMethod\x12\'\n\x05media\x18\x02 \x01(\x0b\x32\x18.mlxgrpc.v1.MediaSupport\x12\x17\n\x0f\x63ompiled_decode\x18\x03 \x01(\x08\x12\x18\n\x10sparse_attention\x18\x04 \x01(\x08\x12\x12\n\nembeddings\x18\x05 \x01(\x08\x12\x19\n\x11hidden_layer_taps\x18\x06 \x01(\x08\x12-\n\x0cnative_draft\x18\x07 \x01(\x0b\x32\x17.mlxgrpc.v1.NativeDraft\x12\x30\n\x07prefill\x18\x08 \x01(\x0b\x32\x1f.mlxgrpc.v1.PrefillCapabilities\x12\x38\n\x0bspeculation\x18\t \x01(\x0b\x32#.mlxgrpc.v1.SpeculationCapabilities\x12\x12\n\ngeneration\x18\n \x01(\x08\"\xc8\x02\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.mlxgrpc.v1.ModelKind\x12*\n\x05graph\x18\x03 \x01(\x0b\x32\x1b.mlxgrpc.v1.GraphDescriptor\x12\x33\n\x0c\x63\x61pabilities\x18\x04 \x01(\x0b\x32\x1d.mlxgrpc.v1.GraphCapabilities\x12\x16\n\x0e\x63ontext_length\x18\x05 \x01(\x05\x12\x12\n\nvocab_size\x18\x06 \x01(\x05\x12\x15\n\reos_token_ids\x18\x07 \x03(\x05\x12\x19\n\x11has_chat_template\x18\x08 \x01(\x08\x12\r\n\x05\x64type\x18\t \x01(\t\x12\x0c\n\x04\x62las\x18\n \x01(\t\x12\x1c\n\x14\x65mbedding_dimensions\x18\x0b \x01(\x05\x12\x0e\n\x06source\x18\x0c \x01(\t\"\xf1\x04\n\nMemoryPlan\x12\x16\n\x0eschema_version\x18\x01 \x01(\x05\x12\x10\n\x08strategy\x18\x02 \x01(\t\x12\x0c\n\x04\x66its\x18\x03 \x01(\x08\x12\x16\n\x0e\x63ontext_tokens\x18\x04 \x01(\x03\x12\x18\n\x10max_safe_context\x18\x05 \x01(\x03\x12\x15\n\rweights_bytes\x18\x06 \x01(\x03\x12\x10\n\x08kv_bytes\x18\x07 \x01(\x03\x12\x17\n\x0ftransient_bytes\x18\x08 \x01(\x03\x12\x15\n\rreserve_bytes\x18\t \x01(\x03\x12\x13\n\x0btotal_bytes\x18\n \x01(\x03\x12\x14\n\x0cusable_bytes\x18\x0b \x01(\x03\x12!\n\x14predicted_decode_tps\x18\x0c \x01(\x01H\x00\x88\x01\x01\x12\"\n\x15\x61llocator_limit_bytes\x18\r \x01(\x03H\x01\x88\x01\x01\x12\"\n\x15max_generation_tokens\x18\x0e \x01(\x03H\x02\x88\x01\x01\x12\x45\n\x10streamed_weights\x18\x0f \x03(\x0b\x32+.mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry\x12#\n\x16machine_headroom_bytes\x18\x10 \x01(\x03H\x03\x88\x01\x01\x1a\x36\n\x14StreamedWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\x17\n\x15_predicted_decode_tpsB\x18\n\x16_allocator_limit_bytesB\x18\n\x16_max_generation_tokensB\x19\n\x17_machine_headroom_bytes*h\n\x0bGraphMethod\x12\x1c\n\x18GRAPH_METHOD_UNSPECIFIED\x10\x00\x12\x1f\n\x1bGRAPH_METHOD_AUTOREGRESSIVE\x10\x01\x12\x1a\n\x16GRAPH_METHOD_DENOISING\x10\x02*\x83\x01\n\nMediaInput\x12\x1b\n\x17MEDIA_INPUT_UNSPECIFIED\x10\x00\x12\x1a\n\x16MEDIA_INPUT_EMBEDDINGS\x10\x01\x12$\n MEDIA_INPUT_EMBEDDINGS_POSITIONS\x10\x02\x12\x16\n\x12MEDIA_INPUT_PIXELS\x10\x03*\\\n\tModelKind\x12\x1a\n\x16MODEL_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15MODEL_KIND_GENERATION\x10\x01\x12\x18\n\x14MODEL_KIND_EMBEDDING\x10\x02\x42\x43\n\x0e\x64\x65v.mlxgrpc.v1B\nModelProtoP\x01Z#mlxgrpc.dev/go/mlxgrpc/v1;mlxgrpcv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16mlxgrpc/v1/model.proto\x12\nmlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\"f\n\x0fGraphDescriptor\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\x11\n\tgraph_abi\x18\x03 \x01(\t\x12\x11\n\tstate_abi\x18\x04 \x01(\t\x12\x10\n\x08\x61rtifact\x18\x05 \x01(\t\"D\n\x0cMediaSupport\x12%\n\x05input\x18\x01 \x01(\x0e\x32\x16.mlxgrpc.v1.MediaInput\x12\r\n\x05video\x18\x02 \x01(\x08\"5\n\x0bNativeDraft\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x18\n\x10num_draft_tokens\x18\x02 \x01(\x05\"0\n\x13PrefillCapabilities\x12\x19\n\x11\x62ounded_workspace\x18\x01 \x01(\x08\"\xe5\x01\n\x17SpeculationCapabilities\x12\x10\n\x08\x61\x64\x61pters\x18\x01 \x01(\x08\x12\x10\n\x08logprobs\x18\x02 \x01(\x08\x12\x17\n\x0f\x65xternal_tokens\x18\x03 \x01(\x08\x12\x19\n\x11grammar_proposals\x18\x04 \x01(\x08\x12*\n\x05modes\x18\x05 \x03(\x0e\x32\x1b.mlxgrpc.v1.SpeculationMode\x12\x31\n\x0c\x64\x65\x66\x61ult_mode\x18\x06 \x01(\x0e\x32\x1b.mlxgrpc.v1.SpeculationMode\x12\x13\n\x0b\x64raft_model\x18\x07 \x01(\t\"\xb0\x03\n\x11GraphCapabilities\x12\'\n\x06method\x18\x01 \x01(\x0e\x32\x17.mlxgrpc.v1.GraphMethod\x12\'\n\x05media\x18\x02 \x01(\x0b\x32\x18.mlxgrpc.v1.MediaSupport\x12\x17\n\x0f\x63ompiled_decode\x18\x03 \x01(\x08\x12\x18\n\x10sparse_attention\x18\x04 \x01(\x08\x12\x12\n\nembeddings\x18\x05 \x01(\x08\x12\x19\n\x11hidden_layer_taps\x18\x06 \x01(\x08\x12-\n\x0cnative_draft\x18\x07 \x01(\x0b\x32\x17.mlxgrpc.v1.NativeDraft\x12\x30\n\x07prefill\x18\x08 \x01(\x0b\x32\x1f.mlxgrpc.v1.PrefillCapabilities\x12\x38\n\x0bspeculation\x18\t \x01(\x0b\x32#.mlxgrpc.v1.SpeculationCapabilities\x12\x12\n\ngeneration\x18\n \x01(\x08\x12\x38\n\x10response_formats\x18\x0b \x03(\x0e\x32\x1e.mlxgrpc.v1.ResponseFormatKind\"\x89\x03\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.mlxgrpc.v1.ModelKind\x12*\n\x05graph\x18\x03 \x01(\x0b\x32\x1b.mlxgrpc.v1.GraphDescriptor\x12\x33\n\x0c\x63\x61pabilities\x18\x04 \x01(\x0b\x32\x1d.mlxgrpc.v1.GraphCapabilities\x12\x16\n\x0e\x63ontext_length\x18\x05 \x01(\x05\x12\x12\n\nvocab_size\x18\x06 \x01(\x05\x12\x15\n\reos_token_ids\x18\x07 \x03(\x05\x12\x19\n\x11has_chat_template\x18\x08 \x01(\x08\x12\r\n\x05\x64type\x18\t \x01(\t\x12\x0c\n\x04\x62las\x18\n \x01(\t\x12\x1c\n\x14\x65mbedding_dimensions\x18\x0b \x01(\x05\x12\x0e\n\x06source\x18\x0c \x01(\t\x12)\n\x08\x61\x64\x61pters\x18\r \x03(\x0b\x32\x17.mlxgrpc.v1.AdapterInfo\x12\x14\n\x0cmax_adapters\x18\x0e \x01(\x05\"\xba\x01\n\x0b\x41\x64\x61pterInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x04kind\x18\x02 \x01(\x0e\x32\x17.mlxgrpc.v1.AdapterKind\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\r\n\x05scale\x18\x04 \x01(\x01\x12\x0e\n\x06layers\x18\x05 \x01(\x05\x12\r\n\x05\x62ytes\x18\x06 \x01(\x03\x12\x0e\n\x06source\x18\x07 \x01(\t\x12\x17\n\x0f\x61\x63tive_requests\x18\x08 \x01(\x05\x12\x11\n\tunloading\x18\t \x01(\x08\"\x88\x05\n\nMemoryPlan\x12\x16\n\x0eschema_version\x18\x01 \x01(\x05\x12\x10\n\x08strategy\x18\x02 \x01(\t\x12\x0c\n\x04\x66its\x18\x03 \x01(\x08\x12\x16\n\x0e\x63ontext_tokens\x18\x04 \x01(\x03\x12\x18\n\x10max_safe_context\x18\x05 \x01(\x03\x12\x15\n\rweights_bytes\x18\x06 \x01(\x03\x12\x10\n\x08kv_bytes\x18\x07 \x01(\x03\x12\x17\n\x0ftransient_bytes\x18\x08 \x01(\x03\x12\x15\n\rreserve_bytes\x18\t \x01(\x03\x12\x13\n\x0btotal_bytes\x18\n \x01(\x03\x12\x14\n\x0cusable_bytes\x18\x0b \x01(\x03\x12!\n\x14predicted_decode_tps\x18\x0c \x01(\x01H\x00\x88\x01\x01\x12\"\n\x15\x61llocator_limit_bytes\x18\r \x01(\x03H\x01\x88\x01\x01\x12\"\n\x15max_generation_tokens\x18\x0e \x01(\x03H\x02\x88\x01\x01\x12\x45\n\x10streamed_weights\x18\x0f \x03(\x0b\x32+.mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry\x12#\n\x16machine_headroom_bytes\x18\x10 \x01(\x03H\x03\x88\x01\x01\x12\x15\n\radapter_bytes\x18\x11 \x01(\x03\x1a\x36\n\x14StreamedWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\x17\n\x15_predicted_decode_tpsB\x18\n\x16_allocator_limit_bytesB\x18\n\x16_max_generation_tokensB\x19\n\x17_machine_headroom_bytes*h\n\x0bGraphMethod\x12\x1c\n\x18GRAPH_METHOD_UNSPECIFIED\x10\x00\x12\x1f\n\x1bGRAPH_METHOD_AUTOREGRESSIVE\x10\x01\x12\x1a\n\x16GRAPH_METHOD_DENOISING\x10\x02*\x83\x01\n\nMediaInput\x12\x1b\n\x17MEDIA_INPUT_UNSPECIFIED\x10\x00\x12\x1a\n\x16MEDIA_INPUT_EMBEDDINGS\x10\x01\x12$\n MEDIA_INPUT_EMBEDDINGS_POSITIONS\x10\x02\x12\x16\n\x12MEDIA_INPUT_PIXELS\x10\x03*\xe9\x01\n\x12ResponseFormatKind\x12$\n RESPONSE_FORMAT_KIND_UNSPECIFIED\x10\x00\x12$\n RESPONSE_FORMAT_KIND_JSON_SCHEMA\x10\x01\x12$\n RESPONSE_FORMAT_KIND_JSON_OBJECT\x10\x02\x12\x1e\n\x1aRESPONSE_FORMAT_KIND_REGEX\x10\x03\x12 \n\x1cRESPONSE_FORMAT_KIND_GRAMMAR\x10\x04\x12\x1f\n\x1bRESPONSE_FORMAT_KIND_CHOICE\x10\x05*\\\n\tModelKind\x12\x1a\n\x16MODEL_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15MODEL_KIND_GENERATION\x10\x01\x12\x18\n\x14MODEL_KIND_EMBEDDING\x10\x02*Y\n\x0b\x41\x64\x61pterKind\x12\x1c\n\x18\x41\x44\x41PTER_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11\x41\x44\x41PTER_KIND_LORA\x10\x01\x12\x15\n\x11\x41\x44\x41PTER_KIND_DORA\x10\x02\x42\x43\n\x0e\x64\x65v.mlxgrpc.v1B\nModelProtoP\x01Z#mlxgrpc.dev/go/mlxgrpc/v1;mlxgrpcv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,28 +35,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\016dev.mlxgrpc.v1B\nModelProtoP\001Z#mlxgrpc.dev/go/mlxgrpc/v1;mlxgrpcv1'
   _globals['_MEMORYPLAN_STREAMEDWEIGHTSENTRY']._loaded_options = None
   _globals['_MEMORYPLAN_STREAMEDWEIGHTSENTRY']._serialized_options = b'8\001'
-  _globals['_GRAPHMETHOD']._serialized_start=1768
-  _globals['_GRAPHMETHOD']._serialized_end=1872
-  _globals['_MEDIAINPUT']._serialized_start=1875
-  _globals['_MEDIAINPUT']._serialized_end=2006
-  _globals['_MODELKIND']._serialized_start=2008
-  _globals['_MODELKIND']._serialized_end=2100
-  _globals['_GRAPHDESCRIPTOR']._serialized_start=38
-  _globals['_GRAPHDESCRIPTOR']._serialized_end=140
-  _globals['_MEDIASUPPORT']._serialized_start=142
-  _globals['_MEDIASUPPORT']._serialized_end=210
-  _globals['_NATIVEDRAFT']._serialized_start=212
-  _globals['_NATIVEDRAFT']._serialized_end=265
-  _globals['_PREFILLCAPABILITIES']._serialized_start=267
-  _globals['_PREFILLCAPABILITIES']._serialized_end=315
-  _globals['_SPECULATIONCAPABILITIES']._serialized_start=317
-  _globals['_SPECULATIONCAPABILITIES']._serialized_end=430
-  _globals['_GRAPHCAPABILITIES']._serialized_start=433
-  _globals['_GRAPHCAPABILITIES']._serialized_end=807
-  _globals['_MODELINFO']._serialized_start=810
-  _globals['_MODELINFO']._serialized_end=1138
-  _globals['_MEMORYPLAN']._serialized_start=1141
-  _globals['_MEMORYPLAN']._serialized_end=1766
-  _globals['_MEMORYPLAN_STREAMEDWEIGHTSENTRY']._serialized_start=1608
-  _globals['_MEMORYPLAN_STREAMEDWEIGHTSENTRY']._serialized_end=1662
+  _globals['_GRAPHMETHOD']._serialized_start=2249
+  _globals['_GRAPHMETHOD']._serialized_end=2353
+  _globals['_MEDIAINPUT']._serialized_start=2356
+  _globals['_MEDIAINPUT']._serialized_end=2487
+  _globals['_RESPONSEFORMATKIND']._serialized_start=2490
+  _globals['_RESPONSEFORMATKIND']._serialized_end=2723
+  _globals['_MODELKIND']._serialized_start=2725
+  _globals['_MODELKIND']._serialized_end=2817
+  _globals['_ADAPTERKIND']._serialized_start=2819
+  _globals['_ADAPTERKIND']._serialized_end=2908
+  _globals['_GRAPHDESCRIPTOR']._serialized_start=67
+  _globals['_GRAPHDESCRIPTOR']._serialized_end=169
+  _globals['_MEDIASUPPORT']._serialized_start=171
+  _globals['_MEDIASUPPORT']._serialized_end=239
+  _globals['_NATIVEDRAFT']._serialized_start=241
+  _globals['_NATIVEDRAFT']._serialized_end=294
+  _globals['_PREFILLCAPABILITIES']._serialized_start=296
+  _globals['_PREFILLCAPABILITIES']._serialized_end=344
+  _globals['_SPECULATIONCAPABILITIES']._serialized_start=347
+  _globals['_SPECULATIONCAPABILITIES']._serialized_end=576
+  _globals['_GRAPHCAPABILITIES']._serialized_start=579
+  _globals['_GRAPHCAPABILITIES']._serialized_end=1011
+  _globals['_MODELINFO']._serialized_start=1014
+  _globals['_MODELINFO']._serialized_end=1407
+  _globals['_ADAPTERINFO']._serialized_start=1410
+  _globals['_ADAPTERINFO']._serialized_end=1596
+  _globals['_MEMORYPLAN']._serialized_start=1599
+  _globals['_MEMORYPLAN']._serialized_end=2247
+  _globals['_MEMORYPLAN_STREAMEDWEIGHTSENTRY']._serialized_start=2089
+  _globals['_MEMORYPLAN_STREAMEDWEIGHTSENTRY']._serialized_end=2143
 # @@protoc_insertion_point(module_scope)

@@ -1,5 +1,7 @@
 package dev.mlxgrpc.client;
 
+import dev.mlxgrpc.v1.ChatMessage;
+import dev.mlxgrpc.v1.ChatMessages;
 import dev.mlxgrpc.v1.EmbedResponse;
 import dev.mlxgrpc.v1.GenerateRequest;
 import dev.mlxgrpc.v1.GenerateResponse;
@@ -8,19 +10,22 @@ import dev.mlxgrpc.v1.SamplingParams;
 import dev.mlxgrpc.v1.StoppingCriteria;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
+import io.grpc.stub.StreamObserver;
 import java.time.Duration;
 import java.util.List;
-import java.util.UUID;
 
 /**
  * Walks through the API against the server at $MLXGRPC_ADDRESS (default localhost:50051): model
- * info, a streamed Generate, cancelling a Generate (Cancel RPC and client-side), Embed, and an
- * invalid request's error details.
+ * info, a streamed Generate, cancelling a Generate (Cancel RPC and client-side), an asynchronous
+ * Generate, Embed, an answer constrained by a JSON schema, and an invalid request's error details.
+ * Notes are dimmed on a terminal only: piped output carries no escape codes (nor with NO_COLOR set).
  */
 public final class Example {
+  private static final boolean COLOUR = System.console() != null && System.getenv("NO_COLOR") == null;
+
   private Example() {}
 
-  public static void main(String[] args) {
+  public static void main(String[] args) throws Exception {
     String address = System.getenv().getOrDefault("MLXGRPC_ADDRESS", "localhost:50051");
     try (MlxGrpcClient client =
         MlxGrpcClient.builder(address).defaultDeadline(Duration.ofSeconds(60)).build()) {
@@ -28,7 +33,17 @@ public final class Example {
     }
   }
 
-  private static void run(MlxGrpcClient client) {
+  /** {@code text} dimmed on a terminal, as is anywhere else. */
+  static String note(String text) {
+    return COLOUR ? "\u001b[2m" + text + "\u001b[0m" : text;
+  }
+
+  private static GenerateRequest request(String text, int maxTokens) {
+    StoppingCriteria stopping = StoppingCriteria.newBuilder().setMaxTokens(maxTokens).setIgnoreEos(true).build();
+    return GenerateRequest.newBuilder().setText(text).setStopping(stopping).build();
+  }
+
+  private static void run(MlxGrpcClient client) throws Exception {
     // 1. Model info.
     ModelInfo info = client.modelInfo("");
     System.out.printf(
@@ -37,85 +52,103 @@ public final class Example {
         info.getDtype(), info.getHasChatTemplate(), info.getCapabilities().getGeneration());
 
     // 2. Stream a Generate, printing text deltas as they arrive.
-    GenerateRequest request =
-        GenerateRequest.newBuilder()
-            .setText("The quick brown fox")
-            .setStopping(StoppingCriteria.newBuilder().setMaxTokens(24))
-            .build();
     System.out.print("generate: ");
-    try (GenerateStream stream = client.generate(request)) {
+    try (GenerateStream stream = client.generate(request("The quick brown fox", 24))) {
       for (GenerateResponse event : stream) {
-        switch (event.getEventCase()) {
-          case STARTED:
-            System.out.printf("[started id=%s prompt_tokens=%d] ",
-                event.getStarted().getRequestId(), event.getStarted().getPromptTokens());
-            break;
-          case DELTA:
-            System.out.print(event.getDelta().getText());
-            System.out.flush();
-            break;
-          case FINISHED:
-            System.out.printf("%n[finished reason=%s completion_tokens=%d]%n",
-                event.getFinished().getReason(),
-                event.getFinished().getUsage().getCompletionTokens());
-            break;
-          default:
-            break;
+        if (event.hasStarted()) {
+          System.out.print(note(String.format("[started id=%s prompt_tokens=%d] ",
+              event.getStarted().getRequestId(), event.getStarted().getPromptTokens())));
+        } else if (event.hasDelta()) {
+          System.out.print(event.getDelta().getText());
+          System.out.flush();
+        } else if (event.hasFinished()) {
+          System.out.println(note(String.format("%n[finished reason=%s completion_tokens=%d]",
+              event.getFinished().getReason(), event.getFinished().getUsage().getCompletionTokens())));
         }
       }
     }
 
-    // 3a. Start a second Generate and cancel it with the Cancel RPC after a few deltas.
-    String id = "java-example-" + UUID.randomUUID();
-    GenerateRequest longRequest =
-        request.toBuilder()
-            .setRequestId(id)
-            .setStopping(StoppingCriteria.newBuilder().setMaxTokens(2000))
-            .build();
-    try (GenerateStream stream = client.generate(longRequest)) {
+    // 3a. A second Generate, cancelled with the Cancel RPC after a few deltas. Its request id is
+    // assigned client-side, so it is known before anything arrives.
+    try (GenerateStream stream = client.generate(request("Once upon a time", 2000))) {
       int deltas = 0;
       for (GenerateResponse event : stream) {
         if (event.hasDelta() && ++deltas == 3) {
-          System.out.printf("cancel(%s) -> cancelled=%b%n", id, client.cancel(id));
+          System.out.printf("cancel(%s) -> cancelled=%b%n", stream.requestId(), client.cancel(stream.requestId()));
         }
         if (event.hasFinished()) {
           System.out.printf("cancelled stream finished: reason=%s after %d tokens%n",
-              event.getFinished().getReason(),
-              event.getFinished().getUsage().getCompletionTokens());
+              event.getFinished().getReason(), event.getFinished().getUsage().getCompletionTokens());
         }
       }
     }
 
     // 3b. The same, cancelling the call client-side instead.
-    try (GenerateStream stream = client.generate(longRequest.toBuilder().setRequestId("").build())) {
+    try (GenerateStream stream = client.generate(request("Once upon a time", 2000))) {
       int deltas = 0;
       for (GenerateResponse event : stream) {
         if (event.hasDelta() && ++deltas == 3) {
           stream.cancel();
         }
       }
-      System.out.println("client-side cancel: stream ended without error (it had finished)");
     } catch (StatusRuntimeException e) {
       System.out.println("client-side cancel: " + e.getStatus().getCode());
     }
 
-    // 4. Embed two inputs and compare them.
+    // 4. Asynchronously: events arrive on gRPC's threads; the future holds the whole result.
+    GenerateCall call = client.generateAsync(request("Hello", 8), new StreamObserver<>() {
+      private int deltas;
+
+      @Override
+      public void onNext(GenerateResponse event) {
+        deltas += event.hasDelta() ? 1 : 0;
+      }
+
+      @Override
+      public void onError(Throwable t) {
+        System.out.println("async generate failed: " + ErrorDetails.from(t));
+      }
+
+      @Override
+      public void onCompleted() {
+        System.out.printf("async generate: %d deltas%n", deltas);
+      }
+    });
+    GenerationResult result = call.result().get();
+    System.out.printf("async result: %s %s%n", result.finished().orElseThrow().getReason(),
+        note(result.tokenIds().toString()));
+
+    // 5. Embed two inputs and compare them.
     List<EmbedResponse> vectors =
         client.embed("A man is eating food.", "A man is eating a piece of bread.");
     System.out.printf("embed: %d vectors of length %d, cosine similarity %.4f%n",
         vectors.size(), vectors.get(0).getEmbeddingCount(),
         cosine(vectors.get(0).getEmbeddingList(), vectors.get(1).getEmbeddingList()));
 
-    // 5. An invalid request: the error carries google.rpc details.
-    GenerateRequest invalid =
-        request.toBuilder().setSampling(SamplingParams.newBuilder().setTemperature(-1f)).build();
-    try (GenerateStream stream = client.generate(invalid)) {
-      stream.forEachRemaining(e -> { });
+    // 6. Structured output: an answer that validates against a JSON schema.
+    String schema =
+        "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"city\", \"country\"],"
+            + " \"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 40},"
+            + " \"country\": {\"type\": \"string\", \"maxLength\": 40}}}";
+    GenerateRequest structured =
+        GenerateRequest.newBuilder()
+            .setChat(ChatMessages.newBuilder().addMessages(
+                ChatMessage.newBuilder().setRole("user").setContent("Where is the Eiffel Tower?")))
+            .setStopping(StoppingCriteria.newBuilder().setMaxTokens(64))
+            .setResponseFormat(ResponseFormats.jsonSchema(schema))
+            .build();
+    GenerationResult answer = client.generateText(structured);
+    System.out.printf("json schema: %s [%s]%n", answer.text(), answer.finished().orElseThrow().getReason());
+
+    // 7. An invalid request: the error carries google.rpc details.
+    GenerateRequest invalid = request("Hi", 4).toBuilder()
+        .setSampling(SamplingParams.newBuilder().setTemperature(-1f)).build();
+    try {
+      client.generateText(invalid);
       throw new IllegalStateException("expected temperature = -1 to be rejected");
     } catch (StatusRuntimeException e) {
       ErrorDetails details = ErrorDetails.from(e);
-      System.out.printf("invalid request: %s, field violations %s%n",
-          details.code(), details.violationFields());
+      System.out.printf("invalid request: %s, field violations %s%n", details.code(), details.violationFields());
       if (details.code() != Status.Code.INVALID_ARGUMENT) {
         throw e;
       }

@@ -2,32 +2,61 @@ package dev.mlxgrpc.client;
 
 import dev.mlxgrpc.v1.GenerateResponse;
 import io.grpc.Context;
+import io.grpc.Deadline;
+import java.time.Duration;
 import java.util.Iterator;
 import java.util.NoSuchElementException;
+import java.util.Optional;
+import java.util.function.Supplier;
 
 /**
  * The events of one Generate call, read in order with {@link #hasNext()}/{@link #next()} or a
- * for-each loop (once). {@link #cancel()} cancels the call client-side: the server stops the
+ * for-each loop (once). A refusal with RetryInfo before the first event is retried after the
+ * server's delay. {@link #cancel()} cancels the call client-side: the server stops the
  * generation and the next {@code hasNext()} throws a {@link io.grpc.StatusRuntimeException} with
  * status {@code CANCELLED}. Closing a stream that has not ended cancels it.
  */
 public final class GenerateStream
     implements Iterator<GenerateResponse>, Iterable<GenerateResponse>, AutoCloseable {
   private final Context.CancellableContext context;
-  private final Iterator<GenerateResponse> events;
-  private volatile String requestId;
+  private final Supplier<Iterator<GenerateResponse>> start;
+  private final RetryPolicy retry;
+  private final Deadline deadline;
+  private final String requestId;
+  private Iterator<GenerateResponse> events;
+  private int attempt = 1;
+  private boolean received;
   private boolean done;
 
   GenerateStream(
-      Context.CancellableContext context, Iterator<GenerateResponse> events, String requestId) {
-    this.context = context;
-    this.events = events;
-    this.requestId = requestId == null || requestId.isEmpty() ? null : requestId;
+      Supplier<Iterator<GenerateResponse>> start,
+      RetryPolicy retry,
+      Deadline deadline,
+      String requestId) {
+    this.context = Context.current().withCancellation();
+    this.start = start;
+    this.retry = retry;
+    this.deadline = deadline;
+    this.requestId = requestId;
+    this.events = open();
+  }
+
+  /** Starts one attempt, bound to this stream's cancellable context. */
+  private Iterator<GenerateResponse> open() {
+    Context previous = context.attach();
+    try {
+      return start.get();
+    } catch (RuntimeException e) {
+      context.cancel(e);
+      throw e;
+    } finally {
+      context.detach(previous);
+    }
   }
 
   /**
-   * The request id for {@link MlxGrpcClient#cancel(String)}: the one set on the request, else
-   * the one the server assigned (known once the {@code started} event has been read), else null.
+   * The request id for {@link MlxGrpcClient#cancel(String)}: the request's own, or the one
+   * assigned client-side. Known before anything arrives, usable from any thread.
    */
   public String requestId() {
     return requestId;
@@ -35,22 +64,31 @@ public final class GenerateStream
 
   @Override
   public boolean hasNext() {
-    if (done) {
-      return false;
+    while (!done) {
+      try {
+        if (events.hasNext()) {
+          return true;
+        }
+        end();
+      } catch (RuntimeException e) {
+        Optional<Duration> delay =
+            received || context.isCancelled()
+                ? Optional.empty()
+                : retry.delayAfter(e, attempt++, deadline);
+        if (delay.isEmpty()) {
+          end();
+          throw e;
+        }
+        RetryPolicy.sleep(delay.get());
+        events = open();
+      }
     }
-    boolean more;
-    try {
-      more = events.hasNext();
-    } catch (RuntimeException e) {
-      done = true;
-      context.cancel(null);
-      throw e;
-    }
-    if (!more) {
-      done = true;
-      context.cancel(null);
-    }
-    return more;
+    return false;
+  }
+
+  private void end() {
+    done = true;
+    context.cancel(null);
   }
 
   @Override
@@ -58,16 +96,20 @@ public final class GenerateStream
     if (!hasNext()) {
       throw new NoSuchElementException();
     }
-    GenerateResponse event = events.next();
-    if (event.hasStarted() && requestId == null) {
-      requestId = event.getStarted().getRequestId();
-    }
-    return event;
+    received = true;
+    return events.next();
   }
 
   @Override
   public Iterator<GenerateResponse> iterator() {
     return this;
+  }
+
+  /** Reads the rest of the stream: everything the generation produced. */
+  public GenerationResult collect() {
+    GenerationResult result = new GenerationResult(requestId);
+    forEachRemaining(result::add);
+    return result;
   }
 
   /** Cancels the call client-side (safe from any thread, and after the stream has ended). */

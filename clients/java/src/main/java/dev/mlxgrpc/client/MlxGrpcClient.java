@@ -1,41 +1,48 @@
 package dev.mlxgrpc.client;
 
+import dev.mlxgrpc.v1.AdapterInfo;
 import dev.mlxgrpc.v1.CancelRequest;
 import dev.mlxgrpc.v1.EmbedRequest;
 import dev.mlxgrpc.v1.EmbedResponse;
 import dev.mlxgrpc.v1.GenerateRequest;
+import dev.mlxgrpc.v1.GenerateResponse;
+import dev.mlxgrpc.v1.GetLoadRequest;
 import dev.mlxgrpc.v1.GetModelInfoRequest;
 import dev.mlxgrpc.v1.InferenceServiceGrpc;
 import dev.mlxgrpc.v1.InferenceServiceGrpc.InferenceServiceBlockingStub;
+import dev.mlxgrpc.v1.InferenceServiceGrpc.InferenceServiceStub;
+import dev.mlxgrpc.v1.ListAdaptersRequest;
+import dev.mlxgrpc.v1.ListAdaptersResponse;
+import dev.mlxgrpc.v1.ListModelsRequest;
+import dev.mlxgrpc.v1.LoadAdapterRequest;
+import dev.mlxgrpc.v1.LoadAdapterResponse;
+import dev.mlxgrpc.v1.MemoryPlan;
 import dev.mlxgrpc.v1.ModelInfo;
-import io.grpc.CallOptions;
+import dev.mlxgrpc.v1.ModelLoad;
+import dev.mlxgrpc.v1.PlanMemoryRequest;
+import dev.mlxgrpc.v1.UnloadAdapterRequest;
 import io.grpc.Channel;
-import io.grpc.ChannelCredentials;
-import io.grpc.ClientCall;
-import io.grpc.ClientInterceptor;
-import io.grpc.ClientInterceptors;
-import io.grpc.Context;
-import io.grpc.ForwardingClientCall.SimpleForwardingClientCall;
-import io.grpc.Grpc;
-import io.grpc.InsecureChannelCredentials;
+import io.grpc.Deadline;
 import io.grpc.ManagedChannel;
-import io.grpc.Metadata;
-import io.grpc.MethodDescriptor;
-import io.grpc.TlsChannelCredentials;
-import java.io.IOException;
-import java.io.UncheckedIOException;
+import io.grpc.stub.StreamObserver;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Objects;
+import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
+import java.util.function.BiConsumer;
+import java.util.function.Function;
 
 /**
  * A small wrapper around the generated {@code InferenceServiceGrpc} stubs: one channel with
- * optional TLS, a bearer token on every call and a default deadline.
+ * optional TLS, a bearer token on every call, a default deadline, and retries of calls the server
+ * refused for now (RESOURCE_EXHAUSTED or UNAVAILABLE with a RetryInfo: after the server's delay,
+ * before the first response, within the deadline).
  *
  * <pre>{@code
  * try (MlxGrpcClient client = MlxGrpcClient.builder("localhost:50051").build()) {
@@ -45,36 +52,23 @@ import java.util.concurrent.TimeUnit;
  * }
  * }</pre>
  *
- * <p>RPCs without a helper (Tokenize, Detokenize, PlanMemory, ListModels) are reached through
- * {@link #stub()}.
+ * <p>Generate comes blocking ({@link #generate}, {@link #generateText}) and asynchronous
+ * ({@link #generateAsync}, {@link #generateTextAsync}). RPCs without a helper (Tokenize,
+ * Detokenize) are reached through {@link #stub()} and {@link #asyncStub()}.
  */
 public final class MlxGrpcClient implements AutoCloseable {
-  private static final Metadata.Key<String> AUTHORIZATION =
-      Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
-
   private final ManagedChannel channel;
   private final Channel intercepted;
   private final Duration defaultDeadline;
+  private final RetryPolicy retry;
+  private final ScheduledExecutorService scheduler;
 
   private MlxGrpcClient(Builder b) {
-    ChannelCredentials creds;
-    if (b.caFile != null) {
-      try {
-        creds = TlsChannelCredentials.newBuilder().trustManager(b.caFile.toFile()).build();
-      } catch (IOException e) {
-        throw new UncheckedIOException("reading CA file " + b.caFile, e);
-      }
-    } else if (b.tls) {
-      creds = TlsChannelCredentials.create();
-    } else {
-      creds = InsecureChannelCredentials.create();
-    }
-    this.channel = Grpc.newChannelBuilder(b.address, creds).build();
-    this.intercepted =
-        b.bearerToken == null
-            ? channel
-            : ClientInterceptors.intercept(channel, new BearerTokenInterceptor(b.bearerToken));
+    this.channel = Transport.channel(b.address, b.tls, b.caFile);
+    this.intercepted = Transport.withToken(channel, b.bearerToken);
     this.defaultDeadline = b.defaultDeadline;
+    this.retry = new RetryPolicy(b.maxAttempts, b.onRetry);
+    this.scheduler = Transport.retryScheduler();
   }
 
   /** A builder for a client of the server at {@code address} ("host:port" or a gRPC target). */
@@ -89,32 +83,85 @@ public final class MlxGrpcClient implements AutoCloseable {
 
   /** The blocking stub, with the token and (when set) the default deadline from now. */
   public InferenceServiceBlockingStub stub() {
+    return blockingStub(deadline());
+  }
+
+  /** The asynchronous stub, with the token and (when set) the default deadline from now. */
+  public InferenceServiceStub asyncStub() {
+    return asyncStub(deadline());
+  }
+
+  /**
+   * The channel with the bearer token on every call, for other services on the same server
+   * (health, reflection) or stubs of your own. The client owns it: {@link #close()} shuts it down.
+   */
+  public Channel channel() {
+    return intercepted;
+  }
+
+  private Deadline deadline() {
+    return defaultDeadline == null ? null : Deadline.after(defaultDeadline.toNanos(), TimeUnit.NANOSECONDS);
+  }
+
+  private InferenceServiceBlockingStub blockingStub(Deadline deadline) {
     InferenceServiceBlockingStub stub = InferenceServiceGrpc.newBlockingStub(intercepted);
-    if (defaultDeadline != null) {
-      stub = stub.withDeadlineAfter(defaultDeadline.toNanos(), TimeUnit.NANOSECONDS);
-    }
-    return stub;
+    return deadline == null ? stub : stub.withDeadline(deadline);
+  }
+
+  private InferenceServiceStub asyncStub(Deadline deadline) {
+    InferenceServiceStub stub = InferenceServiceGrpc.newStub(intercepted);
+    return deadline == null ? stub : stub.withDeadline(deadline);
+  }
+
+  /** A unary call through the blocking stub, retried; one deadline covers every attempt. */
+  private <T> T unary(Function<InferenceServiceBlockingStub, T> call) {
+    Deadline deadline = deadline();
+    return retry.call(() -> call.apply(blockingStub(deadline)), deadline);
+  }
+
+  /** The request with a client-side request id when it has none. */
+  private static GenerateRequest withRequestId(GenerateRequest request) {
+    return request.getRequestId().isEmpty()
+        ? request.toBuilder().setRequestId(UUID.randomUUID().toString()).build()
+        : request;
   }
 
   /**
    * Starts a Generate. Iterate the returned stream for its events ({@code started}, then {@code
-   * delta}s, then {@code finished}); call {@link GenerateStream#cancel()} (or close it) to cancel
-   * the call client-side. Errors surface as {@link io.grpc.StatusRuntimeException} from the
+   * delta}s, then {@code finished}), or {@link GenerateStream#collect()} them; call {@link
+   * GenerateStream#cancel()} (or close it) to cancel the call client-side. An empty request id is
+   * filled in client-side, so {@link GenerateStream#requestId()} works with {@link #cancel} from
+   * any thread at once. Errors surface as {@link io.grpc.StatusRuntimeException} from the
    * iterator.
    */
   public GenerateStream generate(GenerateRequest request) {
-    Context.CancellableContext context = Context.current().withCancellation();
-    Iterator<dev.mlxgrpc.v1.GenerateResponse> events;
-    try {
-      events = context.call(() -> stub().generate(request));
-    } catch (RuntimeException e) {
-      context.cancel(e);
-      throw e;
-    } catch (Exception e) {
-      context.cancel(e);
-      throw new IllegalStateException(e);
+    GenerateRequest req = withRequestId(request);
+    Deadline deadline = deadline();
+    return new GenerateStream(() -> blockingStub(deadline).generate(req), retry, deadline, req.getRequestId());
+  }
+
+  /** Runs a Generate to its end: the unary form, blocking. */
+  public GenerationResult generateText(GenerateRequest request) {
+    try (GenerateStream stream = generate(request)) {
+      return stream.collect();
     }
-    return new GenerateStream(context, events, request.getRequestId());
+  }
+
+  /**
+   * Starts a Generate without blocking: {@code observer} (may be null) gets each event on gRPC's
+   * threads, then {@code onCompleted} or {@code onError}; {@link GenerateCall#result()}
+   * completes with the whole generation.
+   */
+  public GenerateCall generateAsync(GenerateRequest request, StreamObserver<GenerateResponse> observer) {
+    GenerateRequest req = withRequestId(request);
+    Deadline deadline = deadline();
+    return new GenerateCall(
+        req.getRequestId(), observer, o -> asyncStub(deadline).generate(req, o), retry, deadline, scheduler);
+  }
+
+  /** Runs a Generate to its end without blocking: the unary form, asynchronous. */
+  public CompletableFuture<GenerationResult> generateTextAsync(GenerateRequest request) {
+    return generateAsync(request, null).result();
   }
 
   /**
@@ -123,13 +170,19 @@ public final class MlxGrpcClient implements AutoCloseable {
    * {@code finished} event whose reason is {@code FINISH_REASON_CANCELLED}.
    */
   public boolean cancel(String requestId) {
-    return stub().cancel(CancelRequest.newBuilder().setRequestId(requestId).build()).getCancelled();
+    CancelRequest request = CancelRequest.newBuilder().setRequestId(requestId).build();
+    return unary(stub -> stub.cancel(request)).getCancelled();
   }
 
   /** Embeds the request's inputs; one response per input, sorted by {@code index}. */
   public List<EmbedResponse> embed(EmbedRequest request) {
-    List<EmbedResponse> out = new ArrayList<>(request.getInputsCount());
-    stub().embed(request).forEachRemaining(out::add);
+    List<EmbedResponse> out =
+        unary(
+            stub -> {
+              List<EmbedResponse> responses = new ArrayList<>(request.getInputsCount());
+              stub.embed(request).forEachRemaining(responses::add);
+              return responses;
+            });
     out.sort(Comparator.comparingInt(EmbedResponse::getIndex));
     return out;
   }
@@ -141,18 +194,65 @@ public final class MlxGrpcClient implements AutoCloseable {
 
   /** Describes {@code model}; an empty name selects the default generation model. */
   public ModelInfo modelInfo(String model) {
-    return stub()
-        .getModelInfo(GetModelInfoRequest.newBuilder().setModel(model == null ? "" : model).build())
-        .getInfo();
+    GetModelInfoRequest request =
+        GetModelInfoRequest.newBuilder().setModel(model == null ? "" : model).build();
+    return unary(stub -> stub.getModelInfo(request)).getInfo();
   }
 
-  /** The underlying channel (without the token interceptor). */
-  public ManagedChannel channel() {
-    return channel;
+  /**
+   * How busy each generation model is ({@code model} empty: every one): running and waiting
+   * requests, KV-cache bytes against the memory budget, the prefix cache and recent tokens per
+   * second. The raw GetLoad RPC (with the server's uptime) is on {@link #stub()}.
+   */
+  public List<ModelLoad> modelLoads(String model) {
+    GetLoadRequest request = GetLoadRequest.newBuilder().setModel(model == null ? "" : model).build();
+    return unary(stub -> stub.getLoad(request)).getModelsList();
+  }
+
+  /** Every served model, the default generation model first. */
+  public List<ModelInfo> listModels() {
+    return unary(stub -> stub.listModels(ListModelsRequest.getDefaultInstance())).getModelsList();
+  }
+
+  /** The memory plan of {@code model} for {@code contextTokens} (0: the model's context). */
+  public MemoryPlan planMemory(String model, long contextTokens) {
+    PlanMemoryRequest request =
+        PlanMemoryRequest.newBuilder().setModel(model).setContextTokens(contextTokens).build();
+    return unary(stub -> stub.planMemory(request)).getPlan();
+  }
+
+  /**
+   * Loads the adapter directory {@code path} (on the server, as mlx_lm.lora writes it) as {@code
+   * name} for {@code model} (empty: the default generation model); a Generate request then picks
+   * it with {@code setAdapter(name)}. The response carries the adapters evicted to make room.
+   */
+  public LoadAdapterResponse loadAdapter(String model, String name, String path) {
+    LoadAdapterRequest request =
+        LoadAdapterRequest.newBuilder()
+            .setModel(model == null ? "" : model)
+            .setName(name)
+            .setPath(path)
+            .build();
+    return unary(stub -> stub.loadAdapter(request));
+  }
+
+  /** Unloads an adapter; returns once the requests already using it have finished. */
+  public AdapterInfo unloadAdapter(String model, String name) {
+    UnloadAdapterRequest request =
+        UnloadAdapterRequest.newBuilder().setModel(model == null ? "" : model).setName(name).build();
+    return unary(stub -> stub.unloadAdapter(request)).getAdapter();
+  }
+
+  /** The adapters loaded on {@code model}; an empty name selects the default generation model. */
+  public ListAdaptersResponse listAdapters(String model) {
+    ListAdaptersRequest request =
+        ListAdaptersRequest.newBuilder().setModel(model == null ? "" : model).build();
+    return unary(stub -> stub.listAdapters(request));
   }
 
   @Override
   public void close() {
+    scheduler.shutdownNow();
     channel.shutdownNow();
     try {
       channel.awaitTermination(5, TimeUnit.SECONDS);
@@ -168,6 +268,8 @@ public final class MlxGrpcClient implements AutoCloseable {
     private Path caFile;
     private String bearerToken;
     private Duration defaultDeadline;
+    private int maxAttempts = 3;
+    private BiConsumer<ErrorDetails, Duration> onRetry;
 
     private Builder(String address) {
       this.address = Objects.requireNonNull(address, "address");
@@ -192,34 +294,30 @@ public final class MlxGrpcClient implements AutoCloseable {
       return this;
     }
 
-    /** Deadline applied to every call made through the client, from the call's start. */
+    /** Deadline applied to every call made through the client, from the call's start; it
+     * covers retries. */
     public Builder defaultDeadline(Duration deadline) {
       this.defaultDeadline = deadline;
       return this;
     }
 
+    /**
+     * Attempts in all for a call the server refuses with RESOURCE_EXHAUSTED or UNAVAILABLE and a
+     * RetryInfo (default 3; 1 turns retrying off).
+     */
+    public Builder maxAttempts(int attempts) {
+      this.maxAttempts = attempts;
+      return this;
+    }
+
+    /** Called before each retry with the refusal and the delay. */
+    public Builder onRetry(BiConsumer<ErrorDetails, Duration> observer) {
+      this.onRetry = observer;
+      return this;
+    }
+
     public MlxGrpcClient build() {
       return new MlxGrpcClient(this);
-    }
-  }
-
-  private static final class BearerTokenInterceptor implements ClientInterceptor {
-    private final String value;
-
-    BearerTokenInterceptor(String token) {
-      this.value = "Bearer " + token;
-    }
-
-    @Override
-    public <ReqT, RespT> ClientCall<ReqT, RespT> interceptCall(
-        MethodDescriptor<ReqT, RespT> method, CallOptions callOptions, Channel next) {
-      return new SimpleForwardingClientCall<>(next.newCall(method, callOptions)) {
-        @Override
-        public void start(Listener<RespT> listener, Metadata headers) {
-          headers.put(AUTHORIZATION, value);
-          super.start(listener, headers);
-        }
-      };
     }
   }
 }

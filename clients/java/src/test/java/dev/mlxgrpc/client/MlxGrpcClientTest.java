@@ -1,12 +1,17 @@
 package dev.mlxgrpc.client;
 
+import static dev.mlxgrpc.client.LiveServer.exact;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.google.rpc.ErrorInfo;
+import dev.mlxgrpc.v1.AdapterInfo;
+import dev.mlxgrpc.v1.ChatMessage;
+import dev.mlxgrpc.v1.ChatMessages;
 import dev.mlxgrpc.v1.DetokenizeRequest;
 import dev.mlxgrpc.v1.EmbedRequest;
 import dev.mlxgrpc.v1.EmbedResponse;
@@ -14,55 +19,49 @@ import dev.mlxgrpc.v1.FinishReason;
 import dev.mlxgrpc.v1.GenerateRequest;
 import dev.mlxgrpc.v1.GenerateResponse;
 import dev.mlxgrpc.v1.GenerationFinished;
+import dev.mlxgrpc.v1.InferenceServiceGrpc;
+import dev.mlxgrpc.v1.ListAdaptersResponse;
 import dev.mlxgrpc.v1.ListModelsRequest;
+import dev.mlxgrpc.v1.LoadAdapterResponse;
 import dev.mlxgrpc.v1.ModelInfo;
 import dev.mlxgrpc.v1.ModelKind;
+import dev.mlxgrpc.v1.ModelLoad;
 import dev.mlxgrpc.v1.SamplingParams;
-import dev.mlxgrpc.v1.StoppingCriteria;
+import dev.mlxgrpc.v1.SpeculationMode;
 import dev.mlxgrpc.v1.TokenizeRequest;
 import dev.mlxgrpc.v1.TokenizeResponse;
+import dev.mlxgrpc.v1.Usage;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.UUID;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.condition.EnabledIfEnvironmentVariable;
 
-/** Runs against the live server at $MLXGRPC_ADDRESS; skipped when it is unset. */
-@EnabledIfEnvironmentVariable(
-    named = "MLXGRPC_ADDRESS",
-    matches = ".+",
-    disabledReason = "MLXGRPC_ADDRESS is not set: skipping live tests")
+/** Runs against the live server at $MLXGRPC_ADDRESS (see {@link LiveServer}). */
 class MlxGrpcClientTest {
+  private static LiveServer server;
   private static MlxGrpcClient client;
 
-  @BeforeAll
-  static void connect() {
-    String address = System.getenv("MLXGRPC_ADDRESS");
-    client =
-        MlxGrpcClient.builder(address)
-            .bearerToken("test-token") // the server ignores it; checks the interceptor is harmless
-            .defaultDeadline(Duration.ofSeconds(60))
-            .build();
+  /** Per test, so that each one is reported as skipped without a server. */
+  @BeforeEach
+  void connect() {
+    if (server == null) {
+      server = LiveServer.connect();
+      client = server.client;
+    }
   }
 
   @AfterAll
   static void close() {
-    if (client != null) {
-      client.close();
+    if (server != null) {
+      server.close();
     }
-  }
-
-  private static GenerateRequest greedy(String text, int maxTokens) {
-    return GenerateRequest.newBuilder()
-        .setText(text)
-        .setStopping(StoppingCriteria.newBuilder().setMaxTokens(maxTokens))
-        .build();
   }
 
   private static List<GenerateResponse> drain(GenerateRequest request) {
@@ -80,127 +79,179 @@ class MlxGrpcClientTest {
         .collect(Collectors.toList());
   }
 
-  private static double cosine(EmbedResponse a, EmbedResponse b) {
-    return Example.cosine(a.getEmbeddingList(), b.getEmbeddingList());
-  }
-
   @Test
   void greedyGenerateIsDeterministicAndWellFormed() {
-    GenerateRequest request = greedy("Hello, my name is", 8);
+    GenerateRequest request = exact("Hello, my name is", 8);
     List<GenerateResponse> first = drain(request);
     List<GenerateResponse> second = drain(request);
-
     for (List<GenerateResponse> events : List.of(first, second)) {
       assertTrue(events.get(0).hasStarted(), "first event is started");
       assertTrue(events.get(0).getStarted().getPromptTokens() > 0, "prompt_tokens > 0");
-      assertFalse(events.get(0).getStarted().getRequestId().isEmpty(), "server assigns an id");
+      assertEquals(server.generator.getName(), events.get(0).getStarted().getModel());
       GenerateResponse last = events.get(events.size() - 1);
-      assertTrue(last.hasFinished(), "last event is finished");
       assertEquals(FinishReason.FINISH_REASON_LENGTH, last.getFinished().getReason());
       assertEquals(8, last.getFinished().getUsage().getCompletionTokens());
-      assertEquals(8, tokenIds(events).size(), "exactly max_tokens tokens");
       for (GenerateResponse middle : events.subList(1, events.size() - 1)) {
         assertTrue(middle.hasDelta(), "only deltas between started and finished");
       }
+      List<Integer> ids = tokenIds(events);
+      assertEquals(8, ids.size(), "exactly max_tokens tokens");
+      assertTrue(ids.stream().allMatch(t -> t >= 0 && t < server.generator.getVocabSize()), "in vocab");
     }
     assertEquals(tokenIds(first), tokenIds(second), "greedy decoding is deterministic");
   }
 
   @Test
-  void streamReportsServerAssignedRequestId() {
-    try (GenerateStream stream = client.generate(greedy("abc", 2))) {
-      assertEquals(null, stream.requestId());
-      GenerateResponse started = stream.next();
-      assertEquals(started.getStarted().getRequestId(), stream.requestId());
-      stream.forEachRemaining(e -> { });
-      assertFalse(stream.hasNext());
+  void requestIdIsAssignedClientSideAtOnce() {
+    try (GenerateStream stream = client.generate(exact("abc", 2))) {
+      String id = stream.requestId();
+      assertNotNull(id);
+      assertEquals(id, stream.next().getStarted().getRequestId(), "the server uses the client's id");
     }
+    GenerateRequest own = exact("abc", 2).toBuilder().setRequestId("java-own-id").build();
+    assertEquals("java-own-id", client.generate(own).requestId());
+  }
+
+  @Test
+  void generateTextIsTheUnaryForm() {
+    GenerationResult r = client.generateText(exact("The quick brown fox", 6));
+    assertEquals(6, r.tokenIds().size());
+    assertEquals(r.requestId(), r.started().orElseThrow().getRequestId());
+    assertEquals(FinishReason.FINISH_REASON_LENGTH, r.finished().orElseThrow().getReason());
+    String detok = client.stub()
+        .detokenize(DetokenizeRequest.newBuilder().addAllTokenIds(r.tokenIds()).build())
+        .getText();
+    assertEquals(detok, r.text());
+  }
+
+  /** Copy-heavy: the continuation repeats text the prompt holds, which prompt lookup drafts. */
+  private static final String PASSAGE = "The lighthouse keeper climbed the narrow stairs every evening at dusk, "
+      + "lit the great lamp, and wrote the names of the ships that passed in a worn leather book.";
+
+  @Test
+  void speculationNeverChangesTheOutputAndCountsDrafts() {
+    GenerateRequest copy = exact("Repeat exactly: " + PASSAGE + "\n" + PASSAGE + "\n", 32); // greedy
+    GenerationResult off = client.generateText(copy.toBuilder().setSpeculation(Speculation.off()).build());
+    Usage offUsage = off.finished().orElseThrow().getUsage();
+    assertEquals(32, off.tokenIds().size());
+    assertEquals(0, offUsage.getDraftTokens());
+    assertEquals(0, offUsage.getAcceptedDraftTokens());
+    List<SpeculationMode> modes = server.generator.getCapabilities().getSpeculation().getModesList();
+    Assumptions.assumeTrue(modes.contains(SpeculationMode.SPECULATION_MODE_NGRAM),
+        server.generator.getName() + " does not speculate with NGRAM");
+    GenerationResult ngram = client.generateText(copy.toBuilder().setSpeculation(Speculation.ngram(6)).build());
+    assertEquals(off.tokenIds(), ngram.tokenIds());
+    assertEquals(off.text(), ngram.text());
+    Usage usage = ngram.finished().orElseThrow().getUsage();
+    assertTrue(usage.getDraftTokens() >= usage.getAcceptedDraftTokens() && usage.getAcceptedDraftTokens() >= 0,
+        usage.toString());
+    assertEquals(32, usage.getCompletionTokens());
+  }
+
+  @Test
+  void asyncGenerateMatchesTheBlockingOne() throws Exception {
+    GenerationResult blocking = client.generateText(exact("The quick brown fox", 6));
+    List<GenerateResponse> seen = new ArrayList<>();
+    GenerateCall call = client.generateAsync(exact("The quick brown fox", 6), new Recorder(seen));
+    GenerationResult async = call.result().get(120, TimeUnit.SECONDS);
+    assertEquals(blocking.tokenIds(), async.tokenIds());
+    assertEquals(call.requestId(), async.requestId());
+    synchronized (seen) {
+      assertTrue(seen.get(0).hasStarted() && seen.get(seen.size() - 1).hasFinished(), "observer saw every event");
+    }
+    assertEquals(blocking.tokenIds(), client.generateTextAsync(exact("The quick brown fox", 6)).get().tokenIds());
+  }
+
+  @Test
+  void asyncCancelByIdAndClientSide() throws Exception {
+    GenerateCall byId = client.generateAsync(exact("Once upon a time", 2000), null);
+    boolean found = false;
+    for (int i = 0; i < 200 && !found; i++) {
+      found = client.cancel(byId.requestId());
+      if (!found) {
+        Thread.sleep(20);
+      }
+    }
+    assertTrue(found, "Cancel found the request by its client-side id");
+    GenerationFinished finished = byId.result().get(120, TimeUnit.SECONDS).finished().orElseThrow();
+    assertEquals(FinishReason.FINISH_REASON_CANCELLED, finished.getReason());
+
+    GenerateCall aborted = client.generateAsync(exact("Once upon a time", 2000), null);
+    aborted.cancel();
+    ExecutionException e = assertThrows(ExecutionException.class, () -> aborted.result().get(120, TimeUnit.SECONDS));
+    assertEquals(Status.Code.CANCELLED, ErrorDetails.from(e.getCause()).code());
   }
 
   @Test
   void tokenizeDetokenizeRoundTrips() {
     String text = "Hello world, this is a round trip.";
-    TokenizeResponse tokens =
-        client.stub().tokenize(TokenizeRequest.newBuilder().setText(text).build());
+    TokenizeResponse tokens = client.stub().tokenize(TokenizeRequest.newBuilder().setText(text).build());
     assertTrue(tokens.getTokenIdsCount() > 0);
     assertEquals(tokens.getTokenIdsCount(), tokens.getTokensCount());
-    String back =
-        client
-            .stub()
-            .detokenize(
-                DetokenizeRequest.newBuilder()
-                    .addAllTokenIds(tokens.getTokenIdsList())
-                    .setSkipSpecialTokens(true)
-                    .build())
-            .getText();
+    String back = client.stub()
+        .detokenize(DetokenizeRequest.newBuilder().addAllTokenIds(tokens.getTokenIdsList())
+            .setSkipSpecialTokens(true).build())
+        .getText();
     assertEquals(text, back);
   }
 
   @Test
   void embedReturnsNormalizedVectorsWithMeaningfulSimilarity() {
-    List<String> inputs =
-        List.of(
-            "A man is eating food.",
-            "A man is eating a piece of bread.",
-            "The stock market crashed today.");
-    List<EmbedResponse> out = client.embed(EmbedRequest.newBuilder().addAllInputs(inputs).build());
+    if (server.embedder.isEmpty()) {
+      LiveServer.unavailable("the server serves no embedding model");
+    }
+    ModelInfo embedder = server.embedder.get();
+    List<String> inputs = List.of(
+        "A man is eating food.", "A man is eating a piece of bread.", "The stock market crashed today.");
+    List<EmbedResponse> out = client.embed(
+        EmbedRequest.newBuilder().setModel(embedder.getName()).addAllInputs(inputs).build());
     assertEquals(3, out.size(), "one response per input");
     for (int i = 0; i < out.size(); i++) {
       EmbedResponse r = out.get(i);
       assertEquals(i, r.getIndex(), "index set");
-      assertEquals(384, r.getEmbeddingCount());
+      assertEquals(embedder.getEmbeddingDimensions(), r.getEmbeddingCount());
       assertTrue(r.getTokens() > 0);
       double norm = Math.sqrt(r.getEmbeddingList().stream().mapToDouble(f -> f * f).sum());
       assertEquals(1.0, norm, 1e-3, "L2-normalized");
     }
-    double similar = cosine(out.get(0), out.get(1));
-    double unrelated = cosine(out.get(0), out.get(2));
-    assertTrue(similar > 0.7, "similar sentences: cosine " + similar);
-    assertTrue(unrelated < 0.2, "unrelated sentences: cosine " + unrelated);
+    double similar = Example.cosine(out.get(0).getEmbeddingList(), out.get(1).getEmbeddingList());
+    double unrelated = Example.cosine(out.get(0).getEmbeddingList(), out.get(2).getEmbeddingList());
+    assertTrue(similar > unrelated + 0.2, "similar " + similar + ", unrelated " + unrelated);
   }
 
   @Test
   void invalidTemperatureIsInvalidArgumentWithBadRequest() {
-    GenerateRequest request =
-        greedy("Hi", 4).toBuilder()
-            .setSampling(SamplingParams.newBuilder().setTemperature(-1f))
-            .build();
-    StatusRuntimeException e = assertThrows(StatusRuntimeException.class, () -> drain(request));
+    GenerateRequest request = exact("Hi", 4).toBuilder()
+        .setSampling(SamplingParams.newBuilder().setTemperature(-1f)).build();
+    StatusRuntimeException e = assertThrows(StatusRuntimeException.class, () -> client.generateText(request));
     ErrorDetails details = ErrorDetails.from(e);
     assertEquals(Status.Code.INVALID_ARGUMENT, details.code());
-    assertTrue(
-        details.violationFields().contains("sampling.temperature"),
-        "violations: " + details.violationFields());
+    assertEquals(List.of("sampling.temperature"), details.violationFields());
     ErrorInfo info = details.errorInfo().orElseThrow();
     assertEquals("mlxgrpc.v1", info.getDomain());
-    assertFalse(info.getReason().isEmpty());
+    assertEquals("INVALID_FIELD", info.getReason());
     assertEquals("sampling.temperature", info.getMetadataOrDefault("field", ""));
     assertTrue(details.retryInfo().isEmpty(), "no RetryInfo on a bad request");
   }
 
   @Test
   void unknownModelIsNotFound() {
-    GenerateRequest request = greedy("Hi", 4).toBuilder().setModel("no-such-model").build();
+    GenerateRequest request = exact("Hi", 4).toBuilder().setModel("no-such-model").build();
     StatusRuntimeException e = assertThrows(StatusRuntimeException.class, () -> drain(request));
     assertEquals(Status.Code.NOT_FOUND, e.getStatus().getCode());
-    StatusRuntimeException info =
-        assertThrows(StatusRuntimeException.class, () -> client.modelInfo("no-such-model"));
+    StatusRuntimeException info = assertThrows(StatusRuntimeException.class, () -> client.modelInfo("no-such-model"));
     assertEquals(Status.Code.NOT_FOUND, ErrorDetails.from(info).code());
   }
 
   @Test
   void cancelRpcEndsStreamWithCancelledReason() {
-    String id = "java-test-" + UUID.randomUUID();
-    GenerateRequest request = greedy("Once upon a time", 2000).toBuilder().setRequestId(id).build();
     GenerationFinished finished = null;
     int deltas = 0;
     boolean cancelled = false;
-    try (GenerateStream stream = client.generate(request)) {
-      assertEquals(id, stream.requestId());
+    String id;
+    try (GenerateStream stream = client.generate(exact("Once upon a time", 2000))) {
+      id = stream.requestId();
       for (GenerateResponse event : stream) {
-        if (event.hasStarted()) {
-          assertEquals(id, event.getStarted().getRequestId());
-        }
         if (event.hasDelta() && ++deltas == 2) {
           cancelled = client.cancel(id);
         }
@@ -218,62 +269,132 @@ class MlxGrpcClientTest {
 
   @Test
   void clientSideCancelGivesCancelled() {
-    GenerateStream stream = client.generate(greedy("Once upon a time", 2000));
-    StatusRuntimeException e =
-        assertThrows(
-            StatusRuntimeException.class,
-            () -> {
-              int deltas = 0;
-              while (stream.hasNext()) {
-                if (stream.next().hasDelta() && ++deltas == 2) {
-                  stream.cancel();
-                }
-              }
-            });
+    GenerateStream stream = client.generate(exact("Once upon a time", 2000));
+    StatusRuntimeException e = assertThrows(StatusRuntimeException.class, () -> {
+      int deltas = 0;
+      while (stream.hasNext()) {
+        if (stream.next().hasDelta() && ++deltas == 2) {
+          stream.cancel();
+        }
+      }
+    });
     assertEquals(Status.Code.CANCELLED, e.getStatus().getCode());
     stream.close();
-    assertNotNull(stream.requestId(), "id known from the started event");
   }
 
   @Test
-  void modelInfoDescribesTheFixture() {
+  void modelInfoListModelsAndPlan() {
     ModelInfo info = client.modelInfo("");
-    assertEquals("llama", info.getName());
+    assertEquals(server.models.get(0).getName(), info.getName(), "the default generation model first");
     assertEquals(ModelKind.MODEL_KIND_GENERATION, info.getKind());
-    assertEquals(640, info.getVocabSize());
-    assertEquals(4096, info.getContextLength());
+    assertTrue(info.getVocabSize() > 0 && info.getContextLength() > 0);
     assertTrue(info.getCapabilities().getGeneration());
-    assertTrue(info.getHasChatTemplate());
-
-    ModelInfo embedder = client.modelInfo("all-minilm-l6-v2");
-    assertEquals(384, embedder.getEmbeddingDimensions());
-    assertTrue(embedder.getCapabilities().getEmbeddings());
+    server.embedder.ifPresent(e -> assertTrue(e.getEmbeddingDimensions() > 0 && e.getCapabilities().getEmbeddings()));
+    long maxSafe = client.planMemory(info.getName(), 1024).getMaxSafeContext();
+    assertTrue(maxSafe > 0 && maxSafe <= info.getContextLength(), "max_safe_context " + maxSafe);
   }
 
   @Test
-  void listModelsListsBoth() {
-    List<String> names =
-        client.stub().listModels(ListModelsRequest.getDefaultInstance()).getModelsList().stream()
-            .map(ModelInfo::getName)
-            .collect(Collectors.toList());
-    assertEquals("llama", names.get(0), "default generation model first");
-    assertTrue(names.contains("all-minilm-l6-v2"), "models: " + names);
+  void modelLoadsReportEveryGenerationModel() {
+    List<ModelLoad> before = client.modelLoads("");
+    List<String> generators = server.models.stream()
+        .filter(m -> m.getKind() == ModelKind.MODEL_KIND_GENERATION).map(ModelInfo::getName)
+        .collect(Collectors.toList());
+    assertEquals(generators, before.stream().map(ModelLoad::getModel).collect(Collectors.toList()),
+        "generation models only, the default first");
+    assertTrue(before.get(0).getMaxRunningRequests() > 0);
+    assertTrue(before.get(0).getMemoryBudgetBytes() > 0);
+    client.generateText(exact("Counting for the load report", 5));
+    ModelLoad after = client.modelLoads(server.generator.getName()).get(0);
+    assertTrue(after.getGeneratedTokens() - before.get(0).getGeneratedTokens() >= 5);
+    assertTrue(after.getGeneratedTokensPerSecond() > 0, "tokens/s right after a generation");
+    StatusRuntimeException unknown =
+        assertThrows(StatusRuntimeException.class, () -> client.modelLoads("no-such-model"));
+    assertEquals(Status.Code.NOT_FOUND, unknown.getStatus().getCode());
+    server.embedder.ifPresent(embedder -> {
+      StatusRuntimeException e =
+          assertThrows(StatusRuntimeException.class, () -> client.modelLoads(embedder.getName()));
+      assertEquals(Status.Code.FAILED_PRECONDITION, e.getStatus().getCode());
+    });
+  }
+
+  @Test
+  void channelCarriesTheToken() {
+    // A stub of your own on client.channel(); the test servers accept any token.
+    try (MlxGrpcClient withToken = MlxGrpcClient.builder(server.address).bearerToken("test-token").build()) {
+      List<ModelInfo> models = InferenceServiceGrpc.newBlockingStub(withToken.channel())
+          .listModels(ListModelsRequest.getDefaultInstance()).getModelsList();
+      assertEquals(server.models.size(), models.size());
+    }
   }
 
   @Test
   void chatPromptUsesTemplate() {
-    GenerateRequest chat =
-        GenerateRequest.newBuilder()
-            .setChat(
-                dev.mlxgrpc.v1.ChatMessages.newBuilder()
-                    .addMessages(
-                        dev.mlxgrpc.v1.ChatMessage.newBuilder().setRole("user").setContent("Hi")))
-            .setStopping(StoppingCriteria.newBuilder().setMaxTokens(3))
-            .build();
-    List<GenerateResponse> events = drain(chat);
-    int chatPrompt = events.get(0).getStarted().getPromptTokens();
-    int rawPrompt = drain(greedy("Hi", 3)).get(0).getStarted().getPromptTokens();
+    if (!server.generator.getHasChatTemplate()) {
+      LiveServer.unavailable(server.generator.getName() + " has no chat template");
+    }
+    GenerateRequest chat = exact("", 3).toBuilder()
+        .setChat(ChatMessages.newBuilder().addMessages(ChatMessage.newBuilder().setRole("user").setContent("Hi")))
+        .build();
+    GenerationResult templated = client.generateText(chat);
+    GenerationResult raw = client.generateText(exact("Hi", 3));
+    int chatPrompt = templated.started().orElseThrow().getPromptTokens();
+    int rawPrompt = raw.started().orElseThrow().getPromptTokens();
     assertTrue(chatPrompt > rawPrompt, "template adds tokens: " + chatPrompt + " vs " + rawPrompt);
-    assertEquals(3, tokenIds(events).size());
+    assertEquals(3, templated.tokenIds().size());
+  }
+
+  // --- adapters: the default generation model's first loaded adapter (ListAdapters) is used,
+  // and loaded again from its directory under another name.
+
+  private static AdapterInfo loadedAdapter() {
+    ListAdaptersResponse listed = client.listAdapters("");
+    assertEquals(server.generator.getName(), listed.getModel());
+    assertTrue(listed.getMaxAdapters() > 0);
+    if (listed.getAdaptersCount() == 0) {
+      LiveServer.unavailable(
+          server.generator.getName() + " has no adapter loaded (serve it with --adapter NAME=DIR)");
+    }
+    return listed.getAdapters(0);
+  }
+
+  private static List<Integer> adapterTokens(String adapter, int maxTokens) {
+    return tokenIds(drain(exact("The quick brown fox", maxTokens).toBuilder().setAdapter(adapter).build()));
+  }
+
+  @Test
+  void generateWithAnAdapterChangesTheOutput() {
+    AdapterInfo adapter = loadedAdapter();
+    List<Integer> tuned = adapterTokens(adapter.getName(), 8);
+    assertEquals(8, tuned.size());
+    assertNotEquals(adapterTokens("", 8), tuned);
+    StatusRuntimeException e =
+        assertThrows(StatusRuntimeException.class, () -> adapterTokens("no-such-adapter", 2));
+    ErrorDetails d = ErrorDetails.from(e);
+    assertEquals(Status.Code.NOT_FOUND, d.code());
+    assertEquals("ADAPTER_NOT_FOUND", d.errorInfo().orElseThrow().getReason());
+  }
+
+  @Test
+  void loadUseAndUnloadAnAdapter() {
+    AdapterInfo adapter = loadedAdapter();
+    LoadAdapterResponse loaded = client.loadAdapter("", "java-client", adapter.getSource());
+    AdapterInfo info = loaded.getAdapter();
+    assertEquals("java-client", info.getName());
+    assertEquals(adapter.getKind(), info.getKind());
+    assertEquals(adapter.getBytes(), info.getBytes());
+    assertEquals(
+        adapterTokens(adapter.getName(), 8),
+        adapterTokens("java-client", 8),
+        "the same weights under another name");
+    assertEquals("java-client", client.unloadAdapter("", "java-client").getName());
+    assertTrue(
+        client.listAdapters("").getAdaptersList().stream()
+            .noneMatch(a -> a.getName().equals("java-client")));
+    StatusRuntimeException e =
+        assertThrows(
+            StatusRuntimeException.class,
+            () -> client.loadAdapter("", "nothing", "/nonexistent/adapter"));
+    assertEquals(List.of("path"), ErrorDetails.from(e).violationFields());
   }
 }

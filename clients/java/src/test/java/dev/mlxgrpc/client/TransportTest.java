@@ -133,6 +133,10 @@ class TransportTest {
         ListModelsResponse resp = client.stub().listModels(ListModelsRequest.getDefaultInstance());
         assertEquals("fake", resp.getModels(0).getName());
         assertEquals("Bearer s3cret", auth.get());
+        // A stub of one's own on channel() carries the token too.
+        auth.set(null);
+        InferenceServiceGrpc.newBlockingStub(client.channel()).listModels(ListModelsRequest.getDefaultInstance());
+        assertEquals("Bearer s3cret", auth.get());
       }
       // Without the CA the handshake fails: the system roots do not trust the certificate.
       try (MlxGrpcClient untrusted = MlxGrpcClient.builder(address).tls().build()) {

@@ -1,0 +1,106 @@
+package mlxgrpc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"iter"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	pb "mlxgrpc.dev/go/mlxgrpc/v1"
+)
+
+// Generation is one Generate request: range over Events for its stream, or
+// Collect it whole. Nothing is sent until one of them is called.
+type Generation struct {
+	// RequestID names the request on the server: the request's own, or one
+	// assigned here when it had none. Any goroutine or process may pass it to
+	// CancelByID at once.
+	RequestID string
+
+	client *Client
+	ctx    context.Context
+	req    *pb.GenerateRequest
+	opts   []grpc.CallOption
+}
+
+// Result is everything one generation produced.
+type Result struct {
+	RequestID string
+	Started   *pb.GenerationStarted
+	TokenIDs  []int32
+	Text      string
+	Logprobs  []*pb.TokenLogprob
+	// Finished holds the finish reason, usage and timings.
+	Finished *pb.GenerationFinished
+}
+
+// Generate prepares a generation; req is not modified (a copy gets the
+// client-side request id when it has none).
+//
+//	gen := client.Generate(ctx, req)
+//	for ev, err := range gen.Events() {
+//		if err != nil { ... }
+//		fmt.Print(ev.GetDelta().GetText())
+//	}
+func (c *Client) Generate(ctx context.Context, req *pb.GenerateRequest, opts ...grpc.CallOption) *Generation {
+	if req.GetRequestId() == "" {
+		req = proto.Clone(req).(*pb.GenerateRequest)
+		req.RequestId = newRequestID()
+	}
+	return &Generation{RequestID: req.GetRequestId(), client: c, ctx: ctx, req: req, opts: opts}
+}
+
+// Events streams the generation: started, deltas, finished. The iterator
+// yields (event, nil) per event and at most one (nil, err) at the end if the
+// call fails. A refusal with RetryInfo before the first event is retried.
+// Breaking out of the loop, or cancelling ctx, cancels the call; the server
+// then stops generating.
+func (g *Generation) Events() iter.Seq2[*pb.GenerateResponse, error] {
+	return func(yield func(*pb.GenerateResponse, error) bool) {
+		ctx, cancel := g.client.callContext(g.ctx)
+		defer cancel()
+		stream, ev, err := openStream(ctx, g.client.retry, func(ctx context.Context) (grpc.ServerStreamingClient[pb.GenerateResponse], error) {
+			return g.client.InferenceServiceClient.Generate(ctx, g.req, g.opts...)
+		})
+		for err == nil {
+			if !yield(ev, nil) {
+				return
+			}
+			ev, err = stream.Recv()
+		}
+		if err != io.EOF {
+			yield(nil, err)
+		}
+	}
+}
+
+// Collect runs the generation to its end: the unary form of Generate.
+func (g *Generation) Collect() (*Result, error) {
+	r := &Result{RequestID: g.RequestID}
+	for ev, err := range g.Events() {
+		if err != nil {
+			return r, err
+		}
+		switch e := ev.Event.(type) {
+		case *pb.GenerateResponse_Started:
+			r.Started = e.Started
+		case *pb.GenerateResponse_Delta:
+			r.TokenIDs = append(r.TokenIDs, e.Delta.GetTokenIds()...)
+			r.Text += e.Delta.GetText()
+			r.Logprobs = append(r.Logprobs, e.Delta.GetLogprobs()...)
+		case *pb.GenerateResponse_Finished:
+			r.Finished = e.Finished
+		}
+	}
+	return r, nil
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,66 @@
+package dev.mlxgrpc.client;
+
+import static org.junit.jupiter.api.Assertions.fail;
+
+import dev.mlxgrpc.v1.GenerateRequest;
+import dev.mlxgrpc.v1.ModelInfo;
+import dev.mlxgrpc.v1.ModelKind;
+import dev.mlxgrpc.v1.StoppingCriteria;
+import java.time.Duration;
+import java.util.List;
+import java.util.Optional;
+import org.junit.jupiter.api.Assumptions;
+
+/**
+ * The live server at $MLXGRPC_ADDRESS and the models it serves, discovered with ListModels, so
+ * the tests run against any server (the default one or the test fixture). Without the address
+ * the live tests are skipped; under MLXGRPC_REQUIRE_LIVE=1 (CI) they fail instead.
+ */
+final class LiveServer implements AutoCloseable {
+  final String address;
+  final MlxGrpcClient client;
+  final List<ModelInfo> models;
+  /** The default generation model (listed first). */
+  final ModelInfo generator;
+  final Optional<ModelInfo> embedder;
+
+  private LiveServer(String address) {
+    this.address = address;
+    this.client = MlxGrpcClient.builder(address).defaultDeadline(Duration.ofSeconds(120)).build();
+    this.models = client.listModels();
+    this.generator = ofKind(ModelKind.MODEL_KIND_GENERATION)
+        .orElseThrow(() -> new AssertionError("the server serves no generation model"));
+    this.embedder = ofKind(ModelKind.MODEL_KIND_EMBEDDING);
+  }
+
+  private Optional<ModelInfo> ofKind(ModelKind kind) {
+    return models.stream().filter(m -> m.getKind() == kind).findFirst();
+  }
+
+  /** Connects, or skips (fails under MLXGRPC_REQUIRE_LIVE=1) without MLXGRPC_ADDRESS. */
+  static LiveServer connect() {
+    String address = System.getenv("MLXGRPC_ADDRESS");
+    if (address == null || address.isEmpty()) {
+      unavailable("MLXGRPC_ADDRESS is not set: no live server to test against");
+    }
+    return new LiveServer(address);
+  }
+
+  static void unavailable(String reason) {
+    if ("1".equals(System.getenv("MLXGRPC_REQUIRE_LIVE"))) {
+      fail(reason + " (MLXGRPC_REQUIRE_LIVE=1)");
+    }
+    Assumptions.abort(reason);
+  }
+
+  /** A text prompt generating exactly {@code maxTokens} tokens on any model. */
+  static GenerateRequest exact(String text, int maxTokens) {
+    StoppingCriteria stopping = StoppingCriteria.newBuilder().setMaxTokens(maxTokens).setIgnoreEos(true).build();
+    return GenerateRequest.newBuilder().setText(text).setStopping(stopping).build();
+  }
+
+  @Override
+  public void close() {
+    client.close();
+  }
+}

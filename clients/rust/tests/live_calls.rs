@@ -1,0 +1,273 @@
+//! The other calls against a live server at MLXGRPC_ADDRESS (any server: the models come
+//! from ListModels): tokenizing, embeddings, error details, model info, the memory plan,
+//! load reports, bearer tokens, adapters.
+//! Ignored unless asked for, like tests/live_generate.rs.
+
+mod support;
+
+use mlx_grpc_client::{Code, ConnectOptions, error_details, pb};
+use support::{exact, live, loaded_adapter, with_adapter};
+
+fn norm(v: &[f32]) -> f32 {
+    v.iter().map(|x| x * x).sum::<f32>().sqrt()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>() / (norm(a) * norm(b))
+}
+
+#[tokio::test]
+#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
+async fn tokenize_detokenize_round_trip() {
+    let s = live().await;
+    let mut raw = s.client.raw();
+    let text = "Hello, world! The quick brown fox.";
+    let tok = raw
+        .tokenize(pb::TokenizeRequest {
+            text: text.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("tokenize")
+        .into_inner();
+    assert!(!tok.token_ids.is_empty());
+    assert_eq!(tok.token_ids.len(), tok.tokens.len());
+    let detok = raw
+        .detokenize(pb::DetokenizeRequest {
+            token_ids: tok.token_ids,
+            ..Default::default()
+        })
+        .await
+        .expect("detokenize")
+        .into_inner();
+    assert_eq!(detok.text, text);
+}
+
+#[tokio::test]
+#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
+async fn embeddings_are_normalized_and_semantic() {
+    let s = live().await;
+    let embedder = s
+        .embedder
+        .as_ref()
+        .expect("the server serves no embedding model");
+    let inputs = [
+        "A man is eating food.",
+        "A man is eating a piece of bread.",
+        "The stock market crashed today.",
+    ];
+    let resp = s
+        .client
+        .embed(pb::EmbedRequest {
+            model: embedder.name.clone(),
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        })
+        .await
+        .expect("embed");
+    assert_eq!(resp.len(), 3);
+    for (i, r) in resp.iter().enumerate() {
+        assert_eq!(r.index as usize, i);
+        assert_eq!(r.embedding.len(), embedder.embedding_dimensions as usize);
+        assert!(r.tokens > 0);
+        assert!(
+            (norm(&r.embedding) - 1.0).abs() < 1e-3,
+            "norm {}",
+            norm(&r.embedding)
+        );
+    }
+    let similar = cosine(&resp[0].embedding, &resp[1].embedding);
+    let unrelated = cosine(&resp[0].embedding, &resp[2].embedding);
+    assert!(
+        similar > unrelated + 0.2,
+        "similar {similar}, unrelated {unrelated}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
+async fn invalid_temperature_has_bad_request_details() {
+    let s = live().await;
+    let mut req = exact("hi", 4);
+    req.sampling = Some(pb::SamplingParams {
+        temperature: Some(-1.0),
+        ..Default::default()
+    });
+    let status = s
+        .client
+        .generate_text(req)
+        .await
+        .expect_err("invalid temperature accepted");
+    let details = error_details(&status);
+    assert_eq!(details.code, Code::InvalidArgument, "{status:?}");
+    let fields: Vec<&str> = details
+        .field_violations
+        .iter()
+        .map(|v| v.field.as_str())
+        .collect();
+    assert_eq!(fields, ["sampling.temperature"]);
+    let info = details.error_info.expect("ErrorInfo");
+    assert_eq!(
+        (info.domain.as_str(), info.reason.as_str()),
+        ("mlxgrpc.v1", "INVALID_FIELD")
+    );
+    assert_eq!(
+        info.metadata.get("field").map(String::as_str),
+        Some("sampling.temperature")
+    );
+    assert_eq!(details.retry_delay, None);
+}
+
+#[tokio::test]
+#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
+async fn unknown_model_is_not_found() {
+    let s = live().await;
+    let mut req = exact("hi", 4);
+    req.model = "no-such-model".into();
+    let status = s
+        .client
+        .generate_text(req)
+        .await
+        .expect_err("unknown model accepted");
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    let status = s
+        .client
+        .model_info("no-such-model")
+        .await
+        .expect_err("model_info");
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
+async fn model_info_list_models_and_plan() {
+    let s = live().await;
+    let info = s.client.model_info("").await.expect("model_info");
+    assert_eq!(
+        info.name, s.models[0].name,
+        "the default generation model is listed first"
+    );
+    assert_eq!(info.kind(), pb::ModelKind::Generation);
+    assert!(info.vocab_size > 0 && info.context_length > 0);
+    assert!(info.capabilities.as_ref().expect("capabilities").generation);
+    if let Some(e) = &s.embedder {
+        assert!(
+            e.embedding_dimensions > 0 && e.capabilities.as_ref().is_some_and(|c| c.embeddings)
+        );
+    }
+    let plan = s
+        .client
+        .plan_memory(&info.name, 1024)
+        .await
+        .expect("plan_memory");
+    assert!(
+        plan.max_safe_context > 0 && plan.max_safe_context <= i64::from(info.context_length),
+        "{plan:?}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
+async fn model_loads_report_every_generation_model() {
+    let s = live().await;
+    let before = s.client.model_loads("").await.expect("model_loads");
+    let loaded: Vec<&str> = before.iter().map(|l| l.model.as_str()).collect();
+    let generators: Vec<&str> = s
+        .models
+        .iter()
+        .filter(|m| m.kind() == pb::ModelKind::Generation)
+        .map(|m| m.name.as_str())
+        .collect();
+    assert_eq!(
+        loaded, generators,
+        "generation models only, the default first"
+    );
+    assert!(before[0].max_running_requests > 0, "{before:?}");
+    assert!(before[0].memory_budget_bytes > 0, "{before:?}");
+    s.client
+        .generate_text(exact("Counting for the load report", 5))
+        .await
+        .expect("generate");
+    let after = s
+        .client
+        .model_loads(&s.generator.name)
+        .await
+        .expect("model_loads");
+    assert!(after[0].generated_tokens - before[0].generated_tokens >= 5);
+    assert!(after[0].generated_tokens_per_second > 0.0, "{after:?}");
+    let status = s
+        .client
+        .model_loads("no-such-model")
+        .await
+        .expect_err("an unknown model");
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    if let Some(e) = &s.embedder {
+        let status = s
+            .client
+            .model_loads(&e.name)
+            .await
+            .expect_err("an embedding model has no load");
+        assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
+async fn bearer_token_is_accepted() {
+    // The test servers do not check tokens; the call must still go through with one.
+    let s = live().await;
+    let options = ConnectOptions::default().with_bearer_token("test-token");
+    let c = mlx_grpc_client::Client::connect(&s.address, options)
+        .await
+        .expect("connect");
+    assert_eq!(
+        c.model_info("").await.expect("model_info").name,
+        s.generator.name
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
+async fn load_use_and_unload_an_adapter() {
+    let s = live().await;
+    let adapter = loaded_adapter(&s).await;
+    let c = &s.client;
+    let loaded = c
+        .load_adapter("", "rust-client", &adapter.source)
+        .await
+        .expect("load");
+    let info = loaded.adapter.expect("adapter");
+    assert_eq!(info.name, "rust-client");
+    assert_eq!(
+        (info.kind, info.rank, info.bytes),
+        (adapter.kind, adapter.rank, adapter.bytes)
+    );
+    let prompt = "The quick brown fox";
+    let again = c
+        .generate_text(with_adapter(prompt, 8, "rust-client"))
+        .await
+        .expect("again");
+    let first = c
+        .generate_text(with_adapter(prompt, 8, &adapter.name))
+        .await
+        .expect("first");
+    assert_eq!(
+        again.token_ids, first.token_ids,
+        "the same weights under another name"
+    );
+    let gone = c.unload_adapter("", "rust-client").await.expect("unload");
+    assert_eq!(gone.name, "rust-client");
+    let listed = c.list_adapters("").await.expect("list");
+    assert!(!listed.adapters.iter().any(|a| a.name == "rust-client"));
+    let err = c
+        .load_adapter("", "nothing", "/nonexistent/adapter")
+        .await
+        .expect_err("a directory without an adapter");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let fields: Vec<String> = error_details(&err)
+        .field_violations
+        .into_iter()
+        .map(|v| v.field)
+        .collect();
+    assert_eq!(fields, ["path"]);
+}

@@ -1,0 +1,106 @@
+// A running Generate: an async iterable of events, retried before its first event
+// when the server refuses it for now, cancellable both ways.
+
+import { Code, ConnectError, type CallOptions } from "@connectrpc/connect";
+
+import type { TokenLogprob } from "./gen/mlxgrpc/v1/generation_pb.js";
+import type {
+  GenerateResponse,
+  GenerationFinished,
+  GenerationStarted,
+} from "./gen/mlxgrpc/v1/inference_service_pb.js";
+import { sleep, type Attempts } from "./retry.js";
+
+/** Everything one Generate produced (the unary-style result). */
+export interface GenerateResult {
+  requestId: string;
+  text: string;
+  tokenIds: number[];
+  logprobs: TokenLogprob[];
+  started?: GenerationStarted;
+  /** The finished event (reason, usage, timings); absent if the call was aborted. */
+  finished?: GenerationFinished;
+}
+
+/** Opens one attempt of the call with this much time left. */
+export type StartGenerate = (timeoutMs: number | undefined) => AsyncIterable<GenerateResponse>;
+
+/** A running Generate: an async iterable of events plus both ways to cancel it. */
+export class GenerateCall implements AsyncIterable<GenerateResponse> {
+  private stream: AsyncIterable<GenerateResponse>;
+
+  constructor(
+    /** The request id (the caller's, or the one assigned client-side). */
+    readonly requestId: string,
+    private readonly start: StartGenerate,
+    private readonly attempts: Attempts,
+    private readonly controller: AbortController,
+    private readonly cancelById: (requestId: string, options?: CallOptions) => Promise<boolean>,
+  ) {
+    this.stream = start(attempts.timeoutMs());
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<GenerateResponse> {
+    let it = this.stream[Symbol.asyncIterator]();
+    let received = false;
+    const controller = this.controller;
+    return {
+      next: async () => {
+        for (;;) {
+          try {
+            const result = await it.next();
+            received = true;
+            return result;
+          } catch (err) {
+            const delay = received ? undefined : this.attempts.delayAfter(err);
+            if (delay === undefined) throw err;
+            await sleep(delay, controller.signal);
+            this.stream = this.start(this.attempts.timeoutMs());
+            it = this.stream[Symbol.asyncIterator]();
+          }
+        }
+      },
+      // Leaving a for-await loop early (break, return, throw) cancels the call, so
+      // the server stops generating and the call's deadline timer is released.
+      return: async (value?: unknown) => {
+        controller.abort(new ConnectError("generate stream closed by the client", Code.Canceled));
+        // Connect's stream iterator has no return(); reading on after the
+        // abort drains the call until it rejects with CANCELLED, which clears the timer.
+        try {
+          while (!(await it.next()).done);
+        } catch {
+          // expected: the aborted call rejects
+        }
+        return { done: true, value };
+      },
+    };
+  }
+
+  /** Reads the whole stream: the unary form of Generate. */
+  async collect(): Promise<GenerateResult> {
+    const result: GenerateResult = { requestId: this.requestId, text: "", tokenIds: [], logprobs: [] };
+    for await (const res of this) {
+      const ev = res.event;
+      if (ev.case === "started") result.started = ev.value;
+      else if (ev.case === "delta") {
+        result.text += ev.value.text;
+        result.tokenIds.push(...ev.value.tokenIds);
+        result.logprobs.push(...ev.value.logprobs);
+      } else if (ev.case === "finished") result.finished = ev.value;
+    }
+    return result;
+  }
+
+  /** Cancels the call client-side: iteration then fails with Code.Canceled. */
+  abort(reason?: unknown): void {
+    this.controller.abort(reason);
+  }
+
+  /**
+   * Asks the server to cancel (Cancel RPC). The stream then ends normally with a
+   * `finished` event whose reason is FINISH_REASON_CANCELLED.
+   */
+  cancel(options?: CallOptions): Promise<boolean> {
+    return this.cancelById(this.requestId, options);
+  }
+}

@@ -1,0 +1,116 @@
+"""The loaded adapters of one model, owned by its engine thread.
+
+``load`` reads an adapter directory, checks that it fits the base model
+(``fit``), checks its bytes against the memory budget, installs its parts into the
+layers' stacks (``layers.LayerStack``) and then unloads the adapters the caller
+chose to evict; ``unload`` takes an adapter out again. Each load gets a unique
+key (``name#serial``): rows are routed by it and the prefix cache is namespaced by
+it, so a name loaded again from other weights never meets the old one's KV.
+``routed(seqs)`` wraps a forward over those sequences' rows. The base weights are
+never modified or copied; the budget counts the stacks' bytes as resident.
+
+Not thread-safe: every method runs on the engine thread (through ``Worker.call``
+for loads and unloads, inside the tick for ``routed``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Sequence as Seq
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..errors import AdapterCapacity, DoesNotFit
+from ..memory.budget import MemoryBudget
+from .fit import LayerPart, fit
+from .info import AdapterInfo
+from .layers import LayerStack
+from .routing import Routing
+from .source import read_adapter
+
+
+@dataclass(frozen=True)
+class Loaded:
+    info: AdapterInfo
+    paths: tuple[str, ...]
+
+
+class AdapterBank:
+    def __init__(self, model: nn.Module, model_name: str):
+        self._model = model
+        self._model_name = model_name
+        self.routing = Routing()
+        self._stacks: dict[str, LayerStack] = {}
+        self._loaded: dict[str, Loaded] = {}
+        self._serial = itertools.count(1)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(stack.nbytes for stack in self._stacks.values())
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self._loaded)
+
+    def routed(self, seqs: Seq) -> AbstractContextManager:
+        """The forwards built inside run ``seqs``' rows (in order) with their adapters."""
+        return self.routing.routed([seq.adapter for seq in seqs])
+
+    def load(self, name: str, path: str, *, evict: Seq[str] = (), budget: MemoryBudget | None = None,
+             field: str = "path") -> AdapterInfo:
+        """Reads, checks and installs an adapter, then unloads the ``evict`` keys (chosen to make
+        room; their bytes are already left out of the memory check)."""
+        source = read_adapter(path, field)
+        parts = fit(self._model, source, self._model_name)
+        mx.eval([a for p in parts for a in (p.a, p.b, p.gain) if a is not None])
+        adding = sum(p.nbytes for p in parts)
+        freeing = sum(self._loaded[k].info.nbytes for k in evict)
+        if budget is not None:
+            self._check_room(budget, self.nbytes - freeing + adding, adding)
+        info = AdapterInfo(name, f"{name}#{next(self._serial)}", str(source.path), source.fine_tune_type,
+                           source.rank, source.scale, len(parts), adding)
+        self._install(info, parts)  # first: if it fails, nothing was evicted
+        for key in evict:
+            self.unload(key)
+        if budget is not None:
+            budget.set_resident(self.nbytes)
+        return info
+
+    def unload(self, key: str, budget: MemoryBudget | None = None) -> None:
+        """Takes an adapter out of its layers; no row may be using it."""
+        loaded = self._loaded.pop(key)
+        for path in loaded.paths:
+            stack = self._stacks[path]
+            stack.remove(key)
+            if not stack.members:
+                del self._stacks[path]
+        if budget is not None:
+            budget.set_resident(self.nbytes)
+
+    def _install(self, info: AdapterInfo, parts: list[LayerPart]) -> None:
+        """Adds the parts to their layers' stacks; all of them or (on failure) none."""
+        self._loaded[info.key] = Loaded(info, ())
+        try:
+            for part in parts:
+                stack = self._stacks.get(part.path)
+                if stack is None:
+                    stack = self._stacks[part.path] = LayerStack(part.module, self.routing)
+                stack.add(info.key, part)
+                self._loaded[info.key] = Loaded(info, (*self._loaded[info.key].paths, part.path))
+        except BaseException:
+            self.unload(info.key)
+            raise
+
+    def _check_room(self, budget: MemoryBudget, total: int, adding: int) -> None:
+        now, idle = budget.resident_room()
+        figures = {"adapter_bytes": str(adding), "resident_bytes": str(total), "room_bytes": str(idle)}
+        if total > idle:
+            raise DoesNotFit(f"adapters of {total} bytes can never fit beside the weights of model "
+                             f"{self._model_name!r} ({idle} bytes of room)", metadata=figures)
+        if total > now:
+            raise AdapterCapacity(f"adapters of {total} bytes do not fit beside the requests running on model "
+                                  f"{self._model_name!r} now ({now} bytes of room); retry later",
+                                  metadata=figures)

@@ -1,0 +1,108 @@
+"""A generation engine's adapters, from the event loop: load, unload, list, lease.
+
+Loads and unloads run on the engine thread between ticks (``Worker.call``), so a
+forward never sees a half-installed adapter; the ``Catalog`` on this side holds the
+names, counts each request using an adapter until its stream closes, and picks
+what may be evicted.
+
+Unloading an adapter in use waits: the adapter takes no new request from the
+moment ``unload`` is called (they get NOT_FOUND), the requests already using it
+(queued or running) finish normally, then its weights leave the layers and its
+memory returns to the budget, and ``unload`` returns. If the caller stops waiting
+(a cancelled call, a deadline), the unload still completes when they finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Callable, NamedTuple
+
+from ..errors import InvalidRequest
+from .catalog import Catalog, Entry
+from .info import AdapterInfo
+
+class Loaded(NamedTuple):
+    info: AdapterInfo
+    evicted: list[str]  # adapters unloaded to make room, least recently used first
+
+
+NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+MAX_NAME = 64
+
+
+class Adapters:
+    def __init__(self, call: Callable, model: str, limit: int):
+        """``call(fn)`` runs ``fn(scheduler)`` on the engine thread (``Worker.call``)."""
+        self._call = call
+        self.catalog = Catalog(model, limit)
+        self._unloading: dict[str, asyncio.Future] = {}
+
+    @property
+    def limit(self) -> int:
+        return self.catalog.limit
+
+    def infos(self) -> list[AdapterInfo]:
+        return self.catalog.infos()
+
+    def acquire(self, name: str, closers: list[Callable[[], None]], field: str = "adapter") -> str:
+        """The key of adapter ``name`` for a request ("" for none), counted as in use
+        until ``closers`` run (when the request's stream closes)."""
+        if not name:
+            return ""
+        check_name(name, field)
+        entry = self.catalog.acquire(name)
+        closers.append(lambda: self.catalog.release(entry))
+        return entry.info.key
+
+    async def load(self, name: str, path: str, *, field: str = "path") -> Loaded:
+        """Loads an adapter (evicting the least recently used idle ones beyond the limit)."""
+        check_name(name, "name")
+        if not path:
+            raise InvalidRequest(field, "is required")
+        victims = self.catalog.reserve(name)
+        keys = [v.info.key for v in victims]
+        try:
+            info = await self._run(lambda s: s.adapters.load(name, path, evict=keys, budget=s.admission.budget,
+                                                             field=field))
+        except BaseException:
+            self.catalog.abandon(name, victims)
+            raise
+        self.catalog.commit(name, info, victims)
+        return Loaded(info, [v.info.name for v in victims])
+
+    async def load_all(self, pairs: tuple[tuple[str, str], ...]) -> None:
+        """Loads the (name, directory) adapters a model starts with; none is evicted."""
+        if len(pairs) > self.limit:
+            raise InvalidRequest("adapters", f"{len(pairs)} adapters exceed the limit of {self.limit} per model")
+        for name, path in pairs:
+            await self.load(name, path, field="adapters")
+
+    async def unload(self, name: str) -> AdapterInfo:
+        """Unloads ``name`` once the requests using it have finished (see the module doc)."""
+        task = self._unloading.get(name)
+        if task is None:
+            check_name(name, "name")
+            entry = self.catalog.retire(name)
+            task = self._unloading[name] = asyncio.ensure_future(self._unload_when_idle(entry))
+        return await asyncio.shield(task)
+
+    def close(self) -> None:
+        for task in self._unloading.values():
+            task.cancel()
+
+    async def _unload_when_idle(self, entry: Entry) -> AdapterInfo:
+        try:
+            await entry.idle.wait()
+            await self._run(lambda s: s.adapters.unload(entry.info.key, s.admission.budget))
+            self.catalog.remove(entry)
+            return entry.info
+        finally:
+            self._unloading.pop(entry.info.name, None)
+
+    async def _run(self, fn):
+        return await asyncio.wrap_future(self._call(fn))
+
+
+def check_name(name: str, field: str) -> None:
+    if not name or len(name) > MAX_NAME or not set(name) <= NAME_CHARS:
+        raise InvalidRequest(field, f"an adapter name is 1 to {MAX_NAME} characters of A-Z, a-z, 0-9, '.', '_', '-'")

@@ -1,0 +1,133 @@
+"""One step of the running batch: feed every row its pending tokens (and drafts),
+choose at every position that needs a choice, keep what the target agrees with.
+
+Each row is fed ``tokens[computed:]`` - one token in steady decoding - followed by the
+drafts proposed for it, if any. Every position from the last pending token on is a
+sample site: the target's choice there is made exactly as without speculation
+(``sampling.choose`` at the step that position would have, with the drafts before it
+in the processors' history). Drafts are accepted while they equal the target's
+choice; the target's choice after the last accepted draft is always kept. Rejected
+positions are rolled back. Choice and logprobs are batched over all sites (the token
+masks of constrained rows filled together, drafts included), and the host reads the
+results once per step. The target's forward is routed: each row runs with its adapter
+(drafts are verified by the adapted model); a draft model's forwards are not.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Callable, Sequence as Seq
+
+import mlx.core as mx
+
+from .batch import Batch
+from .grammar.masks import site_masks
+from .logprobs import logprobs, to_events
+from .sampling import choose
+from .sequence import Sequence
+from .speculation.policy import step_allowance
+
+
+@dataclass(frozen=True)
+class _Sites:
+    """Where the step chooses: one site per (row, position from its last pending token on)."""
+
+    rows: list[int]
+    positions: list[int]
+    firsts: list[int]  # index of each row's first site
+
+    @classmethod
+    def of(cls, feeds: Seq[Seq[int]], drafts: Seq[Seq[int]]) -> "_Sites":
+        rows, positions, firsts = [], [], []
+        for i, (feed, d) in enumerate(zip(feeds, drafts)):
+            firsts.append(len(rows))
+            start = len(feed) - len(d) - 1
+            rows += [i] * (len(d) + 1)
+            positions += list(range(start, len(feed)))
+        return cls(rows, positions, firsts)
+
+
+class Decoder:
+    def __init__(self, token_text: Callable[[int], str], *, can_roll_back: bool = False, step_tokens: int = 16,
+                 speculation_rows: int | None = None, drafter=None,
+                 route: Callable[[Seq[Sequence]], AbstractContextManager] | None = None):
+        self._token_text = token_text
+        self._route = route or (lambda _rows: nullcontext())  # the target's rows run with their adapters
+        self._can_roll_back = can_roll_back
+        self._step_tokens = step_tokens
+        self._speculation_rows = speculation_rows
+        self._drafter = drafter  # proposes for DRAFT-mode rows (a draft model), or None
+
+    def step(self, batch: Batch, rows: Seq[Sequence]) -> int:
+        """Runs one step over ``rows`` (the batch's rows, in order); returns the number
+        of tokens appended to them."""
+        drafts = self._drafts(rows)
+        feeds = [seq.pending + d for seq, d in zip(rows, drafts)]
+        with self._route(rows):  # verification too: every position with the row's adapter
+            scores = batch.step(feeds)
+        sites = _Sites.of(feeds, drafts)
+        site_scores = scores[mx.array(sites.rows, dtype=mx.int32), mx.array(sites.positions, dtype=mx.int32)]
+        states = [rows[r].sampling for r in sites.rows]
+        steps = [rows[r].step + (i - sites.firsts[r]) for i, r in enumerate(sites.rows)]
+        extras = [drafts[r][: i - sites.firsts[r]] for i, r in enumerate(sites.rows)]
+        masks = site_masks([seq.constraint for seq in rows], site_scores.shape[-1], drafts)
+        chosen = choose(site_scores, states, steps, extras, masks)
+        records = self._logprobs(rows, sites, site_scores, chosen)
+        tokens = chosen.tolist()
+        runs, drops = [], []
+        for i, (seq, d) in enumerate(zip(rows, drafts)):
+            mine = tokens[sites.firsts[i] : sites.firsts[i] + len(d) + 1]
+            accepted = _agreeing(d, mine)
+            runs.append((d[:accepted] + [mine[accepted]], sites.firsts[i]))
+            drops.append(len(d) - accepted)
+            seq.computed += len(feeds[i]) - len(d) + accepted
+            if d and seq.speculation is not None:
+                seq.speculation.acceptance.record(len(d), accepted)
+        batch.rollback(drops)
+        appended = 0
+        for seq, (run, first) in zip(rows, runs):
+            lps = [records[first + j] for j in range(len(run))] if first in records else ()
+            appended += seq.accept(run, lps)
+        if self._drafter is not None:
+            self._drafter.settle(rows)
+        return appended
+
+    def _drafts(self, rows: Seq[Sequence]) -> list[list[int]]:
+        """Each row's drafts for this step (empty for rows that do not speculate)."""
+        allowance = (step_allowance(len(rows), self._step_tokens, self._speculation_rows)
+                     if self._can_roll_back else 0)
+        wanted = []
+        for seq in rows:
+            spec = seq.speculation
+            room = seq.rule.max_tokens - seq.num_output - 1  # drafts past the length cap are wasted
+            k = min(spec.acceptance.wanted(), allowance, room) if spec is not None and allowance > 0 else 0
+            wanted.append(max(k, 0))
+        drafts = [seq.speculation.propose(seq.tokens, k) if k else [] for seq, k in zip(rows, wanted)]
+        if self._drafter is not None:
+            drafts = self._drafter.propose(rows, wanted, drafts)
+        return [d[: seq.constraint.valid_prefix(d)] if d and seq.constraint is not None else d  # grammar-checked
+                for seq, d in zip(rows, drafts)]
+
+    def _logprobs(self, rows, sites: _Sites, site_scores: mx.array, chosen: mx.array) -> dict[int, object]:
+        """Logprob records by site, for the rows that asked; read together with ``chosen``."""
+        wanted = [i for i, r in enumerate(sites.rows) if rows[r].top_logprobs is not None]
+        if not wanted:
+            mx.eval(chosen)
+            return {}
+        tops = [rows[sites.rows[i]].top_logprobs for i in wanted]
+        index = mx.array(wanted, dtype=mx.int32)
+        arrays = logprobs(site_scores[index], chosen[index], max(tops))
+        mx.eval(chosen, arrays.chosen, *(a for a in (arrays.top_ids, arrays.top_values) if a is not None))
+        values = chosen.tolist()
+        return dict(zip(wanted, to_events(arrays, [values[i] for i in wanted], tops, self._token_text)))
+
+
+def _agreeing(drafts: Seq[int], chosen: Seq[int]) -> int:
+    """How many leading drafts equal the target's choice at their position."""
+    accepted = 0
+    for draft, target in zip(drafts, chosen):
+        if draft != target:
+            break
+        accepted += 1
+    return accepted

@@ -1,0 +1,67 @@
+"""What the client sees of one sequence: one Started, Deltas, one Finished.
+
+Text comes from the incremental detokenizer and, once stop strings count, passes
+the stop-string matcher (held back while it may start a stop string). Events leave
+through ``sink``, which hands them to the event loop; nothing here blocks. Times
+are ``time.perf_counter`` readings, the clock the facade stamps arrival with.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+from ..events import Delta, Event, FinishReason, Finished, Started, Timings, TokenLogprob, Usage
+from .detokenizer import IncrementalDetokenizer
+from .stopping import StopStringMatcher
+
+
+class Delivery:
+    def __init__(self, request_id: str, model: str, sink: Callable[[Event], None],
+                 detokenizer: IncrementalDetokenizer, stop_strings: StopStringMatcher, arrived: float):
+        self.request_id, self.model = request_id, model
+        self._sink = sink
+        self._detokenizer = detokenizer
+        self._stop_strings = stop_strings
+        self.arrived = arrived
+        self.admitted = 0.0
+        self.first_token_at = 0.0
+        self.finished = False
+
+    def started(self, prompt_tokens: int, cached_tokens: int) -> None:
+        self.admitted = time.perf_counter()
+        self._sink(Started(self.request_id, self.model, prompt_tokens, cached_tokens))
+
+    def chosen(self) -> None:
+        """A token was chosen for the sequence (the first one stops the TTFT clock)."""
+        if not self.first_token_at:
+            self.first_token_at = time.perf_counter()
+
+    def text(self, token: int, stops_active: bool) -> tuple[str, str | None]:
+        """The text ``token`` completes that may be emitted, and a matched stop string."""
+        text = self._detokenizer.add(token)
+        return self._stop_strings.feed(text) if stops_active else (text, None)
+
+    def delta(self, token_ids: Sequence[int], text: str, logprobs: Sequence[TokenLogprob] = ()) -> None:
+        if token_ids or text:
+            self._sink(Delta(tuple(token_ids), text, tuple(logprobs)))
+
+    def finish(self, reason: FinishReason, usage: Usage, *, stop_sequence: str = "",
+               stop_token_id: int | None = None, error: str = "", flush: bool = True) -> None:
+        """Sends held-back text (when ``flush``) and the Finished event; once only."""
+        if self.finished:
+            return
+        self.finished = True
+        if flush:
+            tail = self._stop_strings.feed(self._detokenizer.flush())[0] + self._stop_strings.flush()
+            self.delta((), tail)
+        self._sink(Finished(reason, usage, self.timings(usage.completion_tokens), stop_sequence,
+                            stop_token_id, error))
+
+    def timings(self, completion_tokens: int) -> Timings:
+        now = time.perf_counter()
+        queue = (self.admitted or now) - self.arrived
+        ttft = (self.first_token_at - self.arrived) if self.first_token_at else 0.0
+        decode_time = now - self.first_token_at if self.first_token_at else 0.0
+        rate = (completion_tokens - 1) / decode_time if decode_time > 0 and completion_tokens > 1 else 0.0
+        return Timings(queue, ttft, rate, now - self.arrived)

@@ -1,0 +1,54 @@
+"""Building a request's ``Sequence`` (on the event loop, before submission; no MLX work)."""
+
+from __future__ import annotations
+
+from ..errors import InvalidRequest, Unsupported
+from ..loading.model import LoadedModel
+from ..requests import GenerationRequest, SpeculationMode
+from .config import SpeculationConfig
+from .delivery import Delivery
+from .detokenizer import IncrementalDetokenizer
+from .grammar.constraint import Constraint
+from .prompts import EncodedPrompt
+from .sampling import SamplingState
+from .sequence import Reuse, Sequence
+from .speculation.state import Speculation
+from .stopping import StopStringMatcher, TokenStopRule
+from .streams import Stream
+
+
+def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream, prompt: EncodedPrompt,
+                  max_tokens: int, arrived: float, speculation: SpeculationConfig = SpeculationConfig(),
+                  constraint: Constraint | None = None, *, adapter: str = "") -> Sequence:
+    s = request.stopping
+    ids = list(prompt.ids)
+    rule = TokenStopRule(max_tokens, s.min_tokens, model.eos_ids, frozenset(s.stop_token_ids), s.ignore_eos)
+    detokenizer = IncrementalDetokenizer(lambda t: model.tokenizer.decode(t), ids)
+    delivery = Delivery(stream.request_id, model.name, stream.sink, detokenizer, StopStringMatcher(s.stop), arrived)
+    wants_logprobs = request.logprobs or request.top_logprobs > 0
+    return Sequence(
+        request_id=stream.request_id, tokens=ids, prompt_len=len(ids), context_tokens=len(ids) + max_tokens,
+        rule=rule, sampling=SamplingState(request.sampling, ids), delivery=delivery,
+        reuse=Reuse(not request.bypass_prefix_cache, prompt.snapshot_at),
+        top_logprobs=request.top_logprobs if wants_logprobs else None,
+        speculation=speculation_for(request, speculation), constraint=constraint, adapter=adapter)
+
+
+def check_speculation(request: GenerationRequest, config: SpeculationConfig, model: str, has_draft: bool) -> None:
+    """Refuses speculation options the server cannot honour (before any work is done)."""
+    asked = request.speculation
+    if not 0 <= asked.num_draft_tokens <= config.max_draft_tokens:
+        raise InvalidRequest("speculation.num_draft_tokens", f"must be between 0 and {config.max_draft_tokens}")
+    if asked.mode is SpeculationMode.DRAFT and not has_draft:
+        raise Unsupported(f"model {model!r} is served without a draft model; start the server with "
+                          "--draft-model, or use SPECULATION_MODE_NGRAM")
+
+
+def speculation_for(request: GenerationRequest, config: SpeculationConfig) -> Speculation | None:
+    """The request's speculation: its own mode and width, or the server's defaults."""
+    asked = request.speculation
+    mode = config.mode if asked.mode is SpeculationMode.DEFAULT else asked.mode
+    width = asked.num_draft_tokens or config.num_draft_tokens
+    if mode is SpeculationMode.OFF or width <= 0:
+        return None
+    return Speculation.create(mode, width)

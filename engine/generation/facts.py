@@ -1,0 +1,37 @@
+"""What a generation engine says about its model (GetModelInfo's ModelDescription):
+the graph, the capabilities - speculation, structured output - and the adapters.
+Each flag states what the engine does with this model as loaded."""
+
+from __future__ import annotations
+
+from ..adapters.info import AdapterInfo
+from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind, Speculation
+from ..hardware.device import backend_name, blas_name
+from ..loading.model import LoadedModel
+from ..requests import SpeculationMode
+
+
+def describe_generation(m: LoadedModel, speculation: Speculation, response_formats: tuple[str, ...],
+                        adapters: tuple[AdapterInfo, ...], max_adapters: int) -> ModelDescription:
+    return ModelDescription(
+        name=m.name, kind=ModelKind.GENERATION,
+        descriptor=GraphDescriptor(f"mlx-lm/{m.model_type}", backend_name(), "mlx-lm/forward-v1",
+                                   "mlx-lm/kv-cache-v1", str(m.artifact)),
+        capabilities=Capabilities(prefill_bounded_workspace=True, speculation=speculation,
+                                  response_formats=response_formats),
+        context_length=m.context_length, vocab_size=m.vocab_size,
+        eos_token_ids=tuple(sorted(m.eos_ids)), has_chat_template=m.has_chat_template,
+        dtype=m.dtype, blas=blas_name(), embedding_dimensions=0, source=m.source,
+        adapters=adapters, max_adapters=max_adapters)
+
+
+def speculation_facts(rolls_back: bool, draft_model: str, default: SpeculationMode,
+                      grammar_proposals: bool) -> Speculation:
+    """Speculation needs caches that roll back; verification covers logprobs, adapters
+    (each row verified with its own) and grammar-constrained rows (drafts under masks)."""
+    if not rolls_back:
+        return Speculation()
+    modes = (SpeculationMode.NGRAM, SpeculationMode.DRAFT) if draft_model else (SpeculationMode.NGRAM,)
+    return Speculation(adapters=True, logprobs=True, grammar_proposals=grammar_proposals,
+                       modes=(SpeculationMode.OFF, *modes),
+                       default_mode=default if default in modes else SpeculationMode.OFF, draft_model=draft_model)

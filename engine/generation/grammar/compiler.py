@@ -1,0 +1,113 @@
+"""Response formats compiled into llguidance matchers, off the event loop and the
+engine thread.
+
+One ``LLTokenizer`` per model, built once at load (~1 s for a 49k vocabulary),
+whose stop tokens are the model's EOS ids. ``constrain`` compiles on a small pool
+of its own, so neither the event loop nor the engine thread ever waits for a
+grammar: the text is checked against the size limits (``formats``), compiled
+under llguidance's parser limits (lexer fuel and states), and its first token
+mask computed (building a grammar's lexer is the expensive part), all within a
+wall-clock timeout. Compiled formats - and the errors of bad ones - are kept in an
+``ObjectCache`` keyed by their text; each request gets its own copy of the
+cached, never-advanced matcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from llguidance import LLMatcher, LLTokenizer
+
+from ...caches.objects import ObjectCache
+from ...errors import InvalidRequest, Unsupported
+from ...requests import FormatKind, ResponseFormat
+from .constraint import Constraint, matcher_error
+from .formats import GrammarLimits, field_name, grammar_text
+from .stats import GrammarStats
+
+log = logging.getLogger("engine.generation.grammar")
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A compiled format: a fresh matcher to copy, or why the format is invalid."""
+
+    matcher: LLMatcher | None
+    error: str = ""
+
+
+def grammar_tokenizer(tokenizer, vocab_size: int, eos_ids: frozenset[int]) -> LLTokenizer | None:
+    """llguidance's view of a model's fast tokenizer (mlx-lm's wrapper, a Hugging Face
+    one or a ``tokenizers.Tokenizer``: serialized as ``llguidance.hf`` does), with masks
+    ``vocab_size`` wide and the model's EOS ids as stop tokens; None if it has none."""
+    try:
+        backend = copy.copy(getattr(tokenizer, "backend_tokenizer", tokenizer))
+        backend.no_padding()
+        backend.no_truncation()
+        return LLTokenizer(backend.to_str(), n_vocab=vocab_size, eos_token=sorted(eos_ids) or None)
+    except Exception as exc:  # noqa: BLE001 - a model without structured output still serves
+        log.warning("structured output is off for this model: %s", exc)
+        return None
+
+
+class Grammars:
+    """One model's structured output: its grammar tokenizer, compile pool and cache."""
+
+    def __init__(self, tokenizer: LLTokenizer | None, limits: GrammarLimits = GrammarLimits()):
+        self.tokenizer = tokenizer
+        self.limits = limits
+        self.stats = GrammarStats()
+        self._stop_tokens = frozenset(tokenizer.eos_tokens) if tokenizer is not None else frozenset()
+        self._cache: ObjectCache[Compiled] = ObjectCache(limits.cache_entries)
+        self._pool = ThreadPoolExecutor(limits.compile_threads, thread_name_prefix="grammar")
+
+    @property
+    def formats(self) -> tuple[FormatKind, ...]:
+        """The formats requests may use with this model."""
+        return tuple(FormatKind) if self.tokenizer is not None else ()
+
+    async def constrain(self, fmt: ResponseFormat) -> Constraint:
+        """A new row constraint for ``fmt``; InvalidRequest naming the format's field
+        when it is invalid, over the limits or too slow to compile."""
+        if self.tokenizer is None:
+            raise Unsupported("this model's tokenizer cannot drive a grammar; response_format is not supported")
+        future = asyncio.get_running_loop().run_in_executor(self._pool, self._compiled, fmt)
+        try:  # shielded: a compile that runs late still lands in the cache
+            compiled = await asyncio.wait_for(asyncio.shield(future), self.limits.compile_timeout_s)
+        except asyncio.TimeoutError:
+            compiled = Compiled(None, f"compiling took longer than {self.limits.compile_timeout_s:g} s")
+        except InvalidRequest:  # over the size limits, or malformed before compiling
+            self.stats.rejected += 1
+            raise
+        if compiled.error:
+            self.stats.rejected += 1
+            raise InvalidRequest(field_name(fmt), compiled.error)
+        self.stats.requests[fmt.kind.value] += 1
+        return Constraint(compiled.matcher.deep_copy(), self._stop_tokens, self.stats)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _compiled(self, fmt: ResponseFormat) -> Compiled:
+        """The cached compilation of ``fmt``, compiled now on a miss (pool thread)."""
+        text = grammar_text(fmt, self.limits)
+        key = f"{fmt.kind.value}\0{text}"
+        lease = self._cache.take(key)
+        if lease is not None:
+            with lease as compiled:
+                return compiled
+        compiled = self._compile(text)
+        self._cache.put(key, compiled)
+        return compiled
+
+    def _compile(self, text: str) -> Compiled:
+        matcher = LLMatcher(self.tokenizer, text, log_level=0, limits=self.limits.parser_limits())
+        if not matcher.is_error():
+            matcher.compute_bitmask()  # builds the lexer's first states here, not on the engine thread
+        if matcher.is_error():
+            return Compiled(None, matcher_error(matcher) or "the grammar is invalid")
+        return Compiled(matcher)

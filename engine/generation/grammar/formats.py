@@ -1,0 +1,101 @@
+"""A response format as llguidance grammar text, checked against the size limits.
+
+Nothing here compiles (``compiler`` does). JSON output (``json_schema``,
+``json_object``) is laid out with fixed separators, ``", "`` between items and
+``": "`` after keys, and no other whitespace, so a model cannot spend its tokens
+on layout; a schema's own ``x-guidance`` options override this. A regex or a
+grammar must match the whole output; ``choice`` accepts exactly one of its options.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from llguidance import LLMatcher, LLParserLimits
+
+from ...errors import InvalidRequest
+from ...requests import FormatKind, ResponseFormat
+
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+@dataclass(frozen=True)
+class GrammarLimits:
+    """What one response format may cost (all settable from the command line)."""
+
+    max_bytes: int = 64 * 1024  # a schema, regex or grammar (UTF-8), or all choice options together
+    max_options: int = 1024  # options of a choice
+    max_depth: int = 64  # nesting of a JSON Schema document
+    compile_timeout_s: float = 5.0  # compiling plus the first token mask
+    lexer_fuel: int = 200_000  # llguidance's initial_lexer_fuel: regex construction work
+    max_lexer_states: int = 50_000  # llguidance's max_lexer_states (1-2 kB each)
+    cache_entries: int = 256  # compiled formats kept for reuse
+    compile_threads: int = 2  # formats compiled at once per model
+
+    def parser_limits(self) -> LLParserLimits:
+        return LLParserLimits(initial_lexer_fuel=self.lexer_fuel, max_lexer_states=self.max_lexer_states,
+                              verbose_errors=False)
+
+
+def field_name(fmt: ResponseFormat) -> str:
+    """The API path of the field that carries ``fmt`` (BadRequest names it)."""
+    suffix = ".options" if fmt.kind is FormatKind.CHOICE else ""
+    return f"response_format.{fmt.kind.value}{suffix}"
+
+
+def grammar_text(fmt: ResponseFormat, limits: GrammarLimits) -> str:
+    """The llguidance grammar for ``fmt``; InvalidRequest for input over the limits or
+    malformed before compiling (a schema that is not JSON, empty options)."""
+    field = field_name(fmt)
+    size = sum(len(o.encode()) for o in fmt.options) if fmt.kind is FormatKind.CHOICE else len(fmt.text.encode())
+    if size > limits.max_bytes:
+        raise InvalidRequest(field, f"is {size} bytes; the limit is {limits.max_bytes}")
+    if fmt.kind is FormatKind.JSON_SCHEMA:
+        return LLMatcher.grammar_from_json_schema(_schema(fmt.text, field, limits), defaults=JSON_OPTIONS)
+    if fmt.kind is FormatKind.JSON_OBJECT:
+        return LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)
+    if fmt.kind is FormatKind.REGEX:
+        return LLMatcher.grammar_from_regex(_non_empty(fmt.text, field))
+    if fmt.kind is FormatKind.GRAMMAR:
+        return LLMatcher.grammar_from_lark(_non_empty(fmt.text, field))
+    return LLMatcher.grammar_from_lark(_choice(fmt.options, field, limits))
+
+
+def _non_empty(text: str, field: str) -> str:
+    if not text.strip():
+        raise InvalidRequest(field, "must not be empty")
+    return text
+
+
+def _schema(text: str, field: str, limits: GrammarLimits) -> dict | bool:
+    try:
+        schema = json.loads(_non_empty(text, field))
+    except (ValueError, RecursionError) as exc:
+        raise InvalidRequest(field, f"is not a JSON document: {exc}") from None
+    if not isinstance(schema, (dict, bool)):
+        raise InvalidRequest(field, "must be a JSON object (or true / false)")
+    if _depth(schema) > limits.max_depth:
+        raise InvalidRequest(field, f"nests deeper than {limits.max_depth} levels")
+    return schema
+
+
+def _depth(value: object) -> int:
+    """Nesting depth of a parsed JSON value (iterative: no recursion on hostile input)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+def _choice(options: tuple[str, ...], field: str, limits: GrammarLimits) -> str:
+    if not options:
+        raise InvalidRequest(field, "at least one option is required")
+    if len(options) > limits.max_options:
+        raise InvalidRequest(field, f"at most {limits.max_options} options")
+    if not all(options):
+        raise InvalidRequest(field, "every option must be a non-empty string")
+    return "start: " + " | ".join(json.dumps(o) for o in dict.fromkeys(options))

@@ -1,0 +1,61 @@
+"""Stopping a prefill forward between layers when its request is cancelled.
+
+A prompt chunk of a few hundred tokens takes seconds on a CPU; run as one lazy graph,
+it would keep a cancelled request's slot and memory that long. While a prefill chunk
+runs, each decoder layer's output is evaluated as soon as it is built and the engine
+thread is asked whether a Cancel for that request is waiting; if one is, the forward
+stops with ``Interrupted`` and the request ends, its half-written caches dropped.
+Outside prefill the layers run exactly as mlx-lm wrote them (lazy, nothing added).
+
+Each layer instance of the model gets a subclass of its own class whose ``__call__``
+adds that check, so the module tree, parameter names and other models sharing the
+class are untouched.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import mlx.core as mx
+import mlx.nn as nn
+
+
+class Interrupted(Exception):
+    """A checkpointed forward stopped between two layers."""
+
+
+class LayerCheckpoints:
+    def __init__(self, model: nn.Module):
+        self._check: Callable[[], bool] | None = None
+        self.layers_run = 0  # layers evaluated while armed (for tests and profiles)
+        for layer in getattr(model, "layers", ()):
+            layer.__class__ = _checkpointed(type(layer), self)
+
+    @contextmanager
+    def armed(self, check: Callable[[], bool]) -> Iterator[None]:
+        """Within the block, every layer's output is evaluated and ``check()`` asked;
+        True raises ``Interrupted`` out of the forward."""
+        self._check = check
+        try:
+            yield
+        finally:
+            self._check = None
+
+    def after_layer(self, output) -> None:
+        if self._check is None:
+            return
+        mx.eval(output)
+        self.layers_run += 1
+        if self._check():
+            raise Interrupted()
+
+
+def _checkpointed(cls: type, checkpoints: LayerCheckpoints) -> type:
+    def __call__(self, *args, **kwargs):
+        output = cls.__call__(self, *args, **kwargs)
+        checkpoints.after_layer(output)
+        return output
+
+    return type(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__})

@@ -1,0 +1,53 @@
+"""Log probabilities of chosen tokens and their most likely alternatives, batched.
+
+Figures come from the model's unmodified distribution (before temperature,
+penalties or masks), as the API documents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import mlx.core as mx
+
+from ..events import TokenLogprob, TopLogprob
+
+
+@dataclass(frozen=True)
+class LogprobArrays:
+    """Lazy results for ``n`` sample sites: the chosen ids' logprobs [n] and the
+    ``top_n`` best ids and logprobs [n, top_n], most likely first."""
+
+    chosen: mx.array
+    top_ids: mx.array | None
+    top_values: mx.array | None
+
+
+def logprobs(scores: mx.array, chosen: mx.array, top_n: int) -> LogprobArrays:
+    """``scores`` [n, V] raw, ``chosen`` [n] ids (may be lazy)."""
+    scores = scores.astype(mx.float32)
+    lp = scores - mx.logsumexp(scores, axis=-1, keepdims=True)
+    picked = mx.take_along_axis(lp, chosen.reshape(-1, 1), axis=-1)[:, 0]
+    if top_n <= 0:
+        return LogprobArrays(picked, None, None)
+    ids = mx.argpartition(-lp, top_n - 1, axis=-1)[:, :top_n]
+    values = mx.take_along_axis(lp, ids, axis=-1)
+    order = mx.argsort(-values, axis=-1)
+    return LogprobArrays(picked, mx.take_along_axis(ids, order, axis=-1),
+                         mx.take_along_axis(values, order, axis=-1))
+
+
+def to_events(arrays: LogprobArrays, chosen: Sequence[int], tops: Sequence[int],
+              token_text: Callable[[int], str]) -> list[TokenLogprob]:
+    """Host-side records, keeping ``tops[i]`` alternatives for site ``i``."""
+    values = arrays.chosen.tolist()
+    ids = arrays.top_ids.tolist() if arrays.top_ids is not None else None
+    top_values = arrays.top_values.tolist() if arrays.top_values is not None else None
+    out = []
+    for i, (token, value, n) in enumerate(zip(chosen, values, tops)):
+        top = ()
+        if n and ids is not None:
+            top = tuple(TopLogprob(t, v, token_text(t)) for t, v in zip(ids[i][:n], top_values[i][:n]))
+        out.append(TokenLogprob(token, value, top))
+    return out

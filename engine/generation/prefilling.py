@@ -1,0 +1,131 @@
+"""Prompts into their sequences' own caches, chunk by chunk, within a token budget.
+
+The head of the prefilling queue advances one planned step at a time
+(``next_prefill_step`` with a tail split: the last prompt token is left pending for
+the batch's first step, which chooses token zero). Leading short fresh prompts (the
+whole prompt but its last token fits one chunk, nothing cached, plain KV caches)
+go through the model together in one left-padded forward. A step that ends at a
+chat's history boundary stores a copy of the caches for reuse.
+
+Prompt forwards are checkpointed between layers (``interrupt``): a sequence whose
+Cancel is waiting stops within one layer instead of at the end of its chunk.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from contextlib import AbstractContextManager, nullcontext
+from typing import Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import BatchKVCache
+
+from .config import SchedulerConfig
+from .interrupt import Interrupted, LayerCheckpoints
+from .prefill import StepKind, next_prefill_step
+from .reuse import PrefixReuse
+from .sequence import Sequence
+
+Route = Callable[[list[Sequence]], AbstractContextManager]
+
+
+def unrouted(_seqs: list[Sequence]) -> AbstractContextManager:
+    """No adapters: forwards run the base model."""
+    return nullcontext()
+
+
+class Prefiller:
+    def __init__(self, model: nn.Module, config: SchedulerConfig, reuse: PrefixReuse, plain_kv: bool,
+                 interrupt: Callable[[str], bool] | None = None, route: Route = unrouted):
+        self._model = model
+        self._route = route  # a forward over sequences' rows runs with their adapters
+        self._config = config
+        self._reuse = reuse
+        self._plain_kv = plain_kv  # every layer a KVCache: short prompts may share a forward
+        self._interrupt = interrupt
+        self.checkpoints = LayerCheckpoints(model) if interrupt is not None else None
+
+    def run(self, queue: deque[Sequence], budget: int) -> tuple[list[Sequence], list[Sequence]]:
+        """Spends up to ``budget`` prompt tokens on the queue, head first. Returns the
+        sequences whose prompt is done and those interrupted by a waiting Cancel, both
+        taken out of the queue in order."""
+        done: list[Sequence] = []
+        interrupted: list[Sequence] = []
+        while queue and budget > 0:
+            group = self._short_fresh(queue, budget)
+            if len(group) >= 2:
+                try:
+                    budget -= self._together(group)
+                except Interrupted:
+                    interrupted += self._take_cancelled(queue, group)
+                continue
+            seq = queue[0]
+            snapshot_at = seq.reuse.snapshot_at if self._reuse.applies(seq) else None
+            step = next_prefill_step(seq.prompt_len, seq.computed,
+                                     min(self._config.prefill_chunk, budget), True, snapshot_at)
+            if step.kind is StepKind.FINAL:
+                done.append(queue.popleft())
+                continue
+            try:
+                self._forward(mx.array(seq.tokens[step.start : step.end], dtype=mx.int32)[None], seq.caches,
+                              [seq])
+            except Interrupted:
+                interrupted += self._take_cancelled(queue, [seq])
+                continue
+            seq.computed = step.end
+            budget -= step.size
+            if step.snapshot:
+                self._reuse.store(seq, seq.tokens[: step.end], copy.deepcopy(seq.caches))
+        return done, interrupted
+
+    def _forward(self, tokens: mx.array, caches: list, seqs: list[Sequence]) -> None:
+        """Runs the prompt forward into ``caches``, checkpointed for ``seqs``' cancels."""
+        with self._route(seqs):
+            if self.checkpoints is None:
+                self._model(tokens, cache=caches)
+            else:
+                with self.checkpoints.armed(lambda: any(self._interrupt(s.request_id) for s in seqs)):
+                    self._model(tokens, cache=caches)
+            mx.eval([c.state for c in caches])
+
+    def _take_cancelled(self, queue: deque[Sequence], seqs: list[Sequence]) -> list[Sequence]:
+        """Out of the queue: the members of ``seqs`` whose Cancel is waiting (the others
+        keep their place and start their interrupted step again)."""
+        cancelled = [s for s in seqs if self._interrupt(s.request_id)]
+        for seq in cancelled:
+            queue.remove(seq)
+        return cancelled
+
+    def _short_fresh(self, queue: deque[Sequence], budget: int) -> list[Sequence]:
+        """Leading sequences whose prompt but the last token fits one chunk, with nothing
+        computed yet and no snapshot boundary inside."""
+        if not self._plain_kv:
+            return []
+        group: list[Sequence] = []
+        used = 0
+        for seq in queue:
+            n = seq.prompt_len - 1
+            boundary = seq.reuse.snapshot_at
+            if (len(group) >= self._config.prefill_batch or seq.computed != 0 or n < 1
+                    or n > self._config.prefill_chunk or used + n > budget
+                    or (boundary is not None and 0 < boundary < n)):
+                break
+            group.append(seq)
+            used += n
+        return group
+
+    def _together(self, group: list[Sequence]) -> int:
+        """One left-padded [B, L] forward over the group's prompts but their last token;
+        each sequence gets its own caches back."""
+        lengths = [seq.prompt_len - 1 for seq in group]
+        width = max(lengths)
+        pads = [width - n for n in lengths]
+        ids = [[0] * p + seq.tokens[:n] for seq, p, n in zip(group, pads, lengths)]
+        caches = [BatchKVCache(pads) for _ in group[0].caches]
+        self._forward(mx.array(ids, dtype=mx.int32), caches, group)
+        for i, (seq, n) in enumerate(zip(group, lengths)):
+            seq.caches = [c.extract(i) for c in caches]
+            seq.computed = n
+        return sum(lengths)

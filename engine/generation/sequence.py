@@ -1,0 +1,160 @@
+"""One request's state on the engine thread: one token list and how far it has got.
+
+::
+
+    tokens    [ prompt ........................... | output ............ ]
+    cached    [ KV taken from the prefix cache )
+    computed  [ KV in the sequence's caches: tokens fed through the model )
+    pending                                    tokens[computed:], fed by the next step
+
+``cached <= computed <= len(tokens)``. A decoding sequence has one pending token
+(the last one chosen) unless a step rolled positions back. Sampling, stopping and
+delivery are small parts it owns. Only the engine thread touches a sequence once it
+is submitted; the client hears of it through ``delivery``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Sequence as Seq
+
+from ..events import FinishReason, TokenLogprob, Usage
+from .delivery import Delivery
+from .grammar.constraint import Constraint
+from .sampling import SamplingState
+from .speculation.state import Speculation
+from .stopping import TokenStop, TokenStopRule
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"  # in the admission queue
+    PREFILLING = "prefilling"  # admitted; its prompt goes through the model in chunks
+    DECODING = "decoding"  # a row of the running batch
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """How the sequence uses the prefix cache."""
+
+    enabled: bool = True
+    snapshot_at: int | None = None  # prompt boundary worth storing (a chat's history)
+
+
+@dataclass(eq=False)
+class Sequence:
+    request_id: str
+    tokens: list[int]
+    prompt_len: int
+    context_tokens: int  # prompt + the most output it may produce: what memory is held for
+    rule: TokenStopRule
+    sampling: SamplingState
+    delivery: Delivery
+    reuse: Reuse = Reuse()
+    top_logprobs: int | None = None  # None: no logprobs; n >= 0: the chosen one and n alternatives
+    speculation: Speculation | None = None  # None: this sequence does not speculate
+    adapter: str = ""  # the key of the adapter its rows run with ("": the base model)
+    status: Status = Status.WAITING
+    cached: int = 0
+    computed: int = 0
+    caches: list[Any] | None = None  # per-layer mlx-lm caches while prefilling (then the batch's)
+    cancelled: bool = False
+    finish_reason: FinishReason | None = None
+    constraint: Constraint | None = None  # structured output: the grammar its output must match
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.tokens[: self.prompt_len]
+
+    @property
+    def num_output(self) -> int:
+        return len(self.tokens) - self.prompt_len
+
+    @property
+    def pending(self) -> list[int]:
+        """Tokens the next step feeds (their KV is not computed yet)."""
+        return self.tokens[self.computed :]
+
+    @property
+    def step(self) -> int:
+        """Index of the output token the next choice produces (keys seeded draws)."""
+        return self.num_output
+
+    @property
+    def finished(self) -> bool:
+        return self.status is Status.FINISHED
+
+    @property
+    def reusable(self) -> bool:
+        """Finished normally, so its computed tokens are worth storing for reuse."""
+        return self.reuse.enabled and self.finish_reason in (
+            FinishReason.LENGTH, FinishReason.STOP, FinishReason.EOS)
+
+    def start(self, cached: int) -> None:
+        self.cached = self.computed = cached
+        self.status = Status.PREFILLING
+        self.delivery.started(self.prompt_len, cached)
+
+    def accept(self, chosen: Seq[int], logprobs: Seq[TokenLogprob] = ()) -> int:
+        """Takes a run of chosen tokens in order until one ends the sequence; emits
+        them as one Delta. Returns how many were appended to ``tokens``."""
+        ids: list[int] = []
+        text: list[str] = []
+        end: dict[str, Any] | None = None
+        for i, token in enumerate(chosen):
+            self.delivery.chosen()
+            count = self.num_output + 1
+            if self.constraint is not None and (end := _constrained_end(self.constraint, token)) is not None:
+                break
+            verdict = self.rule.check(token, count)
+            if verdict is not TokenStop.CONTINUE:
+                end = ({"reason": FinishReason.EOS} if verdict is TokenStop.EOS
+                       else {"reason": FinishReason.STOP, "stop_token_id": token})
+                break
+            self.tokens.append(token)
+            self.sampling.commit(token)
+            ids.append(token)
+            piece, stop = self.delivery.text(token, self.rule.active(count))
+            text.append(piece)
+            if stop is not None:
+                end = {"reason": FinishReason.STOP, "stop_sequence": stop, "flush": False}
+                break
+            if self.constraint is not None and self.constraint.done:  # complete: nothing else allowed
+                end = {"reason": FinishReason.STOP}
+                break
+            if self.rule.is_last(count):
+                end = {"reason": FinishReason.LENGTH}
+                break
+        self.delivery.delta(ids, "".join(text), logprobs[: len(ids)])
+        if end is not None:
+            self.finish(**end)
+        return len(ids)
+
+    def finish(self, reason: FinishReason, *, stop_sequence: str = "", stop_token_id: int | None = None,
+               error: str = "", flush: bool = True) -> None:
+        """Ends the sequence once: status, reason, and the Finished event. Its caches
+        are the scheduler's to free or store."""
+        if self.finished:
+            return
+        self.status = Status.FINISHED
+        self.finish_reason = reason
+        self.delivery.finish(reason, self.usage(), stop_sequence=stop_sequence,
+                             stop_token_id=stop_token_id, error=error,
+                             flush=flush and reason not in (FinishReason.CANCELLED, FinishReason.ERROR))
+
+    def usage(self) -> Usage:
+        spec = self.speculation.acceptance if self.speculation is not None else None
+        return Usage(self.prompt_len, self.num_output, self.cached,
+                     spec.proposed if spec else 0, spec.accepted if spec else 0)
+
+
+def _constrained_end(constraint: Constraint, token: int) -> dict[str, Any] | None:
+    """How a constrained row ends at ``token`` before emitting it: its grammar's stop
+    token where the output is complete (STOP), or a token the grammar refuses (ERROR:
+    the matcher failed, e.g. over its limits); None after consuming an allowed token."""
+    if constraint.ends(token):
+        return {"reason": FinishReason.STOP}
+    if not constraint.consume(token):
+        return {"reason": FinishReason.ERROR, "error": f"response_format: {constraint.error or 'token refused'}"}
+    return None

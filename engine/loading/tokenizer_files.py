@@ -1,0 +1,44 @@
+"""The files that let another program tokenize exactly as a loaded model does.
+
+A router that applies the chat template and tokenizes itself (and sends token
+ids) needs the tokenizer, its config with the chat template, the special tokens
+and the model's config. They are read from the model's directory (for a GGUF
+file: the directory it was converted into); when the template lives only in the
+loaded tokenizer, it is written into ``tokenizer_config.json`` so the files
+always carry it. Blocking file I/O: call off the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .model import LoadedModel
+
+# What Hugging Face tokenizers read, plus the model and generation configs.
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json",
+    "generation_config.json", "chat_template.jinja", "chat_template.json", "tokenizer.model",
+    "vocab.json", "merges.txt", "added_tokens.json",
+)
+
+
+def tokenizer_files(model: LoadedModel) -> dict[str, bytes]:
+    """File name -> content, for the files of ``TOKENIZER_FILES`` the model has."""
+    folder = _folder(model.artifact)
+    files = {name: (folder / name).read_bytes() for name in TOKENIZER_FILES if (folder / name).is_file()}
+    template = getattr(model.tokenizer, "chat_template", None)
+    if template and "chat_template.jinja" not in files and "chat_template.json" not in files:
+        config = json.loads(files.get("tokenizer_config.json", b"{}"))
+        if not config.get("chat_template"):
+            config["chat_template"] = template
+            files["tokenizer_config.json"] = json.dumps(config, indent=2, ensure_ascii=False).encode()
+    return files
+
+
+def _folder(artifact: Path) -> Path:
+    if artifact.is_dir():
+        return artifact
+    from mlx_lm.utils import hf_repo_to_path  # hub ids: the downloaded snapshot
+
+    return Path(hf_repo_to_path(str(artifact)))

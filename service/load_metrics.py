@@ -1,0 +1,83 @@
+"""GetLoad's figures on the Prometheus endpoint, read from each engine at scrape time.
+
+The scrape runs on the metrics HTTP thread: it asks every ready generation engine's
+thread for a stats snapshot (a future any thread may wait on; answered between two
+scheduler ticks) and turns it into the same ``ModelLoad`` GetLoad returns, so both
+always agree. An engine that does not answer within ``TIMEOUT_S`` is left out of
+that scrape.
+
+Metrics (prefixed ``mlxgrpc_``, label ``model``):
+  max_running_requests               gauge    --max-active
+  kv_cache_bytes                     gauge    KV held by running requests
+  reserved_bytes                     gauge    memory admission committed to running requests
+  memory_budget_bytes                gauge    what admission may commit (0: no memory planning)
+  prefix_cache_entries               gauge
+  prefix_cache_bytes                 gauge
+  prefix_cache_lookups_total{result} counter  result = hit | miss
+  prefix_cache_hit_rate              gauge    hits / lookups since the model loaded
+  generation_tokens_per_second       gauge    over the last 10 seconds
+Running and waiting requests are ``active_rows`` and ``queue_depth`` (service/metrics.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import wait
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from .convert import model_load
+
+log = logging.getLogger("service.load_metrics")
+TIMEOUT_S = 2.0
+_GAUGES = {
+    "max_running_requests": "The most requests that run at once (--max-active)",
+    "kv_cache_bytes": "Bytes of KV cache held by running requests",
+    "reserved_bytes": "Bytes admission has committed to running requests",
+    "memory_budget_bytes": "Bytes admission may commit (usable memory less weights and reserve)",
+    "prefix_cache_entries": "Entries in the prefix cache",
+    "prefix_cache_bytes": "Bytes of KV held by the prefix cache",
+    "prefix_cache_hit_rate": "Prefix-cache lookups that reused a prefix, over all lookups",
+}
+_RATE = ("generated_tokens_per_second", "mlxgrpc_generation_tokens_per_second",
+         "Tokens generated per second over the last 10 seconds")
+
+
+class LoadCollector:
+    def __init__(self, models):
+        self.models = models
+
+    def describe(self):
+        return []  # collected lazily; no registration-time call into the engines
+
+    def collect(self):
+        loads = self._loads()
+        for field, help_text in _GAUGES.items():
+            family = GaugeMetricFamily(f"mlxgrpc_{field}", help_text, labels=["model"])
+            for load in loads:
+                family.add_metric([load.model], getattr(load, field))
+            yield family
+        field, name, help_text = _RATE
+        rate = GaugeMetricFamily(name, help_text, labels=["model"])
+        lookups = CounterMetricFamily("mlxgrpc_prefix_cache_lookups", "Prefix-cache lookups by result",
+                                      labels=["model", "result"])
+        for load in loads:
+            rate.add_metric([load.model], getattr(load, field))
+            lookups.add_metric([load.model, "hit"], load.prefix_cache_hits)
+            lookups.add_metric([load.model, "miss"], load.prefix_cache_misses)
+        yield rate
+        yield lookups
+
+    def _loads(self) -> list:
+        engines = [e for e in self.models.generation if e.ready]
+        futures = [e.scheduler_stats() for e in engines]
+        wait(futures, timeout=TIMEOUT_S)
+        loads = []
+        for engine, future in zip(engines, futures):
+            try:
+                stats = future.result(timeout=0)
+            except Exception:  # noqa: BLE001 - a scrape never fails on one engine
+                log.debug("no stats from %s for this scrape", engine.name, exc_info=True)
+                continue
+            loads.append(model_load(engine.name, stats, engine.config.scheduler.max_active))
+        return loads

@@ -1,0 +1,143 @@
+"""The worker contract's messages <-> engine types, in one place. Translation only.
+
+Defaults follow the contract's other workers (vLLM, SGLang): an unset temperature
+samples at 1.0, the OpenAI default; zero ``top_p`` and ``repetition_penalty`` mean
+unset. A stream carries chunks with the new token ids and running totals
+(prompt, completion and cached tokens), then one complete message with the finish
+reason; an unstreamed request gets the complete message alone, with every output
+id and logprob in it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Mapping
+
+from smg_grpc_proto import mlx_engine_pb2 as mlx_pb
+
+from engine.description import ModelDescription
+from engine.errors import InvalidRequest
+from engine.events import Delta, Event, FinishReason, Finished, Started, TokenLogprob
+from engine.requests import GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
+from engine.validation import RequestCounts
+
+SERVER_TYPE = "mlx-grpc"
+OPENAI_TEMPERATURE = 1.0
+_FINISH = {FinishReason.LENGTH: "length", FinishReason.STOP: "stop", FinishReason.EOS: "stop",
+           FinishReason.CANCELLED: "abort", FinishReason.ERROR: "abort"}
+# Our API's field paths -> the contract's, for BadRequest violations (prefix match).
+_FIELDS = (("sampling.", "sampling_params."), ("stopping.", "sampling_params."),
+           ("tokens.ids", "tokenized.input_ids"), ("top_logprobs", "sampling_params.logprobs"))
+
+
+def generation_request(msg: mlx_pb.GenerateRequest) -> GenerationRequest:
+    sp = msg.sampling_params
+    logprobs = sp.logprobs if sp.HasField("logprobs") else None
+    return GenerationRequest(
+        prompt=_prompt(msg), request_id=msg.request_id, sampling=_sampling(sp),
+        stopping=StopOptions(max_tokens=sp.max_tokens if sp.HasField("max_tokens") else None,
+                             stop_token_ids=tuple(sp.stop_token_ids), ignore_eos=sp.ignore_eos),
+        logprobs=logprobs is not None, top_logprobs=logprobs or 0)
+
+
+def generation_counts(msg: mlx_pb.GenerateRequest) -> RequestCounts:
+    """The repeated fields' sizes, measured on the wire message (in our API's field
+    names; ``in_contract_terms`` renames them)."""
+    sp = msg.sampling_params
+    return RequestCounts(
+        prompt_ids=len(msg.tokenized.input_ids) if msg.WhichOneof("input") == "tokenized" else 0,
+        stop_token_ids=len(sp.stop_token_ids), logit_bias=len(sp.logit_bias))
+
+
+def _prompt(msg: mlx_pb.GenerateRequest):
+    which = msg.WhichOneof("input")
+    if which == "tokenized":
+        return TokenPrompt(tuple(msg.tokenized.input_ids))
+    if which == "text":
+        return TextPrompt(msg.text)
+    raise InvalidRequest("input", "set tokenized or text")
+
+
+def _sampling(sp: mlx_pb.SamplingParams) -> SamplingOptions:
+    return SamplingOptions(
+        temperature=sp.temperature if sp.HasField("temperature") else OPENAI_TEMPERATURE,
+        top_p=sp.top_p or 1.0, top_k=sp.top_k, min_p=sp.min_p,
+        repetition_penalty=sp.repetition_penalty or 1.0,
+        presence_penalty=sp.presence_penalty, frequency_penalty=sp.frequency_penalty,
+        logit_bias=dict(sp.logit_bias), seed=sp.seed if sp.HasField("seed") else None)
+
+
+def in_contract_terms(error: BaseException) -> BaseException:
+    """An invalid-field error renamed to the contract's field path; others unchanged."""
+    if not isinstance(error, InvalidRequest):
+        return error
+    for ours, theirs in _FIELDS:
+        if error.field.startswith(ours):
+            return InvalidRequest(theirs + error.field[len(ours):], error.description)
+    return error
+
+
+class Responses:
+    """One request's engine events -> the contract's GenerateResponse messages."""
+
+    def __init__(self, stream: bool):
+        self.stream = stream
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.output_ids: list[int] = []
+        self.logprobs = mlx_pb.OutputLogProbs()  # every token's, for an unstreamed request
+
+    def add(self, event: Event) -> mlx_pb.GenerateResponse | None:
+        """The message ``event`` makes, or None when it makes none (yet)."""
+        if isinstance(event, Started):
+            self.prompt_tokens, self.cached_tokens = event.prompt_tokens, event.cached_tokens
+            return None
+        if isinstance(event, Delta):
+            return self._chunk(event) if event.token_ids else None
+        assert isinstance(event, Finished)
+        return self._complete(event)
+
+    def _chunk(self, delta: Delta) -> mlx_pb.GenerateResponse | None:
+        self.output_ids.extend(delta.token_ids)
+        logprobs = output_logprobs(delta.logprobs)
+        if not self.stream:
+            self.logprobs.MergeFrom(logprobs)
+            return None
+        return mlx_pb.GenerateResponse(chunk=mlx_pb.GenerateStreamChunk(
+            token_ids=delta.token_ids, prompt_tokens=self.prompt_tokens,
+            completion_tokens=len(self.output_ids), cached_tokens=self.cached_tokens,
+            output_logprobs=logprobs if delta.logprobs else None))
+
+    def _complete(self, e: Finished) -> mlx_pb.GenerateResponse:
+        complete = mlx_pb.GenerateComplete(
+            output_ids=() if self.stream else self.output_ids, finish_reason=_FINISH[e.reason],
+            prompt_tokens=e.usage.prompt_tokens, completion_tokens=e.usage.completion_tokens,
+            cached_tokens=e.usage.cached_tokens,
+            output_logprobs=self.logprobs if self.logprobs.token_ids and not self.stream else None)
+        if e.stop_token_id is not None:
+            complete.matched_stop_token_id = e.stop_token_id
+        return mlx_pb.GenerateResponse(complete=complete)
+
+
+def output_logprobs(logprobs: tuple[TokenLogprob, ...]) -> mlx_pb.OutputLogProbs:
+    return mlx_pb.OutputLogProbs(
+        token_ids=[lp.token_id for lp in logprobs], token_logprobs=[lp.logprob for lp in logprobs],
+        top_logprobs=[mlx_pb.TopLogProbs(token_ids=[t.token_id for t in lp.top],
+                                         values=[t.logprob for t in lp.top]) for lp in logprobs])
+
+
+def model_info(d: ModelDescription, files: Mapping[str, bytes], max_prompt_tokens: int
+               ) -> mlx_pb.GetModelInfoResponse:
+    """The model's facts; type, architectures and special ids from its config.json."""
+    config = json.loads(files.get("config.json", b"{}"))
+    return mlx_pb.GetModelInfoResponse(
+        model_path=d.source, is_generation=True, max_context_length=d.context_length,
+        vocab_size=d.vocab_size, served_model_name=d.name, model_type=str(config.get("model_type", "")),
+        architectures=[str(a) for a in config.get("architectures") or ()],
+        eos_token_ids=d.eos_token_ids, pad_token_id=_token_id(config, "pad_token_id"),
+        bos_token_id=_token_id(config, "bos_token_id"), max_req_input_len=max_prompt_tokens)
+
+
+def _token_id(config: Mapping, key: str) -> int:
+    value = config.get(key)
+    return value if isinstance(value, int) and value >= 0 else 0

@@ -1,0 +1,108 @@
+"""``mlx.grpc.engine.MlxEngine``: the worker contract, on the default generation model.
+
+A gateway treats each server as one worker serving one model: the first
+generation model. Generate, Abort and the load figures go through the same
+``GenerationEngine`` as our own Generate and Cancel, with the same limits checked
+before any work (the request id's length and the repeated fields' counts on the
+wire message); errors leave through ``status.abort`` with the same codes and
+details.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+from smg_grpc_proto import mlx_engine_pb2 as mlx_pb
+from smg_grpc_proto import mlx_engine_pb2_grpc as mlx_grpc
+
+from engine.errors import EngineError
+from engine.generation.engine import GenerationEngine
+from engine.models import ModelSet, sized_limits
+from engine.validation import Limits, check_counts, check_ids
+
+from ..calls import current_call
+from ..interceptors import ServerState
+from ..status import abort
+from . import convert
+from .tokenizer_bundle import TokenizerBundle
+
+SERVICE_NAME = mlx_pb.DESCRIPTOR.services_by_name["MlxEngine"].full_name
+
+
+class WorkerServicer(mlx_grpc.MlxEngineServicer):
+    def __init__(self, models: ModelSet, state: ServerState, limits: Limits = Limits()):
+        self.models = models
+        self.state = state
+        self.limits = limits  # for the request id, checked before the model is looked up
+        self.started = time.monotonic()
+        self._files: dict[str, bytes] | None = None
+        self._bundle: TokenizerBundle | None = None
+
+    def _engine(self) -> GenerationEngine:
+        engine = self.models.generator("")
+        call = current_call()
+        if call is not None:
+            call.model = engine.name
+        return engine
+
+    async def Generate(self, request: mlx_pb.GenerateRequest, context: grpc.aio.ServicerContext):
+        try:
+            check_ids(self.limits, request_id=request.request_id)
+            engine = self._engine()
+            check_counts(convert.generation_counts(request), sized_limits(engine))
+            responses = convert.Responses(request.stream)
+            async for event in engine.generate(convert.generation_request(request)):
+                message = responses.add(event)
+                if message is not None:
+                    yield message
+        except Exception as exc:  # noqa: BLE001 - mapped to a status in one place
+            await abort(context, convert.in_contract_terms(exc), request.request_id)
+
+    async def HealthCheck(self, request: mlx_pb.HealthCheckRequest, context: grpc.aio.ServicerContext):
+        if self.state.draining:
+            return mlx_pb.HealthCheckResponse(healthy=False, message="draining")
+        try:
+            self.models.generator("")
+        except EngineError as exc:
+            return mlx_pb.HealthCheckResponse(healthy=False, message=exc.message)
+        return mlx_pb.HealthCheckResponse(healthy=True, message="OK")
+
+    async def Abort(self, request: mlx_pb.AbortRequest, context: grpc.aio.ServicerContext):
+        for request_id in request.request_ids:
+            if request_id:
+                self.models.cancel(request_id)
+        return mlx_pb.AbortResponse()
+
+    async def GetModelInfo(self, request: mlx_pb.GetModelInfoRequest, context: grpc.aio.ServicerContext):
+        try:
+            engine = self._engine()
+            files = await self._tokenizer_files(engine)
+            return convert.model_info(engine.describe(), files, engine.max_prompt_tokens)
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)
+
+    async def GetServerInfo(self, request: mlx_pb.GetServerInfoRequest, context: grpc.aio.ServicerContext):
+        active = sum(e.active + e.queued for e in self.models.generation)
+        return mlx_pb.GetServerInfoResponse(server_type=convert.SERVER_TYPE, active_requests=active,
+                                            uptime_seconds=time.monotonic() - self.started)
+
+    async def GetTokenizer(self, request, context: grpc.aio.ServicerContext):
+        try:
+            bundle = await self._tokenizer_bundle(self._engine())
+            for chunk in bundle.chunks():
+                yield chunk
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)
+
+    async def _tokenizer_files(self, engine: GenerationEngine) -> dict[str, bytes]:
+        if self._files is None:
+            self._files = await asyncio.to_thread(engine.tokenizer_files)
+        return self._files
+
+    async def _tokenizer_bundle(self, engine: GenerationEngine) -> TokenizerBundle:
+        if self._bundle is None:
+            files = await self._tokenizer_files(engine)
+            self._bundle = await asyncio.to_thread(TokenizerBundle.of, files)
+        return self._bundle
