@@ -71,7 +71,7 @@ class AdapterBank:
         if budget is not None:
             self._check_room(budget, self.nbytes - freeing + adding, adding)
         info = AdapterInfo(name, f"{name}#{next(self._serial)}", str(source.path), source.fine_tune_type,
-                           source.rank, source.scale, len(parts), adding)
+                           source.rank, source.scale, sum(p.targets for p in parts), adding)
         self._install(info, parts)  # first: if it fails, nothing was evicted
         for key in evict:
             self.unload(key)

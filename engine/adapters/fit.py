@@ -7,6 +7,11 @@ adapter fits when its tensors are exactly ``<target>.lora_a`` [in, rank] and
 ``<target>.lora_b`` [rank, out] (DoRA: and ``<target>.m`` [out]) for every target,
 and every target is a linear layer (plain or quantized). Anything else is refused
 with ``AdapterMismatch`` saying what differs.
+
+A layer the CPU kernels fused with its siblings (q/k/v into ``qkv_proj``, gate/up
+into ``gate_up_proj``; ``engine.kernels.fused``) keeps its own name here: its
+adapter weights go on the fused layer's columns of that name, and the parts of one
+adapter on one fused layer become a single part (A side by side, B block-diagonal).
 """
 
 from __future__ import annotations
@@ -24,6 +29,20 @@ _CANDIDATES = (nn.Linear, nn.QuantizedLinear, nn.Embedding, nn.QuantizedEmbeddin
 
 
 @dataclass(frozen=True)
+class Target:
+    """A layer an adapter may name: the module that computes it and, for a layer
+    fused with others, its output columns there."""
+
+    path: str  # the module's path in the model
+    module: nn.Module
+    columns: tuple[int, int] | None = None  # [start, end) of the module's outputs
+
+    @property
+    def identity(self) -> tuple[int, tuple[int, int] | None]:
+        return id(self.module), self.columns
+
+
+@dataclass(frozen=True)
 class LayerPart:
     """One adapter's weights for one linear layer of the base, ready to run."""
 
@@ -33,6 +52,7 @@ class LayerPart:
     b: mx.array  # [rank, out]
     scale: float
     gain: mx.array | None  # DoRA: m / ||W + scale B^T A^T|| per output row, [out]
+    targets: int = 1  # the adapter's layers this part computes (several on a fused layer)
 
     @property
     def nbytes(self) -> int:
@@ -45,7 +65,7 @@ def fit(model: nn.Module, source: AdapterSource, model_name: str) -> list[LayerP
     if not targets:
         raise AdapterMismatch(f"adapter {source.path.name!r} selects no layer of model {model_name!r} "
                               f"(keys {list(source.keys or ())})", metadata={"model": model_name})
-    wrong_kind = [f"{p} ({type(m).__name__})" for p, m in targets.items() if not isinstance(m, _LINEAR)]
+    wrong_kind = [f"{p} ({type(t.module).__name__})" for p, t in targets.items() if not isinstance(t.module, _LINEAR)]
     if wrong_kind:
         raise AdapterMismatch(f"adapter targets layers that take no adapters here (only linear layers do): "
                               f"{_quote(wrong_kind)}", metadata={"model": model_name})
@@ -54,24 +74,42 @@ def fit(model: nn.Module, source: AdapterSource, model_name: str) -> list[LayerP
     if problems:
         raise AdapterMismatch(f"adapter {source.path.name!r} does not fit model {model_name!r}: "
                               + "; ".join(problems), metadata={"model": model_name})
-    return [_part(path, module, source) for path, module in targets.items()]
+    return _combined([_part(path, target, source) for path, target in targets.items()])
 
 
 _LINEAR = (nn.Linear, nn.QuantizedLinear)
 
 
-def target_layers(model: nn.Module, num_layers: int, keys: tuple[str, ...] | None) -> dict[str, nn.Module]:
-    """Module path -> module of every layer the adapter applies to."""
+def target_layers(model: nn.Module, num_layers: int, keys: tuple[str, ...] | None) -> dict[str, Target]:
+    """The adapter's name for each layer it applies to -> where that layer runs."""
     blocks = list(getattr(model, "layers", ()))
     if keys is None:
         found: set[str] = set()
         for block in blocks:
-            found.update(k for k, m in block.named_modules() if isinstance(m, _CANDIDATES) or hasattr(m, "to_lora"))
+            found.update(k for k, t in _layers(block).items()
+                         if isinstance(t.module, _CANDIDATES) or hasattr(t.module, "to_lora"))
         keys = tuple(found)
     wanted = set(keys)
-    chosen = {id(m): m for block in blocks[-max(num_layers, 0):] for k, m in block.named_modules() if k in wanted}
-    chosen.update({id(m): m for k, m in model.named_modules() if k in wanted})
-    return {path: m for path, m in model.named_modules() if id(m) in chosen}
+    chosen = {t.identity for block in blocks[-max(num_layers, 0):] for k, t in _layers(block).items() if k in wanted}
+    chosen.update(t.identity for k, t in _layers(model).items() if k in wanted)
+    return {name: t for name, t in _layers(model).items() if t.identity in chosen}
+
+
+def _layers(root: nn.Module) -> dict[str, Target]:
+    """Every module under ``root`` by path; a fused layer by the names of the layers
+    it replaced (``fused_from``), each on its columns."""
+    out: dict[str, Target] = {}
+    for path, module in root.named_modules():
+        fused = getattr(module, "fused_from", None)
+        if fused is None:
+            out[path] = Target(path, module)
+            continue
+        parent = path.rpartition(".")[0]
+        start = 0
+        for name, width in fused.parts:
+            out[f"{parent}.{name}" if parent else name] = Target(path, module, (start, start + width))
+            start += width
+    return out
 
 
 def dims(module: nn.Module) -> tuple[int, int]:
@@ -80,10 +118,12 @@ def dims(module: nn.Module) -> tuple[int, int]:
     return (width * 32 // module.bits if isinstance(module, nn.QuantizedLinear) else width), out
 
 
-def _expected_shapes(targets: dict[str, nn.Module], source: AdapterSource) -> dict[str, tuple[int, ...]]:
+def _expected_shapes(targets: dict[str, Target], source: AdapterSource) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
-    for path, module in targets.items():
-        n_in, n_out = dims(module)
+    for path, target in targets.items():
+        n_in, n_out = dims(target.module)
+        if target.columns is not None:
+            n_out = target.columns[1] - target.columns[0]
         shapes[f"{path}.lora_a"] = (n_in, source.rank)
         shapes[f"{path}.lora_b"] = (source.rank, n_out)
         if source.dora:
@@ -111,23 +151,61 @@ def _quote(items: list[str]) -> str:
     return ", ".join(items[:SHOWN]) + (f", and {more} more" if more > 0 else "")
 
 
-def _part(path: str, module: nn.Module, source: AdapterSource) -> LayerPart:
+def _part(path: str, target: Target, source: AdapterSource) -> tuple[Target, LayerPart]:
+    module = target.module
     dtype = _dtype(module)
     a, b = source.tensors[f"{path}.lora_a"], source.tensors[f"{path}.lora_b"]
-    gain = _dora_gain(module, a, b, source.scale, source.tensors[f"{path}.m"]) if source.dora else None
-    return LayerPart(path, module, a.astype(dtype), b.astype(dtype), source.scale,
-                     gain.astype(dtype) if gain is not None else None)
+    gain = None
+    if source.dora:
+        gain = _dora_gain(module, target.columns, a, b, source.scale, source.tensors[f"{path}.m"]).astype(dtype)
+    return target, LayerPart(target.path, module, a.astype(dtype), b.astype(dtype), source.scale, gain)
+
+
+def _combined(parts: list[tuple[Target, LayerPart]]) -> list[LayerPart]:
+    """One part per module: the parts on columns of one fused layer joined (A side
+    by side, B block-diagonal on their columns, DoRA gains of 1 on other columns)."""
+    by_module: dict[str, list[tuple[Target, LayerPart]]] = {}
+    for target, part in parts:
+        by_module.setdefault(target.path, []).append((target, part))
+    out = []
+    for group in by_module.values():
+        if group[0][0].columns is None:
+            out.append(group[0][1])
+            continue
+        group.sort(key=lambda tp: tp[0].columns)
+        first = group[0][1]
+        width = dims(first.module)[1]
+        a = mx.concatenate([p.a for _, p in group], axis=1)
+        b = mx.concatenate([_spread(p.b, t.columns, width) for t, p in group], axis=0)
+        gain = None
+        if first.gain is not None:
+            gain = mx.prod(mx.concatenate([_spread(p.gain[None], t.columns, width, fill=1.0) for t, p in group]),
+                           axis=0)
+        out.append(LayerPart(first.path, first.module, a, b, first.scale, gain, targets=len(group)))
+    return out
+
+
+def _spread(values: mx.array, columns: tuple[int, int], width: int, fill: float = 0.0) -> mx.array:
+    """``values`` [rows, end - start] placed on ``columns`` of a [rows, width] array."""
+    rows = values.shape[0]
+    start, end = columns
+    pad = [mx.full((rows, n), fill, dtype=values.dtype) for n in (start, width - end)]
+    return mx.concatenate([pad[0], values, pad[1]], axis=1)
 
 
 def _dtype(module: nn.Module) -> mx.Dtype:
     return module.scales.dtype if isinstance(module, nn.QuantizedLinear) else module.weight.dtype
 
 
-def _dora_gain(module: nn.Module, a: mx.array, b: mx.array, scale: float, m: mx.array) -> mx.array:
-    """``m / ||W + scale B^T A^T||`` per output row, as mlx-lm's DoRALinear computes it."""
+def _dora_gain(module: nn.Module, columns: tuple[int, int] | None, a: mx.array, b: mx.array, scale: float,
+               m: mx.array) -> mx.array:
+    """``m / ||W + scale B^T A^T||`` per output row, as mlx-lm's DoRALinear computes it
+    (W: the rows of ``columns`` for a fused layer)."""
     weight = module.weight
     if isinstance(module, nn.QuantizedLinear):
         weight = mx.dequantize(weight, module.scales, module.biases, group_size=module.group_size,
                                bits=module.bits, mode=module.mode)
+    if columns is not None:
+        weight = weight[columns[0]:columns[1]]
     adapted = weight + (scale * b.T) @ a.T
     return m / mx.linalg.norm(adapted, axis=1)

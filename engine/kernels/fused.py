@@ -8,12 +8,14 @@ into many small ops there)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import scaled_dot_product_attention
 
 from . import ext, ops
-from .modules import swap_class
+from .modules import KernelLinear, swap_class
 
 # (module, class) of the stock blocks whose __call__ these reproduce.
 ATTENTION = {("mlx_lm.models.llama", "Attention"), ("mlx_lm.models.qwen2", "Attention"),
@@ -23,12 +25,18 @@ BLOCK = {("mlx_lm.models.llama", "TransformerBlock"), ("mlx_lm.models.qwen2", "T
          ("mlx_lm.models.qwen3", "TransformerBlock")}
 
 
+_PLAIN_CALLS = {KernelLinear.__call__, nn.Linear.__call__, nn.QuantizedLinear.__call__}
+
+
 def _project(layer: nn.Module, x: mx.array, residual: mx.array | None = None,
              norm: tuple[mx.array, float] | None = None, silu_gate: bool = False) -> mx.array:
-    """layer(prologue(x)) (+ residual): one kernel primitive where ops.project applies."""
-    y = ops.project(layer, x, residual, norm, silu_gate)
-    if y is not None:
-        return y
+    """layer(prologue(x)) (+ residual): one kernel primitive where ops.project applies
+    and the layer computes just its weights (a layer whose call something else
+    replaced, such as an adapter's, is called as it is)."""
+    if type(layer).__call__ in _PLAIN_CALLS:
+        y = ops.project(layer, x, residual, norm, silu_gate)
+        if y is not None:
+            return y
     if norm is not None:
         x = ext().rms_norm(x, *norm)
     if silu_gate:
@@ -37,8 +45,19 @@ def _project(layer: nn.Module, x: mx.array, residual: mx.array | None = None,
     return y if residual is None else residual + y
 
 
-def fuse_linears(layers: list[nn.Module]) -> nn.Module | None:
-    """One layer computing all of ``layers`` (outputs concatenated), or None."""
+@dataclass(frozen=True)
+class FusedFrom:
+    """What a fused layer replaced: the original layers' names (siblings of the fused
+    one) and output widths, in the order of its output columns. Read by
+    ``engine.adapters`` to put an adapter of an original layer on its columns."""
+
+    parts: tuple[tuple[str, int], ...]
+
+
+def fuse_linears(named: dict[str, nn.Module]) -> nn.Module | None:
+    """One layer computing all of ``named``'s layers (outputs concatenated in that
+    order), or None; its ``fused_from`` says which."""
+    layers = list(named.values())
     kinds = {type(layer) for layer in layers}
     with_bias = {"bias" in layer for layer in layers}
     if len(kinds) != 1 or len(with_bias) != 1:
@@ -63,6 +82,7 @@ def fuse_linears(layers: list[nn.Module]) -> nn.Module | None:
     if with_bias.pop():
         fused.bias = mx.concatenate([layer.bias for layer in layers], axis=0)
     mx.eval(fused.parameters())
+    fused.fused_from = FusedFrom(tuple((name, layer.weight.shape[0]) for name, layer in named.items()))
     return fused
 
 
@@ -128,14 +148,14 @@ def _fused_attention(attn: nn.Module) -> FusedAttention | None:
     norms = [attn.get("q_norm"), attn.get("k_norm")]
     if any(n is not None and type(n) is not nn.RMSNorm for n in norms) or (norms[0] is None) != (norms[1] is None):
         return None
-    qkv = fuse_linears([attn.q_proj, attn.k_proj, attn.v_proj])
+    qkv = fuse_linears({"q_proj": attn.q_proj, "k_proj": attn.k_proj, "v_proj": attn.v_proj})
     return None if qkv is None else FusedAttention(attn, rope, qkv)
 
 
 def _fused_mlp(mlp: nn.Module) -> FusedMLP | None:
     if _key(mlp) not in MLP:
         return None
-    gate_up = fuse_linears([mlp.gate_proj, mlp.up_proj])
+    gate_up = fuse_linears({"gate_proj": mlp.gate_proj, "up_proj": mlp.up_proj})
     return None if gate_up is None else FusedMLP(gate_up, mlp.down_proj)
 
 
