@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .common import percentile, ratio
@@ -57,6 +59,16 @@ class Report:
                 for r in [head, *body]:
                     out.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
         return "\n".join(out)
+
+    def publish(self, command: str, started: float, markdown: bool, path: str | None) -> None:
+        """Records the command and the wall time since ``started``, prints the report
+        and writes it to ``path`` too when given."""
+        self.facts["command"] = command
+        self.facts["wall time"] = f"{time.perf_counter() - started:.0f} s"
+        text = self.render(markdown)
+        print(text)
+        if path:
+            Path(path).write_text(text + "\n")
 
 
 def ms(x: float) -> str:

@@ -67,16 +67,6 @@ QUICK = Plan(reps=2, decode_tokens=32, prefill_tokens=500, prefill_reps=1, level
              level_reps=1, prefix_tokens=500, prefix_reps=2, embed_texts=64, embed_reps=1, long_tokens=1000,
              long_decode_tokens=16, long_reps=1)
 
-    def publish(self, command: str, started: float, markdown: bool, path: str | None) -> None:
-        """Records the command and the wall time since ``started``, prints the report
-        and writes it to ``path`` too when given."""
-        self.facts["command"] = command
-        self.facts["wall time"] = f"{time.perf_counter() - started:.0f} s"
-        text = self.render(markdown)
-        print(text)
-        if path:
-            Path(path).write_text(text + "\n")
-
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)

@@ -32,7 +32,8 @@ from engine.generation.engine import GenerationEngine
 from engine.requests import GenerationRequest, SpeculationMode, SpeculationOptions, StopOptions, TokenPrompt
 
 from .common import Sample, default_model, machine_facts, prepare_f32, ratio
-from .run import Report, Row, log
+from .report import Report, Row
+from .run import log
 from .spec_prompts import COPY_TASKS, FREE_TASKS, copy_batch, free_batch
 
 MODES = (SpeculationMode.OFF, SpeculationMode.NGRAM, SpeculationMode.DRAFT)

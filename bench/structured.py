@@ -43,7 +43,8 @@ from engine.generation.grammar.masks import SiteMasks
 from engine.requests import FormatKind, GenerationRequest, ResponseFormat, SpeculationMode, StopOptions, TokenPrompt
 
 from .common import Sample, default_model, machine_facts, prepare_f32, ratio
-from .run import Report, Row, log
+from .report import Report, Row
+from .run import log
 
 SCHEMA = {"type": "object", "required": ["topic", "notes"], "additionalProperties": False,
           "properties": {"topic": {"type": "string", "maxLength": 40},
