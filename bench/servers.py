@@ -59,11 +59,11 @@ class Subprocess:
 
 class OurServer:
     def __init__(self, model_dir: Path, embedding_dir: Path | None, log_dir: Path, max_active: int = 32,
-                 extra: list[str] | None = None):
+                 extra: list[str] | None = None, speculation: str = "off"):
         self.port = free_port()
         argv = [sys.executable, "-m", "service", "--log-level", "WARNING", "serve",
                 "--host", "127.0.0.1", "--port", str(self.port), "--model", f"bench={model_dir}",
-                "--max-active", str(max_active), "--max-queued", "64"]
+                "--max-active", str(max_active), "--max-queued", "64", "--speculation", speculation]
         argv += ["--embedding-model", f"embed={embedding_dir}"] if embedding_dir else ["--no-embedding"]
         argv += extra or []
         self.proc = Subprocess("ours", argv, log_dir)

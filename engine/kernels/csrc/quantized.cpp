@@ -18,16 +18,49 @@ namespace mlxk {
 namespace {
 
 constexpr int kMaxRows = 4;
-typedef uint8_t vb __attribute__((vector_size(kW)));
 
-inline vf bytes_to_float(vb b) {
-  return __builtin_convertvector(b, vf);
+// kW bytes as kW floats, and kW bytes as their low and high nibbles. Written with
+// intrinsics where they exist: GCC lowers a widening __builtin_convertvector from
+// bytes to one scalar move per lane, which made these kernels compute-bound.
+#if defined(__AVX512F__)
+inline vf widen(__m128i b) {
+  return (vf)_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
+}
+inline __m128i load_bytes(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+#elif defined(__AVX2__)
+inline vf widen(__m128i b) {
+  return (vf)_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+}
+inline __m128i load_bytes(const uint8_t* p) {
+  return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+}
+#endif
+
+inline vf bytes_to_float(const uint8_t* p) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+  return widen(load_bytes(p));
+#else
+  vf v;
+  for (int i = 0; i < kW; ++i) {
+    v[i] = float(p[i]);
+  }
+  return v;
+#endif
 }
 
-inline vb load_bytes(const uint8_t* p) {
-  vb v;
-  std::memcpy(&v, p, sizeof(vb));
-  return v;
+inline void nibbles_to_float(const uint8_t* p, vf& lo, vf& hi) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+  __m128i b = load_bytes(p), mask = _mm_set1_epi8(0x0F);
+  lo = widen(_mm_and_si128(b, mask));
+  hi = widen(_mm_and_si128(_mm_srli_epi16(b, 4), mask));
+#else
+  for (int i = 0; i < kW; ++i) {
+    lo[i] = float(p[i] & 0xF);
+    hi[i] = float(p[i] >> 4);
+  }
+#endif
 }
 
 // Rows m of x as the kernels read them: for 4 bits, even then odd elements of
@@ -65,55 +98,84 @@ struct Out {
   int64_t rs;
 };
 
-template <int BITS, int R>
-void rows_kernel(const QMat& w, const XPrep& xp, int m0, int n0, int n1, const Out& o) {
+// Outputs [n0, n0 + NB) for input rows [m0, m0 + R): NB x R independent
+// accumulator chains, so the FMAs do not wait on each other's latency.
+template <int BITS, int R, int NB>
+void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) {
   const int G = w.group, ng = w.groups();
   const int K = w.K;
-  for (int n = n0; n < n1; ++n) {
-    const uint8_t* wr = w.w + n * w.row_bytes();
-    const float* sc = w.scales + int64_t(n) * ng;
-    const float* bi = w.biases + int64_t(n) * ng;
-    vf total[R];
-    float bias[R];
+  vf total[NB][R];
+  float bias[NB][R];
+  for (int j = 0; j < NB; ++j) {
     for (int r = 0; r < R; ++r) {
-      total[r] = splat(0.0f);
-      bias[r] = 0.0f;
+      total[j][r] = splat(0.0f);
+      bias[j][r] = 0.0f;
     }
-    for (int gi = 0; gi < ng; ++gi) {
-      vf acc[R];
+  }
+  for (int gi = 0; gi < ng; ++gi) {
+    vf acc[NB][R];
+    for (int j = 0; j < NB; ++j) {
       for (int r = 0; r < R; ++r) {
-        acc[r] = splat(0.0f);
+        acc[j][r] = splat(0.0f);
       }
-      const float* xg = xp.x.data() + size_t(m0) * K + gi * G;
-      if (BITS == 8) {
-        const uint8_t* q = wr + gi * G;
-        for (int t = 0; t < G; t += kW) {
-          vf wf = bytes_to_float(load_bytes(q + t));
-          for (int r = 0; r < R; ++r) {
-            acc[r] += wf * load(xg + size_t(r) * K + t);
-          }
+    }
+    const float* xg = xp.x.data() + size_t(m0) * K + gi * G;
+    if (BITS == 8) {
+      for (int t = 0; t < G; t += kW) {
+        vf xv[R];
+        for (int r = 0; r < R; ++r) {
+          xv[r] = load(xg + size_t(r) * K + t);
         }
-      } else {
-        const uint8_t* q = wr + gi * G / 2;
-        const int half = G / 2;
-        for (int t = 0; t < half; t += kW) {
-          vb b = load_bytes(q + t);
-          vf lo = bytes_to_float(b & 0xF), hi = bytes_to_float(b >> 4);
+        for (int j = 0; j < NB; ++j) {
+          vf wf = bytes_to_float(w.w + (n0 + j) * w.row_bytes() + gi * G + t);
           for (int r = 0; r < R; ++r) {
-            const float* xr = xg + size_t(r) * K;
-            acc[r] += lo * load(xr + t) + hi * load(xr + half + t);
+            acc[j][r] += wf * xv[r];
           }
         }
       }
-      for (int r = 0; r < R; ++r) {
-        total[r] += sc[gi] * acc[r];
-        bias[r] += bi[gi] * xp.sums[size_t(m0 + r) * ng + gi];
+    } else {
+      const int half = G / 2;
+      for (int t = 0; t < half; t += kW) {
+        vf xl[R], xh[R];
+        for (int r = 0; r < R; ++r) {
+          xl[r] = load(xg + size_t(r) * K + t);
+          xh[r] = load(xg + size_t(r) * K + half + t);
+        }
+        for (int j = 0; j < NB; ++j) {
+          vf lo, hi;
+          nibbles_to_float(w.w + (n0 + j) * w.row_bytes() + gi * half + t, lo, hi);
+          for (int r = 0; r < R; ++r) {
+            acc[j][r] += lo * xl[r] + hi * xh[r];
+          }
+        }
       }
     }
+    for (int j = 0; j < NB; ++j) {
+      const float sc = w.scales[int64_t(n0 + j) * ng + gi], bi = w.biases[int64_t(n0 + j) * ng + gi];
+      for (int r = 0; r < R; ++r) {
+        total[j][r] += sc * acc[j][r];
+        bias[j][r] += bi * xp.sums[size_t(m0 + r) * ng + gi];
+      }
+    }
+  }
+  for (int j = 0; j < NB; ++j) {
     for (int r = 0; r < R; ++r) {
       const float* res = o.res ? o.res + (m0 + r) * o.rs : nullptr;
-      o.y[int64_t(m0 + r) * w.N + n] = finish(hsum(total[r]) + bias[r], o.bias, res, n);
+      o.y[int64_t(m0 + r) * w.N + n0 + j] = finish(hsum(total[j][r]) + bias[j][r], o.bias, res, n0 + j);
     }
+  }
+}
+
+// Outputs [n0, n1) for input rows [m0, m0 + R): four at a time, then one by one.
+template <int BITS, int R>
+void rows_kernel(const QMat& w, const XPrep& xp, int m0, int n0, int n1, const Out& o) {
+  constexpr int NB = R <= 2 ? 4 : 2;
+  int n = n0;
+  for (; n + NB <= n1; n += NB) {
+    block_kernel<BITS, R, NB>(w, xp, m0, n, o);
+  }
+  for (; n < n1; ++n) {
+    block_kernel<BITS, R, 1>(w, xp, m0, n, o);
   }
 }
 
