@@ -59,6 +59,8 @@ async def kernels_on_off(plan, model_dir: Path, embed_dir: Path | None, local, r
         await stock.close()
     if embed_dir is not None:
         embedders = {"kernels": DirectEmbedder(embed_dir), "stock": DirectEmbedder(embed_dir, kernels=False)}
+        for embedder in embedders.values():  # first calls allocate; not what is measured
+            embedder.rate(embedding_texts(16, "warm-up"))
         for rep in range(plan.embed_reps):
             for side in rotated(list(embedders), rep):
                 s.setdefault(f"{side}_embed", Sample()).add(
