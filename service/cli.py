@@ -65,10 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="adapters a generation model holds at once; loading beyond it unloads the least "
                         "recently used idle one")
     s.add_argument("--dtype", default="auto", help="weight dtype: auto (float32 on CPU), float32, float16, bfloat16")
-    s.add_argument("--max-active", type=int, default=8, help="rows prefilling or decoding at once per model")
+    s.add_argument("--max-active", type=int, default=32,
+                   help="rows prefilling or decoding at once per model (the memory budget admits too)")
     s.add_argument("--max-queued", type=int, default=64, help="requests waiting for admission per model")
     s.add_argument("--prefill-chunk", type=int, default=256, help="prompt tokens per prefill forward")
     s.add_argument("--tick-tokens", type=int, default=512, help="token budget of one scheduler tick")
+    s.add_argument("--min-prefill-tokens", type=int, default=16,
+                   help="prompt tokens every tick prefills even when decode rows fill its budget")
+    s.add_argument("--prefill-batch", type=int, default=8,
+                   help="short new prompts prefilled together in one forward (1: one at a time)")
     s.add_argument("--speculation", choices=("off", "ngram", "draft"), default="ngram",
                    help="speculative decoding for requests that leave it unset (output never changes): "
                         "ngram = prompt lookup, draft = the model's --draft-model")
@@ -148,6 +153,7 @@ def build_models(args: argparse.Namespace) -> ModelSet:
         grammar=GrammarLimits(max_bytes=args.max_format_bytes, compile_timeout_s=args.format_compile_timeout),
         scheduler=SchedulerConfig(max_active=args.max_active, max_queued=args.max_queued,
                                   prefill_chunk=args.prefill_chunk, tick_tokens=args.tick_tokens,
+                                  min_prefill_tokens=args.min_prefill_tokens, prefill_batch=args.prefill_batch,
                                   prefix_cache_bytes=args.prefix_cache_bytes, step_tokens=args.step_tokens,
                                   speculation_rows=args.speculation_rows),
         speculation=SpeculationConfig(SpeculationMode(args.speculation), args.num_draft_tokens))

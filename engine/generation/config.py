@@ -13,7 +13,8 @@ from .grammar.formats import GrammarLimits
 class SchedulerConfig:
     """How one model's engine thread schedules work."""
 
-    max_active: int = 8  # sequences prefilling or decoding at once (admission capacity)
+    # sequences prefilling or decoding at once (admission capacity; memory admits too)
+    max_active: int = 32
     max_queued: int = 64  # requests waiting beyond those before RESOURCE_EXHAUSTED
     prefill_chunk: int = 256  # prompt tokens per prefill forward
     tick_tokens: int = 512  # tokens one tick may process (decode rows + prefill)
