@@ -70,8 +70,9 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._lru)
 
-    def take(self, prompt: Sequence[int], ns: str) -> PrefixHit | None:
-        """The longest usable cached prefix of ``prompt`` (never all of it), owned by the caller."""
+    def take(self, prompt: Sequence[int], ns: str, min_tokens: int = 1) -> PrefixHit | None:
+        """The longest usable cached prefix of ``prompt`` (never all of it), owned by the
+        caller; None when there is none of at least ``min_tokens``."""
         tokens = list(prompt)
         if len(tokens) < 2:
             return None
@@ -84,7 +85,7 @@ class PrefixCache:
                 tokens = tokens[:-1]
                 caches, rest = self._lru.fetch_nearest_cache(ns, tokens)
         covered = len(tokens) - len(rest)
-        if caches is None or covered <= 0:
+        if caches is None or covered < max(min_tokens, 1):
             self.misses += 1
             return None
         self.hits += 1

@@ -98,6 +98,16 @@ class Prefiller:
             queue.remove(seq)
         return cancelled
 
+    def min_prefix(self, seq: Sequence) -> int:
+        """The shortest cached prefix worth taking for ``seq``: a prompt that can share a
+        batched forward with other new prompts (it fits one chunk) takes a hit only when
+        the hit covers at least half of it, since a sequence with a prefix is prefilled
+        alone; a burst of prompts sharing a short preamble would otherwise lose batching."""
+        n = seq.prompt_len - 1
+        if self._plain_kv and self._config.prefill_batch > 1 and n <= self._config.prefill_chunk:
+            return (n + 1) // 2
+        return 1
+
     def _short_fresh(self, queue: deque[Sequence], budget: int) -> list[Sequence]:
         """Leading sequences whose prompt but the last token fits one chunk, with nothing
         computed yet and no snapshot boundary inside."""

@@ -36,11 +36,12 @@ class PrefixReuse:
     def applies(self, seq: Sequence) -> bool:
         return self.cache is not None and seq.reuse.enabled
 
-    def take(self, seq: Sequence) -> tuple[int, list[Any] | None]:
-        """Cached tokens and the owned caches covering them, or (0, None) on a miss."""
+    def take(self, seq: Sequence, min_tokens: int = 1) -> tuple[int, list[Any] | None]:
+        """Cached tokens and the owned caches covering them, or (0, None) on a miss (or a
+        hit shorter than ``min_tokens``)."""
         if not self.applies(seq):
             return 0, None
-        hit = self.cache.take(seq.prompt, self._namespace(seq))
+        hit = self.cache.take(seq.prompt, self._namespace(seq), min_tokens)
         return (len(hit.tokens), hit.caches) if hit is not None else (0, None)
 
     def store(self, seq: Sequence, tokens: Seq[int], caches: list[Any] | Callable[[], list[Any]]) -> None:

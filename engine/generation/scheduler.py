@@ -175,7 +175,7 @@ class Scheduler:
                 self._end(seq, FinishReason.ERROR, f"engine failure: {type(exc).__name__}")
 
     def _start(self, seq: Sequence) -> None:
-        cached, caches = self.reuse.take(seq)
+        cached, caches = self.reuse.take(seq, self._prefiller.min_prefix(seq))
         seq.caches = caches if caches is not None else make_prompt_cache(self._model)
         seq.start(cached)
         self._prefilling.append(seq)
