@@ -196,3 +196,40 @@ def test_a_cancel_waiting_during_a_prefill_chunk_stops_it_between_layers(llama, 
     assert log.tokens("short") == oracle["llama"]["medium"]  # later prefills run normally
     assert log.finish("neighbour").reason is FinishReason.LENGTH and len(log.tokens("neighbour")) == 40
     settled(scheduler)
+
+
+def test_a_burst_sharing_a_short_preamble_keeps_its_batched_prefill(llama):
+    """Short prompts take a cached prefix only when it covers half of them: a burst
+    sharing a short preamble is prefilled in one forward instead of one by one,
+    while a prompt seen before still takes its hit."""
+    model, tokenizer, _ = llama
+    config = SchedulerConfig(max_active=8, prefill_chunk=64, tick_tokens=512, prefill_batch=8)
+    preamble = list(range(10, 16))  # 6 tokens: under half of each 20-token prompt below
+    first = preamble + list(range(30, 44))
+    burst = {f"b{i}": preamble + list(range(50 + 14 * i, 64 + 14 * i)) for i in range(4)}
+
+    def alone(prompt) -> list[int]:
+        log = Log()
+        scheduler = Scheduler(model, SchedulerConfig(prefix_cache_bytes=0), lambda i: tokenizer.decode([i]))
+        scheduler.submit(sequence(tokenizer, log, "x", prompt, 4))
+        run(scheduler)
+        return log.tokens("x")
+
+    log = Log()
+    scheduler = Scheduler(model, config, lambda i: tokenizer.decode([i]))
+    groups: list[int] = []
+    together = scheduler._prefiller._together
+    scheduler._prefiller._together = lambda group: groups.append(len(group)) or together(group)
+    scheduler.submit(sequence(tokenizer, log, "first", first, 4))
+    run(scheduler)  # stored in the prefix cache: prompt and output
+    for rid, prompt in burst.items():
+        scheduler.submit(sequence(tokenizer, log, rid, prompt, 4))
+    scheduler.submit(sequence(tokenizer, log, "again", first, 4))
+    run(scheduler)
+    assert groups == [4]  # the burst in one forward; "again" alone, from its hit
+    assert {rid: log.finish(rid).usage.cached_tokens for rid in burst} == {rid: 0 for rid in burst}
+    assert log.finish("again").usage.cached_tokens == len(first) - 1
+    for rid, prompt in burst.items():
+        assert log.tokens(rid) == alone(prompt), rid
+    assert log.tokens("again") == log.tokens("first")
+    settled(scheduler)
