@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence, Union
 
+from .tenancy import ANONYMOUS, Tenant
+
 
 @dataclass(frozen=True)
 class ChatMessage:
@@ -124,6 +126,8 @@ class GenerationRequest:
     speculation: SpeculationOptions = SpeculationOptions()
     response_format: ResponseFormat | None = None
     adapter: str = ""  # a loaded adapter's name; "" for the base model
+    tenant: Tenant = ANONYMOUS  # who asked: scopes the id, the prefix cache and the fair share
+    priority: int = 0  # higher starts first among waiting requests (aged, so none starves)
 
 
 @dataclass(frozen=True)
@@ -134,3 +138,5 @@ class EmbeddingRequest:
     instruction: str = ""
     normalize: bool = True
     dimensions: int = 0
+    tenant: Tenant = ANONYMOUS
+    priority: int = 0

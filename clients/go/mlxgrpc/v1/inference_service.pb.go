@@ -58,7 +58,12 @@ type GenerateRequest struct {
 	// The loaded adapter (LoRA or DoRA, see ListAdapters) to generate with, by name;
 	// empty uses the base model. Requests with different adapters, or none, share one
 	// batch. An adapter that is not loaded is NOT_FOUND.
-	Adapter       string `protobuf:"bytes,14,opt,name=adapter,proto3" json:"adapter,omitempty"`
+	Adapter string `protobuf:"bytes,14,opt,name=adapter,proto3" json:"adapter,omitempty"`
+	// Scheduling priority, -100 to 100 (default 0): among the caller's waiting requests,
+	// and between callers waiting at the same priority, higher starts first. Waiting
+	// raises a request's priority over time, so low priorities are delayed, never
+	// starved. It never changes the output.
+	Priority      int32 `protobuf:"varint,15,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -202,6 +207,13 @@ func (x *GenerateRequest) GetAdapter() string {
 		return x.Adapter
 	}
 	return ""
+}
+
+func (x *GenerateRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 type isGenerateRequest_Prompt interface {
@@ -568,7 +580,9 @@ type EmbedRequest struct {
 	// Truncate vectors to this many dimensions (then re-normalize). 0 keeps them whole.
 	Dimensions int32 `protobuf:"varint,5,opt,name=dimensions,proto3" json:"dimensions,omitempty"`
 	// A client-chosen id used by Cancel and logs. Empty: the server assigns one.
-	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Scheduling priority, -100 to 100 (default 0), as GenerateRequest.priority.
+	Priority      int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -643,6 +657,13 @@ func (x *EmbedRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *EmbedRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 // The embedding of one input.
@@ -1326,7 +1347,9 @@ type LoadAdapterRequest struct {
 	// 0-9, '.', '_' and '-'.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// The adapter directory on the server: adapter_config.json and adapters.safetensors,
-	// as mlx_lm.lora writes them.
+	// as mlx_lm.lora writes them. Relative to the server's --adapter-root (an absolute
+	// path must lie inside it); no part of it may lead outside the root, symbolic links
+	// included. Errors never repeat the server's own paths.
 	Path          string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1784,8 +1807,12 @@ type ModelLoad struct {
 	GeneratedTokensPerSecond float64 `protobuf:"fixed64,13,opt,name=generated_tokens_per_second,json=generatedTokensPerSecond,proto3" json:"generated_tokens_per_second,omitempty"`
 	// Tokens generated since the model loaded.
 	GeneratedTokens int64 `protobuf:"varint,14,opt,name=generated_tokens,json=generatedTokens,proto3" json:"generated_tokens,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Per-tenant figures, one entry per tenant with requests since the model loaded.
+	// Tenants are named in the server's tokens file; a caller without a token counts
+	// under the empty name. A caller without the admin role sees only its own entry.
+	Tenants       []*TenantLoad `protobuf:"bytes,15,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelLoad) Reset() {
@@ -1916,12 +1943,120 @@ func (x *ModelLoad) GetGeneratedTokens() int64 {
 	return 0
 }
 
+func (x *ModelLoad) GetTenants() []*TenantLoad {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+// How much of one generation model one tenant uses.
+type TenantLoad struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant's name from the server's tokens file (empty: callers without a token).
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The tenant's requests admitted and not finished.
+	RunningRequests int32 `protobuf:"varint,2,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
+	// The tenant's requests waiting for admission.
+	WaitingRequests int32 `protobuf:"varint,3,opt,name=waiting_requests,json=waitingRequests,proto3" json:"waiting_requests,omitempty"`
+	// The tenant's requests open: being tokenized, waiting or running.
+	InFlightRequests int32 `protobuf:"varint,4,opt,name=in_flight_requests,json=inFlightRequests,proto3" json:"in_flight_requests,omitempty"`
+	// Prompt plus generated tokens of the tenant's requests over the last 60 seconds
+	// (what its tokens_per_minute limit counts).
+	TokensLastMinute int64 `protobuf:"varint,5,opt,name=tokens_last_minute,json=tokensLastMinute,proto3" json:"tokens_last_minute,omitempty"`
+	// Tokens generated for the tenant since the model loaded.
+	GeneratedTokens int64 `protobuf:"varint,6,opt,name=generated_tokens,json=generatedTokens,proto3" json:"generated_tokens,omitempty"`
+	// The tenant's requests refused at once by its own limits since the model loaded.
+	RefusedRequests int64 `protobuf:"varint,7,opt,name=refused_requests,json=refusedRequests,proto3" json:"refused_requests,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TenantLoad) Reset() {
+	*x = TenantLoad{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantLoad) ProtoMessage() {}
+
+func (x *TenantLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantLoad.ProtoReflect.Descriptor instead.
+func (*TenantLoad) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *TenantLoad) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantLoad) GetRunningRequests() int32 {
+	if x != nil {
+		return x.RunningRequests
+	}
+	return 0
+}
+
+func (x *TenantLoad) GetWaitingRequests() int32 {
+	if x != nil {
+		return x.WaitingRequests
+	}
+	return 0
+}
+
+func (x *TenantLoad) GetInFlightRequests() int32 {
+	if x != nil {
+		return x.InFlightRequests
+	}
+	return 0
+}
+
+func (x *TenantLoad) GetTokensLastMinute() int64 {
+	if x != nil {
+		return x.TokensLastMinute
+	}
+	return 0
+}
+
+func (x *TenantLoad) GetGeneratedTokens() int64 {
+	if x != nil {
+		return x.GeneratedTokens
+	}
+	return 0
+}
+
+func (x *TenantLoad) GetRefusedRequests() int64 {
+	if x != nil {
+		return x.RefusedRequests
+	}
+	return 0
+}
+
 var File_mlxgrpc_v1_inference_service_proto protoreflect.FileDescriptor
 
 const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\n" +
 	"\"mlxgrpc/v1/inference_service.proto\x12\n" +
-	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x16mlxgrpc/v1/model.proto\"\xe7\x04\n" +
+	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x16mlxgrpc/v1/model.proto\"\x83\x05\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
@@ -1939,7 +2074,8 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x13bypass_prefix_cache\x18\v \x01(\bR\x11bypassPrefixCache\x12@\n" +
 	"\vspeculation\x18\f \x01(\v2\x1e.mlxgrpc.v1.SpeculationOptionsR\vspeculation\x12C\n" +
 	"\x0fresponse_format\x18\r \x01(\v2\x1a.mlxgrpc.v1.ResponseFormatR\x0eresponseFormat\x12\x18\n" +
-	"\aadapter\x18\x0e \x01(\tR\aadapterB\b\n" +
+	"\aadapter\x18\x0e \x01(\tR\aadapter\x12\x1a\n" +
+	"\bpriority\x18\x0f \x01(\x05R\bpriorityB\b\n" +
 	"\x06prompt\"\x92\x01\n" +
 	"\x11GenerationStarted\x12\x1d\n" +
 	"\n" +
@@ -1963,7 +2099,7 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\astarted\x18\x01 \x01(\v2\x1d.mlxgrpc.v1.GenerationStartedH\x00R\astarted\x12.\n" +
 	"\x05delta\x18\x02 \x01(\v2\x16.mlxgrpc.v1.TokenDeltaH\x00R\x05delta\x12<\n" +
 	"\bfinished\x18\x03 \x01(\v2\x1e.mlxgrpc.v1.GenerationFinishedH\x00R\bfinishedB\a\n" +
-	"\x05event\"\xce\x01\n" +
+	"\x05event\"\xea\x01\n" +
 	"\fEmbedRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06inputs\x18\x02 \x03(\tR\x06inputs\x12 \n" +
@@ -1973,7 +2109,8 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"dimensions\x18\x05 \x01(\x05R\n" +
 	"dimensions\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x06 \x01(\tR\trequestIdB\f\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\x12\x1a\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriorityB\f\n" +
 	"\n" +
 	"_normalize\"[\n" +
 	"\rEmbedResponse\x12\x14\n" +
@@ -2033,7 +2170,7 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x05model\x18\x01 \x01(\tR\x05model\"g\n" +
 	"\x0fGetLoadResponse\x12-\n" +
 	"\x06models\x18\x01 \x03(\v2\x15.mlxgrpc.v1.ModelLoadR\x06models\x12%\n" +
-	"\x0euptime_seconds\x18\x02 \x01(\x01R\ruptimeSeconds\"\xff\x04\n" +
+	"\x0euptime_seconds\x18\x02 \x01(\x01R\ruptimeSeconds\"\xb1\x05\n" +
 	"\tModelLoad\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12)\n" +
 	"\x10running_requests\x18\x02 \x01(\x05R\x0frunningRequests\x12)\n" +
@@ -2049,7 +2186,17 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x13prefix_cache_misses\x18\v \x01(\x03R\x11prefixCacheMisses\x121\n" +
 	"\x15prefix_cache_hit_rate\x18\f \x01(\x01R\x12prefixCacheHitRate\x12=\n" +
 	"\x1bgenerated_tokens_per_second\x18\r \x01(\x01R\x18generatedTokensPerSecond\x12)\n" +
-	"\x10generated_tokens\x18\x0e \x01(\x03R\x0fgeneratedTokens2\x9a\a\n" +
+	"\x10generated_tokens\x18\x0e \x01(\x03R\x0fgeneratedTokens\x120\n" +
+	"\atenants\x18\x0f \x03(\v2\x16.mlxgrpc.v1.TenantLoadR\atenants\"\xac\x02\n" +
+	"\n" +
+	"TenantLoad\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12)\n" +
+	"\x10running_requests\x18\x02 \x01(\x05R\x0frunningRequests\x12)\n" +
+	"\x10waiting_requests\x18\x03 \x01(\x05R\x0fwaitingRequests\x12,\n" +
+	"\x12in_flight_requests\x18\x04 \x01(\x05R\x10inFlightRequests\x12,\n" +
+	"\x12tokens_last_minute\x18\x05 \x01(\x03R\x10tokensLastMinute\x12)\n" +
+	"\x10generated_tokens\x18\x06 \x01(\x03R\x0fgeneratedTokens\x12)\n" +
+	"\x10refused_requests\x18\a \x01(\x03R\x0frefusedRequests2\x9a\a\n" +
 	"\x10InferenceService\x12G\n" +
 	"\bGenerate\x12\x1b.mlxgrpc.v1.GenerateRequest\x1a\x1c.mlxgrpc.v1.GenerateResponse0\x01\x12>\n" +
 	"\x05Embed\x12\x18.mlxgrpc.v1.EmbedRequest\x1a\x19.mlxgrpc.v1.EmbedResponse0\x01\x12?\n" +
@@ -2080,7 +2227,7 @@ func file_mlxgrpc_v1_inference_service_proto_rawDescGZIP() []byte {
 	return file_mlxgrpc_v1_inference_service_proto_rawDescData
 }
 
-var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(*GenerateRequest)(nil),       // 0: mlxgrpc.v1.GenerateRequest
 	(*GenerationStarted)(nil),     // 1: mlxgrpc.v1.GenerationStarted
@@ -2110,70 +2257,72 @@ var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(*GetLoadRequest)(nil),        // 25: mlxgrpc.v1.GetLoadRequest
 	(*GetLoadResponse)(nil),       // 26: mlxgrpc.v1.GetLoadResponse
 	(*ModelLoad)(nil),             // 27: mlxgrpc.v1.ModelLoad
-	(*TokenIds)(nil),              // 28: mlxgrpc.v1.TokenIds
-	(*ChatMessages)(nil),          // 29: mlxgrpc.v1.ChatMessages
-	(*SamplingParams)(nil),        // 30: mlxgrpc.v1.SamplingParams
-	(*StoppingCriteria)(nil),      // 31: mlxgrpc.v1.StoppingCriteria
-	(*SpeculationOptions)(nil),    // 32: mlxgrpc.v1.SpeculationOptions
-	(*ResponseFormat)(nil),        // 33: mlxgrpc.v1.ResponseFormat
-	(*TokenLogprob)(nil),          // 34: mlxgrpc.v1.TokenLogprob
-	(FinishReason)(0),             // 35: mlxgrpc.v1.FinishReason
-	(*Usage)(nil),                 // 36: mlxgrpc.v1.Usage
-	(*Timings)(nil),               // 37: mlxgrpc.v1.Timings
-	(*ModelInfo)(nil),             // 38: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),            // 39: mlxgrpc.v1.MemoryPlan
-	(*AdapterInfo)(nil),           // 40: mlxgrpc.v1.AdapterInfo
+	(*TenantLoad)(nil),            // 28: mlxgrpc.v1.TenantLoad
+	(*TokenIds)(nil),              // 29: mlxgrpc.v1.TokenIds
+	(*ChatMessages)(nil),          // 30: mlxgrpc.v1.ChatMessages
+	(*SamplingParams)(nil),        // 31: mlxgrpc.v1.SamplingParams
+	(*StoppingCriteria)(nil),      // 32: mlxgrpc.v1.StoppingCriteria
+	(*SpeculationOptions)(nil),    // 33: mlxgrpc.v1.SpeculationOptions
+	(*ResponseFormat)(nil),        // 34: mlxgrpc.v1.ResponseFormat
+	(*TokenLogprob)(nil),          // 35: mlxgrpc.v1.TokenLogprob
+	(FinishReason)(0),             // 36: mlxgrpc.v1.FinishReason
+	(*Usage)(nil),                 // 37: mlxgrpc.v1.Usage
+	(*Timings)(nil),               // 38: mlxgrpc.v1.Timings
+	(*ModelInfo)(nil),             // 39: mlxgrpc.v1.ModelInfo
+	(*MemoryPlan)(nil),            // 40: mlxgrpc.v1.MemoryPlan
+	(*AdapterInfo)(nil),           // 41: mlxgrpc.v1.AdapterInfo
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
-	28, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
-	29, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
-	30, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
-	31, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
-	32, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
-	33, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
-	34, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
-	35, // 7: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
-	36, // 8: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
-	37, // 9: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
+	29, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	30, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	31, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
+	32, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
+	33, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
+	34, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
+	35, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
+	36, // 7: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
+	37, // 8: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
+	38, // 9: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
 	1,  // 10: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
 	2,  // 11: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
 	3,  // 12: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
-	38, // 13: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
-	39, // 14: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
-	38, // 15: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
-	40, // 16: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	40, // 17: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	40, // 18: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	39, // 13: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
+	40, // 14: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
+	39, // 15: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
+	41, // 16: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	41, // 17: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	41, // 18: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
 	27, // 19: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
-	0,  // 20: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
-	5,  // 21: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
-	7,  // 22: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	9,  // 23: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	11, // 24: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	13, // 25: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	15, // 26: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	17, // 27: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	19, // 28: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
-	21, // 29: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
-	23, // 30: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
-	25, // 31: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
-	4,  // 32: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	6,  // 33: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	8,  // 34: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	10, // 35: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	12, // 36: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	14, // 37: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	16, // 38: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	18, // 39: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	20, // 40: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
-	22, // 41: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
-	24, // 42: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
-	26, // 43: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
-	32, // [32:44] is the sub-list for method output_type
-	20, // [20:32] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	28, // 20: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
+	0,  // 21: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
+	5,  // 22: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
+	7,  // 23: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	9,  // 24: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	11, // 25: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	13, // 26: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	15, // 27: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	17, // 28: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	19, // 29: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
+	21, // 30: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
+	23, // 31: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
+	25, // 32: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
+	4,  // 33: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	6,  // 34: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	8,  // 35: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	10, // 36: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	12, // 37: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	14, // 38: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	16, // 39: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	18, // 40: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	20, // 41: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
+	22, // 42: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
+	24, // 43: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
+	26, // 44: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
+	33, // [33:45] is the sub-list for method output_type
+	21, // [21:33] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_inference_service_proto_init() }
@@ -2201,7 +2350,7 @@ func file_mlxgrpc_v1_inference_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_inference_service_proto_rawDesc), len(file_mlxgrpc_v1_inference_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -53,7 +53,8 @@ type InferenceServiceClient interface {
 	Generate(ctx context.Context, in *GenerateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GenerateResponse], error)
 	// Embeds texts. One response per input, in completion order, each with its index.
 	Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[EmbedResponse], error)
-	// Cancels a queued or running Generate or Embed by its request id.
+	// Cancels a queued or running Generate or Embed by its request id. Request ids are
+	// scoped to the caller's tenant: a caller cancels only its own tenant's requests.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
 	// Describes a model: its graph, capabilities, context and vocabulary.
 	GetModelInfo(ctx context.Context, in *GetModelInfoRequest, opts ...grpc.CallOption) (*GetModelInfoResponse, error)
@@ -71,11 +72,14 @@ type InferenceServiceClient interface {
 	// the model (layer names, shapes, rank) FAILED_PRECONDITION saying what differs; a
 	// name in use ALREADY_EXISTS. At the model's adapter limit the least recently used
 	// adapter without requests is unloaded to make room; when every one is in use,
-	// RESOURCE_EXHAUSTED with RetryInfo.
+	// RESOURCE_EXHAUSTED with RetryInfo. The path is relative to the server's
+	// --adapter-root and may not leave it. Needs the admin role (PERMISSION_DENIED
+	// otherwise; on a server without tokens, only callers on the loopback address).
 	LoadAdapter(ctx context.Context, in *LoadAdapterRequest, opts ...grpc.CallOption) (*LoadAdapterResponse, error)
 	// Unloads an adapter. From the call on, new requests naming it get NOT_FOUND; the
 	// requests already using it finish normally, then its memory is freed and the call
 	// returns. If the call ends first (deadline, cancel), the unload still completes.
+	// Needs the admin role, as LoadAdapter.
 	UnloadAdapter(ctx context.Context, in *UnloadAdapterRequest, opts ...grpc.CallOption) (*UnloadAdapterResponse, error)
 	// Lists the adapters loaded on a generation model.
 	ListAdapters(ctx context.Context, in *ListAdaptersRequest, opts ...grpc.CallOption) (*ListAdaptersResponse, error)
@@ -252,7 +256,8 @@ type InferenceServiceServer interface {
 	Generate(*GenerateRequest, grpc.ServerStreamingServer[GenerateResponse]) error
 	// Embeds texts. One response per input, in completion order, each with its index.
 	Embed(*EmbedRequest, grpc.ServerStreamingServer[EmbedResponse]) error
-	// Cancels a queued or running Generate or Embed by its request id.
+	// Cancels a queued or running Generate or Embed by its request id. Request ids are
+	// scoped to the caller's tenant: a caller cancels only its own tenant's requests.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
 	// Describes a model: its graph, capabilities, context and vocabulary.
 	GetModelInfo(context.Context, *GetModelInfoRequest) (*GetModelInfoResponse, error)
@@ -270,11 +275,14 @@ type InferenceServiceServer interface {
 	// the model (layer names, shapes, rank) FAILED_PRECONDITION saying what differs; a
 	// name in use ALREADY_EXISTS. At the model's adapter limit the least recently used
 	// adapter without requests is unloaded to make room; when every one is in use,
-	// RESOURCE_EXHAUSTED with RetryInfo.
+	// RESOURCE_EXHAUSTED with RetryInfo. The path is relative to the server's
+	// --adapter-root and may not leave it. Needs the admin role (PERMISSION_DENIED
+	// otherwise; on a server without tokens, only callers on the loopback address).
 	LoadAdapter(context.Context, *LoadAdapterRequest) (*LoadAdapterResponse, error)
 	// Unloads an adapter. From the call on, new requests naming it get NOT_FOUND; the
 	// requests already using it finish normally, then its memory is freed and the call
 	// returns. If the call ends first (deadline, cancel), the unload still completes.
+	// Needs the admin role, as LoadAdapter.
 	UnloadAdapter(context.Context, *UnloadAdapterRequest) (*UnloadAdapterResponse, error)
 	// Lists the adapters loaded on a generation model.
 	ListAdapters(context.Context, *ListAdaptersRequest) (*ListAdaptersResponse, error)

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "request_id", "session_id", "text", "tokens", "chat", "sampling", "stopping", "logprobs", "top_logprobs", "bypass_prefix_cache", "speculation", "response_format", "adapter")
+    __slots__ = ("model", "request_id", "session_id", "text", "tokens", "chat", "sampling", "stopping", "logprobs", "top_logprobs", "bypass_prefix_cache", "speculation", "response_format", "adapter", "priority")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,7 @@ class GenerateRequest(_message.Message):
     SPECULATION_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FORMAT_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     model: str
     request_id: str
     session_id: str
@@ -38,7 +39,8 @@ class GenerateRequest(_message.Message):
     speculation: _generation_pb2.SpeculationOptions
     response_format: _generation_pb2.ResponseFormat
     adapter: str
-    def __init__(self, model: _Optional[str] = ..., request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., text: _Optional[str] = ..., tokens: _Optional[_Union[_generation_pb2.TokenIds, _Mapping]] = ..., chat: _Optional[_Union[_generation_pb2.ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[_generation_pb2.SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[_generation_pb2.StoppingCriteria, _Mapping]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., bypass_prefix_cache: _Optional[bool] = ..., speculation: _Optional[_Union[_generation_pb2.SpeculationOptions, _Mapping]] = ..., response_format: _Optional[_Union[_generation_pb2.ResponseFormat, _Mapping]] = ..., adapter: _Optional[str] = ...) -> None: ...
+    priority: int
+    def __init__(self, model: _Optional[str] = ..., request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., text: _Optional[str] = ..., tokens: _Optional[_Union[_generation_pb2.TokenIds, _Mapping]] = ..., chat: _Optional[_Union[_generation_pb2.ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[_generation_pb2.SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[_generation_pb2.StoppingCriteria, _Mapping]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., bypass_prefix_cache: _Optional[bool] = ..., speculation: _Optional[_Union[_generation_pb2.SpeculationOptions, _Mapping]] = ..., response_format: _Optional[_Union[_generation_pb2.ResponseFormat, _Mapping]] = ..., adapter: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class GenerationStarted(_message.Message):
     __slots__ = ("request_id", "model", "prompt_tokens", "cached_tokens")
@@ -87,20 +89,22 @@ class GenerateResponse(_message.Message):
     def __init__(self, started: _Optional[_Union[GenerationStarted, _Mapping]] = ..., delta: _Optional[_Union[TokenDelta, _Mapping]] = ..., finished: _Optional[_Union[GenerationFinished, _Mapping]] = ...) -> None: ...
 
 class EmbedRequest(_message.Message):
-    __slots__ = ("model", "inputs", "instruction", "normalize", "dimensions", "request_id")
+    __slots__ = ("model", "inputs", "instruction", "normalize", "dimensions", "request_id", "priority")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
     NORMALIZE_FIELD_NUMBER: _ClassVar[int]
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     model: str
     inputs: _containers.RepeatedScalarFieldContainer[str]
     instruction: str
     normalize: bool
     dimensions: int
     request_id: str
-    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., instruction: _Optional[str] = ..., normalize: _Optional[bool] = ..., dimensions: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+    priority: int
+    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., instruction: _Optional[str] = ..., normalize: _Optional[bool] = ..., dimensions: _Optional[int] = ..., request_id: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class EmbedResponse(_message.Message):
     __slots__ = ("index", "embedding", "tokens")
@@ -259,7 +263,7 @@ class GetLoadResponse(_message.Message):
     def __init__(self, models: _Optional[_Iterable[_Union[ModelLoad, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ...) -> None: ...
 
 class ModelLoad(_message.Message):
-    __slots__ = ("model", "running_requests", "waiting_requests", "max_running_requests", "kv_cache_bytes", "reserved_bytes", "memory_budget_bytes", "prefix_cache_entries", "prefix_cache_bytes", "prefix_cache_hits", "prefix_cache_misses", "prefix_cache_hit_rate", "generated_tokens_per_second", "generated_tokens")
+    __slots__ = ("model", "running_requests", "waiting_requests", "max_running_requests", "kv_cache_bytes", "reserved_bytes", "memory_budget_bytes", "prefix_cache_entries", "prefix_cache_bytes", "prefix_cache_hits", "prefix_cache_misses", "prefix_cache_hit_rate", "generated_tokens_per_second", "generated_tokens", "tenants")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
@@ -274,6 +278,7 @@ class ModelLoad(_message.Message):
     PREFIX_CACHE_HIT_RATE_FIELD_NUMBER: _ClassVar[int]
     GENERATED_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
     model: str
     running_requests: int
     waiting_requests: int
@@ -288,4 +293,23 @@ class ModelLoad(_message.Message):
     prefix_cache_hit_rate: float
     generated_tokens_per_second: float
     generated_tokens: int
-    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., max_running_requests: _Optional[int] = ..., kv_cache_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., prefix_cache_entries: _Optional[int] = ..., prefix_cache_bytes: _Optional[int] = ..., prefix_cache_hits: _Optional[int] = ..., prefix_cache_misses: _Optional[int] = ..., prefix_cache_hit_rate: _Optional[float] = ..., generated_tokens_per_second: _Optional[float] = ..., generated_tokens: _Optional[int] = ...) -> None: ...
+    tenants: _containers.RepeatedCompositeFieldContainer[TenantLoad]
+    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., max_running_requests: _Optional[int] = ..., kv_cache_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., prefix_cache_entries: _Optional[int] = ..., prefix_cache_bytes: _Optional[int] = ..., prefix_cache_hits: _Optional[int] = ..., prefix_cache_misses: _Optional[int] = ..., prefix_cache_hit_rate: _Optional[float] = ..., generated_tokens_per_second: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., tenants: _Optional[_Iterable[_Union[TenantLoad, _Mapping]]] = ...) -> None: ...
+
+class TenantLoad(_message.Message):
+    __slots__ = ("tenant", "running_requests", "waiting_requests", "in_flight_requests", "tokens_last_minute", "generated_tokens", "refused_requests")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_LAST_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    running_requests: int
+    waiting_requests: int
+    in_flight_requests: int
+    tokens_last_minute: int
+    generated_tokens: int
+    refused_requests: int
+    def __init__(self, tenant: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., in_flight_requests: _Optional[int] = ..., tokens_last_minute: _Optional[int] = ..., generated_tokens: _Optional[int] = ..., refused_requests: _Optional[int] = ...) -> None: ...

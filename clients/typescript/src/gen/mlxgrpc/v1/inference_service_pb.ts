@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/inference_service.proto.
  */
 export const file_mlxgrpc_v1_inference_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxItIDCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSMwoPcmVzcG9uc2VfZm9ybWF0GA0gASgLMhoubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdBIPCgdhZGFwdGVyGA4gASgJQggKBnByb21wdCJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSJZCgpUb2tlbkRlbHRhEhEKCXRva2VuX2lkcxgBIAMoBRIMCgR0ZXh0GAIgASgJEioKCGxvZ3Byb2JzGAMgAygLMhgubWx4Z3JwYy52MS5Ub2tlbkxvZ3Byb2IiywEKEkdlbmVyYXRpb25GaW5pc2hlZBIoCgZyZWFzb24YASABKA4yGC5tbHhncnBjLnYxLkZpbmlzaFJlYXNvbhIVCg1zdG9wX3NlcXVlbmNlGAIgASgJEhoKDXN0b3BfdG9rZW5faWQYAyABKAVIAIgBARIgCgV1c2FnZRgEIAEoCzIRLm1seGdycGMudjEuVXNhZ2USJAoHdGltaW5ncxgFIAEoCzITLm1seGdycGMudjEuVGltaW5nc0IQCg5fc3RvcF90b2tlbl9pZCKqAQoQR2VuZXJhdGVSZXNwb25zZRIwCgdzdGFydGVkGAEgASgLMh0ubWx4Z3JwYy52MS5HZW5lcmF0aW9uU3RhcnRlZEgAEicKBWRlbHRhGAIgASgLMhYubWx4Z3JwYy52MS5Ub2tlbkRlbHRhSAASMgoIZmluaXNoZWQYAyABKAsyHi5tbHhncnBjLnYxLkdlbmVyYXRpb25GaW5pc2hlZEgAQgcKBWV2ZW50IpABCgxFbWJlZFJlcXVlc3QSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEhMKC2luc3RydWN0aW9uGAMgASgJEhYKCW5vcm1hbGl6ZRgEIAEoCEgAiAEBEhIKCmRpbWVuc2lvbnMYBSABKAUSEgoKcmVxdWVzdF9pZBgGIAEoCUIMCgpfbm9ybWFsaXplIkEKDUVtYmVkUmVzcG9uc2USDQoFaW5kZXgYASABKAUSEQoJZW1iZWRkaW5nGAIgAygCEg4KBnRva2VucxgDIAEoBSIjCg1DYW5jZWxSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiIwoOQ2FuY2VsUmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIIiQKE0dldE1vZGVsSW5mb1JlcXVlc3QSDQoFbW9kZWwYASABKAkiOwoUR2V0TW9kZWxJbmZvUmVzcG9uc2USIwoEaW5mbxgBIAEoCzIVLm1seGdycGMudjEuTW9kZWxJbmZvIlkKEVBsYW5NZW1vcnlSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhYKDmNvbnRleHRfdG9rZW5zGAIgASgDEh0KFW1heF9nZW5lcmF0aW9uX3Rva2VucxgDIAEoAyI6ChJQbGFuTWVtb3J5UmVzcG9uc2USJAoEcGxhbhgBIAEoCzIWLm1seGdycGMudjEuTWVtb3J5UGxhbiJKCg9Ub2tlbml6ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEdGV4dBgCIAEoCRIaChJhZGRfc3BlY2lhbF90b2tlbnMYAyABKAgiNQoQVG9rZW5pemVSZXNwb25zZRIRCgl0b2tlbl9pZHMYASADKAUSDgoGdG9rZW5zGAIgAygJIlIKEURldG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhEKCXRva2VuX2lkcxgCIAMoBRIbChNza2lwX3NwZWNpYWxfdG9rZW5zGAMgASgIIiIKEkRldG9rZW5pemVSZXNwb25zZRIMCgR0ZXh0GAEgASgJIhMKEUxpc3RNb2RlbHNSZXF1ZXN0IjsKEkxpc3RNb2RlbHNSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbyI/ChJMb2FkQWRhcHRlclJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEbmFtZRgCIAEoCRIMCgRwYXRoGAMgASgJIlAKE0xvYWRBZGFwdGVyUmVzcG9uc2USKAoHYWRhcHRlchgBIAEoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8SDwoHZXZpY3RlZBgCIAMoCSIzChRVbmxvYWRBZGFwdGVyUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIMCgRuYW1lGAIgASgJIkEKFVVubG9hZEFkYXB0ZXJSZXNwb25zZRIoCgdhZGFwdGVyGAEgASgLMhcubWx4Z3JwYy52MS5BZGFwdGVySW5mbyIkChNMaXN0QWRhcHRlcnNSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJImYKFExpc3RBZGFwdGVyc1Jlc3BvbnNlEg0KBW1vZGVsGAEgASgJEikKCGFkYXB0ZXJzGAIgAygLMhcubWx4Z3JwYy52MS5BZGFwdGVySW5mbxIUCgxtYXhfYWRhcHRlcnMYAyABKAUiHwoOR2V0TG9hZFJlcXVlc3QSDQoFbW9kZWwYASABKAkiUAoPR2V0TG9hZFJlc3BvbnNlEiUKBm1vZGVscxgBIAMoCzIVLm1seGdycGMudjEuTW9kZWxMb2FkEhYKDnVwdGltZV9zZWNvbmRzGAIgASgBIokDCglNb2RlbExvYWQSDQoFbW9kZWwYASABKAkSGAoQcnVubmluZ19yZXF1ZXN0cxgCIAEoBRIYChB3YWl0aW5nX3JlcXVlc3RzGAMgASgFEhwKFG1heF9ydW5uaW5nX3JlcXVlc3RzGAQgASgFEhYKDmt2X2NhY2hlX2J5dGVzGAUgASgDEhYKDnJlc2VydmVkX2J5dGVzGAYgASgDEhsKE21lbW9yeV9idWRnZXRfYnl0ZXMYByABKAMSHAoUcHJlZml4X2NhY2hlX2VudHJpZXMYCCABKAUSGgoScHJlZml4X2NhY2hlX2J5dGVzGAkgASgDEhkKEXByZWZpeF9jYWNoZV9oaXRzGAogASgDEhsKE3ByZWZpeF9jYWNoZV9taXNzZXMYCyABKAMSHQoVcHJlZml4X2NhY2hlX2hpdF9yYXRlGAwgASgBEiMKG2dlbmVyYXRlZF90b2tlbnNfcGVyX3NlY29uZBgNIAEoARIYChBnZW5lcmF0ZWRfdG9rZW5zGA4gASgDMpoHChBJbmZlcmVuY2VTZXJ2aWNlEkcKCEdlbmVyYXRlEhsubWx4Z3JwYy52MS5HZW5lcmF0ZVJlcXVlc3QaHC5tbHhncnBjLnYxLkdlbmVyYXRlUmVzcG9uc2UwARI+CgVFbWJlZBIYLm1seGdycGMudjEuRW1iZWRSZXF1ZXN0GhkubWx4Z3JwYy52MS5FbWJlZFJlc3BvbnNlMAESPwoGQ2FuY2VsEhkubWx4Z3JwYy52MS5DYW5jZWxSZXF1ZXN0GhoubWx4Z3JwYy52MS5DYW5jZWxSZXNwb25zZRJRCgxHZXRNb2RlbEluZm8SHy5tbHhncnBjLnYxLkdldE1vZGVsSW5mb1JlcXVlc3QaIC5tbHhncnBjLnYxLkdldE1vZGVsSW5mb1Jlc3BvbnNlEksKClBsYW5NZW1vcnkSHS5tbHhncnBjLnYxLlBsYW5NZW1vcnlSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVzcG9uc2USRQoIVG9rZW5pemUSGy5tbHhncnBjLnYxLlRva2VuaXplUmVxdWVzdBocLm1seGdycGMudjEuVG9rZW5pemVSZXNwb25zZRJLCgpEZXRva2VuaXplEh0ubWx4Z3JwYy52MS5EZXRva2VuaXplUmVxdWVzdBoeLm1seGdycGMudjEuRGV0b2tlbml6ZVJlc3BvbnNlEksKCkxpc3RNb2RlbHMSHS5tbHhncnBjLnYxLkxpc3RNb2RlbHNSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVzcG9uc2USTgoLTG9hZEFkYXB0ZXISHi5tbHhncnBjLnYxLkxvYWRBZGFwdGVyUmVxdWVzdBofLm1seGdycGMudjEuTG9hZEFkYXB0ZXJSZXNwb25zZRJUCg1VbmxvYWRBZGFwdGVyEiAubWx4Z3JwYy52MS5VbmxvYWRBZGFwdGVyUmVxdWVzdBohLm1seGdycGMudjEuVW5sb2FkQWRhcHRlclJlc3BvbnNlElEKDExpc3RBZGFwdGVycxIfLm1seGdycGMudjEuTGlzdEFkYXB0ZXJzUmVxdWVzdBogLm1seGdycGMudjEuTGlzdEFkYXB0ZXJzUmVzcG9uc2USQgoHR2V0TG9hZBIaLm1seGdycGMudjEuR2V0TG9hZFJlcXVlc3QaGy5tbHhncnBjLnYxLkdldExvYWRSZXNwb25zZUJOCg5kZXYubWx4Z3JwYy52MUIVSW5mZXJlbmNlU2VydmljZVByb3RvUAFaI21seGdycGMuZGV2L2dvL21seGdycGMvdjE7bWx4Z3JwY3YxYgZwcm90bzM", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
+  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIuQDCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSMwoPcmVzcG9uc2VfZm9ybWF0GA0gASgLMhoubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdBIPCgdhZGFwdGVyGA4gASgJEhAKCHByaW9yaXR5GA8gASgFQggKBnByb21wdCJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSJZCgpUb2tlbkRlbHRhEhEKCXRva2VuX2lkcxgBIAMoBRIMCgR0ZXh0GAIgASgJEioKCGxvZ3Byb2JzGAMgAygLMhgubWx4Z3JwYy52MS5Ub2tlbkxvZ3Byb2IiywEKEkdlbmVyYXRpb25GaW5pc2hlZBIoCgZyZWFzb24YASABKA4yGC5tbHhncnBjLnYxLkZpbmlzaFJlYXNvbhIVCg1zdG9wX3NlcXVlbmNlGAIgASgJEhoKDXN0b3BfdG9rZW5faWQYAyABKAVIAIgBARIgCgV1c2FnZRgEIAEoCzIRLm1seGdycGMudjEuVXNhZ2USJAoHdGltaW5ncxgFIAEoCzITLm1seGdycGMudjEuVGltaW5nc0IQCg5fc3RvcF90b2tlbl9pZCKqAQoQR2VuZXJhdGVSZXNwb25zZRIwCgdzdGFydGVkGAEgASgLMh0ubWx4Z3JwYy52MS5HZW5lcmF0aW9uU3RhcnRlZEgAEicKBWRlbHRhGAIgASgLMhYubWx4Z3JwYy52MS5Ub2tlbkRlbHRhSAASMgoIZmluaXNoZWQYAyABKAsyHi5tbHhncnBjLnYxLkdlbmVyYXRpb25GaW5pc2hlZEgAQgcKBWV2ZW50IqIBCgxFbWJlZFJlcXVlc3QSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEhMKC2luc3RydWN0aW9uGAMgASgJEhYKCW5vcm1hbGl6ZRgEIAEoCEgAiAEBEhIKCmRpbWVuc2lvbnMYBSABKAUSEgoKcmVxdWVzdF9pZBgGIAEoCRIQCghwcmlvcml0eRgHIAEoBUIMCgpfbm9ybWFsaXplIkEKDUVtYmVkUmVzcG9uc2USDQoFaW5kZXgYASABKAUSEQoJZW1iZWRkaW5nGAIgAygCEg4KBnRva2VucxgDIAEoBSIjCg1DYW5jZWxSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiIwoOQ2FuY2VsUmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIIiQKE0dldE1vZGVsSW5mb1JlcXVlc3QSDQoFbW9kZWwYASABKAkiOwoUR2V0TW9kZWxJbmZvUmVzcG9uc2USIwoEaW5mbxgBIAEoCzIVLm1seGdycGMudjEuTW9kZWxJbmZvIlkKEVBsYW5NZW1vcnlSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhYKDmNvbnRleHRfdG9rZW5zGAIgASgDEh0KFW1heF9nZW5lcmF0aW9uX3Rva2VucxgDIAEoAyI6ChJQbGFuTWVtb3J5UmVzcG9uc2USJAoEcGxhbhgBIAEoCzIWLm1seGdycGMudjEuTWVtb3J5UGxhbiJKCg9Ub2tlbml6ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEdGV4dBgCIAEoCRIaChJhZGRfc3BlY2lhbF90b2tlbnMYAyABKAgiNQoQVG9rZW5pemVSZXNwb25zZRIRCgl0b2tlbl9pZHMYASADKAUSDgoGdG9rZW5zGAIgAygJIlIKEURldG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhEKCXRva2VuX2lkcxgCIAMoBRIbChNza2lwX3NwZWNpYWxfdG9rZW5zGAMgASgIIiIKEkRldG9rZW5pemVSZXNwb25zZRIMCgR0ZXh0GAEgASgJIhMKEUxpc3RNb2RlbHNSZXF1ZXN0IjsKEkxpc3RNb2RlbHNSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbyI/ChJMb2FkQWRhcHRlclJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEbmFtZRgCIAEoCRIMCgRwYXRoGAMgASgJIlAKE0xvYWRBZGFwdGVyUmVzcG9uc2USKAoHYWRhcHRlchgBIAEoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8SDwoHZXZpY3RlZBgCIAMoCSIzChRVbmxvYWRBZGFwdGVyUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIMCgRuYW1lGAIgASgJIkEKFVVubG9hZEFkYXB0ZXJSZXNwb25zZRIoCgdhZGFwdGVyGAEgASgLMhcubWx4Z3JwYy52MS5BZGFwdGVySW5mbyIkChNMaXN0QWRhcHRlcnNSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJImYKFExpc3RBZGFwdGVyc1Jlc3BvbnNlEg0KBW1vZGVsGAEgASgJEikKCGFkYXB0ZXJzGAIgAygLMhcubWx4Z3JwYy52MS5BZGFwdGVySW5mbxIUCgxtYXhfYWRhcHRlcnMYAyABKAUiHwoOR2V0TG9hZFJlcXVlc3QSDQoFbW9kZWwYASABKAkiUAoPR2V0TG9hZFJlc3BvbnNlEiUKBm1vZGVscxgBIAMoCzIVLm1seGdycGMudjEuTW9kZWxMb2FkEhYKDnVwdGltZV9zZWNvbmRzGAIgASgBIrIDCglNb2RlbExvYWQSDQoFbW9kZWwYASABKAkSGAoQcnVubmluZ19yZXF1ZXN0cxgCIAEoBRIYChB3YWl0aW5nX3JlcXVlc3RzGAMgASgFEhwKFG1heF9ydW5uaW5nX3JlcXVlc3RzGAQgASgFEhYKDmt2X2NhY2hlX2J5dGVzGAUgASgDEhYKDnJlc2VydmVkX2J5dGVzGAYgASgDEhsKE21lbW9yeV9idWRnZXRfYnl0ZXMYByABKAMSHAoUcHJlZml4X2NhY2hlX2VudHJpZXMYCCABKAUSGgoScHJlZml4X2NhY2hlX2J5dGVzGAkgASgDEhkKEXByZWZpeF9jYWNoZV9oaXRzGAogASgDEhsKE3ByZWZpeF9jYWNoZV9taXNzZXMYCyABKAMSHQoVcHJlZml4X2NhY2hlX2hpdF9yYXRlGAwgASgBEiMKG2dlbmVyYXRlZF90b2tlbnNfcGVyX3NlY29uZBgNIAEoARIYChBnZW5lcmF0ZWRfdG9rZW5zGA4gASgDEicKB3RlbmFudHMYDyADKAsyFi5tbHhncnBjLnYxLlRlbmFudExvYWQivAEKClRlbmFudExvYWQSDgoGdGVuYW50GAEgASgJEhgKEHJ1bm5pbmdfcmVxdWVzdHMYAiABKAUSGAoQd2FpdGluZ19yZXF1ZXN0cxgDIAEoBRIaChJpbl9mbGlnaHRfcmVxdWVzdHMYBCABKAUSGgoSdG9rZW5zX2xhc3RfbWludXRlGAUgASgDEhgKEGdlbmVyYXRlZF90b2tlbnMYBiABKAMSGAoQcmVmdXNlZF9yZXF1ZXN0cxgHIAEoAzKaBwoQSW5mZXJlbmNlU2VydmljZRJHCghHZW5lcmF0ZRIbLm1seGdycGMudjEuR2VuZXJhdGVSZXF1ZXN0GhwubWx4Z3JwYy52MS5HZW5lcmF0ZVJlc3BvbnNlMAESPgoFRW1iZWQSGC5tbHhncnBjLnYxLkVtYmVkUmVxdWVzdBoZLm1seGdycGMudjEuRW1iZWRSZXNwb25zZTABEj8KBkNhbmNlbBIZLm1seGdycGMudjEuQ2FuY2VsUmVxdWVzdBoaLm1seGdycGMudjEuQ2FuY2VsUmVzcG9uc2USUQoMR2V0TW9kZWxJbmZvEh8ubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXF1ZXN0GiAubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXNwb25zZRJLCgpQbGFuTWVtb3J5Eh0ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVxdWVzdBoeLm1seGdycGMudjEuUGxhbk1lbW9yeVJlc3BvbnNlEkUKCFRva2VuaXplEhsubWx4Z3JwYy52MS5Ub2tlbml6ZVJlcXVlc3QaHC5tbHhncnBjLnYxLlRva2VuaXplUmVzcG9uc2USSwoKRGV0b2tlbml6ZRIdLm1seGdycGMudjEuRGV0b2tlbml6ZVJlcXVlc3QaHi5tbHhncnBjLnYxLkRldG9rZW5pemVSZXNwb25zZRJLCgpMaXN0TW9kZWxzEh0ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLm1seGdycGMudjEuTGlzdE1vZGVsc1Jlc3BvbnNlEk4KC0xvYWRBZGFwdGVyEh4ubWx4Z3JwYy52MS5Mb2FkQWRhcHRlclJlcXVlc3QaHy5tbHhncnBjLnYxLkxvYWRBZGFwdGVyUmVzcG9uc2USVAoNVW5sb2FkQWRhcHRlchIgLm1seGdycGMudjEuVW5sb2FkQWRhcHRlclJlcXVlc3QaIS5tbHhncnBjLnYxLlVubG9hZEFkYXB0ZXJSZXNwb25zZRJRCgxMaXN0QWRhcHRlcnMSHy5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1JlcXVlc3QaIC5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1Jlc3BvbnNlEkIKB0dldExvYWQSGi5tbHhncnBjLnYxLkdldExvYWRSZXF1ZXN0GhsubWx4Z3JwYy52MS5HZXRMb2FkUmVzcG9uc2VCTgoOZGV2Lm1seGdycGMudjFCFUluZmVyZW5jZVNlcnZpY2VQcm90b1ABWiNtbHhncnBjLmRldi9nby9tbHhncnBjL3YxO21seGdycGN2MWIGcHJvdG8z", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
 
 /**
  * A request to generate text.
@@ -134,6 +134,16 @@ export type GenerateRequest = Message<"mlxgrpc.v1.GenerateRequest"> & {
    * @generated from field: string adapter = 14;
    */
   adapter: string;
+
+  /**
+   * Scheduling priority, -100 to 100 (default 0): among the caller's waiting requests,
+   * and between callers waiting at the same priority, higher starts first. Waiting
+   * raises a request's priority over time, so low priorities are delayed, never
+   * starved. It never changes the output.
+   *
+   * @generated from field: int32 priority = 15;
+   */
+  priority: number;
 };
 
 /**
@@ -363,6 +373,13 @@ export type EmbedRequest = Message<"mlxgrpc.v1.EmbedRequest"> & {
    * @generated from field: string request_id = 6;
    */
   requestId: string;
+
+  /**
+   * Scheduling priority, -100 to 100 (default 0), as GenerateRequest.priority.
+   *
+   * @generated from field: int32 priority = 7;
+   */
+  priority: number;
 };
 
 /**
@@ -727,7 +744,9 @@ export type LoadAdapterRequest = Message<"mlxgrpc.v1.LoadAdapterRequest"> & {
 
   /**
    * The adapter directory on the server: adapter_config.json and adapters.safetensors,
-   * as mlx_lm.lora writes them.
+   * as mlx_lm.lora writes them. Relative to the server's --adapter-root (an absolute
+   * path must lie inside it); no part of it may lead outside the root, symbolic links
+   * included. Errors never repeat the server's own paths.
    *
    * @generated from field: string path = 3;
    */
@@ -1029,6 +1048,15 @@ export type ModelLoad = Message<"mlxgrpc.v1.ModelLoad"> & {
    * @generated from field: int64 generated_tokens = 14;
    */
   generatedTokens: bigint;
+
+  /**
+   * Per-tenant figures, one entry per tenant with requests since the model loaded.
+   * Tenants are named in the server's tokens file; a caller without a token counts
+   * under the empty name. A caller without the admin role sees only its own entry.
+   *
+   * @generated from field: repeated mlxgrpc.v1.TenantLoad tenants = 15;
+   */
+  tenants: TenantLoad[];
 };
 
 /**
@@ -1037,6 +1065,70 @@ export type ModelLoad = Message<"mlxgrpc.v1.ModelLoad"> & {
  */
 export const ModelLoadSchema: GenMessage<ModelLoad> = /*@__PURE__*/
   messageDesc(file_mlxgrpc_v1_inference_service, 27);
+
+/**
+ * How much of one generation model one tenant uses.
+ *
+ * @generated from message mlxgrpc.v1.TenantLoad
+ */
+export type TenantLoad = Message<"mlxgrpc.v1.TenantLoad"> & {
+  /**
+   * The tenant's name from the server's tokens file (empty: callers without a token).
+   *
+   * @generated from field: string tenant = 1;
+   */
+  tenant: string;
+
+  /**
+   * The tenant's requests admitted and not finished.
+   *
+   * @generated from field: int32 running_requests = 2;
+   */
+  runningRequests: number;
+
+  /**
+   * The tenant's requests waiting for admission.
+   *
+   * @generated from field: int32 waiting_requests = 3;
+   */
+  waitingRequests: number;
+
+  /**
+   * The tenant's requests open: being tokenized, waiting or running.
+   *
+   * @generated from field: int32 in_flight_requests = 4;
+   */
+  inFlightRequests: number;
+
+  /**
+   * Prompt plus generated tokens of the tenant's requests over the last 60 seconds
+   * (what its tokens_per_minute limit counts).
+   *
+   * @generated from field: int64 tokens_last_minute = 5;
+   */
+  tokensLastMinute: bigint;
+
+  /**
+   * Tokens generated for the tenant since the model loaded.
+   *
+   * @generated from field: int64 generated_tokens = 6;
+   */
+  generatedTokens: bigint;
+
+  /**
+   * The tenant's requests refused at once by its own limits since the model loaded.
+   *
+   * @generated from field: int64 refused_requests = 7;
+   */
+  refusedRequests: bigint;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.TenantLoad.
+ * Use `create(TenantLoadSchema)` to create a new message.
+ */
+export const TenantLoadSchema: GenMessage<TenantLoad> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 28);
 
 /**
  * Text generation and embeddings on MLX.
@@ -1075,7 +1167,8 @@ export const InferenceService: GenService<{
     output: typeof EmbedResponseSchema;
   },
   /**
-   * Cancels a queued or running Generate or Embed by its request id.
+   * Cancels a queued or running Generate or Embed by its request id. Request ids are
+   * scoped to the caller's tenant: a caller cancels only its own tenant's requests.
    *
    * @generated from rpc mlxgrpc.v1.InferenceService.Cancel
    */
@@ -1141,7 +1234,9 @@ export const InferenceService: GenService<{
    * the model (layer names, shapes, rank) FAILED_PRECONDITION saying what differs; a
    * name in use ALREADY_EXISTS. At the model's adapter limit the least recently used
    * adapter without requests is unloaded to make room; when every one is in use,
-   * RESOURCE_EXHAUSTED with RetryInfo.
+   * RESOURCE_EXHAUSTED with RetryInfo. The path is relative to the server's
+   * --adapter-root and may not leave it. Needs the admin role (PERMISSION_DENIED
+   * otherwise; on a server without tokens, only callers on the loopback address).
    *
    * @generated from rpc mlxgrpc.v1.InferenceService.LoadAdapter
    */
@@ -1154,6 +1249,7 @@ export const InferenceService: GenService<{
    * Unloads an adapter. From the call on, new requests naming it get NOT_FOUND; the
    * requests already using it finish normally, then its memory is freed and the call
    * returns. If the call ends first (deadline, cancel), the unload still completes.
+   * Needs the admin role, as LoadAdapter.
    *
    * @generated from rpc mlxgrpc.v1.InferenceService.UnloadAdapter
    */

@@ -134,7 +134,8 @@ class InferenceServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Cancel(self, request, context):
-        """Cancels a queued or running Generate or Embed by its request id.
+        """Cancels a queued or running Generate or Embed by its request id. Request ids are
+        scoped to the caller's tenant: a caller cancels only its own tenant's requests.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -182,7 +183,9 @@ class InferenceServiceServicer:
         the model (layer names, shapes, rank) FAILED_PRECONDITION saying what differs; a
         name in use ALREADY_EXISTS. At the model's adapter limit the least recently used
         adapter without requests is unloaded to make room; when every one is in use,
-        RESOURCE_EXHAUSTED with RetryInfo.
+        RESOURCE_EXHAUSTED with RetryInfo. The path is relative to the server's
+        --adapter-root and may not leave it. Needs the admin role (PERMISSION_DENIED
+        otherwise; on a server without tokens, only callers on the loopback address).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -192,6 +195,7 @@ class InferenceServiceServicer:
         """Unloads an adapter. From the call on, new requests naming it get NOT_FOUND; the
         requests already using it finish normally, then its memory is freed and the call
         returns. If the call ends first (deadline, cancel), the unload still completes.
+        Needs the admin role, as LoadAdapter.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

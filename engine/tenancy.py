@@ -1,0 +1,31 @@
+"""Who a request belongs to: a tenant's name, weight, limits and prefix-cache namespace.
+
+The service turns a caller's credentials into a ``Tenant`` (service/tenants.py) and
+puts it on each request; the engine scopes request ids, the prefix cache and its
+fair share of the engine by it. ``ANONYMOUS`` is every caller of a server without
+tokens: one tenant, no limits beyond the model's own. A limit of 0 means none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_PRIORITY = 100  # requests carry a priority in [-MAX_PRIORITY, MAX_PRIORITY]; higher first
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str = ""  # "" is the anonymous tenant of a server without tokens
+    weight: float = 1.0  # share of the engine against other tenants with work waiting
+    max_in_flight: int = 0  # requests tokenizing, queued or running at once, per model
+    max_queued: int = 0  # requests waiting for admission, per model
+    tokens_per_minute: int = 0  # prompt plus generated tokens over the last 60 s, per model
+    cache_namespace: str = ""  # prefix-cache namespace; "" is the tenant's own (its name)
+
+    @property
+    def namespace(self) -> str:
+        """The prefix-cache namespace: a hit never crosses namespaces."""
+        return self.cache_namespace or self.name
+
+
+ANONYMOUS = Tenant()

@@ -1,0 +1,32 @@
+"""The caller of the RPC being served: its tenant and whether it holds the admin role.
+
+The auth interceptor (service/auth.py) sets it for each call before the handler
+runs; servicers read it with ``current_identity()`` and put its tenant on the
+engine request. A call that no interceptor identified is the anonymous tenant
+without the admin role.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+
+from engine.tenancy import ANONYMOUS, Tenant
+
+
+@dataclass(frozen=True)
+class Identity:
+    tenant: Tenant = ANONYMOUS
+    admin: bool = False
+
+
+NOBODY = Identity()
+_CURRENT: contextvars.ContextVar[Identity] = contextvars.ContextVar("mlxgrpc_identity", default=NOBODY)
+
+
+def current_identity() -> Identity:
+    return _CURRENT.get()
+
+
+def set_identity(identity: Identity) -> contextvars.Token:
+    return _CURRENT.set(identity)
