@@ -31,7 +31,8 @@ def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream
         rule=rule, sampling=SamplingState(request.sampling, ids), delivery=delivery,
         reuse=Reuse(not request.bypass_prefix_cache, prompt.snapshot_at),
         top_logprobs=request.top_logprobs if wants_logprobs else None,
-        speculation=speculation_for(request, speculation), constraint=constraint, adapter=adapter)
+        speculation=speculation_for(request, speculation), constraint=constraint, adapter=adapter,
+        tenant=request.tenant, priority=request.priority)
 
 
 def check_speculation(request: GenerationRequest, config: SpeculationConfig, model: str, has_draft: bool) -> None:

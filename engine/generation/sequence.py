@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence as Seq
 
 from ..events import FinishReason, TokenLogprob, Usage
+from ..tenancy import ANONYMOUS, Tenant
 from .delivery import Delivery
 from .grammar.constraint import Constraint
 from .sampling import SamplingState
@@ -55,6 +56,8 @@ class Sequence:
     top_logprobs: int | None = None  # None: no logprobs; n >= 0: the chosen one and n alternatives
     speculation: Speculation | None = None  # None: this sequence does not speculate
     adapter: str = ""  # the key of the adapter its rows run with ("": the base model)
+    tenant: Tenant = ANONYMOUS  # who asked: its prefix-cache namespace and share of the engine
+    priority: int = 0  # higher starts first among waiting sequences
     status: Status = Status.WAITING
     cached: int = 0
     computed: int = 0
