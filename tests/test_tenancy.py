@@ -16,13 +16,14 @@ import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
+from engine.embedding.engine import EmbeddingEngine
 from engine.errors import CompilerBusy, DuplicateRequestId, InvalidRequest, QueueFull, TenantLimit
 from engine.events import Finished, FinishReason, Started
 from engine.generation.config import GenerationConfig, SchedulerConfig
 from engine.generation.engine import GenerationEngine
 from engine.generation.grammar.formats import GrammarLimits
 from engine.models import ModelSet
-from engine.requests import (ChatMessage, ChatPrompt, FormatKind, GenerationRequest, ResponseFormat, StopOptions,
+from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKind, GenerationRequest, ResponseFormat, StopOptions,
                              TextPrompt, TokenPrompt)
 from engine.tenancy import Tenant
 from engine.validation import Limits
@@ -147,6 +148,29 @@ async def test_cancel_through_the_servicer_reaches_only_the_callers_tenant(engin
     assert (await a.task)[-1].reason is FinishReason.CANCELLED
 
 
+async def test_embedding_ids_and_max_in_flight_are_per_tenant(fixture_models):
+    embedder = EmbeddingEngine(fixture_models["qwen3"], name="embed-tenanted")
+    await embedder.start()
+    capped = Tenant("capped", max_in_flight=1)
+    try:
+        first = embedder.embed(EmbeddingRequest(inputs=("one boat", "two gulls"), request_id="e", tenant=capped))
+        await first.__anext__()  # in flight until closed
+        with pytest.raises(DuplicateRequestId):
+            await embedder.embed(EmbeddingRequest(inputs=("x",), request_id="e", tenant=capped)).__anext__()
+        with pytest.raises(TenantLimit) as err:
+            await embedder.embed(EmbeddingRequest(inputs=("x",), tenant=capped)).__anext__()
+        assert err.value.metadata["limit"] == "max_in_flight"
+        other = [r async for r in embedder.embed(EmbeddingRequest(inputs=("x",), request_id="e", tenant=B))]
+        assert len(other) == 1 and not embedder.cancel("e", "c")
+        with pytest.raises(InvalidRequest) as err:
+            await embedder.embed(EmbeddingRequest(inputs=("x",), priority=-101)).__anext__()
+        assert err.value.field == "priority"
+        await first.aclose()
+        assert len([r async for r in embedder.embed(EmbeddingRequest(inputs=("y",), tenant=capped))]) == 1
+    finally:
+        await embedder.close()
+
+
 # limits --------------------------------------------------------------------------
 async def test_max_in_flight_refuses_at_once_and_spares_other_tenants(engine):
     capped = Tenant("capped", max_in_flight=1)
@@ -200,6 +224,10 @@ async def test_priority_is_validated():
         validate_request(ask(priority=101), 640, Limits(), 4096)
     assert err.value.field == "priority"
     validate_request(ask(priority=-100), 640, Limits(), 4096)
+    from service import convert
+
+    assert convert.generation_request(pb.GenerateRequest(text="x", priority=7), B).priority == 7
+    assert convert.embedding_request(pb.EmbedRequest(inputs=["x"], priority=-3), B).tenant == B
 
 
 # work counted from arrival -------------------------------------------------------
