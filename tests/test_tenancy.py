@@ -171,6 +171,21 @@ async def test_embedding_ids_and_max_in_flight_are_per_tenant(fixture_models):
         await embedder.close()
 
 
+async def test_the_servicer_runs_generate_as_the_callers_tenant(engine):
+    from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
+
+    servicer = InferenceServicer(ModelSet([engine], []))
+    set_identity(Identity(Tenant("served")))
+    try:
+        request = pb.GenerateRequest(model=NAME, text="Hi", stopping=gen_pb.StoppingCriteria(max_tokens=2,
+                                                                                             ignore_eos=True))
+        replies = [reply async for reply in servicer.Generate(request, None)]
+    finally:
+        set_identity(Identity())
+    assert replies[-1].finished.usage.completion_tokens == 2
+    assert tenant_of(engine, "served").generated_tokens == 2
+
+
 # limits --------------------------------------------------------------------------
 async def test_max_in_flight_refuses_at_once_and_spares_other_tenants(engine):
     capped = Tenant("capped", max_in_flight=1)

@@ -74,13 +74,6 @@ class Tenants:
         self._ledgers: dict[str, Ledger] = {}
         self._lock = threading.Lock()
 
-    def ledger(self, name: str) -> Ledger:
-        ledger = self._ledgers.get(name)
-        if ledger is None:
-            with self._lock:
-                ledger = self._ledgers.setdefault(name, Ledger(name))
-        return ledger
-
     def admit(self, tenant: Tenant) -> None:
         """Counts a new request of ``tenant`` in flight, or refuses it (TenantLimit)."""
         with self._lock:
