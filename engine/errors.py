@@ -71,6 +71,25 @@ class QueueFull(EngineError):
         self.retry_after_s = retry_after_s
 
 
+class TenantLimit(EngineError):
+    """A tenant's own limit (in flight, queued, tokens per minute) refuses the request
+    now; retry later (RESOURCE_EXHAUSTED)."""
+
+    reason = "TENANT_LIMIT"
+
+    def __init__(self, message: str, *, tenant: str, limit: str, value: int, retry_after_s: float = 1.0):
+        super().__init__(message, metadata={"tenant": tenant, "limit": limit, "limit_value": str(value),
+                                            "retry_after_s": f"{retry_after_s:.3g}"})
+        self.retry_after_s = retry_after_s
+
+
+class CompilerBusy(QueueFull):
+    """Every thread compiling response formats stayed busy for the whole compile
+    timeout: overload, not bad input (RESOURCE_EXHAUSTED)."""
+
+    reason = "COMPILER_BUSY"
+
+
 class NotReady(EngineError):
     """The engine is loading or shutting down (UNAVAILABLE)."""
 

@@ -71,8 +71,9 @@ class ModelSet:
     def describe_all(self) -> list[ModelDescription]:
         return [e.describe() for e in self.all if e.ready]
 
-    def cancel(self, request_id: str) -> bool:
-        return any(e.cancel(request_id) for e in self.all)
+    def cancel(self, request_id: str, tenant: str = "") -> bool:
+        """Cancels the request ``tenant`` (a Tenant.name) runs under ``request_id``."""
+        return any(e.cancel(request_id, tenant) for e in self.all)
 
     def _find(self, name: str) -> Engine:
         for engine in self.all:

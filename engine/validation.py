@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from .errors import InvalidRequest
+from .tenancy import MAX_PRIORITY
 from .requests import ChatPrompt, GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
 
 # Text allowed per token of context where a byte limit is left at 0: tokens of real
@@ -64,6 +65,7 @@ def validate_request(request: GenerationRequest, vocab_size: int, limits: Limits
     limits = limits.for_context(context_length)
     check_ids(limits, request_id=request.request_id, session_id=request.session_id)
     check_counts(counts_of(request), limits)
+    check_priority(request.priority)
     _check_prompt_bytes(request.prompt, limits)
     if request.top_logprobs < 0 or request.top_logprobs > limits.max_top_logprobs:
         raise InvalidRequest("top_logprobs", f"must be between 0 and {limits.max_top_logprobs}")
@@ -75,6 +77,11 @@ def check_ids(limits: Limits, **ids: str) -> None:
     """Identifiers a client chooses (model, request_id, session_id) are short."""
     for field, value in ids.items():
         at_most(field, len(value), limits.max_request_id_length, "characters")
+
+
+def check_priority(priority: int) -> None:
+    if not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidRequest("priority", f"must be between {-MAX_PRIORITY} and {MAX_PRIORITY}")
 
 
 def check_counts(counts: RequestCounts, limits: Limits) -> None:

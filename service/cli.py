@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cap on a response_format's schema, regex, grammar or choice options (bytes)")
     s.add_argument("--format-compile-timeout", type=float, default=5.0, metavar="SECONDS",
                    help="time a response_format may take to compile")
+    s.add_argument("--format-compile-queue", type=int, default=64, metavar="N",
+                   help="response_formats that may wait for a compile thread per model; more are refused "
+                        "with RESOURCE_EXHAUSTED")
     s.add_argument("--max-message-bytes", type=int, default=16 << 20, help="max gRPC message size")
     s.add_argument("--no-reflection", action="store_true", help="turn server reflection off")
     s.add_argument("--grace", type=float, default=10.0, help="seconds in-flight streams get on shutdown")
@@ -150,7 +153,8 @@ def build_models(args: argparse.Namespace) -> ModelSet:
     config = GenerationConfig(
         dtype=args.dtype, limits=limits, memory_limit_bytes=args.memory_limit,
         memory_reserve_bytes=args.memory_reserve,
-        grammar=GrammarLimits(max_bytes=args.max_format_bytes, compile_timeout_s=args.format_compile_timeout),
+        grammar=GrammarLimits(max_bytes=args.max_format_bytes, compile_timeout_s=args.format_compile_timeout,
+                             compile_queue=args.format_compile_queue),
         scheduler=SchedulerConfig(max_active=args.max_active, max_queued=args.max_queued,
                                   prefill_chunk=args.prefill_chunk, tick_tokens=args.tick_tokens,
                                   min_prefill_tokens=args.min_prefill_tokens, prefill_batch=args.prefill_batch,

@@ -9,6 +9,7 @@ from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKi
                              ResponseFormat, SamplingOptions, SpeculationMode, SpeculationOptions, StopOptions,
                              TextPrompt, TokenPrompt)
 from engine.errors import InvalidRequest
+from engine.tenancy import ANONYMOUS, Tenant
 from engine.validation import RequestCounts
 
 from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
@@ -34,8 +35,8 @@ _KIND = {ModelKind.GENERATION: model_pb.MODEL_KIND_GENERATION,
 _ADAPTER_KIND = {"lora": model_pb.ADAPTER_KIND_LORA, "dora": model_pb.ADAPTER_KIND_DORA}
 
 
-def generation_request(msg: pb.GenerateRequest) -> GenerationRequest:
-    return GenerationRequest(
+def generation_request(msg: pb.GenerateRequest, tenant: Tenant = ANONYMOUS) -> GenerationRequest:
+    return GenerationRequest(tenant=tenant, priority=msg.priority,
         prompt=_prompt(msg), request_id=msg.request_id, model=msg.model,
         session_id=msg.session_id, sampling=_sampling(msg.sampling),
         stopping=_stopping(msg.stopping), logprobs=msg.logprobs,
@@ -133,8 +134,8 @@ def _finished(e: Finished) -> pb.GenerationFinished:
     return msg
 
 
-def embedding_request(msg: pb.EmbedRequest) -> EmbeddingRequest:
-    return EmbeddingRequest(
+def embedding_request(msg: pb.EmbedRequest, tenant: Tenant = ANONYMOUS) -> EmbeddingRequest:
+    return EmbeddingRequest(tenant=tenant, priority=msg.priority,
         inputs=tuple(msg.inputs), model=msg.model, request_id=msg.request_id,
         instruction=msg.instruction, normalize=msg.normalize if msg.HasField("normalize") else True,
         dimensions=msg.dimensions)
@@ -192,10 +193,15 @@ def memory_plan(p) -> model_pb.MemoryPlan:
     return msg
 
 
-def model_load(name: str, s, max_running: int) -> pb.ModelLoad:
-    """A generation engine's stats snapshot (``SchedulerStats``) as a ModelLoad."""
+def model_load(name: str, s, max_running: int, tenants=()) -> pb.ModelLoad:
+    """A generation engine's stats snapshot (``SchedulerStats``) and its tenants'
+    figures (``TenantStats``) as a ModelLoad."""
     lookups = s.prefix_hits + s.prefix_misses
     return pb.ModelLoad(
+        tenants=[pb.TenantLoad(tenant=t.tenant, running_requests=t.running, waiting_requests=t.waiting,
+                               in_flight_requests=t.in_flight, tokens_last_minute=t.tokens_last_minute,
+                               generated_tokens=t.generated_tokens, refused_requests=t.refused)
+                 for t in tenants],
         model=name, running_requests=s.running, waiting_requests=s.waiting, max_running_requests=max_running,
         kv_cache_bytes=s.kv_bytes, reserved_bytes=s.reserved_bytes, memory_budget_bytes=s.budget_bytes or 0,
         prefix_cache_entries=s.prefix_entries, prefix_cache_bytes=s.prefix_bytes,

@@ -17,6 +17,17 @@ Metrics (prefixed ``mlxgrpc_``, label ``model``):
   prefix_cache_hit_rate              gauge    hits / lookups since the model loaded
   generation_tokens_per_second       gauge    over the last 10 seconds
 Running and waiting requests are ``active_rows`` and ``queue_depth`` (service/metrics.py).
+
+Per tenant (labels ``model``, ``tenant``; the anonymous tenant is ``tenant=""``):
+  tenant_running_requests            gauge    started, not finished
+  tenant_waiting_requests            gauge    submitted, not started
+  tenant_in_flight_requests          gauge    open from arrival (tokenizing included)
+  tenant_tokens_last_minute          gauge    prompt plus generated tokens over 60 s
+  tenant_generated_tokens_total      counter
+  tenant_refused_requests_total      counter  refused at once by the tenant's own limits
+Tenant labels come only from configuration: the names the collector is given (each
+always has its series, zeros until it sends work) and the tenants the engines have
+seen, which arrive only with configured identities; an engine never forgets one.
 """
 
 from __future__ import annotations
@@ -25,6 +36,8 @@ import logging
 from concurrent.futures import wait
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from engine.generation.tenants import TenantStats
 
 from .convert import model_load
 
@@ -43,9 +56,20 @@ _RATE = ("generated_tokens_per_second", "mlxgrpc_generation_tokens_per_second",
          "Tokens generated per second over the last 10 seconds")
 
 
+_TENANT = (("running", "tenant_running_requests", "A tenant's requests started and not finished", False),
+           ("waiting", "tenant_waiting_requests", "A tenant's requests submitted and not started", False),
+           ("in_flight", "tenant_in_flight_requests", "A tenant's requests open (tokenizing, waiting or running)",
+            False),
+           ("tokens_last_minute", "tenant_tokens_last_minute",
+            "A tenant's prompt plus generated tokens over the last 60 seconds", False),
+           ("generated_tokens", "tenant_generated_tokens", "Tokens generated for a tenant", True),
+           ("refused", "tenant_refused_requests", "A tenant's requests refused at once by its own limits", True))
+
+
 class LoadCollector:
-    def __init__(self, models):
+    def __init__(self, models, tenants=()):
         self.models = models
+        self.tenants = tuple(tenants)  # configured tenant names: series from the start
 
     def describe(self):
         return []  # collected lazily; no registration-time call into the engines
@@ -67,6 +91,21 @@ class LoadCollector:
             lookups.add_metric([load.model, "miss"], load.prefix_cache_misses)
         yield rate
         yield lookups
+        yield from self._tenant_families()
+
+    def _tenant_families(self):
+        rows = []
+        for engine in (e for e in self.models.generation if e.ready):
+            seen = {t.tenant: t for t in engine.tenant_stats()}
+            for name in self.tenants:
+                seen.setdefault(name, TenantStats(name, 0, 0, 0, 0, 0, 0))
+            rows.extend((engine.name, t) for t in seen.values())
+        for field, name, help_text, counter in _TENANT:
+            kind = CounterMetricFamily if counter else GaugeMetricFamily
+            family = kind(f"mlxgrpc_{name}", help_text, labels=["model", "tenant"])
+            for model, t in rows:
+                family.add_metric([model, t.tenant], getattr(t, field))
+            yield family
 
     def _loads(self) -> list:
         engines = [e for e in self.models.generation if e.ready]

@@ -25,7 +25,8 @@ Metrics (all prefixed ``mlxgrpc_``):
   adapter_bytes{model,adapter}                   gauge      memory of each loaded adapter
   draining                                       gauge      1 while the server drains
 plus the structured-output counters of ``grammar_metrics``, GetLoad's figures per
-model (service/load_metrics.py) and the standard
+model and per tenant (service/load_metrics.py; ``tenants``: the configured tenant
+names) and the standard
 process_* metrics (CPU, resident memory, open fds).
 
 Labels never take a client's string as it is, so no client can multiply series:
@@ -92,7 +93,7 @@ def _adapter_families(models):
 
 
 class Metrics(Observer):
-    def __init__(self, models=None, registry: CollectorRegistry | None = None):
+    def __init__(self, models=None, registry: CollectorRegistry | None = None, tenants=()):
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.requests = Counter("mlxgrpc_requests", "Finished RPCs by status code",
@@ -126,7 +127,7 @@ class Metrics(Observer):
         if models is not None:
             r.register(EngineCollector(models))
             r.register(GrammarCollector(models))
-            r.register(LoadCollector(models))
+            r.register(LoadCollector(models, tenants))
         try:
             ProcessCollector(registry=r)
         except Exception:  # noqa: BLE001 - platforms without /proc

@@ -21,6 +21,7 @@ from engine.models import ModelSet, sized_limits, text_limit
 from engine.validation import Limits, at_most, check_counts, check_ids, check_text_bytes
 
 from . import convert
+from .identity import current_identity
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .status import ResponseTooLarge, abort
@@ -43,7 +44,8 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                       session_id=request.session_id, adapter=request.adapter)
             engine = self.models.generator(request.model)
             check_counts(convert.generation_counts(request), sized_limits(engine))
-            async for event in engine.generate(convert.generation_request(request)):
+            tenant = current_identity().tenant
+            async for event in engine.generate(convert.generation_request(request, tenant)):
                 yield convert.generate_response(event)
         except Exception as exc:  # noqa: BLE001 - mapped to a status in one place
             await abort(context, exc, request.request_id)
@@ -53,7 +55,8 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             check_ids(self.limits, model=request.model, request_id=request.request_id)
             engine = self.models.embedder(request.model)
             at_most("inputs", len(request.inputs), engine.limits.max_embed_inputs, "inputs")
-            async for index, result in engine.embed(convert.embedding_request(request)):
+            tenant = current_identity().tenant
+            async for index, result in engine.embed(convert.embedding_request(request, tenant)):
                 yield pb.EmbedResponse(index=index, embedding=result.vector.tolist(), tokens=result.tokens)
         except ValueError as exc:  # the encoder's own input checks
             await abort(context, InvalidRequest("inputs", str(exc)), request.request_id)
@@ -65,7 +68,8 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             if not request.request_id:
                 raise InvalidRequest("request_id", "is required")
             check_ids(self.limits, request_id=request.request_id)
-            return pb.CancelResponse(cancelled=self.models.cancel(request.request_id))
+            cancelled = self.models.cancel(request.request_id, current_identity().tenant.name)
+            return pb.CancelResponse(cancelled=cancelled)
         except Exception as exc:  # noqa: BLE001
             await abort(context, exc)
 
@@ -120,8 +124,11 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             engines = ([self.models.generator(request.model)] if request.model
                        else [e for e in self.models.generation if e.ready])
             stats = await asyncio.gather(*(e.stats() for e in engines))
+            caller = current_identity()  # without the admin role: its own tenant's figures only
+            shown = [tuple(t for t in s.tenants if caller.admin or t.tenant == caller.tenant.name) for s in stats]
             return pb.GetLoadResponse(
-                models=[convert.model_load(e.name, s, e.config.scheduler.max_active) for e, s in zip(engines, stats)],
+                models=[convert.model_load(e.name, s, e.config.scheduler.max_active, tenants)
+                        for e, s, tenants in zip(engines, stats, shown)],
                 uptime_seconds=time.monotonic() - self.started)
         except Exception as exc:  # noqa: BLE001
             await abort(context, exc)

@@ -3,6 +3,8 @@
 The encoder and all its MLX work live on one dedicated thread (a single-worker
 executor): the model is loaded there and every batch runs there. ``embed`` streams
 ``(index, result)`` pairs batch by batch; a cancelled stream stops pulling batches.
+Request ids are scoped by tenant (Cancel never reaches another tenant's request),
+and a tenant's ``max_in_flight`` caps its requests open on this model at once.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from ..description import Capabilities, GraphDescriptor, ModelDescription, Model
 from ..hardware.device import backend_name, blas_name
 from .pooling import EmbeddingModel, EmbeddingResult
 from .decoder import DecoderEmbeddingModel
-from ..errors import DuplicateRequestId, InvalidRequest, NotReady, QueueFull
+from ..errors import DuplicateRequestId, InvalidRequest, NotReady, QueueFull, TenantLimit
 from ..caches.objects import ObjectCache
 from ..requests import EmbeddingRequest
-from ..validation import Limits, at_most, check_ids, check_text_bytes
+from ..validation import Limits, at_most, check_ids, check_priority, check_text_bytes
 
 _END = object()
 
@@ -58,7 +60,8 @@ class EmbeddingEngine:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"engine-embed-{self.name}")
         self._pool = AdmissionPool(max_active, max_queued)
         self._model: EmbeddingModel | None = None
-        self._running: dict[str, asyncio.Task] = {}
+        self._running: dict[tuple[str, str], asyncio.Task] = {}  # by (tenant name, request id)
+        self._per_tenant: dict[str, int] = {}  # requests open per tenant name
         # Exact reuse of repeated inputs (vectors are immutable once made); the keys
         # hold the inputs, so they count against the budget too.
         self._results: ObjectCache[EmbeddingResult] = ObjectCache(
@@ -115,8 +118,8 @@ class EmbeddingEngine:
         """What the object cache of repeated inputs holds: vectors and their keys."""
         return self._results.size
 
-    def cancel(self, request_id: str) -> bool:
-        task = self._running.get(request_id)
+    def cancel(self, request_id: str, tenant: str = "") -> bool:
+        task = self._running.get((tenant, request_id))
         if task is None:
             return False
         task.cancel()
@@ -126,10 +129,17 @@ class EmbeddingEngine:
         """Yields (input index, result) as batches complete."""
         model = self.model
         self._validate(request, model)
-        request_id = request.request_id or uuid.uuid4().hex
-        if request_id in self._running:
-            raise DuplicateRequestId(f"request id {request_id!r} is already running")
-        self._running[request_id] = asyncio.current_task()  # type: ignore[assignment]
+        key, tenant = (request.tenant.name, request.request_id or uuid.uuid4().hex), request.tenant
+        if key in self._running:
+            raise DuplicateRequestId(f"request id {key[1]!r} is already running")
+        held = self._per_tenant.get(tenant.name, 0)
+        if tenant.max_in_flight and held >= tenant.max_in_flight:
+            who = repr(tenant.name) if tenant.name else "anonymous"
+            raise TenantLimit(f"tenant {who} has {held} requests in flight on model {self.name!r}; its "
+                              f"max_in_flight is {tenant.max_in_flight}; retry later", tenant=tenant.name,
+                              limit="max_in_flight", value=tenant.max_in_flight)
+        self._running[key] = asyncio.current_task()  # type: ignore[assignment]
+        self._per_tenant[tenant.name] = held + 1
         try:
             try:
                 lease = await self._pool.acquire()
@@ -158,11 +168,15 @@ class EmbeddingEngine:
                     self._results.put(keys[missing[position]], result)
                     yield missing[position], result
         finally:
-            self._running.pop(request_id, None)
+            self._running.pop(key, None)
+            self._per_tenant[tenant.name] -= 1
+            if not self._per_tenant[tenant.name]:
+                del self._per_tenant[tenant.name]
 
     def _validate(self, request: EmbeddingRequest, model: EmbeddingModel) -> None:
         limits = self.limits.for_context(model.max_length)
         check_ids(limits, request_id=request.request_id)
+        check_priority(request.priority)
         if not request.inputs:
             raise InvalidRequest("inputs", "at least one input is required")
         at_most("inputs", len(request.inputs), limits.max_embed_inputs, "inputs")

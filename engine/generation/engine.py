@@ -1,12 +1,16 @@
 """The generation engine's asyncio facade: validate, tokenize, refuse at once, submit.
 
 ``GenerationEngine.generate`` is an async iterator of events. On the event loop it
-validates the request, tokenizes it off the loop, refuses at once what can never
-run (a context that never fits memory: OUT_OF_RANGE with the plan's figures; more
-than ``max_active + max_queued`` requests in flight: RESOURCE_EXHAUSTED) and
-submits one ``Sequence`` to the engine thread, which owns it from then on: the
-waiting queue, memory, prefill, decoding, cancel and release all happen there.
-Events come back through the request's ``Stream``. The facade never touches MLX.
+validates the request and refuses at once, before any work, what cannot be queued:
+``max_active + max_queued`` requests already open (RESOURCE_EXHAUSTED), and what
+the tenant's own limits forbid (``TenantLimit``). A request counts in flight from
+the moment its stream opens, so requests being tokenized or compiled count too.
+Off the loop it checks the response format's limits, then tokenizes; a context
+that never fits memory is OUT_OF_RANGE with the plan's figures. Then it submits one
+``Sequence`` to the engine thread, which owns it from then on: the waiting queue,
+memory, prefill, decoding, cancel and release all happen there. Events come back
+through the request's ``Stream``. Request ids are scoped by tenant (``streams``).
+The facade never touches MLX.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import AsyncIterator
 from ..adapters.bank import AdapterBank
 from ..adapters.control import Adapters
 from ..description import ModelDescription
-from ..errors import DoesNotFit, EngineFailure, InvalidRequest, NotReady, QueueFull
+from ..errors import EngineFailure, InvalidRequest, NotReady
 from ..events import Event, FinishReason, Finished, Timings, Usage
 from ..hardware.machine import usable_memory
 from ..loading.model import LoadedModel, default_name, load_generation_model
@@ -38,13 +42,15 @@ from .config import GenerationConfig
 from .factory import check_speculation, make_sequence
 from .facts import describe_generation, speculation_facts
 from .grammar.compiler import Grammars, grammar_tokenizer
-from .grammar.formats import field_name
+from .grammar.formats import check_format, field_name
 from .grammar.stats import GrammarStats
 from .prompts import EncodedPrompt, PromptEncoder
+from .refusals import check_fits, check_room, max_tokens_for
 from .scheduler import Scheduler, SchedulerStats
 from .batch import can_roll_back
 from .speculation.draft import DraftModel, check_draft
 from .streams import Stream, Streams
+from .tenants import TenantStats, Tenants
 from .worker import Worker
 
 log = logging.getLogger("engine.generation.engine")
@@ -56,6 +62,7 @@ class EngineStats(SchedulerStats):
 
     tracked: int  # requests the facade knows (being tokenized, queued, running or finishing)
     in_flight: int  # submitted to the engine thread and not finished
+    tenants: tuple[TenantStats, ...] = ()  # per tenant with requests since the model loaded
 
 
 class GenerationEngine:
@@ -71,7 +78,8 @@ class GenerationEngine:
         self._facts = None
         self._grammars: Grammars | None = None  # built at load
         self._decode = None  # the decode rate calibrated at load (PlanMemory)
-        self._streams = Streams()
+        self._tenants = Tenants(self.name)
+        self._streams = Streams(self._tenants)
         self._closing = False
         self._machine_total = usable_memory()[1]
         self._worker: Worker[LoadedModel] = Worker(self.name, self._load, self._scheduler)
@@ -82,7 +90,7 @@ class GenerationEngine:
         """Loads the model on the engine thread; returns when it is ready."""
         self._loaded = await asyncio.wrap_future(self._worker.start())
         self._prompts = PromptEncoder(self._loaded, self.config.limits)
-        self.name = self._loaded.name
+        self.name = self._tenants.model = self._loaded.name
         await self.adapters.load_all(self.config.adapters)
 
     @property
@@ -165,7 +173,11 @@ class GenerationEngine:
     async def stats(self) -> EngineStats:
         snapshot = await asyncio.wrap_future(self.scheduler_stats())
         return EngineStats(**dataclasses.asdict(snapshot), tracked=len(self._streams),
-                           in_flight=self._streams.in_flight)
+                           in_flight=self._streams.in_flight, tenants=self.tenant_stats())
+
+    def tenant_stats(self) -> tuple[TenantStats, ...]:
+        """Each tenant's share of this model; any thread may call it."""
+        return self._tenants.snapshot()
 
     @property
     def grammar_stats(self) -> GrammarStats | None:
@@ -209,14 +221,15 @@ class GenerationEngine:
         return self._prompts.encode(request)
 
     # requests -------------------------------------------------------------------
-    def cancel(self, request_id: str) -> bool:
-        """Cancels a request in any state; False if no such request is running."""
-        stream = self._streams.get(request_id)
+    def cancel(self, request_id: str, tenant: str = "") -> bool:
+        """Cancels a request of ``tenant`` (a Tenant.name) in any state; False if that
+        tenant runs no request of this id."""
+        stream = self._streams.get(request_id, tenant)
         if stream is None or stream.cancel_requested:
             return False
         stream.cancel_requested = True
         if stream.submitted:
-            self._worker.cancel(request_id)
+            self._worker.cancel(stream.key)
         return True
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
@@ -226,7 +239,8 @@ class GenerationEngine:
             raise NotReady("the server is shutting down", retry_after_s=1.0)
         validate_request(request, m.vocab_size, self.config.limits, m.context_length)
         check_speculation(request, self.config.speculation, m.name, self._draft is not None)
-        stream = self._streams.open(request.request_id or uuid.uuid4().hex)
+        check_room(len(self._streams), self.config.scheduler, self.name)
+        stream = self._streams.open(request.request_id or uuid.uuid4().hex, request.tenant)
         try:
             async for event in self._run(request, stream):
                 yield event
@@ -234,14 +248,15 @@ class GenerationEngine:
             if not stream.submitted:
                 self._streams.abandon(stream)
             elif not stream.finished:
-                self._worker.cancel(stream.request_id)  # the consumer left early
+                self._worker.cancel(stream.key)  # the consumer left early
 
     async def _run(self, request: GenerationRequest, stream: Stream) -> AsyncIterator[Event]:
-        arrived = time.perf_counter()
+        arrived, m = time.perf_counter(), self.loaded
         adapter = self.adapters.acquire(request.adapter, stream.closers)
-        prompt = await asyncio.to_thread(self.encode_prompt, request)
-        max_tokens = self._max_tokens(request, len(prompt.ids))
-        self._refuse_at_once(len(prompt.ids) + max_tokens)
+        prompt = await asyncio.to_thread(self._prepare, request)
+        max_tokens = max_tokens_for(request, len(prompt.ids), m.context_length, self._budget,
+                                    self.config.limits.max_tokens)
+        check_fits(self._budget, len(prompt.ids) + max_tokens)
         fmt = request.response_format  # structured output: the row constraint, compiled off the loop
         constraint = await self._grammars.constrain(fmt) if fmt is not None else None
         if stream.cancel_requested:
@@ -250,7 +265,7 @@ class GenerationEngine:
             return
         seq = make_sequence(self.loaded, request, stream, prompt, max_tokens, arrived, self.config.speculation,
                             constraint, adapter=adapter)
-        self._streams.submitted(stream)
+        self._streams.submitted(stream, len(prompt.ids))
         self._worker.submit(seq)
         while True:
             event = await stream.events.get()
@@ -264,30 +279,10 @@ class GenerationEngine:
             if isinstance(event, Finished):
                 return
 
-    def _refuse_at_once(self, context_tokens: int) -> None:
-        """Errors for a request that cannot be queued now, or can never run."""
-        budget = self._budget
-        if budget is not None and not budget.would_ever_fit(context_tokens):
-            raise DoesNotFit(
-                f"a context of {context_tokens} tokens can never fit in memory: at most {budget.max_context} "
-                f"tokens fit beside {budget.facts.weights_bytes} bytes of weights in {budget.usable_bytes} "
-                "usable bytes",
-                metadata={"context_tokens": str(context_tokens), "max_safe_context": str(budget.max_context),
-                          "weights_bytes": str(budget.facts.weights_bytes),
-                          "usable_bytes": str(budget.usable_bytes), "reserve_bytes": str(budget.reserve_bytes)})
-        s = self.config.scheduler
-        if self._streams.in_flight >= s.max_active + s.max_queued:
-            raise QueueFull(f"the queue of model {self.name!r} is full ({s.max_queued} waiting); retry later",
-                            retry_after_s=1.0)
-
-    def _max_tokens(self, request: GenerationRequest, prompt_tokens: int) -> int:
-        room = self.loaded.context_length - prompt_tokens
-        asked = request.stopping.max_tokens
-        fits = self._budget.max_context if self._budget is not None else None
-        if asked is None and fits is not None:  # unset: as much as memory allows, at least 1
-            room = min(room, max(fits - prompt_tokens, 1))
-        if asked is not None and asked > room:
-            raise InvalidRequest("stopping.max_tokens",
-                                 f"{asked} tokens after a {prompt_tokens}-token prompt exceed the "
-                                 f"context length {self.loaded.context_length}")
-        return asked if asked is not None else min(room, self.config.limits.max_tokens)
+    def _prepare(self, request: GenerationRequest) -> EncodedPrompt:
+        """The format's limits first (cheap), then the prompt's ids; blocking."""
+        if request.response_format is not None:
+            if self._grammars.tokenizer is None:
+                raise self._grammars.unsupported()
+            check_format(request.response_format, self._grammars.limits)
+        return self.encode_prompt(request)

@@ -27,7 +27,7 @@ def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream
     delivery = Delivery(stream.request_id, model.name, stream.sink, detokenizer, StopStringMatcher(s.stop), arrived)
     wants_logprobs = request.logprobs or request.top_logprobs > 0
     return Sequence(
-        request_id=stream.request_id, tokens=ids, prompt_len=len(ids), context_tokens=len(ids) + max_tokens,
+        request_id=stream.key, tokens=ids, prompt_len=len(ids), context_tokens=len(ids) + max_tokens,
         rule=rule, sampling=SamplingState(request.sampling, ids), delivery=delivery,
         reuse=Reuse(not request.bypass_prefix_cache, prompt.snapshot_at),
         top_logprobs=request.top_logprobs if wants_logprobs else None,

@@ -2,7 +2,8 @@
 
 Runs off the event loop (tokenizing and templating large inputs takes time). A chat
 also yields the length of its rendered history: a boundary worth storing in the
-prefix cache, so the next turn of the conversation starts from it.
+prefix cache, so the next turn of the conversation starts from it. A chat is
+rendered once before the prompt limit is checked; its history only after it passed.
 """
 
 from __future__ import annotations
@@ -43,8 +44,7 @@ class PromptEncoder:
             ids = m.tokenizer.encode(prompt.text, add_special_tokens=bos is None or not prompt.text.startswith(bos))
             field_name = "text"
         elif isinstance(prompt, ChatPrompt):
-            ids, snapshot_at = self._chat(prompt)
-            field_name = "chat.messages"
+            ids, field_name = self._chat(prompt), "chat.messages"
         else:
             raise InvalidRequest("prompt", "one of text, tokens or chat must be set")
         if not ids:
@@ -52,19 +52,25 @@ class PromptEncoder:
         limit = self.max_prompt_tokens
         if len(ids) > limit:
             raise InvalidRequest(field_name, f"the prompt has {len(ids)} tokens; the limit is {limit}")
+        if isinstance(prompt, ChatPrompt):
+            snapshot_at = self._history(prompt, ids)
         return EncodedPrompt(ids, snapshot_at)
 
-    def _chat(self, prompt: ChatPrompt) -> tuple[list[int], int | None]:
+    def _chat(self, prompt: ChatPrompt) -> list[int]:
         m = self._model
         if not m.has_chat_template:
             raise Unsupported(f"model {m.name!r} has no chat template; send text or tokens")
         if not prompt.messages:
             raise InvalidRequest("chat.messages", "at least one message is required")
-        messages = [{"role": x.role, "content": x.content} for x in prompt.messages]
-        ids = self._template(messages, True)
+        return self._template(_messages(prompt), True)
+
+    def _history(self, prompt: ChatPrompt, ids: list[int]) -> int | None:
+        """Where the chat's history (all but its last message) ends in ``ids``, if it is
+        a prefix of them."""
+        messages = _messages(prompt)
         history = self._template(messages[:-1], False) if len(messages) > 1 else []
         shared = 0 < len(history) < len(ids) and ids[: len(history)] == history
-        return ids, len(history) if shared else None
+        return len(history) if shared else None
 
     def _template(self, messages: list[dict[str, str]], generation_prompt: bool) -> list[int]:
         tok = self._model.tokenizer
@@ -73,3 +79,7 @@ class PromptEncoder:
         except Exception as exc:  # template errors are the caller's input errors
             raise InvalidRequest("chat.messages", f"the chat template rejected the messages: {exc}") from exc
         return tok.encode(text, add_special_tokens=False)
+
+
+def _messages(prompt: ChatPrompt) -> list[dict[str, str]]:
+    return [{"role": x.role, "content": x.content} for x in prompt.messages]

@@ -30,8 +30,8 @@ class PrefixReuse:
         self.namespace = namespace
 
     def _namespace(self, seq: Sequence) -> str:
-        """KV computed under an adapter is never shared with the base or another adapter."""
-        return f"{self.namespace}\x1f{seq.adapter}" if seq.adapter else self.namespace
+        """KV is shared only within one tenant namespace and one adapter (or none)."""
+        return f"{self.namespace}\x1f{seq.tenant.namespace}\x1f{seq.adapter}"
 
     def applies(self, seq: Sequence) -> bool:
         return self.cache is not None and seq.reuse.enabled

@@ -4,24 +4,34 @@ A stream is opened when ``generate`` is called, carries the request's events fro
 the engine thread (``sink`` -> ``call_soon_threadsafe`` -> an ``asyncio.Queue``)
 and closes when its Finished event arrives (or when it ends before submission),
 running its ``closers`` (e.g. the release of the adapter it used).
-The registry knows the ids in use (Cancel, duplicates) and counts what the
-engine holds, from events alone: ``in_flight`` (submitted, not finished) and
-``running`` (started, not finished). Event loop only.
+Request ids are scoped by tenant: the registry is keyed by (tenant name, id), so
+tenants never see, cancel or squat each other's ids; each stream also has a
+``key`` unique among all streams ever opened, which the engine thread knows the
+request by (``Sequence.request_id``), while what the client sees keeps its own id.
+The registry counts what the engine holds, from events alone: ``in_flight``
+(submitted, not finished) and ``running`` (started, not finished); ``len`` is every
+open stream, counted from arrival. Each tenant's share goes to its ledger
+(``tenants``). Event loop only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Callable
 
 from ..errors import DuplicateRequestId
-from ..events import Event, Finished, Started
+from ..events import Delta, Event, Finished, Started
+from ..tenancy import ANONYMOUS, Tenant
+from .tenants import Tenants
 
 
 class Stream:
     def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop,
-                 on_event: Callable[["Stream", Event], None]):
-        self.request_id = request_id
+                 on_event: Callable[["Stream", Event], None], tenant: Tenant = ANONYMOUS, key: str = ""):
+        self.request_id = request_id  # the client's id, unique within its tenant
+        self.tenant = tenant
+        self.key = key or request_id  # unique among all streams: the engine thread's id of the request
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.submitted = False
         self.started = False
@@ -49,41 +59,56 @@ class Stream:
 
 
 class Streams:
-    def __init__(self) -> None:
-        self._open: dict[str, Stream] = {}
+    def __init__(self, tenants: Tenants | None = None) -> None:
+        self._open: dict[tuple[str, str], Stream] = {}
+        self._serial = itertools.count()
+        self.tenants = tenants if tenants is not None else Tenants("")
         self.in_flight = 0
         self.running = 0
 
     def __len__(self) -> int:
         return len(self._open)
 
-    def get(self, request_id: str) -> Stream | None:
-        return self._open.get(request_id)
+    def get(self, request_id: str, tenant: str = "") -> Stream | None:
+        return self._open.get((tenant, request_id))
 
-    def open(self, request_id: str) -> Stream:
-        if request_id in self._open:
+    def open(self, request_id: str, tenant: Tenant = ANONYMOUS) -> Stream:
+        """A new stream, counted in flight from now; DuplicateRequestId when the tenant
+        already runs ``request_id``, TenantLimit when the tenant's limits refuse it."""
+        if (tenant.name, request_id) in self._open:
             raise DuplicateRequestId(f"request id {request_id!r} is already running",
                                      metadata={"request_id": request_id})
-        stream = self._open[request_id] = Stream(request_id, asyncio.get_running_loop(), self._on_event)
+        self.tenants.admit(tenant)
+        key = f"{request_id}\x1f{tenant.name}\x1f{next(self._serial)}"
+        stream = Stream(request_id, asyncio.get_running_loop(), self._on_event, tenant, key)
+        self._open[(tenant.name, request_id)] = stream
         return stream
 
-    def submitted(self, stream: Stream) -> None:
+    def submitted(self, stream: Stream, prompt_tokens: int) -> None:
+        """The stream's request goes to the engine thread (TenantLimit if its prompt
+        does not fit the tenant's tokens per minute)."""
+        self.tenants.submit(stream.tenant, prompt_tokens)
         stream.submitted = True
         self.in_flight += 1
 
     def abandon(self, stream: Stream) -> None:
         """Closes a stream that was never submitted."""
-        if not stream.submitted:
-            self._open.pop(stream.request_id, None)
+        if not stream.submitted and self._open.pop((stream.tenant.name, stream.request_id), None) is stream:
+            self.tenants.closed(stream.tenant.name, False, False)
             stream.close()
 
     def _on_event(self, stream: Stream, event: Event) -> None:
+        name = stream.tenant.name
         if isinstance(event, Started) and not stream.started:
             stream.started = True
             self.running += 1
+            self.tenants.started(name)
+        elif isinstance(event, Delta) and event.token_ids:
+            self.tenants.generated(name, len(event.token_ids))
         elif isinstance(event, Finished) and not stream.finished:
             stream.finished = True
             self.in_flight -= 1
             self.running -= stream.started
-            self._open.pop(stream.request_id, None)
+            self.tenants.closed(name, True, stream.started)
+            self._open.pop((name, stream.request_id), None)
             stream.close()

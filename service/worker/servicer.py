@@ -5,12 +5,13 @@ generation model. Generate, Abort and the load figures go through the same
 ``GenerationEngine`` as our own Generate and Cancel, with the same limits checked
 before any work (the request id's length and the repeated fields' counts on the
 wire message); errors leave through ``status.abort`` with the same codes and
-details.
+details. Requests run as the caller's tenant, and Abort reaches only its ids.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import grpc
@@ -23,6 +24,7 @@ from engine.models import ModelSet, sized_limits
 from engine.validation import Limits, check_counts, check_ids
 
 from ..calls import current_call
+from ..identity import current_identity
 from ..interceptors import ServerState
 from ..status import abort
 from . import convert
@@ -53,7 +55,8 @@ class WorkerServicer(mlx_grpc.MlxEngineServicer):
             engine = self._engine()
             check_counts(convert.generation_counts(request), sized_limits(engine))
             responses = convert.Responses(request.stream)
-            async for event in engine.generate(convert.generation_request(request)):
+            request_ = dataclasses.replace(convert.generation_request(request), tenant=current_identity().tenant)
+            async for event in engine.generate(request_):
                 message = responses.add(event)
                 if message is not None:
                     yield message
@@ -70,9 +73,10 @@ class WorkerServicer(mlx_grpc.MlxEngineServicer):
         return mlx_pb.HealthCheckResponse(healthy=True, message="OK")
 
     async def Abort(self, request: mlx_pb.AbortRequest, context: grpc.aio.ServicerContext):
+        tenant = current_identity().tenant.name
         for request_id in request.request_ids:
             if request_id:
-                self.models.cancel(request_id)
+                self.models.cancel(request_id, tenant)
         return mlx_pb.AbortResponse()
 
     async def GetModelInfo(self, request: mlx_pb.GetModelInfoRequest, context: grpc.aio.ServicerContext):

@@ -7,7 +7,10 @@ of its own, so neither the event loop nor the engine thread ever waits for a
 grammar: the text is checked against the size limits (``formats``), compiled
 under llguidance's parser limits (lexer fuel and states), and its first token
 mask computed (building a grammar's lexer is the expensive part), all within a
-wall-clock timeout. Compiled formats - and the errors of bad ones - are kept in an
+wall-clock timeout of the compile's own. A compile that waits for a busy pool is
+overload, not bad input: ``CompilerBusy`` (RESOURCE_EXHAUSTED) when it is still
+waiting at the timeout, or at once when ``compile_queue`` compiles already wait;
+only a format whose own compile exceeds the limits is InvalidRequest. Compiled formats - and the errors of bad ones - are kept in an
 ``ObjectCache`` keyed by their text; each request gets its own copy of the
 cached, never-advanced matcher.
 """
@@ -17,13 +20,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from llguidance import LLMatcher, LLTokenizer
 
 from ...caches.objects import ObjectCache
-from ...errors import InvalidRequest, Unsupported
+from ...errors import CompilerBusy, InvalidRequest, Unsupported
 from ...requests import FormatKind, ResponseFormat
 from .constraint import Constraint, matcher_error
 from .formats import GrammarLimits, field_name, grammar_text
@@ -64,6 +68,7 @@ class Grammars:
         self._stop_tokens = frozenset(tokenizer.eos_tokens) if tokenizer is not None else frozenset()
         self._cache: ObjectCache[Compiled] = ObjectCache(limits.cache_entries)
         self._pool = ThreadPoolExecutor(limits.compile_threads, thread_name_prefix="grammar")
+        self._pending = 0  # compiles submitted to the pool and not done (event loop only)
 
     @property
     def formats(self) -> tuple[FormatKind, ...]:
@@ -74,12 +79,18 @@ class Grammars:
         """A new row constraint for ``fmt``; InvalidRequest naming the format's field
         when it is invalid, over the limits or too slow to compile."""
         if self.tokenizer is None:
-            raise Unsupported("this model's tokenizer cannot drive a grammar; response_format is not supported")
-        future = asyncio.get_running_loop().run_in_executor(self._pool, self._compiled, fmt)
+            raise self.unsupported()
+        limits = self.limits
+        if self._pending >= limits.compile_threads + limits.compile_queue:
+            raise self._busy(f"{self._pending - limits.compile_threads} formats already wait to compile")
+        started: list[float] = []  # set by the pool thread when the compile begins
+        future = asyncio.get_running_loop().run_in_executor(self._pool, self._timed, fmt, started)
+        self._pending += 1
+        future.add_done_callback(self._done)
         try:  # shielded: a compile that runs late still lands in the cache
-            compiled = await asyncio.wait_for(asyncio.shield(future), self.limits.compile_timeout_s)
+            compiled = await asyncio.wait_for(asyncio.shield(future), limits.compile_timeout_s)
         except asyncio.TimeoutError:
-            compiled = Compiled(None, f"compiling took longer than {self.limits.compile_timeout_s:g} s")
+            compiled = await self._late(future, started)
         except InvalidRequest:  # over the size limits, or malformed before compiling
             self.stats.rejected += 1
             raise
@@ -88,6 +99,32 @@ class Grammars:
             raise InvalidRequest(field_name(fmt), compiled.error)
         self.stats.requests[fmt.kind.value] += 1
         return Constraint(compiled.matcher.deep_copy(), self._stop_tokens, self.stats)
+
+    def unsupported(self) -> Unsupported:
+        return Unsupported("this model's tokenizer cannot drive a grammar; response_format is not supported")
+
+    async def _late(self, future: asyncio.Future, started: list[float]) -> Compiled:
+        """After the timeout: CompilerBusy if the compile is still waiting for a thread,
+        else the rest of the time its own compile has (from its start), then the error."""
+        too_long = Compiled(None, f"compiling took longer than {self.limits.compile_timeout_s:g} s")
+        if not started:
+            future.cancel()  # not begun: leaves the pool's queue
+            raise self._busy(f"no compile thread was free for {self.limits.compile_timeout_s:g} s")
+        remaining = started[0] + self.limits.compile_timeout_s - time.perf_counter()
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), max(remaining, 0.0))
+        except asyncio.TimeoutError:
+            return too_long
+
+    def _busy(self, why: str) -> CompilerBusy:
+        return CompilerBusy(f"the response_format compilers are busy ({why}); retry later", retry_after_s=1.0)
+
+    def _done(self, _future) -> None:
+        self._pending -= 1
+
+    def _timed(self, fmt: ResponseFormat, started: list[float]) -> Compiled:
+        started.append(time.perf_counter())
+        return self._compiled(fmt)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,6 +1,7 @@
 """A response format as llguidance grammar text, checked against the size limits.
 
-Nothing here compiles (``compiler`` does). JSON output (``json_schema``,
+Nothing here compiles (``compiler`` does); ``check_format`` applies the limits alone,
+so the facade refuses an oversized format before tokenizing its prompt. JSON output (``json_schema``,
 ``json_object``) is laid out with fixed separators, ``", "`` between items and
 ``": "`` after keys, and no other whitespace, so a model cannot spend its tokens
 on layout; a schema's own ``x-guidance`` options override this. A regex or a
@@ -32,6 +33,7 @@ class GrammarLimits:
     max_lexer_states: int = 50_000  # llguidance's max_lexer_states (1-2 kB each)
     cache_entries: int = 256  # compiled formats kept for reuse
     compile_threads: int = 2  # formats compiled at once per model
+    compile_queue: int = 64  # formats waiting for a compile thread; more are refused (RESOURCE_EXHAUSTED)
 
     def parser_limits(self) -> LLParserLimits:
         return LLParserLimits(initial_lexer_fuel=self.lexer_fuel, max_lexer_states=self.max_lexer_states,
@@ -44,15 +46,31 @@ def field_name(fmt: ResponseFormat) -> str:
     return f"response_format.{fmt.kind.value}{suffix}"
 
 
+def check_format(fmt: ResponseFormat, limits: GrammarLimits) -> dict | bool | None:
+    """InvalidRequest for a format over the limits (bytes, options, nesting) or
+    malformed before compiling; a JSON schema's parsed document."""
+    field = field_name(fmt)
+    texts = fmt.options if fmt.kind is FormatKind.CHOICE else (fmt.text,)
+    if sum(map(len, texts)) > limits.max_bytes:  # characters: at most as many as bytes
+        raise InvalidRequest(field, f"is over {limits.max_bytes} bytes; the limit is {limits.max_bytes}")
+    size = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+    if size > limits.max_bytes:
+        raise InvalidRequest(field, f"is {size} bytes; the limit is {limits.max_bytes}")
+    if fmt.kind is FormatKind.CHOICE:
+        _choice(fmt.options, field, limits)
+    elif fmt.kind in (FormatKind.REGEX, FormatKind.GRAMMAR):
+        _non_empty(fmt.text, field)
+    elif fmt.kind is FormatKind.JSON_SCHEMA:
+        return _schema(fmt.text, field, limits)
+    return None
+
+
 def grammar_text(fmt: ResponseFormat, limits: GrammarLimits) -> str:
     """The llguidance grammar for ``fmt``; InvalidRequest for input over the limits or
     malformed before compiling (a schema that is not JSON, empty options)."""
-    field = field_name(fmt)
-    size = sum(len(o.encode()) for o in fmt.options) if fmt.kind is FormatKind.CHOICE else len(fmt.text.encode())
-    if size > limits.max_bytes:
-        raise InvalidRequest(field, f"is {size} bytes; the limit is {limits.max_bytes}")
+    field, schema = field_name(fmt), check_format(fmt, limits)
     if fmt.kind is FormatKind.JSON_SCHEMA:
-        return LLMatcher.grammar_from_json_schema(_schema(fmt.text, field, limits), defaults=JSON_OPTIONS)
+        return LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
     if fmt.kind is FormatKind.JSON_OBJECT:
         return LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)
     if fmt.kind is FormatKind.REGEX:

@@ -1,0 +1,47 @@
+"""What the facade refuses at once, before a request is queued: a model whose open
+requests fill its running slots and its queue (counted from arrival, so requests
+still being tokenized or compiled count too), a context that can never fit memory,
+and a ``max_tokens`` past the context. No MLX; event loop only.
+"""
+
+from __future__ import annotations
+
+from ..errors import DoesNotFit, InvalidRequest, QueueFull
+from ..memory.budget import MemoryBudget
+from ..requests import GenerationRequest
+from .config import SchedulerConfig
+
+
+def check_room(open_requests: int, config: SchedulerConfig, model: str) -> None:
+    """QueueFull when ``open_requests`` already fill ``max_active + max_queued``."""
+    if open_requests >= config.max_active + config.max_queued:
+        raise QueueFull(f"the queue of model {model!r} is full ({config.max_queued} waiting); retry later",
+                        retry_after_s=1.0)
+
+
+def check_fits(budget: MemoryBudget | None, context_tokens: int) -> None:
+    """DoesNotFit (with the plan's figures) for a context that never fits memory."""
+    if budget is not None and not budget.would_ever_fit(context_tokens):
+        raise DoesNotFit(
+            f"a context of {context_tokens} tokens can never fit in memory: at most {budget.max_context} "
+            f"tokens fit beside {budget.facts.weights_bytes} bytes of weights in {budget.usable_bytes} "
+            "usable bytes",
+            metadata={"context_tokens": str(context_tokens), "max_safe_context": str(budget.max_context),
+                      "weights_bytes": str(budget.facts.weights_bytes),
+                      "usable_bytes": str(budget.usable_bytes), "reserve_bytes": str(budget.reserve_bytes)})
+
+
+def max_tokens_for(request: GenerationRequest, prompt_tokens: int, context_length: int,
+                   budget: MemoryBudget | None, cap: int) -> int:
+    """The tokens the request may generate: its own max_tokens if it fits the context,
+    else (unset) as many as memory allows, at least 1, at most ``cap``."""
+    room = context_length - prompt_tokens
+    asked = request.stopping.max_tokens
+    fits = budget.max_context if budget is not None else None
+    if asked is None and fits is not None:
+        room = min(room, max(fits - prompt_tokens, 1))
+    if asked is not None and asked > room:
+        raise InvalidRequest("stopping.max_tokens",
+                             f"{asked} tokens after a {prompt_tokens}-token prompt exceed the "
+                             f"context length {context_length}")
+    return asked if asked is not None else min(room, cap)

@@ -1,0 +1,138 @@
+"""Per-tenant bookkeeping of one model: what each tenant holds, and its limits.
+
+A ledger per tenant name counts its open requests from arrival (``in_flight``: being
+tokenized or compiled, waiting or running), those started (``running``) and those
+submitted and not started (``waiting``); a sliding 60 s window of its tokens
+(prompts charged when submitted, generated tokens as they are delivered); its
+generated tokens and the requests its own limits refused. ``admit`` refuses at once
+what a tenant's limits forbid (``TenantLimit``, with the time until a retry can
+pass). The event loop mutates; ``snapshot`` may be read from any thread (a lock).
+Ledgers are never dropped: tenants come from configuration, so they are few.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import TenantLimit
+from ..tenancy import Tenant
+
+WINDOW_S = 60.0
+
+
+@dataclass(frozen=True)
+class TenantStats:
+    tenant: str
+    running: int
+    waiting: int
+    in_flight: int
+    tokens_last_minute: int
+    generated_tokens: int
+    refused: int
+
+
+class Ledger:
+    def __init__(self, name: str):
+        self.name = name
+        self.in_flight = 0
+        self.running = 0
+        self.waiting = 0
+        self.generated = 0
+        self.refused = 0
+        self._window: deque[tuple[float, int]] = deque()  # (when, tokens), oldest first
+        self._windowed = 0
+
+    def charge(self, tokens: int, now: float) -> None:
+        if tokens > 0:
+            self._window.append((now, tokens))
+            self._windowed += tokens
+
+    def used(self, now: float) -> int:
+        """Tokens charged over the last ``WINDOW_S`` seconds."""
+        while self._window and self._window[0][0] <= now - WINDOW_S:
+            self._windowed -= self._window.popleft()[1]
+        return self._windowed
+
+    def frees_in(self, tokens: int, limit: int, now: float) -> float:
+        """Seconds until ``tokens`` more fit under ``limit`` as the window slides."""
+        over = self.used(now) + tokens - limit
+        for when, charged in self._window:
+            over -= charged
+            if over <= 0:
+                return max(when + WINDOW_S - now, 0.001)
+        return WINDOW_S
+
+
+class Tenants:
+    def __init__(self, model: str, clock: Callable[[], float] = time.monotonic):
+        self.model = model
+        self._clock = clock
+        self._ledgers: dict[str, Ledger] = {}
+        self._lock = threading.Lock()
+
+    def admit(self, tenant: Tenant) -> None:
+        """Counts a new request of ``tenant`` in flight, or refuses it (TenantLimit)."""
+        with self._lock:
+            ledger = self._ledgers.setdefault(tenant.name, Ledger(tenant.name))
+            now = self._clock()
+            if tenant.max_in_flight and ledger.in_flight >= tenant.max_in_flight:
+                self._refuse(ledger, "max_in_flight", tenant.max_in_flight,
+                             f"{ledger.in_flight} requests in flight", 1.0)
+            queued = ledger.in_flight - ledger.running
+            if tenant.max_queued and queued >= tenant.max_queued:
+                self._refuse(ledger, "max_queued", tenant.max_queued, f"{queued} requests waiting to start", 1.0)
+            if tenant.tokens_per_minute and ledger.used(now) >= tenant.tokens_per_minute:
+                self._refuse(ledger, "tokens_per_minute", tenant.tokens_per_minute,
+                             f"{ledger.used(now)} tokens in the last minute",
+                             ledger.frees_in(1, tenant.tokens_per_minute, now))
+            ledger.in_flight += 1
+
+    def submit(self, tenant: Tenant, prompt_tokens: int) -> None:
+        """Charges a prompt as its request is submitted, or refuses it (TenantLimit)."""
+        with self._lock:
+            ledger, limit, now = self._ledgers[tenant.name], tenant.tokens_per_minute, self._clock()
+            if limit and ledger.used(now) + prompt_tokens > limit:
+                wait = ledger.frees_in(prompt_tokens, limit, now) if prompt_tokens <= limit else WINDOW_S
+                self._refuse(ledger, "tokens_per_minute", limit,
+                             f"{ledger.used(now)} tokens in the last minute and a {prompt_tokens}-token prompt",
+                             wait)
+            ledger.charge(prompt_tokens, now)
+            ledger.waiting += 1
+
+    def started(self, name: str) -> None:
+        with self._lock:
+            ledger = self._ledgers[name]
+            ledger.waiting -= 1
+            ledger.running += 1
+
+    def generated(self, name: str, tokens: int) -> None:
+        with self._lock:
+            ledger = self._ledgers[name]
+            ledger.generated += tokens
+            ledger.charge(tokens, self._clock())
+
+    def closed(self, name: str, submitted: bool, started: bool) -> None:
+        """A request of ``name`` ended (finished, or left before it was submitted)."""
+        with self._lock:
+            ledger = self._ledgers[name]
+            ledger.in_flight -= 1
+            if started:
+                ledger.running -= 1
+            elif submitted:
+                ledger.waiting -= 1
+
+    def snapshot(self) -> tuple[TenantStats, ...]:
+        with self._lock:
+            now = self._clock()
+            return tuple(TenantStats(x.name, x.running, x.waiting, x.in_flight, x.used(now), x.generated, x.refused)
+                         for x in self._ledgers.values())
+
+    def _refuse(self, ledger: Ledger, limit: str, value: int, holds: str, retry_after_s: float) -> None:
+        ledger.refused += 1
+        who = repr(ledger.name) if ledger.name else "anonymous"
+        raise TenantLimit(f"tenant {who} has {holds} on model {self.model!r}; its {limit} is {value}; retry later",
+                          tenant=ledger.name, limit=limit, value=value, retry_after_s=retry_after_s)
