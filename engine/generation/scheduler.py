@@ -148,11 +148,11 @@ class Scheduler:
         if self._drafter is not None:
             self._drafter.retain([])
 
-    def shutdown(self, message: str) -> None:
-        """Ends everything, waiting sequences included (CANCELLED)."""
-        self.fail_running(message, FinishReason.CANCELLED)
+    def shutdown(self, message: str, reason: FinishReason = FinishReason.CANCELLED) -> None:
+        """Ends everything, waiting sequences included (CANCELLED; ERROR when the thread dies)."""
+        self.fail_running(message, reason)
         for seq in self.admission.drain():
-            seq.finish(FinishReason.CANCELLED, error=message)
+            seq.finish(reason, error=message)
 
     def stats(self) -> SchedulerStats:
         cache, budget = self.reuse.cache, self.admission.budget

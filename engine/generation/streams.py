@@ -6,7 +6,9 @@ and closes when its Finished event arrives (or when it ends before submission),
 running its ``closers`` (e.g. the release of the adapter it used).
 The registry knows the ids in use (Cancel, duplicates) and counts what the
 engine holds, from events alone: ``in_flight`` (submitted, not finished) and
-``running`` (started, not finished). Event loop only.
+``running`` (started, not finished). Event loop only. A stream ends once: events
+after its Finished (from a thread given up for broken, see ``fail_submitted``) are
+ignored.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import asyncio
 from typing import Callable
 
 from ..errors import DuplicateRequestId
-from ..events import Event, Finished, Started
+from ..events import Event, FinishReason, Finished, Started, Timings, Usage
 
 
 class Stream:
@@ -39,6 +41,8 @@ class Stream:
             pass
 
     def _deliver(self, event: Event) -> None:
+        if self.finished:
+            return
         self._on_event(self, event)
         self.events.put_nowait(event)
 
@@ -76,6 +80,12 @@ class Streams:
         if not stream.submitted:
             self._open.pop(stream.request_id, None)
             stream.close()
+
+    def fail_submitted(self, error: str) -> None:
+        """Ends every submitted stream with ERROR here, on the event loop, without the
+        engine thread (which is dead or stuck)."""
+        for stream in [s for s in self._open.values() if s.submitted and not s.finished]:
+            stream._deliver(Finished(FinishReason.ERROR, Usage(0, 0, 0), Timings(0.0, 0.0, 0.0, 0.0), error=error))
 
     def _on_event(self, stream: Stream, event: Event) -> None:
         if isinstance(event, Started) and not stream.started:
