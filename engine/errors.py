@@ -153,3 +153,14 @@ class AdapterCapacity(EngineError):
     def __init__(self, message: str, *, metadata: dict[str, str] | None = None, retry_after_s: float = 1.0):
         super().__init__(message, metadata={**(metadata or {}), "retry_after_s": f"{retry_after_s:g}"})
         self.retry_after_s = retry_after_s
+
+
+class EngineDead(EngineError):
+    """A model's engine thread died or stopped making progress: nothing it holds will
+    finish and the process must be restarted (UNAVAILABLE: retry on another replica)."""
+
+    reason = "ENGINE_DEAD"
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -36,6 +36,13 @@ class ModelSet:
     def ready(self) -> bool:
         return all(e.ready for e in self.all)
 
+    def broken(self, stall_timeout_s: float = 0.0) -> dict[str, str]:
+        """Event loop: the loaded models whose engine thread died or stalled longer than
+        ``stall_timeout_s`` (0: stalls are not looked for), with why; their callers are
+        ended the first time a fault is seen (``engine.liveness``)."""
+        faults = {e.name: e.breaker.check(stall_timeout_s) for e in self.all}
+        return {name: fault for name, fault in faults.items() if fault}
+
     def names(self) -> list[str]:
         return [e.name for e in self.all]
 
@@ -83,6 +90,7 @@ class ModelSet:
 
     @staticmethod
     def _ready(engine):
+        engine.breaker.refuse()
         if not engine.ready:
             raise NotReady(f"model {engine.name!r} is not ready", retry_after_s=2.0)
         return engine

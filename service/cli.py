@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import os
 import sys
 from dataclasses import replace
 
@@ -21,6 +23,7 @@ from .access_log import configure_logging
 from .auth import ENV_VAR, load_tokens
 from .server import ServerOptions, serve
 from .tls import server_credentials
+from .watchdog import EXIT_ENGINE_BROKEN
 
 DEFAULT_GENERATION_NAME = "smollm2-135m-instruct"
 DEFAULT_EMBEDDING_NAME = "all-minilm-l6-v2"
@@ -119,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-message-bytes", type=int, default=16 << 20, help="max gRPC message size")
     s.add_argument("--no-reflection", action="store_true", help="turn server reflection off")
     s.add_argument("--grace", type=float, default=10.0, help="seconds in-flight streams get on shutdown")
+    s.add_argument("--engine-stall-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="a model whose engine thread is busy this long on one step is broken: its requests "
+                        f"fail UNAVAILABLE (ENGINE_DEAD) and the server exits with status {EXIT_ENGINE_BROKEN} "
+                        "(a thread that dies does so at once); 0 turns the stall check off")
     s.add_argument("--auth-token-file", metavar="PATH",
                    help=f"require 'authorization: Bearer <token>' with a token from this file (one per line); "
                         f"tokens may also come from ${ENV_VAR} (comma-separated)")
@@ -220,7 +227,7 @@ def server_options(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
                          grace_s=args.grace, auth_tokens=tokens, auth_open_reflection=args.auth_open_reflection,
                          metrics_port=args.metrics_port, metrics_host=args.metrics_host,
                          access_log=not args.no_access_log, limits=build_limits(args),
-                         smg_worker=not args.no_smg_worker)
+                         smg_worker=not args.no_smg_worker, engine_stall_timeout_s=args.engine_stall_timeout)
 
 
 def tls_credentials(args: argparse.Namespace, parser: argparse.ArgumentParser):
@@ -254,7 +261,13 @@ def main(argv: list[str] | None = None) -> int:
         models = build_models(args)
     except ValueError as exc:
         parser.error(str(exc))
-    return asyncio.run(serve(f"{args.host}:{args.port}", models, options, credentials=credentials))
+    status = asyncio.run(serve(f"{args.host}:{args.port}", models, options, credentials=credentials))
+    if status == EXIT_ENGINE_BROKEN:  # a stuck engine thread must not keep the process alive
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 ``create_server`` builds a server bound to ``address`` (port 0 picks a free port)
 and returns it with the port, so tests and embedders choose the address. ``serve``
 runs one until SIGINT/SIGTERM: health is NOT_SERVING while models load, SERVING
-when every model is ready, and NOT_SERVING again while it drains.
+when every model is ready, and NOT_SERVING again while it drains. When a model's
+engine breaks (``service.watchdog``: its thread died or stalled) it drains briefly
+and exits with status 3.
 
 Beside InferenceService it serves SMG's worker contract ``mlx.grpc.engine.MlxEngine``
 (service/worker/, on by default) on the same port and engines.
@@ -37,6 +39,7 @@ from .interceptors import DrainInterceptor, ObservingInterceptor, ServerState
 from .metrics import Metrics
 from .servicer import InferenceServicer
 from .status import status_of
+from .watchdog import BROKEN_GRACE_S, EXIT_ENGINE_BROKEN, watch
 from .worker.servicer import SERVICE_NAME as WORKER_SERVICE_NAME, WorkerServicer
 
 log = logging.getLogger("service.server")
@@ -64,6 +67,7 @@ class ServerOptions:
     access_log: bool = True
     smg_worker: bool = True  # also serve SMG's worker contract mlx.grpc.engine.MlxEngine
     limits: Limits = Limits()  # the engines' limits (identifiers are checked before a model is found)
+    engine_stall_timeout_s: float = 60.0  # an engine thread busy this long on one tick is broken; 0: off
 
 
 async def create_server(address: str, models: ModelSet, *, options: ServerOptions = ServerOptions(),
@@ -107,6 +111,14 @@ async def set_health(servicer: health.aio.HealthServicer, serving: bool, *, work
         await servicer.set(name, status)
 
 
+async def guard_engines(models: ModelSet, health_servicer: health.aio.HealthServicer, stall_timeout_s: float,
+                        *, worker: bool = True) -> dict[str, str]:
+    """Returns once a model is broken (its callers ended), health NOT_SERVING."""
+    broken = await watch(models, stall_timeout_s)
+    await set_health(health_servicer, False, worker=worker)
+    return broken
+
+
 async def drain(server: grpc.aio.Server, state: ServerState, health_servicer: health.aio.HealthServicer,
                 grace_s: float, *, metrics: Metrics | None = None,
                 force: asyncio.Event | None = None) -> bool:
@@ -139,7 +151,7 @@ async def serve(address: str, models: ModelSet, options: ServerOptions = ServerO
                 credentials: grpc.ServerCredentials | None = None) -> int:
     """Runs the server until SIGINT/SIGTERM, then drains gracefully (a second signal
     ends the grace period at once). Returns the exit status: 0, or 1 when a model
-    failed to load."""
+    failed to load, or ``EXIT_ENGINE_BROKEN`` (3) when a model's engine broke."""
     health_servicer = health.aio.HealthServicer()
     state = ServerState()
     metrics = Metrics(models) if options.metrics_port is not None else None
@@ -161,19 +173,26 @@ async def serve(address: str, models: ModelSet, options: ServerOptions = ServerO
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
     loading = asyncio.create_task(models.start())
-    status = 0
+    status, grace_s = 0, options.grace_s
     done, _ = await asyncio.wait({loading, asyncio.create_task(stop.wait())},
                                  return_when=asyncio.FIRST_COMPLETED)
     if loading in done and loading.exception() is None:
         await set_health(health_servicer, True, worker=options.smg_worker)
         log.info("ready: serving %s on port %d", ", ".join(models.names()), port)
-        await stop.wait()
+        guard = asyncio.create_task(guard_engines(models, health_servicer, options.engine_stall_timeout_s,
+                                                  worker=options.smg_worker))
+        await asyncio.wait({guard, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
+        if guard.done():
+            status, grace_s = EXIT_ENGINE_BROKEN, min(grace_s, BROKEN_GRACE_S)
+        guard.cancel()
     elif loading in done:
         log.error("a model failed to load: %s", loading.exception())
         status = 1
-    await drain(server, state, health_servicer, options.grace_s, metrics=metrics, force=force)
+    await drain(server, state, health_servicer, grace_s, metrics=metrics, force=force)
     loading.cancel()
     await models.close()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.remove_signal_handler(sig)
     if metrics is not None:
         metrics.close()
     log.info("stopped")

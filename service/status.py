@@ -43,6 +43,7 @@ _CODES: list[tuple[type[errors.EngineError], grpc.StatusCode]] = [
     (errors.QueueFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.TenantLimit, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.NotReady, grpc.StatusCode.UNAVAILABLE),
+    (errors.EngineDead, grpc.StatusCode.UNAVAILABLE),
     (errors.Unsupported, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.DoesNotFit, grpc.StatusCode.OUT_OF_RANGE),
     (errors.EngineFailure, grpc.StatusCode.INTERNAL),

@@ -5,6 +5,9 @@ executor): the model is loaded there and every batch runs there. ``embed`` strea
 ``(index, result)`` pairs batch by batch; a cancelled stream stops pulling batches.
 Request ids are scoped by tenant (Cancel never reaches another tenant's request),
 and a tenant's ``max_in_flight`` caps its requests open on this model at once.
+Each job on the thread beats a heartbeat; a job busy past the stall timeout (or one
+that raised a BaseException) breaks the engine (``breaker``): the waiting callers
+fail with ``EngineDead`` at once and later ones are refused.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import asyncio
 import json
 import sys
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -23,7 +26,8 @@ from ..description import Capabilities, GraphDescriptor, ModelDescription, Model
 from ..hardware.device import backend_name, blas_name
 from .pooling import EmbeddingModel, EmbeddingResult
 from .decoder import DecoderEmbeddingModel
-from ..errors import DuplicateRequestId, InvalidRequest, NotReady, QueueFull, TenantLimit
+from ..errors import DuplicateRequestId, EngineDead, InvalidRequest, NotReady, QueueFull, TenantLimit
+from ..liveness import Breaker, Heartbeat, Pending, fail, settle
 from ..caches.objects import ObjectCache
 from ..requests import EmbeddingRequest
 from ..validation import Limits, at_most, check_ids, check_priority, check_text_bytes
@@ -62,6 +66,8 @@ class EmbeddingEngine:
         self._model: EmbeddingModel | None = None
         self._running: dict[tuple[str, str], asyncio.Task] = {}  # by (tenant name, request id)
         self._per_tenant: dict[str, int] = {}  # requests open per tenant name
+        self._heartbeat, self._pending, self._died = Heartbeat(), Pending(), ""
+        self.breaker = Breaker(lambda: self.name, self._fault, self._pending.fail_all)
         # Exact reuse of repeated inputs (vectors are immutable once made); the keys
         # hold the inputs, so they count against the budget too.
         self._results: ObjectCache[EmbeddingResult] = ObjectCache(
@@ -73,7 +79,7 @@ class EmbeddingEngine:
 
     @property
     def ready(self) -> bool:
-        return self._model is not None and not self._pool.closed
+        return self._model is not None and not self._pool.closed and not self.breaker.broken
 
     @property
     def model(self) -> EmbeddingModel:
@@ -83,7 +89,7 @@ class EmbeddingEngine:
 
     async def close(self) -> None:
         self._pool.close()
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._executor.shutdown(wait=not self.breaker.broken, cancel_futures=True)  # a stuck job is left
 
     def describe(self) -> ModelDescription:
         m = self.model
@@ -158,11 +164,10 @@ class EmbeddingEngine:
                         yield index, result
                 if not missing:
                     return
-                loop = asyncio.get_running_loop()
-                results = await loop.run_in_executor(self._executor, lambda: model.embed_batches(
+                results = await self._on_thread(lambda: model.embed_batches(
                     [request.inputs[i] for i in missing], instruction=request.instruction or None,
                     normalize=request.normalize, dimensions=request.dimensions or None))
-                while (item := await loop.run_in_executor(self._executor, next, results, _END)) is not _END:
+                while (item := await self._on_thread(lambda: next(results, _END))) is not _END:
                     position, result = item
                     result.vector.flags.writeable = False  # shared through the cache from now on
                     self._results.put(keys[missing[position]], result)
@@ -172,6 +177,34 @@ class EmbeddingEngine:
             self._per_tenant[tenant.name] -= 1
             if not self._per_tenant[tenant.name]:
                 del self._per_tenant[tenant.name]
+
+    async def _on_thread(self, fn):
+        """``fn()`` run on the engine thread; EngineDead once the engine is broken."""
+        self.breaker.refuse()
+        future = self._pending.track(Future())
+        self._executor.submit(self._job, future, fn)
+        return await asyncio.wrap_future(future)
+
+    def _job(self, future: Future, fn) -> None:
+        if future.done():  # failed by the breaker before it ran
+            return
+        self._heartbeat.beat()
+        try:
+            settle(future, fn)
+        except BaseException as exc:
+            self._died = type(exc).__name__
+            fail(future, EngineDead(f"the embedding thread died ({self._died})"))
+            raise
+        finally:
+            self._heartbeat.rest()
+
+    def _fault(self, stall_timeout_s: float) -> str:
+        if self._died:
+            return f"its engine thread died: {self._died}"
+        stalled = self._heartbeat.stalled_for()
+        if 0 < stall_timeout_s < stalled:
+            return f"its engine thread made no progress for {stalled:.1f}s with work pending"
+        return ""
 
     def _validate(self, request: EmbeddingRequest, model: EmbeddingModel) -> None:
         limits = self.limits.for_context(model.max_length)

@@ -11,6 +11,10 @@ positions are rolled back. Choice and logprobs are batched over all sites (the t
 masks of constrained rows filled together, drafts included), and the host reads the
 results once per step. The target's forward is routed: each row runs with its adapter
 (drafts are verified by the adapted model); a draft model's forwards are not.
+
+A row's own host work (its drafts, its logprob records, accepting its tokens) that
+raises ends that row alone (``faults.end_row``); a failure of the batched work (the
+forward, masks, choice, rollback) is the step's and fails every row.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from typing import Callable, Sequence as Seq
 import mlx.core as mx
 
 from .batch import Batch
+from .faults import end_row
 from .grammar.masks import site_masks
-from .logprobs import logprobs, to_events
+from .logprobs import LogprobArrays, logprobs, to_events
 from .sampling import choose
 from .sequence import Sequence
 from .speculation.policy import step_allowance
@@ -71,7 +76,8 @@ class Decoder:
         states = [rows[r].sampling for r in sites.rows]
         steps = [rows[r].step + (i - sites.firsts[r]) for i, r in enumerate(sites.rows)]
         extras = [drafts[r][: i - sites.firsts[r]] for i, r in enumerate(sites.rows)]
-        masks = site_masks([seq.constraint for seq in rows], site_scores.shape[-1], drafts)
+        masks = site_masks([None if seq.finished else seq.constraint for seq in rows], site_scores.shape[-1],
+                           drafts)
         chosen = choose(site_scores, states, steps, extras, masks)
         records = self._logprobs(rows, sites, site_scores, chosen)
         tokens = chosen.tolist()
@@ -87,8 +93,13 @@ class Decoder:
         batch.rollback(drops)
         appended = 0
         for seq, (run, first) in zip(rows, runs):
+            if seq.finished:  # failed earlier in this step
+                continue
             lps = [records[first + j] for j in range(len(run))] if first in records else ()
-            appended += seq.accept(run, lps)
+            try:
+                appended += seq.accept(run, lps)
+            except Exception as exc:  # noqa: BLE001 - this row's delivery, stop rule or grammar
+                end_row(seq, exc, "delivery")
         if self._drafter is not None:
             self._drafter.settle(rows)
         return appended
@@ -103,11 +114,12 @@ class Decoder:
             room = seq.rule.max_tokens - seq.num_output - 1  # drafts past the length cap are wasted
             k = min(spec.acceptance.wanted(), allowance, room) if spec is not None and allowance > 0 else 0
             wanted.append(max(k, 0))
-        drafts = [seq.speculation.propose(seq.tokens, k) if k else [] for seq, k in zip(rows, wanted)]
+        drafts = [_row(seq, lambda: seq.speculation.propose(seq.tokens, k) if k else [], [], "drafting")
+                  for seq, k in zip(rows, wanted)]
         if self._drafter is not None:
-            drafts = self._drafter.propose(rows, wanted, drafts)
-        return [d[: seq.constraint.valid_prefix(d)] if d and seq.constraint is not None else d  # grammar-checked
-                for seq, d in zip(rows, drafts)]
+            drafts = self._drafter.propose(rows, [0 if s.finished else k for s, k in zip(rows, wanted)], drafts)
+        return [_row(seq, lambda: d[: seq.constraint.valid_prefix(d)], [], "drafting")  # grammar-checked
+                if d and seq.constraint is not None else d for seq, d in zip(rows, drafts)]
 
     def _logprobs(self, rows, sites: _Sites, site_scores: mx.array, chosen: mx.array) -> dict[int, object]:
         """Logprob records by site, for the rows that asked; read together with ``chosen``."""
@@ -120,7 +132,30 @@ class Decoder:
         arrays = logprobs(site_scores[index], chosen[index], max(tops))
         mx.eval(chosen, arrays.chosen, *(a for a in (arrays.top_ids, arrays.top_values) if a is not None))
         values = chosen.tolist()
-        return dict(zip(wanted, to_events(arrays, [values[i] for i in wanted], tops, self._token_text)))
+        try:
+            return dict(zip(wanted, to_events(arrays, [values[i] for i in wanted], tops, self._token_text)))
+        except Exception:  # noqa: BLE001 - find the rows whose records fail, one row at a time
+            records = {}
+            for r in dict.fromkeys(sites.rows[i] for i in wanted):
+                mine = [j for j, i in enumerate(wanted) if sites.rows[i] == r]
+                index = mx.array(mine, dtype=mx.int32)
+                part = LogprobArrays(arrays.chosen[index], *(a[index] if a is not None else None
+                                                             for a in (arrays.top_ids, arrays.top_values)))
+                events = _row(rows[r], lambda: to_events(part, [values[wanted[j]] for j in mine],
+                                                         [tops[j] for j in mine], self._token_text), (), "logprobs")
+                records.update(zip((wanted[j] for j in mine), events))
+            return records
+
+
+def _row(seq: Sequence, work: Callable[[], object], failed: object, during: str):
+    """``work()`` for one row; on an exception the row ends alone and ``failed`` stands in."""
+    if seq.finished:
+        return failed
+    try:
+        return work()
+    except Exception as exc:  # noqa: BLE001
+        end_row(seq, exc, during)
+        return failed
 
 
 def _agreeing(drafts: Seq[int], chosen: Seq[int]) -> int:

@@ -30,6 +30,7 @@ from ..description import ModelDescription
 from ..errors import EngineFailure, InvalidRequest, NotReady
 from ..events import Event, FinishReason, Finished, Timings, Usage
 from ..hardware.machine import usable_memory
+from ..liveness import Breaker
 from ..loading.model import LoadedModel, default_name, load_generation_model
 from ..loading.tokenizer_files import tokenizer_files
 from ..memory.budget import MemoryBudget
@@ -84,6 +85,8 @@ class GenerationEngine:
         self._machine_total = usable_memory()[1]
         self._worker: Worker[LoadedModel] = Worker(self.name, self._load, self._scheduler)
         self.adapters = Adapters(self._worker.call, self.name, config.max_adapters)
+        self.breaker = Breaker(lambda: self.name, self._worker.fault, lambda error: (
+            self._streams.fail_submitted(error.message), self._worker.give_up(error)))
 
     # lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -95,7 +98,7 @@ class GenerationEngine:
 
     @property
     def ready(self) -> bool:
-        return self._loaded is not None and not self._closing
+        return self._loaded is not None and not self._closing and not self.breaker.broken
 
     @property
     def loaded(self) -> LoadedModel:
@@ -237,6 +240,7 @@ class GenerationEngine:
         m = self.loaded
         if self._closing:
             raise NotReady("the server is shutting down", retry_after_s=1.0)
+        self.breaker.refuse()
         validate_request(request, m.vocab_size, self.config.limits, m.context_length)
         check_speculation(request, self.config.speculation, m.name, self._draft is not None)
         check_room(len(self._streams), self.config.scheduler, self.name)
@@ -265,6 +269,7 @@ class GenerationEngine:
             return
         seq = make_sequence(self.loaded, request, stream, prompt, max_tokens, arrived, self.config.speculation,
                             constraint, adapter=adapter)
+        self.breaker.refuse()  # nothing is submitted to a dead thread
         self._streams.submitted(stream, len(prompt.ids))
         self._worker.submit(seq)
         while True:
@@ -273,6 +278,7 @@ class GenerationEngine:
                 if constraint is not None and constraint.error:  # the format, not the engine, failed
                     raise InvalidRequest(field_name(request.response_format),
                                          f"exceeded its limits while generating: {constraint.error}")
+                self.breaker.refuse()  # the thread died or was given up: ENGINE_DEAD
                 log.error("request %s failed: %s", stream.request_id, event.error)
                 raise EngineFailure(event.error or "generation failed")
             yield event

@@ -9,11 +9,17 @@ chat's history boundary stores a copy of the caches for reuse.
 
 Prompt forwards are checkpointed between layers (``interrupt``): a sequence whose
 Cancel is waiting stops within one layer instead of at the end of its chunk.
+
+A sequence whose own chunk raises leaves the queue as failed, alone; a shared
+forward of short prompts that raises is not blamed on anyone: its sequences are
+prefilled again one by one, so only the one that fails alone fails.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
+import weakref
 from collections import deque
 from contextlib import AbstractContextManager, nullcontext
 from typing import Callable
@@ -29,6 +35,7 @@ from .reuse import PrefixReuse
 from .sequence import Sequence
 
 Route = Callable[[list[Sequence]], AbstractContextManager]
+log = logging.getLogger("engine.generation.prefilling")
 
 
 def unrouted(_seqs: list[Sequence]) -> AbstractContextManager:
@@ -46,13 +53,16 @@ class Prefiller:
         self._plain_kv = plain_kv  # every layer a KVCache: short prompts may share a forward
         self._interrupt = interrupt
         self.checkpoints = LayerCheckpoints(model) if interrupt is not None else None
+        self._alone: weakref.WeakSet[Sequence] = weakref.WeakSet()  # after a shared forward failed
 
-    def run(self, queue: deque[Sequence], budget: int) -> tuple[list[Sequence], list[Sequence]]:
+    def run(self, queue: deque[Sequence], budget: int
+            ) -> tuple[list[Sequence], list[Sequence], list[tuple[Sequence, Exception]]]:
         """Spends up to ``budget`` prompt tokens on the queue, head first. Returns the
-        sequences whose prompt is done and those interrupted by a waiting Cancel, both
-        taken out of the queue in order."""
+        sequences whose prompt is done, those interrupted by a waiting Cancel and those
+        whose chunk failed (with the error), all taken out of the queue in order."""
         done: list[Sequence] = []
         interrupted: list[Sequence] = []
+        failed: list[tuple[Sequence, Exception]] = []
         while queue and budget > 0:
             group = self._short_fresh(queue, budget)
             if len(group) >= 2:
@@ -60,6 +70,9 @@ class Prefiller:
                     budget -= self._together(group)
                 except Interrupted:
                     interrupted += self._take_cancelled(queue, group)
+                except Exception:  # noqa: BLE001 - each of them again, alone
+                    log.exception("a shared prefill of %d prompts failed; prefilling them one by one", len(group))
+                    self._alone.update(group)
                 continue
             seq = queue[0]
             snapshot_at = seq.reuse.snapshot_at if self._reuse.applies(seq) else None
@@ -74,11 +87,14 @@ class Prefiller:
             except Interrupted:
                 interrupted += self._take_cancelled(queue, [seq])
                 continue
+            except Exception as exc:  # noqa: BLE001 - this sequence's chunk: it fails alone
+                failed.append((queue.popleft(), exc))
+                continue
             seq.computed = step.end
             budget -= step.size
             if step.snapshot:
                 self._reuse.store(seq, seq.tokens[: step.end], copy.deepcopy(seq.caches))
-        return done, interrupted
+        return done, interrupted, failed
 
     def _forward(self, tokens: mx.array, caches: list, seqs: list[Sequence]) -> None:
         """Runs the prompt forward into ``caches``, checkpointed for ``seqs``' cancels."""
@@ -118,7 +134,7 @@ class Prefiller:
         for seq in queue:
             n = seq.prompt_len - 1
             boundary = seq.reuse.snapshot_at
-            if (len(group) >= self._config.prefill_batch or seq.computed != 0 or n < 1
+            if (len(group) >= self._config.prefill_batch or seq.computed != 0 or n < 1 or seq in self._alone
                     or n > self._config.prefill_chunk or used + n > budget
                     or (boundary is not None and 0 < boundary < n)):
                 break

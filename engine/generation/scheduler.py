@@ -40,6 +40,7 @@ from .admission import Admission
 from .batch import Batch, can_roll_back
 from .config import SchedulerConfig
 from .decoding import Decoder
+from .faults import failure_message
 from .prefilling import Prefiller, unrouted
 from .reuse import PrefixReuse
 from .sequence import Sequence, Status
@@ -123,9 +124,12 @@ class Scheduler:
         self._prune()
         self._admit()
         budget = max(self._config.tick_tokens - len(self._decoding), self._config.min_prefill_tokens)
-        done, interrupted = self._prefiller.run(self._prefilling, budget)
+        done, interrupted, failed = self._prefiller.run(self._prefilling, budget)
         for seq in interrupted:
             self._end(seq, FinishReason.CANCELLED)
+        for seq, exc in failed:  # its own chunk failed: it ends alone
+            log.error("request %s failed during prefill", seq.request_id, exc_info=exc)
+            self._end(seq, FinishReason.ERROR, failure_message(exc))
         for seq in done:
             self._join(seq)
         if self._decoding:
@@ -144,11 +148,11 @@ class Scheduler:
         if self._drafter is not None:
             self._drafter.retain([])
 
-    def shutdown(self, message: str) -> None:
-        """Ends everything, waiting sequences included (CANCELLED)."""
-        self.fail_running(message, FinishReason.CANCELLED)
+    def shutdown(self, message: str, reason: FinishReason = FinishReason.CANCELLED) -> None:
+        """Ends everything, waiting sequences included (CANCELLED; ERROR when the thread dies)."""
+        self.fail_running(message, reason)
         for seq in self.admission.drain():
-            seq.finish(FinishReason.CANCELLED, error=message)
+            seq.finish(reason, error=message)
 
     def stats(self) -> SchedulerStats:
         cache, budget = self.reuse.cache, self.admission.budget

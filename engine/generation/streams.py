@@ -11,7 +11,8 @@ request by (``Sequence.request_id``), while what the client sees keeps its own i
 The registry counts what the engine holds, from events alone: ``in_flight``
 (submitted, not finished) and ``running`` (started, not finished); ``len`` is every
 open stream, counted from arrival. Each tenant's share goes to its ledger
-(``tenants``). Event loop only.
+(``tenants``). Event loop only. A stream ends once: events after its Finished
+(from a thread given up for broken, see ``fail_submitted``) are ignored.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import itertools
 from typing import Callable
 
 from ..errors import DuplicateRequestId
-from ..events import Delta, Event, Finished, Started
+from ..events import Delta, Event, FinishReason, Finished, Started, Timings, Usage
 from ..tenancy import ANONYMOUS, Tenant
 from .tenants import Tenants
 
@@ -49,6 +50,8 @@ class Stream:
             pass
 
     def _deliver(self, event: Event) -> None:
+        if self.finished:
+            return
         self._on_event(self, event)
         self.events.put_nowait(event)
 
@@ -96,6 +99,12 @@ class Streams:
         if not stream.submitted and self._open.pop((stream.tenant.name, stream.request_id), None) is stream:
             self.tenants.closed(stream.tenant.name, False, False)
             stream.close()
+
+    def fail_submitted(self, error: str) -> None:
+        """Ends every submitted stream with ERROR here, on the event loop, without the
+        engine thread (which is dead or stuck)."""
+        for stream in [s for s in self._open.values() if s.submitted and not s.finished]:
+            stream._deliver(Finished(FinishReason.ERROR, Usage(0, 0, 0), Timings(0.0, 0.0, 0.0, 0.0), error=error))
 
     def _on_event(self, stream: Stream, event: Event) -> None:
         name = stream.tenant.name

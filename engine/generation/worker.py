@@ -4,6 +4,12 @@ The asyncio side talks to it only through typed messages on a thread-safe inbox;
 events leave through each sequence's delivery sink (which hands them to the event
 loop with ``call_soon_threadsafe``). The model is loaded on this thread, so every
 MLX array of the model lives and is used here.
+
+A failed tick fails the running sequences and the loop goes on; anything that
+escapes the loop (a failure while handling messages or failing sequences, a
+BaseException) kills the thread: it records why (``fault``), ends every sequence
+and call it holds, and stops. The heartbeat marks each iteration so a watchdog can
+tell a stuck thread (``fault`` with a stall timeout) from an idle one.
 """
 
 from __future__ import annotations
@@ -15,6 +21,10 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
+
+from ..errors import EngineDead
+from ..events import FinishReason
+from ..liveness import Heartbeat, Pending, settle
 
 log = logging.getLogger("engine.generation.worker")
 T = TypeVar("T")
@@ -52,7 +62,7 @@ class Worker(Generic[T]):
 
     ``make_scheduler(loaded)`` builds the scheduler from the loaded state; it must
     provide ``idle``, ``submit(sequence)``, ``cancel(request_id)``, ``tick()``,
-    ``fail_running(message)`` and ``shutdown(message)``.
+    ``fail_running(message)`` and ``shutdown(message, reason)``.
     """
 
     def __init__(self, name: str, load: Callable[[], T], make_scheduler: Callable[[T], object]):
@@ -61,6 +71,12 @@ class Worker(Generic[T]):
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._early: deque = deque()  # messages read ahead by ``stop_requested``, in order
         self.ready: Future[T] = Future()
+        self.heartbeat = Heartbeat()
+        self.died = ""  # why the thread died, once it has
+        self._pending = Pending()  # futures of calls not answered yet
+        self._serving = False  # loaded, in the loop
+        self._stopping = False
+        self._abandoned = False  # given up for broken: stop() does not wait for it
         self._thread = threading.Thread(target=self._run, name=f"engine-{name}", daemon=True)
 
     def start(self) -> Future[T]:
@@ -75,9 +91,28 @@ class Worker(Generic[T]):
 
     def call(self, fn: Callable[[object], object]) -> Future:
         """Runs ``fn(scheduler)`` between ticks; returns a future of its result."""
-        future: Future = Future()
-        self._inbox.put(Call(fn, future))
+        future = self._pending.track(Future())
+        if not future.done():
+            self._inbox.put(Call(fn, future))
         return future
+
+    def fault(self, stall_timeout_s: float = 0.0) -> str:
+        """Why the thread no longer serves: it died, ended unasked, or (``stall_timeout_s``
+        > 0) has been busy on one iteration for longer than that; "" while it serves."""
+        if self.died:
+            return f"its engine thread died: {self.died}"
+        if self._serving and not self._stopping and not self._thread.is_alive():
+            return "its engine thread ended"
+        stalled = self.heartbeat.stalled_for()
+        if 0 < stall_timeout_s < stalled:
+            return f"its engine thread made no progress for {stalled:.1f}s with work pending"
+        return ""
+
+    def give_up(self, error: EngineDead) -> None:
+        """Event loop: fails every call waiting on the thread (and any made later);
+        ``stop`` will not wait for the thread."""
+        self._abandoned = True
+        self._pending.fail_all(error)
 
     def stop_requested(self, request_id: str) -> bool:
         """Engine thread only: whether a Cancel of ``request_id`` (or a Shutdown) is
@@ -91,8 +126,9 @@ class Worker(Generic[T]):
                    for m in self._early)
 
     def stop(self, timeout: float | None = 30.0) -> None:
+        self._stopping = True
         self._inbox.put(Shutdown())
-        if self._thread.is_alive():
+        if self._thread.is_alive() and not self._abandoned:
             self._thread.join(timeout)
 
     def _run(self) -> None:
@@ -103,24 +139,57 @@ class Worker(Generic[T]):
             log.exception("model failed to load")
             self.ready.set_exception(exc)
             return
+        self._serving = True
         self.ready.set_result(loaded)
+        try:
+            self._loop(scheduler)
+        except BaseException as exc:  # noqa: BLE001 - the thread ends: say so, end what it holds
+            self._die(scheduler, exc)
+
+    def _loop(self, scheduler) -> None:
         while True:
+            self.heartbeat.beat()
             if not self._drain(scheduler):
                 scheduler.shutdown("server is shutting down")
                 return
+            self.heartbeat.beat()
             try:
                 scheduler.tick()
             except Exception as exc:  # noqa: BLE001 - one bad tick must not kill the thread
                 log.exception("engine tick failed; failing running requests")
                 scheduler.fail_running(f"engine failure: {type(exc).__name__}")
 
+    def _die(self, scheduler, exc: BaseException) -> None:
+        self.died = type(exc).__name__
+        log.critical("the engine thread died; failing every request it holds", exc_info=exc)
+        message = f"engine failure: {self.died}"
+        self._pending.fail_all(EngineDead(f"the engine thread died ({self.died})"))
+        try:
+            scheduler.shutdown(message, FinishReason.ERROR)
+        except BaseException:  # noqa: BLE001 - the event loop's watchdog ends those streams
+            log.exception("could not fail the requests of a dead engine thread")
+        while True:  # sequences submitted but never read
+            try:
+                item = self._early.popleft() if self._early else self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, Submit):
+                try:
+                    item.sequence.finish(FinishReason.ERROR, error=message)
+                except BaseException:  # noqa: BLE001
+                    log.exception("could not fail a request of a dead engine thread")
+
     def _drain(self, scheduler) -> bool:
         """Handles pending messages; blocks while idle. False means shut down."""
         while True:
+            idle = scheduler.idle and not self._early
+            if idle:
+                self.heartbeat.rest()
             try:
-                message = self._early.popleft() if self._early else self._inbox.get(block=scheduler.idle)
+                message = self._early.popleft() if self._early else self._inbox.get(block=idle)
             except queue.Empty:
                 return True
+            self.heartbeat.beat()
             if isinstance(message, Shutdown):
                 return False
             if isinstance(message, Submit):
@@ -128,7 +197,4 @@ class Worker(Generic[T]):
             elif isinstance(message, Cancel):
                 scheduler.cancel(message.request_id)
             elif isinstance(message, Call):
-                try:
-                    message.future.set_result(message.fn(scheduler))
-                except Exception as exc:  # noqa: BLE001
-                    message.future.set_exception(exc)
+                settle(message.future, lambda: message.fn(scheduler))

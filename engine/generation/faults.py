@@ -1,0 +1,28 @@
+"""One row's own failure: host work of one sequence that raises (its delivery, stop
+checks, grammar, drafts, logprob records, its prompt chunk) ends that sequence
+alone with ERROR, logged with its request id; the other rows go on. A finished
+sequence leaves the batch at the next retire, and is released once, as any other."""
+
+from __future__ import annotations
+
+import logging
+
+from ..events import FinishReason
+from .sequence import Sequence, Status
+
+log = logging.getLogger("engine.generation.faults")
+
+
+def failure_message(exc: BaseException) -> str:
+    """What the request's Finished event says (the client sees a generic INTERNAL)."""
+    return f"engine failure: {type(exc).__name__}"
+
+
+def end_row(seq: Sequence, exc: BaseException, during: str) -> None:
+    """Ends ``seq`` with ERROR because ``exc`` escaped its ``during`` work."""
+    log.error("request %s failed during %s; ending it alone", seq.request_id, during, exc_info=exc)
+    try:
+        seq.finish(FinishReason.ERROR, error=failure_message(exc))
+    except Exception:  # noqa: BLE001 - its delivery is what broke; it still leaves the batch
+        log.exception("request %s: its Finished event could not be sent", seq.request_id)
+        seq.status, seq.finish_reason = Status.FINISHED, FinishReason.ERROR
