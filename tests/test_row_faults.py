@@ -56,7 +56,7 @@ def patch_started(engine, target: str, patch):
 
         def start(seq):
             original(seq)
-            if seq.request_id == target:
+            if seq.delivery.request_id == target:  # request_id is the engine-side key
                 patch(seq)
                 del scheduler._start  # the class's own again
         scheduler._start = start
