@@ -176,7 +176,8 @@ def build_models(args: argparse.Namespace) -> ModelSet:
     embedding = []
     if not args.no_embedding:
         specs = args.embedding_model or [(DEFAULT_EMBEDDING_NAME, str(default_embedding_model()))]
-        embedding = [EmbeddingEngine(source, name=name, limits=limits) for name, source in specs]
+        embedding = [EmbeddingEngine(source, name=name, limits=limits, priority_aging_s=args.priority_aging)
+                     for name, source in specs]
     return ModelSet(generation, embedding)
 
 
