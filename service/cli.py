@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-active", type=int, default=32,
                    help="rows prefilling or decoding at once per model (the memory budget admits too)")
     s.add_argument("--max-queued", type=int, default=64, help="requests waiting for admission per model")
+    s.add_argument("--priority-aging", type=float, default=5.0, metavar="SECONDS",
+                   help="a waiting request gains one priority level per this many seconds, so low "
+                        "priorities are never starved (0: no aging)")
+    s.add_argument("--fair-headroom", type=int, default=-1,
+                   help="rows beyond --max-active a tenant below its weighted share may start when every "
+                        "slot is taken (-1: max(1, max-active / 8); 0: none)")
     s.add_argument("--prefill-chunk", type=int, default=256, help="prompt tokens per prefill forward")
     s.add_argument("--tick-tokens", type=int, default=512, help="token budget of one scheduler tick")
     s.add_argument("--min-prefill-tokens", type=int, default=16,
@@ -166,7 +172,8 @@ def build_models(args: argparse.Namespace) -> ModelSet:
                                   prefill_chunk=args.prefill_chunk, tick_tokens=args.tick_tokens,
                                   min_prefill_tokens=args.min_prefill_tokens, prefill_batch=args.prefill_batch,
                                   prefix_cache_bytes=args.prefix_cache_bytes, step_tokens=args.step_tokens,
-                                  speculation_rows=args.speculation_rows),
+                                  speculation_rows=args.speculation_rows,
+                                  priority_aging_s=args.priority_aging, fair_headroom=args.fair_headroom),
         speculation=SpeculationConfig(SpeculationMode(args.speculation), args.num_draft_tokens))
     specs = args.model or [(DEFAULT_GENERATION_NAME, str(default_generation_model()))]
     names = [name or default_name(source) for name, source in specs]
@@ -180,7 +187,8 @@ def build_models(args: argparse.Namespace) -> ModelSet:
     embedding = []
     if not args.no_embedding:
         specs = args.embedding_model or [(DEFAULT_EMBEDDING_NAME, str(default_embedding_model()))]
-        embedding = [EmbeddingEngine(source, name=name, limits=limits) for name, source in specs]
+        embedding = [EmbeddingEngine(source, name=name, limits=limits, priority_aging_s=args.priority_aging)
+                     for name, source in specs]
     return ModelSet(generation, embedding)
 
 

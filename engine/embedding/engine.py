@@ -57,12 +57,12 @@ def _cache_key(request: EmbeddingRequest, text: str) -> str:
 
 class EmbeddingEngine:
     def __init__(self, source: str | Path, *, name: str = "", max_active: int = 2,
-                 max_queued: int = 64, limits: Limits = Limits()):
+                 max_queued: int = 64, limits: Limits = Limits(), priority_aging_s: float = 5.0):
         self.source = str(source)
         self.name = name or Path(self.source).name.lower()
         self.limits = limits
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"engine-embed-{self.name}")
-        self._pool = AdmissionPool(max_active, max_queued)
+        self._pool = AdmissionPool(max_active, max_queued, aging_s=priority_aging_s)
         self._model: EmbeddingModel | None = None
         self._running: dict[tuple[str, str], asyncio.Task] = {}  # by (tenant name, request id)
         self._per_tenant: dict[str, int] = {}  # requests open per tenant name
@@ -148,7 +148,7 @@ class EmbeddingEngine:
         self._per_tenant[tenant.name] = held + 1
         try:
             try:
-                lease = await self._pool.acquire()
+                lease = await self._pool.acquire(request.priority, request.tenant.name)
             except AdmissionRejected:
                 raise QueueFull("the embedding queue is full; retry later") from None
             except AdmissionClosed:

@@ -27,6 +27,14 @@ class SchedulerConfig:
     # numbers of positions make mlx-lm's right-aligned batch cache roll (copy) the whole
     # batch's KV, which on a CPU costs more than the drafts save (docs/PERFORMANCE.md)
     speculation_rows: int = 1
+    # waiting requests gain one priority level per this many seconds (0: no aging)
+    priority_aging_s: float = 5.0
+    # rows a tenant below its weighted share may start beyond max_active (-1: max(1, max_active // 8))
+    fair_headroom: int = -1
+
+    @property
+    def headroom(self) -> int:
+        return self.fair_headroom if self.fair_headroom >= 0 else max(1, self.max_active // 8)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 Runs only on the engine thread, which owns every sequence once submitted. One tick:
 
   1. prune    - cancelled rows leave the running batch (their KV freed);
-  2. admit    - waiting sequences start in FIFO order while a slot and their memory
-                are free (``Admission``); each takes its longest cached prefix;
+  2. admit    - waiting sequences start in fair order (priority with aging, then
+                weighted fair queuing between tenants) while a slot and their
+                memory are free (``Admission``); each takes its longest cached prefix;
   3. prefill  - the token budget left after one token per decoding row goes to
                 prompt chunks (``Prefiller``); a sequence whose prompt is done joins
                 the batch, its last prompt token pending; one whose Cancel arrives
@@ -81,7 +82,8 @@ class Scheduler:
         cache = (PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries)
                  if config.prefix_cache_bytes > 0 else None)
         self.reuse = PrefixReuse(cache, namespace)
-        self.admission = Admission(config.max_active, budget)
+        self.admission = Admission(config.max_active, budget, headroom=config.headroom,
+                                   aging_s=config.priority_aging_s)
         self._batch = Batch(model)
         self.can_roll_back = can_roll_back(model)
         self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt, self._route)
