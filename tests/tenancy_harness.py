@@ -31,7 +31,7 @@ async def engine(fixture_models):
         limits=Limits(max_prompt_tokens=256),
         grammar=GrammarLimits(compile_threads=1, compile_timeout_s=COMPILE_TIMEOUT_S),
         scheduler=SchedulerConfig(max_active=1, max_queued=4, prefill_chunk=8, tick_tokens=24,
-                                  min_prefill_tokens=4))
+                                  min_prefill_tokens=4, fair_headroom=0))  # one slot, strictly
     engine = GenerationEngine(str(fixture_models["llama"]), name=NAME, config=config)
     await engine.start()
     yield engine
