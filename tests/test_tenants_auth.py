@@ -169,8 +169,9 @@ def test_the_cli_refuses_to_listen_beyond_loopback_without_tokens(tmp_path, caps
 
 
 async def test_serve_refuses_a_non_loopback_address_without_tokens_before_binding():
+    # a documentation address (TEST-NET-1) no interface has: were the check gone, binding would fail
     with pytest.raises(ValueError, match="--insecure-open"):
-        await serve("0.0.0.0:0", ModelSet([], []), ServerOptions())
+        await serve("192.0.2.1:0", ModelSet([], []), ServerOptions())
 
 
 # --- identity and the admin role on a live server ---------------------------------
