@@ -1,8 +1,6 @@
-"""Tenants and roles: the tokens file, the caller's identity on every RPC, the admin
-role on adapter RPCs, file paths only for admins, the refusal to listen beyond
-loopback without tokens, the concurrent-RPC bound, and the small fixes around them
-(Cancel/Abort while draining, Abort's id cap, the worker's unstreamed reply size,
-adapter metric series)."""
+"""Tenants and roles: the tokens file, the caller's identity on every RPC (each
+handler shape), the admin role on adapter RPCs, file paths only for admins, the
+tenant in the access log, and the refusal to listen beyond loopback without tokens."""
 
 from __future__ import annotations
 
@@ -11,23 +9,20 @@ import contextlib
 
 import grpc
 import pytest
-from smg_grpc_proto import mlx_engine_pb2 as mlx_pb
-from smg_grpc_proto import mlx_engine_pb2_grpc as mlx_grpc
 
 from engine.models import ModelSet
 from service import cli
 from service.access_log import access_fields
 from service.auth import ADMIN_METHODS, is_loopback_host, is_loopback_peer
-from service.calls import CallRecord, Observer
+from service.calls import CallRecord
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
-from service.interceptors import ServerState
-from service.metrics import Metrics, scrape
+from service.identity import current_identity
+from service.metrics import Metrics
 from service.server import ServerOptions, create_server, serve
 from service.tenants import load_table
-from service.worker.servicer import MAX_ABORT_IDS
 from tests.helpers import details, generate, request
-from tests.test_ops_security import bearer, list_services
+from tests.test_ops_security import bearer
 
 TOKENS_FILE = """\
 # tenant acme: one admin token, one for its apps
@@ -38,21 +33,15 @@ bare-token
 """
 
 
-class Recorder(Observer):
-    """Keeps every finished call's record, and passes everything on to ``metrics``."""
+class Recorder(Metrics):
+    """The server's metrics, also keeping every finished call's record."""
 
-    def __init__(self, metrics: Metrics):
-        self.metrics = metrics
+    def __init__(self, models):
+        super().__init__(models)
         self.calls: list[CallRecord] = []
 
-    def on_start(self, call: CallRecord) -> None:
-        self.metrics.on_start(call)
-
-    def on_tokens(self, call: CallRecord, count: int, now: float) -> None:
-        self.metrics.on_tokens(call, count, now)
-
     def on_end(self, call: CallRecord) -> None:
-        self.metrics.on_end(call)
+        super().on_end(call)
         self.calls.append(call)
 
 
@@ -65,14 +54,13 @@ def table(tmp_path):
 
 @contextlib.asynccontextmanager
 async def tenant_server(models, options=ServerOptions(), address="127.0.0.1:0", state=None):
-    metrics = Metrics(models)
-    recorder = Recorder(metrics)
+    recorder = Recorder(models)
     srv, port = await create_server(address, models, options=options, metrics=recorder, state=state)
     await srv.start()
     host = address.rpartition(":")[0]
     try:
         async with grpc.aio.insecure_channel(f"{host}:{port}") as ch:
-            yield ch, recorder, metrics
+            yield ch, recorder, recorder
     finally:
         await srv.stop(0.5)
 
@@ -248,19 +236,14 @@ async def test_without_tokens_local_callers_are_anonymous_admins(server, fixture
     assert access_fields(unloads[0])["tenant"] == ""
 
 
-async def test_ipv6_loopback_peers_are_local_too(server, fixture_adapters):
+async def test_ipv6_loopback_peers_are_local_too(server):
     try:
-        ctx = tenant_server(server["models"], address="[::1]:0")
-        ch, recorder, _ = await ctx.__aenter__()
-    except Exception:  # noqa: BLE001
+        async with tenant_server(server["models"], address="[::1]:0") as (ch, recorder, _):
+            with pytest.raises(grpc.aio.AioRpcError) as err:  # past the role check: no such adapter
+                await pb_grpc.InferenceServiceStub(ch).UnloadAdapter(pb.UnloadAdapterRequest(model="llama", name="no"))
+    except RuntimeError:  # could not bind
         pytest.skip("no IPv6 loopback here")
-    try:
-        stub = pb_grpc.InferenceServiceStub(ch)
-        with pytest.raises(grpc.aio.AioRpcError) as err:  # got past the role check: the adapter is unknown
-            await stub.UnloadAdapter(pb.UnloadAdapterRequest(model="llama", name="nope"))
-        assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    finally:
-        await ctx.__aexit__(None, None, None)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
     assert any(c.peer.startswith("ipv6:") for c in recorder.calls)
 
 
@@ -275,97 +258,40 @@ async def test_the_access_log_names_the_tenant(server, table):
     assert [(f["tenant"], f["code"]) for f in fields] == [("beta", "OK"), ("", "UNAUTHENTICATED")]
 
 
-# --- the concurrent-RPC bound -----------------------------------------------------
+async def test_every_handler_shape_runs_with_the_callers_identity(table):
+    """A method of each streaming shape, on a real server behind the real interceptors,
+    answers with the identity its handler sees."""
+    def seen() -> bytes:
+        who = current_identity()
+        return f"{who.tenant.name}:{who.admin}".encode()
 
+    async def unary(request, context):
+        return seen()
 
-async def test_the_server_refuses_rpcs_beyond_its_bound(server):
-    async with tenant_server(server["models"], ServerOptions(max_concurrent_rpcs=1)) as (ch, _, _):
-        from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+    async def server_stream(request, context):
+        for _ in range(2):
+            await asyncio.sleep(0)
+            yield seen()
 
-        requests: asyncio.Queue = asyncio.Queue()
+    async def bidi(requests, context):
+        async for _ in requests:
+            yield seen()
 
-        async def pending():
-            while (item := await requests.get()) is not None:
-                yield item
-
-        held = reflection_pb2_grpc.ServerReflectionStub(ch).ServerReflectionInfo(pending())
-        await requests.put(reflection_pb2.ServerReflectionRequest(list_services=""))
-        assert (await held.read()).list_services_response.service  # in flight until we close it
-        stub = pb_grpc.InferenceServiceStub(ch)
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await stub.ListModels(pb.ListModelsRequest())
-        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        await requests.put(None)
-        assert await held.read() is grpc.aio.EOF
-        for _ in range(100):  # the bound frees once the server has finished the held call
-            try:
-                assert (await stub.ListModels(pb.ListModelsRequest())).models
-                break
-            except grpc.aio.AioRpcError as late:
-                assert late.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-                await asyncio.sleep(0.02)
-        else:
-            pytest.fail("the bound never freed")
-        assert "mlxgrpc.v1.InferenceService" in await list_services(ch)
-
-
-# --- small fixes ------------------------------------------------------------------
-
-
-async def test_cancel_and_abort_pass_while_draining(server):
-    state = ServerState()
-    async with tenant_server(server["models"], state=state) as (ch, _, _):
-        state.draining = True
-        stub, worker = pb_grpc.InferenceServiceStub(ch), mlx_grpc.MlxEngineStub(ch)
-        assert not (await stub.Cancel(pb.CancelRequest(request_id="gone"))).cancelled
-        assert await worker.Abort(mlx_pb.AbortRequest(request_ids=["gone"])) == mlx_pb.AbortResponse()
-        with pytest.raises(grpc.aio.AioRpcError) as err:  # new work is still refused
-            await generate(stub, request("Hello", max_tokens=2))
-        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-        state.draining = False
-
-
-async def test_abort_names_at_most_its_cap_of_request_ids(channel):
-    worker = mlx_grpc.MlxEngineStub(channel)
-    assert await worker.Abort(mlx_pb.AbortRequest(request_ids=[f"r{i}" for i in range(MAX_ABORT_IDS)])) \
-        == mlx_pb.AbortResponse()
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await worker.Abort(mlx_pb.AbortRequest(request_ids=[f"r{i}" for i in range(MAX_ABORT_IDS + 1)]))
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert details(err.value)["BadRequest"].field_violations[0].field == "request_ids"
-
-
-async def test_an_unstreamed_worker_reply_over_the_message_limit_is_refused(server):
-    limit = 2048
-    async with tenant_server(server["models"], ServerOptions(max_message_bytes=limit)) as (ch, recorder, _):
-        worker = mlx_grpc.MlxEngineStub(ch)
-        sampling = mlx_pb.SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True, logprobs=5)
-        streamed = [r async for r in worker.Generate(mlx_pb.GenerateRequest(
-            text="Hello", stream=True, sampling_params=sampling))]
-        assert sum(len(r.chunk.token_ids) for r in streamed if r.HasField("chunk")) == 64
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            _ = [r async for r in worker.Generate(mlx_pb.GenerateRequest(
-                text="Hello", stream=False, sampling_params=sampling))]
-        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        info = details(err.value)["ErrorInfo"]
-        assert info.reason == "RESPONSE_TOO_LARGE" and info.metadata["limit_bytes"] == str(limit)
-        assert int(info.metadata["size_bytes"]) > limit
-        small = mlx_pb.SamplingParams(temperature=0.0, max_tokens=3)
-        replies = [r async for r in worker.Generate(mlx_pb.GenerateRequest(text="Hi", stream=False,
-                                                                           sampling_params=small))]
-        assert len(replies[-1].complete.output_ids) == 3
-
-
-async def test_unloaded_adapters_leave_the_metrics(server, fixture_adapters):
-    async with tenant_server(server["models"]) as (ch, _, metrics):
-        stub = pb_grpc.InferenceServiceStub(ch)
-        await stub.LoadAdapter(pb.LoadAdapterRequest(model="llama", name="metered",
-                                                     path=str(fixture_adapters["small"])))
-        out = await generate(stub, request("Hello", max_tokens=3, adapter="metered"))
-        assert len(out.token_ids) == 3
-        await asyncio.sleep(0.05)
-        text = scrape(metrics.registry)
-        assert 'mlxgrpc_adapter_generated_tokens_total{adapter="metered",model="llama"} 3.0' in text
-        assert 'mlxgrpc_adapter_requests_total{adapter="metered",code="OK",model="llama"} 1.0' in text
-        await stub.UnloadAdapter(pb.UnloadAdapterRequest(model="llama", name="metered"))
-        assert "metered" not in scrape(metrics.registry)
+    handlers = {"Unary": grpc.unary_unary_rpc_method_handler(unary),
+                "ServerStream": grpc.unary_stream_rpc_method_handler(server_stream),
+                "Bidi": grpc.stream_stream_rpc_method_handler(bidi)}
+    srv, port = await create_server("127.0.0.1:0", ModelSet([], []), options=ServerOptions(auth_table=table))
+    srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Who", handlers),))
+    await srv.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            same = {"request_serializer": lambda b: b, "response_deserializer": lambda b: b}
+            for token, expected in (("acme-admin", b"acme:True"), ("beta-app", b"beta:False")):
+                auth = bearer(token)
+                assert await ch.unary_unary("/test.Who/Unary", **same)(b"", metadata=auth) == expected
+                assert [r async for r in ch.unary_stream("/test.Who/ServerStream", **same)(b"", metadata=auth)] \
+                    == [expected] * 2
+                bidi_call = ch.stream_stream("/test.Who/Bidi", **same)(iter([b"", b""]), metadata=auth)
+                assert [r async for r in bidi_call] == [expected] * 2
+    finally:
+        await srv.stop(0.5)
