@@ -104,7 +104,7 @@ class AdapterCounters:
         return []
 
     def collect(self):
-        loaded = {(e.name, info.name) for e in (self.models.generation if self.models else ())
+        loaded = {(e.name, info.name) for e in (self.models.generation if self.models is not None else ())
                   for info in e.adapters.infos()}
         for counter, names in self.counters:
             for family in counter.collect():
