@@ -1,7 +1,8 @@
 """Logging setup and the structured access log.
 
-One line per RPC on the logger ``service.access``: method, peer, request id, status
-code, duration and token counts. ``--log-format json`` makes every log line (the
+One line per RPC on the logger ``service.access``: method, peer, tenant ("" for the
+anonymous tenant of a server without tokens), request id, status code, duration and
+token counts. ``--log-format json`` makes every log line (the
 access log included) one JSON object; the access log's fields are then top-level keys.
 
 Log lines never carry a client's bytes raw: characters that are not printable
@@ -82,6 +83,7 @@ def access_fields(call: CallRecord) -> dict[str, object]:
     fields: dict[str, object] = {
         "method": _clip(call.method),
         "peer": _clip(call.peer),
+        "tenant": call.tenant,
         "request_id": _clip(call.request_id),
         "code": call.code,
         "duration_ms": round(call.duration_s * 1000, 3),

@@ -1,48 +1,41 @@
-"""Optional bearer-token authentication.
+"""Who calls: bearer tokens, roles, and the caller's Identity on every RPC.
 
-Clients send ``authorization: Bearer <token>`` metadata. The token is compared in
-constant time (``hmac.compare_digest``) with every configured token; a missing or
-wrong token ends the call with UNAUTHENTICATED and ErrorInfo (reason
-UNAUTHENTICATED, domain mlxgrpc.v1) before the request is even parsed. The health
-service stays open for probes; reflection too when asked.
+``AuthInterceptor`` runs on every server. With tokens (``service.tenants``), clients
+send ``authorization: Bearer <token>``; a missing or unknown token ends the call with
+UNAUTHENTICATED before the request is parsed (health and probes stay open, and
+reflection when asked). Without tokens, every caller is the anonymous tenant, and
+holds the admin role only when its peer is on this machine (loopback or a unix socket).
 
-Tokens come from a file (one per line; blank lines and ``#`` comments ignored) and/or
-the ``MLXGRPC_AUTH_TOKENS`` environment variable (comma-separated).
+The handler runs with the caller's Identity set (``service.identity``), and the
+call's record names its tenant. The methods in ``ADMIN_METHODS`` need the admin
+role: others get PERMISSION_DENIED (reason ADMIN_ROLE_REQUIRED) before their request
+is parsed.
 """
 
 from __future__ import annotations
 
-import hmac
-import os
-from pathlib import Path
-from typing import Iterable, Mapping
+import contextlib
+import inspect
+import ipaddress
+from typing import Any, Callable, Iterable
+from urllib.parse import unquote
 
 import grpc
 from grpc_reflection.v1alpha import reflection
 
-from .handlers import HEALTH_SERVICE, is_probe, rejecting, split_method
-from .status import status_of
+from engine.tenancy import ANONYMOUS
 
-ENV_VAR = "MLXGRPC_AUTH_TOKENS"
+from .calls import current_call
+from .handlers import FACTORIES, HEALTH_SERVICE, Malformed, behavior_of, is_probe, rejecting, split_method
+from .identity import NOBODY, Identity, set_identity
+from .status import ADMIN_ROLE_REQUIRED, status_of
+from .tenants import TokenTable
+
 REFLECTION_SERVICES = (reflection.SERVICE_NAME, "grpc.reflection.v1.ServerReflection")
-
-
-def load_tokens(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The configured tokens, file first, then the environment; duplicates dropped.
-    A file given but holding no token is an error (auth would silently be off)."""
-    tokens: list[str] = []
-    if path is not None:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-        from_file = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
-        if not from_file:
-            raise ValueError(f"the auth token file {path} holds no token")
-        tokens += from_file
-    value = (os.environ if env is None else env).get(ENV_VAR, "")
-    tokens += [t.strip() for t in value.split(",") if t.strip()]
-    for t in tokens:
-        if any(c.isspace() for c in t):
-            raise ValueError("auth tokens must not contain whitespace")
-    return tuple(dict.fromkeys(tokens))
+ADMIN_METHODS = frozenset({
+    "/mlxgrpc.v1.InferenceService/LoadAdapter",
+    "/mlxgrpc.v1.InferenceService/UnloadAdapter",
+})
 
 
 def bearer_token(metadata: Iterable | None) -> str | None:
@@ -57,29 +50,118 @@ def bearer_token(metadata: Iterable | None) -> str | None:
     return None
 
 
+def is_loopback_peer(peer: str) -> bool:
+    """Whether a grpc peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``, its
+    URI-escaped form, ``unix:...``) is a caller on this machine."""
+    scheme, _, rest = unquote(peer or "").partition(":")
+    if scheme in ("unix", "unix-abstract"):
+        return True
+    if scheme not in ("ipv4", "ipv6"):
+        return False
+    return _loopback_ip(rest.rpartition(":")[0].strip("[]"))
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether listening on ``host`` (as ``--host`` takes it) reaches only this machine."""
+    host = host.strip()
+    if host.startswith(("unix:", "unix-abstract:")) or host.lower() == "localhost":
+        return True
+    return _loopback_ip(host.strip("[]"))
+
+
+def _loopback_ip(text: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+class _Unparsed:
+    """An admin method's request bytes, parsed only once the caller may call it."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, tokens: Iterable[str], *, open_reflection: bool = False):
-        self._tokens = [t.encode("utf-8") for t in tokens]
-        if not self._tokens:
-            raise ValueError("AuthInterceptor needs at least one token")
+    def __init__(self, table: TokenTable = TokenTable(), *, open_reflection: bool = False):
+        self.table = table
         self.open_services = {HEALTH_SERVICE, *(REFLECTION_SERVICES if open_reflection else ())}
         self._missing = status_of(grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED",
                                   "missing bearer token: send the metadata 'authorization: Bearer <token>'")
         self._invalid = status_of(grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED", "invalid bearer token")
-
-    def authorized(self, token: str) -> bool:
-        presented = token.encode("utf-8")
-        match = False
-        for expected in self._tokens:  # no early exit: the time does not tell which token
-            match |= hmac.compare_digest(expected, presented)
-        return match
+        self._denied = status_of(grpc.StatusCode.PERMISSION_DENIED, ADMIN_ROLE_REQUIRED,
+                                 "this method needs a token with the admin role")
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
-        if split_method(details.method)[0] in self.open_services or is_probe(details.method):
-            return await continuation(details)
-        token = bearer_token(details.invocation_metadata)
-        if token is not None and self.authorized(token):
-            return await continuation(details)
-        # an unknown method is UNAUTHENTICATED too: nothing is revealed before auth
         handler = await continuation(details)
-        return rejecting(handler, self._missing if token is None else self._invalid)
+        method = details.method
+        if not self.table:
+            return self._identified(handler, method, None) if handler else None
+        token = bearer_token(details.invocation_metadata)
+        identity = self.table.identify(token) if token is not None else None
+        if identity is None:
+            if split_method(method)[0] in self.open_services or is_probe(method):
+                return self._identified(handler, method, NOBODY) if handler else None
+            # an unknown method is UNAUTHENTICATED too: nothing is revealed before auth
+            return rejecting(handler, self._missing if token is None else self._invalid)
+        if handler is not None and method in ADMIN_METHODS and not identity.admin:
+            handler = rejecting(handler, self._denied)
+        return self._identified(handler, method, identity) if handler else None
+
+    def _identified(self, handler: grpc.RpcMethodHandler, method: str,
+                    known: Identity | None) -> grpc.RpcMethodHandler:
+        """``handler`` run with the caller's identity set: ``known``, or (no tokens)
+        the anonymous tenant, admin when the peer is local. An admin method's request
+        is then parsed only after the role is checked."""
+        inner = behavior_of(handler)
+        deferred = known is None and method in ADMIN_METHODS and not handler.request_streaming
+        parse = handler.request_deserializer
+
+        def who(context: grpc.aio.ServicerContext) -> Identity:
+            identity = known
+            if identity is None:
+                peer = ""
+                with contextlib.suppress(Exception):
+                    peer = context.peer() or ""
+                identity = Identity(ANONYMOUS, admin=is_loopback_peer(peer))
+            set_identity(identity)
+            call = current_call()
+            if call is not None:
+                call.tenant = identity.tenant.name
+            return identity
+
+        if inspect.isasyncgenfunction(inner):
+            async def behavior(request: Any, context: grpc.aio.ServicerContext):
+                who(context)
+                async with contextlib.aclosing(inner(request, context)) as responses:
+                    async for response in responses:
+                        yield response
+        else:
+            async def behavior(request: Any, context: grpc.aio.ServicerContext):
+                identity = who(context)
+                if deferred:
+                    if not identity.admin:
+                        await context.abort_with_status(self._denied)
+                    request = await self._parsed(parse, request, method, context)
+                result = inner(request, context)
+                return await result if inspect.isawaitable(result) else result
+
+        factory = FACTORIES[(handler.request_streaming, handler.response_streaming)]
+        return factory(behavior, request_deserializer=_Unparsed if deferred else parse,
+                       response_serializer=handler.response_serializer)
+
+    @staticmethod
+    async def _parsed(parse: Callable | None, request: Any, method: str, context: grpc.aio.ServicerContext):
+        if not isinstance(request, _Unparsed) or parse is None:
+            return request
+        try:
+            parsed = parse(request.data)
+        except Exception as exc:  # noqa: BLE001 - the caller's bad bytes
+            await context.abort_with_status(Malformed(split_method(method)[1] + "Request", exc).status())
+        call = current_call()
+        if call is not None:
+            call.model = str(getattr(parsed, "model", "") or "")
+        return parsed

@@ -43,6 +43,7 @@ class CallRecord:
 
     method: str  # full method name, as the client sent it
     peer: str = ""
+    tenant: str = ""  # the caller's tenant (set by the auth interceptor; "" when anonymous)
     request_id: str = ""
     model: str = ""
     adapter: str = ""  # Generate's adapter, as the client named it

@@ -20,8 +20,8 @@ from engine.requests import SpeculationMode
 from engine.validation import BYTES_PER_TOKEN, Limits
 
 from .access_log import configure_logging
-from .auth import ENV_VAR, load_tokens
-from .server import ServerOptions, serve
+from .server import ServerOptions, exposure, serve
+from .tenants import ENV_VAR, load_table
 from .tls import server_credentials
 from .watchdog import EXIT_ENGINE_BROKEN
 
@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run the server", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    s.add_argument("--host", default="[::]", help="address to listen on")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on; any other than loopback needs auth tokens or --insecure-open")
     s.add_argument("--port", type=int, default=50051, help="port (0 picks a free one)")
     s.add_argument("--model", action="append", type=_model_spec, metavar="[NAME=]SOURCE",
                    help="generation model: a GGUF file, a Hugging Face directory or hub id; "
@@ -133,10 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
                         f"fail UNAVAILABLE (ENGINE_DEAD) and the server exits with status {EXIT_ENGINE_BROKEN} "
                         "(a thread that dies does so at once); 0 turns the stall check off")
     s.add_argument("--auth-token-file", metavar="PATH",
-                   help=f"require 'authorization: Bearer <token>' with a token from this file (one per line); "
-                        f"tokens may also come from ${ENV_VAR} (comma-separated)")
+                   help=f"require 'authorization: Bearer <token>' with a token from this file, one per line: "
+                        f"TOKEN [TENANT [ROLE [key=value ...]]] (ROLE inference or admin); tokens may also "
+                        f"come from ${ENV_VAR} (comma-separated; tenant default, role inference)")
     s.add_argument("--auth-open-reflection", action="store_true",
                    help="serve reflection without a token (health is always open)")
+    s.add_argument("--insecure-open", action="store_true",
+                   help="allow a non-loopback --host without auth tokens (anyone reaching it may generate)")
+    s.add_argument("--max-concurrent-rpcs", type=int, default=1024,
+                   help="RPCs served at once; beyond it grpc answers RESOURCE_EXHAUSTED (0: unbounded)")
     s.add_argument("--tls-cert", metavar="PEM", help="server certificate chain: serve TLS")
     s.add_argument("--tls-key", metavar="PEM", help="server private key")
     s.add_argument("--tls-client-ca", metavar="PEM",
@@ -228,14 +234,22 @@ def _prepare() -> None:
 
 def server_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ServerOptions:
     try:
-        tokens = load_tokens(args.auth_token_file)
+        table = load_table(args.auth_token_file)
     except (OSError, ValueError) as exc:
         parser.error(f"--auth-token-file: {exc}")
-    return ServerOptions(reflection=not args.no_reflection, max_message_bytes=args.max_message_bytes,
-                         grace_s=args.grace, auth_tokens=tokens, auth_open_reflection=args.auth_open_reflection,
-                         metrics_port=args.metrics_port, metrics_host=args.metrics_host,
-                         access_log=not args.no_access_log, limits=build_limits(args),
-                         smg_worker=not args.no_smg_worker, engine_stall_timeout_s=args.engine_stall_timeout)
+    if args.max_concurrent_rpcs < 0:
+        parser.error("--max-concurrent-rpcs must be at least 0")
+    options = ServerOptions(reflection=not args.no_reflection, max_message_bytes=args.max_message_bytes,
+                            grace_s=args.grace, auth_table=table, auth_open_reflection=args.auth_open_reflection,
+                            metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+                            access_log=not args.no_access_log, limits=build_limits(args),
+                            smg_worker=not args.no_smg_worker, insecure_open=args.insecure_open,
+                            max_concurrent_rpcs=args.max_concurrent_rpcs,
+                            engine_stall_timeout_s=args.engine_stall_timeout)
+    problem = exposure(args.host, options)
+    if problem and not args.insecure_open:
+        parser.error(f"refusing to start: {problem}")
+    return options
 
 
 def tls_credentials(args: argparse.Namespace, parser: argparse.ArgumentParser):

@@ -141,7 +141,8 @@ def embedding_request(msg: pb.EmbedRequest, tenant: Tenant = ANONYMOUS) -> Embed
         dimensions=msg.dimensions)
 
 
-def model_info(d: ModelDescription) -> model_pb.ModelInfo:
+def model_info(d: ModelDescription, sources: bool = True) -> model_pb.ModelInfo:
+    """``sources`` False leaves the model's and its adapters' file paths out (empty)."""
     c = d.capabilities
     return model_pb.ModelInfo(
         name=d.name, kind=_KIND[d.kind],
@@ -167,14 +168,14 @@ def model_info(d: ModelDescription) -> model_pb.ModelInfo:
                               for f in c.response_formats]),
         context_length=d.context_length, vocab_size=d.vocab_size, eos_token_ids=d.eos_token_ids,
         has_chat_template=d.has_chat_template, dtype=d.dtype, blas=d.blas,
-        embedding_dimensions=d.embedding_dimensions, source=d.source,
-        adapters=[adapter_info(a) for a in d.adapters], max_adapters=d.max_adapters)
+        embedding_dimensions=d.embedding_dimensions, source=d.source if sources else "",
+        adapters=[adapter_info(a, sources) for a in d.adapters], max_adapters=d.max_adapters)
 
 
-def adapter_info(a: AdapterInfo) -> model_pb.AdapterInfo:
+def adapter_info(a: AdapterInfo, sources: bool = True) -> model_pb.AdapterInfo:
     return model_pb.AdapterInfo(
         name=a.name, kind=_ADAPTER_KIND.get(a.fine_tune_type, model_pb.ADAPTER_KIND_UNSPECIFIED), rank=a.rank,
-        scale=a.scale, layers=a.layers, bytes=a.nbytes, source=a.source, active_requests=a.active_requests,
+        scale=a.scale, layers=a.layers, bytes=a.nbytes, source=a.source if sources else "", active_requests=a.active_requests,
         unloading=a.unloading)
 
 

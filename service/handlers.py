@@ -15,6 +15,8 @@ from .status import status_of
 
 HEALTH_SERVICE = health.SERVICE_NAME  # grpc.health.v1.Health
 WORKER_HEALTH = "/mlx.grpc.engine.MlxEngine/HealthCheck"  # a probe: open and answered while draining
+# Calls that only stop work: answered while draining too.
+STOPPING_METHODS = frozenset({"/mlxgrpc.v1.InferenceService/Cancel", "/mlx.grpc.engine.MlxEngine/Abort"})
 # A refused call's client may still be sending: these many messages (each unparsed),
 # each within this many seconds of the last, are read and dropped before the
 # status, so the client's writes do not fail and hide it.

@@ -3,8 +3,9 @@ and drain rejection.
 
 Order on the server (outermost first): ``ObservingInterceptor`` sees every RPC,
 rejected ones included, so each gets one access-log line and one count;
-``AuthInterceptor`` (service/auth.py) and ``DrainInterceptor`` may replace the
-handler with one that ends the call with a rich status without reading the request.
+``AuthInterceptor`` (service/auth.py) sets the caller's identity, and it and
+``DrainInterceptor`` may replace the handler with one that ends the call with a rich
+status without reading the request.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any, Callable, Iterator
 import grpc
 
 from .calls import CallRecord, Observer, code_name, follow, serving
-from .handlers import FACTORIES, HEALTH_SERVICE, Malformed, behavior_of, is_probe, rejecting, split_method, tolerant
+from .handlers import (FACTORIES, HEALTH_SERVICE, STOPPING_METHODS, Malformed, behavior_of, is_probe, rejecting,
+                       split_method, tolerant)
 from .status import status_of
 
 log = logging.getLogger("service.interceptors")
@@ -76,8 +78,9 @@ class ServerState:
 
 
 class DrainInterceptor(grpc.aio.ServerInterceptor):
-    """While draining, new RPCs (health probes excepted) end with UNAVAILABLE + RetryInfo,
-    so clients retry on another replica."""
+    """While draining, new RPCs end with UNAVAILABLE + RetryInfo, so clients retry on
+    another replica; health probes and the calls that only stop work (Cancel, the
+    worker contract's Abort) still pass."""
 
     def __init__(self, state: ServerState, retry_after_s: float = 1.0):
         self.state = state
@@ -87,7 +90,7 @@ class DrainInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
         handler = await continuation(details)
-        if not self.state.draining or is_probe(details.method):
+        if not self.state.draining or is_probe(details.method) or details.method in STOPPING_METHODS:
             return handler
         return rejecting(handler, self.status, parse=True)
 

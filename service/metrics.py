@@ -32,7 +32,8 @@ process_* metrics (CPU, resident memory, open fds).
 Labels never take a client's string as it is, so no client can multiply series:
 methods this server does not serve are ``unknown`` (service and method), and so
 are model names that no served model has. The served methods include the worker
-contract's (``mlx.grpc.engine.MlxEngine``).
+contract's (``mlx.grpc.engine.MlxEngine``). Adapter series exist only while their
+adapter is loaded: each scrape drops the counters' label sets of adapters that are not.
 """
 
 from __future__ import annotations
@@ -92,6 +93,29 @@ def _adapter_families(models):
     yield size
 
 
+class AdapterCounters:
+    """The per-adapter counters, each scrape first rid of adapters no longer loaded
+    (unloaded or evicted), so adapter names never pile up as series."""
+
+    def __init__(self, models, counters):
+        self.models = models
+        self.counters = counters
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        loaded = {(e.name, info.name) for e in (self.models.generation if self.models is not None else ())
+                  for info in e.adapters.infos()}
+        for counter, names in self.counters:
+            for family in counter.collect():
+                stale = {tuple(s.labels[n] for n in names) for s in family.samples
+                         if (s.labels["model"], s.labels["adapter"]) not in loaded}
+                for labels in stale:
+                    counter.remove(*labels)
+            yield from counter.collect()
+
+
 class Metrics(Observer):
     def __init__(self, models=None, registry: CollectorRegistry | None = None, tenants=()):
         self.registry = registry or CollectorRegistry()
@@ -119,9 +143,11 @@ class Metrics(Observer):
         self.embedded = Counter("mlxgrpc_embedded_tokens", "Tokens of embedded inputs", ["model"], registry=r)
         # Per adapter, only for streams that started (so only loaded adapters' names become labels).
         self.adapter_generated = Counter("mlxgrpc_adapter_generated_tokens", "Tokens generated with an adapter",
-                                         ["model", "adapter"], registry=r)
+                                         ["model", "adapter"], registry=None)
         self.adapter_requests = Counter("mlxgrpc_adapter_requests", "Started Generate streams with an adapter",
-                                        ["model", "adapter", "code"], registry=r)
+                                        ["model", "adapter", "code"], registry=None)
+        r.register(AdapterCounters(models, ((self.adapter_generated, ("model", "adapter")),
+                                            (self.adapter_requests, ("model", "adapter", "code")))))
         self.draining = Gauge("mlxgrpc_draining", "1 while the server drains", registry=r)
         self.models = models
         if models is not None:

@@ -11,8 +11,8 @@ Beside InferenceService it serves SMG's worker contract ``mlx.grpc.engine.MlxEng
 (service/worker/, on by default) on the same port and engines.
 
 Every RPC passes the interceptors (outermost first): observation (in-flight count,
-metrics, access log), bearer-token auth when tokens are configured, and the drain
-check. See docs/OPERATIONS.md.
+metrics, access log), identity (bearer tokens when configured, the admin role) and
+the drain check. See docs/OPERATIONS.md.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from engine.models import ModelSet
 from engine.validation import Limits
 
 from .access_log import AccessLog
-from .auth import AuthInterceptor
+from .auth import AuthInterceptor, is_loopback_host
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .interceptors import DrainInterceptor, ObservingInterceptor, ServerState
@@ -40,6 +40,7 @@ from .metrics import Metrics
 from .servicer import InferenceServicer
 from .status import status_of
 from .watchdog import BROKEN_GRACE_S, EXIT_ENGINE_BROKEN, watch
+from .tenants import TokenTable
 from .worker.servicer import SERVICE_NAME as WORKER_SERVICE_NAME, WorkerServicer
 
 log = logging.getLogger("service.server")
@@ -60,7 +61,8 @@ class ServerOptions:
     reflection: bool = True
     max_message_bytes: int = 16 * 1024 * 1024
     grace_s: float = 10.0
-    auth_tokens: tuple[str, ...] = ()  # empty: no authentication
+    auth_tokens: tuple[str, ...] = ()  # bare tokens: tenant "default", role inference
+    auth_table: TokenTable = TokenTable()  # the tokens file's; with auth_tokens empty: no authentication
     auth_open_reflection: bool = False  # reflection without a token (health is always open)
     metrics_port: int | None = None  # None: no metrics endpoint; 0 picks a free port
     metrics_host: str = "0.0.0.0"
@@ -68,6 +70,21 @@ class ServerOptions:
     smg_worker: bool = True  # also serve SMG's worker contract mlx.grpc.engine.MlxEngine
     limits: Limits = Limits()  # the engines' limits (identifiers are checked before a model is found)
     engine_stall_timeout_s: float = 60.0  # an engine thread busy this long on one tick is broken; 0: off
+    insecure_open: bool = False  # the operator chose a non-loopback address without tokens
+    max_concurrent_rpcs: int = 1024  # beyond it grpc answers RESOURCE_EXHAUSTED; 0: unbounded
+
+
+def exposure(host: str, options: ServerOptions) -> str:
+    """Why listening on ``host`` with ``options`` is unsafe ("" when it is not)."""
+    if token_table(options) or is_loopback_host(host):
+        return ""
+    return (f"listening on {host}, beyond this machine, without auth tokens: give --auth-token-file "
+            f"(or $MLXGRPC_AUTH_TOKENS), listen on 127.0.0.1, or accept it with --insecure-open")
+
+
+def token_table(options: ServerOptions) -> TokenTable:
+    """Every token the server accepts (the table's win over bare ones)."""
+    return TokenTable({**TokenTable.of_tokens(options.auth_tokens).identities, **options.auth_table.identities})
 
 
 async def create_server(address: str, models: ModelSet, *, options: ServerOptions = ServerOptions(),
@@ -82,18 +99,19 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
     ``metrics`` receives every RPC's figures."""
     state = state or ServerState()
     observers = [o for o in (metrics, AccessLog() if options.access_log else None) if o is not None]
-    interceptors: list[grpc.aio.ServerInterceptor] = [ObservingInterceptor(state, observers)]
-    if options.auth_tokens:
-        interceptors.append(AuthInterceptor(options.auth_tokens, open_reflection=options.auth_open_reflection))
-    interceptors.append(DrainInterceptor(state))
+    interceptors: list[grpc.aio.ServerInterceptor] = [
+        ObservingInterceptor(state, observers),
+        AuthInterceptor(token_table(options), open_reflection=options.auth_open_reflection),
+        DrainInterceptor(state)]
     server = grpc.aio.server(interceptors=interceptors, options=[
         ("grpc.max_receive_message_length", options.max_message_bytes),
         ("grpc.max_send_message_length", options.max_message_bytes), *KEEPALIVE,
-    ])
+    ], maximum_concurrent_rpcs=options.max_concurrent_rpcs or None)
     servicer = InferenceServicer(models, options.limits, options.max_message_bytes)
     pb_grpc.add_InferenceServiceServicer_to_server(servicer, server)
     if options.smg_worker:
-        mlx_grpc.add_MlxEngineServicer_to_server(WorkerServicer(models, state, options.limits), server)
+        mlx_grpc.add_MlxEngineServicer_to_server(
+            WorkerServicer(models, state, options.limits, options.max_message_bytes), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer or health.aio.HealthServicer(), server)
     if options.reflection:
         names = (SERVICE_NAME, *((WORKER_SERVICE_NAME,) if options.smg_worker else ()),
@@ -151,7 +169,15 @@ async def serve(address: str, models: ModelSet, options: ServerOptions = ServerO
                 credentials: grpc.ServerCredentials | None = None) -> int:
     """Runs the server until SIGINT/SIGTERM, then drains gracefully (a second signal
     ends the grace period at once). Returns the exit status: 0, or 1 when a model
-    failed to load, or ``EXIT_ENGINE_BROKEN`` (3) when a model's engine broke."""
+    failed to load, or ``EXIT_ENGINE_BROKEN`` (3) when a model's engine broke. A
+    non-loopback address without tokens is a ValueError unless ``options.insecure_open``."""
+    problem = exposure(address.rpartition(":")[0], options)
+    if problem and not options.insecure_open:
+        raise ValueError(problem)
+    if problem:
+        log.warning("INSECURE (--insecure-open): listening on %s without auth tokens; anyone who reaches "
+                    "it may call every inference RPC (only callers on this machine hold the admin role); "
+                    "production should mount a tokens file (--auth-token-file)", address)
     health_servicer = health.aio.HealthServicer()
     state = ServerState()
     metrics = Metrics(models) if options.metrics_port is not None else None

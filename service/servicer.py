@@ -4,7 +4,8 @@ Before any work, each RPC checks what is free to measure on the wire message: th
 length of the identifiers it names (model, request and session ids) and the
 counts of its repeated fields, so nothing oversized is converted, rendered or
 tokenized. Errors leave through ``status.abort`` only; a stream that fails after it
-started ends with that status, never silently.
+started ends with that status, never silently. Model and adapter file paths
+(``source``) go only to callers with the admin role (service/auth.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from . import convert
 from .identity import current_identity
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
+from .identity import current_identity
 from .status import ResponseTooLarge, abort
 
 log = logging.getLogger("service.servicer")
@@ -76,7 +78,8 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
     async def GetModelInfo(self, request: pb.GetModelInfoRequest, context: grpc.aio.ServicerContext):
         try:
             check_ids(self.limits, model=request.model)
-            return pb.GetModelInfoResponse(info=convert.model_info(self.models.any(request.model).describe()))
+            return pb.GetModelInfoResponse(info=convert.model_info(self.models.any(request.model).describe(),
+                                                                     current_identity().admin))
         except Exception as exc:  # noqa: BLE001
             await abort(context, exc)
 
@@ -116,7 +119,8 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             await abort(context, exc)
 
     async def ListModels(self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext):
-        return pb.ListModelsResponse(models=[convert.model_info(d) for d in self.models.describe_all()])
+        admin = current_identity().admin  # file paths only for admins
+        return pb.ListModelsResponse(models=[convert.model_info(d, admin) for d in self.models.describe_all()])
 
     async def GetLoad(self, request: pb.GetLoadRequest, context: grpc.aio.ServicerContext):
         try:
@@ -156,7 +160,8 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             check_ids(self.limits, model=request.model)
             engine = self.models.generator(request.model)
             return pb.ListAdaptersResponse(model=engine.name, max_adapters=engine.adapters.limit,
-                                           adapters=[convert.adapter_info(a) for a in engine.adapters.infos()])
+                                           adapters=[convert.adapter_info(a, current_identity().admin)
+                                                     for a in engine.adapters.infos()])
         except Exception as exc:  # noqa: BLE001
             await abort(context, exc)
 

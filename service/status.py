@@ -23,6 +23,8 @@ DOMAIN = "mlxgrpc.v1"
 MAX_MESSAGE_CHARS = 1024  # status messages and field violation descriptions
 MAX_METADATA_CHARS = 128  # each ErrorInfo metadata value
 log = logging.getLogger("service.status")
+# Service-level reasons, beside the engine errors' own (engine/errors.py):
+ADMIN_ROLE_REQUIRED = "ADMIN_ROLE_REQUIRED"  # PERMISSION_DENIED: the method needs the admin role
 
 
 class ResponseTooLarge(Exception):
@@ -87,7 +89,7 @@ def status_of(code: grpc.StatusCode, reason: str, message: str, *,
     """A rich status: ErrorInfo with ``reason`` and ``metadata``, plus a BadRequest
     violation of ``field`` (described by ``description``, else ``message``) and
     RetryInfo when given. Also for service-level conditions that are no engine error
-    (authentication, draining, an unparsable message)."""
+    (authentication, the admin role, draining, an unparsable message)."""
     metadata = {key: value[:MAX_METADATA_CHARS] for key, value in (metadata or {}).items()}
     details = [error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata)]
     if field:

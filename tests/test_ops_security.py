@@ -17,10 +17,11 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from engine.models import ModelSet
 from service import cli
-from service.auth import AuthInterceptor, bearer_token, load_tokens
+from service.auth import bearer_token
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from service.server import ServerOptions, create_server
+from service.tenants import TokenTable, load_table
 from service.tls import server_credentials
 from tests.helpers import details, generate, request
 
@@ -45,17 +46,22 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
 
 
 def test_tokens_from_file_and_environment(tmp_path):
+    """A file of bare tokens (the old format) still parses: each is tenant default,
+    role inference."""
     path = tmp_path / "tokens"
     path.write_text("# ops tokens\nalpha\n\n  beta  \nalpha\n")
-    assert load_tokens(path, {}) == ("alpha", "beta")
-    assert load_tokens(path, {"MLXGRPC_AUTH_TOKENS": "gamma, beta,,"}) == ("alpha", "beta", "gamma")
-    assert load_tokens(None, {"MLXGRPC_AUTH_TOKENS": ""}) == ()
+    table = load_table(path, {})
+    assert len(table) == 2 and {table.identify(t).tenant.name for t in ("alpha", "beta")} == {"default"}
+    assert not table.identify("alpha").admin
+    both = load_table(path, {"MLXGRPC_AUTH_TOKENS": "gamma, beta,,"})
+    assert len(both) == 3 and both.identify("gamma") == both.identify("alpha")
+    assert not load_table(None, {"MLXGRPC_AUTH_TOKENS": ""})
     empty = tmp_path / "empty"
     empty.write_text("# nothing\n\n")
     with pytest.raises(ValueError, match="holds no token"):
-        load_tokens(empty, {})
+        load_table(empty, {})
     with pytest.raises(ValueError, match="whitespace"):
-        load_tokens(None, {"MLXGRPC_AUTH_TOKENS": "a b"})
+        load_table(None, {"MLXGRPC_AUTH_TOKENS": "a b"})
 
 
 def test_bearer_token_parsing_and_comparison():
@@ -65,9 +71,9 @@ def test_bearer_token_parsing_and_comparison():
     assert bearer_token([("authorization", "Bearer ")]) is None
     assert bearer_token([("x-other", "Bearer abc")]) is None
     assert bearer_token(None) is None
-    auth = AuthInterceptor(TOKENS)
-    assert auth.authorized("other-token-2") and auth.authorized("s3cret-token-1")
-    assert not auth.authorized("s3cret-token-") and not auth.authorized("") and not auth.authorized("ü")
+    table = TokenTable.of_tokens(TOKENS)
+    assert table.identify("other-token-2") and table.identify("s3cret-token-1")
+    assert not table.identify("s3cret-token-") and not table.identify("") and not table.identify("ü")
 
 
 # --- auth on a live server --------------------------------------------------------
@@ -247,7 +253,7 @@ def test_cli_security_flags(tmp_path, pki):
                               "--tls-key", str(d / "server.key"), "--tls-client-ca", str(d / "ca.pem"),
                               "--metrics-port", "0", "--no-reflection"])
     options = cli.server_options(args, parser)
-    assert options.auth_tokens[:2] == ("t1", "t2") and options.auth_open_reflection
+    assert options.auth_table.identify("t1") and options.auth_table.identify("t2") and options.auth_open_reflection
     assert options.metrics_port == 0 and not options.reflection and args.log_format == "json"
     assert isinstance(cli.tls_credentials(args, parser), grpc.ServerCredentials)
 

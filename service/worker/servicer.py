@@ -4,8 +4,10 @@ A gateway treats each server as one worker serving one model: the first
 generation model. Generate, Abort and the load figures go through the same
 ``GenerationEngine`` as our own Generate and Cancel, with the same limits checked
 before any work (the request id's length and the repeated fields' counts on the
-wire message); errors leave through ``status.abort`` with the same codes and
-details. Requests run as the caller's tenant, and Abort reaches only its ids.
+wire message, at most ``MAX_ABORT_IDS`` ids per Abort); errors leave through
+``status.abort`` with the same codes and details. An unstreamed Generate's one reply
+is checked against the message limit: RESOURCE_EXHAUSTED (RESPONSE_TOO_LARGE), not a
+failed send. Requests run as the caller's tenant, and Abort reaches only its ids.
 """
 
 from __future__ import annotations
@@ -21,23 +23,26 @@ from smg_grpc_proto import mlx_engine_pb2_grpc as mlx_grpc
 from engine.errors import EngineError
 from engine.generation.engine import GenerationEngine
 from engine.models import ModelSet, sized_limits
-from engine.validation import Limits, check_counts, check_ids
+from engine.validation import Limits, at_most, check_counts, check_ids
 
 from ..calls import current_call
 from ..identity import current_identity
 from ..interceptors import ServerState
-from ..status import abort
+from ..status import ResponseTooLarge, abort
 from . import convert
 from .tokenizer_bundle import TokenizerBundle
 
 SERVICE_NAME = mlx_pb.DESCRIPTOR.services_by_name["MlxEngine"].full_name
+MAX_ABORT_IDS = 1024  # request ids one Abort may name (more: INVALID_ARGUMENT naming request_ids)
 
 
 class WorkerServicer(mlx_grpc.MlxEngineServicer):
-    def __init__(self, models: ModelSet, state: ServerState, limits: Limits = Limits()):
+    def __init__(self, models: ModelSet, state: ServerState, limits: Limits = Limits(),
+                 max_message_bytes: int = 16 << 20):
         self.models = models
         self.state = state
         self.limits = limits  # for the request id, checked before the model is looked up
+        self.max_message_bytes = max_message_bytes
         self.started = time.monotonic()
         self._files: dict[str, bytes] | None = None
         self._bundle: TokenizerBundle | None = None
@@ -58,6 +63,10 @@ class WorkerServicer(mlx_grpc.MlxEngineServicer):
             request_ = dataclasses.replace(convert.generation_request(request), tenant=current_identity().tenant)
             async for event in engine.generate(request_):
                 message = responses.add(event)
+                if message is not None and not request.stream:
+                    size = message.ByteSize()  # all output in one message: it may not fit
+                    if size > self.max_message_bytes:
+                        raise ResponseTooLarge(size, self.max_message_bytes)
                 if message is not None:
                     yield message
         except Exception as exc:  # noqa: BLE001 - mapped to a status in one place
@@ -73,6 +82,10 @@ class WorkerServicer(mlx_grpc.MlxEngineServicer):
         return mlx_pb.HealthCheckResponse(healthy=True, message="OK")
 
     async def Abort(self, request: mlx_pb.AbortRequest, context: grpc.aio.ServicerContext):
+        try:
+            at_most("request_ids", len(request.request_ids), MAX_ABORT_IDS, "request ids")
+        except Exception as exc:  # noqa: BLE001
+            await abort(context, exc)
         tenant = current_identity().tenant.name
         for request_id in request.request_ids:
             if request_id:

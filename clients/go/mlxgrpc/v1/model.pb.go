@@ -805,7 +805,8 @@ type ModelInfo struct {
 	Blas string `protobuf:"bytes,10,opt,name=blas,proto3" json:"blas,omitempty"`
 	// Length of the vectors Embed returns; 0 when the model does not embed.
 	EmbeddingDimensions int32 `protobuf:"varint,11,opt,name=embedding_dimensions,json=embeddingDimensions,proto3" json:"embedding_dimensions,omitempty"`
-	// Where the weights came from (a file or directory).
+	// Where the weights came from (a file or directory). Only callers with the admin
+	// role see it; for others it is empty.
 	Source string `protobuf:"bytes,12,opt,name=source,proto3" json:"source,omitempty"`
 	// The adapters loaded on a generation model (see ListAdapters).
 	Adapters []*AdapterInfo `protobuf:"bytes,13,rep,name=adapters,proto3" json:"adapters,omitempty"`
@@ -958,7 +959,8 @@ type AdapterInfo struct {
 	Layers int32 `protobuf:"varint,5,opt,name=layers,proto3" json:"layers,omitempty"`
 	// Memory its weights occupy on the server, counted in the memory plan.
 	Bytes int64 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`
-	// The directory it was loaded from.
+	// The directory it was loaded from. Only callers with the admin role see it; for
+	// others it is empty.
 	Source string `protobuf:"bytes,7,opt,name=source,proto3" json:"source,omitempty"`
 	// Requests using it now (queued or running).
 	ActiveRequests int32 `protobuf:"varint,8,opt,name=active_requests,json=activeRequests,proto3" json:"active_requests,omitempty"`

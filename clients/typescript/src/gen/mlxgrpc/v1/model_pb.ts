@@ -382,7 +382,8 @@ export type ModelInfo = Message<"mlxgrpc.v1.ModelInfo"> & {
   embeddingDimensions: number;
 
   /**
-   * Where the weights came from (a file or directory).
+   * Where the weights came from (a file or directory). Only callers with the admin
+   * role see it; for others it is empty.
    *
    * @generated from field: string source = 12;
    */
@@ -459,7 +460,8 @@ export type AdapterInfo = Message<"mlxgrpc.v1.AdapterInfo"> & {
   bytes: bigint;
 
   /**
-   * The directory it was loaded from.
+   * The directory it was loaded from. Only callers with the admin role see it; for
+   * others it is empty.
    *
    * @generated from field: string source = 7;
    */
