@@ -12,18 +12,15 @@ tok/s beside B against alone (goal within 10%).
 Requests refused with RESOURCE_EXHAUSTED are counted and retried after their
 RetryInfo delay.
 
-Tenants: with a server that takes ``--tokens-file`` the bench writes one with the
-two tenants (``tok-a A inference``, ``tok-b B inference``; or uses ``--tokens-file``
-with ``--token-a``/``--token-b``) and sends ``authorization: Bearer`` metadata;
-with a server without it, A and B are both the anonymous tenant, so the figures
-show one tenant's FIFO order instead of fairness (the report says which).
+Tenants: the server gets a tokens file (``--auth-token-file``) with the two tenants
+(``tok-a A inference``, ``tok-b B inference``; or ``--tokens-file`` with
+``--token-a``/``--token-b``), and each side sends ``authorization: Bearer`` metadata.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 import sys
 import tempfile
 import time
@@ -147,11 +144,6 @@ async def sequential(client: Client, tally: Tally, tokens: int, *, count: int = 
         sent += 1
 
 
-def server_takes_tokens_file() -> bool:
-    out = subprocess.run([sys.executable, "-m", "service", "serve", "--help"], capture_output=True, text=True)
-    return "--tokens-file" in out.stdout
-
-
 async def measure(args, model_dir: Path, log_dir: Path, report: Report) -> None:
     prompt = list(range(10, 10 + args.prompt_tokens))
     max_queued = args.max_queued if args.max_queued >= 0 else args.flood + 16
@@ -165,16 +157,12 @@ async def measure(args, model_dir: Path, log_dir: Path, report: Report) -> None:
         a, b = EngineClient(server, "A", prompt), EngineClient(server, "B", [t + 1 for t in prompt])
         report.facts["tenants"] = "A and B on the engine in this process (--inproc, no gRPC)"
     else:
-        tokens_a, tokens_b, extra = None, None, []
-        if args.tokens_file or server_takes_tokens_file():
-            path = args.tokens_file
-            if not path:
-                path = str(log_dir / "tokens")
-                Path(path).write_text(f"{args.token_a} A inference\n{args.token_b} B inference\n")
-            tokens_a, tokens_b, extra = args.token_a, args.token_b, ["--tokens-file", path]
-            report.facts["tenants"] = "A and B (a tokens file, Bearer tokens)"
-        else:
-            report.facts["tenants"] = "anonymous (this server takes no --tokens-file): one tenant's FIFO, not fairness"
+        path = args.tokens_file
+        if not path:
+            path = str(log_dir / "tokens")
+            Path(path).write_text(f"{args.token_a} A inference\n{args.token_b} B inference\n")
+        tokens_a, tokens_b, extra = args.token_a, args.token_b, ["--auth-token-file", path]
+        report.facts["tenants"] = "A and B (a tokens file, Bearer tokens)"
         extra += ["--max-queued", str(max_queued), *args.serve_arg]
         server = OurServer(model_dir, None, log_dir, max_active=args.max_active, extra=extra)
     try:

@@ -180,7 +180,8 @@ async def serve(address: str, models: ModelSet, options: ServerOptions = ServerO
                     "production should mount a tokens file (--auth-token-file)", address)
     health_servicer = health.aio.HealthServicer()
     state = ServerState()
-    metrics = Metrics(models) if options.metrics_port is not None else None
+    tenants = sorted(token_table(options).tenants())
+    metrics = Metrics(models, tenants=tenants) if options.metrics_port is not None else None
     server, port = await create_server(address, models, options=options, health_servicer=health_servicer,
                                        credentials=credentials, state=state, metrics=metrics)
     await set_health(health_servicer, False, worker=options.smg_worker)
