@@ -134,3 +134,10 @@ class AdapterCapacity(EngineError):
     def __init__(self, message: str, *, metadata: dict[str, str] | None = None, retry_after_s: float = 1.0):
         super().__init__(message, metadata={**(metadata or {}), "retry_after_s": f"{retry_after_s:g}"})
         self.retry_after_s = retry_after_s
+
+
+class AdapterRootUnset(EngineError):
+    """Adapters may be loaded over the API only from under the server's adapter root,
+    and none is set (FAILED_PRECONDITION)."""
+
+    reason = "ADAPTER_ROOT_UNSET"

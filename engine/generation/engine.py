@@ -22,6 +22,7 @@ from typing import AsyncIterator
 
 from ..adapters.bank import AdapterBank
 from ..adapters.control import Adapters
+from ..adapters.source import AdapterLimits
 from ..description import ModelDescription
 from ..errors import DoesNotFit, EngineFailure, InvalidRequest, NotReady, QueueFull
 from ..events import Event, FinishReason, Finished, Timings, Usage
@@ -75,7 +76,10 @@ class GenerationEngine:
         self._closing = False
         self._machine_total = usable_memory()[1]
         self._worker: Worker[LoadedModel] = Worker(self.name, self._load, self._scheduler)
-        self.adapters = Adapters(self._worker.call, self.name, config.max_adapters)
+        self.adapters = Adapters(lambda fn: self._worker.call(fn), self.name, config.max_adapters,
+                                 root=config.adapter_root,
+                                 limits=AdapterLimits(config.max_adapter_rank, config.max_adapter_bytes),
+                                 room=lambda: self._budget.fixed_room if self._budget is not None else None)
 
     # lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
