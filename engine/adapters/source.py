@@ -160,12 +160,16 @@ def _fill(f: BinaryIO, offset: int, view: memoryview, label: str, field: str) ->
         f.seek(offset)
         got = 0
         while got < len(view):
-            n = f.readinto(view[got:])
+            n = _readinto(f, view[got:])
             if not n:
                 raise InvalidRequest(field, f"cannot read {label}: it ends early (changed while being read?)")
             got += n
     except OSError as exc:
         raise InvalidRequest(field, f"cannot read {label}: {exc.strerror or 'read failed'}") from None
+
+
+def _readinto(f: BinaryIO, view: memoryview) -> int:
+    return f.readinto(view)
 
 
 def _settings(config: Any, field: str) -> tuple[str, int, int, float, tuple[str, ...] | None]:
