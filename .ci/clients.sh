@@ -15,15 +15,17 @@ export MLXGRPC_REQUIRE_LIVE=1
 WORK=$(mktemp -d)
 .venv/bin/python -m tests.fixtures "$WORK/models" >/dev/null
 # Each server starts with an adapter "tone" (random LoRA weights shaped for its model), so
-# the adapter checks and every client's adapter tests run against both.
+# the adapter checks and every client's adapter tests run against both. Both adapters lie
+# under $WORK, each server's --adapter-root: ListAdapters shows their source relative to
+# it (default-tone, models/adapters/tone), which the tests LoadAdapter again.
 DEFAULT_MODEL=$(.venv/bin/python -c 'from engine.loading.embedded import default_generation_model as m; print(m())')
 .venv/bin/python -m tests.fixtures.adapters "$DEFAULT_MODEL" "$WORK/default-tone" >/dev/null
 # A short admission queue, so the clients' retry tests fill it in a moment.
 bash scripts/serve.sh --host 127.0.0.1 --port "$DEFAULT_PORT" --max-queued 8 --grace 5 \
-  --adapter "tone=$WORK/default-tone" >"$WORK/default.log" 2>&1 &
+  --adapter-root "$WORK" --adapter "tone=$WORK/default-tone" >"$WORK/default.log" 2>&1 &
 DEFAULT_PID=$!
 .venv/bin/mlx-grpc serve --host 127.0.0.1 --port "$FIXTURE_PORT" --model "llama=$WORK/models/llama" \
-  --adapter "tone=$WORK/models/adapters/tone" \
+  --adapter-root "$WORK" --adapter "tone=$WORK/models/adapters/tone" \
   --max-active 4 --max-queued 16 --grace 5 >"$WORK/fixture.log" 2>&1 &
 FIXTURE_PID=$!
 trap 'kill $DEFAULT_PID $FIXTURE_PID 2>/dev/null || true; wait 2>/dev/null || true' EXIT

@@ -164,3 +164,10 @@ class EngineDead(EngineError):
     def __init__(self, message: str, *, retry_after_s: float = 1.0):
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class AdapterRootUnset(EngineError):
+    """Adapters may be loaded over the API only from under the server's adapter root,
+    and none is set (FAILED_PRECONDITION)."""
+
+    reason = "ADAPTER_ROOT_UNSET"

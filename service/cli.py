@@ -68,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-adapters", type=int, default=8,
                    help="adapters a generation model holds at once; loading beyond it unloads the least "
                         "recently used idle one")
+    s.add_argument("--adapter-root", default=None, metavar="DIR",
+                   help="directory LoadAdapter paths are relative to and may not leave (symbolic links "
+                        "included); unset: LoadAdapter is refused (--adapter directories may lie anywhere)")
+    s.add_argument("--max-adapter-rank", type=int, default=256,
+                   help="highest LoRA/DoRA rank an adapter may have (checked before it loads)")
+    s.add_argument("--max-adapter-bytes", type=int, default=1 << 30,
+                   help="tensor bytes an adapter's adapters.safetensors may hold (checked before it loads)")
     s.add_argument("--dtype", default="auto", help="weight dtype: auto (float32 on CPU), float32, float16, bfloat16")
     s.add_argument("--max-active", type=int, default=32,
                    help="rows prefilling or decoding at once per model (the memory budget admits too)")
@@ -188,7 +195,9 @@ def build_models(args: argparse.Namespace) -> ModelSet:
     if args.speculation == "draft" and len(drafts) < len(specs):
         raise SystemExit("--speculation draft needs a --draft-model for every served model")
     generation = [GenerationEngine(source, name=name, config=replace(
-        config, adapters=adapters[name], max_adapters=args.max_adapters, draft_model=drafts.get(name)))
+        config, adapters=adapters[name], max_adapters=args.max_adapters, draft_model=drafts.get(name),
+        adapter_root=args.adapter_root, max_adapter_rank=args.max_adapter_rank,
+        max_adapter_bytes=args.max_adapter_bytes))
         for name, (_, source) in zip(names, specs)]
     embedding = []
     if not args.no_embedding:
@@ -279,6 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     credentials = tls_credentials(args, parser)
     if args.max_adapters < 1:
         parser.error("--max-adapters must be at least 1")
+    if args.max_adapter_rank < 1 or args.max_adapter_bytes < 1:
+        parser.error("--max-adapter-rank and --max-adapter-bytes must be at least 1")
+    if args.adapter_root is not None and not os.path.isdir(args.adapter_root):
+        parser.error("--adapter-root must be an existing directory")
     try:
         models = build_models(args)
     except ValueError as exc:

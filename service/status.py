@@ -53,6 +53,7 @@ _CODES: list[tuple[type[errors.EngineError], grpc.StatusCode]] = [
     (errors.AdapterExists, grpc.StatusCode.ALREADY_EXISTS),
     (errors.AdapterMismatch, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.AdapterCapacity, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.AdapterRootUnset, grpc.StatusCode.FAILED_PRECONDITION),
 ]
 
 

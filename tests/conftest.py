@@ -84,10 +84,12 @@ def monkeypatch_session():
 
 
 @pytest_asyncio.fixture(scope="session")
-async def server(fixture_models, oracle, logprob_reference, decoder_embedding_reference, gguf_cache):
+async def server(fixture_models, oracle, logprob_reference, decoder_embedding_reference, gguf_cache,
+                 tmp_path_factory):
     """One live server for the session: every fixture model (llama is the default),
     the embedded SmolLM2 and MiniLM when installed. Small prefill chunks and tick
-    budgets so short prompts exercise chunked prefill and mixed ticks."""
+    budgets so short prompts exercise chunked prefill and mixed ticks. Its adapter
+    root is the session's temporary directory (the fixture adapters lie under it)."""
     from engine.loading.embedded import default_embedding_model, default_generation_model
     from engine.embedding.engine import EmbeddingEngine
     from engine.generation.config import GenerationConfig, SchedulerConfig
@@ -98,7 +100,8 @@ async def server(fixture_models, oracle, logprob_reference, decoder_embedding_re
 
     config = GenerationConfig(scheduler=SchedulerConfig(max_active=8, max_queued=16, prefill_chunk=8,
                                                         tick_tokens=24, min_prefill_tokens=4,
-                                                        speculation_rows=8))  # batched speculation tested too
+                                                        speculation_rows=8),  # batched speculation tested too
+                              adapter_root=str(tmp_path_factory.getbasetemp()))
     generation = [GenerationEngine(str(fixture_models[k]), name=k, config=config) for k in FIXTURE_KINDS]
     # llama drafted by itself: every draft is accepted, so speculation runs at full width
     generation.append(GenerationEngine(str(fixture_models["llama"]), name=SELF_DRAFTED,
@@ -149,9 +152,10 @@ def adapter_oracle(fixture_models, fixture_adapters) -> dict[tuple[str, str], di
 
 
 @pytest_asyncio.fixture(scope="session")
-async def adapter_server(fixture_models, fixture_adapters, adapter_oracle):
+async def adapter_server(fixture_models, fixture_adapters, adapter_oracle, tmp_path_factory):
     """A live server whose llama (limit: three adapters) starts with "tone" and "qv"
-    and whose lfm2 starts with "hybrid"; with Prometheus metrics."""
+    and whose lfm2 starts with "hybrid"; with Prometheus metrics. Its adapter root is
+    the session's temporary directory, as the session server's."""
     from engine.generation.config import GenerationConfig, SchedulerConfig
     from engine.generation.engine import GenerationEngine
     from engine.models import ModelSet
@@ -161,7 +165,7 @@ async def adapter_server(fixture_models, fixture_adapters, adapter_oracle):
 
     scheduler = SchedulerConfig(max_active=8, max_queued=32, prefill_chunk=8, tick_tokens=24, min_prefill_tokens=4)
     engines = [GenerationEngine(str(fixture_models[kind]), name=kind, config=GenerationConfig(
-        scheduler=scheduler, max_adapters=MAX_ADAPTERS,
+        scheduler=scheduler, max_adapters=MAX_ADAPTERS, adapter_root=str(tmp_path_factory.getbasetemp()),
         adapters=tuple((name, str(fixture_adapters[name])) for name in names)))
         for kind, names in ADAPTERS_AT_START.items()]
     models = ModelSet(engines, [])

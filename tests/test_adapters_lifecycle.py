@@ -21,7 +21,8 @@ from tests.conftest import MAX_ADAPTERS
 from tests.helpers import details, generate, request
 
 
-async def test_adapters_are_described_by_list_model_info_and_the_memory_plan(adapter_server, fixture_adapters):
+async def test_adapters_are_described_by_list_model_info_and_the_memory_plan(adapter_server, fixture_adapters,
+                                                                             tmp_path_factory):
     stub = adapter_server["stub"]
     await keep_only(stub, "llama", ["tone", "qv", "dora"], fixture_adapters)
     reply = await stub.ListAdapters(pb.ListAdaptersRequest(model="llama"))
@@ -33,7 +34,8 @@ async def test_adapters_are_described_by_list_model_info_and_the_memory_plan(ada
     # q [64 -> 64] and v [64 -> 32], rank 8, float32. With the CPU kernels q, k and v are
     # one fused layer: A [64, 16] side by side, B [16, 128] spanning its columns (k's zero).
     qv_bytes = 4 * (64 * 16 + 16 * 128) if kernels.enabled() else 4 * 8 * (64 + 64 + 64 + 32)
-    assert got["qv"].source == str(fixture_adapters["qv"]) and got["qv"].bytes == qv_bytes
+    root = tmp_path_factory.getbasetemp()  # the adapter root: sources are shown relative to it
+    assert got["qv"].source == fixture_adapters["qv"].relative_to(root).as_posix() and got["qv"].bytes == qv_bytes
     info = (await stub.GetModelInfo(pb.GetModelInfoRequest(model="llama"))).info
     assert [a.name for a in info.adapters] == [a.name for a in reply.adapters] and info.max_adapters == MAX_ADAPTERS
     plan = (await stub.PlanMemory(pb.PlanMemoryRequest(model="llama", context_tokens=512))).plan

@@ -1,7 +1,9 @@
 """The loaded adapters of one model, owned by its engine thread.
 
-``load`` reads an adapter directory, checks that it fits the base model
-(``fit``), checks its bytes against the memory budget, installs its parts into the
+``load`` takes an adapter already checked and read into memory off this thread
+(``source.AdapterFiles``; a directory is read here, for the engine's own callers),
+builds its arrays, checks that it fits the base model (``fit``), checks its bytes
+against the memory budget, installs its parts into the
 layers' stacks (``layers.LayerStack``) and then unloads the adapters the caller
 chose to evict; ``unload`` takes an adapter out again. Each load gets a unique
 key (``name#serial``): rows are routed by it and the prefix cache is namespaced by
@@ -18,6 +20,7 @@ from __future__ import annotations
 import itertools
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence as Seq
 
 import mlx.core as mx
@@ -29,7 +32,7 @@ from .fit import LayerPart, fit
 from .info import AdapterInfo
 from .layers import LayerStack
 from .routing import Routing
-from .source import read_adapter
+from .source import AdapterFiles, read_adapter
 
 
 @dataclass(frozen=True)
@@ -59,11 +62,11 @@ class AdapterBank:
         """The forwards built inside run ``seqs``' rows (in order) with their adapters."""
         return self.routing.routed([seq.adapter for seq in seqs])
 
-    def load(self, name: str, path: str, *, evict: Seq[str] = (), budget: MemoryBudget | None = None,
-             field: str = "path") -> AdapterInfo:
-        """Reads, checks and installs an adapter, then unloads the ``evict`` keys (chosen to make
+    def load(self, name: str, adapter: AdapterFiles | str | Path, *, evict: Seq[str] = (),
+             budget: MemoryBudget | None = None, field: str = "path") -> AdapterInfo:
+        """Checks and installs an adapter, then unloads the ``evict`` keys (chosen to make
         room; their bytes are already left out of the memory check)."""
-        source = read_adapter(path, field)
+        source = adapter.source() if isinstance(adapter, AdapterFiles) else read_adapter(adapter, field)
         parts = fit(self._model, source, self._model_name)
         mx.eval([a for p in parts for a in (p.a, p.b, p.gain) if a is not None])
         adding = sum(p.nbytes for p in parts)

@@ -74,11 +74,15 @@ class Catalog:
         if entry.users == 0:
             entry.idle.set()
 
-    def reserve(self, name: str) -> list[Entry]:
-        """Claims ``name`` for a load; returns the idle adapters to evict for room."""
+    def check_free(self, name: str) -> None:
+        """``AdapterExists`` if ``name`` is loaded, loading or unloading now."""
         if name in self._entries or name in self._loading:
             raise AdapterExists(f"adapter {name!r} is already loaded (or loading, or unloading) on model "
                                 f"{self.model!r}; unload it first", metadata={"model": self.model, "adapter": name})
+
+    def reserve(self, name: str) -> list[Entry]:
+        """Claims ``name`` for a load; returns the idle adapters to evict for room."""
+        self.check_free(name)
         excess = len(self._entries) + len(self._loading) + 1 - self.limit
         idle = sorted((e for e in self._entries.values() if not e.users and not e.retiring),
                       key=lambda e: e.last_used)

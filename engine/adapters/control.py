@@ -1,9 +1,14 @@
 """A generation engine's adapters, from the event loop: load, unload, list, lease.
 
-Loads and unloads run on the engine thread between ticks (``Worker.call``), so a
-forward never sees a half-installed adapter; the ``Catalog`` on this side holds the
-names, counts each request using an adapter until its stream closes, and picks
-what may be evicted.
+A load first finds and checks the adapter's files and reads them into memory on a
+thread of its own (``reads.Reads``; ``paths``, ``source.read_files``): a path given
+over the API must lie inside the adapter root (none set: ``AdapterRootUnset``), one
+given at start may lie anywhere, and both get every header, size, rank and fixed
+memory check before any engine-thread work. Only then does the engine thread build
+the arrays, fit and install them between ticks (``Worker.call``), so a forward never
+sees a half-installed adapter and a hostile or hung file never stops a stream. The
+``Catalog`` on this side holds the names, counts each request using an adapter
+until its stream closes, and picks what may be evicted.
 
 Unloading an adapter in use waits: the adapter takes no new request from the
 moment ``unload`` is called (they get NOT_FOUND), the requests already using it
@@ -18,8 +23,11 @@ import asyncio
 from typing import Callable, NamedTuple
 
 from ..errors import InvalidRequest
+from . import paths
 from .catalog import Catalog, Entry
 from .info import AdapterInfo
+from .reads import Reads
+from .source import AdapterFiles, AdapterLimits, read_files
 
 class Loaded(NamedTuple):
     info: AdapterInfo
@@ -31,10 +39,16 @@ MAX_NAME = 64
 
 
 class Adapters:
-    def __init__(self, call: Callable, model: str, limit: int):
-        """``call(fn)`` runs ``fn(scheduler)`` on the engine thread (``Worker.call``)."""
+    def __init__(self, call: Callable, model: str, limit: int, *, root: str | None = None,
+                 limits: AdapterLimits = AdapterLimits(), room: Callable[[], int | None] = lambda: None):
+        """``call(fn)`` runs ``fn(scheduler)`` on the engine thread (``Worker.call``);
+        ``room()``: the model's fixed bytes beside weights and reserve (None: unknown yet)."""
         self._call = call
         self.catalog = Catalog(model, limit)
+        self.root = root
+        self.limits = limits
+        self._room = room
+        self._reads = Reads()
         self._unloading: dict[str, asyncio.Future] = {}
 
     @property
@@ -55,14 +69,21 @@ class Adapters:
         return entry.info.key
 
     async def load(self, name: str, path: str, *, field: str = "path") -> Loaded:
-        """Loads an adapter (evicting the least recently used idle ones beyond the limit)."""
+        """Loads an adapter from under the root (evicting the least recently used idle
+        ones beyond the limit)."""
         check_name(name, "name")
         if not path:
             raise InvalidRequest(field, "is required")
+        return await self._load(name, lambda: paths.inside_root(path, self.root, field), field)
+
+    async def _load(self, name: str, locate: Callable[[], paths.Place], field: str) -> Loaded:
+        self.catalog.check_free(name)
+        room, limits = self._room(), self.limits
+        files: AdapterFiles = await self._reads.run(lambda: read_files(locate(), limits, room, field))
         victims = self.catalog.reserve(name)
         keys = [v.info.key for v in victims]
         try:
-            info = await self._run(lambda s: s.adapters.load(name, path, evict=keys, budget=s.admission.budget,
+            info = await self._run(lambda s: s.adapters.load(name, files, evict=keys, budget=s.admission.budget,
                                                              field=field))
         except BaseException:
             self.catalog.abandon(name, victims)
@@ -75,7 +96,8 @@ class Adapters:
         if len(pairs) > self.limit:
             raise InvalidRequest("adapters", f"{len(pairs)} adapters exceed the limit of {self.limit} per model")
         for name, path in pairs:
-            await self.load(name, path, field="adapters")
+            check_name(name, "adapters")
+            await self._load(name, lambda: paths.anywhere(path, self.root, "adapters"), "adapters")
 
     async def unload(self, name: str) -> AdapterInfo:
         """Unloads ``name`` once the requests using it have finished (see the module doc)."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 class AdapterInfo:
     name: str
     key: str  # unique per load ("name#serial"): routes rows and namespaces the prefix cache
-    source: str  # the directory it was read from
+    source: str  # the directory it was read from, relative to the adapter root (paths.Place.shown)
     fine_tune_type: str  # "lora" or "dora"
     rank: int
     scale: float

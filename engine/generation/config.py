@@ -56,5 +56,8 @@ class GenerationConfig:
     memory_reserve_bytes: int | None = None  # None: max(256 MiB, 5% of usable)
     adapters: tuple[tuple[str, str], ...] = ()  # (name, directory) loaded at start
     max_adapters: int = 8  # adapters loaded at once; beyond it the least recently used idle one goes
+    adapter_root: str | None = None  # LoadAdapter paths lie inside it; None: LoadAdapter is refused
+    max_adapter_rank: int = 256  # the highest LoRA/DoRA rank an adapter may have
+    max_adapter_bytes: int = 1 << 30  # tensor bytes an adapter's safetensors file may hold
     draft_model: str | None = None  # a model with the same tokenizer, for SPECULATION_MODE_DRAFT
     grammar: GrammarLimits = field(default_factory=GrammarLimits)  # what one response_format may cost

@@ -26,6 +26,7 @@ from typing import AsyncIterator
 
 from ..adapters.bank import AdapterBank
 from ..adapters.control import Adapters
+from ..adapters.source import AdapterLimits
 from ..description import ModelDescription
 from ..errors import EngineFailure, InvalidRequest, NotReady
 from ..events import Event, FinishReason, Finished, Timings, Usage
@@ -84,7 +85,10 @@ class GenerationEngine:
         self._closing = False
         self._machine_total = usable_memory()[1]
         self._worker: Worker[LoadedModel] = Worker(self.name, self._load, self._scheduler)
-        self.adapters = Adapters(self._worker.call, self.name, config.max_adapters)
+        self.adapters = Adapters(lambda fn: self._worker.call(fn), self.name, config.max_adapters,
+                                 root=config.adapter_root,
+                                 limits=AdapterLimits(config.max_adapter_rank, config.max_adapter_bytes),
+                                 room=lambda: self._budget.fixed_room if self._budget is not None else None)
         self.breaker = Breaker(lambda: self.name, self._worker.fault, lambda error: (
             self._streams.fail_submitted(error.message), self._worker.give_up(error)))
 

@@ -57,10 +57,15 @@ class MemoryBudget:
         self.max_context = (0 if self.budget_bytes < 0
                             else _max_context(self.facts, self.budget_bytes, self.prefill_chunk, 1))
 
+    @property
+    def fixed_room(self) -> int:
+        """Bytes beside the weights and the reserve: fixed once built, so any thread may read it."""
+        return self.usable_bytes - self.facts.weights_bytes - self.reserve_bytes
+
     def resident_room(self) -> tuple[int, int]:
         """(bytes that may be resident beside what running requests hold now, bytes
         with nothing running): the most ``set_resident`` may take."""
-        idle = self.usable_bytes - self.facts.weights_bytes - self.reserve_bytes
+        idle = self.fixed_room
         return idle - self.committed_bytes, idle
 
     def cost(self, tokens: Sequence[int]) -> int:

@@ -1,0 +1,66 @@
+"""Adapter files read on their own daemon threads: never on the event loop, never on
+an engine thread.
+
+A read stuck on a hung file system blocks only its own thread and the call awaiting
+it. ``Reads`` bounds how many are in flight at once (beyond: ``AdapterCapacity``,
+retry later); a read whose caller stopped waiting keeps its slot until it returns.
+The threads are daemons, so a read that never returns cannot keep the process from
+exiting, and they are not the event loop's default executor, which tokenization
+shares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Callable, TypeVar
+
+from ..errors import AdapterCapacity
+
+T = TypeVar("T")
+
+
+class Reads:
+    def __init__(self, limit: int = 4):
+        self.limit = limit
+        self._busy = 0
+        self._lock = threading.Lock()
+
+    @property
+    def busy(self) -> int:
+        return self._busy
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on a new daemon thread; its result or exception."""
+        with self._lock:
+            if self._busy >= self.limit:
+                raise AdapterCapacity(f"{self.limit} adapter loads are reading their files already; retry later",
+                                      metadata={"reads": str(self.limit)})
+            self._busy += 1
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def work() -> None:
+            try:
+                outcome = (True, fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting call
+                outcome = (False, exc)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+            try:
+                loop.call_soon_threadsafe(_settle, future, *outcome)
+            except RuntimeError:  # the loop has closed: nobody waits any more
+                pass
+
+        threading.Thread(target=work, name="adapter-read", daemon=True).start()
+        return await future
+
+
+def _settle(future: asyncio.Future, ok: bool, value) -> None:
+    if future.done():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
