@@ -37,5 +37,6 @@ echo "== tests against ${ADDRESSES[0]} (live ones included)"
 MLXGRPC_ADDRESS=${ADDRESSES[0]} cargo test --locked -- --include-ignored
 for address in "${ADDRESSES[@]:1}"; do
   echo "== live tests against $address"
-  MLXGRPC_ADDRESS=$address cargo test --locked --test live_generate --test live_calls --test retry_live -- --include-ignored
+  MLXGRPC_ADDRESS=$address cargo test --locked --test live_generate --test live_calls --test retry_live --test live_priority \
+    -- --include-ignored
 done

@@ -31,11 +31,12 @@ import (
 type Option func(*options) error
 
 type options struct {
-	creds   credentials.TransportCredentials
-	token   string
-	timeout time.Duration
-	retry   retryPolicy
-	dial    []grpc.DialOption
+	creds    credentials.TransportCredentials
+	token    string
+	timeout  time.Duration
+	retry    retryPolicy
+	dial     []grpc.DialOption
+	priority int32
 }
 
 // WithTLS uses TLS verified against the system roots, or against the PEM
@@ -100,9 +101,10 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // Generate and Embed are overridden by the friendlier forms below.
 type Client struct {
 	pb.InferenceServiceClient
-	conn    *grpc.ClientConn
-	timeout time.Duration
-	retry   retryPolicy
+	conn     *grpc.ClientConn
+	timeout  time.Duration
+	retry    retryPolicy
+	priority int32 // of requests that set none (WithPriority)
 }
 
 // Connect creates a client for address ("host:port"). Without WithTLS the
@@ -128,7 +130,8 @@ func Connect(address string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{InferenceServiceClient: pb.NewInferenceServiceClient(conn), conn: conn, timeout: o.timeout, retry: o.retry}, nil
+	return &Client{InferenceServiceClient: pb.NewInferenceServiceClient(conn), conn: conn, timeout: o.timeout, retry: o.retry,
+		priority: o.priority}, nil
 }
 
 // Conn returns the underlying connection (for health checks, reflection, ...).
@@ -141,6 +144,7 @@ func (c *Client) Close() error { return c.conn.Close() }
 // index (the server streams them in completion order). A refusal with
 // RetryInfo before the first response is retried like any other call.
 func (c *Client) Embed(ctx context.Context, req *pb.EmbedRequest, opts ...grpc.CallOption) ([]*pb.EmbedResponse, error) {
+	req = c.embedRequest(req)
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	stream, first, err := openStream(ctx, c.retry, func(ctx context.Context) (grpc.ServerStreamingClient[pb.EmbedResponse], error) {
@@ -212,7 +216,9 @@ func (c *Client) UnloadAdapterByName(ctx context.Context, model, name string) (*
 
 // ModelLoads reports how busy each generation model is (an empty name: every
 // one; otherwise that model): running and waiting requests, KV-cache bytes
-// against the memory budget, the prefix cache and recent tokens per second.
+// against the memory budget, the prefix cache, recent tokens per second, and
+// per tenant (ModelLoad.Tenants, one TenantLoad per tenant with requests; a
+// caller without the admin role sees only its own).
 // The raw GetLoad RPC (with the server's uptime) stays available.
 func (c *Client) ModelLoads(ctx context.Context, model string) ([]*pb.ModelLoad, error) {
 	r, err := c.GetLoad(ctx, &pb.GetLoadRequest{Model: model})

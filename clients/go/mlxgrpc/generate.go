@@ -39,7 +39,8 @@ type Result struct {
 }
 
 // Generate prepares a generation; req is not modified (a copy gets the
-// client-side request id when it has none).
+// client-side request id when it has none, and the client's WithPriority when
+// its Priority is 0).
 //
 //	gen := client.Generate(ctx, req)
 //	for ev, err := range gen.Events() {
@@ -47,6 +48,7 @@ type Result struct {
 //		fmt.Print(ev.GetDelta().GetText())
 //	}
 func (c *Client) Generate(ctx context.Context, req *pb.GenerateRequest, opts ...grpc.CallOption) *Generation {
+	req = c.generateRequest(req)
 	if req.GetRequestId() == "" {
 		req = proto.Clone(req).(*pb.GenerateRequest)
 		req.RequestId = newRequestID()

@@ -29,6 +29,7 @@ type refusing struct {
 	code         codes.Code
 	delay        time.Duration // 0: no RetryInfo
 	afterStarted bool
+	reason       string // ErrorInfo.reason; empty: QUEUE_FULL
 	ids          []string
 }
 
@@ -40,7 +41,11 @@ func (r *refusing) refuse(id string) error {
 		return nil
 	}
 	r.refusals--
-	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Domain: "mlxgrpc.v1", Reason: "QUEUE_FULL"}}
+	reason := r.reason
+	if reason == "" {
+		reason = "QUEUE_FULL"
+	}
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Domain: "mlxgrpc.v1", Reason: reason}}
 	if r.delay > 0 {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(r.delay)})
 	}
@@ -72,7 +77,7 @@ func (r *refusing) GetModelInfo(_ context.Context, req *pb.GetModelInfoRequest) 
 	return &pb.GetModelInfoResponse{Info: &pb.ModelInfo{Name: req.GetModel()}}, nil
 }
 
-func serveRefusing(t *testing.T, r *refusing) string {
+func serveRefusing(t *testing.T, r pb.InferenceServiceServer) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

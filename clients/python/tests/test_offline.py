@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from mlxgrpc_client import aio, connect, error_details, generate_request, pb
+from mlxgrpc_client import aio, connect, embed_request, error_details, generate_request, pb
 from mlxgrpc_client.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 
 
@@ -70,9 +70,18 @@ def test_generate_request_speculation():
         generate_request("a", speculation="fast")
 
 
-def _refusal(code: int, retry_seconds: float | None) -> grpc.Status:
+def test_priority_on_generate_and_embed_requests():
+    assert generate_request("a").priority == 0  # the server's default
+    assert generate_request("a", priority=10).priority == 10
+    assert generate_request(pb.GenerateRequest(text="x", priority=-7)).priority == -7
+    assert generate_request(pb.GenerateRequest(text="x", priority=-7), priority=3).priority == 3
+    assert embed_request("a").priority == 0
+    assert embed_request(["a", "b"], priority=-100).priority == -100
+
+
+def _refusal(code: int, retry_seconds: float | None, reason: str = "QUEUE_FULL") -> grpc.Status:
     status = status_pb2.Status(code=code, message="refused for now")
-    status.details.add().Pack(error_details_pb2.ErrorInfo(reason="QUEUE_FULL", domain="mlxgrpc.v1"))
+    status.details.add().Pack(error_details_pb2.ErrorInfo(reason=reason, domain="mlxgrpc.v1"))
     if retry_seconds is not None:
         delay = duration_pb2.Duration()
         delay.FromMilliseconds(int(retry_seconds * 1000))
@@ -87,6 +96,7 @@ class _Recorder(pb_grpc.InferenceServiceServicer):
     def __init__(self):
         self.seen = []
         self.generate_ids = []
+        self.priorities = []
         self.refusals = 0
         self.refusal = _refusal(code_pb2.RESOURCE_EXHAUSTED, 0.2)
         self.refuse_after_started = False
@@ -94,12 +104,18 @@ class _Recorder(pb_grpc.InferenceServiceServicer):
 
     def Generate(self, request, context):
         self.generate_ids.append(request.request_id)
+        self.priorities.append(request.priority)
         if self.refuse_after_started:
             yield pb.GenerateResponse(started=pb.GenerationStarted(request_id=request.request_id))
         if self.refusals > 0:
             self.refusals -= 1
             context.abort_with_status(self.refusal)
         yield pb.GenerateResponse(finished=pb.GenerationFinished(reason=pb.FINISH_REASON_LENGTH))
+
+    def Embed(self, request, context):
+        self.priorities.append(request.priority)
+        for i, _ in enumerate(request.inputs):
+            yield pb.EmbedResponse(index=i, embedding=[1.0])
 
     def GetModelInfo(self, request, context):
         self.seen.append((dict(context.invocation_metadata()), context.time_remaining()))
@@ -198,7 +214,32 @@ def test_refusals_are_retried_after_the_servers_delay(recorder):
     assert time.monotonic() - started >= 0.4
 
 
-@pytest.mark.parametrize("setup", ["no_retry_info", "spent", "past_deadline", "after_first_event", "off"])
+def test_client_default_priority(recorder):
+    servicer, address = recorder
+    with connect(address, priority=-20) as client:
+        client.generate("hi").collect()
+        client.generate("hi", priority=30).collect()  # a request's own priority wins
+        client.embed(["a", "b"])
+        client.embed("a", priority=5)
+    with connect(address) as client:
+        client.generate("hi").collect()
+    assert servicer.priorities == [-20, 30, -20, 5, 0]
+    with pytest.raises(ValueError, match="priority"):
+        connect(address, priority=101)
+
+
+def test_a_tenant_limit_is_retried_like_a_full_queue(recorder):
+    servicer, address = recorder
+    servicer.refusals = 1
+    servicer.refusal = _refusal(code_pb2.RESOURCE_EXHAUSTED, 0.1, reason="TENANT_LIMIT")
+    retries = []
+    with connect(address, on_retry=lambda d, delay: retries.append((d.reason, delay))) as client:
+        assert client.generate("hi").collect().finish_reason == pb.FINISH_REASON_LENGTH
+    assert retries == [("TENANT_LIMIT", 0.1)] and len(servicer.generate_ids) == 2
+
+
+@pytest.mark.parametrize("setup", ["no_retry_info", "spent", "past_deadline", "after_first_event", "off",
+                                   "admin_role_required"])
 def test_refusals_that_are_not_retried(recorder, setup):
     servicer, address = recorder
     servicer.refusals = 5
@@ -212,13 +253,16 @@ def test_refusals_that_are_not_retried(recorder, setup):
         servicer.refuse_after_started = True
     elif setup == "off":
         attempts = 1
+    elif setup == "admin_role_required":  # not allowed: waiting changes nothing
+        servicer.refusal = _refusal(code_pb2.PERMISSION_DENIED, 0.2, reason="ADMIN_ROLE_REQUIRED")
     with connect(address, timeout=timeout, max_attempts=attempts) as client:
         started = time.monotonic()
         with pytest.raises(grpc.RpcError) as info:
             client.generate("hi").collect()
     expected = 3 if setup == "spent" else 1
     assert len(servicer.generate_ids) == expected
-    assert info.value.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
+    assert info.value.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE,
+                                 grpc.StatusCode.PERMISSION_DENIED)
     assert time.monotonic() - started < 0.2 * expected + 1
 
 

@@ -39,6 +39,9 @@ def test_get_load_reports_the_generation_models(client, models, generator):
     after = client.get_load(generator.name).models[0]
     assert after.generated_tokens - load.generated_tokens >= 5
     assert after.generated_tokens_per_second > 0
+    # This caller has no token: it counts under the empty tenant name, and sees it.
+    (mine,) = [t for t in after.tenants if t.tenant == ""]
+    assert mine.generated_tokens >= 5 and mine.running_requests >= 0
     with pytest.raises(grpc.RpcError) as err:
         client.get_load("no-such-model")
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
@@ -155,6 +158,16 @@ def test_speculation_never_changes_the_output_and_reports_drafts(client, generat
     usage = ngram.finished.usage
     assert usage.draft_tokens >= usage.accepted_draft_tokens >= 0, usage
     assert usage.completion_tokens == 32
+
+
+def test_priority_never_changes_the_output(client, embedder):
+    plain = client.generate("The quick brown fox", **exact(8)).collect()
+    for priority in (10, -10):
+        result = client.generate("The quick brown fox", priority=priority, **exact(8)).collect()
+        assert (result.token_ids, result.text) == (plain.token_ids, plain.text)
+    (low,) = client.embed("A man is eating food.", model=embedder.name, priority=-50)
+    (normal,) = client.embed("A man is eating food.", model=embedder.name)
+    assert cosine(low.embedding, normal.embedding) > 0.999
 
 
 def test_tokenize_detokenize_round_trip(client):

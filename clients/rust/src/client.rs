@@ -16,6 +16,8 @@ pub struct Client {
     pub(crate) raw: RawClient,
     pub(crate) timeout: Option<Duration>,
     pub(crate) retry: RetryPolicy,
+    /// Of Generate and Embed requests that set none ([`crate::ConnectOptions::with_priority`]).
+    pub(crate) priority: i32,
 }
 
 impl Client {
@@ -53,13 +55,32 @@ impl Client {
     /// An empty `request_id` is filled with a fresh client-side id, so
     /// [`Generation::request_id`] can be passed to [`Client::cancel`] at once.
     /// A per-call deadline: pass a `tonic::Request` with `set_timeout`.
+    /// A request without a priority gets the client's default
+    /// ([`crate::ConnectOptions::with_priority`]).
     pub fn generate(&self, request: impl IntoRequest<pb::GenerateRequest>) -> Generation {
-        let mut request = request.into_request();
+        let request = self.generate_request(request);
+        let request_id = request.get_ref().request_id.clone();
+        Generation::new(self.raw.clone(), self.attempts(request), request_id)
+    }
+
+    /// `request` as [`Client::generate`] sends it: with a request id and a priority.
+    pub(crate) fn generate_request(
+        &self,
+        request: impl IntoRequest<pb::GenerateRequest>,
+    ) -> Request<pb::GenerateRequest> {
+        let mut request = self.with_default_priority(request.into_request());
         if request.get_ref().request_id.is_empty() {
             request.get_mut().request_id = new_request_id();
         }
-        let request_id = request.get_ref().request_id.clone();
-        Generation::new(self.raw.clone(), self.attempts(request), request_id)
+        request
+    }
+
+    /// `request` as [`Client::embed`] sends it: with a priority.
+    pub(crate) fn embed_request(
+        &self,
+        request: impl IntoRequest<pb::EmbedRequest>,
+    ) -> Request<pb::EmbedRequest> {
+        self.with_default_priority(request.into_request())
     }
 
     /// Runs a generation to its end: the unary form of [`Client::generate`].
@@ -82,13 +103,14 @@ impl Client {
         Ok(r.into_inner().cancelled)
     }
 
-    /// Embeds texts, returning one response per input ordered by `index`.
+    /// Embeds texts, returning one response per input ordered by `index`. A request
+    /// without a priority gets the client's default.
     pub async fn embed(
         &self,
         request: impl IntoRequest<pb::EmbedRequest>,
     ) -> Result<Vec<pb::EmbedResponse>, Status> {
         let mut out = self
-            .unary(request, |mut raw, r| async move {
+            .unary(self.embed_request(request), |mut raw, r| async move {
                 let mut stream = raw.embed(r).await?.into_inner();
                 let mut out = Vec::new();
                 while let Some(r) = stream.message().await? {
@@ -162,7 +184,9 @@ impl Client {
 
     /// How busy each generation model is (`model` empty: every one): running and
     /// waiting requests, KV-cache bytes against the memory budget, the prefix cache
-    /// and recent tokens per second. `raw().get_load` also returns the uptime.
+    /// and recent tokens per second, and each model's `tenants` (a `pb::TenantLoad` per
+    /// tenant with requests; a caller without the admin role sees only its own).
+    /// `raw().get_load` also returns the uptime.
     pub async fn model_loads(&self, model: &str) -> Result<Vec<pb::ModelLoad>, Status> {
         let req = pb::GetLoadRequest {
             model: model.to_string(),

@@ -41,11 +41,13 @@ mod adapters;
 mod client;
 mod errors;
 mod generation;
+mod priority;
 mod retry;
 
 pub use client::Client;
 pub use errors::{ErrorDetails, ErrorInfo, FieldViolation, RetryInfo, error_details};
 pub use generation::{Event, Generation, GenerationResult};
+pub use priority::MAX_PRIORITY;
 pub use retry::RetryObserver;
 pub use tokio_stream::{Stream, StreamExt};
 pub use tonic::Code;
@@ -101,6 +103,8 @@ pub enum ConnectError {
     Transport(tonic::transport::Error),
     /// The bearer token is not printable ASCII.
     InvalidToken,
+    /// The default priority is outside `-MAX_PRIORITY..=MAX_PRIORITY`.
+    InvalidPriority(i32),
 }
 
 impl std::fmt::Display for ConnectError {
@@ -108,6 +112,7 @@ impl std::fmt::Display for ConnectError {
         match self {
             Self::Transport(e) => write!(f, "connect: {e}"),
             Self::InvalidToken => f.write_str("connect: the bearer token is not printable ASCII"),
+            Self::InvalidPriority(p) => write!(f, "connect: priority {p} is outside -100..=100"),
         }
     }
 }
@@ -116,7 +121,7 @@ impl std::error::Error for ConnectError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Transport(e) => Some(e),
-            Self::InvalidToken => None,
+            Self::InvalidToken | Self::InvalidPriority(_) => None,
         }
     }
 }
@@ -158,6 +163,8 @@ pub struct ConnectOptions {
     pub max_attempts: u32,
     /// Hears of each retry: the refusal and the delay.
     pub on_retry: Option<RetryObserver>,
+    /// The priority of Generate and Embed requests that set none (see `with_priority`).
+    pub priority: i32,
 }
 
 impl Default for ConnectOptions {
@@ -170,6 +177,7 @@ impl Default for ConnectOptions {
             connect_timeout: None,
             max_attempts: 3,
             on_retry: None,
+            priority: 0,
         }
     }
 }
@@ -232,6 +240,9 @@ impl Interceptor for CallDefaults {
 impl Client {
     /// Connects to `address` (`host:port`, or a URL with `http://` / `https://`).
     pub async fn connect(address: &str, options: ConnectOptions) -> Result<Self, ConnectError> {
+        if !(-MAX_PRIORITY..=MAX_PRIORITY).contains(&options.priority) {
+            return Err(ConnectError::InvalidPriority(options.priority));
+        }
         let authorization = match &options.bearer_token {
             Some(token) => Some(
                 format!("Bearer {token}")
@@ -280,6 +291,7 @@ impl Client {
                 max_attempts: options.max_attempts.max(1),
                 observer: options.on_retry.clone(),
             },
+            priority: options.priority,
         })
     }
 }

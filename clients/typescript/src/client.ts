@@ -46,12 +46,25 @@ export interface ConnectOptions {
   maxAttempts?: number;
   /** Hears of each retry: the refusal's details and the delay. */
   onRetry?: OnRetry;
+  /**
+   * The priority (-100 to 100) of every Generate and Embed request that leaves its own
+   * `priority` at 0, e.g. a batch job's low one. Higher starts first among waiting
+   * requests; waiting raises a request's priority, so none starves.
+   */
+  priority?: number;
   /** Extra interceptors, run after the bearer-token one. */
   interceptors?: Interceptor[];
 }
 
+/** The range of GenerateRequest.priority and EmbedRequest.priority: -MAX_PRIORITY to MAX_PRIORITY. */
+export const MAX_PRIORITY = 100;
+
 /** Connects to an mlx-grpc server at "host:port" (or an http:// / https:// URL). */
 export function connect(address: string, options: ConnectOptions = {}): MlxClient {
+  const priority = options.priority ?? 0;
+  if (!Number.isInteger(priority) || Math.abs(priority) > MAX_PRIORITY) {
+    throw new RangeError(`priority must be an integer from ${-MAX_PRIORITY} to ${MAX_PRIORITY}, not ${priority}`);
+  }
   const hasScheme = /^[a-z]+:\/\//i.test(address);
   const useTls = options.tls !== undefined ? options.tls !== false : address.startsWith("https://");
   const hostPort = hasScheme ? address.replace(/^[a-z]+:\/\//i, "") : address;
@@ -82,7 +95,7 @@ export function connect(address: string, options: ConnectOptions = {}): MlxClien
     defaultTimeoutMs: options.timeoutMs,
   });
   const retry = { maxAttempts: options.maxAttempts ?? 3, timeoutMs: options.timeoutMs, onRetry: options.onRetry };
-  return new MlxClient(createClient(InferenceService, transport), sessionManager, retry);
+  return new MlxClient(createClient(InferenceService, transport), sessionManager, retry, priority);
 }
 
 /** How a client retries: see ConnectOptions. */
@@ -98,6 +111,8 @@ export class MlxClient {
     readonly raw: Client<typeof InferenceService>,
     private readonly sessionManager?: Http2SessionManager,
     readonly retry: RetrySettings = { maxAttempts: 3 },
+    /** The priority of Generate and Embed requests that leave theirs at 0 (ConnectOptions.priority). */
+    readonly priority = 0,
   ) {}
 
   private attempts(options: CallOptions): Attempts {
@@ -116,10 +131,11 @@ export class MlxClient {
    */
   generate(request: GenerateRequestInit, options: CallOptions = {}): GenerateCall {
     const requestId = request.requestId || randomUUID();
+    const priority = request.priority || this.priority;
     const controller = new AbortController();
     const signal = options.signal ? AbortSignal.any([options.signal, controller.signal]) : controller.signal;
     const start = (timeoutMs: number | undefined) =>
-      this.raw.generate({ ...request, requestId }, { ...options, signal, timeoutMs });
+      this.raw.generate({ ...request, requestId, priority }, { ...options, signal, timeoutMs });
     return new GenerateCall(requestId, start, this.attempts(options), controller, (id, o) => this.cancel(id, o));
   }
 
@@ -135,7 +151,8 @@ export class MlxClient {
 
   /** Embeds texts; the responses come back ordered by input index. */
   async embed(request: string[] | EmbedRequestInit, options?: CallOptions): Promise<EmbedResponse[]> {
-    const req = Array.isArray(request) ? { inputs: request } : request;
+    const given: EmbedRequestInit = Array.isArray(request) ? { inputs: request } : request;
+    const req = { ...given, priority: given.priority || this.priority };
     const out = await this.unary(async (o) => {
       const responses: EmbedResponse[] = [];
       for await (const res of this.raw.embed(req, o)) responses.push(res);
@@ -163,8 +180,10 @@ export class MlxClient {
 
   /**
    * How busy each generation model is (empty name: every one): running and waiting
-   * requests, KV-cache bytes against the memory budget, the prefix cache and recent
-   * tokens per second. `client.raw.getLoad` also returns the server's uptime.
+   * requests, KV-cache bytes against the memory budget, the prefix cache, recent
+   * tokens per second and `tenants` (a `TenantLoad` per tenant with requests; a caller
+   * without the admin role sees only its own). `client.raw.getLoad` also returns the
+   * server's uptime.
    */
   async getLoad(model = "", options?: CallOptions): Promise<ModelLoad[]> {
     return (await this.unary((o) => this.raw.getLoad({ model }, o), options)).models;

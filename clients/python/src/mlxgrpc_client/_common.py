@@ -40,6 +40,17 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
+#: The range of GenerateRequest.priority and EmbedRequest.priority.
+MAX_PRIORITY = 100
+
+
+def default_priority(priority: int) -> int:
+    """Checks a client's default priority (per-request values are the server's to check)."""
+    if not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(f"priority must be between {-MAX_PRIORITY} and {MAX_PRIORITY}, not {priority}")
+    return priority
+
+
 def _chat(messages: Sequence[Any]) -> pb.ChatMessages:
     out = pb.ChatMessages()
     for m in messages:
@@ -66,6 +77,7 @@ def generate_request(
     json_schema: Mapping[str, Any] | str | None = None,
     speculation: str | int | pb.SpeculationOptions | Mapping[str, Any] | None = None,
     num_draft_tokens: int | None = None,
+    priority: int | None = None,
     **fields: Any,
 ) -> pb.GenerateRequest:
     """Builds a GenerateRequest.
@@ -82,7 +94,8 @@ def generate_request(
     serialized to JSON); ``speculation`` takes a mode (``"off"``, ``"ngram"``, ``"draft"``,
     ``"unspecified"`` for the server's default, or a ``pb.SpeculationMode``), a
     ``pb.SpeculationOptions`` or a dict of its fields, and ``num_draft_tokens`` sets
-    ``speculation.num_draft_tokens``; other keywords (``logprobs``, ``top_logprobs``,
+    ``speculation.num_draft_tokens``; ``priority`` (-100 to 100, default 0: higher starts
+    first among waiting requests, and waiting raises it, so none starves); other keywords (``logprobs``, ``top_logprobs``,
     ``session_id``, ...) are request fields.
     An empty ``request_id`` gets a random one here, so the Cancel RPC can address the
     request before its ``started`` event arrives.
@@ -125,6 +138,8 @@ def generate_request(
         req.speculation.CopyFrom(_speculation(speculation))
     if num_draft_tokens is not None:
         req.speculation.num_draft_tokens = num_draft_tokens
+    if priority is not None:
+        req.priority = priority
     for name, value in fields.items():
         if name not in pb.GenerateRequest.DESCRIPTOR.fields_by_name:
             raise TypeError(f"GenerateRequest has no field {name!r}")
@@ -162,13 +177,16 @@ def embed_request(
     normalize: bool | None = None,
     dimensions: int = 0,
     request_id: str = "",
+    priority: int = 0,
 ) -> pb.EmbedRequest:
+    """Builds an EmbedRequest; ``priority`` as in :func:`generate_request`."""
     req = pb.EmbedRequest(
         model=model,
         inputs=[inputs] if isinstance(inputs, str) else list(inputs),
         instruction=instruction,
         dimensions=dimensions,
         request_id=request_id,
+        priority=priority,
     )
     if normalize is not None:
         req.normalize = normalize

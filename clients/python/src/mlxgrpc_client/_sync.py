@@ -11,7 +11,7 @@ import grpc
 
 from . import _retry, pb
 from ._common import (DEFAULT, GenerationResult, Prompt, auth_metadata, channel_credentials,
-                      embed_request, generate_request)
+                      default_priority, embed_request, generate_request)
 from ._retry import Attempts, OnRetry
 
 
@@ -100,13 +100,15 @@ class Client:
     """
 
     def __init__(self, channel: grpc.Channel, *, token: str | None = None, timeout: float | None = None,
-                 max_attempts: int = 3, on_retry: OnRetry | None = None):
+                 max_attempts: int = 3, on_retry: OnRetry | None = None, priority: int = 0):
         self.channel = channel
         self.stub = pb.InferenceServiceStub(channel)
         self.metadata = auth_metadata(token)
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.on_retry = on_retry
+        #: The priority of Generate and Embed requests that leave theirs at 0.
+        self.priority = default_priority(priority)
 
     def _attempts(self, timeout: Any) -> Attempts:
         return Attempts(self.max_attempts, self.timeout if timeout is DEFAULT else timeout, self.on_retry)
@@ -119,6 +121,7 @@ class Client:
         arguments (``model``, ``request_id``, ``max_tokens``, ``sampling``, ``stopping``, ...).
         ``.collect()`` on the stream gives the whole result at once."""
         req = generate_request(prompt, **kwargs)
+        req.priority = req.priority or self.priority
         attempts = self._attempts(timeout)
         start = lambda: self.stub.Generate(req, timeout=attempts.timeout(), metadata=self.metadata)  # noqa: E731
         return GenerateStream(start, attempts, req.request_id)
@@ -129,9 +132,11 @@ class Client:
 
     def embed(self, inputs: str | Sequence[str], *, timeout: Any = DEFAULT, **kwargs: Any) -> list[pb.EmbedResponse]:
         """Embeds ``inputs``; one response per input, ordered by ``index``.
-        Keywords: ``model``, ``instruction``, ``normalize``, ``dimensions``, ``request_id``."""
-        responses = self._unary(lambda r, **kw: list(self.stub.Embed(r, **kw)), embed_request(inputs, **kwargs),
-                                timeout)
+        Keywords: ``model``, ``instruction``, ``normalize``, ``dimensions``, ``request_id``,
+        ``priority``."""
+        req = embed_request(inputs, **kwargs)
+        req.priority = req.priority or self.priority
+        responses = self._unary(lambda r, **kw: list(self.stub.Embed(r, **kw)), req, timeout)
         return sorted(responses, key=lambda r: r.index)
 
     def model_info(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ModelInfo:
@@ -160,7 +165,9 @@ class Client:
 
     def get_load(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.GetLoadResponse:
         """How busy each generation model is (``model`` empty: all of them): running and
-        waiting requests, KV memory, the prefix cache, recent tokens per second."""
+        waiting requests, KV memory, the prefix cache, recent tokens per second, and
+        each model's ``tenants`` (``pb.TenantLoad``: one per tenant with requests; a
+        caller without the admin role sees only its own)."""
         return self._unary(self.stub.GetLoad, pb.GetLoadRequest(model=model), timeout)
 
     def load_adapter(self, name: str, path: str, *, model: str = "",
@@ -198,6 +205,7 @@ def connect(
     timeout: float | None = None,
     max_attempts: int = 3,
     on_retry: OnRetry | None = None,
+    priority: int = 0,
     options: Sequence[tuple[str, Any]] = (),
 ) -> Client:
     """Opens a blocking client to ``address`` ("host:port").
@@ -208,6 +216,8 @@ def connect(
     call (``None``: none). A call refused with RESOURCE_EXHAUSTED or UNAVAILABLE and a
     RetryInfo is tried again after the server's delay, ``max_attempts`` times in all
     (1: never), within its deadline; ``on_retry(details, delay)`` hears of each retry.
+    ``priority`` (-100 to 100) is that of every Generate and Embed request that leaves
+    its own at 0 (e.g. a batch job's low priority).
     ``options`` are grpc channel options.
     """
     creds = channel_credentials(tls, root_certificates)
@@ -215,4 +225,5 @@ def connect(
         channel = grpc.insecure_channel(address, options=list(options))
     else:
         channel = grpc.secure_channel(address, creds, options=list(options))
-    return Client(channel, token=token, timeout=timeout, max_attempts=max_attempts, on_retry=on_retry)
+    return Client(channel, token=token, timeout=timeout, max_attempts=max_attempts, on_retry=on_retry,
+                  priority=priority)

@@ -12,7 +12,7 @@ import grpc
 
 from . import _retry, pb
 from ._common import (DEFAULT, GenerationResult, Prompt, auth_metadata, channel_credentials,
-                      embed_request, generate_request)
+                      default_priority, embed_request, generate_request)
 from ._retry import Attempts, OnRetry
 
 
@@ -109,13 +109,15 @@ class AsyncClient:
     """
 
     def __init__(self, channel: grpc.aio.Channel, *, token: str | None = None, timeout: float | None = None,
-                 max_attempts: int = 3, on_retry: OnRetry | None = None):
+                 max_attempts: int = 3, on_retry: OnRetry | None = None, priority: int = 0):
         self.channel = channel
         self.stub = pb.InferenceServiceStub(channel)
         self.metadata = auth_metadata(token)
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.on_retry = on_retry
+        #: The priority of Generate and Embed requests that leave theirs at 0.
+        self.priority = default_priority(priority)
 
     def _attempts(self, timeout: Any) -> Attempts:
         return Attempts(self.max_attempts, self.timeout if timeout is DEFAULT else timeout, self.on_retry)
@@ -128,6 +130,7 @@ class AsyncClient:
         """Starts a Generate call (not awaited: iterate the stream, or ``await
         .collect()``); see :func:`mlxgrpc_client.generate_request` for the arguments."""
         req = generate_request(prompt, **kwargs)
+        req.priority = req.priority or self.priority
         attempts = self._attempts(timeout)
         start = lambda: self.stub.Generate(req, timeout=attempts.timeout(), metadata=self.metadata)  # noqa: E731
         return GenerateStream(start, attempts, req.request_id)
@@ -142,7 +145,9 @@ class AsyncClient:
         async def embed_all(request: pb.EmbedRequest, **kw: Any) -> list[pb.EmbedResponse]:
             return [r async for r in self.stub.Embed(request, **kw)]
 
-        responses = await self._unary(embed_all, embed_request(inputs, **kwargs), timeout)
+        req = embed_request(inputs, **kwargs)
+        req.priority = req.priority or self.priority
+        responses = await self._unary(embed_all, req, timeout)
         return sorted(responses, key=lambda r: r.index)
 
     async def model_info(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ModelInfo:
@@ -169,7 +174,9 @@ class AsyncClient:
 
     async def get_load(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.GetLoadResponse:
         """How busy each generation model is (``model`` empty: all of them): running and
-        waiting requests, KV memory, the prefix cache, recent tokens per second."""
+        waiting requests, KV memory, the prefix cache, recent tokens per second, and
+        each model's ``tenants`` (``pb.TenantLoad``: one per tenant with requests; a
+        caller without the admin role sees only its own)."""
         return await self._unary(self.stub.GetLoad, pb.GetLoadRequest(model=model), timeout)
 
     async def load_adapter(self, name: str, path: str, *, model: str = "",
@@ -206,6 +213,7 @@ def connect(
     timeout: float | None = None,
     max_attempts: int = 3,
     on_retry: OnRetry | None = None,
+    priority: int = 0,
     options: Sequence[tuple[str, Any]] = (),
 ) -> AsyncClient:
     """Opens an asyncio client to ``address``; the options are those of
@@ -215,4 +223,5 @@ def connect(
         channel = grpc.aio.insecure_channel(address, options=list(options))
     else:
         channel = grpc.aio.secure_channel(address, creds, options=list(options))
-    return AsyncClient(channel, token=token, timeout=timeout, max_attempts=max_attempts, on_retry=on_retry)
+    return AsyncClient(channel, token=token, timeout=timeout, max_attempts=max_attempts, on_retry=on_retry,
+                       priority=priority)

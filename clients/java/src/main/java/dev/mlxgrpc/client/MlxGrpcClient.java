@@ -61,9 +61,11 @@ public final class MlxGrpcClient implements AutoCloseable {
   private final Channel intercepted;
   private final Duration defaultDeadline;
   private final RetryPolicy retry;
+  private final int priority;
   private final ScheduledExecutorService scheduler;
 
   private MlxGrpcClient(Builder b) {
+    this.priority = Priority.checkDefault(b.priority); // before the channel: nothing to close
     this.channel = Transport.channel(b.address, b.tls, b.caFile);
     this.intercepted = Transport.withToken(channel, b.bearerToken);
     this.defaultDeadline = b.defaultDeadline;
@@ -119,11 +121,12 @@ public final class MlxGrpcClient implements AutoCloseable {
     return retry.call(() -> call.apply(blockingStub(deadline)), deadline);
   }
 
-  /** The request with a client-side request id when it has none. */
-  private static GenerateRequest withRequestId(GenerateRequest request) {
-    return request.getRequestId().isEmpty()
-        ? request.toBuilder().setRequestId(UUID.randomUUID().toString()).build()
-        : request;
+  /** The request with a client-side request id and the client's priority when it has none. */
+  private GenerateRequest withRequestId(GenerateRequest request) {
+    GenerateRequest req = Priority.orDefault(request, priority);
+    return req.getRequestId().isEmpty()
+        ? req.toBuilder().setRequestId(UUID.randomUUID().toString()).build()
+        : req;
   }
 
   /**
@@ -174,8 +177,12 @@ public final class MlxGrpcClient implements AutoCloseable {
     return unary(stub -> stub.cancel(request)).getCancelled();
   }
 
-  /** Embeds the request's inputs; one response per input, sorted by {@code index}. */
-  public List<EmbedResponse> embed(EmbedRequest request) {
+  /**
+   * Embeds the request's inputs; one response per input, sorted by {@code index}. A request with
+   * priority 0 gets the client's default.
+   */
+  public List<EmbedResponse> embed(EmbedRequest given) {
+    EmbedRequest request = Priority.orDefault(given, priority);
     List<EmbedResponse> out =
         unary(
             stub -> {
@@ -201,8 +208,9 @@ public final class MlxGrpcClient implements AutoCloseable {
 
   /**
    * How busy each generation model is ({@code model} empty: every one): running and waiting
-   * requests, KV-cache bytes against the memory budget, the prefix cache and recent tokens per
-   * second. The raw GetLoad RPC (with the server's uptime) is on {@link #stub()}.
+   * requests, KV-cache bytes against the memory budget, the prefix cache, recent tokens per
+   * second and {@code getTenantsList()} (a {@code TenantLoad} per tenant with requests; a caller
+   * without the admin role sees only its own). The raw GetLoad RPC (with the server's uptime) is on {@link #stub()}.
    */
   public List<ModelLoad> modelLoads(String model) {
     GetLoadRequest request = GetLoadRequest.newBuilder().setModel(model == null ? "" : model).build();
@@ -270,6 +278,7 @@ public final class MlxGrpcClient implements AutoCloseable {
     private Duration defaultDeadline;
     private int maxAttempts = 3;
     private BiConsumer<ErrorDetails, Duration> onRetry;
+    private int priority;
 
     private Builder(String address) {
       this.address = Objects.requireNonNull(address, "address");
@@ -313,6 +322,15 @@ public final class MlxGrpcClient implements AutoCloseable {
     /** Called before each retry with the refusal and the delay. */
     public Builder onRetry(BiConsumer<ErrorDetails, Duration> observer) {
       this.onRetry = observer;
+      return this;
+    }
+
+    /**
+     * The priority (-100 to 100) of every Generate and Embed request that leaves its own at 0,
+     * e.g. a batch job's low one; see {@link Priority}.
+     */
+    public Builder priority(int priority) {
+      this.priority = priority;
       return this;
     }
 

@@ -1,0 +1,41 @@
+//! Priority against a live server at MLXGRPC_ADDRESS: it never changes the output, and
+//! GetLoad reports this caller's tenant. `cargo test` lists these as ignored; run them
+//! with `MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored`.
+
+mod support;
+
+use support::{exact, live};
+
+#[tokio::test]
+#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
+async fn priority_never_changes_the_output() {
+    let s = live().await;
+    let plain = s
+        .client
+        .generate_text(exact("The quick brown fox", 8))
+        .await
+        .expect("priority 0");
+    for priority in [10, -10] {
+        let mut req = exact("The quick brown fox", 8); // greedy
+        req.priority = priority;
+        let r = s.client.generate_text(req).await.expect("Generate");
+        assert_eq!(
+            (&r.token_ids, &r.text),
+            (&plain.token_ids, &plain.text),
+            "priority {priority}"
+        );
+    }
+    let loads = s
+        .client
+        .model_loads(&s.generator.name)
+        .await
+        .expect("GetLoad");
+    // No token: this caller counts under the empty tenant name, and sees it.
+    let mine: Vec<_> = loads[0]
+        .tenants
+        .iter()
+        .filter(|t| t.tenant.is_empty())
+        .collect();
+    assert_eq!(mine.len(), 1, "{:?}", loads[0].tenants);
+    assert!(mine[0].generated_tokens >= 24, "{:?}", mine[0]);
+}
