@@ -6,9 +6,10 @@ tenant B, and does B cost A throughput?
 
 One ``mlx-grpc serve`` subprocess. Phases: B alone sends one request at a time (its
 TTFT p50 idle); A floods (``--flood`` streams, each sending its next long request as
-soon as one ends); over three ``--window`` s windows A runs alone, beside B sending
-one at a time, alone again: B's TTFT p50 under the flood (goal <= 2x idle) and A's
-tok/s beside B against alone (goal within 10%).
+soon as one ends, lengths varied around ``--flood-tokens``); then ``--window`` s
+windows alternate, A alone and A beside B sending one request at a time
+(``--rounds`` of the latter, each between two of the former): B's TTFT p50 under the
+flood (goal <= 2x idle) and A's tok/s beside B against alone (goal within 10%).
 Requests refused with RESOURCE_EXHAUSTED are counted and retried after their
 RetryInfo delay.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import random
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -125,9 +127,13 @@ def retry_delay(err: grpc.aio.AioRpcError) -> float:
 
 
 async def flood(client: Client, tally: Tally, streams: int, tokens: int, stop: asyncio.Event) -> None:
+    """``streams`` loops of requests whose lengths vary around ``tokens`` (seeded), so
+    A's rows finish out of step and no window catches the whole batch refilling."""
+    rng = random.Random(0)
+
     async def loop() -> None:
         while not stop.is_set():
-            await client.one(tally, tokens)
+            await client.one(tally, rng.randint(max(1, tokens // 2), tokens * 3 // 2))
 
     tasks = [asyncio.create_task(loop()) for _ in range(streams)]
     await stop.wait()
@@ -176,28 +182,31 @@ async def measure(args, model_dir: Path, log_dir: Path, report: Report) -> None:
         flooded, beside, stop = Tally(), Tally(), asyncio.Event()
         flooding = asyncio.create_task(flood(a, flooded, args.flood, args.flood_tokens, stop))
         await asyncio.sleep(args.warmup)  # the flood fills every slot and the queue
-        t0 = time.perf_counter()
-        await asyncio.sleep(args.window)
-        t1 = time.perf_counter()
-        await sequential(b, beside, args.b_tokens, until=t1 + args.window)
-        t2 = time.perf_counter()
-        await asyncio.sleep(args.window)  # alone again: the flood's drift cancels out
-        t3 = time.perf_counter()
+        alone, with_b = [], []  # (start, end) windows, alternated so the flood's drift cancels out
+        for phase in range(2 * args.rounds + 1):
+            start = time.perf_counter()
+            if phase % 2:
+                await sequential(b, beside, args.b_tokens, until=start + args.window)
+            else:
+                await asyncio.sleep(args.window)
+            (with_b if phase % 2 else alone).append((start, time.perf_counter()))
         stop.set()
         await flooding
     finally:
         await server.close()
 
-    alone_rate = (flooded.rate(t0, t1) * (t1 - t0) + flooded.rate(t2, t3) * (t3 - t2)) / (t1 - t0 + t3 - t2)
-    beside_rate = flooded.rate(t1, t2)
+    def rate(windows: list[tuple[float, float]]) -> float:
+        return sum(flooded.rate(a, b) * (b - a) for a, b in windows) / sum(b - a for a, b in windows)
+
+    alone_rate, beside_rate = rate(alone), rate(with_b)
     p_idle, p_flood = percentile(idle.ttfts, 50), percentile(beside.ttfts, 50)
     rows = report.table(f"Fairness: A floods with {args.flood} streams of {args.flood_tokens} tokens, "
                         f"B sends one {args.b_tokens}-token request at a time", "measured", "goal")
     rows.append(Row("B TTFT p50 idle (ms)", ms(p_idle), note=f"{len(idle.ttfts)} requests"))
     rows.append(Row("B TTFT p50 under A's flood (ms)", ms(p_flood), note=f"{len(beside.ttfts)} requests"))
     rows.append(Row("B TTFT under flood / idle", f"{p_flood / p_idle:.2f}x", "<= 2x"))
-    rows.append(Row("A tok/s alone", f"{alone_rate:.1f}", note=f"windows before and after B, {args.window:.0f} s each"))
-    rows.append(Row("A tok/s beside B", f"{beside_rate:.1f}", note=f"{t2 - t1:.0f} s window"))
+    rows.append(Row("A tok/s alone", f"{alone_rate:.1f}", note=f"{len(alone)} windows of {args.window:.0f} s"))
+    rows.append(Row("A tok/s beside B", f"{beside_rate:.1f}", note=f"{len(with_b)} windows between them"))
     rows.append(Row("A tok/s beside B / alone", f"{beside_rate / max(alone_rate, 1e-9):.2f}", "0.90-1.10"))
     rows.append(Row("refused (A / B)", f"{flooded.refused} / {idle.refused + beside.refused}",
                     note="RESOURCE_EXHAUSTED, retried after RetryInfo"))
@@ -209,11 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", help="generation model (default: embedded SmolLM2-135M; --quick: the fixture model)")
     p.add_argument("--quick", action="store_true", help="fixture model, small flood and windows (CI smoke)")
     p.add_argument("--flood", type=int, help="A's concurrent streams (default 500; --quick 24)")
-    p.add_argument("--flood-tokens", type=int, default=256, help="tokens of each of A's requests")
+    p.add_argument("--flood-tokens", type=int, default=256,
+                   help="mean tokens of A's requests (each between half and 1.5x, seeded)")
     p.add_argument("--b-tokens", type=int, default=8, help="tokens of each of B's requests")
     p.add_argument("--b-requests", type=int, default=10, help="B's requests on the idle server")
     p.add_argument("--prompt-tokens", type=int, default=32, help="prompt length of every request")
-    p.add_argument("--window", type=float, help="seconds of each measured phase (default 30; --quick 5)")
+    p.add_argument("--window", type=float, help="seconds of each measured window (default 15; --quick 3)")
+    p.add_argument("--rounds", type=int, default=3, help="windows with B, each between two without (default 3)")
     p.add_argument("--warmup", type=float, help="seconds the flood runs before measuring (default 20; --quick 2)")
     p.add_argument("--max-active", type=int, default=32, help="the server's --max-active")
     p.add_argument("--max-queued", type=int, default=-1, help="the server's --max-queued (-1: the flood + 16)")
@@ -227,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="also write the report to this file")
     args = p.parse_args(argv)
     args.flood = args.flood or (24 if args.quick else 500)
-    args.window = args.window or (5.0 if args.quick else 30.0)
+    args.window = args.window or (3.0 if args.quick else 15.0)
     args.warmup = args.warmup or (2.0 if args.quick else 20.0)
     if args.quick and args.flood_tokens == 256:
         args.flood_tokens = 64
