@@ -8,23 +8,26 @@ export GOBIN=${GOBIN:-$HOME/go/bin}
 [ -x "$GOBIN/grpcurl" ] || go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
 G="$GOBIN/grpcurl -plaintext"
 S=mlxgrpc.v1.InferenceService
+# grep -q stops reading at its first match; under pipefail the writer's SIGPIPE would
+# then fail the line, so a piped check reads its input to the end.
+has() { grep "$@" >/dev/null; }
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 set -x
-$G "$ADDR" list | grep -qx $S
-$G "$ADDR" describe $S | grep -q "rpc Generate"
-$G "$ADDR" describe mlxgrpc.v1.GenerateRequest | grep -q "Sampling"
+$G "$ADDR" list | has -x $S
+$G "$ADDR" describe $S | has "rpc Generate"
+$G "$ADDR" describe mlxgrpc.v1.GenerateRequest | has "Sampling"
 $G -d '{"text": "1 2 3 1 2 3 1 2", "speculation": {"mode": "SPECULATION_MODE_NGRAM", "num_draft_tokens": 4},
-        "stopping": {"max_tokens": 5, "ignore_eos": true}}' "$ADDR" $S/Generate | grep -q FINISH_REASON_LENGTH
-$G "$ADDR" describe mlxgrpc.v1.SpeculationOptions | grep -q num_draft_tokens
-$G "$ADDR" grpc.health.v1.Health/Check | grep -q SERVING
-$G -d '{}' "$ADDR" $S/GetModelInfo | grep -q '"vocab_size": [1-9]'
-$G -d '{"context_tokens": 8192}' "$ADDR" $S/PlanMemory | grep -q '"max_safe_context"'
-$G -d '{"text": "Hello, world"}' "$ADDR" $S/Tokenize | grep -q '"token_ids"'
-$G -d '{"inputs": ["A man is eating food.", "A man is eating bread."]}' "$ADDR" $S/Embed | grep -c '"embedding"' | grep -qx 2
+        "stopping": {"max_tokens": 5, "ignore_eos": true}}' "$ADDR" $S/Generate | has FINISH_REASON_LENGTH
+$G "$ADDR" describe mlxgrpc.v1.SpeculationOptions | has num_draft_tokens
+$G "$ADDR" grpc.health.v1.Health/Check | has SERVING
+$G -d '{}' "$ADDR" $S/GetModelInfo | has '"vocab_size": [1-9]'
+$G -d '{"context_tokens": 8192}' "$ADDR" $S/PlanMemory | has '"max_safe_context"'
+$G -d '{"text": "Hello, world"}' "$ADDR" $S/Tokenize | has '"token_ids"'
+$G -d '{"inputs": ["A man is eating food.", "A man is eating bread."]}' "$ADDR" $S/Embed | grep -c '"embedding"' | has -x 2
 
 $G -d '{"chat": {"messages": [{"role": "user", "content": "What is the capital of France?"}]},
-  "stopping": {"max_tokens": 32}}' "$ADDR" $S/Generate | grep -q '"finished"'
+  "stopping": {"max_tokens": 32}}' "$ADDR" $S/Generate | has '"finished"'
 stream=$($G -d '{"text": "Hello", "stopping": {"max_tokens": 5, "ignore_eos": true}}' "$ADDR" $S/Generate)
 grep -q FINISH_REASON_LENGTH <<<"$stream"
 
@@ -40,28 +43,28 @@ done
 grep -q '"cancelled": true' "$OUT/cancel.json"
 wait $story
 grep -q FINISH_REASON_CANCELLED "$OUT/story.json"
-$G -emit-defaults -d '{"request_id": "story-1"}' "$ADDR" $S/Cancel | grep -q '"cancelled": false'
+$G -emit-defaults -d '{"request_id": "story-1"}' "$ADDR" $S/Cancel | has '"cancelled": false'
 
 # Structured output (the README's examples): every generation model accepts formats, and a
 # complete output ends STOP
-$G -d '{}' "$ADDR" $S/GetModelInfo | grep -q RESPONSE_FORMAT_KIND_JSON_SCHEMA
+$G -d '{}' "$ADDR" $S/GetModelInfo | has RESPONSE_FORMAT_KIND_JSON_SCHEMA
 $G -d '{"chat": {"messages": [{"role": "user", "content": "Maria Lopez is 34 and lives in Madrid. Extract the person."}]},
   "response_format": {"json_schema": "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"name\", \"age\", \"city\"], \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 40}, \"age\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 130}, \"city\": {\"type\": \"string\", \"maxLength\": 40}}}"},
-  "stopping": {"max_tokens": 64}}' "$ADDR" $S/Generate | grep -q '"finished"'
+  "stopping": {"max_tokens": 64}}' "$ADDR" $S/Generate | has '"finished"'
 $G -d '{"chat": {"messages": [{"role": "user", "content": "In which year did the French Revolution begin? Answer with the year only."}]},
-  "response_format": {"regex": "[0-9]{4}"}}' "$ADDR" $S/Generate | grep -q FINISH_REASON_STOP
+  "response_format": {"regex": "[0-9]{4}"}}' "$ADDR" $S/Generate | has FINISH_REASON_STOP
 $G -d '{"chat": {"messages": [{"role": "user", "content": "Review: I loved it, best purchase ever! Is the review positive or negative?"}]},
-  "response_format": {"choice": {"options": ["positive", "negative"]}}}' "$ADDR" $S/Generate | grep -q FINISH_REASON_STOP
+  "response_format": {"choice": {"options": ["positive", "negative"]}}}' "$ADDR" $S/Generate | has FINISH_REASON_STOP
 $G -d '{"text": "Answer:", "stopping": {"max_tokens": 16},
   "response_format": {"json_schema": "{\"enum\": [\"yes\", \"no\"]}"}}' "$ADDR" $S/Generate \
-  | grep -q FINISH_REASON_STOP  # complete: "yes" or "no", quoted
+  | has FINISH_REASON_STOP  # complete: "yes" or "no", quoted
 
-$G -d '{}' "$ADDR" $S/GetLoad | grep -q '"max_running_requests": [1-9]'
+$G -d '{}' "$ADDR" $S/GetLoad | has '"max_running_requests": [1-9]'
 # SMG's worker contract, served beside ours on the same port
-$G "$ADDR" list | grep -qx mlx.grpc.engine.MlxEngine
-$G "$ADDR" mlx.grpc.engine.MlxEngine/HealthCheck | grep -q '"healthy": true'
+$G "$ADDR" list | has -x mlx.grpc.engine.MlxEngine
+$G "$ADDR" mlx.grpc.engine.MlxEngine/HealthCheck | has '"healthy": true'
 $G -d '{"text": "Hello", "sampling_params": {"temperature": 0, "max_tokens": 3, "ignore_eos": true}}' "$ADDR" \
-  mlx.grpc.engine.MlxEngine/Generate | grep -q '"finish_reason": "length"'
+  mlx.grpc.engine.MlxEngine/Generate | has '"finish_reason": "length"'
 
 if $G -d '{"text": "x", "sampling": {"temperature": -1}}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
   exit 1
@@ -74,17 +77,17 @@ grep -q InvalidArgument "$OUT/err.txt" && grep -q response_format.regex "$OUT/er
 
 # Adapters: the default generation model's first loaded adapter is used, then loaded again
 # from its directory under another name and unloaded; unknown names are NOT_FOUND.
-$G "$ADDR" describe $S | grep -q "rpc LoadAdapter"
+$G "$ADDR" describe $S | has "rpc LoadAdapter"
 $G -d '{}' "$ADDR" $S/ListAdapters >"$OUT/adapters.json"
 grep -q '"max_adapters": [1-9]' "$OUT/adapters.json"
-adapter=$(sed -n 's/^ *"name": "\(.*\)",*$/\1/p' "$OUT/adapters.json" | head -1)
-source=$(sed -n 's/^ *"source": "\(.*\)",*$/\1/p' "$OUT/adapters.json" | head -1)
+adapter=$(sed -n '/^ *"name": /{s/^ *"name": "\(.*\)",*$/\1/p;q}' "$OUT/adapters.json")
+source=$(sed -n '/^ *"source": /{s/^ *"source": "\(.*\)",*$/\1/p;q}' "$OUT/adapters.json")
 [ -n "$adapter" ] && [ -n "$source" ]  # the CI servers start with one
 $G -d "{\"text\": \"Hello\", \"adapter\": \"$adapter\", \"stopping\": {\"max_tokens\": 5, \"ignore_eos\": true}}" \
-  "$ADDR" $S/Generate | grep -q FINISH_REASON_LENGTH
-$G -d "{\"name\": \"by-grpcurl\", \"path\": \"$source\"}" "$ADDR" $S/LoadAdapter | grep -q '"name": "by-grpcurl"'
-$G -d '{}' "$ADDR" $S/ListAdapters | grep -q '"name": "by-grpcurl"'
-$G -d '{"name": "by-grpcurl"}' "$ADDR" $S/UnloadAdapter | grep -q by-grpcurl
+  "$ADDR" $S/Generate | has FINISH_REASON_LENGTH
+$G -d "{\"name\": \"by-grpcurl\", \"path\": \"$source\"}" "$ADDR" $S/LoadAdapter | has '"name": "by-grpcurl"'
+$G -d '{}' "$ADDR" $S/ListAdapters | has '"name": "by-grpcurl"'
+$G -d '{"name": "by-grpcurl"}' "$ADDR" $S/UnloadAdapter | has by-grpcurl
 if $G -d '{"text": "x", "adapter": "no-such-adapter"}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
   exit 1
 fi
