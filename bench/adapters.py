@@ -65,7 +65,7 @@ async def streams(engine: GenerationEngine, n: int, tokens: int, adapters: list[
 
 
 async def measure(model_dir: Path, dirs: list[Path], n: int, tokens: int, reps: int) -> dict[str, Sample]:
-    config = GenerationConfig(dtype="float32", max_adapters=len(dirs),
+    config = GenerationConfig(dtype="float32", max_adapters=len(dirs), adapter_root=str(dirs[0].parent),
                               scheduler=SchedulerConfig(max_active=n, max_queued=64))
     eng = GenerationEngine(str(model_dir), name="bench", config=config)
     await eng.start()
