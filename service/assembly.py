@@ -30,7 +30,7 @@ def build_limits(args: argparse.Namespace) -> Limits:
 def build_models(args: argparse.Namespace) -> ModelSet:
     limits = build_limits(args)
     config = GenerationConfig(
-        dtype=args.dtype, limits=limits, memory_limit_bytes=args.memory_limit,
+        dtype=args.dtype, dequantize=args.dequantize, limits=limits, memory_limit_bytes=args.memory_limit,
         memory_reserve_bytes=args.memory_reserve,
         grammar=GrammarLimits(max_bytes=args.max_format_bytes, compile_timeout_s=args.format_compile_timeout,
                              compile_queue=args.format_compile_queue),

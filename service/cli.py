@@ -65,7 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="highest LoRA/DoRA rank an adapter may have (checked before it loads)")
     s.add_argument("--max-adapter-bytes", type=int, default=1 << 30,
                    help="tensor bytes an adapter's adapters.safetensors may hold (checked before it loads)")
-    s.add_argument("--dtype", default="auto", help="weight dtype: auto (float32 on CPU), float32, float16, bfloat16")
+    s.add_argument("--dtype", default="auto",
+                   help="dtype of float weights and of quantization scales: auto (float32 on CPU), float32, "
+                        "float16, bfloat16; quantized weights (GGUF blocks, MLX quantized) stay quantized")
+    s.add_argument("--dequantize", action="store_true",
+                   help="hold quantized weights as floats of --dtype instead (several times the memory)")
     s.add_argument("--max-active", type=int, default=32,
                    help="rows prefilling or decoding at once per model (the memory budget admits too)")
     s.add_argument("--max-queued", type=int, default=64, help="requests waiting for admission per model")

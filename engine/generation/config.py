@@ -49,6 +49,7 @@ class SpeculationConfig:
 @dataclass(frozen=True)
 class GenerationConfig:
     dtype: str = "auto"
+    dequantize: bool = False  # hold quantized checkpoints (GGUF blocks, MLX quantized) as floats of dtype
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     limits: Limits = field(default_factory=Limits)
     speculation: SpeculationConfig = field(default_factory=SpeculationConfig)

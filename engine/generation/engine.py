@@ -120,12 +120,14 @@ class GenerationEngine:
 
     def _load(self) -> LoadedModel:
         """Runs on the engine thread: the weights, then the memory facts of them."""
-        loaded = load_generation_model(self.source, name=self.name, dtype=self.config.dtype)
+        loaded = load_generation_model(self.source, name=self.name, dtype=self.config.dtype,
+                                       dequantize=self.config.dequantize)
         self._facts = facts_from_model(loaded.model, loaded.config)
         self._decode = calibrate_decode(loaded.model, self._facts)
         self._rolls_back = can_roll_back(loaded.model)
         if self.config.draft_model:
-            draft = load_generation_model(self.config.draft_model, dtype=self.config.dtype)
+            draft = load_generation_model(self.config.draft_model, dtype=self.config.dtype,
+                                          dequantize=self.config.dequantize)
             check_draft(loaded.tokenizer, draft.tokenizer, draft.model, (loaded.name, draft.name))
             self._facts = with_draft(self._facts, facts_from_model(draft.model, draft.config))
             self._draft = draft

@@ -1,13 +1,18 @@
 """Convert a llama-architecture GGUF file into a local Hugging Face-layout model directory.
 
-The result (``config.json``, ``model.safetensors`` in float16, ``tokenizer.json``
-and friends) loads with ``mlx_lm.load()`` without any network access.
+The result (``config.json``, ``model.safetensors``, ``tokenizer.json`` and friends)
+loads with ``mlx_lm.load()`` without any network access.
 
 Tensors and metadata are read with ``mx.load(path, return_metadata=True)``; it
-returns Q4_0/Q4_1/Q8_0 tensors as MLX-quantized triplets (``name.weight``
-packed uint32, ``name.scales``, ``name.biases``, 32-element groups), which are
-dequantized here. llama.cpp stores the rows of the q/k projections permuted for
-its interleaved rope; they are un-permuted back to the Hugging Face order.
+returns Q4_0/Q4_1/Q8_0 tensors as MLX affine-quantized triplets (``name.weight``
+packed uint32, ``name.scales``, ``name.biases``, 32-element groups), the same
+values exactly (``w = scale * q + bias``). They are kept as they are: the
+directory holds the file's own bits, and its config's ``quantization`` entry
+makes mlx-lm build quantized layers (bits per layer inferred from the shapes).
+Float tensors keep their dtype (float16 stays float16, float32 stays float32).
+llama.cpp stores the rows of the q/k projections permuted for its interleaved
+rope; they (and their scales and biases) are un-permuted back to the Hugging Face
+order.
 
 Use :func:`prepare_gguf` to convert once into a cache directory.
 """
@@ -28,7 +33,7 @@ import numpy as np
 
 from engine.loading.gguf_tokenizer import GGUFVocab, build_tokenizer, special_tokens_map, tokenizer_config
 
-__all__ = ["convert_gguf", "prepare_gguf", "gguf_fingerprint", "permute_qk", "unpermute_qk"]
+__all__ = ["convert_gguf", "prepare_gguf", "gguf_fingerprint", "hf_name", "permute_qk", "unpermute_qk"]
 
 logger = logging.getLogger("engine.loading.gguf")
 
@@ -36,7 +41,7 @@ Progress = Callable[[str, float], None]
 
 MANIFEST_NAME = "gguf_source.json"
 # Bump when the output layout changes so that cached conversions are redone.
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2
 SUPPORTED_ARCHITECTURES = ("llama",)
 _GGUF_GROUP_SIZE = 32  # block size of Q4_0, Q4_1 and Q8_0
 _FINGERPRINT_CHUNK = 1 << 20
@@ -131,6 +136,8 @@ def build_config(meta: Mapping[str, Any], tensors: Mapping[str, mx.array]) -> di
         "eos_token_id": _scalar(meta, "tokenizer.ggml.eos_token_id"),
         "torch_dtype": "float16",
     }
+    if any(name.endswith(".scales") for name in tensors):  # the real bits per layer come from the shapes
+        config["quantization"] = {"group_size": _GGUF_GROUP_SIZE, "bits": 4}
     scaling = get("rope.scaling.type", "none")
     if scaling == "linear":
         config["rope_scaling"] = {"type": "linear", "factor": get("rope.scaling.factor")}
@@ -139,22 +146,14 @@ def build_config(meta: Mapping[str, Any], tensors: Mapping[str, mx.array]) -> di
     return config
 
 
-def _dequantize(tensors: Mapping[str, mx.array], base: str) -> mx.array:
-    """Tensor ``base`` in float16, dequantizing an (weight, scales, biases) triplet."""
-    weight = tensors[f"{base}.weight"]
-    scales = tensors.get(f"{base}.scales")
-    if scales is None:
-        return weight.astype(mx.float16)
-    biases = tensors[f"{base}.biases"]
-    bits = weight.shape[-1] // scales.shape[-1]  # uint32 words per 32-element group
-    full = mx.dequantize(
-        weight, scales.astype(mx.float32), biases.astype(mx.float32),
-        group_size=_GGUF_GROUP_SIZE, bits=bits,
-    )
-    return full.astype(mx.float16)
+def _parts(tensors: Mapping[str, mx.array], base: str) -> dict[str, mx.array]:
+    """Tensor ``base``'s arrays by suffix: ``weight`` alone, or the quantized
+    ``weight``/``scales``/``biases`` triplet, exactly as the file holds them."""
+    return {suffix: tensors[f"{base}.{suffix}"] for suffix in ("weight", "scales", "biases")
+            if f"{base}.{suffix}" in tensors}
 
 
-def _hf_name(base: str) -> str:
+def hf_name(base: str) -> str:
     """Hugging Face tensor name (without ``.weight``) for a GGUF tensor base name."""
     if base in _GLOBAL_TENSORS:
         return _GLOBAL_TENSORS[base]
@@ -167,18 +166,19 @@ def _hf_name(base: str) -> str:
 def convert_weights(
     tensors: Mapping[str, mx.array], config: Mapping[str, Any], progress: Progress
 ) -> dict[str, mx.array]:
-    """GGUF tensors -> Hugging Face named float16 tensors, q/k rows un-permuted."""
+    """GGUF tensors -> Hugging Face named tensors (quantized ones as their triplets),
+    q/k rows un-permuted."""
     bases = sorted({name.rsplit(".", 1)[0] for name in tensors}, key=_layer_then_name)
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
     n_layers = config["num_hidden_layers"]
     out: dict[str, mx.array] = {}
     for base in bases:
-        weight = _dequantize(tensors, base)
         kind = base.rsplit(".", 1)[-1]
-        if kind in heads:
-            weight = mx.array(unpermute_qk(np.array(weight), heads[kind]))
-        out[f"{_hf_name(base)}.weight"] = weight
-        mx.eval(weight)
+        for suffix, array in _parts(tensors, base).items():
+            if kind in heads:  # a row permutation: the same for packed weights, scales and biases
+                array = mx.array(unpermute_qk(np.array(array), heads[kind]))
+            out[f"{hf_name(base)}.{suffix}"] = array
+            mx.eval(array)
         if kind == "ffn_up" or base == "token_embd":
             layer = int(base.split(".")[1]) + 1 if base.startswith("blk.") else 0
             progress("weights", layer / n_layers)

@@ -80,15 +80,20 @@ def resolve_artifact(source: str | Path) -> Path:
 
 
 def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "auto",
-                          use_kernels: bool = True) -> LoadedModel:
-    """Loads a model and its tokenizer; casts floating weights to the runtime dtype
-    and, on the CPU backend, puts the CPU kernels in (unless ``use_kernels`` is False
-    or ``MLX_GRPC_KERNELS=off``)."""
+                          use_kernels: bool = True, dequantize: bool = False) -> LoadedModel:
+    """Loads a model and its tokenizer; quantized weights stay quantized (``dequantize``:
+    held as floats instead), floating weights (quantization scales included) are cast
+    to the runtime dtype and, on the CPU backend, the CPU kernels go in (unless
+    ``use_kernels`` is False or ``MLX_GRPC_KERNELS=off``)."""
     artifact = resolve_artifact(source)
     model, tokenizer = mlx_lm.load(str(artifact))
     target = runtime_dtype(dtype)
     if target is not None:
         model.set_dtype(target)
+    if dequantize:  # after the cast: the floats come from scales in the target dtype
+        from mlx_lm.utils import dequantize_model
+
+        model = dequantize_model(model)
     mx.eval(model.parameters())
     config = _read_config(artifact)
     weight_dtype = _weight_dtype(model)
@@ -114,9 +119,18 @@ def _read_config(artifact: Path) -> dict[str, Any]:
 
 
 def _weight_dtype(model: nn.Module) -> str:
+    """"float32"; for quantized weights their kinds, the bits per weight they take
+    (scales and biases included) and the float dtype: "q4/q8 affine (5.63 bits per
+    weight), float32"."""
     from mlx.utils import tree_flatten
 
     dtypes = {str(v.dtype).split(".")[-1] for _, v in tree_flatten(model.parameters())}
-    floating = sorted(d for d in dtypes if "float" in d)
-    quantized = any(isinstance(m, nn.QuantizedLinear) for _, m in model.named_modules())
-    return ("quantized+" if quantized else "") + ("/".join(floating) or "unknown")
+    floating = "/".join(sorted(d for d in dtypes if "float" in d)) or "unknown"
+    quantized = [m for _, m in model.named_modules() if "scales" in m and hasattr(m, "bits")]
+    if not quantized:
+        return floating
+    kinds = "/".join(f"q{b}" for b in sorted({m.bits for m in quantized}))
+    modes = "/".join(sorted({getattr(m, "mode", "affine") for m in quantized}))
+    nbytes = sum(m[k].nbytes for m in quantized for k in ("weight", "scales", "biases") if k in m)
+    count = sum(m["weight"].size * 32 // m.bits for m in quantized)
+    return f"{kinds} {modes} ({8 * nbytes / count:.2f} bits per weight), {floating}"

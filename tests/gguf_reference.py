@@ -1,0 +1,55 @@
+"""The oracle for quantized GGUF files: the same weights dequantized by ``gguf``'s
+own numpy dequantizer (llama.cpp's reader, independent of the engine's conversion)
+into a float32 Hugging Face directory that mlx-lm loads as a plain float model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import gguf
+import numpy as np
+from gguf.quants import dequantize
+
+from engine.loading.gguf import hf_name, unpermute_qk
+
+
+def float_tensors(gguf_path: Path, config: dict) -> dict[str, np.ndarray]:
+    """Every tensor of the file as float32, under its Hugging Face name (q/k rows in
+    Hugging Face order)."""
+    heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
+    out = {}
+    for t in gguf.GGUFReader(str(gguf_path)).tensors:
+        shape = tuple(int(d) for d in reversed(t.shape))
+        values = dequantize(t.data, t.tensor_type).astype(np.float32).reshape(shape)
+        base = t.name.rsplit(".", 1)[0]
+        kind = base.rsplit(".", 1)[-1]
+        if kind in heads:
+            values = unpermute_qk(values, heads[kind])
+        out[f"{hf_name(base)}.weight"] = np.ascontiguousarray(values)
+    return out
+
+
+def file_tensor_bytes(gguf_path: Path) -> int:
+    return sum(int(t.n_bytes) for t in gguf.GGUFReader(str(gguf_path)).tensors)
+
+
+def float_reference(gguf_path: Path, converted: Path, out: Path) -> Path:
+    """A float32 directory of ``gguf_path``'s weights beside the tokenizer and config of
+    its conversion ``converted`` (quantization removed)."""
+    import mlx.core as mx
+
+    if (out / "model.safetensors").is_file():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    for f in converted.iterdir():
+        if f.is_file() and f.suffix == ".json" and f.name != "config.json":
+            shutil.copy2(f, out / f.name)
+    config = json.loads((converted / "config.json").read_text())
+    config.pop("quantization", None)
+    config["torch_dtype"] = "float32"
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    weights = {k: mx.array(v) for k, v in float_tensors(gguf_path, config).items()}
+    mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
+    return out
