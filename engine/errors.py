@@ -107,6 +107,13 @@ class Unsupported(EngineError):
     reason = "UNSUPPORTED_OPERATION"
 
 
+class UnsupportedModel(Unsupported, ValueError):
+    """A model file this server cannot serve: its architecture, a tensor or a tensor
+    type (the message names it). Raised while a model loads, before serving."""
+
+    reason = "UNSUPPORTED_MODEL"
+
+
 class DoesNotFit(EngineError):
     """The request can never fit the model's memory plan or context (OUT_OF_RANGE)."""
 

@@ -17,17 +17,21 @@ from engine.loading.gguf import hf_name, unpermute_qk
 
 def float_tensors(gguf_path: Path, config: dict) -> dict[str, np.ndarray]:
     """Every tensor of the file as float32, under its Hugging Face name (q/k rows in
-    Hugging Face order)."""
-    heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
+    Hugging Face order: llama.cpp permutes them for the llama architecture only)."""
+    reader = gguf.GGUFReader(str(gguf_path))
+    permuted = reader.fields["general.architecture"].contents() == "llama"
+    heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]} if permuted else {}
     out = {}
-    for t in gguf.GGUFReader(str(gguf_path)).tensors:
+    for t in reader.tensors:
+        if t.name == "rope_freqs.weight":  # Llama 3's rope scaling, in the config
+            continue
         shape = tuple(int(d) for d in reversed(t.shape))
         values = dequantize(t.data, t.tensor_type).astype(np.float32).reshape(shape)
         base = t.name.rsplit(".", 1)[0]
         kind = base.rsplit(".", 1)[-1]
         if kind in heads:
             values = unpermute_qk(values, heads[kind])
-        out[f"{hf_name(base)}.weight"] = np.ascontiguousarray(values)
+        out[f"{hf_name(base)}.{t.name.rsplit('.', 1)[1]}"] = np.ascontiguousarray(values)
     return out
 
 

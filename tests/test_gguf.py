@@ -74,8 +74,10 @@ def test_permute_matches_convert_hf_to_gguf_reference() -> None:
 
 
 def test_other_architectures_are_rejected() -> None:
-    with pytest.raises(ValueError, match="qwen2"):
-        build_config({"general.architecture": "qwen2"}, {})
+    from engine.errors import UnsupportedModel
+
+    with pytest.raises(UnsupportedModel, match="'mamba'.*served: llama, qwen2, qwen3"):
+        build_config({"general.architecture": "mamba"}, set())
 
 
 def test_unknown_pre_tokenizer_is_rejected() -> None:

@@ -1,18 +1,17 @@
-"""Convert a llama-architecture GGUF file into a local Hugging Face-layout model directory.
+"""Convert a GGUF file into a local Hugging Face-layout model directory.
 
 The result (``config.json``, ``model.safetensors``, ``tokenizer.json`` and friends)
 loads with ``mlx_lm.load()`` without any network access.
 
-Tensors and metadata are read with ``mx.load(path, return_metadata=True)``; it
-returns Q4_0/Q4_1/Q8_0 tensors as MLX affine-quantized triplets (``name.weight``
-packed uint32, ``name.scales``, ``name.biases``, 32-element groups), the same
-values exactly (``w = scale * q + bias``). They are kept as they are: the
-directory holds the file's own bits, and its config's ``quantization`` entry
+The file is read with ``gguf`` (``gguf_file``); its metadata gives the config and
+the tokenizer (``gguf_config``, ``gguf_tokenizer``). Block-quantized tensors become
+MLX affine-quantized triplets (``name.weight`` packed uint32, ``name.scales``,
+``name.biases``, 32-element groups; ``gguf_blocks`` says which types are exact):
+the directory holds the file's own bits, and its config's ``quantization`` entry
 makes mlx-lm build quantized layers (bits per layer inferred from the shapes).
-Float tensors keep their dtype (float16 stays float16, float32 stays float32).
-llama.cpp stores the rows of the q/k projections permuted for its interleaved
-rope; they (and their scales and biases) are un-permuted back to the Hugging Face
-order.
+Float tensors keep their dtype. For the llama architecture, llama.cpp stored the
+rows of the q/k projections permuted for its interleaved rope; they (and their
+scales and biases) are un-permuted back to the Hugging Face order.
 
 Use :func:`prepare_gguf` to convert once into a cache directory.
 """
@@ -31,9 +30,14 @@ from typing import Any, Callable, Mapping
 import mlx.core as mx
 import numpy as np
 
-from engine.loading.gguf_tokenizer import GGUFVocab, build_tokenizer, special_tokens_map, tokenizer_config
+from ..errors import UnsupportedModel
+from .gguf_blocks import UnsupportedTensorType, to_affine
+from .gguf_config import CONFIG_TENSORS, architecture, build_config, hf_name, permute_qk, unpermute_qk
+from .gguf_file import GGUFFile, GGUFTensor, read_gguf
+from .gguf_tokenizer import GGUFVocab, build_tokenizer, special_tokens_map, tokenizer_config
 
-__all__ = ["convert_gguf", "prepare_gguf", "gguf_fingerprint", "hf_name", "permute_qk", "unpermute_qk"]
+__all__ = ["convert_gguf", "prepare_gguf", "gguf_fingerprint", "hf_name", "permute_qk", "unpermute_qk",
+           "build_config"]
 
 logger = logging.getLogger("engine.loading.gguf")
 
@@ -42,44 +46,9 @@ Progress = Callable[[str, float], None]
 MANIFEST_NAME = "gguf_source.json"
 # Bump when the output layout changes so that cached conversions are redone.
 CONVERTER_VERSION = 2
-SUPPORTED_ARCHITECTURES = ("llama",)
-_GGUF_GROUP_SIZE = 32  # block size of Q4_0, Q4_1 and Q8_0
+_GROUP_SIZE = 32  # the MLX group every GGUF block type maps onto
+_FLOAT_TYPES = {"F32": np.float32, "F16": np.float16}
 _FINGERPRINT_CHUNK = 1 << 20
-
-# GGUF tensor name (inside "blk.N.") -> Hugging Face name (inside "model.layers.N.").
-_LAYER_TENSORS = {
-    "attn_norm": "input_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_GLOBAL_TENSORS = {
-    "token_embd": "model.embed_tokens",
-    "output_norm": "model.norm",
-    "output": "lm_head",
-}
-
-
-def permute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
-    """llama.cpp's ``permute`` (convert_hf_to_gguf.py): HF rope order -> GGUF order.
-
-    ``n_head`` is the number of heads of this projection (KV heads for k_proj).
-    """
-    rows = weight.shape[0]
-    halves = weight.reshape(n_head, 2, rows // n_head // 2, *weight.shape[1:])
-    return halves.swapaxes(1, 2).reshape(weight.shape)
-
-
-def unpermute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
-    """Inverse of :func:`permute_qk`: GGUF q/k projection rows -> Hugging Face order."""
-    rows = weight.shape[0]
-    pairs = weight.reshape(n_head, rows // n_head // 2, 2, *weight.shape[1:])
-    return pairs.swapaxes(1, 2).reshape(weight.shape)
 
 
 def gguf_fingerprint(gguf_path: Path) -> str:
@@ -94,109 +63,63 @@ def gguf_fingerprint(gguf_path: Path) -> str:
     return digest.hexdigest()[:12]
 
 
-def _scalar(meta: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    """A metadata value as a Python scalar (``mx.load`` returns numbers as 0-d arrays)."""
-    value = meta.get(key, default)
-    if isinstance(value, mx.array):
-        value = value.item()
-        if isinstance(value, float):  # float32 in the file: use its shortest repr (1e-05)
-            value = float(str(np.float32(value)))
-    return value
-
-
-def build_config(meta: Mapping[str, Any], tensors: Mapping[str, mx.array]) -> dict[str, Any]:
-    """The ``config.json`` of a llama GGUF file, from its metadata."""
-    arch = _scalar(meta, "general.architecture")
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise ValueError(f"unsupported GGUF architecture {arch!r}; supported: {SUPPORTED_ARCHITECTURES}")
-
-    def get(key: str, default: Any = None) -> Any:
-        return _scalar(meta, f"{arch}.{key}", default)
-
-    hidden, heads = get("embedding_length"), get("attention.head_count")
-    config: dict[str, Any] = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": hidden,
-        "intermediate_size": get("feed_forward_length"),
-        "num_hidden_layers": get("block_count"),
-        "num_attention_heads": heads,
-        "num_key_value_heads": get("attention.head_count_kv", heads),
-        "head_dim": get("attention.key_length", hidden // heads),
-        "vocab_size": get("vocab_size", len(meta["tokenizer.ggml.tokens"])),
-        "max_position_embeddings": get("context_length"),
-        "rms_norm_eps": get("attention.layer_norm_rms_epsilon"),
-        "rope_theta": get("rope.freq_base", 10000.0),
-        "rope_scaling": None,
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "mlp_bias": False,
-        "tie_word_embeddings": "output.weight" not in tensors,
-        "bos_token_id": _scalar(meta, "tokenizer.ggml.bos_token_id"),
-        "eos_token_id": _scalar(meta, "tokenizer.ggml.eos_token_id"),
-        "torch_dtype": "float16",
-    }
-    if any(name.endswith(".scales") for name in tensors):  # the real bits per layer come from the shapes
-        config["quantization"] = {"group_size": _GGUF_GROUP_SIZE, "bits": 4}
-    scaling = get("rope.scaling.type", "none")
-    if scaling == "linear":
-        config["rope_scaling"] = {"type": "linear", "factor": get("rope.scaling.factor")}
-    elif scaling not in ("none", None):
-        raise ValueError(f"unsupported rope scaling {scaling!r} in GGUF file")
-    return config
-
-
-def _parts(tensors: Mapping[str, mx.array], base: str) -> dict[str, mx.array]:
-    """Tensor ``base``'s arrays by suffix: ``weight`` alone, or the quantized
-    ``weight``/``scales``/``biases`` triplet, exactly as the file holds them."""
-    return {suffix: tensors[f"{base}.{suffix}"] for suffix in ("weight", "scales", "biases")
-            if f"{base}.{suffix}" in tensors}
-
-
-def hf_name(base: str) -> str:
-    """Hugging Face tensor name (without ``.weight``) for a GGUF tensor base name."""
-    if base in _GLOBAL_TENSORS:
-        return _GLOBAL_TENSORS[base]
-    parts = base.split(".")
-    if len(parts) == 3 and parts[0] == "blk" and parts[2] in _LAYER_TENSORS:
-        return f"model.layers.{parts[1]}.{_LAYER_TENSORS[parts[2]]}"
-    raise ValueError(f"unsupported GGUF tensor {base!r} for the llama architecture")
-
-
-def convert_weights(
-    tensors: Mapping[str, mx.array], config: Mapping[str, Any], progress: Progress
-) -> dict[str, mx.array]:
-    """GGUF tensors -> Hugging Face named tensors (quantized ones as their triplets),
-    q/k rows un-permuted."""
-    bases = sorted({name.rsplit(".", 1)[0] for name in tensors}, key=_layer_then_name)
+def convert_weights(file: GGUFFile, config: Mapping[str, Any], progress: Progress) -> dict[str, mx.array]:
+    """GGUF tensors -> Hugging Face named tensors (quantized ones as their affine
+    triplets), q/k rows un-permuted where llama.cpp permuted them."""
+    arch = architecture(file.metadata)
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
     n_layers = config["num_hidden_layers"]
     out: dict[str, mx.array] = {}
-    for base in bases:
-        kind = base.rsplit(".", 1)[-1]
-        for suffix, array in _parts(tensors, base).items():
-            if kind in heads:  # a row permutation: the same for packed weights, scales and biases
-                array = mx.array(unpermute_qk(np.array(array), heads[kind]))
-            out[f"{hf_name(base)}.{suffix}"] = array
-            mx.eval(array)
-        if kind == "ffn_up" or base == "token_embd":
-            layer = int(base.split(".")[1]) + 1 if base.startswith("blk.") else 0
+    for tensor in sorted(file.tensors, key=_layer_then_name):
+        if tensor.name in CONFIG_TENSORS:
+            continue
+        kind = tensor.base.rsplit(".", 1)[-1]
+        hf = hf_name(tensor.base)
+        for part, array in _arrays(tensor).items():
+            if arch.permuted_qk and kind in heads:  # a row permutation: packed weights, scales, biases alike
+                array = unpermute_qk(array, heads[kind])
+            out[f"{hf}.{tensor.suffix}" if part == "weight" else f"{hf}.{part}"] = mx.array(array)
+        if kind == "ffn_up" or tensor.base == "token_embd":
+            layer = int(tensor.base.split(".")[1]) + 1 if tensor.base.startswith("blk.") else 0
             progress("weights", layer / n_layers)
     return out
 
 
-def _layer_then_name(base: str) -> tuple[int, str]:
-    """Sort key: global tensors first, then layer by layer."""
-    parts = base.split(".")
-    return (int(parts[1]) if parts[0] == "blk" else -1, base)
-
-
-def _read_gguf(gguf_path: Path) -> tuple[dict[str, mx.array], dict[str, Any]]:
-    """Tensors and metadata of a GGUF file (MLX reads F32/F16/Q4_0/Q4_1/Q8_0 tensors)."""
+def _arrays(tensor: GGUFTensor) -> dict[str, np.ndarray]:
+    """``weight`` alone (a float tensor, its dtype kept; BF16 as float32), or the
+    quantized ``weight``/``scales``/``biases`` (scales in float16 where that holds
+    them exactly, as the file's own block scales do)."""
+    if tensor.type_name in _FLOAT_TYPES:
+        return {"weight": np.asarray(tensor.data, dtype=_FLOAT_TYPES[tensor.type_name]).reshape(tensor.shape)}
+    if tensor.type_name == "BF16":
+        bits = np.asarray(tensor.data).view(np.uint16).astype(np.uint32) << 16
+        return {"weight": bits.view(np.float32).reshape(tensor.shape)}
+    if len(tensor.shape) != 2:
+        raise UnsupportedModel(f"GGUF tensor {tensor.name!r}: a {tensor.type_name} tensor of "
+                               f"{len(tensor.shape)} dimensions is not served")
     try:
-        return mx.load(str(gguf_path), return_metadata=True)
-    except (RuntimeError, ValueError) as exc:
-        raise ValueError(f"cannot read GGUF file {gguf_path}: {exc}") from exc
+        affine = to_affine(tensor.data, tensor.qtype, tensor.shape[0], tensor.shape[1], tensor.name)
+    except UnsupportedTensorType as exc:
+        raise UnsupportedModel(str(exc)) from exc
+    return {"weight": affine.weight, "scales": _compact(affine.scales), "biases": _compact(affine.biases)}
+
+
+def _compact(values: np.ndarray) -> np.ndarray:
+    half = values.astype(np.float16)
+    return half if np.array_equal(half.astype(np.float32), values) else values
+
+
+def _layer_then_name(tensor: GGUFTensor) -> tuple[int, str]:
+    """Sort key: global tensors first, then layer by layer."""
+    parts = tensor.name.split(".")
+    return (int(parts[1]) if parts[0] == "blk" else -1, tensor.name)
+
+
+def _rope_freqs(file: GGUFFile) -> np.ndarray | None:
+    for tensor in file.tensors:
+        if tensor.name == "rope_freqs.weight":
+            return np.asarray(tensor.data, dtype=np.float32).reshape(-1)
+    return None
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -206,9 +129,11 @@ def _write_json(path: Path, data: Any) -> None:
 def _write_model_dir(gguf_path: Path, target: Path, progress: Progress) -> None:
     """Write every output file of the conversion into the (empty) directory ``target``."""
     progress("reading", 0.0)
-    tensors, meta = _read_gguf(gguf_path)
-    config = build_config(meta, tensors)
-    vocab = GGUFVocab.from_metadata(meta)
+    file = read_gguf(gguf_path)
+    config = build_config(file.metadata, {t.name for t in file.tensors}, _rope_freqs(file))
+    if any(t.type_name not in _FLOAT_TYPES and t.type_name != "BF16" for t in file.tensors):
+        config["quantization"] = {"group_size": _GROUP_SIZE, "bits": 4}  # real bits per layer: from the shapes
+    vocab = GGUFVocab.from_metadata(file.metadata)
     progress("tokenizer", 0.0)
     build_tokenizer(vocab).save(str(target / "tokenizer.json"))
     _write_json(target / "tokenizer_config.json", tokenizer_config(vocab, config["max_position_embeddings"]))
@@ -217,7 +142,7 @@ def _write_model_dir(gguf_path: Path, target: Path, progress: Progress) -> None:
     _write_json(target / "generation_config.json", {
         "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
     })
-    weights = convert_weights(tensors, config, progress)
+    weights = convert_weights(file, config, progress)
     progress("writing", 0.0)
     mx.save_safetensors(str(target / "model.safetensors"), weights, metadata={"format": "pt"})
 

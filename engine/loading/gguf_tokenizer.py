@@ -56,7 +56,8 @@ class GGUFVocab:
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> "GGUFVocab":
-        """Read the ``tokenizer.*`` keys of GGUF metadata (as ``mx.load`` returns them)."""
+        """Read the ``tokenizer.*`` keys of GGUF metadata (plain values, or arrays as
+        ``mx.load`` returns them)."""
 
         def opt_int(key: str) -> int | None:
             value = meta.get(key)
@@ -69,7 +70,7 @@ class GGUFVocab:
             pre=str(meta.get("tokenizer.ggml.pre", "default")),
             tokens=tokens,
             merges=list(meta.get("tokenizer.ggml.merges", [])),
-            token_types=[1] * len(tokens) if types is None else [int(t) for t in types.tolist()],
+            token_types=[1] * len(tokens) if types is None else [int(t) for t in _list(types)],
             bos_id=opt_int("tokenizer.ggml.bos_token_id"),
             eos_id=opt_int("tokenizer.ggml.eos_token_id"),
             unk_id=opt_int("tokenizer.ggml.unknown_token_id"),
@@ -83,6 +84,10 @@ class GGUFVocab:
         if token_id is None or not 0 <= token_id < len(self.tokens):
             return None
         return self.tokens[token_id]
+
+
+def _list(values) -> list:
+    return values.tolist() if hasattr(values, "tolist") else list(values)
 
 
 def pre_tokenizer_for(pre: str) -> pre_tokenizers.PreTokenizer:

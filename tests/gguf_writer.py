@@ -1,0 +1,102 @@
+"""GGUF files made from the fixture models with ``gguf``'s own writer, as llama.cpp's
+converter lays them out: ``<arch>.*`` metadata, the byte-level BPE vocabulary, q/k
+rows permuted for the llama architecture, 1-D tensors in F32 and every matrix in
+the chosen GGML type (``tests.gguf_quantizers`` makes the blocks)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gguf
+import numpy as np
+from safetensors.numpy import load_file
+
+from engine.loading.gguf import permute_qk
+from tests.gguf_quantizers import quantize
+
+_LAYER = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+          "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+          "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate",
+          "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+_GLOBAL = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
+CONTROL, NORMAL, UNUSED = 3, 1, 5
+
+
+def gguf_name(hf: str) -> str:
+    base, suffix = hf.rsplit(".", 1)
+    if base in _GLOBAL:
+        return f"{_GLOBAL[base]}.{suffix}"
+    _, _, layer, rest = base.split(".", 3)
+    return f"blk.{layer}.{_LAYER[rest]}.{suffix}"
+
+
+def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
+               embedding_type: gguf.GGMLQuantizationType | None = None, arch: str | None = None) -> Path:
+    """``model_dir`` (a llama or qwen3 fixture) as a GGUF file of matrices in ``qtype``
+    (the token embedding in ``embedding_type``, default ``qtype``). A Llama 3
+    ``rope_scaling`` in its config becomes llama.cpp's ``rope_freqs`` tensor;
+    ``arch`` overrides ``general.architecture``."""
+    config = json.loads((model_dir / "config.json").read_text())
+    arch = arch or config["model_type"]
+    writer = gguf.GGUFWriter(str(out), arch)
+    scaling = config.get("rope_scaling") or {}
+    if scaling.get("rope_type") == "llama3":
+        from engine.loading.gguf_config import llama3_rope_factors
+
+        writer.add_tensor("rope_freqs.weight", llama3_rope_factors(scaling, config["rope_theta"], config["head_dim"]))
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(config["num_attention_heads"])
+    writer.add_head_count_kv(config["num_key_value_heads"])
+    writer.add_key_length(config["head_dim"])
+    writer.add_value_length(config["head_dim"])
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    writer.add_rope_freq_base(config["rope_theta"])
+    writer.add_vocab_size(config["vocab_size"])
+    _add_vocab(writer, model_dir, config)
+    heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
+    for name, value in sorted(load_file(str(model_dir / "model.safetensors")).items()):
+        target = gguf_name(name)
+        value = value.astype(np.float32)
+        kind = target.split(".")[-2]
+        if arch == "llama" and kind in heads:
+            value = permute_qk(value, heads[kind])
+        if value.ndim == 1:
+            writer.add_tensor(target, value)
+            continue
+        kind_type = embedding_type if (target.startswith("token_embd") and embedding_type) else qtype
+        if kind_type in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+            dtype = np.float32 if kind_type == gguf.GGMLQuantizationType.F32 else np.float16
+            writer.add_tensor(target, np.ascontiguousarray(value, dtype=dtype))
+        else:
+            writer.add_tensor(target, quantize(value, kind_type), raw_dtype=kind_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+def _add_vocab(writer: gguf.GGUFWriter, model_dir: Path, config: dict) -> None:
+    tok = json.loads((model_dir / "tokenizer.json").read_text())
+    vocab = dict(tok["model"]["vocab"])
+    special = {t["content"]: t["id"] for t in tok["added_tokens"]}
+    vocab.update(special)
+    size = config["vocab_size"]
+    tokens = [f"[PAD{i}]" for i in range(size)]
+    types = [UNUSED] * size
+    for text, i in vocab.items():
+        tokens[i], types[i] = text, CONTROL if text in special else NORMAL
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]]
+    tok_config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_eos_token_id(config["eos_token_id"])
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(tok_config["chat_template"])
