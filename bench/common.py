@@ -80,6 +80,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_isa() -> str:
+    """The widest x86 vector extension the CPU has ("AVX-512", "AVX2"), or the machine."""
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX")):
+        if flag in flags:
+            return name + (" VNNI" if flag == "avx512f" and "avx512_vnni" in flags else "")
+    return platform.machine()
+
+
 def version(dist: str) -> str:
     try:
         return metadata.version(dist)
@@ -93,7 +106,7 @@ def machine_facts() -> dict[str, str]:
     from engine.hardware.device import backend_name
 
     return {
-        "machine": f"{cpu_model()}, {os.cpu_count()} cores, "
+        "machine": f"{cpu_model()} ({cpu_isa()}), {os.cpu_count()} cores, "
                    f"{psutil.virtual_memory().total / 2**30:.0f} GiB, {platform.system()} {platform.machine()}",
         "python": platform.python_version(),
         "mlx / mlx-lm": f"{version('mlx')} / {version('mlx-lm')}",
@@ -156,7 +169,8 @@ def prepare_f32(source: str | Path, log) -> Path:
     if (target / "model.safetensors").is_file():
         return target
     log(f"writing a float32 copy of {artifact} to {target}")
-    loaded = load_generation_model(artifact, dtype="float32")
+    # as mlx-lm defines the model: no kernels (they fuse layers), quantized weights dequantized
+    loaded = load_generation_model(artifact, dtype="float32", use_kernels=False, dequantize=True)
     tmp = target.with_name(target.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -165,6 +179,8 @@ def prepare_f32(source: str | Path, log) -> Path:
             shutil.copy2(f, tmp / f.name)
     config = json.loads((artifact / "config.json").read_text())
     config["torch_dtype"] = "float32"
+    config.pop("quantization", None)
+    config.pop("quantization_config", None)
     (tmp / "config.json").write_text(json.dumps(config, indent=2))
     weights = dict(tree_flatten(loaded.model.parameters()))
     mx.save_safetensors(str(tmp / "model.safetensors"), weights, metadata={"format": "mlx"})
@@ -184,7 +200,7 @@ def _all_f32(directory: Path) -> bool:
             n = struct.unpack("<Q", fh.read(8))[0]
             header = json.loads(fh.read(n))
         dtypes = {v["dtype"] for k, v in header.items() if k != "__metadata__"}
-        if any(d in ("F16", "BF16", "F64") for d in dtypes):
+        if dtypes != {"F32"}:  # half floats, or packed quantized weights
             return False
     return True
 

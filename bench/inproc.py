@@ -150,8 +150,9 @@ class InProcessEngine:
     """Our GenerationEngine without the service, driven from the caller's event loop;
     ``kernels=False`` loads it with MLX's own ops (MLX_GRPC_KERNELS=off while it loads)."""
 
-    def __init__(self, model_dir: Path, max_active: int = 32, kernels: bool = True, speculation: str = "off"):
-        cfg = GenerationConfig(dtype="float32", scheduler=SchedulerConfig(max_active=max_active, max_queued=64),
+    def __init__(self, model_dir: Path, max_active: int = 32, kernels: bool = True, speculation: str = "off",
+                 dequantize: bool = False):
+        cfg = GenerationConfig(dtype="float32", dequantize=dequantize, scheduler=SchedulerConfig(max_active=max_active, max_queued=64),
                                speculation=SpeculationConfig(mode=SpeculationMode(speculation)))
         self.engine = GenerationEngine(str(model_dir), name="bench", config=cfg)
         self.kernels = kernels

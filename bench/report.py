@@ -163,7 +163,33 @@ def kernel_tables(report: Report, results: dict, plan: Plan) -> None:
                      "ours alone: see the llama.cpp table"))
     if "llamacpp" in results:
         _llama_table(report, results, plan)
+    if "gguf" in results:
+        _gguf_table(report, results, plan)
     _goals(report, results, plan)
+
+
+def _gguf_table(report: Report, results: dict, plan: Plan) -> None:
+    from .common import Sample
+
+    t = report.table("GGUF files served from their own bits vs llama.cpp on the same file (llama-bench, all cores)",
+                     "ours", "llama.cpp")
+    for kind, s in results["gguf"].items():
+        facts = f"{s['tensor_types']}; ours {s['dtype']}"
+        _ratio_row(t, f"decode tok/s, {kind}, {plan.decode_tokens} tokens", s["ours_decode"],
+                   Sample([float(s["llama_decode"])]), facts, 1)
+        _ratio_row(t, f"prefill tok/s, {kind}, {plan.prefill_tokens}-token prompt", s["ours_prefill"],
+                   Sample([float(s["llama_prefill"])]), "", 0)
+        t.append(Row(f"resident weights, {kind} (MiB)", f"{s['resident_bytes'] / 2**20:.1f}",
+                     f"{s['file_tensor_bytes'] / 2**20:.1f}", ratio(s["resident_bytes"], s["file_tensor_bytes"]),
+                     "anchor: the file's tensor bytes"))
+        if "decode_limit" in s:
+            limit = s["decode_limit"]
+            t.append(Row(f"decode limit, {kind}: read bandwidth / resident bytes", f"{limit:.1f} tok/s", "", "",
+                         f"ours reach {s['ours_decode'].median / limit:.0%} of it"))
+        for n in (8, 32):
+            if f"streams_{n}" in s and f"f32_streams_{n}" in s:
+                _ratio_row(t, f"{n} streams aggregate tok/s, {kind} vs the same weights as float32",
+                           s[f"streams_{n}"], s[f"f32_streams_{n}"], "anchor: ours with --dequantize", 1)
 
 
 def _llama_table(report: Report, results: dict, plan: Plan) -> None:
@@ -196,6 +222,21 @@ def goals(plan: Plan) -> list[tuple[str, float, str, str, bool]]:
         ("32 streams aggregate vs mlx_lm.server", 1.2, "ours_32.agg", "anchor_32.agg", True),
         ("32 streams TTFT p50 vs mlx_lm.server (lower)", 0.8, "ours_32.ttft", "anchor_32.ttft", False),
         ("embed inputs/s, kernels vs MLX's ops", 3.0, "kernels.kernels_embed", "kernels.stock_embed", True),
+        ("decode, the embedded Q4_1 file vs llama.cpp", 1.2, "gguf.Q4_1.ours_decode", "gguf.Q4_1.llama_decode", True),
+        ("decode, Q4_K_M vs llama.cpp", 1.0, "gguf.Q4_K_M.ours_decode", "gguf.Q4_K_M.llama_decode", True),
+        ("decode, Q8_0 vs llama.cpp", 1.0, "gguf.Q8_0.ours_decode", "gguf.Q8_0.llama_decode", True),
+        (f"prefill {plan.prefill_tokens} tokens, Q4_1 vs llama.cpp", 1.5, "gguf.Q4_1.ours_prefill",
+         "gguf.Q4_1.llama_prefill", True),
+        (f"prefill {plan.prefill_tokens} tokens, Q4_K_M vs llama.cpp", 1.5, "gguf.Q4_K_M.ours_prefill",
+         "gguf.Q4_K_M.llama_prefill", True),
+        ("8 streams, Q4_1 vs the same weights as float32", 2.0, "gguf.Q4_1.streams_8", "gguf.Q4_1.f32_streams_8",
+         True),
+        ("32 streams, Q4_1 vs the same weights as float32", 2.0, "gguf.Q4_1.streams_32",
+         "gguf.Q4_1.f32_streams_32", True),
+        ("decode, Q4_1, of its limit (bandwidth / resident bytes)", 0.7, "gguf.Q4_1.ours_decode",
+         "gguf.Q4_1.decode_limit", True),
+        ("resident weights, Q4_1 vs the file's tensor bytes (lower)", 1.3, "gguf.Q4_1.resident_bytes",
+         "gguf.Q4_1.file_tensor_bytes", False),
     ]
 
 

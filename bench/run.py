@@ -7,7 +7,9 @@
 Sections (``--only`` picks some): decode (single stream vs mlx_lm.stream_generate),
 prefill (~1,000-token prompt), concurrency (1/8/32 streams vs mlx_lm.server),
 prefix (TTFT cold vs prefix-cache hit), overhead (engine in-process vs gRPC),
-embed (Embed RPC vs a direct MLX forward). Ours and the anchor alternate within
+embed (Embed RPC vs a direct MLX forward), long, kernels, quantized, llamacpp (F32
+and Q8_0 vs llama-bench), gguf (GGUF files served from their own bits vs
+llama-bench on the same files). Ours and the anchor alternate within
 each repetition so load drifts hit both; figures are median [min-max] over reps.
 """
 
@@ -38,11 +40,11 @@ from engine.hardware import blas
 from .common import (Sample, default_embedding_model, default_model, embedding_texts,
                      long_prompt_ids, machine_facts, percentile, prepare_f32, rotated, stream_prompt,
                      wait_low_load)
-from . import sections
+from . import gguf_files, sections
 from .report import Report, build_tables, kernel_tables, ms
 
 SECTIONS = ("decode", "prefill", "concurrency", "prefix", "overhead", "embed", "long", "kernels", "quantized",
-            "llamacpp")
+            "llamacpp", "gguf")
 
 
 @dataclass
@@ -211,6 +213,8 @@ async def run_all(args, plan: Plan, model_dir: Path, embed_dir: Path | None, rep
             await sections.quantized(plan, model_dir, results, log)
         if "llamacpp" in want:
             sections.llama_cpp(plan, results, log)
+        if "gguf" in want:
+            await gguf_files.measure(plan, results, log)
     finally:
         await ours.close()
         if anchor is not None:
