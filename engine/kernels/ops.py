@@ -14,6 +14,9 @@ import mlx.nn as nn
 from . import ext
 
 F32 = mx.float32
+# Up to this many rows a quantized layer's product reads the packed weights (one pass
+# per four rows); beyond it one dequantized float32 copy per call and the BLAS win.
+MATVEC_ROWS = 6
 
 
 def attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask=None, sinks=None,
@@ -92,7 +95,7 @@ def project(layer, x: mx.array, residual: mx.array | None = None, norm: tuple[mx
     """layer(prologue(x)) (+ residual) in one primitive, for a float32 nn.Linear (or an
     nn.Embedding used as a linear layer) and MLX's affine 8/4-bit layers; the prologue
     is an RMSNorm (``norm`` = (weight, eps)) or SiLU-gate of x's halves. A few rows
-    take the kernels' matrix-vector products (from the quantized bytes when
+    (``MATVEC_ROWS``) take the kernels' matrix-vector products (from the quantized bytes when
     quantized); more rows the global BLAS's sgemm, through a float32 copy of quantized
     weights made per call. None where that does not apply (another dtype, or many
     rows and no global BLAS): the caller falls back to mlx's ops."""
@@ -106,7 +109,7 @@ def project(layer, x: mx.array, residual: mx.array | None = None, norm: tuple[mx
         if not quantizable(layer):
             return None
         quant = (layer["weight"], layer["scales"], layer["biases"], layer.group_size, layer.bits)
-        if rows <= 8:
+        if rows <= MATVEC_ROWS:
             return ext().quantized_matmul(x, *quant, *args)
         weight = ext().dequantize(*quant)
     else:
