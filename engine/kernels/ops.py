@@ -14,9 +14,10 @@ import mlx.nn as nn
 from . import ext
 
 F32 = mx.float32
-# Up to this many rows a quantized layer's product reads the packed weights (one pass
-# per four rows); beyond it one dequantized float32 copy per call and the BLAS win.
-MATVEC_ROWS = 6
+# Up to this many rows a quantized layer's product is one kernel primitive (up to 8
+# rows a pass over the packed weights per four rows, more: tiles dequantized in cache
+# and the BLAS); beyond it one float32 copy of the weights per call and one GEMM.
+MATVEC_ROWS = 64
 
 
 def attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask=None, sinks=None,

@@ -50,11 +50,13 @@ inline vf codes(const uint8_t* wr, int k, int bits) {
 #endif
 }
 
+} // namespace
+
 void dequantize_rows(const QMat& w, float* out, int64_t n0, int64_t n1) {
   const int G = w.group, ng = w.groups();
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* wr = w.w + n * w.row_bytes();
-    float* o = out + n * w.K;
+    float* o = out + (n - n0) * w.K;
     for (int gi = 0; gi < ng; ++gi) {
       vf s = splat(w.scales[n * ng + gi]), b = splat(w.biases[n * ng + gi]);
       for (int t = 0; t < G; t += kW) {
@@ -64,8 +66,6 @@ void dequantize_rows(const QMat& w, float* out, int64_t n0, int64_t n1) {
     }
   }
 }
-
-} // namespace
 
 QMat qmat(const std::vector<mx::array>& in, int group, int bits) {
   return QMat{in[1].data<uint8_t>(), in[2].data<float>(), in[3].data<float>(), in[1].shape(0),
@@ -93,7 +93,7 @@ void Dequantize::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::
   auto& enc = encoder(stream(), inputs, outputs);
   std::vector<mx::array> all = {out, inputs[0], inputs[1], inputs[2]};
   enc.dispatch([w = qmat(all, group_size_, bits_), o = out.data<float>()]() {
-    parallel_for(w.N, 64, [&](int64_t n0, int64_t n1) { dequantize_rows(w, o, n0, n1); });
+    parallel_for(w.N, 64, [&](int64_t n0, int64_t n1) { dequantize_rows(w, o + n0 * w.K, n0, n1); });
   });
 }
 

@@ -18,6 +18,7 @@ namespace mlxk {
 namespace {
 
 constexpr int kMaxRows = 4;
+constexpr int kTiledRows = 8;  // more rows: dequantized tiles and the BLAS
 
 // kW bytes as kW floats, and kW bytes as their low and high nibbles. Written with
 // intrinsics where they exist: GCC lowers a widening __builtin_convertvector from
@@ -194,6 +195,28 @@ void qmv(const QMat& w, const XPrep& xp, int rows, const Out& o) {
   });
 }
 
+// More rows than a matvec pass takes: tiles of weight rows dequantized into a buffer
+// that stays in cache, each multiplied by all of x through the BLAS, so the codes are
+// converted once per call instead of once per four rows.
+void tiled(const QMat& w, const float* x, int64_t xs, int rows, const Out& o) {
+  const int T = std::max(16, (1 << 18) / std::max(1, w.K) / 16 * 16);  // ~1 MiB of floats
+  std::vector<float> tile(size_t(T) * w.K);
+  float beta = 0.0f;
+  if (o.bias || o.res) {
+    beta = 1.0f;
+    for (int m = 0; m < rows; ++m) {
+      for (int n = 0; n < w.N; ++n) {
+        o.y[int64_t(m) * w.N + n] = (o.bias ? o.bias[n] : 0.0f) + (o.res ? o.res[m * o.rs + n] : 0.0f);
+      }
+    }
+  }
+  for (int n0 = 0; n0 < w.N; n0 += T) {
+    int n1 = std::min(w.N, n0 + T);
+    parallel_for(n1 - n0, 16, [&](int64_t a, int64_t b) { dequantize_rows(w, tile.data() + a * w.K, n0 + a, n0 + b); });
+    sgemm_nt(rows, n1 - n0, w.K, x, int(xs), tile.data(), w.K, beta, o.y + n0, w.N);
+  }
+}
+
 } // namespace
 
 void QuantizedMatmul::eval_cpu(const std::vector<mx::array>& inputs,
@@ -211,8 +234,13 @@ void QuantizedMatmul::eval_cpu(const std::vector<mx::array>& inputs,
     int64_t stride, rs = 0;
     const float* xp = prologue_rows(x, ops.prologue, extra.norm, ops.eps, w.K, raw, buffer, stride);
     const float* res = ops.has_residual ? extra.residual.materialize(rb, rs) : nullptr;
+    Out o{y, extra.bias, res, rs};
+    if (int(x.rows) > kTiledRows && blas_available()) {
+      tiled(w, xp, stride, int(x.rows), o);
+      return;
+    }
     XPrep prep(xp, stride, int(x.rows), w);
-    (w.bits == 8 ? qmv<8> : qmv<4>)(w, prep, int(x.rows), Out{y, extra.bias, res, rs});
+    (w.bits == 8 ? qmv<8> : qmv<4>)(w, prep, int(x.rows), o);
   });
 }
 
