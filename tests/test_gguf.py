@@ -85,6 +85,12 @@ def test_unknown_pre_tokenizer_is_rejected() -> None:
         pre_tokenizer_for("mystery")
 
 
+def test_qwen2_pre_tokenizer_splits_digits_one_by_one_and_keeps_llama3_words() -> None:
+    pieces = [p for p, _ in pre_tokenizer_for("qwen2").pre_tokenize_str("It's 2024 now")]
+    assert pieces == ["It", "'s", "Ġ", "2", "0", "2", "4", "Ġnow"]
+    assert [p for p, _ in pre_tokenizer_for("llama-bpe").pre_tokenize_str("2024")] == ["202", "4"]
+
+
 def test_embedded_embedding_model_is_found() -> None:
     try:
         path = default_embedding_model()

@@ -12,6 +12,8 @@ from typing import Any, Mapping, Sequence
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
+from ..errors import UnsupportedModel
+
 __all__ = [
     "GGUFVocab",
     "build_tokenizer",
@@ -36,6 +38,9 @@ _LLAMA3_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# Qwen2 and Qwen3 (LLAMA_VOCAB_PRE_TYPE_QWEN2): Llama 3's split with single digits.
+_QWEN2_PRE = frozenset({"qwen2"})
+_QWEN2_REGEX = _LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
 
 
 @dataclass(frozen=True)
@@ -102,11 +107,12 @@ def pre_tokenizer_for(pre: str) -> pre_tokenizers.PreTokenizer:
     if pre in _DIGIT_SPLIT_PRE:
         digits = pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated")
         return pre_tokenizers.Sequence([digits, byte_level])
-    if pre in _LLAMA3_PRE:
-        split = pre_tokenizers.Split(Regex(_LLAMA3_REGEX), behavior="isolated")
+    if pre in _LLAMA3_PRE or pre in _QWEN2_PRE:
+        split = pre_tokenizers.Split(Regex(_LLAMA3_REGEX if pre in _LLAMA3_PRE else _QWEN2_REGEX),
+                                     behavior="isolated")
         no_regex = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
         return pre_tokenizers.Sequence([split, no_regex])
-    raise ValueError(f"unsupported GGUF pre-tokenizer {pre!r} (tokenizer.ggml.pre)")
+    raise UnsupportedModel(f"GGUF pre-tokenizer {pre!r} (tokenizer.ggml.pre) is not served")
 
 
 def _added_tokens(vocab: GGUFVocab, kind: int) -> list[AddedToken]:
@@ -125,8 +131,8 @@ def _added_tokens(vocab: GGUFVocab, kind: int) -> list[AddedToken]:
 def build_tokenizer(vocab: GGUFVocab) -> Tokenizer:
     """A byte-level BPE ``Tokenizer`` equivalent to llama.cpp's for this vocabulary."""
     if vocab.model != "gpt2":
-        raise ValueError(
-            f"unsupported GGUF tokenizer model {vocab.model!r}: only 'gpt2' (byte-level BPE) is supported"
+        raise UnsupportedModel(
+            f"GGUF tokenizer model {vocab.model!r} is not served: only 'gpt2' (byte-level BPE) is"
         )
     ids = {text: i for i, text in enumerate(vocab.tokens)}
     merges = [tuple(merge.split(" ", 1)) for merge in vocab.merges]
