@@ -38,6 +38,9 @@ def check_draft(target_tokenizer, draft_tokenizer, draft_model: nn.Module, names
                             "(sliding windows or recurrent state)")
 
 
+PLACEHOLDER = -1  # a fed position whose token is not the sequence's
+
+
 class DraftModel:
     def __init__(self, model: nn.Module, prefill_chunk: int = 256):
         self._model = model
@@ -93,13 +96,21 @@ class DraftModel:
     def _draft(self, k: int) -> list[list[int]]:
         feeds = [seq.tokens[seen:] for seq, seen in zip(self._rows, self._seen)]
         self._base = [seen + len(f) for seen, f in zip(self._seen, feeds)]
+        # A row with nothing new since its last draft (its sequence did not advance,
+        # e.g. cancelled in between) steps on a placeholder that settle() rolls back
+        # with everything fed after it (PLACEHOLDER never equals a taken token).
+        idle = [not f for f in feeds]
+        feeds = [f or [seq.tokens[-1]] for seq, f in zip(self._rows, feeds)]
+        for i in (i for i, flag in enumerate(idle) if flag):
+            self._fed[i].append(PLACEHOLDER)
         out: list[list[int]] = [[] for _ in self._rows]
         for j in range(k):
             scores = self._batch.step(feeds)
             last = mx.array([len(f) - 1 for f in feeds], dtype=mx.int32)
             chosen = mx.argmax(scores[mx.arange(len(feeds)), last], axis=-1).tolist()
             for i, token in enumerate(chosen):
-                out[i].append(token)
+                if not idle[i]:
+                    out[i].append(token)
             if j + 1 < k:
                 feeds = [[t] for t in chosen]
                 for i, token in enumerate(chosen):
