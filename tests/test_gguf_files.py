@@ -87,7 +87,10 @@ def test_greedy_equals_mlx_lm_on_the_dequantized_file(made, source, qtype):
     served = load_generation_model(converted)
     if qtype not in (Q.F32, Q.F16):
         assert served.dtype.split(" ")[0] in ("q4", "q8", "q4/q8"), served.dtype
-        assert any(k.startswith("fused") or k.endswith("_linear") for k in served.kernels)
+        from engine import kernels
+
+        if not kernels.turned_off():
+            assert any(k.startswith("fused") or k.endswith("_linear") for k in served.kernels)
     for name, text in PROMPTS.items():
         ids = tokenizer.encode(text)
         assert_same_or_tie(stock, ids, greedy(stock, ids, TOKENS), greedy(served.model, ids, TOKENS),
