@@ -23,7 +23,7 @@ fn start_filler(client: &Client, model: &str) -> Filler {
     let (stop, stopped) = oneshot::channel::<()>();
     let (done, ended) = oneshot::channel();
     let mut raw = client.raw();
-    let mut req = exact("Count:", 2000);
+    let mut req = exact("Count:", 4000);
     req.model = model.to_string();
     tokio::spawn(async move {
         let run = async {
@@ -98,13 +98,19 @@ async fn release(client: &Client, fillers: &mut [Filler], model: &str) {
 #[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
 async fn a_full_queue_is_retried_after_the_servers_delay() {
     let s = live().await;
-    let (fillers, refusal) = saturate(&s).await;
+    let (mut fillers, refusal) = saturate(&s).await;
     let details = error_details(&refusal);
     let delay = details.retry_delay.expect("RetryInfo on a full queue");
     assert_eq!(
         details.error_info.map(|i| i.reason).as_deref(),
         Some("QUEUE_FULL")
     );
+    // Fillers end on their own on a fast model: top the queue up again just before
+    // the call that must be refused.
+    for _ in 0..8 {
+        fillers.push(start_filler(&s.client, &s.generator.name));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     // The observer runs on the retrying task: it makes room by stopping the fillers
     // (their calls are dropped), then the retry comes after the server's delay.
     let fillers = Arc::new(Mutex::new(fillers));
