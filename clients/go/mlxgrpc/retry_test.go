@@ -201,7 +201,7 @@ func saturate(t *testing.T, s *server) ([]filler, error) {
 		for i := range batch {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			batch[i] = filler{cancel: cancel, refusal: make(chan error, 1)}
-			req := text("Count:", exact(2000))
+			req := text("Count:", exact(4000))
 			req.Model = s.generator.GetName()
 			go func(f filler) {
 				stream, err := s.c.InferenceServiceClient.Generate(ctx, req)
@@ -211,7 +211,10 @@ func saturate(t *testing.T, s *server) ([]filler, error) {
 				f.refusal <- err
 			}(batch[i])
 		}
-		time.Sleep(time.Second)
+		// A refusal comes back at once: stop waiting then, before fillers end and make room.
+		for waited := 0; waited < 1000 && !slices.ContainsFunc(batch, ended); waited += 50 {
+			time.Sleep(50 * time.Millisecond)
+		}
 		var refused error
 		for _, f := range batch {
 			select {
@@ -231,6 +234,8 @@ func saturate(t *testing.T, s *server) ([]filler, error) {
 	t.Fatal("256 concurrent generations and no RESOURCE_EXHAUSTED")
 	return nil, nil
 }
+
+func ended(f filler) bool { return len(f.refusal) > 0 }
 
 // release cancels the fillers and waits until the server admits requests again.
 func release(t *testing.T, s *server, fillers []filler) {

@@ -12,7 +12,7 @@ from mlxgrpc_client import error_details, pb
 SIMILAR = ("A man is eating food.", "A man is eating a piece of bread.")
 UNRELATED = "The stock market crashed today."
 #: A prompt and settings that keep a generation running until it is cancelled.
-LONG = dict(max_tokens=2000, stopping={"ignore_eos": True})
+LONG = dict(max_tokens=4000, stopping={"ignore_eos": True})
 
 
 def cosine(a, b) -> float:
@@ -31,7 +31,7 @@ def saturate(client, model: str, batch: int = 8, most: int = 256):
     running = []
     while len(running) < most:
         calls = [client.stub.Generate(pb.GenerateRequest(model=model, text="Count:", stopping=pb.StoppingCriteria(
-            max_tokens=2000, ignore_eos=True)), metadata=client.metadata) for _ in range(batch)]
+            max_tokens=4000, ignore_eos=True)), metadata=client.metadata) for _ in range(batch)]
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline and not any(c.done() for c in calls):
             time.sleep(0.05)

@@ -54,7 +54,7 @@ function startFiller(client: MlxClient, model: string): Filler {
   const filler: Filler = { controller: new AbortController(), ended: false };
   void (async () => {
     try {
-      const req = { model, prompt: { case: "text" as const, value: "Count:" }, stopping: exact(2000) };
+      const req = { model, prompt: { case: "text" as const, value: "Count:" }, stopping: exact(4000) };
       for await (const _ of client.raw.generate(req, { signal: filler.controller.signal, timeoutMs: 600_000 }));
     } catch (err) {
       const ce = ConnectError.from(err);

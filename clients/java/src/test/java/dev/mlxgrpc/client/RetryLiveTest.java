@@ -24,7 +24,7 @@ class RetryLiveTest {
   void aFullQueueIsRetriedAfterTheServersDelay() throws Exception {
     try (LiveServer server = LiveServer.connect();
         MlxGrpcClient fillerClient = MlxGrpcClient.builder(server.address).maxAttempts(1).build()) {
-      GenerateRequest filler = exact("Count:", 2000).toBuilder().setModel(server.generator.getName()).build();
+      GenerateRequest filler = exact("Count:", 4000).toBuilder().setModel(server.generator.getName()).build();
       List<GenerateCall> running = new ArrayList<>();
       ErrorDetails refusal = null;
       while (refusal == null && running.size() < 256) {
@@ -32,7 +32,10 @@ class RetryLiveTest {
         for (int i = 0; i < 8; i++) {
           batch.add(fillerClient.generateAsync(filler, null));
         }
-        Thread.sleep(1000);
+        // A refusal comes back at once: stop waiting then, before fillers end and make room.
+        for (int waited = 0; waited < 1000 && batch.stream().noneMatch(c -> c.result().isDone()); waited += 50) {
+          Thread.sleep(50);
+        }
         for (GenerateCall call : batch) {
           if (!call.result().isDone()) {
             running.add(call);
