@@ -141,6 +141,11 @@ def embedding_request(msg: pb.EmbedRequest, tenant: Tenant = ANONYMOUS) -> Embed
         dimensions=msg.dimensions)
 
 
+def embed_response(index: int, result) -> pb.EmbedResponse:
+    """One input's vector (``result``: the engine's EmbeddingResult)."""
+    return pb.EmbedResponse(index=index, embedding=result.vector.tolist(), tokens=result.tokens)
+
+
 def model_info(d: ModelDescription, sources: bool = True) -> model_pb.ModelInfo:
     """``sources`` False leaves the model's and its adapters' file paths out (empty)."""
     c = d.capabilities

@@ -3,15 +3,15 @@
 Before any work, each RPC checks what is free to measure on the wire message: the
 length of the identifiers it names (model, request and session ids) and the
 counts of its repeated fields, so nothing oversized is converted, rendered or
-tokenized. Errors leave through ``status.abort`` only; a stream that fails after it
-started ends with that status, never silently. Model and adapter file paths
+tokenized. Every method is ``@mapped``: whatever it raises leaves as a rich status
+(service/status.py), and a stream that fails after it started ends with that status,
+never silently. Model and adapter file paths
 (``source``) go only to callers with the admin role (service/auth.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 
 import grpc
@@ -22,13 +22,11 @@ from engine.models import ModelSet, sized_limits, text_limit
 from engine.validation import Limits, at_most, check_counts, check_ids, check_text_bytes
 
 from . import convert
-from .identity import current_identity
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .identity import current_identity
-from .status import ResponseTooLarge, abort
+from .status import ResponseTooLarge, mapped
 
-log = logging.getLogger("service.servicer")
 _MAX_TOKENS = 2**31 - 1
 MAX_ADAPTER_PATH = 4096  # characters of LoadAdapter's directory (PATH_MAX on Linux)
 
@@ -40,130 +38,107 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         self.max_message_bytes = max_message_bytes
         self.started = time.monotonic()
 
+    @mapped()
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
-        try:
-            check_ids(self.limits, model=request.model, request_id=request.request_id,
-                      session_id=request.session_id, adapter=request.adapter)
-            engine = self.models.generator(request.model)
-            check_counts(convert.generation_counts(request), sized_limits(engine))
-            tenant = current_identity().tenant
-            async for event in engine.generate(convert.generation_request(request, tenant)):
-                yield convert.generate_response(event)
-        except Exception as exc:  # noqa: BLE001 - mapped to a status in one place
-            await abort(context, exc, request.request_id)
+        check_ids(self.limits, model=request.model, request_id=request.request_id,
+                  session_id=request.session_id, adapter=request.adapter)
+        engine = self.models.generator(request.model)
+        check_counts(convert.generation_counts(request), sized_limits(engine))
+        tenant = current_identity().tenant
+        async for event in engine.generate(convert.generation_request(request, tenant)):
+            yield convert.generate_response(event)
 
+    @mapped()
     async def Embed(self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext):
-        try:
-            check_ids(self.limits, model=request.model, request_id=request.request_id)
-            engine = self.models.embedder(request.model)
-            at_most("inputs", len(request.inputs), engine.limits.max_embed_inputs, "inputs")
-            tenant = current_identity().tenant
-            async for index, result in engine.embed(convert.embedding_request(request, tenant)):
-                yield pb.EmbedResponse(index=index, embedding=result.vector.tolist(), tokens=result.tokens)
-        except ValueError as exc:  # the encoder's own input checks
-            await abort(context, InvalidRequest("inputs", str(exc)), request.request_id)
-        except Exception as exc:  # noqa: BLE001
-            await abort(context, exc, request.request_id)
+        check_ids(self.limits, model=request.model, request_id=request.request_id)
+        engine = self.models.embedder(request.model)
+        at_most("inputs", len(request.inputs), engine.limits.max_embed_inputs, "inputs")
+        tenant = current_identity().tenant
+        async for index, result in engine.embed(convert.embedding_request(request, tenant)):
+            yield convert.embed_response(index, result)
 
+    @mapped()
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext):
-        try:
-            if not request.request_id:
-                raise InvalidRequest("request_id", "is required")
-            check_ids(self.limits, request_id=request.request_id)
-            cancelled = self.models.cancel(request.request_id, current_identity().tenant.name)
-            return pb.CancelResponse(cancelled=cancelled)
-        except Exception as exc:  # noqa: BLE001
-            await abort(context, exc)
+        if not request.request_id:
+            raise InvalidRequest("request_id", "is required")
+        check_ids(self.limits, request_id=request.request_id)
+        cancelled = self.models.cancel(request.request_id, current_identity().tenant.name)
+        return pb.CancelResponse(cancelled=cancelled)
 
+    @mapped()
     async def GetModelInfo(self, request: pb.GetModelInfoRequest, context: grpc.aio.ServicerContext):
-        try:
-            check_ids(self.limits, model=request.model)
-            return pb.GetModelInfoResponse(info=convert.model_info(self.models.any(request.model).describe(),
-                                                                     current_identity().admin))
-        except Exception as exc:  # noqa: BLE001
-            await abort(context, exc)
+        check_ids(self.limits, model=request.model)
+        return pb.GetModelInfoResponse(info=convert.model_info(self.models.any(request.model).describe(),
+                                                                 current_identity().admin))
 
+    @mapped()
     async def PlanMemory(self, request: pb.PlanMemoryRequest, context: grpc.aio.ServicerContext):
-        try:
-            check_ids(self.limits, model=request.model)
-            # token counts are int32 throughout the API; larger ones overflow the plan's int64 bytes
-            if not 0 <= request.context_tokens <= _MAX_TOKENS:
-                raise InvalidRequest("context_tokens", f"must be between 0 and {_MAX_TOKENS}")
-            if not 0 <= request.max_generation_tokens <= _MAX_TOKENS:
-                raise InvalidRequest("max_generation_tokens", f"must be between 0 and {_MAX_TOKENS}")
-            engine = self.models.generator(request.model)
-            plan = await engine.plan_memory(request.context_tokens, request.max_generation_tokens)
-            return pb.PlanMemoryResponse(plan=convert.memory_plan(plan))
-        except Exception as exc:  # noqa: BLE001
-            await abort(context, exc)
+        check_ids(self.limits, model=request.model)
+        # token counts are int32 throughout the API; larger ones overflow the plan's int64 bytes
+        if not 0 <= request.context_tokens <= _MAX_TOKENS:
+            raise InvalidRequest("context_tokens", f"must be between 0 and {_MAX_TOKENS}")
+        if not 0 <= request.max_generation_tokens <= _MAX_TOKENS:
+            raise InvalidRequest("max_generation_tokens", f"must be between 0 and {_MAX_TOKENS}")
+        engine = self.models.generator(request.model)
+        plan = await engine.plan_memory(request.context_tokens, request.max_generation_tokens)
+        return pb.PlanMemoryResponse(plan=convert.memory_plan(plan))
 
+    @mapped()
     async def Tokenize(self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext):
-        try:
-            check_ids(self.limits, model=request.model)
-            engine = self.models.any(request.model)
-            check_text_bytes("text", (request.text,), text_limit(engine))
-            ids, tokens = await asyncio.to_thread(engine.tokenize, request.text, request.add_special_tokens)
-            return self._sendable(pb.TokenizeResponse(token_ids=ids, tokens=tokens))
-        except Exception as exc:  # noqa: BLE001
-            await abort(context, exc)
+        check_ids(self.limits, model=request.model)
+        engine = self.models.any(request.model)
+        check_text_bytes("text", (request.text,), text_limit(engine))
+        ids, tokens = await asyncio.to_thread(engine.tokenize, request.text, request.add_special_tokens)
+        return self._sendable(pb.TokenizeResponse(token_ids=ids, tokens=tokens))
 
+    @mapped()
     async def Detokenize(self, request: pb.DetokenizeRequest, context: grpc.aio.ServicerContext):
-        try:
-            check_ids(self.limits, model=request.model)
-            engine = self.models.any(request.model)
-            at_most("token_ids", len(request.token_ids), engine.describe().context_length, "token ids")
-            text = await asyncio.to_thread(engine.detokenize, list(request.token_ids),
-                                           request.skip_special_tokens)
-            return self._sendable(pb.DetokenizeResponse(text=text))
-        except Exception as exc:  # noqa: BLE001
-            await abort(context, exc)
+        check_ids(self.limits, model=request.model)
+        engine = self.models.any(request.model)
+        at_most("token_ids", len(request.token_ids), engine.describe().context_length, "token ids")
+        text = await asyncio.to_thread(engine.detokenize, list(request.token_ids),
+                                       request.skip_special_tokens)
+        return self._sendable(pb.DetokenizeResponse(text=text))
 
+    @mapped()
     async def ListModels(self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext):
         admin = current_identity().admin  # file paths only for admins
         return pb.ListModelsResponse(models=[convert.model_info(d, admin) for d in self.models.describe_all()])
 
+    @mapped()
     async def GetLoad(self, request: pb.GetLoadRequest, context: grpc.aio.ServicerContext):
-        try:
-            check_ids(self.limits, model=request.model)
-            engines = ([self.models.generator(request.model)] if request.model
-                       else [e for e in self.models.generation if e.ready])
-            stats = await asyncio.gather(*(e.stats() for e in engines))
-            caller = current_identity()  # without the admin role: its own tenant's figures only
-            shown = [tuple(t for t in s.tenants if caller.admin or t.tenant == caller.tenant.name) for s in stats]
-            return pb.GetLoadResponse(
-                models=[convert.model_load(e.name, s, e.config.scheduler.max_active, tenants)
-                        for e, s, tenants in zip(engines, stats, shown)],
-                uptime_seconds=time.monotonic() - self.started)
-        except Exception as exc:  # noqa: BLE001
-            await abort(context, exc)
+        check_ids(self.limits, model=request.model)
+        engines = ([self.models.generator(request.model)] if request.model
+                   else [e for e in self.models.generation if e.ready])
+        stats = await asyncio.gather(*(e.stats() for e in engines))
+        caller = current_identity()  # without the admin role: its own tenant's figures only
+        shown = [tuple(t for t in s.tenants if caller.admin or t.tenant == caller.tenant.name) for s in stats]
+        return pb.GetLoadResponse(
+            models=[convert.model_load(e.name, s, e.config.scheduler.max_active, tenants)
+                    for e, s, tenants in zip(engines, stats, shown)],
+            uptime_seconds=time.monotonic() - self.started)
 
+    @mapped()
     async def LoadAdapter(self, request: pb.LoadAdapterRequest, context: grpc.aio.ServicerContext):
-        try:
-            check_ids(self.limits, model=request.model, name=request.name)
-            at_most("path", len(request.path), MAX_ADAPTER_PATH, "characters")
-            adapters = self.models.generator(request.model).adapters
-            loaded = await adapters.load(request.name, request.path)
-            return pb.LoadAdapterResponse(adapter=convert.adapter_info(loaded.info), evicted=loaded.evicted)
-        except Exception as exc:  # noqa: BLE001
-            await abort(context, exc)
+        check_ids(self.limits, model=request.model, name=request.name)
+        at_most("path", len(request.path), MAX_ADAPTER_PATH, "characters")
+        adapters = self.models.generator(request.model).adapters
+        loaded = await adapters.load(request.name, request.path)
+        return pb.LoadAdapterResponse(adapter=convert.adapter_info(loaded.info), evicted=loaded.evicted)
 
+    @mapped()
     async def UnloadAdapter(self, request: pb.UnloadAdapterRequest, context: grpc.aio.ServicerContext):
-        try:
-            check_ids(self.limits, model=request.model, name=request.name)
-            info = await self.models.generator(request.model).adapters.unload(request.name)
-            return pb.UnloadAdapterResponse(adapter=convert.adapter_info(info))
-        except Exception as exc:  # noqa: BLE001
-            await abort(context, exc)
+        check_ids(self.limits, model=request.model, name=request.name)
+        info = await self.models.generator(request.model).adapters.unload(request.name)
+        return pb.UnloadAdapterResponse(adapter=convert.adapter_info(info))
 
+    @mapped()
     async def ListAdapters(self, request: pb.ListAdaptersRequest, context: grpc.aio.ServicerContext):
-        try:
-            check_ids(self.limits, model=request.model)
-            engine = self.models.generator(request.model)
-            return pb.ListAdaptersResponse(model=engine.name, max_adapters=engine.adapters.limit,
-                                           adapters=[convert.adapter_info(a, current_identity().admin)
-                                                     for a in engine.adapters.infos()])
-        except Exception as exc:  # noqa: BLE001
-            await abort(context, exc)
+        check_ids(self.limits, model=request.model)
+        engine = self.models.generator(request.model)
+        return pb.ListAdaptersResponse(model=engine.name, max_adapters=engine.adapters.limit,
+                                       adapters=[convert.adapter_info(a, current_identity().admin)
+                                                 for a in engine.adapters.infos()])
 
     def _sendable(self, reply: Message) -> Message:
         """``reply`` if it fits the server's message limit (else the send would fail

@@ -10,7 +10,11 @@ make the trailers too large to send.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
+from contextlib import aclosing
+from typing import Callable
 
 import grpc
 from google.protobuf import duration_pb2
@@ -82,6 +86,41 @@ def to_status(error: BaseException, request_id: str = "") -> grpc.Status:
 async def abort(context: grpc.aio.ServicerContext, error: BaseException, request_id: str = "") -> None:
     """Ends the RPC with the rich status of ``error`` (raises AbortError)."""
     await context.abort_with_status(to_status(error, request_id))
+
+
+def mapped(translate: Callable[[BaseException], BaseException] = lambda error: error):
+    """Decorates a servicer method (a coroutine or an async generator): whatever it
+    raises ends the RPC with the rich status of ``translate(error)``, with the request's
+    ``request_id`` (when its message has one) in the details. The one place an RPC's
+    errors become a status."""
+
+    def decorate(method):
+        if inspect.isasyncgenfunction(method):
+            @functools.wraps(method)
+            async def streaming(self, request, context: grpc.aio.ServicerContext):
+                try:
+                    async with aclosing(method(self, request, context)) as replies:
+                        async for reply in replies:
+                            yield reply
+                except grpc.aio.AbortError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - every error is mapped here
+                    await abort(context, translate(exc), getattr(request, "request_id", ""))
+            streaming.maps_errors = True
+            return streaming
+
+        @functools.wraps(method)
+        async def unary(self, request, context: grpc.aio.ServicerContext):
+            try:
+                return await method(self, request, context)
+            except grpc.aio.AbortError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                await abort(context, translate(exc), getattr(request, "request_id", ""))
+        unary.maps_errors = True
+        return unary
+
+    return decorate
 
 
 def status_of(code: grpc.StatusCode, reason: str, message: str, *,

@@ -248,3 +248,14 @@ async def test_counts_are_checked_before_the_request_is_converted(harness, monke
         assert (out.code, out.violations) == (INVALID, [field]), out.message
     out = await harness.call_stream("Embed", pb.EmbedRequest(model=DECODER_EMBEDDER, inputs=[""] * 300_000))
     assert (out.code, out.violations) == (INVALID, ["inputs"]), out.message
+
+
+def test_every_rpc_maps_its_errors_in_one_place():
+    from smg_grpc_proto import mlx_engine_pb2 as mlx_pb
+
+    from service.worker.servicer import WorkerServicer
+
+    for servicer, service in ((InferenceServicer, pb.DESCRIPTOR.services_by_name["InferenceService"]),
+                              (WorkerServicer, mlx_pb.DESCRIPTOR.services_by_name["MlxEngine"])):
+        unmapped = [m.name for m in service.methods if not getattr(getattr(servicer, m.name), "maps_errors", False)]
+        assert unmapped == [], f"{service.full_name} methods without @mapped: {unmapped}"

@@ -5,7 +5,7 @@ generation model. Generate, Abort and the load figures go through the same
 ``GenerationEngine`` as our own Generate and Cancel, with the same limits checked
 before any work (the request id's length and the repeated fields' counts on the
 wire message, at most ``MAX_ABORT_IDS`` ids per Abort); errors leave through
-``status.abort`` with the same codes and details. An unstreamed Generate's one reply
+``@mapped`` with the same codes and details. An unstreamed Generate's one reply
 is checked against the message limit: RESOURCE_EXHAUSTED (RESPONSE_TOO_LARGE), not a
 failed send. Requests run as the caller's tenant, and Abort reaches only its ids.
 """
@@ -28,7 +28,7 @@ from engine.validation import Limits, at_most, check_counts, check_ids
 from ..calls import current_call
 from ..identity import current_identity
 from ..interceptors import ServerState
-from ..status import ResponseTooLarge, abort
+from ..status import ResponseTooLarge, mapped
 from . import convert
 from .tokenizer_bundle import TokenizerBundle
 
@@ -54,24 +54,23 @@ class WorkerServicer(mlx_grpc.MlxEngineServicer):
             call.model = engine.name
         return engine
 
+    @mapped(convert.in_contract_terms)
     async def Generate(self, request: mlx_pb.GenerateRequest, context: grpc.aio.ServicerContext):
-        try:
-            check_ids(self.limits, request_id=request.request_id)
-            engine = self._engine()
-            check_counts(convert.generation_counts(request), sized_limits(engine))
-            responses = convert.Responses(request.stream)
-            request_ = dataclasses.replace(convert.generation_request(request), tenant=current_identity().tenant)
-            async for event in engine.generate(request_):
-                message = responses.add(event)
-                if message is not None and not request.stream:
-                    size = message.ByteSize()  # all output in one message: it may not fit
-                    if size > self.max_message_bytes:
-                        raise ResponseTooLarge(size, self.max_message_bytes)
-                if message is not None:
-                    yield message
-        except Exception as exc:  # noqa: BLE001 - mapped to a status in one place
-            await abort(context, convert.in_contract_terms(exc), request.request_id)
+        check_ids(self.limits, request_id=request.request_id)
+        engine = self._engine()
+        check_counts(convert.generation_counts(request), sized_limits(engine))
+        responses = convert.Responses(request.stream)
+        request_ = dataclasses.replace(convert.generation_request(request), tenant=current_identity().tenant)
+        async for event in engine.generate(request_):
+            message = responses.add(event)
+            if message is not None and not request.stream:
+                size = message.ByteSize()  # all output in one message: it may not fit
+                if size > self.max_message_bytes:
+                    raise ResponseTooLarge(size, self.max_message_bytes)
+            if message is not None:
+                yield message
 
+    @mapped()
     async def HealthCheck(self, request: mlx_pb.HealthCheckRequest, context: grpc.aio.ServicerContext):
         if self.state.draining:
             return mlx_pb.HealthCheckResponse(healthy=False, message="draining")
@@ -81,37 +80,32 @@ class WorkerServicer(mlx_grpc.MlxEngineServicer):
             return mlx_pb.HealthCheckResponse(healthy=False, message=exc.message)
         return mlx_pb.HealthCheckResponse(healthy=True, message="OK")
 
+    @mapped()
     async def Abort(self, request: mlx_pb.AbortRequest, context: grpc.aio.ServicerContext):
-        try:
-            at_most("request_ids", len(request.request_ids), MAX_ABORT_IDS, "request ids")
-        except Exception as exc:  # noqa: BLE001
-            await abort(context, exc)
+        at_most("request_ids", len(request.request_ids), MAX_ABORT_IDS, "request ids")
         tenant = current_identity().tenant.name
         for request_id in request.request_ids:
             if request_id:
                 self.models.cancel(request_id, tenant)
         return mlx_pb.AbortResponse()
 
+    @mapped()
     async def GetModelInfo(self, request: mlx_pb.GetModelInfoRequest, context: grpc.aio.ServicerContext):
-        try:
-            engine = self._engine()
-            files = await self._tokenizer_files(engine)
-            return convert.model_info(engine.describe(), files, engine.max_prompt_tokens)
-        except Exception as exc:  # noqa: BLE001
-            await abort(context, exc)
+        engine = self._engine()
+        files = await self._tokenizer_files(engine)
+        return convert.model_info(engine.describe(), files, engine.max_prompt_tokens)
 
+    @mapped()
     async def GetServerInfo(self, request: mlx_pb.GetServerInfoRequest, context: grpc.aio.ServicerContext):
         active = sum(e.active + e.queued for e in self.models.generation)
         return mlx_pb.GetServerInfoResponse(server_type=convert.SERVER_TYPE, active_requests=active,
                                             uptime_seconds=time.monotonic() - self.started)
 
+    @mapped()
     async def GetTokenizer(self, request, context: grpc.aio.ServicerContext):
-        try:
-            bundle = await self._tokenizer_bundle(self._engine())
-            for chunk in bundle.chunks():
-                yield chunk
-        except Exception as exc:  # noqa: BLE001
-            await abort(context, exc)
+        bundle = await self._tokenizer_bundle(self._engine())
+        for chunk in bundle.chunks():
+            yield chunk
 
     async def _tokenizer_files(self, engine: GenerationEngine) -> dict[str, bytes]:
         if self._files is None:
