@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from .errors import InvalidRequest
+from .settings import setting
 from .tenancy import MAX_PRIORITY
 from .requests import ChatPrompt, GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
 
@@ -24,21 +25,24 @@ BYTES_PER_TOKEN = 32
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-request limits (configurable from the command line). The zeros are sized to
-    each model's context by ``for_context``."""
+    """Per-request limits (``setting`` fields are on the command line). The zeros are
+    sized to each model's context by ``for_context``."""
 
-    max_tokens: int = 4096  # cap on generated tokens per request
-    max_prompt_tokens: int = 0  # 0: the model's context length - 1
-    max_prompt_bytes: int = 0  # UTF-8 bytes of text or chat (roles and contents); 0: BYTES_PER_TOKEN per prompt token
-    max_chat_messages: int = 0  # 0: one per prompt token
-    max_top_logprobs: int = 20
-    max_stop_strings: int = 16
+    max_tokens: int = setting(4096, "cap on generated tokens per request")
+    max_prompt_tokens: int = setting(0, "cap on prompt tokens per request (0: the model's context length)")
+    max_prompt_bytes: int = setting(0, f"cap on UTF-8 bytes of a text or chat prompt (roles and contents), and "
+                                       f"of Tokenize's text (0: {BYTES_PER_TOKEN} per prompt token allowed)")
+    max_chat_messages: int = setting(0, "cap on messages per chat prompt (0: one per prompt token allowed)")
+    max_stop_strings: int = setting(16, "cap on stop strings per request")
     max_stop_length: int = 256  # characters per stop string
-    max_logit_bias: int = 1024  # entries of sampling.logit_bias
-    max_stop_token_ids: int = 1024
+    max_logit_bias: int = setting(1024, "cap on logit_bias entries, and on stop_token_ids, per request")
+    max_stop_token_ids: int = setting(1024, "", flag="--max-logit-bias")  # one flag with max_logit_bias
+    max_top_logprobs: int = setting(20, "cap on top_logprobs")
     max_request_id_length: int = 128  # characters, also for session ids and model names
-    max_embed_inputs: int = 256
-    max_embed_input_bytes: int = 0  # per input and for the instruction; 0: BYTES_PER_TOKEN per input token
+    max_embed_inputs: int = setting(256, "cap on inputs per Embed")
+    max_embed_input_bytes: int = setting(
+        0, f"cap on UTF-8 bytes of each Embed input and of its instruction (0: {BYTES_PER_TOKEN} per token of "
+           f"the embedding model's input length)")
 
     def for_context(self, context_length: int) -> Limits:
         """These limits with the zeros sized to a model of ``context_length`` tokens."""

@@ -1,4 +1,5 @@
-"""The ``mlx-grpc`` command line: ``serve``, ``prepare`` and ``models``."""
+"""The ``mlx-grpc`` command line: ``serve``, ``prepare`` and ``models``. ``serve``'s
+knobs are the config classes' ``setting`` fields (service/settings.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import os
 import sys
 
 from engine.loading.embedded import default_embedding_model, default_generation_model
-from engine.validation import BYTES_PER_TOKEN
+from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
+from engine.generation.grammar.formats import GrammarLimits
+from engine.validation import Limits
 
 from .access_log import configure_logging
 from .assembly import adapters_by_model, build_limits, build_models  # noqa: F401 - part of the CLI's API
 from .server import ServerOptions, exposure, serve
+from .settings import add_settings, from_args
 from .tenants import ENV_VAR, load_table
 from .tls import server_credentials
 from .watchdog import EXIT_ENGINE_BROKEN
@@ -52,108 +56,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="BERT-family embedding model directory; repeatable; "
                         "default: the embedded all-MiniLM-L6-v2")
     s.add_argument("--no-embedding", action="store_true", help="serve no embedding model")
-    s.add_argument("--adapter", action="append", type=_adapter_spec, default=[], metavar="[MODEL:]NAME=DIR",
-                   help="LoRA/DoRA adapter directory (as mlx_lm.lora writes it) loaded at start for the default "
-                        "generation model, or MODEL; requests select it by NAME; repeatable")
-    s.add_argument("--max-adapters", type=int, default=8,
-                   help="adapters a generation model holds at once; loading beyond it unloads the least "
-                        "recently used idle one")
-    s.add_argument("--adapter-root", default=None, metavar="DIR",
-                   help="directory LoadAdapter paths are relative to and may not leave (symbolic links "
-                        "included); unset: LoadAdapter is refused (--adapter directories may lie anywhere)")
-    s.add_argument("--max-adapter-rank", type=int, default=256,
-                   help="highest LoRA/DoRA rank an adapter may have (checked before it loads)")
-    s.add_argument("--max-adapter-bytes", type=int, default=1 << 30,
-                   help="tensor bytes an adapter's adapters.safetensors may hold (checked before it loads)")
-    s.add_argument("--dtype", default="auto",
-                   help="dtype of float weights and of quantization scales: auto (float32 on CPU), float32, "
-                        "float16, bfloat16; quantized weights (GGUF blocks, MLX quantized) stay quantized")
-    s.add_argument("--dequantize", action="store_true",
-                   help="hold quantized weights as floats of --dtype instead (several times the memory)")
-    s.add_argument("--max-active", type=int, default=32,
-                   help="rows prefilling or decoding at once per model (the memory budget admits too)")
-    s.add_argument("--max-queued", type=int, default=64, help="requests waiting for admission per model")
-    s.add_argument("--priority-aging", type=float, default=5.0, metavar="SECONDS",
-                   help="a waiting request gains one priority level per this many seconds, so low "
-                        "priorities are never starved (0: no aging)")
-    s.add_argument("--fair-headroom", type=int, default=-1,
-                   help="rows beyond --max-active a tenant below its weighted share may start when every "
-                        "slot is taken (-1: max(1, max-active / 8); 0: none)")
-    s.add_argument("--prefill-chunk", type=int, default=256, help="prompt tokens per prefill forward")
-    s.add_argument("--tick-tokens", type=int, default=512, help="token budget of one scheduler tick")
-    s.add_argument("--min-prefill-tokens", type=int, default=16,
-                   help="prompt tokens every tick prefills even when decode rows fill its budget")
-    s.add_argument("--prefill-batch", type=int, default=8,
-                   help="short new prompts prefilled together in one forward (1: one at a time)")
-    s.add_argument("--speculation", choices=("off", "ngram", "draft"), default="ngram",
-                   help="speculative decoding for requests that leave it unset (output never changes): "
-                        "ngram = prompt lookup, draft = the model's --draft-model")
-    s.add_argument("--num-draft-tokens", type=int, default=4, help="drafts verified per step by default (at most 8)")
-    s.add_argument("--draft-model", action="append", type=_model_spec, metavar="[MODEL=]SOURCE",
-                   help="a draft model with the same tokenizer for the served MODEL (default: the first); "
-                        "repeatable")
-    s.add_argument("--step-tokens", type=int, default=16,
-                   help="tokens one decode step may feed in all when rows speculate (drafts shrink as "
-                        "the batch grows)")
-    s.add_argument("--speculation-rows", type=int, default=1,
-                   help="rows speculate only in decode steps of at most this many rows (on a CPU, "
-                        "realigning a larger batch's KV after ragged acceptance costs more than drafts save)")
-    s.add_argument("--prefix-cache-bytes", type=int, default=512 << 20,
-                   help="bytes of KV kept for prefix reuse per model (0 turns the prefix cache off)")
-    s.add_argument("--memory-limit", type=int, default=None, metavar="BYTES",
-                   help="memory the server may use for admission (default: what the machine has available)")
-    s.add_argument("--memory-reserve", type=int, default=None, metavar="BYTES",
-                   help="bytes held back from admission (default: max(256 MiB, 5%% of usable))")
-    s.add_argument("--max-tokens", type=int, default=4096, help="cap on generated tokens per request")
-    s.add_argument("--max-prompt-tokens", type=int, default=0,
-                   help="cap on prompt tokens per request (0: the model's context length)")
-    s.add_argument("--max-prompt-bytes", type=int, default=0,
-                   help=f"cap on UTF-8 bytes of a text or chat prompt, and of Tokenize's text "
-                        f"(0: {BYTES_PER_TOKEN} per prompt token allowed)")
-    s.add_argument("--max-chat-messages", type=int, default=0,
-                   help="cap on messages per chat prompt (0: one per prompt token allowed)")
-    s.add_argument("--max-stop-strings", type=int, default=16, help="cap on stop strings per request")
-    s.add_argument("--max-logit-bias", type=int, default=1024,
-                   help="cap on logit_bias entries, and on stop_token_ids, per request")
-    s.add_argument("--max-top-logprobs", type=int, default=20, help="cap on top_logprobs")
-    s.add_argument("--max-embed-inputs", type=int, default=256, help="cap on inputs per Embed")
-    s.add_argument("--max-embed-input-bytes", type=int, default=0,
-                   help=f"cap on UTF-8 bytes of each Embed input and of its instruction "
-                        f"(0: {BYTES_PER_TOKEN} per token of the embedding model's input length)")
-    s.add_argument("--max-format-bytes", type=int, default=64 << 10,
-                   help="cap on a response_format's schema, regex, grammar or choice options (bytes)")
-    s.add_argument("--format-compile-timeout", type=float, default=5.0, metavar="SECONDS",
-                   help="time a response_format may take to compile")
-    s.add_argument("--format-compile-queue", type=int, default=64, metavar="N",
-                   help="response_formats that may wait for a compile thread per model; more are refused "
-                        "with RESOURCE_EXHAUSTED")
-    s.add_argument("--max-message-bytes", type=int, default=16 << 20, help="max gRPC message size")
-    s.add_argument("--no-reflection", action="store_true", help="turn server reflection off")
-    s.add_argument("--grace", type=float, default=10.0, help="seconds in-flight streams get on shutdown")
-    s.add_argument("--engine-stall-timeout", type=float, default=60.0, metavar="SECONDS",
-                   help="a model whose engine thread is busy this long on one step is broken: its requests "
-                        f"fail UNAVAILABLE (ENGINE_DEAD) and the server exits with status {EXIT_ENGINE_BROKEN} "
-                        "(a thread that dies does so at once); 0 turns the stall check off")
-    s.add_argument("--auth-token-file", metavar="PATH",
-                   help=f"require 'authorization: Bearer <token>' with a token from this file, one per line: "
-                        f"TOKEN [TENANT [ROLE [key=value ...]]] (ROLE inference or admin); tokens may also "
-                        f"come from ${ENV_VAR} (comma-separated; tenant default, role inference)")
-    s.add_argument("--auth-open-reflection", action="store_true",
-                   help="serve reflection without a token (health is always open)")
-    s.add_argument("--insecure-open", action="store_true",
-                   help="allow a non-loopback --host without auth tokens (anyone reaching it may generate)")
-    s.add_argument("--max-concurrent-rpcs", type=int, default=1024,
-                   help="RPCs served at once; beyond it grpc answers RESOURCE_EXHAUSTED (0: unbounded)")
-    s.add_argument("--tls-cert", metavar="PEM", help="server certificate chain: serve TLS")
-    s.add_argument("--tls-key", metavar="PEM", help="server private key")
-    s.add_argument("--tls-client-ca", metavar="PEM",
-                   help="CA for client certificates: require them (mutual TLS)")
-    s.add_argument("--metrics-port", type=int, default=None,
-                   help="serve Prometheus metrics on this HTTP port (off by default; 0 picks one)")
-    s.add_argument("--metrics-host", default="0.0.0.0", help="address of the metrics endpoint")
-    s.add_argument("--no-access-log", action="store_true", help="no per-RPC line on the service.access logger")
-    s.add_argument("--no-smg-worker", action="store_true",
-                   help="do not serve SMG's worker contract mlx.grpc.engine.MlxEngine (the Shepherd Model Gateway's)")
+    models = s.add_argument_group("generation models: weights, memory, adapters")
+    add_settings(models, GenerationConfig)
+    models.add_argument("--adapter", action="append", type=_adapter_spec, default=[], metavar="[MODEL:]NAME=DIR",
+                        help="LoRA/DoRA adapter directory (as mlx_lm.lora writes it) loaded at start for the "
+                             "default generation model, or MODEL; requests select it by NAME; repeatable")
+    add_settings(s.add_argument_group("scheduling"), SchedulerConfig)
+    speculation = s.add_argument_group("speculative decoding")
+    add_settings(speculation, SpeculationConfig)
+    speculation.add_argument("--draft-model", action="append", type=_model_spec, metavar="[MODEL=]SOURCE",
+                             help="a draft model with the same tokenizer for the served MODEL (default: the "
+                                  "first); repeatable")
+    add_settings(s.add_argument_group("request limits"), Limits)
+    add_settings(s.add_argument_group("structured output"), GrammarLimits)
+    server = s.add_argument_group("server")
+    add_settings(server, ServerOptions)
+    server.add_argument("--auth-token-file", metavar="PATH",
+                        help=f"require 'authorization: Bearer <token>' with a token from this file, one per line: "
+                             f"TOKEN [TENANT [ROLE [key=value ...]]] (ROLE inference or admin); tokens may also "
+                             f"come from ${ENV_VAR} (comma-separated; tenant default, role inference)")
+    server.add_argument("--tls-cert", metavar="PEM", help="server certificate chain: serve TLS")
+    server.add_argument("--tls-key", metavar="PEM", help="server private key")
+    server.add_argument("--tls-client-ca", metavar="PEM", help="CA for client certificates: require them (mutual TLS)")
 
     sub.add_parser("prepare", help="convert the embedded default models once (shows progress)")
     sub.add_parser("models", help="print where the embedded default models are")
@@ -179,13 +103,7 @@ def server_options(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         parser.error(f"--auth-token-file: {exc}")
     if args.max_concurrent_rpcs < 0:
         parser.error("--max-concurrent-rpcs must be at least 0")
-    options = ServerOptions(reflection=not args.no_reflection, max_message_bytes=args.max_message_bytes,
-                            grace_s=args.grace, auth_table=table, auth_open_reflection=args.auth_open_reflection,
-                            metrics_port=args.metrics_port, metrics_host=args.metrics_host,
-                            access_log=not args.no_access_log, limits=build_limits(args),
-                            smg_worker=not args.no_smg_worker, insecure_open=args.insecure_open,
-                            max_concurrent_rpcs=args.max_concurrent_rpcs,
-                            engine_stall_timeout_s=args.engine_stall_timeout)
+    options = from_args(ServerOptions, args, auth_table=table, limits=build_limits(args))
     problem = exposure(args.host, options)
     if problem and not args.insecure_open:
         parser.error(f"refusing to start: {problem}")

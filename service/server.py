@@ -29,6 +29,7 @@ from grpc_reflection.v1alpha import reflection
 from smg_grpc_proto import mlx_engine_pb2_grpc as mlx_grpc
 
 from engine.models import ModelSet
+from engine.settings import setting
 from engine.validation import Limits
 
 from .access_log import AccessLog
@@ -38,7 +39,7 @@ from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .interceptors import DrainInterceptor, ObservingInterceptor, ServerState
 from .metrics import Metrics
 from .servicer import InferenceServicer
-from .status import status_of
+from .status import MAX_MESSAGE_BYTES, status_of
 from .watchdog import BROKEN_GRACE_S, EXIT_ENGINE_BROKEN, watch
 from .tenants import TokenTable
 from .worker.servicer import SERVICE_NAME as WORKER_SERVICE_NAME, WorkerServicer
@@ -58,20 +59,29 @@ CUT = status_of(grpc.StatusCode.UNAVAILABLE, "DRAINING",
 
 @dataclass(frozen=True)
 class ServerOptions:
-    reflection: bool = True
-    max_message_bytes: int = 16 * 1024 * 1024
-    grace_s: float = 10.0
+    """How the server runs (``setting`` fields are ``mlx-grpc serve``'s flags)."""
+
+    reflection: bool = setting(True, "turn server reflection off")
+    max_message_bytes: int = setting(MAX_MESSAGE_BYTES, "max gRPC message size")
+    grace_s: float = setting(10.0, "seconds in-flight streams get on shutdown", flag="--grace")
+    engine_stall_timeout_s: float = setting(
+        60.0, "a model whose engine thread is busy this long on one step is broken: its requests fail "
+              f"UNAVAILABLE (ENGINE_DEAD) and the server exits with status {EXIT_ENGINE_BROKEN} (a thread that "
+              "dies does so at once); 0 turns the stall check off", flag="--engine-stall-timeout", metavar="SECONDS")
     auth_tokens: tuple[str, ...] = ()  # bare tokens: tenant "default", role inference
     auth_table: TokenTable = TokenTable()  # the tokens file's; with auth_tokens empty: no authentication
-    auth_open_reflection: bool = False  # reflection without a token (health is always open)
-    metrics_port: int | None = None  # None: no metrics endpoint; 0 picks a free port
-    metrics_host: str = "0.0.0.0"
-    access_log: bool = True
-    smg_worker: bool = True  # also serve SMG's worker contract mlx.grpc.engine.MlxEngine
+    auth_open_reflection: bool = setting(False, "serve reflection without a token (health is always open)")
+    insecure_open: bool = setting(False, "allow a non-loopback --host without auth tokens (anyone reaching it "
+                                         "may generate)")
+    max_concurrent_rpcs: int = setting(1024, "RPCs served at once; beyond it grpc answers RESOURCE_EXHAUSTED "
+                                             "(0: unbounded)")
+    metrics_port: int | None = setting(None, "serve Prometheus metrics on this HTTP port (off by default; 0 "
+                                             "picks one)", type=int)
+    metrics_host: str = setting("0.0.0.0", "address of the metrics endpoint")
+    access_log: bool = setting(True, "no per-RPC line on the service.access logger")
+    smg_worker: bool = setting(True, "do not serve SMG's worker contract mlx.grpc.engine.MlxEngine (the Shepherd "
+                                     "Model Gateway's)")
     limits: Limits = Limits()  # the engines' limits (identifiers are checked before a model is found)
-    engine_stall_timeout_s: float = 60.0  # an engine thread busy this long on one tick is broken; 0: off
-    insecure_open: bool = False  # the operator chose a non-loopback address without tokens
-    max_concurrent_rpcs: int = 1024  # beyond it grpc answers RESOURCE_EXHAUSTED; 0: unbounded
 
 
 def exposure(host: str, options: ServerOptions) -> str:

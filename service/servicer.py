@@ -25,14 +25,14 @@ from . import convert
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .identity import current_identity
-from .status import ResponseTooLarge, mapped
+from .status import MAX_MESSAGE_BYTES, ResponseTooLarge, mapped
 
 _MAX_TOKENS = 2**31 - 1
 MAX_ADAPTER_PATH = 4096  # characters of LoadAdapter's directory (PATH_MAX on Linux)
 
 
 class InferenceServicer(pb_grpc.InferenceServiceServicer):
-    def __init__(self, models: ModelSet, limits: Limits = Limits(), max_message_bytes: int = 16 << 20):
+    def __init__(self, models: ModelSet, limits: Limits = Limits(), max_message_bytes: int = MAX_MESSAGE_BYTES):
         self.models = models
         self.limits = limits  # for identifiers, checked before a model is looked up
         self.max_message_bytes = max_message_bytes

@@ -31,6 +31,9 @@ log = logging.getLogger("service.status")
 ADMIN_ROLE_REQUIRED = "ADMIN_ROLE_REQUIRED"  # PERMISSION_DENIED: the method needs the admin role
 
 
+MAX_MESSAGE_BYTES = 16 << 20  # the server's message size limit unless configured
+
+
 class ResponseTooLarge(Exception):
     """A reply would exceed the server's message size limit (RESOURCE_EXHAUSTED, no
     RetryInfo: the same request fails the same way)."""

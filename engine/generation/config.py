@@ -1,10 +1,11 @@
-"""Knobs of one model's generation engine (all settable from the command line)."""
+"""Knobs of one model's generation engine; ``setting`` fields are its command line."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ..requests import SpeculationMode
+from ..settings import setting
 from ..validation import Limits
 from .grammar.formats import GrammarLimits
 
@@ -13,24 +14,28 @@ from .grammar.formats import GrammarLimits
 class SchedulerConfig:
     """How one model's engine thread schedules work."""
 
-    # sequences prefilling or decoding at once (admission capacity; memory admits too)
-    max_active: int = 32
-    max_queued: int = 64  # requests waiting beyond those before RESOURCE_EXHAUSTED
-    prefill_chunk: int = 256  # prompt tokens per prefill forward
-    tick_tokens: int = 512  # tokens one tick may process (decode rows + prefill)
-    min_prefill_tokens: int = 16  # prefill progress guaranteed per tick
-    prefix_cache_bytes: int = 512 << 20  # 0 turns the prefix cache off
+    max_active: int = setting(32, "rows prefilling or decoding at once per model (the memory budget admits too)")
+    max_queued: int = setting(64, "requests waiting for admission per model")
+    priority_aging_s: float = setting(
+        5.0, "a waiting request gains one priority level per this many seconds, so low priorities are never "
+             "starved (0: no aging)", flag="--priority-aging", metavar="SECONDS")
+    fair_headroom: int = setting(
+        -1, "rows beyond --max-active a tenant below its weighted share may start when every slot is taken "
+            "(-1: max(1, max-active / 8); 0: none)")
+    prefill_chunk: int = setting(256, "prompt tokens per prefill forward")
+    tick_tokens: int = setting(512, "token budget of one scheduler tick")
+    min_prefill_tokens: int = setting(16, "prompt tokens every tick prefills even when decode rows fill its budget")
+    prefill_batch: int = setting(8, "short new prompts prefilled together in one forward (1: one at a time)")
+    step_tokens: int = setting(
+        16, "tokens one decode step may feed in all when rows speculate (drafts shrink as the batch grows)")
+    # rows that keep different numbers of positions make mlx-lm's right-aligned batch
+    # cache roll (copy) the whole batch's KV (docs/PERFORMANCE.md)
+    speculation_rows: int = setting(
+        1, "rows speculate only in decode steps of at most this many rows (on a CPU, realigning a larger "
+           "batch's KV after ragged acceptance costs more than drafts save)")
+    prefix_cache_bytes: int = setting(512 << 20,
+                                      "bytes of KV kept for prefix reuse per model (0 turns the prefix cache off)")
     prefix_cache_entries: int = 64
-    prefill_batch: int = 8  # short fresh prompts prefilled together in one forward (1: off)
-    step_tokens: int = 16  # tokens a decode step may feed in all when rows speculate (pending + drafts)
-    # rows speculate only in steps of at most this many rows: rows that keep different
-    # numbers of positions make mlx-lm's right-aligned batch cache roll (copy) the whole
-    # batch's KV, which on a CPU costs more than the drafts save (docs/PERFORMANCE.md)
-    speculation_rows: int = 1
-    # waiting requests gain one priority level per this many seconds (0: no aging)
-    priority_aging_s: float = 5.0
-    # rows a tenant below its weighted share may start beyond max_active (-1: max(1, max_active // 8))
-    fair_headroom: int = -1
 
     @property
     def headroom(self) -> int:
@@ -41,24 +46,38 @@ class SchedulerConfig:
 class SpeculationConfig:
     """Speculative decoding defaults (requests may ask for less, or turn it off)."""
 
-    mode: SpeculationMode = SpeculationMode.NGRAM  # used when a request leaves the mode unset
-    num_draft_tokens: int = 4  # drafts per step when a request leaves it unset
+    mode: SpeculationMode = setting(
+        SpeculationMode.NGRAM, "speculative decoding for requests that leave it unset (output never changes): "
+                               "ngram = prompt lookup, draft = the model's --draft-model", flag="--speculation",
+        choices=("off", "ngram", "draft"))
+    num_draft_tokens: int = setting(4, "drafts verified per step by default (at most 8)")
     max_draft_tokens: int = 8  # the most a request may ask for
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    dtype: str = "auto"
-    dequantize: bool = False  # hold quantized checkpoints (GGUF blocks, MLX quantized) as floats of dtype
+    dtype: str = setting("auto", "dtype of float weights and of quantization scales: auto (float32 on CPU), "
+                                 "float32, float16, bfloat16; quantized weights (GGUF blocks, MLX quantized) "
+                                 "stay quantized")
+    dequantize: bool = setting(False, "hold quantized weights as floats of --dtype instead (several times the "
+                                      "memory)")
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     limits: Limits = field(default_factory=Limits)
     speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
-    memory_limit_bytes: int | None = None  # None: what this machine has available
-    memory_reserve_bytes: int | None = None  # None: max(256 MiB, 5% of usable)
+    memory_limit_bytes: int | None = setting(
+        None, "memory the server may use for admission (default: what the machine has available)",
+        flag="--memory-limit", metavar="BYTES", type=int)
+    memory_reserve_bytes: int | None = setting(
+        None, "bytes held back from admission (default: max(256 MiB, 5% of usable))", flag="--memory-reserve",
+        metavar="BYTES", type=int)
     adapters: tuple[tuple[str, str], ...] = ()  # (name, directory) loaded at start
-    max_adapters: int = 8  # adapters loaded at once; beyond it the least recently used idle one goes
-    adapter_root: str | None = None  # LoadAdapter paths lie inside it; None: LoadAdapter is refused
-    max_adapter_rank: int = 256  # the highest LoRA/DoRA rank an adapter may have
-    max_adapter_bytes: int = 1 << 30  # tensor bytes an adapter's safetensors file may hold
+    max_adapters: int = setting(8, "adapters a generation model holds at once; loading beyond it unloads the "
+                                   "least recently used idle one")
+    adapter_root: str | None = setting(
+        None, "directory LoadAdapter paths are relative to and may not leave (symbolic links included); "
+              "unset: LoadAdapter is refused (--adapter directories may lie anywhere)", metavar="DIR", type=str)
+    max_adapter_rank: int = setting(256, "highest LoRA/DoRA rank an adapter may have (checked before it loads)")
+    max_adapter_bytes: int = setting(1 << 30, "tensor bytes an adapter's adapters.safetensors may hold (checked "
+                                              "before it loads)")
     draft_model: str | None = None  # a model with the same tokenizer, for SPECULATION_MODE_DRAFT
     grammar: GrammarLimits = field(default_factory=GrammarLimits)  # what one response_format may cost

@@ -28,7 +28,7 @@ from engine.validation import Limits, at_most, check_counts, check_ids
 from ..calls import current_call
 from ..identity import current_identity
 from ..interceptors import ServerState
-from ..status import ResponseTooLarge, mapped
+from ..status import MAX_MESSAGE_BYTES, ResponseTooLarge, mapped
 from . import convert
 from .tokenizer_bundle import TokenizerBundle
 
@@ -38,7 +38,7 @@ MAX_ABORT_IDS = 1024  # request ids one Abort may name (more: INVALID_ARGUMENT n
 
 class WorkerServicer(mlx_grpc.MlxEngineServicer):
     def __init__(self, models: ModelSet, state: ServerState, limits: Limits = Limits(),
-                 max_message_bytes: int = 16 << 20):
+                 max_message_bytes: int = MAX_MESSAGE_BYTES):
         self.models = models
         self.state = state
         self.limits = limits  # for the request id, checked before the model is looked up

@@ -17,23 +17,27 @@ from llguidance import LLMatcher, LLParserLimits
 
 from ...errors import InvalidRequest
 from ...requests import FormatKind, ResponseFormat
+from ...settings import setting
 
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 @dataclass(frozen=True)
 class GrammarLimits:
-    """What one response format may cost (all settable from the command line)."""
+    """What one response format may cost (``setting`` fields are on the command line)."""
 
-    max_bytes: int = 64 * 1024  # a schema, regex or grammar (UTF-8), or all choice options together
+    max_bytes: int = setting(64 << 10, "cap on a response_format's schema, regex, grammar or choice options "
+                                       "(bytes)", flag="--max-format-bytes")
     max_options: int = 1024  # options of a choice
     max_depth: int = 64  # nesting of a JSON Schema document
-    compile_timeout_s: float = 5.0  # compiling plus the first token mask
+    compile_timeout_s: float = setting(5.0, "time a response_format may take to compile (compiling plus the first "
+                                            "token mask)", flag="--format-compile-timeout", metavar="SECONDS")
     lexer_fuel: int = 200_000  # llguidance's initial_lexer_fuel: regex construction work
     max_lexer_states: int = 50_000  # llguidance's max_lexer_states (1-2 kB each)
     cache_entries: int = 256  # compiled formats kept for reuse
     compile_threads: int = 2  # formats compiled at once per model
-    compile_queue: int = 64  # formats waiting for a compile thread; more are refused (RESOURCE_EXHAUSTED)
+    compile_queue: int = setting(64, "response_formats that may wait for a compile thread per model; more are "
+                                     "refused with RESOURCE_EXHAUSTED", flag="--format-compile-queue", metavar="N")
 
     def parser_limits(self) -> LLParserLimits:
         return LLParserLimits(initial_lexer_fuel=self.lexer_fuel, max_lexer_states=self.max_lexer_states,

@@ -1,0 +1,55 @@
+"""The command line is generated from the config classes' ``setting`` fields: every
+field has a flag, its default is the class's, and a value given reaches the field."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+import pytest
+
+from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
+from engine.generation.grammar.formats import GrammarLimits
+from engine.requests import SpeculationMode
+from engine.settings import flag_of, settings_of
+from engine.validation import Limits
+from service import cli
+from service.server import ServerOptions
+from service.settings import from_args
+
+CLASSES = (GenerationConfig, SchedulerConfig, SpeculationConfig, GrammarLimits, Limits, ServerOptions)
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_defaults_are_the_classes_own(cls):
+    args = cli.build_parser().parse_args(["serve"])
+    assert from_args(cls, args) == cls()
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_every_flag_reaches_its_field(cls):
+    argv, expected = ["serve"], {}
+    for f in settings_of(cls):
+        if not f.metadata["help"]:
+            continue
+        default = f.default
+        if isinstance(default, bool):
+            argv.append(flag_of(f))
+            expected[f.name] = not default
+        elif isinstance(default, enum.Enum):
+            argv += [flag_of(f), "off"]
+            expected[f.name] = SpeculationMode.OFF
+        elif f.metadata["type"] is str or isinstance(default, str):
+            argv += [flag_of(f), "/x"]
+            expected[f.name] = "/x"
+        else:
+            value = (f.metadata["type"] or type(default))(7)
+            argv += [flag_of(f), str(value)]
+            expected[f.name] = value
+    built = from_args(cls, cli.build_parser().parse_args(argv))
+    assert {name: getattr(built, name) for name in expected} == expected
+    shared = [f.name for f in settings_of(cls) if not f.metadata["help"]]
+    for name in shared:  # a field sharing a flag takes the flag's value
+        owner = next(f for f in settings_of(cls) if f.metadata["help"] and flag_of(f) == flag_of(
+            next(g for g in dataclasses.fields(cls) if g.name == name)))
+        assert getattr(built, name) == getattr(built, owner.name)
