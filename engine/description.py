@@ -42,7 +42,7 @@ class Speculation:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """The seed's GraphCapabilities, plus ``generation`` (the model generates text)."""
+    """GraphCapabilities, plus ``generation`` (the model generates text)."""
 
     method: str = "autoregressive"
     media: None = None  # text models accept no prepared media

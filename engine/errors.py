@@ -49,12 +49,6 @@ class ModelNotFound(EngineError):
         )
 
 
-class RequestNotFound(EngineError):
-    """No running request has the given id (NOT_FOUND)."""
-
-    reason = "REQUEST_NOT_FOUND"
-
-
 class DuplicateRequestId(EngineError):
     """A running request already uses this id (ALREADY_EXISTS)."""
 

@@ -54,17 +54,6 @@ class SamplingOptions:
     logit_bias: Mapping[int, float] = field(default_factory=dict)
     seed: int | None = None
 
-    @property
-    def is_greedy(self) -> bool:
-        """True when selection is a plain argmax of unmodified scores."""
-        return (
-            self.temperature == 0.0
-            and self.repetition_penalty == 1.0
-            and self.presence_penalty == 0.0
-            and self.frequency_penalty == 0.0
-            and not self.logit_bias
-        )
-
 
 @dataclass(frozen=True)
 class StopOptions:

@@ -47,7 +47,6 @@ class ResponseTooLarge(Exception):
 _CODES: list[tuple[type[errors.EngineError], grpc.StatusCode]] = [
     (errors.InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.ModelNotFound, grpc.StatusCode.NOT_FOUND),
-    (errors.RequestNotFound, grpc.StatusCode.NOT_FOUND),
     (errors.DuplicateRequestId, grpc.StatusCode.ALREADY_EXISTS),
     (errors.QueueFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.TenantLimit, grpc.StatusCode.RESOURCE_EXHAUSTED),

@@ -58,8 +58,8 @@ DECODER_EMBED_TEXTS = ["The keeper counted the boats.", "Gulls circled over grey
 
 @pytest.fixture(scope="session")
 def decoder_embedding_reference(fixture_models) -> list[list[float]]:
-    """Last-token pooled vectors of the qwen3 fixture, one text at a time (the seed's
-    text.ts convention), computed directly with mlx-lm before the server starts."""
+    """Last-token pooled vectors of the qwen3 fixture, one text at a time (the decoder
+    embedding convention), computed directly with mlx-lm before the server starts."""
     import mlx_lm
 
     from engine.embedding.decoder import decoder_embed, embedding_terminator_id

@@ -114,7 +114,7 @@ async def test_the_object_cache_counts_what_its_keys_hold(stub, server):
 
 
 async def test_decoder_last_token_pooling_matches_direct_and_batched(stub, decoder_embedding_reference):
-    """The seed's decoder convention through Embed: a right-padded batch equals direct
+    """The decoder embedding convention through Embed: a right-padded batch equals direct
     one-at-a-time pooling (computed before the server started) within 1e-5."""
     batched = await embed(stub, DECODER_EMBED_TEXTS, model=DECODER_EMBEDDER)
     for i, reference in enumerate(decoder_embedding_reference):

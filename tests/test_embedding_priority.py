@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from engine.embedding.admission import AdmissionPool, Lease
-from tests.test_admission import acquire_now, settle
+from tests.test_embedding_admission import acquire_now, settle
 
 
 async def grant_order(pool: AdmissionPool, asks: list[tuple[str, int, str]], between=None) -> list[str]:

@@ -1,4 +1,4 @@
-"""The object cache's ownership rules (the seed's object-cache.ts)."""
+"""The object cache's ownership rules."""
 
 from engine.caches.objects import ObjectCache
 

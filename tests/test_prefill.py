@@ -1,4 +1,4 @@
-"""Prefill planner: hand-derived tables from the seed's prefill.ts, error cases,
+"""Prefill planner: hand-derived tables of the plan, error cases,
 properties, and (when ``node`` is on PATH) a differential check against the
 seed function itself."""
 
@@ -114,7 +114,7 @@ def test_single_step_matches_plan_and_fields() -> None:
     step = next_prefill_step(10, 8, 4, True)
     assert step == PrefillStep(8, 9, StepKind.DRAIN, False)
     assert step.size == 1
-    assert step.kind == "drain"  # str enums compare to the seed's strings
+    assert step.kind == "drain"  # str enums compare to plain strings
     with pytest.raises(AttributeError):
         step.start = 0  # type: ignore[misc]
 

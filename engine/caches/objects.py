@@ -1,4 +1,4 @@
-"""Exact reusable work keyed by string (the seed's ObjectCache), e.g. embeddings of
+"""Exact reusable work keyed by string, e.g. embeddings of
 repeated inputs or rendered chat prompts.
 
 * ``take(key)`` borrows an immutable value through an owned lease; the caller must

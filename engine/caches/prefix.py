@@ -1,4 +1,4 @@
-"""Token-prefix reuse across requests, with the seed's ownership rules.
+"""Token-prefix reuse across requests, and its ownership rules.
 
 Built on mlx-lm's ``LRUPromptCache`` (a trie over processed tokens, LRU bounded by
 bytes and entry count, three kinds of hit: exact, a shorter stored prefix, or a

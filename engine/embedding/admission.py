@@ -1,6 +1,6 @@
 """Admission reservations for asyncio: priority with aging, tenants in turn.
 
-Port of the seed's ``execution/admission.ts``. At most ``capacity`` leases are
+At most ``capacity`` leases are
 held at once; up to ``max_queued`` callers wait. A freed lease goes to the waiter
 with the highest effective priority (``priority`` plus one level per ``aging_s``
 seconds waited); between tenants a head's effective priority is capped at the

@@ -1,6 +1,6 @@
 """Last-token pooling for decoder (mlx-lm) embedding models, e.g. Qwen3-Embedding.
 
-Matches the seed's embeddings/text.ts: ids = encode(text, no special tokens) +
+The input convention: ids = encode(text, no special tokens) +
 [terminator]; the vector is the final-norm hidden state at the last position,
 L2-normalized. For mlx-lm llama/qwen3 models ``model.model(inputs)`` returns
 ``self.norm(h)``, i.e. the final normed hidden states (before ``lm_head``).
@@ -66,7 +66,7 @@ def decoder_embed(
 class DecoderEmbeddingModel(EmbeddingModel):
     """Batched last-token pooling over an mlx-lm decoder (e.g. Qwen3-Embedding).
 
-    Inputs follow the seed's convention (text without special tokens, then the
+    Inputs follow the module's convention (text without special tokens, then the
     terminator); batches are right-padded, which a causal model never attends to
     from earlier positions, so each row's last real position is exact. Shares
     batching, truncation of vectors and normalization with the encoder path.

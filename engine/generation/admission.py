@@ -1,6 +1,6 @@
 """Which waiting sequence may start: fair order (``FairQueue``), a slot, and its memory.
 
-The seed's AdmissionPool rules, kept on the engine thread, with a fair order:
+The admission rules, kept on the engine thread, with a fair order:
 
 * the next to start is the one ``FairQueue`` chooses (priority with aging within
   and between tenants, then weighted fair queuing on tokens; FIFO for one tenant at

@@ -1,7 +1,6 @@
 """Prefill planning: how a prompt is cut into forward steps.
 
-Port of the seed's ``contracts/portable/prefill.ts`` (``nextPrefillStep``): pure
-arithmetic, no tensors, no policy reads. A sequence follows the plan one step at a
+Pure arithmetic, no tensors, no policy reads. A sequence follows the plan one step at a
 time and advances its position only after executing the returned step.
 
 Invariants of the plan over ``[start, length)`` (iterate ``next_prefill_step``):

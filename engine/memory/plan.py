@@ -1,6 +1,5 @@
 """Memory plans: the bytes a context needs, from ``ModelMemoryFacts`` and this machine.
 
-Port of the seed's ``contracts/portable/memory-plan.ts`` (``MemoryPlan``).
 ``kv_bytes``, ``kv_read_bytes`` and ``transient_bytes`` are the accounting;
 ``plan_memory`` adds the weights and a reserve and compares with the usable
 memory (``machine.usable_memory``).
@@ -33,7 +32,7 @@ _EMPTY: Mapping[str, int] = MappingProxyType({})
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Common admission contract (``memory-plan.ts``): what serving consumes.
+    """The admission contract: what serving consumes.
 
     ``total_bytes = weights_bytes + kv_bytes + transient_bytes + reserve_bytes``
     and ``fits`` is ``total_bytes <= usable_bytes``. Optional fields are None

@@ -1,5 +1,5 @@
 """AdmissionPool: capacity, FIFO, rejection, cancellation, close, and the
-grant/cancel race (port of the seed's execution/admission.ts)."""
+grant/cancel race."""
 
 from __future__ import annotations
 
