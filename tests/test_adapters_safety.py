@@ -1,6 +1,6 @@
 """Loading adapters safely: LoadAdapter paths stay under --adapter-root; hostile files
 (huge headers, huge ranks, oversized configs, FIFOs) are refused from what their
-headers say, before any engine-thread work (counted: no ``Worker.call`` ran for
+headers say, before any engine-thread work (counted: no engine-thread query ran for
 them) and without repeating a server path; a load stuck reading its files stops
 no other request's stream. A server of its own: "rooted" (a root under a temporary
 directory, small limits) and "unrooted" (no root)."""
@@ -30,16 +30,16 @@ MAX_BYTES = 4 << 20
 
 
 class Counted:
-    """Counts the engine thread's ``Worker.call`` uses of one engine."""
+    """Counts the queries one engine's engine thread is asked."""
 
     def __init__(self, engine):
-        self.calls, inner = 0, engine._worker.call
+        self.calls, inner = 0, engine._worker.ask
 
-        def call(fn):
+        def ask(query):
             self.calls += 1
-            return inner(fn)
+            return inner(query)
 
-        engine._worker.call = call
+        engine._worker.ask = ask
 
 
 @pytest_asyncio.fixture(scope="module")

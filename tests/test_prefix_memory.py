@@ -186,7 +186,7 @@ async def test_cancel_storms_keep_memory_flat_and_the_cache_holds_what_it_counts
 
     async def after(label: str, requests: int) -> dict[str, int]:
         await settled(server, STORM_MODEL, timeout=120)
-        memory = await asyncio.wrap_future(engine._worker.call(_memory))
+        memory = await asyncio.wrap_future(engine._worker.probe(_memory))
         memory["rss"] = process.memory_info().rss
         print(f"{label} ({requests} requests, {time.monotonic() - started:.0f} s): "
               f"rss {memory['rss'] / 2**20:.0f} MiB, mlx active {memory['active'] / 2**20:.1f} MiB, "

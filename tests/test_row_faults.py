@@ -27,7 +27,7 @@ async def held(engine):
         entered.set()
         release.wait(30)
 
-    future = engine._worker.call(hold)
+    future = engine._worker.probe(hold)
     await asyncio.to_thread(entered.wait, 30)
     try:
         yield
@@ -60,7 +60,7 @@ def patch_started(engine, target: str, patch):
                 patch(seq)
                 del scheduler._start  # the class's own again
         scheduler._start = start
-    return asyncio.wrap_future(engine._worker.call(install))
+    return asyncio.wrap_future(engine._worker.probe(install))
 
 
 async def test_a_row_whose_delivery_fails_ends_alone(stub, server, oracle):

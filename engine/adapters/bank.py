@@ -11,8 +11,8 @@ it, so a name loaded again from other weights never meets the old one's KV.
 ``routed(seqs)`` wraps a forward over those sequences' rows. The base weights are
 never modified or copied; the budget counts the stacks' bytes as resident.
 
-Not thread-safe: every method runs on the engine thread (through ``Worker.call``
-for loads and unloads, inside the tick for ``routed``).
+Not thread-safe: every method runs on the engine thread (its LoadAdapter and
+UnloadAdapter messages for loads and unloads, inside the tick for ``routed``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ thread of its own (``reads.Reads``; ``paths``, ``source.read_files``): a path gi
 over the API must lie inside the adapter root (none set: ``AdapterRootUnset``), one
 given at start may lie anywhere, and both get every header, size, rank and fixed
 memory check before any engine-thread work. Only then does the engine thread build
-the arrays, fit and install them between ticks (``Worker.call``), so a forward never
+the arrays, fit and install them between ticks (a ``LoadAdapter`` message), so a forward never
 sees a half-installed adapter and a hostile or hung file never stops a stream. The
 ``Catalog`` on this side holds the names, counts each request using an adapter
 until its stream closes, and picks what may be evicted.
@@ -20,9 +20,11 @@ memory returns to the budget, and ``unload`` returns. If the caller stops waitin
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import Future
 from typing import Callable, NamedTuple
 
 from ..errors import InvalidRequest
+from ..generation.worker import LoadAdapter, Query, UnloadAdapter
 from . import paths
 from .catalog import Catalog, Entry
 from .info import AdapterInfo
@@ -39,11 +41,11 @@ MAX_NAME = 64
 
 
 class Adapters:
-    def __init__(self, call: Callable, model: str, limit: int, *, root: str | None = None,
+    def __init__(self, ask: Callable[[Query], Future], model: str, limit: int, *, root: str | None = None,
                  limits: AdapterLimits = AdapterLimits(), room: Callable[[], int | None] = lambda: None):
-        """``call(fn)`` runs ``fn(scheduler)`` on the engine thread (``Worker.call``);
+        """``ask(query)``: the engine thread's answer to a LoadAdapter / UnloadAdapter;
         ``room()``: the model's fixed bytes beside weights and reserve (None: unknown yet)."""
-        self._call = call
+        self._call = ask
         self.catalog = Catalog(model, limit)
         self.root = root
         self.limits = limits
@@ -83,8 +85,7 @@ class Adapters:
         victims = self.catalog.reserve(name)
         keys = [v.info.key for v in victims]
         try:
-            info = await self._run(lambda s: s.adapters.load(name, files, evict=keys, budget=s.admission.budget,
-                                                             field=field))
+            info = await self._ask(LoadAdapter(name, files, tuple(keys), field))
         except BaseException:
             self.catalog.abandon(name, victims)
             raise
@@ -115,14 +116,14 @@ class Adapters:
     async def _unload_when_idle(self, entry: Entry) -> AdapterInfo:
         try:
             await entry.idle.wait()
-            await self._run(lambda s: s.adapters.unload(entry.info.key, s.admission.budget))
+            await self._ask(UnloadAdapter(entry.info.key))
             self.catalog.remove(entry)
             return entry.info
         finally:
             self._unloading.pop(entry.info.name, None)
 
-    async def _run(self, fn):
-        return await asyncio.wrap_future(self._call(fn))
+    async def _ask(self, query):
+        return await asyncio.wrap_future(self._call(query))
 
 
 def check_name(name: str, field: str) -> None:

@@ -37,7 +37,8 @@ from ..loading.tokenizer_files import tokenizer_files
 from ..memory.budget import MemoryBudget
 from ..memory.calibration import calibrate_decode
 from ..memory.facts import facts_from_model, with_draft
-from ..memory.plan import MemoryPlan, plan_memory
+from ..memory.plan import MemoryPlan
+from ..memory.planner import Planner
 from ..requests import GenerationRequest
 from ..validation import check_token_ids, validate_request
 from .config import GenerationConfig
@@ -53,7 +54,7 @@ from .batch import can_roll_back
 from .speculation.draft import DraftModel, check_draft
 from .streams import Stream, Streams
 from .tenants import TenantStats, Tenants
-from .worker import Worker
+from .worker import PlanMemory, Stats, Worker
 
 log = logging.getLogger("engine.generation.engine")
 
@@ -85,7 +86,7 @@ class GenerationEngine:
         self._closing = False
         self._machine_total = usable_memory()[1]
         self._worker: Worker[LoadedModel] = Worker(self.name, self._load, self._scheduler)
-        self.adapters = Adapters(lambda fn: self._worker.call(fn), self.name, config.max_adapters,
+        self.adapters = Adapters(lambda query: self._worker.ask(query), self.name, config.max_adapters,
                                  root=config.adapter_root,
                                  limits=AdapterLimits(config.max_adapter_rank, config.max_adapter_bytes),
                                  room=lambda: self._budget.fixed_room if self._budget is not None else None)
@@ -144,7 +145,8 @@ class GenerationEngine:
                    if self._draft is not None else None)
         return Scheduler(loaded.model, self.config.scheduler, lambda i: tokenizer.decode([i]),
                          budget=self._budget, namespace=loaded.name, interrupt=self._worker.stop_requested,
-                         drafter=drafter, adapters=AdapterBank(loaded.model, loaded.name))
+                         drafter=drafter, adapters=AdapterBank(loaded.model, loaded.name),
+                         planner=Planner(self._decode, self._machine_total, loaded.context_length))
 
     # facts ----------------------------------------------------------------------
     def describe(self) -> ModelDescription:
@@ -158,26 +160,14 @@ class GenerationEngine:
     async def plan_memory(self, context_tokens: int, max_generation_tokens: int = 0) -> MemoryPlan:
         """The memory plan for ``context_tokens`` (0: the model's context length),
         computed on the engine thread from the loaded arrays and this machine."""
-        m = self.loaded
-        context = context_tokens or m.context_length
+        context = context_tokens or self.loaded.context_length
         if max_generation_tokens > context:
             raise InvalidRequest("max_generation_tokens", "must not exceed context_tokens")
-        budget = self._budget
-
-        def plan(_scheduler) -> MemoryPlan:
-            adapters = budget.resident_bytes  # loaded adapters count as weights
-            facts = dataclasses.replace(self._facts, weights_bytes=self._facts.weights_bytes + adapters)
-            plan = plan_memory(facts, context_tokens=context, max_generation_tokens=max_generation_tokens,
-                               prefill_chunk=self.config.scheduler.prefill_chunk, usable=budget.usable_bytes,
-                               reserve_bytes=budget.reserve_bytes, machine_total=self._machine_total,
-                               decode=self._decode, context_limit=m.context_length)
-            return dataclasses.replace(plan, adapter_bytes=adapters)
-
-        return await asyncio.wrap_future(self._worker.call(plan))
+        return await asyncio.wrap_future(self._worker.ask(PlanMemory(context, max_generation_tokens)))
 
     def scheduler_stats(self) -> Future[SchedulerStats]:
         """The engine thread's snapshot, as a future any thread may wait on."""
-        return self._worker.call(lambda s: s.stats())
+        return self._worker.ask(Stats())
 
     async def stats(self) -> EngineStats:
         snapshot = await asyncio.wrap_future(self.scheduler_stats())

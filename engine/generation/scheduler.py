@@ -37,6 +37,7 @@ from ..adapters.bank import AdapterBank
 from ..caches.prefix import PrefixCache
 from ..events import FinishReason
 from ..memory.budget import MemoryBudget
+from ..memory.planner import Planner
 from .admission import Admission
 from .batch import Batch, can_roll_back
 from .config import SchedulerConfig
@@ -47,6 +48,7 @@ from .reuse import PrefixReuse
 from .sequence import Sequence, Status
 from .speculation.draft import DraftModel
 from .throughput import TokenRate
+from .worker import LoadAdapter, PlanMemory, Probe, Query, Stats, UnloadAdapter
 
 log = logging.getLogger("engine.generation.scheduler")
 
@@ -74,11 +76,12 @@ class Scheduler:
     def __init__(self, model: nn.Module, config: SchedulerConfig, token_text: Callable[[int], str], *,
                  budget: MemoryBudget | None = None, namespace: str = "",
                  interrupt: Callable[[str], bool] | None = None, drafter: DraftModel | None = None,
-                 adapters: AdapterBank | None = None):
+                 adapters: AdapterBank | None = None, planner: Planner | None = None):
         self._model = model
         self.adapters = adapters  # loaded adapters; every forward is routed through them
         self._route = adapters.routed if adapters is not None else unrouted
         self._config = config
+        self._planner = planner
         cache = (PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries)
                  if config.prefix_cache_bytes > 0 else None)
         self.reuse = PrefixReuse(cache, namespace)
@@ -121,6 +124,22 @@ class Scheduler:
                 seq.cancelled = True  # leaves the batch at the next prune
                 return True
         return False
+
+    def answer(self, query: Query) -> object:
+        """Answers a query between ticks (``worker``)."""
+        budget = self.admission.budget
+        match query:
+            case Stats():
+                return self.stats()
+            case PlanMemory(context_tokens=context, max_generation_tokens=generation):
+                return self._planner.plan(budget, context, generation)
+            case LoadAdapter(name=name, files=files, evict=evict, field=field):
+                return self.adapters.load(name, files, evict=list(evict), budget=budget, field=field)
+            case UnloadAdapter(key=key):
+                return self.adapters.unload(key, budget)
+            case Probe(fn=fn):
+                return fn(self)
+        raise TypeError(f"not a query: {query!r}")
 
     def tick(self) -> None:
         self._prune()

@@ -1,6 +1,7 @@
 """The engine thread: owns a model, its caches, its sequences and all MLX work for it.
 
-The asyncio side talks to it only through typed messages on a thread-safe inbox;
+The asyncio side talks to it only through typed messages on a thread-safe inbox (one
+class per operation; queries are answered through a future);
 events leave through each sequence's delivery sink (which hands them to the event
 loop with ``call_soon_threadsafe``). The model is loaded on this thread, so every
 MLX array of the model lives and is used here.
@@ -22,9 +23,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
+from ..adapters.source import AdapterFiles
 from ..errors import EngineDead
 from ..events import FinishReason
 from ..liveness import Heartbeat, Pending, settle
+from .sequence import Sequence
 
 log = logging.getLogger("engine.generation.worker")
 T = TypeVar("T")
@@ -34,7 +37,7 @@ T = TypeVar("T")
 class Submit:
     """A new sequence for the waiting queue."""
 
-    sequence: object
+    sequence: Sequence
 
 
 @dataclass(frozen=True)
@@ -45,11 +48,41 @@ class Cancel:
 
 
 @dataclass(frozen=True)
-class Call:
-    """Runs ``fn(scheduler)`` between ticks and resolves ``future`` with the result."""
+class Stats:
+    """Asks for the scheduler's snapshot (``SchedulerStats``)."""
+
+
+@dataclass(frozen=True)
+class PlanMemory:
+    """Asks for the memory plan of a context (0: the model's context length)."""
+
+    context_tokens: int
+    max_generation_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class LoadAdapter:
+    """Installs an adapter's arrays (read off the thread), evicting ``evict`` first."""
+
+    name: str
+    files: AdapterFiles
+    evict: tuple[str, ...]
+    field: str
+
+
+@dataclass(frozen=True)
+class UnloadAdapter:
+    """Removes an adapter no request uses any more; its memory returns to the budget."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Runs ``fn(scheduler)`` between ticks: the tests' seam (fault injection); the
+    engine itself never sends it."""
 
     fn: Callable[[object], object]
-    future: Future
 
 
 @dataclass(frozen=True)
@@ -57,12 +90,21 @@ class Shutdown:
     pass
 
 
+Query = Stats | PlanMemory | LoadAdapter | UnloadAdapter | Probe
+
+
+@dataclass(frozen=True)
+class _Asked:
+    query: Query
+    future: Future
+
+
 class Worker(Generic[T]):
     """Runs ``load()`` then a loop of ``scheduler.tick()`` on its own thread.
 
     ``make_scheduler(loaded)`` builds the scheduler from the loaded state; it must
-    provide ``idle``, ``submit(sequence)``, ``cancel(request_id)``, ``tick()``,
-    ``fail_running(message)`` and ``shutdown(message, reason)``.
+    provide ``idle``, ``submit(sequence)``, ``cancel(request_id)``, ``answer(query)``,
+    ``tick()``, ``fail_running(message)`` and ``shutdown(message, reason)``.
     """
 
     def __init__(self, name: str, load: Callable[[], T], make_scheduler: Callable[[T], object]):
@@ -83,18 +125,22 @@ class Worker(Generic[T]):
         self._thread.start()
         return self.ready
 
-    def submit(self, sequence: object) -> None:
+    def submit(self, sequence: Sequence) -> None:
         self._inbox.put(Submit(sequence))
 
     def cancel(self, request_id: str) -> None:
         self._inbox.put(Cancel(request_id))
 
-    def call(self, fn: Callable[[object], object]) -> Future:
-        """Runs ``fn(scheduler)`` between ticks; returns a future of its result."""
+    def ask(self, query: Query) -> Future:
+        """The scheduler answers ``query`` between ticks; a future of the answer."""
         future = self._pending.track(Future())
         if not future.done():
-            self._inbox.put(Call(fn, future))
+            self._inbox.put(_Asked(query, future))
         return future
+
+    def probe(self, fn: Callable[[object], object]) -> Future:
+        """Tests only: ``fn(scheduler)`` between ticks."""
+        return self.ask(Probe(fn))
 
     def fault(self, stall_timeout_s: float = 0.0) -> str:
         """Why the thread no longer serves: it died, ended unasked, or (``stall_timeout_s``
@@ -196,5 +242,5 @@ class Worker(Generic[T]):
                 scheduler.submit(message.sequence)
             elif isinstance(message, Cancel):
                 scheduler.cancel(message.request_id)
-            elif isinstance(message, Call):
-                settle(message.future, lambda: message.fn(scheduler))
+            elif isinstance(message, _Asked):
+                settle(message.future, lambda: scheduler.answer(message.query))
