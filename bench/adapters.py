@@ -100,7 +100,7 @@ def step_times(model_dir: Path, dirs: list[Path], steps: int) -> dict[str, Sampl
     from mlx_lm.models.cache import make_prompt_cache
 
     from engine.adapters.bank import AdapterBank
-    from engine.generation.batch import Batch
+    from engine.generation.decode.batch import Batch
 
     model, _ = mlx_lm.load(str(model_dir))
     bank = AdapterBank(model, "bench")

@@ -16,15 +16,15 @@ from tokenizers import Tokenizer
 
 from engine.errors import InvalidRequest
 from engine.events import Delta, FinishReason, Finished
-from engine.generation.delivery import Delivery
-from engine.generation.detokenizer import IncrementalDetokenizer
+from engine.generation.sequence.delivery import Delivery
+from engine.generation.sequence.detokenizer import IncrementalDetokenizer
 from engine.generation.grammar.compiler import Grammars, grammar_tokenizer
 from engine.generation.grammar.formats import GrammarLimits
 from engine.generation.grammar import masks as masks_module
 from engine.generation.grammar.masks import SiteMasks, bias, site_masks
-from engine.generation.sampling import SamplingState, choose
-from engine.generation.sequence import Sequence
-from engine.generation.stopping import StopStringMatcher, TokenStopRule
+from engine.generation.sampling.sampler import SamplingState, choose
+from engine.generation.sequence.state import Sequence
+from engine.generation.sequence.stopping import StopStringMatcher, TokenStopRule
 from engine.requests import FormatKind, ResponseFormat, SamplingOptions
 
 V = 640  # the fixture vocabulary

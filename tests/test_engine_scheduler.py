@@ -11,12 +11,12 @@ import pytest
 
 from engine.events import Delta, FinishReason, Finished, Started
 from engine.generation.config import SchedulerConfig
-from engine.generation.delivery import Delivery
-from engine.generation.detokenizer import IncrementalDetokenizer
-from engine.generation.sampling import SamplingState
-from engine.generation.scheduler import Scheduler
-from engine.generation.sequence import Sequence, Status
-from engine.generation.stopping import StopStringMatcher, TokenStopRule
+from engine.generation.sequence.delivery import Delivery
+from engine.generation.sequence.detokenizer import IncrementalDetokenizer
+from engine.generation.sampling.sampler import SamplingState
+from engine.generation.scheduling.scheduler import Scheduler
+from engine.generation.sequence.state import Sequence, Status
+from engine.generation.sequence.stopping import StopStringMatcher, TokenStopRule
 from engine.memory.budget import MemoryBudget
 from engine.memory.facts import facts_from_model
 from engine.requests import SamplingOptions

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from engine.events import Delta, FinishReason, Finished, Started
-from engine.generation.delivery import Delivery
-from engine.generation.detokenizer import IncrementalDetokenizer
-from engine.generation.sampling import SamplingState
-from engine.generation.sequence import Sequence, Status
-from engine.generation.stopping import StopStringMatcher, TokenStopRule
+from engine.generation.sequence.delivery import Delivery
+from engine.generation.sequence.detokenizer import IncrementalDetokenizer
+from engine.generation.sampling.sampler import SamplingState
+from engine.generation.sequence.state import Sequence, Status
+from engine.generation.sequence.stopping import StopStringMatcher, TokenStopRule
 from engine.requests import SamplingOptions
 
 EOS = 0

@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from typing import Callable, NamedTuple
 
 from ..errors import InvalidRequest
-from ..generation.worker import LoadAdapter, Query, UnloadAdapter
+from ..generation.scheduling.worker import LoadAdapter, Query, UnloadAdapter
 from . import paths
 from .catalog import Catalog, Entry
 from .info import AdapterInfo

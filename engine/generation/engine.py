@@ -46,15 +46,14 @@ from .factory import check_speculation, make_sequence
 from .facts import describe_generation, speculation_facts
 from .grammar.compiler import Grammars, grammar_tokenizer
 from .grammar.formats import check_format, field_name
-from .grammar.stats import GrammarStats
+from .grammar.constraint import GrammarStats
 from .prompts import EncodedPrompt, PromptEncoder
 from .refusals import check_fits, check_room, max_tokens_for
-from .scheduler import Scheduler, SchedulerStats
-from .batch import can_roll_back
+from .scheduling.scheduler import Scheduler, SchedulerStats
 from .speculation.draft import DraftModel, check_draft
 from .streams import Stream, Streams
 from .tenants import TenantStats, Tenants
-from .worker import PlanMemory, Stats, Worker
+from .scheduling.worker import PlanMemory, Stats, Worker
 
 log = logging.getLogger("engine.generation.engine")
 
@@ -125,11 +124,11 @@ class GenerationEngine:
                                        dequantize=self.config.dequantize)
         self._facts = facts_from_model(loaded.model, loaded.config)
         self._decode = calibrate_decode(loaded.model, self._facts)
-        self._rolls_back = can_roll_back(loaded.model)
+        self._rolls_back = loaded.traits.can_roll_back
         if self.config.draft_model:
             draft = load_generation_model(self.config.draft_model, dtype=self.config.dtype,
                                           dequantize=self.config.dequantize)
-            check_draft(loaded.tokenizer, draft.tokenizer, draft.model, (loaded.name, draft.name))
+            check_draft(loaded.tokenizer, draft.tokenizer, draft.traits.can_roll_back, (loaded.name, draft.name))
             self._facts = with_draft(self._facts, facts_from_model(draft.model, draft.config))
             self._draft = draft
         self._budget = MemoryBudget(self._facts, usable=self.config.memory_limit_bytes,
@@ -145,7 +144,7 @@ class GenerationEngine:
                    if self._draft is not None else None)
         return Scheduler(loaded.model, self.config.scheduler, lambda i: tokenizer.decode([i]),
                          budget=self._budget, namespace=loaded.name, interrupt=self._worker.stop_requested,
-                         drafter=drafter, adapters=AdapterBank(loaded.model, loaded.name),
+                         rolls_back=loaded.traits.can_roll_back, drafter=drafter, adapters=AdapterBank(loaded.model, loaded.name),
                          planner=Planner(self._decode, self._machine_total, loaded.context_length))
 
     # facts ----------------------------------------------------------------------

@@ -6,14 +6,14 @@ from ..errors import InvalidRequest, Unsupported
 from ..loading.model import LoadedModel
 from ..requests import GenerationRequest, SpeculationMode
 from .config import SpeculationConfig
-from .delivery import Delivery
-from .detokenizer import IncrementalDetokenizer
+from .sequence.delivery import Delivery
+from .sequence.detokenizer import IncrementalDetokenizer
 from .grammar.constraint import Constraint
 from .prompts import EncodedPrompt
-from .sampling import SamplingState
-from .sequence import Reuse, Sequence
-from .speculation.state import Speculation
-from .stopping import StopStringMatcher, TokenStopRule
+from .sampling.sampler import SamplingState
+from .sequence.state import Reuse, Sequence
+from .speculation.policy import Speculation
+from .sequence.stopping import StopStringMatcher, TokenStopRule
 from .streams import Stream
 
 

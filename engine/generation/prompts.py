@@ -40,8 +40,7 @@ class PromptEncoder:
             ids, field_name = list(prompt.ids), "tokens.ids"
             check_token_ids(field_name, ids, m.vocab_size)
         elif isinstance(prompt, TextPrompt):
-            bos = m.tokenizer.bos_token
-            ids = m.tokenizer.encode(prompt.text, add_special_tokens=bos is None or not prompt.text.startswith(bos))
+            ids = m.tokenizer.encode(prompt.text, add_special_tokens=m.traits.adds_bos(prompt.text))
             field_name = "text"
         elif isinstance(prompt, ChatPrompt):
             ids, field_name = self._chat(prompt), "chat.messages"

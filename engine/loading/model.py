@@ -21,7 +21,8 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from .. import kernels
 from ..hardware.device import runtime_dtype
-from ..loading.gguf import prepare_gguf
+from .gguf import prepare_gguf
+from .traits import ModelTraits, traits_of
 
 log = logging.getLogger("engine.loading.model")
 
@@ -45,21 +46,19 @@ class LoadedModel:
     dtype: str
     kernels: dict[str, int]  # CPU kernels put into the model, by kind (engine.kernels)
 
+    traits: ModelTraits  # what differs per architecture, read here and nowhere else
+
     @property
     def model_type(self) -> str:
-        return str(self.config.get("model_type", "unknown"))
+        return self.traits.model_type
 
     @property
     def vocab_size(self) -> int:
-        size = self.config.get("vocab_size") or self.config.get("text_config", {}).get("vocab_size")
-        return int(size or len(self.tokenizer))
+        return self.traits.vocab_size
 
     @property
     def context_length(self) -> int:
-        for key in ("max_position_embeddings", "max_sequence_length", "n_positions"):
-            if self.config.get(key):
-                return int(self.config[key])
-        return int(getattr(self.tokenizer, "model_max_length", 0) or 4096)
+        return self.traits.context_length
 
     @property
     def eos_ids(self) -> frozenset[int]:
@@ -100,7 +99,8 @@ def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "a
     name = name or default_name(source)
     log.info("loaded %s from %s (%s, %s)", name, source, config.get("model_type"), weight_dtype)
     applied = kernels.apply_to_decoder(model, name) if use_kernels else {}
-    return LoadedModel(name, model, tokenizer, config, str(source), artifact, weight_dtype, applied)
+    return LoadedModel(name, model, tokenizer, config, str(source), artifact, weight_dtype, applied,
+                       traits_of(model, tokenizer, config))
 
 
 def default_name(source: str | Path) -> str:

@@ -18,6 +18,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
+from ..loading.traits import config_value
+
 __all__ = ["KV_STEP", "ModelMemoryFacts", "facts_from_model"]
 
 #: mlx-lm's ``KVCache.step`` / ``RotatingKVCache.step``: caches grow in this many tokens.
@@ -67,20 +69,6 @@ class ModelMemoryFacts:
     @property
     def state_bytes(self) -> int:
         return sum(self.state_bytes_per_layer)
-
-
-def _cfg(config: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
-    """First of ``keys`` found in ``config`` or its ``text_config`` (multimodal nesting)."""
-    scopes = [config]
-    text = config.get("text_config")
-    if isinstance(text, Mapping):
-        scopes.append(text)
-    for scope in scopes:
-        for key in keys:
-            value = scope.get(key)
-            if value is not None:
-                return value
-    return default
 
 
 def _leaf_caches(caches: Sequence[Any]) -> list[Any]:
@@ -180,10 +168,10 @@ def _config_caches(model: nn.Module, config: Mapping[str, Any], act_bytes: int) 
     """Fallback when a forward is not possible: ``2 x kv_heads x head_dim x bytes``."""
     from mlx_lm.models.cache import make_prompt_cache  # noqa: PLC0415
 
-    heads = int(_cfg(config, "num_attention_heads", "n_head", default=1))
-    kv_heads = int(_cfg(config, "num_key_value_heads", "n_kv_heads", default=heads))
-    hidden = int(_cfg(config, "hidden_size", "d_model", default=0))
-    head_dim = int(_cfg(config, "head_dim", default=hidden // heads if heads else 0))
+    heads = int(config_value(config, "num_attention_heads", "n_head", default=1))
+    kv_heads = int(config_value(config, "num_key_value_heads", "n_kv_heads", default=heads))
+    hidden = int(config_value(config, "hidden_size", "d_model", default=0))
+    head_dim = int(config_value(config, "head_dim", default=hidden // heads if heads else 0))
     leaves = _leaf_caches(make_prompt_cache(model))
     per_token = 2 * kv_heads * head_dim * act_bytes
     return [per_token] * len(leaves), [_window(c) for c in leaves]
@@ -204,7 +192,7 @@ def facts_from_model(model: nn.Module, config: Mapping[str, Any]) -> ModelMemory
     """
     weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
     act_bytes = _activation_dtype_bytes(model)
-    vocab = int(_cfg(config, "vocab_size", default=0))
+    vocab = int(config_value(config, "vocab_size", default=0))
     step = KV_STEP
     try:
         per_token, windows, states, probed_bytes, probed_vocab, step = _probe_caches(model)
@@ -215,14 +203,14 @@ def facts_from_model(model: nn.Module, config: Mapping[str, Any]) -> ModelMemory
         per_token, windows = _config_caches(model, config, act_bytes)
         states = [0] * len(per_token)
         source = "config"
-    heads = int(_cfg(config, "num_attention_heads", "n_head", default=1))
-    hidden = int(_cfg(config, "hidden_size", "d_model", "n_embd", default=0))
-    inter = _cfg(config, "intermediate_size", "ffn_dim", "n_inner", default=None)
+    heads = int(config_value(config, "num_attention_heads", "n_head", default=1))
+    hidden = int(config_value(config, "hidden_size", "d_model", "n_embd", default=0))
+    inter = config_value(config, "intermediate_size", "ffn_dim", "n_inner", default=None)
     if isinstance(inter, (list, tuple)):
         inter = max(inter) if inter else None
     inter = int(inter) if inter else 4 * hidden
-    experts = _cfg(config, "num_experts_per_tok", default=None)
-    moe_inter = _cfg(config, "moe_intermediate_size", default=None)
+    experts = config_value(config, "num_experts_per_tok", default=None)
+    moe_inter = config_value(config, "moe_intermediate_size", default=None)
     if experts and moe_inter:
         inter = max(inter, int(experts) * int(moe_inter))
     return ModelMemoryFacts(

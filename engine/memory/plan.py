@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from ..hardware.machine import MIB, allocator_cache_limit, measure_matvec_bandwidth, usable_memory
-from ..memory.facts import ModelMemoryFacts
+from .facts import ModelMemoryFacts
 
 if TYPE_CHECKING:
     from .calibration import DecodeCalibration

@@ -29,9 +29,8 @@ from llguidance import LLMatcher, LLTokenizer
 from ...caches.objects import ObjectCache
 from ...errors import CompilerBusy, InvalidRequest, Unsupported
 from ...requests import FormatKind, ResponseFormat
-from .constraint import Constraint, matcher_error
+from .constraint import Constraint, GrammarStats, matcher_error
 from .formats import GrammarLimits, field_name, grammar_text
-from .stats import GrammarStats
 
 log = logging.getLogger("engine.generation.grammar")
 

@@ -10,15 +10,30 @@ of every constrained row of a step together.
 Speculative steps: ``valid_prefix(drafts)`` says how many drafts the grammar
 allows (without changing the state); ``rollback(n)`` undoes the last ``n``
 consumed tokens, for rows whose rejected drafts were consumed.
+
+``GrammarStats`` counts one model's structured output for the metrics: each counter
+has one writer (the event loop for requests and compiles, the engine thread for masks).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from llguidance import LLMatcher
 
-from .stats import GrammarStats
+
+@dataclass
+class GrammarStats:
+    requests: Counter[str] = field(default_factory=Counter)  # constrained requests accepted, by format
+    rejected: int = 0  # formats refused (invalid, too large, too slow to compile)
+    mask_seconds: float = 0.0  # engine thread: filling and expanding token masks
+    masked_tokens: int = 0  # sample sites a mask was applied to
+
+    def masked(self, seconds: float, sites: int) -> None:
+        self.mask_seconds += seconds
+        self.masked_tokens += sites
 
 
 class Constraint:

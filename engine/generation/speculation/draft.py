@@ -17,15 +17,15 @@ import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
 from ...requests import SpeculationMode
-from ..batch import Batch, can_roll_back
-from ..sequence import Sequence
+from ..decode.batch import Batch
+from ..sequence.state import Sequence
 
 
 class DraftMismatch(ValueError):
     """The draft model cannot serve this target (another tokenizer, no rollback)."""
 
 
-def check_draft(target_tokenizer, draft_tokenizer, draft_model: nn.Module, names: tuple[str, str]) -> None:
+def check_draft(target_tokenizer, draft_tokenizer, draft_rolls_back: bool, names: tuple[str, str]) -> None:
     """Refuses a draft model whose vocabulary differs from the target's, or whose caches
     cannot roll back; the message says what differs."""
     target, draft = dict(target_tokenizer.get_vocab()), dict(draft_tokenizer.get_vocab())
@@ -33,7 +33,7 @@ def check_draft(target_tokenizer, draft_tokenizer, draft_model: nn.Module, names
         differing = sum(1 for t, i in target.items() if draft.get(t) != i) + len(draft.keys() - target.keys())
         raise DraftMismatch(f"draft model {names[1]!r} does not share the tokenizer of {names[0]!r}: "
                             f"{len(target)} vs {len(draft)} tokens, {differing} differ")
-    if not can_roll_back(draft_model):
+    if not draft_rolls_back:
         raise DraftMismatch(f"draft model {names[1]!r} keeps caches that cannot roll back "
                             "(sliding windows or recurrent state)")
 

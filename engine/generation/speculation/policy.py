@@ -1,4 +1,5 @@
-"""How many drafts a row gets: its recent acceptance, and what the step can afford.
+"""A row's speculation (``Speculation``: its proposer and acceptance record) and how many
+drafts it gets: its recent acceptance, and what the step can afford.
 
 A row starts trusting its proposer moderately; each verified round moves an
 exponential average of the accepted fraction. Rows whose proposals keep failing stop
@@ -12,7 +13,11 @@ numbers of positions make the batch cache copy every row's KV to realign them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ...requests import SpeculationMode
+from .ngram import NgramIndex
 
 _PAUSE_MAX = 64
 
@@ -56,3 +61,19 @@ class Acceptance:
             self.pause, self.next_pause = self.next_pause, min(self.next_pause * 2, _PAUSE_MAX)
         elif accepted > 0:
             self.next_pause = 4
+
+
+@dataclass
+class Speculation:
+    mode: SpeculationMode  # NGRAM or DRAFT
+    acceptance: Acceptance
+    ngram: NgramIndex | None = field(default=None)
+
+    @classmethod
+    def create(cls, mode: SpeculationMode, max_drafts: int) -> "Speculation":
+        return cls(mode, Acceptance(max_drafts), NgramIndex() if mode is SpeculationMode.NGRAM else None)
+
+    def propose(self, tokens: Sequence[int], k: int) -> list[int]:
+        """Up to ``k`` drafts from the sequence itself (prompt lookup); the draft model
+        proposes for whole batches elsewhere."""
+        return self.ngram.propose(tokens, k) if self.ngram is not None else []

@@ -19,12 +19,12 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Sequence as Seq
 
-from ..events import FinishReason, TokenLogprob, Usage
-from ..tenancy import ANONYMOUS, Tenant
+from ...events import FinishReason, TokenLogprob, Usage
+from ...tenancy import ANONYMOUS, Tenant
 from .delivery import Delivery
-from .grammar.constraint import Constraint
-from .sampling import SamplingState
-from .speculation.state import Speculation
+from ..grammar.constraint import Constraint
+from ..sampling.sampler import SamplingState
+from ..speculation.policy import Speculation
 from .stopping import TokenStop, TokenStopRule
 
 

@@ -22,13 +22,7 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
-
-
-def can_roll_back(model: nn.Module) -> bool:
-    """Whether rows of this model can drop computed positions: every layer keeps a
-    plain KV cache (sliding windows and recurrent state cannot be rolled back)."""
-    return all(type(c) is KVCache for c in make_prompt_cache(model))
+from mlx_lm.models.cache import BatchKVCache
 
 
 class Batch:

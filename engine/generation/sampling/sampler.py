@@ -23,7 +23,7 @@ from typing import Protocol, Sequence
 
 import mlx.core as mx
 
-from ..requests import SamplingOptions
+from ...requests import SamplingOptions
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 

@@ -26,12 +26,12 @@ from typing import Callable, Sequence as Seq
 import mlx.core as mx
 
 from .batch import Batch
-from .faults import end_row
-from .grammar.masks import site_masks
-from .logprobs import LogprobArrays, logprobs, to_events
-from .sampling import choose
-from .sequence import Sequence
-from .speculation.policy import step_allowance
+from ..scheduling.faults import end_row
+from ..grammar.masks import site_masks
+from ..sampling.logprobs import LogprobArrays, logprobs, to_events
+from ..sampling.sampler import choose
+from ..sequence.state import Sequence
+from ..speculation.policy import step_allowance
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Sequence as Seq
 
-from ..caches.prefix import PrefixCache
-from .sequence import Sequence
+from ...caches.prefix import PrefixCache
+from ..sequence.state import Sequence
 
-log = logging.getLogger("engine.generation.reuse")
+log = logging.getLogger("engine.generation.scheduling.reuse")
 
 
 class PrefixReuse:

@@ -33,24 +33,25 @@ from typing import Callable
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
-from ..adapters.bank import AdapterBank
-from ..caches.prefix import PrefixCache
-from ..events import FinishReason
-from ..memory.budget import MemoryBudget
-from ..memory.planner import Planner
+from ...adapters.bank import AdapterBank
+from ...caches.prefix import PrefixCache
+from ...events import FinishReason
+from ...memory.budget import MemoryBudget
+from ...memory.planner import Planner
 from .admission import Admission
-from .batch import Batch, can_roll_back
-from .config import SchedulerConfig
-from .decoding import Decoder
+from ...loading.traits import can_roll_back
+from ..decode.batch import Batch
+from ..config import SchedulerConfig
+from ..decode.decoder import Decoder
 from .faults import failure_message
-from .prefilling import Prefiller, unrouted
+from ..prefill.prefiller import Prefiller, unrouted
 from .reuse import PrefixReuse
-from .sequence import Sequence, Status
-from .speculation.draft import DraftModel
+from ..sequence.state import Sequence, Status
+from ..speculation.draft import DraftModel
 from .throughput import TokenRate
 from .worker import LoadAdapter, PlanMemory, Probe, Query, Stats, UnloadAdapter
 
-log = logging.getLogger("engine.generation.scheduler")
+log = logging.getLogger("engine.generation.scheduling.scheduler")
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class SchedulerStats:
 
 class Scheduler:
     def __init__(self, model: nn.Module, config: SchedulerConfig, token_text: Callable[[int], str], *,
-                 budget: MemoryBudget | None = None, namespace: str = "",
+                 budget: MemoryBudget | None = None, namespace: str = "", rolls_back: bool | None = None,
                  interrupt: Callable[[str], bool] | None = None, drafter: DraftModel | None = None,
                  adapters: AdapterBank | None = None, planner: Planner | None = None):
         self._model = model
@@ -88,7 +89,7 @@ class Scheduler:
         self.admission = Admission(config.max_active, budget, headroom=config.headroom,
                                    aging_s=config.priority_aging_s)
         self._batch = Batch(model)
-        self.can_roll_back = can_roll_back(model)
+        self.can_roll_back = can_roll_back(model) if rolls_back is None else rolls_back  # ModelTraits' fact
         self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt, self._route)
         self._drafter = drafter
         self._decoder = Decoder(token_text, can_roll_back=self.can_roll_back, step_tokens=config.step_tokens,

@@ -28,14 +28,14 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import BatchKVCache
 
-from .config import SchedulerConfig
+from ..config import SchedulerConfig
 from .interrupt import Interrupted, LayerCheckpoints
-from .prefill import StepKind, next_prefill_step
-from .reuse import PrefixReuse
-from .sequence import Sequence
+from .steps import StepKind, next_prefill_step
+from ..scheduling.reuse import PrefixReuse
+from ..sequence.state import Sequence
 
 Route = Callable[[list[Sequence]], AbstractContextManager]
-log = logging.getLogger("engine.generation.prefilling")
+log = logging.getLogger("engine.generation.prefill.prefiller")
 
 
 def unrouted(_seqs: list[Sequence]) -> AbstractContextManager:

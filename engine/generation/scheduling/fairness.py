@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .sequence import Sequence
+from ..sequence.state import Sequence
 
 
 @dataclass

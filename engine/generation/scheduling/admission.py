@@ -27,9 +27,9 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..memory.budget import MemoryBudget
+from ...memory.budget import MemoryBudget
 from .fairness import FairQueue
-from .sequence import Sequence
+from ..sequence.state import Sequence
 
 
 class Admission:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Sequence
 
-from ..events import Delta, Event, FinishReason, Finished, Started, Timings, TokenLogprob, Usage
+from ...events import Delta, Event, FinishReason, Finished, Started, Timings, TokenLogprob, Usage
 from .detokenizer import IncrementalDetokenizer
 from .stopping import StopStringMatcher
 

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 import mlx.core as mx
 
-from ..events import TokenLogprob, TopLogprob
+from ...events import TokenLogprob, TopLogprob
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import logging
 
-from ..events import FinishReason
-from .sequence import Sequence, Status
+from ...events import FinishReason
+from ..sequence.state import Sequence, Status
 
-log = logging.getLogger("engine.generation.faults")
+log = logging.getLogger("engine.generation.scheduling.faults")
 
 
 def failure_message(exc: BaseException) -> str:

@@ -23,13 +23,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
-from ..adapters.source import AdapterFiles
-from ..errors import EngineDead
-from ..events import FinishReason
-from ..liveness import Heartbeat, Pending, settle
-from .sequence import Sequence
+from ...adapters.source import AdapterFiles
+from ...errors import EngineDead
+from ...events import FinishReason
+from ...liveness import Heartbeat, Pending, settle
+from ..sequence.state import Sequence
 
-log = logging.getLogger("engine.generation.worker")
+log = logging.getLogger("engine.generation.scheduling.worker")
 T = TypeVar("T")
 
 

@@ -1,0 +1,2 @@
+"""Per-row token choice for a whole batch (``sampler``) and the logprobs reported with
+it (``logprobs``)."""
