@@ -67,14 +67,15 @@ def test_quantized_matmul_with_prologue_bias_and_residual(K, M, groups, bits, bi
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("rows", [1, 5, 7, 64])  # matvec from bytes up to ops.MATVEC_ROWS; more: dequantize + GEMM
 def test_quantized_linear_module_uses_the_kernel(K, bits, rows):
-    from engine.kernels.modules import KernelLinear, swap_class
+    from engine.kernels.modules import KernelLinear
+    from engine.layering import install
 
     mx.random.seed(bits + rows)
     layer = nn.QuantizedLinear.from_linear(nn.Linear(256, 96, bias=True), group_size=64, bits=bits)
     layer.bias = mx.random.normal((96,))
     x = mx.random.normal((1, rows, 256))
     want = layer(x)
-    swap_class(layer, KernelLinear)
+    install(layer, KernelLinear)
     deq = mx.dequantize(layer.weight, layer.scales, layer.biases, 64, bits)
     got = layer(x)
     within_quantization_tolerance((got - layer.bias).reshape(rows, 96), x.reshape(rows, 256), deq)

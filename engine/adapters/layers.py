@@ -1,9 +1,9 @@
 """Linear layers of the base model that add each row's low-rank delta.
 
-A linear layer that some loaded adapter targets gets a subclass of its own class
-(the same trick as ``generation.interrupt``): its weights, parameter names and the
-module tree stay as they are, nothing is copied, and its ``__call__`` is the base
-call followed by ``LayerStack.apply``. The stack holds the layer's adapters side by
+A linear layer that some loaded adapter targets gets the ``Adapted`` mixin
+(``engine.layering``, rank ADAPTER): its weights, parameter names and the module
+tree stay as they are, nothing is copied, and its ``__call__`` is the base call
+followed by ``LayerStack.apply``. The stack holds the layer's adapters side by
 side - ``A_cat`` [in, total rank], ``B_cat`` [total rank, out] - so a forward whose
 rows use different adapters (or none) costs three extra ops per layer:
 
@@ -14,7 +14,7 @@ the CPU backend, two dense matmuls over every loaded adapter's columns beat
 ``mx.gather_mm`` (which runs no BLAS there) by 3-4x at batch 8. A forward without
 adapter rows costs one attribute read and a None check per layer. DoRA members add
 their per-output gain (``m / ||W + s B^T A^T||``, computed at load) on their rows.
-When its last adapter leaves, a layer gets its own class back.
+When its last adapter leaves, the mixin is uninstalled.
 """
 
 from __future__ import annotations
@@ -24,11 +24,9 @@ from dataclasses import dataclass
 import mlx.core as mx
 import mlx.nn as nn
 
+from ..layering import ADAPTER, install, uninstall
 from .fit import LayerPart
 from .routing import Layout, Routing
-
-_ADAPTED: dict[type, type] = {}
-
 
 @dataclass(frozen=True)
 class Member:
@@ -117,22 +115,18 @@ def _per_row(values: mx.array, x: mx.array) -> mx.array:
     raise RuntimeError(f"cannot route {rows} rows through a layer whose input has shape {tuple(x.shape)}")
 
 
+class Adapted:
+    RANK = ADAPTER
+
+    def __call__(self, x, *args, **kwargs):
+        return self._adapter_stack.apply(x, super().__call__(x, *args, **kwargs))
+
+
 def _install(module: nn.Module, stack: LayerStack) -> None:
-    cls = type(module)
     module._adapter_stack = stack  # a plain attribute: not a parameter, not a child module
-    if cls not in _ADAPTED:
-        _ADAPTED[cls] = _adapted_class(cls)
-    module.__class__ = _ADAPTED[cls]
+    install(module, Adapted)
 
 
 def _uninstall(module: nn.Module) -> None:
-    module.__class__ = type(module).__bases__[0]
+    uninstall(module, Adapted)
     del module._adapter_stack
-
-
-def _adapted_class(cls: type) -> type:
-    def __call__(self, x, *args, **kwargs):
-        return self._adapter_stack.apply(x, cls.__call__(self, x, *args, **kwargs))
-
-    return type(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__,
-                                       "__qualname__": cls.__qualname__})

@@ -24,13 +24,16 @@ from mlx_lm.models import activations, base
 
 from . import ext, ops
 from .fused import fuse_blocks
-from .modules import swap_class, swap_leaf_modules
+from ..layering import KERNEL, install
+from .modules import swap_leaf_modules
 
 _active = contextvars.ContextVar("mlx_grpc_kernels_active", default=False)
 
 
 class KernelModel:
     """The top-level model: marks its forward as one that may use the kernels."""
+
+    RANK = KERNEL
 
     def __call__(self, *args, **kwargs):
         token = _active.set(True)
@@ -87,7 +90,7 @@ def apply(model: nn.Module) -> dict[str, int]:
         if name.startswith("mlx_lm.models.") and name in sys.modules:
             for function in _patch(sys.modules[name]):
                 counts[f"{function} dispatch"] = counts.get(f"{function} dispatch", 0) + 1
-    swap_class(model, KernelModel)
+    install(model, KernelModel)
     if isinstance(model.get("model"), nn.Module):  # the backbone, called alone for embeddings
-        swap_class(model["model"], KernelModel)
+        install(model["model"], KernelModel)
     return {k: v for k, v in counts.items() if v}

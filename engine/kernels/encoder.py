@@ -16,12 +16,15 @@ import mlx.nn as nn
 import numpy as np
 
 from . import ext
-from .modules import swap_class, swap_leaf_modules
+from ..layering import KERNEL, install
+from .modules import swap_leaf_modules
 
 _GELU = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True}
 
 
 class KernelEncoder:
+    RANK = KERNEL
+
     def __call__(self, input_ids: mx.array, attention_mask: mx.array | None = None,
                  token_type_ids: mx.array | None = None) -> mx.array:
         lengths = _prefix_lengths(input_ids, attention_mask)
@@ -103,6 +106,6 @@ def apply(encoder: nn.Module) -> dict[str, int]:
         attn = layer.attention["self"]
         attn._kernel_qkv = _FusedQKV(attn)
     counts = swap_leaf_modules(encoder)
-    swap_class(encoder, KernelEncoder)
+    install(encoder, KernelEncoder)
     counts["packed_encoder"] = 1
     return counts

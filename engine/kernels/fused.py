@@ -15,7 +15,7 @@ import mlx.nn as nn
 from mlx_lm.models.base import scaled_dot_product_attention
 
 from . import ext, ops
-from .modules import KernelLinear, swap_class
+from ..layering import KERNEL, install, layers_of, only_kernels
 
 # (module, class) of the stock blocks whose __call__ these reproduce.
 ATTENTION = {("mlx_lm.models.llama", "Attention"), ("mlx_lm.models.qwen2", "Attention"),
@@ -25,7 +25,7 @@ BLOCK = {("mlx_lm.models.llama", "TransformerBlock"), ("mlx_lm.models.qwen2", "T
          ("mlx_lm.models.qwen3", "TransformerBlock")}
 
 
-_PLAIN_CALLS = {KernelLinear.__call__, nn.Linear.__call__, nn.QuantizedLinear.__call__}
+_PLAIN_CALLS = {nn.Linear.__call__, nn.QuantizedLinear.__call__}
 
 
 def _project(layer: nn.Module, x: mx.array, residual: mx.array | None = None,
@@ -33,7 +33,7 @@ def _project(layer: nn.Module, x: mx.array, residual: mx.array | None = None,
     """layer(prologue(x)) (+ residual): one kernel primitive where ops.project applies
     and the layer computes just its weights (a layer whose call something else
     replaced, such as an adapter's, is called as it is)."""
-    if type(layer).__call__ in _PLAIN_CALLS:
+    if only_kernels(layer) and layers_of(layer)[0].__call__ in _PLAIN_CALLS:
         y = ops.project(layer, x, residual, norm, silu_gate)
         if y is not None:
             return y
@@ -135,6 +135,8 @@ class FusedBlock:
     the prologue of the qkv and gate-up projections, SiLU-gate as down_proj's, and the
     residual adds inside o_proj and down_proj."""
 
+    RANK = KERNEL
+
     def __call__(self, x: mx.array, mask=None, cache=None) -> mx.array:
         first, second = self.input_layernorm, self.post_attention_layernorm
         h = self.self_attn(x, mask, cache, residual=x, norm=(first.weight, first.eps))
@@ -172,6 +174,6 @@ def fuse_blocks(model: nn.Module) -> dict[str, int]:
                 counts[kind] += 1
         if (_key(module) in BLOCK and isinstance(module.get("self_attn"), FusedAttention)
                 and isinstance(module.get("mlp"), FusedMLP)):
-            swap_class(module, FusedBlock)
+            install(module, FusedBlock)
             counts["fused_block"] += 1
     return counts

@@ -1,32 +1,21 @@
-"""Kernel versions of mlx.nn and mlx-lm modules, put in place by changing the class
-of a loaded module instance to a subclass (its parameters and attributes stay as
-they are). Each falls back to its original ``__call__`` where the kernel does not
-apply, and other instances of the same class are untouched."""
+"""Kernel versions of mlx.nn and mlx-lm modules, installed on loaded instances as
+``layering`` mixins of rank KERNEL. Each falls back to its original ``__call__``
+where the kernel does not apply."""
 
 from __future__ import annotations
 
 import mlx.core as mx
 import mlx.nn as nn
 
+from ..layering import KERNEL, install
 from . import ext, ops
 
 F32 = mx.float32
-_subclasses: dict[tuple[type, type], type] = {}
-
-
-def swap_class(module: nn.Module, mixin: type) -> None:
-    """Makes ``module`` an instance of ``mixin`` + its own class (created once)."""
-    cls = type(module)
-    if issubclass(cls, mixin):
-        return
-    key = (cls, mixin)
-    if key not in _subclasses:
-        _subclasses[key] = type(cls.__name__, (mixin, cls), {"__module__": cls.__module__,
-                                                               "__qualname__": cls.__qualname__})
-    module.__class__ = _subclasses[key]
 
 
 class KernelRMSNorm:
+    RANK = KERNEL
+
     def __call__(self, x: mx.array) -> mx.array:
         if x.dtype != F32:
             return super().__call__(x)
@@ -34,6 +23,8 @@ class KernelRMSNorm:
 
 
 class KernelLayerNorm:
+    RANK = KERNEL
+
     def __call__(self, x: mx.array) -> mx.array:
         if x.dtype != F32:
             return super().__call__(x)
@@ -42,6 +33,8 @@ class KernelLayerNorm:
 
 class KernelRoPE:
     """Needs ``_kernel_rope`` (an ops.RopeSpec) set on the instance."""
+
+    RANK = KERNEL
 
     def __call__(self, x: mx.array, offset=0) -> mx.array:
         if x.dtype != F32 or x.ndim not in (3, 4):
@@ -52,6 +45,8 @@ class KernelRoPE:
 class KernelLinear:
     """nn.Linear and nn.QuantizedLinear."""
 
+    RANK = KERNEL
+
     def __call__(self, x: mx.array) -> mx.array:
         y = ops.project(self, x)
         return super().__call__(x) if y is None else y
@@ -59,6 +54,8 @@ class KernelLinear:
 
 class KernelEmbedding:
     """nn.Embedding and nn.QuantizedEmbedding used as the output layer."""
+
+    RANK = KERNEL
 
     def as_linear(self, x: mx.array) -> mx.array:
         y = ops.project(self, x)
@@ -75,25 +72,25 @@ def swap_leaf_modules(model: nn.Module) -> dict[str, int]:
     for _, module in model.named_modules():
         cls = type(module)
         if cls is nn.Linear and module["weight"].dtype == F32:
-            swap_class(module, KernelLinear)
+            install(module, KernelLinear)
             mark("linear")
         elif cls is nn.Embedding and module["weight"].dtype == F32:
-            swap_class(module, KernelEmbedding)
+            install(module, KernelEmbedding)
             mark("embedding_as_linear")
         elif cls is nn.RMSNorm:
-            swap_class(module, KernelRMSNorm)
+            install(module, KernelRMSNorm)
             mark("rms_norm")
         elif cls is nn.LayerNorm:
-            swap_class(module, KernelLayerNorm)
+            install(module, KernelLayerNorm)
             mark("layer_norm")
         elif (spec := ops.rope_spec(module)) is not None:
             module._kernel_rope = spec
-            swap_class(module, KernelRoPE)
+            install(module, KernelRoPE)
             mark("rope")
         elif cls is nn.QuantizedLinear and ops.quantizable(module):
-            swap_class(module, KernelLinear)
+            install(module, KernelLinear)
             mark(f"q{module.bits}_linear")
         elif cls is nn.QuantizedEmbedding and ops.quantizable(module):
-            swap_class(module, KernelEmbedding)
+            install(module, KernelEmbedding)
             mark(f"q{module.bits}_embedding")
     return counts

@@ -7,18 +7,21 @@ thread is asked whether a Cancel for that request is waiting; if one is, the for
 stops with ``Interrupted`` and the request ends, its half-written caches dropped.
 Outside prefill the layers run exactly as mlx-lm wrote them (lazy, nothing added).
 
-Each layer instance of the model gets a subclass of its own class whose ``__call__``
-adds that check, so the module tree, parameter names and other models sharing the
-class are untouched.
+Each decoder layer gets the ``Checkpointed`` mixin (``engine.layering``, rank
+CHECKPOINT, outside kernels and adapters); the module tree and parameter names are
+untouched. Several ``LayerCheckpoints`` of one model each see every layer.
 """
 
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
 import mlx.core as mx
 import mlx.nn as nn
+
+from ...layering import CHECKPOINT, install
 
 
 class Interrupted(Exception):
@@ -30,7 +33,10 @@ class LayerCheckpoints:
         self._check: Callable[[], bool] | None = None
         self.layers_run = 0  # layers evaluated while armed (for tests and profiles)
         for layer in getattr(model, "layers", ()):
-            layer.__class__ = _checkpointed(type(layer), self)
+            if not hasattr(layer, "_checkpoints"):
+                layer._checkpoints = weakref.WeakSet()  # a plain attribute, not a child module
+            layer._checkpoints.add(self)
+            install(layer, Checkpointed)
 
     @contextmanager
     def armed(self, check: Callable[[], bool]) -> Iterator[None]:
@@ -51,11 +57,11 @@ class LayerCheckpoints:
             raise Interrupted()
 
 
-def _checkpointed(cls: type, checkpoints: LayerCheckpoints) -> type:
-    def __call__(self, *args, **kwargs):
-        output = cls.__call__(self, *args, **kwargs)
-        checkpoints.after_layer(output)
-        return output
+class Checkpointed:
+    RANK = CHECKPOINT
 
-    return type(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__,
-                                       "__qualname__": cls.__qualname__})
+    def __call__(self, *args, **kwargs):
+        output = super().__call__(*args, **kwargs)
+        for checkpoints in list(self._checkpoints):
+            checkpoints.after_layer(output)
+        return output
