@@ -49,7 +49,7 @@ def l2_normalize(v: np.ndarray, eps: float = 1e-12) -> np.ndarray:
 
 
 def _read_pooling_mode(model_dir: Path) -> str:
-    """Pooling mode from the sentence-transformers Pooling module config (mean if none)."""
+    """Pooling mode from the sentence-transformers Pooling config (mean if none)."""
     pooling_dir = model_dir / "1_Pooling"
     modules = model_dir / "modules.json"
     if modules.is_file():
