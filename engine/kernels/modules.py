@@ -1,7 +1,7 @@
-"""Kernel versions of mlx.nn and mlx-lm modules, put in place by changing the class
-of a loaded module instance to a subclass (its parameters and attributes stay as
-they are). Each falls back to its original ``__call__`` where the kernel does not
-apply, and other instances of the same class are untouched."""
+"""Kernel versions of mlx.nn and mlx-lm modules, put in place by swapping an instance's class.
+
+Invariant: parameters stay as they are, each falls back to its original ``__call__``, and other
+instances of the class are untouched."""
 
 from __future__ import annotations
 
