@@ -107,10 +107,12 @@ def kv_read_bytes(facts: ModelMemoryFacts, tokens: int) -> int:
 
 
 def transient_bytes(facts: ModelMemoryFacts, chunk: int, context: int, *, rows: int = 1) -> int:
-    """Peak workspace beyond weights and KV while a ``chunk``-token prefill step
-    (or a ``rows``-row decode step) runs at ``context`` tokens: activations,
-    float32 attention scores, last-position logits, one layer's cache growth,
-    and sliding-window overshoot (see docs/ARCHITECTURE.md)."""
+    """Peak workspace beyond weights and KV while a ``chunk``-token prefill step (or a
+    ``rows``-row decode step) runs at ``context`` tokens; with ``c = min(chunk, context)``:
+    activations ``c(8 hidden + 4 intermediate)``, float32 scores and mask
+    ``c context (4 heads + 1)``, logits ``rows vocab 4``, one layer's KV buffer (growth
+    copies layer by layer), and sliding-window room up to ``window - 1 + c``."""
+
     if chunk < 1 or context < 0 or rows < 1:
         raise ValueError("chunk and rows must be positive, context non-negative")
     c = max(1, min(chunk, context))
