@@ -1,8 +1,4 @@
-"""What a served model is and what the engine does with it (the capability facts).
-
-Each flag states what the engine actually does, never what it might do: the
-service turns these dataclasses into GetModelInfo's ModelInfo.
-"""
+"""What a served model is and what the engine does with it; each flag states what it actually does."""
 
 from __future__ import annotations
 

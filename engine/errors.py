@@ -1,8 +1,5 @@
-"""Errors the engine raises. The service maps each class to one gRPC status code.
-
-Every error carries a machine-readable ``reason`` (UPPER_SNAKE) and ``metadata``
-(string pairs) that the service puts into google.rpc.ErrorInfo.
-"""
+"""Errors the engine raises; each class maps to one gRPC status code, and carries a stable
+``reason`` and string ``metadata`` for google.rpc.ErrorInfo."""
 
 from __future__ import annotations
 
@@ -10,13 +7,11 @@ ECHO_CHARS = 64  # the most characters of a client's string an error message rep
 
 
 def echo(text: str, limit: int = ECHO_CHARS) -> str:
-    """A client-chosen string as an error message may repeat it: quoted, control
-    characters escaped, cut to ``limit`` characters."""
+    """A client-chosen string as an error message may repeat it: quoted, escaped, cut to ``limit``."""
     return repr(text[:limit]) + (f"... ({len(text)} characters)" if len(text) > limit else "")
 
 
 class EngineError(Exception):
-    """Base class. ``reason`` is stable and machine-readable."""
 
     reason = "ENGINE_ERROR"
 
@@ -66,8 +61,7 @@ class QueueFull(EngineError):
 
 
 class TenantLimit(EngineError):
-    """A tenant's own limit (in flight, queued, tokens per minute) refuses the request
-    now; retry later (RESOURCE_EXHAUSTED)."""
+    """A tenant's own limit refuses the request now (RESOURCE_EXHAUSTED)."""
 
     reason = "TENANT_LIMIT"
 
@@ -78,8 +72,7 @@ class TenantLimit(EngineError):
 
 
 class CompilerBusy(QueueFull):
-    """Every thread compiling response formats stayed busy for the whole compile
-    timeout: overload, not bad input (RESOURCE_EXHAUSTED)."""
+    """Every grammar-compiling thread stayed busy for the compile timeout (RESOURCE_EXHAUSTED)."""
 
     reason = "COMPILER_BUSY"
 
@@ -95,15 +88,13 @@ class NotReady(EngineError):
 
 
 class Unsupported(EngineError):
-    """The model cannot do what was asked, e.g. Embed on a model without pooling
-    (FAILED_PRECONDITION)."""
+    """The model cannot do what was asked (FAILED_PRECONDITION)."""
 
     reason = "UNSUPPORTED_OPERATION"
 
 
 class UnsupportedModel(Unsupported, ValueError):
-    """A model file this server cannot serve: its architecture, a tensor or a tensor
-    type (the message names it). Raised while a model loads, before serving."""
+    """A model file this server cannot serve; raised while loading."""
 
     reason = "UNSUPPORTED_MODEL"
 
@@ -115,8 +106,7 @@ class DoesNotFit(EngineError):
 
 
 class EngineFailure(EngineError):
-    """An internal failure while serving a request (INTERNAL). The message is safe
-    to show to clients; details are logged with the request id."""
+    """An internal failure (INTERNAL); the message is safe to show clients."""
 
     reason = "ENGINE_FAILURE"
 
@@ -139,15 +129,13 @@ class AdapterExists(EngineError):
 
 
 class AdapterMismatch(EngineError):
-    """The adapter does not fit its base model: layer names, shapes or rank differ,
-    or it targets layers that take no adapters here (FAILED_PRECONDITION)."""
+    """The adapter does not fit its base model (FAILED_PRECONDITION)."""
 
     reason = "ADAPTER_MISMATCH"
 
 
 class AdapterCapacity(EngineError):
-    """No room for another adapter now: every slot is held by adapters in use, or its
-    bytes do not fit beside the running requests; retry later (RESOURCE_EXHAUSTED)."""
+    """No room for another adapter now (RESOURCE_EXHAUSTED)."""
 
     reason = "ADAPTER_CAPACITY"
 
@@ -157,8 +145,7 @@ class AdapterCapacity(EngineError):
 
 
 class EngineDead(EngineError):
-    """A model's engine thread died or stopped making progress: nothing it holds will
-    finish and the process must be restarted (UNAVAILABLE: retry on another replica)."""
+    """A model's engine thread died or stalled; the process must restart (UNAVAILABLE)."""
 
     reason = "ENGINE_DEAD"
 
@@ -168,7 +155,6 @@ class EngineDead(EngineError):
 
 
 class AdapterRootUnset(EngineError):
-    """Adapters may be loaded over the API only from under the server's adapter root,
-    and none is set (FAILED_PRECONDITION)."""
+    """API adapter loads need an adapter root, and none is set (FAILED_PRECONDITION)."""
 
     reason = "ADAPTER_ROOT_UNSET"

@@ -1,11 +1,7 @@
-"""Whether an engine's thread still serves, and ending its callers when it does not.
+"""Whether an engine's thread still serves (not dead, not stalled), and ending its callers when not.
 
-An engine thread is broken when it died (an exception escaped its loop) or stalled
-(busy, with no new iteration for longer than the stall timeout). ``Breaker`` latches
-the first fault it sees, on the event loop: from then on the engine is not ready,
-new requests are refused with ``EngineDead``, and the engine's fan-out ends every
-caller waiting on the thread (streams, futures of calls) without waiting on the
-thread itself. A broken engine never becomes healthy again; the process restarts.
+Invariant: the first fault is latched; a broken engine refuses new work, ends every waiter
+without waiting on the thread, and never becomes healthy again.
 """
 
 from __future__ import annotations
@@ -22,8 +18,7 @@ log = logging.getLogger("engine.liveness")
 
 
 class Heartbeat:
-    """The thread's sign of life: when its current iteration (or job) began; idle
-    while it waits for work, which is no stall however long it lasts."""
+    """When the thread's current iteration began; waiting for work (idle) is never a stall."""
 
     def __init__(self) -> None:
         self._at = time.monotonic()
@@ -37,12 +32,11 @@ class Heartbeat:
         self._idle = True
 
     def stalled_for(self) -> float:
-        """Seconds the thread has been busy on its current iteration (0 while idle)."""
+        """Seconds busy on the current iteration (0 while idle)."""
         return 0.0 if self._idle else time.monotonic() - self._at
 
 
 def fail(future: Future, error: BaseException) -> None:
-    """Fails ``future`` unless it is settled already."""
     try:
         future.set_exception(error)
     except InvalidStateError:
@@ -50,8 +44,7 @@ def fail(future: Future, error: BaseException) -> None:
 
 
 def settle(future: Future, fn: Callable[[], object]) -> None:
-    """Resolves ``future`` with ``fn()`` (or its Exception); a future already failed by
-    a fan-out stays as it is. BaseExceptions propagate."""
+    """Resolves ``future`` with ``fn()`` (or its Exception) unless already settled; BaseExceptions propagate."""
     try:
         result = fn()
     except Exception as exc:  # noqa: BLE001 - the caller's error, not the thread's
@@ -64,8 +57,7 @@ def settle(future: Future, fn: Callable[[], object]) -> None:
 
 
 class Pending:
-    """Futures of work handed to an engine thread and not settled yet (any thread).
-    Once ``fail_all`` ran, futures tracked later fail at once."""
+    """Unsettled futures of an engine thread's work (any thread); after ``fail_all`` new ones fail at once."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -99,8 +91,7 @@ class Pending:
 
 
 class Breaker:
-    """One engine's latch: ``detect(stall_timeout_s)`` says why its thread cannot serve
-    ("" while it can); ``fan_out(error)`` ends everything waiting on it. Event loop only."""
+    """One engine's fault latch; event loop only."""
 
     def __init__(self, name: Callable[[], str], detect: Callable[[float], str],
                  fan_out: Callable[[EngineDead], None]):
@@ -110,8 +101,7 @@ class Breaker:
         self.broken = ""  # the fault, once seen
 
     def check(self, stall_timeout_s: float = 0.0) -> str:
-        """Why the engine is broken ("" while it is not; 0 s: stalls are not looked for).
-        The first fault seen is latched and every waiting caller ended."""
+        """Why the engine is broken ("" while not; 0 s: no stall check); latches the first fault."""
         if not self.broken and (fault := self._detect(stall_timeout_s)):
             self.broken = fault
             log.critical("model %r is broken: %s; ending its callers", self._name(), fault)
@@ -123,7 +113,7 @@ class Breaker:
                           "retry on another replica")
 
     def refuse(self) -> None:
-        """Raises ``EngineDead`` when the engine is broken (its thread's death is seen here
-        at once; a stall only by the watchdog, which knows the timeout)."""
+        """Raises ``EngineDead`` when broken (stalls are seen only by the watchdog)."""
+
         if self.check():
             raise self.error()

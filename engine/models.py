@@ -37,9 +37,7 @@ class ModelSet:
         return all(e.ready for e in self.all)
 
     def broken(self, stall_timeout_s: float = 0.0) -> dict[str, str]:
-        """Event loop: the loaded models whose engine thread died or stalled longer than
-        ``stall_timeout_s`` (0: stalls are not looked for), with why; their callers are
-        ended the first time a fault is seen (``engine.liveness``)."""
+        """Event loop: broken models (dead, or stalled past ``stall_timeout_s``; 0: no stall check), with why."""
         faults = {e.name: e.breaker.check(stall_timeout_s) for e in self.all}
         return {name: fault for name, fault in faults.items() if fault}
 
@@ -79,7 +77,8 @@ class ModelSet:
         return [e.describe() for e in self.all if e.ready]
 
     def cancel(self, request_id: str, tenant: str = "") -> bool:
-        """Cancels the request ``tenant`` (a Tenant.name) runs under ``request_id``."""
+        """Cancels ``tenant``'s request ``request_id``."""
+
         return any(e.cancel(request_id, tenant) for e in self.all)
 
     def _find(self, name: str) -> Engine:

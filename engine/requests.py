@@ -17,14 +17,13 @@ class ChatMessage:
 
 @dataclass(frozen=True)
 class TextPrompt:
-    """Raw text, tokenized with the model's tokenizer (special tokens added)."""
+    """Raw text, tokenized with special tokens added."""
 
     text: str
 
 
 @dataclass(frozen=True)
 class TokenPrompt:
-    """Token ids used as they are."""
 
     ids: tuple[int, ...]
 
@@ -41,7 +40,7 @@ Prompt = Union[TextPrompt, TokenPrompt, ChatPrompt]
 
 @dataclass(frozen=True)
 class SamplingOptions:
-    """How the next token is chosen. The defaults mean greedy decoding."""
+    """How the next token is chosen; the defaults mean greedy."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -67,7 +66,7 @@ class StopOptions:
 
 
 class SpeculationMode(enum.Enum):
-    DEFAULT = "default"  # whatever the server is configured to do
+    DEFAULT = "default"
     OFF = "off"
     NGRAM = "ngram"  # prompt lookup: drafts copied from the sequence's own earlier tokens
     DRAFT = "draft"  # a draft model with the same tokenizer
@@ -82,7 +81,6 @@ class SpeculationOptions:
 
 
 class FormatKind(enum.Enum):
-    """Which structured-output format a request asks for (the API's oneof names)."""
 
     JSON_SCHEMA = "json_schema"
     JSON_OBJECT = "json_object"
@@ -93,8 +91,7 @@ class FormatKind(enum.Enum):
 
 @dataclass(frozen=True)
 class ResponseFormat:
-    """Structured output: the generated text must match ``text`` (a JSON Schema, a
-    regex or a grammar), be any JSON object, or be exactly one of ``options``."""
+    """Structured output: text matching ``text`` (schema, regex, grammar), any JSON object, or one of ``options``."""
 
     kind: FormatKind
     text: str = ""

@@ -1,10 +1,6 @@
-"""Settings declared once: a config dataclass field made with ``setting`` carries its
-command-line flag and help beside its default, and the command line is generated
-from the classes (``service/settings.py``); nothing else restates a default.
+"""Settings declared once: a ``setting`` field carries its flag and help beside its default.
 
-A field's flag is ``--`` plus its name with dashes unless given. A bool field whose
-default is True takes a ``--no-...`` flag that turns it off. Fields without
-``setting`` are not on the command line.
+Invariant: nothing else restates a default; a True bool takes a ``--no-...`` flag.
 """
 
 from __future__ import annotations
@@ -15,9 +11,7 @@ from typing import Any
 
 def setting(default: Any, help: str, *, flag: str | None = None, metavar: str | None = None,
             type: type | None = None, choices: tuple[str, ...] | None = None) -> Any:
-    """A dataclass field with ``default``, settable as ``flag`` (``type`` is needed when the
-    default is None; ``choices`` narrows an enum's values). An empty ``help`` shares the
-    flag of the field that declares it."""
+    """A dataclass field with ``default``, settable as ``flag``; an empty ``help`` shares another field's flag."""
     return dataclasses.field(default=default, metadata={"help": help, "flag": flag, "metavar": metavar,
                                                          "type": type, "choices": choices})
 

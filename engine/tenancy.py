@@ -1,9 +1,6 @@
-"""Who a request belongs to: a tenant's name, weight, limits and prefix-cache namespace.
+"""Who a request belongs to: a tenant's name, weight, limits (0: none) and prefix-cache namespace.
 
-The service turns a caller's credentials into a ``Tenant`` (service/tenants.py) and
-puts it on each request; the engine scopes request ids, the prefix cache and its
-fair share of the engine by it. ``ANONYMOUS`` is every caller of a server without
-tokens: one tenant, no limits beyond the model's own. A limit of 0 means none.
+Invariant: request ids, prefix-cache hits and fair shares are scoped by tenant.
 """
 
 from __future__ import annotations

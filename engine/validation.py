@@ -1,10 +1,7 @@
 """Checks a request against the model's facts and the server's limits, before any work.
 
-Each failure raises ``InvalidRequest`` naming the field by its path in the API
-(e.g. ``sampling.top_p``), so the service can report it as a BadRequest violation.
-Sizes come first, cheapest first: identifiers and counts of repeated fields (free
-to measure on the wire message too, so the service checks them before converting
-it), then bytes of text, then values. Nothing is rendered or tokenized before that.
+Invariants: failures raise ``InvalidRequest`` naming the API field path; sizes are checked
+cheapest first, and nothing is rendered or tokenized before they pass.
 """
 
 from __future__ import annotations
@@ -18,15 +15,13 @@ from .settings import setting
 from .tenancy import MAX_PRIORITY
 from .requests import ChatPrompt, GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
 
-# Text allowed per token of context where a byte limit is left at 0: tokens of real
-# text average 3-5 bytes, and few vocabularies hold tokens longer than 32 bytes.
+# Text bytes allowed per token of context where a byte limit is left at 0.
 BYTES_PER_TOKEN = 32
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-request limits (``setting`` fields are on the command line). The zeros are
-    sized to each model's context by ``for_context``."""
+    """Per-request limits; zeros are sized to each model's context by ``for_context``."""
 
     max_tokens: int = setting(4096, "cap on generated tokens per request")
     max_prompt_tokens: int = setting(0, "cap on prompt tokens per request (0: the model's context length)")
@@ -45,7 +40,6 @@ class Limits:
            f"the embedding model's input length)")
 
     def for_context(self, context_length: int) -> Limits:
-        """These limits with the zeros sized to a model of ``context_length`` tokens."""
         prompt = min(self.max_prompt_tokens or context_length, context_length - 1)
         return replace(self, max_prompt_tokens=prompt,
                        max_prompt_bytes=self.max_prompt_bytes or prompt * BYTES_PER_TOKEN,
@@ -55,7 +49,6 @@ class Limits:
 
 @dataclass(frozen=True)
 class RequestCounts:
-    """How many elements a generation request's repeated fields hold."""
 
     prompt_ids: int = 0
     chat_messages: int = 0
@@ -112,8 +105,7 @@ def at_most(field: str, count: int, limit: int, what: str) -> None:
 
 
 def check_text_bytes(field: str, texts: Iterable[str], limit: int) -> None:
-    """The UTF-8 size of ``texts`` together is at most ``limit`` bytes. A text longer in
-    characters than the limit is refused without being encoded."""
+    """The UTF-8 size of ``texts`` together is at most ``limit`` bytes."""
     total = 0
     for text in texts:
         total += len(text) if len(text) > limit else len(text.encode("utf-8", "surrogatepass"))

@@ -1,14 +1,7 @@
-"""Logging setup and the structured access log.
+"""Logging setup and the structured access log (one line per RPC on ``service.access``).
 
-One line per RPC on the logger ``service.access``: method, peer, tenant ("" for the
-anonymous tenant of a server without tokens), request id, status code, duration and
-token counts. ``--log-format json`` makes every log line (the
-access log included) one JSON object; the access log's fields are then top-level keys.
-
-Log lines never carry a client's bytes raw: characters that are not printable
-(control characters, line and paragraph separators, bidi overrides) are escaped in
-every line, text or JSON, and the strings a client chooses (method, ids, model) are
-cut to ``FIELD_CHARS`` in the access log.
+Invariant: log lines never carry a client's bytes raw: non-printable characters are
+escaped, and client-chosen strings are cut to ``FIELD_CHARS``.
 """
 
 from __future__ import annotations
@@ -25,8 +18,7 @@ FIELD_CHARS = 256  # the most characters of a client-chosen string one access-lo
 
 
 def escape_unprintable(text: str) -> str:
-    """``text`` with every non-printable character as a ``\\uXXXX`` escape (a JSON
-    escape: surrogate pairs beyond the BMP)."""
+    """``text`` with every non-printable character as a JSON ``\\uXXXX`` escape."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else _escape(ord(c)) for c in text)
@@ -40,8 +32,7 @@ def _escape(code: int) -> str:
 
 
 class TextFormatter(logging.Formatter):
-    """The text format, with the message's non-printable characters escaped (a
-    traceback keeps its lines)."""
+    """The text format, non-printable characters escaped (a traceback keeps its lines)."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         record.message = escape_unprintable(record.message)
@@ -63,8 +54,7 @@ class JsonFormatter(logging.Formatter):
             entry.update(fields)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        # json escapes control characters below U+0020 only; the rest of the
-        # non-printable ones can only be inside strings, where \u escapes are valid
+        # json escapes only below U+0020; the rest can only be inside strings.
         return escape_unprintable(json.dumps(entry, ensure_ascii=False, default=str))
 
 
@@ -120,8 +110,8 @@ def _clip(text: str) -> str:
 
 
 def _text(value: object) -> str:
-    """A value as one token of a text line: quoted (JSON-style, non-printable
-    characters escaped) unless it is plain."""
+    """A value as one token of a text line: JSON-quoted unless plain."""
+
     s = str(value)
     if s and s.isprintable() and not any(c.isspace() or c in '"=\\' for c in s):
         return s

@@ -1,15 +1,7 @@
 """Who calls: bearer tokens, roles, and the caller's Identity on every RPC.
 
-``AuthInterceptor`` runs on every server. With tokens (``service.tenants``), clients
-send ``authorization: Bearer <token>``; a missing or unknown token ends the call with
-UNAUTHENTICATED before the request is parsed (health and probes stay open, and
-reflection when asked). Without tokens, every caller is the anonymous tenant, and
-holds the admin role only when its peer is on this machine (loopback or a unix socket).
-
-The handler runs with the caller's Identity set (``service.identity``), and the
-call's record names its tenant. The methods in ``ADMIN_METHODS`` need the admin
-role: others get PERMISSION_DENIED (reason ADMIN_ROLE_REQUIRED) before their request
-is parsed.
+Invariants: a missing or unknown token (when tokens are set) and a missing admin role are
+refused before the request is parsed; without tokens only local peers hold the admin role.
 """
 
 from __future__ import annotations
@@ -51,8 +43,7 @@ def bearer_token(metadata: Iterable | None) -> str | None:
 
 
 def is_loopback_peer(peer: str) -> bool:
-    """Whether a grpc peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``, its
-    URI-escaped form, ``unix:...``) is a caller on this machine."""
+    """Whether a grpc peer string (ipv4, ipv6, URI-escaped, unix) is a caller on this machine."""
     scheme, _, rest = unquote(peer or "").partition(":")
     if scheme in ("unix", "unix-abstract"):
         return True
@@ -113,9 +104,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     def _identified(self, handler: grpc.RpcMethodHandler, method: str,
                     known: Identity | None) -> grpc.RpcMethodHandler:
-        """``handler`` run with the caller's identity set: ``known``, or (no tokens)
-        the anonymous tenant, admin when the peer is local. An admin method's request
-        is then parsed only after the role is checked."""
+        """``handler`` run with the caller's identity set; an admin method's request is parsed only
+        after the role is checked."""
         inner = behavior_of(handler)
         deferred = known is None and method in ADMIN_METHODS and not handler.request_streaming
         parse = handler.request_deserializer

@@ -1,10 +1,6 @@
-"""What one RPC did (``CallRecord``), who is told (``Observer``), how streamed
-responses fill it in (Generate events, the worker contract's chunks, Embed results),
-and how its end is named: the status code a call ended with, and labels a client
-cannot multiply.
+"""What one RPC did (``CallRecord``), who is told (``Observer``), and how its end is named.
 
-The observing interceptor (service/interceptors.py) creates the record, marks it as
-the task's current call, follows each response and reports the end to observers.
+Invariant: labels never take a client's string as it is (unserved methods are ``unknown``).
 """
 
 from __future__ import annotations
@@ -39,14 +35,14 @@ KNOWN_METHODS = frozenset(
 
 @dataclass
 class CallRecord:
-    """What one RPC did, filled in while it runs; read by the access log and metrics."""
+    """What one RPC did, filled in while it runs."""
 
     method: str  # full method name, as the client sent it
     peer: str = ""
     tenant: str = ""  # the caller's tenant (set by the auth interceptor; "" when anonymous)
     request_id: str = ""
     model: str = ""
-    adapter: str = ""  # Generate's adapter, as the client named it
+    adapter: str = ""
     code: str = "OK"
     started: float = field(default_factory=time.perf_counter)
     duration_s: float = 0.0
@@ -57,13 +53,12 @@ class CallRecord:
     accepted_draft_tokens: int = 0
     embed_tokens: int | None = None
     finish_reason: str = ""
-    # Generate stream timing (perf_counter seconds)
     first_token_at: float | None = None
     last_token_at: float | None = None
 
 
 class Observer:
-    """Receives the life of each RPC. ``Metrics`` and the access log implement it."""
+    """Receives the life of each RPC."""
 
     def on_start(self, call: CallRecord) -> None: ...
 
@@ -76,16 +71,12 @@ _CURRENT: contextvars.ContextVar[CallRecord | None] = contextvars.ContextVar("ca
 
 
 def serving(call: CallRecord) -> None:
-    """Marks ``call`` as the RPC this task serves."""
     _CURRENT.set(call)
 
 
 def current_call() -> CallRecord | None:
-    """The record of the RPC this task serves (a servicer may name its model)."""
+    """The record of the RPC this task serves."""
     return _CURRENT.get()
-
-
-# --- following streamed responses -------------------------------------------------
 
 
 def follow(method: str, call: CallRecord, response: Any, observers: Iterable[Observer]) -> None:
@@ -117,7 +108,6 @@ def _generate_event(call: CallRecord, response: Any, observers: Iterable[Observe
 
 
 def _worker_event(call: CallRecord, response: Any, observers: Iterable[Observer]) -> None:
-    """The worker contract's chunks (running totals) and its complete message."""
     if response.HasField("chunk"):
         part = response.chunk
         _tokens(call, len(part.token_ids), observers)
@@ -143,18 +133,14 @@ def _finish_name(reason: int) -> str:
     return name.removeprefix("FINISH_REASON_").lower()
 
 
-# --- how a call is named ----------------------------------------------------------
-
-
 def method_labels(full: str) -> tuple[str, str]:
     """(service, method) of a served method; ('unknown', 'unknown') for any other name."""
     return split_method(full) if full in KNOWN_METHODS else (UNKNOWN, UNKNOWN)
 
 
 def code_name(context: grpc.aio.ServicerContext, error: BaseException | None) -> str:
-    """The status a call ended with: the one it was aborted with; for a call whose
-    handler was cancelled, DEADLINE_EXCEEDED once its deadline has passed, else
-    CANCELLED; UNKNOWN for any other exception; else OK."""
+    """The status a call ended with: its abort code; if cancelled, DEADLINE_EXCEEDED or CANCELLED;
+    UNKNOWN for another exception; else OK."""
     code = _code(context)
     if code is not None:
         return code.name

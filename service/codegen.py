@@ -1,14 +1,7 @@
 """Regenerates the Python protobuf and gRPC modules in ``service/gen`` from ``protos/``.
 
-Run ``python -m service.codegen`` after editing a .proto file; CI runs it with
-``--check`` and fails when the checked-in code differs from what the protos produce.
-``--out DIR --package PKG`` writes another copy (the Python client's) whose
-imports point at ``PKG`` instead.
-
-protoc writes absolute imports such as ``from mlxgrpc.v1 import model_pb2``; they
-are rewritten to ``from service.gen.mlxgrpc.v1 import ...`` so the generated code
-lives inside the ``service`` package while the descriptors keep their canonical
-file names (``mlxgrpc/v1/*.proto``), which reflection shows to clients.
+Invariant: imports are rewritten into the package while descriptors keep their canonical
+file names (``mlxgrpc/v1/*.proto``), which reflection shows.
 """
 
 from __future__ import annotations

@@ -1,12 +1,4 @@
-"""Structured-output metrics, read from each generation engine at scrape time.
-
-  constrained_requests_total{model,format}   counter  Generate requests with a response_format, accepted
-  response_format_rejected_total{model}      counter  formats refused (invalid, too large, too slow to compile)
-  grammar_mask_seconds_total{model}          counter  engine time filling and expanding token masks
-  grammar_masked_tokens_total{model}         counter  sample sites a mask was applied to
-
-``rate(mask_seconds) / rate(masked_tokens)`` is the mask time per constrained token.
-"""
+"""Structured-output metrics (docs/OPERATIONS.md), read from each generation engine at scrape time."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Plumbing for interceptors that wrap or replace a method handler: method names,
-handlers that only end a call with a status, and request parsing that turns bad
-bytes into a value instead of an exception.
-"""
+"""Plumbing for interceptors that wrap or replace a method handler (names, rejecting handlers,
+tolerant parsing)."""
 
 from __future__ import annotations
 
@@ -17,9 +15,7 @@ HEALTH_SERVICE = health.SERVICE_NAME  # grpc.health.v1.Health
 WORKER_HEALTH = "/mlx.grpc.engine.MlxEngine/HealthCheck"  # a probe: open and answered while draining
 # Calls that only stop work: answered while draining too.
 STOPPING_METHODS = frozenset({"/mlxgrpc.v1.InferenceService/Cancel", "/mlx.grpc.engine.MlxEngine/Abort"})
-# A refused call's client may still be sending: these many messages (each unparsed),
-# each within this many seconds of the last, are read and dropped before the
-# status, so the client's writes do not fail and hide it.
+# A refused streaming client's burst is drained (bounded) so its writes do not hide the status.
 REFUSED_MESSAGES = 32
 REFUSED_MESSAGE_WAIT_S = 0.1
 
@@ -48,9 +44,8 @@ def behavior_of(handler: grpc.RpcMethodHandler) -> Callable:
 
 def rejecting(handler: grpc.RpcMethodHandler | None, status: grpc.Status, *,
               parse: bool = False) -> grpc.RpcMethodHandler:
-    """A handler of the same shape as ``handler`` that ends every call with ``status``.
-    Unless ``parse``, the request is never parsed: untrusted bytes are not looked at
-    (parsed, the access log learns its request id)."""
+    """A handler of ``handler``'s shape that ends every call with ``status``; the request is parsed
+    only with ``parse``."""
     streaming = (handler.request_streaming, handler.response_streaming) if handler else (False, False)
 
     async def reject(request: Any, context: grpc.aio.ServicerContext) -> None:
@@ -86,7 +81,6 @@ class Malformed:
 
 
 def tolerant(deserializer: Callable | None, type_name: str) -> Callable | None:
-    """``deserializer`` returning a ``Malformed`` instead of raising."""
     if deserializer is None:
         return None
 

@@ -1,9 +1,6 @@
 """The caller of the RPC being served: its tenant and whether it holds the admin role.
 
-The auth interceptor (service/auth.py) sets it for each call before the handler
-runs; servicers read it with ``current_identity()`` and put its tenant on the
-engine request. A call that no interceptor identified is the anonymous tenant
-without the admin role.
+Invariant: a call no interceptor identified is the anonymous tenant, without the admin role.
 """
 
 from __future__ import annotations

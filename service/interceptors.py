@@ -1,11 +1,7 @@
-"""Server interceptors: per-RPC observation (in-flight calls, metrics, access log)
-and drain rejection.
+"""Server interceptors: per-RPC observation and drain rejection.
 
-Order on the server (outermost first): ``ObservingInterceptor`` sees every RPC,
-rejected ones included, so each gets one access-log line and one count;
-``AuthInterceptor`` (service/auth.py) sets the caller's identity, and it and
-``DrainInterceptor`` may replace the handler with one that ends the call with a rich
-status without reading the request.
+Invariant: ``ObservingInterceptor`` is outermost, so every RPC (rejected ones included)
+gets exactly one count and one access-log line.
 """
 
 from __future__ import annotations
@@ -27,12 +23,8 @@ from .status import status_of
 log = logging.getLogger("service.interceptors")
 
 
-# --- drain ------------------------------------------------------------------------
-
-
 class ServerState:
-    """What the interceptors share with ``serve``: the draining flag and the RPCs in
-    flight (health checks excluded: Watch streams live as long as a client)."""
+    """The draining flag and the RPCs in flight (health checks excluded), shared with ``serve``."""
 
     def __init__(self) -> None:
         self.draining = False
@@ -45,7 +37,7 @@ class ServerState:
         return len(self._calls)
 
     def begin(self, context: grpc.aio.ServicerContext) -> object:
-        """Counts the calling task's RPC in flight; returns the token ``end`` takes."""
+        """Counts the task's RPC in flight; returns the token ``end`` takes."""
         token = asyncio.current_task() or object()
         self._calls[token] = context
         self._idle.clear()
@@ -65,8 +57,7 @@ class ServerState:
             return False
 
     async def cut(self, status: grpc.Status) -> int:
-        """Ends every RPC in flight with ``status`` and stops its handler (its
-        generation is cancelled); returns how many there were."""
+        """Ends every RPC in flight with ``status`` and cancels its handler; returns how many."""
         calls = list(self._calls.items())
         for token, context in calls:
             if not context.done():
@@ -78,9 +69,7 @@ class ServerState:
 
 
 class DrainInterceptor(grpc.aio.ServerInterceptor):
-    """While draining, new RPCs end with UNAVAILABLE + RetryInfo, so clients retry on
-    another replica; health probes and the calls that only stop work (Cancel, the
-    worker contract's Abort) still pass."""
+    """While draining, new RPCs end UNAVAILABLE + RetryInfo; probes and stopping calls still pass."""
 
     def __init__(self, state: ServerState, retry_after_s: float = 1.0):
         self.state = state
@@ -95,14 +84,9 @@ class DrainInterceptor(grpc.aio.ServerInterceptor):
         return rejecting(handler, self.status, parse=True)
 
 
-# --- observation ------------------------------------------------------------------
-
-
 class ObservingInterceptor(grpc.aio.ServerInterceptor):
-    """Wraps every handler: counts it in flight (``ServerState``), turns unparsable
-    requests into INVALID_ARGUMENT, marks the call as its task's current one, follows
-    Generate/Embed streams (and the worker contract's Generate) for token figures, and
-    reports each finished call to the observers."""
+    """Wraps every handler: in-flight count, INVALID_ARGUMENT for unparsable requests,
+    token figures from streams, and one end report to the observers."""
 
     def __init__(self, state: ServerState, observers: list[Observer]):
         self.state = state
@@ -145,8 +129,8 @@ class ObservingInterceptor(grpc.aio.ServerInterceptor):
 
     @contextlib.contextmanager
     def _observed(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Iterator[CallRecord]:
-        """One call's record: counted in flight while it runs (health checks aside),
-        reported to the observers with its status code when it ends, however it ends."""
+        """One call's record, reported to the observers when it ends, however it ends."""
+
         call = CallRecord(method)
         with contextlib.suppress(Exception):  # a peer is nice to have
             call.peer = context.peer() or ""

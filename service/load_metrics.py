@@ -1,33 +1,7 @@
 """GetLoad's figures on the Prometheus endpoint, read from each engine at scrape time.
 
-The scrape runs on the metrics HTTP thread: it asks every ready generation engine's
-thread for a stats snapshot (a future any thread may wait on; answered between two
-scheduler ticks) and turns it into the same ``ModelLoad`` GetLoad returns, so both
-always agree. An engine that does not answer within ``TIMEOUT_S`` is left out of
-that scrape.
-
-Metrics (prefixed ``mlxgrpc_``, label ``model``):
-  max_running_requests               gauge    --max-active
-  kv_cache_bytes                     gauge    KV held by running requests
-  reserved_bytes                     gauge    memory admission committed to running requests
-  memory_budget_bytes                gauge    what admission may commit (0: no memory planning)
-  prefix_cache_entries               gauge
-  prefix_cache_bytes                 gauge
-  prefix_cache_lookups_total{result} counter  result = hit | miss
-  prefix_cache_hit_rate              gauge    hits / lookups since the model loaded
-  generation_tokens_per_second       gauge    over the last 10 seconds
-Running and waiting requests are ``active_rows`` and ``queue_depth`` (service/metrics.py).
-
-Per tenant (labels ``model``, ``tenant``; the anonymous tenant is ``tenant=""``):
-  tenant_running_requests            gauge    started, not finished
-  tenant_waiting_requests            gauge    submitted, not started
-  tenant_in_flight_requests          gauge    open from arrival (tokenizing included)
-  tenant_tokens_last_minute          gauge    prompt plus generated tokens over 60 s
-  tenant_generated_tokens_total      counter
-  tenant_refused_requests_total      counter  refused at once by the tenant's own limits
-Tenant labels come only from configuration: the names the collector is given (each
-always has its series, zeros until it sends work) and the tenants the engines have
-seen, which arrive only with configured identities; an engine never forgets one.
+Invariants: the figures are built by the same ``model_load`` GetLoad uses, so both agree;
+an engine silent for ``TIMEOUT_S`` is left out; tenant labels come only from configuration.
 """
 
 from __future__ import annotations
@@ -72,7 +46,7 @@ class LoadCollector:
         self.tenants = tuple(tenants)  # configured tenant names: series from the start
 
     def describe(self):
-        return []  # collected lazily; no registration-time call into the engines
+        return []  # no registration-time call into the engines
 
     def collect(self):
         loads = self._loads()

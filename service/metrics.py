@@ -1,39 +1,7 @@
-"""Prometheus metrics, served over HTTP on a port of their own (off by default).
+"""Prometheus metrics (listed in docs/OPERATIONS.md), one ``CollectorRegistry`` per server.
 
-Each server gets its own ``CollectorRegistry`` (never the process-global one), so
-several servers can live in one process. RPC figures come from the observing
-interceptor; queue depth and active rows are read from the engines on each scrape.
-
-Metrics (all prefixed ``mlxgrpc_``):
-  requests_total{service,method,code}            counter  finished RPCs by status code
-  request_duration_seconds{service,method}       histogram
-  requests_in_flight{service,method}             gauge      (health checks excluded)
-  time_to_first_token_seconds{model}             histogram  RPC start -> first token
-  inter_token_latency_seconds{model}             histogram  per generated token
-  generated_tokens_total{model}                  counter
-  prompt_tokens_total{model}                     counter
-  prefix_cache_hit_tokens_total{model}           counter    prompt tokens served from the prefix cache
-  draft_tokens_total{model}                      counter    speculative drafts verified
-  accepted_draft_tokens_total{model}             counter    of those, the ones the output kept
-  embedded_tokens_total{model}                   counter
-  queue_depth{model}                             gauge      requests waiting for admission
-  active_rows{model}                             gauge      admitted requests (prefilling/decoding)
-  model_ready{model}                             gauge      1 when loaded and serving
-  adapter_generated_tokens_total{model,adapter}  counter    tokens generated with each adapter
-  adapter_requests_total{model,adapter,code}     counter    started Generate streams per adapter
-  adapter_active_requests{model,adapter}         gauge      requests using each loaded adapter
-  adapter_bytes{model,adapter}                   gauge      memory of each loaded adapter
-  draining                                       gauge      1 while the server drains
-plus the structured-output counters of ``grammar_metrics``, GetLoad's figures per
-model and per tenant (service/load_metrics.py; ``tenants``: the configured tenant
-names) and the standard
-process_* metrics (CPU, resident memory, open fds).
-
-Labels never take a client's string as it is, so no client can multiply series:
-methods this server does not serve are ``unknown`` (service and method), and so
-are model names that no served model has. The served methods include the worker
-contract's (``mlx.grpc.engine.MlxEngine``). Adapter series exist only while their
-adapter is loaded: each scrape drops the counters' label sets of adapters that are not.
+Invariant: no label takes a client's string as it is (unknown methods and models are
+``unknown``; adapter series exist only while the adapter is loaded).
 """
 
 from __future__ import annotations
@@ -94,8 +62,7 @@ def _adapter_families(models):
 
 
 class AdapterCounters:
-    """The per-adapter counters, each scrape first rid of adapters no longer loaded
-    (unloaded or evicted), so adapter names never pile up as series."""
+    """Per-adapter counters; each scrape first drops adapters no longer loaded."""
 
     def __init__(self, models, counters):
         self.models = models
@@ -141,7 +108,6 @@ class Metrics(Observer):
         self.accepted = Counter("mlxgrpc_accepted_draft_tokens", "Speculative draft tokens the output kept",
                                 ["model"], registry=r)
         self.embedded = Counter("mlxgrpc_embedded_tokens", "Tokens of embedded inputs", ["model"], registry=r)
-        # Per adapter, only for streams that started (so only loaded adapters' names become labels).
         self.adapter_generated = Counter("mlxgrpc_adapter_generated_tokens", "Tokens generated with an adapter",
                                          ["model", "adapter"], registry=None)
         self.adapter_requests = Counter("mlxgrpc_adapter_requests", "Started Generate streams with an adapter",
@@ -161,7 +127,6 @@ class Metrics(Observer):
         self._http = None
         self._lock = threading.Lock()
 
-    # Observer --------------------------------------------------------------------
     def on_start(self, call: CallRecord) -> None:
         service, method = method_labels(call.method)
         if service != HEALTH_SERVICE:  # Watch streams live as long as their clients
@@ -200,8 +165,7 @@ class Metrics(Observer):
             self.adapter_requests.labels(model, call.adapter, call.code).inc()
 
     def _model(self, call: CallRecord) -> str:
-        """The served model a call used, as a label: a name the client sent that no
-        model has is ``unknown``, and no name at all is the default model."""
+        """The served model a call used, as a label (``unknown`` when no model has the name)."""
         if self.models is None:
             return UNKNOWN
         if not call.model:
@@ -209,9 +173,8 @@ class Metrics(Observer):
             return served[0].name if served else UNKNOWN
         return call.model if call.model in self.models.names() else UNKNOWN
 
-    # HTTP --------------------------------------------------------------------------
     def serve_http(self, port: int, host: str = "0.0.0.0") -> int:
-        """Starts the /metrics endpoint on a daemon thread; returns the bound port."""
+        """Starts /metrics on a daemon thread; returns the bound port."""
         with self._lock:
             if self._http is None:
                 server, thread = start_http_server(port, addr=host, registry=self.registry)
@@ -229,7 +192,7 @@ class Metrics(Observer):
 
 
 def scrape(registry: CollectorRegistry) -> str:
-    """The registry in the text exposition format (for tests and debugging)."""
+    """The registry in the text exposition format."""
     from prometheus_client import generate_latest
 
     return generate_latest(registry).decode()

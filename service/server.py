@@ -1,18 +1,7 @@
-"""The grpc.aio server: InferenceService, health and reflection, graceful drain.
+"""The grpc.aio server: InferenceService, SMG's worker contract, health, reflection, graceful drain.
 
-``create_server`` builds a server bound to ``address`` (port 0 picks a free port)
-and returns it with the port, so tests and embedders choose the address. ``serve``
-runs one until SIGINT/SIGTERM: health is NOT_SERVING while models load, SERVING
-when every model is ready, and NOT_SERVING again while it drains. When a model's
-engine breaks (``service.watchdog``: its thread died or stalled) it drains briefly
-and exits with status 3.
-
-Beside InferenceService it serves SMG's worker contract ``mlx.grpc.engine.MlxEngine``
-(service/worker/, on by default) on the same port and engines.
-
-Every RPC passes the interceptors (outermost first): observation (in-flight count,
-metrics, access log), identity (bearer tokens when configured, the admin role) and
-the drain check. See docs/OPERATIONS.md.
+Invariant: health is SERVING only while every model is ready and the server is not draining;
+interceptors run observation, then identity, then the drain check.
 """
 
 from __future__ import annotations
@@ -46,12 +35,10 @@ from .worker.servicer import SERVICE_NAME as WORKER_SERVICE_NAME, WorkerServicer
 
 log = logging.getLogger("service.server")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["InferenceService"].full_name
-# Gateways ping idle connections (SMG: every 30 s); grpc's defaults would answer
-# such pings with GOAWAY (too_many_pings) and drop the connection.
+# Gateways ping idle connections; grpc's defaults would answer with GOAWAY (too_many_pings).
 KEEPALIVE = [("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.min_ping_interval_without_data_ms", 10_000)]
 FLUSH_S = 1.0  # after the drain: time for the last statuses to leave and health watches to end
-# What an RPC still running when the grace period ends gets: the work is lost, and
-# another replica can do it again.
+# What an RPC still running when the grace period ends gets.
 CUT = status_of(grpc.StatusCode.UNAVAILABLE, "DRAINING",
                 "the server shut down before this call finished; retry on another replica",
                 retry_after_s=1.0)
@@ -102,11 +89,7 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
                         credentials: grpc.ServerCredentials | None = None,
                         state: ServerState | None = None, metrics: Metrics | None = None
                         ) -> tuple[grpc.aio.Server, int]:
-    """A server with every service added and ``address`` bound (not started).
-
-    ``credentials`` (``service.tls.server_credentials``) makes the port TLS; ``state``
-    carries the draining flag and the in-flight count (``serve`` drains through it);
-    ``metrics`` receives every RPC's figures."""
+    """A server with every service added and ``address`` bound (not started); returns it and the port."""
     state = state or ServerState()
     observers = [o for o in (metrics, AccessLog() if options.access_log else None) if o is not None]
     interceptors: list[grpc.aio.ServerInterceptor] = [
@@ -150,9 +133,8 @@ async def guard_engines(models: ModelSet, health_servicer: health.aio.HealthServ
 async def drain(server: grpc.aio.Server, state: ServerState, health_servicer: health.aio.HealthServicer,
                 grace_s: float, *, metrics: Metrics | None = None,
                 force: asyncio.Event | None = None) -> bool:
-    """Health NOT_SERVING, new RPCs UNAVAILABLE, in-flight RPCs get ``grace_s`` to
-    finish (``force`` cuts it short); those still running then end with UNAVAILABLE
-    (reason DRAINING, RetryInfo) and the server stops. True when all finished."""
+    """Stops taking RPCs, gives in-flight ones ``grace_s`` (``force`` cuts it short), cuts the rest
+    with ``CUT`` and stops the server. True when all finished."""
     state.draining = True
     if metrics is not None:
         metrics.draining.set(1)
@@ -177,10 +159,9 @@ async def drain(server: grpc.aio.Server, state: ServerState, health_servicer: he
 
 async def serve(address: str, models: ModelSet, options: ServerOptions = ServerOptions(), *,
                 credentials: grpc.ServerCredentials | None = None) -> int:
-    """Runs the server until SIGINT/SIGTERM, then drains gracefully (a second signal
-    ends the grace period at once). Returns the exit status: 0, or 1 when a model
-    failed to load, or ``EXIT_ENGINE_BROKEN`` (3) when a model's engine broke. A
-    non-loopback address without tokens is a ValueError unless ``options.insecure_open``."""
+    """Runs the server until SIGINT/SIGTERM, then drains. Returns 0, 1 (a model failed to load) or
+    ``EXIT_ENGINE_BROKEN``; raises ValueError for a non-loopback address without tokens."""
+
     problem = exposure(address.rpartition(":")[0], options)
     if problem and not options.insecure_open:
         raise ValueError(problem)

@@ -1,12 +1,7 @@
 """The InferenceService servicer: each RPC checks, converts, calls the engine, converts back.
 
-Before any work, each RPC checks what is free to measure on the wire message: the
-length of the identifiers it names (model, request and session ids) and the
-counts of its repeated fields, so nothing oversized is converted, rendered or
-tokenized. Every method is ``@mapped``: whatever it raises leaves as a rich status
-(service/status.py), and a stream that fails after it started ends with that status,
-never silently. Model and adapter file paths
-(``source``) go only to callers with the admin role (service/auth.py).
+Invariants: identifier lengths and repeated-field counts are checked on the wire message
+first; every method is ``@mapped``; file paths go only to admin callers.
 """
 
 from __future__ import annotations
@@ -141,8 +136,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                                                  for a in engine.adapters.infos()])
 
     def _sendable(self, reply: Message) -> Message:
-        """``reply`` if it fits the server's message limit (else the send would fail
-        after the call had already counted as a success)."""
+        """``reply`` if it fits the server's message limit, else ResponseTooLarge."""
         size = reply.ByteSize()
         if size > self.max_message_bytes:
             raise ResponseTooLarge(size, self.max_message_bytes)

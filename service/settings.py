@@ -1,7 +1,4 @@
-"""The command line generated from the config classes' ``setting`` fields
-(engine/settings.py): each becomes a flag with its default and help, and a parsed
-command line becomes an instance again. Flags shared by two fields are added once.
-"""
+"""The command line generated from the config classes' ``setting`` fields, and back."""
 
 from __future__ import annotations
 
@@ -13,8 +10,7 @@ from engine.settings import flag_of, settings_of
 
 
 def add_settings(parser, cls) -> None:
-    """Adds a flag for each ``setting`` field of ``cls`` to ``parser`` (a parser or an
-    argument group)."""
+    """Adds a flag for each ``setting`` field of ``cls`` to ``parser`` (or an argument group)."""
     for f in settings_of(cls):
         if not f.metadata["help"]:  # shares another field's flag
             continue
@@ -44,6 +40,5 @@ def from_args(cls, args: argparse.Namespace, **others: Any):
 
 
 def _dest(f) -> str:
-    """Where argparse keeps a field's value: named for its flag (``--no-reflection``:
-    ``no_reflection``)."""
+    """Where argparse keeps a field's value (named for its flag)."""
     return flag_of(f).removeprefix("--").replace("-", "_")

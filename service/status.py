@@ -1,11 +1,7 @@
 """Engine errors -> gRPC status with google.rpc details, in one place.
 
-Every error carries ErrorInfo (reason, domain, metadata); invalid fields add a
-BadRequest field violation; overload and unavailability add RetryInfo.
-Unexpected exceptions become INTERNAL with a generic message: the traceback goes
-to the log with the request id, never to the client. Whatever a status repeats is
-cut short (messages, metadata values), so a client's oversized string can never
-make the trailers too large to send.
+Invariants: unexpected exceptions become INTERNAL with a generic message (traceback only
+in the log); everything a status repeats is cut short, so trailers always fit.
 """
 
 from __future__ import annotations
@@ -27,7 +23,6 @@ DOMAIN = "mlxgrpc.v1"
 MAX_MESSAGE_CHARS = 1024  # status messages and field violation descriptions
 MAX_METADATA_CHARS = 128  # each ErrorInfo metadata value
 log = logging.getLogger("service.status")
-# Service-level reasons, beside the engine errors' own (engine/errors.py):
 ADMIN_ROLE_REQUIRED = "ADMIN_ROLE_REQUIRED"  # PERMISSION_DENIED: the method needs the admin role
 
 
@@ -35,8 +30,7 @@ MAX_MESSAGE_BYTES = 16 << 20  # the server's message size limit unless configure
 
 
 class ResponseTooLarge(Exception):
-    """A reply would exceed the server's message size limit (RESOURCE_EXHAUSTED, no
-    RetryInfo: the same request fails the same way)."""
+    """A reply would exceed the message size limit (RESOURCE_EXHAUSTED, no RetryInfo)."""
 
     def __init__(self, size: int, limit: int):
         super().__init__(f"the reply would be {size} bytes, over the server's message limit of {limit} bytes; "
@@ -91,10 +85,8 @@ async def abort(context: grpc.aio.ServicerContext, error: BaseException, request
 
 
 def mapped(translate: Callable[[BaseException], BaseException] = lambda error: error):
-    """Decorates a servicer method (a coroutine or an async generator): whatever it
-    raises ends the RPC with the rich status of ``translate(error)``, with the request's
-    ``request_id`` (when its message has one) in the details. The one place an RPC's
-    errors become a status."""
+    """Decorates a servicer method: whatever it raises ends the RPC with the rich status
+    of ``translate(error)``."""
 
     def decorate(method):
         if inspect.isasyncgenfunction(method):
@@ -128,10 +120,8 @@ def mapped(translate: Callable[[BaseException], BaseException] = lambda error: e
 def status_of(code: grpc.StatusCode, reason: str, message: str, *,
               metadata: dict[str, str] | None = None, field: str = "", description: str = "",
               retry_after_s: float | None = None) -> grpc.Status:
-    """A rich status: ErrorInfo with ``reason`` and ``metadata``, plus a BadRequest
-    violation of ``field`` (described by ``description``, else ``message``) and
-    RetryInfo when given. Also for service-level conditions that are no engine error
-    (authentication, the admin role, draining, an unparsable message)."""
+    """A rich status: ErrorInfo, plus a BadRequest violation of ``field`` and RetryInfo when given."""
+
     metadata = {key: value[:MAX_METADATA_CHARS] for key, value in (metadata or {}).items()}
     details = [error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata)]
     if field:

@@ -1,19 +1,7 @@
-"""The tokens file: who each bearer token is (tenant and role), and its parser.
+"""The tokens file (``TOKEN [TENANT [ROLE [key=value ...]]]`` per line; docs/OPERATIONS.md) and its parser.
 
-Each line that is neither blank nor a ``#`` comment is
-``TOKEN [TENANT [ROLE [key=value ...]]]``, whitespace-separated. TENANT defaults to
-``default``; ROLE is ``inference`` (the default) or ``admin`` (which may also run
-inference); the keys set the tenant's ``engine.tenancy.Tenant`` fields: weight
-(a float > 0), max_in_flight, max_queued, tokens_per_minute (ints >= 0, 0 = no
-limit) and cache_namespace (a name; tenants that share one share prefix-cache hits).
-A tenant named on several lines is one tenant: no key may be given two values.
-``$MLXGRPC_AUTH_TOKENS`` (comma-separated) adds tokens of tenant ``default``, role
-inference; a file of bare tokens (one per line) therefore still parses, each an
-inference-only token of ``default``.
-
-The table maps sha256(token) to the caller's ``Identity``: a look-up hashes the
-presented token and finds its digest in a dict, so its time depends on the digest,
-which a caller cannot steer towards a configured token's without knowing that token.
+Invariant: the table is keyed by sha256(token), so look-up time never depends on a configured
+token; a tenant on several lines is one tenant, and no key takes two values.
 """
 
 from __future__ import annotations
@@ -68,9 +56,9 @@ class TokenTable:
 
 
 def load_table(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> TokenTable:
-    """The tokens of the file at ``path`` (if any), then of ``$MLXGRPC_AUTH_TOKENS``.
-    Raises ValueError naming the line of any mistake; a file given but holding no
-    token is an error (authentication would silently be off)."""
+    """The tokens of the file at ``path`` (if any), then of ``$MLXGRPC_AUTH_TOKENS``; ValueError
+    names the line of any mistake (a given file with no token is one)."""
+
     lines: list[tuple[int, str]] = []
     if path is not None:
         text = Path(path).read_text(encoding="utf-8")

@@ -1,11 +1,7 @@
 """The engines' watchdog: every model's liveness, polled on the event loop.
 
-A model is broken when its engine thread died, or stayed busy on one iteration
-longer than the stall timeout (``engine.liveness``). Its callers are ended the
-moment it is found (streams and calls fail UNAVAILABLE, reason ENGINE_DEAD; new
-requests are refused the same way) - on the event loop, so a stuck thread cannot
-hold them. ``serve`` then sets health NOT_SERVING, drains briefly and exits with
-``EXIT_ENGINE_BROKEN`` so that an orchestrator restarts the process.
+Invariant: a broken model's callers are ended on the event loop, so a stuck thread cannot
+hold them; ``serve`` then exits with ``EXIT_ENGINE_BROKEN``.
 """
 
 from __future__ import annotations
@@ -22,8 +18,7 @@ BROKEN_GRACE_S = 2.0  # the drain's grace once a model is broken (its own caller
 
 
 async def watch(models: ModelSet, stall_timeout_s: float, poll_s: float = POLL_S) -> dict[str, str]:
-    """Returns, once a model is found broken, each broken model's fault (its callers
-    ended already). ``stall_timeout_s`` 0: only a thread's death counts."""
+    """Returns each broken model's fault once one is found (``stall_timeout_s`` 0: deaths only)."""
     while not (broken := models.broken(stall_timeout_s)):
         await asyncio.sleep(poll_s)
     for name, fault in broken.items():

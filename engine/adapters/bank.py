@@ -1,18 +1,7 @@
-"""The loaded adapters of one model, owned by its engine thread.
+"""The loaded adapters of one model, owned by its engine thread (not thread-safe).
 
-``load`` takes an adapter already checked and read into memory off this thread
-(``source.AdapterFiles``; a directory is read here, for the engine's own callers),
-builds its arrays, checks that it fits the base model (``fit``), checks its bytes
-against the memory budget, installs its parts into the
-layers' stacks (``layers.LayerStack``) and then unloads the adapters the caller
-chose to evict; ``unload`` takes an adapter out again. Each load gets a unique
-key (``name#serial``): rows are routed by it and the prefix cache is namespaced by
-it, so a name loaded again from other weights never meets the old one's KV.
-``routed(seqs)`` wraps a forward over those sequences' rows. The base weights are
-never modified or copied; the budget counts the stacks' bytes as resident.
-
-Not thread-safe: every method runs on the engine thread (its LoadAdapter and
-UnloadAdapter messages for loads and unloads, inside the tick for ``routed``).
+Invariants: each load gets a unique key (``name#serial``) that routes rows and namespaces the
+prefix cache; base weights are never modified or copied; installs are all-or-nothing.
 """
 
 from __future__ import annotations
@@ -64,8 +53,7 @@ class AdapterBank:
 
     def load(self, name: str, adapter: AdapterFiles | str | Path, *, evict: Seq[str] = (),
              budget: MemoryBudget | None = None, field: str = "path") -> AdapterInfo:
-        """Checks and installs an adapter, then unloads the ``evict`` keys (chosen to make
-        room; their bytes are already left out of the memory check)."""
+        """Checks and installs an adapter, then unloads the ``evict`` keys (already left out of the memory check)."""
         source = adapter.source() if isinstance(adapter, AdapterFiles) else read_adapter(adapter, field)
         parts = fit(self._model, source, self._model_name)
         mx.eval([a for p in parts for a in (p.a, p.b, p.gain) if a is not None])

@@ -1,17 +1,7 @@
 """The event loop's view of one model's adapters: names, users, least recently used.
 
-Requests name an adapter; ``acquire`` resolves the name (``AdapterNotFound`` when
-it is not loaded, or is being unloaded) and counts the request as a user until its
-stream closes. Nothing here touches MLX: the engine thread owns the weights
-(``bank``), and this side decides which adapter may go - only one without users -
-before the engine thread is asked to unload it. Because a stream closes only
-after the engine thread has let its sequence go, an adapter without users is in
-no row of any forward.
-
-``reserve`` starts a load: the name must be free, and when ``limit`` adapters are
-loaded the least recently used idle ones are chosen to make room (marked retiring,
-so no request takes them meanwhile); ``commit`` or ``abandon`` ends it.
-Event loop only.
+Invariant: only an adapter without users may go, and one without users is in no row of any
+forward (a stream closes only after the engine thread let its sequence go). Event loop only.
 """
 
 from __future__ import annotations
@@ -48,7 +38,7 @@ class Catalog:
         self._clock = itertools.count(1)
 
     def infos(self) -> list[AdapterInfo]:
-        """The loaded adapters, in load order, each with its users now."""
+        """The loaded adapters, in load order."""
         entries = list(self._entries.values())  # one step: metrics read this from their own thread
         return [dataclasses.replace(e.info, active_requests=e.users, unloading=e.retiring) for e in entries]
 

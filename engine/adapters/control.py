@@ -1,20 +1,8 @@
 """A generation engine's adapters, from the event loop: load, unload, list, lease.
 
-A load first finds and checks the adapter's files and reads them into memory on a
-thread of its own (``reads.Reads``; ``paths``, ``source.read_files``): a path given
-over the API must lie inside the adapter root (none set: ``AdapterRootUnset``), one
-given at start may lie anywhere, and both get every header, size, rank and fixed
-memory check before any engine-thread work. Only then does the engine thread build
-the arrays, fit and install them between ticks (a ``LoadAdapter`` message), so a forward never
-sees a half-installed adapter and a hostile or hung file never stops a stream. The
-``Catalog`` on this side holds the names, counts each request using an adapter
-until its stream closes, and picks what may be evicted.
-
-Unloading an adapter in use waits: the adapter takes no new request from the
-moment ``unload`` is called (they get NOT_FOUND), the requests already using it
-(queued or running) finish normally, then its weights leave the layers and its
-memory returns to the budget, and ``unload`` returns. If the caller stops waiting
-(a cancelled call, a deadline), the unload still completes when they finish.
+Invariants: files are read and checked off the engine thread before it installs
+anything (between ticks); API paths lie inside the adapter root; an unload takes no
+new request and completes only once the requests using the adapter finish.
 """
 
 from __future__ import annotations
@@ -43,8 +31,7 @@ MAX_NAME = 64
 class Adapters:
     def __init__(self, ask: Callable[[Query], Future], model: str, limit: int, *, root: str | None = None,
                  limits: AdapterLimits = AdapterLimits(), room: Callable[[], int | None] = lambda: None):
-        """``ask(query)``: the engine thread's answer to a LoadAdapter / UnloadAdapter;
-        ``room()``: the model's fixed bytes beside weights and reserve (None: unknown yet)."""
+        """``ask(query)``: the engine thread's answer; ``room()``: the model's fixed free bytes (or None)."""
         self._call = ask
         self.catalog = Catalog(model, limit)
         self.root = root
@@ -61,8 +48,7 @@ class Adapters:
         return self.catalog.infos()
 
     def acquire(self, name: str, closers: list[Callable[[], None]], field: str = "adapter") -> str:
-        """The key of adapter ``name`` for a request ("" for none), counted as in use
-        until ``closers`` run (when the request's stream closes)."""
+        """The key of adapter ``name`` ("" for none), in use until ``closers`` run."""
         if not name:
             return ""
         check_name(name, field)
@@ -71,8 +57,7 @@ class Adapters:
         return entry.info.key
 
     async def load(self, name: str, path: str, *, field: str = "path") -> Loaded:
-        """Loads an adapter from under the root (evicting the least recently used idle
-        ones beyond the limit)."""
+        """Loads an adapter from under the root, evicting idle ones beyond the limit (LRU)."""
         check_name(name, "name")
         if not path:
             raise InvalidRequest(field, "is required")
@@ -101,7 +86,7 @@ class Adapters:
             await self._load(name, lambda: paths.anywhere(path, self.root, "adapters"), "adapters")
 
     async def unload(self, name: str) -> AdapterInfo:
-        """Unloads ``name`` once the requests using it have finished (see the module doc)."""
+        """Unloads ``name`` once the requests using it have finished."""
         task = self._unloading.get(name)
         if task is None:
             check_name(name, "name")

@@ -1,17 +1,8 @@
 """Whether an adapter fits its base model, and its weights per target layer.
 
-The target layers are chosen as ``mlx_lm.tuner.utils.linear_to_lora_layers`` chooses
-them (the ``keys`` modules, or every linear layer, of the last ``num_layers`` blocks;
-a key naming a top-level module counts too), but without touching the model. The
-adapter fits when its tensors are exactly ``<target>.lora_a`` [in, rank] and
-``<target>.lora_b`` [rank, out] (DoRA: and ``<target>.m`` [out]) for every target,
-and every target is a linear layer (plain or quantized). Anything else is refused
-with ``AdapterMismatch`` saying what differs.
-
-A layer the CPU kernels fused with its siblings (q/k/v into ``qkv_proj``, gate/up
-into ``gate_up_proj``; ``engine.kernels.fused``) keeps its own name here: its
-adapter weights go on the fused layer's columns of that name, and the parts of one
-adapter on one fused layer become a single part (A side by side, B block-diagonal).
+Invariant: targets are chosen as mlx-lm's ``linear_to_lora_layers`` would, without touching
+the model; tensors must be exactly ``lora_a``/``lora_b`` (DoRA: ``m``) per linear target,
+else ``AdapterMismatch``. A fused layer keeps its parts' names, each on its columns.
 """
 
 from __future__ import annotations
@@ -30,8 +21,7 @@ _CANDIDATES = (nn.Linear, nn.QuantizedLinear, nn.Embedding, nn.QuantizedEmbeddin
 
 @dataclass(frozen=True)
 class Target:
-    """A layer an adapter may name: the module that computes it and, for a layer
-    fused with others, its output columns there."""
+    """A layer an adapter may name: the module computing it (and its columns if fused)."""
 
     path: str  # the module's path in the model
     module: nn.Module
@@ -44,7 +34,6 @@ class Target:
 
 @dataclass(frozen=True)
 class LayerPart:
-    """One adapter's weights for one linear layer of the base, ready to run."""
 
     path: str
     module: nn.Module
@@ -96,8 +85,7 @@ def target_layers(model: nn.Module, num_layers: int, keys: tuple[str, ...] | Non
 
 
 def _layers(root: nn.Module) -> dict[str, Target]:
-    """Every module under ``root`` by path; a fused layer by the names of the layers
-    it replaced (``fused_from``), each on its columns."""
+    """Every module under ``root`` by path; a fused layer under the names it replaced."""
     out: dict[str, Target] = {}
     for path, module in root.named_modules():
         fused = getattr(module, "fused_from", None)
@@ -162,8 +150,7 @@ def _part(path: str, target: Target, source: AdapterSource) -> tuple[Target, Lay
 
 
 def _combined(parts: list[tuple[Target, LayerPart]]) -> list[LayerPart]:
-    """One part per module: the parts on columns of one fused layer joined (A side
-    by side, B block-diagonal on their columns, DoRA gains of 1 on other columns)."""
+    """One part per module: a fused layer's parts joined (A side by side, B block-diagonal)."""
     by_module: dict[str, list[tuple[Target, LayerPart]]] = {}
     for target, part in parts:
         by_module.setdefault(target.path, []).append((target, part))
@@ -199,8 +186,7 @@ def _dtype(module: nn.Module) -> mx.Dtype:
 
 def _dora_gain(module: nn.Module, columns: tuple[int, int] | None, a: mx.array, b: mx.array, scale: float,
                m: mx.array) -> mx.array:
-    """``m / ||W + scale B^T A^T||`` per output row, as mlx-lm's DoRALinear computes it
-    (W: the rows of ``columns`` for a fused layer)."""
+    """``m / ||W + scale B^T A^T||`` per output row, as mlx-lm's DoRALinear computes it."""
     weight = module.weight
     if isinstance(module, nn.QuantizedLinear):
         weight = mx.dequantize(weight, module.scales, module.biases, group_size=module.group_size,

@@ -1,20 +1,8 @@
-"""Linear layers of the base model that add each row's low-rank delta.
+"""Linear layers of the base model that add each row's low-rank delta:
+``y = base(x) + ((x @ A_cat) * mask) @ B_cat``.
 
-A linear layer that some loaded adapter targets gets the ``Adapted`` mixin
-(``engine.layering``, rank ADAPTER): its weights, parameter names and the module
-tree stay as they are, nothing is copied, and its ``__call__`` is the base call
-followed by ``LayerStack.apply``. The stack holds the layer's adapters side by
-side - ``A_cat`` [in, total rank], ``B_cat`` [total rank, out] - so a forward whose
-rows use different adapters (or none) costs three extra ops per layer:
-
-    y = base(x);  y += ((x @ A_cat) * mask) @ B_cat      (one addmm)
-
-with ``mask`` the routing's per-row scales (``routing.Routing.mask``). Measured on
-the CPU backend, two dense matmuls over every loaded adapter's columns beat
-``mx.gather_mm`` (which runs no BLAS there) by 3-4x at batch 8. A forward without
-adapter rows costs one attribute read and a None check per layer. DoRA members add
-their per-output gain (``m / ||W + s B^T A^T||``, computed at load) on their rows.
-When its last adapter leaves, the mixin is uninstalled.
+Invariant: a targeted layer gets the ``Adapted`` mixin (``engine.layering``, rank ADAPTER);
+weights, names and tree stay untouched, and the mixin leaves with its last adapter.
 """
 
 from __future__ import annotations
@@ -103,8 +91,7 @@ class LayerStack:
 
 
 def _per_row(values: mx.array, x: mx.array) -> mx.array:
-    """``values`` [rows, 1, n] shaped to broadcast against ``x``'s rows: as they are for
-    the usual [rows, tokens, features] input, reshaped for other layouts."""
+    """``values`` [rows, 1, n] shaped to broadcast against ``x``'s rows."""
     rows = values.shape[0]
     if x.ndim == 3 and x.shape[0] == rows:
         return values

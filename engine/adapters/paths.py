@@ -1,17 +1,8 @@
 """Where an adapter directory lies, and what clients are shown of it.
 
-A path given over the API (``inside_root``) must stay under the adapter root:
-relative to it (an absolute path only if it already lies inside it), no ``..``
-component, and with every symbolic link resolved the directory and both of its
-files must still lie inside the root's own resolved path. The lexical checks run
-before any file system call, so a refused path probes nothing outside the root.
-A path given at start (``anywhere``) is the operator's own and may lie anywhere.
-
-``Place.shown`` is what ``AdapterInfo.source`` says: the path relative to the root
-(as given, not resolved) when it lies inside one, else only the directory's name.
-Errors name the field and repeat at most the caller's own string (``echo``), never
-a resolved or absolute server path. Blocking (file system calls): never call it on
-the event loop or the engine thread.
+Invariants: an API path (``inside_root``) stays under the root, symlinks resolved, and is
+checked lexically before any file system call; errors never repeat a server path.
+Blocking: never on the event loop or the engine thread.
 """
 
 from __future__ import annotations
@@ -38,7 +29,7 @@ class Place:
 
 
 def inside_root(path: str, root: str | None, field: str = "path") -> Place:
-    """The adapter directory ``path`` names under ``root``; refusals as the module doc says."""
+    """The adapter directory ``path`` names under ``root``."""
     if not root:
         raise AdapterRootUnset(ROOT_UNSET)
     _check_text(path, field)
@@ -57,7 +48,7 @@ def inside_root(path: str, root: str | None, field: str = "path") -> Place:
 
 
 def anywhere(path: str, root: str | None, field: str = "adapters") -> Place:
-    """The adapter directory at ``path`` (the operator's, from the command line or config)."""
+    """The adapter directory at ``path`` (the operator's: may lie anywhere)."""
     _check_text(path, field)
     real = os.path.realpath(os.path.expanduser(path))
     shown = None

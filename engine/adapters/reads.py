@@ -1,12 +1,7 @@
-"""Adapter files read on their own daemon threads: never on the event loop, never on
-an engine thread.
+"""Adapter files read on their own daemon threads (never the event loop's or an engine's).
 
-A read stuck on a hung file system blocks only its own thread and the call awaiting
-it. ``Reads`` bounds how many are in flight at once (beyond: ``AdapterCapacity``,
-retry later); a read whose caller stopped waiting keeps its slot until it returns.
-The threads are daemons, so a read that never returns cannot keep the process from
-exiting, and they are not the event loop's default executor, which tokenization
-shares.
+Invariant: a hung read blocks only its thread and its caller, keeps its slot until it
+returns, and never keeps the process from exiting; reads in flight are bounded.
 """
 
 from __future__ import annotations

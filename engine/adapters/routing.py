@@ -1,13 +1,7 @@
 """Which adapter each row of a forward uses, as the adapted layers read it.
 
-The scheduler routes every forward it runs (``AdapterBank.routed``): one key per
-row, in row order ("" for the base model). While no row has an adapter, ``rows`` is
-None and every adapted layer returns the base output untouched. Otherwise a layer
-asks for the row mask of its members (``mask``): [rows, 1, total rank], each row's
-adapter's scale on that adapter's columns and zero elsewhere, so one
-``(x @ A_cat) * mask @ B_cat`` adds every row's own low-rank delta. Masks and
-indices are built once per forward and layout, on the host, and shared by every
-layer with the same members.
+Invariant: with no adapter row, ``rows`` is None and layers return the base output untouched;
+masks are built once per forward and layout and shared by layers with the same members.
 """
 
 from __future__ import annotations
@@ -40,8 +34,7 @@ class Routing:
             self._indices.clear()
 
     def mask(self, layout: Layout, dtype: mx.Dtype) -> mx.array | None:
-        """[rows, 1, total rank] scales for a layer with ``layout``; None when no row
-        of this forward uses any of its members."""
+        """[rows, 1, total rank] scales for ``layout``; None when no row uses its members."""
         if self.rows is None:
             return None
         cached = (layout, dtype)
@@ -50,8 +43,7 @@ class Routing:
         return self._masks[cached]
 
     def index(self, keys: tuple[str, ...]) -> mx.array | None:
-        """Per row, 1 + the position of its adapter among ``keys`` (0: none of them);
-        None when no row uses any of them."""
+        """Per row, 1 + its adapter's position among ``keys`` (0: none); None when no row uses them."""
         if self.rows is None:
             return None
         if keys not in self._indices:

@@ -1,12 +1,7 @@
 """A safetensors file read by hand: its header checked before any tensor data is read.
 
-Layout: an 8-byte little-endian header length ``n``, ``n`` bytes of JSON (name ->
-``{"dtype", "shape", "data_offsets": [begin, end]}``, plus an optional
-``"__metadata__"`` of strings), then the data. ``parse_header`` accepts a header
-only when every tensor is a floating dtype with a shape of non-negative integers,
-its byte span is exactly its shape times its item size, and the spans tile the data
-exactly (no gap, no overlap, nothing past the end of the file). ``arrays`` builds
-MLX arrays from data already in memory, at the offsets the header gave.
+Invariant: a header is accepted only when every tensor is floating, its span is exactly
+shape x item size, and the spans tile the data with no gap, overlap or overrun.
 """
 
 from __future__ import annotations
@@ -41,7 +36,6 @@ class Tensor:
 
 
 def header_length(prefix: bytes, file_size: int) -> int:
-    """The JSON header's length from the file's first 8 bytes."""
     if len(prefix) < PREFIX:
         raise BadFile("is shorter than a safetensors header")
     n = int.from_bytes(prefix[:PREFIX], "little")

@@ -1,23 +1,7 @@
 """Reading an adapter directory as ``mlx_lm.lora`` writes it, checked before it loads.
 
-::
-
-    adapter_config.json    {"fine_tune_type": "lora" | "dora", "num_layers": 16,
-                            "lora_parameters": {"rank": 8, "scale": 20.0, "dropout": 0.0,
-                                                "keys": ["self_attn.q_proj", ...]}, ...}
-    adapters.safetensors   "<module path>.lora_a" [in, rank], "<module path>.lora_b"
-                           [rank, out] (DoRA also "<module path>.m" [out])
-
-``read_files`` (blocking, off the engine thread) checks, in this order and before
-any tensor data is read: both files are regular files; the config is at most
-``MAX_CONFIG_BYTES`` and a LoRA/DoRA config with a rank of at most
-``AdapterLimits.max_rank``; the safetensors header (``safetensors.parse_header``)
-agrees with the file's size and with that rank; the tensor bytes are at most
-``AdapterLimits.max_bytes``; and the least memory they can take (every element at
-2 bytes) fits the model's fixed room. Only then are the bytes read into memory.
-``AdapterFiles.source`` (engine thread) builds the arrays from them. Anything that
-is not such an adapter is refused as an invalid ``path`` (``adapters`` at start);
-no message repeats a server path or an OS error's file name.
+Invariants: every limit (files, config size, rank, header, bytes, room) is checked before
+tensor data is read; no message repeats a server path or an OS error's file name.
 """
 
 from __future__ import annotations
@@ -68,18 +52,17 @@ class AdapterFiles:
     data: bytearray
 
     def source(self) -> AdapterSource:
-        """The adapter's arrays, built from the bytes in memory (engine thread)."""
+        """The adapter's arrays (engine thread)."""
         return AdapterSource(Path(self.shown), *self.settings, safetensors.arrays(self.tensors, self.data))
 
 
 def read_adapter(path: str | Path, field: str = "path", limits: AdapterLimits = AdapterLimits()) -> AdapterSource:
-    """The adapter at ``path`` (anywhere), read and built at once; for the engine's own callers."""
+    """The adapter at ``path`` (anywhere), read and built at once."""
     return read_files(anywhere(str(path), None, field), limits, None, field).source()
 
 
 def read_files(place: Place, limits: AdapterLimits, room: int | None, field: str) -> AdapterFiles:
-    """The checked adapter at ``place`` (see the module doc); ``room``: the model's fixed
-    bytes beside its weights and reserve (None: unchecked here)."""
+    """The checked adapter at ``place`` (blocking); ``room``: the model's fixed bytes free (None: unchecked)."""
     with _open(place, place.config, CONFIG, field) as (f, size):
         if size > MAX_CONFIG_BYTES:
             raise InvalidRequest(field, f"{CONFIG} is {size} bytes, over the limit of {MAX_CONFIG_BYTES}")
@@ -122,8 +105,7 @@ def _check_ranks(tensors: dict[str, safetensors.Tensor], rank: int, field: str) 
 
 
 class _open:
-    """A regular file opened without following a last symbolic link and without
-    blocking on a FIFO: ``with _open(...) as (file, size)``."""
+    """A regular file opened without following a last symlink or blocking on a FIFO."""
 
     def __init__(self, place: Place, path: Path, label: str, field: str):
         self.place, self.path, self.label, self.field = place, path, label, field
@@ -155,7 +137,6 @@ def _read(f: BinaryIO, offset: int, n: int, label: str, field: str) -> bytes:
 
 
 def _fill(f: BinaryIO, offset: int, view: memoryview, label: str, field: str) -> None:
-    """Fills ``view`` from ``f`` at ``offset``; a file that ends early is refused."""
     try:
         f.seek(offset)
         got = 0

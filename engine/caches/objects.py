@@ -1,15 +1,7 @@
-"""Exact reusable work keyed by string, e.g. embeddings of
-repeated inputs or rendered chat prompts.
+"""Exact reusable work keyed by string (embeddings of repeated inputs, rendered prompts).
 
-* ``take(key)`` borrows an immutable value through an owned lease; the caller must
-  ``release()`` it (idempotent). A miss returns None and permits recompute.
-* ``put(key, value)`` transfers ownership to the cache, even if it is evicted at once.
-* Bounded by entry count and by a caller-supplied size of each value (plus, with
-  ``key_size``, of its key: keys made of client input weigh as much); an entry
-  with live leases is never dropped while borrowed: eviction skips it, and a
-  replaced or evicted entry's ``on_evict`` runs only after its last lease ends.
-
-Thread-safe (one lock): the event loop and engine threads may share an instance.
+Invariants: ``put`` transfers ownership; an entry is never dropped while leased, and
+``on_evict`` runs only after its last lease ends; bounded by count and size. Thread-safe.
 """
 
 from __future__ import annotations
@@ -31,7 +23,6 @@ class _Entry(Generic[V]):
 
 
 class ObjectLease(Generic[V]):
-    """An owned borrow of a cached value."""
 
     def __init__(self, cache: "ObjectCache[V]", entry: _Entry[V]):
         self._cache, self._entry, self._released = cache, entry, False
@@ -97,8 +88,7 @@ class ObjectCache(Generic[V]):
         return entry
 
     def _evict(self, keep: str | None = None) -> list[_Entry[V]]:
-        """Drops least recently used entries without leases (never ``keep``, the
-        entry just put, unless it alone breaks the bounds) until within bounds."""
+        """Drops LRU unleased entries until within bounds (``keep`` last)."""
         removed = []
         for key in list(self._entries):
             if len(self._entries) <= self._max_entries and self._size <= self._max_size:
@@ -114,7 +104,7 @@ class ObjectCache(Generic[V]):
         self._dispose(removed + [entry])
 
     def _dispose(self, entries: list[_Entry[V]]) -> None:
-        """Runs ``on_evict`` for removed entries nobody borrows any more (once each)."""
+        """Runs ``on_evict`` once for removed entries nobody borrows any more."""
         for entry in entries:
             if entry.evicted and not entry.leases and self._on_evict is not None:
                 entry.leases = -1  # disposed: never again

@@ -1,25 +1,8 @@
-"""Token-prefix reuse across requests, and its ownership rules.
+"""Token-prefix reuse across requests (mlx-lm's ``LRUPromptCache``), bounded by bytes held.
 
-Built on mlx-lm's ``LRUPromptCache`` (a trie over processed tokens, LRU bounded by
-bytes and entry count, three kinds of hit: exact, a shorter stored prefix, or a
-longer stored entry trimmed back). On top of it:
-
-* ``take`` returns state the caller owns (a deep copy; the stored entry stays),
-  covering at most ``len(prompt) - 1`` tokens so at least one token is always left
-  to compute (a longer stored entry is trimmed to the common prefix, less one), or
-  None on a miss;
-* ``put`` transfers ownership of the caches to storage, even when storage evicts
-  them at once; if it raises, ownership stays with the caller;
-* the bytes counted and bounded by ``max_bytes`` are the bytes the process holds:
-  stored state is made ``exact`` (evaluated, cut to its content, no view of a larger
-  buffer) and each entry counts its buffers at the allocator's size, which may
-  exceed the arrays' ``nbytes`` when MLX reuses a slightly larger freed buffer;
-* the namespace separates incompatible state (model, adapter).
-
-Nothing here is kept per client or per session: the only state is the bounded
-trie of entries, so no client-chosen string can grow the cache's memory.
-
-Used only on the engine thread (not thread-safe).
+Invariants: ``take`` returns caller-owned state leaving at least one token to compute;
+``put`` moves ownership to the cache; namespaces separate incompatible state.
+Engine thread only.
 """
 
 from __future__ import annotations
@@ -51,28 +34,27 @@ class PrefixCache:
 
     @property
     def nbytes(self) -> int:
-        """The bytes counted against ``max_bytes``: each entry's buffers, as stored."""
+        """The bytes counted against ``max_bytes``."""
         return sum(self._held.values())
 
     def held_bytes(self) -> int:
-        """The bytes the stored entries hold now, measured again: their distinct
-        buffers at the allocator's size (a check of ``nbytes``; it walks every entry)."""
+        """The stored entries' bytes measured again (a check of ``nbytes``)."""
         return buffer_bytes([cache for entry in self.entries() for cache in entry])
 
     def entries(self) -> list[list[Any]]:
-        """Every stored entry's caches (still owned by the cache: read, never change)."""
+        """Every stored entry's caches (owned by the cache: read, never change)."""
         return [self._lru._trie.get(ns, tokens).prompt_cache for ns, tokens in self._keys()]
 
     def _keys(self) -> list[tuple[str, list[int]]]:
-        """(namespace, tokens) of every entry: mlx-lm's LRU lists them only in private fields."""
+        """(namespace, tokens) of every entry (from mlx-lm's private fields)."""
         return [key for order in self._lru._lru._lrus.values() for key in order]
 
     def __len__(self) -> int:
         return len(self._lru)
 
     def take(self, prompt: Sequence[int], ns: str, min_tokens: int = 1) -> PrefixHit | None:
-        """The longest usable cached prefix of ``prompt`` (never all of it), owned by the
-        caller; None when there is none of at least ``min_tokens``."""
+        """The longest cached prefix of ``prompt`` (never all of it), caller-owned; None under ``min_tokens``."""
+
         tokens = list(prompt)
         if len(tokens) < 2:
             return None

@@ -1,24 +1,8 @@
-"""Admission reservations for asyncio: priority with aging, tenants in turn.
+"""Admission reservations for asyncio: at most ``capacity`` leases, priority with aging, tenants in turn.
 
-At most ``capacity`` leases are
-held at once; up to ``max_queued`` callers wait. A freed lease goes to the waiter
-with the highest effective priority (``priority`` plus one level per ``aging_s``
-seconds waited); between tenants a head's effective priority is capped at the
-highest base priority among the heads, and of the heads at that level the tenant
-served least recently goes first (round robin). One tenant at one priority: FIFO.
-Invariants:
-
-* a full queue rejects at once (``AdmissionRejected``), it never waits;
-* releasing a lease hands its capacity straight to the next live waiter, so
-  while anyone is waiting ``active == capacity`` and no newcomer can overtake;
-* a cancelled waiter leaves the queue and releases no other owner's capacity;
-  a lease granted in the same instant as the cancellation is released again,
-  so capacity never leaks;
-* a lease releases once; later releases do nothing;
-* ``close()`` rejects every waiter and every later acquire with
-  ``AdmissionClosed``; leases already held stay valid until released.
-
-Not thread-safe: use a pool from the one event loop that runs its waiters.
+Invariants: a full queue rejects at once; a released lease goes straight to the
+next live waiter (no newcomer overtakes); cancellation never leaks capacity.
+Not thread-safe: one event loop only.
 """
 
 from __future__ import annotations
@@ -63,9 +47,7 @@ class _Waiter:
 
 
 class Lease:
-    """One unit of a pool's capacity. ``release()`` is idempotent and hands the
-    capacity to the next FIFO waiter; ``with lease:`` / ``async with lease:``
-    release on exit."""
+    """One unit of a pool's capacity; ``release()`` is idempotent (also on ``with`` exit)."""
 
     __slots__ = ("_pool", "_released")
 
@@ -78,7 +60,6 @@ class Lease:
         return self._released
 
     def release(self) -> None:
-        """Give the capacity back; only the first call has any effect."""
         if self._released:
             return
         self._released = True
@@ -100,12 +81,7 @@ class Lease:
 
 
 class AdmissionPool:
-    """Fair reservations. A cancelled waiter releases no active owner's capacity.
-
-    ``capacity`` must be an integer >= 1 and ``max_queued`` an integer >= 0
-    (``0`` means never wait), else ``ValueError("invalid admission capacity")``.
-    Single event loop only; not thread-safe.
-    """
+    """Fair reservations; ``capacity >= 1``, ``max_queued >= 0`` (0: never wait), else ValueError."""
 
     def __init__(self, capacity: int, max_queued: int = 64, aging_s: float = 5.0) -> None:
         if not _is_safe_integer(capacity) or capacity < 1 or not _is_safe_integer(max_queued) or max_queued < 0:
@@ -119,8 +95,7 @@ class AdmissionPool:
         self._arrivals = itertools.count()
         self._grants = itertools.count()
         self._served: dict[str, int] = {}  # tenant -> when it was last granted a waiter's lease
-        # Pending futures are live waiters; a done one belongs to a cancelled
-        # task whose handler has not yet run, and is skipped and pruned.
+        # A done future is a cancelled waiter not yet pruned.
         self._waiting: list[_Waiter] = []
 
     @property
@@ -133,12 +108,10 @@ class AdmissionPool:
 
     @property
     def active(self) -> int:
-        """Leases currently held (granted and not yet released)."""
         return self._active
 
     @property
     def queued(self) -> int:
-        """Callers waiting for a lease."""
         self._prune()
         return len(self._waiting)
 
@@ -147,8 +120,7 @@ class AdmissionPool:
         return self._closed
 
     def try_acquire(self) -> Lease | None:
-        """A lease if capacity is free now, else ``None``; never queues.
-        Raises ``AdmissionClosed`` once the pool is closed."""
+        """A lease if capacity is free now, else ``None``; raises ``AdmissionClosed`` once closed."""
         if self._closed:
             raise AdmissionClosed()
         if self._active < self._capacity:
@@ -156,14 +128,7 @@ class AdmissionPool:
         return None
 
     async def acquire(self, priority: int = 0, tenant: str = "") -> Lease:
-        """Wait for a lease: higher (aged) ``priority`` first, ``tenant``s in turn.
-
-        Returns without suspending when capacity is free. Raises
-        ``AdmissionClosed`` if the pool is or becomes closed, and
-        ``AdmissionRejected`` at once when ``max_queued`` callers already wait.
-        Cancelling the awaiting task removes it from the queue and propagates
-        ``CancelledError``; a lease granted to it in the same instant is released.
-        """
+        """Wait for a lease; raises ``AdmissionClosed``, or ``AdmissionRejected`` at once when the queue is full."""
         lease = self.try_acquire()
         if lease is not None:
             return lease
@@ -178,7 +143,6 @@ class AdmissionPool:
             return await waiter
         except BaseException:  # CancelledError, or anything thrown into the wait
             if waiter.done() and not waiter.cancelled():
-                # Granted (or closed) just before the cancellation was delivered.
                 if waiter.exception() is None:
                     waiter.result().release()
             else:

@@ -1,9 +1,7 @@
 """Last-token pooling for decoder (mlx-lm) embedding models, e.g. Qwen3-Embedding.
 
-The input convention: ids = encode(text, no special tokens) +
-[terminator]; the vector is the final-norm hidden state at the last position,
-L2-normalized. For mlx-lm llama/qwen3 models ``model.model(inputs)`` returns
-``self.norm(h)``, i.e. the final normed hidden states (before ``lm_head``).
+Invariant: ids = encode(text, no special tokens) + [terminator]; the vector is the
+final-norm hidden state at the last position, L2-normalized.
 """
 
 from __future__ import annotations
@@ -22,8 +20,7 @@ __all__ = ["DecoderEmbeddingModel", "decoder_embed", "embedding_terminator_id"]
 
 
 def _encode_plain(tokenizer: Any, text: str) -> list[int]:
-    """Token ids without special tokens, for an HF/mlx-lm tokenizer or a
-    ``tokenizers.Tokenizer``."""
+    """Token ids without special tokens (HF/mlx-lm tokenizer or ``tokenizers.Tokenizer``)."""
     enc = tokenizer.encode(text, add_special_tokens=False)
     if hasattr(enc, "ids"):  # tokenizers.Encoding: drop any configured padding
         return [i for i, m in zip(enc.ids, enc.attention_mask) if m]
@@ -48,8 +45,7 @@ def decoder_embed(
     terminator_id: int,
     instruction: str | None = None,
 ) -> EmbeddingResult:
-    """Embed one text with a decoder model: last-token final-norm hidden state,
-    L2-normalized. ``tokens`` counts the pooling terminator."""
+    """Embed one text with a decoder model; ``tokens`` counts the pooling terminator."""
     backbone = getattr(model, "model", None)
     if backbone is None or not callable(backbone):
         raise ValueError(
@@ -64,17 +60,11 @@ def decoder_embed(
 
 
 class DecoderEmbeddingModel(EmbeddingModel):
-    """Batched last-token pooling over an mlx-lm decoder (e.g. Qwen3-Embedding).
-
-    Inputs follow the module's convention (text without special tokens, then the
-    terminator); batches are right-padded, which a causal model never attends to
-    from earlier positions, so each row's last real position is exact. Shares
-    batching, truncation of vectors and normalization with the encoder path.
-    """
+    """Batched last-token pooling over an mlx-lm decoder; right padding is never attended by a
+    causal model, so each row's last real position is exact."""
 
     def __init__(self, model: Any, tokenizer: Any, terminator_id: int, *, config: dict[str, Any],
                  max_batch_size: int = 16, max_batch_tokens: int = 8192, name: str = ""):
-        # No encoder: only the batching/pooling machinery of EmbeddingModel is reused.
         self.model, self.tokenizer, self.terminator_id = model, tokenizer, int(terminator_id)
         self.config = config
         self.pooling = "last-token"

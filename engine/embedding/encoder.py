@@ -1,9 +1,6 @@
 """BERT encoder in MLX (mlx-lm has no encoder-only models).
 
-Module attribute names mirror the Hugging Face ``BertModel`` parameter names, so a
-checkpoint's safetensors load with no renaming beyond dropping an optional
-``bert.`` prefix and ignoring tensors the encoder does not use
-(``embeddings.position_ids``, ``pooler.*``, MLM/NSP heads).
+Invariant: attribute names mirror HF ``BertModel`` parameter names, so checkpoints load unrenamed.
 """
 
 from __future__ import annotations
@@ -203,8 +200,7 @@ class EncoderModel(nn.Module):
         attention_mask: mx.array | None = None,
         token_type_ids: mx.array | None = None,
     ) -> mx.array:
-        """``input_ids`` (B, L) int; ``attention_mask`` (B, L) with 1 for real tokens
-        and 0 for padding (None: no padding)."""
+        """``input_ids`` (B, L) int; ``attention_mask`` (B, L), 1 for real tokens (None: no padding)."""
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must be 2-D (batch, length), got shape {input_ids.shape}")
         L = input_ids.shape[1]
@@ -218,7 +214,6 @@ class EncoderModel(nn.Module):
         h = self.embeddings(input_ids, token_type_ids)
         mask = None
         if attention_mask is not None:
-            # Additive mask over keys: 0 for real tokens, a large negative for padding.
             neg = mx.array(mx.finfo(h.dtype).min, dtype=h.dtype)
             keep = attention_mask.astype(mx.bool_)[:, None, None, :]
             mask = mx.where(keep, mx.array(0, dtype=h.dtype), neg)
@@ -246,8 +241,7 @@ def sanitize_bert_weights(weights: dict[str, mx.array]) -> dict[str, mx.array]:
 
 
 def load_encoder(model_dir: Path) -> EncoderModel:
-    """Load a BERT encoder from a Hugging Face model directory (config.json +
-    *.safetensors)."""
+    """Load a BERT encoder from a Hugging Face model directory."""
     model_dir = Path(model_dir)
     config_path = model_dir / "config.json"
     if not config_path.is_file():

@@ -1,13 +1,7 @@
 """The embedding engine's asyncio facade.
 
-The encoder and all its MLX work live on one dedicated thread (a single-worker
-executor): the model is loaded there and every batch runs there. ``embed`` streams
-``(index, result)`` pairs batch by batch; a cancelled stream stops pulling batches.
-Request ids are scoped by tenant (Cancel never reaches another tenant's request),
-and a tenant's ``max_in_flight`` caps its requests open on this model at once.
-Each job on the thread beats a heartbeat; a job busy past the stall timeout (or one
-that raised a BaseException) breaks the engine (``breaker``): the waiting callers
-fail with ``EngineDead`` at once and later ones are refused.
+Invariants: all MLX work runs on one dedicated thread; request ids are scoped by tenant;
+a stalled or dead job breaks the engine, failing waiters with ``EngineDead``.
 """
 
 from __future__ import annotations
@@ -36,13 +30,11 @@ _END = object()
 
 
 def load_embedder(model_dir: Path) -> EmbeddingModel:
-    """A BERT-family encoder (mean/CLS pooling) or, for any other model type mlx-lm
-    can load, a decoder with last-token pooling; with the CPU kernels put in."""
+    """A BERT encoder, or else an mlx-lm decoder with last-token pooling; CPU kernels put in."""
     config = json.loads((model_dir / "config.json").read_text())
     if config.get("model_type") == "bert":
         model = EmbeddingModel.load(model_dir)
         if kernels.apply_to_encoder(model.encoder, model.name):
-            # Packed sequences compute no padding, so larger batches only save ops.
             model.max_batch_size = max(model.max_batch_size, kernels.PACKED_BATCH_SIZE)
         return model
     model = DecoderEmbeddingModel.load(model_dir)
@@ -68,8 +60,7 @@ class EmbeddingEngine:
         self._per_tenant: dict[str, int] = {}  # requests open per tenant name
         self._heartbeat, self._pending, self._died = Heartbeat(), Pending(), ""
         self.breaker = Breaker(lambda: self.name, self._fault, self._pending.fail_all)
-        # Exact reuse of repeated inputs (vectors are immutable once made); the keys
-        # hold the inputs, so they count against the budget too.
+        # Vectors are immutable once made; keys hold the inputs, so they count too.
         self._results: ObjectCache[EmbeddingResult] = ObjectCache(
             max_entries=4096, max_size=64 << 20, size_of=lambda r: r.vector.nbytes, key_size=sys.getsizeof)
 
@@ -116,12 +107,10 @@ class EmbeddingEngine:
 
     @property
     def cache_hits(self) -> int:
-        """Inputs answered from the object cache of repeated inputs."""
         return self._results.hits
 
     @property
     def cache_bytes(self) -> int:
-        """What the object cache of repeated inputs holds: vectors and their keys."""
         return self._results.size
 
     def cancel(self, request_id: str, tenant: str = "") -> bool:
@@ -219,7 +208,6 @@ class EmbeddingEngine:
         if request.dimensions < 0 or request.dimensions > model.hidden_size:
             raise InvalidRequest("dimensions", f"must be between 0 and {model.hidden_size}")
 
-    # tokens (the embedding model's own tokenizer) ----------------------------------
     def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
         return self.model.tokenize(text, add_special_tokens)
 

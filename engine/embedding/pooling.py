@@ -1,9 +1,7 @@
 """Sentence embeddings from an MLX BERT encoder (sentence-transformers layout).
 
-Inputs are tokenized without padding, grouped into length-sorted batches, padded
-per batch with an attention mask, encoded, pooled (masked mean or CLS, as the
-model's ``1_Pooling/config.json`` declares), optionally truncated to
-``dimensions`` and L2-normalized.
+Invariant: batches are length-sorted and padded per batch with a mask, so pooling
+(mean or CLS, as ``1_Pooling`` declares) never sees padding.
 """
 
 from __future__ import annotations
@@ -29,8 +27,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_BATCH_SIZE = 32
-# Upper bound on padded tokens (batch * longest) per forward pass; bounds memory
-# for long inputs (attention is batch * heads * L * L).
+# Padded tokens (batch * longest) per forward pass: bounds attention memory.
 DEFAULT_MAX_BATCH_TOKENS = 16384
 _POOLING_MODES = ("mean", "cls")
 
@@ -52,7 +49,7 @@ def l2_normalize(v: np.ndarray, eps: float = 1e-12) -> np.ndarray:
 
 
 def _read_pooling_mode(model_dir: Path) -> str:
-    """Pooling mode from the sentence-transformers Pooling module config (mean if none)."""
+    """Pooling mode from the sentence-transformers Pooling config (mean if none)."""
     pooling_dir = model_dir / "1_Pooling"
     modules = model_dir / "modules.json"
     if modules.is_file():
@@ -82,7 +79,6 @@ def _read_pooling_mode(model_dir: Path) -> str:
 
 
 class EmbeddingModel:
-    """A BERT encoder plus its tokenizer, producing sentence embeddings."""
 
     def __init__(
         self,
@@ -110,8 +106,7 @@ class EmbeddingModel:
         self.max_batch_tokens = max(max_batch_tokens, max_length)
         self.max_length = max_length
         self.name = name
-        # tokenizer.json ships fixed padding to 128 and truncation to 128: we pad per
-        # batch ourselves and truncate at the model's position limit.
+        # Padding is per batch; truncation at the model's position limit.
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=max_length)
         self._pad_id = encoder.config.pad_token_id
@@ -147,8 +142,6 @@ class EmbeddingModel:
     def hidden_size(self) -> int:
         return self.encoder.config.hidden_size
 
-    # -- validation / tokenization -------------------------------------------------
-
     def _validate(self, texts: Sequence[str], dimensions: int | None) -> None:
         if isinstance(texts, str):
             raise ValueError("texts must be a list of strings, not a single string")
@@ -167,7 +160,6 @@ class EmbeddingModel:
                 )
 
     def _batches(self, lengths: list[int]) -> list[list[int]]:
-        """Indices grouped into batches of similar length (ascending)."""
         order = sorted(range(len(lengths)), key=lambda i: lengths[i])
         batches: list[list[int]] = []
         cur: list[int] = []
@@ -183,8 +175,6 @@ class EmbeddingModel:
         if cur:
             batches.append(cur)
         return batches
-
-    # -- forward -------------------------------------------------------------------
 
     def _forward(self, ids_list: list[list[int]]) -> np.ndarray:
         """Pooled (unnormalized) float32 vectors, shape (B, hidden)."""
@@ -206,8 +196,6 @@ class EmbeddingModel:
             mx.eval(pooled)
             return np.array(pooled, dtype=np.float32)
 
-    # -- public API ----------------------------------------------------------------
-
     def embed_batches(
         self,
         texts: Sequence[str],
@@ -216,10 +204,8 @@ class EmbeddingModel:
         normalize: bool = True,
         dimensions: int | None = None,
     ) -> Iterator[tuple[int, EmbeddingResult]]:
-        """Yield ``(input_index, result)`` batch by batch as each batch completes
-        (batches run shortest-first, so indices arrive out of input order).
-
-        Arguments are validated eagerly, before the first ``next()``."""
+        """Yield ``(input_index, result)`` batch by batch, shortest first (out of input order);
+        arguments are validated before the first ``next()``."""
         self._validate(texts, dimensions)
         ids_list = self._encode(texts, instruction)
         batches = self._batches([len(ids) for ids in ids_list])
@@ -267,8 +253,6 @@ class EmbeddingModel:
         )
         return [e.ids for e in encodings]
 
-    # -- the tokenizer, for Tokenize/Detokenize ------------------------------------
-
     @property
     def vocab_size(self) -> int:
         return self.encoder.config.vocab_size
@@ -282,5 +266,4 @@ class EmbeddingModel:
 
 
 def load_embedding_model(model_dir: Path, **kwargs) -> EmbeddingModel:
-    """Shorthand for :meth:`EmbeddingModel.load`."""
     return EmbeddingModel.load(model_dir, **kwargs)

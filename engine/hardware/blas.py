@@ -1,31 +1,8 @@
-"""Which BLAS MLX's CPU backend uses, and loading a fast one before MLX.
+"""Which BLAS MLX's CPU backend uses, and loading a fast one (``MLX_GRPC_BLAS``: auto, off, a path).
 
-The Linux ``mlx[cpu]`` wheel links a reference BLAS (netlib, ~2-4 GFLOP/s for f32
-GEMM here). ``libmlx.so`` binds ``cblas_sgemm`` when Python imports ``mlx.core``
-(with RTLD_NOW), searching the process's global scope before its own bundled
-libraries. So a library exporting the unprefixed CBLAS symbols, loaded with
-``RTLD_GLOBAL`` *before* ``import mlx``, takes over every f32 matmul: ~40x the GEMM
-throughput, prefill ~20x and decode ~1.8x faster on CPU.
-
-``preload()`` does that; ``engine/__init__.py`` calls it, so importing anything from
-``engine`` first is enough. ``MLX_GRPC_BLAS`` chooses:
-
-* ``auto`` (default): the first that loads of
-  - Intel MKL from PyPI (``pip install mkl``, or the ``blas`` extra), with
-    ``intel-openmp``'s ``libiomp5`` for its threads;
-  - OpenBLAS from PyPI (``cmeel-openblas``; needs the system's libgfortran5);
-  - the system's OpenBLAS (Debian/Ubuntu: ``apt-get install libopenblas0-pthread``);
-  - otherwise MLX's reference BLAS;
-* ``off``: leave MLX's reference BLAS (tests, bit-for-bit comparisons);
-* ``/path/to/libsomething.so``: load exactly that library.
-
-``scipy-openblas32/64`` (numpy's and scipy's) do not work: their symbols are
-prefixed (``scipy_cblas_sgemm``).
-
-``active()`` reports what MLX really binds to: after a preload it asks the dynamic
-linker (``blas_linker``) which library ``cblas_sgemm`` resolves to in the global
-scope (so an ``LD_PRELOAD``-ed BLAS is reported too); when ``mlx`` was imported before
-``preload()`` ran nothing is loaded (it would be too late) and a warning is logged.
+Invariant: a BLAS exporting unprefixed CBLAS symbols must be loaded RTLD_GLOBAL
+before ``import mlx`` (libmlx binds ``cblas_sgemm`` at import); ``engine`` imports
+call ``preload()`` first. ``active()`` reports what the linker really resolves.
 """
 
 from __future__ import annotations
@@ -55,11 +32,8 @@ _handles: list[ctypes.CDLL] = []  # keep the loaded libraries alive
 _announced = False
 
 
-# -- public ---------------------------------------------------------------------------
-
 def preload() -> BlasInfo:
-    """Loads the optimized BLAS (see the module doc) once; returns what MLX will use.
-    Safe to call again: later calls return the first result."""
+    """Loads the optimized BLAS once; returns what MLX will use (later calls: the first result)."""
     global _info
     with _lock:
         if _info is None:
@@ -68,7 +42,7 @@ def preload() -> BlasInfo:
 
 
 def info() -> BlasInfo:
-    """What MLX's CPU matmuls run on (preloading first if nobody has yet)."""
+    """What MLX's CPU matmuls run on (preloading if nobody has yet)."""
     return _info if _info is not None else preload()
 
 
@@ -78,13 +52,11 @@ def active() -> str:
 
 
 def describe() -> str:
-    """One line for logs and benchmarks: name, version, threads, library path."""
     return info().describe()
 
 
 def announce() -> None:
-    """Logs the BLAS in use once (INFO; a reference BLAS on Linux is a WARNING, with
-    the way to a fast one). Called when the first model loads, after logging is set up."""
+    """Logs the BLAS in use once (a reference BLAS on Linux is a WARNING)."""
     global _announced
     if _announced:
         return
@@ -97,8 +69,6 @@ def announce() -> None:
     else:
         log.info("BLAS: %s [%s]", i.describe(), i.source or "default")
 
-
-# -- loading ----------------------------------------------------------------------------
 
 def _preload() -> BlasInfo:
     if sys.platform == "darwin":
@@ -140,8 +110,7 @@ def _preload() -> BlasInfo:
 
 
 def _try_load(libs: list[Path], name: str | None, source: str) -> BlasInfo | None:
-    """Loads ``libs`` in order with RTLD_GLOBAL; the last must export cblas_sgemm and
-    be what the global scope resolves it to."""
+    """Loads ``libs`` in order with RTLD_GLOBAL; the last must export cblas_sgemm."""
     handles = []
     try:
         for lib in libs:
@@ -162,7 +131,7 @@ def _try_load(libs: list[Path], name: str | None, source: str) -> BlasInfo | Non
 
 
 def _candidates() -> list[tuple[str, list[Path], str]]:
-    """(name, libraries to load in order, source) for ``auto``, best first."""
+    """(name, libraries in load order, source) for ``auto``, best first."""
     out: list[tuple[str, list[Path], str]] = []
     if platform.machine() not in ("x86_64", "AMD64", "aarch64", "arm64"):
         return out
@@ -187,8 +156,7 @@ def _first_candidate_name() -> str:
 
 
 def _dist_file(distribution: str, stem: str) -> Path | None:
-    """An installed distribution's shared library whose name starts with ``stem``
-    (the shortest such name: libmkl_rt.so.3 before libmkl_rt.so.3.x)."""
+    """An installed distribution's shortest-named shared library starting with ``stem``."""
     from importlib import metadata  # noqa: PLC0415 - only when preloading
 
     try:

@@ -1,8 +1,4 @@
-"""What the dynamic linker resolves ``cblas_sgemm`` to, and which BLAS that is.
-
-MLX binds ``cblas_sgemm`` in the process's global scope before its own bundled
-reference BLAS, so the library found here is the one MLX's CPU matmuls run on.
-"""
+"""What the dynamic linker resolves ``cblas_sgemm`` to, and which BLAS that is (what MLX binds to)."""
 
 from __future__ import annotations
 
@@ -53,9 +49,7 @@ def _dladdr():
 
 
 def global_blas(source: str) -> BlasInfo | None:
-    """The library ``cblas_sgemm`` resolves to in the process's global scope (the main
-    program, LD_PRELOAD, libraries loaded RTLD_GLOBAL), which MLX binds to before its
-    own bundled reference BLAS; None if no such library is in the global scope."""
+    """The library ``cblas_sgemm`` resolves to in the global scope; None if none there."""
     try:
         glob = ctypes.CDLL(None)
         fn = glob.cblas_sgemm

@@ -19,8 +19,7 @@ def backend_name() -> str:
 
 
 def runtime_dtype(requested: str) -> mx.Dtype | None:
-    """The floating dtype weights run in: ``auto`` is float32 on CPU (where fp16/bf16
-    matvec is scalar) and the checkpoint's own dtype elsewhere (None = keep)."""
+    """The floating dtype weights run in: ``auto`` is float32 on CPU, else None (keep the checkpoint's)."""
     announce_blas()
     if requested == "auto":
         return mx.float32 if on_cpu() else None
@@ -31,9 +30,7 @@ def runtime_dtype(requested: str) -> mx.Dtype | None:
 
 
 def blas_name() -> str:
-    """The BLAS behind MLX's CPU matrix multiplications, as far as can be told, and
-    whether the CPU kernels (engine.kernels) run: "mkl; kernels avx512, 2 threads"
-    or "mkl; kernels off: <why>"."""
+    """The BLAS behind MLX's CPU matmuls and whether the CPU kernels run, in one line."""
     if not on_cpu():
         return "none (gpu)"
     announce_blas()
@@ -43,6 +40,6 @@ def blas_name() -> str:
 
 
 def announce_blas() -> None:
-    """Logs the BLAS behind MLX's CPU matmuls once (when the first model loads)."""
+    """Logs the BLAS behind MLX's CPU matmuls once."""
     if on_cpu():
         blas.announce()

@@ -1,10 +1,5 @@
-"""What this machine gives the process: memory, read bandwidth, allocator cache.
-
-* usable memory: the process's memory limit (cgroup v1/v2, Metal working set,
-  RAM) and what the rest of the machine leaves free;
-* read bandwidth: measured, as decode is bound by it (``mx.sum``, single-threaded
-  on the CPU backend, and a matvec, decode's access pattern through the BLAS);
-* mlx's allocator-cache limit, read without changing it.
+"""What this machine gives the process: usable memory (cgroup, Metal, RAM), read
+bandwidth (measured, cached per size), and mlx's allocator-cache limit (read unchanged).
 """
 
 from __future__ import annotations
@@ -59,8 +54,7 @@ def _cgroup_mounts() -> tuple[str | None, str | None]:
 
 
 def _cgroup_dirs(mount: str, rel: str) -> list[str]:
-    """The process's cgroup directory and its ancestors under ``mount`` (limits
-    are hierarchical); with a cgroup namespace the path may not exist, leaving the root."""
+    """The process's cgroup directory and its ancestors under ``mount`` (limits are hierarchical)."""
     dirs = []
     rel = rel.strip("/")
     while True:
@@ -132,22 +126,10 @@ def _metal_working_set() -> int | None:
 
 
 def usable_memory() -> tuple[int, int]:
-    """(usable_bytes, limit_bytes): what this process may use for the model now,
-    and the most it could ever get on this machine.
+    """(usable_bytes, limit_bytes): what this process may use now, and the most it could get.
 
-    ``limit`` is the smallest of physical RAM (``psutil.virtual_memory().total``),
-    the process's cgroup memory limit (v2 ``memory.max`` or v1
-    ``memory.limit_in_bytes``, this cgroup or an ancestor) and, on Apple silicon,
-    Metal's ``max_recommended_working_set_size``.
-
-    ``usable = min(limit, available + own RSS)``: ``available`` is what the rest
-    of the machine leaves free (it already excludes other processes' memory and
-    counts reclaimable page cache as free); this process's own resident memory —
-    the loaded weights above all — is added back, because a plan counts the
-    weights itself and must not subtract them twice. Inside a memory-limited
-    cgroup, others in the same cgroup are subtracted too: ``limit - (usage -
-    inactive file cache) + own RSS``. The figure is taken once the weights are
-    loaded; memory others free or take later changes it.
+    ``limit`` = min(RAM, cgroup limit, Metal working set); ``usable = min(limit,
+    available + own RSS)``: own RSS is added back because a plan counts the weights itself.
     """
     vm = psutil.virtual_memory()
     limit = int(vm.total)
@@ -166,9 +148,7 @@ def usable_memory() -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=8)
 def measure_read_bandwidth(nbytes: int = 256 * MIB) -> float:
-    """Bytes per second this device reads: the best of a few timed ``mx.sum``
-    reductions over a ``nbytes`` float32 array already in memory. Cached per size
-    (the first call allocates ``nbytes`` and takes about a second)."""
+    """Bytes per second an ``mx.sum`` over ``nbytes`` reads (best of five; cached per size)."""
     n = max(1, nbytes // 4)
     data = mx.random.uniform(shape=(n,), dtype=mx.float32)
     mx.eval(data)
@@ -185,10 +165,7 @@ def measure_read_bandwidth(nbytes: int = 256 * MIB) -> float:
 
 @functools.lru_cache(maxsize=8)
 def measure_matvec_bandwidth(nbytes: int = 256 * MIB, k: int = 4096) -> float:
-    """Bytes per second a [1, k] x [k, n] float32 matvec reads: decode's access
-    pattern (every weight once per step), through the BLAS and all its threads on
-    the CPU. Best of five over a ``nbytes`` matrix; cached per size (the first
-    call allocates ``nbytes`` for a moment)."""
+    """Bytes per second a [1, k] x [k, n] float32 matvec (decode's access pattern) reads; cached per size."""
     weights = mx.ones((max(1, nbytes // 4 // k), k), dtype=mx.float32)
     x = mx.ones((1, k), dtype=mx.float32)
     mx.eval(weights, x)
@@ -208,9 +185,8 @@ _cache_limit_lock = threading.Lock()
 
 
 def allocator_cache_limit() -> int | None:
-    """mlx's allocator-cache limit (``mx.set_cache_limit``), or None when it
-    cannot be read. mlx has no getter: the limit is read by raising it for an
-    instant (raising frees nothing) and restoring it."""
+    """mlx's allocator-cache limit, or None; read by raising it for an instant and restoring it."""
+
     try:
         with _cache_limit_lock:
             previous = mx.set_cache_limit(1 << 62)

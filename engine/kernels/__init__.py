@@ -1,16 +1,7 @@
-"""SIMD CPU kernels for MLX, as a C++ extension of custom primitives.
+"""SIMD CPU kernels for MLX (``csrc/``, built by ``python -m engine.kernels.build``).
 
-MLX's CPU backend computes exp, sigmoid, erf and softmax one element at a time and
-runs attention as separate matmul, mask and softmax ops. The extension
-(``csrc/``, built by ``python -m engine.kernels.build``) adds vectorised,
-multi-threaded kernels: fused attention (prefill and decode, causal, window and
-array masks, grouped-query heads, reading the KV cache in place), SiLU-gate, GELU,
-softmax, RoPE over fused projections, and matrix-vector products straight from
-8- and 4-bit quantized weights. ``decoder`` and ``encoder`` put them into loaded
-mlx-lm models and the BERT encoder, on the CPU backend only.
-
-``MLX_GRPC_KERNELS=off`` turns them off; without a build (no compiler, or mlx
-upgraded since) everything runs on mlx's own ops and ``status()`` says why.
+Invariant: applied on the CPU backend only, and only when built for the running mlx;
+otherwise (or with ``MLX_GRPC_KERNELS=off``) mlx's own ops run and ``status()`` says why.
 """
 
 from __future__ import annotations
@@ -28,8 +19,7 @@ __all__ = ["ENV_VAR", "PACKED_BATCH_SIZE", "KernelStatus", "status", "enabled", 
 log = logging.getLogger("engine.kernels")
 
 ENV_VAR = "MLX_GRPC_KERNELS"
-# Inputs per encoder batch when sequences are packed (encoder.py): no padding is
-# computed, so the bound only limits how long the first results wait.
+# Packed encoder batches compute no padding; this only bounds how long first results wait.
 PACKED_BATCH_SIZE = 128
 _OFF = {"off", "0", "no", "false", "none"}
 _ISA = {16: "avx512", 8: "avx2", 4: "sse/neon"}
@@ -54,8 +44,7 @@ def turned_off() -> bool:
 
 
 def status() -> KernelStatus:
-    """Whether the kernels can run here (loads the module once; ``MLX_GRPC_KERNELS``
-    is read on every call)."""
+    """Whether the kernels can run here (module loaded once; the env var read every call)."""
     global _status, _module
     if turned_off():
         return KernelStatus(False, f"{ENV_VAR}={os.environ.get(ENV_VAR)}")
@@ -70,8 +59,7 @@ def enabled() -> bool:
 
 
 def ext() -> ModuleType:
-    """The loaded extension module (once loaded, also while turned off: models that
-    took the kernels keep running them)."""
+    """The loaded extension (also while turned off: models that took it keep running it)."""
     if _module is None:
         status()
     if _module is None:
@@ -80,8 +68,7 @@ def ext() -> ModuleType:
 
 
 def announce() -> None:
-    """Logs once whether the kernels run (a WARNING, with the way to build them,
-    when the CPU backend runs without them)."""
+    """Logs once whether the kernels run."""
     global _announced
     if _announced or mx.default_device().type != mx.DeviceType.cpu:
         return
@@ -96,8 +83,7 @@ def announce() -> None:
 
 
 def apply_to_decoder(model, name: str = "") -> dict[str, int]:
-    """Puts the kernels into a loaded mlx-lm model when they are enabled; returns
-    what was replaced, by kind (empty when nothing was)."""
+    """Puts the kernels into a loaded mlx-lm model if enabled; returns counts replaced, by kind."""
     announce()
     if not enabled():
         return {}
@@ -107,7 +93,7 @@ def apply_to_decoder(model, name: str = "") -> dict[str, int]:
 
 
 def apply_to_encoder(encoder, name: str = "") -> dict[str, int]:
-    """The same for the BERT encoder (engine.embedding.encoder.EncoderModel)."""
+    """The same for the BERT encoder."""
     announce()
     if not enabled():
         return {}
@@ -144,7 +130,8 @@ def _load() -> tuple[ModuleType | None, KernelStatus]:
 
 
 def _self_test(module: ModuleType) -> str:
-    """A tiny call through the module: catches a binding ABI that differs from mlx's."""
+    """A tiny call through the module: catches a binding ABI differing from mlx's."""
+
     try:
         x = mx.array([[-2.0, -0.5, 0.0, 0.5, 2.0]])
         got = module.silu_gate(x, x, stream=mx.cpu)

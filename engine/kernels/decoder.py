@@ -1,15 +1,7 @@
 """The kernels in a loaded mlx-lm model (any architecture), on the CPU backend.
 
-``apply(model)``:
-
-1. Llama-family blocks become fused blocks (``fused.py``);
-2. nn.RMSNorm, nn.LayerNorm, RoPE and quantized layers anywhere in the model switch
-   to their kernel versions (``modules.py``);
-3. the attention and SwiGLU functions the model's own modules call
-   (``scaled_dot_product_attention`` and ``swiglu`` from mlx-lm) are wrapped by
-   dispatchers that use the kernels only while this model's ``__call__`` runs, so
-   every other model in the process (mlx-lm itself, in tests and the benchmark)
-   keeps the stock functions.
+Invariant: the wrapped mlx-lm functions use the kernels only while this model's ``__call__``
+runs, so every other model in the process keeps the stock functions.
 """
 
 from __future__ import annotations
@@ -70,7 +62,7 @@ _DISPATCH = {"scaled_dot_product_attention": (base.scaled_dot_product_attention,
 
 
 def _patch(module: ModuleType) -> list[str]:
-    """Wraps the stock functions ``module`` imported; names wrapped (now or before)."""
+    """Wraps the stock functions ``module`` imported; returns the names wrapped."""
     done = []
     for name, (stock, wrap) in _DISPATCH.items():
         current = getattr(module, name, None)

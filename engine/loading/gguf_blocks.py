@@ -1,13 +1,7 @@
-"""GGML block-quantized tensors as MLX affine-quantized weights (numpy only).
+"""GGML block-quantized tensors as MLX affine-quantized weights (``w = scale * u + bias``, groups of 32).
 
-MLX holds a weight as unsigned codes ``u`` in groups of 32 along a row with one
-float scale and bias per group: ``w = scale * u + bias``. Every type whose blocks
-carry one scale and one offset per 32 values maps onto that exactly (the same
-codes, the block's scale and offset): Q4_0, Q4_1 and Q4_K as 4-bit groups; Q8_0,
-Q5_0, Q5_1 and Q5_K as 8-bit groups (5-bit codes fit in 8 bits unchanged; Q8_0's
-signed codes shift by 128). Q6_K's scales cover 16 values, which a 32-group
-cannot hold, so it is dequantized and re-quantized to 8-bit min-max groups (not
-exact; each value within 1/510 of its group's range). Other types are refused.
+Invariant: types with one scale and offset per 32 values map exactly (same codes);
+Q6_K is re-quantized to 8-bit min-max groups (not exact); others are refused.
 """
 
 from __future__ import annotations
@@ -40,8 +34,7 @@ def _f16(raw: np.ndarray) -> np.ndarray:
 
 
 def _nibbles_32(qs: np.ndarray) -> np.ndarray:
-    """[n, 16] bytes -> [n, 32] codes: element i is byte i's low nibble, element
-    16 + i its high nibble (Q4_0/Q4_1/Q5_0/Q5_1 order)."""
+    """[n, 16] bytes -> [n, 32] codes: low nibbles first, then high nibbles."""
     return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
 
 
@@ -85,8 +78,7 @@ def _k_scales(b):
 
 
 def _q4_k_codes(qs: np.ndarray) -> np.ndarray:
-    """[n, 128] bytes -> [n, 256] codes: each 64-value chunk is 32 bytes, low nibbles
-    first then high nibbles."""
+    """[n, 128] bytes -> [n, 256] codes (per 64-value chunk: low nibbles, then high)."""
     n = qs.shape[0]
     chunks = qs.reshape(n, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
     return (chunks & 0x0F).reshape(n, 256)
@@ -111,7 +103,6 @@ _REQUANTIZED = ("Q6_K",)
 
 
 def supported_types() -> dict[str, str]:
-    """GGML type name -> how it is held."""
     out = {name: f"exact, {bits}-bit groups of 32" for name, (_, bits) in _EXACT.items()}
     out.update({name: "re-quantized to 8-bit groups of 32 (not exact)" for name in _REQUANTIZED})
     return out

@@ -1,9 +1,6 @@
-"""What a GGUF file's metadata says about its model, in Hugging Face terms: the
-architectures served (each mapped to an mlx-lm model class), the ``config.json``
-built from the ``<arch>.*`` keys, and the Hugging Face name of every tensor.
+"""A GGUF file's metadata in Hugging Face terms: served architectures, ``config.json``, tensor names.
 
-An architecture or tensor this module does not know raises ``UnsupportedModel``
-naming it, before any weight is converted.
+Invariant: an unknown architecture or tensor raises ``UnsupportedModel`` before any weight is converted.
 """
 
 from __future__ import annotations
@@ -76,10 +73,7 @@ def hf_name(base: str) -> str:
 
 
 def permute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
-    """llama.cpp's ``permute`` (convert_hf_to_gguf.py): HF rope order -> GGUF order.
-
-    ``n_head`` is the number of heads of this projection (KV heads for k_proj).
-    """
+    """llama.cpp's ``permute``: HF rope order -> GGUF order (``n_head``: this projection's heads)."""
     rows = weight.shape[0]
     halves = weight.reshape(n_head, 2, rows // n_head // 2, *weight.shape[1:])
     return halves.swapaxes(1, 2).reshape(weight.shape)
@@ -94,8 +88,7 @@ def unpermute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
 
 def build_config(meta: Mapping[str, Any], tensors: Collection[str],
                  rope_freqs: np.ndarray | None = None) -> dict[str, Any]:
-    """The ``config.json`` of a GGUF file, from its metadata and tensor names
-    (``rope_freqs``: the values of a ``rope_freqs.weight`` tensor, Llama 3's)."""
+    """The ``config.json`` of a GGUF file, from its metadata and tensor names."""
     arch = architecture(meta)
     prefix = str(meta["general.architecture"])
 
@@ -137,9 +130,7 @@ def build_config(meta: Mapping[str, Any], tensors: Collection[str],
 
 
 def llama3_rope_scaling(freqs: np.ndarray, base: float, dims: int) -> dict[str, Any]:
-    """Llama 3's rope_scaling from llama.cpp's ``rope_freqs`` (one factor per rotated
-    pair): the factor is its largest value; the other parameters are Llama 3's
-    (low 1, high 4, 8192 original positions), checked by recomputing every factor."""
+    """Llama 3's rope_scaling from llama.cpp's ``rope_freqs``, checked by recomputing every factor."""
     factor = float(np.max(freqs))
     scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 8192}

@@ -1,9 +1,6 @@
-"""A GGUF file as the converter reads it, through ``gguf`` (llama.cpp's own reader):
-its metadata as plain Python values and its tensors as memory-mapped numpy arrays
-with their GGML type, in row-major (numpy) shape order.
+"""A GGUF file as the converter reads it (via ``gguf``): plain metadata, memory-mapped tensors.
 
-Float32 metadata values are given by their shortest decimal form (``1e-05``, not
-``9.99999974e-06``), as the Hugging Face configs they came from wrote them.
+Invariant: shapes are row-major; float32 metadata is given in its shortest decimal form.
 """
 
 from __future__ import annotations

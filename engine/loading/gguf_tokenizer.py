@@ -1,8 +1,6 @@
-"""Build Hugging Face tokenizer files from the vocabulary stored in a GGUF file.
+"""Build Hugging Face tokenizer files from a GGUF file's byte-level BPE vocabulary.
 
-Only byte-level BPE vocabularies (``tokenizer.ggml.model == "gpt2"``) are
-supported. The pre-tokenizer is chosen from ``tokenizer.ggml.pre`` so that the
-text is split exactly as llama.cpp splits it before applying the merges.
+Invariant: the pre-tokenizer splits text exactly as llama.cpp does for ``tokenizer.ggml.pre``.
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ __all__ = [
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
 
-# Pre-tokenizers (`tokenizer.ggml.pre`) whose llama.cpp split is the GPT-2
-# byte-level regex, optionally preceded by isolating every digit (\p{N}).
+# Pre-tokenizers whose llama.cpp split is the GPT-2 regex (optionally digits isolated first).
 _GPT2_PRE = frozenset({"default", "gpt2", "mpt", "olmo", "jais"})
 _DIGIT_SPLIT_PRE = frozenset(
     {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"}
@@ -61,8 +58,7 @@ class GGUFVocab:
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> "GGUFVocab":
-        """Read the ``tokenizer.*`` keys of GGUF metadata (plain values, or arrays as
-        ``mx.load`` returns them)."""
+        """Read the ``tokenizer.*`` keys of GGUF metadata."""
 
         def opt_int(key: str) -> int | None:
             value = meta.get(key)
@@ -85,7 +81,7 @@ class GGUFVocab:
         )
 
     def token(self, token_id: int | None) -> str | None:
-        """The token text for an id, or None when the id is unset or out of range."""
+        """The token text for an id, or None when unset or out of range."""
         if token_id is None or not 0 <= token_id < len(self.tokens):
             return None
         return self.tokens[token_id]
@@ -96,11 +92,7 @@ def _list(values) -> list:
 
 
 def pre_tokenizer_for(pre: str) -> pre_tokenizers.PreTokenizer:
-    """The ``tokenizers`` pre-tokenizer reproducing llama.cpp's split for ``pre``.
-
-    ``smollm`` (and the StarCoder family) first isolates each digit, then applies
-    the GPT-2 byte-level regex, so "12345" becomes five pre-tokens.
-    """
+    """The ``tokenizers`` pre-tokenizer reproducing llama.cpp's split for ``pre``."""
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     if pre in _GPT2_PRE:
         return byte_level
@@ -116,10 +108,7 @@ def pre_tokenizer_for(pre: str) -> pre_tokenizers.PreTokenizer:
 
 
 def _added_tokens(vocab: GGUFVocab, kind: int) -> list[AddedToken]:
-    """Tokens of one llama.cpp token type, as added tokens matched whole in the text.
-
-    Control tokens become special tokens; user-defined ones plain added tokens.
-    """
+    """Tokens of one llama.cpp token type as added tokens (control tokens: special)."""
     special = kind == TOKEN_TYPE_CONTROL
     return [
         AddedToken(text, special=special, normalized=False)

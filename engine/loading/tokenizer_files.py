@@ -1,11 +1,6 @@
 """The files that let another program tokenize exactly as a loaded model does.
 
-A router that applies the chat template and tokenizes itself (and sends token
-ids) needs the tokenizer, its config with the chat template, the special tokens
-and the model's config. They are read from the model's directory (for a GGUF
-file: the directory it was converted into); when the template lives only in the
-loaded tokenizer, it is written into ``tokenizer_config.json`` so the files
-always carry it. Blocking file I/O: call off the event loop.
+Invariant: the files always carry the chat template. Blocking file I/O: call off the event loop.
 """
 
 from __future__ import annotations

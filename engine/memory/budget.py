@@ -1,11 +1,7 @@
 """Admission by memory: the ``plan`` accounting applied to the requests that run.
 
-``MemoryBudget`` lives on the engine thread. The scheduler asks it whether the head
-of the waiting queue fits beside the running requests (``try_reserve``) and gives
-the memory back when that request ends (``release``). Its facts
-(``would_ever_fit``, ``max_context``, ``budget_bytes``) change only when adapters
-load or unload (``set_resident``, engine thread, each one attribute swap), so the
-event loop may read them to refuse at once a request that could never run.
+Invariant: reservations belong to the engine thread; ``budget_bytes``/``max_context``
+change only by attribute swap in ``set_resident``, so the event loop may read them.
 """
 
 from __future__ import annotations
@@ -20,18 +16,10 @@ __all__ = ["MemoryBudget"]
 
 
 class MemoryBudget:
-    """What running requests have committed, against ``usable - weights - resident -
-    reserve`` (resident: loaded adapters, ``set_resident``).
+    """What running requests have committed, against ``usable - weights - resident - reserve``.
 
-    A set of running requests costs its KV cache plus one transient workspace (one
-    prefill step runs at a time) sized for the longest of them. With
-    ``padded_batch`` (the default) the KV is charged as the decode batch stores it:
-    mlx-lm's ``BatchKVCache`` left-pads every row to the longest, so ``n`` rows
-    cost ``n x`` the longest row's cache; without it each row is charged its own.
-
-    Invariants: ``committed_bytes <= budget_bytes`` whenever anything is reserved;
-    a key is reserved at most once; ``release`` of an unknown key does nothing.
-    Not thread-safe: ``try_reserve``/``release`` belong to one thread.
+    Invariants: ``committed_bytes <= budget_bytes`` whenever anything is reserved; a key
+    is reserved at most once. ``padded_batch``: n rows cost n x the longest row's KV.
     """
 
     def __init__(self, facts: ModelMemoryFacts, *, usable: int | None = None,
@@ -50,8 +38,7 @@ class MemoryBudget:
         self.set_resident(0)
 
     def set_resident(self, nbytes: int) -> None:
-        """Bytes resident beside the weights (loaded adapters): the budget shrinks by
-        them. Engine thread; callers check ``resident_room`` first."""
+        """Bytes resident beside the weights (adapters); engine thread, after ``resident_room``."""
         self.resident_bytes = int(nbytes)
         self.budget_bytes = self.usable_bytes - self.facts.weights_bytes - self.resident_bytes - self.reserve_bytes
         self.max_context = (0 if self.budget_bytes < 0
@@ -59,12 +46,11 @@ class MemoryBudget:
 
     @property
     def fixed_room(self) -> int:
-        """Bytes beside the weights and the reserve: fixed once built, so any thread may read it."""
+        """Bytes beside the weights and reserve; fixed, so any thread may read it."""
         return self.usable_bytes - self.facts.weights_bytes - self.reserve_bytes
 
     def resident_room(self) -> tuple[int, int]:
-        """(bytes that may be resident beside what running requests hold now, bytes
-        with nothing running): the most ``set_resident`` may take."""
+        """(most ``set_resident`` may take now, most with nothing running)."""
         idle = self.fixed_room
         return idle - self.committed_bytes, idle
 
@@ -88,8 +74,7 @@ class MemoryBudget:
         return self.budget_bytes >= 0 and self.cost([tokens]) <= self.budget_bytes
 
     def try_reserve(self, key: str, tokens: int) -> bool:
-        """Commits memory for ``key``'s context of ``tokens`` if it fits beside what is
-        committed now; False (nothing committed) otherwise."""
+        """Commits memory for ``key``'s ``tokens`` if it fits now; False (nothing committed) otherwise."""
         if tokens < 0:
             raise ValueError("tokens must be non-negative")
         if key in self._held:
@@ -100,12 +85,11 @@ class MemoryBudget:
         return True
 
     def release(self, key: str) -> None:
-        """Gives ``key``'s memory back; releasing twice (or an unknown key) does nothing."""
+        """Gives ``key``'s memory back; idempotent."""
         self._held.pop(key, None)
 
     @property
     def reserved(self) -> int:
-        """Requests holding memory."""
         return len(self._held)
 
     @property
@@ -114,5 +98,6 @@ class MemoryBudget:
 
     @property
     def available_bytes(self) -> int:
-        """Budget not committed to running requests (negative if the budget is)."""
+        """Budget not committed (negative if the budget is)."""
+
         return self.budget_bytes - self.committed_bytes

@@ -1,16 +1,6 @@
-"""Single-stream decode speed of a loaded model on this machine, measured at load.
+"""Single-stream decode speed of a loaded model, measured at load.
 
-A decode step reads every weight once, then the KV it attends, and pays a fixed
-cost for dispatching the model's ops (tens of microseconds each on the CPU
-backend, hundreds of ops per step), so
-
-    step_seconds(context) = overhead_seconds + (weights + kv_read(context)) / bandwidth
-
-``bandwidth`` comes from ``measure_matvec_bandwidth`` (decode's access pattern);
-``overhead_seconds`` is a real greedy decode step of the loaded model at a short
-context minus what reading its weights takes at that bandwidth (which is at least
-what the step itself achieved). ``MemoryPlan``
-then predicts the decode rate at any context from the two.
+Model: ``step_seconds = overhead_seconds + (weights + kv_read(context)) / bandwidth``.
 """
 
 from __future__ import annotations
@@ -32,21 +22,17 @@ __all__ = ["DecodeCalibration", "calibrate_decode", "measure_decode_step"]
 
 log = logging.getLogger("engine.memory.calibration")
 
-#: Prompt tokens in the cache while the decode step is timed.
 _CONTEXT = 16
-#: One calibration at a time: engines load on threads of their own, and two timings
-#: running together would each see half the machine.
+#: One calibration at a time: concurrent timings would each see half the machine.
 _LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
 class DecodeCalibration:
-    """What one single-stream decode step costs here: a read at ``bandwidth``
-    bytes per second plus ``overhead_seconds`` of fixed work."""
+    """One decode step's cost: a read at ``bandwidth`` bytes/s plus ``overhead_seconds``."""
 
     bandwidth: float
     overhead_seconds: float
-    #: The measured step, at ``context`` tokens of cache.
     step_seconds: float
     context: int
 
@@ -56,8 +42,7 @@ class DecodeCalibration:
 
 
 def measure_decode_step(model: nn.Module, *, context: int = _CONTEXT, steps: int = 8, warmup: int = 2) -> float:
-    """Median seconds of one greedy single-token step (forward, argmax, evaluation)
-    through fresh mlx-lm caches holding ``context`` tokens."""
+    """Median seconds of one greedy single-token step at ``context`` tokens of cache."""
     from mlx_lm.models.cache import make_prompt_cache  # noqa: PLC0415
 
     caches = make_prompt_cache(model)
@@ -76,8 +61,7 @@ def measure_decode_step(model: nn.Module, *, context: int = _CONTEXT, steps: int
 
 
 def calibrate_decode(model: nn.Module, facts: ModelMemoryFacts) -> DecodeCalibration | None:
-    """Measures bandwidth and per-step overhead for ``model``; None (logged) if the
-    model cannot be stepped this way."""
+    """Measures bandwidth and per-step overhead; None (logged) if the model cannot be stepped so."""
     try:
         with _LOCK:
             bandwidth = measure_matvec_bandwidth()
@@ -86,8 +70,7 @@ def calibrate_decode(model: nn.Module, facts: ModelMemoryFacts) -> DecodeCalibra
         log.warning("decode calibration failed; PlanMemory predicts from bandwidth alone", exc_info=True)
         return None
     read = facts.weights_bytes + kv_read_bytes(facts, _CONTEXT)
-    # The step itself read everything at least this fast (a matvec timed while the
-    # machine was busy may understate it).
+    # The step itself read at least this fast.
     bandwidth = max(bandwidth, read / step)
     overhead = step - read / bandwidth
     log.info("decode calibration: %.1f GB/s, step %.1f ms at %d tokens (%.1f ms beyond reading)",

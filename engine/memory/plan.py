@@ -1,8 +1,6 @@
 """Memory plans: the bytes a context needs, from ``ModelMemoryFacts`` and this machine.
 
-``kv_bytes``, ``kv_read_bytes`` and ``transient_bytes`` are the accounting;
-``plan_memory`` adds the weights and a reserve and compares with the usable
-memory (``machine.usable_memory``).
+Invariant: ``total = weights + kv + transient + reserve`` and ``fits = total <= usable``.
 """
 
 from __future__ import annotations
@@ -21,10 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["STRATEGY", "MemoryPlan", "default_reserve", "kv_bytes", "kv_read_bytes", "plan_memory",
            "transient_bytes"]
 
-#: Names the accounting below (``MemoryPlan.strategy``); informational.
 STRATEGY = "mlx-kv-cache/v1"
-#: Upper end of the ``max_safe_context`` search (a model whose every layer is a
-#: sliding window only grows through its attention scores).
 _MAX_CONTEXT_SEARCH = 1 << 40
 _SCORE_BYTES = 4  # attention scores and logits are materialized in float32
 _EMPTY: Mapping[str, int] = MappingProxyType({})
@@ -32,12 +27,7 @@ _EMPTY: Mapping[str, int] = MappingProxyType({})
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """The admission contract: what serving consumes.
-
-    ``total_bytes = weights_bytes + kv_bytes + transient_bytes + reserve_bytes``
-    and ``fits`` is ``total_bytes <= usable_bytes``. Optional fields are None
-    (or empty) when unknown or not reserved.
-    """
+    """The admission contract; optional fields are None (or empty) when unknown."""
 
     strategy: str
     fits: bool
@@ -50,20 +40,16 @@ class MemoryPlan:
     total_bytes: int
     usable_bytes: int
     predicted_decode_tps: float | None
-    #: mlx allocator-cache limit, distinct from the process admission limit.
     allocator_limit_bytes: int | None = None
-    #: Generated-token allowance reserved within ``context_tokens``; None when none.
     max_generation_tokens: int | None = None
-    #: Parts of ``weights_bytes`` held in streaming tiers instead of resident memory.
     streamed_weights: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
-    #: RAM the plan leaves to the rest of the machine (may be negative when it does not fit).
     machine_headroom_bytes: int | None = None
     #: Part of ``weights_bytes`` held by loaded adapters.
     adapter_bytes: int = 0
     schema_version: int = 1
 
     def figures(self) -> dict[str, str]:
-        """The main numbers as strings, e.g. for error metadata (``ErrorInfo``)."""
+        """The main numbers as strings (error metadata)."""
         out = {"fits": "true" if self.fits else "false"}
         out.update((name, str(getattr(self, name))) for name in (
             "context_tokens", "max_safe_context", "weights_bytes", "kv_bytes", "transient_bytes",
@@ -75,9 +61,6 @@ class MemoryPlan:
         if self.machine_headroom_bytes is not None:
             out["machine_headroom_bytes"] = str(self.machine_headroom_bytes)
         return out
-
-
-# ----------------------------------------------------------------------- accounting
 
 
 def _round_up(n: int, step: int) -> int:
@@ -93,29 +76,16 @@ def _stored_tokens(facts: ModelMemoryFacts, tokens: int, window: int | None, chu
         if chunk is None or chunk % step == 0:
             return _round_up(tokens, step)
         return tokens + _round_up(chunk, step) - 1
-    # RotatingKVCache grows by min(step, max_size - offset) from wherever the
-    # prefill left it, so until the window is full it may hold up to step - 1
-    # tokens of room beyond the context; once full it holds exactly max_size.
+    # A rotating cache may hold step - 1 tokens of room until its window is full.
     return min(tokens + step - 1, window)
 
 
 def kv_bytes(facts: ModelMemoryFacts, tokens: int, rows: int = 1, *, chunk: int | None = None) -> int:
-    """Bytes of KV cache ``rows`` rows of ``tokens`` tokens each occupy.
+    """Bytes of KV cache ``rows`` rows of ``tokens`` tokens each occupy, recurrent state included.
 
-    mlx-lm's ``KVCache`` allocates in steps of ``facts.kv_step`` (256) tokens, so
-    a full-attention layer is charged ``ceil(tokens / 256) * 256`` tokens. That
-    is exact when every prefill step but the last is a multiple of 256 tokens
-    (or the prompt goes in at once) and decode appends one token at a time —
-    ``chunk=None``, the default. With prefill steps of other sizes up to
-    ``chunk`` tokens, a growth can start off a step boundary and the buffer may
-    hold up to ``round_up(chunk, 256) - 1`` tokens beyond the context; pass
-    ``chunk`` to be charged that bound instead.
-
-    A sliding-window layer (``RotatingKVCache``) stores at most its window:
-    it is charged ``min(tokens + 255, window)`` (exact once the window is full;
-    an upper bound before, as growth steps start wherever the prefill stopped).
-    Its overshoot while a chunk is appended is transient (``transient_bytes``).
-    Fixed recurrent state (``state_bytes_per_layer``) is included per row.
+    Full-attention layers are charged in ``facts.kv_step`` steps (plus up to
+    ``round_up(chunk, step) - 1`` when prefill steps are ``chunk`` off-step);
+    sliding-window layers ``min(tokens + step - 1, window)``.
     """
     if tokens < 0 or rows < 0:
         raise ValueError("tokens and rows must be non-negative")
@@ -129,8 +99,7 @@ def kv_bytes(facts: ModelMemoryFacts, tokens: int, rows: int = 1, *, chunk: int 
 
 
 def kv_read_bytes(facts: ModelMemoryFacts, tokens: int) -> int:
-    """Bytes of KV one decode step reads for one row at ``tokens`` of context:
-    the tokens attended (a window's worth at most), not the buffer's room."""
+    """Bytes of KV one decode step reads for one row: the tokens attended, not the buffer's room."""
     return facts.state_bytes + sum(
         per_token * (tokens if window is None else min(tokens, window))
         for per_token, window in zip(facts.kv_bytes_per_token_per_layer, facts.window_per_layer)
@@ -138,30 +107,12 @@ def kv_read_bytes(facts: ModelMemoryFacts, tokens: int) -> int:
 
 
 def transient_bytes(facts: ModelMemoryFacts, chunk: int, context: int, *, rows: int = 1) -> int:
-    """Workspace beyond weights and KV while a ``chunk``-token prefill step runs
-    at ``context`` tokens (and while a decode step of ``rows`` rows runs).
+    """Peak workspace beyond weights and KV while a ``chunk``-token prefill step (or a
+    ``rows``-row decode step) runs at ``context`` tokens; with ``c = min(chunk, context)``:
+    activations ``c(8 hidden + 4 intermediate)``, float32 scores and mask
+    ``c context (4 heads + 1)``, logits ``rows vocab 4``, one layer's KV buffer (growth
+    copies layer by layer), and sliding-window room up to ``window - 1 + c``."""
 
-    Terms (``c = min(chunk, context)``, at least 1), each checked against
-    ``mx.get_peak_memory()`` around real mlx-lm forwards (``tests/test_memory.py``):
-
-    * activations: ``c x (8 x hidden + 4 x intermediate) x activation bytes``:
-      residual stream, normed input, queries, rotated and scaled queries,
-      attention output and projections (about 8 x hidden live at once); gate,
-      up, sigmoid(gate) and their product in the MLP (4 x intermediate);
-    * attention scores: ``c x context x (heads x 4 + 1)`` bytes, the float32
-      score matrix an unfused (fallback) attention materializes for the chunk,
-      plus its boolean causal mask;
-    * logits: ``rows x vocab x 4`` bytes, for the last position of each row
-      only (mlx evaluates lazily; the engine never evaluates a prefill chunk's
-      other logits);
-    * cache growth: ``rows x`` the largest single layer's KV buffer at
-      ``context`` — a ``KVCache`` grows by concatenating its old buffer into a
-      new one, layer by layer, so one layer's old copy is alive at once
-      (measured: the peak of a growth step is one layer's buffer plus the step);
-    * sliding-window overshoot: while a chunk is appended a ``RotatingKVCache``
-      holds up to ``window - 1 + c`` tokens before trimming to its window; the
-      room beyond what ``kv_bytes`` charges is counted here.
-    """
     if chunk < 1 or context < 0 or rows < 1:
         raise ValueError("chunk and rows must be positive, context non-negative")
     c = max(1, min(chunk, context))
@@ -181,9 +132,6 @@ def transient_bytes(facts: ModelMemoryFacts, chunk: int, context: int, *, rows: 
 def default_reserve(usable: int) -> int:
     """Safety reserve: the larger of 256 MiB and 5% of usable memory."""
     return max(256 * MIB, usable // 20)
-
-
-# ---------------------------------------------------------------------------- plan
 
 
 def _kv_chunk(facts: ModelMemoryFacts, prefill_chunk: int) -> int | None:
@@ -240,27 +188,13 @@ def plan_memory(
     decode: DecodeCalibration | None = None,
     context_limit: int | None = None,
 ) -> MemoryPlan:
-    """The memory ``rows`` rows of ``context_tokens`` tokens (prompt plus
-    ``max_generation_tokens`` of output) need on this machine.
+    """The memory ``rows`` rows of ``context_tokens`` tokens (output included) need here.
 
-    ``total = weights + kv + transient + reserve``; ``fits = total <= usable``.
-    ``usable`` (and ``machine_total``) default to ``usable_memory()``; the
-    reserve to ``default_reserve(usable)``.
-
-    * ``max_safe_context``: the largest context (per row) whose total fits,
-      found by binary search, capped at ``context_limit`` (the model's context
-      length) when given; 0 when not even an empty context fits.
-    * ``predicted_decode_tps``: single-stream decode rate when a step reads the
-      weights plus the KV attended at ``context_tokens``: from ``decode`` (the
-      bandwidth and per-step overhead measured when the model loaded) when
-      given, else ``bandwidth`` / those bytes (``bandwidth`` defaults to
-      ``measure_matvec_bandwidth()``, cached), an upper bound that ignores the
-      per-step overhead.
-    * ``machine_headroom_bytes``: ``machine_total - total``, the RAM the plan
-      leaves to the rest of the machine (negative: it would push others out);
-      None when ``usable`` is given without ``machine_total``.
-    * ``allocator_limit_bytes``: mlx's allocator-cache limit, if readable.
+    ``usable``/``machine_total`` default to ``usable_memory()``, the reserve to
+    ``default_reserve``; ``max_safe_context`` is capped at ``context_limit`` and is
+    0 when not even an empty context fits. Raises ValueError on bad counts.
     """
+
     if context_tokens < 0 or max_generation_tokens < 0:
         raise ValueError("token counts must be non-negative")
     if max_generation_tokens > context_tokens:

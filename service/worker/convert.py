@@ -1,11 +1,7 @@
 """The worker contract's messages <-> engine types, in one place. Translation only.
 
-Defaults follow the contract's other workers (vLLM, SGLang): an unset temperature
-samples at 1.0, the OpenAI default; zero ``top_p`` and ``repetition_penalty`` mean
-unset. A stream carries chunks with the new token ids and running totals
-(prompt, completion and cached tokens), then one complete message with the finish
-reason; an unstreamed request gets the complete message alone, with every output
-id and logprob in it.
+Defaults follow the contract's other workers: unset temperature is 1.0; zero ``top_p`` and
+``repetition_penalty`` mean unset.
 """
 
 from __future__ import annotations
@@ -41,8 +37,8 @@ def generation_request(msg: mlx_pb.GenerateRequest) -> GenerationRequest:
 
 
 def generation_counts(msg: mlx_pb.GenerateRequest) -> RequestCounts:
-    """The repeated fields' sizes, measured on the wire message (in our API's field
-    names; ``in_contract_terms`` renames them)."""
+    """The repeated fields' sizes, measured on the wire message (in our API's field names)."""
+
     sp = msg.sampling_params
     return RequestCounts(
         prompt_ids=len(msg.tokenized.input_ids) if msg.WhichOneof("input") == "tokenized" else 0,

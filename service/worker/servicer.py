@@ -1,13 +1,7 @@
-"""``mlx.grpc.engine.MlxEngine``: the worker contract, on the default generation model.
+"""``mlx.grpc.engine.MlxEngine``: the worker contract, on the first generation model.
 
-A gateway treats each server as one worker serving one model: the first
-generation model. Generate, Abort and the load figures go through the same
-``GenerationEngine`` as our own Generate and Cancel, with the same limits checked
-before any work (the request id's length and the repeated fields' counts on the
-wire message, at most ``MAX_ABORT_IDS`` ids per Abort); errors leave through
-``@mapped`` with the same codes and details. An unstreamed Generate's one reply
-is checked against the message limit: RESOURCE_EXHAUSTED (RESPONSE_TOO_LARGE), not a
-failed send. Requests run as the caller's tenant, and Abort reaches only its ids.
+Invariants: it goes through the same engine, limits and ``@mapped`` errors as InferenceService;
+requests run as the caller's tenant, and Abort reaches only its ids.
 """
 
 from __future__ import annotations
@@ -64,7 +58,8 @@ class WorkerServicer(mlx_grpc.MlxEngineServicer):
         async for event in engine.generate(request_):
             message = responses.add(event)
             if message is not None and not request.stream:
-                size = message.ByteSize()  # all output in one message: it may not fit
+                size = message.ByteSize()
+
                 if size > self.max_message_bytes:
                     raise ResponseTooLarge(size, self.max_message_bytes)
             if message is not None:

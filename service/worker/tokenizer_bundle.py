@@ -1,8 +1,6 @@
 """The tokenizer as the worker contract ships it: one zip, streamed in chunks.
 
-The zip is deterministic (sorted names, fixed timestamps), so replicas serving the
-same model send byte-identical bundles with the same sha256, which the gateway
-uses as the tokenizer's fingerprint. The sha256 rides on the last chunk only.
+Invariant: the zip is deterministic, so replicas send identical bytes and sha256 (last chunk only).
 """
 
 from __future__ import annotations
