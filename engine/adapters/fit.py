@@ -13,6 +13,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..errors import AdapterMismatch
+from ..loading.traits import decoder_blocks
 from .source import AdapterSource
 
 SHOWN = 4  # differences quoted per kind in a refusal
@@ -71,7 +72,7 @@ _LINEAR = (nn.Linear, nn.QuantizedLinear)
 
 def target_layers(model: nn.Module, num_layers: int, keys: tuple[str, ...] | None) -> dict[str, Target]:
     """The adapter's name for each layer it applies to -> where that layer runs."""
-    blocks = list(getattr(model, "layers", ()))
+    blocks = decoder_blocks(model)
     if keys is None:
         found: set[str] = set()
         for block in blocks:

@@ -13,13 +13,12 @@ from mlx_lm.models.base import scaled_dot_product_attention
 
 from . import ext, ops
 from ..layering import KERNEL, install, layers_of, only_kernels
+from ..loading.traits import FUSED_FAMILIES
 
 # (module, class) of the stock blocks whose __call__ these reproduce.
-ATTENTION = {("mlx_lm.models.llama", "Attention"), ("mlx_lm.models.qwen2", "Attention"),
-             ("mlx_lm.models.qwen3", "Attention")}
-MLP = {("mlx_lm.models.llama", "MLP"), ("mlx_lm.models.qwen2", "MLP"), ("mlx_lm.models.qwen3", "MLP")}
-BLOCK = {("mlx_lm.models.llama", "TransformerBlock"), ("mlx_lm.models.qwen2", "TransformerBlock"),
-         ("mlx_lm.models.qwen3", "TransformerBlock")}
+ATTENTION = {(f"mlx_lm.models.{f}", "Attention") for f in FUSED_FAMILIES}
+MLP = {(f"mlx_lm.models.{f}", "MLP") for f in FUSED_FAMILIES}
+BLOCK = {(f"mlx_lm.models.{f}", "TransformerBlock") for f in FUSED_FAMILIES}
 
 
 _PLAIN_CALLS = {nn.Linear.__call__, nn.QuantizedLinear.__call__}

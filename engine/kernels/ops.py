@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import mlx.nn as nn
 
+from ..loading.traits import rope_kind
 from . import ext
 
 F32 = mx.float32
@@ -67,13 +68,13 @@ def _offset_array(offset: int) -> mx.array:
 
 def rope_spec(module: nn.Module) -> RopeSpec | None:
     """The RopeSpec of nn.RoPE or mlx-lm's Llama3RoPE (others: None)."""
-    name = type(module).__name__
-    if isinstance(module, nn.RoPE) and type(module) is nn.RoPE:
+    kind = rope_kind(module)
+    if kind == "rope":
         half = module.dims // 2
         step = mx.array(math.log(module.base) / half, dtype=F32)
         inv = mx.exp(mx.arange(0, -half, -1, dtype=F32) * step)
         return RopeSpec(module.dims, module.traditional, float(module.scale), _ready(inv))
-    if name == "Llama3RoPE" and type(module).__module__ == "mlx_lm.models.rope_utils":
+    if kind == "llama3":
         freqs = getattr(module, "_freqs", None)
         if freqs is None:
             return None

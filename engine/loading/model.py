@@ -98,9 +98,9 @@ def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "a
     weight_dtype = _weight_dtype(model)
     name = name or default_name(source)
     log.info("loaded %s from %s (%s, %s)", name, source, config.get("model_type"), weight_dtype)
+    traits = traits_of(model, tokenizer, config)  # before the kernels change the module tree
     applied = kernels.apply_to_decoder(model, name) if use_kernels else {}
-    return LoadedModel(name, model, tokenizer, config, str(source), artifact, weight_dtype, applied,
-                       traits_of(model, tokenizer, config))
+    return LoadedModel(name, model, tokenizer, config, str(source), artifact, weight_dtype, applied, traits)
 
 
 def default_name(source: str | Path) -> str:

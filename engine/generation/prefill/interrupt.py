@@ -22,6 +22,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ...layering import CHECKPOINT, install
+from ...loading.traits import decoder_blocks
 
 
 class Interrupted(Exception):
@@ -32,7 +33,7 @@ class LayerCheckpoints:
     def __init__(self, model: nn.Module):
         self._check: Callable[[], bool] | None = None
         self.layers_run = 0  # layers evaluated while armed (for tests and profiles)
-        for layer in getattr(model, "layers", ()):
+        for layer in decoder_blocks(model):
             if not hasattr(layer, "_checkpoints"):
                 layer._checkpoints = weakref.WeakSet()  # a plain attribute, not a child module
             layer._checkpoints.add(self)
