@@ -1,16 +1,8 @@
 """The engine thread: owns a model, its caches, its sequences and all MLX work for it.
 
-The asyncio side talks to it only through typed messages on a thread-safe inbox (one
-class per operation; queries are answered through a future);
-events leave through each sequence's delivery sink (which hands them to the event
-loop with ``call_soon_threadsafe``). The model is loaded on this thread, so every
-MLX array of the model lives and is used here.
-
-A failed tick fails the running sequences and the loop goes on; anything that
-escapes the loop (a failure while handling messages or failing sequences, a
-BaseException) kills the thread: it records why (``fault``), ends every sequence
-and call it holds, and stops. The heartbeat marks each iteration so a watchdog can
-tell a stuck thread (``fault`` with a stall timeout) from an idle one.
+Other threads reach it only through typed messages on its inbox. A failed tick fails
+the running rows and the loop goes on; anything escaping the loop kills the thread,
+which records why (``died``) and ends everything it holds.
 """
 
 from __future__ import annotations
@@ -35,8 +27,6 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Submit:
-    """A new sequence for the waiting queue."""
-
     sequence: Sequence
 
 
@@ -49,7 +39,7 @@ class Cancel:
 
 @dataclass(frozen=True)
 class Stats:
-    """Asks for the scheduler's snapshot (``SchedulerStats``)."""
+    """Asks for ``SchedulerStats``."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +69,7 @@ class UnloadAdapter:
 
 @dataclass(frozen=True)
 class Probe:
-    """Runs ``fn(scheduler)`` between ticks: the tests' seam (fault injection); the
-    engine itself never sends it."""
+    """Tests only: runs ``fn(scheduler)`` between ticks."""
 
     fn: Callable[[object], object]
 
@@ -102,9 +91,8 @@ class _Asked:
 class Worker(Generic[T]):
     """Runs ``load()`` then a loop of ``scheduler.tick()`` on its own thread.
 
-    ``make_scheduler(loaded)`` builds the scheduler from the loaded state; it must
-    provide ``idle``, ``submit(sequence)``, ``cancel(request_id)``, ``answer(query)``,
-    ``tick()``, ``fail_running(message)`` and ``shutdown(message, reason)``.
+    The scheduler provides ``idle``, ``submit``, ``cancel``, ``answer``, ``tick``,
+    ``fail_running`` and ``shutdown``.
     """
 
     def __init__(self, name: str, load: Callable[[], T], make_scheduler: Callable[[T], object]):
@@ -115,8 +103,8 @@ class Worker(Generic[T]):
         self.ready: Future[T] = Future()
         self.heartbeat = Heartbeat()
         self.died = ""  # why the thread died, once it has
-        self._pending = Pending()  # futures of calls not answered yet
-        self._serving = False  # loaded, in the loop
+        self._pending = Pending()
+        self._serving = False
         self._stopping = False
         self._abandoned = False  # given up for broken: stop() does not wait for it
         self._thread = threading.Thread(target=self._run, name=f"engine-{name}", daemon=True)
@@ -143,8 +131,8 @@ class Worker(Generic[T]):
         return self.ask(Probe(fn))
 
     def fault(self, stall_timeout_s: float = 0.0) -> str:
-        """Why the thread no longer serves: it died, ended unasked, or (``stall_timeout_s``
-        > 0) has been busy on one iteration for longer than that; "" while it serves."""
+        """Why the thread no longer serves (died, ended, or stalled past ``stall_timeout_s``
+        > 0); "" while it serves."""
         if self.died:
             return f"its engine thread died: {self.died}"
         if self._serving and not self._stopping and not self._thread.is_alive():
@@ -155,14 +143,13 @@ class Worker(Generic[T]):
         return ""
 
     def give_up(self, error: EngineDead) -> None:
-        """Event loop: fails every call waiting on the thread (and any made later);
-        ``stop`` will not wait for the thread."""
+        """Event loop: fails every call waiting on the thread, and any made later."""
         self._abandoned = True
         self._pending.fail_all(error)
 
     def stop_requested(self, request_id: str) -> bool:
-        """Engine thread only: whether a Cancel of ``request_id`` (or a Shutdown) is
-        waiting. Messages read while looking are handled, in order, at the next drain."""
+        """Engine thread: whether a Cancel of ``request_id`` or a Shutdown is waiting.
+        Messages read ahead are handled, in order, at the next drain."""
         while True:
             try:
                 self._early.append(self._inbox.get_nowait())
