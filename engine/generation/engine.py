@@ -1,8 +1,5 @@
 """The generation engine's asyncio facade: validate, refuse at once, tokenize, submit.
-
-The facade never touches MLX; a submitted ``Sequence`` belongs to the engine thread
-(a request's life: docs/ARCHITECTURE.md).
-"""
+It never touches MLX; a submitted ``Sequence`` belongs to the engine thread."""
 
 from __future__ import annotations
 
@@ -51,11 +48,9 @@ log = logging.getLogger("engine.generation.engine")
 
 @dataclass(frozen=True)
 class EngineStats(SchedulerStats):
-    """The engine thread's snapshot plus the event loop's view of requests."""
-
     tracked: int  # requests the facade knows, in any state
-    in_flight: int  # submitted to the engine thread and not finished
-    tenants: tuple[TenantStats, ...] = ()  # per tenant with requests since the model loaded
+    in_flight: int  # submitted and not finished
+    tenants: tuple[TenantStats, ...] = ()
 
 
 class GenerationEngine:
@@ -84,7 +79,6 @@ class GenerationEngine:
             self._streams.fail_submitted(error.message), self._worker.give_up(error)))
 
     async def start(self) -> None:
-        """Loads the model on the engine thread; returns when it is ready."""
         self._loaded = await asyncio.wrap_future(self._worker.start())
         self._prompts = PromptEncoder(self._loaded, self.config.limits)
         self.name = self._tenants.model = self._loaded.name
@@ -101,7 +95,7 @@ class GenerationEngine:
         return self._loaded
 
     async def close(self) -> None:
-        """Refuses new requests, ends the others (CANCELLED) and stops the thread."""
+        """Ends open requests (CANCELLED) and stops the thread."""
         self._closing = True
         self.adapters.close()
         await asyncio.to_thread(self._worker.stop)
@@ -167,17 +161,17 @@ class GenerationEngine:
 
     @property
     def grammar_stats(self) -> GrammarStats | None:
-        """Structured-output counters (read at scrape time); None before the model loads."""
+        """None before the model loads."""
         return self._grammars.stats if self._grammars is not None else None
 
     @property
     def active(self) -> int:
-        """Requests running (started, not finished), as the event loop last heard."""
+        """Started and not finished, as the event loop last heard."""
         return self._streams.running
 
     @property
     def queued(self) -> int:
-        """Requests submitted and waiting to start, as the event loop last heard."""
+        """Submitted and not started, as the event loop last heard."""
         return self._streams.in_flight - self._streams.running
 
     def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
@@ -195,7 +189,6 @@ class GenerationEngine:
 
     @property
     def max_prompt_tokens(self) -> int:
-        """The longest prompt a request may have (the limit, within the context)."""
         self.loaded
         return self._prompts.max_prompt_tokens
 
@@ -215,7 +208,6 @@ class GenerationEngine:
         return True
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
-        """Streams Started, Deltas and a Finished event for one request."""
         m = self.loaded
         if self._closing:
             raise NotReady("the server is shutting down", retry_after_s=1.0)

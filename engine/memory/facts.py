@@ -1,8 +1,5 @@
-"""What a loaded model occupies, as the memory accounting needs it.
-
-Read off the arrays and cache objects the model really holds, not guessed; derived
-from ``config.json`` only when the model cannot be driven by a one-token forward.
-"""
+"""What a loaded model occupies, read off the arrays and caches it really holds;
+derived from ``config.json`` only when a one-token forward cannot drive it."""
 
 from __future__ import annotations
 
@@ -18,7 +15,7 @@ from ..loading.traits import config_value
 
 __all__ = ["KV_STEP", "ModelMemoryFacts", "facts_from_model"]
 
-#: mlx-lm's ``KVCache.step`` / ``RotatingKVCache.step``: caches grow in this many tokens.
+#: mlx-lm's ``KVCache.step``: caches grow in this many tokens.
 KV_STEP = 256
 
 
@@ -57,7 +54,6 @@ class ModelMemoryFacts:
 
 
 def _leaf_caches(caches: Sequence[Any]) -> list[Any]:
-    """Flattens ``CacheList``-style containers (anything with ``.caches``)."""
     out: list[Any] = []
     for cache in caches:
         inner = getattr(cache, "caches", None)
@@ -111,8 +107,7 @@ def _activation_dtype_bytes(model: nn.Module) -> int:
 
 
 def _probe_caches(model: nn.Module) -> tuple[list[int], list[int | None], list[int], int, int, int]:
-    """Per-token bytes, windows, state bytes, activation dtype size, vocabulary and
-    step, read off a one-token forward through a fresh cache."""
+    """Per-token bytes, windows, state bytes, activation size, vocabulary and step."""
     from mlx_lm.models.cache import make_prompt_cache  # noqa: PLC0415
 
     caches = make_prompt_cache(model)
@@ -160,7 +155,6 @@ def _config_caches(model: nn.Module, config: Mapping[str, Any], act_bytes: int) 
 
 
 def facts_from_model(model: nn.Module, config: Mapping[str, Any]) -> ModelMemoryFacts:
-    """Facts about a loaded mlx-lm model; the workspace sizes come from ``config``."""
     weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
     act_bytes = _activation_dtype_bytes(model)
     vocab = int(config_value(config, "vocab_size", default=0))

@@ -1,9 +1,6 @@
-"""Response formats compiled into llguidance matchers on a pool of their own, never
-on the event loop or the engine thread.
-
-A busy pool is overload (``CompilerBusy``), not bad input; only a format whose own
-compile fails or exceeds its limits is InvalidRequest. Cached matchers never advance.
-"""
+"""Response formats compiled into llguidance matchers on a pool of their own, never on
+the event loop or the engine thread. A busy pool is overload (``CompilerBusy``), not
+bad input. Cached matchers never advance: each request gets a copy."""
 
 from __future__ import annotations
 
@@ -27,15 +24,14 @@ log = logging.getLogger("engine.generation.grammar")
 
 @dataclass(frozen=True)
 class Compiled:
-    """A compiled format: a fresh matcher to copy, or why the format is invalid."""
+    """A fresh matcher to copy, or why the format is invalid."""
 
     matcher: LLMatcher | None
     error: str = ""
 
 
 def grammar_tokenizer(tokenizer, vocab_size: int, eos_ids: frozenset[int]) -> LLTokenizer | None:
-    """llguidance's view of a model's fast tokenizer, masks ``vocab_size`` wide, EOS ids
-    as stop tokens; None if it has no fast tokenizer."""
+    """Masks ``vocab_size`` wide, EOS ids as stop tokens; None without a fast tokenizer."""
     try:
         backend = copy.copy(getattr(tokenizer, "backend_tokenizer", tokenizer))
         backend.no_padding()
@@ -47,8 +43,6 @@ def grammar_tokenizer(tokenizer, vocab_size: int, eos_ids: frozenset[int]) -> LL
 
 
 class Grammars:
-    """One model's structured output: its grammar tokenizer, compile pool and cache."""
-
     def __init__(self, tokenizer: LLTokenizer | None, limits: GrammarLimits = GrammarLimits()):
         self.tokenizer = tokenizer
         self.limits = limits
@@ -91,8 +85,7 @@ class Grammars:
         return Unsupported("this model's tokenizer cannot drive a grammar; response_format is not supported")
 
     async def _late(self, future: asyncio.Future, started: list[float]) -> Compiled:
-        """After the timeout: CompilerBusy if not begun, else what is left of its own
-        timeout from its start."""
+        """CompilerBusy if not begun, else what is left of its own timeout from its start."""
         too_long = Compiled(None, f"compiling took longer than {self.limits.compile_timeout_s:g} s")
         if not started:
             future.cancel()

@@ -1,9 +1,5 @@
 """The token masks of one step: every constrained site filled at once, then applied.
-
-Free rows get an all-allowed mask (scores + 0, unchanged). With drafts a row has one
-site per position; sites past a refused draft stay all-allowed, as verification
-never keeps a token chosen there.
-"""
+Free rows, and sites past a refused draft (never kept), stay all-allowed."""
 
 from __future__ import annotations
 
@@ -28,7 +24,6 @@ _executor_lock = threading.Lock()
 
 
 def executor() -> LLExecutor:
-    """The process's llguidance thread pool."""
     global _executor
     with _executor_lock:
         if _executor is None:
@@ -48,8 +43,6 @@ def _on_metal() -> bool:
 
 
 class SiteMasks:
-    """Allowed ids at each sample site of a step."""
-
     def __init__(self, bits: np.ndarray, vocab: int):
         self.bits = bits  # [sites, words]
         self._bias = None if _on_metal() else mx.array(bias(bits, vocab))

@@ -1,8 +1,5 @@
-"""Choosing tokens for a whole batch at once.
-
-A seeded draw depends only on (seed, step), never on a shared random stream: a
-request yields the same tokens alone or inside any batch.
-"""
+"""Choosing tokens for a whole batch at once. A seeded draw depends only on (seed,
+step): a request yields the same tokens alone or inside any batch."""
 
 from __future__ import annotations
 
@@ -53,8 +50,7 @@ class SamplingState:
             del self._recent[: len(self._recent) - self._window]
 
     def process(self, scores: mx.array, extra: Sequence[int] = ()) -> mx.array:
-        """One row of scores [V] (float32) with bias and penalties; ``extra`` (drafts
-        before this position) counts as emitted."""
+        """Scores [V] with bias and penalties; ``extra`` (earlier drafts) counts as emitted."""
         o = self.options
         recent, counts = self._recent, self._counts
         if extra:
@@ -77,16 +73,13 @@ class SamplingState:
 
 
 class Masks(Protocol):
-    """Allowed ids per sample site (``grammar.masks.SiteMasks``)."""
-
     def apply(self, scores: mx.array) -> mx.array: ...
 
 
 def choose(scores: mx.array, states: Sequence[SamplingState], steps: Sequence[int],
            extras: Sequence[Sequence[int]] | None = None, masks: Masks | None = None) -> mx.array:
-    """Ids [N] (lazy) from ``scores`` [N, V]: site ``i`` chooses token ``steps[i]`` of
-    ``states[i]``, its history extended by ``extras[i]``; ``masks`` apply after the
-    processors."""
+    """Ids [N] (lazy): site ``i`` chooses token ``steps[i]`` of ``states[i]``, its history
+    extended by ``extras[i]``; ``masks`` apply after the processors."""
     scores = scores.astype(mx.float32)
     processed = [i for i, s in enumerate(states) if s.has_processors]
     if processed:
@@ -106,8 +99,7 @@ def choose(scores: mx.array, states: Sequence[SamplingState], steps: Sequence[in
 
 
 def _mask(scores: mx.array, options: Sequence[SamplingOptions]) -> mx.array:
-    """Temperature, then top-k, min-p, top-p, each on what the previous left; excluded
-    ids get -inf."""
+    """Temperature, then top-k, min-p, top-p, each on what the previous left."""
     vocab = scores.shape[-1]
     neg_inf = mx.array(-float("inf"), dtype=mx.float32)
     scores = scores / mx.array([o.temperature for o in options], dtype=mx.float32)[:, None]

@@ -1,9 +1,6 @@
 """The engine thread: owns a model, its caches, its sequences and all MLX work for it.
-
-Other threads reach it only through typed messages on its inbox. A failed tick fails
-the running rows and the loop goes on; anything escaping the loop kills the thread,
-which records why (``died``) and ends everything it holds.
-"""
+Other threads reach it only by typed messages; anything escaping its loop kills it,
+and it then ends everything it holds."""
 
 from __future__ import annotations
 
@@ -44,7 +41,7 @@ class Stats:
 
 @dataclass(frozen=True)
 class PlanMemory:
-    """Asks for the memory plan of a context (0: the model's context length)."""
+    """0: the model's context length."""
 
     context_tokens: int
     max_generation_tokens: int = 0
@@ -62,7 +59,7 @@ class LoadAdapter:
 
 @dataclass(frozen=True)
 class UnloadAdapter:
-    """Removes an adapter no request uses any more; its memory returns to the budget."""
+    """Removes an adapter no request uses; its memory returns to the budget."""
 
     key: str
 
@@ -89,11 +86,7 @@ class _Asked:
 
 
 class Worker(Generic[T]):
-    """Runs ``load()`` then a loop of ``scheduler.tick()`` on its own thread.
-
-    The scheduler provides ``idle``, ``submit``, ``cancel``, ``answer``, ``tick``,
-    ``fail_running`` and ``shutdown``.
-    """
+    """Runs ``load()`` then a loop of ``scheduler.tick()`` on its own thread."""
 
     def __init__(self, name: str, load: Callable[[], T], make_scheduler: Callable[[T], object]):
         self._load = load
@@ -127,12 +120,10 @@ class Worker(Generic[T]):
         return future
 
     def probe(self, fn: Callable[[object], object]) -> Future:
-        """Tests only: ``fn(scheduler)`` between ticks."""
         return self.ask(Probe(fn))
 
     def fault(self, stall_timeout_s: float = 0.0) -> str:
-        """Why the thread no longer serves (died, ended, or stalled past ``stall_timeout_s``
-        > 0); "" while it serves."""
+        """Why the thread no longer serves (stalled: past ``stall_timeout_s`` > 0); "" if it does."""
         if self.died:
             return f"its engine thread died: {self.died}"
         if self._serving and not self._stopping and not self._thread.is_alive():
@@ -148,8 +139,8 @@ class Worker(Generic[T]):
         self._pending.fail_all(error)
 
     def stop_requested(self, request_id: str) -> bool:
-        """Engine thread: whether a Cancel of ``request_id`` or a Shutdown is waiting.
-        Messages read ahead are handled, in order, at the next drain."""
+        """Engine thread: a Cancel of ``request_id`` or a Shutdown is waiting (messages read
+        ahead are handled in order at the next drain)."""
         while True:
             try:
                 self._early.append(self._inbox.get_nowait())
@@ -213,7 +204,7 @@ class Worker(Generic[T]):
                     log.exception("could not fail a request of a dead engine thread")
 
     def _drain(self, scheduler) -> bool:
-        """Handles pending messages; blocks while idle. False means shut down."""
+        """Blocks while idle; False means shut down."""
         while True:
             idle = scheduler.idle and not self._early
             if idle:

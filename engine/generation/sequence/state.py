@@ -1,8 +1,5 @@
-"""One request's state on the engine thread: one token list and how far its KV has got.
-
-``cached <= computed <= len(tokens)``; ``tokens[computed:]`` is pending (see "A
-sequence" in docs/ARCHITECTURE.md). Once submitted, only the engine thread touches it.
-"""
+"""One request's state: one token list and how far its KV has got, ``cached <= computed
+<= len(tokens)``. Once submitted, only the engine thread touches it."""
 
 from __future__ import annotations
 
@@ -88,8 +85,7 @@ class Sequence:
         self.delivery.started(self.prompt_len, cached)
 
     def accept(self, chosen: Seq[int], logprobs: Seq[TokenLogprob] = ()) -> int:
-        """Takes chosen tokens until one ends the sequence, as one Delta; returns how
-        many were appended to ``tokens``."""
+        """One Delta of chosen tokens up to the one that ends it; returns how many were appended."""
         ids: list[int] = []
         text: list[str] = []
         end: dict[str, Any] | None = None
@@ -140,8 +136,7 @@ class Sequence:
 
 
 def _constrained_end(constraint: Constraint, token: int) -> dict[str, Any] | None:
-    """The finish a constrained row takes at ``token`` before emitting it (STOP or
-    ERROR); None after consuming an allowed token."""
+    """The finish at ``token`` before emitting it; None after consuming an allowed token."""
     if constraint.ends(token):
         return {"reason": FinishReason.STOP}
     if not constraint.consume(token):
