@@ -1,6 +1,5 @@
-"""What the facade refuses at once, before a request is queued: a full model, a context
-that can never fit memory, a ``max_tokens`` past the context. Event loop only.
-"""
+"""What the facade refuses at once, before queueing: a full model, a context that never
+fits memory, a ``max_tokens`` past the context. Event loop only."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The event loop's view of requests: one ``Stream`` per request, and their registry.
-
-Event loop only. Ids are scoped by tenant; ``key`` is unique among all streams ever
-opened. Counts come from events alone, and a stream ends once: events after its
-Finished are ignored.
-"""
+"""The event loop's view of requests: one ``Stream`` each, and their registry. Ids are
+scoped by tenant; counts come from events alone; events after a Finished are ignored."""
 
 from __future__ import annotations
 

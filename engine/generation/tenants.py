@@ -1,8 +1,5 @@
-"""Per-tenant bookkeeping of one model: what each tenant holds, and its limits.
-
-The event loop mutates; ``snapshot`` may be read from any thread. Ledgers are never
-dropped: tenants come from configuration, so they are few.
-"""
+"""Per-tenant bookkeeping of one model. The event loop mutates; ``snapshot`` may be read
+from any thread. Ledgers are never dropped (tenants come from configuration)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Loading generation models: local Hugging Face directories, GGUF files, hub ids.
-
-Every model loads through ``mlx_lm.load`` (GGUF converted once into the cache first).
-"""
+"""Loading generation models (Hugging Face directories, GGUF files, hub ids), all
+through ``mlx_lm.load``."""
 
 from __future__ import annotations
 

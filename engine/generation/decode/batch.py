@@ -1,8 +1,5 @@
-"""The running rows' caches as mlx-lm batch caches, and one forward over them.
-
-Holds no request state: row ``i`` is whatever the scheduler put there. A step's right
-padding on plain KV layers is dropped with its rollback: at most one roll per step.
-"""
+"""The running rows' caches as mlx-lm batch caches, and one forward over them; no
+request state. A step's padding leaves with its rollback: at most one roll per step."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""One step of the running batch: feed every row its pending tokens and drafts, choose
-at every site exactly as without speculation, keep what the target agrees with.
-
-One host read per step. A row's own host work that raises ends that row alone; a
-failure of the batched work fails every row (docs/ARCHITECTURE.md).
-"""
+"""One step of the running batch: pending tokens and drafts fed, every site chosen
+exactly as without speculation, one host read. A row's own host work that raises
+ends that row alone; a failure of the batched work fails every row."""
 
 from __future__ import annotations
 
@@ -50,7 +47,7 @@ class Decoder:
         self._can_roll_back = can_roll_back
         self._step_tokens = step_tokens
         self._speculation_rows = speculation_rows
-        self._drafter = drafter  # for DRAFT-mode rows
+        self._drafter = drafter
 
     def step(self, batch: Batch, rows: Seq[Sequence]) -> int:
         """``rows``: the batch's, in order; returns the number of tokens appended."""

@@ -1,8 +1,5 @@
-"""One row's structured output: an llguidance matcher fed the row's output tokens.
-
-Part of its ``Sequence`` (engine thread only, no MLX work). Each ``GrammarStats``
-counter has one writer (the event loop for requests, the engine thread for masks).
-"""
+"""One row's structured output: a matcher fed its output tokens (engine thread, no MLX).
+Each ``GrammarStats`` counter has one writer."""
 
 from __future__ import annotations
 
@@ -44,7 +41,6 @@ class Constraint:
 
     @property
     def error(self) -> str:
-        """Why the matcher failed; empty if it did not."""
         return matcher_error(self.matcher)
 
     def ends(self, token: int) -> bool:

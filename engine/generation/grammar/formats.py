@@ -1,8 +1,5 @@
 """A response format as llguidance grammar text, checked against the size limits.
-
-Nothing here compiles. JSON output has fixed separators and no other whitespace, so a
-model cannot spend its tokens on layout.
-"""
+JSON output has fixed separators and no other whitespace: no tokens spent on layout."""
 
 from __future__ import annotations
 
@@ -20,8 +17,6 @@ JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separ
 
 @dataclass(frozen=True)
 class GrammarLimits:
-    """What one response format may cost."""
-
     max_bytes: int = setting(64 << 10, "cap on a response_format's schema, regex, grammar or choice options "
                                        "(bytes)", flag="--max-format-bytes")
     max_options: int = 1024  # options of a choice

@@ -1,8 +1,6 @@
-"""Prompts into their sequences' own caches, chunk by chunk, within a token budget.
-
-The last prompt token is always left pending for the batch. A row's own failed chunk
-fails it alone; a failed shared forward is retried one prompt at a time.
-"""
+"""Prompts into their sequences' own caches, chunk by chunk, within a token budget; the
+last prompt token is left pending for the batch. A failed shared forward is retried
+one prompt at a time."""
 
 from __future__ import annotations
 
@@ -28,7 +26,6 @@ log = logging.getLogger("engine.generation.prefill.prefiller")
 
 
 def unrouted(_seqs: list[Sequence]) -> AbstractContextManager:
-    """No adapters: forwards run the base model."""
     return nullcontext()
 
 

@@ -1,8 +1,5 @@
-"""Prefill planning: how a prompt is cut into forward steps (pure arithmetic).
-
-Steps are contiguous, at most ``chunk_size`` each, only the last ``FINAL`` (one
-position with ``tail_split``); exactly one step ends at a snapshot boundary inside.
-"""
+"""How a prompt is cut into forward steps: contiguous, at most ``chunk_size`` each, only
+the last ``FINAL`` (one position with ``tail_split``), one ending at a snapshot boundary."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Which waiting sequence may start: fair order (``FairQueue``), a slot, and its memory.
-
-``running <= capacity + headroom``; rows beyond ``capacity`` only go to tenants below
-their weighted share. A chosen sequence waiting for memory is pinned: nobody
-overtakes it. Engine thread only.
-"""
+"""Which waiting sequence may start (fair order, a slot, its memory); engine thread only.
+``running <= capacity + headroom``, the extra rows only for tenants below their
+weighted share; a chosen sequence waiting for memory is never overtaken."""
 
 from __future__ import annotations
 
@@ -43,7 +40,6 @@ class Admission:
         return self.budget.reserved if self.budget is not None else 0
 
     def tenants(self) -> dict[str, tuple[int, int]]:
-        """(running, waiting) per tenant name with either."""
         return self.queue.counts()
 
     def enqueue(self, seq: Sequence) -> None:

@@ -1,10 +1,6 @@
 """The order waiting sequences start in: priority aged one level per ``aging_s``, then
-start-time fair queuing between tenants on ``context_tokens / weight``.
-
-Within a tenant the order is a fixed key (equal priorities: arrival order); aging lets
-a low priority share the top level, never take it over; an idle tenant banks no
-credit. Engine thread only.
-"""
+start-time fair queuing between tenants on ``context_tokens / weight``. Equal
+priorities start in arrival order; an idle tenant banks no credit. Engine thread only."""
 
 from __future__ import annotations
 
@@ -60,7 +56,6 @@ class FairQueue:
         return next((seq for seq in self if seq.request_id == request_id), None)
 
     def __iter__(self):
-        """Waiting sequences in arrival order."""
         entries = [e for t in self._tenants.values() for e in t.waiting]
         return (e[3] for e in sorted(entries, key=lambda e: e[1]))
 

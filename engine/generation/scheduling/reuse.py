@@ -1,8 +1,5 @@
-"""The scheduler's side of the prefix cache (see docs/ARCHITECTURE.md).
-
-Keys are the tokens actually computed; state covering no more than the sequence took
-is not stored again; a failure while storing drops the entry, never the request.
-"""
+"""The scheduler's side of the prefix cache (see docs/ARCHITECTURE.md). A failure while
+storing drops the entry, never the request."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The continuous-batching scheduler: one model's sequences, from waiting to finished.
-
-Engine thread only. One tick: prune, admit, prefill, decode (see docs/ARCHITECTURE.md).
-Every started sequence is released exactly once (slot and memory).
-"""
+"""The continuous-batching scheduler, engine thread only. One tick: prune, admit,
+prefill, decode (see docs/ARCHITECTURE.md). Every started sequence is released once."""
 
 from __future__ import annotations
 
@@ -37,8 +34,6 @@ log = logging.getLogger("engine.generation.scheduling.scheduler")
 
 @dataclass(frozen=True)
 class SchedulerStats:
-    """A snapshot taken on the engine thread."""
-
     waiting: int
     running: int
     reserved: int  # sequences holding memory
@@ -92,7 +87,7 @@ class Scheduler:
         self.admission.enqueue(seq)
 
     def cancel(self, request_id: str) -> bool:
-        """Ends the request wherever it is; False if this scheduler does not hold it."""
+        """False if this scheduler does not hold the request."""
         if (seq := self.admission.withdraw(request_id)) is not None:
             seq.finish(FinishReason.CANCELLED)
             return True
@@ -202,7 +197,7 @@ class Scheduler:
         self._retire_finished()
 
     def _retire_finished(self) -> None:
-        """Finished rows leave the batch; normal endings are stored for reuse first."""
+        """Normal endings are stored for reuse before they leave the batch."""
         keep = [i for i, seq in enumerate(self._decoding) if not seq.finished]
         if len(keep) == len(self._decoding):
             return
@@ -217,7 +212,6 @@ class Scheduler:
             self._drafter.retain(self._decoding)
 
     def _end(self, seq: Sequence, reason: FinishReason, error: str = "") -> None:
-        """Finishes a started sequence outside the batch and releases it."""
         seq.finish(reason, error=error)
         seq.caches = None
         self.admission.release(seq)

@@ -1,8 +1,5 @@
-"""When a sequence stops: rules on token ids, and stop strings matched in the text.
-
-Text that may start a stop string is held back until known; a matched stop string is
-never emitted.
-"""
+"""When a sequence stops: token rules, and stop strings in the text (held back while
+they may match; a matched stop string is never emitted)."""
 
 from __future__ import annotations
 

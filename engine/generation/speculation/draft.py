@@ -1,8 +1,5 @@
-"""Drafts from a small model that shares the target's tokenizer.
-
-Its own ``Batch``, one row per DRAFT-mode sequence; ``seen[i]`` tokens of row ``i``'s
-sequence are in its cache, and after each step it rolls back to what the sequence took.
-"""
+"""Drafts from a small model that shares the target's tokenizer, in a ``Batch`` of its
+own; after each step it rolls back to what each sequence took."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""A row's speculation (its proposer and acceptance record) and how many drafts it gets:
-its recent acceptance, capped by what the step can afford (docs/ARCHITECTURE.md).
-"""
+"""A row's speculation and how many drafts it gets: its recent acceptance, capped by
+what the step can afford."""
 
 from __future__ import annotations
 
