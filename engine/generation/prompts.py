@@ -1,7 +1,5 @@
-"""Prompts to token ids: text, token ids as they are, or chats through the template.
-
-Off the event loop. A chat's history is rendered only once the prompt limit passed.
-"""
+"""Prompts to token ids (text, ids, chats through the template), off the event loop; a
+chat's history is rendered only once the prompt limit passed."""
 
 from __future__ import annotations
 

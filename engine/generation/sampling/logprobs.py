@@ -1,7 +1,5 @@
-"""Log probabilities of chosen tokens and their most likely alternatives, batched.
-
-Always of the unmodified distribution (before temperature, penalties or masks).
-"""
+"""Log probabilities of chosen tokens and their top alternatives, batched; always of the
+unmodified distribution (before temperature, penalties or masks)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Recent generation throughput: tokens per second over a sliding window (how fast
-this replica generates now, not a lifetime average). Engine thread only.
-"""
+"""Tokens per second over a sliding window: how fast this replica generates now.
+Engine thread only."""
 
 from __future__ import annotations
 

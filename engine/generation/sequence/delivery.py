@@ -1,7 +1,5 @@
-"""What the client sees of one sequence: one Started, Deltas, one Finished.
-
-Nothing here blocks; times are ``time.perf_counter`` readings, as the facade's arrival.
-"""
+"""What the client sees of one sequence: one Started, Deltas, one Finished. Nothing
+here blocks; times are ``time.perf_counter`` readings, as the facade's arrival."""
 
 from __future__ import annotations
 

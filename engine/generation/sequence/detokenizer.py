@@ -1,8 +1,5 @@
-"""Incremental detokenization that never emits a broken UTF-8 character.
-
-The text emitted matches ``tokenizer.decode(all_tokens)``; an incomplete character
-(U+FFFD) is held back until a later token completes it.
-"""
+"""Incremental detokenization matching ``tokenizer.decode(all_tokens)``; an incomplete
+UTF-8 character (U+FFFD) is held back until a later token completes it."""
 
 from __future__ import annotations
 

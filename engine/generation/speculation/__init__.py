@@ -1,4 +1,2 @@
-"""Speculative decoding inside the running batch (see docs/ARCHITECTURE.md).
-
-The output is the same token for token with speculation on or off.
-"""
+"""Speculative decoding inside the running batch (see docs/ARCHITECTURE.md); the output
+is the same token for token with speculation on or off."""

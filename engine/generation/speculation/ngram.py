@@ -1,6 +1,5 @@
 """Prompt lookup: propose what followed the latest earlier occurrence of the last n
-tokens, longest n first; the index grows incrementally as tokens are appended.
-"""
+tokens, longest n first; the index grows incrementally."""
 
 from __future__ import annotations
 
