@@ -58,7 +58,7 @@ class Grammars:
 
     async def constrain(self, fmt: ResponseFormat) -> Constraint:
         """A new row constraint; InvalidRequest naming the field when the format is
-        invalid, over its limits or too slow to compile; CompilerBusy."""
+        invalid, over its limits or too slow to compile; CompilerBusy when the pool is."""
         if self.tokenizer is None:
             raise self.unsupported()
         limits = self.limits

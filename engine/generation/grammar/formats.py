@@ -61,7 +61,7 @@ def check_format(fmt: ResponseFormat, limits: GrammarLimits) -> dict | bool | No
 
 
 def grammar_text(fmt: ResponseFormat, limits: GrammarLimits) -> str:
-    """InvalidRequest as ``check_format``."""
+    """The llguidance grammar for ``fmt``; raises as ``check_format``."""
     field, schema = field_name(fmt), check_format(fmt, limits)
     if fmt.kind is FormatKind.JSON_SCHEMA:
         return LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
