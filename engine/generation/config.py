@@ -12,8 +12,6 @@ from .grammar.formats import GrammarLimits
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """How one model's engine thread schedules work."""
-
     max_active: int = setting(32, "rows prefilling or decoding at once per model (the memory budget admits too)")
     max_queued: int = setting(64, "requests waiting for admission per model")
     priority_aging_s: float = setting(
@@ -28,8 +26,6 @@ class SchedulerConfig:
     prefill_batch: int = setting(8, "short new prompts prefilled together in one forward (1: one at a time)")
     step_tokens: int = setting(
         16, "tokens one decode step may feed in all when rows speculate (drafts shrink as the batch grows)")
-    # rows that keep different numbers of positions make mlx-lm's right-aligned batch
-    # cache roll (copy) the whole batch's KV (docs/PERFORMANCE.md)
     speculation_rows: int = setting(
         1, "rows speculate only in decode steps of at most this many rows (on a CPU, realigning a larger "
            "batch's KV after ragged acceptance costs more than drafts save)")

@@ -1,17 +1,5 @@
-"""The generation engine's asyncio facade: validate, tokenize, refuse at once, submit.
-
-``GenerationEngine.generate`` is an async iterator of events. On the event loop it
-validates the request and refuses at once, before any work, what cannot be queued:
-``max_active + max_queued`` requests already open (RESOURCE_EXHAUSTED), and what
-the tenant's own limits forbid (``TenantLimit``). A request counts in flight from
-the moment its stream opens, so requests being tokenized or compiled count too.
-Off the loop it checks the response format's limits, then tokenizes; a context
-that never fits memory is OUT_OF_RANGE with the plan's figures. Then it submits one
-``Sequence`` to the engine thread, which owns it from then on: the waiting queue,
-memory, prefill, decoding, cancel and release all happen there. Events come back
-through the request's ``Stream``. Request ids are scoped by tenant (``streams``).
-The facade never touches MLX.
-"""
+"""The generation engine's asyncio facade: validate, refuse at once, tokenize, submit.
+It never touches MLX; a submitted ``Sequence`` belongs to the engine thread."""
 
 from __future__ import annotations
 
@@ -60,11 +48,9 @@ log = logging.getLogger("engine.generation.engine")
 
 @dataclass(frozen=True)
 class EngineStats(SchedulerStats):
-    """The engine thread's snapshot plus the event loop's view of requests."""
-
-    tracked: int  # requests the facade knows (being tokenized, queued, running or finishing)
-    in_flight: int  # submitted to the engine thread and not finished
-    tenants: tuple[TenantStats, ...] = ()  # per tenant with requests since the model loaded
+    tracked: int  # requests the facade knows, in any state
+    in_flight: int  # submitted and not finished
+    tenants: tuple[TenantStats, ...] = ()
 
 
 class GenerationEngine:
@@ -74,12 +60,12 @@ class GenerationEngine:
         self.config = config
         self._loaded: LoadedModel | None = None
         self._draft: LoadedModel | None = None
-        self._rolls_back = False  # whether rows can drop computed positions (speculation)
+        self._rolls_back = False
         self._prompts: PromptEncoder | None = None
-        self._budget: MemoryBudget | None = None  # built at load; the loop reads only its fixed facts
+        self._budget: MemoryBudget | None = None  # the loop reads only its fixed facts
         self._facts = None
-        self._grammars: Grammars | None = None  # built at load
-        self._decode = None  # the decode rate calibrated at load (PlanMemory)
+        self._grammars: Grammars | None = None
+        self._decode = None  # the decode rate calibrated at load
         self._tenants = Tenants(self.name)
         self._streams = Streams(self._tenants)
         self._closing = False
@@ -92,9 +78,7 @@ class GenerationEngine:
         self.breaker = Breaker(lambda: self.name, self._worker.fault, lambda error: (
             self._streams.fail_submitted(error.message), self._worker.give_up(error)))
 
-    # lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
-        """Loads the model on the engine thread; returns when it is ready."""
         self._loaded = await asyncio.wrap_future(self._worker.start())
         self._prompts = PromptEncoder(self._loaded, self.config.limits)
         self.name = self._tenants.model = self._loaded.name
@@ -111,7 +95,7 @@ class GenerationEngine:
         return self._loaded
 
     async def close(self) -> None:
-        """Refuses new requests, ends the others (CANCELLED) and stops the thread."""
+        """Ends open requests (CANCELLED) and stops the thread."""
         self._closing = True
         self.adapters.close()
         await asyncio.to_thread(self._worker.stop)
@@ -119,7 +103,7 @@ class GenerationEngine:
             self._grammars.close()
 
     def _load(self) -> LoadedModel:
-        """Runs on the engine thread: the weights, then the memory facts of them."""
+        """Engine thread."""
         loaded = load_generation_model(self.source, name=self.name, dtype=self.config.dtype,
                                        dequantize=self.config.dequantize)
         self._facts = facts_from_model(loaded.model, loaded.config)
@@ -147,7 +131,6 @@ class GenerationEngine:
                          rolls_back=loaded.traits.can_roll_back, drafter=drafter, adapters=AdapterBank(loaded.model, loaded.name),
                          planner=Planner(self._decode, self._machine_total, loaded.context_length))
 
-    # facts ----------------------------------------------------------------------
     def describe(self) -> ModelDescription:
         m = self.loaded  # NotReady while loading
         formats = self._grammars.formats
@@ -157,8 +140,7 @@ class GenerationEngine:
                                    tuple(self.adapters.infos()), self.adapters.limit)
 
     async def plan_memory(self, context_tokens: int, max_generation_tokens: int = 0) -> MemoryPlan:
-        """The memory plan for ``context_tokens`` (0: the model's context length),
-        computed on the engine thread from the loaded arrays and this machine."""
+        """The memory plan for ``context_tokens`` (0: the model's context length)."""
         context = context_tokens or self.loaded.context_length
         if max_generation_tokens > context:
             raise InvalidRequest("max_generation_tokens", "must not exceed context_tokens")
@@ -179,20 +161,19 @@ class GenerationEngine:
 
     @property
     def grammar_stats(self) -> GrammarStats | None:
-        """Structured-output counters (read at scrape time); None before the model loads."""
+        """None before the model loads."""
         return self._grammars.stats if self._grammars is not None else None
 
     @property
     def active(self) -> int:
-        """Requests running (started, not finished), as the event loop last heard."""
+        """Started and not finished, as the event loop last heard."""
         return self._streams.running
 
     @property
     def queued(self) -> int:
-        """Requests submitted and waiting to start, as the event loop last heard."""
+        """Submitted and not started, as the event loop last heard."""
         return self._streams.in_flight - self._streams.running
 
-    # tokens ---------------------------------------------------------------------
     def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
         tok = self.loaded.tokenizer
         ids = tok.encode(text, add_special_tokens=add_special_tokens)
@@ -203,13 +184,11 @@ class GenerationEngine:
         return self.loaded.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def tokenizer_files(self) -> dict[str, bytes]:
-        """The tokenizer, its config (chat template included) and the model config, by
-        file name: what a router needs to tokenize as this model does; blocking."""
+        """What a router needs to tokenize as this model does, by file name; blocking."""
         return tokenizer_files(self.loaded)
 
     @property
     def max_prompt_tokens(self) -> int:
-        """The longest prompt a request may have (the limit, within the context)."""
         self.loaded
         return self._prompts.max_prompt_tokens
 
@@ -218,10 +197,8 @@ class GenerationEngine:
         self.loaded
         return self._prompts.encode(request)
 
-    # requests -------------------------------------------------------------------
     def cancel(self, request_id: str, tenant: str = "") -> bool:
-        """Cancels a request of ``tenant`` (a Tenant.name) in any state; False if that
-        tenant runs no request of this id."""
+        """False if ``tenant`` (a Tenant.name) runs no request of this id."""
         stream = self._streams.get(request_id, tenant)
         if stream is None or stream.cancel_requested:
             return False
@@ -231,7 +208,6 @@ class GenerationEngine:
         return True
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
-        """Streams Started, Deltas and a Finished event for one request."""
         m = self.loaded
         if self._closing:
             raise NotReady("the server is shutting down", retry_after_s=1.0)
@@ -256,7 +232,7 @@ class GenerationEngine:
         max_tokens = max_tokens_for(request, len(prompt.ids), m.context_length, self._budget,
                                     self.config.limits.max_tokens)
         check_fits(self._budget, len(prompt.ids) + max_tokens)
-        fmt = request.response_format  # structured output: the row constraint, compiled off the loop
+        fmt = request.response_format
         constraint = await self._grammars.constrain(fmt) if fmt is not None else None
         if stream.cancel_requested:
             elapsed = time.perf_counter() - arrived

@@ -36,7 +36,7 @@ def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream
 
 
 def check_speculation(request: GenerationRequest, config: SpeculationConfig, model: str, has_draft: bool) -> None:
-    """Refuses speculation options the server cannot honour (before any work is done)."""
+    """Refuses speculation options the server cannot honour."""
     asked = request.speculation
     if not 0 <= asked.num_draft_tokens <= config.max_draft_tokens:
         raise InvalidRequest("speculation.num_draft_tokens", f"must be between 0 and {config.max_draft_tokens}")
@@ -46,7 +46,7 @@ def check_speculation(request: GenerationRequest, config: SpeculationConfig, mod
 
 
 def speculation_for(request: GenerationRequest, config: SpeculationConfig) -> Speculation | None:
-    """The request's speculation: its own mode and width, or the server's defaults."""
+    """The request's own mode and width, or the server's defaults; None: off."""
     asked = request.speculation
     mode = config.mode if asked.mode is SpeculationMode.DEFAULT else asked.mode
     width = asked.num_draft_tokens or config.num_draft_tokens

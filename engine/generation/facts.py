@@ -1,6 +1,5 @@
-"""What a generation engine says about its model (GetModelInfo's ModelDescription):
-the graph, the capabilities - speculation, structured output - and the adapters.
-Each flag states what the engine does with this model as loaded."""
+"""What a generation engine says about its model (GetModelInfo); each flag states what
+the engine does with this model as loaded."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ def describe_generation(m: LoadedModel, speculation: Speculation, response_forma
 
 def speculation_facts(rolls_back: bool, draft_model: str, default: SpeculationMode,
                       grammar_proposals: bool) -> Speculation:
-    """Speculation needs caches that roll back; verification covers logprobs, adapters
-    (each row verified with its own) and grammar-constrained rows (drafts under masks)."""
+    """Speculation needs caches that roll back."""
     if not rolls_back:
         return Speculation()
     modes = (SpeculationMode.NGRAM, SpeculationMode.DRAFT) if draft_model else (SpeculationMode.NGRAM,)

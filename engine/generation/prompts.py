@@ -1,10 +1,5 @@
-"""Prompts to token ids: text, token ids as they are, or chats through the template.
-
-Runs off the event loop (tokenizing and templating large inputs takes time). A chat
-also yields the length of its rendered history: a boundary worth storing in the
-prefix cache, so the next turn of the conversation starts from it. A chat is
-rendered once before the prompt limit is checked; its history only after it passed.
-"""
+"""Prompts to token ids (text, ids, chats through the template), off the event loop; a
+chat's history is rendered only once the prompt limit passed."""
 
 from __future__ import annotations
 
@@ -33,7 +28,6 @@ class PromptEncoder:
         return min(self._limits.max_prompt_tokens or context, context - 1)
 
     def encode(self, request: GenerationRequest) -> EncodedPrompt:
-        """The prompt's ids, checked against the vocabulary and the prompt limit."""
         m, prompt = self._model, request.prompt
         snapshot_at = None
         if isinstance(prompt, TokenPrompt):
@@ -64,8 +58,7 @@ class PromptEncoder:
         return self._template(_messages(prompt), True)
 
     def _history(self, prompt: ChatPrompt, ids: list[int]) -> int | None:
-        """Where the chat's history (all but its last message) ends in ``ids``, if it is
-        a prefix of them."""
+        """Where the history (all but the last message) ends in ``ids``, if a prefix."""
         messages = _messages(prompt)
         history = self._template(messages[:-1], False) if len(messages) > 1 else []
         shared = 0 < len(history) < len(ids) and ids[: len(history)] == history

@@ -1,8 +1,5 @@
-"""What the facade refuses at once, before a request is queued: a model whose open
-requests fill its running slots and its queue (counted from arrival, so requests
-still being tokenized or compiled count too), a context that can never fit memory,
-and a ``max_tokens`` past the context. No MLX; event loop only.
-"""
+"""What the facade refuses at once, before queueing: a full model, a context that never
+fits memory, a ``max_tokens`` past the context. Event loop only."""
 
 from __future__ import annotations
 
@@ -33,8 +30,8 @@ def check_fits(budget: MemoryBudget | None, context_tokens: int) -> None:
 
 def max_tokens_for(request: GenerationRequest, prompt_tokens: int, context_length: int,
                    budget: MemoryBudget | None, cap: int) -> int:
-    """The tokens the request may generate: its own max_tokens if it fits the context,
-    else (unset) as many as memory allows, at least 1, at most ``cap``."""
+    """The request's max_tokens if it fits the context (else InvalidRequest); unset: what
+    memory allows, at least 1, at most ``cap``."""
     room = context_length - prompt_tokens
     asked = request.stopping.max_tokens
     fits = budget.max_context if budget is not None else None

@@ -1,19 +1,5 @@
-"""The event loop's view of requests: one ``Stream`` per request, and their registry.
-
-A stream is opened when ``generate`` is called, carries the request's events from
-the engine thread (``sink`` -> ``call_soon_threadsafe`` -> an ``asyncio.Queue``)
-and closes when its Finished event arrives (or when it ends before submission),
-running its ``closers`` (e.g. the release of the adapter it used).
-Request ids are scoped by tenant: the registry is keyed by (tenant name, id), so
-tenants never see, cancel or squat each other's ids; each stream also has a
-``key`` unique among all streams ever opened, which the engine thread knows the
-request by (``Sequence.request_id``), while what the client sees keeps its own id.
-The registry counts what the engine holds, from events alone: ``in_flight``
-(submitted, not finished) and ``running`` (started, not finished); ``len`` is every
-open stream, counted from arrival. Each tenant's share goes to its ledger
-(``tenants``). Event loop only. A stream ends once: events after its Finished
-(from a thread given up for broken, see ``fail_submitted``) are ignored.
-"""
+"""The event loop's view of requests: one ``Stream`` each, and their registry. Ids are
+scoped by tenant; counts come from events alone; events after a Finished are ignored."""
 
 from __future__ import annotations
 
@@ -30,23 +16,23 @@ from .tenants import Tenants
 class Stream:
     def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop,
                  on_event: Callable[["Stream", Event], None], tenant: Tenant = ANONYMOUS, key: str = ""):
-        self.request_id = request_id  # the client's id, unique within its tenant
+        self.request_id = request_id  # unique within its tenant
         self.tenant = tenant
-        self.key = key or request_id  # unique among all streams: the engine thread's id of the request
+        self.key = key or request_id  # the engine thread's id of the request
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.submitted = False
         self.started = False
         self.finished = False
         self.cancel_requested = False
-        self.closers: list[Callable[[], None]] = []  # run once when the stream closes
+        self.closers: list[Callable[[], None]] = []  # run once, at close
         self._loop = loop
         self._on_event = on_event
 
     def sink(self, event: Event) -> None:
-        """Called on the engine thread: hands ``event`` to the event loop."""
+        """Engine thread."""
         try:
             self._loop.call_soon_threadsafe(self._deliver, event)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
+        except RuntimeError:  # the loop is closed: nobody is listening
             pass
 
     def _deliver(self, event: Event) -> None:
@@ -76,8 +62,7 @@ class Streams:
         return self._open.get((tenant, request_id))
 
     def open(self, request_id: str, tenant: Tenant = ANONYMOUS) -> Stream:
-        """A new stream, counted in flight from now; DuplicateRequestId when the tenant
-        already runs ``request_id``, TenantLimit when the tenant's limits refuse it."""
+        """Counted in flight from now; raises DuplicateRequestId or TenantLimit."""
         if (tenant.name, request_id) in self._open:
             raise DuplicateRequestId(f"request id {request_id!r} is already running",
                                      metadata={"request_id": request_id})
@@ -88,21 +73,18 @@ class Streams:
         return stream
 
     def submitted(self, stream: Stream, prompt_tokens: int) -> None:
-        """The stream's request goes to the engine thread (TenantLimit if its prompt
-        does not fit the tenant's tokens per minute)."""
+        """TenantLimit if the prompt does not fit the tenant's tokens per minute."""
         self.tenants.submit(stream.tenant, prompt_tokens)
         stream.submitted = True
         self.in_flight += 1
 
     def abandon(self, stream: Stream) -> None:
-        """Closes a stream that was never submitted."""
         if not stream.submitted and self._open.pop((stream.tenant.name, stream.request_id), None) is stream:
             self.tenants.closed(stream.tenant.name, False, False)
             stream.close()
 
     def fail_submitted(self, error: str) -> None:
-        """Ends every submitted stream with ERROR here, on the event loop, without the
-        engine thread (which is dead or stuck)."""
+        """Ends every submitted stream with ERROR without the (dead or stuck) engine thread."""
         for stream in [s for s in self._open.values() if s.submitted and not s.finished]:
             stream._deliver(Finished(FinishReason.ERROR, Usage(0, 0, 0), Timings(0.0, 0.0, 0.0, 0.0), error=error))
 

@@ -1,14 +1,5 @@
-"""Per-tenant bookkeeping of one model: what each tenant holds, and its limits.
-
-A ledger per tenant name counts its open requests from arrival (``in_flight``: being
-tokenized or compiled, waiting or running), those started (``running``) and those
-submitted and not started (``waiting``); a sliding 60 s window of its tokens
-(prompts charged when submitted, generated tokens as they are delivered); its
-generated tokens and the requests its own limits refused. ``admit`` refuses at once
-what a tenant's limits forbid (``TenantLimit``, with the time until a retry can
-pass). The event loop mutates; ``snapshot`` may be read from any thread (a lock).
-Ledgers are never dropped: tenants come from configuration, so they are few.
-"""
+"""Per-tenant bookkeeping of one model. The event loop mutates; ``snapshot`` may be read
+from any thread. Ledgers are never dropped (tenants come from configuration)."""
 
 from __future__ import annotations
 
@@ -52,7 +43,6 @@ class Ledger:
             self._windowed += tokens
 
     def used(self, now: float) -> int:
-        """Tokens charged over the last ``WINDOW_S`` seconds."""
         while self._window and self._window[0][0] <= now - WINDOW_S:
             self._windowed -= self._window.popleft()[1]
         return self._windowed
@@ -75,7 +65,7 @@ class Tenants:
         self._lock = threading.Lock()
 
     def admit(self, tenant: Tenant) -> None:
-        """Counts a new request of ``tenant`` in flight, or refuses it (TenantLimit)."""
+        """Counts a new request in flight, or raises TenantLimit."""
         with self._lock:
             ledger = self._ledgers.setdefault(tenant.name, Ledger(tenant.name))
             now = self._clock()
@@ -92,7 +82,7 @@ class Tenants:
             ledger.in_flight += 1
 
     def submit(self, tenant: Tenant, prompt_tokens: int) -> None:
-        """Charges a prompt as its request is submitted, or refuses it (TenantLimit)."""
+        """Charges the prompt, or raises TenantLimit."""
         with self._lock:
             ledger, limit, now = self._ledgers[tenant.name], tenant.tokens_per_minute, self._clock()
             if limit and ledger.used(now) + prompt_tokens > limit:
@@ -116,7 +106,6 @@ class Tenants:
             ledger.charge(tokens, self._clock())
 
     def closed(self, name: str, submitted: bool, started: bool) -> None:
-        """A request of ``name`` ended (finished, or left before it was submitted)."""
         with self._lock:
             ledger = self._ledgers[name]
             ledger.in_flight -= 1

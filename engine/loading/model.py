@@ -1,9 +1,5 @@
-"""Loading generation models: local Hugging Face directories, GGUF files, hub ids.
-
-GGUF files are converted once into a Hugging Face-layout directory under the cache
-root (see ``engine.loading.gguf``); every model then loads through ``mlx_lm.load``, so any
-architecture mlx-lm supports works.
-"""
+"""Loading generation models (Hugging Face directories, GGUF files, hub ids), all
+through ``mlx_lm.load``."""
 
 from __future__ import annotations
 
@@ -35,8 +31,6 @@ def cache_root() -> Path:
 
 @dataclass
 class LoadedModel:
-    """A generation model ready to run: weights, tokenizer and config facts."""
-
     name: str
     model: nn.Module
     tokenizer: TokenizerWrapper
@@ -44,7 +38,7 @@ class LoadedModel:
     source: str
     artifact: Path
     dtype: str
-    kernels: dict[str, int]  # CPU kernels put into the model, by kind (engine.kernels)
+    kernels: dict[str, int]  # CPU kernels put into the model, by kind
 
     traits: ModelTraits  # what differs per architecture, read here and nowhere else
 
@@ -70,8 +64,7 @@ class LoadedModel:
 
 
 def resolve_artifact(source: str | Path) -> Path:
-    """A loadable directory for ``source``: a GGUF file is converted (once) into the
-    cache; a directory is used as is; anything else is passed to mlx-lm as a hub id."""
+    """A loadable directory or hub id for ``source`` (a GGUF file is converted once)."""
     path = Path(source).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return prepare_gguf(path, cache_root())
@@ -80,10 +73,8 @@ def resolve_artifact(source: str | Path) -> Path:
 
 def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "auto",
                           use_kernels: bool = True, dequantize: bool = False) -> LoadedModel:
-    """Loads a model and its tokenizer; quantized weights stay quantized (``dequantize``:
-    held as floats instead), floating weights (quantization scales included) are cast
-    to the runtime dtype and, on the CPU backend, the CPU kernels go in (unless
-    ``use_kernels`` is False or ``MLX_GRPC_KERNELS=off``)."""
+    """Quantized weights stay quantized unless ``dequantize``; floating weights are cast
+    to the runtime dtype; CPU kernels go in unless ``use_kernels`` is False."""
     artifact = resolve_artifact(source)
     model, tokenizer = mlx_lm.load(str(artifact))
     target = runtime_dtype(dtype)
@@ -104,7 +95,7 @@ def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "a
 
 
 def default_name(source: str | Path) -> str:
-    """A short model name from its source: the file stem or directory name."""
+    """The file stem or directory name, lower-cased."""
     path = Path(str(source).rstrip("/"))
     return (path.stem if path.suffix == ".gguf" else path.name).lower()
 
@@ -119,9 +110,7 @@ def _read_config(artifact: Path) -> dict[str, Any]:
 
 
 def _weight_dtype(model: nn.Module) -> str:
-    """"float32"; for quantized weights their kinds, the bits per weight they take
-    (scales and biases included) and the float dtype: "q4/q8 affine (5.63 bits per
-    weight), float32"."""
+    """E.g. "float32", or "q4/q8 affine (5.63 bits per weight), float32"."""
     from mlx.utils import tree_flatten
 
     dtypes = {str(v.dtype).split(".")[-1] for _, v in tree_flatten(model.parameters())}

@@ -1,12 +1,5 @@
-"""What a loaded model occupies, as the memory accounting needs it.
-
-``ModelMemoryFacts`` holds the model's weights (the ``nbytes`` of the arrays it
-actually holds) and, per layer, the bytes one token adds to its cache, its
-sliding window and any fixed recurrent state. ``facts_from_model`` reads them
-off a one-token forward through a fresh ``make_prompt_cache``, falling back to
-``config.json`` when the model cannot be driven that way; ``memory_plan`` turns
-the facts into figures.
-"""
+"""What a loaded model occupies, read off the arrays and caches it really holds;
+derived from ``config.json`` only when a one-token forward cannot drive it."""
 
 from __future__ import annotations
 
@@ -22,23 +15,14 @@ from ..loading.traits import config_value
 
 __all__ = ["KV_STEP", "ModelMemoryFacts", "facts_from_model"]
 
-#: mlx-lm's ``KVCache.step`` / ``RotatingKVCache.step``: caches grow in this many tokens.
+#: mlx-lm's ``KVCache.step``: caches grow in this many tokens.
 KV_STEP = 256
 
 
 @dataclass(frozen=True)
 class ModelMemoryFacts:
-    """What a loaded model occupies, one entry per cache object of
-    ``make_prompt_cache(model)`` (one per layer; a ``CacheList`` contributes one
-    entry per member).
-
-    ``kv_bytes_per_token_per_layer[i]`` is the bytes one token adds to layer
-    ``i``'s keys plus values (``2 x kv_heads x head_dim x dtype bytes`` for a
-    plain cache); ``window_per_layer[i]`` the most tokens the layer stores (a
-    ``RotatingKVCache``'s ``max_size``) or None for a full cache;
-    ``state_bytes_per_layer[i]`` fixed bytes a layer holds whatever the context
-    (recurrent / SSM state; 0 for KV layers).
-    """
+    """One entry per leaf cache of ``make_prompt_cache(model)``: bytes one token adds,
+    the window (None: full) and fixed state bytes (recurrent layers)."""
 
     weights_bytes: int
     kv_bytes_per_token_per_layer: tuple[int, ...]
@@ -49,10 +33,8 @@ class ModelMemoryFacts:
     num_attention_heads: int
     activation_bytes: int
     state_bytes_per_layer: tuple[int, ...] = ()
-    #: Tokens a cache grows by at once (mlx-lm's ``KVCache.step``).
     kv_step: int = KV_STEP
-    #: "probe" (read off real cache objects) or "config" (derived from config.json).
-    source: str = "probe"
+    source: str = "probe"  # or "config"
 
     def __post_init__(self) -> None:
         if len(self.kv_bytes_per_token_per_layer) != len(self.window_per_layer):
@@ -72,7 +54,6 @@ class ModelMemoryFacts:
 
 
 def _leaf_caches(caches: Sequence[Any]) -> list[Any]:
-    """Flattens ``CacheList``-style containers (anything with ``.caches``)."""
     out: list[Any] = []
     for cache in caches:
         inner = getattr(cache, "caches", None)
@@ -126,11 +107,7 @@ def _activation_dtype_bytes(model: nn.Module) -> int:
 
 
 def _probe_caches(model: nn.Module) -> tuple[list[int], list[int | None], list[int], int, int, int]:
-    """One-token forward through a fresh cache; reads what each cache stores.
-
-    Returns per-token bytes, windows, fixed state bytes, the activation dtype's
-    size (the keys' dtype), the vocabulary (the logits' last axis) and the step.
-    """
+    """Per-token bytes, windows, state bytes, activation size, vocabulary and step."""
     from mlx_lm.models.cache import make_prompt_cache  # noqa: PLC0415
 
     caches = make_prompt_cache(model)
@@ -165,7 +142,7 @@ def _probe_caches(model: nn.Module) -> tuple[list[int], list[int | None], list[i
 
 
 def _config_caches(model: nn.Module, config: Mapping[str, Any], act_bytes: int) -> tuple[list[int], list[int | None]]:
-    """Fallback when a forward is not possible: ``2 x kv_heads x head_dim x bytes``."""
+    """Fallback: ``2 x kv_heads x head_dim x bytes`` per token."""
     from mlx_lm.models.cache import make_prompt_cache  # noqa: PLC0415
 
     heads = int(config_value(config, "num_attention_heads", "n_head", default=1))
@@ -178,18 +155,6 @@ def _config_caches(model: nn.Module, config: Mapping[str, Any], act_bytes: int) 
 
 
 def facts_from_model(model: nn.Module, config: Mapping[str, Any]) -> ModelMemoryFacts:
-    """Facts about a loaded mlx-lm model.
-
-    Weights are the ``nbytes`` of the arrays the model holds (quantized weights,
-    scales and biases included). Per-layer KV bytes come from a one-token
-    forward through a fresh ``make_prompt_cache(model)``: each cache's
-    ``nbytes`` divided by the tokens its keys have room for, so any head count,
-    head dimension, dtype, key/value split or quantized cache is read, not
-    guessed. Should the forward fail (a model needing other inputs), they are
-    derived from ``config`` (``num_key_value_heads``, ``head_dim``, at the
-    parameters' floating dtype). Sizes for the transient workspace come from
-    ``config`` (``text_config`` nesting handled).
-    """
     weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
     act_bytes = _activation_dtype_bytes(model)
     vocab = int(config_value(config, "vocab_size", default=0))
@@ -229,8 +194,7 @@ def facts_from_model(model: nn.Module, config: Mapping[str, Any]) -> ModelMemory
 
 
 def with_draft(target: ModelMemoryFacts, draft: ModelMemoryFacts) -> ModelMemoryFacts:
-    """The facts of a target served with a draft model: both sets of weights, and every
-    token stored in both models' caches (the workspace is the larger of the two)."""
+    """A target served with a draft: both weights, both caches, the larger workspace."""
     states = (target.state_bytes_per_layer or (0,) * target.num_layers) + (
         draft.state_bytes_per_layer or (0,) * draft.num_layers)
     return replace(

@@ -1,2 +1,1 @@
-"""The running batch: its rows' caches as mlx-lm batch caches (``batch``) and one
-decode step over them, drafts included (``decoder``)."""
+"""The running batch and one decode step over it, drafts included."""

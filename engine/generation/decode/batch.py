@@ -1,20 +1,5 @@
-"""The running rows' caches as mlx-lm batch caches, and one forward over them.
-
-A row prefilled into its own per-layer caches joins with ``join`` (each cache's
-``merge`` builds its batch form - KVCache -> BatchKVCache, RotatingKVCache ->
-BatchRotatingKVCache, ArraysCache stays itself - and ``extend`` appends it); rows
-leave with ``keep`` (``filter``). ``step`` feeds every row k >= 1 tokens and returns
-the scores of every fed position; rows may differ in k: shorter feeds are
-right-padded. ``rollback`` then drops each row's last n positions.
-
-Padding and rolled-back positions leave the same way: a trim that all rows share,
-then each row's remainder rolled into its left padding (mlx-lm's ``finalize``). For
-plain KV layers the padding of a step is dropped together with the step's rollback,
-so a step costs at most one roll; other layers (sliding windows, recurrent state)
-are told of the padding with ``prepare`` and settle it at once.
-
-The batch holds no request state: row ``i`` is whatever the scheduler put there.
-"""
+"""The running rows' caches as mlx-lm batch caches, and one forward over them; no
+request state. A step's padding leaves with its rollback: at most one roll per step."""
 
 from __future__ import annotations
 
@@ -37,7 +22,7 @@ class Batch:
         return sum(c.nbytes for c in self.caches or ())
 
     def join(self, row_caches: Sequence[Any]) -> None:
-        """Appends one row (its per-layer caches, which stay the caller's) as the last row."""
+        """Appends one row as the last; ``row_caches`` stay the caller's."""
         self._settle()
         merged = [type(c).merge([c]) for c in row_caches]
         if self.caches is None:
@@ -48,7 +33,7 @@ class Batch:
         self.size += 1
 
     def keep(self, indices: Sequence[int]) -> None:
-        """Keeps only the given rows, in the given order; frees the others' KV."""
+        """Keeps only the given rows, in that order."""
         if not indices:  # also after a failed step: nothing is left to settle
             self.caches, self.size, self._padding = None, 0, None
             return
@@ -61,13 +46,12 @@ class Batch:
         self.size = len(indices)
 
     def extract(self, index: int) -> list[Any]:
-        """A copy of row ``index``'s caches in single-row form (e.g. for the prefix cache)."""
+        """A copy of row ``index``'s caches in single-row form."""
         self._settle()
         return [c.extract(index) for c in self.caches or ()]
 
     def step(self, feeds: Sequence[Sequence[int]]) -> mx.array:
-        """Feeds row ``i`` the tokens ``feeds[i]`` (at least one each); returns scores
-        [B, K, V] with K the longest feed; row ``i``'s are valid at ``[0, len(feeds[i]))``."""
+        """Scores [B, K, V], K the longest feed; row ``i``'s valid at ``[0, len(feeds[i]))``."""
         lengths = [len(f) for f in feeds]
         if len(feeds) != self.size or min(lengths) < 1:
             raise ValueError("one feed of at least one token per row is required")
@@ -88,8 +72,7 @@ class Batch:
         return scores
 
     def rollback(self, counts: Sequence[int]) -> None:
-        """Drops the last ``counts[i]`` computed positions of row ``i`` (and the padding
-        of the step just taken)."""
+        """Drops the last ``counts[i]`` positions of row ``i`` and the step's padding."""
         if len(counts) != self.size or min(counts, default=0) < 0:
             raise ValueError("one non-negative count per row is required")
         if any(counts) and not all(isinstance(c, BatchKVCache) for c in self.caches):

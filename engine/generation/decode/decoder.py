@@ -1,21 +1,6 @@
-"""One step of the running batch: feed every row its pending tokens (and drafts),
-choose at every position that needs a choice, keep what the target agrees with.
-
-Each row is fed ``tokens[computed:]`` - one token in steady decoding - followed by the
-drafts proposed for it, if any. Every position from the last pending token on is a
-sample site: the target's choice there is made exactly as without speculation
-(``sampling.choose`` at the step that position would have, with the drafts before it
-in the processors' history). Drafts are accepted while they equal the target's
-choice; the target's choice after the last accepted draft is always kept. Rejected
-positions are rolled back. Choice and logprobs are batched over all sites (the token
-masks of constrained rows filled together, drafts included), and the host reads the
-results once per step. The target's forward is routed: each row runs with its adapter
-(drafts are verified by the adapted model); a draft model's forwards are not.
-
-A row's own host work (its drafts, its logprob records, accepting its tokens) that
-raises ends that row alone (``faults.end_row``); a failure of the batched work (the
-forward, masks, choice, rollback) is the step's and fails every row.
-"""
+"""One step of the running batch: pending tokens and drafts fed, every site chosen
+exactly as without speculation, one host read. A row's own host work that raises
+ends that row alone; a failure of the batched work fails every row."""
 
 from __future__ import annotations
 
@@ -36,7 +21,7 @@ from ..speculation.policy import step_allowance
 
 @dataclass(frozen=True)
 class _Sites:
-    """Where the step chooses: one site per (row, position from its last pending token on)."""
+    """One sample site per (row, position from its last pending token on)."""
 
     rows: list[int]
     positions: list[int]
@@ -58,18 +43,17 @@ class Decoder:
                  speculation_rows: int | None = None, drafter=None,
                  route: Callable[[Seq[Sequence]], AbstractContextManager] | None = None):
         self._token_text = token_text
-        self._route = route or (lambda _rows: nullcontext())  # the target's rows run with their adapters
+        self._route = route or (lambda _rows: nullcontext())
         self._can_roll_back = can_roll_back
         self._step_tokens = step_tokens
         self._speculation_rows = speculation_rows
-        self._drafter = drafter  # proposes for DRAFT-mode rows (a draft model), or None
+        self._drafter = drafter
 
     def step(self, batch: Batch, rows: Seq[Sequence]) -> int:
-        """Runs one step over ``rows`` (the batch's rows, in order); returns the number
-        of tokens appended to them."""
+        """``rows``: the batch's, in order; returns the number of tokens appended."""
         drafts = self._drafts(rows)
         feeds = [seq.pending + d for seq, d in zip(rows, drafts)]
-        with self._route(rows):  # verification too: every position with the row's adapter
+        with self._route(rows):  # drafts are verified by the adapted model
             scores = batch.step(feeds)
         sites = _Sites.of(feeds, drafts)
         site_scores = scores[mx.array(sites.rows, dtype=mx.int32), mx.array(sites.positions, dtype=mx.int32)]
@@ -105,7 +89,6 @@ class Decoder:
         return appended
 
     def _drafts(self, rows: Seq[Sequence]) -> list[list[int]]:
-        """Each row's drafts for this step (empty for rows that do not speculate)."""
         allowance = (step_allowance(len(rows), self._step_tokens, self._speculation_rows)
                      if self._can_roll_back else 0)
         wanted = []
@@ -118,11 +101,11 @@ class Decoder:
                   for seq, k in zip(rows, wanted)]
         if self._drafter is not None:
             drafts = self._drafter.propose(rows, [0 if s.finished else k for s, k in zip(rows, wanted)], drafts)
-        return [_row(seq, lambda: d[: seq.constraint.valid_prefix(d)], [], "drafting")  # grammar-checked
+        return [_row(seq, lambda: d[: seq.constraint.valid_prefix(d)], [], "drafting")
                 if d and seq.constraint is not None else d for seq, d in zip(rows, drafts)]
 
     def _logprobs(self, rows, sites: _Sites, site_scores: mx.array, chosen: mx.array) -> dict[int, object]:
-        """Logprob records by site, for the rows that asked; read together with ``chosen``."""
+        """Records by site for the rows that asked, read with ``chosen`` in one eval."""
         wanted = [i for i, r in enumerate(sites.rows) if rows[r].top_logprobs is not None]
         if not wanted:
             mx.eval(chosen)
@@ -159,7 +142,6 @@ def _row(seq: Sequence, work: Callable[[], object], failed: object, during: str)
 
 
 def _agreeing(drafts: Seq[int], chosen: Seq[int]) -> int:
-    """How many leading drafts equal the target's choice at their position."""
     accepted = 0
     for draft, target in zip(drafts, chosen):
         if draft != target:

@@ -1,19 +1,6 @@
-"""Response formats compiled into llguidance matchers, off the event loop and the
-engine thread.
-
-One ``LLTokenizer`` per model, built once at load (~1 s for a 49k vocabulary),
-whose stop tokens are the model's EOS ids. ``constrain`` compiles on a small pool
-of its own, so neither the event loop nor the engine thread ever waits for a
-grammar: the text is checked against the size limits (``formats``), compiled
-under llguidance's parser limits (lexer fuel and states), and its first token
-mask computed (building a grammar's lexer is the expensive part), all within a
-wall-clock timeout of the compile's own. A compile that waits for a busy pool is
-overload, not bad input: ``CompilerBusy`` (RESOURCE_EXHAUSTED) when it is still
-waiting at the timeout, or at once when ``compile_queue`` compiles already wait;
-only a format whose own compile exceeds the limits is InvalidRequest. Compiled formats - and the errors of bad ones - are kept in an
-``ObjectCache`` keyed by their text; each request gets its own copy of the
-cached, never-advanced matcher.
-"""
+"""Response formats compiled into llguidance matchers on a pool of their own, never on
+the event loop or the engine thread. A busy pool is overload (``CompilerBusy``), not
+bad input. Cached matchers never advance: each request gets a copy."""
 
 from __future__ import annotations
 
@@ -37,16 +24,14 @@ log = logging.getLogger("engine.generation.grammar")
 
 @dataclass(frozen=True)
 class Compiled:
-    """A compiled format: a fresh matcher to copy, or why the format is invalid."""
+    """A fresh matcher to copy, or why the format is invalid."""
 
     matcher: LLMatcher | None
     error: str = ""
 
 
 def grammar_tokenizer(tokenizer, vocab_size: int, eos_ids: frozenset[int]) -> LLTokenizer | None:
-    """llguidance's view of a model's fast tokenizer (mlx-lm's wrapper, a Hugging Face
-    one or a ``tokenizers.Tokenizer``: serialized as ``llguidance.hf`` does), with masks
-    ``vocab_size`` wide and the model's EOS ids as stop tokens; None if it has none."""
+    """Masks ``vocab_size`` wide, EOS ids as stop tokens; None without a fast tokenizer."""
     try:
         backend = copy.copy(getattr(tokenizer, "backend_tokenizer", tokenizer))
         backend.no_padding()
@@ -58,8 +43,6 @@ def grammar_tokenizer(tokenizer, vocab_size: int, eos_ids: frozenset[int]) -> LL
 
 
 class Grammars:
-    """One model's structured output: its grammar tokenizer, compile pool and cache."""
-
     def __init__(self, tokenizer: LLTokenizer | None, limits: GrammarLimits = GrammarLimits()):
         self.tokenizer = tokenizer
         self.limits = limits
@@ -67,16 +50,15 @@ class Grammars:
         self._stop_tokens = frozenset(tokenizer.eos_tokens) if tokenizer is not None else frozenset()
         self._cache: ObjectCache[Compiled] = ObjectCache(limits.cache_entries)
         self._pool = ThreadPoolExecutor(limits.compile_threads, thread_name_prefix="grammar")
-        self._pending = 0  # compiles submitted to the pool and not done (event loop only)
+        self._pending = 0  # event loop only
 
     @property
     def formats(self) -> tuple[FormatKind, ...]:
-        """The formats requests may use with this model."""
         return tuple(FormatKind) if self.tokenizer is not None else ()
 
     async def constrain(self, fmt: ResponseFormat) -> Constraint:
-        """A new row constraint for ``fmt``; InvalidRequest naming the format's field
-        when it is invalid, over the limits or too slow to compile."""
+        """A new row constraint; InvalidRequest naming the field when the format is
+        invalid, over its limits or too slow to compile; CompilerBusy when the pool is."""
         if self.tokenizer is None:
             raise self.unsupported()
         limits = self.limits
@@ -90,7 +72,7 @@ class Grammars:
             compiled = await asyncio.wait_for(asyncio.shield(future), limits.compile_timeout_s)
         except asyncio.TimeoutError:
             compiled = await self._late(future, started)
-        except InvalidRequest:  # over the size limits, or malformed before compiling
+        except InvalidRequest:
             self.stats.rejected += 1
             raise
         if compiled.error:
@@ -103,11 +85,10 @@ class Grammars:
         return Unsupported("this model's tokenizer cannot drive a grammar; response_format is not supported")
 
     async def _late(self, future: asyncio.Future, started: list[float]) -> Compiled:
-        """After the timeout: CompilerBusy if the compile is still waiting for a thread,
-        else the rest of the time its own compile has (from its start), then the error."""
+        """CompilerBusy if not begun, else what is left of its own timeout from its start."""
         too_long = Compiled(None, f"compiling took longer than {self.limits.compile_timeout_s:g} s")
         if not started:
-            future.cancel()  # not begun: leaves the pool's queue
+            future.cancel()
             raise self._busy(f"no compile thread was free for {self.limits.compile_timeout_s:g} s")
         remaining = started[0] + self.limits.compile_timeout_s - time.perf_counter()
         try:
@@ -129,7 +110,7 @@ class Grammars:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _compiled(self, fmt: ResponseFormat) -> Compiled:
-        """The cached compilation of ``fmt``, compiled now on a miss (pool thread)."""
+        """Pool thread."""
         text = grammar_text(fmt, self.limits)
         key = f"{fmt.kind.value}\0{text}"
         lease = self._cache.take(key)

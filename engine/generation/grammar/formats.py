@@ -1,12 +1,5 @@
 """A response format as llguidance grammar text, checked against the size limits.
-
-Nothing here compiles (``compiler`` does); ``check_format`` applies the limits alone,
-so the facade refuses an oversized format before tokenizing its prompt. JSON output (``json_schema``,
-``json_object``) is laid out with fixed separators, ``", "`` between items and
-``": "`` after keys, and no other whitespace, so a model cannot spend its tokens
-on layout; a schema's own ``x-guidance`` options override this. A regex or a
-grammar must match the whole output; ``choice`` accepts exactly one of its options.
-"""
+JSON output has fixed separators and no other whitespace: no tokens spent on layout."""
 
 from __future__ import annotations
 
@@ -24,18 +17,16 @@ JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separ
 
 @dataclass(frozen=True)
 class GrammarLimits:
-    """What one response format may cost (``setting`` fields are on the command line)."""
-
     max_bytes: int = setting(64 << 10, "cap on a response_format's schema, regex, grammar or choice options "
                                        "(bytes)", flag="--max-format-bytes")
     max_options: int = 1024  # options of a choice
     max_depth: int = 64  # nesting of a JSON Schema document
     compile_timeout_s: float = setting(5.0, "time a response_format may take to compile (compiling plus the first "
                                             "token mask)", flag="--format-compile-timeout", metavar="SECONDS")
-    lexer_fuel: int = 200_000  # llguidance's initial_lexer_fuel: regex construction work
-    max_lexer_states: int = 50_000  # llguidance's max_lexer_states (1-2 kB each)
-    cache_entries: int = 256  # compiled formats kept for reuse
-    compile_threads: int = 2  # formats compiled at once per model
+    lexer_fuel: int = 200_000  # llguidance's initial_lexer_fuel
+    max_lexer_states: int = 50_000
+    cache_entries: int = 256
+    compile_threads: int = 2  # per model
     compile_queue: int = setting(64, "response_formats that may wait for a compile thread per model; more are "
                                      "refused with RESOURCE_EXHAUSTED", flag="--format-compile-queue", metavar="N")
 
@@ -45,14 +36,14 @@ class GrammarLimits:
 
 
 def field_name(fmt: ResponseFormat) -> str:
-    """The API path of the field that carries ``fmt`` (BadRequest names it)."""
+    """The API path of the field that carries ``fmt``."""
     suffix = ".options" if fmt.kind is FormatKind.CHOICE else ""
     return f"response_format.{fmt.kind.value}{suffix}"
 
 
 def check_format(fmt: ResponseFormat, limits: GrammarLimits) -> dict | bool | None:
-    """InvalidRequest for a format over the limits (bytes, options, nesting) or
-    malformed before compiling; a JSON schema's parsed document."""
+    """InvalidRequest for a format over the limits or malformed; a JSON schema's parsed
+    document."""
     field = field_name(fmt)
     texts = fmt.options if fmt.kind is FormatKind.CHOICE else (fmt.text,)
     if sum(map(len, texts)) > limits.max_bytes:  # characters: at most as many as bytes
@@ -70,8 +61,7 @@ def check_format(fmt: ResponseFormat, limits: GrammarLimits) -> dict | bool | No
 
 
 def grammar_text(fmt: ResponseFormat, limits: GrammarLimits) -> str:
-    """The llguidance grammar for ``fmt``; InvalidRequest for input over the limits or
-    malformed before compiling (a schema that is not JSON, empty options)."""
+    """The llguidance grammar for ``fmt``; raises as ``check_format``."""
     field, schema = field_name(fmt), check_format(fmt, limits)
     if fmt.kind is FormatKind.JSON_SCHEMA:
         return LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
@@ -103,7 +93,7 @@ def _schema(text: str, field: str, limits: GrammarLimits) -> dict | bool:
 
 
 def _depth(value: object) -> int:
-    """Nesting depth of a parsed JSON value (iterative: no recursion on hostile input)."""
+    """Iterative: no recursion on hostile input."""
     deepest, stack = 0, [(value, 1)]
     while stack:
         item, depth = stack.pop()

@@ -1,2 +1,1 @@
-"""Prompts into their sequences' caches: the step plan (``steps``), the chunked
-prefiller and its between-layer interruption on cancel."""
+"""Prompts into their sequences' caches, chunk by chunk, interruptible on cancel."""

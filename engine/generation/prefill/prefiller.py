@@ -1,19 +1,6 @@
-"""Prompts into their sequences' own caches, chunk by chunk, within a token budget.
-
-The head of the prefilling queue advances one planned step at a time
-(``next_prefill_step`` with a tail split: the last prompt token is left pending for
-the batch's first step, which chooses token zero). Leading short fresh prompts (the
-whole prompt but its last token fits one chunk, nothing cached, plain KV caches)
-go through the model together in one left-padded forward. A step that ends at a
-chat's history boundary stores a copy of the caches for reuse.
-
-Prompt forwards are checkpointed between layers (``interrupt``): a sequence whose
-Cancel is waiting stops within one layer instead of at the end of its chunk.
-
-A sequence whose own chunk raises leaves the queue as failed, alone; a shared
-forward of short prompts that raises is not blamed on anyone: its sequences are
-prefilled again one by one, so only the one that fails alone fails.
-"""
+"""Prompts into their sequences' own caches, chunk by chunk, within a token budget; the
+last prompt token is left pending for the batch. A failed shared forward is retried
+one prompt at a time."""
 
 from __future__ import annotations
 
@@ -39,7 +26,6 @@ log = logging.getLogger("engine.generation.prefill.prefiller")
 
 
 def unrouted(_seqs: list[Sequence]) -> AbstractContextManager:
-    """No adapters: forwards run the base model."""
     return nullcontext()
 
 
@@ -47,19 +33,18 @@ class Prefiller:
     def __init__(self, model: nn.Module, config: SchedulerConfig, reuse: PrefixReuse, plain_kv: bool,
                  interrupt: Callable[[str], bool] | None = None, route: Route = unrouted):
         self._model = model
-        self._route = route  # a forward over sequences' rows runs with their adapters
+        self._route = route
         self._config = config
         self._reuse = reuse
-        self._plain_kv = plain_kv  # every layer a KVCache: short prompts may share a forward
+        self._plain_kv = plain_kv  # only then may short prompts share a forward
         self._interrupt = interrupt
         self.checkpoints = LayerCheckpoints(model) if interrupt is not None else None
         self._alone: weakref.WeakSet[Sequence] = weakref.WeakSet()  # after a shared forward failed
 
     def run(self, queue: deque[Sequence], budget: int
             ) -> tuple[list[Sequence], list[Sequence], list[tuple[Sequence, Exception]]]:
-        """Spends up to ``budget`` prompt tokens on the queue, head first. Returns the
-        sequences whose prompt is done, those interrupted by a waiting Cancel and those
-        whose chunk failed (with the error), all taken out of the queue in order."""
+        """Spends up to ``budget`` prompt tokens, head first. Returns (done, interrupted,
+        failed with their error), each taken out of the queue in order."""
         done: list[Sequence] = []
         interrupted: list[Sequence] = []
         failed: list[tuple[Sequence, Exception]] = []
@@ -97,7 +82,7 @@ class Prefiller:
         return done, interrupted, failed
 
     def _forward(self, tokens: mx.array, caches: list, seqs: list[Sequence]) -> None:
-        """Runs the prompt forward into ``caches``, checkpointed for ``seqs``' cancels."""
+        """Checkpointed between layers for ``seqs``' cancels."""
         with self._route(seqs):
             if self.checkpoints is None:
                 self._model(tokens, cache=caches)
@@ -107,26 +92,22 @@ class Prefiller:
             mx.eval([c.state for c in caches])
 
     def _take_cancelled(self, queue: deque[Sequence], seqs: list[Sequence]) -> list[Sequence]:
-        """Out of the queue: the members of ``seqs`` whose Cancel is waiting (the others
-        keep their place and start their interrupted step again)."""
+        """Removes those of ``seqs`` whose Cancel is waiting; the others redo their step."""
         cancelled = [s for s in seqs if self._interrupt(s.request_id)]
         for seq in cancelled:
             queue.remove(seq)
         return cancelled
 
     def min_prefix(self, seq: Sequence) -> int:
-        """The shortest cached prefix worth taking for ``seq``: a prompt that can share a
-        batched forward with other new prompts (it fits one chunk) takes a hit only when
-        the hit covers at least half of it, since a sequence with a prefix is prefilled
-        alone; a burst of prompts sharing a short preamble would otherwise lose batching."""
+        """The shortest cached prefix worth taking: half of a prompt that could share a
+        batched forward (a hit makes it prefill alone)."""
         n = seq.prompt_len - 1
         if self._plain_kv and self._config.prefill_batch > 1 and n <= self._config.prefill_chunk:
             return (n + 1) // 2
         return 1
 
     def _short_fresh(self, queue: deque[Sequence], budget: int) -> list[Sequence]:
-        """Leading sequences whose prompt but the last token fits one chunk, with nothing
-        computed yet and no snapshot boundary inside."""
+        """Leading sequences: fresh, fitting one chunk, no snapshot boundary inside."""
         if not self._plain_kv:
             return []
         group: list[Sequence] = []
@@ -143,8 +124,7 @@ class Prefiller:
         return group
 
     def _together(self, group: list[Sequence]) -> int:
-        """One left-padded [B, L] forward over the group's prompts but their last token;
-        each sequence gets its own caches back."""
+        """One left-padded forward; each sequence gets its own caches back."""
         lengths = [seq.prompt_len - 1 for seq in group]
         width = max(lengths)
         pads = [width - n for n in lengths]

@@ -1,18 +1,5 @@
-"""Prefill planning: how a prompt is cut into forward steps.
-
-Pure arithmetic, no tensors, no policy reads. A sequence follows the plan one step at a
-time and advances its position only after executing the returned step.
-
-Invariants of the plan over ``[start, length)`` (iterate ``next_prefill_step``):
-
-* steps are contiguous and cover ``[start, length)``; only the last is ``FINAL``;
-* every step has at most ``chunk_size`` positions;
-* with ``tail_split`` the final step is exactly one position (token zero is chosen
-  from a one-position decode append); without it the final step holds the
-  remaining ``1..chunk_size`` positions;
-* a snapshot boundary strictly inside ``(position, length)`` cuts the plan so that
-  exactly one step ends at it, flagged ``snapshot``.
-"""
+"""How a prompt is cut into forward steps: contiguous, at most ``chunk_size`` each, only
+the last ``FINAL`` (one position with ``tail_split``), one ending at a snapshot boundary."""
 
 from __future__ import annotations
 
@@ -26,8 +13,7 @@ MAX_SAFE_INTEGER = 2**53 - 1
 
 
 def _is_safe_integer(value: object) -> bool:
-    """``Number.isSafeInteger`` for Python values: a real ``int`` (not ``bool``,
-    not ``float``, even an integral one) with ``|value| <= 2**53 - 1``."""
+    """``Number.isSafeInteger``: a real ``int`` (not ``bool`` or ``float``)."""
     return isinstance(value, int) and not isinstance(value, bool) and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
 
 
@@ -40,8 +26,7 @@ class StepKind(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class PrefillStep:
-    """One forward over prompt positions ``[start, end)``; ``snapshot``: the step ends
-    exactly at the requested snapshot boundary."""
+    """One forward over ``[start, end)``; ``snapshot``: it ends at the boundary."""
 
     start: int
     end: int
@@ -50,7 +35,6 @@ class PrefillStep:
 
     @property
     def size(self) -> int:
-        """Number of positions the step covers."""
         return self.end - self.start
 
 
@@ -61,15 +45,11 @@ def next_prefill_step(
     tail_split: bool,
     snapshot_at: int | None = None,
 ) -> PrefillStep:
-    """The next step for a sequence at ``position`` of a ``length``-position prompt.
+    """The next step at ``position`` of a ``length``-position prompt.
 
-    Raises ``ValueError("invalid prefill position or chunk size")`` unless
-    ``length``, ``position`` and ``chunk_size`` are safe integers with
-    ``chunk_size >= 1`` and ``0 <= position < length``; then
-    ``ValueError("invalid prefill snapshot boundary")`` unless ``snapshot_at``
-    is ``None`` or a safe integer in ``[0, length]``. A boundary at or before
-    ``position``, or at ``length``, is ignored. ``tail_split`` is read for its
-    truth value, as the seed does.
+    ValueError unless ``0 <= position < length``, ``chunk_size >= 1`` and
+    ``snapshot_at`` is None or in ``[0, length]`` (safe integers); a boundary at or
+    before ``position``, or at ``length``, is ignored.
     """
     if (
         not _is_safe_integer(length)

@@ -1,2 +1,1 @@
-"""Per-row token choice for a whole batch (``sampler``) and the logprobs reported with
-it (``logprobs``)."""
+"""Per-row token choice for a whole batch, and its logprobs."""

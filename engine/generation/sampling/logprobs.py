@@ -1,8 +1,5 @@
-"""Log probabilities of chosen tokens and their most likely alternatives, batched.
-
-Figures come from the model's unmodified distribution (before temperature,
-penalties or masks), as the API documents.
-"""
+"""Log probabilities of chosen tokens and their top alternatives, batched; always of the
+unmodified distribution (before temperature, penalties or masks)."""
 
 from __future__ import annotations
 
@@ -16,8 +13,7 @@ from ...events import TokenLogprob, TopLogprob
 
 @dataclass(frozen=True)
 class LogprobArrays:
-    """Lazy results for ``n`` sample sites: the chosen ids' logprobs [n] and the
-    ``top_n`` best ids and logprobs [n, top_n], most likely first."""
+    """Lazy: chosen [n]; top ids and values [n, top_n], most likely first."""
 
     chosen: mx.array
     top_ids: mx.array | None

@@ -1,19 +1,5 @@
-"""Choosing tokens for a whole batch at once.
-
-Each sequence owns a ``SamplingState``: its options, its seed and the history its
-score processors need (repetition, presence and frequency penalties, logit bias).
-``choose`` takes the scores of every sample site of a step ([N, V]) and returns the
-chosen ids ([N], lazy):
-
-* processors run per row, only for rows that have any;
-* greedy rows take one batched argmax;
-* sampled rows go through one vectorised pass: temperature, top-k, min-p and top-p
-  masks with per-row parameters, then an inverse-CDF draw.
-
-A seeded draw depends only on (seed, step): its uniform comes from a hash of the two,
-never from a shared random stream, so a request yields the same tokens alone or
-inside any batch, whatever its neighbours do.
-"""
+"""Choosing tokens for a whole batch at once. A seeded draw depends only on (seed,
+step): a request yields the same tokens alone or inside any batch."""
 
 from __future__ import annotations
 
@@ -29,7 +15,7 @@ _MASK = 0xFFFFFFFFFFFFFFFF
 
 
 def draw_uniform(seed: int, step: int) -> float:
-    """The uniform in (0, 1) of draw ``step`` of a request seeded with ``seed`` (splitmix64)."""
+    """The uniform in (0, 1) of draw ``step`` under ``seed`` (splitmix64)."""
     z = (seed * 0x9E3779B97F4A7C15 + (step + 1) * 0xBF58476D1CE4E5B9) & _MASK
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
@@ -38,7 +24,7 @@ def draw_uniform(seed: int, step: int) -> float:
 
 
 class SamplingState:
-    """One sequence's sampling: options, seed and processor history (engine thread only)."""
+    """One sequence's options, seed and processor history; engine thread only."""
 
     def __init__(self, options: SamplingOptions, prompt: Sequence[int]):
         self.options = options
@@ -58,15 +44,13 @@ class SamplingState:
         return self.options.temperature == 0.0
 
     def commit(self, token: int) -> None:
-        """Advances processor history with a token the sequence emitted."""
         self._counts[token] += 1
         self._recent.append(token)
         if len(self._recent) > self._window:
             del self._recent[: len(self._recent) - self._window]
 
     def process(self, scores: mx.array, extra: Sequence[int] = ()) -> mx.array:
-        """Logit bias and penalties applied to one row of scores [V] (float32), with
-        ``extra`` tokens (drafts before this position) counted as if emitted."""
+        """Scores [V] with bias and penalties; ``extra`` (earlier drafts) counts as emitted."""
         o = self.options
         recent, counts = self._recent, self._counts
         if extra:
@@ -89,17 +73,13 @@ class SamplingState:
 
 
 class Masks(Protocol):
-    """Allowed ids per sample site (``grammar.masks.SiteMasks``)."""
-
     def apply(self, scores: mx.array) -> mx.array: ...
 
 
 def choose(scores: mx.array, states: Sequence[SamplingState], steps: Sequence[int],
            extras: Sequence[Sequence[int]] | None = None, masks: Masks | None = None) -> mx.array:
-    """The ids chosen at ``N`` sample sites: ``scores`` [N, V], site ``i`` belongs to
-    ``states[i]`` and selects that sequence's token number ``steps[i]``, its processors'
-    history extended by ``extras[i]`` (the drafts before a verified position).
-    ``masks`` (structured output) removes disallowed ids after the processors. Lazy."""
+    """Ids [N] (lazy): site ``i`` chooses token ``steps[i]`` of ``states[i]``, its history
+    extended by ``extras[i]``; ``masks`` apply after the processors."""
     scores = scores.astype(mx.float32)
     processed = [i for i, s in enumerate(states) if s.has_processors]
     if processed:
@@ -119,8 +99,7 @@ def choose(scores: mx.array, states: Sequence[SamplingState], steps: Sequence[in
 
 
 def _mask(scores: mx.array, options: Sequence[SamplingOptions]) -> mx.array:
-    """Temperature-scaled scores [n, V] with top-k, then min-p, then top-p applied
-    (each on what the previous left); excluded ids get -inf."""
+    """Temperature, then top-k, min-p, top-p, each on what the previous left."""
     vocab = scores.shape[-1]
     neg_inf = mx.array(-float("inf"), dtype=mx.float32)
     scores = scores / mx.array([o.temperature for o in options], dtype=mx.float32)[:, None]
@@ -147,8 +126,7 @@ def _mask(scores: mx.array, options: Sequence[SamplingOptions]) -> mx.array:
 
 
 def _draw(scores: mx.array, uniforms: mx.array) -> mx.array:
-    """One id per row of ``scores`` [n, V], drawn from softmax(scores) by inverting its
-    CDF at ``uniforms`` [n] (ids with -inf scores have no mass and are never drawn)."""
+    """One id per row, the softmax CDF inverted at ``uniforms`` [n]; -inf ids never drawn."""
     weights = mx.exp(scores - scores.max(axis=-1, keepdims=True))
     cdf = mx.cumsum(weights, axis=-1)
     target = uniforms[:, None] * cdf[:, -1:]

@@ -1,26 +1,6 @@
-"""Which waiting sequence may start: fair order (``FairQueue``), a slot, and its memory.
-
-The admission rules, kept on the engine thread, with a fair order:
-
-* the next to start is the one ``FairQueue`` chooses (priority with aging within
-  and between tenants, then weighted fair queuing on tokens; FIFO for one tenant at
-  one priority). It starts when a slot is free and the memory budget holds its
-  context beside the running ones. A chosen sequence that waits for memory is
-  pinned: nobody starts before it, whatever arrives meanwhile;
-* slots: up to ``capacity`` run. When all are taken, a tenant running fewer rows
-  than its weighted share of ``capacity`` (``capacity * weight / sum of the weights
-  of tenants running or waiting``) may still start one, up to ``headroom`` rows over
-  ``capacity`` in all: a tenant holding every slot cannot keep another tenant's
-  request waiting for one of its rows to finish. So ``running <= capacity +
-  headroom`` always, and rows beyond ``capacity`` only go to tenants below share;
-* a waiting sequence keeps its place until it starts or is cancelled; a cancelled
-  one leaves the queue and takes nothing with it;
-* every started sequence is released exactly once, which frees its slot and memory.
-
-The queue is bounded by the facade, which refuses at once (RESOURCE_EXHAUSTED) a
-request that would make more than ``capacity + max_queued`` in flight.
-Not thread-safe: the engine thread owns it.
-"""
+"""Which waiting sequence may start (fair order, a slot, its memory); engine thread only.
+``running <= capacity + headroom``, the extra rows only for tenants below their
+weighted share; a chosen sequence waiting for memory is never overtaken."""
 
 from __future__ import annotations
 
@@ -56,18 +36,16 @@ class Admission:
 
     @property
     def reserved(self) -> int:
-        """Sequences holding memory (equals ``running`` whenever a budget is set)."""
+        """Sequences holding memory (``running`` whenever a budget is set)."""
         return self.budget.reserved if self.budget is not None else 0
 
     def tenants(self) -> dict[str, tuple[int, int]]:
-        """(running, waiting) per tenant name with either."""
         return self.queue.counts()
 
     def enqueue(self, seq: Sequence) -> None:
         self.queue.push(seq)
 
     def withdraw(self, request_id: str) -> Sequence | None:
-        """Takes a waiting sequence out of the queue (cancelled before it started)."""
         seq = self.queue.find(request_id)
         if seq is None:
             return None
@@ -77,7 +55,7 @@ class Admission:
         return seq
 
     def next_ready(self) -> Sequence | None:
-        """The next sequence, taken out of the queue, if it may start now; else None."""
+        """The next sequence, out of the queue, if it may start now."""
         if not self.queue:
             return None
         seq = self._pinned
@@ -107,7 +85,7 @@ class Admission:
                 self.budget.release(seq.request_id)
 
     def drain(self) -> list[Sequence]:
-        """Empties the queue (shutdown): the sequences that never started."""
+        """Empties the queue: the sequences that never started."""
         self._pinned = None
         return self.queue.drain()
 

@@ -1,23 +1,6 @@
-"""The order waiting sequences start in: priority with aging, then weighted fair queuing.
-
-* Within a tenant (``seq.tenant.name``): highest effective priority first, where a
-  sequence's effective priority is its ``priority`` raised continuously by one level
-  per ``aging_s`` seconds waited. Two sequences' effective priorities differ by a
-  constant, so the order is a fixed key, ``arrived - priority * aging_s`` (then
-  arrival): equal priorities start in arrival order. ``aging_s <= 0``: no aging.
-* Between tenants: each tenant's head competes with its effective priority capped
-  at the highest base priority among the heads. The heads at that level are the
-  candidates (aging lets a low priority reach the top level and share it, never
-  take it over); among them the tenant with the smallest virtual time goes first
-  (weighted fair queuing on tokens), then the earlier arrival.
-* Virtual time (start-time fair queuing): starting a sequence advances its
-  tenant's virtual time by ``context_tokens / weight`` (prompt plus the most output
-  it may produce: what it asked for, known before it runs) and sets the system
-  virtual time to the started tenant's start tag. A tenant that becomes backlogged
-  starts at ``max(its own, system)``: an idle tenant banks no credit.
-
-With one tenant and equal priorities this is FIFO. Engine thread only.
-"""
+"""The order waiting sequences start in: priority aged one level per ``aging_s``, then
+start-time fair queuing between tenants on ``context_tokens / weight``. Equal
+priorities start in arrival order; an idle tenant banks no credit. Engine thread only."""
 
 from __future__ import annotations
 
@@ -73,14 +56,13 @@ class FairQueue:
         return next((seq for seq in self if seq.request_id == request_id), None)
 
     def __iter__(self):
-        """Waiting sequences in arrival order."""
         entries = [e for t in self._tenants.values() for e in t.waiting]
         return (e[3] for e in sorted(entries, key=lambda e: e[1]))
 
     def choose(self, eligible: Callable[[str, int, float], bool] = lambda name, running, weight: True
                ) -> Sequence | None:
-        """The sequence that should start next among tenants ``eligible(name, running,
-        weight)`` allows; it stays queued until ``started``."""
+        """The next to start among tenants ``eligible`` allows; it stays queued until
+        ``started``."""
         heads = [(name, t) for name, t in self._tenants.items()
                  if t.waiting and eligible(name, t.running, t.weight)]
         if not heads:
@@ -92,7 +74,6 @@ class FairQueue:
         return min(candidates, key=lambda c: c[:2])[2]
 
     def started(self, seq: Sequence) -> None:
-        """``seq`` (the one ``choose`` gave) leaves the queue and runs."""
         t = self._tenants[seq.tenant.name]
         t.running += 1
         self.remove(seq)

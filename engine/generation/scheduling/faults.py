@@ -1,7 +1,5 @@
-"""One row's own failure: host work of one sequence that raises (its delivery, stop
-checks, grammar, drafts, logprob records, its prompt chunk) ends that sequence
-alone with ERROR, logged with its request id; the other rows go on. A finished
-sequence leaves the batch at the next retire, and is released once, as any other."""
+"""One row's own failure ends that sequence alone with ERROR; the other rows go on,
+and it is released once, as any other."""
 
 from __future__ import annotations
 
@@ -19,7 +17,6 @@ def failure_message(exc: BaseException) -> str:
 
 
 def end_row(seq: Sequence, exc: BaseException, during: str) -> None:
-    """Ends ``seq`` with ERROR because ``exc`` escaped its ``during`` work."""
     log.error("request %s failed during %s; ending it alone", seq.request_id, during, exc_info=exc)
     try:
         seq.finish(FinishReason.ERROR, error=failure_message(exc))

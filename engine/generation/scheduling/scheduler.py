@@ -1,27 +1,5 @@
-"""The continuous-batching scheduler: one model's sequences, from waiting to finished.
-
-Runs only on the engine thread, which owns every sequence once submitted. One tick:
-
-  1. prune    - cancelled rows leave the running batch (their KV freed);
-  2. admit    - waiting sequences start in fair order (priority with aging, then
-                weighted fair queuing between tenants) while a slot and their
-                memory are free (``Admission``); each takes its longest cached prefix;
-  3. prefill  - the token budget left after one token per decoding row goes to
-                prompt chunks (``Prefiller``); a sequence whose prompt is done joins
-                the batch, its last prompt token pending; one whose Cancel arrives
-                during its chunk stops between two layers (``interrupt``);
-  4. decode   - one batched step over every row (``Decoder``); finished sequences
-                leave the batch and are released.
-
-Every forward of the model is routed (``AdapterBank.routed``): rows of sequences
-with an adapter add its low-rank delta, in the same forward as rows of other
-adapters or none - prompt chunks, decode steps and the verification of drafts alike.
-A draft model runs without adapters.
-
-Cancel is one message whatever the state: a waiting sequence leaves the queue, a
-prefilling one is dropped at once, a decoding one leaves at the next prune. Every
-started sequence is released exactly once (slot and memory) when it finishes.
-"""
+"""The continuous-batching scheduler, engine thread only. One tick: prune, admit,
+prefill, decode (see docs/ARCHITECTURE.md). Every started sequence is released once."""
 
 from __future__ import annotations
 
@@ -56,12 +34,10 @@ log = logging.getLogger("engine.generation.scheduling.scheduler")
 
 @dataclass(frozen=True)
 class SchedulerStats:
-    """A snapshot taken on the engine thread."""
-
     waiting: int
     running: int
     reserved: int  # sequences holding memory
-    rows: int  # sequences prefilling plus rows of the batch
+    rows: int  # prefilling plus batch rows
     kv_bytes: int  # caches of running sequences
     reserved_bytes: int
     budget_bytes: int | None
@@ -79,7 +55,7 @@ class Scheduler:
                  interrupt: Callable[[str], bool] | None = None, drafter: DraftModel | None = None,
                  adapters: AdapterBank | None = None, planner: Planner | None = None):
         self._model = model
-        self.adapters = adapters  # loaded adapters; every forward is routed through them
+        self.adapters = adapters
         self._route = adapters.routed if adapters is not None else unrouted
         self._config = config
         self._planner = planner
@@ -89,7 +65,7 @@ class Scheduler:
         self.admission = Admission(config.max_active, budget, headroom=config.headroom,
                                    aging_s=config.priority_aging_s)
         self._batch = Batch(model)
-        self.can_roll_back = can_roll_back(model) if rolls_back is None else rolls_back  # ModelTraits' fact
+        self.can_roll_back = can_roll_back(model) if rolls_back is None else rolls_back
         self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt, self._route)
         self._drafter = drafter
         self._decoder = Decoder(token_text, can_roll_back=self.can_roll_back, step_tokens=config.step_tokens,
@@ -111,7 +87,7 @@ class Scheduler:
         self.admission.enqueue(seq)
 
     def cancel(self, request_id: str) -> bool:
-        """Ends the request wherever it is; False if this scheduler does not hold it."""
+        """False if this scheduler does not hold the request."""
         if (seq := self.admission.withdraw(request_id)) is not None:
             seq.finish(FinishReason.CANCELLED)
             return True
@@ -127,7 +103,6 @@ class Scheduler:
         return False
 
     def answer(self, query: Query) -> object:
-        """Answers a query between ticks (``worker``)."""
         budget = self.admission.budget
         match query:
             case Stats():
@@ -149,7 +124,7 @@ class Scheduler:
         done, interrupted, failed = self._prefiller.run(self._prefilling, budget)
         for seq in interrupted:
             self._end(seq, FinishReason.CANCELLED)
-        for seq, exc in failed:  # its own chunk failed: it ends alone
+        for seq, exc in failed:  # a row's own chunk failed: it ends alone
             log.error("request %s failed during prefill", seq.request_id, exc_info=exc)
             self._end(seq, FinishReason.ERROR, failure_message(exc))
         for seq in done:
@@ -191,7 +166,6 @@ class Scheduler:
             prefix_misses=cache.misses if cache is not None else 0,
             generated_tokens=self.generated_tokens, recent_tokens_per_s=self.rate.per_second())
 
-    # ------------------------------------------------------------------ internals
     def _admit(self) -> None:
         while (seq := self.admission.next_ready()) is not None:
             try:
@@ -223,7 +197,7 @@ class Scheduler:
         self._retire_finished()
 
     def _retire_finished(self) -> None:
-        """Finished rows leave the batch; normal endings are stored for reuse first."""
+        """Normal endings are stored for reuse before they leave the batch."""
         keep = [i for i, seq in enumerate(self._decoding) if not seq.finished]
         if len(keep) == len(self._decoding):
             return
@@ -238,7 +212,6 @@ class Scheduler:
             self._drafter.retain(self._decoding)
 
     def _end(self, seq: Sequence, reason: FinishReason, error: str = "") -> None:
-        """Finishes a started sequence outside the batch and releases it."""
         seq.finish(reason, error=error)
         seq.caches = None
         self.admission.release(seq)

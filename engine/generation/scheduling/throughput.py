@@ -1,9 +1,5 @@
-"""Recent generation throughput: tokens per second over a sliding window.
-
-The scheduler adds the tokens each decode step produced; load reports read the
-rate. A window (not a lifetime average) is what a router wants: how fast this
-replica generates now. Engine thread only.
-"""
+"""Tokens per second over a sliding window: how fast this replica generates now.
+Engine thread only."""
 
 from __future__ import annotations
 
@@ -15,8 +11,6 @@ WINDOW_S = 10.0
 
 
 class TokenRate:
-    """Tokens counted in the last ``window_s`` seconds, divided by the window."""
-
     def __init__(self, window_s: float = WINDOW_S, clock: Callable[[], float] = time.monotonic):
         if window_s <= 0:
             raise ValueError("window_s must be positive")

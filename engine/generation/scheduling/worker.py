@@ -1,17 +1,6 @@
 """The engine thread: owns a model, its caches, its sequences and all MLX work for it.
-
-The asyncio side talks to it only through typed messages on a thread-safe inbox (one
-class per operation; queries are answered through a future);
-events leave through each sequence's delivery sink (which hands them to the event
-loop with ``call_soon_threadsafe``). The model is loaded on this thread, so every
-MLX array of the model lives and is used here.
-
-A failed tick fails the running sequences and the loop goes on; anything that
-escapes the loop (a failure while handling messages or failing sequences, a
-BaseException) kills the thread: it records why (``fault``), ends every sequence
-and call it holds, and stops. The heartbeat marks each iteration so a watchdog can
-tell a stuck thread (``fault`` with a stall timeout) from an idle one.
-"""
+Other threads reach it only by typed messages; anything escaping its loop kills it,
+and it then ends everything it holds."""
 
 from __future__ import annotations
 
@@ -35,8 +24,6 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Submit:
-    """A new sequence for the waiting queue."""
-
     sequence: Sequence
 
 
@@ -49,12 +36,12 @@ class Cancel:
 
 @dataclass(frozen=True)
 class Stats:
-    """Asks for the scheduler's snapshot (``SchedulerStats``)."""
+    """Asks for ``SchedulerStats``."""
 
 
 @dataclass(frozen=True)
 class PlanMemory:
-    """Asks for the memory plan of a context (0: the model's context length)."""
+    """0: the model's context length."""
 
     context_tokens: int
     max_generation_tokens: int = 0
@@ -72,15 +59,14 @@ class LoadAdapter:
 
 @dataclass(frozen=True)
 class UnloadAdapter:
-    """Removes an adapter no request uses any more; its memory returns to the budget."""
+    """Removes an adapter no request uses; its memory returns to the budget."""
 
     key: str
 
 
 @dataclass(frozen=True)
 class Probe:
-    """Runs ``fn(scheduler)`` between ticks: the tests' seam (fault injection); the
-    engine itself never sends it."""
+    """Tests only: runs ``fn(scheduler)`` between ticks."""
 
     fn: Callable[[object], object]
 
@@ -100,12 +86,7 @@ class _Asked:
 
 
 class Worker(Generic[T]):
-    """Runs ``load()`` then a loop of ``scheduler.tick()`` on its own thread.
-
-    ``make_scheduler(loaded)`` builds the scheduler from the loaded state; it must
-    provide ``idle``, ``submit(sequence)``, ``cancel(request_id)``, ``answer(query)``,
-    ``tick()``, ``fail_running(message)`` and ``shutdown(message, reason)``.
-    """
+    """Runs ``load()`` then a loop of ``scheduler.tick()`` on its own thread."""
 
     def __init__(self, name: str, load: Callable[[], T], make_scheduler: Callable[[T], object]):
         self._load = load
@@ -115,8 +96,8 @@ class Worker(Generic[T]):
         self.ready: Future[T] = Future()
         self.heartbeat = Heartbeat()
         self.died = ""  # why the thread died, once it has
-        self._pending = Pending()  # futures of calls not answered yet
-        self._serving = False  # loaded, in the loop
+        self._pending = Pending()
+        self._serving = False
         self._stopping = False
         self._abandoned = False  # given up for broken: stop() does not wait for it
         self._thread = threading.Thread(target=self._run, name=f"engine-{name}", daemon=True)
@@ -139,12 +120,10 @@ class Worker(Generic[T]):
         return future
 
     def probe(self, fn: Callable[[object], object]) -> Future:
-        """Tests only: ``fn(scheduler)`` between ticks."""
         return self.ask(Probe(fn))
 
     def fault(self, stall_timeout_s: float = 0.0) -> str:
-        """Why the thread no longer serves: it died, ended unasked, or (``stall_timeout_s``
-        > 0) has been busy on one iteration for longer than that; "" while it serves."""
+        """Why the thread no longer serves (stalled: past ``stall_timeout_s`` > 0); "" if it does."""
         if self.died:
             return f"its engine thread died: {self.died}"
         if self._serving and not self._stopping and not self._thread.is_alive():
@@ -155,14 +134,13 @@ class Worker(Generic[T]):
         return ""
 
     def give_up(self, error: EngineDead) -> None:
-        """Event loop: fails every call waiting on the thread (and any made later);
-        ``stop`` will not wait for the thread."""
+        """Event loop: fails every call waiting on the thread, and any made later."""
         self._abandoned = True
         self._pending.fail_all(error)
 
     def stop_requested(self, request_id: str) -> bool:
-        """Engine thread only: whether a Cancel of ``request_id`` (or a Shutdown) is
-        waiting. Messages read while looking are handled, in order, at the next drain."""
+        """Engine thread: a Cancel of ``request_id`` or a Shutdown is waiting (messages read
+        ahead are handled in order at the next drain)."""
         while True:
             try:
                 self._early.append(self._inbox.get_nowait())
@@ -226,7 +204,7 @@ class Worker(Generic[T]):
                     log.exception("could not fail a request of a dead engine thread")
 
     def _drain(self, scheduler) -> bool:
-        """Handles pending messages; blocks while idle. False means shut down."""
+        """Blocks while idle; False means shut down."""
         while True:
             idle = scheduler.idle and not self._early
             if idle:

@@ -1,10 +1,5 @@
-"""What the client sees of one sequence: one Started, Deltas, one Finished.
-
-Text comes from the incremental detokenizer and, once stop strings count, passes
-the stop-string matcher (held back while it may start a stop string). Events leave
-through ``sink``, which hands them to the event loop; nothing here blocks. Times
-are ``time.perf_counter`` readings, the clock the facade stamps arrival with.
-"""
+"""What the client sees of one sequence: one Started, Deltas, one Finished. Nothing
+here blocks; times are ``time.perf_counter`` readings, as the facade's arrival."""
 
 from __future__ import annotations
 
@@ -33,12 +28,12 @@ class Delivery:
         self._sink(Started(self.request_id, self.model, prompt_tokens, cached_tokens))
 
     def chosen(self) -> None:
-        """A token was chosen for the sequence (the first one stops the TTFT clock)."""
+        """The first call stops the TTFT clock."""
         if not self.first_token_at:
             self.first_token_at = time.perf_counter()
 
     def text(self, token: int, stops_active: bool) -> tuple[str, str | None]:
-        """The text ``token`` completes that may be emitted, and a matched stop string."""
+        """(text ``token`` completes that may be emitted, matched stop string or None)."""
         text = self._detokenizer.add(token)
         return self._stop_strings.feed(text) if stops_active else (text, None)
 
@@ -48,7 +43,7 @@ class Delivery:
 
     def finish(self, reason: FinishReason, usage: Usage, *, stop_sequence: str = "",
                stop_token_id: int | None = None, error: str = "", flush: bool = True) -> None:
-        """Sends held-back text (when ``flush``) and the Finished event; once only."""
+        """Held-back text (when ``flush``), then Finished; once only."""
         if self.finished:
             return
         self.finished = True

@@ -1,10 +1,5 @@
-"""Incremental detokenization that never emits a broken UTF-8 character.
-
-Text is the difference between decoding a short window of tokens with and without
-the newest ones, so it matches ``tokenizer.decode(all_tokens)`` for any Hugging Face
-tokenizer (byte-level BPE, SentencePiece, WordPiece). Text ending in an incomplete
-UTF-8 sequence (U+FFFD) is held back until the next token completes it.
-"""
+"""Incremental detokenization matching ``tokenizer.decode(all_tokens)``; an incomplete
+UTF-8 character (U+FFFD) is held back until a later token completes it."""
 
 from __future__ import annotations
 
@@ -21,7 +16,7 @@ class IncrementalDetokenizer:
         self._read = len(self._tokens)
 
     def add(self, token: int) -> str:
-        """Adds one token; returns the text it completes (possibly empty)."""
+        """The text ``token`` completes (possibly empty)."""
         self._tokens.append(token)
         before = self._decode(self._tokens[self._prefix : self._read])
         after = self._decode(self._tokens[self._prefix :])
@@ -31,7 +26,7 @@ class IncrementalDetokenizer:
         return ""
 
     def flush(self) -> str:
-        """Returns text still held back (an incomplete character decodes as U+FFFD)."""
+        """Text still held back."""
         before = self._decode(self._tokens[self._prefix : self._read])
         after = self._decode(self._tokens[self._prefix :])
         self._prefix = self._read = len(self._tokens)

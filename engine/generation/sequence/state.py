@@ -1,17 +1,5 @@
-"""One request's state on the engine thread: one token list and how far it has got.
-
-::
-
-    tokens    [ prompt ........................... | output ............ ]
-    cached    [ KV taken from the prefix cache )
-    computed  [ KV in the sequence's caches: tokens fed through the model )
-    pending                                    tokens[computed:], fed by the next step
-
-``cached <= computed <= len(tokens)``. A decoding sequence has one pending token
-(the last one chosen) unless a step rolled positions back. Sampling, stopping and
-delivery are small parts it owns. Only the engine thread touches a sequence once it
-is submitted; the client hears of it through ``delivery``.
-"""
+"""One request's state: one token list and how far its KV has got, ``cached <= computed
+<= len(tokens)``. Once submitted, only the engine thread touches it."""
 
 from __future__ import annotations
 
@@ -29,16 +17,14 @@ from .stopping import TokenStop, TokenStopRule
 
 
 class Status(enum.Enum):
-    WAITING = "waiting"  # in the admission queue
-    PREFILLING = "prefilling"  # admitted; its prompt goes through the model in chunks
-    DECODING = "decoding"  # a row of the running batch
+    WAITING = "waiting"
+    PREFILLING = "prefilling"
+    DECODING = "decoding"
     FINISHED = "finished"
 
 
 @dataclass(frozen=True)
 class Reuse:
-    """How the sequence uses the prefix cache."""
-
     enabled: bool = True
     snapshot_at: int | None = None  # prompt boundary worth storing (a chat's history)
 
@@ -48,23 +34,23 @@ class Sequence:
     request_id: str
     tokens: list[int]
     prompt_len: int
-    context_tokens: int  # prompt + the most output it may produce: what memory is held for
+    context_tokens: int  # prompt + most output: what memory is held for
     rule: TokenStopRule
     sampling: SamplingState
     delivery: Delivery
     reuse: Reuse = Reuse()
-    top_logprobs: int | None = None  # None: no logprobs; n >= 0: the chosen one and n alternatives
-    speculation: Speculation | None = None  # None: this sequence does not speculate
-    adapter: str = ""  # the key of the adapter its rows run with ("": the base model)
-    tenant: Tenant = ANONYMOUS  # who asked: its prefix-cache namespace and share of the engine
-    priority: int = 0  # higher starts first among waiting sequences
+    top_logprobs: int | None = None  # None: no logprobs; n: the chosen one and n alternatives
+    speculation: Speculation | None = None
+    adapter: str = ""  # adapter key ("": the base model)
+    tenant: Tenant = ANONYMOUS
+    priority: int = 0  # higher starts first
     status: Status = Status.WAITING
     cached: int = 0
     computed: int = 0
-    caches: list[Any] | None = None  # per-layer mlx-lm caches while prefilling (then the batch's)
+    caches: list[Any] | None = None  # its own caches while prefilling only
     cancelled: bool = False
     finish_reason: FinishReason | None = None
-    constraint: Constraint | None = None  # structured output: the grammar its output must match
+    constraint: Constraint | None = None
 
     @property
     def prompt(self) -> list[int]:
@@ -76,7 +62,6 @@ class Sequence:
 
     @property
     def pending(self) -> list[int]:
-        """Tokens the next step feeds (their KV is not computed yet)."""
         return self.tokens[self.computed :]
 
     @property
@@ -90,7 +75,7 @@ class Sequence:
 
     @property
     def reusable(self) -> bool:
-        """Finished normally, so its computed tokens are worth storing for reuse."""
+        """Finished normally: worth storing for reuse."""
         return self.reuse.enabled and self.finish_reason in (
             FinishReason.LENGTH, FinishReason.STOP, FinishReason.EOS)
 
@@ -100,8 +85,7 @@ class Sequence:
         self.delivery.started(self.prompt_len, cached)
 
     def accept(self, chosen: Seq[int], logprobs: Seq[TokenLogprob] = ()) -> int:
-        """Takes a run of chosen tokens in order until one ends the sequence; emits
-        them as one Delta. Returns how many were appended to ``tokens``."""
+        """One Delta of chosen tokens up to the one that ends it; returns how many were appended."""
         ids: list[int] = []
         text: list[str] = []
         end: dict[str, Any] | None = None
@@ -123,7 +107,7 @@ class Sequence:
             if stop is not None:
                 end = {"reason": FinishReason.STOP, "stop_sequence": stop, "flush": False}
                 break
-            if self.constraint is not None and self.constraint.done:  # complete: nothing else allowed
+            if self.constraint is not None and self.constraint.done:  # nothing else allowed
                 end = {"reason": FinishReason.STOP}
                 break
             if self.rule.is_last(count):
@@ -136,8 +120,7 @@ class Sequence:
 
     def finish(self, reason: FinishReason, *, stop_sequence: str = "", stop_token_id: int | None = None,
                error: str = "", flush: bool = True) -> None:
-        """Ends the sequence once: status, reason, and the Finished event. Its caches
-        are the scheduler's to free or store."""
+        """Idempotent; its caches are the scheduler's to free or store."""
         if self.finished:
             return
         self.status = Status.FINISHED
@@ -153,9 +136,7 @@ class Sequence:
 
 
 def _constrained_end(constraint: Constraint, token: int) -> dict[str, Any] | None:
-    """How a constrained row ends at ``token`` before emitting it: its grammar's stop
-    token where the output is complete (STOP), or a token the grammar refuses (ERROR:
-    the matcher failed, e.g. over its limits); None after consuming an allowed token."""
+    """The finish at ``token`` before emitting it; None after consuming an allowed token."""
     if constraint.ends(token):
         return {"reason": FinishReason.STOP}
     if not constraint.consume(token):

@@ -1,10 +1,5 @@
-"""When a sequence stops: rules on token ids, and stop strings matched in the text.
-
-``TokenStopRule`` decides on each chosen token before it is emitted (EOS, a stop
-token id, the length cap). ``StopStringMatcher`` finds stop strings across token
-boundaries: text that may be the start of a stop string is held back until it is
-known not to be one, and a matched stop string is never emitted.
-"""
+"""When a sequence stops: token rules, and stop strings in the text (held back while
+they may match; a matched stop string is never emitted)."""
 
 from __future__ import annotations
 
@@ -14,20 +9,14 @@ from typing import Sequence
 
 
 class TokenStop(enum.Enum):
-    """What a chosen token means for the sequence, before any text is emitted."""
-
     CONTINUE = "continue"
-    EOS = "eos"  # an end-of-sequence id: not emitted, the sequence ends
-    STOP_ID = "stop_id"  # a requested stop id: not emitted, the sequence ends
+    EOS = "eos"  # not emitted, the sequence ends
+    STOP_ID = "stop_id"  # not emitted, the sequence ends
 
 
 @dataclass(frozen=True)
 class TokenStopRule:
-    """The stopping facts checked for every chosen token.
-
-    Stop ids and EOS only count once ``min_tokens`` tokens were emitted; ``ignore_eos``
-    turns the model's EOS ids off; the ``max_tokens``-th token is the last one.
-    """
+    """Stop ids and EOS count only past ``min_tokens``; the ``max_tokens``-th is the last."""
 
     max_tokens: int
     min_tokens: int
@@ -36,7 +25,7 @@ class TokenStopRule:
     ignore_eos: bool
 
     def check(self, token: int, count: int) -> TokenStop:
-        """The meaning of ``token`` as the ``count``-th output token (1-based)."""
+        """``token`` as the ``count``-th output token (1-based)."""
         if count <= self.min_tokens:
             return TokenStop.CONTINUE
         if not self.ignore_eos and token in self.eos_ids:
@@ -46,7 +35,6 @@ class TokenStopRule:
         return TokenStop.CONTINUE
 
     def active(self, count: int) -> bool:
-        """Whether stop strings count at the ``count``-th output token."""
         return count > self.min_tokens
 
     def is_last(self, count: int) -> bool:
@@ -61,7 +49,7 @@ class StopStringMatcher:
         self._pending = ""
 
     def feed(self, text: str) -> tuple[str, str | None]:
-        """Adds text; returns (text safe to emit, matched stop string or None)."""
+        """(text safe to emit, matched stop string or None)."""
         if not self._stops:
             return text, None
         buffer = self._pending + text
@@ -75,7 +63,7 @@ class StopStringMatcher:
         return buffer[: len(buffer) - hold], None
 
     def flush(self) -> str:
-        """Returns held-back text when generation ends without a match."""
+        """The held-back text, at an end without a match."""
         text, self._pending = self._pending, ""
         return text
 

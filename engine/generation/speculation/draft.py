@@ -1,12 +1,5 @@
-"""Drafts from a small model that shares the target's tokenizer.
-
-The draft model keeps its own caches in its own ``Batch``, one row per sequence in
-DRAFT mode, and follows each of them: ``seen[i]`` tokens of row ``i``'s sequence are
-in its cache. A step first feeds every draft row what it has not seen (at least the
-token the target chose last), then drafts greedily, one batched forward per draft.
-After verification the draft keeps the drafts the sequence actually took and rolls
-back the rest, so both models stay on the same tokens.
-"""
+"""Drafts from a small model that shares the target's tokenizer, in a ``Batch`` of its
+own; after each step it rolls back to what each sequence took."""
 
 from __future__ import annotations
 
@@ -22,12 +15,11 @@ from ..sequence.state import Sequence
 
 
 class DraftMismatch(ValueError):
-    """The draft model cannot serve this target (another tokenizer, no rollback)."""
+    """The draft model cannot serve this target."""
 
 
 def check_draft(target_tokenizer, draft_tokenizer, draft_rolls_back: bool, names: tuple[str, str]) -> None:
-    """Refuses a draft model whose vocabulary differs from the target's, or whose caches
-    cannot roll back; the message says what differs."""
+    """DraftMismatch for another vocabulary or caches that cannot roll back."""
     target, draft = dict(target_tokenizer.get_vocab()), dict(draft_tokenizer.get_vocab())
     if target != draft:
         differing = sum(1 for t, i in target.items() if draft.get(t) != i) + len(draft.keys() - target.keys())
@@ -60,7 +52,7 @@ class DraftModel:
         return self._batch.nbytes
 
     def join(self, seq: Sequence) -> None:
-        """Prefills the draft's caches with the tokens the target has computed."""
+        """Prefills the draft's caches with what the target has computed."""
         if not self.serves(seq):
             return
         caches = make_prompt_cache(self._model)
@@ -72,7 +64,6 @@ class DraftModel:
         self._seen.append(seq.computed)
 
     def retain(self, live: Seq[Sequence]) -> None:
-        """Keeps the rows whose sequences still run."""
         alive = {id(s) for s in live}
         keep = [i for i, seq in enumerate(self._rows) if id(seq) in alive]
         if len(keep) != len(self._rows):
@@ -81,7 +72,7 @@ class DraftModel:
             self._seen = [self._seen[i] for i in keep]
 
     def propose(self, rows: Seq[Sequence], wanted: Seq[int], drafts: list[list[int]]) -> list[list[int]]:
-        """Fills in the drafts of DRAFT-mode rows (``wanted[i]`` tokens for row ``i``)."""
+        """``drafts`` with DRAFT-mode rows' filled in (``wanted[i]`` for row ``i``)."""
         index = {id(seq): i for i, seq in enumerate(self._rows)}
         ks = [0] * len(self._rows)
         for seq, k in zip(rows, wanted):
@@ -96,9 +87,7 @@ class DraftModel:
     def _draft(self, k: int) -> list[list[int]]:
         feeds = [seq.tokens[seen:] for seq, seen in zip(self._rows, self._seen)]
         self._base = [seen + len(f) for seen, f in zip(self._seen, feeds)]
-        # A row with nothing new since its last draft (its sequence did not advance,
-        # e.g. cancelled in between) steps on a placeholder that settle() rolls back
-        # with everything fed after it (PLACEHOLDER never equals a taken token).
+        # A row with nothing new steps on a PLACEHOLDER, which settle() always rolls back.
         idle = [not f for f in feeds]
         feeds = [f or [seq.tokens[-1]] for seq, f in zip(self._rows, feeds)]
         for i in (i for i, flag in enumerate(idle) if flag):
@@ -119,7 +108,7 @@ class DraftModel:
         return out
 
     def settle(self, rows: Seq[Sequence]) -> None:
-        """After the target took its tokens: keep the fed drafts each sequence took."""
+        """After the target took its tokens: keeps the fed drafts each sequence took."""
         drops = []
         for i, seq in enumerate(self._rows):
             fed, base = self._fed[i], self._base[i]

@@ -1,10 +1,5 @@
-"""Prompt lookup: propose what followed the latest earlier occurrence of the last n tokens.
-
-``NgramIndex`` keeps, for each n in ``[min_n, max_n]``, where every n-gram of the
-sequence last ended, updated incrementally as tokens are appended (O(max_n) per
-token). ``propose(tokens, k)`` looks the current suffix up, longest n first, and
-returns up to ``k`` tokens that followed its previous occurrence.
-"""
+"""Prompt lookup: propose what followed the latest earlier occurrence of the last n
+tokens, longest n first; the index grows incrementally."""
 
 from __future__ import annotations
 
@@ -20,15 +15,13 @@ class NgramIndex:
         self._next_end = 1  # n-grams ending before this position are recorded
 
     def _index(self, tokens: Sequence[int]) -> None:
-        """Records the n-grams ending before the last token (the suffix is looked up,
-        never matched against itself)."""
+        """Up to the last token: the suffix is never matched against itself."""
         for end in range(self._next_end, len(tokens)):
             for n in range(self.min_n, min(self.max_n, end) + 1):
                 self._ends[n][tuple(tokens[end - n : end])] = end
         self._next_end = max(self._next_end, len(tokens))
 
     def propose(self, tokens: Sequence[int], k: int) -> list[int]:
-        """Up to ``k`` tokens continuing ``tokens`` as they continued before."""
         if k <= 0 or len(tokens) < self.min_n + 1:
             return []
         self._index(tokens)
