@@ -15,7 +15,7 @@ from engine.models import ModelSet
 from engine.requests import SpeculationMode
 from engine.validation import Limits
 
-from .settings import from_args
+from .flags import from_args
 
 DEFAULT_GENERATION_NAME = "smollm2-135m-instruct"
 DEFAULT_EMBEDDING_NAME = "all-minilm-l6-v2"

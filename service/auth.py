@@ -21,7 +21,7 @@ from .calls import current_call
 from .handlers import FACTORIES, HEALTH_SERVICE, Malformed, behavior_of, is_probe, rejecting, split_method
 from .identity import NOBODY, Identity, set_identity
 from .status import ADMIN_ROLE_REQUIRED, status_of
-from .tenants import TokenTable
+from .bearer_tokens import TokenTable
 
 REFLECTION_SERVICES = (reflection.SERVICE_NAME, "grpc.reflection.v1.ServerReflection")
 ADMIN_METHODS = frozenset({

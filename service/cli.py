@@ -1,5 +1,5 @@
 """The ``mlx-grpc`` command line: ``serve``, ``prepare`` and ``models``. ``serve``'s
-knobs are the config classes' ``setting`` fields (service/settings.py)."""
+knobs are the config classes' ``setting`` fields (service/flags.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from engine.validation import Limits
 from .access_log import configure_logging
 from .assembly import adapters_by_model, build_limits, build_models  # noqa: F401 - part of the CLI's API
 from .server import ServerOptions, exposure, serve
-from .settings import add_settings, from_args
-from .tenants import ENV_VAR, load_table
+from .flags import add_settings, from_args
+from .bearer_tokens import ENV_VAR, load_table
 from .tls import server_credentials
 from .watchdog import EXIT_ENGINE_BROKEN
 

@@ -11,7 +11,7 @@ from concurrent.futures import wait
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from engine.generation.tenants import TenantStats
+from engine.generation.ledgers import TenantStats
 
 from .convert import model_load
 

@@ -30,7 +30,7 @@ from .metrics import Metrics
 from .servicer import InferenceServicer
 from .status import MAX_MESSAGE_BYTES, status_of
 from .watchdog import BROKEN_GRACE_S, EXIT_ENGINE_BROKEN, watch
-from .tenants import TokenTable
+from .bearer_tokens import TokenTable
 from .worker.servicer import SERVICE_NAME as WORKER_SERVICE_NAME, WorkerServicer
 
 log = logging.getLogger("service.server")

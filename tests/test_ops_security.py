@@ -21,7 +21,7 @@ from service.auth import bearer_token
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from service.server import ServerOptions, create_server
-from service.tenants import TokenTable, load_table
+from service.bearer_tokens import TokenTable, load_table
 from service.tls import server_credentials
 from tests.helpers import details, generate, request
 

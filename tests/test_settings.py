@@ -15,7 +15,7 @@ from engine.settings import flag_of, settings_of
 from engine.validation import Limits
 from service import cli
 from service.server import ServerOptions
-from service.settings import from_args
+from service.flags import from_args
 
 CLASSES = (GenerationConfig, SchedulerConfig, SpeculationConfig, GrammarLimits, Limits, ServerOptions)
 

@@ -20,7 +20,7 @@ from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from service.identity import current_identity
 from service.metrics import Metrics
 from service.server import ServerOptions, create_server, serve
-from service.tenants import load_table
+from service.bearer_tokens import load_table
 from tests.helpers import details, generate, request
 from tests.test_ops_security import bearer
 

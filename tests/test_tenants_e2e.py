@@ -18,7 +18,7 @@ from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from service.server import ServerOptions, create_server
-from service.tenants import load_table
+from service.bearer_tokens import load_table
 from tests.helpers import details, generate, request
 
 TOKENS = """\

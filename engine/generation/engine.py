@@ -31,7 +31,7 @@ from ..requests import GenerationRequest
 from ..validation import check_token_ids, validate_request
 from .config import GenerationConfig
 from .factory import check_speculation, make_sequence
-from .facts import describe_generation, speculation_facts
+from .model_info import describe_generation, speculation_facts
 from .grammar.compiler import Grammars, grammar_tokenizer
 from .grammar.formats import check_format, field_name
 from .grammar.constraint import GrammarStats
@@ -40,7 +40,7 @@ from .refusals import check_fits, check_room, max_tokens_for
 from .scheduling.scheduler import Scheduler, SchedulerStats
 from .speculation.draft import DraftModel, check_draft
 from .streams import Stream, Streams
-from .tenants import TenantStats, Tenants
+from .ledgers import TenantStats, Tenants
 from .scheduling.worker import PlanMemory, Stats, Worker
 
 log = logging.getLogger("engine.generation.engine")

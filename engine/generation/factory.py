@@ -11,7 +11,7 @@ from .sequence.detokenizer import IncrementalDetokenizer
 from .grammar.constraint import Constraint
 from .prompts import EncodedPrompt
 from .sampling.sampler import SamplingState
-from .sequence.state import Reuse, Sequence
+from .sequence.state import PrefixOptions, Sequence
 from .speculation.policy import Speculation
 from .sequence.stopping import StopStringMatcher, TokenStopRule
 from .streams import Stream
@@ -29,7 +29,7 @@ def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream
     return Sequence(
         request_id=stream.key, tokens=ids, prompt_len=len(ids), context_tokens=len(ids) + max_tokens,
         rule=rule, sampling=SamplingState(request.sampling, ids), delivery=delivery,
-        reuse=Reuse(not request.bypass_prefix_cache, prompt.snapshot_at),
+        prefix=PrefixOptions(not request.bypass_prefix_cache, prompt.snapshot_at),
         top_logprobs=request.top_logprobs if wants_logprobs else None,
         speculation=speculation_for(request, speculation), constraint=constraint, adapter=adapter,
         tenant=request.tenant, priority=request.priority)

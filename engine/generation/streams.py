@@ -10,7 +10,7 @@ from typing import Callable
 from ..errors import DuplicateRequestId
 from ..events import Delta, Event, FinishReason, Finished, Started, Timings, Usage
 from ..tenancy import ANONYMOUS, Tenant
-from .tenants import Tenants
+from .ledgers import Tenants
 
 
 class Stream:

@@ -60,7 +60,7 @@ class Prefiller:
                     self._alone.update(group)
                 continue
             seq = queue[0]
-            snapshot_at = seq.reuse.snapshot_at if self._reuse.applies(seq) else None
+            snapshot_at = seq.prefix.snapshot_at if self._reuse.applies(seq) else None
             step = next_prefill_step(seq.prompt_len, seq.computed,
                                      min(self._config.prefill_chunk, budget), True, snapshot_at)
             if step.kind is StepKind.FINAL:
@@ -114,7 +114,7 @@ class Prefiller:
         used = 0
         for seq in queue:
             n = seq.prompt_len - 1
-            boundary = seq.reuse.snapshot_at
+            boundary = seq.prefix.snapshot_at
             if (len(group) >= self._config.prefill_batch or seq.computed != 0 or n < 1 or seq in self._alone
                     or n > self._config.prefill_chunk or used + n > budget
                     or (boundary is not None and 0 < boundary < n)):

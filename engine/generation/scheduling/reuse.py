@@ -22,7 +22,7 @@ class PrefixReuse:
         return f"{self.namespace}\x1f{seq.tenant.namespace}\x1f{seq.adapter}"
 
     def applies(self, seq: Sequence) -> bool:
-        return self.cache is not None and seq.reuse.enabled
+        return self.cache is not None and seq.prefix.enabled
 
     def take(self, seq: Sequence, min_tokens: int = 1) -> tuple[int, list[Any] | None]:
         """(cached tokens, owned caches), or (0, None) on a miss or a hit under ``min_tokens``."""

@@ -203,7 +203,7 @@ class Scheduler:
             return
         for i, seq in enumerate(self._decoding):
             if seq.finished:
-                if seq.reusable:
+                if seq.storable:
                     self.reuse.store(seq, seq.tokens[: seq.computed], lambda i=i: self._batch.extract(i))
                 self.admission.release(seq)
         self._batch.keep(keep)

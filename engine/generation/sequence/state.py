@@ -24,7 +24,7 @@ class Status(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Reuse:
+class PrefixOptions:
     enabled: bool = True
     snapshot_at: int | None = None  # prompt boundary worth storing (a chat's history)
 
@@ -38,7 +38,7 @@ class Sequence:
     rule: TokenStopRule
     sampling: SamplingState
     delivery: Delivery
-    reuse: Reuse = Reuse()
+    prefix: PrefixOptions = PrefixOptions()  # the request's terms for the prefix cache
     top_logprobs: int | None = None  # None: no logprobs; n: the chosen one and n alternatives
     speculation: Speculation | None = None
     adapter: str = ""  # adapter key ("": the base model)
@@ -74,9 +74,9 @@ class Sequence:
         return self.status is Status.FINISHED
 
     @property
-    def reusable(self) -> bool:
+    def storable(self) -> bool:
         """Finished normally: worth storing for reuse."""
-        return self.reuse.enabled and self.finish_reason in (
+        return self.prefix.enabled and self.finish_reason in (
             FinishReason.LENGTH, FinishReason.STOP, FinishReason.EOS)
 
     def start(self, cached: int) -> None:
