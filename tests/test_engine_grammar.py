@@ -23,7 +23,7 @@ from engine.generation.grammar.formats import GrammarLimits
 from engine.generation.grammar import masks as masks_module
 from engine.generation.grammar.masks import SiteMasks, bias, site_masks
 from engine.generation.sampling.sampler import SamplingState, choose
-from engine.generation.sequence.state import Sequence
+from engine.generation.sequence.state import SequenceState
 from engine.generation.sequence.stopping import StopStringMatcher, TokenStopRule
 from engine.requests import FormatKind, ResponseFormat, SamplingOptions
 
@@ -209,7 +209,7 @@ def constrained_sequence(tokenizer, constraint, max_tokens=20):
     decode = lambda t: tokenizer.decode(t, skip_special_tokens=False)  # noqa: E731
     delivery = Delivery("r", "m", events.append, IncrementalDetokenizer(decode, ids), StopStringMatcher(()), 0.0)
     rule = TokenStopRule(max_tokens, 0, frozenset({EOS}), frozenset(), False)
-    seq = Sequence("r", list(ids), len(ids), len(ids) + max_tokens, rule, SamplingState(SamplingOptions(), ids),
+    seq = SequenceState("r", list(ids), len(ids), len(ids) + max_tokens, rule, SamplingState(SamplingOptions(), ids),
                    delivery, constraint=constraint)
     seq.start(0)
     return seq, events

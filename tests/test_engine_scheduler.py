@@ -15,7 +15,7 @@ from engine.generation.sequence.delivery import Delivery
 from engine.generation.sequence.detokenizer import IncrementalDetokenizer
 from engine.generation.sampling.sampler import SamplingState
 from engine.generation.scheduling.scheduler import Scheduler
-from engine.generation.sequence.state import Sequence, Status
+from engine.generation.sequence.state import SequenceState, Status
 from engine.generation.sequence.stopping import StopStringMatcher, TokenStopRule
 from engine.memory.budget import MemoryBudget
 from engine.memory.facts import facts_from_model
@@ -49,12 +49,12 @@ class Log:
         return next(e for r, e in self.events if r == rid and isinstance(e, Finished))
 
 
-def sequence(tokenizer, log, rid, prompt, max_tokens) -> Sequence:
+def sequence(tokenizer, log, rid, prompt, max_tokens) -> SequenceState:
     ids = tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
     delivery = Delivery(rid, "llama", log.sink(rid), IncrementalDetokenizer(tokenizer.decode, ids),
                         StopStringMatcher(()), time.perf_counter())
     rule = TokenStopRule(max_tokens, 0, frozenset(tokenizer.eos_token_ids), frozenset(), False)
-    return Sequence(rid, ids, len(ids), len(ids) + max_tokens, rule, SamplingState(SamplingOptions(), ids), delivery)
+    return SequenceState(rid, ids, len(ids), len(ids) + max_tokens, rule, SamplingState(SamplingOptions(), ids), delivery)
 
 
 def run(scheduler, until=lambda: False, limit=2000) -> int:

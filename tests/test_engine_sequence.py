@@ -14,7 +14,7 @@ from engine.events import Delta, FinishReason, Finished, Started
 from engine.generation.sequence.delivery import Delivery
 from engine.generation.sequence.detokenizer import IncrementalDetokenizer
 from engine.generation.sampling.sampler import SamplingState
-from engine.generation.sequence.state import Sequence, Status
+from engine.generation.sequence.state import SequenceState, Status
 from engine.generation.sequence.stopping import StopStringMatcher, TokenStopRule
 from engine.requests import SamplingOptions
 
@@ -33,7 +33,7 @@ def make(tokenizer, prompt="Hello", *, max_tokens=20, min_tokens=0, stop=(), sto
     delivery = Delivery("r1", "m", events.append, IncrementalDetokenizer(decode, ids), StopStringMatcher(stop),
                         time.perf_counter())
     rule = TokenStopRule(max_tokens, min_tokens, frozenset({EOS}), frozenset(stop_ids), ignore_eos)
-    seq = Sequence("r1", list(ids), len(ids), len(ids) + max_tokens, rule, SamplingState(SamplingOptions(), ids),
+    seq = SequenceState("r1", list(ids), len(ids), len(ids) + max_tokens, rule, SamplingState(SamplingOptions(), ids),
                    delivery)
     seq.start(0)
     return seq, events

@@ -10,7 +10,7 @@ import itertools
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence as Seq
+from typing import Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -47,11 +47,11 @@ class AdapterBank:
     def keys(self) -> list[str]:
         return list(self._loaded)
 
-    def routed(self, seqs: Seq) -> AbstractContextManager:
+    def routed(self, seqs: Sequence) -> AbstractContextManager:
         """The forwards built inside run ``seqs``' rows (in order) with their adapters."""
         return self.routing.routed([seq.adapter for seq in seqs])
 
-    def load(self, name: str, adapter: AdapterFiles | str | Path, *, evict: Seq[str] = (),
+    def load(self, name: str, adapter: AdapterFiles | str | Path, *, evict: Sequence[str] = (),
              budget: MemoryBudget | None = None, field: str = "path") -> AdapterInfo:
         """Checks and installs an adapter, then unloads the ``evict`` keys (already left out of the memory check)."""
         source = adapter.source() if isinstance(adapter, AdapterFiles) else read_adapter(adapter, field)

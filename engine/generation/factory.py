@@ -1,4 +1,4 @@
-"""Building a request's ``Sequence`` (on the event loop, before submission; no MLX work)."""
+"""Building a request's ``SequenceState`` (on the event loop, before submission; no MLX work)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .sequence.detokenizer import IncrementalDetokenizer
 from .grammar.constraint import Constraint
 from .prompts import EncodedPrompt
 from .sampling.sampler import SamplingState
-from .sequence.state import PrefixOptions, Sequence
+from .sequence.state import PrefixOptions, SequenceState
 from .speculation.policy import Speculation
 from .sequence.stopping import StopStringMatcher, TokenStopRule
 from .streams import Stream
@@ -19,14 +19,14 @@ from .streams import Stream
 
 def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream, prompt: EncodedPrompt,
                   max_tokens: int, arrived: float, speculation: SpeculationConfig = SpeculationConfig(),
-                  constraint: Constraint | None = None, *, adapter: str = "") -> Sequence:
+                  constraint: Constraint | None = None, *, adapter: str = "") -> SequenceState:
     s = request.stopping
     ids = list(prompt.ids)
     rule = TokenStopRule(max_tokens, s.min_tokens, model.eos_ids, frozenset(s.stop_token_ids), s.ignore_eos)
     detokenizer = IncrementalDetokenizer(lambda t: model.tokenizer.decode(t), ids)
     delivery = Delivery(stream.request_id, model.name, stream.sink, detokenizer, StopStringMatcher(s.stop), arrived)
     wants_logprobs = request.logprobs or request.top_logprobs > 0
-    return Sequence(
+    return SequenceState(
         request_id=stream.key, tokens=ids, prompt_len=len(ids), context_tokens=len(ids) + max_tokens,
         rule=rule, sampling=SamplingState(request.sampling, ids), delivery=delivery,
         prefix=PrefixOptions(not request.bypass_prefix_cache, prompt.snapshot_at),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Callable, Sequence as Seq
+from typing import Callable, Sequence
 
 import mlx.core as mx
 
@@ -15,7 +15,7 @@ from ..scheduling.faults import end_row
 from ..grammar.masks import site_masks
 from ..sampling.logprobs import LogprobArrays, logprobs, to_events
 from ..sampling.sampler import choose
-from ..sequence.state import Sequence
+from ..sequence.state import SequenceState
 from ..speculation.policy import step_allowance
 
 
@@ -28,7 +28,7 @@ class _Sites:
     firsts: list[int]  # index of each row's first site
 
     @classmethod
-    def of(cls, feeds: Seq[Seq[int]], drafts: Seq[Seq[int]]) -> "_Sites":
+    def of(cls, feeds: Sequence[Sequence[int]], drafts: Sequence[Sequence[int]]) -> "_Sites":
         rows, positions, firsts = [], [], []
         for i, (feed, d) in enumerate(zip(feeds, drafts)):
             firsts.append(len(rows))
@@ -41,7 +41,7 @@ class _Sites:
 class Decoder:
     def __init__(self, token_text: Callable[[int], str], *, can_roll_back: bool = False, step_tokens: int = 16,
                  speculation_rows: int | None = None, drafter=None,
-                 route: Callable[[Seq[Sequence]], AbstractContextManager] | None = None):
+                 route: Callable[[Sequence[SequenceState]], AbstractContextManager] | None = None):
         self._token_text = token_text
         self._route = route or (lambda _rows: nullcontext())
         self._can_roll_back = can_roll_back
@@ -49,7 +49,7 @@ class Decoder:
         self._speculation_rows = speculation_rows
         self._drafter = drafter
 
-    def step(self, batch: Batch, rows: Seq[Sequence]) -> int:
+    def step(self, batch: Batch, rows: Sequence[SequenceState]) -> int:
         """``rows``: the batch's, in order; returns the number of tokens appended."""
         drafts = self._drafts(rows)
         feeds = [seq.pending + d for seq, d in zip(rows, drafts)]
@@ -88,7 +88,7 @@ class Decoder:
             self._drafter.settle(rows)
         return appended
 
-    def _drafts(self, rows: Seq[Sequence]) -> list[list[int]]:
+    def _drafts(self, rows: Sequence[SequenceState]) -> list[list[int]]:
         allowance = (step_allowance(len(rows), self._step_tokens, self._speculation_rows)
                      if self._can_roll_back else 0)
         wanted = []
@@ -130,7 +130,7 @@ class Decoder:
             return records
 
 
-def _row(seq: Sequence, work: Callable[[], object], failed: object, during: str):
+def _row(seq: SequenceState, work: Callable[[], object], failed: object, during: str):
     """``work()`` for one row; on an exception the row ends alone and ``failed`` stands in."""
     if seq.finished:
         return failed
@@ -141,7 +141,7 @@ def _row(seq: Sequence, work: Callable[[], object], failed: object, during: str)
         return failed
 
 
-def _agreeing(drafts: Seq[int], chosen: Seq[int]) -> int:
+def _agreeing(drafts: Sequence[int], chosen: Sequence[int]) -> int:
     accepted = 0
     for draft, target in zip(drafts, chosen):
         if draft != target:

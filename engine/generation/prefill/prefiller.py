@@ -19,13 +19,13 @@ from ..config import SchedulerConfig
 from .interrupt import Interrupted, LayerCheckpoints
 from .steps import StepKind, next_prefill_step
 from ..scheduling.reuse import PrefixReuse
-from ..sequence.state import Sequence
+from ..sequence.state import SequenceState
 
-Route = Callable[[list[Sequence]], AbstractContextManager]
+Route = Callable[[list[SequenceState]], AbstractContextManager]
 log = logging.getLogger("engine.generation.prefill.prefiller")
 
 
-def unrouted(_seqs: list[Sequence]) -> AbstractContextManager:
+def unrouted(_seqs: list[SequenceState]) -> AbstractContextManager:
     return nullcontext()
 
 
@@ -39,15 +39,15 @@ class Prefiller:
         self._plain_kv = plain_kv  # only then may short prompts share a forward
         self._interrupt = interrupt
         self.checkpoints = LayerCheckpoints(model) if interrupt is not None else None
-        self._alone: weakref.WeakSet[Sequence] = weakref.WeakSet()  # after a shared forward failed
+        self._alone: weakref.WeakSet[SequenceState] = weakref.WeakSet()  # after a shared forward failed
 
-    def run(self, queue: deque[Sequence], budget: int
-            ) -> tuple[list[Sequence], list[Sequence], list[tuple[Sequence, Exception]]]:
+    def run(self, queue: deque[SequenceState], budget: int
+            ) -> tuple[list[SequenceState], list[SequenceState], list[tuple[SequenceState, Exception]]]:
         """Spends up to ``budget`` prompt tokens, head first. Returns (done, interrupted,
         failed with their error), each taken out of the queue in order."""
-        done: list[Sequence] = []
-        interrupted: list[Sequence] = []
-        failed: list[tuple[Sequence, Exception]] = []
+        done: list[SequenceState] = []
+        interrupted: list[SequenceState] = []
+        failed: list[tuple[SequenceState, Exception]] = []
         while queue and budget > 0:
             group = self._short_fresh(queue, budget)
             if len(group) >= 2:
@@ -81,7 +81,7 @@ class Prefiller:
                 self._reuse.store(seq, seq.tokens[: step.end], copy.deepcopy(seq.caches))
         return done, interrupted, failed
 
-    def _forward(self, tokens: mx.array, caches: list, seqs: list[Sequence]) -> None:
+    def _forward(self, tokens: mx.array, caches: list, seqs: list[SequenceState]) -> None:
         """Checkpointed between layers for ``seqs``' cancels."""
         with self._route(seqs):
             if self.checkpoints is None:
@@ -91,14 +91,14 @@ class Prefiller:
                     self._model(tokens, cache=caches)
             mx.eval([c.state for c in caches])
 
-    def _take_cancelled(self, queue: deque[Sequence], seqs: list[Sequence]) -> list[Sequence]:
+    def _take_cancelled(self, queue: deque[SequenceState], seqs: list[SequenceState]) -> list[SequenceState]:
         """Removes those of ``seqs`` whose Cancel is waiting; the others redo their step."""
         cancelled = [s for s in seqs if self._interrupt(s.request_id)]
         for seq in cancelled:
             queue.remove(seq)
         return cancelled
 
-    def min_prefix(self, seq: Sequence) -> int:
+    def min_prefix(self, seq: SequenceState) -> int:
         """The shortest cached prefix worth taking: half of a prompt that could share a
         batched forward (a hit makes it prefill alone)."""
         n = seq.prompt_len - 1
@@ -106,11 +106,11 @@ class Prefiller:
             return (n + 1) // 2
         return 1
 
-    def _short_fresh(self, queue: deque[Sequence], budget: int) -> list[Sequence]:
+    def _short_fresh(self, queue: deque[SequenceState], budget: int) -> list[SequenceState]:
         """Leading sequences: fresh, fitting one chunk, no snapshot boundary inside."""
         if not self._plain_kv:
             return []
-        group: list[Sequence] = []
+        group: list[SequenceState] = []
         used = 0
         for seq in queue:
             n = seq.prompt_len - 1
@@ -123,7 +123,7 @@ class Prefiller:
             used += n
         return group
 
-    def _together(self, group: list[Sequence]) -> int:
+    def _together(self, group: list[SequenceState]) -> int:
         """One left-padded forward; each sequence gets its own caches back."""
         lengths = [seq.prompt_len - 1 for seq in group]
         width = max(lengths)

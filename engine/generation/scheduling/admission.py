@@ -9,7 +9,7 @@ from typing import Callable
 
 from ...memory.budget import MemoryBudget
 from .fairness import FairQueue
-from ..sequence.state import Sequence
+from ..sequence.state import SequenceState
 
 
 class Admission:
@@ -23,8 +23,8 @@ class Admission:
         self.headroom = headroom
         self.budget = budget
         self.queue = FairQueue(aging_s, clock)
-        self._running: set[Sequence] = set()
-        self._pinned: Sequence | None = None  # chosen, waiting for memory
+        self._running: set[SequenceState] = set()
+        self._pinned: SequenceState | None = None  # chosen, waiting for memory
 
     @property
     def waiting(self) -> int:
@@ -42,10 +42,10 @@ class Admission:
     def tenants(self) -> dict[str, tuple[int, int]]:
         return self.queue.counts()
 
-    def enqueue(self, seq: Sequence) -> None:
+    def enqueue(self, seq: SequenceState) -> None:
         self.queue.push(seq)
 
-    def withdraw(self, request_id: str) -> Sequence | None:
+    def withdraw(self, request_id: str) -> SequenceState | None:
         seq = self.queue.find(request_id)
         if seq is None:
             return None
@@ -54,7 +54,7 @@ class Admission:
             self._pinned = None
         return seq
 
-    def next_ready(self) -> Sequence | None:
+    def next_ready(self) -> SequenceState | None:
         """The next sequence, out of the queue, if it may start now."""
         if not self.queue:
             return None
@@ -76,7 +76,7 @@ class Admission:
         self._running.add(seq)
         return seq
 
-    def release(self, seq: Sequence) -> None:
+    def release(self, seq: SequenceState) -> None:
         """Frees a started sequence's slot and memory; a second call does nothing."""
         if seq in self._running:
             self._running.discard(seq)
@@ -84,12 +84,12 @@ class Admission:
             if self.budget is not None:
                 self.budget.release(seq.request_id)
 
-    def drain(self) -> list[Sequence]:
+    def drain(self) -> list[SequenceState]:
         """Empties the queue: the sequences that never started."""
         self._pinned = None
         return self.queue.drain()
 
-    def _slot_for(self, seq: Sequence) -> bool:
+    def _slot_for(self, seq: SequenceState) -> bool:
         running = len(self._running)
         return running < self.capacity or (
             running < self.capacity + self.headroom

@@ -10,12 +10,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..sequence.state import Sequence
+from ..sequence.state import SequenceState
 
 
 @dataclass
 class _Tenant:
-    waiting: list[tuple[float, int, float, Sequence]] = field(default_factory=list)  # (key, n, arrived, seq)
+    waiting: list[tuple[float, int, float, SequenceState]] = field(default_factory=list)  # (key, n, arrived, seq)
     tag: float = 0.0  # virtual start time of its next sequence
     running: int = 0
     weight: float = 1.0
@@ -33,7 +33,7 @@ class FairQueue:
     def __len__(self) -> int:
         return self._size
 
-    def push(self, seq: Sequence) -> None:
+    def push(self, seq: SequenceState) -> None:
         t = self._tenant(seq)
         if not t.waiting:  # becomes backlogged: no credit banked while idle
             t.tag = max(t.tag, self.virtual_time)
@@ -42,7 +42,7 @@ class FairQueue:
         bisect.insort(t.waiting, (key, next(self._arrivals), arrived, seq), key=lambda e: e[:2])
         self._size += 1
 
-    def remove(self, seq: Sequence) -> bool:
+    def remove(self, seq: SequenceState) -> bool:
         t = self._tenants.get(seq.tenant.name)
         for i, entry in enumerate(t.waiting if t is not None else ()):
             if entry[3] is seq:
@@ -52,7 +52,7 @@ class FairQueue:
                 return True
         return False
 
-    def find(self, request_id: str) -> Sequence | None:
+    def find(self, request_id: str) -> SequenceState | None:
         return next((seq for seq in self if seq.request_id == request_id), None)
 
     def __iter__(self):
@@ -60,7 +60,7 @@ class FairQueue:
         return (e[3] for e in sorted(entries, key=lambda e: e[1]))
 
     def choose(self, eligible: Callable[[str, int, float], bool] = lambda name, running, weight: True
-               ) -> Sequence | None:
+               ) -> SequenceState | None:
         """The next to start among tenants ``eligible`` allows; it stays queued until
         ``started``."""
         heads = [(name, t) for name, t in self._tenants.items()
@@ -73,14 +73,14 @@ class FairQueue:
                       if self._effective(t.waiting[0], now) >= top]
         return min(candidates, key=lambda c: c[:2])[2]
 
-    def started(self, seq: Sequence) -> None:
+    def started(self, seq: SequenceState) -> None:
         t = self._tenants[seq.tenant.name]
         t.running += 1
         self.remove(seq)
         self.virtual_time = max(self.virtual_time, t.tag)
         t.tag += max(seq.context_tokens, 1) / t.weight
 
-    def finished(self, seq: Sequence) -> None:
+    def finished(self, seq: SequenceState) -> None:
         t = self._tenants.get(seq.tenant.name)
         if t is not None:
             t.running -= 1
@@ -95,20 +95,20 @@ class FairQueue:
         """(name, running, weight) of each tenant running or waiting."""
         return [(name, t.running, t.weight) for name, t in self._tenants.items() if t.running or t.waiting]
 
-    def drain(self) -> list[Sequence]:
+    def drain(self) -> list[SequenceState]:
         waiting = list(self)
         for t in self._tenants.values():
             t.waiting.clear()
         self._size = 0
         return waiting
 
-    def _effective(self, entry: tuple[float, int, float, Sequence], now: float) -> float:
+    def _effective(self, entry: tuple[float, int, float, SequenceState], now: float) -> float:
         _, _, arrived, seq = entry
         if self.aging_s <= 0:
             return seq.priority
         return seq.priority + (now - arrived) / self.aging_s
 
-    def _tenant(self, seq: Sequence) -> _Tenant:
+    def _tenant(self, seq: SequenceState) -> _Tenant:
         t = self._tenants.get(seq.tenant.name)
         if t is None:
             t = self._tenants[seq.tenant.name] = _Tenant(tag=self.virtual_time)

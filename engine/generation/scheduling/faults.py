@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from ...events import FinishReason
-from ..sequence.state import Sequence, Status
+from ..sequence.state import SequenceState, Status
 
 log = logging.getLogger("engine.generation.scheduling.faults")
 
@@ -16,7 +16,7 @@ def failure_message(exc: BaseException) -> str:
     return f"engine failure: {type(exc).__name__}"
 
 
-def end_row(seq: Sequence, exc: BaseException, during: str) -> None:
+def end_row(seq: SequenceState, exc: BaseException, during: str) -> None:
     log.error("request %s failed during %s; ending it alone", seq.request_id, during, exc_info=exc)
     try:
         seq.finish(FinishReason.ERROR, error=failure_message(exc))

@@ -4,10 +4,10 @@ storing drops the entry, never the request."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence as Seq
+from typing import Any, Callable, Sequence
 
 from ...caches.prefix import PrefixCache
-from ..sequence.state import Sequence
+from ..sequence.state import SequenceState
 
 log = logging.getLogger("engine.generation.scheduling.reuse")
 
@@ -17,21 +17,21 @@ class PrefixReuse:
         self.cache = cache
         self.namespace = namespace
 
-    def _namespace(self, seq: Sequence) -> str:
+    def _namespace(self, seq: SequenceState) -> str:
         """KV is shared only within one tenant namespace and one adapter (or none)."""
         return f"{self.namespace}\x1f{seq.tenant.namespace}\x1f{seq.adapter}"
 
-    def applies(self, seq: Sequence) -> bool:
+    def applies(self, seq: SequenceState) -> bool:
         return self.cache is not None and seq.prefix.enabled
 
-    def take(self, seq: Sequence, min_tokens: int = 1) -> tuple[int, list[Any] | None]:
+    def take(self, seq: SequenceState, min_tokens: int = 1) -> tuple[int, list[Any] | None]:
         """(cached tokens, owned caches), or (0, None) on a miss or a hit under ``min_tokens``."""
         if not self.applies(seq):
             return 0, None
         hit = self.cache.take(seq.prompt, self._namespace(seq), min_tokens)
         return (len(hit.tokens), hit.caches) if hit is not None else (0, None)
 
-    def store(self, seq: Sequence, tokens: Seq[int], caches: list[Any] | Callable[[], list[Any]]) -> None:
+    def store(self, seq: SequenceState, tokens: Sequence[int], caches: list[Any] | Callable[[], list[Any]]) -> None:
         """``caches`` (or a function making them) cover exactly ``tokens``."""
         if not self.applies(seq) or len(tokens) <= seq.cached:
             return

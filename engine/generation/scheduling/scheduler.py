@@ -24,7 +24,7 @@ from ..decode.decoder import Decoder
 from .faults import failure_message
 from ..prefill.prefiller import Prefiller, unrouted
 from .reuse import PrefixReuse
-from ..sequence.state import Sequence, Status
+from ..sequence.state import SequenceState, Status
 from ..speculation.draft import DraftModel
 from .throughput import TokenRate
 from .worker import LoadAdapter, PlanMemory, Probe, Query, Stats, UnloadAdapter
@@ -70,8 +70,8 @@ class Scheduler:
         self._drafter = drafter
         self._decoder = Decoder(token_text, can_roll_back=self.can_roll_back, step_tokens=config.step_tokens,
                                 speculation_rows=config.speculation_rows, drafter=drafter, route=self._route)
-        self._prefilling: deque[Sequence] = deque()
-        self._decoding: list[Sequence] = []
+        self._prefilling: deque[SequenceState] = deque()
+        self._decoding: list[SequenceState] = []
         self.generated_tokens = 0
         self.rate = TokenRate()
 
@@ -83,7 +83,7 @@ class Scheduler:
     def idle(self) -> bool:
         return not self.admission.waiting and not self._prefilling and not self._decoding
 
-    def submit(self, seq: Sequence) -> None:
+    def submit(self, seq: SequenceState) -> None:
         self.admission.enqueue(seq)
 
     def cancel(self, request_id: str) -> bool:
@@ -174,13 +174,13 @@ class Scheduler:
                 log.exception("could not start request %s", seq.request_id)
                 self._end(seq, FinishReason.ERROR, f"engine failure: {type(exc).__name__}")
 
-    def _start(self, seq: Sequence) -> None:
+    def _start(self, seq: SequenceState) -> None:
         cached, caches = self.reuse.take(seq, self._prefiller.min_prefix(seq))
         seq.caches = caches if caches is not None else make_prompt_cache(self._model)
         seq.start(cached)
         self._prefilling.append(seq)
 
-    def _join(self, seq: Sequence) -> None:
+    def _join(self, seq: SequenceState) -> None:
         self._batch.join(seq.caches)  # the batch copies the row's KV
         if self._drafter is not None:
             self._drafter.join(seq)
@@ -211,7 +211,7 @@ class Scheduler:
         if self._drafter is not None:
             self._drafter.retain(self._decoding)
 
-    def _end(self, seq: Sequence, reason: FinishReason, error: str = "") -> None:
+    def _end(self, seq: SequenceState, reason: FinishReason, error: str = "") -> None:
         seq.finish(reason, error=error)
         seq.caches = None
         self.admission.release(seq)

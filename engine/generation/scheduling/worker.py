@@ -16,7 +16,7 @@ from ...adapters.source import AdapterFiles
 from ...errors import EngineDead
 from ...events import FinishReason
 from ...liveness import Heartbeat, Pending, settle
-from ..sequence.state import Sequence
+from ..sequence.state import SequenceState
 
 log = logging.getLogger("engine.generation.scheduling.worker")
 T = TypeVar("T")
@@ -24,7 +24,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Submit:
-    sequence: Sequence
+    sequence: SequenceState
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class Worker(Generic[T]):
         self._thread.start()
         return self.ready
 
-    def submit(self, sequence: Sequence) -> None:
+    def submit(self, sequence: SequenceState) -> None:
         self._inbox.put(Submit(sequence))
 
     def cancel(self, request_id: str) -> None:

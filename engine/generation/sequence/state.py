@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Sequence as Seq
+from typing import Any, Sequence
 
 from ...events import FinishReason, TokenLogprob, Usage
 from ...tenancy import ANONYMOUS, Tenant
@@ -30,7 +30,7 @@ class PrefixOptions:
 
 
 @dataclass(eq=False)
-class Sequence:
+class SequenceState:
     request_id: str
     tokens: list[int]
     prompt_len: int
@@ -84,7 +84,7 @@ class Sequence:
         self.status = Status.PREFILLING
         self.delivery.started(self.prompt_len, cached)
 
-    def accept(self, chosen: Seq[int], logprobs: Seq[TokenLogprob] = ()) -> int:
+    def accept(self, chosen: Sequence[int], logprobs: Sequence[TokenLogprob] = ()) -> int:
         """One Delta of chosen tokens up to the one that ends it; returns how many were appended."""
         ids: list[int] = []
         text: list[str] = []

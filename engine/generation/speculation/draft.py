@@ -3,7 +3,7 @@ own; after each step it rolls back to what each sequence took."""
 
 from __future__ import annotations
 
-from typing import Sequence as Seq
+from typing import Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -11,7 +11,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from ...requests import SpeculationMode
 from ..decode.batch import Batch
-from ..sequence.state import Sequence
+from ..sequence.state import SequenceState
 
 
 class DraftMismatch(ValueError):
@@ -38,20 +38,20 @@ class DraftModel:
         self._model = model
         self._chunk = prefill_chunk
         self._batch = Batch(model)
-        self._rows: list[Sequence] = []
+        self._rows: list[SequenceState] = []
         self._seen: list[int] = []
         self._fed: list[list[int]] = []  # drafts fed in the current step, per row
         self._base: list[int] = []  # seen before those drafts
 
     @staticmethod
-    def serves(seq: Sequence) -> bool:
+    def serves(seq: SequenceState) -> bool:
         return seq.speculation is not None and seq.speculation.mode is SpeculationMode.DRAFT
 
     @property
     def nbytes(self) -> int:
         return self._batch.nbytes
 
-    def join(self, seq: Sequence) -> None:
+    def join(self, seq: SequenceState) -> None:
         """Prefills the draft's caches with what the target has computed."""
         if not self.serves(seq):
             return
@@ -63,7 +63,7 @@ class DraftModel:
         self._rows.append(seq)
         self._seen.append(seq.computed)
 
-    def retain(self, live: Seq[Sequence]) -> None:
+    def retain(self, live: Sequence[SequenceState]) -> None:
         alive = {id(s) for s in live}
         keep = [i for i, seq in enumerate(self._rows) if id(seq) in alive]
         if len(keep) != len(self._rows):
@@ -71,7 +71,7 @@ class DraftModel:
             self._rows = [self._rows[i] for i in keep]
             self._seen = [self._seen[i] for i in keep]
 
-    def propose(self, rows: Seq[Sequence], wanted: Seq[int], drafts: list[list[int]]) -> list[list[int]]:
+    def propose(self, rows: Sequence[SequenceState], wanted: Sequence[int], drafts: list[list[int]]) -> list[list[int]]:
         """``drafts`` with DRAFT-mode rows' filled in (``wanted[i]`` for row ``i``)."""
         index = {id(seq): i for i, seq in enumerate(self._rows)}
         ks = [0] * len(self._rows)
@@ -107,7 +107,7 @@ class DraftModel:
         self._seen = list(self._base)
         return out
 
-    def settle(self, rows: Seq[Sequence]) -> None:
+    def settle(self, rows: Sequence[SequenceState]) -> None:
         """After the target took its tokens: keeps the fed drafts each sequence took."""
         drops = []
         for i, seq in enumerate(self._rows):
