@@ -1,5 +1,5 @@
 """The generation engine's asyncio facade: validate, refuse at once, tokenize, submit.
-It never touches MLX; a submitted ``Sequence`` belongs to the engine thread."""
+It never touches MLX; a submitted ``SequenceState`` belongs to the engine thread."""
 
 from __future__ import annotations
 
