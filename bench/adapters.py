@@ -115,7 +115,7 @@ def step_times(model_dir: Path, dirs: list[Path], steps: int) -> dict[str, Sampl
         for side, rows in (("base", [""] * len(keys)), ("adapters", keys)):
             wall, cpu = time.perf_counter(), time.process_time()
             with bank.routing.routed(rows):
-                mx.eval(batch.step([[5]] * len(keys)))
+                mx.eval(batch.forward([[5]] * len(keys)))
             out[f"{side} wall"].add(time.perf_counter() - wall)
             out[f"{side} cpu"].add(time.process_time() - cpu)
             batch.rollback([1] * len(keys))

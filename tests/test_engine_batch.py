@@ -56,13 +56,13 @@ def test_ragged_step_scores_every_fed_position(models, kind):
     model = models[kind]
     batch = _joined(model, PROMPTS)
     feeds = [[1, 2, 3], [4], [5, 6]]
-    scores = batch.step(feeds)
+    scores = batch.forward(feeds)
     assert scores.shape[:2] == (3, 3)
     for prompt, feed, row in zip(PROMPTS, feeds, scores):
         reference = _alone(model, prompt + feed)[len(prompt):]
         _close(row[: len(feed)], reference)
     # the padding left no trace: a plain step continues every row correctly
-    after = batch.step([[9], [9], [9]])
+    after = batch.forward([[9], [9], [9]])
     for prompt, feed, row in zip(PROMPTS, feeds, after):
         _close(row[0], _alone(model, prompt + feed + [9])[-1])
 
@@ -71,10 +71,10 @@ def test_rollback_forgets_the_dropped_positions(models):
     model = models["llama"]
     batch = _joined(model, PROMPTS)
     drafts = [[70, 71, 72, 73], [80, 81, 82, 83], [90, 91, 92, 93]]
-    batch.step(drafts)
+    batch.forward(drafts)
     kept = [1, 4, 0]  # row 0 keeps one draft, row 1 all four, row 2 none
     batch.rollback([len(d) - k for d, k in zip(drafts, kept)])
-    after = batch.step([[5], [6], [7]])
+    after = batch.forward([[5], [6], [7]])
     for prompt, draft, k, nxt, row in zip(PROMPTS, drafts, kept, (5, 6, 7), after):
         _close(row[0], _alone(model, prompt + draft[:k] + [nxt])[-1])
 
@@ -82,9 +82,9 @@ def test_rollback_forgets_the_dropped_positions(models):
 def test_rollback_of_one_row_alone_is_a_trim(models):
     model = models["llama"]
     batch = _joined(model, PROMPTS[:1])
-    batch.step([[70, 71, 72]])
+    batch.forward([[70, 71, 72]])
     batch.rollback([2])
-    _close(batch.step([[5]])[0, 0], _alone(model, PROMPTS[0] + [70, 5])[-1])
+    _close(batch.forward([[5]])[0, 0], _alone(model, PROMPTS[0] + [70, 5])[-1])
     assert batch.caches[0].left_padding.tolist() == [0]  # nothing rolled into padding
 
 
@@ -93,7 +93,7 @@ def test_rows_leave_and_join(models):
     batch = _joined(model, PROMPTS)
     batch.keep([2, 0])
     assert batch.size == 2
-    scores = batch.step([[9], [9]])
+    scores = batch.forward([[9], [9]])
     _close(scores[0, 0], _alone(model, PROMPTS[2] + [9])[-1])
     _close(scores[1, 0], _alone(model, PROMPTS[0] + [9])[-1])
     extracted = batch.extract(1)
@@ -105,9 +105,9 @@ def test_rows_leave_and_join(models):
 def test_bad_feeds_and_counts_are_refused(models):
     batch = _joined(models["llama"], PROMPTS[:2])
     with pytest.raises(ValueError):
-        batch.step([[1]])
+        batch.forward([[1]])
     with pytest.raises(ValueError):
-        batch.step([[1], []])
+        batch.forward([[1], []])
     with pytest.raises(ValueError):
         batch.rollback([1])
     with pytest.raises(RuntimeError):
@@ -118,9 +118,9 @@ def test_ragged_step_then_rollback_drops_padding_and_drafts_together(models):
     model = models["llama"]
     batch = _joined(model, PROMPTS)
     feeds = [[70, 71, 72], [80], [90, 91]]
-    batch.step(feeds)
+    batch.forward(feeds)
     batch.rollback([1, 0, 2])  # row 0 keeps 70 71, row 1 keeps 80, row 2 keeps nothing
     kept = [[70, 71], [80], []]
-    after = batch.step([[5], [6], [7]])
+    after = batch.forward([[5], [6], [7]])
     for prompt, k, nxt, row in zip(PROMPTS, kept, (5, 6, 7), after):
         _close(row[0], _alone(model, prompt + k + [nxt])[-1])

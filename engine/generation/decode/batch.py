@@ -50,7 +50,7 @@ class Batch:
         self._settle()
         return [c.extract(index) for c in self.caches or ()]
 
-    def step(self, feeds: Sequence[Sequence[int]]) -> mx.array:
+    def forward(self, feeds: Sequence[Sequence[int]]) -> mx.array:
         """Scores [B, K, V], K the longest feed; row ``i``'s valid at ``[0, len(feeds[i]))``."""
         lengths = [len(f) for f in feeds]
         if len(feeds) != self.size or min(lengths) < 1:

@@ -54,7 +54,7 @@ class Decoder:
         drafts = self._drafts(rows)
         feeds = [seq.pending + d for seq, d in zip(rows, drafts)]
         with self._route(rows):  # drafts are verified by the adapted model
-            scores = batch.step(feeds)
+            scores = batch.forward(feeds)
         sites = _Sites.of(feeds, drafts)
         site_scores = scores[mx.array(sites.rows, dtype=mx.int32), mx.array(sites.positions, dtype=mx.int32)]
         states = [rows[r].sampling for r in sites.rows]

@@ -94,7 +94,7 @@ class DraftModel:
             self._fed[i].append(PLACEHOLDER)
         out: list[list[int]] = [[] for _ in self._rows]
         for j in range(k):
-            scores = self._batch.step(feeds)
+            scores = self._batch.forward(feeds)
             last = mx.array([len(f) - 1 for f in feeds], dtype=mx.int32)
             chosen = mx.argmax(scores[mx.arange(len(feeds)), last], axis=-1).tolist()
             for i, token in enumerate(chosen):
