@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 from engine.errors import InvalidRequest
 from engine.events import Delta, FinishReason, Finished
 from engine.generation.sequence.delivery import Delivery
-from engine.generation.sequence.detokenizer import IncrementalDetokenizer
+from engine.generation.sequence.delivery import IncrementalDetokenizer
 from engine.generation.grammar.compiler import Grammars, grammar_tokenizer
 from engine.generation.grammar.formats import GrammarLimits
 from engine.generation.grammar import masks as masks_module

@@ -12,7 +12,7 @@ import pytest
 from engine.events import Delta, FinishReason, Finished, Started
 from engine.generation.config import SchedulerConfig
 from engine.generation.sequence.delivery import Delivery
-from engine.generation.sequence.detokenizer import IncrementalDetokenizer
+from engine.generation.sequence.delivery import IncrementalDetokenizer
 from engine.generation.sampling.sampler import SamplingState
 from engine.generation.scheduling.scheduler import Scheduler
 from engine.generation.sequence.state import SequenceState, Status

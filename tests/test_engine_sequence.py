@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 
 from engine.events import Delta, FinishReason, Finished, Started
 from engine.generation.sequence.delivery import Delivery
-from engine.generation.sequence.detokenizer import IncrementalDetokenizer
+from engine.generation.sequence.delivery import IncrementalDetokenizer
 from engine.generation.sampling.sampler import SamplingState
 from engine.generation.sequence.state import SequenceState, Status
 from engine.generation.sequence.stopping import StopStringMatcher, TokenStopRule

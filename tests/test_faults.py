@@ -31,7 +31,7 @@ async def test_failed_decode_step_ends_the_stream_with_internal(stub, server, or
     call = stub.Generate(request("Hello", model="sliding", max_tokens=2000))
     await read_until_delta(call)
     scheduler_batch = await asyncio.wrap_future(engine._worker.probe(lambda s: s._batch))
-    await asyncio.wrap_future(engine._worker.probe(_fail_next(scheduler_batch, "step")))
+    await asyncio.wrap_future(engine._worker.probe(_fail_next(scheduler_batch, "forward")))
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await read_rest(call)
     assert err.value.code() == grpc.StatusCode.INTERNAL

@@ -6,8 +6,7 @@ from ..errors import InvalidRequest, Unsupported
 from ..loading.model import LoadedModel
 from ..requests import GenerationRequest, SpeculationMode
 from .config import SpeculationConfig
-from .sequence.delivery import Delivery
-from .sequence.detokenizer import IncrementalDetokenizer
+from .sequence.delivery import Delivery, IncrementalDetokenizer
 from .grammar.constraint import Constraint
 from .prompts import EncodedPrompt
 from .sampling.sampler import SamplingState

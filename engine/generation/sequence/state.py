@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -142,3 +143,21 @@ def _constrained_end(constraint: Constraint, token: int) -> dict[str, Any] | Non
     if not constraint.consume(token):
         return {"reason": FinishReason.ERROR, "error": f"response_format: {constraint.error or 'token refused'}"}
     return None
+
+
+log = logging.getLogger("engine.generation.sequence.state")
+
+
+def failure_message(exc: BaseException) -> str:
+    """What the request's Finished event says (the client sees a generic INTERNAL)."""
+    return f"engine failure: {type(exc).__name__}"
+
+
+def end_row(seq: SequenceState, exc: BaseException, during: str) -> None:
+    """A row's own failure ends that sequence alone with ERROR; the others go on."""
+    log.error("request %s failed during %s; ending it alone", seq.request_id, during, exc_info=exc)
+    try:
+        seq.finish(FinishReason.ERROR, error=failure_message(exc))
+    except Exception:  # noqa: BLE001 - its delivery is what broke; it still leaves the batch
+        log.exception("request %s: its Finished event could not be sent", seq.request_id)
+        seq.status, seq.finish_reason = Status.FINISHED, FinishReason.ERROR
