@@ -32,7 +32,7 @@ class Adapters:
     def __init__(self, ask: Callable[[Query], Future], model: str, limit: int, *, root: str | None = None,
                  limits: AdapterLimits = AdapterLimits(), room: Callable[[], int | None] = lambda: None):
         """``ask(query)``: the engine thread's answer; ``room()``: the model's fixed free bytes (or None)."""
-        self._call = ask
+        self._engine_ask = ask
         self.catalog = Catalog(model, limit)
         self.root = root
         self.limits = limits
@@ -108,7 +108,7 @@ class Adapters:
             self._unloading.pop(entry.info.name, None)
 
     async def _ask(self, query):
-        return await asyncio.wrap_future(self._call(query))
+        return await asyncio.wrap_future(self._engine_ask(query))
 
 
 def check_name(name: str, field: str) -> None:

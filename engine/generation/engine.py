@@ -71,7 +71,7 @@ class GenerationEngine:
         self._closing = False
         self._machine_total = usable_memory()[1]
         self._worker: Worker[LoadedModel] = Worker(self.name, self._load, self._scheduler)
-        self.adapters = Adapters(lambda query: self._worker.ask(query), self.name, config.max_adapters,
+        self.adapters = Adapters(self._worker.ask, self.name, config.max_adapters,
                                  root=config.adapter_root,
                                  limits=AdapterLimits(config.max_adapter_rank, config.max_adapter_bytes),
                                  room=lambda: self._budget.fixed_room if self._budget is not None else None)
@@ -128,7 +128,8 @@ class GenerationEngine:
                    if self._draft is not None else None)
         return Scheduler(loaded.model, self.config.scheduler, lambda i: tokenizer.decode([i]),
                          budget=self._budget, namespace=loaded.name, interrupt=self._worker.stop_requested,
-                         rolls_back=loaded.traits.can_roll_back, drafter=drafter, adapters=AdapterBank(loaded.model, loaded.name),
+                         rolls_back=loaded.traits.can_roll_back, drafter=drafter,
+                         adapters=AdapterBank(loaded.model, loaded.name),
                          planner=Planner(self._decode, self._machine_total, loaded.context_length))
 
     def describe(self) -> ModelDescription:

@@ -49,7 +49,7 @@ class PlanMemory:
 
 @dataclass(frozen=True)
 class LoadAdapter:
-    """Installs an adapter's arrays (read off the thread), evicting ``evict`` first."""
+    """Installs an adapter's arrays (read off the thread), then unloads ``evict`` (chosen to make room)."""
 
     name: str
     files: AdapterFiles
