@@ -21,6 +21,67 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Which tools the model may or must call.
+type ToolChoiceMode int32
+
+const (
+	// Not set: AUTO.
+	ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED ToolChoiceMode = 0
+	// The model answers or calls tools, as it chooses.
+	ToolChoiceMode_TOOL_CHOICE_MODE_AUTO ToolChoiceMode = 1
+	// The model does not call tools (the tools are still rendered).
+	ToolChoiceMode_TOOL_CHOICE_MODE_NONE ToolChoiceMode = 2
+	// The model calls at least one tool, enforced by the grammar.
+	ToolChoiceMode_TOOL_CHOICE_MODE_REQUIRED ToolChoiceMode = 3
+	// The model calls the function named in ToolChoice.function_name, enforced by the grammar.
+	ToolChoiceMode_TOOL_CHOICE_MODE_FUNCTION ToolChoiceMode = 4
+)
+
+// Enum value maps for ToolChoiceMode.
+var (
+	ToolChoiceMode_name = map[int32]string{
+		0: "TOOL_CHOICE_MODE_UNSPECIFIED",
+		1: "TOOL_CHOICE_MODE_AUTO",
+		2: "TOOL_CHOICE_MODE_NONE",
+		3: "TOOL_CHOICE_MODE_REQUIRED",
+		4: "TOOL_CHOICE_MODE_FUNCTION",
+	}
+	ToolChoiceMode_value = map[string]int32{
+		"TOOL_CHOICE_MODE_UNSPECIFIED": 0,
+		"TOOL_CHOICE_MODE_AUTO":        1,
+		"TOOL_CHOICE_MODE_NONE":        2,
+		"TOOL_CHOICE_MODE_REQUIRED":    3,
+		"TOOL_CHOICE_MODE_FUNCTION":    4,
+	}
+)
+
+func (x ToolChoiceMode) Enum() *ToolChoiceMode {
+	p := new(ToolChoiceMode)
+	*p = x
+	return p
+}
+
+func (x ToolChoiceMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolChoiceMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_mlxgrpc_v1_generation_proto_enumTypes[0].Descriptor()
+}
+
+func (ToolChoiceMode) Type() protoreflect.EnumType {
+	return &file_mlxgrpc_v1_generation_proto_enumTypes[0]
+}
+
+func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolChoiceMode.Descriptor instead.
+func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{0}
+}
+
 // Why a generation ended.
 type FinishReason int32
 
@@ -37,6 +98,9 @@ const (
 	FinishReason_FINISH_REASON_CANCELLED FinishReason = 4
 	// The engine failed while generating; the stream ends with an error status.
 	FinishReason_FINISH_REASON_ERROR FinishReason = 5
+	// The answer ended after calling tools (TokenDelta.tool_calls): run them and send
+	// their results as "tool" messages.
+	FinishReason_FINISH_REASON_TOOL_CALLS FinishReason = 6
 )
 
 // Enum value maps for FinishReason.
@@ -48,6 +112,7 @@ var (
 		3: "FINISH_REASON_EOS",
 		4: "FINISH_REASON_CANCELLED",
 		5: "FINISH_REASON_ERROR",
+		6: "FINISH_REASON_TOOL_CALLS",
 	}
 	FinishReason_value = map[string]int32{
 		"FINISH_REASON_UNSPECIFIED": 0,
@@ -56,6 +121,7 @@ var (
 		"FINISH_REASON_EOS":         3,
 		"FINISH_REASON_CANCELLED":   4,
 		"FINISH_REASON_ERROR":       5,
+		"FINISH_REASON_TOOL_CALLS":  6,
 	}
 )
 
@@ -70,11 +136,11 @@ func (x FinishReason) String() string {
 }
 
 func (FinishReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_mlxgrpc_v1_generation_proto_enumTypes[0].Descriptor()
+	return file_mlxgrpc_v1_generation_proto_enumTypes[1].Descriptor()
 }
 
 func (FinishReason) Type() protoreflect.EnumType {
-	return &file_mlxgrpc_v1_generation_proto_enumTypes[0]
+	return &file_mlxgrpc_v1_generation_proto_enumTypes[1]
 }
 
 func (x FinishReason) Number() protoreflect.EnumNumber {
@@ -83,7 +149,7 @@ func (x FinishReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FinishReason.Descriptor instead.
 func (FinishReason) EnumDescriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{0}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{1}
 }
 
 // Where speculative decoding takes its draft tokens from.
@@ -128,11 +194,11 @@ func (x SpeculationMode) String() string {
 }
 
 func (SpeculationMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_mlxgrpc_v1_generation_proto_enumTypes[1].Descriptor()
+	return file_mlxgrpc_v1_generation_proto_enumTypes[2].Descriptor()
 }
 
 func (SpeculationMode) Type() protoreflect.EnumType {
-	return &file_mlxgrpc_v1_generation_proto_enumTypes[1]
+	return &file_mlxgrpc_v1_generation_proto_enumTypes[2]
 }
 
 func (x SpeculationMode) Number() protoreflect.EnumNumber {
@@ -141,7 +207,7 @@ func (x SpeculationMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SpeculationMode.Descriptor instead.
 func (SpeculationMode) EnumDescriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{1}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{2}
 }
 
 // A list of token ids, used where a prompt is given as tokens.
@@ -193,10 +259,21 @@ func (x *TokenIds) GetIds() []int32 {
 // One message of a chat conversation, rendered with the model's chat template.
 type ChatMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The speaker: usually "system", "user" or "assistant".
+	// The speaker: "system", "user", "assistant" or "tool" (a tool's result).
 	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
-	// The text of the message.
-	Content       string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// The text of the message. Leave empty when parts is set.
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// The content as parts, joined in order; an alternative to content (setting both is
+	// INVALID_ARGUMENT). Only text parts exist today.
+	Parts []*ContentPart `protobuf:"bytes,3,rep,name=parts,proto3" json:"parts,omitempty"`
+	// The calls an assistant message made (role "assistant"), as an earlier Generate
+	// returned them in TokenDelta.tool_calls.
+	ToolCalls []*ToolCall `protobuf:"bytes,4,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// For role "tool": the id of the call (ToolCall.id) this message answers.
+	ToolCallId string `protobuf:"bytes,5,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	// An assistant message's earlier reasoning, for templates that render it
+	// (their reasoning_content); most templates drop it.
+	Reasoning     string `protobuf:"bytes,6,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -245,18 +322,395 @@ func (x *ChatMessage) GetContent() string {
 	return ""
 }
 
-// A conversation to render with the model's chat template.
-type ChatMessages struct {
+func (x *ChatMessage) GetParts() []*ContentPart {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+func (x *ChatMessage) GetToolCalls() []*ToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+func (x *ChatMessage) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *ChatMessage) GetReasoning() string {
+	if x != nil {
+		return x.Reasoning
+	}
+	return ""
+}
+
+// A piece of a message's content.
+type ContentPart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The messages in order. The template adds the assistant's generation prompt.
-	Messages      []*ChatMessage `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	// The piece. Exactly one must be set.
+	//
+	// Types that are valid to be assigned to Part:
+	//
+	//	*ContentPart_Text
+	Part          isContentPart_Part `protobuf_oneof:"part"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *ContentPart) Reset() {
+	*x = ContentPart{}
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContentPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContentPart) ProtoMessage() {}
+
+func (x *ContentPart) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContentPart.ProtoReflect.Descriptor instead.
+func (*ContentPart) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ContentPart) GetPart() isContentPart_Part {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *ContentPart) GetText() string {
+	if x != nil {
+		if x, ok := x.Part.(*ContentPart_Text); ok {
+			return x.Text
+		}
+	}
+	return ""
+}
+
+type isContentPart_Part interface {
+	isContentPart_Part()
+}
+
+type ContentPart_Text struct {
+	// Text.
+	Text string `protobuf:"bytes,1,opt,name=text,proto3,oneof"`
+}
+
+func (*ContentPart_Text) isContentPart_Part() {}
+
+// A function the model may call. The template shows it to the model; a call it makes
+// comes back in TokenDelta.tool_calls.
+type Tool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The function's name: 1 to 64 characters of A-Z, a-z, 0-9, '_', '-' and '.',
+	// unique among the request's tools.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// What the function does and when to call it, for the model.
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// The function's parameters: a JSON Schema document (as text) of a JSON object.
+	// Empty: no parameters ({"type": "object", "properties": {}}). Calls the grammar
+	// enforces (ToolChoice) have arguments that validate against it.
+	ParametersJsonSchema string `protobuf:"bytes,3,opt,name=parameters_json_schema,json=parametersJsonSchema,proto3" json:"parameters_json_schema,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *Tool) Reset() {
+	*x = Tool{}
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tool) ProtoMessage() {}
+
+func (x *Tool) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tool.ProtoReflect.Descriptor instead.
+func (*Tool) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Tool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Tool) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Tool) GetParametersJsonSchema() string {
+	if x != nil {
+		return x.ParametersJsonSchema
+	}
+	return ""
+}
+
+// A call of a tool: in output, one the model made; in input, one an assistant message made.
+type ToolCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call's id, which the tool's answer names in ChatMessage.tool_call_id. In
+	// output: the id the model wrote, else "call_" and 24 hexadecimal digits.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The tool's name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The arguments: a JSON object as text, e.g. {"city": "Paris"}.
+	ArgumentsJson string `protobuf:"bytes,3,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCall) Reset() {
+	*x = ToolCall{}
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCall) ProtoMessage() {}
+
+func (x *ToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
+func (*ToolCall) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ToolCall) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ToolCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolCall) GetArgumentsJson() string {
+	if x != nil {
+		return x.ArgumentsJson
+	}
+	return ""
+}
+
+// A piece of a tool call while it streams. The pieces of one call share its index; the
+// first carries its id and name, and arguments_json pieces concatenate to the model's
+// text of the arguments. The complete call (TokenDelta.tool_calls) is authoritative.
+type ToolCallDelta struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call's position among the response's calls, from 0.
+	Index int32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The call's id; in the call's first piece only.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The tool's name; in the call's first piece only.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The next piece of the arguments' text.
+	ArgumentsJson string `protobuf:"bytes,4,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCallDelta) Reset() {
+	*x = ToolCallDelta{}
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallDelta) ProtoMessage() {}
+
+func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
+func (*ToolCallDelta) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ToolCallDelta) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ToolCallDelta) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ToolCallDelta) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolCallDelta) GetArgumentsJson() string {
+	if x != nil {
+		return x.ArgumentsJson
+	}
+	return ""
+}
+
+// Tool choice. REQUIRED and FUNCTION constrain the output (as response_format does) to
+// the model's own call syntax with arguments that validate against each tool's
+// schema; AUTO constrains calls the same way once the model starts one (where the
+// model's call marker is a single token) and checks them after the fact otherwise.
+type ToolChoice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the model may or must call.
+	Mode ToolChoiceMode `protobuf:"varint,1,opt,name=mode,proto3,enum=mlxgrpc.v1.ToolChoiceMode" json:"mode,omitempty"`
+	// With mode FUNCTION: the name of one of the request's tools.
+	FunctionName  string `protobuf:"bytes,2,opt,name=function_name,json=functionName,proto3" json:"function_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolChoice) Reset() {
+	*x = ToolChoice{}
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolChoice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolChoice) ProtoMessage() {}
+
+func (x *ToolChoice) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
+func (*ToolChoice) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ToolChoice) GetMode() ToolChoiceMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED
+}
+
+func (x *ToolChoice) GetFunctionName() string {
+	if x != nil {
+		return x.FunctionName
+	}
+	return ""
+}
+
+// A conversation to render with the model's chat template.
+type ChatMessages struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The messages in order. The template adds the assistant's generation prompt.
+	Messages []*ChatMessage `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	// Functions the model may call (at most 128). A model whose template has no tool
+	// support is FAILED_PRECONDITION (GetModelInfo: capabilities.chat.tool_calling).
+	Tools []*Tool `protobuf:"bytes,2,rep,name=tools,proto3" json:"tools,omitempty"`
+	// Which tools the model may or must call; unset: AUTO. Needs tools unless NONE.
+	ToolChoice *ToolChoice `protobuf:"bytes,3,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	// Allow more than one call in one answer. Unset: true.
+	ParallelToolCalls *bool `protobuf:"varint,4,opt,name=parallel_tool_calls,json=parallelToolCalls,proto3,oneof" json:"parallel_tool_calls,omitempty"`
+	// Thinking on or off, for templates that have it (their enable_thinking variable).
+	// Unset: the template's default.
+	EnableThinking *bool `protobuf:"varint,5,opt,name=enable_thinking,json=enableThinking,proto3,oneof" json:"enable_thinking,omitempty"`
+	// Further variables for the template, each value a JSON value as text, e.g.
+	// {"reasoning_effort": "\"low\""}. A value that is not JSON is INVALID_ARGUMENT.
+	TemplateKwargs map[string]string `protobuf:"bytes,6,rep,name=template_kwargs,json=templateKwargs,proto3" json:"template_kwargs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
 func (x *ChatMessages) Reset() {
 	*x = ChatMessages{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[2]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -268,7 +722,7 @@ func (x *ChatMessages) String() string {
 func (*ChatMessages) ProtoMessage() {}
 
 func (x *ChatMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[2]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -281,12 +735,47 @@ func (x *ChatMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatMessages.ProtoReflect.Descriptor instead.
 func (*ChatMessages) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{2}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ChatMessages) GetMessages() []*ChatMessage {
 	if x != nil {
 		return x.Messages
+	}
+	return nil
+}
+
+func (x *ChatMessages) GetTools() []*Tool {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *ChatMessages) GetToolChoice() *ToolChoice {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return nil
+}
+
+func (x *ChatMessages) GetParallelToolCalls() bool {
+	if x != nil && x.ParallelToolCalls != nil {
+		return *x.ParallelToolCalls
+	}
+	return false
+}
+
+func (x *ChatMessages) GetEnableThinking() bool {
+	if x != nil && x.EnableThinking != nil {
+		return *x.EnableThinking
+	}
+	return false
+}
+
+func (x *ChatMessages) GetTemplateKwargs() map[string]string {
+	if x != nil {
+		return x.TemplateKwargs
 	}
 	return nil
 }
@@ -328,7 +817,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[3]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +829,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[3]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +842,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{3}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -447,7 +936,7 @@ type StoppingCriteria struct {
 
 func (x *StoppingCriteria) Reset() {
 	*x = StoppingCriteria{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[4]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +948,7 @@ func (x *StoppingCriteria) String() string {
 func (*StoppingCriteria) ProtoMessage() {}
 
 func (x *StoppingCriteria) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[4]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +961,7 @@ func (x *StoppingCriteria) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoppingCriteria.ProtoReflect.Descriptor instead.
 func (*StoppingCriteria) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{4}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StoppingCriteria) GetMaxTokens() int32 {
@@ -536,7 +1025,7 @@ type ResponseFormat struct {
 
 func (x *ResponseFormat) Reset() {
 	*x = ResponseFormat{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +1037,7 @@ func (x *ResponseFormat) String() string {
 func (*ResponseFormat) ProtoMessage() {}
 
 func (x *ResponseFormat) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +1050,7 @@ func (x *ResponseFormat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseFormat.ProtoReflect.Descriptor instead.
 func (*ResponseFormat) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{5}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ResponseFormat) GetFormat() isResponseFormat_Format {
@@ -674,7 +1163,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +1175,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +1188,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{6}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TopLogprob) GetTokenId() int32 {
@@ -738,7 +1227,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -750,7 +1239,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -763,7 +1252,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{7}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TokenLogprob) GetTokenId() int32 {
@@ -806,7 +1295,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +1307,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +1320,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{8}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Usage) GetPromptTokens() int32 {
@@ -886,7 +1375,7 @@ type SpeculationOptions struct {
 
 func (x *SpeculationOptions) Reset() {
 	*x = SpeculationOptions{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[9]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +1387,7 @@ func (x *SpeculationOptions) String() string {
 func (*SpeculationOptions) ProtoMessage() {}
 
 func (x *SpeculationOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[9]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1400,7 @@ func (x *SpeculationOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpeculationOptions.ProtoReflect.Descriptor instead.
 func (*SpeculationOptions) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{9}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SpeculationOptions) GetMode() SpeculationMode {
@@ -945,7 +1434,7 @@ type Timings struct {
 
 func (x *Timings) Reset() {
 	*x = Timings{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1446,7 @@ func (x *Timings) String() string {
 func (*Timings) ProtoMessage() {}
 
 func (x *Timings) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1459,7 @@ func (x *Timings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timings.ProtoReflect.Descriptor instead.
 func (*Timings) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{10}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Timings) GetQueueSeconds() float64 {
@@ -1012,7 +1501,7 @@ type ResponseFormat_Choice struct {
 
 func (x *ResponseFormat_Choice) Reset() {
 	*x = ResponseFormat_Choice{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1513,7 @@ func (x *ResponseFormat_Choice) String() string {
 func (*ResponseFormat_Choice) ProtoMessage() {}
 
 func (x *ResponseFormat_Choice) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1526,7 @@ func (x *ResponseFormat_Choice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseFormat_Choice.ProtoReflect.Descriptor instead.
 func (*ResponseFormat_Choice) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{5, 0}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{10, 0}
 }
 
 func (x *ResponseFormat_Choice) GetOptions() []string {
@@ -1054,12 +1543,49 @@ const file_mlxgrpc_v1_generation_proto_rawDesc = "" +
 	"\x1bmlxgrpc/v1/generation.proto\x12\n" +
 	"mlxgrpc.v1\"\x1c\n" +
 	"\bTokenIds\x12\x10\n" +
-	"\x03ids\x18\x01 \x03(\x05R\x03ids\";\n" +
+	"\x03ids\x18\x01 \x03(\x05R\x03ids\"\xdf\x01\n" +
 	"\vChatMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"C\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x12-\n" +
+	"\x05parts\x18\x03 \x03(\v2\x17.mlxgrpc.v1.ContentPartR\x05parts\x123\n" +
+	"\n" +
+	"tool_calls\x18\x04 \x03(\v2\x14.mlxgrpc.v1.ToolCallR\ttoolCalls\x12 \n" +
+	"\ftool_call_id\x18\x05 \x01(\tR\n" +
+	"toolCallId\x12\x1c\n" +
+	"\treasoning\x18\x06 \x01(\tR\treasoning\"+\n" +
+	"\vContentPart\x12\x14\n" +
+	"\x04text\x18\x01 \x01(\tH\x00R\x04textB\x06\n" +
+	"\x04part\"r\n" +
+	"\x04Tool\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x124\n" +
+	"\x16parameters_json_schema\x18\x03 \x01(\tR\x14parametersJsonSchema\"U\n" +
+	"\bToolCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
+	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\"p\n" +
+	"\rToolCallDelta\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12%\n" +
+	"\x0earguments_json\x18\x04 \x01(\tR\rargumentsJson\"a\n" +
+	"\n" +
+	"ToolChoice\x12.\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x1a.mlxgrpc.v1.ToolChoiceModeR\x04mode\x12#\n" +
+	"\rfunction_name\x18\x02 \x01(\tR\ffunctionName\"\xcd\x03\n" +
 	"\fChatMessages\x123\n" +
-	"\bmessages\x18\x01 \x03(\v2\x17.mlxgrpc.v1.ChatMessageR\bmessages\"\x9a\x04\n" +
+	"\bmessages\x18\x01 \x03(\v2\x17.mlxgrpc.v1.ChatMessageR\bmessages\x12&\n" +
+	"\x05tools\x18\x02 \x03(\v2\x10.mlxgrpc.v1.ToolR\x05tools\x127\n" +
+	"\vtool_choice\x18\x03 \x01(\v2\x16.mlxgrpc.v1.ToolChoiceR\n" +
+	"toolChoice\x123\n" +
+	"\x13parallel_tool_calls\x18\x04 \x01(\bH\x00R\x11parallelToolCalls\x88\x01\x01\x12,\n" +
+	"\x0fenable_thinking\x18\x05 \x01(\bH\x01R\x0eenableThinking\x88\x01\x01\x12U\n" +
+	"\x0ftemplate_kwargs\x18\x06 \x03(\v2,.mlxgrpc.v1.ChatMessages.TemplateKwargsEntryR\x0etemplateKwargs\x1aA\n" +
+	"\x13TemplateKwargsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x16\n" +
+	"\x14_parallel_tool_callsB\x12\n" +
+	"\x10_enable_thinking\"\x9a\x04\n" +
 	"\x0eSamplingParams\x12%\n" +
 	"\vtemperature\x18\x01 \x01(\x02H\x00R\vtemperature\x88\x01\x01\x12\x18\n" +
 	"\x05top_p\x18\x02 \x01(\x02H\x01R\x04topP\x88\x01\x01\x12\x13\n" +
@@ -1123,14 +1649,21 @@ const file_mlxgrpc_v1_generation_proto_rawDesc = "" +
 	"\rqueue_seconds\x18\x01 \x01(\x01R\fqueueSeconds\x12<\n" +
 	"\x1btime_to_first_token_seconds\x18\x02 \x01(\x01R\x17timeToFirstTokenSeconds\x127\n" +
 	"\x18decode_tokens_per_second\x18\x03 \x01(\x01R\x15decodeTokensPerSecond\x12#\n" +
-	"\rtotal_seconds\x18\x04 \x01(\x01R\ftotalSeconds*\xac\x01\n" +
+	"\rtotal_seconds\x18\x04 \x01(\x01R\ftotalSeconds*\xa6\x01\n" +
+	"\x0eToolChoiceMode\x12 \n" +
+	"\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n" +
+	"\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03\x12\x1d\n" +
+	"\x19TOOL_CHOICE_MODE_FUNCTION\x10\x04*\xca\x01\n" +
 	"\fFinishReason\x12\x1d\n" +
 	"\x19FINISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14FINISH_REASON_LENGTH\x10\x01\x12\x16\n" +
 	"\x12FINISH_REASON_STOP\x10\x02\x12\x15\n" +
 	"\x11FINISH_REASON_EOS\x10\x03\x12\x1b\n" +
 	"\x17FINISH_REASON_CANCELLED\x10\x04\x12\x17\n" +
-	"\x13FINISH_REASON_ERROR\x10\x05*\x85\x01\n" +
+	"\x13FINISH_REASON_ERROR\x10\x05\x12\x1c\n" +
+	"\x18FINISH_REASON_TOOL_CALLS\x10\x06*\x85\x01\n" +
 	"\x0fSpeculationMode\x12 \n" +
 	"\x1cSPECULATION_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14SPECULATION_MODE_OFF\x10\x01\x12\x1a\n" +
@@ -1150,36 +1683,49 @@ func file_mlxgrpc_v1_generation_proto_rawDescGZIP() []byte {
 	return file_mlxgrpc_v1_generation_proto_rawDescData
 }
 
-var file_mlxgrpc_v1_generation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mlxgrpc_v1_generation_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_mlxgrpc_v1_generation_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_mlxgrpc_v1_generation_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_mlxgrpc_v1_generation_proto_goTypes = []any{
-	(FinishReason)(0),             // 0: mlxgrpc.v1.FinishReason
-	(SpeculationMode)(0),          // 1: mlxgrpc.v1.SpeculationMode
-	(*TokenIds)(nil),              // 2: mlxgrpc.v1.TokenIds
-	(*ChatMessage)(nil),           // 3: mlxgrpc.v1.ChatMessage
-	(*ChatMessages)(nil),          // 4: mlxgrpc.v1.ChatMessages
-	(*SamplingParams)(nil),        // 5: mlxgrpc.v1.SamplingParams
-	(*StoppingCriteria)(nil),      // 6: mlxgrpc.v1.StoppingCriteria
-	(*ResponseFormat)(nil),        // 7: mlxgrpc.v1.ResponseFormat
-	(*TopLogprob)(nil),            // 8: mlxgrpc.v1.TopLogprob
-	(*TokenLogprob)(nil),          // 9: mlxgrpc.v1.TokenLogprob
-	(*Usage)(nil),                 // 10: mlxgrpc.v1.Usage
-	(*SpeculationOptions)(nil),    // 11: mlxgrpc.v1.SpeculationOptions
-	(*Timings)(nil),               // 12: mlxgrpc.v1.Timings
-	nil,                           // 13: mlxgrpc.v1.SamplingParams.LogitBiasEntry
-	(*ResponseFormat_Choice)(nil), // 14: mlxgrpc.v1.ResponseFormat.Choice
+	(ToolChoiceMode)(0),           // 0: mlxgrpc.v1.ToolChoiceMode
+	(FinishReason)(0),             // 1: mlxgrpc.v1.FinishReason
+	(SpeculationMode)(0),          // 2: mlxgrpc.v1.SpeculationMode
+	(*TokenIds)(nil),              // 3: mlxgrpc.v1.TokenIds
+	(*ChatMessage)(nil),           // 4: mlxgrpc.v1.ChatMessage
+	(*ContentPart)(nil),           // 5: mlxgrpc.v1.ContentPart
+	(*Tool)(nil),                  // 6: mlxgrpc.v1.Tool
+	(*ToolCall)(nil),              // 7: mlxgrpc.v1.ToolCall
+	(*ToolCallDelta)(nil),         // 8: mlxgrpc.v1.ToolCallDelta
+	(*ToolChoice)(nil),            // 9: mlxgrpc.v1.ToolChoice
+	(*ChatMessages)(nil),          // 10: mlxgrpc.v1.ChatMessages
+	(*SamplingParams)(nil),        // 11: mlxgrpc.v1.SamplingParams
+	(*StoppingCriteria)(nil),      // 12: mlxgrpc.v1.StoppingCriteria
+	(*ResponseFormat)(nil),        // 13: mlxgrpc.v1.ResponseFormat
+	(*TopLogprob)(nil),            // 14: mlxgrpc.v1.TopLogprob
+	(*TokenLogprob)(nil),          // 15: mlxgrpc.v1.TokenLogprob
+	(*Usage)(nil),                 // 16: mlxgrpc.v1.Usage
+	(*SpeculationOptions)(nil),    // 17: mlxgrpc.v1.SpeculationOptions
+	(*Timings)(nil),               // 18: mlxgrpc.v1.Timings
+	nil,                           // 19: mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
+	nil,                           // 20: mlxgrpc.v1.SamplingParams.LogitBiasEntry
+	(*ResponseFormat_Choice)(nil), // 21: mlxgrpc.v1.ResponseFormat.Choice
 }
 var file_mlxgrpc_v1_generation_proto_depIdxs = []int32{
-	3,  // 0: mlxgrpc.v1.ChatMessages.messages:type_name -> mlxgrpc.v1.ChatMessage
-	13, // 1: mlxgrpc.v1.SamplingParams.logit_bias:type_name -> mlxgrpc.v1.SamplingParams.LogitBiasEntry
-	14, // 2: mlxgrpc.v1.ResponseFormat.choice:type_name -> mlxgrpc.v1.ResponseFormat.Choice
-	8,  // 3: mlxgrpc.v1.TokenLogprob.top_logprobs:type_name -> mlxgrpc.v1.TopLogprob
-	1,  // 4: mlxgrpc.v1.SpeculationOptions.mode:type_name -> mlxgrpc.v1.SpeculationMode
-	5,  // [5:5] is the sub-list for method output_type
-	5,  // [5:5] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	5,  // 0: mlxgrpc.v1.ChatMessage.parts:type_name -> mlxgrpc.v1.ContentPart
+	7,  // 1: mlxgrpc.v1.ChatMessage.tool_calls:type_name -> mlxgrpc.v1.ToolCall
+	0,  // 2: mlxgrpc.v1.ToolChoice.mode:type_name -> mlxgrpc.v1.ToolChoiceMode
+	4,  // 3: mlxgrpc.v1.ChatMessages.messages:type_name -> mlxgrpc.v1.ChatMessage
+	6,  // 4: mlxgrpc.v1.ChatMessages.tools:type_name -> mlxgrpc.v1.Tool
+	9,  // 5: mlxgrpc.v1.ChatMessages.tool_choice:type_name -> mlxgrpc.v1.ToolChoice
+	19, // 6: mlxgrpc.v1.ChatMessages.template_kwargs:type_name -> mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
+	20, // 7: mlxgrpc.v1.SamplingParams.logit_bias:type_name -> mlxgrpc.v1.SamplingParams.LogitBiasEntry
+	21, // 8: mlxgrpc.v1.ResponseFormat.choice:type_name -> mlxgrpc.v1.ResponseFormat.Choice
+	14, // 9: mlxgrpc.v1.TokenLogprob.top_logprobs:type_name -> mlxgrpc.v1.TopLogprob
+	2,  // 10: mlxgrpc.v1.SpeculationOptions.mode:type_name -> mlxgrpc.v1.SpeculationMode
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_generation_proto_init() }
@@ -1187,9 +1733,13 @@ func file_mlxgrpc_v1_generation_proto_init() {
 	if File_mlxgrpc_v1_generation_proto != nil {
 		return
 	}
-	file_mlxgrpc_v1_generation_proto_msgTypes[3].OneofWrappers = []any{}
-	file_mlxgrpc_v1_generation_proto_msgTypes[4].OneofWrappers = []any{}
-	file_mlxgrpc_v1_generation_proto_msgTypes[5].OneofWrappers = []any{
+	file_mlxgrpc_v1_generation_proto_msgTypes[2].OneofWrappers = []any{
+		(*ContentPart_Text)(nil),
+	}
+	file_mlxgrpc_v1_generation_proto_msgTypes[7].OneofWrappers = []any{}
+	file_mlxgrpc_v1_generation_proto_msgTypes[8].OneofWrappers = []any{}
+	file_mlxgrpc_v1_generation_proto_msgTypes[9].OneofWrappers = []any{}
+	file_mlxgrpc_v1_generation_proto_msgTypes[10].OneofWrappers = []any{
 		(*ResponseFormat_JsonSchema)(nil),
 		(*ResponseFormat_JsonObject)(nil),
 		(*ResponseFormat_Regex)(nil),
@@ -1201,8 +1751,8 @@ func file_mlxgrpc_v1_generation_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_generation_proto_rawDesc), len(file_mlxgrpc_v1_generation_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   13,
+			NumEnums:      3,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

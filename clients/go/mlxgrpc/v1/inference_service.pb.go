@@ -319,11 +319,22 @@ type TokenDelta struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The new token ids, in order.
 	TokenIds []int32 `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
-	// The new text. Text that may be the start of a stop string, or an incomplete
-	// UTF-8 character, is held back until it is known; so text may lag token_ids.
+	// The new text of the answer. Text that may be the start of a stop string, a marker
+	// (of thinking or a tool call) or an incomplete UTF-8 character is held back until
+	// it is known; so text may lag token_ids.
 	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	// Log probabilities of token_ids, when requested.
-	Logprobs      []*TokenLogprob `protobuf:"bytes,3,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	Logprobs []*TokenLogprob `protobuf:"bytes,3,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// New reasoning (the model's thinking), for chat prompts on models with thinking
+	// markers (GetModelInfo: capabilities.chat.reasoning_start): kept out of text, the
+	// markers removed.
+	Reasoning string `protobuf:"bytes,4,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
+	// Pieces of tool calls as the model writes them, for chat prompts with tools.
+	ToolCallDeltas []*ToolCallDelta `protobuf:"bytes,5,rep,name=tool_call_deltas,json=toolCallDeltas,proto3" json:"tool_call_deltas,omitempty"`
+	// Tool calls completed by these tokens, parsed and checked against the tools. Their
+	// markup is kept out of text; a call that does not parse, names no given tool or
+	// whose arguments do not validate is returned as text instead, never dropped.
+	ToolCalls     []*ToolCall `protobuf:"bytes,6,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -375,6 +386,27 @@ func (x *TokenDelta) GetText() string {
 func (x *TokenDelta) GetLogprobs() []*TokenLogprob {
 	if x != nil {
 		return x.Logprobs
+	}
+	return nil
+}
+
+func (x *TokenDelta) GetReasoning() string {
+	if x != nil {
+		return x.Reasoning
+	}
+	return ""
+}
+
+func (x *TokenDelta) GetToolCallDeltas() []*ToolCallDelta {
+	if x != nil {
+		return x.ToolCallDeltas
+	}
+	return nil
+}
+
+func (x *TokenDelta) GetToolCalls() []*ToolCall {
+	if x != nil {
+		return x.ToolCalls
 	}
 	return nil
 }
@@ -2082,12 +2114,16 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12#\n" +
 	"\rprompt_tokens\x18\x03 \x01(\x05R\fpromptTokens\x12#\n" +
-	"\rcached_tokens\x18\x04 \x01(\x05R\fcachedTokens\"s\n" +
+	"\rcached_tokens\x18\x04 \x01(\x05R\fcachedTokens\"\x8b\x02\n" +
 	"\n" +
 	"TokenDelta\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\x05R\btokenIds\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x124\n" +
-	"\blogprobs\x18\x03 \x03(\v2\x18.mlxgrpc.v1.TokenLogprobR\blogprobs\"\xfe\x01\n" +
+	"\blogprobs\x18\x03 \x03(\v2\x18.mlxgrpc.v1.TokenLogprobR\blogprobs\x12\x1c\n" +
+	"\treasoning\x18\x04 \x01(\tR\treasoning\x12C\n" +
+	"\x10tool_call_deltas\x18\x05 \x03(\v2\x19.mlxgrpc.v1.ToolCallDeltaR\x0etoolCallDeltas\x123\n" +
+	"\n" +
+	"tool_calls\x18\x06 \x03(\v2\x14.mlxgrpc.v1.ToolCallR\ttoolCalls\"\xfe\x01\n" +
 	"\x12GenerationFinished\x120\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x18.mlxgrpc.v1.FinishReasonR\x06reason\x12#\n" +
 	"\rstop_sequence\x18\x02 \x01(\tR\fstopSequence\x12'\n" +
@@ -2265,12 +2301,14 @@ var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(*SpeculationOptions)(nil),    // 33: mlxgrpc.v1.SpeculationOptions
 	(*ResponseFormat)(nil),        // 34: mlxgrpc.v1.ResponseFormat
 	(*TokenLogprob)(nil),          // 35: mlxgrpc.v1.TokenLogprob
-	(FinishReason)(0),             // 36: mlxgrpc.v1.FinishReason
-	(*Usage)(nil),                 // 37: mlxgrpc.v1.Usage
-	(*Timings)(nil),               // 38: mlxgrpc.v1.Timings
-	(*ModelInfo)(nil),             // 39: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),            // 40: mlxgrpc.v1.MemoryPlan
-	(*AdapterInfo)(nil),           // 41: mlxgrpc.v1.AdapterInfo
+	(*ToolCallDelta)(nil),         // 36: mlxgrpc.v1.ToolCallDelta
+	(*ToolCall)(nil),              // 37: mlxgrpc.v1.ToolCall
+	(FinishReason)(0),             // 38: mlxgrpc.v1.FinishReason
+	(*Usage)(nil),                 // 39: mlxgrpc.v1.Usage
+	(*Timings)(nil),               // 40: mlxgrpc.v1.Timings
+	(*ModelInfo)(nil),             // 41: mlxgrpc.v1.ModelInfo
+	(*MemoryPlan)(nil),            // 42: mlxgrpc.v1.MemoryPlan
+	(*AdapterInfo)(nil),           // 43: mlxgrpc.v1.AdapterInfo
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
 	29, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
@@ -2280,49 +2318,51 @@ var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
 	33, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
 	34, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
 	35, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
-	36, // 7: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
-	37, // 8: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
-	38, // 9: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
-	1,  // 10: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
-	2,  // 11: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
-	3,  // 12: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
-	39, // 13: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
-	40, // 14: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
-	39, // 15: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
-	41, // 16: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	41, // 17: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	41, // 18: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
-	27, // 19: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
-	28, // 20: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
-	0,  // 21: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
-	5,  // 22: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
-	7,  // 23: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	9,  // 24: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	11, // 25: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	13, // 26: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	15, // 27: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	17, // 28: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	19, // 29: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
-	21, // 30: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
-	23, // 31: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
-	25, // 32: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
-	4,  // 33: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	6,  // 34: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	8,  // 35: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	10, // 36: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	12, // 37: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	14, // 38: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	16, // 39: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	18, // 40: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	20, // 41: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
-	22, // 42: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
-	24, // 43: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
-	26, // 44: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
-	33, // [33:45] is the sub-list for method output_type
-	21, // [21:33] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	36, // 7: mlxgrpc.v1.TokenDelta.tool_call_deltas:type_name -> mlxgrpc.v1.ToolCallDelta
+	37, // 8: mlxgrpc.v1.TokenDelta.tool_calls:type_name -> mlxgrpc.v1.ToolCall
+	38, // 9: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
+	39, // 10: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
+	40, // 11: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
+	1,  // 12: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
+	2,  // 13: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
+	3,  // 14: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
+	41, // 15: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
+	42, // 16: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
+	41, // 17: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
+	43, // 18: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	43, // 19: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	43, // 20: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	27, // 21: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
+	28, // 22: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
+	0,  // 23: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
+	5,  // 24: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
+	7,  // 25: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	9,  // 26: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	11, // 27: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	13, // 28: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	15, // 29: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	17, // 30: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	19, // 31: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
+	21, // 32: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
+	23, // 33: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
+	25, // 34: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
+	4,  // 35: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	6,  // 36: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	8,  // 37: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	10, // 38: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	12, // 39: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	14, // 40: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	16, // 41: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	18, // 42: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	20, // 43: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
+	22, // 44: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
+	24, // 45: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
+	26, // 46: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
+	35, // [35:47] is the sub-list for method output_type
+	23, // [23:35] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_inference_service_proto_init() }

@@ -669,8 +669,10 @@ type GraphCapabilities struct {
 	// The GenerateRequest.response_format kinds this model accepts; empty when its
 	// tokenizer cannot drive a grammar (or the model does not generate).
 	ResponseFormats []ResponseFormatKind `protobuf:"varint,11,rep,packed,name=response_formats,json=responseFormats,proto3,enum=mlxgrpc.v1.ResponseFormatKind" json:"response_formats,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// What chat prompts support beyond messages: tools and thinking.
+	Chat          *ChatCapabilities `protobuf:"bytes,12,opt,name=chat,proto3" json:"chat,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GraphCapabilities) Reset() {
@@ -780,6 +782,115 @@ func (x *GraphCapabilities) GetResponseFormats() []ResponseFormatKind {
 	return nil
 }
 
+func (x *GraphCapabilities) GetChat() *ChatCapabilities {
+	if x != nil {
+		return x.Chat
+	}
+	return nil
+}
+
+// Tool calling and thinking, as the model's tokenizer and chat template define them.
+type ChatCapabilities struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ChatMessages.tools work: the template renders them and calls in the output are
+	// parsed into TokenDelta.tool_calls.
+	ToolCalling bool `protobuf:"varint,1,opt,name=tool_calling,json=toolCalling,proto3" json:"tool_calling,omitempty"`
+	// The call syntax the parser reads: an mlx-lm tool parser's name ("json_tools",
+	// "mistral", "pythonic", "qwen3_coder", ...); empty without tool calling.
+	ToolParser string `protobuf:"bytes,2,opt,name=tool_parser,json=toolParser,proto3" json:"tool_parser,omitempty"`
+	// The text that opens a call in the output; empty without tool calling.
+	ToolCallStart string `protobuf:"bytes,3,opt,name=tool_call_start,json=toolCallStart,proto3" json:"tool_call_start,omitempty"`
+	// The text that closes a call (empty for syntaxes that need none).
+	ToolCallEnd string `protobuf:"bytes,4,opt,name=tool_call_end,json=toolCallEnd,proto3" json:"tool_call_end,omitempty"`
+	// ToolChoice REQUIRED and FUNCTION work (the grammar can enforce a call).
+	ToolChoiceEnforced bool `protobuf:"varint,5,opt,name=tool_choice_enforced,json=toolChoiceEnforced,proto3" json:"tool_choice_enforced,omitempty"`
+	// The text that opens the model's reasoning; empty for models without thinking.
+	ReasoningStart string `protobuf:"bytes,6,opt,name=reasoning_start,json=reasoningStart,proto3" json:"reasoning_start,omitempty"`
+	// The text that closes it.
+	ReasoningEnd  string `protobuf:"bytes,7,opt,name=reasoning_end,json=reasoningEnd,proto3" json:"reasoning_end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChatCapabilities) Reset() {
+	*x = ChatCapabilities{}
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChatCapabilities) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChatCapabilities) ProtoMessage() {}
+
+func (x *ChatCapabilities) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChatCapabilities.ProtoReflect.Descriptor instead.
+func (*ChatCapabilities) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ChatCapabilities) GetToolCalling() bool {
+	if x != nil {
+		return x.ToolCalling
+	}
+	return false
+}
+
+func (x *ChatCapabilities) GetToolParser() string {
+	if x != nil {
+		return x.ToolParser
+	}
+	return ""
+}
+
+func (x *ChatCapabilities) GetToolCallStart() string {
+	if x != nil {
+		return x.ToolCallStart
+	}
+	return ""
+}
+
+func (x *ChatCapabilities) GetToolCallEnd() string {
+	if x != nil {
+		return x.ToolCallEnd
+	}
+	return ""
+}
+
+func (x *ChatCapabilities) GetToolChoiceEnforced() bool {
+	if x != nil {
+		return x.ToolChoiceEnforced
+	}
+	return false
+}
+
+func (x *ChatCapabilities) GetReasoningStart() string {
+	if x != nil {
+		return x.ReasoningStart
+	}
+	return ""
+}
+
+func (x *ChatCapabilities) GetReasoningEnd() string {
+	if x != nil {
+		return x.ReasoningEnd
+	}
+	return ""
+}
+
 // Everything a client needs to know about one served model.
 type ModelInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -818,7 +929,7 @@ type ModelInfo struct {
 
 func (x *ModelInfo) Reset() {
 	*x = ModelInfo{}
-	mi := &file_mlxgrpc_v1_model_proto_msgTypes[6]
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +941,7 @@ func (x *ModelInfo) String() string {
 func (*ModelInfo) ProtoMessage() {}
 
 func (x *ModelInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_model_proto_msgTypes[6]
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +954,7 @@ func (x *ModelInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInfo.ProtoReflect.Descriptor instead.
 func (*ModelInfo) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{6}
+	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ModelInfo) GetName() string {
@@ -972,7 +1083,7 @@ type AdapterInfo struct {
 
 func (x *AdapterInfo) Reset() {
 	*x = AdapterInfo{}
-	mi := &file_mlxgrpc_v1_model_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1095,7 @@ func (x *AdapterInfo) String() string {
 func (*AdapterInfo) ProtoMessage() {}
 
 func (x *AdapterInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_model_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1108,7 @@ func (x *AdapterInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdapterInfo.ProtoReflect.Descriptor instead.
 func (*AdapterInfo) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{7}
+	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AdapterInfo) GetName() string {
@@ -1109,7 +1220,7 @@ type MemoryPlan struct {
 
 func (x *MemoryPlan) Reset() {
 	*x = MemoryPlan{}
-	mi := &file_mlxgrpc_v1_model_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1232,7 @@ func (x *MemoryPlan) String() string {
 func (*MemoryPlan) ProtoMessage() {}
 
 func (x *MemoryPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_model_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_model_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1245,7 @@ func (x *MemoryPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryPlan.ProtoReflect.Descriptor instead.
 func (*MemoryPlan) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{8}
+	return file_mlxgrpc_v1_model_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MemoryPlan) GetSchemaVersion() int32 {
@@ -1284,7 +1395,7 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x05modes\x18\x05 \x03(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\x05modes\x12>\n" +
 	"\fdefault_mode\x18\x06 \x01(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\vdefaultMode\x12\x1f\n" +
 	"\vdraft_model\x18\a \x01(\tR\n" +
-	"draftModel\"\xbd\x04\n" +
+	"draftModel\"\xef\x04\n" +
 	"\x11GraphCapabilities\x12/\n" +
 	"\x06method\x18\x01 \x01(\x0e2\x17.mlxgrpc.v1.GraphMethodR\x06method\x12.\n" +
 	"\x05media\x18\x02 \x01(\v2\x18.mlxgrpc.v1.MediaSupportR\x05media\x12'\n" +
@@ -1301,7 +1412,17 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"generation\x18\n" +
 	" \x01(\bR\n" +
 	"generation\x12I\n" +
-	"\x10response_formats\x18\v \x03(\x0e2\x1e.mlxgrpc.v1.ResponseFormatKindR\x0fresponseFormats\"\xa3\x04\n" +
+	"\x10response_formats\x18\v \x03(\x0e2\x1e.mlxgrpc.v1.ResponseFormatKindR\x0fresponseFormats\x120\n" +
+	"\x04chat\x18\f \x01(\v2\x1c.mlxgrpc.v1.ChatCapabilitiesR\x04chat\"\xa2\x02\n" +
+	"\x10ChatCapabilities\x12!\n" +
+	"\ftool_calling\x18\x01 \x01(\bR\vtoolCalling\x12\x1f\n" +
+	"\vtool_parser\x18\x02 \x01(\tR\n" +
+	"toolParser\x12&\n" +
+	"\x0ftool_call_start\x18\x03 \x01(\tR\rtoolCallStart\x12\"\n" +
+	"\rtool_call_end\x18\x04 \x01(\tR\vtoolCallEnd\x120\n" +
+	"\x14tool_choice_enforced\x18\x05 \x01(\bR\x12toolChoiceEnforced\x12'\n" +
+	"\x0freasoning_start\x18\x06 \x01(\tR\x0ereasoningStart\x12#\n" +
+	"\rreasoning_end\x18\a \x01(\tR\freasoningEnd\"\xa3\x04\n" +
 	"\tModelInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x15.mlxgrpc.v1.ModelKindR\x04kind\x121\n" +
@@ -1398,7 +1519,7 @@ func file_mlxgrpc_v1_model_proto_rawDescGZIP() []byte {
 }
 
 var file_mlxgrpc_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_mlxgrpc_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_mlxgrpc_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_mlxgrpc_v1_model_proto_goTypes = []any{
 	(GraphMethod)(0),                // 0: mlxgrpc.v1.GraphMethod
 	(MediaInput)(0),                 // 1: mlxgrpc.v1.MediaInput
@@ -1411,33 +1532,35 @@ var file_mlxgrpc_v1_model_proto_goTypes = []any{
 	(*PrefillCapabilities)(nil),     // 8: mlxgrpc.v1.PrefillCapabilities
 	(*SpeculationCapabilities)(nil), // 9: mlxgrpc.v1.SpeculationCapabilities
 	(*GraphCapabilities)(nil),       // 10: mlxgrpc.v1.GraphCapabilities
-	(*ModelInfo)(nil),               // 11: mlxgrpc.v1.ModelInfo
-	(*AdapterInfo)(nil),             // 12: mlxgrpc.v1.AdapterInfo
-	(*MemoryPlan)(nil),              // 13: mlxgrpc.v1.MemoryPlan
-	nil,                             // 14: mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
-	(SpeculationMode)(0),            // 15: mlxgrpc.v1.SpeculationMode
+	(*ChatCapabilities)(nil),        // 11: mlxgrpc.v1.ChatCapabilities
+	(*ModelInfo)(nil),               // 12: mlxgrpc.v1.ModelInfo
+	(*AdapterInfo)(nil),             // 13: mlxgrpc.v1.AdapterInfo
+	(*MemoryPlan)(nil),              // 14: mlxgrpc.v1.MemoryPlan
+	nil,                             // 15: mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
+	(SpeculationMode)(0),            // 16: mlxgrpc.v1.SpeculationMode
 }
 var file_mlxgrpc_v1_model_proto_depIdxs = []int32{
 	1,  // 0: mlxgrpc.v1.MediaSupport.input:type_name -> mlxgrpc.v1.MediaInput
-	15, // 1: mlxgrpc.v1.SpeculationCapabilities.modes:type_name -> mlxgrpc.v1.SpeculationMode
-	15, // 2: mlxgrpc.v1.SpeculationCapabilities.default_mode:type_name -> mlxgrpc.v1.SpeculationMode
+	16, // 1: mlxgrpc.v1.SpeculationCapabilities.modes:type_name -> mlxgrpc.v1.SpeculationMode
+	16, // 2: mlxgrpc.v1.SpeculationCapabilities.default_mode:type_name -> mlxgrpc.v1.SpeculationMode
 	0,  // 3: mlxgrpc.v1.GraphCapabilities.method:type_name -> mlxgrpc.v1.GraphMethod
 	6,  // 4: mlxgrpc.v1.GraphCapabilities.media:type_name -> mlxgrpc.v1.MediaSupport
 	7,  // 5: mlxgrpc.v1.GraphCapabilities.native_draft:type_name -> mlxgrpc.v1.NativeDraft
 	8,  // 6: mlxgrpc.v1.GraphCapabilities.prefill:type_name -> mlxgrpc.v1.PrefillCapabilities
 	9,  // 7: mlxgrpc.v1.GraphCapabilities.speculation:type_name -> mlxgrpc.v1.SpeculationCapabilities
 	2,  // 8: mlxgrpc.v1.GraphCapabilities.response_formats:type_name -> mlxgrpc.v1.ResponseFormatKind
-	3,  // 9: mlxgrpc.v1.ModelInfo.kind:type_name -> mlxgrpc.v1.ModelKind
-	5,  // 10: mlxgrpc.v1.ModelInfo.graph:type_name -> mlxgrpc.v1.GraphDescriptor
-	10, // 11: mlxgrpc.v1.ModelInfo.capabilities:type_name -> mlxgrpc.v1.GraphCapabilities
-	12, // 12: mlxgrpc.v1.ModelInfo.adapters:type_name -> mlxgrpc.v1.AdapterInfo
-	4,  // 13: mlxgrpc.v1.AdapterInfo.kind:type_name -> mlxgrpc.v1.AdapterKind
-	14, // 14: mlxgrpc.v1.MemoryPlan.streamed_weights:type_name -> mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	11, // 9: mlxgrpc.v1.GraphCapabilities.chat:type_name -> mlxgrpc.v1.ChatCapabilities
+	3,  // 10: mlxgrpc.v1.ModelInfo.kind:type_name -> mlxgrpc.v1.ModelKind
+	5,  // 11: mlxgrpc.v1.ModelInfo.graph:type_name -> mlxgrpc.v1.GraphDescriptor
+	10, // 12: mlxgrpc.v1.ModelInfo.capabilities:type_name -> mlxgrpc.v1.GraphCapabilities
+	13, // 13: mlxgrpc.v1.ModelInfo.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	4,  // 14: mlxgrpc.v1.AdapterInfo.kind:type_name -> mlxgrpc.v1.AdapterKind
+	15, // 15: mlxgrpc.v1.MemoryPlan.streamed_weights:type_name -> mlxgrpc.v1.MemoryPlan.StreamedWeightsEntry
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_model_proto_init() }
@@ -1446,14 +1569,14 @@ func file_mlxgrpc_v1_model_proto_init() {
 		return
 	}
 	file_mlxgrpc_v1_generation_proto_init()
-	file_mlxgrpc_v1_model_proto_msgTypes[8].OneofWrappers = []any{}
+	file_mlxgrpc_v1_model_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_model_proto_rawDesc), len(file_mlxgrpc_v1_model_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

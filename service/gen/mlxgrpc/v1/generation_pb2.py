@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmlxgrpc/v1/generation.proto\x12\nmlxgrpc.v1\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"9\n\x0c\x43hatMessages\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.mlxgrpc.v1.ChatMessage\"\x91\x03\n\x0eSamplingParams\x12\x18\n\x0btemperature\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\r\n\x05min_p\x18\x04 \x01(\x02\x12\x1f\n\x12repetition_penalty\x18\x05 \x01(\x02H\x02\x88\x01\x01\x12\x1f\n\x17repetition_context_size\x18\x06 \x01(\x05\x12\x18\n\x10presence_penalty\x18\x07 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x08 \x01(\x02\x12=\n\nlogit_bias\x18\t \x03(\x0b\x32).mlxgrpc.v1.SamplingParams.LogitBiasEntry\x12\x11\n\x04seed\x18\n \x01(\x04H\x03\x88\x01\x01\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x15\n\x13_repetition_penaltyB\x07\n\x05_seed\"\x88\x01\n\x10StoppingCriteria\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\nmin_tokens\x18\x02 \x01(\x05\x12\x0c\n\x04stop\x18\x03 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x04 \x03(\x05\x12\x12\n\nignore_eos\x18\x05 \x01(\x08\x42\r\n\x0b_max_tokens\"\xbc\x01\n\x0eResponseFormat\x12\x15\n\x0bjson_schema\x18\x01 \x01(\tH\x00\x12\x15\n\x0bjson_object\x18\x02 \x01(\x08H\x00\x12\x0f\n\x05regex\x18\x03 \x01(\tH\x00\x12\x11\n\x07grammar\x18\x04 \x01(\tH\x00\x12\x33\n\x06\x63hoice\x18\x05 \x01(\x0b\x32!.mlxgrpc.v1.ResponseFormat.ChoiceH\x00\x1a\x19\n\x06\x43hoice\x12\x0f\n\x07options\x18\x01 \x03(\tB\x08\n\x06\x66ormat\"=\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x0c\n\x04text\x18\x03 \x01(\t\"_\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12,\n\x0ctop_logprobs\x18\x03 \x03(\x0b\x32\x16.mlxgrpc.v1.TopLogprob\"\x85\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x15\n\rcached_tokens\x18\x03 \x01(\x05\x12\x14\n\x0c\x64raft_tokens\x18\x04 \x01(\x05\x12\x1d\n\x15\x61\x63\x63\x65pted_draft_tokens\x18\x05 \x01(\x05\"Y\n\x12SpeculationOptions\x12)\n\x04mode\x18\x01 \x01(\x0e\x32\x1b.mlxgrpc.v1.SpeculationMode\x12\x18\n\x10num_draft_tokens\x18\x02 \x01(\x05\"~\n\x07Timings\x12\x15\n\rqueue_seconds\x18\x01 \x01(\x01\x12#\n\x1btime_to_first_token_seconds\x18\x02 \x01(\x01\x12 \n\x18\x64\x65\x63ode_tokens_per_second\x18\x03 \x01(\x01\x12\x15\n\rtotal_seconds\x18\x04 \x01(\x01*\xac\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x01\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x02\x12\x15\n\x11\x46INISH_REASON_EOS\x10\x03\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x04\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x05*\x85\x01\n\x0fSpeculationMode\x12 \n\x1cSPECULATION_MODE_UNSPECIFIED\x10\x00\x12\x18\n\x14SPECULATION_MODE_OFF\x10\x01\x12\x1a\n\x16SPECULATION_MODE_NGRAM\x10\x02\x12\x1a\n\x16SPECULATION_MODE_DRAFT\x10\x03\x42H\n\x0e\x64\x65v.mlxgrpc.v1B\x0fGenerationProtoP\x01Z#mlxgrpc.dev/go/mlxgrpc/v1;mlxgrpcv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmlxgrpc/v1/generation.proto\x12\nmlxgrpc.v1\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xa7\x01\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12&\n\x05parts\x18\x03 \x03(\x0b\x32\x17.mlxgrpc.v1.ContentPart\x12(\n\ntool_calls\x18\x04 \x03(\x0b\x32\x14.mlxgrpc.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x05 \x01(\t\x12\x11\n\treasoning\x18\x06 \x01(\t\"%\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x42\x06\n\x04part\"I\n\x04Tool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x1e\n\x16parameters_json_schema\x18\x03 \x01(\t\"<\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"P\n\rToolCallDelta\x12\r\n\x05index\x18\x01 \x01(\x05\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\t\"M\n\nToolChoice\x12(\n\x04mode\x18\x01 \x01(\x0e\x32\x1a.mlxgrpc.v1.ToolChoiceMode\x12\x15\n\rfunction_name\x18\x02 \x01(\t\"\xf1\x02\n\x0c\x43hatMessages\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.mlxgrpc.v1.ChatMessage\x12\x1f\n\x05tools\x18\x02 \x03(\x0b\x32\x10.mlxgrpc.v1.Tool\x12+\n\x0btool_choice\x18\x03 \x01(\x0b\x32\x16.mlxgrpc.v1.ToolChoice\x12 \n\x13parallel_tool_calls\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12\x1c\n\x0f\x65nable_thinking\x18\x05 \x01(\x08H\x01\x88\x01\x01\x12\x45\n\x0ftemplate_kwargs\x18\x06 \x03(\x0b\x32,.mlxgrpc.v1.ChatMessages.TemplateKwargsEntry\x1a\x35\n\x13TemplateKwargsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x16\n\x14_parallel_tool_callsB\x12\n\x10_enable_thinking\"\x91\x03\n\x0eSamplingParams\x12\x18\n\x0btemperature\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\r\n\x05min_p\x18\x04 \x01(\x02\x12\x1f\n\x12repetition_penalty\x18\x05 \x01(\x02H\x02\x88\x01\x01\x12\x1f\n\x17repetition_context_size\x18\x06 \x01(\x05\x12\x18\n\x10presence_penalty\x18\x07 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x08 \x01(\x02\x12=\n\nlogit_bias\x18\t \x03(\x0b\x32).mlxgrpc.v1.SamplingParams.LogitBiasEntry\x12\x11\n\x04seed\x18\n \x01(\x04H\x03\x88\x01\x01\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x15\n\x13_repetition_penaltyB\x07\n\x05_seed\"\x88\x01\n\x10StoppingCriteria\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\nmin_tokens\x18\x02 \x01(\x05\x12\x0c\n\x04stop\x18\x03 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x04 \x03(\x05\x12\x12\n\nignore_eos\x18\x05 \x01(\x08\x42\r\n\x0b_max_tokens\"\xbc\x01\n\x0eResponseFormat\x12\x15\n\x0bjson_schema\x18\x01 \x01(\tH\x00\x12\x15\n\x0bjson_object\x18\x02 \x01(\x08H\x00\x12\x0f\n\x05regex\x18\x03 \x01(\tH\x00\x12\x11\n\x07grammar\x18\x04 \x01(\tH\x00\x12\x33\n\x06\x63hoice\x18\x05 \x01(\x0b\x32!.mlxgrpc.v1.ResponseFormat.ChoiceH\x00\x1a\x19\n\x06\x43hoice\x12\x0f\n\x07options\x18\x01 \x03(\tB\x08\n\x06\x66ormat\"=\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x0c\n\x04text\x18\x03 \x01(\t\"_\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12,\n\x0ctop_logprobs\x18\x03 \x03(\x0b\x32\x16.mlxgrpc.v1.TopLogprob\"\x85\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x15\n\rcached_tokens\x18\x03 \x01(\x05\x12\x14\n\x0c\x64raft_tokens\x18\x04 \x01(\x05\x12\x1d\n\x15\x61\x63\x63\x65pted_draft_tokens\x18\x05 \x01(\x05\"Y\n\x12SpeculationOptions\x12)\n\x04mode\x18\x01 \x01(\x0e\x32\x1b.mlxgrpc.v1.SpeculationMode\x12\x18\n\x10num_draft_tokens\x18\x02 \x01(\x05\"~\n\x07Timings\x12\x15\n\rqueue_seconds\x18\x01 \x01(\x01\x12#\n\x1btime_to_first_token_seconds\x18\x02 \x01(\x01\x12 \n\x18\x64\x65\x63ode_tokens_per_second\x18\x03 \x01(\x01\x12\x15\n\rtotal_seconds\x18\x04 \x01(\x01*\xa6\x01\n\x0eToolChoiceMode\x12 \n\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03\x12\x1d\n\x19TOOL_CHOICE_MODE_FUNCTION\x10\x04*\xca\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x01\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x02\x12\x15\n\x11\x46INISH_REASON_EOS\x10\x03\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x04\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x05\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x06*\x85\x01\n\x0fSpeculationMode\x12 \n\x1cSPECULATION_MODE_UNSPECIFIED\x10\x00\x12\x18\n\x14SPECULATION_MODE_OFF\x10\x01\x12\x1a\n\x16SPECULATION_MODE_NGRAM\x10\x02\x12\x1a\n\x16SPECULATION_MODE_DRAFT\x10\x03\x42H\n\x0e\x64\x65v.mlxgrpc.v1B\x0fGenerationProtoP\x01Z#mlxgrpc.dev/go/mlxgrpc/v1;mlxgrpcv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,36 +32,52 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mlxgrpc.v1.generation_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\016dev.mlxgrpc.v1B\017GenerationProtoP\001Z#mlxgrpc.dev/go/mlxgrpc/v1;mlxgrpcv1'
+  _globals['_CHATMESSAGES_TEMPLATEKWARGSENTRY']._loaded_options = None
+  _globals['_CHATMESSAGES_TEMPLATEKWARGSENTRY']._serialized_options = b'8\001'
   _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._loaded_options = None
   _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_options = b'8\001'
-  _globals['_FINISHREASON']._serialized_start=1423
-  _globals['_FINISHREASON']._serialized_end=1595
-  _globals['_SPECULATIONMODE']._serialized_start=1598
-  _globals['_SPECULATIONMODE']._serialized_end=1731
+  _globals['_TOOLCHOICEMODE']._serialized_start=2197
+  _globals['_TOOLCHOICEMODE']._serialized_end=2363
+  _globals['_FINISHREASON']._serialized_start=2366
+  _globals['_FINISHREASON']._serialized_end=2568
+  _globals['_SPECULATIONMODE']._serialized_start=2571
+  _globals['_SPECULATIONMODE']._serialized_end=2704
   _globals['_TOKENIDS']._serialized_start=43
   _globals['_TOKENIDS']._serialized_end=66
-  _globals['_CHATMESSAGE']._serialized_start=68
-  _globals['_CHATMESSAGE']._serialized_end=112
-  _globals['_CHATMESSAGES']._serialized_start=114
-  _globals['_CHATMESSAGES']._serialized_end=171
-  _globals['_SAMPLINGPARAMS']._serialized_start=174
-  _globals['_SAMPLINGPARAMS']._serialized_end=575
-  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_start=469
-  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_end=517
-  _globals['_STOPPINGCRITERIA']._serialized_start=578
-  _globals['_STOPPINGCRITERIA']._serialized_end=714
-  _globals['_RESPONSEFORMAT']._serialized_start=717
-  _globals['_RESPONSEFORMAT']._serialized_end=905
-  _globals['_RESPONSEFORMAT_CHOICE']._serialized_start=870
-  _globals['_RESPONSEFORMAT_CHOICE']._serialized_end=895
-  _globals['_TOPLOGPROB']._serialized_start=907
-  _globals['_TOPLOGPROB']._serialized_end=968
-  _globals['_TOKENLOGPROB']._serialized_start=970
-  _globals['_TOKENLOGPROB']._serialized_end=1065
-  _globals['_USAGE']._serialized_start=1068
-  _globals['_USAGE']._serialized_end=1201
-  _globals['_SPECULATIONOPTIONS']._serialized_start=1203
-  _globals['_SPECULATIONOPTIONS']._serialized_end=1292
-  _globals['_TIMINGS']._serialized_start=1294
-  _globals['_TIMINGS']._serialized_end=1420
+  _globals['_CHATMESSAGE']._serialized_start=69
+  _globals['_CHATMESSAGE']._serialized_end=236
+  _globals['_CONTENTPART']._serialized_start=238
+  _globals['_CONTENTPART']._serialized_end=275
+  _globals['_TOOL']._serialized_start=277
+  _globals['_TOOL']._serialized_end=350
+  _globals['_TOOLCALL']._serialized_start=352
+  _globals['_TOOLCALL']._serialized_end=412
+  _globals['_TOOLCALLDELTA']._serialized_start=414
+  _globals['_TOOLCALLDELTA']._serialized_end=494
+  _globals['_TOOLCHOICE']._serialized_start=496
+  _globals['_TOOLCHOICE']._serialized_end=573
+  _globals['_CHATMESSAGES']._serialized_start=576
+  _globals['_CHATMESSAGES']._serialized_end=945
+  _globals['_CHATMESSAGES_TEMPLATEKWARGSENTRY']._serialized_start=848
+  _globals['_CHATMESSAGES_TEMPLATEKWARGSENTRY']._serialized_end=901
+  _globals['_SAMPLINGPARAMS']._serialized_start=948
+  _globals['_SAMPLINGPARAMS']._serialized_end=1349
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_start=1243
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_end=1291
+  _globals['_STOPPINGCRITERIA']._serialized_start=1352
+  _globals['_STOPPINGCRITERIA']._serialized_end=1488
+  _globals['_RESPONSEFORMAT']._serialized_start=1491
+  _globals['_RESPONSEFORMAT']._serialized_end=1679
+  _globals['_RESPONSEFORMAT_CHOICE']._serialized_start=1644
+  _globals['_RESPONSEFORMAT_CHOICE']._serialized_end=1669
+  _globals['_TOPLOGPROB']._serialized_start=1681
+  _globals['_TOPLOGPROB']._serialized_end=1742
+  _globals['_TOKENLOGPROB']._serialized_start=1744
+  _globals['_TOKENLOGPROB']._serialized_end=1839
+  _globals['_USAGE']._serialized_start=1842
+  _globals['_USAGE']._serialized_end=1975
+  _globals['_SPECULATIONOPTIONS']._serialized_start=1977
+  _globals['_SPECULATIONOPTIONS']._serialized_end=2066
+  _globals['_TIMINGS']._serialized_start=2068
+  _globals['_TIMINGS']._serialized_end=2194
 # @@protoc_insertion_point(module_scope)

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/generation.proto.
  */
 export const file_mlxgrpc_v1_generation: GenFile = /*@__PURE__*/
-  fileDesc("ChttbHhncnBjL3YxL2dlbmVyYXRpb24ucHJvdG8SCm1seGdycGMudjEiFwoIVG9rZW5JZHMSCwoDaWRzGAEgAygFIiwKC0NoYXRNZXNzYWdlEgwKBHJvbGUYASABKAkSDwoHY29udGVudBgCIAEoCSI5CgxDaGF0TWVzc2FnZXMSKQoIbWVzc2FnZXMYASADKAsyFy5tbHhncnBjLnYxLkNoYXRNZXNzYWdlIpEDCg5TYW1wbGluZ1BhcmFtcxIYCgt0ZW1wZXJhdHVyZRgBIAEoAkgAiAEBEhIKBXRvcF9wGAIgASgCSAGIAQESDQoFdG9wX2sYAyABKAUSDQoFbWluX3AYBCABKAISHwoScmVwZXRpdGlvbl9wZW5hbHR5GAUgASgCSAKIAQESHwoXcmVwZXRpdGlvbl9jb250ZXh0X3NpemUYBiABKAUSGAoQcHJlc2VuY2VfcGVuYWx0eRgHIAEoAhIZChFmcmVxdWVuY3lfcGVuYWx0eRgIIAEoAhI9Cgpsb2dpdF9iaWFzGAkgAygLMikubWx4Z3JwYy52MS5TYW1wbGluZ1BhcmFtcy5Mb2dpdEJpYXNFbnRyeRIRCgRzZWVkGAogASgESAOIAQEaMAoOTG9naXRCaWFzRW50cnkSCwoDa2V5GAEgASgFEg0KBXZhbHVlGAIgASgCOgI4AUIOCgxfdGVtcGVyYXR1cmVCCAoGX3RvcF9wQhUKE19yZXBldGl0aW9uX3BlbmFsdHlCBwoFX3NlZWQiiAEKEFN0b3BwaW5nQ3JpdGVyaWESFwoKbWF4X3Rva2VucxgBIAEoBUgAiAEBEhIKCm1pbl90b2tlbnMYAiABKAUSDAoEc3RvcBgDIAMoCRIWCg5zdG9wX3Rva2VuX2lkcxgEIAMoBRISCgppZ25vcmVfZW9zGAUgASgIQg0KC19tYXhfdG9rZW5zIrwBCg5SZXNwb25zZUZvcm1hdBIVCgtqc29uX3NjaGVtYRgBIAEoCUgAEhUKC2pzb25fb2JqZWN0GAIgASgISAASDwoFcmVnZXgYAyABKAlIABIRCgdncmFtbWFyGAQgASgJSAASMwoGY2hvaWNlGAUgASgLMiEubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdC5DaG9pY2VIABoZCgZDaG9pY2USDwoHb3B0aW9ucxgBIAMoCUIICgZmb3JtYXQiPQoKVG9wTG9ncHJvYhIQCgh0b2tlbl9pZBgBIAEoBRIPCgdsb2dwcm9iGAIgASgCEgwKBHRleHQYAyABKAkiXwoMVG9rZW5Mb2dwcm9iEhAKCHRva2VuX2lkGAEgASgFEg8KB2xvZ3Byb2IYAiABKAISLAoMdG9wX2xvZ3Byb2JzGAMgAygLMhYubWx4Z3JwYy52MS5Ub3BMb2dwcm9iIoUBCgVVc2FnZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgFEhkKEWNvbXBsZXRpb25fdG9rZW5zGAIgASgFEhUKDWNhY2hlZF90b2tlbnMYAyABKAUSFAoMZHJhZnRfdG9rZW5zGAQgASgFEh0KFWFjY2VwdGVkX2RyYWZ0X3Rva2VucxgFIAEoBSJZChJTcGVjdWxhdGlvbk9wdGlvbnMSKQoEbW9kZRgBIAEoDjIbLm1seGdycGMudjEuU3BlY3VsYXRpb25Nb2RlEhgKEG51bV9kcmFmdF90b2tlbnMYAiABKAUifgoHVGltaW5ncxIVCg1xdWV1ZV9zZWNvbmRzGAEgASgBEiMKG3RpbWVfdG9fZmlyc3RfdG9rZW5fc2Vjb25kcxgCIAEoARIgChhkZWNvZGVfdG9rZW5zX3Blcl9zZWNvbmQYAyABKAESFQoNdG90YWxfc2Vjb25kcxgEIAEoASqsAQoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBABEhYKEkZJTklTSF9SRUFTT05fU1RPUBACEhUKEUZJTklTSF9SRUFTT05fRU9TEAMSGwoXRklOSVNIX1JFQVNPTl9DQU5DRUxMRUQQBBIXChNGSU5JU0hfUkVBU09OX0VSUk9SEAUqhQEKD1NwZWN1bGF0aW9uTW9kZRIgChxTUEVDVUxBVElPTl9NT0RFX1VOU1BFQ0lGSUVEEAASGAoUU1BFQ1VMQVRJT05fTU9ERV9PRkYQARIaChZTUEVDVUxBVElPTl9NT0RFX05HUkFNEAISGgoWU1BFQ1VMQVRJT05fTU9ERV9EUkFGVBADQkgKDmRldi5tbHhncnBjLnYxQg9HZW5lcmF0aW9uUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw");
+  fileDesc("ChttbHhncnBjL3YxL2dlbmVyYXRpb24ucHJvdG8SCm1seGdycGMudjEiFwoIVG9rZW5JZHMSCwoDaWRzGAEgAygFIqcBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSJgoFcGFydHMYAyADKAsyFy5tbHhncnBjLnYxLkNvbnRlbnRQYXJ0EigKCnRvb2xfY2FsbHMYBCADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgFIAEoCRIRCglyZWFzb25pbmcYBiABKAkiJQoLQ29udGVudFBhcnQSDgoEdGV4dBgBIAEoCUgAQgYKBHBhcnQiSQoEVG9vbBIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEh4KFnBhcmFtZXRlcnNfanNvbl9zY2hlbWEYAyABKAkiPAoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIWCg5hcmd1bWVudHNfanNvbhgDIAEoCSJQCg1Ub29sQ2FsbERlbHRhEg0KBWluZGV4GAEgASgFEgoKAmlkGAIgASgJEgwKBG5hbWUYAyABKAkSFgoOYXJndW1lbnRzX2pzb24YBCABKAkiTQoKVG9vbENob2ljZRIoCgRtb2RlGAEgASgOMhoubWx4Z3JwYy52MS5Ub29sQ2hvaWNlTW9kZRIVCg1mdW5jdGlvbl9uYW1lGAIgASgJIvECCgxDaGF0TWVzc2FnZXMSKQoIbWVzc2FnZXMYASADKAsyFy5tbHhncnBjLnYxLkNoYXRNZXNzYWdlEh8KBXRvb2xzGAIgAygLMhAubWx4Z3JwYy52MS5Ub29sEisKC3Rvb2xfY2hvaWNlGAMgASgLMhYubWx4Z3JwYy52MS5Ub29sQ2hvaWNlEiAKE3BhcmFsbGVsX3Rvb2xfY2FsbHMYBCABKAhIAIgBARIcCg9lbmFibGVfdGhpbmtpbmcYBSABKAhIAYgBARJFCg90ZW1wbGF0ZV9rd2FyZ3MYBiADKAsyLC5tbHhncnBjLnYxLkNoYXRNZXNzYWdlcy5UZW1wbGF0ZUt3YXJnc0VudHJ5GjUKE1RlbXBsYXRlS3dhcmdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIWChRfcGFyYWxsZWxfdG9vbF9jYWxsc0ISChBfZW5hYmxlX3RoaW5raW5nIpEDCg5TYW1wbGluZ1BhcmFtcxIYCgt0ZW1wZXJhdHVyZRgBIAEoAkgAiAEBEhIKBXRvcF9wGAIgASgCSAGIAQESDQoFdG9wX2sYAyABKAUSDQoFbWluX3AYBCABKAISHwoScmVwZXRpdGlvbl9wZW5hbHR5GAUgASgCSAKIAQESHwoXcmVwZXRpdGlvbl9jb250ZXh0X3NpemUYBiABKAUSGAoQcHJlc2VuY2VfcGVuYWx0eRgHIAEoAhIZChFmcmVxdWVuY3lfcGVuYWx0eRgIIAEoAhI9Cgpsb2dpdF9iaWFzGAkgAygLMikubWx4Z3JwYy52MS5TYW1wbGluZ1BhcmFtcy5Mb2dpdEJpYXNFbnRyeRIRCgRzZWVkGAogASgESAOIAQEaMAoOTG9naXRCaWFzRW50cnkSCwoDa2V5GAEgASgFEg0KBXZhbHVlGAIgASgCOgI4AUIOCgxfdGVtcGVyYXR1cmVCCAoGX3RvcF9wQhUKE19yZXBldGl0aW9uX3BlbmFsdHlCBwoFX3NlZWQiiAEKEFN0b3BwaW5nQ3JpdGVyaWESFwoKbWF4X3Rva2VucxgBIAEoBUgAiAEBEhIKCm1pbl90b2tlbnMYAiABKAUSDAoEc3RvcBgDIAMoCRIWCg5zdG9wX3Rva2VuX2lkcxgEIAMoBRISCgppZ25vcmVfZW9zGAUgASgIQg0KC19tYXhfdG9rZW5zIrwBCg5SZXNwb25zZUZvcm1hdBIVCgtqc29uX3NjaGVtYRgBIAEoCUgAEhUKC2pzb25fb2JqZWN0GAIgASgISAASDwoFcmVnZXgYAyABKAlIABIRCgdncmFtbWFyGAQgASgJSAASMwoGY2hvaWNlGAUgASgLMiEubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdC5DaG9pY2VIABoZCgZDaG9pY2USDwoHb3B0aW9ucxgBIAMoCUIICgZmb3JtYXQiPQoKVG9wTG9ncHJvYhIQCgh0b2tlbl9pZBgBIAEoBRIPCgdsb2dwcm9iGAIgASgCEgwKBHRleHQYAyABKAkiXwoMVG9rZW5Mb2dwcm9iEhAKCHRva2VuX2lkGAEgASgFEg8KB2xvZ3Byb2IYAiABKAISLAoMdG9wX2xvZ3Byb2JzGAMgAygLMhYubWx4Z3JwYy52MS5Ub3BMb2dwcm9iIoUBCgVVc2FnZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgFEhkKEWNvbXBsZXRpb25fdG9rZW5zGAIgASgFEhUKDWNhY2hlZF90b2tlbnMYAyABKAUSFAoMZHJhZnRfdG9rZW5zGAQgASgFEh0KFWFjY2VwdGVkX2RyYWZ0X3Rva2VucxgFIAEoBSJZChJTcGVjdWxhdGlvbk9wdGlvbnMSKQoEbW9kZRgBIAEoDjIbLm1seGdycGMudjEuU3BlY3VsYXRpb25Nb2RlEhgKEG51bV9kcmFmdF90b2tlbnMYAiABKAUifgoHVGltaW5ncxIVCg1xdWV1ZV9zZWNvbmRzGAEgASgBEiMKG3RpbWVfdG9fZmlyc3RfdG9rZW5fc2Vjb25kcxgCIAEoARIgChhkZWNvZGVfdG9rZW5zX3Blcl9zZWNvbmQYAyABKAESFQoNdG90YWxfc2Vjb25kcxgEIAEoASqmAQoOVG9vbENob2ljZU1vZGUSIAocVE9PTF9DSE9JQ0VfTU9ERV9VTlNQRUNJRklFRBAAEhkKFVRPT0xfQ0hPSUNFX01PREVfQVVUTxABEhkKFVRPT0xfQ0hPSUNFX01PREVfTk9ORRACEh0KGVRPT0xfQ0hPSUNFX01PREVfUkVRVUlSRUQQAxIdChlUT09MX0NIT0lDRV9NT0RFX0ZVTkNUSU9OEAQqygEKDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQARIWChJGSU5JU0hfUkVBU09OX1NUT1AQAhIVChFGSU5JU0hfUkVBU09OX0VPUxADEhsKF0ZJTklTSF9SRUFTT05fQ0FOQ0VMTEVEEAQSFwoTRklOSVNIX1JFQVNPTl9FUlJPUhAFEhwKGEZJTklTSF9SRUFTT05fVE9PTF9DQUxMUxAGKoUBCg9TcGVjdWxhdGlvbk1vZGUSIAocU1BFQ1VMQVRJT05fTU9ERV9VTlNQRUNJRklFRBAAEhgKFFNQRUNVTEFUSU9OX01PREVfT0ZGEAESGgoWU1BFQ1VMQVRJT05fTU9ERV9OR1JBTRACEhoKFlNQRUNVTEFUSU9OX01PREVfRFJBRlQQA0JICg5kZXYubWx4Z3JwYy52MUIPR2VuZXJhdGlvblByb3RvUAFaI21seGdycGMuZGV2L2dvL21seGdycGMvdjE7bWx4Z3JwY3YxYgZwcm90bzM");
 
 /**
  * A list of token ids, used where a prompt is given as tokens.
@@ -40,18 +40,49 @@ export const TokenIdsSchema: GenMessage<TokenIds> = /*@__PURE__*/
  */
 export type ChatMessage = Message<"mlxgrpc.v1.ChatMessage"> & {
   /**
-   * The speaker: usually "system", "user" or "assistant".
+   * The speaker: "system", "user", "assistant" or "tool" (a tool's result).
    *
    * @generated from field: string role = 1;
    */
   role: string;
 
   /**
-   * The text of the message.
+   * The text of the message. Leave empty when parts is set.
    *
    * @generated from field: string content = 2;
    */
   content: string;
+
+  /**
+   * The content as parts, joined in order; an alternative to content (setting both is
+   * INVALID_ARGUMENT). Only text parts exist today.
+   *
+   * @generated from field: repeated mlxgrpc.v1.ContentPart parts = 3;
+   */
+  parts: ContentPart[];
+
+  /**
+   * The calls an assistant message made (role "assistant"), as an earlier Generate
+   * returned them in TokenDelta.tool_calls.
+   *
+   * @generated from field: repeated mlxgrpc.v1.ToolCall tool_calls = 4;
+   */
+  toolCalls: ToolCall[];
+
+  /**
+   * For role "tool": the id of the call (ToolCall.id) this message answers.
+   *
+   * @generated from field: string tool_call_id = 5;
+   */
+  toolCallId: string;
+
+  /**
+   * An assistant message's earlier reasoning, for templates that render it
+   * (their reasoning_content); most templates drop it.
+   *
+   * @generated from field: string reasoning = 6;
+   */
+  reasoning: string;
 };
 
 /**
@@ -60,6 +91,185 @@ export type ChatMessage = Message<"mlxgrpc.v1.ChatMessage"> & {
  */
 export const ChatMessageSchema: GenMessage<ChatMessage> = /*@__PURE__*/
   messageDesc(file_mlxgrpc_v1_generation, 1);
+
+/**
+ * A piece of a message's content.
+ *
+ * @generated from message mlxgrpc.v1.ContentPart
+ */
+export type ContentPart = Message<"mlxgrpc.v1.ContentPart"> & {
+  /**
+   * The piece. Exactly one must be set.
+   *
+   * @generated from oneof mlxgrpc.v1.ContentPart.part
+   */
+  part: {
+    /**
+     * Text.
+     *
+     * @generated from field: string text = 1;
+     */
+    value: string;
+    case: "text";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message mlxgrpc.v1.ContentPart.
+ * Use `create(ContentPartSchema)` to create a new message.
+ */
+export const ContentPartSchema: GenMessage<ContentPart> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_generation, 2);
+
+/**
+ * A function the model may call. The template shows it to the model; a call it makes
+ * comes back in TokenDelta.tool_calls.
+ *
+ * @generated from message mlxgrpc.v1.Tool
+ */
+export type Tool = Message<"mlxgrpc.v1.Tool"> & {
+  /**
+   * The function's name: 1 to 64 characters of A-Z, a-z, 0-9, '_', '-' and '.',
+   * unique among the request's tools.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * What the function does and when to call it, for the model.
+   *
+   * @generated from field: string description = 2;
+   */
+  description: string;
+
+  /**
+   * The function's parameters: a JSON Schema document (as text) of a JSON object.
+   * Empty: no parameters ({"type": "object", "properties": {}}). Calls the grammar
+   * enforces (ToolChoice) have arguments that validate against it.
+   *
+   * @generated from field: string parameters_json_schema = 3;
+   */
+  parametersJsonSchema: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.Tool.
+ * Use `create(ToolSchema)` to create a new message.
+ */
+export const ToolSchema: GenMessage<Tool> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_generation, 3);
+
+/**
+ * A call of a tool: in output, one the model made; in input, one an assistant message made.
+ *
+ * @generated from message mlxgrpc.v1.ToolCall
+ */
+export type ToolCall = Message<"mlxgrpc.v1.ToolCall"> & {
+  /**
+   * The call's id, which the tool's answer names in ChatMessage.tool_call_id. In
+   * output: the id the model wrote, else "call_" and 24 hexadecimal digits.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The tool's name.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * The arguments: a JSON object as text, e.g. {"city": "Paris"}.
+   *
+   * @generated from field: string arguments_json = 3;
+   */
+  argumentsJson: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.ToolCall.
+ * Use `create(ToolCallSchema)` to create a new message.
+ */
+export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_generation, 4);
+
+/**
+ * A piece of a tool call while it streams. The pieces of one call share its index; the
+ * first carries its id and name, and arguments_json pieces concatenate to the model's
+ * text of the arguments. The complete call (TokenDelta.tool_calls) is authoritative.
+ *
+ * @generated from message mlxgrpc.v1.ToolCallDelta
+ */
+export type ToolCallDelta = Message<"mlxgrpc.v1.ToolCallDelta"> & {
+  /**
+   * The call's position among the response's calls, from 0.
+   *
+   * @generated from field: int32 index = 1;
+   */
+  index: number;
+
+  /**
+   * The call's id; in the call's first piece only.
+   *
+   * @generated from field: string id = 2;
+   */
+  id: string;
+
+  /**
+   * The tool's name; in the call's first piece only.
+   *
+   * @generated from field: string name = 3;
+   */
+  name: string;
+
+  /**
+   * The next piece of the arguments' text.
+   *
+   * @generated from field: string arguments_json = 4;
+   */
+  argumentsJson: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.ToolCallDelta.
+ * Use `create(ToolCallDeltaSchema)` to create a new message.
+ */
+export const ToolCallDeltaSchema: GenMessage<ToolCallDelta> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_generation, 5);
+
+/**
+ * Tool choice. REQUIRED and FUNCTION constrain the output (as response_format does) to
+ * the model's own call syntax with arguments that validate against each tool's
+ * schema; AUTO constrains calls the same way once the model starts one (where the
+ * model's call marker is a single token) and checks them after the fact otherwise.
+ *
+ * @generated from message mlxgrpc.v1.ToolChoice
+ */
+export type ToolChoice = Message<"mlxgrpc.v1.ToolChoice"> & {
+  /**
+   * What the model may or must call.
+   *
+   * @generated from field: mlxgrpc.v1.ToolChoiceMode mode = 1;
+   */
+  mode: ToolChoiceMode;
+
+  /**
+   * With mode FUNCTION: the name of one of the request's tools.
+   *
+   * @generated from field: string function_name = 2;
+   */
+  functionName: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.ToolChoice.
+ * Use `create(ToolChoiceSchema)` to create a new message.
+ */
+export const ToolChoiceSchema: GenMessage<ToolChoice> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_generation, 6);
 
 /**
  * A conversation to render with the model's chat template.
@@ -73,6 +283,44 @@ export type ChatMessages = Message<"mlxgrpc.v1.ChatMessages"> & {
    * @generated from field: repeated mlxgrpc.v1.ChatMessage messages = 1;
    */
   messages: ChatMessage[];
+
+  /**
+   * Functions the model may call (at most 128). A model whose template has no tool
+   * support is FAILED_PRECONDITION (GetModelInfo: capabilities.chat.tool_calling).
+   *
+   * @generated from field: repeated mlxgrpc.v1.Tool tools = 2;
+   */
+  tools: Tool[];
+
+  /**
+   * Which tools the model may or must call; unset: AUTO. Needs tools unless NONE.
+   *
+   * @generated from field: mlxgrpc.v1.ToolChoice tool_choice = 3;
+   */
+  toolChoice?: ToolChoice | undefined;
+
+  /**
+   * Allow more than one call in one answer. Unset: true.
+   *
+   * @generated from field: optional bool parallel_tool_calls = 4;
+   */
+  parallelToolCalls?: boolean | undefined;
+
+  /**
+   * Thinking on or off, for templates that have it (their enable_thinking variable).
+   * Unset: the template's default.
+   *
+   * @generated from field: optional bool enable_thinking = 5;
+   */
+  enableThinking?: boolean | undefined;
+
+  /**
+   * Further variables for the template, each value a JSON value as text, e.g.
+   * {"reasoning_effort": "\"low\""}. A value that is not JSON is INVALID_ARGUMENT.
+   *
+   * @generated from field: map<string, string> template_kwargs = 6;
+   */
+  templateKwargs: { [key: string]: string };
 };
 
 /**
@@ -80,7 +328,7 @@ export type ChatMessages = Message<"mlxgrpc.v1.ChatMessages"> & {
  * Use `create(ChatMessagesSchema)` to create a new message.
  */
 export const ChatMessagesSchema: GenMessage<ChatMessages> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 2);
+  messageDesc(file_mlxgrpc_v1_generation, 7);
 
 /**
  * How the next token is chosen from the model's scores. Every field is optional;
@@ -172,7 +420,7 @@ export type SamplingParams = Message<"mlxgrpc.v1.SamplingParams"> & {
  * Use `create(SamplingParamsSchema)` to create a new message.
  */
 export const SamplingParamsSchema: GenMessage<SamplingParams> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 3);
+  messageDesc(file_mlxgrpc_v1_generation, 8);
 
 /**
  * When generation ends.
@@ -223,7 +471,7 @@ export type StoppingCriteria = Message<"mlxgrpc.v1.StoppingCriteria"> & {
  * Use `create(StoppingCriteriaSchema)` to create a new message.
  */
 export const StoppingCriteriaSchema: GenMessage<StoppingCriteria> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 4);
+  messageDesc(file_mlxgrpc_v1_generation, 9);
 
 /**
  * Structured output: the generated text is constrained, token by token, to a format.
@@ -295,7 +543,7 @@ export type ResponseFormat = Message<"mlxgrpc.v1.ResponseFormat"> & {
  * Use `create(ResponseFormatSchema)` to create a new message.
  */
 export const ResponseFormatSchema: GenMessage<ResponseFormat> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 5);
+  messageDesc(file_mlxgrpc_v1_generation, 10);
 
 /**
  * A list of allowed outputs.
@@ -316,7 +564,7 @@ export type ResponseFormat_Choice = Message<"mlxgrpc.v1.ResponseFormat.Choice"> 
  * Use `create(ResponseFormat_ChoiceSchema)` to create a new message.
  */
 export const ResponseFormat_ChoiceSchema: GenMessage<ResponseFormat_Choice> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 5, 0);
+  messageDesc(file_mlxgrpc_v1_generation, 10, 0);
 
 /**
  * An alternative token and its log probability.
@@ -351,7 +599,7 @@ export type TopLogprob = Message<"mlxgrpc.v1.TopLogprob"> & {
  * Use `create(TopLogprobSchema)` to create a new message.
  */
 export const TopLogprobSchema: GenMessage<TopLogprob> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 6);
+  messageDesc(file_mlxgrpc_v1_generation, 11);
 
 /**
  * The log probability of a generated token and, if requested, its top alternatives.
@@ -386,7 +634,7 @@ export type TokenLogprob = Message<"mlxgrpc.v1.TokenLogprob"> & {
  * Use `create(TokenLogprobSchema)` to create a new message.
  */
 export const TokenLogprobSchema: GenMessage<TokenLogprob> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 7);
+  messageDesc(file_mlxgrpc_v1_generation, 12);
 
 /**
  * Token counts of a request.
@@ -435,7 +683,7 @@ export type Usage = Message<"mlxgrpc.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 8);
+  messageDesc(file_mlxgrpc_v1_generation, 13);
 
 /**
  * Speculative decoding for one request: the model verifies several proposed tokens
@@ -467,7 +715,7 @@ export type SpeculationOptions = Message<"mlxgrpc.v1.SpeculationOptions"> & {
  * Use `create(SpeculationOptionsSchema)` to create a new message.
  */
 export const SpeculationOptionsSchema: GenMessage<SpeculationOptions> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 9);
+  messageDesc(file_mlxgrpc_v1_generation, 14);
 
 /**
  * Where the time of a request went.
@@ -509,7 +757,55 @@ export type Timings = Message<"mlxgrpc.v1.Timings"> & {
  * Use `create(TimingsSchema)` to create a new message.
  */
 export const TimingsSchema: GenMessage<Timings> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 10);
+  messageDesc(file_mlxgrpc_v1_generation, 15);
+
+/**
+ * Which tools the model may or must call.
+ *
+ * @generated from enum mlxgrpc.v1.ToolChoiceMode
+ */
+export enum ToolChoiceMode {
+  /**
+   * Not set: AUTO.
+   *
+   * @generated from enum value: TOOL_CHOICE_MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The model answers or calls tools, as it chooses.
+   *
+   * @generated from enum value: TOOL_CHOICE_MODE_AUTO = 1;
+   */
+  AUTO = 1,
+
+  /**
+   * The model does not call tools (the tools are still rendered).
+   *
+   * @generated from enum value: TOOL_CHOICE_MODE_NONE = 2;
+   */
+  NONE = 2,
+
+  /**
+   * The model calls at least one tool, enforced by the grammar.
+   *
+   * @generated from enum value: TOOL_CHOICE_MODE_REQUIRED = 3;
+   */
+  REQUIRED = 3,
+
+  /**
+   * The model calls the function named in ToolChoice.function_name, enforced by the grammar.
+   *
+   * @generated from enum value: TOOL_CHOICE_MODE_FUNCTION = 4;
+   */
+  FUNCTION = 4,
+}
+
+/**
+ * Describes the enum mlxgrpc.v1.ToolChoiceMode.
+ */
+export const ToolChoiceModeSchema: GenEnum<ToolChoiceMode> = /*@__PURE__*/
+  enumDesc(file_mlxgrpc_v1_generation, 0);
 
 /**
  * Why a generation ended.
@@ -558,13 +854,21 @@ export enum FinishReason {
    * @generated from enum value: FINISH_REASON_ERROR = 5;
    */
   ERROR = 5,
+
+  /**
+   * The answer ended after calling tools (TokenDelta.tool_calls): run them and send
+   * their results as "tool" messages.
+   *
+   * @generated from enum value: FINISH_REASON_TOOL_CALLS = 6;
+   */
+  TOOL_CALLS = 6,
 }
 
 /**
  * Describes the enum mlxgrpc.v1.FinishReason.
  */
 export const FinishReasonSchema: GenEnum<FinishReason> = /*@__PURE__*/
-  enumDesc(file_mlxgrpc_v1_generation, 0);
+  enumDesc(file_mlxgrpc_v1_generation, 1);
 
 /**
  * Where speculative decoding takes its draft tokens from.
@@ -606,5 +910,5 @@ export enum SpeculationMode {
  * Describes the enum mlxgrpc.v1.SpeculationMode.
  */
 export const SpeculationModeSchema: GenEnum<SpeculationMode> = /*@__PURE__*/
-  enumDesc(file_mlxgrpc_v1_generation, 1);
+  enumDesc(file_mlxgrpc_v1_generation, 2);
 

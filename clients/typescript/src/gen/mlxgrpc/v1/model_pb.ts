@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/model.proto.
  */
 export const file_mlxgrpc_v1_model: GenFile = /*@__PURE__*/
-  fileDesc("ChZtbHhncnBjL3YxL21vZGVsLnByb3RvEgptbHhncnBjLnYxImYKD0dyYXBoRGVzY3JpcHRvchIKCgJpZBgBIAEoCRIPCgdiYWNrZW5kGAIgASgJEhEKCWdyYXBoX2FiaRgDIAEoCRIRCglzdGF0ZV9hYmkYBCABKAkSEAoIYXJ0aWZhY3QYBSABKAkiRAoMTWVkaWFTdXBwb3J0EiUKBWlucHV0GAEgASgOMhYubWx4Z3JwYy52MS5NZWRpYUlucHV0Eg0KBXZpZGVvGAIgASgIIjUKC05hdGl2ZURyYWZ0EgwKBGtpbmQYASABKAkSGAoQbnVtX2RyYWZ0X3Rva2VucxgCIAEoBSIwChNQcmVmaWxsQ2FwYWJpbGl0aWVzEhkKEWJvdW5kZWRfd29ya3NwYWNlGAEgASgIIuUBChdTcGVjdWxhdGlvbkNhcGFiaWxpdGllcxIQCghhZGFwdGVycxgBIAEoCBIQCghsb2dwcm9icxgCIAEoCBIXCg9leHRlcm5hbF90b2tlbnMYAyABKAgSGQoRZ3JhbW1hcl9wcm9wb3NhbHMYBCABKAgSKgoFbW9kZXMYBSADKA4yGy5tbHhncnBjLnYxLlNwZWN1bGF0aW9uTW9kZRIxCgxkZWZhdWx0X21vZGUYBiABKA4yGy5tbHhncnBjLnYxLlNwZWN1bGF0aW9uTW9kZRITCgtkcmFmdF9tb2RlbBgHIAEoCSKwAwoRR3JhcGhDYXBhYmlsaXRpZXMSJwoGbWV0aG9kGAEgASgOMhcubWx4Z3JwYy52MS5HcmFwaE1ldGhvZBInCgVtZWRpYRgCIAEoCzIYLm1seGdycGMudjEuTWVkaWFTdXBwb3J0EhcKD2NvbXBpbGVkX2RlY29kZRgDIAEoCBIYChBzcGFyc2VfYXR0ZW50aW9uGAQgASgIEhIKCmVtYmVkZGluZ3MYBSABKAgSGQoRaGlkZGVuX2xheWVyX3RhcHMYBiABKAgSLQoMbmF0aXZlX2RyYWZ0GAcgASgLMhcubWx4Z3JwYy52MS5OYXRpdmVEcmFmdBIwCgdwcmVmaWxsGAggASgLMh8ubWx4Z3JwYy52MS5QcmVmaWxsQ2FwYWJpbGl0aWVzEjgKC3NwZWN1bGF0aW9uGAkgASgLMiMubWx4Z3JwYy52MS5TcGVjdWxhdGlvbkNhcGFiaWxpdGllcxISCgpnZW5lcmF0aW9uGAogASgIEjgKEHJlc3BvbnNlX2Zvcm1hdHMYCyADKA4yHi5tbHhncnBjLnYxLlJlc3BvbnNlRm9ybWF0S2luZCKJAwoJTW9kZWxJbmZvEgwKBG5hbWUYASABKAkSIwoEa2luZBgCIAEoDjIVLm1seGdycGMudjEuTW9kZWxLaW5kEioKBWdyYXBoGAMgASgLMhsubWx4Z3JwYy52MS5HcmFwaERlc2NyaXB0b3ISMwoMY2FwYWJpbGl0aWVzGAQgASgLMh0ubWx4Z3JwYy52MS5HcmFwaENhcGFiaWxpdGllcxIWCg5jb250ZXh0X2xlbmd0aBgFIAEoBRISCgp2b2NhYl9zaXplGAYgASgFEhUKDWVvc190b2tlbl9pZHMYByADKAUSGQoRaGFzX2NoYXRfdGVtcGxhdGUYCCABKAgSDQoFZHR5cGUYCSABKAkSDAoEYmxhcxgKIAEoCRIcChRlbWJlZGRpbmdfZGltZW5zaW9ucxgLIAEoBRIOCgZzb3VyY2UYDCABKAkSKQoIYWRhcHRlcnMYDSADKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvEhQKDG1heF9hZGFwdGVycxgOIAEoBSK6AQoLQWRhcHRlckluZm8SDAoEbmFtZRgBIAEoCRIlCgRraW5kGAIgASgOMhcubWx4Z3JwYy52MS5BZGFwdGVyS2luZBIMCgRyYW5rGAMgASgFEg0KBXNjYWxlGAQgASgBEg4KBmxheWVycxgFIAEoBRINCgVieXRlcxgGIAEoAxIOCgZzb3VyY2UYByABKAkSFwoPYWN0aXZlX3JlcXVlc3RzGAggASgFEhEKCXVubG9hZGluZxgJIAEoCCKIBQoKTWVtb3J5UGxhbhIWCg5zY2hlbWFfdmVyc2lvbhgBIAEoBRIQCghzdHJhdGVneRgCIAEoCRIMCgRmaXRzGAMgASgIEhYKDmNvbnRleHRfdG9rZW5zGAQgASgDEhgKEG1heF9zYWZlX2NvbnRleHQYBSABKAMSFQoNd2VpZ2h0c19ieXRlcxgGIAEoAxIQCghrdl9ieXRlcxgHIAEoAxIXCg90cmFuc2llbnRfYnl0ZXMYCCABKAMSFQoNcmVzZXJ2ZV9ieXRlcxgJIAEoAxITCgt0b3RhbF9ieXRlcxgKIAEoAxIUCgx1c2FibGVfYnl0ZXMYCyABKAMSIQoUcHJlZGljdGVkX2RlY29kZV90cHMYDCABKAFIAIgBARIiChVhbGxvY2F0b3JfbGltaXRfYnl0ZXMYDSABKANIAYgBARIiChVtYXhfZ2VuZXJhdGlvbl90b2tlbnMYDiABKANIAogBARJFChBzdHJlYW1lZF93ZWlnaHRzGA8gAygLMisubWx4Z3JwYy52MS5NZW1vcnlQbGFuLlN0cmVhbWVkV2VpZ2h0c0VudHJ5EiMKFm1hY2hpbmVfaGVhZHJvb21fYnl0ZXMYECABKANIA4gBARIVCg1hZGFwdGVyX2J5dGVzGBEgASgDGjYKFFN0cmVhbWVkV2VpZ2h0c0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAFCFwoVX3ByZWRpY3RlZF9kZWNvZGVfdHBzQhgKFl9hbGxvY2F0b3JfbGltaXRfYnl0ZXNCGAoWX21heF9nZW5lcmF0aW9uX3Rva2Vuc0IZChdfbWFjaGluZV9oZWFkcm9vbV9ieXRlcypoCgtHcmFwaE1ldGhvZBIcChhHUkFQSF9NRVRIT0RfVU5TUEVDSUZJRUQQABIfChtHUkFQSF9NRVRIT0RfQVVUT1JFR1JFU1NJVkUQARIaChZHUkFQSF9NRVRIT0RfREVOT0lTSU5HEAIqgwEKCk1lZGlhSW5wdXQSGwoXTUVESUFfSU5QVVRfVU5TUEVDSUZJRUQQABIaChZNRURJQV9JTlBVVF9FTUJFRERJTkdTEAESJAogTUVESUFfSU5QVVRfRU1CRURESU5HU19QT1NJVElPTlMQAhIWChJNRURJQV9JTlBVVF9QSVhFTFMQAyrpAQoSUmVzcG9uc2VGb3JtYXRLaW5kEiQKIFJFU1BPTlNFX0ZPUk1BVF9LSU5EX1VOU1BFQ0lGSUVEEAASJAogUkVTUE9OU0VfRk9STUFUX0tJTkRfSlNPTl9TQ0hFTUEQARIkCiBSRVNQT05TRV9GT1JNQVRfS0lORF9KU09OX09CSkVDVBACEh4KGlJFU1BPTlNFX0ZPUk1BVF9LSU5EX1JFR0VYEAMSIAocUkVTUE9OU0VfRk9STUFUX0tJTkRfR1JBTU1BUhAEEh8KG1JFU1BPTlNFX0ZPUk1BVF9LSU5EX0NIT0lDRRAFKlwKCU1vZGVsS2luZBIaChZNT0RFTF9LSU5EX1VOU1BFQ0lGSUVEEAASGQoVTU9ERUxfS0lORF9HRU5FUkFUSU9OEAESGAoUTU9ERUxfS0lORF9FTUJFRERJTkcQAipZCgtBZGFwdGVyS2luZBIcChhBREFQVEVSX0tJTkRfVU5TUEVDSUZJRUQQABIVChFBREFQVEVSX0tJTkRfTE9SQRABEhUKEUFEQVBURVJfS0lORF9ET1JBEAJCQwoOZGV2Lm1seGdycGMudjFCCk1vZGVsUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw", [file_mlxgrpc_v1_generation]);
+  fileDesc("ChZtbHhncnBjL3YxL21vZGVsLnByb3RvEgptbHhncnBjLnYxImYKD0dyYXBoRGVzY3JpcHRvchIKCgJpZBgBIAEoCRIPCgdiYWNrZW5kGAIgASgJEhEKCWdyYXBoX2FiaRgDIAEoCRIRCglzdGF0ZV9hYmkYBCABKAkSEAoIYXJ0aWZhY3QYBSABKAkiRAoMTWVkaWFTdXBwb3J0EiUKBWlucHV0GAEgASgOMhYubWx4Z3JwYy52MS5NZWRpYUlucHV0Eg0KBXZpZGVvGAIgASgIIjUKC05hdGl2ZURyYWZ0EgwKBGtpbmQYASABKAkSGAoQbnVtX2RyYWZ0X3Rva2VucxgCIAEoBSIwChNQcmVmaWxsQ2FwYWJpbGl0aWVzEhkKEWJvdW5kZWRfd29ya3NwYWNlGAEgASgIIuUBChdTcGVjdWxhdGlvbkNhcGFiaWxpdGllcxIQCghhZGFwdGVycxgBIAEoCBIQCghsb2dwcm9icxgCIAEoCBIXCg9leHRlcm5hbF90b2tlbnMYAyABKAgSGQoRZ3JhbW1hcl9wcm9wb3NhbHMYBCABKAgSKgoFbW9kZXMYBSADKA4yGy5tbHhncnBjLnYxLlNwZWN1bGF0aW9uTW9kZRIxCgxkZWZhdWx0X21vZGUYBiABKA4yGy5tbHhncnBjLnYxLlNwZWN1bGF0aW9uTW9kZRITCgtkcmFmdF9tb2RlbBgHIAEoCSLcAwoRR3JhcGhDYXBhYmlsaXRpZXMSJwoGbWV0aG9kGAEgASgOMhcubWx4Z3JwYy52MS5HcmFwaE1ldGhvZBInCgVtZWRpYRgCIAEoCzIYLm1seGdycGMudjEuTWVkaWFTdXBwb3J0EhcKD2NvbXBpbGVkX2RlY29kZRgDIAEoCBIYChBzcGFyc2VfYXR0ZW50aW9uGAQgASgIEhIKCmVtYmVkZGluZ3MYBSABKAgSGQoRaGlkZGVuX2xheWVyX3RhcHMYBiABKAgSLQoMbmF0aXZlX2RyYWZ0GAcgASgLMhcubWx4Z3JwYy52MS5OYXRpdmVEcmFmdBIwCgdwcmVmaWxsGAggASgLMh8ubWx4Z3JwYy52MS5QcmVmaWxsQ2FwYWJpbGl0aWVzEjgKC3NwZWN1bGF0aW9uGAkgASgLMiMubWx4Z3JwYy52MS5TcGVjdWxhdGlvbkNhcGFiaWxpdGllcxISCgpnZW5lcmF0aW9uGAogASgIEjgKEHJlc3BvbnNlX2Zvcm1hdHMYCyADKA4yHi5tbHhncnBjLnYxLlJlc3BvbnNlRm9ybWF0S2luZBIqCgRjaGF0GAwgASgLMhwubWx4Z3JwYy52MS5DaGF0Q2FwYWJpbGl0aWVzIrsBChBDaGF0Q2FwYWJpbGl0aWVzEhQKDHRvb2xfY2FsbGluZxgBIAEoCBITCgt0b29sX3BhcnNlchgCIAEoCRIXCg90b29sX2NhbGxfc3RhcnQYAyABKAkSFQoNdG9vbF9jYWxsX2VuZBgEIAEoCRIcChR0b29sX2Nob2ljZV9lbmZvcmNlZBgFIAEoCBIXCg9yZWFzb25pbmdfc3RhcnQYBiABKAkSFQoNcmVhc29uaW5nX2VuZBgHIAEoCSKJAwoJTW9kZWxJbmZvEgwKBG5hbWUYASABKAkSIwoEa2luZBgCIAEoDjIVLm1seGdycGMudjEuTW9kZWxLaW5kEioKBWdyYXBoGAMgASgLMhsubWx4Z3JwYy52MS5HcmFwaERlc2NyaXB0b3ISMwoMY2FwYWJpbGl0aWVzGAQgASgLMh0ubWx4Z3JwYy52MS5HcmFwaENhcGFiaWxpdGllcxIWCg5jb250ZXh0X2xlbmd0aBgFIAEoBRISCgp2b2NhYl9zaXplGAYgASgFEhUKDWVvc190b2tlbl9pZHMYByADKAUSGQoRaGFzX2NoYXRfdGVtcGxhdGUYCCABKAgSDQoFZHR5cGUYCSABKAkSDAoEYmxhcxgKIAEoCRIcChRlbWJlZGRpbmdfZGltZW5zaW9ucxgLIAEoBRIOCgZzb3VyY2UYDCABKAkSKQoIYWRhcHRlcnMYDSADKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvEhQKDG1heF9hZGFwdGVycxgOIAEoBSK6AQoLQWRhcHRlckluZm8SDAoEbmFtZRgBIAEoCRIlCgRraW5kGAIgASgOMhcubWx4Z3JwYy52MS5BZGFwdGVyS2luZBIMCgRyYW5rGAMgASgFEg0KBXNjYWxlGAQgASgBEg4KBmxheWVycxgFIAEoBRINCgVieXRlcxgGIAEoAxIOCgZzb3VyY2UYByABKAkSFwoPYWN0aXZlX3JlcXVlc3RzGAggASgFEhEKCXVubG9hZGluZxgJIAEoCCKIBQoKTWVtb3J5UGxhbhIWCg5zY2hlbWFfdmVyc2lvbhgBIAEoBRIQCghzdHJhdGVneRgCIAEoCRIMCgRmaXRzGAMgASgIEhYKDmNvbnRleHRfdG9rZW5zGAQgASgDEhgKEG1heF9zYWZlX2NvbnRleHQYBSABKAMSFQoNd2VpZ2h0c19ieXRlcxgGIAEoAxIQCghrdl9ieXRlcxgHIAEoAxIXCg90cmFuc2llbnRfYnl0ZXMYCCABKAMSFQoNcmVzZXJ2ZV9ieXRlcxgJIAEoAxITCgt0b3RhbF9ieXRlcxgKIAEoAxIUCgx1c2FibGVfYnl0ZXMYCyABKAMSIQoUcHJlZGljdGVkX2RlY29kZV90cHMYDCABKAFIAIgBARIiChVhbGxvY2F0b3JfbGltaXRfYnl0ZXMYDSABKANIAYgBARIiChVtYXhfZ2VuZXJhdGlvbl90b2tlbnMYDiABKANIAogBARJFChBzdHJlYW1lZF93ZWlnaHRzGA8gAygLMisubWx4Z3JwYy52MS5NZW1vcnlQbGFuLlN0cmVhbWVkV2VpZ2h0c0VudHJ5EiMKFm1hY2hpbmVfaGVhZHJvb21fYnl0ZXMYECABKANIA4gBARIVCg1hZGFwdGVyX2J5dGVzGBEgASgDGjYKFFN0cmVhbWVkV2VpZ2h0c0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAFCFwoVX3ByZWRpY3RlZF9kZWNvZGVfdHBzQhgKFl9hbGxvY2F0b3JfbGltaXRfYnl0ZXNCGAoWX21heF9nZW5lcmF0aW9uX3Rva2Vuc0IZChdfbWFjaGluZV9oZWFkcm9vbV9ieXRlcypoCgtHcmFwaE1ldGhvZBIcChhHUkFQSF9NRVRIT0RfVU5TUEVDSUZJRUQQABIfChtHUkFQSF9NRVRIT0RfQVVUT1JFR1JFU1NJVkUQARIaChZHUkFQSF9NRVRIT0RfREVOT0lTSU5HEAIqgwEKCk1lZGlhSW5wdXQSGwoXTUVESUFfSU5QVVRfVU5TUEVDSUZJRUQQABIaChZNRURJQV9JTlBVVF9FTUJFRERJTkdTEAESJAogTUVESUFfSU5QVVRfRU1CRURESU5HU19QT1NJVElPTlMQAhIWChJNRURJQV9JTlBVVF9QSVhFTFMQAyrpAQoSUmVzcG9uc2VGb3JtYXRLaW5kEiQKIFJFU1BPTlNFX0ZPUk1BVF9LSU5EX1VOU1BFQ0lGSUVEEAASJAogUkVTUE9OU0VfRk9STUFUX0tJTkRfSlNPTl9TQ0hFTUEQARIkCiBSRVNQT05TRV9GT1JNQVRfS0lORF9KU09OX09CSkVDVBACEh4KGlJFU1BPTlNFX0ZPUk1BVF9LSU5EX1JFR0VYEAMSIAocUkVTUE9OU0VfRk9STUFUX0tJTkRfR1JBTU1BUhAEEh8KG1JFU1BPTlNFX0ZPUk1BVF9LSU5EX0NIT0lDRRAFKlwKCU1vZGVsS2luZBIaChZNT0RFTF9LSU5EX1VOU1BFQ0lGSUVEEAASGQoVTU9ERUxfS0lORF9HRU5FUkFUSU9OEAESGAoUTU9ERUxfS0lORF9FTUJFRERJTkcQAipZCgtBZGFwdGVyS2luZBIcChhBREFQVEVSX0tJTkRfVU5TUEVDSUZJRUQQABIVChFBREFQVEVSX0tJTkRfTE9SQRABEhUKEUFEQVBURVJfS0lORF9ET1JBEAJCQwoOZGV2Lm1seGdycGMudjFCCk1vZGVsUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw", [file_mlxgrpc_v1_generation]);
 
 /**
  * Identifies the implementation a model runs on: its ABI, not a claim of speed or parity.
@@ -289,6 +289,13 @@ export type GraphCapabilities = Message<"mlxgrpc.v1.GraphCapabilities"> & {
    * @generated from field: repeated mlxgrpc.v1.ResponseFormatKind response_formats = 11;
    */
   responseFormats: ResponseFormatKind[];
+
+  /**
+   * What chat prompts support beyond messages: tools and thinking.
+   *
+   * @generated from field: mlxgrpc.v1.ChatCapabilities chat = 12;
+   */
+  chat?: ChatCapabilities | undefined;
 };
 
 /**
@@ -297,6 +304,71 @@ export type GraphCapabilities = Message<"mlxgrpc.v1.GraphCapabilities"> & {
  */
 export const GraphCapabilitiesSchema: GenMessage<GraphCapabilities> = /*@__PURE__*/
   messageDesc(file_mlxgrpc_v1_model, 5);
+
+/**
+ * Tool calling and thinking, as the model's tokenizer and chat template define them.
+ *
+ * @generated from message mlxgrpc.v1.ChatCapabilities
+ */
+export type ChatCapabilities = Message<"mlxgrpc.v1.ChatCapabilities"> & {
+  /**
+   * ChatMessages.tools work: the template renders them and calls in the output are
+   * parsed into TokenDelta.tool_calls.
+   *
+   * @generated from field: bool tool_calling = 1;
+   */
+  toolCalling: boolean;
+
+  /**
+   * The call syntax the parser reads: an mlx-lm tool parser's name ("json_tools",
+   * "mistral", "pythonic", "qwen3_coder", ...); empty without tool calling.
+   *
+   * @generated from field: string tool_parser = 2;
+   */
+  toolParser: string;
+
+  /**
+   * The text that opens a call in the output; empty without tool calling.
+   *
+   * @generated from field: string tool_call_start = 3;
+   */
+  toolCallStart: string;
+
+  /**
+   * The text that closes a call (empty for syntaxes that need none).
+   *
+   * @generated from field: string tool_call_end = 4;
+   */
+  toolCallEnd: string;
+
+  /**
+   * ToolChoice REQUIRED and FUNCTION work (the grammar can enforce a call).
+   *
+   * @generated from field: bool tool_choice_enforced = 5;
+   */
+  toolChoiceEnforced: boolean;
+
+  /**
+   * The text that opens the model's reasoning; empty for models without thinking.
+   *
+   * @generated from field: string reasoning_start = 6;
+   */
+  reasoningStart: string;
+
+  /**
+   * The text that closes it.
+   *
+   * @generated from field: string reasoning_end = 7;
+   */
+  reasoningEnd: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.ChatCapabilities.
+ * Use `create(ChatCapabilitiesSchema)` to create a new message.
+ */
+export const ChatCapabilitiesSchema: GenMessage<ChatCapabilities> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_model, 6);
 
 /**
  * Everything a client needs to know about one served model.
@@ -409,7 +481,7 @@ export type ModelInfo = Message<"mlxgrpc.v1.ModelInfo"> & {
  * Use `create(ModelInfoSchema)` to create a new message.
  */
 export const ModelInfoSchema: GenMessage<ModelInfo> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_model, 6);
+  messageDesc(file_mlxgrpc_v1_model, 7);
 
 /**
  * An adapter loaded on a generation model.
@@ -487,7 +559,7 @@ export type AdapterInfo = Message<"mlxgrpc.v1.AdapterInfo"> & {
  * Use `create(AdapterInfoSchema)` to create a new message.
  */
 export const AdapterInfoSchema: GenMessage<AdapterInfo> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_model, 7);
+  messageDesc(file_mlxgrpc_v1_model, 8);
 
 /**
  * The memory budget of a model serving a given context. All sizes are bytes.
@@ -623,7 +695,7 @@ export type MemoryPlan = Message<"mlxgrpc.v1.MemoryPlan"> & {
  * Use `create(MemoryPlanSchema)` to create a new message.
  */
 export const MemoryPlanSchema: GenMessage<MemoryPlan> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_model, 8);
+  messageDesc(file_mlxgrpc_v1_model, 9);
 
 /**
  * The method a graph's forward pass serves.

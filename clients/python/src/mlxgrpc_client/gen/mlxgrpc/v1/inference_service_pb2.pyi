@@ -55,14 +55,20 @@ class GenerationStarted(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
 
 class TokenDelta(_message.Message):
-    __slots__ = ("token_ids", "text", "logprobs")
+    __slots__ = ("token_ids", "text", "logprobs", "reasoning", "tool_call_deltas", "tool_calls")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    REASONING_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_DELTAS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
     logprobs: _containers.RepeatedCompositeFieldContainer[_generation_pb2.TokenLogprob]
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[_generation_pb2.TokenLogprob, _Mapping]]] = ...) -> None: ...
+    reasoning: str
+    tool_call_deltas: _containers.RepeatedCompositeFieldContainer[_generation_pb2.ToolCallDelta]
+    tool_calls: _containers.RepeatedCompositeFieldContainer[_generation_pb2.ToolCall]
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[_generation_pb2.TokenLogprob, _Mapping]]] = ..., reasoning: _Optional[str] = ..., tool_call_deltas: _Optional[_Iterable[_Union[_generation_pb2.ToolCallDelta, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[_generation_pb2.ToolCall, _Mapping]]] = ...) -> None: ...
 
 class GenerationFinished(_message.Message):
     __slots__ = ("reason", "stop_sequence", "stop_token_id", "usage", "timings")

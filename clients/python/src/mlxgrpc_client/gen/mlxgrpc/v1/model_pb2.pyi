@@ -116,7 +116,7 @@ class SpeculationCapabilities(_message.Message):
     def __init__(self, adapters: _Optional[bool] = ..., logprobs: _Optional[bool] = ..., external_tokens: _Optional[bool] = ..., grammar_proposals: _Optional[bool] = ..., modes: _Optional[_Iterable[_Union[_generation_pb2.SpeculationMode, str]]] = ..., default_mode: _Optional[_Union[_generation_pb2.SpeculationMode, str]] = ..., draft_model: _Optional[str] = ...) -> None: ...
 
 class GraphCapabilities(_message.Message):
-    __slots__ = ("method", "media", "compiled_decode", "sparse_attention", "embeddings", "hidden_layer_taps", "native_draft", "prefill", "speculation", "generation", "response_formats")
+    __slots__ = ("method", "media", "compiled_decode", "sparse_attention", "embeddings", "hidden_layer_taps", "native_draft", "prefill", "speculation", "generation", "response_formats", "chat")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     MEDIA_FIELD_NUMBER: _ClassVar[int]
     COMPILED_DECODE_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +128,7 @@ class GraphCapabilities(_message.Message):
     SPECULATION_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FORMATS_FIELD_NUMBER: _ClassVar[int]
+    CHAT_FIELD_NUMBER: _ClassVar[int]
     method: GraphMethod
     media: MediaSupport
     compiled_decode: bool
@@ -139,7 +140,26 @@ class GraphCapabilities(_message.Message):
     speculation: SpeculationCapabilities
     generation: bool
     response_formats: _containers.RepeatedScalarFieldContainer[ResponseFormatKind]
-    def __init__(self, method: _Optional[_Union[GraphMethod, str]] = ..., media: _Optional[_Union[MediaSupport, _Mapping]] = ..., compiled_decode: _Optional[bool] = ..., sparse_attention: _Optional[bool] = ..., embeddings: _Optional[bool] = ..., hidden_layer_taps: _Optional[bool] = ..., native_draft: _Optional[_Union[NativeDraft, _Mapping]] = ..., prefill: _Optional[_Union[PrefillCapabilities, _Mapping]] = ..., speculation: _Optional[_Union[SpeculationCapabilities, _Mapping]] = ..., generation: _Optional[bool] = ..., response_formats: _Optional[_Iterable[_Union[ResponseFormatKind, str]]] = ...) -> None: ...
+    chat: ChatCapabilities
+    def __init__(self, method: _Optional[_Union[GraphMethod, str]] = ..., media: _Optional[_Union[MediaSupport, _Mapping]] = ..., compiled_decode: _Optional[bool] = ..., sparse_attention: _Optional[bool] = ..., embeddings: _Optional[bool] = ..., hidden_layer_taps: _Optional[bool] = ..., native_draft: _Optional[_Union[NativeDraft, _Mapping]] = ..., prefill: _Optional[_Union[PrefillCapabilities, _Mapping]] = ..., speculation: _Optional[_Union[SpeculationCapabilities, _Mapping]] = ..., generation: _Optional[bool] = ..., response_formats: _Optional[_Iterable[_Union[ResponseFormatKind, str]]] = ..., chat: _Optional[_Union[ChatCapabilities, _Mapping]] = ...) -> None: ...
+
+class ChatCapabilities(_message.Message):
+    __slots__ = ("tool_calling", "tool_parser", "tool_call_start", "tool_call_end", "tool_choice_enforced", "reasoning_start", "reasoning_end")
+    TOOL_CALLING_FIELD_NUMBER: _ClassVar[int]
+    TOOL_PARSER_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_START_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_END_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_ENFORCED_FIELD_NUMBER: _ClassVar[int]
+    REASONING_START_FIELD_NUMBER: _ClassVar[int]
+    REASONING_END_FIELD_NUMBER: _ClassVar[int]
+    tool_calling: bool
+    tool_parser: str
+    tool_call_start: str
+    tool_call_end: str
+    tool_choice_enforced: bool
+    reasoning_start: str
+    reasoning_end: str
+    def __init__(self, tool_calling: _Optional[bool] = ..., tool_parser: _Optional[str] = ..., tool_call_start: _Optional[str] = ..., tool_call_end: _Optional[str] = ..., tool_choice_enforced: _Optional[bool] = ..., reasoning_start: _Optional[str] = ..., reasoning_end: _Optional[str] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
     __slots__ = ("name", "kind", "graph", "capabilities", "context_length", "vocab_size", "eos_token_ids", "has_chat_template", "dtype", "blas", "embedding_dimensions", "source", "adapters", "max_adapters")
