@@ -100,7 +100,7 @@ if $G -d '{}' "$ADDR" $S/ListModels | has '"name": "tools"'; then
   $G -d '{"model": "tools", "chat": {"messages": [{"role": "user", "content": "What is the weather in Paris?"}],
     "tools": [{"name": "get_weather", "description": "The current weather in a city.",
       "parameters_json_schema": "{\"type\": \"object\", \"required\": [\"city\"], \"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 16}}}"}],
-    "tool_choice": {"mode": "TOOL_CHOICE_MODE_REQUIRED"}, "enable_thinking": false},
+    "tool_choice": {"mode": "TOOL_CHOICE_MODE_REQUIRED"}, "parallel_tool_calls": false, "enable_thinking": false},
     "stopping": {"max_tokens": 96}}' "$ADDR" $S/Generate >"$OUT/tools.json"
   grep -q FINISH_REASON_TOOL_CALLS "$OUT/tools.json"
   grep -q '"tool_calls": \[' "$OUT/tools.json"

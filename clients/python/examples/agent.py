@@ -39,9 +39,10 @@ def main() -> int:
 
         conversation = [("system", "You answer questions about the weather."),
                         ("user", "What is the weather in Paris?")]
-        # Turn 1: the model must call a tool (the grammar enforces the call and its arguments).
+        # Turn 1: the model must call a tool (the grammar enforces the call and its arguments);
+        # one call, so that it fits in max_tokens.
         first = client.generate(conversation, model=model, tools=[GET_WEATHER], tool_choice="required",
-                                enable_thinking=False, max_tokens=96).collect()
+                                parallel_tool_calls=False, enable_thinking=False, max_tokens=96).collect()
         print(f"\n--- turn 1 [{pb.FinishReason.Name(first.finish_reason)}] ---")
         for call in first.tool_calls:
             print(f"call {call.id}: {call.name}({call.arguments_json})")
