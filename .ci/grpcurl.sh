@@ -92,5 +92,34 @@ if $G -d '{"text": "x", "adapter": "no-such-adapter"}' "$ADDR" $S/Generate 2>"$O
   exit 1
 fi
 grep -q NotFound "$OUT/err.txt" && grep -q "no-such-adapter. is not loaded" "$OUT/err.txt"
+
+# Tools and reasoning (the README's examples), on a server with a model named "tools" (the
+# fixture server's: random weights, so its calls come from tool choice REQUIRED, the grammar)
+if $G -d '{}' "$ADDR" $S/ListModels | has '"name": "tools"'; then
+  $G -d '{"model": "tools"}' "$ADDR" $S/GetModelInfo | has '"tool_calling": true'
+  $G -d '{"model": "tools", "chat": {"messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+    "tools": [{"name": "get_weather", "description": "The current weather in a city.",
+      "parameters_json_schema": "{\"type\": \"object\", \"required\": [\"city\"], \"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 16}}}"}],
+    "tool_choice": {"mode": "TOOL_CHOICE_MODE_REQUIRED"}, "parallel_tool_calls": false, "enable_thinking": false},
+    "stopping": {"max_tokens": 96}}' "$ADDR" $S/Generate >"$OUT/tools.json"
+  grep -q FINISH_REASON_TOOL_CALLS "$OUT/tools.json"
+  grep -q '"tool_calls": \[' "$OUT/tools.json"
+  grep -q '"name": "get_weather"' "$OUT/tools.json"
+  $G -d '{"model": "tools", "chat": {"messages": [
+      {"role": "user", "content": "What is the weather in Paris?"},
+      {"role": "assistant", "tool_calls": [{"id": "call_1", "name": "get_weather", "arguments_json": "{\"city\": \"Paris\"}"}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature_c\": 21, \"conditions\": \"sunny\"}"}],
+    "tools": [{"name": "get_weather", "description": "The current weather in a city.",
+      "parameters_json_schema": "{\"type\": \"object\", \"required\": [\"city\"], \"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 16}}}"}],
+    "tool_choice": {"mode": "TOOL_CHOICE_MODE_NONE"}, "enable_thinking": false},
+    "stopping": {"max_tokens": 32}}' "$ADDR" $S/Generate >"$OUT/answer.json"
+  grep -q '"finished"' "$OUT/answer.json"
+  if grep -q '"tool_calls"' "$OUT/answer.json"; then
+    exit 1
+  fi
+  # Thinking on (the template's default): the deltas carry "reasoning", apart from "text"
+  $G -d '{"model": "tools", "chat": {"messages": [{"role": "user", "content": "Why is the sky blue?"}]},
+    "stopping": {"max_tokens": 8}}' "$ADDR" $S/Generate | has '"reasoning"'
+fi
 set +x
 echo "grpcurl checks passed against $ADDR"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI for the Python client: fresh venv, install the distribution on its own, check the
-# generated code, run the example against the first server address and the tests against
-# each (arguments, default $MLXGRPC_ADDRESS; already running: this script never starts one).
+# generated code, run the example against the first server address, the agent example
+# against the second (its "tools" model), and the tests against each (arguments, default
+# $MLXGRPC_ADDRESS; already running: this script never starts one).
 set -euo pipefail
 ADDRESSES=("$@")
 [[ ${#ADDRESSES[@]} -gt 0 || -z ${MLXGRPC_ADDRESS:-} ]] || ADDRESSES=("$MLXGRPC_ADDRESS")
@@ -43,8 +44,12 @@ echo "== example against ${ADDRESSES[0]}"
 MLXGRPC_ADDRESS=${ADDRESSES[0]} "$PY" examples/example.py
 echo "== tests against ${ADDRESSES[0]}"
 MLXGRPC_ADDRESS=${ADDRESSES[0]} "$PY" -m pytest -ra -p no:cacheprovider tests
+if [[ ${#ADDRESSES[@]} -gt 1 ]]; then
+  echo "== agent example against ${ADDRESSES[1]} (model tools)"
+  MLXGRPC_ADDRESS=${ADDRESSES[1]} MLXGRPC_MODEL=tools timeout 120 "$PY" examples/agent.py
+fi
 for address in "${ADDRESSES[@]:1}"; do
   echo "== live tests against $address"
   MLXGRPC_ADDRESS=$address "$PY" -m pytest -ra -p no:cacheprovider tests/test_sync.py tests/test_aio.py \
-    tests/test_adapters.py
+    tests/test_adapters.py tests/test_tools.py
 done

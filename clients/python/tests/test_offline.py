@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from mlxgrpc_client import aio, connect, embed_request, error_details, generate_request, pb
+from mlxgrpc_client import GenerationResult, aio, connect, embed_request, error_details, generate_request, pb
 from mlxgrpc_client.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 
 
@@ -70,6 +70,114 @@ def test_generate_request_speculation():
         generate_request("a", speculation="fast")
 
 
+WEATHER = {"name": "get_weather", "description": "The weather in a city.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16}},
+                          "required": ["city"]}}
+
+
+def test_generate_request_tools_and_template_options():
+    req = generate_request([("user", "Weather in Paris?")], tools=[WEATHER], tool_choice="required",
+                           parallel_tool_calls=False, enable_thinking=False,
+                           template_kwargs={"reasoning_effort": "low", "budget": 3})
+    (tool,) = req.chat.tools
+    assert (tool.name, tool.description) == ("get_weather", "The weather in a city.")
+    assert json.loads(tool.parameters_json_schema) == WEATHER["parameters"]
+    assert req.chat.tool_choice == pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_REQUIRED)
+    assert req.chat.HasField("parallel_tool_calls") and req.chat.parallel_tool_calls is False
+    assert req.chat.HasField("enable_thinking") and req.chat.enable_thinking is False
+    assert dict(req.chat.template_kwargs) == {"reasoning_effort": '"low"', "budget": "3"}  # JSON values
+    # Left out: unset, so the server's and the template's defaults apply.
+    plain = generate_request([("user", "hi")]).chat
+    assert not plain.tools and not plain.HasField("tool_choice")
+    assert not plain.HasField("parallel_tool_calls") and not plain.HasField("enable_thinking")
+    assert not plain.template_kwargs
+    # Parameters as JSON text, a pb.Tool, and a tool without parameters.
+    text = generate_request([("user", "x")], tools=[{"name": "f", "parameters": '{"type": "object"}'},
+                                                   pb.Tool(name="g"), {"name": "h"}]).chat.tools
+    assert [(t.name, t.parameters_json_schema) for t in text] == [("f", '{"type": "object"}'), ("g", ""), ("h", "")]
+
+
+def test_generate_request_tool_choice_forms():
+    def choice(value):
+        return generate_request([("user", "x")], tools=[WEATHER], tool_choice=value).chat.tool_choice
+
+    for value in ("none", "NONE", "TOOL_CHOICE_MODE_NONE", pb.TOOL_CHOICE_MODE_NONE, {"mode": "none"}):
+        assert choice(value) == pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_NONE)
+    assert choice("auto").mode == pb.TOOL_CHOICE_MODE_AUTO
+    function = pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_FUNCTION, function_name="get_weather")
+    assert choice({"function_name": "get_weather"}) == function  # the mode follows from the name
+    assert choice({"mode": "function", "function_name": "get_weather"}) == function
+    assert choice(function) == function
+    with pytest.raises(ValueError, match="auto, none, required, function"):
+        choice("get_weather")
+    with pytest.raises(ValueError, match="chat prompt"):
+        generate_request("plain text", tools=[WEATHER])
+    with pytest.raises(ValueError, match="chat prompt"):
+        generate_request([1, 2, 3], enable_thinking=False)
+    # A whole request: the options apply to its chat and override it.
+    base = pb.GenerateRequest(chat=pb.ChatMessages(messages=[pb.ChatMessage(role="user", content="x")],
+                                                   tools=[pb.Tool(name="old")], enable_thinking=True))
+    req = generate_request(base, tools=[WEATHER], enable_thinking=False)
+    assert [t.name for t in req.chat.tools] == ["get_weather"] and req.chat.enable_thinking is False
+    assert [t.name for t in base.chat.tools] == ["old"]  # the caller's message is left alone
+
+
+def test_chat_messages_carry_tool_calls_and_results():
+    call = pb.ToolCall(id="call_1", name="get_weather", arguments_json='{"city": "Paris"}')
+    chat = generate_request([
+        ("user", "Weather in Paris and Rome?"),
+        {"role": "assistant", "content": "", "reasoning": "two cities",
+         "tool_calls": [call, {"id": "call_2", "name": "get_weather", "arguments": {"city": "Rome"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"temp_c": 21}'},
+        {"role": "tool", "tool_call_id": "call_2", "parts": [{"text": '{"temp_c": '}, {"text": "25}"}]},
+    ]).chat
+    assistant = chat.messages[1]
+    assert assistant.reasoning == "two cities"
+    assert [(c.id, c.name, json.loads(c.arguments_json)) for c in assistant.tool_calls] == [
+        ("call_1", "get_weather", {"city": "Paris"}), ("call_2", "get_weather", {"city": "Rome"})]
+    assert [(m.role, m.tool_call_id) for m in chat.messages[2:]] == [("tool", "call_1"), ("tool", "call_2")]
+    assert [p.text for p in chat.messages[3].parts] == ['{"temp_c": ', "25}"]
+
+
+def _delta(**fields) -> pb.GenerateResponse:
+    return pb.GenerateResponse(delta=pb.TokenDelta(**fields))
+
+
+def test_result_gathers_text_reasoning_and_tool_calls():
+    result = GenerationResult(request_id="r")
+    events = [
+        pb.GenerateResponse(started=pb.GenerationStarted(request_id="r", model="tools", prompt_tokens=9)),
+        _delta(token_ids=[1, 2], reasoning="Let me "),
+        _delta(token_ids=[3], reasoning="check.", text="Sure"),
+        _delta(token_ids=[4], text=".", tool_call_deltas=[pb.ToolCallDelta(index=0, id="call_a", name="get_weather")]),
+        _delta(token_ids=[5], tool_call_deltas=[pb.ToolCallDelta(index=0, arguments_json='{"city": ')]),
+        _delta(token_ids=[6], tool_call_deltas=[pb.ToolCallDelta(index=0, arguments_json='"Paris"}')],
+               tool_calls=[pb.ToolCall(id="call_a", name="get_weather", arguments_json='{"city":"Paris"}')]),
+        _delta(token_ids=[7], tool_call_deltas=[pb.ToolCallDelta(index=1, id="call_b", name="get_time",
+                                                                 arguments_json="{}")]),
+        pb.GenerateResponse(finished=pb.GenerationFinished(reason=pb.FINISH_REASON_TOOL_CALLS)),
+    ]
+    for event in events:
+        result._add(event)
+    assert (result.model, result.prompt_tokens, result.token_ids) == ("tools", 9, [1, 2, 3, 4, 5, 6, 7])
+    assert (result.text, result.reasoning) == ("Sure.", "Let me check.")
+    assert result.finish_reason == pb.FINISH_REASON_TOOL_CALLS
+    assert result.tool_calls == [pb.ToolCall(id="call_a", name="get_weather", arguments_json='{"city":"Paris"}')]
+    assert result.streamed_tool_calls == [
+        pb.ToolCall(id="call_a", name="get_weather", arguments_json='{"city": "Paris"}'),
+        pb.ToolCall(id="call_b", name="get_time", arguments_json="{}")]  # streamed, never completed
+    message = result.assistant_message()
+    assert (message.role, message.content, message.reasoning) == ("assistant", "Sure.", "Let me check.")
+    assert list(message.tool_calls) == result.tool_calls
+    # The next turn's conversation: the assistant message, then a "tool" message per call.
+    chat = generate_request([("user", "Weather?"), message, {"role": "tool", "tool_call_id": "call_a",
+                                                              "content": '{"temp_c": 21}'}]).chat
+    assert chat.messages[1] == message and chat.messages[2].tool_call_id == "call_a"
+    plain = GenerationResult(request_id="p")
+    plain._add(_delta(token_ids=[1], text="hi"))
+    assert (plain.reasoning, plain.tool_calls, plain.streamed_tool_calls) == ("", [], [])
+
+
 def test_priority_on_generate_and_embed_requests():
     assert generate_request("a").priority == 0  # the server's default
     assert generate_request("a", priority=10).priority == 10
@@ -101,10 +209,16 @@ class _Recorder(pb_grpc.InferenceServiceServicer):
         self.refusal = _refusal(code_pb2.RESOURCE_EXHAUSTED, 0.2)
         self.refuse_after_started = False
         self.cancels = []
+        self.script = None  # events Generate sends instead of its one finished event
+        self.requests = []
 
     def Generate(self, request, context):
         self.generate_ids.append(request.request_id)
         self.priorities.append(request.priority)
+        self.requests.append(request)
+        if self.script is not None:
+            yield from self.script
+            return
         if self.refuse_after_started:
             yield pb.GenerateResponse(started=pb.GenerationStarted(request_id=request.request_id))
         if self.refusals > 0:
@@ -212,6 +326,44 @@ def test_refusals_are_retried_after_the_servers_delay(recorder):
     assert retries == [("QUEUE_FULL", 0.2), ("QUEUE_FULL", 0.2)]
     assert servicer.generate_ids == ["same-id"] * 3  # one request id for every attempt
     assert time.monotonic() - started >= 0.4
+
+
+TOOL_TURN = [
+    pb.GenerateResponse(started=pb.GenerationStarted(request_id="t", model="tools")),
+    _delta(token_ids=[1], reasoning="hmm"),
+    _delta(token_ids=[2], tool_call_deltas=[pb.ToolCallDelta(index=0, id="call_x", name="get_weather",
+                                                             arguments_json='{"city": "Oslo"}')],
+           tool_calls=[pb.ToolCall(id="call_x", name="get_weather", arguments_json='{"city": "Oslo"}')]),
+    pb.GenerateResponse(finished=pb.GenerationFinished(reason=pb.FINISH_REASON_TOOL_CALLS)),
+]
+
+
+def test_a_tool_call_turn_over_the_wire(recorder):
+    servicer, address = recorder
+    servicer.script = TOOL_TURN
+    with connect(address) as client:
+        stream = client.generate([("user", "Weather in Oslo?")], tools=[WEATHER], tool_choice="required",
+                                 enable_thinking=False)
+        deltas = [e.delta for e in stream if e.HasField("delta")]
+    assert [d.reasoning for d in deltas] == ["hmm", ""]
+    assert [c.name for c in deltas[1].tool_call_deltas] == ["get_weather"]
+    result = stream.result
+    assert result.finish_reason == pb.FINISH_REASON_TOOL_CALLS and result.reasoning == "hmm"
+    assert [json.loads(c.arguments_json) for c in result.tool_calls] == [{"city": "Oslo"}]
+    sent = servicer.requests[0].chat
+    assert sent.tools[0].name == "get_weather" and sent.tool_choice.mode == pb.TOOL_CHOICE_MODE_REQUIRED
+    assert sent.enable_thinking is False
+
+
+async def test_a_tool_call_turn_in_asyncio(recorder):
+    servicer, address = recorder
+    servicer.script = TOOL_TURN
+    async with aio.connect(address) as client:
+        result = await client.generate([("user", "Weather in Oslo?")], tools=[WEATHER],
+                                       tool_choice={"function_name": "get_weather"}).collect()
+    assert result.finish_reason == pb.FINISH_REASON_TOOL_CALLS
+    assert [c.id for c in result.tool_calls] == [c.id for c in result.streamed_tool_calls] == ["call_x"]
+    assert servicer.requests[0].chat.tool_choice.function_name == "get_weather"
 
 
 def test_client_default_priority(recorder):

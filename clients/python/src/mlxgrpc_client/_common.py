@@ -51,17 +51,68 @@ def default_priority(priority: int) -> int:
     return priority
 
 
+def _json_text(value: Any) -> str:
+    """JSON text as it is; any other value serialized to JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _tool_call(call: pb.ToolCall | Mapping[str, Any]) -> pb.ToolCall:
+    if isinstance(call, pb.ToolCall):
+        return call
+    fields = dict(call)
+    if "arguments" in fields:
+        fields["arguments_json"] = _json_text(fields.pop("arguments"))
+    return pb.ToolCall(**fields)
+
+
+def _message(m: pb.ChatMessage | Mapping[str, Any] | Sequence[str]) -> pb.ChatMessage:
+    if isinstance(m, pb.ChatMessage):
+        return m
+    if isinstance(m, Mapping):
+        fields = dict(m)
+        if "tool_calls" in fields:
+            fields["tool_calls"] = [_tool_call(c) for c in fields["tool_calls"]]
+        return pb.ChatMessage(**fields)
+    role, content = m  # a (role, content) pair
+    return pb.ChatMessage(role=role, content=content)
+
+
 def _chat(messages: Sequence[Any]) -> pb.ChatMessages:
-    out = pb.ChatMessages()
-    for m in messages:
-        if isinstance(m, pb.ChatMessage):
-            out.messages.append(m)
-        elif isinstance(m, Mapping):
-            out.messages.add(**m)
-        else:  # a (role, content) pair
-            role, content = m
-            out.messages.add(role=role, content=content)
-    return out
+    return pb.ChatMessages(messages=[_message(m) for m in messages])
+
+
+def _tool(tool: pb.Tool | Mapping[str, Any]) -> pb.Tool:
+    if isinstance(tool, pb.Tool):
+        return tool
+    fields = dict(tool)
+    if "parameters" in fields:
+        fields["parameters_json_schema"] = _json_text(fields.pop("parameters"))
+    return pb.Tool(**fields)
+
+
+def _tool_choice_mode(mode: str | int) -> int:
+    if isinstance(mode, int):
+        return mode
+    name = mode.upper()
+    try:
+        return pb.ToolChoiceMode.Value(name if name.startswith("TOOL_CHOICE_MODE_") else f"TOOL_CHOICE_MODE_{name}")
+    except ValueError:
+        choices = ", ".join(n.removeprefix("TOOL_CHOICE_MODE_").lower() for n in pb.ToolChoiceMode.keys())
+        raise ValueError(f"unknown tool choice {mode!r} (one of {choices}, "
+                         "or {'function_name': NAME} for one function)") from None
+
+
+def _tool_choice(value: str | int | pb.ToolChoice | Mapping[str, Any]) -> pb.ToolChoice:
+    if isinstance(value, pb.ToolChoice):
+        return value
+    if isinstance(value, Mapping):
+        fields = dict(value)
+        if "mode" in fields:
+            fields["mode"] = _tool_choice_mode(fields["mode"])
+        elif fields.get("function_name"):
+            fields["mode"] = pb.TOOL_CHOICE_MODE_FUNCTION
+        return pb.ToolChoice(**fields)
+    return pb.ToolChoice(mode=_tool_choice_mode(value))
 
 
 def generate_request(
@@ -78,6 +129,11 @@ def generate_request(
     speculation: str | int | pb.SpeculationOptions | Mapping[str, Any] | None = None,
     num_draft_tokens: int | None = None,
     priority: int | None = None,
+    tools: Sequence[pb.Tool | Mapping[str, Any]] | None = None,
+    tool_choice: str | int | pb.ToolChoice | Mapping[str, Any] | None = None,
+    parallel_tool_calls: bool | None = None,
+    enable_thinking: bool | None = None,
+    template_kwargs: Mapping[str, Any] | None = None,
     **fields: Any,
 ) -> pb.GenerateRequest:
     """Builds a GenerateRequest.
@@ -97,6 +153,17 @@ def generate_request(
     ``speculation.num_draft_tokens``; ``priority`` (-100 to 100, default 0: higher starts
     first among waiting requests, and waiting raises it, so none starves); other keywords (``logprobs``, ``top_logprobs``,
     ``session_id``, ...) are request fields.
+
+    Chat prompts only (a ``ValueError`` otherwise): ``tools`` are ``pb.Tool`` or dicts
+    ``{"name", "description", "parameters"}`` (``parameters``: a JSON Schema as a dict or
+    JSON text); ``tool_choice`` is ``"auto"``, ``"none"``, ``"required"`` (or a
+    ``pb.ToolChoiceMode``), ``{"function_name": NAME}`` for that one function, or a
+    ``pb.ToolChoice``; ``parallel_tool_calls`` and ``enable_thinking`` (``None``: the
+    server's and the template's default); ``template_kwargs`` are further template
+    variables, each value a Python value sent as JSON (``{"reasoning_effort": "low"}``).
+    A chat message may carry ``tool_calls`` (``pb.ToolCall`` or dicts ``{"id", "name",
+    "arguments"}``, ``arguments`` a dict or JSON text), a ``tool_call_id`` (role ``"tool"``)
+    and ``reasoning``.
     An empty ``request_id`` gets a random one here, so the Cancel RPC can address the
     request before its ``started`` event arrives.
     """
@@ -133,13 +200,30 @@ def generate_request(
         req.response_format.CopyFrom(response_format if isinstance(response_format, pb.ResponseFormat)
                                      else pb.ResponseFormat(**response_format))
     if json_schema is not None:
-        req.response_format.json_schema = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
+        req.response_format.json_schema = _json_text(json_schema)
     if speculation is not None:
         req.speculation.CopyFrom(_speculation(speculation))
     if num_draft_tokens is not None:
         req.speculation.num_draft_tokens = num_draft_tokens
     if priority is not None:
         req.priority = priority
+    chat_options = (tools, tool_choice, parallel_tool_calls, enable_thinking, template_kwargs)
+    if any(v is not None for v in chat_options):
+        if req.WhichOneof("prompt") != "chat":
+            raise ValueError("tools, tool_choice, parallel_tool_calls, enable_thinking and template_kwargs "
+                             "need a chat prompt (a list of messages)")
+        if tools is not None:
+            del req.chat.tools[:]
+            req.chat.tools.extend(_tool(t) for t in tools)
+        if tool_choice is not None:
+            req.chat.tool_choice.CopyFrom(_tool_choice(tool_choice))
+        if parallel_tool_calls is not None:
+            req.chat.parallel_tool_calls = parallel_tool_calls
+        if enable_thinking is not None:
+            req.chat.enable_thinking = enable_thinking
+        if template_kwargs is not None:
+            req.chat.template_kwargs.clear()
+            req.chat.template_kwargs.update({k: json.dumps(v) for k, v in template_kwargs.items()})
     for name, value in fields.items():
         if name not in pb.GenerateRequest.DESCRIPTOR.fields_by_name:
             raise TypeError(f"GenerateRequest has no field {name!r}")
@@ -201,8 +285,17 @@ class GenerationResult:
     model: str = ""
     prompt_tokens: int = 0
     token_ids: list[int] = dataclasses.field(default_factory=list)
+    #: The answer's text (without reasoning or tool-call markup).
     text: str = ""
     logprobs: list[pb.TokenLogprob] = dataclasses.field(default_factory=list)
+    #: The model's thinking (TokenDelta.reasoning), kept out of ``text``.
+    reasoning: str = ""
+    #: The complete tool calls (TokenDelta.tool_calls), checked against the tools: the ones
+    #: to run. ``arguments_json`` is a JSON object as text.
+    tool_calls: list[pb.ToolCall] = dataclasses.field(default_factory=list)
+    #: The calls as their pieces streamed (TokenDelta.tool_call_deltas joined by index), so
+    #: far: a call cut short shows here only; ``tool_calls`` is authoritative.
+    streamed_tool_calls: list[pb.ToolCall] = dataclasses.field(default_factory=list)
     #: The ``finished`` event; ``None`` when the stream ended without one
     #: (cancelled client-side).
     finished: pb.GenerationFinished | None = None
@@ -211,6 +304,12 @@ class GenerationResult:
     def finish_reason(self) -> int:
         """A ``pb.FinishReason`` value (``pb.FINISH_REASON_UNSPECIFIED`` without a finished event)."""
         return self.finished.reason if self.finished is not None else pb.FINISH_REASON_UNSPECIFIED
+
+    def assistant_message(self) -> pb.ChatMessage:
+        """The answer as the assistant message of the next turn's conversation: its text,
+        tool calls and reasoning (append a ``"tool"`` message per call after it)."""
+        return pb.ChatMessage(role="assistant", content=self.text, tool_calls=self.tool_calls,
+                              reasoning=self.reasoning)
 
     def _add(self, event: pb.GenerateResponse) -> None:
         kind = event.WhichOneof("event")
@@ -222,6 +321,15 @@ class GenerationResult:
             self.token_ids.extend(event.delta.token_ids)
             self.text += event.delta.text
             self.logprobs.extend(event.delta.logprobs)
+            self.reasoning += event.delta.reasoning
+            self.tool_calls.extend(event.delta.tool_calls)
+            for piece in event.delta.tool_call_deltas:
+                while len(self.streamed_tool_calls) <= piece.index:
+                    self.streamed_tool_calls.append(pb.ToolCall())
+                call = self.streamed_tool_calls[piece.index]
+                call.id = piece.id or call.id
+                call.name = piece.name or call.name
+                call.arguments_json += piece.arguments_json
         elif kind == "finished":
             self.finished = event.finished
 
