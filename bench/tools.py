@@ -36,7 +36,8 @@ import engine  # noqa: F401  - BLAS before mlx
 from engine.events import Delta, Finished
 from engine.generation.config import GenerationConfig, SchedulerConfig
 from engine.generation.engine import GenerationEngine
-from engine.requests import ChatMessage, ChatPrompt, GenerationRequest, StopOptions, Tool, ToolChoiceMode
+from engine.requests import (ChatMessage, ChatPrompt, GenerationRequest, SamplingOptions, StopOptions, Tool,
+                             ToolChoiceMode)
 
 from .common import Sample, machine_facts, ratio
 from .report import Report, Row
@@ -65,8 +66,9 @@ async def one(eng: GenerationEngine, city: str, tokens: int, enforced: bool) -> 
     prompt = ChatPrompt((ChatMessage("user", f"What is the weather in {city} this week?"),), tools=TOOLS,
                         tool_choice=ToolChoiceMode.REQUIRED if enforced else ToolChoiceMode.NONE,
                         enable_thinking=False)
-    req = GenerationRequest(prompt, stopping=StopOptions(max_tokens=tokens, ignore_eos=not enforced),
-                            bypass_prefix_cache=True)
+    no_end = {i: -1e9 for i in eng.loaded.eos_ids}  # both sides run exactly ``tokens`` steps
+    req = GenerationRequest(prompt, sampling=SamplingOptions(logit_bias=no_end),
+                            stopping=StopOptions(max_tokens=tokens), bypass_prefix_cache=True)
     count = 0
     async for ev in eng.generate(req):
         if isinstance(ev, Delta):

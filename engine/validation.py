@@ -117,8 +117,11 @@ def _check_prompt_bytes(prompt, limits: Limits) -> None:
     if isinstance(prompt, TextPrompt):
         check_text_bytes("text", (prompt.text,), limits.max_prompt_bytes)
     elif isinstance(prompt, ChatPrompt):
-        texts = (text for m in prompt.messages for text in (m.role, m.content))
+        texts = (text for m in prompt.messages for text in (m.role, m.content, m.reasoning, m.tool_call_id,
+                                                             *(c.arguments for c in m.tool_calls)))
         check_text_bytes("chat.messages", texts, limits.max_prompt_bytes)
+        tools = (text for t in prompt.tools for text in (t.name, t.description, t.parameters))
+        check_text_bytes("chat.tools", tools, limits.max_prompt_bytes)
 
 
 def check_token_ids(field: str, ids, vocab_size: int) -> None:

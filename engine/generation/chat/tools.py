@@ -11,6 +11,7 @@ import jsonschema
 
 from ...errors import InvalidRequest, Unsupported
 from ...requests import ChatPrompt, Tool, ToolChoiceMode
+from ..grammar.formats import nesting_depth
 from .syntax import ChatSyntax
 
 MAX_TOOLS = 128
@@ -87,7 +88,7 @@ def _schema(text: str, field: str) -> dict:
     schema = _json(text, field)
     if not isinstance(schema, dict):
         raise InvalidRequest(field, "must be a JSON Schema object")
-    if _depth(schema) > MAX_DEPTH:
+    if nesting_depth(schema) > MAX_DEPTH:
         raise InvalidRequest(field, f"nests deeper than {MAX_DEPTH} levels")
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
@@ -101,13 +102,3 @@ def _json(text: str, field: str) -> object:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise InvalidRequest(field, f"is not JSON: {exc}") from None
-
-
-def _depth(value: object) -> int:
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        deepest = max(deepest, depth)
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return deepest

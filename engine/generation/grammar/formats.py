@@ -87,13 +87,13 @@ def _schema(text: str, field: str, limits: GrammarLimits) -> dict | bool:
         raise InvalidRequest(field, f"is not a JSON document: {exc}") from None
     if not isinstance(schema, (dict, bool)):
         raise InvalidRequest(field, "must be a JSON object (or true / false)")
-    if _depth(schema) > limits.max_depth:
+    if nesting_depth(schema) > limits.max_depth:
         raise InvalidRequest(field, f"nests deeper than {limits.max_depth} levels")
     return schema
 
 
-def _depth(value: object) -> int:
-    """Iterative: no recursion on hostile input."""
+def nesting_depth(value: object) -> int:
+    """How deep JSON containers nest; iterative: no recursion on hostile input."""
     deepest, stack = 0, [(value, 1)]
     while stack:
         item, depth = stack.pop()
