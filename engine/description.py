@@ -37,6 +37,19 @@ class Speculation:
 
 
 @dataclass(frozen=True)
+class ChatFacts:
+    """Tool calling and thinking as the tokenizer and template define them."""
+
+    tool_calling: bool = False
+    tool_parser: str = ""  # mlx-lm's parser module name
+    tool_call_start: str = ""
+    tool_call_end: str = ""
+    tool_choice_enforced: bool = False  # the grammar can force a call
+    reasoning_start: str = ""
+    reasoning_end: str = ""
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """GraphCapabilities, plus ``generation`` (the model generates text)."""
 
@@ -51,6 +64,7 @@ class Capabilities:
     speculation: Speculation = field(default_factory=Speculation)
     generation: bool = True
     response_formats: tuple[str, ...] = ()  # structured-output formats Generate accepts ("json_schema", ...)
+    chat: ChatFacts = field(default_factory=ChatFacts)
 
 
 @dataclass(frozen=True)

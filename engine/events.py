@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from .requests import ToolCall
+
 
 class FinishReason(enum.Enum):
     LENGTH = "length"
@@ -12,6 +14,7 @@ class FinishReason(enum.Enum):
     EOS = "eos"
     CANCELLED = "cancelled"
     ERROR = "error"
+    TOOL_CALLS = "tool_calls"  # the answer ended with tool calls
 
 
 @dataclass(frozen=True)
@@ -37,10 +40,27 @@ class Started:
 
 
 @dataclass(frozen=True)
+class ToolCallDelta:
+    """A piece of call ``index``: id and name in its first piece, then pieces of the
+    arguments' text."""
+
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass(frozen=True)
 class Delta:
+    """New tokens; ``text`` is the answer, ``reasoning`` the thinking, ``tool_calls``
+    the calls these tokens completed (chat prompts split the output; others are all text)."""
+
     token_ids: tuple[int, ...]
     text: str
     logprobs: tuple[TokenLogprob, ...] = ()
+    reasoning: str = ""
+    tool_call_deltas: tuple[ToolCallDelta, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,37 @@ from .tenancy import ANONYMOUS, Tenant
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A call of a tool: ``arguments`` is a JSON object as text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
 class ChatMessage:
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls
+    tool_call_id: str = ""  # a "tool" message: the call it answers
+    reasoning: str = ""  # an assistant's earlier thinking
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function the model may call; ``parameters`` is a JSON Schema as text ("" for none)."""
+
+    name: str
+    description: str = ""
+    parameters: str = ""
+
+
+class ToolChoiceMode(enum.Enum):
+    AUTO = "auto"
+    NONE = "none"
+    REQUIRED = "required"
+    FUNCTION = "function"  # the one named ``ChatPrompt.function``
 
 
 @dataclass(frozen=True)
@@ -30,9 +58,16 @@ class TokenPrompt:
 
 @dataclass(frozen=True)
 class ChatPrompt:
-    """Messages rendered with the chat template plus the generation prompt."""
+    """Messages (and tools) rendered with the chat template plus the generation prompt;
+    ``template_kwargs`` values are parsed JSON."""
 
     messages: tuple[ChatMessage, ...]
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoiceMode = ToolChoiceMode.AUTO
+    function: str = ""  # with ToolChoiceMode.FUNCTION
+    parallel_tool_calls: bool = True
+    enable_thinking: bool | None = None  # None: the template's default
+    template_kwargs: Mapping[str, object] = field(default_factory=dict)
 
 
 Prompt = Union[TextPrompt, TokenPrompt, ChatPrompt]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from engine.adapters.info import AdapterInfo
 from engine.description import ModelDescription, ModelKind
 from engine.events import Delta, Event, FinishReason, Finished, Started
 from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKind, GenerationRequest,
                              ResponseFormat, SamplingOptions, SpeculationMode, SpeculationOptions, StopOptions,
-                             TextPrompt, TokenPrompt)
+                             TextPrompt, TokenPrompt, Tool, ToolCall, ToolChoiceMode)
 from engine.errors import InvalidRequest
 from engine.tenancy import ANONYMOUS, Tenant
 from engine.validation import RequestCounts
@@ -22,6 +24,14 @@ _FINISH = {
     FinishReason.EOS: gen_pb.FINISH_REASON_EOS,
     FinishReason.CANCELLED: gen_pb.FINISH_REASON_CANCELLED,
     FinishReason.ERROR: gen_pb.FINISH_REASON_ERROR,
+    FinishReason.TOOL_CALLS: gen_pb.FINISH_REASON_TOOL_CALLS,
+}
+_TOOL_CHOICE = {
+    gen_pb.TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode.AUTO,
+    gen_pb.TOOL_CHOICE_MODE_AUTO: ToolChoiceMode.AUTO,
+    gen_pb.TOOL_CHOICE_MODE_NONE: ToolChoiceMode.NONE,
+    gen_pb.TOOL_CHOICE_MODE_REQUIRED: ToolChoiceMode.REQUIRED,
+    gen_pb.TOOL_CHOICE_MODE_FUNCTION: ToolChoiceMode.FUNCTION,
 }
 _SPECULATION = {
     gen_pb.SPECULATION_MODE_UNSPECIFIED: SpeculationMode.DEFAULT,
@@ -67,8 +77,36 @@ def _prompt(msg: pb.GenerateRequest):
     if which == "tokens":
         return TokenPrompt(tuple(msg.tokens.ids))
     if which == "chat":
-        return ChatPrompt(tuple(ChatMessage(m.role, m.content) for m in msg.chat.messages))
+        return _chat(msg.chat)
     raise InvalidRequest("prompt", "set exactly one of text, tokens or chat")
+
+
+def _chat(c: gen_pb.ChatMessages) -> ChatPrompt:
+    if c.tool_choice.mode not in _TOOL_CHOICE:
+        raise InvalidRequest("chat.tool_choice.mode", f"unknown mode {c.tool_choice.mode}")
+    return ChatPrompt(
+        tuple(_message(i, m) for i, m in enumerate(c.messages)),
+        tools=tuple(Tool(t.name, t.description, t.parameters_json_schema) for t in c.tools),
+        tool_choice=_TOOL_CHOICE[c.tool_choice.mode], function=c.tool_choice.function_name,
+        parallel_tool_calls=c.parallel_tool_calls if c.HasField("parallel_tool_calls") else True,
+        enable_thinking=c.enable_thinking if c.HasField("enable_thinking") else None,
+        template_kwargs={k: _json_value(f"chat.template_kwargs[{k}]", v) for k, v in c.template_kwargs.items()})
+
+
+def _message(i: int, m: gen_pb.ChatMessage) -> ChatMessage:
+    if m.parts and m.content:
+        raise InvalidRequest(f"chat.messages[{i}].parts", "set content or parts, not both")
+    content = "".join(p.text for p in m.parts) if m.parts else m.content
+    return ChatMessage(m.role, content, tool_calls=tuple(ToolCall(t.id, t.name, t.arguments_json)
+                                                         for t in m.tool_calls),
+                       tool_call_id=m.tool_call_id, reasoning=m.reasoning)
+
+
+def _json_value(field: str, text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidRequest(field, f"is not a JSON value: {exc}") from None
 
 
 def _sampling(s: gen_pb.SamplingParams) -> SamplingOptions:
@@ -110,7 +148,10 @@ def generate_response(event: Event) -> pb.GenerateResponse:
             prompt_tokens=event.prompt_tokens, cached_tokens=event.cached_tokens))
     if isinstance(event, Delta):
         return pb.GenerateResponse(delta=pb.TokenDelta(
-            token_ids=event.token_ids, text=event.text,
+            token_ids=event.token_ids, text=event.text, reasoning=event.reasoning,
+            tool_call_deltas=[gen_pb.ToolCallDelta(index=d.index, id=d.id, name=d.name, arguments_json=d.arguments)
+                              for d in event.tool_call_deltas],
+            tool_calls=[gen_pb.ToolCall(id=t.id, name=t.name, arguments_json=t.arguments) for t in event.tool_calls],
             logprobs=[gen_pb.TokenLogprob(
                 token_id=lp.token_id, logprob=lp.logprob,
                 top_logprobs=[gen_pb.TopLogprob(token_id=t.token_id, logprob=t.logprob, text=t.text)
@@ -170,7 +211,12 @@ def model_info(d: ModelDescription, sources: bool = True) -> model_pb.ModelInfo:
                 draft_model=c.speculation.draft_model),
             generation=c.generation,
             response_formats=[model_pb.ResponseFormatKind.Value(f"RESPONSE_FORMAT_KIND_{f.upper()}")
-                              for f in c.response_formats]),
+                              for f in c.response_formats],
+            chat=model_pb.ChatCapabilities(
+                tool_calling=c.chat.tool_calling, tool_parser=c.chat.tool_parser,
+                tool_call_start=c.chat.tool_call_start, tool_call_end=c.chat.tool_call_end,
+                tool_choice_enforced=c.chat.tool_choice_enforced, reasoning_start=c.chat.reasoning_start,
+                reasoning_end=c.chat.reasoning_end)),
         context_length=d.context_length, vocab_size=d.vocab_size, eos_token_ids=d.eos_token_ids,
         has_chat_template=d.has_chat_template, dtype=d.dtype, blas=d.blas,
         embedding_dimensions=d.embedding_dimensions, source=d.source if sources else "",

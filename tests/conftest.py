@@ -25,12 +25,22 @@ SMOLLM = "smollm2"
 MINILM = "minilm"
 DECODER_EMBEDDER = "qwen3-embed"  # the qwen3 fixture served with last-token pooling
 SELF_DRAFTED = "llama-drafted"  # the llama fixture with itself as draft model
+TOOLS = "tools"  # the llama fixture with a Qwen-style tool and thinking template (tools-qwen)
 
 
 @pytest.fixture(scope="session")
 def fixture_models(tmp_path_factory) -> dict[str, Path]:
     """Random-weight models in Hugging Face layout, built once per session."""
     return build_all(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def chat_models(tmp_path_factory) -> dict[str, Path]:
+    """The tool-capable fixtures (tests.fixtures.chat_models), by family."""
+    from tests.fixtures.chat_models import FAMILIES, build_chat_model
+
+    root = tmp_path_factory.mktemp("chat-models")
+    return {family: build_chat_model(family, root / family) for family in FAMILIES}
 
 
 @pytest.fixture(scope="session")
@@ -84,9 +94,9 @@ def monkeypatch_session():
 
 
 @pytest_asyncio.fixture(scope="session")
-async def server(fixture_models, oracle, logprob_reference, decoder_embedding_reference, gguf_cache,
+async def server(fixture_models, chat_models, oracle, logprob_reference, decoder_embedding_reference, gguf_cache,
                  tmp_path_factory):
-    """One live server for the session: every fixture model (llama is the default),
+    """One live server for the session: every fixture model (llama is the default), the tool-capable "tools",
     the embedded SmolLM2 and MiniLM when installed. Small prefill chunks and tick
     budgets so short prompts exercise chunked prefill and mixed ticks. Its adapter
     root is the session's temporary directory (the fixture adapters lie under it)."""
@@ -106,6 +116,7 @@ async def server(fixture_models, oracle, logprob_reference, decoder_embedding_re
     # llama drafted by itself: every draft is accepted, so speculation runs at full width
     generation.append(GenerationEngine(str(fixture_models["llama"]), name=SELF_DRAFTED,
                                        config=dataclasses.replace(config, draft_model=str(fixture_models["llama"]))))
+    generation.append(GenerationEngine(str(chat_models["qwen"]), name=TOOLS, config=config))
     if HAS_SMOLLM:
         generation.append(GenerationEngine(str(default_generation_model()), name=SMOLLM))
     embedding = [EmbeddingEngine(default_embedding_model(), name=MINILM)] if HAS_MINILM else []

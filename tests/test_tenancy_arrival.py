@@ -61,7 +61,7 @@ async def test_requests_count_from_arrival_and_a_busy_compile_pool_is_overload(e
 async def test_format_limits_are_checked_before_the_prompt_is_tokenized(engine, monkeypatch):
     tokenized = []
     encode = engine.encode_prompt
-    monkeypatch.setattr(engine, "encode_prompt", lambda r: tokenized.append(r) or encode(r))
+    monkeypatch.setattr(engine, "encode_prompt", lambda r, tools=None: tokenized.append(r) or encode(r, tools))
     huge = ResponseFormat(FormatKind.REGEX, text="a" * (engine._grammars.limits.max_bytes + 1))
     with pytest.raises(InvalidRequest) as err:
         await run(engine, ask(response_format=huge))

@@ -27,11 +27,15 @@ from ..memory.calibration import calibrate_decode
 from ..memory.facts import facts_from_model, with_draft
 from ..memory.plan import MemoryPlan
 from ..memory.planner import Planner
-from ..requests import GenerationRequest
+from ..requests import FormatKind, GenerationRequest, ResponseFormat
 from ..validation import check_token_ids, validate_request
 from .config import GenerationConfig
 from .factory import check_speculation, make_sequence
 from .model_info import describe_generation, speculation_facts
+from .chat.choice import enforceable
+from .chat.plan import chat_tools, plan_chat
+from .chat.syntax import ChatSyntax, chat_syntax
+from .chat.tools import ToolSet
 from .grammar.compiler import Grammars, grammar_tokenizer
 from .grammar.formats import check_format, field_name
 from .grammar.constraint import GrammarStats
@@ -65,6 +69,7 @@ class GenerationEngine:
         self._budget: MemoryBudget | None = None  # the loop reads only its fixed facts
         self._facts = None
         self._grammars: Grammars | None = None
+        self._syntax = ChatSyntax()
         self._decode = None  # the decode rate calibrated at load
         self._tenants = Tenants(self.name)
         self._streams = Streams(self._tenants)
@@ -80,7 +85,7 @@ class GenerationEngine:
 
     async def start(self) -> None:
         self._loaded = await asyncio.wrap_future(self._worker.start())
-        self._prompts = PromptEncoder(self._loaded, self.config.limits)
+        self._prompts = PromptEncoder(self._loaded, self.config.limits, self._syntax)
         self.name = self._tenants.model = self._loaded.name
         await self.adapters.load_all(self.config.adapters)
 
@@ -120,6 +125,7 @@ class GenerationEngine:
                                     prefill_chunk=self.config.scheduler.prefill_chunk)
         self._grammars = Grammars(grammar_tokenizer(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids),
                                   self.config.grammar)
+        self._syntax = chat_syntax(loaded.tokenizer)
         return loaded
 
     def _scheduler(self, loaded: LoadedModel) -> Scheduler:
@@ -137,7 +143,8 @@ class GenerationEngine:
         formats = self._grammars.formats
         speculation = speculation_facts(self._rolls_back, self._draft.name if self._draft else "",
                                         self.config.speculation.mode, bool(formats))
-        return describe_generation(m, speculation, tuple(k.value for k in formats),
+        chat = self._syntax.facts(enforced=bool(formats) and self._syntax.tool_calling and enforceable(self._syntax))
+        return describe_generation(m, speculation, tuple(k.value for k in formats), chat,
                                    tuple(self.adapters.infos()), self.adapters.limit)
 
     async def plan_memory(self, context_tokens: int, max_generation_tokens: int = 0) -> MemoryPlan:
@@ -193,10 +200,10 @@ class GenerationEngine:
         self.loaded
         return self._prompts.max_prompt_tokens
 
-    def encode_prompt(self, request: GenerationRequest) -> EncodedPrompt:
-        """The prompt's token ids (chats rendered with the template); blocking."""
+    def encode_prompt(self, request: GenerationRequest, tools: ToolSet | None = None) -> EncodedPrompt:
+        """The prompt's token ids (chats rendered with the template and ``tools``); blocking."""
         self.loaded
-        return self._prompts.encode(request)
+        return self._prompts.encode(request, tools)
 
     def cancel(self, request_id: str, tenant: str = "") -> bool:
         """False if ``tenant`` (a Tenant.name) runs no request of this id."""
@@ -229,12 +236,12 @@ class GenerationEngine:
     async def _run(self, request: GenerationRequest, stream: Stream) -> AsyncIterator[Event]:
         arrived, m = time.perf_counter(), self.loaded
         adapter = self.adapters.acquire(request.adapter, stream.closers)
-        prompt = await asyncio.to_thread(self._prepare, request)
+        prompt, tools = await asyncio.to_thread(self._prepare, request)
         max_tokens = max_tokens_for(request, len(prompt.ids), m.context_length, self._budget,
                                     self.config.limits.max_tokens)
         check_fits(self._budget, len(prompt.ids) + max_tokens)
-        fmt = request.response_format
-        constraint = await self._grammars.constrain(fmt) if fmt is not None else None
+        request, chat = plan_chat(request, tools, self._syntax, prompt.opens_reasoning, m.name)
+        constraint = await self._constraint(request, chat.grammar)
         if stream.cancel_requested:
             elapsed = time.perf_counter() - arrived
             yield Finished(FinishReason.CANCELLED, Usage(len(prompt.ids), 0, 0), Timings(elapsed, 0.0, 0.0, elapsed))
@@ -248,19 +255,33 @@ class GenerationEngine:
             event = await stream.events.get()
             if isinstance(event, Finished) and event.reason is FinishReason.ERROR:
                 if constraint is not None and constraint.error:  # the format, not the engine, failed
-                    raise InvalidRequest(field_name(request.response_format),
+                    fmt = request.response_format
+                    raise InvalidRequest(field_name(fmt) if fmt is not None else "chat.tools",
                                          f"exceeded its limits while generating: {constraint.error}")
                 self.breaker.refuse()  # the thread died or was given up: ENGINE_DEAD
                 log.error("request %s failed: %s", stream.request_id, event.error)
                 raise EngineFailure(event.error or "generation failed")
-            yield event
+            for out in chat.relay(event):
+                yield out
             if isinstance(event, Finished):
                 return
 
-    def _prepare(self, request: GenerationRequest) -> EncodedPrompt:
-        """The format's limits first (cheap), then the prompt's ids; blocking."""
+    async def _constraint(self, request: GenerationRequest, tool_grammar: str | None):
+        """The response format's matcher, or the one forcing a tool call."""
+        if request.response_format is not None:
+            return await self._grammars.constrain(request.response_format)
+        if tool_grammar is None:
+            return None
+        try:
+            return await self._grammars.constrain(ResponseFormat(FormatKind.GRAMMAR, tool_grammar))
+        except InvalidRequest as exc:  # the tools' schemas, not a grammar the caller wrote
+            raise InvalidRequest("chat.tools", exc.description) from exc
+
+    def _prepare(self, request: GenerationRequest) -> tuple[EncodedPrompt, ToolSet | None]:
+        """The format's limits and the tools first (cheap), then the prompt's ids; blocking."""
         if request.response_format is not None:
             if self._grammars.tokenizer is None:
                 raise self._grammars.unsupported()
             check_format(request.response_format, self._grammars.limits)
-        return self.encode_prompt(request)
+        tools = chat_tools(request, self._syntax, self.loaded.name)
+        return self.encode_prompt(request, tools), tools

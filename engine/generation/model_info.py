@@ -4,20 +4,20 @@ the engine does with this model as loaded."""
 from __future__ import annotations
 
 from ..adapters.info import AdapterInfo
-from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind, Speculation
+from ..description import Capabilities, ChatFacts, GraphDescriptor, ModelDescription, ModelKind, Speculation
 from ..hardware.device import backend_name, blas_name
 from ..loading.model import LoadedModel
 from ..requests import SpeculationMode
 
 
-def describe_generation(m: LoadedModel, speculation: Speculation, response_formats: tuple[str, ...],
+def describe_generation(m: LoadedModel, speculation: Speculation, response_formats: tuple[str, ...], chat: ChatFacts,
                         adapters: tuple[AdapterInfo, ...], max_adapters: int) -> ModelDescription:
     return ModelDescription(
         name=m.name, kind=ModelKind.GENERATION,
         descriptor=GraphDescriptor(f"mlx-lm/{m.model_type}", backend_name(), "mlx-lm/forward-v1",
                                    "mlx-lm/kv-cache-v1", str(m.artifact)),
         capabilities=Capabilities(prefill_bounded_workspace=True, speculation=speculation,
-                                  response_formats=response_formats),
+                                  response_formats=response_formats, chat=chat),
         context_length=m.context_length, vocab_size=m.vocab_size,
         eos_token_ids=tuple(sorted(m.eos_ids)), has_chat_template=m.has_chat_template,
         dtype=m.dtype, blas=blas_name(), embedding_dimensions=0, source=m.source,

@@ -1,35 +1,41 @@
-"""Prompts to token ids (text, ids, chats through the template), off the event loop; a
-chat's history is rendered only once the prompt limit passed."""
+"""Prompts to token ids (text, ids, chats through the template with their tools and
+template options), off the event loop; a chat's history is rendered only once the
+prompt limit passed."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from ..errors import InvalidRequest, Unsupported
 from ..loading.model import LoadedModel
 from ..requests import ChatPrompt, GenerationRequest, TextPrompt, TokenPrompt
 from ..validation import Limits, check_token_ids
+from .chat.syntax import ChatSyntax
+from .chat.tools import ToolSet
 
 
 @dataclass(frozen=True)
 class EncodedPrompt:
     ids: list[int]
     snapshot_at: int | None = None  # end of a chat's history inside ``ids``
+    opens_reasoning: bool = False  # the generation prompt left the model's thinking open
 
 
 class PromptEncoder:
-    def __init__(self, model: LoadedModel, limits: Limits):
+    def __init__(self, model: LoadedModel, limits: Limits, syntax: ChatSyntax):
         self._model = model
         self._limits = limits
+        self._syntax = syntax
 
     @property
     def max_prompt_tokens(self) -> int:
         context = self._model.context_length
         return min(self._limits.max_prompt_tokens or context, context - 1)
 
-    def encode(self, request: GenerationRequest) -> EncodedPrompt:
+    def encode(self, request: GenerationRequest, tools: ToolSet | None = None) -> EncodedPrompt:
         m, prompt = self._model, request.prompt
-        snapshot_at = None
+        snapshot_at, opens_reasoning = None, False
         if isinstance(prompt, TokenPrompt):
             ids, field_name = list(prompt.ids), "tokens.ids"
             check_token_ids(field_name, ids, m.vocab_size)
@@ -37,7 +43,9 @@ class PromptEncoder:
             ids = m.tokenizer.encode(prompt.text, add_special_tokens=m.traits.adds_bos(prompt.text))
             field_name = "text"
         elif isinstance(prompt, ChatPrompt):
-            ids, field_name = self._chat(prompt), "chat.messages"
+            text = self._chat(prompt, tools)
+            ids, field_name = self._model.tokenizer.encode(text, add_special_tokens=False), "chat.messages"
+            opens_reasoning = self._opens_reasoning(text)
         else:
             raise InvalidRequest("prompt", "one of text, tokens or chat must be set")
         if not ids:
@@ -46,32 +54,57 @@ class PromptEncoder:
         if len(ids) > limit:
             raise InvalidRequest(field_name, f"the prompt has {len(ids)} tokens; the limit is {limit}")
         if isinstance(prompt, ChatPrompt):
-            snapshot_at = self._history(prompt, ids)
-        return EncodedPrompt(ids, snapshot_at)
+            snapshot_at = self._history(prompt, tools, ids)
+        return EncodedPrompt(ids, snapshot_at, opens_reasoning)
 
-    def _chat(self, prompt: ChatPrompt) -> list[int]:
+    def _chat(self, prompt: ChatPrompt, tools: ToolSet | None) -> str:
         m = self._model
         if not m.has_chat_template:
             raise Unsupported(f"model {m.name!r} has no chat template; send text or tokens")
         if not prompt.messages:
             raise InvalidRequest("chat.messages", "at least one message is required")
-        return self._template(_messages(prompt), True)
+        return self._template(prompt, tools, _messages(prompt), True)
 
-    def _history(self, prompt: ChatPrompt, ids: list[int]) -> int | None:
+    def _history(self, prompt: ChatPrompt, tools: ToolSet | None, ids: list[int]) -> int | None:
         """Where the history (all but the last message) ends in ``ids``, if a prefix."""
         messages = _messages(prompt)
-        history = self._template(messages[:-1], False) if len(messages) > 1 else []
+        if len(messages) < 2:
+            return None
+        tok = self._model.tokenizer
+        history = tok.encode(self._template(prompt, tools, messages[:-1], False), add_special_tokens=False)
         shared = 0 < len(history) < len(ids) and ids[: len(history)] == history
         return len(history) if shared else None
 
-    def _template(self, messages: list[dict[str, str]], generation_prompt: bool) -> list[int]:
-        tok = self._model.tokenizer
+    def _template(self, prompt: ChatPrompt, tools: ToolSet | None, messages: list[dict],
+                  generation_prompt: bool) -> str:
+        options = dict(prompt.template_kwargs)
+        if prompt.enable_thinking is not None:
+            options["enable_thinking"] = prompt.enable_thinking
         try:
-            text = tok.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False)
+            return self._model.tokenizer.apply_chat_template(
+                messages, tools=tools.template_tools() if tools is not None else None,
+                add_generation_prompt=generation_prompt, tokenize=False, **options)
         except Exception as exc:  # template errors are the caller's input errors
             raise InvalidRequest("chat.messages", f"the chat template rejected the messages: {exc}") from exc
-        return tok.encode(text, add_special_tokens=False)
+
+    def _opens_reasoning(self, text: str) -> bool:
+        syntax = self._syntax
+        return syntax.thinking and text.rfind(syntax.think_start.text) > text.rfind(syntax.think_end.text)
 
 
-def _messages(prompt: ChatPrompt) -> list[dict[str, str]]:
-    return [{"role": x.role, "content": x.content} for x in prompt.messages]
+def _messages(prompt: ChatPrompt) -> list[dict]:
+    """Messages as HF templates read them (OpenAI's shape)."""
+    return [_message(x) for x in prompt.messages]
+
+
+def _message(x) -> dict:
+    message: dict = {"role": x.role, "content": x.content}
+    if x.tool_calls:
+        message["tool_calls"] = [{"id": c.id, "type": "function",
+                                  "function": {"name": c.name, "arguments": json.loads(c.arguments or "{}")}}
+                                 for c in x.tool_calls]
+    if x.tool_call_id:
+        message["tool_call_id"] = x.tool_call_id
+    if x.reasoning:
+        message["reasoning_content"] = x.reasoning
+    return message

@@ -1,0 +1,1 @@
+"""Chat beyond messages: tools rendered and called, thinking kept apart from the answer."""
