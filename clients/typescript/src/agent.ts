@@ -44,10 +44,10 @@ async function main(): Promise<number> {
 
   const messages: ChatMessageInit[] = [{ role: "user", content: "What is the weather like in Paris?" }];
 
-  // 1. The model must call a tool (the grammar enforces it).
+  // 1. The model must call a tool (the grammar enforces it), one call in this answer.
   const first = await client.generateText({
     model,
-    prompt: chatPrompt(messages, { tools, toolChoice: "required", enableThinking: false }),
+    prompt: chatPrompt(messages, { tools, toolChoice: "required", parallelToolCalls: false, enableThinking: false }),
     stopping: { maxTokens: 96 },
   });
   const reason = first.finished?.reason ?? FinishReason.UNSPECIFIED;
