@@ -1,6 +1,5 @@
 package dev.mlxgrpc.client;
 
-import com.google.gson.Gson;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
 import dev.mlxgrpc.v1.ChatCapabilities;
@@ -12,7 +11,6 @@ import dev.mlxgrpc.v1.StoppingCriteria;
 import dev.mlxgrpc.v1.Tool;
 import dev.mlxgrpc.v1.ToolCall;
 import java.time.Duration;
-import java.util.Map;
 
 /**
  * An agent loop against the server at $MLXGRPC_ADDRESS (default localhost:50051) and the model
@@ -40,12 +38,18 @@ public final class Agent {
 
   /** The tool itself, run locally: a fake weather report, as JSON. */
   static String getWeather(String city) {
-    return new Gson().toJson(Map.of("city", city, "temperature_c", 21, "sky", "clear"));
+    JsonObject report = new JsonObject();
+    report.addProperty("city", city);
+    report.addProperty("temperature_c", 21);
+    report.addProperty("sky", "clear");
+    return report.toString();
   }
 
   static String runTool(ToolCall call) {
     if (!call.getName().equals("get_weather")) {
-      return new Gson().toJson(Map.of("error", "unknown tool " + call.getName()));
+      JsonObject error = new JsonObject();
+      error.addProperty("error", "unknown tool " + call.getName());
+      return error.toString();
     }
     JsonObject arguments = JsonParser.parseString(call.getArgumentsJson()).getAsJsonObject();
     return getWeather(arguments.get("city").getAsString());
@@ -65,11 +69,12 @@ public final class Agent {
         chat.getToolCalling() ? "yes (" + chat.getToolParser() + ")" : "no",
         chat.getToolChoiceEnforced() ? "yes" : "no", chat.getReasoningStart().isEmpty() ? "no" : "yes");
 
-    // 1. The model must call a tool (the grammar enforces it).
+    // 1. The model must call a tool (the grammar enforces it), one call in this answer.
     ChatMessages.Builder conversation = ChatMessages.newBuilder()
         .addMessages(ChatMessage.newBuilder().setRole("user").setContent("What is the weather like in Paris?"))
         .addTools(WEATHER)
         .setToolChoice(ToolChoices.required())
+        .setParallelToolCalls(false)
         .setEnableThinking(false);
     GenerationResult first = client.generateText(turn(model, conversation.build(), 96));
     FinishReason reason = first.finished().map(f -> f.getReason()).orElse(FinishReason.FINISH_REASON_UNSPECIFIED);

@@ -192,11 +192,13 @@ class ToolsTest {
     return tools.get().getName();
   }
 
+  /** One call per answer: with random weights, parallel calls go on until max_tokens cuts one short. */
   static GenerateRequest turn(String model, ToolChoice choice, int maxTokens) {
     ChatMessages chat = ChatMessages.newBuilder()
         .addMessages(ChatMessage.newBuilder().setRole("user").setContent("What is the weather in Paris?"))
         .addAllTools(TOOLS)
         .setToolChoice(choice)
+        .setParallelToolCalls(false)
         .setEnableThinking(false)
         .build();
     return GenerateRequest.newBuilder()
@@ -247,9 +249,7 @@ class ToolsTest {
   void toolChoiceFunctionCallsThatFunction() {
     try (LiveServer live = LiveServer.connect()) {
       String model = toolsModel(live);
-      GenerateRequest request = turn(model, ToolChoices.function("get_time"), 96);
-      request = request.toBuilder().setChat(request.getChat().toBuilder().setParallelToolCalls(false)).build();
-      GenerationResult r = live.client.generateText(request);
+      GenerationResult r = live.client.generateText(turn(model, ToolChoices.function("get_time"), 96));
       assertEquals(FinishReason.FINISH_REASON_TOOL_CALLS, r.finished().orElseThrow().getReason(), r.text());
       checkCalls(r.toolCalls(), List.of("get_time"));
       assertEquals(1, r.toolCalls().size(), "parallel_tool_calls false: one call");
