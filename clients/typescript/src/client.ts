@@ -139,7 +139,7 @@ export class MlxClient {
     return new GenerateCall(requestId, start, this.attempts(options), controller, (id, o) => this.cancel(id, o));
   }
 
-  /** Runs a Generate to the end: its text, token ids, logprobs and first/last events. */
+  /** Runs a Generate to the end: its text, reasoning, tool calls, token ids, logprobs and first/last events. */
   generateText(request: GenerateRequestInit, options?: CallOptions): Promise<GenerateResult> {
     return this.generate(request, options).collect();
   }

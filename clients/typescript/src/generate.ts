@@ -3,18 +3,26 @@
 
 import { Code, ConnectError, type CallOptions } from "@connectrpc/connect";
 
-import type { TokenLogprob } from "./gen/mlxgrpc/v1/generation_pb.js";
+import type { TokenLogprob, ToolCall } from "./gen/mlxgrpc/v1/generation_pb.js";
 import type {
   GenerateResponse,
   GenerationFinished,
   GenerationStarted,
 } from "./gen/mlxgrpc/v1/inference_service_pb.js";
 import { sleep, type Attempts } from "./retry.js";
+import { addToolCallDeltas } from "./tools.js";
 
 /** Everything one Generate produced (the unary-style result). */
 export interface GenerateResult {
   requestId: string;
+  /** The answer's text (without reasoning or tool-call markup). */
   text: string;
+  /** The model's thinking, kept out of text (models with thinking markers). */
+  reasoning: string;
+  /** The tool calls the answer made, parsed and checked; finished.reason is then FinishReason.TOOL_CALLS. */
+  toolCalls: ToolCall[];
+  /** The tool-call pieces as they streamed, joined by index (the model's text of each call's arguments). */
+  streamedToolCalls: ToolCall[];
   tokenIds: number[];
   logprobs: TokenLogprob[];
   started?: GenerationStarted;
@@ -78,12 +86,23 @@ export class GenerateCall implements AsyncIterable<GenerateResponse> {
 
   /** Reads the whole stream: the unary form of Generate. */
   async collect(): Promise<GenerateResult> {
-    const result: GenerateResult = { requestId: this.requestId, text: "", tokenIds: [], logprobs: [] };
+    const result: GenerateResult = {
+      requestId: this.requestId,
+      text: "",
+      reasoning: "",
+      toolCalls: [],
+      streamedToolCalls: [],
+      tokenIds: [],
+      logprobs: [],
+    };
     for await (const res of this) {
       const ev = res.event;
       if (ev.case === "started") result.started = ev.value;
       else if (ev.case === "delta") {
         result.text += ev.value.text;
+        result.reasoning += ev.value.reasoning;
+        result.toolCalls.push(...ev.value.toolCalls);
+        addToolCallDeltas(result.streamedToolCalls, ev.value.toolCallDeltas);
         result.tokenIds.push(...ev.value.tokenIds);
         result.logprobs.push(...ev.value.logprobs);
       } else if (ev.case === "finished") result.finished = ev.value;

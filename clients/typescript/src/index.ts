@@ -3,6 +3,7 @@ export * from "./errors.js";
 export * from "./formats.js";
 export * from "./generate.js";
 export * from "./speculation.js";
+export * from "./tools.js";
 export { Attempts, type OnRetry } from "./retry.js";
 export * from "./gen/mlxgrpc/v1/generation_pb.js";
 export * from "./gen/mlxgrpc/v1/model_pb.js";
