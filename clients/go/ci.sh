@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI for the Go client: install tools, check generated code, build, run the example
-# against the first server address and the tests against each (arguments, default
-# $MLXGRPC_ADDRESS). Does not start a server.
+# against the first server address, the agent example against the second (its "tools"
+# model) and the tests against each (arguments, default $MLXGRPC_ADDRESS). Does not
+# start a server.
 set -euo pipefail
 ADDRESSES=("$@")
 [[ ${#ADDRESSES[@]} -gt 0 || -z ${MLXGRPC_ADDRESS:-} ]] || ADDRESSES=("$MLXGRPC_ADDRESS")
@@ -39,6 +40,7 @@ unformatted=$(gofmt -l mlxgrpc cmd)
 if [[ -n $unformatted ]]; then echo "not gofmt-ed: $unformatted" >&2; exit 1; fi
 go vet ./...
 go build -o "$TOOLS/bin/example" ./cmd/example
+go build -o "$TOOLS/bin/agent" ./cmd/agent
 
 if [[ ${#ADDRESSES[@]} -eq 0 ]]; then
   step "no server address: skipping the example; live tests will skip"
@@ -46,6 +48,11 @@ if [[ ${#ADDRESSES[@]} -eq 0 ]]; then
 else
   step "example against ${ADDRESSES[0]}"
   MLXGRPC_ADDRESS=${ADDRESSES[0]} timeout 120 "$TOOLS/bin/example"
+  if [[ ${#ADDRESSES[@]} -gt 1 ]]; then
+    # The second server is the test fixture, whose "tools" model calls tools.
+    step "agent example against ${ADDRESSES[1]} (model tools)"
+    MLXGRPC_ADDRESS=${ADDRESSES[1]} MLXGRPC_MODEL=tools timeout 120 "$TOOLS/bin/agent"
+  fi
   for address in "${ADDRESSES[@]}"; do
     step "tests against $address"
     MLXGRPC_ADDRESS=$address go test -count=1 -v ./...

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CI for the Rust client: fetch crates, build (build.rs regenerates the code from
 # ../../protos with the vendored protoc), run the example against the first server
-# address and the tests, live ones included, against each (arguments, default
-# $MLXGRPC_ADDRESS; the servers must already be running).
+# address, the agent example against the second (its "tools" model) and the tests, live
+# ones included, against each (arguments, default $MLXGRPC_ADDRESS; the servers must
+# already be running).
 set -euo pipefail
 ADDRESSES=("$@")
 [[ ${#ADDRESSES[@]} -gt 0 ]] || ADDRESSES=("${MLXGRPC_ADDRESS:?pass or set the address of a running mlx-grpc server}")
@@ -33,10 +34,16 @@ echo "generated: $generated"
 echo "== example against ${ADDRESSES[0]}"
 MLXGRPC_ADDRESS=${ADDRESSES[0]} cargo run --locked --quiet --example example
 
+if [[ ${#ADDRESSES[@]} -gt 1 ]]; then
+  # The second server is the test fixture, whose "tools" model calls tools.
+  echo "== agent example against ${ADDRESSES[1]} (model tools)"
+  MLXGRPC_ADDRESS=${ADDRESSES[1]} MLXGRPC_MODEL=tools timeout 120 "$CARGO_TARGET_DIR/debug/examples/agent"
+fi
+
 echo "== tests against ${ADDRESSES[0]} (live ones included)"
 MLXGRPC_ADDRESS=${ADDRESSES[0]} cargo test --locked -- --include-ignored
 for address in "${ADDRESSES[@]:1}"; do
   echo "== live tests against $address"
   MLXGRPC_ADDRESS=$address cargo test --locked --test live_generate --test live_calls --test retry_live --test live_priority \
-    -- --include-ignored
+    --test live_tools -- --include-ignored
 done

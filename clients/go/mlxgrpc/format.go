@@ -1,7 +1,6 @@
 package mlxgrpc
 
 import (
-	"encoding/json"
 	"fmt"
 
 	pb "mlxgrpc.dev/go/mlxgrpc/v1"
@@ -15,18 +14,9 @@ import (
 // JSON Schema document as a string or []byte, or any value encoding/json
 // marshals (a map, a struct).
 func JSONSchema(schema any) (*pb.ResponseFormat, error) {
-	var text string
-	switch s := schema.(type) {
-	case string:
-		text = s
-	case []byte:
-		text = string(s)
-	default:
-		b, err := json.Marshal(schema)
-		if err != nil {
-			return nil, fmt.Errorf("mlxgrpc: encoding the JSON schema: %w", err)
-		}
-		text = string(b)
+	text, err := jsonText(schema)
+	if err != nil {
+		return nil, fmt.Errorf("mlxgrpc: encoding the JSON schema: %w", err)
 	}
 	return &pb.ResponseFormat{Format: &pb.ResponseFormat_JsonSchema{JsonSchema: text}}, nil
 }

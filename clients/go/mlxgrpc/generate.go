@@ -34,7 +34,14 @@ type Result struct {
 	TokenIDs  []int32
 	Text      string
 	Logprobs  []*pb.TokenLogprob
-	// Finished holds the finish reason, usage and timings.
+	// Reasoning is the model's thinking, kept out of Text.
+	Reasoning string
+	// ToolCalls are the complete calls the model made (the stream's
+	// TokenDelta.ToolCalls; its ToolCallDeltas are only their pieces). The
+	// answer then ends with FINISH_REASON_TOOL_CALLS.
+	ToolCalls []*pb.ToolCall
+	// Finished holds the finish reason (FINISH_REASON_TOOL_CALLS after tool
+	// calls), usage and timings.
 	Finished *pb.GenerationFinished
 }
 
@@ -56,7 +63,9 @@ func (c *Client) Generate(ctx context.Context, req *pb.GenerateRequest, opts ...
 	return &Generation{RequestID: req.GetRequestId(), client: c, ctx: ctx, req: req, opts: opts}
 }
 
-// Events streams the generation: started, deltas, finished. The iterator
+// Events streams the generation: started, deltas, finished. A delta carries
+// the answer's Text, and for chat prompts the model's Reasoning, pieces of tool
+// calls (ToolCallDeltas) and the calls they completed (ToolCalls). The iterator
 // yields (event, nil) per event and at most one (nil, err) at the end if the
 // call fails. A refusal with RetryInfo before the first event is retried.
 // Breaking out of the loop, or cancelling ctx, cancels the call; the server
@@ -80,7 +89,9 @@ func (g *Generation) Events() iter.Seq2[*pb.GenerateResponse, error] {
 	}
 }
 
-// Collect runs the generation to its end: the unary form of Generate.
+// Collect runs the generation to its end: the unary form of Generate. The
+// deltas' token ids, text, logprobs, reasoning and complete tool calls are
+// joined in order.
 func (g *Generation) Collect() (*Result, error) {
 	r := &Result{RequestID: g.RequestID}
 	for ev, err := range g.Events() {
@@ -94,6 +105,8 @@ func (g *Generation) Collect() (*Result, error) {
 			r.TokenIDs = append(r.TokenIDs, e.Delta.GetTokenIds()...)
 			r.Text += e.Delta.GetText()
 			r.Logprobs = append(r.Logprobs, e.Delta.GetLogprobs()...)
+			r.Reasoning += e.Delta.GetReasoning()
+			r.ToolCalls = append(r.ToolCalls, e.Delta.GetToolCalls()...)
 		case *pb.GenerateResponse_Finished:
 			r.Finished = e.Finished
 		}

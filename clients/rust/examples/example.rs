@@ -102,10 +102,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "properties": {"city": {"type": "string", "maxLength": 40}, "country": {"type": "string", "maxLength": 40}}}"#;
     let mut structured = text_request("", 64);
     structured.prompt = Some(pb::generate_request::Prompt::Chat(pb::ChatMessages {
-        messages: vec![pb::ChatMessage {
-            role: "user".into(),
-            content: "Where is the Eiffel Tower?".into(),
-        }],
+        messages: vec![pb::ChatMessage::user("Where is the Eiffel Tower?")],
+        ..Default::default()
     }));
     structured.response_format = Some(pb::ResponseFormat::json_schema(schema));
     let answer = client.generate_text(structured).await?;

@@ -12,7 +12,9 @@ use crate::RawClient;
 use crate::pb;
 use crate::retry::Attempts;
 
-/// One event of a Generate stream: `Started`, then `Delta`s, then `Finished`.
+/// One event of a Generate stream: `Started`, then `Delta`s, then `Finished`. A delta
+/// carries the answer's `text`, and for chat prompts the model's `reasoning`, pieces of
+/// tool calls (`tool_call_deltas`) and the calls they completed (`tool_calls`).
 pub use pb::generate_response::Event;
 
 /// A Generate call: a [`Stream`] of [`Event`]s. Nothing is sent until it is first
@@ -30,8 +32,32 @@ pub struct GenerationResult {
     pub token_ids: Vec<i32>,
     pub text: String,
     pub logprobs: Vec<pb::TokenLogprob>,
-    /// The finish reason, usage and timings.
+    /// The model's thinking, kept out of `text`.
+    pub reasoning: String,
+    /// The complete calls the model made (each delta's `tool_calls`; its
+    /// `tool_call_deltas` are only their pieces). The answer then ends with
+    /// `FINISH_REASON_TOOL_CALLS`.
+    pub tool_calls: Vec<pb::ToolCall>,
+    /// The finish reason (see [`GenerationResult::finish_reason`]), usage and timings.
     pub finished: Option<pb::GenerationFinished>,
+}
+
+impl GenerationResult {
+    /// Adds an event: a delta's token ids, text, logprobs, reasoning and complete
+    /// tool calls are joined in order.
+    pub(crate) fn record(&mut self, event: Event) {
+        match event {
+            Event::Started(s) => self.started = Some(s),
+            Event::Delta(d) => {
+                self.token_ids.extend(&d.token_ids);
+                self.text.push_str(&d.text);
+                self.logprobs.extend(d.logprobs);
+                self.reasoning.push_str(&d.reasoning);
+                self.tool_calls.extend(d.tool_calls);
+            }
+            Event::Finished(f) => self.finished = Some(f),
+        }
+    }
 }
 
 enum State {
@@ -73,22 +99,15 @@ impl Generation {
         self.events.next().await.transpose()
     }
 
-    /// Reads the whole stream: the unary form of Generate.
+    /// Reads the whole stream: the unary form of Generate. The deltas' token ids, text,
+    /// logprobs, reasoning and complete tool calls are joined in order.
     pub async fn collect(mut self) -> Result<GenerationResult, Status> {
         let mut r = GenerationResult {
             request_id: self.request_id.clone(),
             ..Default::default()
         };
         while let Some(event) = self.next_event().await? {
-            match event {
-                Event::Started(s) => r.started = Some(s),
-                Event::Delta(d) => {
-                    r.token_ids.extend(&d.token_ids);
-                    r.text.push_str(&d.text);
-                    r.logprobs.extend(d.logprobs);
-                }
-                Event::Finished(f) => r.finished = Some(f),
-            }
+            r.record(event);
         }
         Ok(r)
     }

@@ -6,7 +6,9 @@
 //! retries of calls the server refused for now (RetryInfo), Generate as a
 //! [`Stream`] of events with a client-side id to cancel it by (or collected at
 //! once), Embed results in input order, adapter calls ([`Client::load_adapter`],
-//! [`Client::unload_adapter`], [`Client::list_adapters`]), and [`error_details`]
+//! [`Client::unload_adapter`], [`Client::list_adapters`]), builders for tools and the
+//! messages of an agent loop ([`pb::Tool::function`], [`pb::ToolChoice::required`],
+//! [`pb::ChatMessage::tool_result`], [`GenerationResult::assistant_message`]), and [`error_details`]
 //! for the google.rpc details the server attaches to errors. Everything else is
 //! reachable through [`Client::raw`].
 //!
@@ -72,6 +74,9 @@ pub fn text_request(text: impl Into<String>, max_tokens: i32) -> pb::GenerateReq
 }
 
 mod formats;
+mod tools;
+
+pub use tools::json_string;
 
 /// A request's speculative decoding: where drafts come from (`Ngram`: prompt lookup,
 /// `Draft`: the server's draft model, `Off`, or `Unspecified` for the server's default)

@@ -129,12 +129,9 @@ async fn chat_prompt_uses_template() {
         s.generator.name
     );
     let mut req = exact("", 4);
-    let message = pb::ChatMessage {
-        role: "user".into(),
-        content: "Hi".into(),
-    };
     req.prompt = Some(Prompt::Chat(pb::ChatMessages {
-        messages: vec![message],
+        messages: vec![pb::ChatMessage::user("Hi")],
+        ..Default::default()
     }));
     let chat = s.client.generate_text(req).await.expect("chat");
     let plain = s.client.generate_text(exact("Hi", 1)).await.expect("plain");
