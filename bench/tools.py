@@ -34,10 +34,10 @@ from pathlib import Path
 import engine  # noqa: F401  - BLAS before mlx
 
 from engine.events import Delta, Finished
-from engine.generation.config import GenerationConfig, SchedulerConfig
+from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
 from engine.generation.engine import GenerationEngine
 from engine.requests import (ChatMessage, ChatPrompt, GenerationRequest, SamplingOptions, StopOptions, Tool,
-                             ToolChoiceMode)
+                             SpeculationMode, ToolChoiceMode)
 
 from .common import Sample, machine_facts, ratio
 from .report import Report, Row
@@ -88,13 +88,14 @@ async def run(args) -> Report:
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(args.model) if args.model else fixture(Path(tmp), args.quick)
         eng = GenerationEngine(str(model), name="tools", config=GenerationConfig(
-            scheduler=SchedulerConfig(max_active=max(args.streams))))
+            scheduler=SchedulerConfig(max_active=max(args.streams)),
+            speculation=SpeculationConfig(mode=SpeculationMode(args.speculation))))
         await eng.start()
         report = Report()
         report.facts.update(machine_facts())
         report.facts.update({"model": "tools-qwen fixture" + (" (tiny)" if args.quick else ", SmolLM2-135M shapes")
                              if not args.model else str(model), "vocabulary": str(eng.loaded.vocab_size),
-                             "tokens per stream": str(args.tokens)})
+                             "tokens per stream": str(args.tokens), "speculation": args.speculation})
         try:
             await one(eng, "Paris", 8, True)  # warm-up: the grammar's compile is cached by its text
             for n in args.streams:
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--streams", type=int, nargs="+", default=[1, 8], help="concurrent streams per side")
     p.add_argument("--tokens", type=int, default=64, help="tokens generated per stream")
     p.add_argument("--reps", type=int, default=3, help="repetitions (sides alternate inside each)")
+    p.add_argument("--speculation", choices=("off", "ngram"), default="off",
+                   help="speculation on both sides (off: the grammar's cost alone; ngram: repeated calls draft well)")
     p.add_argument("--quick", action="store_true", help="the tiny fixture, 32 tokens, 2 repetitions")
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--out", help="also write the report to this file")
