@@ -138,7 +138,8 @@ def test_a_killed_replica_fails_its_own_streams_and_the_survivor_serves_the_rest
 
     def stream(i: int) -> None:
         try:
-            events = list(cluster.gateway.stream_chat(chat(f"A long story about {TOPICS[i]}.", 400), timeout=30))
+            # long enough that the victim's streams are still running when it dies
+            events = list(cluster.gateway.stream_chat(chat(f"A long story about {TOPICS[i]}.", 3000), timeout=60))
             outcomes[i] = "ok" if any(e.get("choices") and e["choices"][0].get("finish_reason") == "length"
                                       for e in events) else "truncated"
         except (GatewayError, OSError) as exc:
