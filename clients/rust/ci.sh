@@ -41,9 +41,9 @@ if [[ ${#ADDRESSES[@]} -gt 1 ]]; then
 fi
 
 echo "== tests against ${ADDRESSES[0]} (live ones included)"
-MLXGRPC_ADDRESS=${ADDRESSES[0]} cargo test --locked -- --include-ignored
+MLXGRPC_ADDRESS=${ADDRESSES[0]} cargo test --locked
 for address in "${ADDRESSES[@]:1}"; do
   echo "== live tests against $address"
   MLXGRPC_ADDRESS=$address cargo test --locked --test live_generate --test live_calls --test retry_live --test live_priority \
-    --test live_tools -- --include-ignored
+    --test live_tools
 done

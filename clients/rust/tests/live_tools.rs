@@ -2,8 +2,8 @@
 //! fixture's tiny random-weight Qwen3-style model) calls a tool under tool choice
 //! REQUIRED and FUNCTION, never under NONE, and takes the results back. A server
 //! without a model named "tools" (the default one never has it) skips these: each
-//! prints why and passes, even under MLXGRPC_REQUIRE_LIVE=1. `cargo test` lists them as
-//! ignored; run them with `MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored`.
+//! prints why and passes, even under MLXGRPC_REQUIRE_LIVE=1. Without MLXGRPC_ADDRESS they
+//! are skipped like every live test (failed under MLXGRPC_REQUIRE_LIVE=1).
 
 mod support;
 
@@ -21,15 +21,15 @@ const TOOLS: [(&str, &str, &str); 2] =
     [("get_weather", WEATHER, "city"), ("get_time", TIME, "zone")];
 
 /// The live server when it serves a model named "tools"; `None` (the test then passes
-/// after saying why) otherwise.
+/// after saying why, even under MLXGRPC_REQUIRE_LIVE=1) otherwise.
 async fn with_tools() -> Option<Live> {
-    let s = live().await;
+    let s = live().await?;
     let Some(tools) = s.models.iter().find(|m| m.name == "tools") else {
-        eprintln!(
-            "skipped: {} serves no model named \"tools\" (the test fixture does; the default \
+        support::skipped(format!(
+            "{} serves no model named \"tools\" (the test fixture does; the default \
              server never has one, so this skips even under MLXGRPC_REQUIRE_LIVE=1)",
             s.address
-        );
+        ));
         return None;
     };
     let chat = tools.capabilities.as_ref().and_then(|c| c.chat.clone());
@@ -102,7 +102,6 @@ fn check_calls(r: &GenerationResult, name: Option<&str>) {
 }
 
 #[tokio::test]
-#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
 async fn tool_choice_required_calls_a_tool() {
     let Some(s) = with_tools().await else { return };
     let first = s
@@ -138,7 +137,6 @@ async fn tool_choice_required_calls_a_tool() {
 }
 
 #[tokio::test]
-#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
 async fn tool_choice_function_calls_that_one() {
     let Some(s) = with_tools().await else { return };
     let r = s
@@ -154,7 +152,6 @@ async fn tool_choice_function_calls_that_one() {
 }
 
 #[tokio::test]
-#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
 async fn tool_choice_none_never_calls() {
     let Some(s) = with_tools().await else { return };
     let events = support::events(&s.client, turn(ask_weather(), pb::ToolChoice::none(), 24)).await;
@@ -175,16 +172,15 @@ async fn tool_choice_none_never_calls() {
 }
 
 #[tokio::test]
-#[ignore = "needs a live server: MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored"]
 async fn tools_on_a_model_without_tool_calling_fail_precondition() {
-    let s = live().await;
+    let Some(s) = live().await else { return };
     let chat = s
         .generator
         .capabilities
         .as_ref()
         .and_then(|c| c.chat.clone());
     if chat.is_some_and(|c| c.tool_calling) {
-        eprintln!("skipped: {} has tool calling", s.generator.name);
+        support::skipped(format!("{} has tool calling", s.generator.name));
         return;
     }
     let mut req = turn(ask_weather(), pb::ToolChoice::auto(), 8);
