@@ -55,6 +55,9 @@ class CallRecord:
     finish_reason: str = ""
     first_token_at: float | None = None
     last_token_at: float | None = None
+    # the engine's Finished timings (queue_s, time_to_first_token_s, total_s) and when it came (perf_counter)
+    timings: tuple[float, float, float] | None = None
+    finished_at: float | None = None
 
 
 class Observer:
@@ -68,6 +71,15 @@ class Observer:
 
 
 _CURRENT: contextvars.ContextVar[CallRecord | None] = contextvars.ContextVar("call", default=None)
+
+
+def finished(timings: Any) -> None:
+    """The engine's Finished ``timings`` (engine.events.Timings) of the call this task serves, for a
+    contract whose reply carries none (InferenceService's do: ``follow`` takes them)."""
+    call = _CURRENT.get()
+    if call is not None:
+        call.timings = (timings.queue_s, timings.time_to_first_token_s, timings.total_s)
+        call.finished_at = time.perf_counter()
 
 
 def serving(call: CallRecord) -> None:
@@ -105,6 +117,9 @@ def _generate_event(call: CallRecord, response: Any, observers: Iterable[Observe
         call.cached_tokens = f.usage.cached_tokens
         call.draft_tokens, call.accepted_draft_tokens = f.usage.draft_tokens, f.usage.accepted_draft_tokens
         call.finish_reason = _finish_name(f.reason)
+        t = f.timings
+        call.timings = (t.queue_seconds, t.time_to_first_token_seconds, t.total_seconds)
+        call.finished_at = time.perf_counter()
 
 
 def _worker_event(call: CallRecord, response: Any, observers: Iterable[Observer]) -> None:

@@ -17,6 +17,7 @@ from engine.validation import Limits
 from .access_log import configure_logging
 from .assembly import adapters_by_model, build_limits, build_models  # noqa: F401 - part of the CLI's API
 from .server import ServerOptions, exposure, serve
+from . import tracing
 from .flags import add_settings, from_args
 from .bearer_tokens import ENV_VAR, load_table
 from .tls import server_credentials
@@ -104,6 +105,8 @@ def server_options(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     if args.max_concurrent_rpcs < 0:
         parser.error("--max-concurrent-rpcs must be at least 0")
     options = from_args(ServerOptions, args, auth_table=table, limits=build_limits(args))
+    if problem := tracing.check(options):
+        parser.error(f"refusing to start: {problem}")
     problem = exposure(args.host, options)
     if problem and not args.insecure_open:
         parser.error(f"refusing to start: {problem}")

@@ -26,6 +26,7 @@ from .auth import AuthInterceptor, is_loopback_host
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .interceptors import DrainInterceptor, ObservingInterceptor, ServerState
+from . import tracing
 from .metrics import Metrics
 from .servicer import InferenceServicer
 from .status import MAX_MESSAGE_BYTES, status_of
@@ -55,6 +56,11 @@ class ServerOptions:
         60.0, "a model whose engine thread is busy this long on one step is broken: its requests fail "
               f"UNAVAILABLE (ENGINE_DEAD) and the server exits with status {EXIT_ENGINE_BROKEN} (a thread that "
               "dies does so at once); 0 turns the stall check off", flag="--engine-stall-timeout", metavar="SECONDS")
+    otlp_endpoint: str | None = setting(
+        None, "trace Generate RPCs with OpenTelemetry, exported over OTLP/gRPC to this collector (e.g. "
+              "http://localhost:4317); $OTEL_EXPORTER_OTLP_ENDPOINT does too; needs the 'tracing' extra",
+        type=str, metavar="URL")
+    tracer_provider: object | None = None  # an OpenTelemetry TracerProvider to trace into (wins over the endpoint)
     auth_tokens: tuple[str, ...] = ()  # bare tokens: tenant "default", role inference
     auth_table: TokenTable = TokenTable()  # the tokens file's; with auth_tokens empty: no authentication
     auth_open_reflection: bool = setting(False, "serve reflection without a token (health is always open)")
@@ -93,7 +99,7 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
     state = state or ServerState()
     observers = [o for o in (metrics, AccessLog() if options.access_log else None) if o is not None]
     interceptors: list[grpc.aio.ServerInterceptor] = [
-        ObservingInterceptor(state, observers),
+        ObservingInterceptor(state, observers), *tracing.interceptors(options),
         AuthInterceptor(token_table(options), open_reflection=options.auth_open_reflection),
         DrainInterceptor(state)]
     server = grpc.aio.server(interceptors=interceptors, options=[
@@ -162,6 +168,7 @@ async def serve(address: str, models: ModelSet, options: ServerOptions = ServerO
     """Runs the server until SIGINT/SIGTERM, then drains. Returns 0, 1 (a model failed to load) or
     ``EXIT_ENGINE_BROKEN``; raises ValueError for a non-loopback address without tokens."""
 
+    options = tracing.configured(options)  # the OTLP exporter's provider when tracing is on
     problem = exposure(address.rpartition(":")[0], options)
     if problem and not options.insecure_open:
         raise ValueError(problem)
@@ -213,5 +220,6 @@ async def serve(address: str, models: ModelSet, options: ServerOptions = ServerO
         loop.remove_signal_handler(sig)
     if metrics is not None:
         metrics.close()
+    tracing.shutdown(options)  # the last spans leave
     log.info("stopped")
     return status

@@ -15,11 +15,12 @@ from smg_grpc_proto import mlx_engine_pb2 as mlx_pb
 from smg_grpc_proto import mlx_engine_pb2_grpc as mlx_grpc
 
 from engine.errors import EngineError
+from engine.events import Finished
 from engine.generation.engine import GenerationEngine
 from engine.models import ModelSet, sized_limits
 from engine.validation import Limits, at_most, check_counts, check_ids
 
-from ..calls import current_call
+from ..calls import current_call, finished
 from ..identity import current_identity
 from ..interceptors import ServerState
 from ..status import MAX_MESSAGE_BYTES, ResponseTooLarge, mapped
@@ -56,6 +57,8 @@ class WorkerServicer(mlx_grpc.MlxEngineServicer):
         responses = convert.Responses(request.stream)
         request_ = dataclasses.replace(convert.generation_request(request), tenant=current_identity().tenant)
         async for event in engine.generate(request_):
+            if isinstance(event, Finished):
+                finished(event.timings)  # the tracing spans' phases (this contract's reply has no timings)
             message = responses.add(event)
             if message is not None and not request.stream:
                 size = message.ByteSize()
