@@ -93,6 +93,12 @@ class Unsupported(EngineError):
     reason = "UNSUPPORTED_OPERATION"
 
 
+class NotServed(EngineError):
+    """An operation of a contract that this server does not implement (UNIMPLEMENTED)."""
+
+    reason = "NOT_SERVED"
+
+
 class UnsupportedModel(Unsupported, ValueError):
     """A model file this server cannot serve; raised while loading."""
 

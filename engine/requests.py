@@ -153,7 +153,10 @@ class GenerationRequest:
 
 @dataclass(frozen=True)
 class EmbeddingRequest:
+    """Texts in ``inputs``, or inputs already tokenized (special tokens included) in ``token_ids``."""
+
     inputs: tuple[str, ...]
+    token_ids: tuple[tuple[int, ...], ...] = ()
     model: str = ""
     request_id: str = ""
     instruction: str = ""

@@ -27,6 +27,7 @@ REFLECTION_SERVICES = (reflection.SERVICE_NAME, "grpc.reflection.v1.ServerReflec
 ADMIN_METHODS = frozenset({
     "/mlxgrpc.v1.InferenceService/LoadAdapter",
     "/mlxgrpc.v1.InferenceService/UnloadAdapter",
+    "/vllm.grpc.engine.VllmEngine/FlushCache",  # every tenant's prefixes
 })
 
 

@@ -15,6 +15,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 from smg_grpc_proto import mlx_engine_pb2 as mlx_pb
+from smg_grpc_proto import vllm_engine_pb2 as vllm_pb
 
 from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
@@ -22,12 +23,13 @@ from .handlers import split_method
 
 GENERATE = "/mlxgrpc.v1.InferenceService/Generate"
 EMBED = "/mlxgrpc.v1.InferenceService/Embed"
-WORKER_GENERATE = "/mlx.grpc.engine.MlxEngine/Generate"
+WORKER_GENERATES = frozenset({"/mlx.grpc.engine.MlxEngine/Generate", "/vllm.grpc.engine.VllmEngine/Generate"})
 UNKNOWN = "unknown"  # the label of a method or model this server does not serve
 KNOWN_METHODS = frozenset(
     f"/{service.full_name}/{method.name}"
     for service in (pb.DESCRIPTOR.services_by_name["InferenceService"],
                     mlx_pb.DESCRIPTOR.services_by_name["MlxEngine"],
+                    vllm_pb.DESCRIPTOR.services_by_name["VllmEngine"],
                     health_pb2.DESCRIPTOR.services_by_name["Health"],
                     reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"])
     for method in service.methods)
@@ -95,7 +97,7 @@ def follow(method: str, call: CallRecord, response: Any, observers: Iterable[Obs
     """Takes what a streamed ``response`` of ``method`` tells about the call."""
     if method == GENERATE:
         _generate_event(call, response, observers)
-    elif method == WORKER_GENERATE:
+    elif method in WORKER_GENERATES:
         _worker_event(call, response, observers)
     elif method == EMBED:
         call.embed_tokens = (call.embed_tokens or 0) + int(getattr(response, "tokens", 0))
@@ -129,7 +131,9 @@ def _worker_event(call: CallRecord, response: Any, observers: Iterable[Observer]
     else:
         part = response.complete
         _tokens(call, len(part.output_ids), observers)  # unstreamed: every token at once
-        call.completion_tokens, call.finish_reason = part.completion_tokens, part.finish_reason
+        # n samples end one by one: their tokens add up
+        call.completion_tokens = (call.completion_tokens or 0) + part.completion_tokens
+        call.finish_reason = part.finish_reason
     call.prompt_tokens, call.cached_tokens = part.prompt_tokens, part.cached_tokens
 
 

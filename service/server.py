@@ -16,6 +16,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from smg_grpc_proto import mlx_engine_pb2_grpc as mlx_grpc
+from smg_grpc_proto import vllm_engine_pb2_grpc as vllm_grpc
 
 from engine.models import ModelSet
 from engine.settings import setting
@@ -33,6 +34,7 @@ from .status import MAX_MESSAGE_BYTES, status_of
 from .watchdog import BROKEN_GRACE_S, EXIT_ENGINE_BROKEN, watch
 from .bearer_tokens import TokenTable
 from .worker.servicer import SERVICE_NAME as WORKER_SERVICE_NAME, WorkerServicer
+from .worker.vllm import SERVICE_NAME as VLLM_SERVICE_NAME, VllmWorkerServicer
 
 log = logging.getLogger("service.server")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["InferenceService"].full_name
@@ -72,9 +74,21 @@ class ServerOptions:
                                              "picks one)", type=int)
     metrics_host: str = setting("0.0.0.0", "address of the metrics endpoint")
     access_log: bool = setting(True, "no per-RPC line on the service.access logger")
-    smg_worker: bool = setting(True, "do not serve SMG's worker contract mlx.grpc.engine.MlxEngine (the Shepherd "
-                                     "Model Gateway's)")
+    smg_worker: bool = setting(True, "do not serve the Shepherd Model Gateway's worker contracts "
+                                     "(vllm.grpc.engine.VllmEngine, mlx.grpc.engine.MlxEngine)")
+    smg_contract: str = setting("both", "which SMG worker contracts to serve: vllm (the full one), mlx (the narrow "
+                                        "one) or both (SMG then uses vllm)", choices=("both", "vllm", "mlx"))
+    smg_worker_model: str = setting("", "the model the SMG worker contracts serve (default: the first generation "
+                                        "model, else the first embedding model)", metavar="NAME")
     limits: Limits = Limits()  # the engines' limits (identifiers are checked before a model is found)
+
+
+def worker_contracts(options: ServerOptions) -> tuple[str, ...]:
+    """The full names of the SMG worker services served."""
+    if not options.smg_worker:
+        return ()
+    return {"both": (VLLM_SERVICE_NAME, WORKER_SERVICE_NAME), "vllm": (VLLM_SERVICE_NAME,),
+            "mlx": (WORKER_SERVICE_NAME,)}[options.smg_contract]
 
 
 def exposure(host: str, options: ServerOptions) -> str:
@@ -108,13 +122,15 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
     ], maximum_concurrent_rpcs=options.max_concurrent_rpcs or None)
     servicer = InferenceServicer(models, options.limits, options.max_message_bytes)
     pb_grpc.add_InferenceServiceServicer_to_server(servicer, server)
-    if options.smg_worker:
-        mlx_grpc.add_MlxEngineServicer_to_server(
-            WorkerServicer(models, state, options.limits, options.max_message_bytes), server)
+    contracts = worker_contracts(options)
+    worker_args = (models, state, options.limits, options.max_message_bytes, options.smg_worker_model)
+    if VLLM_SERVICE_NAME in contracts:
+        vllm_grpc.add_VllmEngineServicer_to_server(VllmWorkerServicer(*worker_args), server)
+    if WORKER_SERVICE_NAME in contracts:
+        mlx_grpc.add_MlxEngineServicer_to_server(WorkerServicer(*worker_args), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer or health.aio.HealthServicer(), server)
     if options.reflection:
-        names = (SERVICE_NAME, *((WORKER_SERVICE_NAME,) if options.smg_worker else ()),
-                 health.SERVICE_NAME, reflection.SERVICE_NAME)
+        names = (SERVICE_NAME, *contracts, health.SERVICE_NAME, reflection.SERVICE_NAME)
         reflection.enable_server_reflection(names, server)
     port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     if port == 0:
@@ -122,17 +138,18 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
     return server, port
 
 
-async def set_health(servicer: health.aio.HealthServicer, serving: bool, *, worker: bool = True) -> None:
+async def set_health(servicer: health.aio.HealthServicer, serving: bool, *,
+                     workers: tuple[str, ...] = (VLLM_SERVICE_NAME, WORKER_SERVICE_NAME)) -> None:
     status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
-    for name in ("", SERVICE_NAME, *((WORKER_SERVICE_NAME,) if worker else ())):
+    for name in ("", SERVICE_NAME, *workers):
         await servicer.set(name, status)
 
 
 async def guard_engines(models: ModelSet, health_servicer: health.aio.HealthServicer, stall_timeout_s: float,
-                        *, worker: bool = True) -> dict[str, str]:
+                        *, workers: tuple[str, ...] = (VLLM_SERVICE_NAME, WORKER_SERVICE_NAME)) -> dict[str, str]:
     """Returns once a model is broken (its callers ended), health NOT_SERVING."""
     broken = await watch(models, stall_timeout_s)
-    await set_health(health_servicer, False, worker=worker)
+    await set_health(health_servicer, False, workers=workers)
     return broken
 
 
@@ -182,7 +199,7 @@ async def serve(address: str, models: ModelSet, options: ServerOptions = ServerO
     metrics = Metrics(models, tenants=tenants) if options.metrics_port is not None else None
     server, port = await create_server(address, models, options=options, health_servicer=health_servicer,
                                        credentials=credentials, state=state, metrics=metrics)
-    await set_health(health_servicer, False, worker=options.smg_worker)
+    await set_health(health_servicer, False, workers=worker_contracts(options))
     await server.start()
     log.info("listening on port %d%s; loading %s", port, " (TLS)" if credentials else "",
              ", ".join(models.names()))
@@ -202,10 +219,10 @@ async def serve(address: str, models: ModelSet, options: ServerOptions = ServerO
     done, _ = await asyncio.wait({loading, asyncio.create_task(stop.wait())},
                                  return_when=asyncio.FIRST_COMPLETED)
     if loading in done and loading.exception() is None:
-        await set_health(health_servicer, True, worker=options.smg_worker)
+        await set_health(health_servicer, True, workers=worker_contracts(options))
         log.info("ready: serving %s on port %d", ", ".join(models.names()), port)
         guard = asyncio.create_task(guard_engines(models, health_servicer, options.engine_stall_timeout_s,
-                                                  worker=options.smg_worker))
+                                                  workers=worker_contracts(options)))
         await asyncio.wait({guard, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
         if guard.done():
             status, grace_s = EXIT_ENGINE_BROKEN, min(grace_s, BROKEN_GRACE_S)

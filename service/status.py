@@ -47,6 +47,7 @@ _CODES: list[tuple[type[errors.EngineError], grpc.StatusCode]] = [
     (errors.NotReady, grpc.StatusCode.UNAVAILABLE),
     (errors.EngineDead, grpc.StatusCode.UNAVAILABLE),
     (errors.Unsupported, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.NotServed, grpc.StatusCode.UNIMPLEMENTED),
     (errors.DoesNotFit, grpc.StatusCode.OUT_OF_RANGE),
     (errors.EngineFailure, grpc.StatusCode.INTERNAL),
     (errors.AdapterNotFound, grpc.StatusCode.NOT_FOUND),

@@ -96,8 +96,9 @@ class Replica(Process):
 
     def __init__(self, name: str, model_dir: Path, log_dir: Path, *extra: str):
         self.port, self.metrics_port = free_port(), free_port()
+        embedding = () if "--embedding-model" in extra else ("--no-embedding",)
         argv = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-                "--model", f"{model_dir.name}={model_dir.name}", "--no-embedding", "--grace", "2",
+                "--model", f"{model_dir.name}={model_dir.name}", *embedding, "--grace", "2",
                 "--metrics-host", "127.0.0.1", "--metrics-port", str(self.metrics_port), *extra]
         super().__init__(name, argv, log_dir, cwd=model_dir.parent)
         self.address = f"127.0.0.1:{self.port}"
@@ -158,7 +159,10 @@ class Gateway(Process):
             conn.close()
 
     def chat(self, body: dict, timeout: float = 60) -> dict:
-        status, text = self.request("POST", "/v1/chat/completions", body, timeout)
+        return self.post("/v1/chat/completions", body, timeout)
+
+    def post(self, path: str, body: dict, timeout: float = 60) -> dict:
+        status, text = self.request("POST", path, body, timeout)
         if status != 200:
             raise GatewayError(status, text)
         return json.loads(text)

@@ -11,43 +11,64 @@ fails only its own streams and the survivor takes the rest. Every wait is bounde
 
 from __future__ import annotations
 
+import json
 import platform
 import threading
 import time
 from types import SimpleNamespace
 
+import jsonschema
+import numpy as np
 import pytest
 
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
+from engine.loading.embedded import default_embedding_model
 from tests.cluster import Gateway, GatewayError, Replica, smg_executable
+from tests.conftest import HAS_MINILM
 
 pytestmark = pytest.mark.timeout(240)
 SMG_WHEELS = {("Linux", "x86_64"), ("Darwin", "arm64")}  # where the test extra installs smg
 MODEL = "llama"
+TOOLS_MODEL = "agent"  # the tools-qwen fixture
+EMBEDDER = "minilm"
+WORKER = "vllm.grpc.engine.VllmEngine"  # the contract SMG picks when a server offers several
 TOPICS = ("apples", "rivers", "mountains", "violins", "glaciers", "lanterns", "harbors", "comets", "orchards",
           "deserts", "bridges", "forests", "islands", "engines", "meadows", "castles", "oceans", "tunnels",
           "gardens", "storms")
 
 
 @pytest.fixture(scope="module")
-def cluster(fixture_models, tmp_path_factory):
+def cluster(fixture_models, chat_models, tmp_path_factory):
+    """Two llama replicas, a tool-capable one (model "tools-qwen") and one whose worker model is
+    the embedded MiniLM, all behind one gateway."""
     if smg_executable() is None:
         if (platform.system(), platform.machine()) in SMG_WHEELS:
             pytest.fail("smg is not installed; scripts/setup.sh installs it (the test extra pins it)")
         pytest.skip(f"smg publishes no wheel for {platform.system()} {platform.machine()}")
     logs = tmp_path_factory.mktemp("scale-out")
     replicas = [Replica(f"replica{i}", fixture_models[MODEL], logs) for i in range(2)]
+    # served as "agent": SMG picks parsers by model name, and a name with "qwen" in it would
+    # get the Qwen3 reasoning parser (the fixture's template thinks only when asked)
+    agent = logs / TOOLS_MODEL
+    agent.symlink_to(chat_models["qwen"], target_is_directory=True)
+    tools = Replica("tools", agent, logs)
+    workers = [*replicas, tools]
+    embedder = None
+    if HAS_MINILM:
+        embedder = Replica("embedder", fixture_models[MODEL], logs, "--embedding-model",
+                           f"{EMBEDDER}={default_embedding_model()}", "--smg-worker-model", EMBEDDER)
+        workers.append(embedder)
     gateway = None
     try:
-        for r in replicas:
+        for r in workers:
             r.wait_until(r.serving, 120, "health SERVING")
         # probe every second so a dead replica leaves the rotation quickly
-        gateway = Gateway(replicas, logs, "cache_aware", "--health-check-interval-secs", "1")
-        gateway.wait_until(gateway.ready, 60, "/readiness with both workers healthy")
-        yield SimpleNamespace(replicas=replicas, gateway=gateway)
+        gateway = Gateway(workers, logs, "cache_aware", "--health-check-interval-secs", "1")
+        gateway.wait_until(gateway.ready, 60, "/readiness with every worker healthy")
+        yield SimpleNamespace(replicas=replicas, tools=tools, embedder=embedder, gateway=gateway)
     finally:
-        for process in ([gateway] if gateway else []) + replicas:
+        for process in ([gateway] if gateway else []) + workers:
             process.stop()
 
 
@@ -61,7 +82,7 @@ def generated(replicas) -> list[int]:
 
 
 def requests_total(replica: Replica, method: str) -> float:
-    prefix = f'mlxgrpc_requests_total{{code="OK",method="{method}",service="mlx.grpc.engine.MlxEngine"}}'
+    prefix = f'mlxgrpc_requests_total{{code="OK",method="{method}",service="{WORKER}"}}'
     lines = [line for line in replica.metrics().splitlines() if line.startswith(prefix)]
     return float(lines[0].split()[-1]) if lines else 0.0
 
@@ -132,12 +153,126 @@ def test_a_client_disconnect_aborts_the_request_on_the_worker(cluster):
     assert 3 <= delta < 3000, delta  # stopped early, not run to max_tokens
 
 
-def test_a_killed_replica_fails_its_own_streams_and_the_survivor_serves_the_rest(cluster):
+# --- what the full worker contract carries through the gateway -------------------------------
+
+
+def direct(replica: Replica, request: pb.GenerateRequest) -> tuple[str, gen_pb.Finished]:
+    responses = list(replica.stub.Generate(request, timeout=60))
+    return "".join(r.delta.text for r in responses if r.HasField("delta")), responses[-1].finished
+
+
+def test_a_json_schema_response_format_validates(cluster):
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                               "population": {"type": "integer", "minimum": 0, "maximum": 99999}},
+              "required": ["city", "population"], "additionalProperties": False}
+    for i in range(3):
+        body = {**chat(f"Describe city number {i} as JSON.", 200), "temperature": 1.0, "seed": i,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": schema}}}
+        out = cluster.gateway.chat(body)
+        jsonschema.validate(json.loads(out["choices"][0]["message"]["content"]), schema)
+
+
+def test_a_stop_string_stops_as_on_our_own_api(cluster):
+    prompt = "Count the boats in the harbour."
+    text, _ = direct(cluster.replicas[0], pb.GenerateRequest(
+        chat=gen_pb.ChatMessages(messages=[gen_pb.ChatMessage(role="user", content=prompt)]),
+        stopping=gen_pb.StoppingCriteria(max_tokens=40)))
+    stop = text[len(text) // 2:len(text) // 2 + 3]
+    assert stop.strip(), text
+    out = cluster.gateway.chat({**chat(prompt, 40), "stop": [stop]})
+    choice = out["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    assert choice["message"]["content"] == text[:text.index(stop)]
+
+
+def test_n_choices_and_seeded_ones_reproduce(cluster):
+    body = {**chat("Name a colour.", 8), "temperature": 1.0, "seed": 7, "n": 3}
+    first = cluster.gateway.chat(body)
+    assert sorted(c["index"] for c in first["choices"]) == [0, 1, 2]
+    assert first["usage"]["completion_tokens"] == 24
+    again = cluster.gateway.chat(body)
+    contents = {c["index"]: c["message"]["content"] for c in first["choices"]}
+    assert contents == {c["index"]: c["message"]["content"] for c in again["choices"]}
+    assert len(set(contents.values())) > 1
+
+
+def test_chat_logprobs_match_our_generate(cluster):
+    prompt = "The river"
+    out = cluster.gateway.chat({**chat(prompt, 5), "logprobs": True, "top_logprobs": 2})
+    content = out["choices"][0]["logprobs"]["content"]
+    responses = list(cluster.replicas[0].stub.Generate(pb.GenerateRequest(
+        chat=gen_pb.ChatMessages(messages=[gen_pb.ChatMessage(role="user", content=prompt)]),
+        stopping=gen_pb.StoppingCriteria(max_tokens=5), logprobs=True, top_logprobs=2), timeout=60))
+    ours = [lp for r in responses if r.HasField("delta") for lp in r.delta.logprobs]
+    assert [c["logprob"] for c in content] == pytest.approx([lp.logprob for lp in ours], abs=1e-4)
+    assert [t["logprob"] for c in content for t in c["top_logprobs"]] == pytest.approx(
+        [t.logprob for lp in ours for t in lp.top_logprobs], abs=1e-4)
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                   "required": ["city"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "get_time", "description": "The time in a time zone.",
+        "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 20}},
+                       "required": ["zone"], "additionalProperties": False}}}]
+
+
+@pytest.mark.parametrize("tool_choice, names", [
+    ("required", {"get_weather", "get_time"}),
+    ({"type": "function", "function": {"name": "get_time"}}, {"get_time"}),
+])
+def test_tool_choice_answers_with_parsed_calls(cluster, tool_choice, names):
+    for seed in range(3):
+        body = {"model": TOOLS_MODEL, "messages": [{"role": "user", "content": "What is the weather in Oslo?"}],
+                "tools": TOOLS, "tool_choice": tool_choice, "max_tokens": 120, "temperature": 1.0, "seed": seed}
+        message = cluster.gateway.chat(body)["choices"][0]["message"]
+        calls = message.get("tool_calls") or []
+        assert calls, message
+        for call in calls:
+            assert call["function"]["name"] in names
+            arguments = json.loads(call["function"]["arguments"])
+            parameters = next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] ==
+                              call["function"]["name"])
+            jsonschema.validate(arguments, parameters)
+
+
+@pytest.mark.skipif(not HAS_MINILM, reason="the embedded MiniLM is not installed")
+def test_embeddings_equal_our_embed(cluster):
+    texts = ["The lighthouse keeper counted the boats.", "A short one."]
+    ours = [list(r.embedding) for r in sorted(cluster.embedder.stub.Embed(
+        pb.EmbedRequest(model=EMBEDDER, inputs=texts), timeout=60), key=lambda r: r.index)]
+    for text, vector in zip(texts, ours):  # SMG 1.13 embeds the first input of a list only: one at a time
+        out = cluster.gateway.post("/v1/embeddings", {"model": EMBEDDER, "input": text})
+        got = out["data"][0]["embedding"]
+        assert np.dot(got, vector) / (np.linalg.norm(got) * np.linalg.norm(vector)) > 0.99999
+
+
+@pytest.fixture
+def pair(fixture_models, tmp_path):
+    """Two more llama replicas behind a round-robin gateway: streams spread whatever the prompts."""
+    replicas = [Replica(f"pair{i}", fixture_models[MODEL], tmp_path) for i in range(2)]
+    gateway = None
+    try:
+        for r in replicas:
+            r.wait_until(r.serving, 120, "health SERVING")
+        gateway = Gateway(replicas, tmp_path, "round_robin", "--health-check-interval-secs", "1")
+        gateway.wait_until(gateway.ready, 60, "/readiness with both workers healthy")
+        yield SimpleNamespace(replicas=replicas, gateway=gateway)
+    finally:
+        for process in ([gateway] if gateway else []) + replicas:
+            process.stop()
+
+
+def test_a_killed_replica_fails_its_own_streams_and_the_survivor_serves_the_rest(pair):
+    cluster = pair
     victim, survivor = cluster.replicas
     outcomes: dict[int, str] = {}
 
     def stream(i: int) -> None:
         try:
+            # long enough that the victim's streams are still running when it dies
             # long enough that the victim's streams are still running when it dies
             events = list(cluster.gateway.stream_chat(chat(f"A long story about {TOPICS[i]}.", 3000), timeout=60))
             outcomes[i] = "ok" if any(e.get("choices") and e["choices"][0].get("finish_reason") == "length"

@@ -252,10 +252,13 @@ async def test_counts_are_checked_before_the_request_is_converted(harness, monke
 
 def test_every_rpc_maps_its_errors_in_one_place():
     from smg_grpc_proto import mlx_engine_pb2 as mlx_pb
+    from smg_grpc_proto import vllm_engine_pb2 as vllm_pb
 
     from service.worker.servicer import WorkerServicer
+    from service.worker.vllm import VllmWorkerServicer
 
     for servicer, service in ((InferenceServicer, pb.DESCRIPTOR.services_by_name["InferenceService"]),
-                              (WorkerServicer, mlx_pb.DESCRIPTOR.services_by_name["MlxEngine"])):
+                              (WorkerServicer, mlx_pb.DESCRIPTOR.services_by_name["MlxEngine"]),
+                              (VllmWorkerServicer, vllm_pb.DESCRIPTOR.services_by_name["VllmEngine"])):
         unmapped = [m.name for m in service.methods if not getattr(getattr(servicer, m.name), "maps_errors", False)]
         assert unmapped == [], f"{service.full_name} methods without @mapped: {unmapped}"

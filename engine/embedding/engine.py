@@ -23,6 +23,7 @@ from .decoder import DecoderEmbeddingModel
 from ..errors import DuplicateRequestId, EngineDead, InvalidRequest, NotReady, QueueFull, TenantLimit
 from ..liveness import Breaker, Heartbeat, Pending, fail, settle
 from ..caches.objects import ObjectCache
+from ..loading.tokenizer_files import folder_files
 from ..requests import EmbeddingRequest
 from ..validation import Limits, at_most, check_ids, check_priority, check_text_bytes
 
@@ -42,9 +43,9 @@ def load_embedder(model_dir: Path) -> EmbeddingModel:
     return model
 
 
-def _cache_key(request: EmbeddingRequest, text: str) -> str:
-    """Everything that determines the vector of ``text``."""
-    return json.dumps([request.instruction, request.normalize, request.dimensions, text])
+def _cache_key(request: EmbeddingRequest, item: str | tuple[int, ...]) -> str:
+    """Everything that determines the vector of ``item`` (a text or token ids)."""
+    return json.dumps([request.instruction, request.normalize, request.dimensions, item])
 
 
 class EmbeddingEngine:
@@ -143,7 +144,8 @@ class EmbeddingEngine:
             except AdmissionClosed:
                 raise NotReady("the server is shutting down") from None
             with lease:
-                keys = [_cache_key(request, text) for text in request.inputs]
+                items = request.token_ids or request.inputs
+                keys = [_cache_key(request, item) for item in items]
                 missing = []
                 for index, key in enumerate(keys):
                     if (hit := self._results.take(key)) is None:
@@ -153,9 +155,7 @@ class EmbeddingEngine:
                         yield index, result
                 if not missing:
                     return
-                results = await self._on_thread(lambda: model.embed_batches(
-                    [request.inputs[i] for i in missing], instruction=request.instruction or None,
-                    normalize=request.normalize, dimensions=request.dimensions or None))
+                results = await self._on_thread(lambda: self._batches(model, request, missing))
                 while (item := await self._on_thread(lambda: next(results, _END))) is not _END:
                     position, result = item
                     result.vector.flags.writeable = False  # shared through the cache from now on
@@ -166,6 +166,18 @@ class EmbeddingEngine:
             self._per_tenant[tenant.name] -= 1
             if not self._per_tenant[tenant.name]:
                 del self._per_tenant[tenant.name]
+
+    @staticmethod
+    def _batches(model: EmbeddingModel, request: EmbeddingRequest, indices: list[int]):
+        dimensions = request.dimensions or None
+        if request.token_ids:
+            try:
+                return model.embed_id_batches([request.token_ids[i] for i in indices],
+                                              normalize=request.normalize, dimensions=dimensions)
+            except ValueError as exc:
+                raise InvalidRequest("token_ids", str(exc)) from None
+        return model.embed_batches([request.inputs[i] for i in indices], instruction=request.instruction or None,
+                                   normalize=request.normalize, dimensions=dimensions)
 
     async def _on_thread(self, fn):
         """``fn()`` run on the engine thread; EngineDead once the engine is broken."""
@@ -199,9 +211,11 @@ class EmbeddingEngine:
         limits = self.limits.for_context(model.max_length)
         check_ids(limits, request_id=request.request_id)
         check_priority(request.priority)
-        if not request.inputs:
+        if request.inputs and request.token_ids:
+            raise InvalidRequest("inputs", "give texts or token ids, not both")
+        if not request.inputs and not request.token_ids:
             raise InvalidRequest("inputs", "at least one input is required")
-        at_most("inputs", len(request.inputs), limits.max_embed_inputs, "inputs")
+        at_most("inputs", len(request.inputs or request.token_ids), limits.max_embed_inputs, "inputs")
         for i, text in enumerate(request.inputs):
             check_text_bytes(f"inputs[{i}]", (text,), limits.max_embed_input_bytes)
         check_text_bytes("instruction", (request.instruction,), limits.max_embed_input_bytes)
@@ -210,6 +224,15 @@ class EmbeddingEngine:
 
     def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
         return self.model.tokenize(text, add_special_tokens)
+
+    def tokenizer_files(self) -> dict[str, bytes]:
+        """What a router needs to tokenize as this model does, by file name; blocking."""
+        self.model
+        return folder_files(Path(self.source))
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        return self.model.max_length
 
     def detokenize(self, ids: list[int], skip_special_tokens: bool) -> str:
         vocab = self.model.vocab_size

@@ -211,6 +211,21 @@ class EmbeddingModel:
         batches = self._batches([len(ids) for ids in ids_list])
         return self._run(ids_list, batches, normalize, dimensions)
 
+    def embed_id_batches(
+        self, ids_list: Sequence[Sequence[int]], *, normalize: bool = True, dimensions: int | None = None
+    ) -> Iterator[tuple[int, EmbeddingResult]]:
+        """``embed_batches`` for inputs already tokenized; each must fit ``max_length``. Trailing
+        padding (a tokenizer that pads to a fixed length) is dropped: it is never part of an input."""
+        self._validate([""] * len(ids_list), dimensions)
+        ids_list = [_unpadded(ids, getattr(self, "_pad_id", None)) for ids in ids_list]
+        for i, ids in enumerate(ids_list):
+            if not 1 <= len(ids) <= self.max_length:
+                raise ValueError(f"input[{i}] must hold 1 to {self.max_length} token ids, got {len(ids)}")
+            if (bad := next((t for t in ids if not 0 <= t < self.vocab_size), None)) is not None:
+                raise ValueError(f"input[{i}] holds token id {bad}, outside the vocabulary of {self.vocab_size}")
+        ids_list = [list(ids) for ids in ids_list]
+        return self._run(ids_list, self._batches([len(ids) for ids in ids_list]), normalize, dimensions)
+
     def _run(
         self,
         ids_list: list[list[int]],
@@ -263,6 +278,13 @@ class EmbeddingModel:
 
     def detokenize(self, ids: list[int], skip_special_tokens: bool) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+def _unpadded(ids: Sequence[int], pad_id: int | None) -> Sequence[int]:
+    end = len(ids)
+    while end > 1 and pad_id is not None and ids[end - 1] == pad_id:
+        end -= 1
+    return ids[:end]
 
 
 def load_embedding_model(model_dir: Path, **kwargs) -> EmbeddingModel:

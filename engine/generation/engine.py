@@ -45,7 +45,7 @@ from .scheduling.scheduler import Scheduler, SchedulerStats
 from .speculation.draft import DraftModel, check_draft
 from .streams import Stream, Streams
 from .ledgers import TenantStats, Tenants
-from .scheduling.worker import PlanMemory, Stats, Worker
+from .scheduling.worker import FlushPrefixCache, PlanMemory, Stats, Worker
 
 log = logging.getLogger("engine.generation.engine")
 
@@ -153,6 +153,15 @@ class GenerationEngine:
         if max_generation_tokens > context:
             raise InvalidRequest("max_generation_tokens", "must not exceed context_tokens")
         return await asyncio.wrap_future(self._worker.ask(PlanMemory(context, max_generation_tokens)))
+
+    async def flush_prefix_cache(self) -> int:
+        """Empties the prefix cache; returns the entries dropped."""
+        return await asyncio.wrap_future(self._worker.ask(FlushPrefixCache()))
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV bytes one token of context holds, over every layer (0 before the model loads)."""
+        return sum(self._facts.kv_bytes_per_token_per_layer) if self._facts is not None else 0
 
     def scheduler_stats(self) -> Future[SchedulerStats]:
         """The engine thread's snapshot, as a future any thread may wait on."""

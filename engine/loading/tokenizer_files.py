@@ -18,10 +18,14 @@ TOKENIZER_FILES = (
 )
 
 
+def folder_files(folder: Path) -> dict[str, bytes]:
+    """File name -> content, for the files of ``TOKENIZER_FILES`` in ``folder``."""
+    return {name: (folder / name).read_bytes() for name in TOKENIZER_FILES if (folder / name).is_file()}
+
+
 def tokenizer_files(model: LoadedModel) -> dict[str, bytes]:
     """File name -> content, for the files of ``TOKENIZER_FILES`` the model has."""
-    folder = _folder(model.artifact)
-    files = {name: (folder / name).read_bytes() for name in TOKENIZER_FILES if (folder / name).is_file()}
+    files = folder_files(_folder(model.artifact))
     template = getattr(model.tokenizer, "chat_template", None)
     if template and "chat_template.jinja" not in files and "chat_template.json" not in files:
         config = json.loads(files.get("tokenizer_config.json", b"{}"))

@@ -1,15 +1,15 @@
-"""The worker contract's messages <-> engine types, in one place. Translation only.
+"""SMG's worker contracts' messages <-> engine types. Translation only.
 
-Defaults follow the contract's other workers: unset temperature is 1.0; zero ``top_p`` and
-``repetition_penalty`` mean unset.
+The MLX and vLLM contracts share their sampling fields' names and their replies' shapes, so
+replies are built over either message module. Defaults follow the contracts' other workers:
+unset temperature is 1.0; zero ``top_p`` and ``repetition_penalty`` mean unset.
 """
 
 from __future__ import annotations
 
 import json
+from types import ModuleType
 from typing import Mapping
-
-from smg_grpc_proto import mlx_engine_pb2 as mlx_pb
 
 from engine.description import ModelDescription
 from engine.errors import InvalidRequest
@@ -26,7 +26,8 @@ _FIELDS = (("sampling.", "sampling_params."), ("stopping.", "sampling_params."),
            ("tokens.ids", "tokenized.input_ids"), ("top_logprobs", "sampling_params.logprobs"))
 
 
-def generation_request(msg: mlx_pb.GenerateRequest) -> GenerationRequest:
+def generation_request(msg) -> GenerationRequest:
+    """Either contract's GenerateRequest, as far as the MLX contract goes (the vLLM one adds to it)."""
     sp = msg.sampling_params
     logprobs = sp.logprobs if sp.HasField("logprobs") else None
     return GenerationRequest(
@@ -36,16 +37,17 @@ def generation_request(msg: mlx_pb.GenerateRequest) -> GenerationRequest:
         logprobs=logprobs is not None, top_logprobs=logprobs or 0)
 
 
-def generation_counts(msg: mlx_pb.GenerateRequest) -> RequestCounts:
+def generation_counts(msg) -> RequestCounts:
     """The repeated fields' sizes, measured on the wire message (in our API's field names)."""
 
     sp = msg.sampling_params
     return RequestCounts(
         prompt_ids=len(msg.tokenized.input_ids) if msg.WhichOneof("input") == "tokenized" else 0,
-        stop_token_ids=len(sp.stop_token_ids), logit_bias=len(sp.logit_bias))
+        stop_token_ids=len(sp.stop_token_ids), logit_bias=len(sp.logit_bias),
+        stop_strings=len(getattr(sp, "stop", ())))
 
 
-def _prompt(msg: mlx_pb.GenerateRequest):
+def _prompt(msg):
     which = msg.WhichOneof("input")
     if which == "tokenized":
         return TokenPrompt(tuple(msg.tokenized.input_ids))
@@ -54,7 +56,7 @@ def _prompt(msg: mlx_pb.GenerateRequest):
     raise InvalidRequest("input", "set tokenized or text")
 
 
-def _sampling(sp: mlx_pb.SamplingParams) -> SamplingOptions:
+def _sampling(sp) -> SamplingOptions:
     return SamplingOptions(
         temperature=sp.temperature if sp.HasField("temperature") else OPENAI_TEMPERATURE,
         top_p=sp.top_p or 1.0, top_k=sp.top_k, min_p=sp.min_p,
@@ -74,16 +76,16 @@ def in_contract_terms(error: BaseException) -> BaseException:
 
 
 class Responses:
-    """One request's engine events -> the contract's GenerateResponse messages."""
+    """One request's engine events -> the contract's GenerateResponse messages (choice ``index``)."""
 
-    def __init__(self, stream: bool):
-        self.stream = stream
+    def __init__(self, pb: ModuleType, stream: bool, index: int = 0):
+        self.pb, self.stream, self.index = pb, stream, index
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.output_ids: list[int] = []
-        self.logprobs = mlx_pb.OutputLogProbs()  # every token's, for an unstreamed request
+        self.logprobs = pb.OutputLogProbs()  # every token's, for an unstreamed request
 
-    def add(self, event: Event) -> mlx_pb.GenerateResponse | None:
+    def add(self, event: Event):
         """The message ``event`` makes, or None when it makes none (yet)."""
         if isinstance(event, Started):
             self.prompt_tokens, self.cached_tokens = event.prompt_tokens, event.cached_tokens
@@ -93,41 +95,43 @@ class Responses:
         assert isinstance(event, Finished)
         return self._complete(event)
 
-    def _chunk(self, delta: Delta) -> mlx_pb.GenerateResponse | None:
+    def _chunk(self, delta: Delta):
         self.output_ids.extend(delta.token_ids)
-        logprobs = output_logprobs(delta.logprobs)
+        logprobs = output_logprobs(self.pb, delta.logprobs)
         if not self.stream:
             self.logprobs.MergeFrom(logprobs)
             return None
-        return mlx_pb.GenerateResponse(chunk=mlx_pb.GenerateStreamChunk(
+        return self.pb.GenerateResponse(chunk=self.pb.GenerateStreamChunk(
             token_ids=delta.token_ids, prompt_tokens=self.prompt_tokens,
             completion_tokens=len(self.output_ids), cached_tokens=self.cached_tokens,
-            output_logprobs=logprobs if delta.logprobs else None))
+            output_logprobs=logprobs if delta.logprobs else None, index=self.index))
 
-    def _complete(self, e: Finished) -> mlx_pb.GenerateResponse:
-        complete = mlx_pb.GenerateComplete(
+    def _complete(self, e: Finished):
+        complete = self.pb.GenerateComplete(
             output_ids=() if self.stream else self.output_ids, finish_reason=_FINISH[e.reason],
             prompt_tokens=e.usage.prompt_tokens, completion_tokens=e.usage.completion_tokens,
-            cached_tokens=e.usage.cached_tokens,
+            cached_tokens=e.usage.cached_tokens, index=self.index,
             output_logprobs=self.logprobs if self.logprobs.token_ids and not self.stream else None)
         if e.stop_token_id is not None:
             complete.matched_stop_token_id = e.stop_token_id
-        return mlx_pb.GenerateResponse(complete=complete)
+        elif e.stop_sequence and "matched_stop_str" in self.pb.GenerateComplete.DESCRIPTOR.fields_by_name:
+            complete.matched_stop_str = e.stop_sequence
+        return self.pb.GenerateResponse(complete=complete)
 
 
-def output_logprobs(logprobs: tuple[TokenLogprob, ...]) -> mlx_pb.OutputLogProbs:
-    return mlx_pb.OutputLogProbs(
+def output_logprobs(pb: ModuleType, logprobs: tuple[TokenLogprob, ...]):
+    return pb.OutputLogProbs(
         token_ids=[lp.token_id for lp in logprobs], token_logprobs=[lp.logprob for lp in logprobs],
-        top_logprobs=[mlx_pb.TopLogProbs(token_ids=[t.token_id for t in lp.top],
-                                         values=[t.logprob for t in lp.top]) for lp in logprobs])
+        top_logprobs=[pb.TopLogProbs(token_ids=[t.token_id for t in lp.top],
+                                     values=[t.logprob for t in lp.top]) for lp in logprobs])
 
 
-def model_info(d: ModelDescription, files: Mapping[str, bytes], max_prompt_tokens: int
-               ) -> mlx_pb.GetModelInfoResponse:
-    """The model's facts; type, architectures and special ids from its config.json."""
+def model_info(message: type, d: ModelDescription, files: Mapping[str, bytes], max_prompt_tokens: int):
+    """The model's facts as ``message`` (either contract's GetModelInfoResponse); type,
+    architectures and special ids from its config.json."""
     config = json.loads(files.get("config.json", b"{}"))
-    return mlx_pb.GetModelInfoResponse(
-        model_path=d.source, is_generation=True, max_context_length=d.context_length,
+    return message(
+        model_path=d.source, is_generation=d.capabilities.generation, max_context_length=d.context_length,
         vocab_size=d.vocab_size, served_model_name=d.name, model_type=str(config.get("model_type", "")),
         architectures=[str(a) for a in config.get("architectures") or ()],
         eos_token_ids=d.eos_token_ids, pad_token_id=_token_id(config, "pad_token_id"),

@@ -40,3 +40,11 @@ class PrefixReuse:
             self.cache.put(tokens, caches, self._namespace(seq))
         except Exception:  # noqa: BLE001 - a cache entry is never worth a request
             log.warning("dropped a prefix cache entry of %d tokens", len(tokens), exc_info=True)
+
+    def flush(self) -> int:
+        """Drops every entry; returns how many there were."""
+        if self.cache is None:
+            return 0
+        entries = len(self.cache)
+        self.cache.clear()
+        return entries

@@ -26,7 +26,7 @@ from ..prefill.prefiller import Prefiller, unrouted
 from .reuse import PrefixReuse
 from ..sequence.state import SequenceState, Status, failure_message
 from ..speculation.draft import DraftModel
-from .worker import LoadAdapter, PlanMemory, Probe, Query, Stats, UnloadAdapter
+from .worker import FlushPrefixCache, LoadAdapter, PlanMemory, Probe, Query, Stats, UnloadAdapter
 
 log = logging.getLogger("engine.generation.scheduling.scheduler")
 
@@ -142,6 +142,8 @@ class Scheduler:
                 return self.adapters.load(name, files, evict=list(evict), budget=budget, field=field)
             case UnloadAdapter(key=key):
                 return self.adapters.unload(key, budget)
+            case FlushPrefixCache():
+                return self.reuse.flush()
             case Probe(fn=fn):
                 return fn(self)
         raise TypeError(f"not a query: {query!r}")

@@ -65,6 +65,11 @@ class UnloadAdapter:
 
 
 @dataclass(frozen=True)
+class FlushPrefixCache:
+    """Drops every prefix-cache entry (running requests keep their own caches); answers how many."""
+
+
+@dataclass(frozen=True)
 class Probe:
     """Tests only: runs ``fn(scheduler)`` between ticks."""
 
@@ -76,7 +81,7 @@ class Shutdown:
     pass
 
 
-Query = Stats | PlanMemory | LoadAdapter | UnloadAdapter | Probe
+Query = Stats | PlanMemory | LoadAdapter | UnloadAdapter | FlushPrefixCache | Probe
 
 
 @dataclass(frozen=True)

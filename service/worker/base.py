@@ -1,0 +1,121 @@
+"""What SMG's worker contracts share: one model, health, abort, model and server facts, the tokenizer.
+
+Invariants: every contract goes through the same engines, limits and ``@mapped`` errors as
+InferenceService; requests run as the caller's tenant, and Abort reaches only its ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import ModuleType
+
+import grpc
+
+from engine.errors import EngineError
+from engine.generation.engine import GenerationEngine
+from engine.models import Engine, ModelSet
+from engine.validation import Limits, at_most
+
+from ..calls import current_call
+from ..identity import current_identity
+from ..interceptors import ServerState
+from ..status import MAX_MESSAGE_BYTES, ResponseTooLarge, mapped
+from . import convert
+from .tokenizer_bundle import TokenizerBundle
+
+MAX_ABORT_IDS = 1024  # request ids one Abort may name (more: INVALID_ARGUMENT naming request_ids)
+
+
+class ContractServicer:
+    """The RPCs every worker contract has, over the contract's message module ``pb``."""
+
+    pb: ModuleType
+
+    def __init__(self, models: ModelSet, state: ServerState, limits: Limits = Limits(),
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, model: str = ""):
+        self.models = models
+        self.model = model  # the one model served ("": the first generation model, else the first embedding one)
+        self.state = state
+        self.limits = limits  # for the request id, checked before the model is looked up
+        self.max_message_bytes = max_message_bytes
+        self.started = time.monotonic()
+        self._files: dict[str, bytes] | None = None
+        self._bundle: TokenizerBundle | None = None
+
+    def _engine(self) -> GenerationEngine:
+        """The served model, which must generate."""
+        return self._named(self.models.generator(self._name()))
+
+    def _model(self) -> Engine:
+        """The served model, of either kind."""
+        name = self._name()
+        return self._named(self.models.any(name) if name else self.models.embedder(""))
+
+    def _name(self) -> str:
+        return self.model or (self.models.generation[0].name if self.models.generation else "")
+
+    @staticmethod
+    def _named(engine):
+        call = current_call()
+        if call is not None:
+            call.model = engine.name
+        return engine
+
+    def _sendable(self, message, stream: bool):
+        """``message`` unless an unstreamed reply outgrows the message limit."""
+        if not stream and (size := message.ByteSize()) > self.max_message_bytes:
+            raise ResponseTooLarge(size, self.max_message_bytes)
+        return message
+
+    @mapped()
+    async def HealthCheck(self, request, context: grpc.aio.ServicerContext):
+        if self.state.draining:
+            return self.pb.HealthCheckResponse(healthy=False, message="draining")
+        try:
+            self._model()
+        except EngineError as exc:
+            return self.pb.HealthCheckResponse(healthy=False, message=exc.message)
+        return self.pb.HealthCheckResponse(healthy=True, message="OK")
+
+    @mapped()
+    async def Abort(self, request, context: grpc.aio.ServicerContext):
+        at_most("request_ids", len(request.request_ids), MAX_ABORT_IDS, "request ids")
+        tenant = current_identity().tenant.name
+        for request_id in request.request_ids:
+            if request_id:
+                self._cancel(request_id, tenant)
+        return self.pb.AbortResponse()
+
+    def _cancel(self, request_id: str, tenant: str) -> None:
+        self.models.cancel(request_id, tenant)
+
+    @mapped()
+    async def GetModelInfo(self, request, context: grpc.aio.ServicerContext):
+        engine = self._model()
+        files = await self._tokenizer_files(engine)
+        return convert.model_info(self.pb.GetModelInfoResponse, engine.describe(), files,
+                                  engine.max_prompt_tokens)
+
+    @mapped()
+    async def GetServerInfo(self, request, context: grpc.aio.ServicerContext):
+        active = sum(e.active + e.queued for e in self.models.generation)
+        return self.pb.GetServerInfoResponse(server_type=convert.SERVER_TYPE, active_requests=active,
+                                             uptime_seconds=time.monotonic() - self.started)
+
+    @mapped()
+    async def GetTokenizer(self, request, context: grpc.aio.ServicerContext):
+        bundle = await self._tokenizer_bundle(self._model())
+        for chunk in bundle.chunks():
+            yield chunk
+
+    async def _tokenizer_files(self, engine: Engine) -> dict[str, bytes]:
+        if self._files is None:
+            self._files = await asyncio.to_thread(engine.tokenizer_files)
+        return self._files
+
+    async def _tokenizer_bundle(self, engine: Engine) -> TokenizerBundle:
+        if self._bundle is None:
+            files = await self._tokenizer_files(engine)
+            self._bundle = await asyncio.to_thread(TokenizerBundle.of, files)
+        return self._bundle

@@ -1,0 +1,139 @@
+"""``vllm.grpc.engine.VllmEngine``: SMG's full worker contract (constraints, stop strings, n,
+embeddings, loads, cache flush), on the one model the worker contracts serve.
+
+Invariants: the n samples of a request run as n engine requests that end together (one fails or
+is cancelled: all are); FlushCache needs the admin role.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import AsyncIterator
+
+import grpc
+from smg_grpc_proto import vllm_engine_pb2 as vllm_pb
+from smg_grpc_proto import vllm_engine_pb2_grpc as vllm_grpc
+from smg_grpc_proto.generated import common_pb2
+
+from engine.errors import NotServed
+from engine.events import Event, Finished
+from engine.models import sized_limits
+from engine.validation import check_counts, check_ids
+
+from ..calls import finished
+from ..identity import current_identity
+from ..status import mapped
+from . import convert, vllm_convert
+from .base import ContractServicer
+
+SERVICE_NAME = vllm_pb.DESCRIPTOR.services_by_name["VllmEngine"].full_name
+PROFILING = "profiling is not supported by this worker"
+
+
+class VllmWorkerServicer(ContractServicer, vllm_grpc.VllmEngineServicer):
+    pb = vllm_pb
+
+    @mapped(vllm_convert.in_contract_terms)
+    async def Generate(self, request: vllm_pb.GenerateRequest, context: grpc.aio.ServicerContext):
+        check_ids(self.limits, request_id=request.request_id)
+        engine = self._engine()
+        check_counts(convert.generation_counts(request), sized_limits(engine))
+        samples = vllm_convert.generation_requests(request, current_identity().tenant)
+        replies = [convert.Responses(vllm_pb, request.stream, index) for index in range(len(samples))]
+        async for index, event in _merged([engine.generate(s) for s in samples]):
+            if isinstance(event, Finished):
+                finished(event.timings)  # the tracing spans' phases (this contract's reply has no timings)
+            message = replies[index].add(event)
+            if message is not None:
+                yield self._sendable(message, request.stream)
+
+    def _cancel(self, request_id: str, tenant: str) -> None:
+        self.models.cancel(request_id, tenant)
+        for index in range(vllm_convert.MAX_CHOICES):  # the samples of an n > 1 request
+            if not self.models.cancel(vllm_convert.sample_id(request_id, index), tenant):
+                break
+
+    @mapped()
+    async def Embed(self, request: vllm_pb.EmbedRequest, context: grpc.aio.ServicerContext):
+        check_ids(self.limits, request_id=request.request_id)
+        engine = self.models.embedder(self._name())
+        self._named(engine)
+        async for _, result in engine.embed(vllm_convert.embedding_request(request, current_identity().tenant)):
+            return vllm_pb.EmbedResponse(embedding=result.vector.tolist(), prompt_tokens=result.tokens,
+                                         embedding_dim=len(result.vector))
+
+    @mapped()
+    async def GetLoads(self, request: vllm_pb.GetLoadsRequest, context: grpc.aio.ServicerContext):
+        engine = self._engine()
+        s = await engine.stats()
+        per_token = engine.kv_bytes_per_token
+        max_active = engine.config.scheduler.max_active
+        lookups = s.prefix_hits + s.prefix_misses
+        load = vllm_pb.SchedulerLoad(
+            num_running_reqs=s.running, num_waiting_reqs=s.waiting, num_total_reqs=s.running + s.waiting,
+            num_used_tokens=s.kv_bytes // per_token if per_token else 0,
+            max_total_num_tokens=(s.budget_bytes or 0) // per_token if per_token else 0,
+            token_usage=s.reserved_bytes / s.budget_bytes if s.budget_bytes else 0.0,
+            gen_throughput=s.recent_tokens_per_s, cache_hit_rate=s.prefix_hits / lookups if lookups else 0.0,
+            utilization=s.running / max_active if max_active else 0.0, max_running_requests=max_active)
+        return vllm_pb.GetLoadsResponse(timestamp=_now_iso(), version=convert.SERVER_TYPE, dp_rank_count=1,
+                                        loads=[load])
+
+    @mapped()
+    async def FlushCache(self, request: common_pb2.FlushCacheRequest, context: grpc.aio.ServicerContext):
+        dropped = await self._engine().flush_prefix_cache()
+        return common_pb2.FlushCacheResponse(success=True, message=f"dropped {dropped} prefix cache entries")
+
+    @mapped()
+    async def SubscribeKvEvents(self, request: common_pb2.SubscribeKvEventsRequest,
+                                context: grpc.aio.ServicerContext):
+        # UNIMPLEMENTED makes SMG route on its own tree of the prompts it sent (see OPERATIONS.md)
+        raise NotServed("KV-cache events are not published yet; the gateway routes on its own prefix tree")
+        yield  # noqa: unreachable - makes this a server-streaming method
+
+    @mapped()
+    async def StartProfile(self, request: common_pb2.StartProfileRequest, context: grpc.aio.ServicerContext):
+        return common_pb2.ProfileResponse(success=False, message=PROFILING)
+
+    @mapped()
+    async def StopProfile(self, request: common_pb2.StopProfileRequest, context: grpc.aio.ServicerContext):
+        return common_pb2.ProfileResponse(success=False, message=PROFILING)
+
+
+async def _merged(streams: list[AsyncIterator[Event]]) -> AsyncIterator[tuple[int, Event]]:
+    """(stream index, event) from every stream as they come; the first failure ends them all."""
+    if len(streams) == 1:
+        async for event in streams[0]:
+            yield 0, event
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    async def pump(index: int, stream: AsyncIterator[Event]) -> None:
+        try:
+            async for event in stream:
+                queue.put_nowait((index, event))
+            queue.put_nowait((index, done))
+        except Exception as exc:  # noqa: BLE001 - re-raised by the consumer
+            queue.put_nowait((index, exc))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        open_streams = len(tasks)
+        while open_streams:
+            index, event = await queue.get()
+            if isinstance(event, Exception):
+                raise event
+            if event is done:
+                open_streams -= 1
+                continue
+            yield index, event
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

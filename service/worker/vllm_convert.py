@@ -1,0 +1,127 @@
+"""The vLLM worker contract's requests -> engine requests; what it carries that we refuse.
+
+Invariant: every field is honoured or refused with INVALID_ARGUMENT naming it; nothing is ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from smg_grpc_proto import vllm_engine_pb2 as vllm_pb
+
+from engine.errors import InvalidRequest
+from engine.requests import EmbeddingRequest, FormatKind, GenerationRequest, ResponseFormat
+from engine.tenancy import Tenant
+
+from . import convert
+
+MAX_CHOICES = 16  # most samples one request may ask for (``n``)
+_FORMATS = {"json_schema": FormatKind.JSON_SCHEMA, "regex": FormatKind.REGEX, "grammar": FormatKind.GRAMMAR}
+# Set, these ask for what one replica of ours does not do (disaggregation, data parallelism, media).
+_REFUSED_REQUEST = {
+    "kv_transfer_params": "prefill/decode disaggregation is not supported",
+    "kv_transfer_params_json": "prefill/decode disaggregation is not supported",
+    "data_parallel_rank": "this worker has no data-parallel ranks",
+    "mm_inputs": "multimodal inputs are not supported",
+    "media_refs": "multimodal inputs are not supported",
+}
+_REFUSED_SAMPLING = {
+    "prompt_logprobs": "prompt logprobs are not supported",
+    "truncate_prompt_tokens": "prompt truncation is not supported; send a prompt that fits",
+    "structural_tag": "structural tags are not supported; use json_schema, regex, grammar or choice",
+}
+
+
+def generation_requests(msg: vllm_pb.GenerateRequest, tenant: Tenant) -> list[GenerationRequest]:
+    """One engine request per sample (``n``); sample i of a seeded request is seeded ``seed + i``."""
+    _refuse_unsupported(msg)
+    sp = msg.sampling_params
+    n = sp.n or 1
+    if n > MAX_CHOICES:
+        raise InvalidRequest("sampling_params.n", f"must be between 1 and {MAX_CHOICES}")
+    base = convert.generation_request(msg)
+    request = dataclasses.replace(
+        base, tenant=tenant, response_format=_response_format(sp),
+        stopping=dataclasses.replace(base.stopping, stop=tuple(sp.stop), min_tokens=sp.min_tokens))
+    if n == 1:
+        return [request]
+    seed = request.sampling.seed
+    return [dataclasses.replace(
+        request, request_id=sample_id(request.request_id, i) if request.request_id else "",
+        sampling=dataclasses.replace(request.sampling, seed=None if seed is None else seed + i))
+        for i in range(n)]
+
+
+def sample_id(request_id: str, index: int) -> str:
+    """The engine's id of sample ``index`` of a request with n > 1."""
+    return f"{request_id}/{index}"
+
+
+def _refuse_unsupported(msg: vllm_pb.GenerateRequest) -> None:
+    for field, why in _REFUSED_REQUEST.items():
+        if msg.HasField(field):
+            raise InvalidRequest(field, why)
+    if msg.extra_mm_inputs:
+        raise InvalidRequest("extra_mm_inputs", "multimodal inputs are not supported")
+    sp = msg.sampling_params
+    for field, why in _REFUSED_SAMPLING.items():
+        if sp.HasField(field):
+            raise InvalidRequest(f"sampling_params.{field}", why)
+    # skip_special_tokens, spaces_between_special_tokens and include_stop_str_in_output shape
+    # text, which the gateway makes from our token ids; grammar_from_first_token is what our
+    # constraints always do.
+
+
+def _response_format(sp: vllm_pb.SamplingParams) -> ResponseFormat | None:
+    which = sp.WhichOneof("constraint")
+    if which is None:
+        return None
+    if which == "json_object":
+        return ResponseFormat(FormatKind.JSON_OBJECT) if sp.json_object else None
+    if which == "choice":
+        return ResponseFormat(FormatKind.CHOICE, options=tuple(sp.choice.choices))
+    if which == "json_schema":
+        return ResponseFormat(FormatKind.JSON_SCHEMA, closed_objects(sp.json_schema))
+    return ResponseFormat(_FORMATS[which], getattr(sp, which))
+
+
+def closed_objects(schema_text: str) -> str:
+    """The schema with ``additionalProperties: false`` wherever an object lists its properties and
+    says nothing of others: what vLLM's default backend enforces, and what gateways' tool schemas
+    count on. Text that is not JSON is left for the grammar compiler to refuse."""
+    try:
+        schema = json.loads(schema_text)
+    except ValueError:
+        return schema_text
+
+    def close(node) -> None:  # a schema: walks only the keywords that hold subschemas
+        if not isinstance(node, dict):
+            return
+        if isinstance(node.get("properties"), dict) and "additionalProperties" not in node:
+            node["additionalProperties"] = False
+        for key in ("properties", "$defs", "definitions", "patternProperties"):
+            for sub in (node.get(key) or {}).values() if isinstance(node.get(key), dict) else ():
+                close(sub)
+        for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+            for sub in node.get(key) or () if isinstance(node.get(key), list) else ():
+                close(sub)
+        for key in ("items", "additionalProperties", "not", "if", "then", "else"):
+            close(node.get(key))
+
+    close(schema)
+    return json.dumps(schema)
+
+
+def embedding_request(msg: vllm_pb.EmbedRequest, tenant: Tenant) -> EmbeddingRequest:
+    ids = tuple(msg.tokenized.input_ids)
+    if not ids:
+        raise InvalidRequest("tokenized.input_ids", "must hold the input's token ids")
+    return EmbeddingRequest(inputs=(), token_ids=(ids,), request_id=msg.request_id, tenant=tenant)
+
+
+def in_contract_terms(error: BaseException) -> BaseException:
+    """Our field paths renamed to the vLLM contract's (constraints live in sampling_params)."""
+    if isinstance(error, InvalidRequest) and error.field.startswith("response_format."):
+        return InvalidRequest("sampling_params." + error.field[len("response_format."):], error.description)
+    return convert.in_contract_terms(error)
