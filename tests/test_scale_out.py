@@ -21,6 +21,9 @@ import jsonschema
 import numpy as np
 import pytest
 
+from smg_grpc_proto import vllm_engine_pb2_grpc as vllm_grpc
+from smg_grpc_proto.generated import common_pb2
+
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from engine.loading.embedded import default_embedding_model
@@ -134,6 +137,29 @@ def test_a_shared_prefix_stays_on_one_replica_and_reuses_its_cache(cluster):
     delta = [a - b for a, b in zip(generated(cluster.replicas), before)]
     assert sorted(delta) == [0, 40], delta
     assert all(share > 0.8 for share in cached[1:]), cached
+
+
+def test_routing_follows_kv_events_not_the_gateways_guess(cluster):
+    """The gateway sends a document to one replica, which then drops it (FlushCache), while the
+    other replica gets it straight over our API: the gateway's own tree still points at the
+    first, only the replicas' KV events say where the document's blocks now are."""
+    document = "The cartographer mapped every island of the archipelago and named each after a star. " * 5
+    before = generated(cluster.replicas)
+    cluster.gateway.chat(chat(f"{document} Question: which island came first?", 2))
+    delta = [a - b for a, b in zip(generated(cluster.replicas), before)]
+    first = cluster.replicas[delta.index(2)]
+    holder = cluster.replicas[1 - delta.index(2)]
+    assert vllm_grpc.VllmEngineStub(first.channel).FlushCache(common_pb2.FlushCacheRequest(), timeout=10).success
+    direct(holder, pb.GenerateRequest(chat=gen_pb.ChatMessages(messages=[gen_pb.ChatMessage(
+        role="user", content=f"{document} Question: which island came last?")]),
+        stopping=gen_pb.StoppingCriteria(max_tokens=2)))
+    time.sleep(1.0)  # the clear and the stored blocks reach the gateway over the KV event streams
+    before = generated(cluster.replicas)
+    out = cluster.gateway.chat(chat(f"{document} Question: which star is the brightest?", 4))
+    after = {id(r): n for r, n in zip(cluster.replicas, generated(cluster.replicas))}
+    was = {id(r): n for r, n in zip(cluster.replicas, before)}
+    assert (after[id(first)] - was[id(first)], after[id(holder)] - was[id(holder)]) == (0, 4)
+    assert out["usage"]["prompt_tokens_details"]["cached_tokens"] > 0.5 * out["usage"]["prompt_tokens"]
 
 
 def test_a_client_disconnect_aborts_the_request_on_the_worker(cluster):

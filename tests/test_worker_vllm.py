@@ -4,6 +4,7 @@ flush and, on a server whose worker model is an embedding model, Embed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import grpc
@@ -200,8 +201,32 @@ async def test_an_embedding_worker_embeds_token_ids_as_our_embed_does(server, st
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
-async def test_kv_event_subscription_is_unimplemented_so_the_gateway_routes_on_its_own_tree(worker):
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        async for _ in worker.SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest()):
-            pass
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+async def test_kv_events_follow_the_prefix_cache(stub, worker, server):
+    """Stored blocks chain from the namespace; a flush clears them; resuming replays."""
+    block = server["models"].generator("llama").blocks.block_size
+    call = worker.SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest(load_records_before_first_batch=True))
+    first = await asyncio.wait_for(call.read(), 10)  # a snapshot, or a load record while nothing is stored
+    assert first.load.max_running_requests == 8
+    ids = await prompt_ids(stub, "Blocks of this prompt are published for the router to see. " * 3)
+    await collect(worker, tokenized(ids, max_tokens=2))
+    stored = None
+    while stored is None:
+        batch = await asyncio.wait_for(call.read(), 10)
+        for event in batch.events:
+            if event.HasField("stored") and len(event.stored.blocks) >= len(ids) // block - 1:
+                stored = (batch.sequence_number, event.stored)
+    sequence, event = stored
+    tokens = [t for b in event.blocks for t in b.token_ids]
+    assert all(b.block_size == block and len(b.token_ids) == block for b in event.blocks)
+    assert not event.HasField("parent_block_hash") and tokens == ids[:len(tokens)]  # a new chain: the prompt's blocks
+    await worker.FlushCache(common_pb2.FlushCacheRequest())
+    cleared = None
+    while cleared is None:
+        batch = await asyncio.wait_for(call.read(), 10)
+        cleared = next((e for e in batch.events if e.HasField("cleared")), None)
+    call.cancel()
+    resumed = worker.SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest(start_sequence_number=sequence))
+    replayed = [await asyncio.wait_for(resumed.read(), 10) for _ in range(batch.sequence_number - sequence)]
+    assert [b.sequence_number for b in replayed] == list(range(sequence + 1, batch.sequence_number + 1))
+    assert replayed[-1].events[-1].HasField("cleared")  # the same batches, in order
+    resumed.cancel()

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
 
+from .blocks import BlockLedger
 from .exact import buffer_bytes, exact
 
 
@@ -24,8 +25,10 @@ class PrefixHit:
 
 
 class PrefixCache:
-    def __init__(self, max_bytes: int, max_entries: int = 64):
+    def __init__(self, max_bytes: int, max_entries: int = 64, ledger: BlockLedger | None = None):
         self.max_bytes = max_bytes
+        self.ledger = ledger  # told of every entry that comes and goes
+        self._published: set[tuple[str, tuple[int, ...]]] = set()
         self._lru = LRUPromptCache(max_size=max_entries)  # bounded by entries there, by bytes here
         self._held: dict[tuple[str, tuple[int, ...]], int] = {}  # (namespace, tokens) -> bytes of its buffers
         self.hits = 0
@@ -85,10 +88,22 @@ class PrefixCache:
         while self._held and self.nbytes > self.max_bytes:
             self._lru.trim_to(n_sequences=len(self._lru) - 1)  # the least recently used
             self._forget_dropped()
+        self._publish()
 
     def clear(self) -> None:
         self._lru.trim_to(n_sequences=0)
         self._held.clear()
+        self._published = set()
+        if self.ledger is not None:
+            self.ledger.cleared()
+
+    def _publish(self) -> None:
+        if self.ledger is None:
+            return
+        now = {(ns, tuple(tokens)) for ns, tokens in self._keys()}
+        if now != self._published:
+            self.ledger.entries_changed(now - self._published, self._published - now)
+            self._published = now
 
     def _forget_dropped(self) -> None:
         if len(self._held) != len(self._lru):

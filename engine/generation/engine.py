@@ -24,6 +24,7 @@ from ..loading.model import LoadedModel, default_name, load_generation_model
 from ..loading.tokenizer_files import tokenizer_files
 from ..memory.budget import MemoryBudget
 from ..memory.calibration import calibrate_decode
+from ..caches.blocks import BlockLedger
 from ..memory.facts import facts_from_model, with_draft
 from ..memory.plan import MemoryPlan
 from ..memory.planner import Planner
@@ -75,6 +76,7 @@ class GenerationEngine:
         self._streams = Streams(self._tenants)
         self._closing = False
         self._machine_total = usable_memory()[1]
+        self.blocks = BlockLedger()  # the prefix cache's blocks, for routers
         self._worker: Worker[LoadedModel] = Worker(self.name, self._load, self._scheduler)
         self.adapters = Adapters(self._worker.ask, self.name, config.max_adapters,
                                  root=config.adapter_root,
@@ -136,7 +138,8 @@ class GenerationEngine:
                          budget=self._budget, namespace=loaded.name, interrupt=self._worker.stop_requested,
                          rolls_back=loaded.traits.can_roll_back, drafter=drafter,
                          adapters=AdapterBank(loaded.model, loaded.name),
-                         planner=Planner(self._decode, self._machine_total, loaded.context_length))
+                         planner=Planner(self._decode, self._machine_total, loaded.context_length),
+                         ledger=self.blocks)
 
     def describe(self) -> ModelDescription:
         m = self.loaded  # NotReady while loading

@@ -8,6 +8,7 @@ is cancelled: all are); FlushCache needs the admin role.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import AsyncIterator
 
@@ -16,7 +17,8 @@ from smg_grpc_proto import vllm_engine_pb2 as vllm_pb
 from smg_grpc_proto import vllm_engine_pb2_grpc as vllm_grpc
 from smg_grpc_proto.generated import common_pb2
 
-from engine.errors import NotServed
+from engine.caches.blocks import CacheCleared, EventBatch
+from engine.generation.engine import GenerationEngine
 from engine.events import Event, Finished
 from engine.models import sized_limits
 from engine.validation import check_counts, check_ids
@@ -29,6 +31,7 @@ from .base import ContractServicer
 
 SERVICE_NAME = vllm_pb.DESCRIPTOR.services_by_name["VllmEngine"].full_name
 PROFILING = "profiling is not supported by this worker"
+HEARTBEAT_S = 1.0  # a KV event stream's load record while nothing is stored or removed
 
 
 class VllmWorkerServicer(ContractServicer, vllm_grpc.VllmEngineServicer):
@@ -88,9 +91,17 @@ class VllmWorkerServicer(ContractServicer, vllm_grpc.VllmEngineServicer):
     @mapped()
     async def SubscribeKvEvents(self, request: common_pb2.SubscribeKvEventsRequest,
                                 context: grpc.aio.ServicerContext):
-        # UNIMPLEMENTED makes SMG route on its own tree of the prompts it sent (see OPERATIONS.md)
-        raise NotServed("KV-cache events are not published yet; the gateway routes on its own prefix tree")
-        yield  # noqa: unreachable - makes this a server-streaming method
+        engine = self._engine()
+        records = itertools.count(1)
+        cursor = request.start_sequence_number
+        async for batch in engine.blocks.batches(cursor, heartbeat_s=HEARTBEAT_S):
+            if batch is None or (batch.sequence == 0 and not _has_blocks(batch)):  # nothing stored yet
+                if cursor or request.load_records_before_first_batch:
+                    yield common_pb2.KvEventBatch(sequence_number=cursor, timestamp=time.time(),
+                                                  load=_load(engine, next(records), load_only=True))
+                continue
+            cursor = batch.sequence
+            yield vllm_convert.kv_event_batch(batch, engine.blocks.block_size, _load(engine, next(records)))
 
     @mapped()
     async def StartProfile(self, request: common_pb2.StartProfileRequest, context: grpc.aio.ServicerContext):
@@ -133,6 +144,17 @@ async def _merged(streams: list[AsyncIterator[Event]]) -> AsyncIterator[tuple[in
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _has_blocks(batch: EventBatch) -> bool:
+    return any(not isinstance(event, CacheCleared) for event in batch.events)
+
+
+def _load(engine: GenerationEngine, sample: int, load_only: bool = False) -> common_pb2.EngineLoad:
+    """What the event loop knows of the engine's load right now (no engine-thread round trip)."""
+    return common_pb2.EngineLoad(running_requests=engine.active, waiting_requests=engine.queued,
+                                 max_running_requests=engine.config.scheduler.max_active, sample=sample,
+                                 load_only=load_only)
 
 
 def _now_iso() -> str:

@@ -9,7 +9,9 @@ import dataclasses
 import json
 
 from smg_grpc_proto import vllm_engine_pb2 as vllm_pb
+from smg_grpc_proto.generated import common_pb2
 
+from engine.caches.blocks import BlocksRemoved, BlocksStored, EventBatch
 from engine.errors import InvalidRequest
 from engine.requests import EmbeddingRequest, FormatKind, GenerationRequest, ResponseFormat
 from engine.tenancy import Tenant
@@ -118,6 +120,25 @@ def embedding_request(msg: vllm_pb.EmbedRequest, tenant: Tenant) -> EmbeddingReq
     if not ids:
         raise InvalidRequest("tokenized.input_ids", "must hold the input's token ids")
     return EmbeddingRequest(inputs=(), token_ids=(ids,), request_id=msg.request_id, tenant=tenant)
+
+
+def kv_event_batch(batch: EventBatch, block_size: int, load: common_pb2.EngineLoad) -> common_pb2.KvEventBatch:
+    events = []
+    for event in batch.events:
+        if isinstance(event, BlocksStored):
+            stored = common_pb2.KvBlocksStored(
+                blocks=[common_pb2.KvBlock(block_hash=h, token_ids=tokens, block_size=block_size)
+                        for h, tokens in zip(event.hashes, event.tokens)],
+                locality=common_pb2.KV_CACHE_LOCALITY_LOCAL)  # the tier left unset: the engine's own memory
+            if event.parent is not None:
+                stored.parent_block_hash = event.parent
+            events.append(common_pb2.KvCacheEvent(stored=stored))
+        elif isinstance(event, BlocksRemoved):
+            events.append(common_pb2.KvCacheEvent(removed=common_pb2.KvBlocksRemoved(block_hashes=event.hashes)))
+        else:
+            events.append(common_pb2.KvCacheEvent(cleared=common_pb2.KvCacheCleared()))
+    return common_pb2.KvEventBatch(sequence_number=batch.sequence, timestamp=batch.timestamp, events=events,
+                                   load=load)
 
 
 def in_contract_terms(error: BaseException) -> BaseException:

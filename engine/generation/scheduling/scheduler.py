@@ -13,6 +13,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
 from ...adapters.bank import AdapterBank
+from ...caches.blocks import BlockLedger
 from ...caches.prefix import PrefixCache
 from ...events import FinishReason
 from ...memory.budget import MemoryBudget
@@ -82,13 +83,14 @@ class Scheduler:
     def __init__(self, model: nn.Module, config: SchedulerConfig, token_text: Callable[[int], str], *,
                  budget: MemoryBudget | None = None, namespace: str = "", rolls_back: bool | None = None,
                  interrupt: Callable[[str], bool] | None = None, drafter: DraftModel | None = None,
-                 adapters: AdapterBank | None = None, planner: Planner | None = None):
+                 adapters: AdapterBank | None = None, planner: Planner | None = None,
+                 ledger: BlockLedger | None = None):
         self._model = model
         self.adapters = adapters
         self._route = adapters.routed if adapters is not None else unrouted
         self._config = config
         self._planner = planner
-        cache = (PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries)
+        cache = (PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries, ledger)
                  if config.prefix_cache_bytes > 0 else None)
         self.reuse = PrefixReuse(cache, namespace)
         self.admission = Admission(config.max_active, budget, headroom=config.headroom,
