@@ -78,8 +78,9 @@ class ServerOptions:
                                      "(vllm.grpc.engine.VllmEngine, mlx.grpc.engine.MlxEngine)")
     smg_contract: str = setting("both", "which SMG worker contracts to serve: vllm (the full one), mlx (the narrow "
                                         "one) or both (SMG then uses vllm)", choices=("both", "vllm", "mlx"))
-    smg_worker_model: str = setting("", "the model the SMG worker contracts serve (default: the first generation "
-                                        "model, else the first embedding model)", metavar="NAME")
+    smg_worker_model: str = setting("", "the model the SMG worker contracts serve, MODEL:ADAPTER for one of its "
+                                        "loaded adapters on every request (default: the first generation model, "
+                                        "else the first embedding model)", metavar="NAME")
     limits: Limits = Limits()  # the engines' limits (identifiers are checked before a model is found)
 
 

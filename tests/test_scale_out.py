@@ -35,6 +35,7 @@ SMG_WHEELS = {("Linux", "x86_64"), ("Darwin", "arm64")}  # where the test extra 
 MODEL = "llama"
 TOOLS_MODEL = "agent"  # the tools-qwen fixture
 EMBEDDER = "minilm"
+ADAPTER = "tone"  # a LoRA adapter of the llama fixture
 WORKER = "vllm.grpc.engine.VllmEngine"  # the contract SMG picks when a server offers several
 TOPICS = ("apples", "rivers", "mountains", "violins", "glaciers", "lanterns", "harbors", "comets", "orchards",
           "deserts", "bridges", "forests", "islands", "engines", "meadows", "castles", "oceans", "tunnels",
@@ -42,9 +43,10 @@ TOPICS = ("apples", "rivers", "mountains", "violins", "glaciers", "lanterns", "h
 
 
 @pytest.fixture(scope="module")
-def cluster(fixture_models, chat_models, tmp_path_factory):
-    """Two llama replicas, a tool-capable one (model "tools-qwen") and one whose worker model is
-    the embedded MiniLM, all behind one gateway."""
+def cluster(fixture_models, chat_models, fixture_adapters, tmp_path_factory):
+    """Two llama replicas, a tool-capable one (model "agent"), one serving llama with its "tone"
+    adapter (model "llama:tone") and one whose worker model is the embedded MiniLM, all behind
+    one gateway."""
     if smg_executable() is None:
         if (platform.system(), platform.machine()) in SMG_WHEELS:
             pytest.fail("smg is not installed; scripts/setup.sh installs it (the test extra pins it)")
@@ -56,7 +58,9 @@ def cluster(fixture_models, chat_models, tmp_path_factory):
     agent = logs / TOOLS_MODEL
     agent.symlink_to(chat_models["qwen"], target_is_directory=True)
     tools = Replica("tools", agent, logs)
-    workers = [*replicas, tools]
+    tuned = Replica("tuned", fixture_models[MODEL], logs, "--adapter", f"{ADAPTER}={fixture_adapters[ADAPTER]}",
+                    "--smg-worker-model", f"{MODEL}:{ADAPTER}")
+    workers = [*replicas, tools, tuned]
     embedder = None
     if HAS_MINILM:
         embedder = Replica("embedder", fixture_models[MODEL], logs, "--embedding-model",
@@ -69,7 +73,7 @@ def cluster(fixture_models, chat_models, tmp_path_factory):
         # probe every second so a dead replica leaves the rotation quickly
         gateway = Gateway(workers, logs, "cache_aware", "--health-check-interval-secs", "1")
         gateway.wait_until(gateway.ready, 60, "/readiness with every worker healthy")
-        yield SimpleNamespace(replicas=replicas, tools=tools, embedder=embedder, gateway=gateway)
+        yield SimpleNamespace(replicas=replicas, tools=tools, tuned=tuned, embedder=embedder, gateway=gateway)
     finally:
         for process in ([gateway] if gateway else []) + workers:
             process.stop()
@@ -262,6 +266,18 @@ def test_tool_choice_answers_with_parsed_calls(cluster, tool_choice, names):
             parameters = next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] ==
                               call["function"]["name"])
             jsonschema.validate(arguments, parameters)
+
+
+def test_an_adapter_is_reached_as_its_own_model(cluster):
+    prompt = "Tell me about the harbour."
+    out = cluster.gateway.chat({**chat(prompt, 12), "model": f"{MODEL}:{ADAPTER}"})
+    messages = gen_pb.ChatMessages(messages=[gen_pb.ChatMessage(role="user", content=prompt)])
+    tuned, _ = direct(cluster.tuned, pb.GenerateRequest(chat=messages, adapter=ADAPTER,
+                                                        stopping=gen_pb.StoppingCriteria(max_tokens=12)))
+    base, _ = direct(cluster.tuned, pb.GenerateRequest(chat=messages, stopping=gen_pb.StoppingCriteria(max_tokens=12)))
+    assert out["choices"][0]["message"]["content"] == tuned != base
+    status, models = cluster.gateway.request("GET", "/v1/models")
+    assert f'"id":"{MODEL}:{ADAPTER}"' in models
 
 
 @pytest.mark.skipif(not HAS_MINILM, reason="the embedded MiniLM is not installed")

@@ -230,3 +230,15 @@ async def test_kv_events_follow_the_prefix_cache(stub, worker, server):
     assert [b.sequence_number for b in replayed] == list(range(sequence + 1, batch.sequence_number + 1))
     assert replayed[-1].events[-1].HasField("cleared")  # the same batches, in order
     resumed.cancel()
+
+
+async def test_a_worker_model_naming_an_adapter_that_is_not_loaded_is_unhealthy(server):
+    options = ServerOptions(smg_worker_model="llama:absent")
+    async with extra_server(server["models"], options) as port, grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        worker = vllm_grpc.VllmEngineStub(ch)
+        health = await worker.HealthCheck(vllm_pb.HealthCheckRequest())
+        assert not health.healthy and "'absent'" in health.message
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            async for _ in worker.Generate(vllm_pb.GenerateRequest(text="x")):
+                pass
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION

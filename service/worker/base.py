@@ -12,7 +12,7 @@ from types import ModuleType
 
 import grpc
 
-from engine.errors import EngineError
+from engine.errors import EngineError, Unsupported
 from engine.generation.engine import GenerationEngine
 from engine.models import Engine, ModelSet
 from engine.validation import Limits, at_most
@@ -35,7 +35,9 @@ class ContractServicer:
     def __init__(self, models: ModelSet, state: ServerState, limits: Limits = Limits(),
                  max_message_bytes: int = MAX_MESSAGE_BYTES, model: str = ""):
         self.models = models
-        self.model = model  # the one model served ("": the first generation model, else the first embedding one)
+        # the one model served ("": the first generation model, else the first embedding one), and
+        # with "MODEL:ADAPTER" one of its loaded adapters, applied to every request
+        self.model, _, self.adapter = model.partition(":")
         self.state = state
         self.limits = limits  # for the request id, checked before the model is looked up
         self.max_message_bytes = max_message_bytes
@@ -44,8 +46,12 @@ class ContractServicer:
         self._bundle: TokenizerBundle | None = None
 
     def _engine(self) -> GenerationEngine:
-        """The served model, which must generate."""
-        return self._named(self.models.generator(self._name()))
+        """The served model, which must generate (and hold the served adapter, if any)."""
+        engine = self._named(self.models.generator(self._name()))
+        if self.adapter and self.adapter not in {a.name for a in engine.adapters.infos()}:
+            raise Unsupported(f"adapter {self.adapter!r} of model {engine.name!r}, which the worker contracts "
+                              f"serve, is not loaded")
+        return engine
 
     def _model(self) -> Engine:
         """The served model, of either kind."""
@@ -73,7 +79,7 @@ class ContractServicer:
         if self.state.draining:
             return self.pb.HealthCheckResponse(healthy=False, message="draining")
         try:
-            self._model()
+            self._engine() if self.adapter else self._model()
         except EngineError as exc:
             return self.pb.HealthCheckResponse(healthy=False, message=exc.message)
         return self.pb.HealthCheckResponse(healthy=True, message="OK")
@@ -94,8 +100,10 @@ class ContractServicer:
     async def GetModelInfo(self, request, context: grpc.aio.ServicerContext):
         engine = self._model()
         files = await self._tokenizer_files(engine)
-        return convert.model_info(self.pb.GetModelInfoResponse, engine.describe(), files,
-                                  engine.max_prompt_tokens)
+        info = convert.model_info(self.pb.GetModelInfoResponse, engine.describe(), files, engine.max_prompt_tokens)
+        if self.adapter:
+            info.served_model_name = f"{info.served_model_name}:{self.adapter}"
+        return info
 
     @mapped()
     async def GetServerInfo(self, request, context: grpc.aio.ServicerContext):

@@ -30,7 +30,8 @@ class WorkerServicer(ContractServicer, mlx_grpc.MlxEngineServicer):
         engine = self._engine()
         check_counts(convert.generation_counts(request), sized_limits(engine))
         responses = convert.Responses(mlx_pb, request.stream)
-        request_ = dataclasses.replace(convert.generation_request(request), tenant=current_identity().tenant)
+        request_ = dataclasses.replace(convert.generation_request(request), tenant=current_identity().tenant,
+                                       adapter=self.adapter)
         async for event in engine.generate(request_):
             if isinstance(event, Finished):
                 finished(event.timings)  # the tracing spans' phases (this contract's reply has no timings)

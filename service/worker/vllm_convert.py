@@ -35,7 +35,7 @@ _REFUSED_SAMPLING = {
 }
 
 
-def generation_requests(msg: vllm_pb.GenerateRequest, tenant: Tenant) -> list[GenerationRequest]:
+def generation_requests(msg: vllm_pb.GenerateRequest, tenant: Tenant, adapter: str = "") -> list[GenerationRequest]:
     """One engine request per sample (``n``); sample i of a seeded request is seeded ``seed + i``."""
     _refuse_unsupported(msg)
     sp = msg.sampling_params
@@ -44,7 +44,7 @@ def generation_requests(msg: vllm_pb.GenerateRequest, tenant: Tenant) -> list[Ge
         raise InvalidRequest("sampling_params.n", f"must be between 1 and {MAX_CHOICES}")
     base = convert.generation_request(msg)
     request = dataclasses.replace(
-        base, tenant=tenant, response_format=_response_format(sp),
+        base, tenant=tenant, adapter=adapter, response_format=_response_format(sp),
         stopping=dataclasses.replace(base.stopping, stop=tuple(sp.stop), min_tokens=sp.min_tokens))
     if n == 1:
         return [request]
