@@ -70,3 +70,11 @@ async def test_a_stream_resumes_after_its_cursor_and_sees_new_batches():
     late = ledger.batches(after=3)
     assert isinstance((await anext(late)).events[0], CacheCleared)
     await late.aclose()
+
+
+def test_the_history_is_bounded_by_the_tokens_it_holds():
+    ledger = BlockLedger(block_size=16, history=100, history_tokens=64)
+    for i in range(10):
+        ledger.entries_changed([("ns", tuple(range(i * 1000, i * 1000 + 32)))], [])  # 32 tokens a batch
+    assert len(ledger._history) == 2 and ledger._history[-1].sequence == 10
+    assert ledger._history_tokens == 64

@@ -60,13 +60,19 @@ def chain(namespace: str, tokens: Sequence[int], block_size: int) -> list[tuple[
     return out
 
 
+def _tokens_in(batch: EventBatch) -> int:
+    return sum(len(tokens) for e in batch.events if isinstance(e, BlocksStored) for tokens in e.tokens)
+
+
 class BlockLedger:
-    def __init__(self, block_size: int = 16, history: int = 4096):
+    def __init__(self, block_size: int = 16, history: int = 4096, history_tokens: int = 1 << 20):
         self.block_size = block_size
         self._lock = threading.Lock()
         self._entries: dict[Key, list[tuple[int, tuple[int, ...]]]] = {}
         self._refs: collections.Counter[int] = collections.Counter()
         self._history: collections.deque[EventBatch] = collections.deque(maxlen=history)
+        self._history_tokens = 0  # tokens the stored events in the history hold, at most history_tokens
+        self._max_history_tokens = history_tokens
         self._sequence = 0
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
 
@@ -110,7 +116,13 @@ class BlockLedger:
         if not events:
             return
         self._sequence += 1
-        self._history.append(EventBatch(self._sequence, time.time(), tuple(events)))
+        if len(self._history) == self._history.maxlen:
+            self._history_tokens -= _tokens_in(self._history[0])
+        batch = EventBatch(self._sequence, time.time(), tuple(events))
+        self._history.append(batch)
+        self._history_tokens += _tokens_in(batch)
+        while self._history_tokens > self._max_history_tokens and len(self._history) > 1:
+            self._history_tokens -= _tokens_in(self._history.popleft())
         for loop, ready in list(self._waiters):
             loop.call_soon_threadsafe(ready.set)
 

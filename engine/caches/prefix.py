@@ -100,9 +100,10 @@ class PrefixCache:
     def _publish(self) -> None:
         if self.ledger is None:
             return
-        now = {(ns, tuple(tokens)) for ns, tokens in self._keys()}
-        if now != self._published:
-            self.ledger.entries_changed(now - self._published, self._published - now)
+        now = set(self._held)  # the entries' keys (the same tuple objects: cheap to compare)
+        added, removed = now - self._published, self._published - now
+        if added or removed:
+            self.ledger.entries_changed(added, removed)
             self._published = now
 
     def _forget_dropped(self) -> None:

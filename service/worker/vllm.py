@@ -1,8 +1,8 @@
 """``vllm.grpc.engine.VllmEngine``: SMG's full worker contract (constraints, stop strings, n,
-embeddings, loads, cache flush), on the one model the worker contracts serve.
+embeddings, loads, KV events, cache flush), on the one model the worker contracts serve.
 
 Invariants: the n samples of a request run as n engine requests that end together (one fails or
-is cancelled: all are); FlushCache needs the admin role.
+is cancelled: all are); FlushCache needs the admin role; every KV event batch carries the load.
 """
 
 from __future__ import annotations
@@ -53,9 +53,8 @@ class VllmWorkerServicer(ContractServicer, vllm_grpc.VllmEngineServicer):
 
     def _cancel(self, request_id: str, tenant: str) -> None:
         self.models.cancel(request_id, tenant)
-        for index in range(vllm_convert.MAX_CHOICES):  # the samples of an n > 1 request
-            if not self.models.cancel(vllm_convert.sample_id(request_id, index), tenant):
-                break
+        for index in range(vllm_convert.MAX_CHOICES):  # the samples of an n > 1 request (some may have ended)
+            self.models.cancel(vllm_convert.sample_id(request_id, index), tenant)
 
     @mapped()
     async def Embed(self, request: vllm_pb.EmbedRequest, context: grpc.aio.ServicerContext):
