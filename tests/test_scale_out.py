@@ -239,6 +239,16 @@ def test_chat_logprobs_match_our_generate(cluster):
         [t.logprob for lp in ours for t in lp.top_logprobs], abs=1e-4)
 
 
+def test_a_completion_equals_our_generate_of_the_same_text(cluster):
+    out = cluster.gateway.post("/v1/completions", {"model": MODEL, "prompt": "The river", "max_tokens": 6,
+                                                   "temperature": 0})
+    text, finished = direct(cluster.replicas[0], pb.GenerateRequest(
+        text="The river", stopping=gen_pb.StoppingCriteria(max_tokens=6)))
+    assert out["choices"][0]["text"] == text
+    assert out["usage"]["prompt_tokens"] == finished.usage.prompt_tokens
+    assert out["usage"]["completion_tokens"] == 6
+
+
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},

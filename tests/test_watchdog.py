@@ -158,12 +158,12 @@ async def test_a_stalled_embedding_thread_answers_its_caller(fixture_models):
     async with guarded_server(ModelSet([], [engine]), stall_timeout_s=0.5) as (channel, guard):
         try:
             stub = pb_grpc.InferenceServiceStub(channel)
-            embed_batches = engine.model.embed_batches
+            forward = engine.model._forward  # what the engine thread runs for every batch
 
             def stuck(*args, **kwargs):
                 release.wait(30)
-                return embed_batches(*args, **kwargs)
-            engine.model.embed_batches = stuck
+                return forward(*args, **kwargs)
+            engine.model._forward = stuck
             call = asyncio.create_task(read_embed(stub.Embed(pb.EmbedRequest(model="embedder", inputs=["stuck"]))))
             await asyncio.wait([call], timeout=ANSWERED_S)
             assert call.done()

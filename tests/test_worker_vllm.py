@@ -95,6 +95,33 @@ async def test_choice_and_regex_constraints_hold(stub, worker):
     assert len(await text_of(stub, tokens)) == 3 and (await text_of(stub, tokens)).isdigit()
 
 
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}}, "required": ["city"]}
+
+
+def mistral_calls(at_most_one: bool) -> dict:
+    """What SMG sends for tool_choice required with --tool-call-parser mistral (one tool)."""
+    call = {"begin": '{"name": "get_weather", "arguments": ',
+            "content": {"type": "json_schema", "json_schema": WEATHER}, "end": "}"}
+    return {"format": {"type": "triggered_tags", "triggers": ["[TOOL_CALLS]"], "at_least_one": True,
+                       "stop_after_first": at_most_one,
+                       "tags": [{"begin": "[TOOL_CALLS] [", "end": "]", "content": {
+                           "type": "tags_with_separator", "tags": [call], "separator": ", ", "at_least_one": True,
+                           "stop_after_first": at_most_one}}]}}
+
+
+async def test_a_structural_tag_constrains_the_calls_it_describes(stub, worker):
+    ids = await prompt_ids(stub, "Call the tool:")
+    for seed in range(3):
+        (tokens, complete), = (await collect(worker, tokenized(
+            ids, temperature=1.0, seed=seed, max_tokens=80,
+            structural_tag=json.dumps(mistral_calls(at_most_one=True))))).values()
+        text = await text_of(stub, tokens)
+        assert complete.finish_reason == "stop" and text.startswith("[TOOL_CALLS] [") and text.endswith("]"), text
+        (call,) = json.loads(text[len("[TOOL_CALLS] "):])
+        assert call["name"] == "get_weather"
+        jsonschema.validate(call["arguments"], {**WEATHER, "additionalProperties": False})
+
+
 async def test_a_stop_string_ends_the_sample_and_is_reported(stub, worker, oracle):
     ids = await prompt_ids(stub, ORACLE_PROMPTS[NAME])
     full = await text_of(stub, oracle["llama"][NAME])
@@ -139,7 +166,7 @@ async def test_abort_ends_every_sample_of_a_request(stub, worker):
         remote_host="h", remote_port=1))),
     ("data_parallel_rank", vllm_pb.GenerateRequest(text="x", data_parallel_rank=1)),
     ("sampling_params.structural_tag", vllm_pb.GenerateRequest(
-        text="x", sampling_params=vllm_pb.SamplingParams(structural_tag="{}"))),
+        text="x", sampling_params=vllm_pb.SamplingParams(structural_tag='{"format": {"type": "any_text"}}'))),
     ("sampling_params.prompt_logprobs", vllm_pb.GenerateRequest(
         text="x", sampling_params=vllm_pb.SamplingParams(prompt_logprobs=1))),
     ("sampling_params.n", vllm_pb.GenerateRequest(text="x", sampling_params=vllm_pb.SamplingParams(n=17))),
@@ -242,3 +269,15 @@ async def test_a_worker_model_naming_an_adapter_that_is_not_loaded_is_unhealthy(
             async for _ in worker.Generate(vllm_pb.GenerateRequest(text="x")):
                 pass
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_structural_tags_as_smg_builds_them_compile():
+    from llguidance import LLMatcher
+
+    from service.worker.structural_tag import structural_tag_grammar
+
+    for tag in (mistral_calls(False), mistral_calls(True),
+                {"structures": [{"begin": "<tool_call>", "schema": WEATHER, "end": "</tool_call>"}],
+                 "triggers": ["<tool_call>"]}):
+        grammar = LLMatcher.grammar_from_lark(structural_tag_grammar(json.dumps(tag)))
+        assert LLMatcher.validate_grammar(grammar) == ""

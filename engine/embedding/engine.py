@@ -16,6 +16,7 @@ from typing import AsyncIterator
 
 from .. import kernels
 from .admission import AdmissionClosed, AdmissionPool, AdmissionRejected
+from .batcher import Batcher
 from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
 from ..hardware.device import backend_name, blas_name
 from .pooling import EmbeddingModel, EmbeddingResult
@@ -26,8 +27,6 @@ from ..caches.objects import ObjectCache
 from ..loading.tokenizer_files import folder_files
 from ..requests import EmbeddingRequest
 from ..validation import Limits, at_most, check_ids, check_priority, check_text_bytes
-
-_END = object()
 
 
 def load_embedder(model_dir: Path) -> EmbeddingModel:
@@ -49,8 +48,9 @@ def _cache_key(request: EmbeddingRequest, item: str | tuple[int, ...]) -> str:
 
 
 class EmbeddingEngine:
-    def __init__(self, source: str | Path, *, name: str = "", max_active: int = 2,
-                 max_queued: int = 64, limits: Limits = Limits(), priority_aging_s: float = 5.0):
+    def __init__(self, source: str | Path, *, name: str = "", max_active: int = 64,
+                 max_queued: int = 256, limits: Limits = Limits(), priority_aging_s: float = 5.0,
+                 batch_wait_s: float = 0.002):
         self.source = str(source)
         self.name = name or Path(self.source).name.lower()
         self.limits = limits
@@ -60,6 +60,7 @@ class EmbeddingEngine:
         self._running: dict[tuple[str, str], asyncio.Task] = {}  # by (tenant name, request id)
         self._per_tenant: dict[str, int] = {}  # requests open per tenant name
         self._heartbeat, self._pending, self._died = Heartbeat(), Pending(), ""
+        self._batcher = Batcher(self._on_thread, batch_wait_s)  # requests in the pool share forwards
         self.breaker = Breaker(lambda: self.name, self._fault, self._pending.fail_all)
         # Vectors are immutable once made; keys hold the inputs, so they count too.
         self._results: ObjectCache[EmbeddingResult] = ObjectCache(
@@ -155,9 +156,9 @@ class EmbeddingEngine:
                         yield index, result
                 if not missing:
                     return
-                results = await self._on_thread(lambda: self._batches(model, request, missing))
-                while (item := await self._on_thread(lambda: next(results, _END))) is not _END:
-                    position, result = item
+                ids = await self._token_ids(model, request, missing)
+                async for position, result in self._batcher.embed(model, ids, normalize=request.normalize,
+                                                                  dimensions=request.dimensions or None):
                     result.vector.flags.writeable = False  # shared through the cache from now on
                     self._results.put(keys[missing[position]], result)
                     yield missing[position], result
@@ -168,16 +169,15 @@ class EmbeddingEngine:
                 del self._per_tenant[tenant.name]
 
     @staticmethod
-    def _batches(model: EmbeddingModel, request: EmbeddingRequest, indices: list[int]):
-        dimensions = request.dimensions or None
+    async def _token_ids(model: EmbeddingModel, request: EmbeddingRequest, indices: list[int]) -> list[list[int]]:
+        """The inputs at ``indices`` as the forward takes them (tokenized off the engine thread)."""
         if request.token_ids:
             try:
-                return model.embed_id_batches([request.token_ids[i] for i in indices],
-                                              normalize=request.normalize, dimensions=dimensions)
+                return model.prepare_ids([request.token_ids[i] for i in indices])
             except ValueError as exc:
                 raise InvalidRequest("token_ids", str(exc)) from None
-        return model.embed_batches([request.inputs[i] for i in indices], instruction=request.instruction or None,
-                                   normalize=request.normalize, dimensions=dimensions)
+        texts = [request.inputs[i] for i in indices]
+        return await asyncio.to_thread(model.encode, texts, request.instruction or None)
 
     async def _on_thread(self, fn):
         """``fn()`` run on the engine thread; EngineDead once the engine is broken."""

@@ -214,17 +214,26 @@ class EmbeddingModel:
     def embed_id_batches(
         self, ids_list: Sequence[Sequence[int]], *, normalize: bool = True, dimensions: int | None = None
     ) -> Iterator[tuple[int, EmbeddingResult]]:
-        """``embed_batches`` for inputs already tokenized; each must fit ``max_length``. Trailing
-        padding (a tokenizer that pads to a fixed length) is dropped: it is never part of an input."""
+        """``embed_batches`` for inputs already tokenized (see ``prepare_ids``)."""
         self._validate([""] * len(ids_list), dimensions)
-        ids_list = [_unpadded(ids, getattr(self, "_pad_id", None)) for ids in ids_list]
+        ids_list = self.prepare_ids(ids_list)
+        return self._run(ids_list, self._batches([len(ids) for ids in ids_list]), normalize, dimensions)
+
+    def prepare_ids(self, ids_list: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Inputs already tokenized, checked: each must fit ``max_length`` and the vocabulary.
+        Trailing padding (a tokenizer that pads to a fixed length) is dropped: it is never part
+        of an input."""
+        ids_list = [list(_unpadded(ids, getattr(self, "_pad_id", None))) for ids in ids_list]
         for i, ids in enumerate(ids_list):
             if not 1 <= len(ids) <= self.max_length:
                 raise ValueError(f"input[{i}] must hold 1 to {self.max_length} token ids, got {len(ids)}")
             if (bad := next((t for t in ids if not 0 <= t < self.vocab_size), None)) is not None:
                 raise ValueError(f"input[{i}] holds token id {bad}, outside the vocabulary of {self.vocab_size}")
-        ids_list = [list(ids) for ids in ids_list]
-        return self._run(ids_list, self._batches([len(ids) for ids in ids_list]), normalize, dimensions)
+        return ids_list
+
+    def encode(self, texts: Sequence[str], instruction: str | None = None) -> list[list[int]]:
+        """Token ids per text, as ``embed`` feeds them (special tokens, truncation, instruction)."""
+        return [list(ids) for ids in self._encode(texts, instruction)]
 
     def _run(
         self,

@@ -17,6 +17,7 @@ from engine.requests import EmbeddingRequest, FormatKind, GenerationRequest, Res
 from engine.tenancy import Tenant
 
 from . import convert
+from .structural_tag import structural_tag_grammar
 
 MAX_CHOICES = 16  # most samples one request may ask for (``n``)
 _FORMATS = {"json_schema": FormatKind.JSON_SCHEMA, "regex": FormatKind.REGEX, "grammar": FormatKind.GRAMMAR}
@@ -31,7 +32,6 @@ _REFUSED_REQUEST = {
 _REFUSED_SAMPLING = {
     "prompt_logprobs": "prompt logprobs are not supported",
     "truncate_prompt_tokens": "prompt truncation is not supported; send a prompt that fits",
-    "structural_tag": "structural tags are not supported; use json_schema, regex, grammar or choice",
 }
 
 
@@ -85,6 +85,8 @@ def _response_format(sp: vllm_pb.SamplingParams) -> ResponseFormat | None:
         return ResponseFormat(FormatKind.CHOICE, options=tuple(sp.choice.choices))
     if which == "json_schema":
         return ResponseFormat(FormatKind.JSON_SCHEMA, closed_objects(sp.json_schema))
+    if which == "structural_tag":
+        return ResponseFormat(FormatKind.GRAMMAR, structural_tag_grammar(sp.structural_tag, close_schema))
     return ResponseFormat(_FORMATS[which], getattr(sp, which))
 
 
@@ -96,6 +98,11 @@ def closed_objects(schema_text: str) -> str:
         schema = json.loads(schema_text)
     except ValueError:
         return schema_text
+    return json.dumps(close_schema(schema))
+
+
+def close_schema(schema):
+    """``closed_objects`` on a parsed schema (changed in place, and returned)."""
 
     def close(node) -> None:  # a schema: walks only the keywords that hold subschemas
         if not isinstance(node, dict):
@@ -112,7 +119,7 @@ def closed_objects(schema_text: str) -> str:
             close(node.get(key))
 
     close(schema)
-    return json.dumps(schema)
+    return schema
 
 
 def embedding_request(msg: vllm_pb.EmbedRequest, tenant: Tenant) -> EmbeddingRequest:
