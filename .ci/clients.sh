@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts two live servers the way a user would: the default one (bash scripts/serve.sh: the
-# embedded SmolLM2 + MiniLM) and the test fixture ("llama", the tool-capable "tools" and
-# MiniLM), each with an adapter. Every client's agent example runs against the "tools" model.
+# embedded SmolLM2 + MiniLM) and the test fixture ("llama", the tool-capable "tools", MiniLM
+# and the cross-encoder "reranker"), each with an adapter. Every client's agent example runs against the "tools" model.
 # Then the grpcurl checks (reflection only, no proto files) against both, every client's
 # ci.sh (example against the default server, tests against both), and every README's
 # outside-consumer recipe.
@@ -20,6 +20,7 @@ WORK=$(mktemp -d)
 # under $WORK, each server's --adapter-root: ListAdapters shows their source relative to
 # it (default-tone, models/adapters/tone), which the tests LoadAdapter again.
 DEFAULT_MODEL=$(.venv/bin/python -c 'from engine.loading.embedded import default_generation_model as m; print(m())')
+MINILM=$(.venv/bin/python -c 'from engine.loading.embedded import default_embedding_model as m; print(m())')
 .venv/bin/python -m tests.fixtures.adapters "$DEFAULT_MODEL" "$WORK/default-tone" >/dev/null
 # A short admission queue, so the clients' retry tests fill it in a moment.
 bash scripts/serve.sh --host 127.0.0.1 --port "$DEFAULT_PORT" --max-queued 8 --grace 5 \
@@ -27,6 +28,7 @@ bash scripts/serve.sh --host 127.0.0.1 --port "$DEFAULT_PORT" --max-queued 8 --g
 DEFAULT_PID=$!
 .venv/bin/mlx-grpc serve --host 127.0.0.1 --port "$FIXTURE_PORT" --model "llama=$WORK/models/llama" \
   --model "tools=$WORK/models/tools-qwen" \
+  --embedding-model "all-minilm-l6-v2=$MINILM" --embedding-model "reranker=$WORK/models/reranker" \
   --adapter-root "$WORK" --adapter "tone=$WORK/models/adapters/tone" \
   --max-active 4 --max-queued 16 --grace 5 >"$WORK/fixture.log" 2>&1 &
 FIXTURE_PID=$!

@@ -65,6 +65,7 @@ class Capabilities:
     generation: bool = True
     response_formats: tuple[str, ...] = ()  # structured-output formats Generate accepts ("json_schema", ...)
     chat: ChatFacts = field(default_factory=ChatFacts)
+    rerank: bool = False  # the model scores query-document pairs (a cross-encoder)
 
 
 @dataclass(frozen=True)

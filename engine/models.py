@@ -55,14 +55,28 @@ class ModelSet:
         return self._ready(engine)
 
     def embedder(self, name: str) -> EmbeddingEngine:
+        """The named embedding model, or the first that embeds (rerankers do not)."""
+        return self._pooled(name, reranker=False)
+
+    def reranker(self, name: str) -> EmbeddingEngine:
+        """The named reranking model (a cross-encoder), or the first one served."""
+        return self._pooled(name, reranker=True)
+
+    def _pooled(self, name: str, *, reranker: bool) -> EmbeddingEngine:
+        what = "reranking" if reranker else "embedding"
         if not name:
-            if not self.embedding:
-                raise Unsupported("this server serves no embedding model")
-            return self._ready(self.embedding[0])
+            loading = [e for e in self.embedding if not e.ready]
+            served = [e for e in self.embedding if e.ready and e.reranks == reranker]
+            if not served and loading:
+                return self._ready(loading[0])
+            if not served:
+                raise Unsupported(f"this server serves no {what} model")
+            return served[0]
         engine = self._find(name)
         if not isinstance(engine, EmbeddingEngine):
-            raise Unsupported(f"model {name!r} has no pooled embedding operation; "
-                              f"use an embedding model ({', '.join(e.name for e in self.embedding) or 'none served'})")
+            others = ", ".join(e.name for e in self.embedding if e.ready and e.reranks == reranker)
+            raise Unsupported(f"model {name!r} has no {'reranking' if reranker else 'pooled embedding'} "
+                              f"operation; use a {what} model ({others or 'none served'})")
         return self._ready(engine)
 
     def any(self, name: str) -> Engine:

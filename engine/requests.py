@@ -164,3 +164,25 @@ class EmbeddingRequest:
     dimensions: int = 0
     tenant: Tenant = ANONYMOUS
     priority: int = 0
+    truncate: bool = True  # cut an input over the model's limit (False: refuse the request)
+
+
+@dataclass(frozen=True)
+class RerankRequest:
+    """Documents to score against ``query`` with a cross-encoder."""
+
+    query: str
+    documents: tuple[str, ...]
+    model: str = ""
+    request_id: str = ""
+    top_n: int = 0  # 0: every document
+    truncate: bool = True  # cut a pair over the model's limit, the longer side first (False: refuse)
+    tenant: Tenant = ANONYMOUS
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class RerankScore:
+    index: int  # in RerankRequest.documents
+    score: float  # the model's relevance logit
+    tokens: int  # of the query and document together, after truncation

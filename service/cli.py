@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generation model: a GGUF file, a Hugging Face directory or hub id; "
                         "repeatable; default: the embedded SmolLM2-135M-Instruct")
     s.add_argument("--embedding-model", action="append", type=_model_spec, metavar="[NAME=]DIR",
-                   help="BERT-family embedding model directory; repeatable; "
+                   help="embedding model directory (BERT-family, or a decoder for last-token pooling), or a "
+                        "cross-encoder (BertForSequenceClassification, one label) served for Rerank; repeatable; "
                         "default: the embedded all-MiniLM-L6-v2")
     s.add_argument("--no-embedding", action="store_true", help="serve no embedding model")
     models = s.add_argument_group("generation models: weights, memory, adapters")

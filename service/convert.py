@@ -7,7 +7,7 @@ import json
 from engine.adapters.info import AdapterInfo
 from engine.description import ModelDescription, ModelKind
 from engine.events import Delta, Event, FinishReason, Finished, Started
-from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKind, GenerationRequest,
+from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKind, GenerationRequest, RerankRequest,
                              ResponseFormat, SamplingOptions, SpeculationMode, SpeculationOptions, StopOptions,
                              TextPrompt, TokenPrompt, Tool, ToolCall, ToolChoiceMode)
 from engine.errors import InvalidRequest
@@ -179,7 +179,25 @@ def embedding_request(msg: pb.EmbedRequest, tenant: Tenant = ANONYMOUS) -> Embed
     return EmbeddingRequest(tenant=tenant, priority=msg.priority,
         inputs=tuple(msg.inputs), model=msg.model, request_id=msg.request_id,
         instruction=msg.instruction, normalize=msg.normalize if msg.HasField("normalize") else True,
-        dimensions=msg.dimensions)
+        dimensions=msg.dimensions, truncate=_truncates(msg.truncate))
+
+
+def rerank_request(msg: pb.RerankRequest, tenant: Tenant = ANONYMOUS) -> RerankRequest:
+    return RerankRequest(query=msg.query, documents=tuple(msg.documents), model=msg.model,
+                         request_id=msg.request_id, top_n=msg.top_n, truncate=_truncates(msg.truncate),
+                         tenant=tenant, priority=msg.priority)
+
+
+def rerank_response(model: str, scores) -> pb.RerankResponse:
+    """``scores``: the engine's RerankScore list, in order."""
+    return pb.RerankResponse(model=model, results=[pb.RerankResult(index=s.index, score=s.score, tokens=s.tokens)
+                                                   for s in scores])
+
+
+def _truncates(truncation: int) -> bool:
+    if truncation not in pb.Truncation.values():
+        raise InvalidRequest("truncate", f"unknown value {truncation}")
+    return truncation != pb.TRUNCATION_NONE
 
 
 def embed_response(index: int, result) -> pb.EmbedResponse:
@@ -209,7 +227,7 @@ def model_info(d: ModelDescription, sources: bool = True) -> model_pb.ModelInfo:
                 modes=[_SPECULATION_PB[m] for m in c.speculation.modes],
                 default_mode=_SPECULATION_PB[c.speculation.default_mode],
                 draft_model=c.speculation.draft_model),
-            generation=c.generation,
+            generation=c.generation, rerank=c.rerank,
             response_formats=[model_pb.ResponseFormatKind.Value(f"RESPONSE_FORMAT_KIND_{f.upper()}")
                               for f in c.response_formats],
             chat=model_pb.ChatCapabilities(

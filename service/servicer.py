@@ -53,6 +53,14 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             yield convert.embed_response(index, result)
 
     @mapped()
+    async def Rerank(self, request: pb.RerankRequest, context: grpc.aio.ServicerContext):
+        check_ids(self.limits, model=request.model, request_id=request.request_id)
+        engine = self.models.reranker(request.model)
+        at_most("documents", len(request.documents), engine.limits.max_embed_inputs, "documents")
+        scores = await engine.rerank(convert.rerank_request(request, current_identity().tenant))
+        return self._sendable(convert.rerank_response(engine.name, scores))
+
+    @mapped()
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext):
         if not request.request_id:
             raise InvalidRequest("request_id", "is required")

@@ -107,9 +107,13 @@ class DecoderEmbeddingModel(EmbeddingModel):
         return str(self.config.get("model_type", "decoder"))
 
     def _encode(self, texts: Sequence[str], instruction: str | None) -> list[list[int]]:
+        return self.encode(texts, instruction)[0]
+
+    def encode(self, texts: Sequence[str], instruction: str | None = None) -> tuple[list[list[int]], list[int]]:
         room = self.max_length - 1
-        return [_encode_plain(self.tokenizer, with_instruction(t, instruction))[:room] + [self.terminator_id]
-                for t in texts]
+        plain = [_encode_plain(self.tokenizer, with_instruction(t, instruction)) for t in texts]
+        return [ids[:room] + [self.terminator_id] for ids in plain], [i for i, ids in enumerate(plain)
+                                                                      if len(ids) > room]
 
     def _forward(self, ids_list: list[list[int]]) -> np.ndarray:
         longest = max(len(ids) for ids in ids_list)

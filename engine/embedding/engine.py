@@ -7,6 +7,7 @@ a stalled or dead job breaks the engine, failing waiters with ``EngineDead``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import uuid
@@ -20,18 +21,25 @@ from .batcher import Batcher
 from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
 from ..hardware.device import backend_name, blas_name
 from .pooling import EmbeddingModel, EmbeddingResult
+from .cross_encoder import CrossEncoderModel, is_cross_encoder
 from .decoder import DecoderEmbeddingModel
-from ..errors import DuplicateRequestId, EngineDead, InvalidRequest, NotReady, QueueFull, TenantLimit
+from ..errors import DuplicateRequestId, EngineDead, InvalidRequest, NotReady, QueueFull, TenantLimit, Unsupported
 from ..liveness import Breaker, Heartbeat, Pending, fail, settle
 from ..caches.objects import ObjectCache
 from ..loading.tokenizer_files import folder_files
-from ..requests import EmbeddingRequest
+from ..requests import EmbeddingRequest, RerankRequest, RerankScore
+from ..tenancy import Tenant
 from ..validation import Limits, at_most, check_ids, check_priority, check_text_bytes
 
 
 def load_embedder(model_dir: Path) -> EmbeddingModel:
-    """A BERT encoder, or else an mlx-lm decoder with last-token pooling; CPU kernels put in."""
+    """A BERT encoder (a cross-encoder when it classifies), or else an mlx-lm decoder with
+    last-token pooling; CPU kernels put in."""
     config = json.loads((model_dir / "config.json").read_text())
+    if config.get("model_type") == "bert" and is_cross_encoder(config):
+        model = CrossEncoderModel.load(model_dir)
+        kernels.apply_to_encoder(model.encoder, model.name)
+        return model
     if config.get("model_type") == "bert":
         model = EmbeddingModel.load(model_dir)
         if kernels.apply_to_encoder(model.encoder, model.name):
@@ -43,8 +51,8 @@ def load_embedder(model_dir: Path) -> EmbeddingModel:
 
 
 def _cache_key(request: EmbeddingRequest, item: str | tuple[int, ...]) -> str:
-    """Everything that determines the vector of ``item`` (a text or token ids)."""
-    return json.dumps([request.instruction, request.normalize, request.dimensions, item])
+    """Everything that determines the vector of ``item`` (a text or token ids), or its refusal."""
+    return json.dumps([request.instruction, request.normalize, request.dimensions, request.truncate, item])
 
 
 class EmbeddingEngine:
@@ -75,6 +83,11 @@ class EmbeddingEngine:
         return self._model is not None and not self._pool.closed and not self.breaker.broken
 
     @property
+    def reranks(self) -> bool:
+        """The model is a cross-encoder (Rerank, not Embed); False while loading."""
+        return isinstance(self._model, CrossEncoderModel)
+
+    @property
     def model(self) -> EmbeddingModel:
         if self._model is None:
             raise NotReady(f"embedding model {self.name!r} is still loading")
@@ -86,18 +99,22 @@ class EmbeddingEngine:
 
     def describe(self) -> ModelDescription:
         m = self.model
+        reranker = isinstance(m, CrossEncoderModel)
         if isinstance(m, DecoderEmbeddingModel):
             graph = GraphDescriptor(f"mlx-lm/{m.model_type}+last-token-pooling", backend_name(),
                                     "mlx-lm/forward-v1", "stateless", self.source)
+        elif reranker:
+            graph = GraphDescriptor("mlx-grpc/bert-cross-encoder", backend_name(), "encoder-forward-v1",
+                                    "stateless", self.source)
         else:
             graph = GraphDescriptor("mlx-grpc/bert-encoder", backend_name(), "encoder-forward-v1",
                                     "stateless", self.source)
         return ModelDescription(
             name=self.name, kind=ModelKind.EMBEDDING, descriptor=graph,
-            capabilities=Capabilities(embeddings=True, generation=False),
+            capabilities=Capabilities(embeddings=not reranker, generation=False, rerank=reranker),
             context_length=m.max_length, vocab_size=m.vocab_size, eos_token_ids=(),
             has_chat_template=False, dtype="float32", blas=blas_name(),
-            embedding_dimensions=m.hidden_size, source=self.source)
+            embedding_dimensions=0 if reranker else m.hidden_size, source=self.source)
 
     @property
     def queued(self) -> int:
@@ -125,45 +142,68 @@ class EmbeddingEngine:
     async def embed(self, request: EmbeddingRequest) -> AsyncIterator[tuple[int, EmbeddingResult]]:
         """Yields (input index, result) as batches complete."""
         model = self.model
+        if isinstance(model, CrossEncoderModel):
+            raise Unsupported(f"model {self.name!r} is a reranker (a cross-encoder); call Rerank")
         self._validate(request, model)
-        key, tenant = (request.tenant.name, request.request_id or uuid.uuid4().hex), request.tenant
-        if key in self._running:
-            raise DuplicateRequestId(f"request id {key[1]!r} is already running")
+        async with self._admitted(request.request_id, request.tenant, request.priority):
+            keys = [_cache_key(request, item) for item in request.token_ids or request.inputs]
+            missing = []
+            for index, key in enumerate(keys):
+                if (hit := self._results.take(key)) is None:
+                    missing.append(index)
+                    continue
+                with hit as result:
+                    yield index, result
+            if not missing:
+                return
+            ids = await self._token_ids(model, request, missing)
+            async for position, result in self._batcher.embed(model, ids, normalize=request.normalize,
+                                                              dimensions=request.dimensions or None):
+                result.vector.flags.writeable = False  # shared through the cache from now on
+                self._results.put(keys[missing[position]], result)
+                yield missing[position], result
+
+    async def rerank(self, request: RerankRequest) -> list[RerankScore]:
+        """Every document's score (or the ``top_n`` highest), most relevant first."""
+        model = self.model
+        if not isinstance(model, CrossEncoderModel):
+            raise Unsupported(f"model {self.name!r} is an embedding model, not a reranker; call Embed")
+        self._validate_rerank(request, model)
+        async with self._admitted(request.request_id, request.tenant, request.priority):
+            ids, cut = await asyncio.to_thread(model.encode_pairs, request.query, request.documents)
+            if cut and not request.truncate:
+                raise InvalidRequest(f"documents[{cut[0]}]", f"with the query, it is longer than the model's input "
+                                                             f"limit of {model.max_length} tokens (truncate is off)")
+            scores = [RerankScore(index, float(result.vector[0]), result.tokens) async for index, result
+                      in self._batcher.embed(model, ids, normalize=False, dimensions=None)]
+        scores.sort(key=lambda s: (-s.score, s.index))
+        return scores[:request.top_n] if request.top_n else scores
+
+    @contextlib.asynccontextmanager
+    async def _admitted(self, request_id: str, tenant: Tenant, priority: int):
+        """Holds an admission lease for a request, its id registered for Cancel."""
+        slot = (tenant.name, request_id or uuid.uuid4().hex)
+        if slot in self._running:
+            raise DuplicateRequestId(f"request id {slot[1]!r} is already running")
         held = self._per_tenant.get(tenant.name, 0)
         if tenant.max_in_flight and held >= tenant.max_in_flight:
             who = repr(tenant.name) if tenant.name else "anonymous"
             raise TenantLimit(f"tenant {who} has {held} requests in flight on model {self.name!r}; its "
                               f"max_in_flight is {tenant.max_in_flight}; retry later", tenant=tenant.name,
                               limit="max_in_flight", value=tenant.max_in_flight)
-        self._running[key] = asyncio.current_task()  # type: ignore[assignment]
+        self._running[slot] = asyncio.current_task()  # type: ignore[assignment]
         self._per_tenant[tenant.name] = held + 1
         try:
             try:
-                lease = await self._pool.acquire(request.priority, request.tenant.name)
+                lease = await self._pool.acquire(priority, tenant.name)
             except AdmissionRejected:
                 raise QueueFull("the embedding queue is full; retry later") from None
             except AdmissionClosed:
                 raise NotReady("the server is shutting down") from None
             with lease:
-                items = request.token_ids or request.inputs
-                keys = [_cache_key(request, item) for item in items]
-                missing = []
-                for index, key in enumerate(keys):
-                    if (hit := self._results.take(key)) is None:
-                        missing.append(index)
-                        continue
-                    with hit as result:
-                        yield index, result
-                if not missing:
-                    return
-                ids = await self._token_ids(model, request, missing)
-                async for position, result in self._batcher.embed(model, ids, normalize=request.normalize,
-                                                                  dimensions=request.dimensions or None):
-                    result.vector.flags.writeable = False  # shared through the cache from now on
-                    self._results.put(keys[missing[position]], result)
-                    yield missing[position], result
+                yield
         finally:
-            self._running.pop(key, None)
+            self._running.pop(slot, None)
             self._per_tenant[tenant.name] -= 1
             if not self._per_tenant[tenant.name]:
                 del self._per_tenant[tenant.name]
@@ -177,7 +217,11 @@ class EmbeddingEngine:
             except ValueError as exc:
                 raise InvalidRequest("token_ids", str(exc)) from None
         texts = [request.inputs[i] for i in indices]
-        return await asyncio.to_thread(model.encode, texts, request.instruction or None)
+        ids, cut = await asyncio.to_thread(model.encode, texts, request.instruction or None)
+        if cut and not request.truncate:
+            raise InvalidRequest(f"inputs[{indices[cut[0]]}]", f"is longer than the model's input limit of "
+                                                               f"{model.max_length} tokens (truncate is off)")
+        return ids
 
     async def _on_thread(self, fn):
         """``fn()`` run on the engine thread; EngineDead once the engine is broken."""
@@ -221,6 +265,19 @@ class EmbeddingEngine:
         check_text_bytes("instruction", (request.instruction,), limits.max_embed_input_bytes)
         if request.dimensions < 0 or request.dimensions > model.hidden_size:
             raise InvalidRequest("dimensions", f"must be between 0 and {model.hidden_size}")
+
+    def _validate_rerank(self, request: RerankRequest, model: CrossEncoderModel) -> None:
+        limits = self.limits.for_context(model.max_length)
+        check_ids(limits, request_id=request.request_id)
+        check_priority(request.priority)
+        if not request.documents:
+            raise InvalidRequest("documents", "at least one document is required")
+        at_most("documents", len(request.documents), limits.max_embed_inputs, "documents")
+        check_text_bytes("query", (request.query,), limits.max_embed_input_bytes)
+        for i, text in enumerate(request.documents):
+            check_text_bytes(f"documents[{i}]", (text,), limits.max_embed_input_bytes)
+        if request.top_n < 0:
+            raise InvalidRequest("top_n", "must be 0 (every document) or more")
 
     def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
         return self.model.tokenize(text, add_special_tokens)

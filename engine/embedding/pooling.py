@@ -231,9 +231,12 @@ class EmbeddingModel:
                 raise ValueError(f"input[{i}] holds token id {bad}, outside the vocabulary of {self.vocab_size}")
         return ids_list
 
-    def encode(self, texts: Sequence[str], instruction: str | None = None) -> list[list[int]]:
-        """Token ids per text, as ``embed`` feeds them (special tokens, truncation, instruction)."""
-        return [list(ids) for ids in self._encode(texts, instruction)]
+    def encode(self, texts: Sequence[str], instruction: str | None = None) -> tuple[list[list[int]], list[int]]:
+        """Token ids per text, as ``embed`` feeds them (special tokens, instruction), cut to the
+        input limit; and the indices of the texts that had to be cut."""
+        encodings = self.tokenizer.encode_batch([with_instruction(t, instruction) for t in texts],
+                                                add_special_tokens=True)
+        return [list(e.ids) for e in encodings], [i for i, e in enumerate(encodings) if e.overflowing]
 
     def _run(
         self,
