@@ -79,3 +79,9 @@ async def test_a_cancelled_request_leaves_the_queue_and_the_others_finish(engine
         await doomed
     assert not engine._batcher._pending
     assert all(len(t.result()) == len(texts_of(i)) for t, i in zip(others, range(6, 9)))
+
+
+async def test_a_finished_request_frees_its_id(engine):
+    for _ in range(2):  # the same id again once the first call ended
+        assert len(await embed(engine, texts_of(2), request_id="reused")) == len(texts_of(2))
+    assert not engine._running and not engine._per_tenant
