@@ -1,12 +1,22 @@
 from mlxgrpc_client.gen.mlxgrpc.v1 import generation_pb2 as _generation_pb2
 from mlxgrpc_client.gen.mlxgrpc.v1 import model_pb2 as _model_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class Truncation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRUNCATION_UNSPECIFIED: _ClassVar[Truncation]
+    TRUNCATION_END: _ClassVar[Truncation]
+    TRUNCATION_NONE: _ClassVar[Truncation]
+TRUNCATION_UNSPECIFIED: Truncation
+TRUNCATION_END: Truncation
+TRUNCATION_NONE: Truncation
 
 class GenerateRequest(_message.Message):
     __slots__ = ("model", "request_id", "session_id", "text", "tokens", "chat", "sampling", "stopping", "logprobs", "top_logprobs", "bypass_prefix_cache", "speculation", "response_format", "adapter", "priority")
@@ -95,7 +105,7 @@ class GenerateResponse(_message.Message):
     def __init__(self, started: _Optional[_Union[GenerationStarted, _Mapping]] = ..., delta: _Optional[_Union[TokenDelta, _Mapping]] = ..., finished: _Optional[_Union[GenerationFinished, _Mapping]] = ...) -> None: ...
 
 class EmbedRequest(_message.Message):
-    __slots__ = ("model", "inputs", "instruction", "normalize", "dimensions", "request_id", "priority")
+    __slots__ = ("model", "inputs", "instruction", "normalize", "dimensions", "request_id", "priority", "truncate")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +113,7 @@ class EmbedRequest(_message.Message):
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_FIELD_NUMBER: _ClassVar[int]
     model: str
     inputs: _containers.RepeatedScalarFieldContainer[str]
     instruction: str
@@ -110,7 +121,8 @@ class EmbedRequest(_message.Message):
     dimensions: int
     request_id: str
     priority: int
-    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., instruction: _Optional[str] = ..., normalize: _Optional[bool] = ..., dimensions: _Optional[int] = ..., request_id: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
+    truncate: Truncation
+    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., instruction: _Optional[str] = ..., normalize: _Optional[bool] = ..., dimensions: _Optional[int] = ..., request_id: _Optional[str] = ..., priority: _Optional[int] = ..., truncate: _Optional[_Union[Truncation, str]] = ...) -> None: ...
 
 class EmbedResponse(_message.Message):
     __slots__ = ("index", "embedding", "tokens")
@@ -121,6 +133,42 @@ class EmbedResponse(_message.Message):
     embedding: _containers.RepeatedScalarFieldContainer[float]
     tokens: int
     def __init__(self, index: _Optional[int] = ..., embedding: _Optional[_Iterable[float]] = ..., tokens: _Optional[int] = ...) -> None: ...
+
+class RerankRequest(_message.Message):
+    __slots__ = ("model", "query", "documents", "top_n", "truncate", "request_id", "priority")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    TOP_N_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    query: str
+    documents: _containers.RepeatedScalarFieldContainer[str]
+    top_n: int
+    truncate: Truncation
+    request_id: str
+    priority: int
+    def __init__(self, model: _Optional[str] = ..., query: _Optional[str] = ..., documents: _Optional[_Iterable[str]] = ..., top_n: _Optional[int] = ..., truncate: _Optional[_Union[Truncation, str]] = ..., request_id: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
+
+class RerankResponse(_message.Message):
+    __slots__ = ("model", "results")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    results: _containers.RepeatedCompositeFieldContainer[RerankResult]
+    def __init__(self, model: _Optional[str] = ..., results: _Optional[_Iterable[_Union[RerankResult, _Mapping]]] = ...) -> None: ...
+
+class RerankResult(_message.Message):
+    __slots__ = ("index", "score", "tokens")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    score: float
+    tokens: int
+    def __init__(self, index: _Optional[int] = ..., score: _Optional[float] = ..., tokens: _Optional[int] = ...) -> None: ...
 
 class CancelRequest(_message.Message):
     __slots__ = ("request_id",)

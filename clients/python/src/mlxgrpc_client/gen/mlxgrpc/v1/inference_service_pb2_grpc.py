@@ -53,6 +53,11 @@ class InferenceServiceStub:
                 request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedRequest.SerializeToString,
                 response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedResponse.FromString,
                 _registered_method=True)
+        self.Rerank = channel.unary_unary(
+                '/mlxgrpc.v1.InferenceService/Rerank',
+                request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.RerankRequest.SerializeToString,
+                response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.RerankResponse.FromString,
+                _registered_method=True)
         self.Cancel = channel.unary_unary(
                 '/mlxgrpc.v1.InferenceService/Cancel',
                 request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.CancelRequest.SerializeToString,
@@ -133,8 +138,17 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Rerank(self, request, context):
+        """Scores documents against a query with a reranking model (a cross-encoder: a
+        BERT-family sequence classifier that reads the query and one document together).
+        Returns the documents' scores, most relevant first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Cancel(self, request, context):
-        """Cancels a queued or running Generate or Embed by its request id. Request ids are
+        """Cancels a queued or running Generate, Embed or Rerank by its request id. Request ids are
         scoped to the caller's tenant: a caller cancels only its own tenant's requests.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -230,6 +244,11 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.Embed,
                     request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedRequest.FromString,
                     response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedResponse.SerializeToString,
+            ),
+            'Rerank': grpc.unary_unary_rpc_method_handler(
+                    servicer.Rerank,
+                    request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.RerankRequest.FromString,
+                    response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.RerankResponse.SerializeToString,
             ),
             'Cancel': grpc.unary_unary_rpc_method_handler(
                     servicer.Cancel,
@@ -345,6 +364,33 @@ class InferenceService:
             '/mlxgrpc.v1.InferenceService/Embed',
             mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedRequest.SerializeToString,
             mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Rerank(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxgrpc.v1.InferenceService/Rerank',
+            mlxgrpc_dot_v1_dot_inference__service__pb2.RerankRequest.SerializeToString,
+            mlxgrpc_dot_v1_dot_inference__service__pb2.RerankResponse.FromString,
             options,
             channel_credentials,
             insecure,
