@@ -25,6 +25,12 @@ $G -d '{}' "$ADDR" $S/GetModelInfo | has '"vocab_size": [1-9]'
 $G -d '{"context_tokens": 8192}' "$ADDR" $S/PlanMemory | has '"max_safe_context"'
 $G -d '{"text": "Hello, world"}' "$ADDR" $S/Tokenize | has '"token_ids"'
 $G -d '{"inputs": ["A man is eating food.", "A man is eating bread."]}' "$ADDR" $S/Embed | grep -c '"embedding"' | has -x 2
+# truncate off: an input over the model's limit is refused, naming it
+if $G -d "{\"inputs\": [\"short\", \"$(printf 'word %.0s' $(seq 600))\"], \"truncate\": \"TRUNCATION_NONE\"}" \
+    "$ADDR" $S/Embed >"$OUT/truncate.txt" 2>&1; then
+  echo "an over-long input with truncation off was embedded"; exit 1
+fi
+has 'inputs\[1\]' <"$OUT/truncate.txt"
 
 $G -d '{"chat": {"messages": [{"role": "user", "content": "What is the capital of France?"}]},
   "stopping": {"max_tokens": 32}}' "$ADDR" $S/Generate | has '"finished"'
@@ -120,6 +126,13 @@ if $G -d '{}' "$ADDR" $S/ListModels | has '"name": "tools"'; then
   # Thinking on (the template's default): the deltas carry "reasoning", apart from "text"
   $G -d '{"model": "tools", "chat": {"messages": [{"role": "user", "content": "Why is the sky blue?"}]},
     "stopping": {"max_tokens": 8}}' "$ADDR" $S/Generate | has '"reasoning"'
+fi
+# Rerank (the README's example), on a server with a model named "reranker"
+if $G -d '{}' "$ADDR" $S/ListModels | has '"name": "reranker"'; then
+  $G -d '{"model": "reranker"}' "$ADDR" $S/GetModelInfo | has '"rerank": true'
+  $G -d '{"model": "reranker", "query": "Where do rivers flow?", "documents": ["Rivers flow into lakes and oceans.",
+    "def add(a, b): return a + b", "Mountains rise above the valleys."], "top_n": 2}' "$ADDR" $S/Rerank \
+    | grep -c '"score"' | has -x 2
 fi
 set +x
 echo "grpcurl checks passed against $ADDR"
