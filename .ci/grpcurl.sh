@@ -37,8 +37,9 @@ $G -d '{"chat": {"messages": [{"role": "user", "content": "What is the capital o
 stream=$($G -d '{"text": "Hello", "stopping": {"max_tokens": 5, "ignore_eos": true}}' "$ADDR" $S/Generate)
 grep -q FINISH_REASON_LENGTH <<<"$stream"
 
-# The README's Cancel example: "terminal 1" runs a long story, "terminal 2" cancels it.
-$G -d '{"text": "Once upon a time", "stopping": {"max_tokens": 500, "ignore_eos": true},
+# The README's Cancel example: "terminal 1" runs a long story, "terminal 2" cancels it (3000
+# tokens, not the README's 500: a fixture model could finish 500 before the first Cancel).
+$G -d '{"text": "Once upon a time", "stopping": {"max_tokens": 3000, "ignore_eos": true},
   "request_id": "story-1"}' "$ADDR" $S/Generate >"$OUT/story.json" &
 story=$!
 for _ in $(seq 100); do
