@@ -19,6 +19,8 @@ import {
   type ListAdaptersResponse,
   type LoadAdapterResponse,
   type ModelLoad,
+  type RerankRequestSchema,
+  type RerankResponse,
 } from "./gen/mlxgrpc/v1/inference_service_pb.js";
 import type { AdapterInfo, MemoryPlan, ModelInfo } from "./gen/mlxgrpc/v1/model_pb.js";
 import { GenerateCall, type GenerateResult } from "./generate.js";
@@ -26,6 +28,7 @@ import { Attempts, withRetry, type OnRetry } from "./retry.js";
 
 export type GenerateRequestInit = MessageInitShape<typeof GenerateRequestSchema>;
 export type EmbedRequestInit = MessageInitShape<typeof EmbedRequestSchema>;
+export type RerankRequestInit = MessageInitShape<typeof RerankRequestSchema>;
 
 export interface ConnectOptions {
   /**
@@ -47,7 +50,7 @@ export interface ConnectOptions {
   /** Hears of each retry: the refusal's details and the delay. */
   onRetry?: OnRetry;
   /**
-   * The priority (-100 to 100) of every Generate and Embed request that leaves its own
+   * The priority (-100 to 100) of every Generate, Embed and Rerank request that leaves its own
    * `priority` at 0, e.g. a batch job's low one. Higher starts first among waiting
    * requests; waiting raises a request's priority, so none starves.
    */
@@ -56,7 +59,7 @@ export interface ConnectOptions {
   interceptors?: Interceptor[];
 }
 
-/** The range of GenerateRequest.priority and EmbedRequest.priority: -MAX_PRIORITY to MAX_PRIORITY. */
+/** The range of the priority of Generate, Embed and Rerank requests: -MAX_PRIORITY to MAX_PRIORITY. */
 export const MAX_PRIORITY = 100;
 
 /** Connects to an mlx-grpc server at "host:port" (or an http:// / https:// URL). */
@@ -111,7 +114,7 @@ export class MlxClient {
     readonly raw: Client<typeof InferenceService>,
     private readonly sessionManager?: Http2SessionManager,
     readonly retry: RetrySettings = { maxAttempts: 3 },
-    /** The priority of Generate and Embed requests that leave theirs at 0 (ConnectOptions.priority). */
+    /** The priority of Generate, Embed and Rerank requests that leave theirs at 0 (ConnectOptions.priority). */
     readonly priority = 0,
   ) {}
 
@@ -144,12 +147,17 @@ export class MlxClient {
     return this.generate(request, options).collect();
   }
 
-  /** Cancels a queued or running Generate/Embed by request id; false if none was running. */
+  /** Cancels a queued or running Generate, Embed or Rerank by request id; false if none was running. */
   async cancel(requestId: string, options?: CallOptions): Promise<boolean> {
     return (await this.unary((o) => this.raw.cancel({ requestId }, o), options)).cancelled;
   }
 
-  /** Embeds texts; the responses come back ordered by input index. */
+  /**
+   * Embeds texts; the responses come back ordered by input index. An input longer than
+   * the model's limit is cut (`truncate: Truncation.END`, the default; `tokens` says how
+   * many were used) or, with `truncate: Truncation.NONE`, refused: INVALID_ARGUMENT
+   * naming the input.
+   */
   async embed(request: string[] | EmbedRequestInit, options?: CallOptions): Promise<EmbedResponse[]> {
     const given: EmbedRequestInit = Array.isArray(request) ? { inputs: request } : request;
     const req = { ...given, priority: given.priority || this.priority };
@@ -159,6 +167,19 @@ export class MlxClient {
       return responses;
     }, options);
     return out.sort((a, b) => a.index - b.index);
+  }
+
+  /**
+   * Scores `documents` against `query` with a reranking model (a cross-encoder; empty
+   * `model`: the server's first one): `results` most relevant first, each the document's
+   * `index` in `documents`, its `score` (a relevance logit: higher is more relevant) and
+   * the `tokens` query and document used together. `topN` keeps only the highest scored
+   * (0: all); `truncate` as for embed (Truncation.NONE refuses a pair over the model's
+   * limit with INVALID_ARGUMENT). A model that reranks has `capabilities.rerank`.
+   */
+  async rerank(request: RerankRequestInit, options?: CallOptions): Promise<RerankResponse> {
+    const req = { ...request, priority: request.priority || this.priority };
+    return this.unary((o) => this.raw.rerank(req, o), options);
   }
 
   /** Describes a model (empty name: the default generation model). */

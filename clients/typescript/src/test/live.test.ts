@@ -9,6 +9,7 @@ import {
   FinishReason,
   ModelKind,
   SpeculationMode,
+  Truncation,
   connect,
   cosineSimilarity,
   errorDetails,
@@ -159,6 +160,25 @@ describe("live server", () => {
     assert.equal(short.embedding.length, 64);
   });
 
+  liveTest("Embed truncation: a long input is cut by default, refused with Truncation.NONE", async (t) => {
+    const embedder = served.embedder;
+    if (!embedder) return unavailable(t, "the server has no embedding model");
+    // Two words a token at least: twice the model's input limit, within its byte limit.
+    const inputs = ["A short sentence.", "word ".repeat(2 * embedder.contextLength)];
+    const cut = await client.embed({ inputs }); // the server's default embedding model
+    assert.deepEqual(cut.map((r) => r.index), [0, 1]);
+    assert.equal(cut[1].tokens, embedder.contextLength, "cut to the model's limit (Truncation.END, the default)");
+    const end = await client.embed({ inputs, truncate: Truncation.END });
+    assert.equal(end[1].tokens, embedder.contextLength);
+    const err = await expectError(client.embed({ inputs, truncate: Truncation.NONE }));
+    const d = errorDetails(err);
+    assert.equal(d.code, Code.InvalidArgument, d.message);
+    assert.deepEqual(d.fieldViolations.map((v) => v.field), ["inputs[1]"], "names the long input");
+    assert.match(d.message, new RegExp(`${embedder.contextLength}`), "says the limit");
+    const [fits] = await client.embed({ inputs: inputs.slice(0, 1), truncate: Truncation.NONE });
+    assert.ok(fits.tokens > 0 && fits.tokens < embedder.contextLength);
+  });
+
   liveTest("invalid temperature: INVALID_ARGUMENT with BadRequest and ErrorInfo details", async () => {
     const err = await expectError(
       client.generateText({ prompt: { case: "text", value: "hi" }, sampling: { temperature: -1 }, stopping: { maxTokens: 4 } }),
@@ -284,7 +304,12 @@ describe("live server", () => {
     for (const m of served.all) {
       const again = await client.getModelInfo(m.name);
       assert.equal(again.kind, m.kind);
-      if (m.kind === ModelKind.EMBEDDING) assert.ok(again.embeddingDimensions > 0 && again.capabilities?.embeddings);
+      if (m.kind !== ModelKind.EMBEDDING) continue;
+      if (again.capabilities?.rerank) {
+        assert.equal(again.capabilities.embeddings, false, `${m.name}: a reranker does not embed`);
+      } else {
+        assert.ok(again.embeddingDimensions > 0 && again.capabilities?.embeddings, m.name);
+      }
     }
   });
 

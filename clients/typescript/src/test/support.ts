@@ -26,16 +26,22 @@ export function unavailable(t: TestContext, reason: string): void {
 export interface Served {
   generator?: ModelInfo;
   embedder?: ModelInfo;
+  /** The model named "reranker" when it reranks (the fixture server's cross-encoder). */
+  reranker?: ModelInfo;
   all: ModelInfo[];
 }
 
-/** The default generation model (listed first) and the first embedding model. */
+/**
+ * The default generation model (listed first), the first embedding model that embeds (a
+ * reranker is an embedding-kind model that does not) and the model named "reranker".
+ */
 export async function discover(client: MlxClient): Promise<Served> {
   const all = await client.listModels();
   return {
     all,
     generator: all.find((m) => m.kind === ModelKind.GENERATION),
-    embedder: all.find((m) => m.kind === ModelKind.EMBEDDING),
+    embedder: all.find((m) => m.kind === ModelKind.EMBEDDING && m.capabilities?.embeddings),
+    reranker: all.find((m) => m.name === "reranker" && m.capabilities?.rerank),
   };
 }
 

@@ -2,8 +2,8 @@
 // @generated from file mlxgrpc/v1/inference_service.proto (package mlxgrpc.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { ChatMessages, FinishReason, ResponseFormat, SamplingParams, SpeculationOptions, StoppingCriteria, Timings, TokenIds, TokenLogprob, ToolCall, ToolCallDelta, Usage } from "./generation_pb.js";
 import { file_mlxgrpc_v1_generation } from "./generation_pb.js";
 import type { AdapterInfo, MemoryPlan, ModelInfo } from "./model_pb.js";
@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/inference_service.proto.
  */
 export const file_mlxgrpc_v1_inference_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIuQDCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSMwoPcmVzcG9uc2VfZm9ybWF0GA0gASgLMhoubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdBIPCgdhZGFwdGVyGA4gASgJEhAKCHByaW9yaXR5GA8gASgFQggKBnByb21wdCJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSLLAQoKVG9rZW5EZWx0YRIRCgl0b2tlbl9pZHMYASADKAUSDAoEdGV4dBgCIAEoCRIqCghsb2dwcm9icxgDIAMoCzIYLm1seGdycGMudjEuVG9rZW5Mb2dwcm9iEhEKCXJlYXNvbmluZxgEIAEoCRIzChB0b29sX2NhbGxfZGVsdGFzGAUgAygLMhkubWx4Z3JwYy52MS5Ub29sQ2FsbERlbHRhEigKCnRvb2xfY2FsbHMYBiADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsIssBChJHZW5lcmF0aW9uRmluaXNoZWQSKAoGcmVhc29uGAEgASgOMhgubWx4Z3JwYy52MS5GaW5pc2hSZWFzb24SFQoNc3RvcF9zZXF1ZW5jZRgCIAEoCRIaCg1zdG9wX3Rva2VuX2lkGAMgASgFSACIAQESIAoFdXNhZ2UYBCABKAsyES5tbHhncnBjLnYxLlVzYWdlEiQKB3RpbWluZ3MYBSABKAsyEy5tbHhncnBjLnYxLlRpbWluZ3NCEAoOX3N0b3BfdG9rZW5faWQiqgEKEEdlbmVyYXRlUmVzcG9uc2USMAoHc3RhcnRlZBgBIAEoCzIdLm1seGdycGMudjEuR2VuZXJhdGlvblN0YXJ0ZWRIABInCgVkZWx0YRgCIAEoCzIWLm1seGdycGMudjEuVG9rZW5EZWx0YUgAEjIKCGZpbmlzaGVkGAMgASgLMh4ubWx4Z3JwYy52MS5HZW5lcmF0aW9uRmluaXNoZWRIAEIHCgVldmVudCKiAQoMRW1iZWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEg4KBmlucHV0cxgCIAMoCRITCgtpbnN0cnVjdGlvbhgDIAEoCRIWCglub3JtYWxpemUYBCABKAhIAIgBARISCgpkaW1lbnNpb25zGAUgASgFEhIKCnJlcXVlc3RfaWQYBiABKAkSEAoIcHJpb3JpdHkYByABKAVCDAoKX25vcm1hbGl6ZSJBCg1FbWJlZFJlc3BvbnNlEg0KBWluZGV4GAEgASgFEhEKCWVtYmVkZGluZxgCIAMoAhIOCgZ0b2tlbnMYAyABKAUiIwoNQ2FuY2VsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIiMKDkNhbmNlbFJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCCIkChNHZXRNb2RlbEluZm9SZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIjsKFEdldE1vZGVsSW5mb1Jlc3BvbnNlEiMKBGluZm8YASABKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbyJZChFQbGFuTWVtb3J5UmVxdWVzdBINCgVtb2RlbBgBIAEoCRIWCg5jb250ZXh0X3Rva2VucxgCIAEoAxIdChVtYXhfZ2VuZXJhdGlvbl90b2tlbnMYAyABKAMiOgoSUGxhbk1lbW9yeVJlc3BvbnNlEiQKBHBsYW4YASABKAsyFi5tbHhncnBjLnYxLk1lbW9yeVBsYW4iSgoPVG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBHRleHQYAiABKAkSGgoSYWRkX3NwZWNpYWxfdG9rZW5zGAMgASgIIjUKEFRva2VuaXplUmVzcG9uc2USEQoJdG9rZW5faWRzGAEgAygFEg4KBnRva2VucxgCIAMoCSJSChFEZXRva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIRCgl0b2tlbl9pZHMYAiADKAUSGwoTc2tpcF9zcGVjaWFsX3Rva2VucxgDIAEoCCIiChJEZXRva2VuaXplUmVzcG9uc2USDAoEdGV4dBgBIAEoCSITChFMaXN0TW9kZWxzUmVxdWVzdCI7ChJMaXN0TW9kZWxzUmVzcG9uc2USJQoGbW9kZWxzGAEgAygLMhUubWx4Z3JwYy52MS5Nb2RlbEluZm8iPwoSTG9hZEFkYXB0ZXJSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBG5hbWUYAiABKAkSDAoEcGF0aBgDIAEoCSJQChNMb2FkQWRhcHRlclJlc3BvbnNlEigKB2FkYXB0ZXIYASABKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvEg8KB2V2aWN0ZWQYAiADKAkiMwoUVW5sb2FkQWRhcHRlclJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEbmFtZRgCIAEoCSJBChVVbmxvYWRBZGFwdGVyUmVzcG9uc2USKAoHYWRhcHRlchgBIAEoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8iJAoTTGlzdEFkYXB0ZXJzUmVxdWVzdBINCgVtb2RlbBgBIAEoCSJmChRMaXN0QWRhcHRlcnNSZXNwb25zZRINCgVtb2RlbBgBIAEoCRIpCghhZGFwdGVycxgCIAMoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8SFAoMbWF4X2FkYXB0ZXJzGAMgASgFIh8KDkdldExvYWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIlAKD0dldExvYWRSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5tbHhncnBjLnYxLk1vZGVsTG9hZBIWCg51cHRpbWVfc2Vjb25kcxgCIAEoASKyAwoJTW9kZWxMb2FkEg0KBW1vZGVsGAEgASgJEhgKEHJ1bm5pbmdfcmVxdWVzdHMYAiABKAUSGAoQd2FpdGluZ19yZXF1ZXN0cxgDIAEoBRIcChRtYXhfcnVubmluZ19yZXF1ZXN0cxgEIAEoBRIWCg5rdl9jYWNoZV9ieXRlcxgFIAEoAxIWCg5yZXNlcnZlZF9ieXRlcxgGIAEoAxIbChNtZW1vcnlfYnVkZ2V0X2J5dGVzGAcgASgDEhwKFHByZWZpeF9jYWNoZV9lbnRyaWVzGAggASgFEhoKEnByZWZpeF9jYWNoZV9ieXRlcxgJIAEoAxIZChFwcmVmaXhfY2FjaGVfaGl0cxgKIAEoAxIbChNwcmVmaXhfY2FjaGVfbWlzc2VzGAsgASgDEh0KFXByZWZpeF9jYWNoZV9oaXRfcmF0ZRgMIAEoARIjChtnZW5lcmF0ZWRfdG9rZW5zX3Blcl9zZWNvbmQYDSABKAESGAoQZ2VuZXJhdGVkX3Rva2VucxgOIAEoAxInCgd0ZW5hbnRzGA8gAygLMhYubWx4Z3JwYy52MS5UZW5hbnRMb2FkIrwBCgpUZW5hbnRMb2FkEg4KBnRlbmFudBgBIAEoCRIYChBydW5uaW5nX3JlcXVlc3RzGAIgASgFEhgKEHdhaXRpbmdfcmVxdWVzdHMYAyABKAUSGgoSaW5fZmxpZ2h0X3JlcXVlc3RzGAQgASgFEhoKEnRva2Vuc19sYXN0X21pbnV0ZRgFIAEoAxIYChBnZW5lcmF0ZWRfdG9rZW5zGAYgASgDEhgKEHJlZnVzZWRfcmVxdWVzdHMYByABKAMymgcKEEluZmVyZW5jZVNlcnZpY2USRwoIR2VuZXJhdGUSGy5tbHhncnBjLnYxLkdlbmVyYXRlUmVxdWVzdBocLm1seGdycGMudjEuR2VuZXJhdGVSZXNwb25zZTABEj4KBUVtYmVkEhgubWx4Z3JwYy52MS5FbWJlZFJlcXVlc3QaGS5tbHhncnBjLnYxLkVtYmVkUmVzcG9uc2UwARI/CgZDYW5jZWwSGS5tbHhncnBjLnYxLkNhbmNlbFJlcXVlc3QaGi5tbHhncnBjLnYxLkNhbmNlbFJlc3BvbnNlElEKDEdldE1vZGVsSW5mbxIfLm1seGdycGMudjEuR2V0TW9kZWxJbmZvUmVxdWVzdBogLm1seGdycGMudjEuR2V0TW9kZWxJbmZvUmVzcG9uc2USSwoKUGxhbk1lbW9yeRIdLm1seGdycGMudjEuUGxhbk1lbW9yeVJlcXVlc3QaHi5tbHhncnBjLnYxLlBsYW5NZW1vcnlSZXNwb25zZRJFCghUb2tlbml6ZRIbLm1seGdycGMudjEuVG9rZW5pemVSZXF1ZXN0GhwubWx4Z3JwYy52MS5Ub2tlbml6ZVJlc3BvbnNlEksKCkRldG9rZW5pemUSHS5tbHhncnBjLnYxLkRldG9rZW5pemVSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5EZXRva2VuaXplUmVzcG9uc2USSwoKTGlzdE1vZGVscxIdLm1seGdycGMudjEuTGlzdE1vZGVsc1JlcXVlc3QaHi5tbHhncnBjLnYxLkxpc3RNb2RlbHNSZXNwb25zZRJOCgtMb2FkQWRhcHRlchIeLm1seGdycGMudjEuTG9hZEFkYXB0ZXJSZXF1ZXN0Gh8ubWx4Z3JwYy52MS5Mb2FkQWRhcHRlclJlc3BvbnNlElQKDVVubG9hZEFkYXB0ZXISIC5tbHhncnBjLnYxLlVubG9hZEFkYXB0ZXJSZXF1ZXN0GiEubWx4Z3JwYy52MS5VbmxvYWRBZGFwdGVyUmVzcG9uc2USUQoMTGlzdEFkYXB0ZXJzEh8ubWx4Z3JwYy52MS5MaXN0QWRhcHRlcnNSZXF1ZXN0GiAubWx4Z3JwYy52MS5MaXN0QWRhcHRlcnNSZXNwb25zZRJCCgdHZXRMb2FkEhoubWx4Z3JwYy52MS5HZXRMb2FkUmVxdWVzdBobLm1seGdycGMudjEuR2V0TG9hZFJlc3BvbnNlQk4KDmRldi5tbHhncnBjLnYxQhVJbmZlcmVuY2VTZXJ2aWNlUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
+  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIuQDCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSMwoPcmVzcG9uc2VfZm9ybWF0GA0gASgLMhoubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdBIPCgdhZGFwdGVyGA4gASgJEhAKCHByaW9yaXR5GA8gASgFQggKBnByb21wdCJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSLLAQoKVG9rZW5EZWx0YRIRCgl0b2tlbl9pZHMYASADKAUSDAoEdGV4dBgCIAEoCRIqCghsb2dwcm9icxgDIAMoCzIYLm1seGdycGMudjEuVG9rZW5Mb2dwcm9iEhEKCXJlYXNvbmluZxgEIAEoCRIzChB0b29sX2NhbGxfZGVsdGFzGAUgAygLMhkubWx4Z3JwYy52MS5Ub29sQ2FsbERlbHRhEigKCnRvb2xfY2FsbHMYBiADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsIssBChJHZW5lcmF0aW9uRmluaXNoZWQSKAoGcmVhc29uGAEgASgOMhgubWx4Z3JwYy52MS5GaW5pc2hSZWFzb24SFQoNc3RvcF9zZXF1ZW5jZRgCIAEoCRIaCg1zdG9wX3Rva2VuX2lkGAMgASgFSACIAQESIAoFdXNhZ2UYBCABKAsyES5tbHhncnBjLnYxLlVzYWdlEiQKB3RpbWluZ3MYBSABKAsyEy5tbHhncnBjLnYxLlRpbWluZ3NCEAoOX3N0b3BfdG9rZW5faWQiqgEKEEdlbmVyYXRlUmVzcG9uc2USMAoHc3RhcnRlZBgBIAEoCzIdLm1seGdycGMudjEuR2VuZXJhdGlvblN0YXJ0ZWRIABInCgVkZWx0YRgCIAEoCzIWLm1seGdycGMudjEuVG9rZW5EZWx0YUgAEjIKCGZpbmlzaGVkGAMgASgLMh4ubWx4Z3JwYy52MS5HZW5lcmF0aW9uRmluaXNoZWRIAEIHCgVldmVudCLMAQoMRW1iZWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEg4KBmlucHV0cxgCIAMoCRITCgtpbnN0cnVjdGlvbhgDIAEoCRIWCglub3JtYWxpemUYBCABKAhIAIgBARISCgpkaW1lbnNpb25zGAUgASgFEhIKCnJlcXVlc3RfaWQYBiABKAkSEAoIcHJpb3JpdHkYByABKAUSKAoIdHJ1bmNhdGUYCCABKA4yFi5tbHhncnBjLnYxLlRydW5jYXRpb25CDAoKX25vcm1hbGl6ZSJBCg1FbWJlZFJlc3BvbnNlEg0KBWluZGV4GAEgASgFEhEKCWVtYmVkZGluZxgCIAMoAhIOCgZ0b2tlbnMYAyABKAUinwEKDVJlcmFua1JlcXVlc3QSDQoFbW9kZWwYASABKAkSDQoFcXVlcnkYAiABKAkSEQoJZG9jdW1lbnRzGAMgAygJEg0KBXRvcF9uGAQgASgFEigKCHRydW5jYXRlGAUgASgOMhYubWx4Z3JwYy52MS5UcnVuY2F0aW9uEhIKCnJlcXVlc3RfaWQYBiABKAkSEAoIcHJpb3JpdHkYByABKAUiSgoOUmVyYW5rUmVzcG9uc2USDQoFbW9kZWwYASABKAkSKQoHcmVzdWx0cxgCIAMoCzIYLm1seGdycGMudjEuUmVyYW5rUmVzdWx0IjwKDFJlcmFua1Jlc3VsdBINCgVpbmRleBgBIAEoBRINCgVzY29yZRgCIAEoAhIOCgZ0b2tlbnMYAyABKAUiIwoNQ2FuY2VsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIiMKDkNhbmNlbFJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCCIkChNHZXRNb2RlbEluZm9SZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIjsKFEdldE1vZGVsSW5mb1Jlc3BvbnNlEiMKBGluZm8YASABKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbyJZChFQbGFuTWVtb3J5UmVxdWVzdBINCgVtb2RlbBgBIAEoCRIWCg5jb250ZXh0X3Rva2VucxgCIAEoAxIdChVtYXhfZ2VuZXJhdGlvbl90b2tlbnMYAyABKAMiOgoSUGxhbk1lbW9yeVJlc3BvbnNlEiQKBHBsYW4YASABKAsyFi5tbHhncnBjLnYxLk1lbW9yeVBsYW4iSgoPVG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBHRleHQYAiABKAkSGgoSYWRkX3NwZWNpYWxfdG9rZW5zGAMgASgIIjUKEFRva2VuaXplUmVzcG9uc2USEQoJdG9rZW5faWRzGAEgAygFEg4KBnRva2VucxgCIAMoCSJSChFEZXRva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIRCgl0b2tlbl9pZHMYAiADKAUSGwoTc2tpcF9zcGVjaWFsX3Rva2VucxgDIAEoCCIiChJEZXRva2VuaXplUmVzcG9uc2USDAoEdGV4dBgBIAEoCSITChFMaXN0TW9kZWxzUmVxdWVzdCI7ChJMaXN0TW9kZWxzUmVzcG9uc2USJQoGbW9kZWxzGAEgAygLMhUubWx4Z3JwYy52MS5Nb2RlbEluZm8iPwoSTG9hZEFkYXB0ZXJSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBG5hbWUYAiABKAkSDAoEcGF0aBgDIAEoCSJQChNMb2FkQWRhcHRlclJlc3BvbnNlEigKB2FkYXB0ZXIYASABKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvEg8KB2V2aWN0ZWQYAiADKAkiMwoUVW5sb2FkQWRhcHRlclJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEbmFtZRgCIAEoCSJBChVVbmxvYWRBZGFwdGVyUmVzcG9uc2USKAoHYWRhcHRlchgBIAEoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8iJAoTTGlzdEFkYXB0ZXJzUmVxdWVzdBINCgVtb2RlbBgBIAEoCSJmChRMaXN0QWRhcHRlcnNSZXNwb25zZRINCgVtb2RlbBgBIAEoCRIpCghhZGFwdGVycxgCIAMoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8SFAoMbWF4X2FkYXB0ZXJzGAMgASgFIh8KDkdldExvYWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIlAKD0dldExvYWRSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5tbHhncnBjLnYxLk1vZGVsTG9hZBIWCg51cHRpbWVfc2Vjb25kcxgCIAEoASKyAwoJTW9kZWxMb2FkEg0KBW1vZGVsGAEgASgJEhgKEHJ1bm5pbmdfcmVxdWVzdHMYAiABKAUSGAoQd2FpdGluZ19yZXF1ZXN0cxgDIAEoBRIcChRtYXhfcnVubmluZ19yZXF1ZXN0cxgEIAEoBRIWCg5rdl9jYWNoZV9ieXRlcxgFIAEoAxIWCg5yZXNlcnZlZF9ieXRlcxgGIAEoAxIbChNtZW1vcnlfYnVkZ2V0X2J5dGVzGAcgASgDEhwKFHByZWZpeF9jYWNoZV9lbnRyaWVzGAggASgFEhoKEnByZWZpeF9jYWNoZV9ieXRlcxgJIAEoAxIZChFwcmVmaXhfY2FjaGVfaGl0cxgKIAEoAxIbChNwcmVmaXhfY2FjaGVfbWlzc2VzGAsgASgDEh0KFXByZWZpeF9jYWNoZV9oaXRfcmF0ZRgMIAEoARIjChtnZW5lcmF0ZWRfdG9rZW5zX3Blcl9zZWNvbmQYDSABKAESGAoQZ2VuZXJhdGVkX3Rva2VucxgOIAEoAxInCgd0ZW5hbnRzGA8gAygLMhYubWx4Z3JwYy52MS5UZW5hbnRMb2FkIrwBCgpUZW5hbnRMb2FkEg4KBnRlbmFudBgBIAEoCRIYChBydW5uaW5nX3JlcXVlc3RzGAIgASgFEhgKEHdhaXRpbmdfcmVxdWVzdHMYAyABKAUSGgoSaW5fZmxpZ2h0X3JlcXVlc3RzGAQgASgFEhoKEnRva2Vuc19sYXN0X21pbnV0ZRgFIAEoAxIYChBnZW5lcmF0ZWRfdG9rZW5zGAYgASgDEhgKEHJlZnVzZWRfcmVxdWVzdHMYByABKAMqUQoKVHJ1bmNhdGlvbhIaChZUUlVOQ0FUSU9OX1VOU1BFQ0lGSUVEEAASEgoOVFJVTkNBVElPTl9FTkQQARITCg9UUlVOQ0FUSU9OX05PTkUQAjLbBwoQSW5mZXJlbmNlU2VydmljZRJHCghHZW5lcmF0ZRIbLm1seGdycGMudjEuR2VuZXJhdGVSZXF1ZXN0GhwubWx4Z3JwYy52MS5HZW5lcmF0ZVJlc3BvbnNlMAESPgoFRW1iZWQSGC5tbHhncnBjLnYxLkVtYmVkUmVxdWVzdBoZLm1seGdycGMudjEuRW1iZWRSZXNwb25zZTABEj8KBlJlcmFuaxIZLm1seGdycGMudjEuUmVyYW5rUmVxdWVzdBoaLm1seGdycGMudjEuUmVyYW5rUmVzcG9uc2USPwoGQ2FuY2VsEhkubWx4Z3JwYy52MS5DYW5jZWxSZXF1ZXN0GhoubWx4Z3JwYy52MS5DYW5jZWxSZXNwb25zZRJRCgxHZXRNb2RlbEluZm8SHy5tbHhncnBjLnYxLkdldE1vZGVsSW5mb1JlcXVlc3QaIC5tbHhncnBjLnYxLkdldE1vZGVsSW5mb1Jlc3BvbnNlEksKClBsYW5NZW1vcnkSHS5tbHhncnBjLnYxLlBsYW5NZW1vcnlSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVzcG9uc2USRQoIVG9rZW5pemUSGy5tbHhncnBjLnYxLlRva2VuaXplUmVxdWVzdBocLm1seGdycGMudjEuVG9rZW5pemVSZXNwb25zZRJLCgpEZXRva2VuaXplEh0ubWx4Z3JwYy52MS5EZXRva2VuaXplUmVxdWVzdBoeLm1seGdycGMudjEuRGV0b2tlbml6ZVJlc3BvbnNlEksKCkxpc3RNb2RlbHMSHS5tbHhncnBjLnYxLkxpc3RNb2RlbHNSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVzcG9uc2USTgoLTG9hZEFkYXB0ZXISHi5tbHhncnBjLnYxLkxvYWRBZGFwdGVyUmVxdWVzdBofLm1seGdycGMudjEuTG9hZEFkYXB0ZXJSZXNwb25zZRJUCg1VbmxvYWRBZGFwdGVyEiAubWx4Z3JwYy52MS5VbmxvYWRBZGFwdGVyUmVxdWVzdBohLm1seGdycGMudjEuVW5sb2FkQWRhcHRlclJlc3BvbnNlElEKDExpc3RBZGFwdGVycxIfLm1seGdycGMudjEuTGlzdEFkYXB0ZXJzUmVxdWVzdBogLm1seGdycGMudjEuTGlzdEFkYXB0ZXJzUmVzcG9uc2USQgoHR2V0TG9hZBIaLm1seGdycGMudjEuR2V0TG9hZFJlcXVlc3QaGy5tbHhncnBjLnYxLkdldExvYWRSZXNwb25zZUJOCg5kZXYubWx4Z3JwYy52MUIVSW5mZXJlbmNlU2VydmljZVByb3RvUAFaI21seGdycGMuZGV2L2dvL21seGdycGMvdjE7bWx4Z3JwY3YxYgZwcm90bzM", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
 
 /**
  * A request to generate text.
@@ -406,6 +406,14 @@ export type EmbedRequest = Message<"mlxgrpc.v1.EmbedRequest"> & {
    * @generated from field: int32 priority = 7;
    */
   priority: number;
+
+  /**
+   * What to do with an input longer than the model's input limit (GetModelInfo's
+   * context_length): cut it (the default) or refuse the request.
+   *
+   * @generated from field: mlxgrpc.v1.Truncation truncate = 8;
+   */
+  truncate: Truncation;
 };
 
 /**
@@ -451,6 +459,133 @@ export const EmbedResponseSchema: GenMessage<EmbedResponse> = /*@__PURE__*/
   messageDesc(file_mlxgrpc_v1_inference_service, 6);
 
 /**
+ * A request to score documents against a query.
+ *
+ * @generated from message mlxgrpc.v1.RerankRequest
+ */
+export type RerankRequest = Message<"mlxgrpc.v1.RerankRequest"> & {
+  /**
+   * The reranking model to use; empty selects the server's default one.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * The query the documents are scored against.
+   *
+   * @generated from field: string query = 2;
+   */
+  query: string;
+
+  /**
+   * The documents to score (at least one).
+   *
+   * @generated from field: repeated string documents = 3;
+   */
+  documents: string[];
+
+  /**
+   * Return only this many results, the highest scored; 0 returns them all.
+   *
+   * @generated from field: int32 top_n = 4;
+   */
+  topN: number;
+
+  /**
+   * What to do with a query and document longer together than the model's input limit.
+   *
+   * @generated from field: mlxgrpc.v1.Truncation truncate = 5;
+   */
+  truncate: Truncation;
+
+  /**
+   * A client-chosen id used by Cancel and logs. Empty: the server assigns one.
+   *
+   * @generated from field: string request_id = 6;
+   */
+  requestId: string;
+
+  /**
+   * Scheduling priority, -100 to 100 (default 0), as GenerateRequest.priority.
+   *
+   * @generated from field: int32 priority = 7;
+   */
+  priority: number;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.RerankRequest.
+ * Use `create(RerankRequestSchema)` to create a new message.
+ */
+export const RerankRequestSchema: GenMessage<RerankRequest> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 7);
+
+/**
+ * The documents' scores, most relevant first.
+ *
+ * @generated from message mlxgrpc.v1.RerankResponse
+ */
+export type RerankResponse = Message<"mlxgrpc.v1.RerankResponse"> & {
+  /**
+   * The model that scored them.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * One result per document (or the top_n highest), by descending score.
+   *
+   * @generated from field: repeated mlxgrpc.v1.RerankResult results = 2;
+   */
+  results: RerankResult[];
+};
+
+/**
+ * Describes the message mlxgrpc.v1.RerankResponse.
+ * Use `create(RerankResponseSchema)` to create a new message.
+ */
+export const RerankResponseSchema: GenMessage<RerankResponse> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 8);
+
+/**
+ * One document's score.
+ *
+ * @generated from message mlxgrpc.v1.RerankResult
+ */
+export type RerankResult = Message<"mlxgrpc.v1.RerankResult"> & {
+  /**
+   * Position of the document in RerankRequest.documents.
+   *
+   * @generated from field: int32 index = 1;
+   */
+  index: number;
+
+  /**
+   * The model's relevance logit for the query and this document: higher is more
+   * relevant. For a probability, apply the logistic function (1 / (1 + e^-score)).
+   *
+   * @generated from field: float score = 2;
+   */
+  score: number;
+
+  /**
+   * Tokens the query and document used together (after truncation).
+   *
+   * @generated from field: int32 tokens = 3;
+   */
+  tokens: number;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.RerankResult.
+ * Use `create(RerankResultSchema)` to create a new message.
+ */
+export const RerankResultSchema: GenMessage<RerankResult> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 9);
+
+/**
  * A request to cancel a Generate or Embed.
  *
  * @generated from message mlxgrpc.v1.CancelRequest
@@ -469,7 +604,7 @@ export type CancelRequest = Message<"mlxgrpc.v1.CancelRequest"> & {
  * Use `create(CancelRequestSchema)` to create a new message.
  */
 export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 7);
+  messageDesc(file_mlxgrpc_v1_inference_service, 10);
 
 /**
  * The result of a Cancel.
@@ -491,7 +626,7 @@ export type CancelResponse = Message<"mlxgrpc.v1.CancelResponse"> & {
  * Use `create(CancelResponseSchema)` to create a new message.
  */
 export const CancelResponseSchema: GenMessage<CancelResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 8);
+  messageDesc(file_mlxgrpc_v1_inference_service, 11);
 
 /**
  * A request for a model's description.
@@ -512,7 +647,7 @@ export type GetModelInfoRequest = Message<"mlxgrpc.v1.GetModelInfoRequest"> & {
  * Use `create(GetModelInfoRequestSchema)` to create a new message.
  */
 export const GetModelInfoRequestSchema: GenMessage<GetModelInfoRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 9);
+  messageDesc(file_mlxgrpc_v1_inference_service, 12);
 
 /**
  * A model's description.
@@ -533,7 +668,7 @@ export type GetModelInfoResponse = Message<"mlxgrpc.v1.GetModelInfoResponse"> & 
  * Use `create(GetModelInfoResponseSchema)` to create a new message.
  */
 export const GetModelInfoResponseSchema: GenMessage<GetModelInfoResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 10);
+  messageDesc(file_mlxgrpc_v1_inference_service, 13);
 
 /**
  * A request for a memory plan.
@@ -569,7 +704,7 @@ export type PlanMemoryRequest = Message<"mlxgrpc.v1.PlanMemoryRequest"> & {
  * Use `create(PlanMemoryRequestSchema)` to create a new message.
  */
 export const PlanMemoryRequestSchema: GenMessage<PlanMemoryRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 11);
+  messageDesc(file_mlxgrpc_v1_inference_service, 14);
 
 /**
  * A memory plan.
@@ -590,7 +725,7 @@ export type PlanMemoryResponse = Message<"mlxgrpc.v1.PlanMemoryResponse"> & {
  * Use `create(PlanMemoryResponseSchema)` to create a new message.
  */
 export const PlanMemoryResponseSchema: GenMessage<PlanMemoryResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 12);
+  messageDesc(file_mlxgrpc_v1_inference_service, 15);
 
 /**
  * A request to tokenize text.
@@ -625,7 +760,7 @@ export type TokenizeRequest = Message<"mlxgrpc.v1.TokenizeRequest"> & {
  * Use `create(TokenizeRequestSchema)` to create a new message.
  */
 export const TokenizeRequestSchema: GenMessage<TokenizeRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 13);
+  messageDesc(file_mlxgrpc_v1_inference_service, 16);
 
 /**
  * Token ids of a text.
@@ -653,7 +788,7 @@ export type TokenizeResponse = Message<"mlxgrpc.v1.TokenizeResponse"> & {
  * Use `create(TokenizeResponseSchema)` to create a new message.
  */
 export const TokenizeResponseSchema: GenMessage<TokenizeResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 14);
+  messageDesc(file_mlxgrpc_v1_inference_service, 17);
 
 /**
  * A request to turn token ids into text.
@@ -688,7 +823,7 @@ export type DetokenizeRequest = Message<"mlxgrpc.v1.DetokenizeRequest"> & {
  * Use `create(DetokenizeRequestSchema)` to create a new message.
  */
 export const DetokenizeRequestSchema: GenMessage<DetokenizeRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 15);
+  messageDesc(file_mlxgrpc_v1_inference_service, 18);
 
 /**
  * The text of token ids.
@@ -709,7 +844,7 @@ export type DetokenizeResponse = Message<"mlxgrpc.v1.DetokenizeResponse"> & {
  * Use `create(DetokenizeResponseSchema)` to create a new message.
  */
 export const DetokenizeResponseSchema: GenMessage<DetokenizeResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 16);
+  messageDesc(file_mlxgrpc_v1_inference_service, 19);
 
 /**
  * A request to list the served models.
@@ -724,7 +859,7 @@ export type ListModelsRequest = Message<"mlxgrpc.v1.ListModelsRequest"> & {
  * Use `create(ListModelsRequestSchema)` to create a new message.
  */
 export const ListModelsRequestSchema: GenMessage<ListModelsRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 17);
+  messageDesc(file_mlxgrpc_v1_inference_service, 20);
 
 /**
  * The served models.
@@ -745,7 +880,7 @@ export type ListModelsResponse = Message<"mlxgrpc.v1.ListModelsResponse"> & {
  * Use `create(ListModelsResponseSchema)` to create a new message.
  */
 export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 18);
+  messageDesc(file_mlxgrpc_v1_inference_service, 21);
 
 /**
  * A request to load an adapter.
@@ -784,7 +919,7 @@ export type LoadAdapterRequest = Message<"mlxgrpc.v1.LoadAdapterRequest"> & {
  * Use `create(LoadAdapterRequestSchema)` to create a new message.
  */
 export const LoadAdapterRequestSchema: GenMessage<LoadAdapterRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 19);
+  messageDesc(file_mlxgrpc_v1_inference_service, 22);
 
 /**
  * The result of loading an adapter.
@@ -813,7 +948,7 @@ export type LoadAdapterResponse = Message<"mlxgrpc.v1.LoadAdapterResponse"> & {
  * Use `create(LoadAdapterResponseSchema)` to create a new message.
  */
 export const LoadAdapterResponseSchema: GenMessage<LoadAdapterResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 20);
+  messageDesc(file_mlxgrpc_v1_inference_service, 23);
 
 /**
  * A request to unload an adapter.
@@ -841,7 +976,7 @@ export type UnloadAdapterRequest = Message<"mlxgrpc.v1.UnloadAdapterRequest"> & 
  * Use `create(UnloadAdapterRequestSchema)` to create a new message.
  */
 export const UnloadAdapterRequestSchema: GenMessage<UnloadAdapterRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 21);
+  messageDesc(file_mlxgrpc_v1_inference_service, 24);
 
 /**
  * The result of unloading an adapter.
@@ -862,7 +997,7 @@ export type UnloadAdapterResponse = Message<"mlxgrpc.v1.UnloadAdapterResponse"> 
  * Use `create(UnloadAdapterResponseSchema)` to create a new message.
  */
 export const UnloadAdapterResponseSchema: GenMessage<UnloadAdapterResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 22);
+  messageDesc(file_mlxgrpc_v1_inference_service, 25);
 
 /**
  * A request to list a model's adapters.
@@ -883,7 +1018,7 @@ export type ListAdaptersRequest = Message<"mlxgrpc.v1.ListAdaptersRequest"> & {
  * Use `create(ListAdaptersRequestSchema)` to create a new message.
  */
 export const ListAdaptersRequestSchema: GenMessage<ListAdaptersRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 23);
+  messageDesc(file_mlxgrpc_v1_inference_service, 26);
 
 /**
  * The adapters loaded on a model.
@@ -918,7 +1053,7 @@ export type ListAdaptersResponse = Message<"mlxgrpc.v1.ListAdaptersResponse"> & 
  * Use `create(ListAdaptersResponseSchema)` to create a new message.
  */
 export const ListAdaptersResponseSchema: GenMessage<ListAdaptersResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 24);
+  messageDesc(file_mlxgrpc_v1_inference_service, 27);
 
 /**
  * A request for load figures.
@@ -939,7 +1074,7 @@ export type GetLoadRequest = Message<"mlxgrpc.v1.GetLoadRequest"> & {
  * Use `create(GetLoadRequestSchema)` to create a new message.
  */
 export const GetLoadRequestSchema: GenMessage<GetLoadRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 25);
+  messageDesc(file_mlxgrpc_v1_inference_service, 28);
 
 /**
  * Load figures, one entry per generation model.
@@ -967,7 +1102,7 @@ export type GetLoadResponse = Message<"mlxgrpc.v1.GetLoadResponse"> & {
  * Use `create(GetLoadResponseSchema)` to create a new message.
  */
 export const GetLoadResponseSchema: GenMessage<GetLoadResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 26);
+  messageDesc(file_mlxgrpc_v1_inference_service, 29);
 
 /**
  * How busy one generation model is, read from its engine thread when asked.
@@ -1090,7 +1225,7 @@ export type ModelLoad = Message<"mlxgrpc.v1.ModelLoad"> & {
  * Use `create(ModelLoadSchema)` to create a new message.
  */
 export const ModelLoadSchema: GenMessage<ModelLoad> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 27);
+  messageDesc(file_mlxgrpc_v1_inference_service, 30);
 
 /**
  * How much of one generation model one tenant uses.
@@ -1154,7 +1289,42 @@ export type TenantLoad = Message<"mlxgrpc.v1.TenantLoad"> & {
  * Use `create(TenantLoadSchema)` to create a new message.
  */
 export const TenantLoadSchema: GenMessage<TenantLoad> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 28);
+  messageDesc(file_mlxgrpc_v1_inference_service, 31);
+
+/**
+ * What Embed and Rerank do with an input longer than the model's input limit.
+ *
+ * @generated from enum mlxgrpc.v1.Truncation
+ */
+export enum Truncation {
+  /**
+   * The default: TRUNCATION_END.
+   *
+   * @generated from enum value: TRUNCATION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Keep the tokens that fit, from the start (a reranked pair cuts the longer of
+   * query and document first); the response's `tokens` says how many were used.
+   *
+   * @generated from enum value: TRUNCATION_END = 1;
+   */
+  END = 1,
+
+  /**
+   * Refuse the request: INVALID_ARGUMENT naming the input, with its length and the limit.
+   *
+   * @generated from enum value: TRUNCATION_NONE = 2;
+   */
+  NONE = 2,
+}
+
+/**
+ * Describes the enum mlxgrpc.v1.Truncation.
+ */
+export const TruncationSchema: GenEnum<Truncation> = /*@__PURE__*/
+  enumDesc(file_mlxgrpc_v1_inference_service, 0);
 
 /**
  * Text generation and embeddings on MLX.
@@ -1193,7 +1363,19 @@ export const InferenceService: GenService<{
     output: typeof EmbedResponseSchema;
   },
   /**
-   * Cancels a queued or running Generate or Embed by its request id. Request ids are
+   * Scores documents against a query with a reranking model (a cross-encoder: a
+   * BERT-family sequence classifier that reads the query and one document together).
+   * Returns the documents' scores, most relevant first.
+   *
+   * @generated from rpc mlxgrpc.v1.InferenceService.Rerank
+   */
+  rerank: {
+    methodKind: "unary";
+    input: typeof RerankRequestSchema;
+    output: typeof RerankResponseSchema;
+  },
+  /**
+   * Cancels a queued or running Generate, Embed or Rerank by its request id. Request ids are
    * scoped to the caller's tenant: a caller cancels only its own tenant's requests.
    *
    * @generated from rpc mlxgrpc.v1.InferenceService.Cancel
