@@ -3,7 +3,7 @@
 # ../../protos with the vendored protoc), run the example against the first server
 # address, the agent example against the second (its "tools" model) and the tests, live
 # ones included, against each (arguments, default $MLXGRPC_ADDRESS; the servers must
-# already be running).
+# already be running). The Rerank tests need a model named "reranker" (the second's).
 set -euo pipefail
 ADDRESSES=("$@")
 [[ ${#ADDRESSES[@]} -gt 0 ]] || ADDRESSES=("${MLXGRPC_ADDRESS:?pass or set the address of a running mlx-grpc server}")
@@ -45,5 +45,5 @@ MLXGRPC_ADDRESS=${ADDRESSES[0]} cargo test --locked
 for address in "${ADDRESSES[@]:1}"; do
   echo "== live tests against $address"
   MLXGRPC_ADDRESS=$address cargo test --locked --test live_generate --test live_calls --test retry_live --test live_priority \
-    --test live_tools
+    --test live_tools --test live_rerank
 done

@@ -16,7 +16,7 @@ pub struct Client {
     pub(crate) raw: RawClient,
     pub(crate) timeout: Option<Duration>,
     pub(crate) retry: RetryPolicy,
-    /// Of Generate and Embed requests that set none ([`crate::ConnectOptions::with_priority`]).
+    /// Of Generate, Embed and Rerank requests that set none ([`crate::ConnectOptions::with_priority`]).
     pub(crate) priority: i32,
 }
 
@@ -91,8 +91,9 @@ impl Client {
         self.generate(request).collect().await
     }
 
-    /// Cancels a running Generate or Embed through the Cancel RPC. Returns whether
-    /// the server found it; the stream then ends with a `FINISH_REASON_CANCELLED` event.
+    /// Cancels a running Generate, Embed or Rerank through the Cancel RPC. Returns whether
+    /// the server found it; a Generate stream then ends with a `FINISH_REASON_CANCELLED`
+    /// event.
     pub async fn cancel(&self, request_id: impl Into<String>) -> Result<bool, Status> {
         let req = pb::CancelRequest {
             request_id: request_id.into(),
@@ -104,7 +105,9 @@ impl Client {
     }
 
     /// Embeds texts, returning one response per input ordered by `index`. A request
-    /// without a priority gets the client's default.
+    /// without a priority gets the client's default. Build it with
+    /// [`pb::EmbedRequest::new`] and its `with_*` options ([`crate::Truncation`]: an input
+    /// over the model's limit is cut, or refused with INVALID_ARGUMENT).
     pub async fn embed(
         &self,
         request: impl IntoRequest<pb::EmbedRequest>,

@@ -5,7 +5,8 @@
 //! raw stub lacks: connecting with TLS and a bearer token, a default deadline,
 //! retries of calls the server refused for now (RetryInfo), Generate as a
 //! [`Stream`] of events with a client-side id to cancel it by (or collected at
-//! once), Embed results in input order, adapter calls ([`Client::load_adapter`],
+//! once), Embed results in input order, Rerank results most relevant first
+//! ([`Client::rerank`], [`pb::RerankRequest::new`], [`Truncation`]), adapter calls ([`Client::load_adapter`],
 //! [`Client::unload_adapter`], [`Client::list_adapters`]), builders for tools and the
 //! messages of an agent loop ([`pb::Tool::function`], [`pb::ToolChoice::required`],
 //! [`pb::ChatMessage::tool_result`], [`GenerationResult::assistant_message`]), and [`error_details`]
@@ -44,12 +45,14 @@ mod client;
 mod errors;
 mod generation;
 mod priority;
+mod rerank;
 mod retry;
 
 pub use client::Client;
 pub use errors::{ErrorDetails, ErrorInfo, FieldViolation, RetryInfo, error_details};
 pub use generation::{Event, Generation, GenerationResult};
 pub use priority::MAX_PRIORITY;
+pub use rerank::{RankedDocument, Ranking, Truncation};
 pub use retry::RetryObserver;
 pub use tokio_stream::{Stream, StreamExt};
 pub use tonic::Code;
@@ -168,7 +171,7 @@ pub struct ConnectOptions {
     pub max_attempts: u32,
     /// Hears of each retry: the refusal and the delay.
     pub on_retry: Option<RetryObserver>,
-    /// The priority of Generate and Embed requests that set none (see `with_priority`).
+    /// The priority of Generate, Embed and Rerank requests that set none (see `with_priority`).
     pub priority: i32,
 }
 

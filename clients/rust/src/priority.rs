@@ -1,16 +1,16 @@
 //! Request priority: a client's default ([`ConnectOptions::with_priority`]) fills the
-//! Generate and Embed requests that leave `priority` at 0; a request's own wins.
+//! Generate, Embed and Rerank requests that leave `priority` at 0; a request's own wins.
 
 use tonic::Request;
 
 use crate::{Client, ConnectOptions, pb};
 
-/// The range of `GenerateRequest.priority` and `EmbedRequest.priority`:
+/// The range of `GenerateRequest.priority`, `EmbedRequest.priority` and `RerankRequest.priority`:
 /// `-MAX_PRIORITY..=MAX_PRIORITY`.
 pub const MAX_PRIORITY: i32 = 100;
 
 impl ConnectOptions {
-    /// The priority (`-100..=100`) of every Generate and Embed request that leaves
+    /// The priority (`-100..=100`) of every Generate, Embed and Rerank request that leaves
     /// its own at 0, e.g. a batch job's low one. Higher starts first among waiting
     /// requests; waiting raises a request's priority, so none starves; the output
     /// never changes. Out of range, [`Client::connect`] fails with
@@ -33,6 +33,12 @@ impl Prioritized for pb::GenerateRequest {
 }
 
 impl Prioritized for pb::EmbedRequest {
+    fn priority_mut(&mut self) -> &mut i32 {
+        &mut self.priority
+    }
+}
+
+impl Prioritized for pb::RerankRequest {
     fn priority_mut(&mut self) -> &mut i32 {
         &mut self.priority
     }
@@ -101,6 +107,11 @@ mod tests {
         };
         assert_eq!(low.embed_request(own.into_request()).get_ref().priority, 5);
         assert_eq!(client(0).embed_request(embed).get_ref().priority, 0);
+        let rerank = pb::RerankRequest::new("q", ["d"]);
+        assert_eq!(low.rerank_request(rerank.clone()).get_ref().priority, -20);
+        let own = rerank.clone().with_priority(7);
+        assert_eq!(low.rerank_request(own).get_ref().priority, 7);
+        assert_eq!(client(0).rerank_request(rerank).get_ref().priority, 0);
     }
 
     #[tokio::test]

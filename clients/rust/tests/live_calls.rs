@@ -1,11 +1,11 @@
 //! The other calls against a live server at MLXGRPC_ADDRESS (any server: the models come
 //! from ListModels): tokenizing, embeddings, error details, model info, the memory plan,
-//! load reports, bearer tokens, adapters.
+//! load reports, bearer tokens, adapters, Embed's truncation.
 //! Skipped without the server (or its embedding model, its adapter), like tests/live_generate.rs.
 
 mod support;
 
-use mlx_grpc_client::{Code, ConnectOptions, error_details, pb};
+use mlx_grpc_client::{Code, ConnectOptions, Truncation, error_details, pb};
 use support::{exact, live, loaded_adapter, unavailable, with_adapter};
 
 fn norm(v: &[f32]) -> f32 {
@@ -83,6 +83,51 @@ async fn embeddings_are_normalized_and_semantic() {
         similar > unrelated + 0.2,
         "similar {similar}, unrelated {unrelated}"
     );
+}
+
+#[tokio::test]
+async fn embed_truncation_none_refuses_a_long_input() {
+    let Some(s) = live().await else { return };
+    let Some(embedder) = s
+        .embedder
+        .as_ref()
+        .or_else(|| unavailable("the server serves no embedding model"))
+    else {
+        return;
+    };
+    // About twice the model's input limit in tokens, under the server's byte limit of an
+    // input (32 bytes a token of the model's context).
+    let long = "word ".repeat(2 * embedder.context_length as usize);
+    let request =
+        pb::EmbedRequest::new(["A short input.".to_string(), long]).with_model(&embedder.name);
+    let status = s
+        .client
+        .embed(request.clone().with_truncate(Truncation::None))
+        .await
+        .expect_err("an input over the limit under Truncation::None");
+    let details = error_details(&status);
+    assert_eq!(details.code, Code::InvalidArgument, "{status:?}");
+    let fields: Vec<&str> = details
+        .field_violations
+        .iter()
+        .map(|v| v.field.as_str())
+        .collect();
+    assert_eq!(fields, ["inputs[1]"], "{status:?}");
+
+    // Cut (the default, and Truncation::End): embedded from the tokens that fit.
+    for truncate in [None, Some(Truncation::End)] {
+        let request = match truncate {
+            Some(t) => request.clone().with_truncate(t),
+            None => request.clone(),
+        };
+        let resp = s.client.embed(request).await.expect("embed, cut");
+        assert_eq!(resp.len(), 2);
+        assert_eq!(
+            resp[1].tokens, embedder.context_length,
+            "{truncate:?}: tokens of the long input"
+        );
+        assert!(resp[0].tokens < resp[1].tokens);
+    }
 }
 
 #[tokio::test]

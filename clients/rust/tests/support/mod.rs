@@ -16,6 +16,7 @@ pub struct Live {
     pub models: Vec<pb::ModelInfo>,
     /// The default generation model (ListModels lists it first).
     pub generator: pb::ModelInfo,
+    /// The first model that embeds (the default Embed model; never a reranker).
     pub embedder: Option<pb::ModelInfo>,
 }
 
@@ -50,7 +51,14 @@ pub async fn live() -> Option<Live> {
     let of_kind = |kind| models.iter().find(|m| m.kind() == kind).cloned();
     let generator = of_kind(pb::ModelKind::Generation)
         .or_else(|| unavailable("the server serves no generation model"))?;
-    let embedder = of_kind(pb::ModelKind::Embedding);
+    // The first model that embeds: a reranker (also of the embedding kind) does not.
+    let embedder = models
+        .iter()
+        .find(|m| {
+            m.kind() == pb::ModelKind::Embedding
+                && m.capabilities.as_ref().is_some_and(|c| c.embeddings)
+        })
+        .cloned();
     Some(Live {
         client,
         address,
