@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI for the Python client: fresh venv, install the distribution on its own, check the
 # generated code, run the example against the first server address, the agent example
-# against the second (its "tools" model), and the tests against each (arguments, default
+# against the second (its "tools" model), and the tests against each (the tools and
+# rerank tests need the second's "tools" and "reranker" models; arguments, default
 # $MLXGRPC_ADDRESS; already running: this script never starts one).
 set -euo pipefail
 ADDRESSES=("$@")
@@ -51,5 +52,5 @@ fi
 for address in "${ADDRESSES[@]:1}"; do
   echo "== live tests against $address"
   MLXGRPC_ADDRESS=$address "$PY" -m pytest -ra -p no:cacheprovider tests/test_sync.py tests/test_aio.py \
-    tests/test_adapters.py tests/test_tools.py
+    tests/test_adapters.py tests/test_tools.py tests/test_rerank.py
 done

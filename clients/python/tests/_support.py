@@ -15,6 +15,12 @@ UNRELATED = "The stock market crashed today."
 LONG = dict(max_tokens=4000, stopping={"ignore_eos": True})
 
 
+def over_long(model: pb.ModelInfo) -> str:
+    """A text of twice the model's input limit in tokens (a word is at least one), yet well
+    within the server's byte limit on an input (32 bytes per token of the limit)."""
+    return "word " * (2 * model.context_length)
+
+
 def cosine(a, b) -> float:
     dot = sum(x * y for x, y in zip(a, b))
     return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))

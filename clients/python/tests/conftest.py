@@ -63,4 +63,5 @@ def generator(models) -> pb.ModelInfo:
 
 @pytest.fixture(scope="session")
 def embedder(models) -> pb.ModelInfo:
-    return _first(models, pb.MODEL_KIND_EMBEDDING, "embedding")
+    """The first model that embeds (a reranker is an embedding-kind model that does not)."""
+    return _first([m for m in models if m.capabilities.embeddings], pb.MODEL_KIND_EMBEDDING, "embedding")

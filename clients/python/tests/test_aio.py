@@ -10,7 +10,7 @@ import pytest
 
 from mlxgrpc_client import error_details, pb
 
-from _support import LONG, SIMILAR, UNRELATED, cosine, exact
+from _support import LONG, SIMILAR, UNRELATED, cosine, exact, over_long
 
 
 async def test_model_info_and_list_models(aclient, models, generator):
@@ -58,6 +58,14 @@ async def test_embed(aclient, embedder):
     assert all(math.isclose(math.sqrt(sum(x * x for x in r.embedding)), 1.0, abs_tol=1e-3) for r in responses)
     food, bread, stocks = (r.embedding for r in responses)
     assert cosine(food, bread) > cosine(food, stocks) + 0.2
+
+
+async def test_embed_truncate_none_refuses_an_over_long_input(aclient, embedder):
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await aclient.embed([over_long(embedder)], model=embedder.name, truncate=pb.TRUNCATION_NONE)
+    details = error_details(info.value)
+    assert details.code == grpc.StatusCode.INVALID_ARGUMENT, details.message
+    assert [v.field for v in details.field_violations] == ["inputs[0]"]
 
 
 async def test_invalid_temperature(aclient):

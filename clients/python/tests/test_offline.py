@@ -15,7 +15,8 @@ from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from mlxgrpc_client import GenerationResult, aio, connect, embed_request, error_details, generate_request, pb
+from mlxgrpc_client import (GenerationResult, aio, connect, embed_request, error_details, generate_request, pb,
+                            rerank_request)
 from mlxgrpc_client.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 
 
@@ -187,6 +188,31 @@ def test_priority_on_generate_and_embed_requests():
     assert embed_request(["a", "b"], priority=-100).priority == -100
 
 
+def test_truncate_on_embed_and_rerank_requests():
+    assert not embed_request("a").truncate  # TRUNCATION_UNSPECIFIED: the server cuts (END)
+    for value, want in (("end", pb.TRUNCATION_END), ("NONE", pb.TRUNCATION_NONE),
+                        ("TRUNCATION_NONE", pb.TRUNCATION_NONE), (pb.TRUNCATION_END, pb.TRUNCATION_END),
+                        ("unspecified", pb.TRUNCATION_UNSPECIFIED)):
+        assert embed_request("a", truncate=value).truncate == want
+        assert rerank_request("q", ["d"], truncate=value).truncate == want
+    with pytest.raises(ValueError, match="end, none"):
+        embed_request("a", truncate="start")
+    with pytest.raises(ValueError, match="unknown truncation"):
+        rerank_request("q", ["d"], truncate="middle")
+
+
+def test_rerank_request():
+    req = rerank_request("where do rivers flow?", ["Rivers flow into the sea.", "def f(): pass"], model="reranker",
+                         top_n=1, request_id="r-1", priority=-5)
+    assert (req.model, req.query, list(req.documents)) == (
+        "reranker", "where do rivers flow?", ["Rivers flow into the sea.", "def f(): pass"])
+    assert (req.top_n, req.truncate, req.request_id, req.priority) == (1, pb.TRUNCATION_UNSPECIFIED, "r-1", -5)
+    assert list(rerank_request("q", "one document").documents) == ["one document"]  # not its characters
+    assert list(rerank_request("q", (d for d in ("a", "b"))).documents) == ["a", "b"]
+    plain = rerank_request("q", ["d"])
+    assert (plain.model, plain.top_n, plain.request_id, plain.priority) == ("", 0, "", 0)  # the server's defaults
+
+
 def _refusal(code: int, retry_seconds: float | None, reason: str = "QUEUE_FULL") -> grpc.Status:
     status = status_pb2.Status(code=code, message="refused for now")
     status.details.add().Pack(error_details_pb2.ErrorInfo(reason=reason, domain="mlxgrpc.v1"))
@@ -228,8 +254,22 @@ class _Recorder(pb_grpc.InferenceServiceServicer):
 
     def Embed(self, request, context):
         self.priorities.append(request.priority)
+        self.requests.append(request)
         for i, _ in enumerate(request.inputs):
             yield pb.EmbedResponse(index=i, embedding=[1.0])
+
+    def Rerank(self, request, context):
+        self.priorities.append(request.priority)
+        self.requests.append(request)
+        if self.refusals > 0:
+            self.refusals -= 1
+            context.abort_with_status(self.refusal)
+        # Scores by document length, longest first: the results' order is the server's.
+        order = sorted(range(len(request.documents)), key=lambda i: (-len(request.documents[i]), i))
+        results = [pb.RerankResult(index=i, score=float(len(request.documents[i])) - 0.5, tokens=i + 3)
+                   for i in order]
+        return pb.RerankResponse(model=request.model or "reranker",
+                                 results=results[:request.top_n] if request.top_n else results)
 
     def GetModelInfo(self, request, context):
         self.seen.append((dict(context.invocation_metadata()), context.time_remaining()))
@@ -378,6 +418,37 @@ def test_client_default_priority(recorder):
     assert servicer.priorities == [-20, 30, -20, 5, 0]
     with pytest.raises(ValueError, match="priority"):
         connect(address, priority=101)
+
+
+def test_rerank_over_the_wire(recorder):
+    servicer, address = recorder
+    servicer.refusals = 1  # refused once with RetryInfo: retried like the other unary calls
+    retries = []
+    with connect(address, priority=-20, on_retry=lambda d, delay: retries.append(delay)) as client:
+        reply = client.rerank("q", ["bb", "a", "cccc"], truncate="none", request_id="r-1")
+        top = client.rerank("q", ["bb", "a", "cccc"], model="other", top_n=2, priority=7)
+    assert isinstance(reply, pb.RerankResponse) and reply.model == "reranker"
+    assert [(r.index, r.score, r.tokens) for r in reply.results] == [(2, 3.5, 5), (0, 1.5, 3), (1, 0.5, 4)]
+    assert top.model == "other" and list(top.results) == list(reply.results[:2])
+    assert retries == [0.2]
+    first, again, second = servicer.requests
+    assert first == again  # the same request, its id included, for every attempt
+    assert (first.query, list(first.documents), first.truncate, first.request_id) == (
+        "q", ["bb", "a", "cccc"], pb.TRUNCATION_NONE, "r-1")
+    assert (second.model, second.top_n) == ("other", 2)
+    assert servicer.priorities == [-20, -20, 7]  # the client's default, unless the request has its own
+
+
+async def test_rerank_in_asyncio(recorder):
+    servicer, address = recorder
+    async with aio.connect(address, priority=3) as client:
+        reply = await client.rerank("q", ["a", "bbb"], top_n=1, truncate=pb.TRUNCATION_END)
+        await client.embed(["a"], truncate="none")
+    assert [(r.index, r.score) for r in reply.results] == [(1, 2.5)]
+    rerank, embed = servicer.requests
+    assert (rerank.top_n, rerank.truncate, rerank.priority) == (1, pb.TRUNCATION_END, 3)
+    assert embed.truncate == pb.TRUNCATION_NONE
+    assert servicer.priorities == [3, 3]
 
 
 def test_a_tenant_limit_is_retried_like_a_full_queue(recorder):

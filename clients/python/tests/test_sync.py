@@ -11,7 +11,7 @@ import pytest
 
 from mlxgrpc_client import error_details, pb
 
-from _support import LONG, SIMILAR, UNRELATED, cosine, exact, release, saturate
+from _support import LONG, SIMILAR, UNRELATED, cosine, exact, over_long, release, saturate
 
 
 def test_model_info(client, generator, embedder):
@@ -193,6 +193,20 @@ def test_embed_dimensions(client, embedder):
     (r,) = client.embed("A man is eating food.", model=embedder.name, dimensions=64)
     assert len(r.embedding) == 64
     assert math.isclose(math.sqrt(sum(x * x for x in r.embedding)), 1.0, abs_tol=1e-3)
+
+
+def test_embed_truncate(client, embedder):
+    long = over_long(embedder)
+    cut = client.embed(["short", long], model=embedder.name)  # the default: cut to the limit
+    assert [r.index for r in cut] == [0, 1] and 0 < cut[1].tokens <= embedder.context_length
+    (end,) = client.embed(long, model=embedder.name, truncate="end")
+    assert end.tokens == cut[1].tokens and cosine(end.embedding, cut[1].embedding) > 0.999
+    with pytest.raises(grpc.RpcError) as info:
+        client.embed(["short", long], model=embedder.name, truncate="none")
+    details = error_details(info.value)
+    assert details.code == grpc.StatusCode.INVALID_ARGUMENT, details.message
+    assert [v.field for v in details.field_violations] == ["inputs[1]"]
+    assert client.embed("short", model=embedder.name, truncate="none")[0].tokens > 0  # within the limit
 
 
 def test_invalid_temperature(client):

@@ -40,7 +40,7 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
-#: The range of GenerateRequest.priority and EmbedRequest.priority.
+#: The range of GenerateRequest.priority, EmbedRequest.priority and RerankRequest.priority.
 MAX_PRIORITY = 100
 
 
@@ -253,6 +253,23 @@ def _speculation(value: str | int | pb.SpeculationOptions | Mapping[str, Any]) -
     return pb.SpeculationOptions(mode=_speculation_mode(value))
 
 
+#: What ``truncate=`` takes besides a ``pb.Truncation``: ``"end"`` cuts an input longer than
+#: the model's limit (the server's default), ``"none"`` has the server refuse it
+#: (INVALID_ARGUMENT naming the input).
+Truncate = Union[str, int]
+
+
+def _truncation(value: Truncate) -> int:
+    if isinstance(value, int):
+        return value
+    name = value.upper()
+    try:
+        return pb.Truncation.Value(name if name.startswith("TRUNCATION_") else f"TRUNCATION_{name}")
+    except ValueError:
+        choices = ", ".join(n.removeprefix("TRUNCATION_").lower() for n in pb.Truncation.keys())
+        raise ValueError(f"unknown truncation {value!r} (one of {choices})") from None
+
+
 def embed_request(
     inputs: str | Sequence[str],
     *,
@@ -262,8 +279,12 @@ def embed_request(
     dimensions: int = 0,
     request_id: str = "",
     priority: int = 0,
+    truncate: Truncate | None = None,
 ) -> pb.EmbedRequest:
-    """Builds an EmbedRequest; ``priority`` as in :func:`generate_request`."""
+    """Builds an EmbedRequest; ``priority`` as in :func:`generate_request`; ``truncate``
+    is what the server does with an input longer than the model's limit: ``"end"`` cuts
+    it (the default: the response's ``tokens`` says how many were used), ``"none"``
+    refuses the request (INVALID_ARGUMENT naming the input), or a ``pb.Truncation``."""
     req = pb.EmbedRequest(
         model=model,
         inputs=[inputs] if isinstance(inputs, str) else list(inputs),
@@ -274,6 +295,36 @@ def embed_request(
     )
     if normalize is not None:
         req.normalize = normalize
+    if truncate is not None:
+        req.truncate = _truncation(truncate)
+    return req
+
+
+def rerank_request(
+    query: str,
+    documents: str | Sequence[str],
+    *,
+    model: str = "",
+    top_n: int = 0,
+    truncate: Truncate | None = None,
+    request_id: str = "",
+    priority: int = 0,
+) -> pb.RerankRequest:
+    """Builds a RerankRequest: ``documents`` scored against ``query`` by a reranking model
+    (``model`` empty: the server's first). ``top_n`` keeps only the highest scored (0: all);
+    ``truncate`` (``"end"``, ``"none"`` or a ``pb.Truncation``) is what happens to a query
+    and document longer together than the model's limit, as in :func:`embed_request`;
+    ``priority`` as in :func:`generate_request`."""
+    req = pb.RerankRequest(
+        model=model,
+        query=query,
+        documents=[documents] if isinstance(documents, str) else list(documents),
+        top_n=top_n,
+        request_id=request_id,
+        priority=priority,
+    )
+    if truncate is not None:
+        req.truncate = _truncation(truncate)
     return req
 
 

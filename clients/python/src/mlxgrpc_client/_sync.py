@@ -11,7 +11,7 @@ import grpc
 
 from . import _retry, pb
 from ._common import (DEFAULT, GenerationResult, Prompt, auth_metadata, channel_credentials,
-                      default_priority, embed_request, generate_request)
+                      default_priority, embed_request, generate_request, rerank_request)
 from ._retry import Attempts, OnRetry
 
 
@@ -107,7 +107,7 @@ class Client:
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.on_retry = on_retry
-        #: The priority of Generate and Embed requests that leave theirs at 0.
+        #: The priority of Generate, Embed and Rerank requests that leave theirs at 0.
         self.priority = default_priority(priority)
 
     def _attempts(self, timeout: Any) -> Attempts:
@@ -127,17 +127,30 @@ class Client:
         return GenerateStream(start, attempts, req.request_id)
 
     def cancel(self, request_id: str, *, timeout: Any = DEFAULT) -> bool:
-        """Cancels a running Generate or Embed by id (the Cancel RPC). True if one was found."""
+        """Cancels a running Generate, Embed or Rerank by id (the Cancel RPC). True if one was found."""
         return self._unary(self.stub.Cancel, pb.CancelRequest(request_id=request_id), timeout).cancelled
 
     def embed(self, inputs: str | Sequence[str], *, timeout: Any = DEFAULT, **kwargs: Any) -> list[pb.EmbedResponse]:
         """Embeds ``inputs``; one response per input, ordered by ``index``.
         Keywords: ``model``, ``instruction``, ``normalize``, ``dimensions``, ``request_id``,
-        ``priority``."""
+        ``priority``, ``truncate`` (``"end"``: cut an over-long input, the default;
+        ``"none"``: refuse it with INVALID_ARGUMENT)."""
         req = embed_request(inputs, **kwargs)
         req.priority = req.priority or self.priority
         responses = self._unary(lambda r, **kw: list(self.stub.Embed(r, **kw)), req, timeout)
         return sorted(responses, key=lambda r: r.index)
+
+    def rerank(self, query: str, documents: str | Sequence[str], *, timeout: Any = DEFAULT,
+               **kwargs: Any) -> pb.RerankResponse:
+        """Scores ``documents`` against ``query`` with a reranking model (a cross-encoder).
+        The response has the ``model`` and its ``results`` (``pb.RerankResult``: ``index``
+        in ``documents``, ``score``, a logit where higher is more relevant, and ``tokens``),
+        most relevant first. Keywords: ``model``, ``top_n`` (0: every document),
+        ``truncate`` (``"end"`` or ``"none"``), ``request_id``, ``priority``; see
+        :func:`mlxgrpc_client.rerank_request`."""
+        req = rerank_request(query, documents, **kwargs)
+        req.priority = req.priority or self.priority
+        return self._unary(self.stub.Rerank, req, timeout)
 
     def model_info(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ModelInfo:
         """Describes ``model`` (empty: the default generation model)."""
@@ -216,7 +229,7 @@ def connect(
     call (``None``: none). A call refused with RESOURCE_EXHAUSTED or UNAVAILABLE and a
     RetryInfo is tried again after the server's delay, ``max_attempts`` times in all
     (1: never), within its deadline; ``on_retry(details, delay)`` hears of each retry.
-    ``priority`` (-100 to 100) is that of every Generate and Embed request that leaves
+    ``priority`` (-100 to 100) is that of every Generate, Embed and Rerank request that leaves
     its own at 0 (e.g. a batch job's low priority).
     ``options`` are grpc channel options.
     """

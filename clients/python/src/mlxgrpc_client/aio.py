@@ -12,7 +12,7 @@ import grpc
 
 from . import _retry, pb
 from ._common import (DEFAULT, GenerationResult, Prompt, auth_metadata, channel_credentials,
-                      default_priority, embed_request, generate_request)
+                      default_priority, embed_request, generate_request, rerank_request)
 from ._retry import Attempts, OnRetry
 
 
@@ -116,7 +116,7 @@ class AsyncClient:
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.on_retry = on_retry
-        #: The priority of Generate and Embed requests that leave theirs at 0.
+        #: The priority of Generate, Embed and Rerank requests that leave theirs at 0.
         self.priority = default_priority(priority)
 
     def _attempts(self, timeout: Any) -> Attempts:
@@ -136,12 +136,13 @@ class AsyncClient:
         return GenerateStream(start, attempts, req.request_id)
 
     async def cancel(self, request_id: str, *, timeout: Any = DEFAULT) -> bool:
-        """Cancels a running Generate or Embed by id (the Cancel RPC). True if one was found."""
+        """Cancels a running Generate, Embed or Rerank by id (the Cancel RPC). True if one was found."""
         return (await self._unary(self.stub.Cancel, pb.CancelRequest(request_id=request_id), timeout)).cancelled
 
     async def embed(self, inputs: str | Sequence[str], *, timeout: Any = DEFAULT,
                     **kwargs: Any) -> list[pb.EmbedResponse]:
-        """Embeds ``inputs``; one response per input, ordered by ``index``."""
+        """Embeds ``inputs``; one response per input, ordered by ``index`` (keywords as in
+        :meth:`mlxgrpc_client.Client.embed`, ``truncate`` among them)."""
         async def embed_all(request: pb.EmbedRequest, **kw: Any) -> list[pb.EmbedResponse]:
             return [r async for r in self.stub.Embed(request, **kw)]
 
@@ -149,6 +150,14 @@ class AsyncClient:
         req.priority = req.priority or self.priority
         responses = await self._unary(embed_all, req, timeout)
         return sorted(responses, key=lambda r: r.index)
+
+    async def rerank(self, query: str, documents: str | Sequence[str], *, timeout: Any = DEFAULT,
+                     **kwargs: Any) -> pb.RerankResponse:
+        """Scores ``documents`` against ``query``; results most relevant first (see
+        :meth:`mlxgrpc_client.Client.rerank` for the keywords)."""
+        req = rerank_request(query, documents, **kwargs)
+        req.priority = req.priority or self.priority
+        return await self._unary(self.stub.Rerank, req, timeout)
 
     async def model_info(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ModelInfo:
         return (await self._unary(self.stub.GetModelInfo, pb.GetModelInfoRequest(model=model), timeout)).info
