@@ -6,8 +6,9 @@
 // (TLS, bearer token, default deadline), retries of calls the server refused
 // for now with RetryInfo, Generate with a client-side request id as a
 // range-over-func iterator or collected at once, Embed collected in input
-// order, adapter helpers (Adapters, LoadAdapterDir, UnloadAdapterByName) and
-// google.rpc error details.
+// order, Rerank with the client's default priority, truncation constants
+// (TruncationEnd, TruncationNone), adapter helpers (Adapters, LoadAdapterDir,
+// UnloadAdapterByName) and google.rpc error details.
 package mlxgrpc
 
 import (
@@ -98,7 +99,7 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // Client is a connection to an mlx-grpc server. The embedded generated client
 // gives direct access to every RPC (Cancel, Tokenize, ListModels, ...);
-// Generate and Embed are overridden by the friendlier forms below.
+// Generate, Embed and Rerank are overridden by the friendlier forms below.
 type Client struct {
 	pb.InferenceServiceClient
 	conn     *grpc.ClientConn
@@ -141,8 +142,11 @@ func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 func (c *Client) Close() error { return c.conn.Close() }
 
 // Embed embeds req.Inputs and returns one response per input, ordered by
-// index (the server streams them in completion order). A refusal with
-// RetryInfo before the first response is retried like any other call.
+// index (the server streams them in completion order). An input longer than
+// the model's limit is cut (Tokens says how many were used) unless
+// req.Truncate is TruncationNone: then the call fails with INVALID_ARGUMENT
+// naming the input. A refusal with RetryInfo before the first response is
+// retried like any other call.
 func (c *Client) Embed(ctx context.Context, req *pb.EmbedRequest, opts ...grpc.CallOption) ([]*pb.EmbedResponse, error) {
 	req = c.embedRequest(req)
 	ctx, cancel := c.callContext(ctx)
@@ -180,7 +184,7 @@ func (c *Client) callContext(ctx context.Context) (context.Context, context.Canc
 	return context.WithTimeout(ctx, c.timeout)
 }
 
-// CancelByID cancels a running or queued Generate or Embed by its request id
+// CancelByID cancels a running or queued Generate, Embed or Rerank by its request id
 // (Generation.RequestID). It reports whether such a request was found.
 func (c *Client) CancelByID(ctx context.Context, requestID string) (bool, error) {
 	r, err := c.InferenceServiceClient.Cancel(ctx, &pb.CancelRequest{RequestId: requestID})

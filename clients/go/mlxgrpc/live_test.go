@@ -22,7 +22,7 @@ type server struct {
 	address   string
 	models    []*pb.ModelInfo
 	generator *pb.ModelInfo // the default generation model (listed first)
-	embedder  *pb.ModelInfo // nil when none is served
+	embedder  *pb.ModelInfo // the first that embeds (not a reranker); nil when none is served
 }
 
 // unavailable skips the test, or fails it under MLXGRPC_REQUIRE_LIVE=1.
@@ -56,7 +56,7 @@ func live(t *testing.T, opts ...mlxgrpc.Option) *server {
 		if m.GetKind() == pb.ModelKind_MODEL_KIND_GENERATION && s.generator == nil {
 			s.generator = m
 		}
-		if m.GetKind() == pb.ModelKind_MODEL_KIND_EMBEDDING && s.embedder == nil {
+		if m.GetKind() == pb.ModelKind_MODEL_KIND_EMBEDDING && m.GetCapabilities().GetEmbeddings() && s.embedder == nil {
 			s.embedder = m
 		}
 	}

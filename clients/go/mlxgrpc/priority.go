@@ -8,11 +8,12 @@ import (
 	pb "mlxgrpc.dev/go/mlxgrpc/v1"
 )
 
-// MaxPriority bounds GenerateRequest.Priority and EmbedRequest.Priority
-// (-MaxPriority to MaxPriority; 0, the default, is the server's normal level).
+// MaxPriority bounds GenerateRequest.Priority, EmbedRequest.Priority and
+// RerankRequest.Priority (-MaxPriority to MaxPriority; 0, the default, is the
+// server's normal level).
 const MaxPriority = 100
 
-// WithPriority sets the priority of every Generate and Embed request of this
+// WithPriority sets the priority of every Generate, Embed and Rerank request of this
 // client that leaves its own Priority at 0 (a batch job's low priority, say).
 // Higher starts first among waiting requests; waiting raises a request's
 // priority, so none starves; the output never changes. A request picks its own
@@ -47,4 +48,8 @@ func (c *Client) generateRequest(req *pb.GenerateRequest) *pb.GenerateRequest {
 
 func (c *Client) embedRequest(req *pb.EmbedRequest) *pb.EmbedRequest {
 	return withPriority(req, c.priority, func(r *pb.EmbedRequest, p int32) { r.Priority = p })
+}
+
+func (c *Client) rerankRequest(req *pb.RerankRequest) *pb.RerankRequest {
+	return withPriority(req, c.priority, func(r *pb.RerankRequest, p int32) { r.Priority = p })
 }

@@ -21,6 +21,60 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// What Embed and Rerank do with an input longer than the model's input limit.
+type Truncation int32
+
+const (
+	// The default: TRUNCATION_END.
+	Truncation_TRUNCATION_UNSPECIFIED Truncation = 0
+	// Keep the tokens that fit, from the start (a reranked pair cuts the longer of
+	// query and document first); the response's `tokens` says how many were used.
+	Truncation_TRUNCATION_END Truncation = 1
+	// Refuse the request: INVALID_ARGUMENT naming the input, with its length and the limit.
+	Truncation_TRUNCATION_NONE Truncation = 2
+)
+
+// Enum value maps for Truncation.
+var (
+	Truncation_name = map[int32]string{
+		0: "TRUNCATION_UNSPECIFIED",
+		1: "TRUNCATION_END",
+		2: "TRUNCATION_NONE",
+	}
+	Truncation_value = map[string]int32{
+		"TRUNCATION_UNSPECIFIED": 0,
+		"TRUNCATION_END":         1,
+		"TRUNCATION_NONE":        2,
+	}
+)
+
+func (x Truncation) Enum() *Truncation {
+	p := new(Truncation)
+	*p = x
+	return p
+}
+
+func (x Truncation) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Truncation) Descriptor() protoreflect.EnumDescriptor {
+	return file_mlxgrpc_v1_inference_service_proto_enumTypes[0].Descriptor()
+}
+
+func (Truncation) Type() protoreflect.EnumType {
+	return &file_mlxgrpc_v1_inference_service_proto_enumTypes[0]
+}
+
+func (x Truncation) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Truncation.Descriptor instead.
+func (Truncation) EnumDescriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{0}
+}
+
 // A request to generate text.
 type GenerateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -614,7 +668,10 @@ type EmbedRequest struct {
 	// A client-chosen id used by Cancel and logs. Empty: the server assigns one.
 	RequestId string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Scheduling priority, -100 to 100 (default 0), as GenerateRequest.priority.
-	Priority      int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	Priority int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	// What to do with an input longer than the model's input limit (GetModelInfo's
+	// context_length): cut it (the default) or refuse the request.
+	Truncate      Truncation `protobuf:"varint,8,opt,name=truncate,proto3,enum=mlxgrpc.v1.Truncation" json:"truncate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -698,6 +755,13 @@ func (x *EmbedRequest) GetPriority() int32 {
 	return 0
 }
 
+func (x *EmbedRequest) GetTruncate() Truncation {
+	if x != nil {
+		return x.Truncate
+	}
+	return Truncation_TRUNCATION_UNSPECIFIED
+}
+
 // The embedding of one input.
 type EmbedResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -762,6 +826,226 @@ func (x *EmbedResponse) GetTokens() int32 {
 	return 0
 }
 
+// A request to score documents against a query.
+type RerankRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The reranking model to use; empty selects the server's default one.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The query the documents are scored against.
+	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
+	// The documents to score (at least one).
+	Documents []string `protobuf:"bytes,3,rep,name=documents,proto3" json:"documents,omitempty"`
+	// Return only this many results, the highest scored; 0 returns them all.
+	TopN int32 `protobuf:"varint,4,opt,name=top_n,json=topN,proto3" json:"top_n,omitempty"`
+	// What to do with a query and document longer together than the model's input limit.
+	Truncate Truncation `protobuf:"varint,5,opt,name=truncate,proto3,enum=mlxgrpc.v1.Truncation" json:"truncate,omitempty"`
+	// A client-chosen id used by Cancel and logs. Empty: the server assigns one.
+	RequestId string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Scheduling priority, -100 to 100 (default 0), as GenerateRequest.priority.
+	Priority      int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerankRequest) Reset() {
+	*x = RerankRequest{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerankRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerankRequest) ProtoMessage() {}
+
+func (x *RerankRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerankRequest.ProtoReflect.Descriptor instead.
+func (*RerankRequest) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RerankRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *RerankRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *RerankRequest) GetDocuments() []string {
+	if x != nil {
+		return x.Documents
+	}
+	return nil
+}
+
+func (x *RerankRequest) GetTopN() int32 {
+	if x != nil {
+		return x.TopN
+	}
+	return 0
+}
+
+func (x *RerankRequest) GetTruncate() Truncation {
+	if x != nil {
+		return x.Truncate
+	}
+	return Truncation_TRUNCATION_UNSPECIFIED
+}
+
+func (x *RerankRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RerankRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+// The documents' scores, most relevant first.
+type RerankResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model that scored them.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// One result per document (or the top_n highest), by descending score.
+	Results       []*RerankResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerankResponse) Reset() {
+	*x = RerankResponse{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerankResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerankResponse) ProtoMessage() {}
+
+func (x *RerankResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerankResponse.ProtoReflect.Descriptor instead.
+func (*RerankResponse) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RerankResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *RerankResponse) GetResults() []*RerankResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// One document's score.
+type RerankResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Position of the document in RerankRequest.documents.
+	Index int32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The model's relevance logit for the query and this document: higher is more
+	// relevant. For a probability, apply the logistic function (1 / (1 + e^-score)).
+	Score float32 `protobuf:"fixed32,2,opt,name=score,proto3" json:"score,omitempty"`
+	// Tokens the query and document used together (after truncation).
+	Tokens        int32 `protobuf:"varint,3,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerankResult) Reset() {
+	*x = RerankResult{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerankResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerankResult) ProtoMessage() {}
+
+func (x *RerankResult) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerankResult.ProtoReflect.Descriptor instead.
+func (*RerankResult) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RerankResult) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *RerankResult) GetScore() float32 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+func (x *RerankResult) GetTokens() int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
 // A request to cancel a Generate or Embed.
 type CancelRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -773,7 +1057,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +1069,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +1082,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{7}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelRequest) GetRequestId() string {
@@ -820,7 +1104,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +1116,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +1129,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{8}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelResponse) GetCancelled() bool {
@@ -866,7 +1150,7 @@ type GetModelInfoRequest struct {
 
 func (x *GetModelInfoRequest) Reset() {
 	*x = GetModelInfoRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[9]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1162,7 @@ func (x *GetModelInfoRequest) String() string {
 func (*GetModelInfoRequest) ProtoMessage() {}
 
 func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[9]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1175,7 @@ func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetModelInfoRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{9}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetModelInfoRequest) GetModel() string {
@@ -912,7 +1196,7 @@ type GetModelInfoResponse struct {
 
 func (x *GetModelInfoResponse) Reset() {
 	*x = GetModelInfoResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1208,7 @@ func (x *GetModelInfoResponse) String() string {
 func (*GetModelInfoResponse) ProtoMessage() {}
 
 func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1221,7 @@ func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetModelInfoResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{10}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetModelInfoResponse) GetInfo() *ModelInfo {
@@ -963,7 +1247,7 @@ type PlanMemoryRequest struct {
 
 func (x *PlanMemoryRequest) Reset() {
 	*x = PlanMemoryRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1259,7 @@ func (x *PlanMemoryRequest) String() string {
 func (*PlanMemoryRequest) ProtoMessage() {}
 
 func (x *PlanMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1272,7 @@ func (x *PlanMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanMemoryRequest.ProtoReflect.Descriptor instead.
 func (*PlanMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{11}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PlanMemoryRequest) GetModel() string {
@@ -1023,7 +1307,7 @@ type PlanMemoryResponse struct {
 
 func (x *PlanMemoryResponse) Reset() {
 	*x = PlanMemoryResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1319,7 @@ func (x *PlanMemoryResponse) String() string {
 func (*PlanMemoryResponse) ProtoMessage() {}
 
 func (x *PlanMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1332,7 @@ func (x *PlanMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanMemoryResponse.ProtoReflect.Descriptor instead.
 func (*PlanMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{12}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PlanMemoryResponse) GetPlan() *MemoryPlan {
@@ -1073,7 +1357,7 @@ type TokenizeRequest struct {
 
 func (x *TokenizeRequest) Reset() {
 	*x = TokenizeRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1369,7 @@ func (x *TokenizeRequest) String() string {
 func (*TokenizeRequest) ProtoMessage() {}
 
 func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1382,7 @@ func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeRequest.ProtoReflect.Descriptor instead.
 func (*TokenizeRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{13}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TokenizeRequest) GetModel() string {
@@ -1135,7 +1419,7 @@ type TokenizeResponse struct {
 
 func (x *TokenizeResponse) Reset() {
 	*x = TokenizeResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1431,7 @@ func (x *TokenizeResponse) String() string {
 func (*TokenizeResponse) ProtoMessage() {}
 
 func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1444,7 @@ func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
 func (*TokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{14}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TokenizeResponse) GetTokenIds() []int32 {
@@ -1192,7 +1476,7 @@ type DetokenizeRequest struct {
 
 func (x *DetokenizeRequest) Reset() {
 	*x = DetokenizeRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1488,7 @@ func (x *DetokenizeRequest) String() string {
 func (*DetokenizeRequest) ProtoMessage() {}
 
 func (x *DetokenizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1501,7 @@ func (x *DetokenizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetokenizeRequest.ProtoReflect.Descriptor instead.
 func (*DetokenizeRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{15}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DetokenizeRequest) GetModel() string {
@@ -1252,7 +1536,7 @@ type DetokenizeResponse struct {
 
 func (x *DetokenizeResponse) Reset() {
 	*x = DetokenizeResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1548,7 @@ func (x *DetokenizeResponse) String() string {
 func (*DetokenizeResponse) ProtoMessage() {}
 
 func (x *DetokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1561,7 @@ func (x *DetokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetokenizeResponse.ProtoReflect.Descriptor instead.
 func (*DetokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{16}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DetokenizeResponse) GetText() string {
@@ -1296,7 +1580,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1592,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1605,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{17}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{20}
 }
 
 // The served models.
@@ -1335,7 +1619,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1631,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1644,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{18}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListModelsResponse) GetModels() []*ModelInfo {
@@ -1389,7 +1673,7 @@ type LoadAdapterRequest struct {
 
 func (x *LoadAdapterRequest) Reset() {
 	*x = LoadAdapterRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1685,7 @@ func (x *LoadAdapterRequest) String() string {
 func (*LoadAdapterRequest) ProtoMessage() {}
 
 func (x *LoadAdapterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1698,7 @@ func (x *LoadAdapterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadAdapterRequest.ProtoReflect.Descriptor instead.
 func (*LoadAdapterRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{19}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LoadAdapterRequest) GetModel() string {
@@ -1452,7 +1736,7 @@ type LoadAdapterResponse struct {
 
 func (x *LoadAdapterResponse) Reset() {
 	*x = LoadAdapterResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1748,7 @@ func (x *LoadAdapterResponse) String() string {
 func (*LoadAdapterResponse) ProtoMessage() {}
 
 func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1761,7 @@ func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadAdapterResponse.ProtoReflect.Descriptor instead.
 func (*LoadAdapterResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{20}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LoadAdapterResponse) GetAdapter() *AdapterInfo {
@@ -1507,7 +1791,7 @@ type UnloadAdapterRequest struct {
 
 func (x *UnloadAdapterRequest) Reset() {
 	*x = UnloadAdapterRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1803,7 @@ func (x *UnloadAdapterRequest) String() string {
 func (*UnloadAdapterRequest) ProtoMessage() {}
 
 func (x *UnloadAdapterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1816,7 @@ func (x *UnloadAdapterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadAdapterRequest.ProtoReflect.Descriptor instead.
 func (*UnloadAdapterRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{21}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UnloadAdapterRequest) GetModel() string {
@@ -1560,7 +1844,7 @@ type UnloadAdapterResponse struct {
 
 func (x *UnloadAdapterResponse) Reset() {
 	*x = UnloadAdapterResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1856,7 @@ func (x *UnloadAdapterResponse) String() string {
 func (*UnloadAdapterResponse) ProtoMessage() {}
 
 func (x *UnloadAdapterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1869,7 @@ func (x *UnloadAdapterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadAdapterResponse.ProtoReflect.Descriptor instead.
 func (*UnloadAdapterResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{22}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UnloadAdapterResponse) GetAdapter() *AdapterInfo {
@@ -1606,7 +1890,7 @@ type ListAdaptersRequest struct {
 
 func (x *ListAdaptersRequest) Reset() {
 	*x = ListAdaptersRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1902,7 @@ func (x *ListAdaptersRequest) String() string {
 func (*ListAdaptersRequest) ProtoMessage() {}
 
 func (x *ListAdaptersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1915,7 @@ func (x *ListAdaptersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAdaptersRequest.ProtoReflect.Descriptor instead.
 func (*ListAdaptersRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{23}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListAdaptersRequest) GetModel() string {
@@ -1656,7 +1940,7 @@ type ListAdaptersResponse struct {
 
 func (x *ListAdaptersResponse) Reset() {
 	*x = ListAdaptersResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +1952,7 @@ func (x *ListAdaptersResponse) String() string {
 func (*ListAdaptersResponse) ProtoMessage() {}
 
 func (x *ListAdaptersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +1965,7 @@ func (x *ListAdaptersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAdaptersResponse.ProtoReflect.Descriptor instead.
 func (*ListAdaptersResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{24}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListAdaptersResponse) GetModel() string {
@@ -1716,7 +2000,7 @@ type GetLoadRequest struct {
 
 func (x *GetLoadRequest) Reset() {
 	*x = GetLoadRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +2012,7 @@ func (x *GetLoadRequest) String() string {
 func (*GetLoadRequest) ProtoMessage() {}
 
 func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +2025,7 @@ func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{25}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetLoadRequest) GetModel() string {
@@ -1764,7 +2048,7 @@ type GetLoadResponse struct {
 
 func (x *GetLoadResponse) Reset() {
 	*x = GetLoadResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +2060,7 @@ func (x *GetLoadResponse) String() string {
 func (*GetLoadResponse) ProtoMessage() {}
 
 func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +2073,7 @@ func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{26}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetLoadResponse) GetModels() []*ModelLoad {
@@ -1849,7 +2133,7 @@ type ModelLoad struct {
 
 func (x *ModelLoad) Reset() {
 	*x = ModelLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2145,7 @@ func (x *ModelLoad) String() string {
 func (*ModelLoad) ProtoMessage() {}
 
 func (x *ModelLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2158,7 @@ func (x *ModelLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelLoad.ProtoReflect.Descriptor instead.
 func (*ModelLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{27}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ModelLoad) GetModel() string {
@@ -2006,7 +2290,7 @@ type TenantLoad struct {
 
 func (x *TenantLoad) Reset() {
 	*x = TenantLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2302,7 @@ func (x *TenantLoad) String() string {
 func (*TenantLoad) ProtoMessage() {}
 
 func (x *TenantLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2315,7 @@ func (x *TenantLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLoad.ProtoReflect.Descriptor instead.
 func (*TenantLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{28}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TenantLoad) GetTenant() string {
@@ -2135,7 +2419,7 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\astarted\x18\x01 \x01(\v2\x1d.mlxgrpc.v1.GenerationStartedH\x00R\astarted\x12.\n" +
 	"\x05delta\x18\x02 \x01(\v2\x16.mlxgrpc.v1.TokenDeltaH\x00R\x05delta\x12<\n" +
 	"\bfinished\x18\x03 \x01(\v2\x1e.mlxgrpc.v1.GenerationFinishedH\x00R\bfinishedB\a\n" +
-	"\x05event\"\xea\x01\n" +
+	"\x05event\"\x9e\x02\n" +
 	"\fEmbedRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06inputs\x18\x02 \x03(\tR\x06inputs\x12 \n" +
@@ -2146,12 +2430,29 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"dimensions\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x06 \x01(\tR\trequestId\x12\x1a\n" +
-	"\bpriority\x18\a \x01(\x05R\bpriorityB\f\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriority\x122\n" +
+	"\btruncate\x18\b \x01(\x0e2\x16.mlxgrpc.v1.TruncationR\btruncateB\f\n" +
 	"\n" +
 	"_normalize\"[\n" +
 	"\rEmbedResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x1c\n" +
 	"\tembedding\x18\x02 \x03(\x02R\tembedding\x12\x16\n" +
+	"\x06tokens\x18\x03 \x01(\x05R\x06tokens\"\xdd\x01\n" +
+	"\rRerankRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
+	"\x05query\x18\x02 \x01(\tR\x05query\x12\x1c\n" +
+	"\tdocuments\x18\x03 \x03(\tR\tdocuments\x12\x13\n" +
+	"\x05top_n\x18\x04 \x01(\x05R\x04topN\x122\n" +
+	"\btruncate\x18\x05 \x01(\x0e2\x16.mlxgrpc.v1.TruncationR\btruncate\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\x12\x1a\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriority\"Z\n" +
+	"\x0eRerankResponse\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x122\n" +
+	"\aresults\x18\x02 \x03(\v2\x18.mlxgrpc.v1.RerankResultR\aresults\"R\n" +
+	"\fRerankResult\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x14\n" +
+	"\x05score\x18\x02 \x01(\x02R\x05score\x12\x16\n" +
 	"\x06tokens\x18\x03 \x01(\x05R\x06tokens\".\n" +
 	"\rCancelRequest\x12\x1d\n" +
 	"\n" +
@@ -2232,10 +2533,16 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x12in_flight_requests\x18\x04 \x01(\x05R\x10inFlightRequests\x12,\n" +
 	"\x12tokens_last_minute\x18\x05 \x01(\x03R\x10tokensLastMinute\x12)\n" +
 	"\x10generated_tokens\x18\x06 \x01(\x03R\x0fgeneratedTokens\x12)\n" +
-	"\x10refused_requests\x18\a \x01(\x03R\x0frefusedRequests2\x9a\a\n" +
+	"\x10refused_requests\x18\a \x01(\x03R\x0frefusedRequests*Q\n" +
+	"\n" +
+	"Truncation\x12\x1a\n" +
+	"\x16TRUNCATION_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eTRUNCATION_END\x10\x01\x12\x13\n" +
+	"\x0fTRUNCATION_NONE\x10\x022\xdb\a\n" +
 	"\x10InferenceService\x12G\n" +
 	"\bGenerate\x12\x1b.mlxgrpc.v1.GenerateRequest\x1a\x1c.mlxgrpc.v1.GenerateResponse0\x01\x12>\n" +
 	"\x05Embed\x12\x18.mlxgrpc.v1.EmbedRequest\x1a\x19.mlxgrpc.v1.EmbedResponse0\x01\x12?\n" +
+	"\x06Rerank\x12\x19.mlxgrpc.v1.RerankRequest\x1a\x1a.mlxgrpc.v1.RerankResponse\x12?\n" +
 	"\x06Cancel\x12\x19.mlxgrpc.v1.CancelRequest\x1a\x1a.mlxgrpc.v1.CancelResponse\x12Q\n" +
 	"\fGetModelInfo\x12\x1f.mlxgrpc.v1.GetModelInfoRequest\x1a .mlxgrpc.v1.GetModelInfoResponse\x12K\n" +
 	"\n" +
@@ -2263,106 +2570,116 @@ func file_mlxgrpc_v1_inference_service_proto_rawDescGZIP() []byte {
 	return file_mlxgrpc_v1_inference_service_proto_rawDescData
 }
 
-var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_mlxgrpc_v1_inference_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
-	(*GenerateRequest)(nil),       // 0: mlxgrpc.v1.GenerateRequest
-	(*GenerationStarted)(nil),     // 1: mlxgrpc.v1.GenerationStarted
-	(*TokenDelta)(nil),            // 2: mlxgrpc.v1.TokenDelta
-	(*GenerationFinished)(nil),    // 3: mlxgrpc.v1.GenerationFinished
-	(*GenerateResponse)(nil),      // 4: mlxgrpc.v1.GenerateResponse
-	(*EmbedRequest)(nil),          // 5: mlxgrpc.v1.EmbedRequest
-	(*EmbedResponse)(nil),         // 6: mlxgrpc.v1.EmbedResponse
-	(*CancelRequest)(nil),         // 7: mlxgrpc.v1.CancelRequest
-	(*CancelResponse)(nil),        // 8: mlxgrpc.v1.CancelResponse
-	(*GetModelInfoRequest)(nil),   // 9: mlxgrpc.v1.GetModelInfoRequest
-	(*GetModelInfoResponse)(nil),  // 10: mlxgrpc.v1.GetModelInfoResponse
-	(*PlanMemoryRequest)(nil),     // 11: mlxgrpc.v1.PlanMemoryRequest
-	(*PlanMemoryResponse)(nil),    // 12: mlxgrpc.v1.PlanMemoryResponse
-	(*TokenizeRequest)(nil),       // 13: mlxgrpc.v1.TokenizeRequest
-	(*TokenizeResponse)(nil),      // 14: mlxgrpc.v1.TokenizeResponse
-	(*DetokenizeRequest)(nil),     // 15: mlxgrpc.v1.DetokenizeRequest
-	(*DetokenizeResponse)(nil),    // 16: mlxgrpc.v1.DetokenizeResponse
-	(*ListModelsRequest)(nil),     // 17: mlxgrpc.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),    // 18: mlxgrpc.v1.ListModelsResponse
-	(*LoadAdapterRequest)(nil),    // 19: mlxgrpc.v1.LoadAdapterRequest
-	(*LoadAdapterResponse)(nil),   // 20: mlxgrpc.v1.LoadAdapterResponse
-	(*UnloadAdapterRequest)(nil),  // 21: mlxgrpc.v1.UnloadAdapterRequest
-	(*UnloadAdapterResponse)(nil), // 22: mlxgrpc.v1.UnloadAdapterResponse
-	(*ListAdaptersRequest)(nil),   // 23: mlxgrpc.v1.ListAdaptersRequest
-	(*ListAdaptersResponse)(nil),  // 24: mlxgrpc.v1.ListAdaptersResponse
-	(*GetLoadRequest)(nil),        // 25: mlxgrpc.v1.GetLoadRequest
-	(*GetLoadResponse)(nil),       // 26: mlxgrpc.v1.GetLoadResponse
-	(*ModelLoad)(nil),             // 27: mlxgrpc.v1.ModelLoad
-	(*TenantLoad)(nil),            // 28: mlxgrpc.v1.TenantLoad
-	(*TokenIds)(nil),              // 29: mlxgrpc.v1.TokenIds
-	(*ChatMessages)(nil),          // 30: mlxgrpc.v1.ChatMessages
-	(*SamplingParams)(nil),        // 31: mlxgrpc.v1.SamplingParams
-	(*StoppingCriteria)(nil),      // 32: mlxgrpc.v1.StoppingCriteria
-	(*SpeculationOptions)(nil),    // 33: mlxgrpc.v1.SpeculationOptions
-	(*ResponseFormat)(nil),        // 34: mlxgrpc.v1.ResponseFormat
-	(*TokenLogprob)(nil),          // 35: mlxgrpc.v1.TokenLogprob
-	(*ToolCallDelta)(nil),         // 36: mlxgrpc.v1.ToolCallDelta
-	(*ToolCall)(nil),              // 37: mlxgrpc.v1.ToolCall
-	(FinishReason)(0),             // 38: mlxgrpc.v1.FinishReason
-	(*Usage)(nil),                 // 39: mlxgrpc.v1.Usage
-	(*Timings)(nil),               // 40: mlxgrpc.v1.Timings
-	(*ModelInfo)(nil),             // 41: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),            // 42: mlxgrpc.v1.MemoryPlan
-	(*AdapterInfo)(nil),           // 43: mlxgrpc.v1.AdapterInfo
+	(Truncation)(0),               // 0: mlxgrpc.v1.Truncation
+	(*GenerateRequest)(nil),       // 1: mlxgrpc.v1.GenerateRequest
+	(*GenerationStarted)(nil),     // 2: mlxgrpc.v1.GenerationStarted
+	(*TokenDelta)(nil),            // 3: mlxgrpc.v1.TokenDelta
+	(*GenerationFinished)(nil),    // 4: mlxgrpc.v1.GenerationFinished
+	(*GenerateResponse)(nil),      // 5: mlxgrpc.v1.GenerateResponse
+	(*EmbedRequest)(nil),          // 6: mlxgrpc.v1.EmbedRequest
+	(*EmbedResponse)(nil),         // 7: mlxgrpc.v1.EmbedResponse
+	(*RerankRequest)(nil),         // 8: mlxgrpc.v1.RerankRequest
+	(*RerankResponse)(nil),        // 9: mlxgrpc.v1.RerankResponse
+	(*RerankResult)(nil),          // 10: mlxgrpc.v1.RerankResult
+	(*CancelRequest)(nil),         // 11: mlxgrpc.v1.CancelRequest
+	(*CancelResponse)(nil),        // 12: mlxgrpc.v1.CancelResponse
+	(*GetModelInfoRequest)(nil),   // 13: mlxgrpc.v1.GetModelInfoRequest
+	(*GetModelInfoResponse)(nil),  // 14: mlxgrpc.v1.GetModelInfoResponse
+	(*PlanMemoryRequest)(nil),     // 15: mlxgrpc.v1.PlanMemoryRequest
+	(*PlanMemoryResponse)(nil),    // 16: mlxgrpc.v1.PlanMemoryResponse
+	(*TokenizeRequest)(nil),       // 17: mlxgrpc.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),      // 18: mlxgrpc.v1.TokenizeResponse
+	(*DetokenizeRequest)(nil),     // 19: mlxgrpc.v1.DetokenizeRequest
+	(*DetokenizeResponse)(nil),    // 20: mlxgrpc.v1.DetokenizeResponse
+	(*ListModelsRequest)(nil),     // 21: mlxgrpc.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),    // 22: mlxgrpc.v1.ListModelsResponse
+	(*LoadAdapterRequest)(nil),    // 23: mlxgrpc.v1.LoadAdapterRequest
+	(*LoadAdapterResponse)(nil),   // 24: mlxgrpc.v1.LoadAdapterResponse
+	(*UnloadAdapterRequest)(nil),  // 25: mlxgrpc.v1.UnloadAdapterRequest
+	(*UnloadAdapterResponse)(nil), // 26: mlxgrpc.v1.UnloadAdapterResponse
+	(*ListAdaptersRequest)(nil),   // 27: mlxgrpc.v1.ListAdaptersRequest
+	(*ListAdaptersResponse)(nil),  // 28: mlxgrpc.v1.ListAdaptersResponse
+	(*GetLoadRequest)(nil),        // 29: mlxgrpc.v1.GetLoadRequest
+	(*GetLoadResponse)(nil),       // 30: mlxgrpc.v1.GetLoadResponse
+	(*ModelLoad)(nil),             // 31: mlxgrpc.v1.ModelLoad
+	(*TenantLoad)(nil),            // 32: mlxgrpc.v1.TenantLoad
+	(*TokenIds)(nil),              // 33: mlxgrpc.v1.TokenIds
+	(*ChatMessages)(nil),          // 34: mlxgrpc.v1.ChatMessages
+	(*SamplingParams)(nil),        // 35: mlxgrpc.v1.SamplingParams
+	(*StoppingCriteria)(nil),      // 36: mlxgrpc.v1.StoppingCriteria
+	(*SpeculationOptions)(nil),    // 37: mlxgrpc.v1.SpeculationOptions
+	(*ResponseFormat)(nil),        // 38: mlxgrpc.v1.ResponseFormat
+	(*TokenLogprob)(nil),          // 39: mlxgrpc.v1.TokenLogprob
+	(*ToolCallDelta)(nil),         // 40: mlxgrpc.v1.ToolCallDelta
+	(*ToolCall)(nil),              // 41: mlxgrpc.v1.ToolCall
+	(FinishReason)(0),             // 42: mlxgrpc.v1.FinishReason
+	(*Usage)(nil),                 // 43: mlxgrpc.v1.Usage
+	(*Timings)(nil),               // 44: mlxgrpc.v1.Timings
+	(*ModelInfo)(nil),             // 45: mlxgrpc.v1.ModelInfo
+	(*MemoryPlan)(nil),            // 46: mlxgrpc.v1.MemoryPlan
+	(*AdapterInfo)(nil),           // 47: mlxgrpc.v1.AdapterInfo
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
-	29, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
-	30, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
-	31, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
-	32, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
-	33, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
-	34, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
-	35, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
-	36, // 7: mlxgrpc.v1.TokenDelta.tool_call_deltas:type_name -> mlxgrpc.v1.ToolCallDelta
-	37, // 8: mlxgrpc.v1.TokenDelta.tool_calls:type_name -> mlxgrpc.v1.ToolCall
-	38, // 9: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
-	39, // 10: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
-	40, // 11: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
-	1,  // 12: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
-	2,  // 13: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
-	3,  // 14: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
-	41, // 15: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
-	42, // 16: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
-	41, // 17: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
-	43, // 18: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	43, // 19: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	43, // 20: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
-	27, // 21: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
-	28, // 22: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
-	0,  // 23: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
-	5,  // 24: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
-	7,  // 25: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	9,  // 26: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	11, // 27: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	13, // 28: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	15, // 29: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	17, // 30: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	19, // 31: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
-	21, // 32: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
-	23, // 33: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
-	25, // 34: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
-	4,  // 35: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	6,  // 36: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	8,  // 37: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	10, // 38: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	12, // 39: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	14, // 40: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	16, // 41: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	18, // 42: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	20, // 43: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
-	22, // 44: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
-	24, // 45: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
-	26, // 46: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
-	35, // [35:47] is the sub-list for method output_type
-	23, // [23:35] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	33, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	34, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	35, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
+	36, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
+	37, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
+	38, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
+	39, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
+	40, // 7: mlxgrpc.v1.TokenDelta.tool_call_deltas:type_name -> mlxgrpc.v1.ToolCallDelta
+	41, // 8: mlxgrpc.v1.TokenDelta.tool_calls:type_name -> mlxgrpc.v1.ToolCall
+	42, // 9: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
+	43, // 10: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
+	44, // 11: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
+	2,  // 12: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
+	3,  // 13: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
+	4,  // 14: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
+	0,  // 15: mlxgrpc.v1.EmbedRequest.truncate:type_name -> mlxgrpc.v1.Truncation
+	0,  // 16: mlxgrpc.v1.RerankRequest.truncate:type_name -> mlxgrpc.v1.Truncation
+	10, // 17: mlxgrpc.v1.RerankResponse.results:type_name -> mlxgrpc.v1.RerankResult
+	45, // 18: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
+	46, // 19: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
+	45, // 20: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
+	47, // 21: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	47, // 22: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	47, // 23: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	31, // 24: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
+	32, // 25: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
+	1,  // 26: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
+	6,  // 27: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
+	8,  // 28: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
+	11, // 29: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	13, // 30: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	15, // 31: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	17, // 32: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	19, // 33: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	21, // 34: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	23, // 35: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
+	25, // 36: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
+	27, // 37: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
+	29, // 38: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
+	5,  // 39: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	7,  // 40: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	9,  // 41: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
+	12, // 42: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	14, // 43: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	16, // 44: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	18, // 45: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	20, // 46: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	22, // 47: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	24, // 48: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
+	26, // 49: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
+	28, // 50: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
+	30, // 51: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
+	39, // [39:52] is the sub-list for method output_type
+	26, // [26:39] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_inference_service_proto_init() }
@@ -2389,13 +2706,14 @@ func file_mlxgrpc_v1_inference_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_inference_service_proto_rawDesc), len(file_mlxgrpc_v1_inference_service_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   29,
+			NumEnums:      1,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_mlxgrpc_v1_inference_service_proto_goTypes,
 		DependencyIndexes: file_mlxgrpc_v1_inference_service_proto_depIdxs,
+		EnumInfos:         file_mlxgrpc_v1_inference_service_proto_enumTypes,
 		MessageInfos:      file_mlxgrpc_v1_inference_service_proto_msgTypes,
 	}.Build()
 	File_mlxgrpc_v1_inference_service_proto = out.File

@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	InferenceService_Generate_FullMethodName      = "/mlxgrpc.v1.InferenceService/Generate"
 	InferenceService_Embed_FullMethodName         = "/mlxgrpc.v1.InferenceService/Embed"
+	InferenceService_Rerank_FullMethodName        = "/mlxgrpc.v1.InferenceService/Rerank"
 	InferenceService_Cancel_FullMethodName        = "/mlxgrpc.v1.InferenceService/Cancel"
 	InferenceService_GetModelInfo_FullMethodName  = "/mlxgrpc.v1.InferenceService/GetModelInfo"
 	InferenceService_PlanMemory_FullMethodName    = "/mlxgrpc.v1.InferenceService/PlanMemory"
@@ -53,7 +54,11 @@ type InferenceServiceClient interface {
 	Generate(ctx context.Context, in *GenerateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GenerateResponse], error)
 	// Embeds texts. One response per input, in completion order, each with its index.
 	Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[EmbedResponse], error)
-	// Cancels a queued or running Generate or Embed by its request id. Request ids are
+	// Scores documents against a query with a reranking model (a cross-encoder: a
+	// BERT-family sequence classifier that reads the query and one document together).
+	// Returns the documents' scores, most relevant first.
+	Rerank(ctx context.Context, in *RerankRequest, opts ...grpc.CallOption) (*RerankResponse, error)
+	// Cancels a queued or running Generate, Embed or Rerank by its request id. Request ids are
 	// scoped to the caller's tenant: a caller cancels only its own tenant's requests.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
 	// Describes a model: its graph, capabilities, context and vocabulary.
@@ -135,6 +140,16 @@ func (c *inferenceServiceClient) Embed(ctx context.Context, in *EmbedRequest, op
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type InferenceService_EmbedClient = grpc.ServerStreamingClient[EmbedResponse]
+
+func (c *inferenceServiceClient) Rerank(ctx context.Context, in *RerankRequest, opts ...grpc.CallOption) (*RerankResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RerankResponse)
+	err := c.cc.Invoke(ctx, InferenceService_Rerank_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 func (c *inferenceServiceClient) Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -256,7 +271,11 @@ type InferenceServiceServer interface {
 	Generate(*GenerateRequest, grpc.ServerStreamingServer[GenerateResponse]) error
 	// Embeds texts. One response per input, in completion order, each with its index.
 	Embed(*EmbedRequest, grpc.ServerStreamingServer[EmbedResponse]) error
-	// Cancels a queued or running Generate or Embed by its request id. Request ids are
+	// Scores documents against a query with a reranking model (a cross-encoder: a
+	// BERT-family sequence classifier that reads the query and one document together).
+	// Returns the documents' scores, most relevant first.
+	Rerank(context.Context, *RerankRequest) (*RerankResponse, error)
+	// Cancels a queued or running Generate, Embed or Rerank by its request id. Request ids are
 	// scoped to the caller's tenant: a caller cancels only its own tenant's requests.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
 	// Describes a model: its graph, capabilities, context and vocabulary.
@@ -306,6 +325,9 @@ func (UnimplementedInferenceServiceServer) Generate(*GenerateRequest, grpc.Serve
 }
 func (UnimplementedInferenceServiceServer) Embed(*EmbedRequest, grpc.ServerStreamingServer[EmbedResponse]) error {
 	return status.Error(codes.Unimplemented, "method Embed not implemented")
+}
+func (UnimplementedInferenceServiceServer) Rerank(context.Context, *RerankRequest) (*RerankResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rerank not implemented")
 }
 func (UnimplementedInferenceServiceServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
@@ -379,6 +401,24 @@ func _InferenceService_Embed_Handler(srv interface{}, stream grpc.ServerStream) 
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type InferenceService_EmbedServer = grpc.ServerStreamingServer[EmbedResponse]
+
+func _InferenceService_Rerank_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RerankRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).Rerank(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_Rerank_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).Rerank(ctx, req.(*RerankRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
 
 func _InferenceService_Cancel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CancelRequest)
@@ -567,6 +607,10 @@ var InferenceService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "mlxgrpc.v1.InferenceService",
 	HandlerType: (*InferenceServiceServer)(nil),
 	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Rerank",
+			Handler:    _InferenceService_Rerank_Handler,
+		},
 		{
 			MethodName: "Cancel",
 			Handler:    _InferenceService_Cancel_Handler,

@@ -670,7 +670,9 @@ type GraphCapabilities struct {
 	// tokenizer cannot drive a grammar (or the model does not generate).
 	ResponseFormats []ResponseFormatKind `protobuf:"varint,11,rep,packed,name=response_formats,json=responseFormats,proto3,enum=mlxgrpc.v1.ResponseFormatKind" json:"response_formats,omitempty"`
 	// What chat prompts support beyond messages: tools and thinking.
-	Chat          *ChatCapabilities `protobuf:"bytes,12,opt,name=chat,proto3" json:"chat,omitempty"`
+	Chat *ChatCapabilities `protobuf:"bytes,12,opt,name=chat,proto3" json:"chat,omitempty"`
+	// The model scores a query against documents (Rerank works).
+	Rerank        bool `protobuf:"varint,13,opt,name=rerank,proto3" json:"rerank,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -787,6 +789,13 @@ func (x *GraphCapabilities) GetChat() *ChatCapabilities {
 		return x.Chat
 	}
 	return nil
+}
+
+func (x *GraphCapabilities) GetRerank() bool {
+	if x != nil {
+		return x.Rerank
+	}
+	return false
 }
 
 // Tool calling and thinking, as the model's tokenizer and chat template define them.
@@ -1395,7 +1404,7 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x05modes\x18\x05 \x03(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\x05modes\x12>\n" +
 	"\fdefault_mode\x18\x06 \x01(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\vdefaultMode\x12\x1f\n" +
 	"\vdraft_model\x18\a \x01(\tR\n" +
-	"draftModel\"\xef\x04\n" +
+	"draftModel\"\x87\x05\n" +
 	"\x11GraphCapabilities\x12/\n" +
 	"\x06method\x18\x01 \x01(\x0e2\x17.mlxgrpc.v1.GraphMethodR\x06method\x12.\n" +
 	"\x05media\x18\x02 \x01(\v2\x18.mlxgrpc.v1.MediaSupportR\x05media\x12'\n" +
@@ -1413,7 +1422,8 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	" \x01(\bR\n" +
 	"generation\x12I\n" +
 	"\x10response_formats\x18\v \x03(\x0e2\x1e.mlxgrpc.v1.ResponseFormatKindR\x0fresponseFormats\x120\n" +
-	"\x04chat\x18\f \x01(\v2\x1c.mlxgrpc.v1.ChatCapabilitiesR\x04chat\"\xa2\x02\n" +
+	"\x04chat\x18\f \x01(\v2\x1c.mlxgrpc.v1.ChatCapabilitiesR\x04chat\x12\x16\n" +
+	"\x06rerank\x18\r \x01(\bR\x06rerank\"\xa2\x02\n" +
 	"\x10ChatCapabilities\x12!\n" +
 	"\ftool_calling\x18\x01 \x01(\bR\vtoolCalling\x12\x1f\n" +
 	"\vtool_parser\x18\x02 \x01(\tR\n" +
