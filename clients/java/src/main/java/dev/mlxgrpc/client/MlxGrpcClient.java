@@ -20,6 +20,8 @@ import dev.mlxgrpc.v1.MemoryPlan;
 import dev.mlxgrpc.v1.ModelInfo;
 import dev.mlxgrpc.v1.ModelLoad;
 import dev.mlxgrpc.v1.PlanMemoryRequest;
+import dev.mlxgrpc.v1.RerankRequest;
+import dev.mlxgrpc.v1.RerankResponse;
 import dev.mlxgrpc.v1.UnloadAdapterRequest;
 import io.grpc.Channel;
 import io.grpc.Deadline;
@@ -168,7 +170,7 @@ public final class MlxGrpcClient implements AutoCloseable {
   }
 
   /**
-   * Cancels a running or queued Generate or Embed by its request id (the Cancel RPC). Returns
+   * Cancels a running or queued Generate, Embed or Rerank by its request id (the Cancel RPC). Returns
    * whether the server found and cancelled it; a cancelled Generate stream then ends with a
    * {@code finished} event whose reason is {@code FINISH_REASON_CANCELLED}.
    */
@@ -179,7 +181,10 @@ public final class MlxGrpcClient implements AutoCloseable {
 
   /**
    * Embeds the request's inputs; one response per input, sorted by {@code index}. A request with
-   * priority 0 gets the client's default.
+   * priority 0 gets the client's default. An input longer than the model's limit is cut ({@code
+   * setTruncate(Truncation.TRUNCATION_END)}, the default; {@code getTokens()} says how many were
+   * used) or, with {@code Truncation.TRUNCATION_NONE}, refused: INVALID_ARGUMENT naming the input
+   * ({@code inputs[i]}).
    */
   public List<EmbedResponse> embed(EmbedRequest given) {
     EmbedRequest request = Priority.orDefault(given, priority);
@@ -197,6 +202,27 @@ public final class MlxGrpcClient implements AutoCloseable {
   /** Embeds {@code inputs} with the default embedding model, sorted by input order. */
   public List<EmbedResponse> embed(String... inputs) {
     return embed(EmbedRequest.newBuilder().addAllInputs(List.of(inputs)).build());
+  }
+
+  /**
+   * Scores the request's documents against its query with a reranking model (a cross-encoder;
+   * an empty model selects the server's first one; a model that reranks has {@code
+   * getCapabilities().getRerank()}). The response's {@code getResultsList()} is most relevant
+   * first: each result's {@code getIndex()} in the documents, {@code getScore()} (a relevance
+   * logit: higher is more relevant) and {@code getTokens()} (of the query and document
+   * together); {@code getModel()} names the model. {@code setTopN(n)} keeps the {@code n}
+   * highest scored (0: all); {@code setTruncate} as for {@link #embed(EmbedRequest)} ({@code
+   * Truncation.TRUNCATION_NONE} refuses a pair over the model's limit with INVALID_ARGUMENT
+   * naming the document). A request with priority 0 gets the client's default.
+   */
+  public RerankResponse rerank(RerankRequest given) {
+    RerankRequest request = Priority.orDefault(given, priority);
+    return unary(stub -> stub.rerank(request));
+  }
+
+  /** Scores {@code documents} against {@code query} with the server's first reranking model. */
+  public RerankResponse rerank(String query, List<String> documents) {
+    return rerank(RerankRequest.newBuilder().setQuery(query).addAllDocuments(documents).build());
   }
 
   /** Describes {@code model}; an empty name selects the default generation model. */
@@ -326,7 +352,7 @@ public final class MlxGrpcClient implements AutoCloseable {
     }
 
     /**
-     * The priority (-100 to 100) of every Generate and Embed request that leaves its own at 0,
+     * The priority (-100 to 100) of every Generate, Embed and Rerank request that leaves its own at 0,
      * e.g. a batch job's low one; see {@link Priority}.
      */
     public Builder priority(int priority) {

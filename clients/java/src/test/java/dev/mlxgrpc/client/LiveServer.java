@@ -22,7 +22,10 @@ final class LiveServer implements AutoCloseable {
   final List<ModelInfo> models;
   /** The default generation model (listed first). */
   final ModelInfo generator;
+  /** The first embedding model that embeds (a reranker is an embedding-kind model that does not). */
   final Optional<ModelInfo> embedder;
+  /** The model named "reranker" when it reranks (the fixture server's cross-encoder). */
+  final Optional<ModelInfo> reranker;
 
   private LiveServer(String address) {
     this.address = address;
@@ -30,7 +33,11 @@ final class LiveServer implements AutoCloseable {
     this.models = client.listModels();
     this.generator = ofKind(ModelKind.MODEL_KIND_GENERATION)
         .orElseThrow(() -> new AssertionError("the server serves no generation model"));
-    this.embedder = ofKind(ModelKind.MODEL_KIND_EMBEDDING);
+    this.embedder = models.stream()
+        .filter(m -> m.getKind() == ModelKind.MODEL_KIND_EMBEDDING && m.getCapabilities().getEmbeddings())
+        .findFirst();
+    this.reranker = models.stream()
+        .filter(m -> m.getName().equals("reranker") && m.getCapabilities().getRerank()).findFirst();
   }
 
   private Optional<ModelInfo> ofKind(ModelKind kind) {

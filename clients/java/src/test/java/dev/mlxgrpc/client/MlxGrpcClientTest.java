@@ -30,6 +30,7 @@ import dev.mlxgrpc.v1.SamplingParams;
 import dev.mlxgrpc.v1.SpeculationMode;
 import dev.mlxgrpc.v1.TokenizeRequest;
 import dev.mlxgrpc.v1.TokenizeResponse;
+import dev.mlxgrpc.v1.Truncation;
 import dev.mlxgrpc.v1.Usage;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
@@ -220,6 +221,31 @@ class MlxGrpcClientTest {
   }
 
   @Test
+  void embedCutsALongInputByDefaultAndRefusesItWithTruncationNone() {
+    if (server.embedder.isEmpty()) {
+      LiveServer.unavailable("the server serves no embedding model");
+    }
+    int limit = server.embedder.get().getContextLength();
+    // Two words a token at least: twice the model's input limit, within its byte limit.
+    List<String> inputs = List.of("A short sentence.", "word ".repeat(2 * limit));
+    EmbedRequest request = EmbedRequest.newBuilder().addAllInputs(inputs).build(); // the default embedding model
+    List<EmbedResponse> cut = client.embed(request);
+    assertEquals(List.of(0, 1), cut.stream().map(EmbedResponse::getIndex).collect(Collectors.toList()));
+    assertEquals(limit, cut.get(1).getTokens(), "cut to the model's limit (TRUNCATION_END, the default)");
+    List<EmbedResponse> end = client.embed(request.toBuilder().setTruncate(Truncation.TRUNCATION_END).build());
+    assertEquals(limit, end.get(1).getTokens());
+    StatusRuntimeException e = assertThrows(StatusRuntimeException.class,
+        () -> client.embed(request.toBuilder().setTruncate(Truncation.TRUNCATION_NONE).build()));
+    ErrorDetails details = ErrorDetails.from(e);
+    assertEquals(Status.Code.INVALID_ARGUMENT, details.code(), details.message());
+    assertEquals(List.of("inputs[1]"), details.violationFields(), "names the long input");
+    assertTrue(details.message().contains(String.valueOf(limit)), "says the limit: " + details.message());
+    EmbedResponse fits = client.embed(EmbedRequest.newBuilder().addInputs(inputs.get(0))
+        .setTruncate(Truncation.TRUNCATION_NONE).build()).get(0);
+    assertTrue(fits.getTokens() > 0 && fits.getTokens() < limit, "tokens " + fits.getTokens());
+  }
+
+  @Test
   void invalidTemperatureIsInvalidArgumentWithBadRequest() {
     GenerateRequest request = exact("Hi", 4).toBuilder()
         .setSampling(SamplingParams.newBuilder().setTemperature(-1f)).build();
@@ -289,7 +315,16 @@ class MlxGrpcClientTest {
     assertEquals(ModelKind.MODEL_KIND_GENERATION, info.getKind());
     assertTrue(info.getVocabSize() > 0 && info.getContextLength() > 0);
     assertTrue(info.getCapabilities().getGeneration());
-    server.embedder.ifPresent(e -> assertTrue(e.getEmbeddingDimensions() > 0 && e.getCapabilities().getEmbeddings()));
+    for (ModelInfo m : server.models) {
+      if (m.getKind() != ModelKind.MODEL_KIND_EMBEDDING) {
+        continue;
+      }
+      if (m.getCapabilities().getRerank()) {
+        assertFalse(m.getCapabilities().getEmbeddings(), m.getName() + ": a reranker does not embed");
+      } else {
+        assertTrue(m.getEmbeddingDimensions() > 0 && m.getCapabilities().getEmbeddings(), m.getName());
+      }
+    }
     long maxSafe = client.planMemory(info.getName(), 1024).getMaxSafeContext();
     assertTrue(maxSafe > 0 && maxSafe <= info.getContextLength(), "max_safe_context " + maxSafe);
   }
