@@ -1,6 +1,7 @@
 """Embeddings over gRPC: one big batch per call against many small concurrent calls.
 
     python -m bench.embeddings [--embedding-model DIR] [--inputs 256] [--clients 16] [--reps 3]
+    python -m bench.embeddings --soak 10000     # the server's RSS over many calls of mixed lengths
 
 Starts ``mlx-grpc serve`` with the embedding model (default: the embedded all-MiniLM-L6-v2) and,
 each repetition, embeds the same number of distinct short sentences and ~200-token passages
@@ -58,6 +59,33 @@ async def small_clients(server: OurServer, texts: list[str], clients: int) -> fl
     return len(texts) / (time.perf_counter() - start)
 
 
+async def soak(server: OurServer, calls: int, clients: int) -> list[tuple[int, float]]:
+    """(calls done, server RSS in MiB) every tenth of ``calls``: calls of 1-4 distinct inputs,
+    short sentences and passages mixed, ``clients`` at a time."""
+    import psutil
+
+    process = psutil.Process(server.proc.proc.pid)
+    done, marks, finished = 0, [], [0]  # calls started, RSS marks, calls finished
+    counter = itertools.count()
+
+    async def client() -> None:
+        nonlocal done
+        while done < calls:
+            n = next(counter)
+            texts = embedding_texts(1 + n % 4, f"soak{n}")
+            if n % 3 == 0:
+                texts = passages(1 + n % 2, f"soak{n}")
+            done += 1
+            await server.embed(texts)
+            finished[0] += 1
+            if finished[0] % max(1, calls // 10) == 0:
+                marks.append((finished[0], process.memory_info().rss / 2**20))
+                print(f"[embeddings] soak {finished[0]} calls: RSS {marks[-1][1]:.0f} MiB", flush=True)
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return marks
+
+
 async def run(args) -> None:
     from engine.loading.embedded import default_embedding_model, default_generation_model
 
@@ -68,6 +96,14 @@ async def run(args) -> None:
     try:
         await server.embed(embedding_texts(64, "warm-up"))
         await server.embed(passages(16, "warm-up"))
+        if args.soak:
+            marks = await soak(server, args.soak, args.clients)
+            settled = [rss for _, rss in marks[1:]]  # from the second tenth on: caches warm
+            mid = sorted(settled)[len(settled) // 2]
+            print(f"\nRSS from call {marks[1][0]} to {marks[-1][0]}: {min(settled):.0f}-{max(settled):.0f} MiB, "
+                  f"{min(settled) / mid - 1:+.1%} / {max(settled) / mid - 1:+.1%} of the median {mid:.0f} MiB "
+                  f"(after the first tenth: {marks[0][1]:.0f} MiB)")
+            return
         results: dict[tuple[str, str], Sample] = {}
         workloads = {"short sentences": lambda salt: embedding_texts(args.inputs, salt),
                      "passages (~200 tokens)": lambda salt: passages(args.inputs // 4, salt)}
@@ -97,6 +133,8 @@ def main() -> None:
                                                            "(passages: a quarter as many)")
     p.add_argument("--clients", type=int, default=16, help="concurrent clients on the small side")
     p.add_argument("--reps", type=int, default=3, help="repetitions (each runs every side once)")
+    p.add_argument("--soak", type=int, default=0, metavar="CALLS",
+                   help="instead: this many calls of mixed lengths, the server's RSS every tenth of them")
     asyncio.run(run(p.parse_args()))
 
 
