@@ -284,8 +284,10 @@ async fn dropping_the_stream_cancels_on_the_server() {
 #[tokio::test]
 async fn deadline_ends_a_long_stream() {
     let Some(s) = live().await else { return };
-    let mut req = tonic::Request::new(exact("Tell me a long story", 2000));
-    req.set_timeout(Duration::from_millis(1500));
+    // 4000 tokens against 300 ms: even a tiny fixture model decoding ~1,500 tokens/s cannot
+    // finish first (2000 against 1.5 s could)
+    let mut req = tonic::Request::new(exact("Tell me a long story", 4000));
+    req.set_timeout(Duration::from_millis(300));
     let status = s
         .client
         .generate_text(req)
