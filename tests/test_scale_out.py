@@ -199,6 +199,7 @@ def test_a_json_schema_response_format_validates(cluster):
         body = {**chat(f"Describe city number {i} as JSON.", 200), "temperature": 1.0, "seed": i,
                 "response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": schema}}}
         out = cluster.gateway.chat(body)
+        assert out["choices"][0]["finish_reason"] == "stop", out  # the object is complete, not cut
         jsonschema.validate(json.loads(out["choices"][0]["message"]["content"]), schema)
 
 

@@ -211,14 +211,6 @@ class EmbeddingModel:
         batches = self._batches([len(ids) for ids in ids_list])
         return self._run(ids_list, batches, normalize, dimensions)
 
-    def embed_id_batches(
-        self, ids_list: Sequence[Sequence[int]], *, normalize: bool = True, dimensions: int | None = None
-    ) -> Iterator[tuple[int, EmbeddingResult]]:
-        """``embed_batches`` for inputs already tokenized (see ``prepare_ids``)."""
-        self._validate([""] * len(ids_list), dimensions)
-        ids_list = self.prepare_ids(ids_list)
-        return self._run(ids_list, self._batches([len(ids) for ids in ids_list]), normalize, dimensions)
-
     def prepare_ids(self, ids_list: Sequence[Sequence[int]]) -> list[list[int]]:
         """Inputs already tokenized, checked: each must fit ``max_length`` and the vocabulary.
         Trailing padding (a tokenizer that pads to a fixed length) is dropped: it is never part
