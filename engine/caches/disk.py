@@ -1,0 +1,270 @@
+"""The prefix cache's disk tier: entries as files under ``directory/fingerprint``, LRU by
+bytes on disk, written by one background thread.
+
+Invariants: only a complete, checksummed file of this model's fingerprint is ever served
+(anything else found is deleted and counted); the files' bytes stay within ``max_bytes``
+once a write settles; a write never blocks the engine thread beyond copying its state to
+host buffers (a full queue drops the write, counted). Index methods are thread-safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from .disk_format import SUFFIX, TEMP_SUFFIX, BadEntry, HostEntry, read_entry, read_meta, write_entry
+
+log = logging.getLogger("engine.caches.disk")
+
+
+@dataclass
+class DiskEntry:
+    namespace: str
+    tokens: tuple[int, ...]
+    path: Path
+    nbytes: int
+    used: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class DiskStats:
+    entries: int
+    bytes: int
+    hits: int
+    writes: int
+    evictions: int
+    corrupt: int
+    dropped: int  # writes not made: the queue was full or the write failed
+
+
+def entry_key(namespace: str, tokens: Sequence[int]) -> str:
+    digest = hashlib.sha256(namespace.encode())
+    digest.update(b"\x00" + json.dumps(list(tokens)).encode())
+    return digest.hexdigest()[:40]
+
+
+class DiskTier:
+    def __init__(self, directory: Path | str, max_bytes: int, fingerprint: str, *,
+                 queue_bytes: int = 512 << 20, trimmable: bool = True):
+        self.directory = Path(directory) / fingerprint
+        self.max_bytes = max_bytes
+        self.fingerprint = fingerprint
+        self.trimmable = trimmable  # entries may serve shorter prompts (KV caches only)
+        self._queue_bytes = queue_bytes
+        self._lock = threading.Condition()
+        self._index: dict[str, DiskEntry] = {}
+        self._pending: deque[tuple[str, HostEntry]] = deque()
+        self._pending_bytes = 0
+        self._writing = False
+        self._closed = False
+        self.hits = self.writes = self.evictions = self.corrupt = self.dropped = 0
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._scan()
+        self._thread = threading.Thread(target=self._write_loop, name=f"prefix-disk-{fingerprint[:8]}", daemon=True)
+        self._thread.start()
+
+    # -- index -------------------------------------------------------------------------------
+
+    def _scan(self) -> None:
+        """Rebuilds the index from the directory; leftovers and bad files are deleted."""
+        for path in sorted(self.directory.iterdir()):
+            if path.name.endswith(TEMP_SUFFIX):  # a write cut short
+                path.unlink(missing_ok=True)
+                continue
+            if not path.name.endswith(SUFFIX):
+                continue
+            try:
+                meta, size = read_meta(path)
+                tokens = tuple(json.loads(meta["tokens"]))
+                if meta.get("fingerprint") != self.fingerprint:
+                    raise BadEntry("belongs to another model")
+                if path.name != entry_key(meta["namespace"], tokens) + SUFFIX:
+                    raise BadEntry("is not named for its contents")
+            except (OSError, BadEntry, KeyError, ValueError, TypeError) as exc:
+                self._discard(path, str(exc))
+                continue
+            self._index[path.name[: -len(SUFFIX)]] = DiskEntry(meta["namespace"], tokens, path, size,
+                                                                used=path.stat().st_mtime - time.time()
+                                                                + time.monotonic())
+        self._evict_over(self.max_bytes)
+        if self._index:
+            log.info("prefix cache disk tier: %d entries, %d bytes in %s", len(self._index), self.nbytes,
+                     self.directory)
+
+    def _discard(self, path: Path, why: str) -> None:
+        log.warning("deleted prefix cache file %s: %s", path.name, why)
+        path.unlink(missing_ok=True)
+        self.corrupt += 1
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(e.nbytes for e in self._index.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._index)
+
+    def stats(self) -> DiskStats:
+        with self._lock:
+            return DiskStats(len(self._index), sum(e.nbytes for e in self._index.values()), self.hits,
+                             self.writes, self.evictions, self.corrupt, self.dropped)
+
+    def contains(self, namespace: str, tokens: Sequence[int]) -> bool:
+        with self._lock:
+            return entry_key(namespace, tokens) in self._index
+
+    def find(self, namespace: str, prompt: Sequence[int]) -> tuple[DiskEntry, int] | None:
+        """The stored entry covering the most of ``prompt`` (never all of it) and how much it covers."""
+        prompt = tuple(prompt)
+        best, best_n = None, 0
+        with self._lock:
+            for entry in self._index.values():
+                if entry.namespace != namespace:
+                    continue
+                n = len(entry.tokens)
+                if n < len(prompt) and prompt[:n] == entry.tokens:
+                    covered = n
+                elif self.trimmable and n >= len(prompt) and entry.tokens[: len(prompt)] == prompt:
+                    covered = len(prompt) - 1  # trimmed to leave the last token to compute
+                else:
+                    continue
+                if covered > best_n:
+                    best, best_n = entry, covered
+        return (best, best_n) if best is not None and best_n > 0 else None
+
+    def read(self, entry: DiskEntry) -> HostEntry | None:
+        """The entry's contents, or None when its file is gone or bad (then deleted and counted)."""
+        try:
+            host = read_entry(entry.path)
+            if host.fingerprint != self.fingerprint or tuple(host.tokens) != entry.tokens \
+                    or host.namespace != entry.namespace:
+                raise BadEntry("does not hold what its name says")
+        except FileNotFoundError:
+            self._forget(entry)
+            return None
+        except (OSError, BadEntry) as exc:
+            with self._lock:
+                self._discard(entry.path, str(exc))
+            self._forget(entry)
+            return None
+        with self._lock:
+            entry.used = time.monotonic()
+            self.hits += 1
+        try:
+            os.utime(entry.path)  # the order of use survives a restart
+        except OSError:
+            pass
+        return host
+
+    def _forget(self, entry: DiskEntry) -> None:
+        with self._lock:
+            key = entry.path.name[: -len(SUFFIX)]
+            if self._index.get(key) is entry:
+                del self._index[key]
+
+    def clear(self) -> None:
+        """Deletes every file (a flush)."""
+        with self._lock:
+            self._pending.clear()
+            self._pending_bytes = 0
+            while self._writing:
+                self._lock.wait()
+            for entry in self._index.values():
+                entry.path.unlink(missing_ok=True)
+            self._index.clear()
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def write(self, entry: HostEntry) -> bool:
+        """Queues ``entry`` for writing; False when it is already stored or does not fit the queue."""
+        key = entry_key(entry.namespace, entry.tokens)
+        n = entry.nbytes
+        with self._lock:
+            if self._closed:
+                return False
+            if key in self._index:
+                self._index[key].used = time.monotonic()
+                return False
+            if any(k == key for k, _ in self._pending):
+                return False
+            if n > self.max_bytes or self._pending_bytes + n > self._queue_bytes:
+                self.dropped += 1
+                return False
+            self._pending.append((key, entry))
+            self._pending_bytes += n
+            self._lock.notify_all()
+        return True
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Waits until every queued write settled; False on timeout."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._pending and not self._writing, timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Finishes queued writes (up to ``timeout``), then stops the writer."""
+        self.drain(timeout)
+        with self._lock:
+            self._closed = True
+            self._pending.clear()
+            self._lock.notify_all()
+        self._thread.join(timeout=5.0)
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._lock:
+                self._lock.wait_for(lambda: self._pending or self._closed)
+                if self._closed:
+                    return
+                key, entry = self._pending.popleft()
+                self._writing = True
+            try:
+                self._write_one(key, entry)
+            except Exception:  # noqa: BLE001 - a failed write loses an entry, never the server
+                log.warning("could not write a prefix cache entry of %d tokens", len(entry.tokens), exc_info=True)
+                with self._lock:
+                    self.dropped += 1
+            finally:
+                with self._lock:
+                    self._pending_bytes -= entry.nbytes
+                    self._writing = False
+                    self._lock.notify_all()
+
+    def _write_one(self, key: str, entry: HostEntry) -> None:
+        size = entry.nbytes + 64 * 1024
+        with self._lock:
+            self._evict_over(self.max_bytes - size)
+        path = self.directory / (key + SUFFIX)
+        n = write_entry(path, entry)
+        tokens = tuple(entry.tokens)
+        with self._lock:
+            self._index[key] = DiskEntry(entry.namespace, tokens, path, n)
+            self.writes += 1
+            if self.trimmable:  # a longer entry serves its prefixes: they only take space
+                covered = [k for k, e in self._index.items() if k != key and e.namespace == entry.namespace
+                           and len(e.tokens) < len(tokens) and tokens[: len(e.tokens)] == e.tokens]
+                for k in covered:
+                    self._remove(k)
+            self._evict_over(self.max_bytes)
+
+    def _evict_over(self, limit: int) -> None:
+        """Deletes the least recently used files until the tier holds at most ``limit`` bytes (lock held)."""
+        total = sum(e.nbytes for e in self._index.values())
+        for key in sorted(self._index, key=lambda k: self._index[k].used):
+            if total <= limit:
+                break
+            total -= self._index[key].nbytes
+            self._remove(key)
+
+    def _remove(self, key: str) -> None:
+        entry = self._index.pop(key)
+        entry.path.unlink(missing_ok=True)
+        self.evictions += 1
