@@ -1,19 +1,26 @@
-"""Token-prefix reuse across requests (mlx-lm's ``LRUPromptCache``), bounded by bytes held.
+"""Token-prefix reuse across requests: a memory tier (mlx-lm's ``LRUPromptCache``, bounded
+by bytes held and entries) over an optional disk tier (``DiskTier``).
 
 Invariants: ``take`` returns caller-owned state leaving at least one token to compute;
-``put`` moves ownership to the cache; namespaces separate incompatible state.
-Engine thread only.
+``put`` moves ownership to the cache; namespaces separate incompatible state; eviction
+takes the least recently stored entry outside open sessions first, and spills it to disk
+when the disk tier keeps only evicted entries. ``nbytes`` counts memory only. Engine thread only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
 
 from .blocks import BlockLedger
+from .disk import DiskTier
+from .disk_format import HostEntry, from_host, to_host
 from .exact import buffer_bytes, exact
+from .sessions import Sessions
+
+Key = tuple[str, tuple[int, ...]]  # (namespace, tokens)
 
 
 @dataclass
@@ -22,22 +29,31 @@ class PrefixHit:
 
     tokens: list[int]
     caches: list[Any]
+    tier: str = "memory"  # or "disk"
 
 
 class PrefixCache:
-    def __init__(self, max_bytes: int, max_entries: int = 64, ledger: BlockLedger | None = None):
+    def __init__(self, max_bytes: int, max_entries: int = 64, ledger: BlockLedger | None = None, *,
+                 disk: DiskTier | None = None, spill_all: bool = True, sessions: Sessions | None = None,
+                 durable: Callable[[str], bool] = lambda ns: True):
         self.max_bytes = max_bytes
+        self.max_entries = max_entries
         self.ledger = ledger  # told of every entry that comes and goes
-        self._published: set[tuple[str, tuple[int, ...]]] = set()
-        self._lru = LRUPromptCache(max_size=max_entries)  # bounded by entries there, by bytes here
-        self._held: dict[tuple[str, tuple[int, ...]], int] = {}  # (namespace, tokens) -> bytes of its buffers
-        self.hits = 0
+        self.disk = disk
+        self.spill_all = spill_all  # write every stored entry to disk, not only evicted ones
+        self.durable = durable  # namespaces whose entries may go to disk
+        self.sessions = sessions if sessions is not None else Sessions()
+        self._published: set[Key] = set()
+        self._lru = LRUPromptCache(max_size=1 << 62)  # bounded here, by entries and bytes
+        self._held: dict[Key, int] = {}  # key -> bytes of its buffers
+        self.sessions.alive = self._held.__contains__
+        self.hits = self.memory_hits = self.disk_hits = 0
         self.hit_tokens = 0
         self.misses = 0
 
     @property
     def nbytes(self) -> int:
-        """The bytes counted against ``max_bytes``."""
+        """The bytes counted against ``max_bytes`` (memory only)."""
         return sum(self._held.values())
 
     def held_bytes(self) -> int:
@@ -49,18 +65,48 @@ class PrefixCache:
         return [self._lru._trie.get(ns, tokens).prompt_cache for ns, tokens in self._keys()]
 
     def _keys(self) -> list[tuple[str, list[int]]]:
-        """(namespace, tokens) of every entry (from mlx-lm's private fields)."""
+        """(namespace, tokens) of every entry, least recently stored first (mlx-lm's private fields)."""
         return [key for order in self._lru._lru._lrus.values() for key in order]
 
     def __len__(self) -> int:
         return len(self._lru)
 
-    def take(self, prompt: Sequence[int], ns: str, min_tokens: int = 1) -> PrefixHit | None:
-        """The longest cached prefix of ``prompt`` (never all of it), caller-owned; None under ``min_tokens``."""
+    def covered(self, prompt: Sequence[int], ns: str) -> int:
+        """Tokens of ``prompt`` a ``take`` would serve from memory now (nothing is copied)."""
+        tokens = list(prompt)
+        if len(tokens) < 2:
+            return 0
+        found = self._lru._trie.search(ns, tokens)
+        shorter = len(found.shorter) if found.shorter is not None else 0
+        if found.exact is not None:
+            entry = self._lru._trie.get(ns, found.exact)
+            return len(tokens) - 1 if can_trim_prompt_cache(entry.prompt_cache) else self.covered(tokens[:-1], ns)
+        if found.longer is not None and found.common_prefix > shorter:
+            if can_trim_prompt_cache(self._lru._trie.get(ns, found.longer).prompt_cache):
+                return min(len(tokens) - 1, found.common_prefix)
+        return shorter
 
+    def take(self, prompt: Sequence[int], ns: str, min_tokens: int = 1, session: str = "") -> PrefixHit | None:
+        """The longest cached prefix of ``prompt`` (never all of it), caller-owned; None under ``min_tokens``."""
+        self.sessions.touch(session)
         tokens = list(prompt)
         if len(tokens) < 2:
             return None
+        hit = self._from_disk(tokens, ns, self.covered(tokens, ns))
+        if hit is None:
+            hit = self._from_memory(tokens, ns)
+        if hit is None or len(hit.tokens) < max(min_tokens, 1):
+            self.misses += 1
+            return None
+        self.hits += 1
+        self.hit_tokens += len(hit.tokens)
+        if hit.tier == "disk":
+            self.disk_hits += 1
+        else:
+            self.memory_hits += 1
+        return hit
+
+    def _from_memory(self, tokens: list[int], ns: str) -> PrefixHit | None:
         caches, rest = self._lru.fetch_nearest_cache(ns, tokens)
         if caches is not None and not rest:  # exact: give back all but the last token
             if can_trim_prompt_cache(caches):
@@ -70,32 +116,88 @@ class PrefixCache:
                 tokens = tokens[:-1]
                 caches, rest = self._lru.fetch_nearest_cache(ns, tokens)
         covered = len(tokens) - len(rest)
-        if caches is None or covered < max(min_tokens, 1):
-            self.misses += 1
-            return None
-        self.hits += 1
-        self.hit_tokens += covered
-        return PrefixHit(tokens[:covered], caches)
+        return PrefixHit(tokens[:covered], caches) if caches is not None and covered > 0 else None
 
-    def put(self, tokens: Sequence[int], caches: list[Any], ns: str) -> None:
+    def _from_disk(self, tokens: list[int], ns: str, in_memory: int) -> PrefixHit | None:
+        """The disk tier's entry when it covers more than memory does (read here, on this thread)."""
+        if self.disk is None or not self.durable(ns):
+            return None
+        found = self.disk.find(ns, tokens)
+        if found is None or found[1] <= in_memory:
+            return None
+        host = self.disk.read(found[0])
+        if host is None:
+            return None
+        caches = from_host(host)
+        covered = found[1]
+        if len(host.tokens) > covered:
+            trim_prompt_cache(caches, len(host.tokens) - covered)
+        return PrefixHit(tokens[:covered], caches, "disk")
+
+    def install(self, host: HostEntry, session: str = "") -> int:
+        """Puts an entry read from disk into memory (a prefetch); returns its tokens."""
+        self.disk_hits += 1
+        self.put(host.tokens, from_host(host), host.namespace, session)
+        return len(host.tokens)
+
+    def put(self, tokens: Sequence[int], caches: list[Any], ns: str, session: str = "") -> None:
         """Stores ``caches`` (covering exactly ``tokens``); ownership moves to the cache."""
         if not tokens:
             return
         stored = exact(caches)
-        self._lru.insert_cache(ns, list(tokens), stored)  # may drop entries it covers, or the oldest
-        self._held[(ns, tuple(tokens))] = buffer_bytes(stored)
+        key = (ns, tuple(tokens))
+        self._lru.insert_cache(ns, list(tokens), stored)  # may drop entries it covers
+        self._held[key] = buffer_bytes(stored)
+        self.sessions.touch(session, key)
+        if self.disk is not None and self.spill_all:
+            self._spill(key, stored)
         self._forget_dropped()
-        while self._held and self.nbytes > self.max_bytes:
-            self._lru.trim_to(n_sequences=len(self._lru) - 1)  # the least recently used
-            self._forget_dropped()
+        self._shrink()
         self._publish()
 
+    def close_session(self, session: str) -> int:
+        """Ends ``session``'s affinity; returns how many stored entries it held."""
+        return self.sessions.close(session)
+
     def clear(self) -> None:
+        """Drops every entry, on disk too."""
         self._lru.trim_to(n_sequences=0)
         self._held.clear()
+        self.sessions.clear()
+        if self.disk is not None:
+            self.disk.clear()
         self._published = set()
         if self.ledger is not None:
             self.ledger.cleared()
+
+    def _shrink(self) -> None:
+        while self._held and (self.nbytes > self.max_bytes or len(self._held) > self.max_entries):
+            key = self._victim()
+            if self.disk is not None and not self.spill_all:
+                self._spill(key, self._lru._trie.get(key[0], list(key[1])).prompt_cache)
+            self._drop(key)
+
+    def _victim(self) -> Key:
+        pinned = self.sessions.pinned()
+        order = [(ns, tuple(tokens)) for ns, tokens in self._keys()]
+        return next((key for key in order if key not in pinned), order[0])
+
+    def _drop(self, key: Key) -> None:
+        ns, tokens = key[0], list(key[1])
+        entry = self._lru._trie.pop(ns, tokens)
+        self._lru._lru.remove(ns, tokens)
+        self._lru._n_bytes -= entry.nbytes
+        self._lru._n_bytes_by_type[entry.cache_type] -= entry.nbytes
+        del self._held[key]
+
+    def persist(self) -> None:
+        """Queues every memory entry the disk tier lacks."""
+        for ns, tokens in self._keys():
+            self._spill((ns, tuple(tokens)), self._lru._trie.get(ns, tokens).prompt_cache)
+
+    def _spill(self, key: Key, caches: list[Any]) -> None:
+        if self.durable(key[0]) and not self.disk.contains(*key):
+            self.disk.write(to_host(caches, key[0], list(key[1]), self.disk.fingerprint))
 
     def _publish(self) -> None:
         if self.ledger is None:

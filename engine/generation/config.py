@@ -32,6 +32,18 @@ class SchedulerConfig:
     prefix_cache_bytes: int = setting(512 << 20,
                                       "bytes of KV kept for prefix reuse per model (0 turns the prefix cache off)")
     prefix_cache_entries: int = 64
+    prefix_cache_dir: str | None = setting(
+        None, "directory of the prefix cache's disk tier (one subdirectory per model fingerprint); entries "
+              "there survive restarts (unset: memory only)", metavar="DIR", type=str)
+    prefix_cache_disk_bytes: int = setting(8 << 30, "bytes of files the disk tier keeps per model (least "
+                                                    "recently used deleted first)")
+    prefix_cache_disk_policy: str = setting(
+        "all", "which entries the disk tier writes: all (every stored prefix, written in the background: "
+               "survives a crash) or evicted (only what memory evicts, and what is held at a clean shutdown)",
+        choices=("all", "evicted"))
+    session_idle_s: float = setting(600.0, "a session's prefixes lose their eviction affinity after this long "
+                                           "without a request (0: only CloseSession ends it)",
+                                    flag="--session-idle", metavar="SECONDS")
 
     @property
     def headroom(self) -> int:

@@ -16,7 +16,7 @@ from ..adapters.bank import AdapterBank
 from ..adapters.control import Adapters
 from ..adapters.source import AdapterLimits
 from ..description import ModelDescription
-from ..errors import EngineFailure, InvalidRequest, NotReady
+from ..errors import EngineFailure, InvalidRequest, NotReady, Unsupported
 from ..events import Event, FinishReason, Finished, Timings, Usage
 from ..hardware.machine import usable_memory
 from ..liveness import Breaker
@@ -29,7 +29,7 @@ from ..memory.facts import facts_from_model, with_draft
 from ..memory.plan import MemoryPlan
 from ..memory.planner import Planner
 from ..requests import FormatKind, GenerationRequest, ResponseFormat
-from ..validation import check_token_ids, validate_request
+from ..validation import check_ids, check_token_ids, validate_request
 from .config import GenerationConfig
 from .factory import check_speculation, make_sequence
 from .model_info import describe_generation, speculation_facts
@@ -46,7 +46,11 @@ from .scheduling.scheduler import Scheduler, SchedulerStats
 from .speculation.draft import DraftModel, check_draft
 from .streams import Stream, Streams
 from .ledgers import TenantStats, Tenants
-from .scheduling.worker import FlushPrefixCache, PlanMemory, Stats, Worker
+from .scheduling.worker import CloseSession, FlushPrefixCache, PlanMemory, Stats, Worker
+from .scheduling.reuse import is_base, namespace_of, session_of
+from .prefetch import Prefetched, prefetch
+from ..caches.disk import DiskTier
+from ..caches.fingerprint import model_fingerprint
 
 log = logging.getLogger("engine.generation.engine")
 
@@ -77,6 +81,7 @@ class GenerationEngine:
         self._closing = False
         self._machine_total = usable_memory()[1]
         self.blocks = BlockLedger()  # the prefix cache's blocks, for routers
+        self.disk: DiskTier | None = None  # the prefix cache's disk tier, made at load
         self._worker: Worker[LoadedModel] = Worker(self.name, self._load, self._scheduler)
         self.adapters = Adapters(self._worker.ask, self.name, config.max_adapters,
                                  root=config.adapter_root,
@@ -106,6 +111,8 @@ class GenerationEngine:
         self._closing = True
         self.adapters.close()
         await asyncio.to_thread(self._worker.stop)
+        if self.disk is not None:  # the shutdown queued what memory held: let it land
+            await asyncio.to_thread(self.disk.close)
         if self._grammars is not None:
             self._grammars.close()
 
@@ -131,7 +138,11 @@ class GenerationEngine:
         return loaded
 
     def _scheduler(self, loaded: LoadedModel) -> Scheduler:
-        tokenizer = loaded.tokenizer
+        tokenizer, sc = loaded.tokenizer, self.config.scheduler
+        if sc.prefix_cache_dir and sc.prefix_cache_bytes > 0:
+            fingerprint = model_fingerprint(loaded.artifact, loaded.config, loaded.dtype, loaded.kernels)
+            self.disk = DiskTier(sc.prefix_cache_dir, sc.prefix_cache_disk_bytes, fingerprint,
+                                 trimmable=loaded.traits.can_roll_back)
         drafter = (DraftModel(self._draft.model, self.config.scheduler.prefill_chunk)
                    if self._draft is not None else None)
         return Scheduler(loaded.model, self.config.scheduler, lambda i: tokenizer.decode([i]),
@@ -139,7 +150,7 @@ class GenerationEngine:
                          rolls_back=loaded.traits.can_roll_back, drafter=drafter,
                          adapters=AdapterBank(loaded.model, loaded.name),
                          planner=Planner(self._decode, self._machine_total, loaded.context_length),
-                         ledger=self.blocks)
+                         ledger=self.blocks, disk=self.disk)
 
     def describe(self) -> ModelDescription:
         m = self.loaded  # NotReady while loading
@@ -161,6 +172,34 @@ class GenerationEngine:
         """Empties the prefix cache; returns the entries dropped."""
         return await asyncio.wrap_future(self._worker.ask(FlushPrefixCache()))
 
+    async def prefetch(self, request: GenerationRequest) -> Prefetched:
+        """Brings the longest stored prefix of ``request``'s prompt into memory (see ``prefetch``)."""
+        m = self.loaded
+        if self._closing:
+            raise NotReady("the server is shutting down", retry_after_s=1.0)
+        self.breaker.refuse()
+        if self.config.scheduler.prefix_cache_bytes <= 0:
+            raise Unsupported(f"model {m.name!r} is served without a prefix cache (--prefix-cache-bytes 0)")
+        validate_request(request, m.vocab_size, self.config.limits, m.context_length)
+        closers: list = []
+        try:
+            adapter = self.adapters.acquire(request.adapter, closers)
+            prompt, _ = await asyncio.to_thread(self._prepare, request)
+            ns = namespace_of(m.name, request.tenant.namespace, adapter)
+            return await prefetch(self._worker.ask, self.disk, prompt.ids, ns,
+                                  session_of(request.tenant.namespace, request.session_id), is_base(ns))
+        finally:
+            for close in closers:
+                close()
+
+    async def close_session(self, session_id: str, tenant_namespace: str) -> int:
+        """Ends a session's prefix-cache affinity; returns how many entries it held."""
+        self.loaded
+        if not session_id:
+            raise InvalidRequest("session_id", "is required")
+        check_ids(self.config.limits, session_id=session_id)
+        return await asyncio.wrap_future(self._worker.ask(CloseSession(session_of(tenant_namespace, session_id))))
+
     @property
     def kv_bytes_per_token(self) -> int:
         """KV bytes one token of context holds, over every layer (0 before the model loads)."""
@@ -172,7 +211,8 @@ class GenerationEngine:
 
     async def stats(self) -> EngineStats:
         snapshot = await asyncio.wrap_future(self.scheduler_stats())
-        return EngineStats(**dataclasses.asdict(snapshot), tracked=len(self._streams),
+        fields = {f.name: getattr(snapshot, f.name) for f in dataclasses.fields(snapshot)}  # not deep: keeps DiskStats
+        return EngineStats(**fields, tracked=len(self._streams),
                            in_flight=self._streams.in_flight, tenants=self.tenant_stats())
 
     def tenant_stats(self) -> tuple[TenantStats, ...]:

@@ -12,14 +12,29 @@ from ..sequence.state import SequenceState
 log = logging.getLogger("engine.generation.scheduling.reuse")
 
 
+def namespace_of(model: str, tenant_namespace: str, adapter: str) -> str:
+    """KV is shared only within one tenant namespace and one adapter (or none)."""
+    return f"{model}\x1f{tenant_namespace}\x1f{adapter}"
+
+
+def is_base(namespace: str) -> bool:
+    """Entries without an adapter: the only ones the disk tier keeps (an adapter's name may
+    be loaded again with other weights)."""
+    return namespace.endswith("\x1f")
+
+
+def session_of(tenant_namespace: str, session_id: str) -> str:
+    """Session ids are the tenant's own."""
+    return f"{tenant_namespace}\x1f{session_id}" if session_id else ""
+
+
 class PrefixReuse:
     def __init__(self, cache: PrefixCache | None, namespace: str):
         self.cache = cache
         self.namespace = namespace
 
     def _namespace(self, seq: SequenceState) -> str:
-        """KV is shared only within one tenant namespace and one adapter (or none)."""
-        return f"{self.namespace}\x1f{seq.tenant.namespace}\x1f{seq.adapter}"
+        return namespace_of(self.namespace, seq.tenant.namespace, seq.adapter)
 
     def applies(self, seq: SequenceState) -> bool:
         return self.cache is not None and seq.prefix.enabled
@@ -28,7 +43,8 @@ class PrefixReuse:
         """(cached tokens, owned caches), or (0, None) on a miss or a hit under ``min_tokens``."""
         if not self.applies(seq):
             return 0, None
-        hit = self.cache.take(seq.prompt, self._namespace(seq), min_tokens)
+        hit = self.cache.take(seq.prompt, self._namespace(seq), min_tokens,
+                              session_of(seq.tenant.namespace, seq.prefix.session))
         return (len(hit.tokens), hit.caches) if hit is not None else (0, None)
 
     def store(self, seq: SequenceState, tokens: Sequence[int], caches: list[Any] | Callable[[], list[Any]]) -> None:
@@ -37,9 +53,31 @@ class PrefixReuse:
             return
         try:
             caches = caches() if callable(caches) else caches
-            self.cache.put(tokens, caches, self._namespace(seq))
+            self.cache.put(tokens, caches, self._namespace(seq), session_of(seq.tenant.namespace, seq.prefix.session))
         except Exception:  # noqa: BLE001 - a cache entry is never worth a request
             log.warning("dropped a prefix cache entry of %d tokens", len(tokens), exc_info=True)
+
+    def peek(self, tokens, namespace: str, session: str) -> int:
+        """Prompt tokens the memory tier covers (0 with the cache off); touches the session."""
+        if self.cache is None:
+            return 0
+        self.cache.sessions.touch(session)
+        return self.cache.covered(tokens, namespace)
+
+    def install(self, entry, session: str) -> int:
+        return self.cache.install(entry, session) if self.cache is not None else 0
+
+    def close_session(self, session: str) -> int:
+        return self.cache.close_session(session) if self.cache is not None else 0
+
+    def persist(self) -> None:
+        """Queues every memory entry the disk tier lacks (a clean shutdown); never raises."""
+        if self.cache is None or self.cache.disk is None:
+            return
+        try:
+            self.cache.persist()
+        except Exception:  # noqa: BLE001 - shutting down: entries are a bonus
+            log.warning("could not queue the prefix cache for the disk tier", exc_info=True)
 
     def flush(self) -> int:
         """Drops every entry; returns how many there were."""

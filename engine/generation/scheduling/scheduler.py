@@ -14,7 +14,9 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from ...adapters.bank import AdapterBank
 from ...caches.blocks import BlockLedger
+from ...caches.disk import DiskStats, DiskTier
 from ...caches.prefix import PrefixCache
+from ...caches.sessions import Sessions
 from ...events import FinishReason
 from ...memory.budget import MemoryBudget
 from ...memory.planner import Planner
@@ -24,15 +26,17 @@ from ..decode.batch import Batch
 from ..config import SchedulerConfig
 from ..decode.decoder import Decoder
 from ..prefill.prefiller import Prefiller, unrouted
-from .reuse import PrefixReuse
+from .reuse import PrefixReuse, is_base
 from ..sequence.state import SequenceState, Status, failure_message
 from ..speculation.draft import DraftModel
-from .worker import FlushPrefixCache, LoadAdapter, PlanMemory, Probe, Query, Stats, UnloadAdapter
+from .worker import (CloseSession, FlushPrefixCache, InstallPrefix, LoadAdapter, PeekPrefix, PlanMemory, Probe,
+                     Query, Stats, UnloadAdapter)
 
 log = logging.getLogger("engine.generation.scheduling.scheduler")
 
 
 WINDOW_S = 10.0
+NO_DISK = DiskStats(0, 0, 0, 0, 0, 0, 0)
 
 
 class TokenRate:
@@ -75,6 +79,10 @@ class SchedulerStats:
     prefix_bytes: int
     prefix_hits: int
     prefix_misses: int
+    prefix_memory_hits: int
+    prefix_disk_hits: int
+    prefix_disk: DiskStats  # zeros without a disk tier
+    open_sessions: int
     generated_tokens: int
     recent_tokens_per_s: float  # generated over the last ``throughput.WINDOW_S`` seconds
 
@@ -84,13 +92,15 @@ class Scheduler:
                  budget: MemoryBudget | None = None, namespace: str = "", rolls_back: bool | None = None,
                  interrupt: Callable[[str], bool] | None = None, drafter: DraftModel | None = None,
                  adapters: AdapterBank | None = None, planner: Planner | None = None,
-                 ledger: BlockLedger | None = None):
+                 ledger: BlockLedger | None = None, disk: DiskTier | None = None):
         self._model = model
         self.adapters = adapters
         self._route = adapters.routed if adapters is not None else unrouted
         self._config = config
         self._planner = planner
-        cache = (PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries, ledger)
+        cache = (PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries, ledger, disk=disk,
+                             spill_all=config.prefix_cache_disk_policy == "all", durable=is_base,
+                             sessions=Sessions(config.session_idle_s))
                  if config.prefix_cache_bytes > 0 else None)
         self.reuse = PrefixReuse(cache, namespace)
         self.admission = Admission(config.max_active, budget, headroom=config.headroom,
@@ -146,6 +156,12 @@ class Scheduler:
                 return self.adapters.unload(key, budget)
             case FlushPrefixCache():
                 return self.reuse.flush()
+            case PeekPrefix(tokens=tokens, namespace=ns, session=session):
+                return self.reuse.peek(tokens, ns, session)
+            case InstallPrefix(entry=entry, session=session):
+                return self.reuse.install(entry, session)
+            case CloseSession(session=session):
+                return self.reuse.close_session(session)
             case Probe(fn=fn):
                 return fn(self)
         raise TypeError(f"not a query: {query!r}")
@@ -179,8 +195,11 @@ class Scheduler:
             self._drafter.retain([])
 
     def shutdown(self, message: str, reason: FinishReason = FinishReason.CANCELLED) -> None:
-        """Ends everything, waiting sequences included (CANCELLED; ERROR when the thread dies)."""
+        """Ends everything, waiting sequences included (CANCELLED; ERROR when the thread dies);
+        a clean shutdown queues the memory tier's entries for the disk tier."""
         self.fail_running(message, reason)
+        if reason is FinishReason.CANCELLED:
+            self.reuse.persist()
         for seq in self.admission.drain():
             seq.finish(reason, error=message)
 
@@ -197,6 +216,10 @@ class Scheduler:
             prefix_bytes=cache.nbytes if cache is not None else 0,
             prefix_hits=cache.hits if cache is not None else 0,
             prefix_misses=cache.misses if cache is not None else 0,
+            prefix_memory_hits=cache.memory_hits if cache is not None else 0,
+            prefix_disk_hits=cache.disk_hits if cache is not None else 0,
+            prefix_disk=cache.disk.stats() if cache is not None and cache.disk is not None else NO_DISK,
+            open_sessions=len(cache.sessions) if cache is not None else 0,
             generated_tokens=self.generated_tokens, recent_tokens_per_s=self.rate.per_second())
 
     def _admit(self) -> None:

@@ -70,6 +70,30 @@ class FlushPrefixCache:
 
 
 @dataclass(frozen=True)
+class PeekPrefix:
+    """Answers the prompt tokens the memory tier covers now (a prefetch's first look); touches the session."""
+
+    tokens: tuple[int, ...]
+    namespace: str
+    session: str
+
+
+@dataclass(frozen=True)
+class InstallPrefix:
+    """Puts an entry read from the disk tier (off the thread) into memory; answers its tokens."""
+
+    entry: object  # a HostEntry
+    session: str
+
+
+@dataclass(frozen=True)
+class CloseSession:
+    """Ends a session's affinity; answers how many entries it held."""
+
+    session: str
+
+
+@dataclass(frozen=True)
 class Probe:
     """Tests only: runs ``fn(scheduler)`` between ticks."""
 
@@ -81,7 +105,8 @@ class Shutdown:
     pass
 
 
-Query = Stats | PlanMemory | LoadAdapter | UnloadAdapter | FlushPrefixCache | Probe
+Query = (Stats | PlanMemory | LoadAdapter | UnloadAdapter | FlushPrefixCache | PeekPrefix | InstallPrefix
+         | CloseSession | Probe)
 
 
 @dataclass(frozen=True)

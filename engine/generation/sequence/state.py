@@ -28,6 +28,7 @@ class Status(enum.Enum):
 class PrefixOptions:
     enabled: bool = True
     snapshot_at: int | None = None  # prompt boundary worth storing (a chat's history)
+    session: str = ""  # the request's session id: its entries keep affinity until the session closes
 
 
 @dataclass(eq=False)
