@@ -10,6 +10,7 @@ from engine.events import Delta, Event, FinishReason, Finished, Started
 from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKind, GenerationRequest, RerankRequest,
                              ResponseFormat, SamplingOptions, SpeculationMode, SpeculationOptions, StopOptions,
                              TextPrompt, TokenPrompt, Tool, ToolCall, ToolChoiceMode)
+from engine.caches.tier import Prefetched, Tier
 from engine.errors import InvalidRequest
 from engine.tenancy import ANONYMOUS, Tenant
 from engine.validation import RequestCounts
@@ -55,19 +56,34 @@ def generation_request(msg: pb.GenerateRequest, tenant: Tenant = ANONYMOUS) -> G
         response_format=_response_format(msg.response_format), adapter=msg.adapter)
 
 
+def prefetch_request(msg: pb.PrefetchRequest, tenant: Tenant = ANONYMOUS) -> GenerationRequest:
+    """A prefetch reads its prompt as a Generate of the same fields would."""
+    return GenerationRequest(tenant=tenant, prompt=_prompt(msg), model=msg.model, session_id=msg.session_id,
+                             adapter=msg.adapter)
+
+
+_TIER = {Tier.NONE: pb.CACHE_TIER_UNSPECIFIED, Tier.MEMORY: pb.CACHE_TIER_MEMORY, Tier.DISK: pb.CACHE_TIER_DISK}
+
+
+def prefetch_response(p: Prefetched) -> pb.PrefetchResponse:
+    return pb.PrefetchResponse(prompt_tokens=p.prompt_tokens, cached_tokens=p.cached_tokens, tier=_TIER[p.tier])
+
+
 def _speculation(s: gen_pb.SpeculationOptions) -> SpeculationOptions:
     if s.mode not in _SPECULATION:
         raise InvalidRequest("speculation.mode", f"unknown mode {s.mode}")
     return SpeculationOptions(_SPECULATION[s.mode], s.num_draft_tokens)
 
 
-def generation_counts(msg: pb.GenerateRequest) -> RequestCounts:
+def generation_counts(msg: pb.GenerateRequest | pb.PrefetchRequest) -> RequestCounts:
     which = msg.WhichOneof("prompt")
+    generate = isinstance(msg, pb.GenerateRequest)
     return RequestCounts(
         prompt_ids=len(msg.tokens.ids) if which == "tokens" else 0,
         chat_messages=len(msg.chat.messages) if which == "chat" else 0,
-        stop_strings=len(msg.stopping.stop), stop_token_ids=len(msg.stopping.stop_token_ids),
-        logit_bias=len(msg.sampling.logit_bias))
+        stop_strings=len(msg.stopping.stop) if generate else 0,
+        stop_token_ids=len(msg.stopping.stop_token_ids) if generate else 0,
+        logit_bias=len(msg.sampling.logit_bias) if generate else 0)
 
 
 def _prompt(msg: pb.GenerateRequest):
@@ -277,4 +293,8 @@ def model_load(name: str, s, max_running: int, tenants=()) -> pb.ModelLoad:
         prefix_cache_entries=s.prefix_entries, prefix_cache_bytes=s.prefix_bytes,
         prefix_cache_hits=s.prefix_hits, prefix_cache_misses=s.prefix_misses,
         prefix_cache_hit_rate=s.prefix_hits / lookups if lookups else 0.0,
-        generated_tokens_per_second=s.recent_tokens_per_s, generated_tokens=s.generated_tokens)
+        generated_tokens_per_second=s.recent_tokens_per_s, generated_tokens=s.generated_tokens,
+        prefix_cache_memory_hits=s.prefix_memory_hits, prefix_cache_disk_hits=s.prefix_disk_hits,
+        prefix_cache_disk_entries=s.prefix_disk.entries, prefix_cache_disk_bytes=s.prefix_disk.bytes,
+        prefix_cache_disk_writes=s.prefix_disk.writes, prefix_cache_disk_evictions=s.prefix_disk.evictions,
+        prefix_cache_disk_corrupt_files=s.prefix_disk.corrupt, open_sessions=s.open_sessions)

@@ -23,6 +23,7 @@ def add_settings(parser, cls) -> None:
                                 help=help_)
         else:
             parser.add_argument(flag, dest=_dest(f), type=f.metadata["type"] or type(default), default=default,
+                                choices=f.metadata["choices"],
                                 metavar=f.metadata["metavar"] or _dest(f).upper(), help=help_)
 
 

@@ -25,6 +25,13 @@ _GAUGES = {
     "prefix_cache_entries": "Entries in the prefix cache",
     "prefix_cache_bytes": "Bytes of KV held by the prefix cache",
     "prefix_cache_hit_rate": "Prefix-cache lookups that reused a prefix, over all lookups",
+    "prefix_cache_disk_entries": "Entries in the prefix cache's disk tier",
+    "open_sessions": "Sessions whose prefix-cache entries hold affinity",
+}
+_DISK_COUNTERS = {
+    "prefix_cache_disk_writes": "Entries written to the prefix cache's disk tier",
+    "prefix_cache_disk_evictions": "Entries deleted from the disk tier (byte limit, or covered by a longer entry)",
+    "prefix_cache_disk_corrupt_files": "Disk-tier files found corrupt, truncated or foreign (deleted, never served)",
 }
 _RATE = ("generated_tokens_per_second", "mlxgrpc_generation_tokens_per_second",
          "Tokens generated per second over the last 10 seconds")
@@ -65,7 +72,27 @@ class LoadCollector:
             lookups.add_metric([load.model, "miss"], load.prefix_cache_misses)
         yield rate
         yield lookups
+        yield from self._tier_families(loads)
         yield from self._tenant_families()
+
+    @staticmethod
+    def _tier_families(loads):
+        hits = CounterMetricFamily("mlxgrpc_prefix_cache_tier_hits", "Prefix-cache hits by the tier that served them",
+                                   labels=["model", "tier"])
+        held = GaugeMetricFamily("mlxgrpc_prefix_cache_tier_bytes", "Bytes the prefix cache holds, by tier",
+                                 labels=["model", "tier"])
+        for load in loads:
+            hits.add_metric([load.model, "memory"], load.prefix_cache_memory_hits)
+            hits.add_metric([load.model, "disk"], load.prefix_cache_disk_hits)
+            held.add_metric([load.model, "memory"], load.prefix_cache_bytes)
+            held.add_metric([load.model, "disk"], load.prefix_cache_disk_bytes)
+        yield hits
+        yield held
+        for field, help_text in _DISK_COUNTERS.items():
+            family = CounterMetricFamily(f"mlxgrpc_{field}", help_text, labels=["model"])
+            for load in loads:
+                family.add_metric([load.model], getattr(load, field))
+            yield family
 
     def _tenant_families(self):
         rows = []

@@ -143,6 +143,21 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                                        adapters=[convert.adapter_info(a, current_identity().admin)
                                                  for a in engine.adapters.infos()])
 
+    @mapped()
+    async def Prefetch(self, request: pb.PrefetchRequest, context: grpc.aio.ServicerContext):
+        check_ids(self.limits, model=request.model, session_id=request.session_id, adapter=request.adapter)
+        engine = self.models.generator(request.model)
+        check_counts(convert.generation_counts(request), sized_limits(engine))
+        fetched = await engine.prefetch(convert.prefetch_request(request, current_identity().tenant))
+        return convert.prefetch_response(fetched)
+
+    @mapped()
+    async def CloseSession(self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext):
+        check_ids(self.limits, model=request.model, session_id=request.session_id)
+        engine = self.models.generator(request.model)
+        entries = await engine.close_session(request.session_id, current_identity().tenant.namespace)
+        return pb.CloseSessionResponse(entries=entries)
+
     def _sendable(self, reply: Message) -> Message:
         """``reply`` if it fits the server's message limit, else ResponseTooLarge."""
         size = reply.ByteSize()

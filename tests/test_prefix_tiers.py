@@ -1,0 +1,281 @@
+"""The prefix cache's tiers: entries spill to disk, survive a restart and serve the same
+tokens as a cold prefill; bad files are deleted, never served; sessions keep their entries
+in memory until closed; prefetch brings a disk entry into memory."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+from mlx_lm.models.cache import KVCache
+
+from engine.caches.disk import DiskTier, entry_key
+from engine.caches.disk_format import SUFFIX, from_host, to_host
+from engine.caches.prefix import PrefixCache
+from engine.caches.sessions import Sessions
+from engine.events import Finished, Started
+from engine.generation.config import GenerationConfig, SchedulerConfig
+from engine.generation.engine import GenerationEngine
+from engine.caches.tier import Tier
+from engine.requests import GenerationRequest, StopOptions, TokenPrompt
+
+PROMPT = tuple(range(40, 40 + 300))  # long enough for several prefill chunks
+
+
+def _filled(tokens: int, width: int = 64, seed: int = 0) -> list[KVCache]:
+    mx.random.seed(seed)
+    cache = KVCache()
+    cache.update_and_fetch(mx.random.normal((1, 2, tokens, width)), mx.random.normal((1, 2, tokens, width)))
+    return [cache]
+
+
+def _config(directory: Path, **scheduler) -> GenerationConfig:
+    return GenerationConfig(scheduler=SchedulerConfig(prefix_cache_dir=str(directory), **scheduler))
+
+
+async def _run(engine: GenerationEngine, prompt=PROMPT, max_tokens: int = 8, **kw) -> tuple[int, list[int]]:
+    started, tokens = None, []
+    request = GenerationRequest(prompt=TokenPrompt(tuple(prompt)), stopping=StopOptions(max_tokens=max_tokens), **kw)
+    async for event in engine.generate(request):
+        if isinstance(event, Started):
+            started = event
+        elif isinstance(event, Finished):
+            break
+        else:
+            tokens.extend(event.token_ids)
+    return started.cached_tokens, tokens
+
+
+async def _engine(path: Path, config: GenerationConfig, name: str = "m") -> GenerationEngine:
+    engine = GenerationEngine(str(path), name=name, config=config)
+    await engine.start()
+    return engine
+
+
+# -- the disk tier on its own ----------------------------------------------------------------
+
+
+def test_an_entry_round_trips_exactly_and_a_restart_finds_it(tmp_path):
+    tier = DiskTier(tmp_path, 1 << 30, "fp")
+    caches = _filled(12)
+    assert tier.write(to_host(caches, "ns", list(range(12)), "fp"))
+    assert tier.drain(10)
+    tier.close()
+    again = DiskTier(tmp_path, 1 << 30, "fp")
+    found = again.find("ns", list(range(20)))
+    assert found is not None and found[1] == 12
+    read = from_host(again.read(found[0]))
+    assert mx.array_equal(read[0].keys, caches[0].keys).item() and read[0].offset == 12
+    assert again.find("other", list(range(20))) is None
+    assert again.find("ns", list(range(12)))[1] == 11  # a whole prompt: trimmed, the last token computed
+    again.close()
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "foreign", "header", "temp"])
+def test_a_bad_file_is_deleted_and_counted_never_served(tmp_path, damage):
+    tier = DiskTier(tmp_path, 1 << 30, "fp")
+    tier.write(to_host(_filled(12), "ns", list(range(12)), "fp"))
+    tier.drain(10)
+    tier.close()
+    path = next((tmp_path / "fp").glob("*" + SUFFIX))
+    raw = bytearray(path.read_bytes())
+    if damage == "flip":
+        raw[-5] ^= 0xFF
+    elif damage == "truncate":
+        raw = raw[: len(raw) // 2]
+    elif damage == "header":
+        raw[20:30] = b"}}}}}}}}}}"
+    elif damage == "temp":
+        (tmp_path / "fp" / (path.name + ".tmp")).write_bytes(raw[:100])
+    if damage == "foreign":
+        other = DiskTier(tmp_path / "other", 1 << 30, "fp2")
+        other.write(to_host(_filled(12), "ns", list(range(12)), "fp2"))
+        other.drain(10)
+        other.close()
+        os.replace(next((tmp_path / "other" / "fp2").glob("*" + SUFFIX)), path)
+    else:
+        path.write_bytes(raw)
+    again = DiskTier(tmp_path, 1 << 30, "fp")
+    found = again.find("ns", list(range(20)))
+    if damage == "temp":  # the leftover goes, the complete file stays
+        assert found is not None and again.read(found[0]) is not None
+        assert not list((tmp_path / "fp").glob("*.tmp"))
+        return
+    if found is not None:  # only the data was damaged: the read finds it
+        assert again.read(found[0]) is None
+    assert again.corrupt == 1 and len(again) == 0 and not path.exists()
+    again.close()
+
+
+def test_the_tier_stays_within_its_bytes_least_recently_used_first(tmp_path):
+    one = to_host(_filled(16), "ns", [0] * 16, "fp").nbytes
+    tier = DiskTier(tmp_path, int(3.5 * one), "fp")
+    for first in range(8):
+        tier.write(to_host(_filled(16), "ns", [first] + list(range(15)), "fp"))
+        tier.drain(10)
+        assert tier.nbytes <= tier.max_bytes
+    assert len(tier) == 3 and tier.evictions == 5
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "fp").iterdir())
+    assert on_disk == tier.nbytes
+    assert tier.find("ns", [7] + list(range(16))) is not None and tier.find("ns", [0] + list(range(16))) is None
+    tier.close()
+
+
+def test_a_longer_entry_replaces_the_prefixes_it_covers(tmp_path):
+    tier = DiskTier(tmp_path, 1 << 30, "fp")
+    tier.write(to_host(_filled(8), "ns", list(range(8)), "fp"))
+    tier.drain(10)
+    tier.write(to_host(_filled(12), "ns", list(range(12)), "fp"))
+    tier.drain(10)
+    assert len(tier) == 1 and tier.find("ns", list(range(9)))[1] == 8  # the longer one, trimmed
+    tier.close()
+
+
+# -- the memory tier over it -------------------------------------------------------------------
+
+
+def test_memory_eviction_spills_and_a_take_reads_it_back(tmp_path):
+    tier = DiskTier(tmp_path, 1 << 30, "fp")
+    cache = PrefixCache(1 << 30, max_entries=1, disk=tier, spill_all=False)
+    first = _filled(10, seed=1)
+    cache.put(list(range(10)), first, "ns")
+    assert len(tier) == 0  # only evicted entries go to disk
+    cache.put(list(range(100, 110)), _filled(10, seed=2), "ns")
+    tier.drain(10)
+    assert len(tier) == 1 and len(cache) == 1
+    hit = cache.take(list(range(12)), "ns")
+    assert hit.tier == "disk" and hit.tokens == list(range(10)) and cache.disk_hits == 1
+    assert mx.array_equal(hit.caches[0].keys[..., :10, :], _filled(10, seed=1)[0].keys[..., :10, :]).item()
+    tier.close()
+
+
+def test_open_sessions_are_evicted_last_and_closing_releases_them():
+    cache = PrefixCache(1 << 30, max_entries=2, sessions=Sessions(idle_s=0))
+    cache.put([1, 2, 3], _filled(3), "ns", session="t\x1fchat")
+    cache.put([4, 5, 6], _filled(3), "ns")
+    cache.put([7, 8, 9], _filled(3), "ns")  # evicts [4, 5, 6], the oldest outside the session
+    assert cache.covered([1, 2, 3, 0], "ns") == 3 and cache.covered([4, 5, 6, 0], "ns") == 0
+    assert cache.close_session("t\x1fchat") == 1 and cache.close_session("t\x1fchat") == 0
+    cache.put([10, 11, 12], _filled(3), "ns")  # now the session's entry is the oldest
+    assert cache.covered([1, 2, 3, 0], "ns") == 0 and cache.covered([7, 8, 9, 0], "ns") == 3
+
+
+def test_sessions_close_when_idle():
+    now = [0.0]
+    sessions = Sessions(idle_s=10, clock=lambda: now[0])
+    sessions.touch("s", "k")
+    sessions.touch("quiet")  # a session that stored nothing is not kept
+    assert sessions.pinned() == {"k"} and len(sessions) == 1
+    now[0] = 11
+    assert sessions.pinned() == set() and len(sessions) == 0
+
+
+def test_an_entry_belongs_to_the_last_session_that_stored_it():
+    sessions = Sessions(idle_s=0)
+    sessions.touch("a", "k")
+    sessions.touch("b", "k")
+    assert len(sessions) == 1 and sessions.close("a") == 0 and sessions.close("b") == 1
+
+
+# -- whole engines ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["llama", "sliding", "lfm2"])
+async def test_after_a_restart_a_disk_hit_serves_the_cold_prefills_tokens(fixture_models, tmp_path, kind):
+    config = _config(tmp_path)
+    engine = await _engine(fixture_models[kind], config)
+    try:
+        cold_cached, cold = await _run(engine, bypass_prefix_cache=True)
+        first_cached, first = await _run(engine)
+        assert cold_cached == first_cached == 0 and first == cold
+    finally:
+        await engine.close()  # a clean shutdown lets queued writes land
+    assert list((tmp_path).rglob("*" + SUFFIX))
+    engine = await _engine(fixture_models[kind], config)
+    try:
+        cached, again = await _run(engine)
+        stats = await engine.stats()
+        assert cached >= len(PROMPT) // 2, kind
+        assert again == cold, kind
+        assert stats.prefix_disk_hits == 1 and stats.prefix_disk.entries >= 1
+    finally:
+        await engine.close()
+
+
+async def test_tenants_keep_their_own_entries_and_adapters_stay_in_memory(fixture_models, fixture_adapters,
+                                                                        tmp_path):
+    from engine.tenancy import Tenant
+
+    config = dataclasses.replace(_config(tmp_path), adapters=(("tone", str(fixture_adapters["tone"])),))
+    engine = await _engine(fixture_models["llama"], config)
+    try:
+        await _run(engine)
+        engine.disk.drain(10)
+        cached, _ = await _run(engine, tenant=Tenant(name="other"))
+        assert cached == 0  # another tenant never reads the first one's entries
+        cached, _ = await _run(engine, adapter="tone")
+        assert cached == 0
+        engine.disk.drain(10)
+        tenants = {e.namespace.split("\x1f")[1] for e in engine.disk._index.values()}
+        adapters = {e.namespace.split("\x1f")[2] for e in engine.disk._index.values()}
+        assert tenants == {"", "other"} and adapters == {""}  # an adapter's name may come back with other weights
+        cached, _ = await _run(engine, adapter="tone")
+        assert cached > 0  # from memory
+    finally:
+        await engine.close()
+
+
+async def test_prefetch_brings_a_disk_entry_into_memory(fixture_models, tmp_path):
+    config = _config(tmp_path)
+    engine = await _engine(fixture_models["llama"], config)
+    try:
+        _, cold = await _run(engine, bypass_prefix_cache=True)
+        await _run(engine)
+    finally:
+        await engine.close()
+    engine = await _engine(fixture_models["llama"], config)
+    try:
+        request = GenerationRequest(prompt=TokenPrompt(PROMPT), session_id="s1")
+        fetched = await engine.prefetch(request)
+        assert fetched.tier is Tier.DISK and fetched.prompt_tokens == len(PROMPT)
+        assert fetched.cached_tokens >= len(PROMPT) // 2
+        again = await engine.prefetch(request)
+        assert again.tier is Tier.MEMORY and again.cached_tokens == fetched.cached_tokens
+        cached, tokens = await _run(engine, session_id="s1")
+        assert cached == fetched.cached_tokens and tokens == cold
+        stats = await engine.stats()
+        assert stats.prefix_memory_hits == 1 and stats.open_sessions == 1
+        assert await engine.close_session("s1", "") >= 1
+        assert await engine.close_session("s1", "") == 0
+    finally:
+        await engine.close()
+
+
+async def test_flush_deletes_the_disk_tier_too(fixture_models, tmp_path):
+    engine = await _engine(fixture_models["llama"], _config(tmp_path))
+    try:
+        await _run(engine)
+        engine.disk.drain(10)
+        assert len(engine.disk) >= 1
+        await engine.flush_prefix_cache()
+        assert len(engine.disk) == 0 and not list(tmp_path.rglob("*" + SUFFIX))
+    finally:
+        await engine.close()
+
+
+async def test_another_model_never_reads_the_entries(fixture_models, tmp_path):
+    engine = await _engine(fixture_models["llama"], _config(tmp_path))
+    try:
+        await _run(engine)
+    finally:
+        await engine.close()
+    other = await _engine(fixture_models["qwen3"], _config(tmp_path))
+    try:
+        assert other.disk.fingerprint != engine.disk.fingerprint and len(other.disk) == 0
+        cached, _ = await _run(other)
+        assert cached == 0
+    finally:
+        await other.close()
