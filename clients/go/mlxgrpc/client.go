@@ -8,7 +8,8 @@
 // range-over-func iterator or collected at once, Embed collected in input
 // order, Rerank with the client's default priority, truncation constants
 // (TruncationEnd, TruncationNone), adapter helpers (Adapters, LoadAdapterDir,
-// UnloadAdapterByName) and google.rpc error details.
+// UnloadAdapterByName), prefix-cache helpers (PrefetchFor, CloseSessionByID) and
+// google.rpc error details.
 package mlxgrpc
 
 import (

@@ -13,6 +13,10 @@ SIMILAR = ("A man is eating food.", "A man is eating a piece of bread.")
 UNRELATED = "The stock market crashed today."
 #: A prompt and settings that keep a generation running until it is cancelled.
 LONG = dict(max_tokens=4000, stopping={"ignore_eos": True})
+#: About forty words: a prompt whose prefix the prefix cache keeps after a Generate.
+SESSION_PROMPT = ("The old lighthouse keeper climbed the winding stairs every evening at dusk, trimmed the wick, "
+                  "polished the great lens and watched the fishing boats return along the rocky coast, writing "
+                  "each name in a worn leather logbook that his grandfather had started long ago.")
 
 
 def over_long(model: pb.ModelInfo) -> str:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import uuid
 
 import grpc
 import pytest
 
 from mlxgrpc_client import error_details, pb
 
-from _support import LONG, SIMILAR, UNRELATED, cosine, exact, over_long
+from _support import LONG, SESSION_PROMPT, SIMILAR, UNRELATED, cosine, exact, over_long
 
 
 async def test_model_info_and_list_models(aclient, models, generator):
@@ -81,6 +82,19 @@ async def test_unknown_model(aclient):
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await aclient.embed(["x"], model="no-such-model")
     assert error_details(info.value).code == grpc.StatusCode.NOT_FOUND
+
+
+async def test_prefetch_and_close_session(aclient):
+    session = f"py-aio-{uuid.uuid4().hex}"
+    await aclient.generate(SESSION_PROMPT, session_id=session, **exact(4)).collect()
+    reply = await aclient.prefetch(SESSION_PROMPT, session_id=session)
+    assert reply.tier == pb.CACHE_TIER_MEMORY
+    assert 0 < reply.cached_tokens <= reply.prompt_tokens - 1
+    assert await aclient.close_session(session) >= 1
+    assert await aclient.close_session(session) == 0
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await aclient.prefetch(pb.PrefetchRequest())
+    assert error_details(info.value).code == grpc.StatusCode.INVALID_ARGUMENT
 
 
 async def test_cancel_rpc(aclient):

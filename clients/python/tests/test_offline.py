@@ -16,7 +16,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from mlxgrpc_client import (GenerationResult, aio, connect, embed_request, error_details, generate_request, pb,
-                            rerank_request)
+                            prefetch_request, rerank_request)
 from mlxgrpc_client.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 
 
@@ -213,6 +213,20 @@ def test_rerank_request():
     assert (plain.model, plain.top_n, plain.request_id, plain.priority) == ("", 0, "", 0)  # the server's defaults
 
 
+def test_prefetch_request():
+    assert prefetch_request("hi").text == "hi"
+    assert list(prefetch_request([1, 2, 3]).tokens.ids) == [1, 2, 3]
+    chat = prefetch_request([("user", "hi")], model="m", session_id="s-1", adapter="tone")
+    assert [(m.role, m.content) for m in chat.chat.messages] == [("user", "hi")]
+    assert (chat.model, chat.session_id, chat.adapter) == ("m", "s-1", "tone")
+    base = pb.PrefetchRequest(text="x", session_id="keep")
+    req = prefetch_request(base, adapter="tone")
+    assert (req.text, req.session_id, req.adapter) == ("x", "keep", "tone")
+    assert not base.adapter  # the caller's message is left alone
+    assert prefetch_request(pb.PrefetchRequest()).WhichOneof("prompt") is None  # the server refuses it
+    assert generate_request("a", session_id="s-2").session_id == "s-2"
+
+
 def _refusal(code: int, retry_seconds: float | None, reason: str = "QUEUE_FULL") -> grpc.Status:
     status = status_pb2.Status(code=code, message="refused for now")
     status.details.add().Pack(error_details_pb2.ErrorInfo(reason=reason, domain="mlxgrpc.v1"))
@@ -270,6 +284,18 @@ class _Recorder(pb_grpc.InferenceServiceServicer):
                    for i in order]
         return pb.RerankResponse(model=request.model or "reranker",
                                  results=results[:request.top_n] if request.top_n else results)
+
+    def Prefetch(self, request, context):
+        self.seen.append((dict(context.invocation_metadata()), context.time_remaining()))
+        self.requests.append(request)
+        if self.refusals > 0:
+            self.refusals -= 1
+            context.abort_with_status(self.refusal)
+        return pb.PrefetchResponse(prompt_tokens=10, cached_tokens=8, tier=pb.CACHE_TIER_DISK)
+
+    def CloseSession(self, request, context):
+        self.requests.append(request)
+        return pb.CloseSessionResponse(entries=2 if request.session_id == "open" else 0)
 
     def GetModelInfo(self, request, context):
         self.seen.append((dict(context.invocation_metadata()), context.time_remaining()))
@@ -437,6 +463,32 @@ def test_rerank_over_the_wire(recorder):
         "q", ["bb", "a", "cccc"], pb.TRUNCATION_NONE, "r-1")
     assert (second.model, second.top_n) == ("other", 2)
     assert servicer.priorities == [-20, -20, 7]  # the client's default, unless the request has its own
+
+
+def test_prefetch_and_close_session_over_the_wire(recorder):
+    servicer, address = recorder
+    servicer.refusals = 1  # refused once with RetryInfo: retried like the other unary calls
+    retries = []
+    with connect(address, token="t", timeout=30, on_retry=lambda d, delay: retries.append(delay)) as client:
+        reply = client.prefetch([("user", "hi")], session_id="open", adapter="tone", model="m")
+        assert client.close_session("open") == 2 and client.close_session("other", model="m") == 0
+    assert (reply.prompt_tokens, reply.cached_tokens, reply.tier) == (10, 8, pb.CACHE_TIER_DISK)
+    assert retries == [0.2]
+    first, again, opened, other = servicer.requests
+    assert first == again and first.chat.messages[0].content == "hi"
+    assert (first.model, first.session_id, first.adapter) == ("m", "open", "tone")
+    assert (opened.model, opened.session_id, other.model, other.session_id) == ("", "open", "m", "other")
+    meta, remaining = servicer.seen[0]
+    assert meta["authorization"] == "Bearer t" and 20 < remaining < 31
+
+
+async def test_prefetch_and_close_session_in_asyncio(recorder):
+    servicer, address = recorder
+    async with aio.connect(address) as client:
+        reply = await client.prefetch("some text", session_id="open")
+        assert await client.close_session("open") == 2
+    assert reply.tier == pb.CACHE_TIER_DISK
+    assert (servicer.requests[0].text, servicer.requests[0].session_id) == ("some text", "open")
 
 
 async def test_rerank_in_asyncio(recorder):

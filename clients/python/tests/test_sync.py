@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import math
 import time
+import uuid
 
 import grpc
 import pytest
 
 from mlxgrpc_client import error_details, pb
 
-from _support import LONG, SIMILAR, UNRELATED, cosine, exact, over_long, release, saturate
+from _support import LONG, SESSION_PROMPT, SIMILAR, UNRELATED, cosine, exact, over_long, release, saturate
 
 
 def test_model_info(client, generator, embedder):
@@ -271,6 +272,22 @@ def test_client_side_cancel(client):
     while client.cancel(stream.request_id) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert client.cancel(stream.request_id) is False
+
+
+def test_prefetch_and_close_session(client):
+    session = f"py-{uuid.uuid4().hex}"
+    generated = client.generate(SESSION_PROMPT, session_id=session, **exact(4)).collect()
+    assert len(generated.token_ids) == 4
+    reply = client.prefetch(SESSION_PROMPT, session_id=session)  # the prefix the Generate stored
+    assert isinstance(reply, pb.PrefetchResponse)
+    assert reply.prompt_tokens == generated.prompt_tokens  # the prompt read as Generate reads it
+    assert reply.tier == pb.CACHE_TIER_MEMORY
+    assert 0 < reply.cached_tokens <= reply.prompt_tokens - 1
+    assert client.close_session(session) >= 1
+    assert client.close_session(session) == 0  # no longer open
+    with pytest.raises(grpc.RpcError) as info:
+        client.prefetch(pb.PrefetchRequest(session_id=session))  # no prompt
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_deadline(client):

@@ -7,7 +7,8 @@
 //! [`Stream`] of events with a client-side id to cancel it by (or collected at
 //! once), Embed results in input order, Rerank results most relevant first
 //! ([`Client::rerank`], [`pb::RerankRequest::new`], [`Truncation`]), adapter calls ([`Client::load_adapter`],
-//! [`Client::unload_adapter`], [`Client::list_adapters`]), builders for tools and the
+//! [`Client::unload_adapter`], [`Client::list_adapters`]), the prefix cache
+//! ([`Client::prefetch`], [`pb::PrefetchRequest::text`], [`Client::close_session`]), builders for tools and the
 //! messages of an agent loop ([`pb::Tool::function`], [`pb::ToolChoice::required`],
 //! [`pb::ChatMessage::tool_result`], [`GenerationResult::assistant_message`]), and [`error_details`]
 //! for the google.rpc details the server attaches to errors. Everything else is
@@ -44,6 +45,7 @@ mod adapters;
 mod client;
 mod errors;
 mod generation;
+mod prefix;
 mod priority;
 mod rerank;
 mod retry;

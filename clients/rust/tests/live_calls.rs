@@ -1,6 +1,6 @@
 //! The other calls against a live server at MLXGRPC_ADDRESS (any server: the models come
 //! from ListModels): tokenizing, embeddings, error details, model info, the memory plan,
-//! load reports, bearer tokens, adapters, Embed's truncation.
+//! load reports, bearer tokens, adapters, Embed's truncation, Prefetch and CloseSession.
 //! Skipped without the server (or its embedding model, its adapter), like tests/live_generate.rs.
 
 mod support;
@@ -251,6 +251,54 @@ async fn model_loads_report_every_generation_model() {
             .expect_err("an embedding model has no load");
         assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
     }
+}
+
+#[tokio::test]
+async fn prefetch_finds_a_sessions_prefix_and_close_session_releases_it() {
+    let Some(s) = live().await else { return };
+    // About forty words: a prompt whose prefix the prefix cache keeps after a Generate.
+    let prompt = "The old lighthouse keeper climbed the winding stairs every evening at dusk, \
+        trimmed the wick, polished the great lens and watched the fishing boats return along the \
+        rocky coast, writing each name in a worn leather logbook that his grandfather had started \
+        long ago.";
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos();
+    let session = format!("rs-{nanos:x}-{}", std::process::id());
+    let mut generate = exact(prompt, 4);
+    generate.session_id = session.clone();
+    let generated = s
+        .client
+        .generate_text(generate.clone())
+        .await
+        .expect("generate");
+    assert_eq!(generated.token_ids.len(), 4);
+    let prefetched = s
+        .client
+        .prefetch(pb::PrefetchRequest::from(&generate))
+        .await
+        .expect("prefetch");
+    assert_eq!(
+        Some(prefetched.prompt_tokens),
+        generated.started.as_ref().map(|s| s.prompt_tokens),
+        "the prompt read as Generate reads it"
+    );
+    assert_eq!(prefetched.tier(), pb::CacheTier::Memory, "{prefetched:?}");
+    assert!(
+        prefetched.cached_tokens > 0 && prefetched.cached_tokens <= prefetched.prompt_tokens - 1,
+        "{prefetched:?}"
+    );
+    let entries = s.client.close_session("", &session).await.expect("close");
+    assert!(entries >= 1, "closed {entries} entries");
+    let again = s.client.close_session("", &session).await.expect("close");
+    assert_eq!(again, 0, "no longer open");
+    let status = s
+        .client
+        .prefetch(pb::PrefetchRequest::default().with_session_id(&session))
+        .await
+        .expect_err("a Prefetch without a prompt accepted");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
 }
 
 #[tokio::test]

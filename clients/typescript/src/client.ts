@@ -19,6 +19,8 @@ import {
   type ListAdaptersResponse,
   type LoadAdapterResponse,
   type ModelLoad,
+  type PrefetchRequestSchema,
+  type PrefetchResponse,
   type RerankRequestSchema,
   type RerankResponse,
 } from "./gen/mlxgrpc/v1/inference_service_pb.js";
@@ -29,6 +31,7 @@ import { Attempts, withRetry, type OnRetry } from "./retry.js";
 export type GenerateRequestInit = MessageInitShape<typeof GenerateRequestSchema>;
 export type EmbedRequestInit = MessageInitShape<typeof EmbedRequestSchema>;
 export type RerankRequestInit = MessageInitShape<typeof RerankRequestSchema>;
+export type PrefetchRequestInit = MessageInitShape<typeof PrefetchRequestSchema>;
 
 export interface ConnectOptions {
   /**
@@ -208,6 +211,30 @@ export class MlxClient {
    */
   async getLoad(model = "", options?: CallOptions): Promise<ModelLoad[]> {
     return (await this.unary((o) => this.raw.getLoad({ model }, o), options)).models;
+  }
+
+  /**
+   * Brings the longest stored prefix of a prompt into the prefix cache's memory tier (from
+   * the disk tier if need be) ahead of a Generate; nothing is generated. `prompt` is given
+   * as in a Generate request (`{ case: "text" | "tokens" | "chat", value }`, templated as
+   * Generate would), with the `model`, `sessionId` (the entry takes the session's affinity)
+   * and `adapter` the Generate will name. The response has `promptTokens`, `cachedTokens`
+   * (at most promptTokens - 1) and `tier`: `CacheTier.MEMORY`, `CacheTier.DISK`, or
+   * `CacheTier.UNSPECIFIED` when nothing of the prompt is stored. No prompt is
+   * INVALID_ARGUMENT; the prefix cache switched off is FAILED_PRECONDITION.
+   */
+  async prefetch(request: PrefetchRequestInit, options?: CallOptions): Promise<PrefetchResponse> {
+    return this.unary((o) => this.raw.prefetch(request, o), options);
+  }
+
+  /**
+   * Ends a session (the `sessionId` its Generate requests named) on `model` (empty: the
+   * default generation model): the prefix-cache entries its requests stored lose their
+   * eviction affinity; nothing is deleted. Resolves to how many entries did (0: no such
+   * open session).
+   */
+  async closeSession(sessionId: string, model = "", options?: CallOptions): Promise<number> {
+    return (await this.unary((o) => this.raw.closeSession({ model, sessionId }, o), options)).entries;
   }
 
   /**

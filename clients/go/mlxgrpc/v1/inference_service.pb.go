@@ -75,6 +75,59 @@ func (Truncation) EnumDescriptor() ([]byte, []int) {
 	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{0}
 }
 
+// Where a prefetched prefix was found.
+type CacheTier int32
+
+const (
+	// Nothing of the prompt is stored.
+	CacheTier_CACHE_TIER_UNSPECIFIED CacheTier = 0
+	// Already in memory.
+	CacheTier_CACHE_TIER_MEMORY CacheTier = 1
+	// Read from the disk tier into memory.
+	CacheTier_CACHE_TIER_DISK CacheTier = 2
+)
+
+// Enum value maps for CacheTier.
+var (
+	CacheTier_name = map[int32]string{
+		0: "CACHE_TIER_UNSPECIFIED",
+		1: "CACHE_TIER_MEMORY",
+		2: "CACHE_TIER_DISK",
+	}
+	CacheTier_value = map[string]int32{
+		"CACHE_TIER_UNSPECIFIED": 0,
+		"CACHE_TIER_MEMORY":      1,
+		"CACHE_TIER_DISK":        2,
+	}
+)
+
+func (x CacheTier) Enum() *CacheTier {
+	p := new(CacheTier)
+	*p = x
+	return p
+}
+
+func (x CacheTier) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CacheTier) Descriptor() protoreflect.EnumDescriptor {
+	return file_mlxgrpc_v1_inference_service_proto_enumTypes[1].Descriptor()
+}
+
+func (CacheTier) Type() protoreflect.EnumType {
+	return &file_mlxgrpc_v1_inference_service_proto_enumTypes[1]
+}
+
+func (x CacheTier) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CacheTier.Descriptor instead.
+func (CacheTier) EnumDescriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{1}
+}
+
 // A request to generate text.
 type GenerateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -84,7 +137,9 @@ type GenerateRequest struct {
 	// started event. Empty: the server assigns one. Must be unique among running requests.
 	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Groups requests of one conversation (at most 128 characters). A hint for
-	// prefix-cache affinity; it never changes the output.
+	// prefix-cache affinity: the prefixes a session's requests store are the last the
+	// memory tier evicts until CloseSession (or --session-idle seconds without a
+	// request). It never changes the output.
 	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The prompt. Exactly one must be set.
 	//
@@ -1046,6 +1101,305 @@ func (x *RerankResult) GetTokens() int32 {
 	return 0
 }
 
+// A request to prefetch a prompt's cached prefix into memory.
+type PrefetchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation model; empty selects the default.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The session the prompt belongs to (at most 128 characters; optional): the entry
+	// brought into memory takes its affinity, as a Generate of the session would.
+	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The prompt, as in GenerateRequest. Exactly one must be set.
+	//
+	// Types that are valid to be assigned to Prompt:
+	//
+	//	*PrefetchRequest_Text
+	//	*PrefetchRequest_Tokens
+	//	*PrefetchRequest_Chat
+	Prompt isPrefetchRequest_Prompt `protobuf_oneof:"prompt"`
+	// The loaded adapter the later Generate will name (prefixes are kept per adapter);
+	// empty: the base model.
+	Adapter       string `protobuf:"bytes,6,opt,name=adapter,proto3" json:"adapter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefetchRequest) Reset() {
+	*x = PrefetchRequest{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefetchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefetchRequest) ProtoMessage() {}
+
+func (x *PrefetchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefetchRequest.ProtoReflect.Descriptor instead.
+func (*PrefetchRequest) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PrefetchRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *PrefetchRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *PrefetchRequest) GetPrompt() isPrefetchRequest_Prompt {
+	if x != nil {
+		return x.Prompt
+	}
+	return nil
+}
+
+func (x *PrefetchRequest) GetText() string {
+	if x != nil {
+		if x, ok := x.Prompt.(*PrefetchRequest_Text); ok {
+			return x.Text
+		}
+	}
+	return ""
+}
+
+func (x *PrefetchRequest) GetTokens() *TokenIds {
+	if x != nil {
+		if x, ok := x.Prompt.(*PrefetchRequest_Tokens); ok {
+			return x.Tokens
+		}
+	}
+	return nil
+}
+
+func (x *PrefetchRequest) GetChat() *ChatMessages {
+	if x != nil {
+		if x, ok := x.Prompt.(*PrefetchRequest_Chat); ok {
+			return x.Chat
+		}
+	}
+	return nil
+}
+
+func (x *PrefetchRequest) GetAdapter() string {
+	if x != nil {
+		return x.Adapter
+	}
+	return ""
+}
+
+type isPrefetchRequest_Prompt interface {
+	isPrefetchRequest_Prompt()
+}
+
+type PrefetchRequest_Text struct {
+	// Raw text, tokenized with the model's tokenizer (no chat template).
+	Text string `protobuf:"bytes,3,opt,name=text,proto3,oneof"`
+}
+
+type PrefetchRequest_Tokens struct {
+	// Token ids, used as they are.
+	Tokens *TokenIds `protobuf:"bytes,4,opt,name=tokens,proto3,oneof"`
+}
+
+type PrefetchRequest_Chat struct {
+	// Chat messages rendered with the model's chat template plus its generation prompt.
+	Chat *ChatMessages `protobuf:"bytes,5,opt,name=chat,proto3,oneof"`
+}
+
+func (*PrefetchRequest_Text) isPrefetchRequest_Prompt() {}
+
+func (*PrefetchRequest_Tokens) isPrefetchRequest_Prompt() {}
+
+func (*PrefetchRequest_Chat) isPrefetchRequest_Prompt() {}
+
+// The result of a Prefetch.
+type PrefetchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tokens in the prompt after templating and tokenization.
+	PromptTokens int32 `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	// Prompt tokens a Generate of this prompt would now take from memory (at most
+	// prompt_tokens - 1: the last token is always computed).
+	CachedTokens int32 `protobuf:"varint,2,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	// Where those tokens were found.
+	Tier          CacheTier `protobuf:"varint,3,opt,name=tier,proto3,enum=mlxgrpc.v1.CacheTier" json:"tier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefetchResponse) Reset() {
+	*x = PrefetchResponse{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefetchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefetchResponse) ProtoMessage() {}
+
+func (x *PrefetchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefetchResponse.ProtoReflect.Descriptor instead.
+func (*PrefetchResponse) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PrefetchResponse) GetPromptTokens() int32 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *PrefetchResponse) GetCachedTokens() int32 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
+}
+
+func (x *PrefetchResponse) GetTier() CacheTier {
+	if x != nil {
+		return x.Tier
+	}
+	return CacheTier_CACHE_TIER_UNSPECIFIED
+}
+
+// A request to end a session's prefix-cache affinity.
+type CloseSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation model; empty selects the default.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The session to close (the GenerateRequest.session_id its requests named).
+	SessionId     string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionRequest) Reset() {
+	*x = CloseSessionRequest{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionRequest) ProtoMessage() {}
+
+func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
+func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CloseSessionRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *CloseSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// The result of a CloseSession.
+type CloseSessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Prefix-cache entries that lost the session's affinity (0: no such open session).
+	Entries       int32 `protobuf:"varint,1,opt,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionResponse) Reset() {
+	*x = CloseSessionResponse{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionResponse) ProtoMessage() {}
+
+func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
+func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CloseSessionResponse) GetEntries() int32 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
 // A request to cancel a Generate or Embed.
 type CancelRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1057,7 +1411,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1423,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1436,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{10}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelRequest) GetRequestId() string {
@@ -1104,7 +1458,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1470,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1483,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{11}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelResponse) GetCancelled() bool {
@@ -1150,7 +1504,7 @@ type GetModelInfoRequest struct {
 
 func (x *GetModelInfoRequest) Reset() {
 	*x = GetModelInfoRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1516,7 @@ func (x *GetModelInfoRequest) String() string {
 func (*GetModelInfoRequest) ProtoMessage() {}
 
 func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1529,7 @@ func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetModelInfoRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{12}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetModelInfoRequest) GetModel() string {
@@ -1196,7 +1550,7 @@ type GetModelInfoResponse struct {
 
 func (x *GetModelInfoResponse) Reset() {
 	*x = GetModelInfoResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1562,7 @@ func (x *GetModelInfoResponse) String() string {
 func (*GetModelInfoResponse) ProtoMessage() {}
 
 func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1575,7 @@ func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetModelInfoResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{13}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetModelInfoResponse) GetInfo() *ModelInfo {
@@ -1247,7 +1601,7 @@ type PlanMemoryRequest struct {
 
 func (x *PlanMemoryRequest) Reset() {
 	*x = PlanMemoryRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1613,7 @@ func (x *PlanMemoryRequest) String() string {
 func (*PlanMemoryRequest) ProtoMessage() {}
 
 func (x *PlanMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1626,7 @@ func (x *PlanMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanMemoryRequest.ProtoReflect.Descriptor instead.
 func (*PlanMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{14}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PlanMemoryRequest) GetModel() string {
@@ -1307,7 +1661,7 @@ type PlanMemoryResponse struct {
 
 func (x *PlanMemoryResponse) Reset() {
 	*x = PlanMemoryResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1673,7 @@ func (x *PlanMemoryResponse) String() string {
 func (*PlanMemoryResponse) ProtoMessage() {}
 
 func (x *PlanMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1686,7 @@ func (x *PlanMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanMemoryResponse.ProtoReflect.Descriptor instead.
 func (*PlanMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{15}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PlanMemoryResponse) GetPlan() *MemoryPlan {
@@ -1357,7 +1711,7 @@ type TokenizeRequest struct {
 
 func (x *TokenizeRequest) Reset() {
 	*x = TokenizeRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1723,7 @@ func (x *TokenizeRequest) String() string {
 func (*TokenizeRequest) ProtoMessage() {}
 
 func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1736,7 @@ func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeRequest.ProtoReflect.Descriptor instead.
 func (*TokenizeRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{16}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TokenizeRequest) GetModel() string {
@@ -1419,7 +1773,7 @@ type TokenizeResponse struct {
 
 func (x *TokenizeResponse) Reset() {
 	*x = TokenizeResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +1785,7 @@ func (x *TokenizeResponse) String() string {
 func (*TokenizeResponse) ProtoMessage() {}
 
 func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +1798,7 @@ func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
 func (*TokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{17}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TokenizeResponse) GetTokenIds() []int32 {
@@ -1476,7 +1830,7 @@ type DetokenizeRequest struct {
 
 func (x *DetokenizeRequest) Reset() {
 	*x = DetokenizeRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1842,7 @@ func (x *DetokenizeRequest) String() string {
 func (*DetokenizeRequest) ProtoMessage() {}
 
 func (x *DetokenizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1855,7 @@ func (x *DetokenizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetokenizeRequest.ProtoReflect.Descriptor instead.
 func (*DetokenizeRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{18}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DetokenizeRequest) GetModel() string {
@@ -1536,7 +1890,7 @@ type DetokenizeResponse struct {
 
 func (x *DetokenizeResponse) Reset() {
 	*x = DetokenizeResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1902,7 @@ func (x *DetokenizeResponse) String() string {
 func (*DetokenizeResponse) ProtoMessage() {}
 
 func (x *DetokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1915,7 @@ func (x *DetokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetokenizeResponse.ProtoReflect.Descriptor instead.
 func (*DetokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{19}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DetokenizeResponse) GetText() string {
@@ -1580,7 +1934,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1946,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1959,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{20}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{24}
 }
 
 // The served models.
@@ -1619,7 +1973,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1985,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1998,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{21}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListModelsResponse) GetModels() []*ModelInfo {
@@ -1673,7 +2027,7 @@ type LoadAdapterRequest struct {
 
 func (x *LoadAdapterRequest) Reset() {
 	*x = LoadAdapterRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +2039,7 @@ func (x *LoadAdapterRequest) String() string {
 func (*LoadAdapterRequest) ProtoMessage() {}
 
 func (x *LoadAdapterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +2052,7 @@ func (x *LoadAdapterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadAdapterRequest.ProtoReflect.Descriptor instead.
 func (*LoadAdapterRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{22}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LoadAdapterRequest) GetModel() string {
@@ -1736,7 +2090,7 @@ type LoadAdapterResponse struct {
 
 func (x *LoadAdapterResponse) Reset() {
 	*x = LoadAdapterResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +2102,7 @@ func (x *LoadAdapterResponse) String() string {
 func (*LoadAdapterResponse) ProtoMessage() {}
 
 func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +2115,7 @@ func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadAdapterResponse.ProtoReflect.Descriptor instead.
 func (*LoadAdapterResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{23}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LoadAdapterResponse) GetAdapter() *AdapterInfo {
@@ -1791,7 +2145,7 @@ type UnloadAdapterRequest struct {
 
 func (x *UnloadAdapterRequest) Reset() {
 	*x = UnloadAdapterRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +2157,7 @@ func (x *UnloadAdapterRequest) String() string {
 func (*UnloadAdapterRequest) ProtoMessage() {}
 
 func (x *UnloadAdapterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +2170,7 @@ func (x *UnloadAdapterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadAdapterRequest.ProtoReflect.Descriptor instead.
 func (*UnloadAdapterRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{24}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UnloadAdapterRequest) GetModel() string {
@@ -1844,7 +2198,7 @@ type UnloadAdapterResponse struct {
 
 func (x *UnloadAdapterResponse) Reset() {
 	*x = UnloadAdapterResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +2210,7 @@ func (x *UnloadAdapterResponse) String() string {
 func (*UnloadAdapterResponse) ProtoMessage() {}
 
 func (x *UnloadAdapterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2223,7 @@ func (x *UnloadAdapterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadAdapterResponse.ProtoReflect.Descriptor instead.
 func (*UnloadAdapterResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{25}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UnloadAdapterResponse) GetAdapter() *AdapterInfo {
@@ -1890,7 +2244,7 @@ type ListAdaptersRequest struct {
 
 func (x *ListAdaptersRequest) Reset() {
 	*x = ListAdaptersRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +2256,7 @@ func (x *ListAdaptersRequest) String() string {
 func (*ListAdaptersRequest) ProtoMessage() {}
 
 func (x *ListAdaptersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +2269,7 @@ func (x *ListAdaptersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAdaptersRequest.ProtoReflect.Descriptor instead.
 func (*ListAdaptersRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{26}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListAdaptersRequest) GetModel() string {
@@ -1940,7 +2294,7 @@ type ListAdaptersResponse struct {
 
 func (x *ListAdaptersResponse) Reset() {
 	*x = ListAdaptersResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2306,7 @@ func (x *ListAdaptersResponse) String() string {
 func (*ListAdaptersResponse) ProtoMessage() {}
 
 func (x *ListAdaptersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2319,7 @@ func (x *ListAdaptersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAdaptersResponse.ProtoReflect.Descriptor instead.
 func (*ListAdaptersResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{27}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListAdaptersResponse) GetModel() string {
@@ -2000,7 +2354,7 @@ type GetLoadRequest struct {
 
 func (x *GetLoadRequest) Reset() {
 	*x = GetLoadRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2366,7 @@ func (x *GetLoadRequest) String() string {
 func (*GetLoadRequest) ProtoMessage() {}
 
 func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2379,7 @@ func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{28}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetLoadRequest) GetModel() string {
@@ -2048,7 +2402,7 @@ type GetLoadResponse struct {
 
 func (x *GetLoadResponse) Reset() {
 	*x = GetLoadResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2414,7 @@ func (x *GetLoadResponse) String() string {
 func (*GetLoadResponse) ProtoMessage() {}
 
 func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2427,7 @@ func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{29}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetLoadResponse) GetModels() []*ModelLoad {
@@ -2126,14 +2480,33 @@ type ModelLoad struct {
 	// Per-tenant figures, one entry per tenant with requests since the model loaded.
 	// Tenants are named in the server's tokens file; a caller without a token counts
 	// under the empty name. A caller without the admin role sees only its own entry.
-	Tenants       []*TenantLoad `protobuf:"bytes,15,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	Tenants []*TenantLoad `protobuf:"bytes,15,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	// Prefix-cache lookups served from the memory tier, since the model loaded.
+	PrefixCacheMemoryHits int64 `protobuf:"varint,16,opt,name=prefix_cache_memory_hits,json=prefixCacheMemoryHits,proto3" json:"prefix_cache_memory_hits,omitempty"`
+	// Prefix-cache lookups (and prefetches) served from the disk tier, since the model
+	// loaded. 0 without --prefix-cache-dir.
+	PrefixCacheDiskHits int64 `protobuf:"varint,17,opt,name=prefix_cache_disk_hits,json=prefixCacheDiskHits,proto3" json:"prefix_cache_disk_hits,omitempty"`
+	// Entries in the disk tier (files under --prefix-cache-dir for this model).
+	PrefixCacheDiskEntries int32 `protobuf:"varint,18,opt,name=prefix_cache_disk_entries,json=prefixCacheDiskEntries,proto3" json:"prefix_cache_disk_entries,omitempty"`
+	// Bytes of the disk tier's files (at most --prefix-cache-disk-bytes).
+	PrefixCacheDiskBytes int64 `protobuf:"varint,19,opt,name=prefix_cache_disk_bytes,json=prefixCacheDiskBytes,proto3" json:"prefix_cache_disk_bytes,omitempty"`
+	// Entries written to the disk tier since the model loaded.
+	PrefixCacheDiskWrites int64 `protobuf:"varint,20,opt,name=prefix_cache_disk_writes,json=prefixCacheDiskWrites,proto3" json:"prefix_cache_disk_writes,omitempty"`
+	// Entries deleted from the disk tier to keep it under its byte limit (or covered by
+	// a longer entry) since the model loaded.
+	PrefixCacheDiskEvictions int64 `protobuf:"varint,21,opt,name=prefix_cache_disk_evictions,json=prefixCacheDiskEvictions,proto3" json:"prefix_cache_disk_evictions,omitempty"`
+	// Files found corrupt, truncated or foreign since the model loaded (each deleted,
+	// never served).
+	PrefixCacheDiskCorruptFiles int64 `protobuf:"varint,22,opt,name=prefix_cache_disk_corrupt_files,json=prefixCacheDiskCorruptFiles,proto3" json:"prefix_cache_disk_corrupt_files,omitempty"`
+	// Sessions whose prefixes hold affinity now.
+	OpenSessions  int32 `protobuf:"varint,23,opt,name=open_sessions,json=openSessions,proto3" json:"open_sessions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelLoad) Reset() {
 	*x = ModelLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2518,7 @@ func (x *ModelLoad) String() string {
 func (*ModelLoad) ProtoMessage() {}
 
 func (x *ModelLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2531,7 @@ func (x *ModelLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelLoad.ProtoReflect.Descriptor instead.
 func (*ModelLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{30}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ModelLoad) GetModel() string {
@@ -2266,6 +2639,62 @@ func (x *ModelLoad) GetTenants() []*TenantLoad {
 	return nil
 }
 
+func (x *ModelLoad) GetPrefixCacheMemoryHits() int64 {
+	if x != nil {
+		return x.PrefixCacheMemoryHits
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheDiskHits() int64 {
+	if x != nil {
+		return x.PrefixCacheDiskHits
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheDiskEntries() int32 {
+	if x != nil {
+		return x.PrefixCacheDiskEntries
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheDiskBytes() int64 {
+	if x != nil {
+		return x.PrefixCacheDiskBytes
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheDiskWrites() int64 {
+	if x != nil {
+		return x.PrefixCacheDiskWrites
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheDiskEvictions() int64 {
+	if x != nil {
+		return x.PrefixCacheDiskEvictions
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheDiskCorruptFiles() int64 {
+	if x != nil {
+		return x.PrefixCacheDiskCorruptFiles
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetOpenSessions() int32 {
+	if x != nil {
+		return x.OpenSessions
+	}
+	return 0
+}
+
 // How much of one generation model one tenant uses.
 type TenantLoad struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2290,7 +2719,7 @@ type TenantLoad struct {
 
 func (x *TenantLoad) Reset() {
 	*x = TenantLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2731,7 @@ func (x *TenantLoad) String() string {
 func (*TenantLoad) ProtoMessage() {}
 
 func (x *TenantLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2744,7 @@ func (x *TenantLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLoad.ProtoReflect.Descriptor instead.
 func (*TenantLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{31}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TenantLoad) GetTenant() string {
@@ -2453,7 +2882,26 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\fRerankResult\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x02R\x05score\x12\x16\n" +
-	"\x06tokens\x18\x03 \x01(\x05R\x06tokens\".\n" +
+	"\x06tokens\x18\x03 \x01(\x05R\x06tokens\"\xe0\x01\n" +
+	"\x0fPrefetchRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x04text\x18\x03 \x01(\tH\x00R\x04text\x12.\n" +
+	"\x06tokens\x18\x04 \x01(\v2\x14.mlxgrpc.v1.TokenIdsH\x00R\x06tokens\x12.\n" +
+	"\x04chat\x18\x05 \x01(\v2\x18.mlxgrpc.v1.ChatMessagesH\x00R\x04chat\x12\x18\n" +
+	"\aadapter\x18\x06 \x01(\tR\aadapterB\b\n" +
+	"\x06prompt\"\x87\x01\n" +
+	"\x10PrefetchResponse\x12#\n" +
+	"\rprompt_tokens\x18\x01 \x01(\x05R\fpromptTokens\x12#\n" +
+	"\rcached_tokens\x18\x02 \x01(\x05R\fcachedTokens\x12)\n" +
+	"\x04tier\x18\x03 \x01(\x0e2\x15.mlxgrpc.v1.CacheTierR\x04tier\"J\n" +
+	"\x13CloseSessionRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\"0\n" +
+	"\x14CloseSessionResponse\x12\x18\n" +
+	"\aentries\x18\x01 \x01(\x05R\aentries\".\n" +
 	"\rCancelRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\".\n" +
@@ -2507,7 +2955,7 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x05model\x18\x01 \x01(\tR\x05model\"g\n" +
 	"\x0fGetLoadResponse\x12-\n" +
 	"\x06models\x18\x01 \x03(\v2\x15.mlxgrpc.v1.ModelLoadR\x06models\x12%\n" +
-	"\x0euptime_seconds\x18\x02 \x01(\x01R\ruptimeSeconds\"\xb1\x05\n" +
+	"\x0euptime_seconds\x18\x02 \x01(\x01R\ruptimeSeconds\"\xf4\b\n" +
 	"\tModelLoad\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12)\n" +
 	"\x10running_requests\x18\x02 \x01(\x05R\x0frunningRequests\x12)\n" +
@@ -2524,7 +2972,15 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x15prefix_cache_hit_rate\x18\f \x01(\x01R\x12prefixCacheHitRate\x12=\n" +
 	"\x1bgenerated_tokens_per_second\x18\r \x01(\x01R\x18generatedTokensPerSecond\x12)\n" +
 	"\x10generated_tokens\x18\x0e \x01(\x03R\x0fgeneratedTokens\x120\n" +
-	"\atenants\x18\x0f \x03(\v2\x16.mlxgrpc.v1.TenantLoadR\atenants\"\xac\x02\n" +
+	"\atenants\x18\x0f \x03(\v2\x16.mlxgrpc.v1.TenantLoadR\atenants\x127\n" +
+	"\x18prefix_cache_memory_hits\x18\x10 \x01(\x03R\x15prefixCacheMemoryHits\x123\n" +
+	"\x16prefix_cache_disk_hits\x18\x11 \x01(\x03R\x13prefixCacheDiskHits\x129\n" +
+	"\x19prefix_cache_disk_entries\x18\x12 \x01(\x05R\x16prefixCacheDiskEntries\x125\n" +
+	"\x17prefix_cache_disk_bytes\x18\x13 \x01(\x03R\x14prefixCacheDiskBytes\x127\n" +
+	"\x18prefix_cache_disk_writes\x18\x14 \x01(\x03R\x15prefixCacheDiskWrites\x12=\n" +
+	"\x1bprefix_cache_disk_evictions\x18\x15 \x01(\x03R\x18prefixCacheDiskEvictions\x12D\n" +
+	"\x1fprefix_cache_disk_corrupt_files\x18\x16 \x01(\x03R\x1bprefixCacheDiskCorruptFiles\x12#\n" +
+	"\ropen_sessions\x18\x17 \x01(\x05R\fopenSessions\"\xac\x02\n" +
 	"\n" +
 	"TenantLoad\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12)\n" +
@@ -2538,7 +2994,11 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"Truncation\x12\x1a\n" +
 	"\x16TRUNCATION_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eTRUNCATION_END\x10\x01\x12\x13\n" +
-	"\x0fTRUNCATION_NONE\x10\x022\xdb\a\n" +
+	"\x0fTRUNCATION_NONE\x10\x02*S\n" +
+	"\tCacheTier\x12\x1a\n" +
+	"\x16CACHE_TIER_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11CACHE_TIER_MEMORY\x10\x01\x12\x13\n" +
+	"\x0fCACHE_TIER_DISK\x10\x022\xf5\b\n" +
 	"\x10InferenceService\x12G\n" +
 	"\bGenerate\x12\x1b.mlxgrpc.v1.GenerateRequest\x1a\x1c.mlxgrpc.v1.GenerateResponse0\x01\x12>\n" +
 	"\x05Embed\x12\x18.mlxgrpc.v1.EmbedRequest\x1a\x19.mlxgrpc.v1.EmbedResponse0\x01\x12?\n" +
@@ -2555,7 +3015,9 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\vLoadAdapter\x12\x1e.mlxgrpc.v1.LoadAdapterRequest\x1a\x1f.mlxgrpc.v1.LoadAdapterResponse\x12T\n" +
 	"\rUnloadAdapter\x12 .mlxgrpc.v1.UnloadAdapterRequest\x1a!.mlxgrpc.v1.UnloadAdapterResponse\x12Q\n" +
 	"\fListAdapters\x12\x1f.mlxgrpc.v1.ListAdaptersRequest\x1a .mlxgrpc.v1.ListAdaptersResponse\x12B\n" +
-	"\aGetLoad\x12\x1a.mlxgrpc.v1.GetLoadRequest\x1a\x1b.mlxgrpc.v1.GetLoadResponseBN\n" +
+	"\aGetLoad\x12\x1a.mlxgrpc.v1.GetLoadRequest\x1a\x1b.mlxgrpc.v1.GetLoadResponse\x12E\n" +
+	"\bPrefetch\x12\x1b.mlxgrpc.v1.PrefetchRequest\x1a\x1c.mlxgrpc.v1.PrefetchResponse\x12Q\n" +
+	"\fCloseSession\x12\x1f.mlxgrpc.v1.CloseSessionRequest\x1a .mlxgrpc.v1.CloseSessionResponseBN\n" +
 	"\x0edev.mlxgrpc.v1B\x15InferenceServiceProtoP\x01Z#mlxgrpc.dev/go/mlxgrpc/v1;mlxgrpcv1b\x06proto3"
 
 var (
@@ -2570,116 +3032,128 @@ func file_mlxgrpc_v1_inference_service_proto_rawDescGZIP() []byte {
 	return file_mlxgrpc_v1_inference_service_proto_rawDescData
 }
 
-var file_mlxgrpc_v1_inference_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_mlxgrpc_v1_inference_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(Truncation)(0),               // 0: mlxgrpc.v1.Truncation
-	(*GenerateRequest)(nil),       // 1: mlxgrpc.v1.GenerateRequest
-	(*GenerationStarted)(nil),     // 2: mlxgrpc.v1.GenerationStarted
-	(*TokenDelta)(nil),            // 3: mlxgrpc.v1.TokenDelta
-	(*GenerationFinished)(nil),    // 4: mlxgrpc.v1.GenerationFinished
-	(*GenerateResponse)(nil),      // 5: mlxgrpc.v1.GenerateResponse
-	(*EmbedRequest)(nil),          // 6: mlxgrpc.v1.EmbedRequest
-	(*EmbedResponse)(nil),         // 7: mlxgrpc.v1.EmbedResponse
-	(*RerankRequest)(nil),         // 8: mlxgrpc.v1.RerankRequest
-	(*RerankResponse)(nil),        // 9: mlxgrpc.v1.RerankResponse
-	(*RerankResult)(nil),          // 10: mlxgrpc.v1.RerankResult
-	(*CancelRequest)(nil),         // 11: mlxgrpc.v1.CancelRequest
-	(*CancelResponse)(nil),        // 12: mlxgrpc.v1.CancelResponse
-	(*GetModelInfoRequest)(nil),   // 13: mlxgrpc.v1.GetModelInfoRequest
-	(*GetModelInfoResponse)(nil),  // 14: mlxgrpc.v1.GetModelInfoResponse
-	(*PlanMemoryRequest)(nil),     // 15: mlxgrpc.v1.PlanMemoryRequest
-	(*PlanMemoryResponse)(nil),    // 16: mlxgrpc.v1.PlanMemoryResponse
-	(*TokenizeRequest)(nil),       // 17: mlxgrpc.v1.TokenizeRequest
-	(*TokenizeResponse)(nil),      // 18: mlxgrpc.v1.TokenizeResponse
-	(*DetokenizeRequest)(nil),     // 19: mlxgrpc.v1.DetokenizeRequest
-	(*DetokenizeResponse)(nil),    // 20: mlxgrpc.v1.DetokenizeResponse
-	(*ListModelsRequest)(nil),     // 21: mlxgrpc.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),    // 22: mlxgrpc.v1.ListModelsResponse
-	(*LoadAdapterRequest)(nil),    // 23: mlxgrpc.v1.LoadAdapterRequest
-	(*LoadAdapterResponse)(nil),   // 24: mlxgrpc.v1.LoadAdapterResponse
-	(*UnloadAdapterRequest)(nil),  // 25: mlxgrpc.v1.UnloadAdapterRequest
-	(*UnloadAdapterResponse)(nil), // 26: mlxgrpc.v1.UnloadAdapterResponse
-	(*ListAdaptersRequest)(nil),   // 27: mlxgrpc.v1.ListAdaptersRequest
-	(*ListAdaptersResponse)(nil),  // 28: mlxgrpc.v1.ListAdaptersResponse
-	(*GetLoadRequest)(nil),        // 29: mlxgrpc.v1.GetLoadRequest
-	(*GetLoadResponse)(nil),       // 30: mlxgrpc.v1.GetLoadResponse
-	(*ModelLoad)(nil),             // 31: mlxgrpc.v1.ModelLoad
-	(*TenantLoad)(nil),            // 32: mlxgrpc.v1.TenantLoad
-	(*TokenIds)(nil),              // 33: mlxgrpc.v1.TokenIds
-	(*ChatMessages)(nil),          // 34: mlxgrpc.v1.ChatMessages
-	(*SamplingParams)(nil),        // 35: mlxgrpc.v1.SamplingParams
-	(*StoppingCriteria)(nil),      // 36: mlxgrpc.v1.StoppingCriteria
-	(*SpeculationOptions)(nil),    // 37: mlxgrpc.v1.SpeculationOptions
-	(*ResponseFormat)(nil),        // 38: mlxgrpc.v1.ResponseFormat
-	(*TokenLogprob)(nil),          // 39: mlxgrpc.v1.TokenLogprob
-	(*ToolCallDelta)(nil),         // 40: mlxgrpc.v1.ToolCallDelta
-	(*ToolCall)(nil),              // 41: mlxgrpc.v1.ToolCall
-	(FinishReason)(0),             // 42: mlxgrpc.v1.FinishReason
-	(*Usage)(nil),                 // 43: mlxgrpc.v1.Usage
-	(*Timings)(nil),               // 44: mlxgrpc.v1.Timings
-	(*ModelInfo)(nil),             // 45: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),            // 46: mlxgrpc.v1.MemoryPlan
-	(*AdapterInfo)(nil),           // 47: mlxgrpc.v1.AdapterInfo
+	(CacheTier)(0),                // 1: mlxgrpc.v1.CacheTier
+	(*GenerateRequest)(nil),       // 2: mlxgrpc.v1.GenerateRequest
+	(*GenerationStarted)(nil),     // 3: mlxgrpc.v1.GenerationStarted
+	(*TokenDelta)(nil),            // 4: mlxgrpc.v1.TokenDelta
+	(*GenerationFinished)(nil),    // 5: mlxgrpc.v1.GenerationFinished
+	(*GenerateResponse)(nil),      // 6: mlxgrpc.v1.GenerateResponse
+	(*EmbedRequest)(nil),          // 7: mlxgrpc.v1.EmbedRequest
+	(*EmbedResponse)(nil),         // 8: mlxgrpc.v1.EmbedResponse
+	(*RerankRequest)(nil),         // 9: mlxgrpc.v1.RerankRequest
+	(*RerankResponse)(nil),        // 10: mlxgrpc.v1.RerankResponse
+	(*RerankResult)(nil),          // 11: mlxgrpc.v1.RerankResult
+	(*PrefetchRequest)(nil),       // 12: mlxgrpc.v1.PrefetchRequest
+	(*PrefetchResponse)(nil),      // 13: mlxgrpc.v1.PrefetchResponse
+	(*CloseSessionRequest)(nil),   // 14: mlxgrpc.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 15: mlxgrpc.v1.CloseSessionResponse
+	(*CancelRequest)(nil),         // 16: mlxgrpc.v1.CancelRequest
+	(*CancelResponse)(nil),        // 17: mlxgrpc.v1.CancelResponse
+	(*GetModelInfoRequest)(nil),   // 18: mlxgrpc.v1.GetModelInfoRequest
+	(*GetModelInfoResponse)(nil),  // 19: mlxgrpc.v1.GetModelInfoResponse
+	(*PlanMemoryRequest)(nil),     // 20: mlxgrpc.v1.PlanMemoryRequest
+	(*PlanMemoryResponse)(nil),    // 21: mlxgrpc.v1.PlanMemoryResponse
+	(*TokenizeRequest)(nil),       // 22: mlxgrpc.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),      // 23: mlxgrpc.v1.TokenizeResponse
+	(*DetokenizeRequest)(nil),     // 24: mlxgrpc.v1.DetokenizeRequest
+	(*DetokenizeResponse)(nil),    // 25: mlxgrpc.v1.DetokenizeResponse
+	(*ListModelsRequest)(nil),     // 26: mlxgrpc.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),    // 27: mlxgrpc.v1.ListModelsResponse
+	(*LoadAdapterRequest)(nil),    // 28: mlxgrpc.v1.LoadAdapterRequest
+	(*LoadAdapterResponse)(nil),   // 29: mlxgrpc.v1.LoadAdapterResponse
+	(*UnloadAdapterRequest)(nil),  // 30: mlxgrpc.v1.UnloadAdapterRequest
+	(*UnloadAdapterResponse)(nil), // 31: mlxgrpc.v1.UnloadAdapterResponse
+	(*ListAdaptersRequest)(nil),   // 32: mlxgrpc.v1.ListAdaptersRequest
+	(*ListAdaptersResponse)(nil),  // 33: mlxgrpc.v1.ListAdaptersResponse
+	(*GetLoadRequest)(nil),        // 34: mlxgrpc.v1.GetLoadRequest
+	(*GetLoadResponse)(nil),       // 35: mlxgrpc.v1.GetLoadResponse
+	(*ModelLoad)(nil),             // 36: mlxgrpc.v1.ModelLoad
+	(*TenantLoad)(nil),            // 37: mlxgrpc.v1.TenantLoad
+	(*TokenIds)(nil),              // 38: mlxgrpc.v1.TokenIds
+	(*ChatMessages)(nil),          // 39: mlxgrpc.v1.ChatMessages
+	(*SamplingParams)(nil),        // 40: mlxgrpc.v1.SamplingParams
+	(*StoppingCriteria)(nil),      // 41: mlxgrpc.v1.StoppingCriteria
+	(*SpeculationOptions)(nil),    // 42: mlxgrpc.v1.SpeculationOptions
+	(*ResponseFormat)(nil),        // 43: mlxgrpc.v1.ResponseFormat
+	(*TokenLogprob)(nil),          // 44: mlxgrpc.v1.TokenLogprob
+	(*ToolCallDelta)(nil),         // 45: mlxgrpc.v1.ToolCallDelta
+	(*ToolCall)(nil),              // 46: mlxgrpc.v1.ToolCall
+	(FinishReason)(0),             // 47: mlxgrpc.v1.FinishReason
+	(*Usage)(nil),                 // 48: mlxgrpc.v1.Usage
+	(*Timings)(nil),               // 49: mlxgrpc.v1.Timings
+	(*ModelInfo)(nil),             // 50: mlxgrpc.v1.ModelInfo
+	(*MemoryPlan)(nil),            // 51: mlxgrpc.v1.MemoryPlan
+	(*AdapterInfo)(nil),           // 52: mlxgrpc.v1.AdapterInfo
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
-	33, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
-	34, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
-	35, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
-	36, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
-	37, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
-	38, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
-	39, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
-	40, // 7: mlxgrpc.v1.TokenDelta.tool_call_deltas:type_name -> mlxgrpc.v1.ToolCallDelta
-	41, // 8: mlxgrpc.v1.TokenDelta.tool_calls:type_name -> mlxgrpc.v1.ToolCall
-	42, // 9: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
-	43, // 10: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
-	44, // 11: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
-	2,  // 12: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
-	3,  // 13: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
-	4,  // 14: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
+	38, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	39, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	40, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
+	41, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
+	42, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
+	43, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
+	44, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
+	45, // 7: mlxgrpc.v1.TokenDelta.tool_call_deltas:type_name -> mlxgrpc.v1.ToolCallDelta
+	46, // 8: mlxgrpc.v1.TokenDelta.tool_calls:type_name -> mlxgrpc.v1.ToolCall
+	47, // 9: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
+	48, // 10: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
+	49, // 11: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
+	3,  // 12: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
+	4,  // 13: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
+	5,  // 14: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
 	0,  // 15: mlxgrpc.v1.EmbedRequest.truncate:type_name -> mlxgrpc.v1.Truncation
 	0,  // 16: mlxgrpc.v1.RerankRequest.truncate:type_name -> mlxgrpc.v1.Truncation
-	10, // 17: mlxgrpc.v1.RerankResponse.results:type_name -> mlxgrpc.v1.RerankResult
-	45, // 18: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
-	46, // 19: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
-	45, // 20: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
-	47, // 21: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	47, // 22: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	47, // 23: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
-	31, // 24: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
-	32, // 25: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
-	1,  // 26: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
-	6,  // 27: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
-	8,  // 28: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
-	11, // 29: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	13, // 30: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	15, // 31: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	17, // 32: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	19, // 33: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	21, // 34: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	23, // 35: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
-	25, // 36: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
-	27, // 37: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
-	29, // 38: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
-	5,  // 39: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	7,  // 40: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	9,  // 41: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
-	12, // 42: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	14, // 43: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	16, // 44: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	18, // 45: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	20, // 46: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	22, // 47: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	24, // 48: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
-	26, // 49: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
-	28, // 50: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
-	30, // 51: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
-	39, // [39:52] is the sub-list for method output_type
-	26, // [26:39] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	11, // 17: mlxgrpc.v1.RerankResponse.results:type_name -> mlxgrpc.v1.RerankResult
+	38, // 18: mlxgrpc.v1.PrefetchRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	39, // 19: mlxgrpc.v1.PrefetchRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	1,  // 20: mlxgrpc.v1.PrefetchResponse.tier:type_name -> mlxgrpc.v1.CacheTier
+	50, // 21: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
+	51, // 22: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
+	50, // 23: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
+	52, // 24: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	52, // 25: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	52, // 26: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	36, // 27: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
+	37, // 28: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
+	2,  // 29: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
+	7,  // 30: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
+	9,  // 31: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
+	16, // 32: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	18, // 33: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	20, // 34: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	22, // 35: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	24, // 36: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	26, // 37: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	28, // 38: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
+	30, // 39: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
+	32, // 40: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
+	34, // 41: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
+	12, // 42: mlxgrpc.v1.InferenceService.Prefetch:input_type -> mlxgrpc.v1.PrefetchRequest
+	14, // 43: mlxgrpc.v1.InferenceService.CloseSession:input_type -> mlxgrpc.v1.CloseSessionRequest
+	6,  // 44: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	8,  // 45: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	10, // 46: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
+	17, // 47: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	19, // 48: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	21, // 49: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	23, // 50: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	25, // 51: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	27, // 52: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	29, // 53: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
+	31, // 54: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
+	33, // 55: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
+	35, // 56: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
+	13, // 57: mlxgrpc.v1.InferenceService.Prefetch:output_type -> mlxgrpc.v1.PrefetchResponse
+	15, // 58: mlxgrpc.v1.InferenceService.CloseSession:output_type -> mlxgrpc.v1.CloseSessionResponse
+	44, // [44:59] is the sub-list for method output_type
+	29, // [29:44] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_inference_service_proto_init() }
@@ -2701,13 +3175,18 @@ func file_mlxgrpc_v1_inference_service_proto_init() {
 		(*GenerateResponse_Finished)(nil),
 	}
 	file_mlxgrpc_v1_inference_service_proto_msgTypes[5].OneofWrappers = []any{}
+	file_mlxgrpc_v1_inference_service_proto_msgTypes[10].OneofWrappers = []any{
+		(*PrefetchRequest_Text)(nil),
+		(*PrefetchRequest_Tokens)(nil),
+		(*PrefetchRequest_Chat)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_inference_service_proto_rawDesc), len(file_mlxgrpc_v1_inference_service_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   32,
+			NumEnums:      2,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,8 @@ const (
 	InferenceService_UnloadAdapter_FullMethodName = "/mlxgrpc.v1.InferenceService/UnloadAdapter"
 	InferenceService_ListAdapters_FullMethodName  = "/mlxgrpc.v1.InferenceService/ListAdapters"
 	InferenceService_GetLoad_FullMethodName       = "/mlxgrpc.v1.InferenceService/GetLoad"
+	InferenceService_Prefetch_FullMethodName      = "/mlxgrpc.v1.InferenceService/Prefetch"
+	InferenceService_CloseSession_FullMethodName  = "/mlxgrpc.v1.InferenceService/CloseSession"
 )
 
 // InferenceServiceClient is the client API for InferenceService service.
@@ -93,6 +95,16 @@ type InferenceServiceClient interface {
 	// for routers, autoscalers and dashboards; the Prometheus endpoint carries the
 	// same figures.
 	GetLoad(ctx context.Context, in *GetLoadRequest, opts ...grpc.CallOption) (*GetLoadResponse, error)
+	// Brings the longest stored prefix of a prompt into the prefix cache's memory tier
+	// ahead of a Generate, from the disk tier when it was spilled there or kept over a
+	// restart, so that Generate's first token does not wait on the disk. It reads the
+	// prompt as Generate does (the same tenant, adapter and template) and never
+	// generates. The prefix cache switched off is FAILED_PRECONDITION.
+	Prefetch(ctx context.Context, in *PrefetchRequest, opts ...grpc.CallOption) (*PrefetchResponse, error)
+	// Ends a session: the prefix-cache entries its requests stored lose their affinity
+	// and are evicted like any other from then on; nothing is deleted. Session ids are
+	// scoped to the caller's tenant.
+	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
 }
 
 type inferenceServiceClient struct {
@@ -251,6 +263,26 @@ func (c *inferenceServiceClient) GetLoad(ctx context.Context, in *GetLoadRequest
 	return out, nil
 }
 
+func (c *inferenceServiceClient) Prefetch(ctx context.Context, in *PrefetchRequest, opts ...grpc.CallOption) (*PrefetchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PrefetchResponse)
+	err := c.cc.Invoke(ctx, InferenceService_Prefetch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inferenceServiceClient) CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CloseSessionResponse)
+	err := c.cc.Invoke(ctx, InferenceService_CloseSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InferenceServiceServer is the server API for InferenceService service.
 // All implementations must embed UnimplementedInferenceServiceServer
 // for forward compatibility.
@@ -310,6 +342,16 @@ type InferenceServiceServer interface {
 	// for routers, autoscalers and dashboards; the Prometheus endpoint carries the
 	// same figures.
 	GetLoad(context.Context, *GetLoadRequest) (*GetLoadResponse, error)
+	// Brings the longest stored prefix of a prompt into the prefix cache's memory tier
+	// ahead of a Generate, from the disk tier when it was spilled there or kept over a
+	// restart, so that Generate's first token does not wait on the disk. It reads the
+	// prompt as Generate does (the same tenant, adapter and template) and never
+	// generates. The prefix cache switched off is FAILED_PRECONDITION.
+	Prefetch(context.Context, *PrefetchRequest) (*PrefetchResponse, error)
+	// Ends a session: the prefix-cache entries its requests stored lose their affinity
+	// and are evicted like any other from then on; nothing is deleted. Session ids are
+	// scoped to the caller's tenant.
+	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
 	mustEmbedUnimplementedInferenceServiceServer()
 }
 
@@ -358,6 +400,12 @@ func (UnimplementedInferenceServiceServer) ListAdapters(context.Context, *ListAd
 }
 func (UnimplementedInferenceServiceServer) GetLoad(context.Context, *GetLoadRequest) (*GetLoadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetLoad not implemented")
+}
+func (UnimplementedInferenceServiceServer) Prefetch(context.Context, *PrefetchRequest) (*PrefetchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Prefetch not implemented")
+}
+func (UnimplementedInferenceServiceServer) CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CloseSession not implemented")
 }
 func (UnimplementedInferenceServiceServer) mustEmbedUnimplementedInferenceServiceServer() {}
 func (UnimplementedInferenceServiceServer) testEmbeddedByValue()                          {}
@@ -600,6 +648,42 @@ func _InferenceService_GetLoad_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _InferenceService_Prefetch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PrefetchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).Prefetch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_Prefetch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).Prefetch(ctx, req.(*PrefetchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _InferenceService_CloseSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CloseSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).CloseSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_CloseSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).CloseSession(ctx, req.(*CloseSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // InferenceService_ServiceDesc is the grpc.ServiceDesc for InferenceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -650,6 +734,14 @@ var InferenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetLoad",
 			Handler:    _InferenceService_GetLoad_Handler,
+		},
+		{
+			MethodName: "Prefetch",
+			Handler:    _InferenceService_Prefetch_Handler,
+		},
+		{
+			MethodName: "CloseSession",
+			Handler:    _InferenceService_CloseSession_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -16,7 +16,8 @@ awaited; ``async for`` over ``generate``). Messages and enums live in
 """
 
 from . import aio, pb
-from ._common import ErrorDetails, GenerationResult, embed_request, error_details, generate_request, rerank_request
+from ._common import (ErrorDetails, GenerationResult, embed_request, error_details, generate_request, prefetch_request,
+                      rerank_request)
 from ._sync import Client, GenerateStream, connect
 
 __all__ = [
@@ -30,5 +31,6 @@ __all__ = [
     "error_details",
     "generate_request",
     "pb",
+    "prefetch_request",
     "rerank_request",
 ]

@@ -20,6 +20,7 @@ from . import pb
 DEFAULT: Any = object()
 
 Prompt = Union[str, Sequence[int], "pb.TokenIds", Sequence[Any], "pb.ChatMessages", "pb.GenerateRequest"]
+PrefetchPrompt = Union[str, Sequence[int], "pb.TokenIds", Sequence[Any], "pb.ChatMessages", "pb.PrefetchRequest"]
 
 
 def channel_credentials(tls: bool, root_certificates: bytes | str | os.PathLike | None):
@@ -115,6 +116,21 @@ def _tool_choice(value: str | int | pb.ToolChoice | Mapping[str, Any]) -> pb.Too
     return pb.ToolChoice(mode=_tool_choice_mode(value))
 
 
+def _prompt(prompt: Any) -> dict[str, Any]:
+    """The ``prompt`` oneof field (``text``, ``tokens`` or ``chat``) of a text, token-id or chat prompt."""
+    if isinstance(prompt, str):
+        return {"text": prompt}
+    if isinstance(prompt, pb.TokenIds):
+        return {"tokens": prompt}
+    if isinstance(prompt, pb.ChatMessages):
+        return {"chat": prompt}
+    if isinstance(prompt, Sequence) and all(isinstance(t, int) for t in prompt):
+        return {"tokens": pb.TokenIds(ids=prompt)}
+    if isinstance(prompt, Sequence):
+        return {"chat": _chat(prompt)}
+    raise TypeError(f"unsupported prompt type {type(prompt).__name__}")
+
+
 def generate_request(
     prompt: Prompt,
     *,
@@ -170,18 +186,8 @@ def generate_request(
     if isinstance(prompt, pb.GenerateRequest):
         req = pb.GenerateRequest()
         req.CopyFrom(prompt)
-    elif isinstance(prompt, str):
-        req = pb.GenerateRequest(text=prompt)
-    elif isinstance(prompt, pb.TokenIds):
-        req = pb.GenerateRequest(tokens=prompt)
-    elif isinstance(prompt, pb.ChatMessages):
-        req = pb.GenerateRequest(chat=prompt)
-    elif isinstance(prompt, Sequence) and all(isinstance(t, int) for t in prompt):
-        req = pb.GenerateRequest(tokens=pb.TokenIds(ids=prompt))
-    elif isinstance(prompt, Sequence):
-        req = pb.GenerateRequest(chat=_chat(prompt))
     else:
-        raise TypeError(f"unsupported prompt type {type(prompt).__name__}")
+        req = pb.GenerateRequest(**_prompt(prompt))
     if model:
         req.model = model
     if adapter:
@@ -228,6 +234,32 @@ def generate_request(
         if name not in pb.GenerateRequest.DESCRIPTOR.fields_by_name:
             raise TypeError(f"GenerateRequest has no field {name!r}")
         setattr(req, name, value)
+    return req
+
+
+def prefetch_request(
+    prompt: PrefetchPrompt,
+    *,
+    model: str = "",
+    session_id: str = "",
+    adapter: str = "",
+) -> pb.PrefetchRequest:
+    """Builds a PrefetchRequest: ``prompt`` as in :func:`generate_request` (text, token ids
+    or chat messages; the chat template is applied as Generate would), or a whole
+    ``pb.PrefetchRequest`` that the keywords then override. ``session_id`` gives the entry
+    brought into memory that session's affinity; ``adapter`` is the one the later Generate
+    will name (prefixes are kept per adapter)."""
+    if isinstance(prompt, pb.PrefetchRequest):
+        req = pb.PrefetchRequest()
+        req.CopyFrom(prompt)
+    else:
+        req = pb.PrefetchRequest(**_prompt(prompt))
+    if model:
+        req.model = model
+    if session_id:
+        req.session_id = session_id
+    if adapter:
+        req.adapter = adapter
     return req
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import grpc
 
 from . import _retry, pb
-from ._common import (DEFAULT, GenerationResult, Prompt, auth_metadata, channel_credentials,
-                      default_priority, embed_request, generate_request, rerank_request)
+from ._common import (DEFAULT, GenerationResult, PrefetchPrompt, Prompt, auth_metadata, channel_credentials,
+                      default_priority, embed_request, generate_request, prefetch_request, rerank_request)
 from ._retry import Attempts, OnRetry
 
 
@@ -182,6 +182,26 @@ class Client:
         each model's ``tenants`` (``pb.TenantLoad``: one per tenant with requests; a
         caller without the admin role sees only its own)."""
         return self._unary(self.stub.GetLoad, pb.GetLoadRequest(model=model), timeout)
+
+    def prefetch(self, prompt: PrefetchPrompt, *, model: str = "", session_id: str = "",
+                 adapter: str = "", timeout: Any = DEFAULT) -> pb.PrefetchResponse:
+        """Brings the longest stored prefix of ``prompt`` into the prefix cache's memory tier
+        (from the disk tier if need be) ahead of a Generate; never generates. ``prompt`` is
+        text, token ids or chat messages as for :meth:`generate` (or a ``pb.PrefetchRequest``);
+        ``session_id`` gives the entry that session's affinity, ``adapter`` is the one the
+        Generate will name. The response has ``prompt_tokens``, ``cached_tokens`` (at most
+        ``prompt_tokens - 1``) and ``tier`` (``pb.CACHE_TIER_MEMORY``, ``pb.CACHE_TIER_DISK``,
+        or ``pb.CACHE_TIER_UNSPECIFIED``: nothing stored). The prefix cache switched off is
+        FAILED_PRECONDITION."""
+        req = prefetch_request(prompt, model=model, session_id=session_id, adapter=adapter)
+        return self._unary(self.stub.Prefetch, req, timeout)
+
+    def close_session(self, session_id: str, *, model: str = "", timeout: Any = DEFAULT) -> int:
+        """Ends session ``session_id`` (the ``session_id`` of its Generate requests): the
+        prefix-cache entries its requests stored lose their eviction affinity; nothing is
+        deleted. Returns how many entries (0: no such open session)."""
+        req = pb.CloseSessionRequest(model=model, session_id=session_id)
+        return self._unary(self.stub.CloseSession, req, timeout).entries
 
     def load_adapter(self, name: str, path: str, *, model: str = "",
                      timeout: Any = DEFAULT) -> pb.LoadAdapterResponse:

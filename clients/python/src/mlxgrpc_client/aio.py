@@ -11,8 +11,8 @@ from typing import Any
 import grpc
 
 from . import _retry, pb
-from ._common import (DEFAULT, GenerationResult, Prompt, auth_metadata, channel_credentials,
-                      default_priority, embed_request, generate_request, rerank_request)
+from ._common import (DEFAULT, GenerationResult, PrefetchPrompt, Prompt, auth_metadata, channel_credentials,
+                      default_priority, embed_request, generate_request, prefetch_request, rerank_request)
 from ._retry import Attempts, OnRetry
 
 
@@ -187,6 +187,18 @@ class AsyncClient:
         each model's ``tenants`` (``pb.TenantLoad``: one per tenant with requests; a
         caller without the admin role sees only its own)."""
         return await self._unary(self.stub.GetLoad, pb.GetLoadRequest(model=model), timeout)
+
+    async def prefetch(self, prompt: PrefetchPrompt, *, model: str = "", session_id: str = "",
+                       adapter: str = "", timeout: Any = DEFAULT) -> pb.PrefetchResponse:
+        """Brings the longest stored prefix of ``prompt`` into the prefix cache's memory
+        tier (see :meth:`mlxgrpc_client.Client.prefetch`)."""
+        req = prefetch_request(prompt, model=model, session_id=session_id, adapter=adapter)
+        return await self._unary(self.stub.Prefetch, req, timeout)
+
+    async def close_session(self, session_id: str, *, model: str = "", timeout: Any = DEFAULT) -> int:
+        """Ends session ``session_id``'s prefix-cache affinity; returns how many entries lost it."""
+        req = pb.CloseSessionRequest(model=model, session_id=session_id)
+        return (await self._unary(self.stub.CloseSession, req, timeout)).entries
 
     async def load_adapter(self, name: str, path: str, *, model: str = "",
                            timeout: Any = DEFAULT) -> pb.LoadAdapterResponse:

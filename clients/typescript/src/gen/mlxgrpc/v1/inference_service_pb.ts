@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/inference_service.proto.
  */
 export const file_mlxgrpc_v1_inference_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIuQDCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSMwoPcmVzcG9uc2VfZm9ybWF0GA0gASgLMhoubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdBIPCgdhZGFwdGVyGA4gASgJEhAKCHByaW9yaXR5GA8gASgFQggKBnByb21wdCJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSLLAQoKVG9rZW5EZWx0YRIRCgl0b2tlbl9pZHMYASADKAUSDAoEdGV4dBgCIAEoCRIqCghsb2dwcm9icxgDIAMoCzIYLm1seGdycGMudjEuVG9rZW5Mb2dwcm9iEhEKCXJlYXNvbmluZxgEIAEoCRIzChB0b29sX2NhbGxfZGVsdGFzGAUgAygLMhkubWx4Z3JwYy52MS5Ub29sQ2FsbERlbHRhEigKCnRvb2xfY2FsbHMYBiADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsIssBChJHZW5lcmF0aW9uRmluaXNoZWQSKAoGcmVhc29uGAEgASgOMhgubWx4Z3JwYy52MS5GaW5pc2hSZWFzb24SFQoNc3RvcF9zZXF1ZW5jZRgCIAEoCRIaCg1zdG9wX3Rva2VuX2lkGAMgASgFSACIAQESIAoFdXNhZ2UYBCABKAsyES5tbHhncnBjLnYxLlVzYWdlEiQKB3RpbWluZ3MYBSABKAsyEy5tbHhncnBjLnYxLlRpbWluZ3NCEAoOX3N0b3BfdG9rZW5faWQiqgEKEEdlbmVyYXRlUmVzcG9uc2USMAoHc3RhcnRlZBgBIAEoCzIdLm1seGdycGMudjEuR2VuZXJhdGlvblN0YXJ0ZWRIABInCgVkZWx0YRgCIAEoCzIWLm1seGdycGMudjEuVG9rZW5EZWx0YUgAEjIKCGZpbmlzaGVkGAMgASgLMh4ubWx4Z3JwYy52MS5HZW5lcmF0aW9uRmluaXNoZWRIAEIHCgVldmVudCLMAQoMRW1iZWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEg4KBmlucHV0cxgCIAMoCRITCgtpbnN0cnVjdGlvbhgDIAEoCRIWCglub3JtYWxpemUYBCABKAhIAIgBARISCgpkaW1lbnNpb25zGAUgASgFEhIKCnJlcXVlc3RfaWQYBiABKAkSEAoIcHJpb3JpdHkYByABKAUSKAoIdHJ1bmNhdGUYCCABKA4yFi5tbHhncnBjLnYxLlRydW5jYXRpb25CDAoKX25vcm1hbGl6ZSJBCg1FbWJlZFJlc3BvbnNlEg0KBWluZGV4GAEgASgFEhEKCWVtYmVkZGluZxgCIAMoAhIOCgZ0b2tlbnMYAyABKAUinwEKDVJlcmFua1JlcXVlc3QSDQoFbW9kZWwYASABKAkSDQoFcXVlcnkYAiABKAkSEQoJZG9jdW1lbnRzGAMgAygJEg0KBXRvcF9uGAQgASgFEigKCHRydW5jYXRlGAUgASgOMhYubWx4Z3JwYy52MS5UcnVuY2F0aW9uEhIKCnJlcXVlc3RfaWQYBiABKAkSEAoIcHJpb3JpdHkYByABKAUiSgoOUmVyYW5rUmVzcG9uc2USDQoFbW9kZWwYASABKAkSKQoHcmVzdWx0cxgCIAMoCzIYLm1seGdycGMudjEuUmVyYW5rUmVzdWx0IjwKDFJlcmFua1Jlc3VsdBINCgVpbmRleBgBIAEoBRINCgVzY29yZRgCIAEoAhIOCgZ0b2tlbnMYAyABKAUiIwoNQ2FuY2VsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIiMKDkNhbmNlbFJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCCIkChNHZXRNb2RlbEluZm9SZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIjsKFEdldE1vZGVsSW5mb1Jlc3BvbnNlEiMKBGluZm8YASABKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbyJZChFQbGFuTWVtb3J5UmVxdWVzdBINCgVtb2RlbBgBIAEoCRIWCg5jb250ZXh0X3Rva2VucxgCIAEoAxIdChVtYXhfZ2VuZXJhdGlvbl90b2tlbnMYAyABKAMiOgoSUGxhbk1lbW9yeVJlc3BvbnNlEiQKBHBsYW4YASABKAsyFi5tbHhncnBjLnYxLk1lbW9yeVBsYW4iSgoPVG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBHRleHQYAiABKAkSGgoSYWRkX3NwZWNpYWxfdG9rZW5zGAMgASgIIjUKEFRva2VuaXplUmVzcG9uc2USEQoJdG9rZW5faWRzGAEgAygFEg4KBnRva2VucxgCIAMoCSJSChFEZXRva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIRCgl0b2tlbl9pZHMYAiADKAUSGwoTc2tpcF9zcGVjaWFsX3Rva2VucxgDIAEoCCIiChJEZXRva2VuaXplUmVzcG9uc2USDAoEdGV4dBgBIAEoCSITChFMaXN0TW9kZWxzUmVxdWVzdCI7ChJMaXN0TW9kZWxzUmVzcG9uc2USJQoGbW9kZWxzGAEgAygLMhUubWx4Z3JwYy52MS5Nb2RlbEluZm8iPwoSTG9hZEFkYXB0ZXJSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBG5hbWUYAiABKAkSDAoEcGF0aBgDIAEoCSJQChNMb2FkQWRhcHRlclJlc3BvbnNlEigKB2FkYXB0ZXIYASABKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvEg8KB2V2aWN0ZWQYAiADKAkiMwoUVW5sb2FkQWRhcHRlclJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEbmFtZRgCIAEoCSJBChVVbmxvYWRBZGFwdGVyUmVzcG9uc2USKAoHYWRhcHRlchgBIAEoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8iJAoTTGlzdEFkYXB0ZXJzUmVxdWVzdBINCgVtb2RlbBgBIAEoCSJmChRMaXN0QWRhcHRlcnNSZXNwb25zZRINCgVtb2RlbBgBIAEoCRIpCghhZGFwdGVycxgCIAMoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8SFAoMbWF4X2FkYXB0ZXJzGAMgASgFIh8KDkdldExvYWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIlAKD0dldExvYWRSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5tbHhncnBjLnYxLk1vZGVsTG9hZBIWCg51cHRpbWVfc2Vjb25kcxgCIAEoASKyAwoJTW9kZWxMb2FkEg0KBW1vZGVsGAEgASgJEhgKEHJ1bm5pbmdfcmVxdWVzdHMYAiABKAUSGAoQd2FpdGluZ19yZXF1ZXN0cxgDIAEoBRIcChRtYXhfcnVubmluZ19yZXF1ZXN0cxgEIAEoBRIWCg5rdl9jYWNoZV9ieXRlcxgFIAEoAxIWCg5yZXNlcnZlZF9ieXRlcxgGIAEoAxIbChNtZW1vcnlfYnVkZ2V0X2J5dGVzGAcgASgDEhwKFHByZWZpeF9jYWNoZV9lbnRyaWVzGAggASgFEhoKEnByZWZpeF9jYWNoZV9ieXRlcxgJIAEoAxIZChFwcmVmaXhfY2FjaGVfaGl0cxgKIAEoAxIbChNwcmVmaXhfY2FjaGVfbWlzc2VzGAsgASgDEh0KFXByZWZpeF9jYWNoZV9oaXRfcmF0ZRgMIAEoARIjChtnZW5lcmF0ZWRfdG9rZW5zX3Blcl9zZWNvbmQYDSABKAESGAoQZ2VuZXJhdGVkX3Rva2VucxgOIAEoAxInCgd0ZW5hbnRzGA8gAygLMhYubWx4Z3JwYy52MS5UZW5hbnRMb2FkIrwBCgpUZW5hbnRMb2FkEg4KBnRlbmFudBgBIAEoCRIYChBydW5uaW5nX3JlcXVlc3RzGAIgASgFEhgKEHdhaXRpbmdfcmVxdWVzdHMYAyABKAUSGgoSaW5fZmxpZ2h0X3JlcXVlc3RzGAQgASgFEhoKEnRva2Vuc19sYXN0X21pbnV0ZRgFIAEoAxIYChBnZW5lcmF0ZWRfdG9rZW5zGAYgASgDEhgKEHJlZnVzZWRfcmVxdWVzdHMYByABKAMqUQoKVHJ1bmNhdGlvbhIaChZUUlVOQ0FUSU9OX1VOU1BFQ0lGSUVEEAASEgoOVFJVTkNBVElPTl9FTkQQARITCg9UUlVOQ0FUSU9OX05PTkUQAjLbBwoQSW5mZXJlbmNlU2VydmljZRJHCghHZW5lcmF0ZRIbLm1seGdycGMudjEuR2VuZXJhdGVSZXF1ZXN0GhwubWx4Z3JwYy52MS5HZW5lcmF0ZVJlc3BvbnNlMAESPgoFRW1iZWQSGC5tbHhncnBjLnYxLkVtYmVkUmVxdWVzdBoZLm1seGdycGMudjEuRW1iZWRSZXNwb25zZTABEj8KBlJlcmFuaxIZLm1seGdycGMudjEuUmVyYW5rUmVxdWVzdBoaLm1seGdycGMudjEuUmVyYW5rUmVzcG9uc2USPwoGQ2FuY2VsEhkubWx4Z3JwYy52MS5DYW5jZWxSZXF1ZXN0GhoubWx4Z3JwYy52MS5DYW5jZWxSZXNwb25zZRJRCgxHZXRNb2RlbEluZm8SHy5tbHhncnBjLnYxLkdldE1vZGVsSW5mb1JlcXVlc3QaIC5tbHhncnBjLnYxLkdldE1vZGVsSW5mb1Jlc3BvbnNlEksKClBsYW5NZW1vcnkSHS5tbHhncnBjLnYxLlBsYW5NZW1vcnlSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVzcG9uc2USRQoIVG9rZW5pemUSGy5tbHhncnBjLnYxLlRva2VuaXplUmVxdWVzdBocLm1seGdycGMudjEuVG9rZW5pemVSZXNwb25zZRJLCgpEZXRva2VuaXplEh0ubWx4Z3JwYy52MS5EZXRva2VuaXplUmVxdWVzdBoeLm1seGdycGMudjEuRGV0b2tlbml6ZVJlc3BvbnNlEksKCkxpc3RNb2RlbHMSHS5tbHhncnBjLnYxLkxpc3RNb2RlbHNSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVzcG9uc2USTgoLTG9hZEFkYXB0ZXISHi5tbHhncnBjLnYxLkxvYWRBZGFwdGVyUmVxdWVzdBofLm1seGdycGMudjEuTG9hZEFkYXB0ZXJSZXNwb25zZRJUCg1VbmxvYWRBZGFwdGVyEiAubWx4Z3JwYy52MS5VbmxvYWRBZGFwdGVyUmVxdWVzdBohLm1seGdycGMudjEuVW5sb2FkQWRhcHRlclJlc3BvbnNlElEKDExpc3RBZGFwdGVycxIfLm1seGdycGMudjEuTGlzdEFkYXB0ZXJzUmVxdWVzdBogLm1seGdycGMudjEuTGlzdEFkYXB0ZXJzUmVzcG9uc2USQgoHR2V0TG9hZBIaLm1seGdycGMudjEuR2V0TG9hZFJlcXVlc3QaGy5tbHhncnBjLnYxLkdldExvYWRSZXNwb25zZUJOCg5kZXYubWx4Z3JwYy52MUIVSW5mZXJlbmNlU2VydmljZVByb3RvUAFaI21seGdycGMuZGV2L2dvL21seGdycGMvdjE7bWx4Z3JwY3YxYgZwcm90bzM", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
+  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIuQDCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSMwoPcmVzcG9uc2VfZm9ybWF0GA0gASgLMhoubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdBIPCgdhZGFwdGVyGA4gASgJEhAKCHByaW9yaXR5GA8gASgFQggKBnByb21wdCJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSLLAQoKVG9rZW5EZWx0YRIRCgl0b2tlbl9pZHMYASADKAUSDAoEdGV4dBgCIAEoCRIqCghsb2dwcm9icxgDIAMoCzIYLm1seGdycGMudjEuVG9rZW5Mb2dwcm9iEhEKCXJlYXNvbmluZxgEIAEoCRIzChB0b29sX2NhbGxfZGVsdGFzGAUgAygLMhkubWx4Z3JwYy52MS5Ub29sQ2FsbERlbHRhEigKCnRvb2xfY2FsbHMYBiADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsIssBChJHZW5lcmF0aW9uRmluaXNoZWQSKAoGcmVhc29uGAEgASgOMhgubWx4Z3JwYy52MS5GaW5pc2hSZWFzb24SFQoNc3RvcF9zZXF1ZW5jZRgCIAEoCRIaCg1zdG9wX3Rva2VuX2lkGAMgASgFSACIAQESIAoFdXNhZ2UYBCABKAsyES5tbHhncnBjLnYxLlVzYWdlEiQKB3RpbWluZ3MYBSABKAsyEy5tbHhncnBjLnYxLlRpbWluZ3NCEAoOX3N0b3BfdG9rZW5faWQiqgEKEEdlbmVyYXRlUmVzcG9uc2USMAoHc3RhcnRlZBgBIAEoCzIdLm1seGdycGMudjEuR2VuZXJhdGlvblN0YXJ0ZWRIABInCgVkZWx0YRgCIAEoCzIWLm1seGdycGMudjEuVG9rZW5EZWx0YUgAEjIKCGZpbmlzaGVkGAMgASgLMh4ubWx4Z3JwYy52MS5HZW5lcmF0aW9uRmluaXNoZWRIAEIHCgVldmVudCLMAQoMRW1iZWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEg4KBmlucHV0cxgCIAMoCRITCgtpbnN0cnVjdGlvbhgDIAEoCRIWCglub3JtYWxpemUYBCABKAhIAIgBARISCgpkaW1lbnNpb25zGAUgASgFEhIKCnJlcXVlc3RfaWQYBiABKAkSEAoIcHJpb3JpdHkYByABKAUSKAoIdHJ1bmNhdGUYCCABKA4yFi5tbHhncnBjLnYxLlRydW5jYXRpb25CDAoKX25vcm1hbGl6ZSJBCg1FbWJlZFJlc3BvbnNlEg0KBWluZGV4GAEgASgFEhEKCWVtYmVkZGluZxgCIAMoAhIOCgZ0b2tlbnMYAyABKAUinwEKDVJlcmFua1JlcXVlc3QSDQoFbW9kZWwYASABKAkSDQoFcXVlcnkYAiABKAkSEQoJZG9jdW1lbnRzGAMgAygJEg0KBXRvcF9uGAQgASgFEigKCHRydW5jYXRlGAUgASgOMhYubWx4Z3JwYy52MS5UcnVuY2F0aW9uEhIKCnJlcXVlc3RfaWQYBiABKAkSEAoIcHJpb3JpdHkYByABKAUiSgoOUmVyYW5rUmVzcG9uc2USDQoFbW9kZWwYASABKAkSKQoHcmVzdWx0cxgCIAMoCzIYLm1seGdycGMudjEuUmVyYW5rUmVzdWx0IjwKDFJlcmFua1Jlc3VsdBINCgVpbmRleBgBIAEoBRINCgVzY29yZRgCIAEoAhIOCgZ0b2tlbnMYAyABKAUisQEKD1ByZWZldGNoUmVxdWVzdBINCgVtb2RlbBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg4KBHRleHQYAyABKAlIABImCgZ0b2tlbnMYBCABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgFIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASDwoHYWRhcHRlchgGIAEoCUIICgZwcm9tcHQiZQoQUHJlZmV0Y2hSZXNwb25zZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgFEhUKDWNhY2hlZF90b2tlbnMYAiABKAUSIwoEdGllchgDIAEoDjIVLm1seGdycGMudjEuQ2FjaGVUaWVyIjgKE0Nsb3NlU2Vzc2lvblJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCSInChRDbG9zZVNlc3Npb25SZXNwb25zZRIPCgdlbnRyaWVzGAEgASgFIiMKDUNhbmNlbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCSIjCg5DYW5jZWxSZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgiJAoTR2V0TW9kZWxJbmZvUmVxdWVzdBINCgVtb2RlbBgBIAEoCSI7ChRHZXRNb2RlbEluZm9SZXNwb25zZRIjCgRpbmZvGAEgASgLMhUubWx4Z3JwYy52MS5Nb2RlbEluZm8iWQoRUGxhbk1lbW9yeVJlcXVlc3QSDQoFbW9kZWwYASABKAkSFgoOY29udGV4dF90b2tlbnMYAiABKAMSHQoVbWF4X2dlbmVyYXRpb25fdG9rZW5zGAMgASgDIjoKElBsYW5NZW1vcnlSZXNwb25zZRIkCgRwbGFuGAEgASgLMhYubWx4Z3JwYy52MS5NZW1vcnlQbGFuIkoKD1Rva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIMCgR0ZXh0GAIgASgJEhoKEmFkZF9zcGVjaWFsX3Rva2VucxgDIAEoCCI1ChBUb2tlbml6ZVJlc3BvbnNlEhEKCXRva2VuX2lkcxgBIAMoBRIOCgZ0b2tlbnMYAiADKAkiUgoRRGV0b2tlbml6ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEQoJdG9rZW5faWRzGAIgAygFEhsKE3NraXBfc3BlY2lhbF90b2tlbnMYAyABKAgiIgoSRGV0b2tlbml6ZVJlc3BvbnNlEgwKBHRleHQYASABKAkiEwoRTGlzdE1vZGVsc1JlcXVlc3QiOwoSTGlzdE1vZGVsc1Jlc3BvbnNlEiUKBm1vZGVscxgBIAMoCzIVLm1seGdycGMudjEuTW9kZWxJbmZvIj8KEkxvYWRBZGFwdGVyUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIMCgRuYW1lGAIgASgJEgwKBHBhdGgYAyABKAkiUAoTTG9hZEFkYXB0ZXJSZXNwb25zZRIoCgdhZGFwdGVyGAEgASgLMhcubWx4Z3JwYy52MS5BZGFwdGVySW5mbxIPCgdldmljdGVkGAIgAygJIjMKFFVubG9hZEFkYXB0ZXJSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBG5hbWUYAiABKAkiQQoVVW5sb2FkQWRhcHRlclJlc3BvbnNlEigKB2FkYXB0ZXIYASABKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvIiQKE0xpc3RBZGFwdGVyc1JlcXVlc3QSDQoFbW9kZWwYASABKAkiZgoUTGlzdEFkYXB0ZXJzUmVzcG9uc2USDQoFbW9kZWwYASABKAkSKQoIYWRhcHRlcnMYAiADKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvEhQKDG1heF9hZGFwdGVycxgDIAEoBSIfCg5HZXRMb2FkUmVxdWVzdBINCgVtb2RlbBgBIAEoCSJQCg9HZXRMb2FkUmVzcG9uc2USJQoGbW9kZWxzGAEgAygLMhUubWx4Z3JwYy52MS5Nb2RlbExvYWQSFgoOdXB0aW1lX3NlY29uZHMYAiABKAEivwUKCU1vZGVsTG9hZBINCgVtb2RlbBgBIAEoCRIYChBydW5uaW5nX3JlcXVlc3RzGAIgASgFEhgKEHdhaXRpbmdfcmVxdWVzdHMYAyABKAUSHAoUbWF4X3J1bm5pbmdfcmVxdWVzdHMYBCABKAUSFgoOa3ZfY2FjaGVfYnl0ZXMYBSABKAMSFgoOcmVzZXJ2ZWRfYnl0ZXMYBiABKAMSGwoTbWVtb3J5X2J1ZGdldF9ieXRlcxgHIAEoAxIcChRwcmVmaXhfY2FjaGVfZW50cmllcxgIIAEoBRIaChJwcmVmaXhfY2FjaGVfYnl0ZXMYCSABKAMSGQoRcHJlZml4X2NhY2hlX2hpdHMYCiABKAMSGwoTcHJlZml4X2NhY2hlX21pc3NlcxgLIAEoAxIdChVwcmVmaXhfY2FjaGVfaGl0X3JhdGUYDCABKAESIwobZ2VuZXJhdGVkX3Rva2Vuc19wZXJfc2Vjb25kGA0gASgBEhgKEGdlbmVyYXRlZF90b2tlbnMYDiABKAMSJwoHdGVuYW50cxgPIAMoCzIWLm1seGdycGMudjEuVGVuYW50TG9hZBIgChhwcmVmaXhfY2FjaGVfbWVtb3J5X2hpdHMYECABKAMSHgoWcHJlZml4X2NhY2hlX2Rpc2tfaGl0cxgRIAEoAxIhChlwcmVmaXhfY2FjaGVfZGlza19lbnRyaWVzGBIgASgFEh8KF3ByZWZpeF9jYWNoZV9kaXNrX2J5dGVzGBMgASgDEiAKGHByZWZpeF9jYWNoZV9kaXNrX3dyaXRlcxgUIAEoAxIjChtwcmVmaXhfY2FjaGVfZGlza19ldmljdGlvbnMYFSABKAMSJwofcHJlZml4X2NhY2hlX2Rpc2tfY29ycnVwdF9maWxlcxgWIAEoAxIVCg1vcGVuX3Nlc3Npb25zGBcgASgFIrwBCgpUZW5hbnRMb2FkEg4KBnRlbmFudBgBIAEoCRIYChBydW5uaW5nX3JlcXVlc3RzGAIgASgFEhgKEHdhaXRpbmdfcmVxdWVzdHMYAyABKAUSGgoSaW5fZmxpZ2h0X3JlcXVlc3RzGAQgASgFEhoKEnRva2Vuc19sYXN0X21pbnV0ZRgFIAEoAxIYChBnZW5lcmF0ZWRfdG9rZW5zGAYgASgDEhgKEHJlZnVzZWRfcmVxdWVzdHMYByABKAMqUQoKVHJ1bmNhdGlvbhIaChZUUlVOQ0FUSU9OX1VOU1BFQ0lGSUVEEAASEgoOVFJVTkNBVElPTl9FTkQQARITCg9UUlVOQ0FUSU9OX05PTkUQAipTCglDYWNoZVRpZXISGgoWQ0FDSEVfVElFUl9VTlNQRUNJRklFRBAAEhUKEUNBQ0hFX1RJRVJfTUVNT1JZEAESEwoPQ0FDSEVfVElFUl9ESVNLEAIy9QgKEEluZmVyZW5jZVNlcnZpY2USRwoIR2VuZXJhdGUSGy5tbHhncnBjLnYxLkdlbmVyYXRlUmVxdWVzdBocLm1seGdycGMudjEuR2VuZXJhdGVSZXNwb25zZTABEj4KBUVtYmVkEhgubWx4Z3JwYy52MS5FbWJlZFJlcXVlc3QaGS5tbHhncnBjLnYxLkVtYmVkUmVzcG9uc2UwARI/CgZSZXJhbmsSGS5tbHhncnBjLnYxLlJlcmFua1JlcXVlc3QaGi5tbHhncnBjLnYxLlJlcmFua1Jlc3BvbnNlEj8KBkNhbmNlbBIZLm1seGdycGMudjEuQ2FuY2VsUmVxdWVzdBoaLm1seGdycGMudjEuQ2FuY2VsUmVzcG9uc2USUQoMR2V0TW9kZWxJbmZvEh8ubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXF1ZXN0GiAubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXNwb25zZRJLCgpQbGFuTWVtb3J5Eh0ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVxdWVzdBoeLm1seGdycGMudjEuUGxhbk1lbW9yeVJlc3BvbnNlEkUKCFRva2VuaXplEhsubWx4Z3JwYy52MS5Ub2tlbml6ZVJlcXVlc3QaHC5tbHhncnBjLnYxLlRva2VuaXplUmVzcG9uc2USSwoKRGV0b2tlbml6ZRIdLm1seGdycGMudjEuRGV0b2tlbml6ZVJlcXVlc3QaHi5tbHhncnBjLnYxLkRldG9rZW5pemVSZXNwb25zZRJLCgpMaXN0TW9kZWxzEh0ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLm1seGdycGMudjEuTGlzdE1vZGVsc1Jlc3BvbnNlEk4KC0xvYWRBZGFwdGVyEh4ubWx4Z3JwYy52MS5Mb2FkQWRhcHRlclJlcXVlc3QaHy5tbHhncnBjLnYxLkxvYWRBZGFwdGVyUmVzcG9uc2USVAoNVW5sb2FkQWRhcHRlchIgLm1seGdycGMudjEuVW5sb2FkQWRhcHRlclJlcXVlc3QaIS5tbHhncnBjLnYxLlVubG9hZEFkYXB0ZXJSZXNwb25zZRJRCgxMaXN0QWRhcHRlcnMSHy5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1JlcXVlc3QaIC5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1Jlc3BvbnNlEkIKB0dldExvYWQSGi5tbHhncnBjLnYxLkdldExvYWRSZXF1ZXN0GhsubWx4Z3JwYy52MS5HZXRMb2FkUmVzcG9uc2USRQoIUHJlZmV0Y2gSGy5tbHhncnBjLnYxLlByZWZldGNoUmVxdWVzdBocLm1seGdycGMudjEuUHJlZmV0Y2hSZXNwb25zZRJRCgxDbG9zZVNlc3Npb24SHy5tbHhncnBjLnYxLkNsb3NlU2Vzc2lvblJlcXVlc3QaIC5tbHhncnBjLnYxLkNsb3NlU2Vzc2lvblJlc3BvbnNlQk4KDmRldi5tbHhncnBjLnYxQhVJbmZlcmVuY2VTZXJ2aWNlUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
 
 /**
  * A request to generate text.
@@ -39,7 +39,9 @@ export type GenerateRequest = Message<"mlxgrpc.v1.GenerateRequest"> & {
 
   /**
    * Groups requests of one conversation (at most 128 characters). A hint for
-   * prefix-cache affinity; it never changes the output.
+   * prefix-cache affinity: the prefixes a session's requests store are the last the
+   * memory tier evicts until CloseSession (or --session-idle seconds without a
+   * request). It never changes the output.
    *
    * @generated from field: string session_id = 3;
    */
@@ -586,6 +588,159 @@ export const RerankResultSchema: GenMessage<RerankResult> = /*@__PURE__*/
   messageDesc(file_mlxgrpc_v1_inference_service, 9);
 
 /**
+ * A request to prefetch a prompt's cached prefix into memory.
+ *
+ * @generated from message mlxgrpc.v1.PrefetchRequest
+ */
+export type PrefetchRequest = Message<"mlxgrpc.v1.PrefetchRequest"> & {
+  /**
+   * The generation model; empty selects the default.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * The session the prompt belongs to (at most 128 characters; optional): the entry
+   * brought into memory takes its affinity, as a Generate of the session would.
+   *
+   * @generated from field: string session_id = 2;
+   */
+  sessionId: string;
+
+  /**
+   * The prompt, as in GenerateRequest. Exactly one must be set.
+   *
+   * @generated from oneof mlxgrpc.v1.PrefetchRequest.prompt
+   */
+  prompt: {
+    /**
+     * Raw text, tokenized with the model's tokenizer (no chat template).
+     *
+     * @generated from field: string text = 3;
+     */
+    value: string;
+    case: "text";
+  } | {
+    /**
+     * Token ids, used as they are.
+     *
+     * @generated from field: mlxgrpc.v1.TokenIds tokens = 4;
+     */
+    value: TokenIds;
+    case: "tokens";
+  } | {
+    /**
+     * Chat messages rendered with the model's chat template plus its generation prompt.
+     *
+     * @generated from field: mlxgrpc.v1.ChatMessages chat = 5;
+     */
+    value: ChatMessages;
+    case: "chat";
+  } | { case: undefined; value?: undefined };
+
+  /**
+   * The loaded adapter the later Generate will name (prefixes are kept per adapter);
+   * empty: the base model.
+   *
+   * @generated from field: string adapter = 6;
+   */
+  adapter: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.PrefetchRequest.
+ * Use `create(PrefetchRequestSchema)` to create a new message.
+ */
+export const PrefetchRequestSchema: GenMessage<PrefetchRequest> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 10);
+
+/**
+ * The result of a Prefetch.
+ *
+ * @generated from message mlxgrpc.v1.PrefetchResponse
+ */
+export type PrefetchResponse = Message<"mlxgrpc.v1.PrefetchResponse"> & {
+  /**
+   * Tokens in the prompt after templating and tokenization.
+   *
+   * @generated from field: int32 prompt_tokens = 1;
+   */
+  promptTokens: number;
+
+  /**
+   * Prompt tokens a Generate of this prompt would now take from memory (at most
+   * prompt_tokens - 1: the last token is always computed).
+   *
+   * @generated from field: int32 cached_tokens = 2;
+   */
+  cachedTokens: number;
+
+  /**
+   * Where those tokens were found.
+   *
+   * @generated from field: mlxgrpc.v1.CacheTier tier = 3;
+   */
+  tier: CacheTier;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.PrefetchResponse.
+ * Use `create(PrefetchResponseSchema)` to create a new message.
+ */
+export const PrefetchResponseSchema: GenMessage<PrefetchResponse> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 11);
+
+/**
+ * A request to end a session's prefix-cache affinity.
+ *
+ * @generated from message mlxgrpc.v1.CloseSessionRequest
+ */
+export type CloseSessionRequest = Message<"mlxgrpc.v1.CloseSessionRequest"> & {
+  /**
+   * The generation model; empty selects the default.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * The session to close (the GenerateRequest.session_id its requests named).
+   *
+   * @generated from field: string session_id = 2;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.CloseSessionRequest.
+ * Use `create(CloseSessionRequestSchema)` to create a new message.
+ */
+export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 12);
+
+/**
+ * The result of a CloseSession.
+ *
+ * @generated from message mlxgrpc.v1.CloseSessionResponse
+ */
+export type CloseSessionResponse = Message<"mlxgrpc.v1.CloseSessionResponse"> & {
+  /**
+   * Prefix-cache entries that lost the session's affinity (0: no such open session).
+   *
+   * @generated from field: int32 entries = 1;
+   */
+  entries: number;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.CloseSessionResponse.
+ * Use `create(CloseSessionResponseSchema)` to create a new message.
+ */
+export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 13);
+
+/**
  * A request to cancel a Generate or Embed.
  *
  * @generated from message mlxgrpc.v1.CancelRequest
@@ -604,7 +759,7 @@ export type CancelRequest = Message<"mlxgrpc.v1.CancelRequest"> & {
  * Use `create(CancelRequestSchema)` to create a new message.
  */
 export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 10);
+  messageDesc(file_mlxgrpc_v1_inference_service, 14);
 
 /**
  * The result of a Cancel.
@@ -626,7 +781,7 @@ export type CancelResponse = Message<"mlxgrpc.v1.CancelResponse"> & {
  * Use `create(CancelResponseSchema)` to create a new message.
  */
 export const CancelResponseSchema: GenMessage<CancelResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 11);
+  messageDesc(file_mlxgrpc_v1_inference_service, 15);
 
 /**
  * A request for a model's description.
@@ -647,7 +802,7 @@ export type GetModelInfoRequest = Message<"mlxgrpc.v1.GetModelInfoRequest"> & {
  * Use `create(GetModelInfoRequestSchema)` to create a new message.
  */
 export const GetModelInfoRequestSchema: GenMessage<GetModelInfoRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 12);
+  messageDesc(file_mlxgrpc_v1_inference_service, 16);
 
 /**
  * A model's description.
@@ -668,7 +823,7 @@ export type GetModelInfoResponse = Message<"mlxgrpc.v1.GetModelInfoResponse"> & 
  * Use `create(GetModelInfoResponseSchema)` to create a new message.
  */
 export const GetModelInfoResponseSchema: GenMessage<GetModelInfoResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 13);
+  messageDesc(file_mlxgrpc_v1_inference_service, 17);
 
 /**
  * A request for a memory plan.
@@ -704,7 +859,7 @@ export type PlanMemoryRequest = Message<"mlxgrpc.v1.PlanMemoryRequest"> & {
  * Use `create(PlanMemoryRequestSchema)` to create a new message.
  */
 export const PlanMemoryRequestSchema: GenMessage<PlanMemoryRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 14);
+  messageDesc(file_mlxgrpc_v1_inference_service, 18);
 
 /**
  * A memory plan.
@@ -725,7 +880,7 @@ export type PlanMemoryResponse = Message<"mlxgrpc.v1.PlanMemoryResponse"> & {
  * Use `create(PlanMemoryResponseSchema)` to create a new message.
  */
 export const PlanMemoryResponseSchema: GenMessage<PlanMemoryResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 15);
+  messageDesc(file_mlxgrpc_v1_inference_service, 19);
 
 /**
  * A request to tokenize text.
@@ -760,7 +915,7 @@ export type TokenizeRequest = Message<"mlxgrpc.v1.TokenizeRequest"> & {
  * Use `create(TokenizeRequestSchema)` to create a new message.
  */
 export const TokenizeRequestSchema: GenMessage<TokenizeRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 16);
+  messageDesc(file_mlxgrpc_v1_inference_service, 20);
 
 /**
  * Token ids of a text.
@@ -788,7 +943,7 @@ export type TokenizeResponse = Message<"mlxgrpc.v1.TokenizeResponse"> & {
  * Use `create(TokenizeResponseSchema)` to create a new message.
  */
 export const TokenizeResponseSchema: GenMessage<TokenizeResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 17);
+  messageDesc(file_mlxgrpc_v1_inference_service, 21);
 
 /**
  * A request to turn token ids into text.
@@ -823,7 +978,7 @@ export type DetokenizeRequest = Message<"mlxgrpc.v1.DetokenizeRequest"> & {
  * Use `create(DetokenizeRequestSchema)` to create a new message.
  */
 export const DetokenizeRequestSchema: GenMessage<DetokenizeRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 18);
+  messageDesc(file_mlxgrpc_v1_inference_service, 22);
 
 /**
  * The text of token ids.
@@ -844,7 +999,7 @@ export type DetokenizeResponse = Message<"mlxgrpc.v1.DetokenizeResponse"> & {
  * Use `create(DetokenizeResponseSchema)` to create a new message.
  */
 export const DetokenizeResponseSchema: GenMessage<DetokenizeResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 19);
+  messageDesc(file_mlxgrpc_v1_inference_service, 23);
 
 /**
  * A request to list the served models.
@@ -859,7 +1014,7 @@ export type ListModelsRequest = Message<"mlxgrpc.v1.ListModelsRequest"> & {
  * Use `create(ListModelsRequestSchema)` to create a new message.
  */
 export const ListModelsRequestSchema: GenMessage<ListModelsRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 20);
+  messageDesc(file_mlxgrpc_v1_inference_service, 24);
 
 /**
  * The served models.
@@ -880,7 +1035,7 @@ export type ListModelsResponse = Message<"mlxgrpc.v1.ListModelsResponse"> & {
  * Use `create(ListModelsResponseSchema)` to create a new message.
  */
 export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 21);
+  messageDesc(file_mlxgrpc_v1_inference_service, 25);
 
 /**
  * A request to load an adapter.
@@ -919,7 +1074,7 @@ export type LoadAdapterRequest = Message<"mlxgrpc.v1.LoadAdapterRequest"> & {
  * Use `create(LoadAdapterRequestSchema)` to create a new message.
  */
 export const LoadAdapterRequestSchema: GenMessage<LoadAdapterRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 22);
+  messageDesc(file_mlxgrpc_v1_inference_service, 26);
 
 /**
  * The result of loading an adapter.
@@ -948,7 +1103,7 @@ export type LoadAdapterResponse = Message<"mlxgrpc.v1.LoadAdapterResponse"> & {
  * Use `create(LoadAdapterResponseSchema)` to create a new message.
  */
 export const LoadAdapterResponseSchema: GenMessage<LoadAdapterResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 23);
+  messageDesc(file_mlxgrpc_v1_inference_service, 27);
 
 /**
  * A request to unload an adapter.
@@ -976,7 +1131,7 @@ export type UnloadAdapterRequest = Message<"mlxgrpc.v1.UnloadAdapterRequest"> & 
  * Use `create(UnloadAdapterRequestSchema)` to create a new message.
  */
 export const UnloadAdapterRequestSchema: GenMessage<UnloadAdapterRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 24);
+  messageDesc(file_mlxgrpc_v1_inference_service, 28);
 
 /**
  * The result of unloading an adapter.
@@ -997,7 +1152,7 @@ export type UnloadAdapterResponse = Message<"mlxgrpc.v1.UnloadAdapterResponse"> 
  * Use `create(UnloadAdapterResponseSchema)` to create a new message.
  */
 export const UnloadAdapterResponseSchema: GenMessage<UnloadAdapterResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 25);
+  messageDesc(file_mlxgrpc_v1_inference_service, 29);
 
 /**
  * A request to list a model's adapters.
@@ -1018,7 +1173,7 @@ export type ListAdaptersRequest = Message<"mlxgrpc.v1.ListAdaptersRequest"> & {
  * Use `create(ListAdaptersRequestSchema)` to create a new message.
  */
 export const ListAdaptersRequestSchema: GenMessage<ListAdaptersRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 26);
+  messageDesc(file_mlxgrpc_v1_inference_service, 30);
 
 /**
  * The adapters loaded on a model.
@@ -1053,7 +1208,7 @@ export type ListAdaptersResponse = Message<"mlxgrpc.v1.ListAdaptersResponse"> & 
  * Use `create(ListAdaptersResponseSchema)` to create a new message.
  */
 export const ListAdaptersResponseSchema: GenMessage<ListAdaptersResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 27);
+  messageDesc(file_mlxgrpc_v1_inference_service, 31);
 
 /**
  * A request for load figures.
@@ -1074,7 +1229,7 @@ export type GetLoadRequest = Message<"mlxgrpc.v1.GetLoadRequest"> & {
  * Use `create(GetLoadRequestSchema)` to create a new message.
  */
 export const GetLoadRequestSchema: GenMessage<GetLoadRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 28);
+  messageDesc(file_mlxgrpc_v1_inference_service, 32);
 
 /**
  * Load figures, one entry per generation model.
@@ -1102,7 +1257,7 @@ export type GetLoadResponse = Message<"mlxgrpc.v1.GetLoadResponse"> & {
  * Use `create(GetLoadResponseSchema)` to create a new message.
  */
 export const GetLoadResponseSchema: GenMessage<GetLoadResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 29);
+  messageDesc(file_mlxgrpc_v1_inference_service, 33);
 
 /**
  * How busy one generation model is, read from its engine thread when asked.
@@ -1218,6 +1373,65 @@ export type ModelLoad = Message<"mlxgrpc.v1.ModelLoad"> & {
    * @generated from field: repeated mlxgrpc.v1.TenantLoad tenants = 15;
    */
   tenants: TenantLoad[];
+
+  /**
+   * Prefix-cache lookups served from the memory tier, since the model loaded.
+   *
+   * @generated from field: int64 prefix_cache_memory_hits = 16;
+   */
+  prefixCacheMemoryHits: bigint;
+
+  /**
+   * Prefix-cache lookups (and prefetches) served from the disk tier, since the model
+   * loaded. 0 without --prefix-cache-dir.
+   *
+   * @generated from field: int64 prefix_cache_disk_hits = 17;
+   */
+  prefixCacheDiskHits: bigint;
+
+  /**
+   * Entries in the disk tier (files under --prefix-cache-dir for this model).
+   *
+   * @generated from field: int32 prefix_cache_disk_entries = 18;
+   */
+  prefixCacheDiskEntries: number;
+
+  /**
+   * Bytes of the disk tier's files (at most --prefix-cache-disk-bytes).
+   *
+   * @generated from field: int64 prefix_cache_disk_bytes = 19;
+   */
+  prefixCacheDiskBytes: bigint;
+
+  /**
+   * Entries written to the disk tier since the model loaded.
+   *
+   * @generated from field: int64 prefix_cache_disk_writes = 20;
+   */
+  prefixCacheDiskWrites: bigint;
+
+  /**
+   * Entries deleted from the disk tier to keep it under its byte limit (or covered by
+   * a longer entry) since the model loaded.
+   *
+   * @generated from field: int64 prefix_cache_disk_evictions = 21;
+   */
+  prefixCacheDiskEvictions: bigint;
+
+  /**
+   * Files found corrupt, truncated or foreign since the model loaded (each deleted,
+   * never served).
+   *
+   * @generated from field: int64 prefix_cache_disk_corrupt_files = 22;
+   */
+  prefixCacheDiskCorruptFiles: bigint;
+
+  /**
+   * Sessions whose prefixes hold affinity now.
+   *
+   * @generated from field: int32 open_sessions = 23;
+   */
+  openSessions: number;
 };
 
 /**
@@ -1225,7 +1439,7 @@ export type ModelLoad = Message<"mlxgrpc.v1.ModelLoad"> & {
  * Use `create(ModelLoadSchema)` to create a new message.
  */
 export const ModelLoadSchema: GenMessage<ModelLoad> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 30);
+  messageDesc(file_mlxgrpc_v1_inference_service, 34);
 
 /**
  * How much of one generation model one tenant uses.
@@ -1289,7 +1503,7 @@ export type TenantLoad = Message<"mlxgrpc.v1.TenantLoad"> & {
  * Use `create(TenantLoadSchema)` to create a new message.
  */
 export const TenantLoadSchema: GenMessage<TenantLoad> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 31);
+  messageDesc(file_mlxgrpc_v1_inference_service, 35);
 
 /**
  * What Embed and Rerank do with an input longer than the model's input limit.
@@ -1325,6 +1539,40 @@ export enum Truncation {
  */
 export const TruncationSchema: GenEnum<Truncation> = /*@__PURE__*/
   enumDesc(file_mlxgrpc_v1_inference_service, 0);
+
+/**
+ * Where a prefetched prefix was found.
+ *
+ * @generated from enum mlxgrpc.v1.CacheTier
+ */
+export enum CacheTier {
+  /**
+   * Nothing of the prompt is stored.
+   *
+   * @generated from enum value: CACHE_TIER_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Already in memory.
+   *
+   * @generated from enum value: CACHE_TIER_MEMORY = 1;
+   */
+  MEMORY = 1,
+
+  /**
+   * Read from the disk tier into memory.
+   *
+   * @generated from enum value: CACHE_TIER_DISK = 2;
+   */
+  DISK = 2,
+}
+
+/**
+ * Describes the enum mlxgrpc.v1.CacheTier.
+ */
+export const CacheTierSchema: GenEnum<CacheTier> = /*@__PURE__*/
+  enumDesc(file_mlxgrpc_v1_inference_service, 1);
 
 /**
  * Text generation and embeddings on MLX.
@@ -1488,6 +1736,32 @@ export const InferenceService: GenService<{
     methodKind: "unary";
     input: typeof GetLoadRequestSchema;
     output: typeof GetLoadResponseSchema;
+  },
+  /**
+   * Brings the longest stored prefix of a prompt into the prefix cache's memory tier
+   * ahead of a Generate, from the disk tier when it was spilled there or kept over a
+   * restart, so that Generate's first token does not wait on the disk. It reads the
+   * prompt as Generate does (the same tenant, adapter and template) and never
+   * generates. The prefix cache switched off is FAILED_PRECONDITION.
+   *
+   * @generated from rpc mlxgrpc.v1.InferenceService.Prefetch
+   */
+  prefetch: {
+    methodKind: "unary";
+    input: typeof PrefetchRequestSchema;
+    output: typeof PrefetchResponseSchema;
+  },
+  /**
+   * Ends a session: the prefix-cache entries its requests stored lose their affinity
+   * and are evicted like any other from then on; nothing is deleted. Session ids are
+   * scoped to the caller's tenant.
+   *
+   * @generated from rpc mlxgrpc.v1.InferenceService.CloseSession
+   */
+  closeSession: {
+    methodKind: "unary";
+    input: typeof CloseSessionRequestSchema;
+    output: typeof CloseSessionResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_mlxgrpc_v1_inference_service, 0);

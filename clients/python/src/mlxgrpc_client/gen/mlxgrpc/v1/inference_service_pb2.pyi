@@ -14,9 +14,18 @@ class Truncation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRUNCATION_UNSPECIFIED: _ClassVar[Truncation]
     TRUNCATION_END: _ClassVar[Truncation]
     TRUNCATION_NONE: _ClassVar[Truncation]
+
+class CacheTier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CACHE_TIER_UNSPECIFIED: _ClassVar[CacheTier]
+    CACHE_TIER_MEMORY: _ClassVar[CacheTier]
+    CACHE_TIER_DISK: _ClassVar[CacheTier]
 TRUNCATION_UNSPECIFIED: Truncation
 TRUNCATION_END: Truncation
 TRUNCATION_NONE: Truncation
+CACHE_TIER_UNSPECIFIED: CacheTier
+CACHE_TIER_MEMORY: CacheTier
+CACHE_TIER_DISK: CacheTier
 
 class GenerateRequest(_message.Message):
     __slots__ = ("model", "request_id", "session_id", "text", "tokens", "chat", "sampling", "stopping", "logprobs", "top_logprobs", "bypass_prefix_cache", "speculation", "response_format", "adapter", "priority")
@@ -170,6 +179,46 @@ class RerankResult(_message.Message):
     tokens: int
     def __init__(self, index: _Optional[int] = ..., score: _Optional[float] = ..., tokens: _Optional[int] = ...) -> None: ...
 
+class PrefetchRequest(_message.Message):
+    __slots__ = ("model", "session_id", "text", "tokens", "chat", "adapter")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CHAT_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    session_id: str
+    text: str
+    tokens: _generation_pb2.TokenIds
+    chat: _generation_pb2.ChatMessages
+    adapter: str
+    def __init__(self, model: _Optional[str] = ..., session_id: _Optional[str] = ..., text: _Optional[str] = ..., tokens: _Optional[_Union[_generation_pb2.TokenIds, _Mapping]] = ..., chat: _Optional[_Union[_generation_pb2.ChatMessages, _Mapping]] = ..., adapter: _Optional[str] = ...) -> None: ...
+
+class PrefetchResponse(_message.Message):
+    __slots__ = ("prompt_tokens", "cached_tokens", "tier")
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    prompt_tokens: int
+    cached_tokens: int
+    tier: CacheTier
+    def __init__(self, prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., tier: _Optional[_Union[CacheTier, str]] = ...) -> None: ...
+
+class CloseSessionRequest(_message.Message):
+    __slots__ = ("model", "session_id")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    session_id: str
+    def __init__(self, model: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class CloseSessionResponse(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: int
+    def __init__(self, entries: _Optional[int] = ...) -> None: ...
+
 class CancelRequest(_message.Message):
     __slots__ = ("request_id",)
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -317,7 +366,7 @@ class GetLoadResponse(_message.Message):
     def __init__(self, models: _Optional[_Iterable[_Union[ModelLoad, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ...) -> None: ...
 
 class ModelLoad(_message.Message):
-    __slots__ = ("model", "running_requests", "waiting_requests", "max_running_requests", "kv_cache_bytes", "reserved_bytes", "memory_budget_bytes", "prefix_cache_entries", "prefix_cache_bytes", "prefix_cache_hits", "prefix_cache_misses", "prefix_cache_hit_rate", "generated_tokens_per_second", "generated_tokens", "tenants")
+    __slots__ = ("model", "running_requests", "waiting_requests", "max_running_requests", "kv_cache_bytes", "reserved_bytes", "memory_budget_bytes", "prefix_cache_entries", "prefix_cache_bytes", "prefix_cache_hits", "prefix_cache_misses", "prefix_cache_hit_rate", "generated_tokens_per_second", "generated_tokens", "tenants", "prefix_cache_memory_hits", "prefix_cache_disk_hits", "prefix_cache_disk_entries", "prefix_cache_disk_bytes", "prefix_cache_disk_writes", "prefix_cache_disk_evictions", "prefix_cache_disk_corrupt_files", "open_sessions")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
@@ -333,6 +382,14 @@ class ModelLoad(_message.Message):
     GENERATED_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TENANTS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_MEMORY_HITS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_DISK_HITS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_DISK_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_DISK_WRITES_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_DISK_EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_DISK_CORRUPT_FILES_FIELD_NUMBER: _ClassVar[int]
+    OPEN_SESSIONS_FIELD_NUMBER: _ClassVar[int]
     model: str
     running_requests: int
     waiting_requests: int
@@ -348,7 +405,15 @@ class ModelLoad(_message.Message):
     generated_tokens_per_second: float
     generated_tokens: int
     tenants: _containers.RepeatedCompositeFieldContainer[TenantLoad]
-    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., max_running_requests: _Optional[int] = ..., kv_cache_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., prefix_cache_entries: _Optional[int] = ..., prefix_cache_bytes: _Optional[int] = ..., prefix_cache_hits: _Optional[int] = ..., prefix_cache_misses: _Optional[int] = ..., prefix_cache_hit_rate: _Optional[float] = ..., generated_tokens_per_second: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., tenants: _Optional[_Iterable[_Union[TenantLoad, _Mapping]]] = ...) -> None: ...
+    prefix_cache_memory_hits: int
+    prefix_cache_disk_hits: int
+    prefix_cache_disk_entries: int
+    prefix_cache_disk_bytes: int
+    prefix_cache_disk_writes: int
+    prefix_cache_disk_evictions: int
+    prefix_cache_disk_corrupt_files: int
+    open_sessions: int
+    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., max_running_requests: _Optional[int] = ..., kv_cache_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., prefix_cache_entries: _Optional[int] = ..., prefix_cache_bytes: _Optional[int] = ..., prefix_cache_hits: _Optional[int] = ..., prefix_cache_misses: _Optional[int] = ..., prefix_cache_hit_rate: _Optional[float] = ..., generated_tokens_per_second: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., tenants: _Optional[_Iterable[_Union[TenantLoad, _Mapping]]] = ..., prefix_cache_memory_hits: _Optional[int] = ..., prefix_cache_disk_hits: _Optional[int] = ..., prefix_cache_disk_entries: _Optional[int] = ..., prefix_cache_disk_bytes: _Optional[int] = ..., prefix_cache_disk_writes: _Optional[int] = ..., prefix_cache_disk_evictions: _Optional[int] = ..., prefix_cache_disk_corrupt_files: _Optional[int] = ..., open_sessions: _Optional[int] = ...) -> None: ...
 
 class TenantLoad(_message.Message):
     __slots__ = ("tenant", "running_requests", "waiting_requests", "in_flight_requests", "tokens_last_minute", "generated_tokens", "refused_requests")

@@ -108,6 +108,16 @@ class InferenceServiceStub:
                 request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadRequest.SerializeToString,
                 response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadResponse.FromString,
                 _registered_method=True)
+        self.Prefetch = channel.unary_unary(
+                '/mlxgrpc.v1.InferenceService/Prefetch',
+                request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.PrefetchRequest.SerializeToString,
+                response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.PrefetchResponse.FromString,
+                _registered_method=True)
+        self.CloseSession = channel.unary_unary(
+                '/mlxgrpc.v1.InferenceService/CloseSession',
+                request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.CloseSessionRequest.SerializeToString,
+                response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.CloseSessionResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServiceServicer:
@@ -232,6 +242,26 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Prefetch(self, request, context):
+        """Brings the longest stored prefix of a prompt into the prefix cache's memory tier
+        ahead of a Generate, from the disk tier when it was spilled there or kept over a
+        restart, so that Generate's first token does not wait on the disk. It reads the
+        prompt as Generate does (the same tenant, adapter and template) and never
+        generates. The prefix cache switched off is FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseSession(self, request, context):
+        """Ends a session: the prefix-cache entries its requests stored lose their affinity
+        and are evicted like any other from then on; nothing is deleted. Session ids are
+        scoped to the caller's tenant.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -299,6 +329,16 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.GetLoad,
                     request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadRequest.FromString,
                     response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadResponse.SerializeToString,
+            ),
+            'Prefetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prefetch,
+                    request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.PrefetchRequest.FromString,
+                    response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.PrefetchResponse.SerializeToString,
+            ),
+            'CloseSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseSession,
+                    request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.CloseSessionRequest.FromString,
+                    response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.CloseSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -661,6 +701,60 @@ class InferenceService:
             '/mlxgrpc.v1.InferenceService/GetLoad',
             mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadRequest.SerializeToString,
             mlxgrpc_dot_v1_dot_inference__service__pb2.GetLoadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prefetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxgrpc.v1.InferenceService/Prefetch',
+            mlxgrpc_dot_v1_dot_inference__service__pb2.PrefetchRequest.SerializeToString,
+            mlxgrpc_dot_v1_dot_inference__service__pb2.PrefetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxgrpc.v1.InferenceService/CloseSession',
+            mlxgrpc_dot_v1_dot_inference__service__pb2.CloseSessionRequest.SerializeToString,
+            mlxgrpc_dot_v1_dot_inference__service__pb2.CloseSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

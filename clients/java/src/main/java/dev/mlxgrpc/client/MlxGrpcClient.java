@@ -2,6 +2,7 @@ package dev.mlxgrpc.client;
 
 import dev.mlxgrpc.v1.AdapterInfo;
 import dev.mlxgrpc.v1.CancelRequest;
+import dev.mlxgrpc.v1.CloseSessionRequest;
 import dev.mlxgrpc.v1.EmbedRequest;
 import dev.mlxgrpc.v1.EmbedResponse;
 import dev.mlxgrpc.v1.GenerateRequest;
@@ -20,6 +21,8 @@ import dev.mlxgrpc.v1.MemoryPlan;
 import dev.mlxgrpc.v1.ModelInfo;
 import dev.mlxgrpc.v1.ModelLoad;
 import dev.mlxgrpc.v1.PlanMemoryRequest;
+import dev.mlxgrpc.v1.PrefetchRequest;
+import dev.mlxgrpc.v1.PrefetchResponse;
 import dev.mlxgrpc.v1.RerankRequest;
 import dev.mlxgrpc.v1.RerankResponse;
 import dev.mlxgrpc.v1.UnloadAdapterRequest;
@@ -253,6 +256,60 @@ public final class MlxGrpcClient implements AutoCloseable {
     PlanMemoryRequest request =
         PlanMemoryRequest.newBuilder().setModel(model).setContextTokens(contextTokens).build();
     return unary(stub -> stub.planMemory(request)).getPlan();
+  }
+
+  /**
+   * Brings the longest stored prefix of the request's prompt into the prefix cache's memory tier
+   * (from the disk tier if need be) ahead of a Generate; nothing is generated. The prompt is set
+   * as on a Generate request ({@code setText}, {@code setTokens}, {@code setChat}: templated as
+   * Generate would), with the {@code model}, {@code sessionId} (the entry takes the session's
+   * affinity) and {@code adapter} the Generate will name. The response has {@code
+   * getPromptTokens()}, {@code getCachedTokens()} (at most promptTokens - 1) and {@code getTier()}:
+   * {@code CACHE_TIER_MEMORY}, {@code CACHE_TIER_DISK}, or {@code CACHE_TIER_UNSPECIFIED} when
+   * nothing of the prompt is stored. No prompt is INVALID_ARGUMENT; the prefix cache switched off
+   * is FAILED_PRECONDITION.
+   */
+  public PrefetchResponse prefetch(PrefetchRequest request) {
+    return unary(stub -> stub.prefetch(request));
+  }
+
+  /** Prefetches the prompt, model, session id and adapter that {@code generate} would send. */
+  public PrefetchResponse prefetch(GenerateRequest generate) {
+    return prefetch(prefetchRequest(generate));
+  }
+
+  /** The PrefetchRequest of a Generate request's prompt, model, session id and adapter. */
+  static PrefetchRequest prefetchRequest(GenerateRequest generate) {
+    PrefetchRequest.Builder request = PrefetchRequest.newBuilder()
+        .setModel(generate.getModel())
+        .setSessionId(generate.getSessionId())
+        .setAdapter(generate.getAdapter());
+    switch (generate.getPromptCase()) {
+      case TEXT -> request.setText(generate.getText());
+      case TOKENS -> request.setTokens(generate.getTokens());
+      case CHAT -> request.setChat(generate.getChat());
+      default -> { } // no prompt: the server refuses it (INVALID_ARGUMENT)
+    }
+    return request.build();
+  }
+
+  /**
+   * Ends session {@code sessionId} (the {@code sessionId} its Generate requests named) on {@code
+   * model} (empty: the default generation model): the prefix-cache entries its requests stored
+   * lose their eviction affinity; nothing is deleted. Returns how many entries did (0: no such
+   * open session).
+   */
+  public int closeSession(String model, String sessionId) {
+    CloseSessionRequest request = CloseSessionRequest.newBuilder()
+        .setModel(model == null ? "" : model)
+        .setSessionId(sessionId)
+        .build();
+    return unary(stub -> stub.closeSession(request)).getEntries();
+  }
+
+  /** Ends session {@code sessionId} on the default generation model; see {@link #closeSession(String, String)}. */
+  public int closeSession(String sessionId) {
+    return closeSession("", sessionId);
   }
 
   /**
