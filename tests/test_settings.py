@@ -39,8 +39,8 @@ def test_every_flag_reaches_its_field(cls):
         elif isinstance(default, enum.Enum):
             argv += [flag_of(f), "off"]
             expected[f.name] = SpeculationMode.OFF
-        elif f.metadata["choices"]:  # a string out of a few: the last one
-            argv += [flag_of(f), f.metadata["choices"][-1]]
+        elif f.metadata["choices"]:  # one out of a few: the last one
+            argv += [flag_of(f), str(f.metadata["choices"][-1])]
             expected[f.name] = f.metadata["choices"][-1]
         elif f.metadata["type"] is str or isinstance(default, str):
             argv += [flag_of(f), "/x"]

@@ -185,9 +185,11 @@ def from_host(entry: HostEntry) -> list[Any]:
     from mlx.utils import tree_unflatten
     from mlx_lm.models import cache as cache_module
 
+    from . import quantized_kv
+
     caches = []
     for name, leaves in zip(entry.classes, entry.leaves):
-        cls = getattr(cache_module, name, None)
+        cls = getattr(quantized_kv, name, None) or getattr(cache_module, name, None)
         if not isinstance(cls, type) or not hasattr(cls, "from_state"):
             raise BadEntry(f"names an unknown cache class {name!r}")
         flat = []

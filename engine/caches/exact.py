@@ -12,7 +12,7 @@ from typing import Any
 
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_map
-from mlx_lm.models.cache import KVCache
+from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
 _PAGE = resource.getpagesize()
 
@@ -23,6 +23,9 @@ def exact(caches: list[Any]) -> list[Any]:
         if type(cache) is KVCache and cache.keys is not None and cache.offset < cache.keys.shape[2]:
             cache.keys = cache.keys[..., : cache.offset, :]
             cache.values = cache.values[..., : cache.offset, :]
+        elif isinstance(cache, QuantizedKVCache) and cache.keys is not None and cache.offset < cache.keys[0].shape[2]:
+            cache.keys = tuple(x[..., : cache.offset, :] for x in cache.keys)
+            cache.values = tuple(x[..., : cache.offset, :] for x in cache.values)
     mx.eval(arrays(caches))
     views = [cache.state for cache in caches]  # kept alive until copied: MLX may not donate their buffers
     for cache, state in zip(caches, views):

@@ -15,10 +15,11 @@ from .disk_format import FORMAT
 _SAMPLE = 1 << 20  # bytes read from each end of each weight file
 
 
-def model_fingerprint(artifact: Path, config: dict[str, Any], dtype: str, kernels: dict[str, int]) -> str:
+def model_fingerprint(artifact: Path, config: dict[str, Any], dtype: str, kernels: dict[str, int],
+                      kv_bits: int = 0) -> str:
     digest = hashlib.sha256()
     facts = {"format": FORMAT, "mlx": version("mlx"), "mlx_lm": version("mlx-lm"), "dtype": dtype,
-             "kernels": sorted(kernels.items()), "config": config}
+             "kernels": sorted(kernels.items()), "config": config, "kv_bits": kv_bits}
     digest.update(json.dumps(facts, sort_keys=True, default=str).encode())
     weights = sorted(p for p in Path(artifact).glob("*") if p.suffix in (".safetensors", ".gguf", ".npz"))
     for path in weights:

@@ -51,6 +51,7 @@ from .scheduling.reuse import is_base, namespace_of, session_of
 from .prefetch import Prefetched, prefetch
 from ..caches.disk import DiskTier
 from ..caches.fingerprint import model_fingerprint
+from ..caches.quantized_kv import check_kv_bits, make_caches
 
 log = logging.getLogger("engine.generation.engine")
 
@@ -120,7 +121,10 @@ class GenerationEngine:
         """Engine thread."""
         loaded = load_generation_model(self.source, name=self.name, dtype=self.config.dtype,
                                        dequantize=self.config.dequantize)
-        self._facts = facts_from_model(loaded.model, loaded.config)
+        bits = self.config.scheduler.kv_bits
+        if bits:
+            check_kv_bits(loaded.model, bits, loaded.name)
+        self._facts = facts_from_model(loaded.model, loaded.config, lambda model: make_caches(model, bits))
         self._decode = calibrate_decode(loaded.model, self._facts)
         self._rolls_back = loaded.traits.can_roll_back
         if self.config.draft_model:
@@ -140,7 +144,7 @@ class GenerationEngine:
     def _scheduler(self, loaded: LoadedModel) -> Scheduler:
         tokenizer, sc = loaded.tokenizer, self.config.scheduler
         if sc.prefix_cache_dir and sc.prefix_cache_bytes > 0:
-            fingerprint = model_fingerprint(loaded.artifact, loaded.config, loaded.dtype, loaded.kernels)
+            fingerprint = model_fingerprint(loaded.artifact, loaded.config, loaded.dtype, loaded.kernels, sc.kv_bits)
             self.disk = DiskTier(sc.prefix_cache_dir, sc.prefix_cache_disk_bytes, fingerprint,
                                  trimmable=loaded.traits.can_roll_back)
         drafter = (DraftModel(self._draft.model, self.config.scheduler.prefill_chunk)

@@ -37,8 +37,11 @@ class KernelModel:
 
 def _attention(original):
     def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
-        if _active.get() and not hasattr(cache, "bits"):
-            out = ops.attention(queries, keys, values, scale=scale, mask=mask, sinks=sinks)
+        if _active.get():
+            if hasattr(cache, "bits"):
+                out = ops.cache_attention(queries, cache, scale=scale, mask=mask, sinks=sinks)
+            else:
+                out = ops.attention(queries, keys, values, scale=scale, mask=mask, sinks=sinks)
             if out is not None:
                 return out
         return original(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)

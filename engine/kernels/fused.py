@@ -103,7 +103,10 @@ class FusedAttention(nn.Module):
                                  rope.offsets(cache.offset if cache is not None else 0), *norms)
         if cache is not None:
             k, v = cache.update_and_fetch(k, v)
-        out = None if hasattr(cache, "bits") else ops.attention(q, k, v, scale=self.scale, mask=mask, flat=True)
+        if hasattr(cache, "bits"):
+            out = ops.cache_attention(q, cache, scale=self.scale, mask=mask, flat=True)
+        else:
+            out = ops.attention(q, k, v, scale=self.scale, mask=mask, flat=True)
         if out is None:
             out = scaled_dot_product_attention(q, k, v, cache=cache, scale=self.scale, mask=mask)
             out = out.transpose(0, 2, 1, 3).reshape(B, L, -1)

@@ -36,6 +36,34 @@ def attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask=None,
     return ext().attention(q, k, v, scale, False, 0, mask, flat, None)
 
 
+def cache_attention(q: mx.array, cache, *, scale: float, mask=None, sinks=None, flat: bool = False) -> mx.array | None:
+    """Attention over a quantized cache's buffers as they are, up to its length (the
+    slices its ``update_and_fetch`` returned are then never computed)."""
+    length = cache._idx if hasattr(cache, "_idx") else cache.offset
+    return quantized_attention(q, cache.keys, cache.values, scale=scale, mask=mask, group_size=cache.group_size,
+                               bits=cache.bits, sinks=sinks, flat=flat, length=int(length))
+
+
+def quantized_attention(q: mx.array, k: tuple, v: tuple, *, scale: float, mask=None, group_size: int, bits: int,
+                        sinks=None, flat: bool = False, length: int = -1) -> mx.array | None:
+    """mlx-lm's quantized SDPA over (codes, scales, biases) keys and values (the first ``length``)."""
+    if sinks is not None or q.dtype != F32 or any(x.dtype != F32 for x in (*k[1:], *v[1:])):
+        return None
+    if group_size % (2 * ext().simd_width) or bits not in (4, 8):
+        return None
+    causal = False
+    if isinstance(mask, str):
+        if mask != "causal":
+            return None
+        causal, mask = True, None
+    elif mask is not None:
+        if mask.ndim > 4:
+            return None
+        if mask.dtype != mx.bool_:
+            mask = mask.astype(F32)
+    return ext().attention_quantized(q, list(k), list(v), group_size, bits, scale, causal, mask, flat, length)
+
+
 @dataclass(frozen=True)
 class RopeSpec:
     """How a RoPE module rotates; frequencies computed as mx.fast.rope's CPU path does, to match exactly."""

@@ -106,11 +106,11 @@ def _activation_dtype_bytes(model: nn.Module) -> int:
     return max(counts, key=counts.__getitem__).size
 
 
-def _probe_caches(model: nn.Module) -> tuple[list[int], list[int | None], list[int], int, int, int]:
+def _probe_caches(model: nn.Module, make_caches=None) -> tuple[list[int], list[int | None], list[int], int, int, int]:
     """Per-token bytes, windows, state bytes, activation size, vocabulary and step."""
     from mlx_lm.models.cache import make_prompt_cache  # noqa: PLC0415
 
-    caches = make_prompt_cache(model)
+    caches = (make_caches or make_prompt_cache)(model)
     logits = model(mx.array([[0]], dtype=mx.int32), cache=caches)
     leaves = _leaf_caches(caches)
     mx.eval(logits, [_state_arrays(c) for c in leaves])
@@ -154,13 +154,14 @@ def _config_caches(model: nn.Module, config: Mapping[str, Any], act_bytes: int) 
     return [per_token] * len(leaves), [_window(c) for c in leaves]
 
 
-def facts_from_model(model: nn.Module, config: Mapping[str, Any]) -> ModelMemoryFacts:
+def facts_from_model(model: nn.Module, config: Mapping[str, Any], make_caches=None) -> ModelMemoryFacts:
+    """``make_caches(model)``: the caches requests get (default: mlx-lm's ``make_prompt_cache``)."""
     weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
     act_bytes = _activation_dtype_bytes(model)
     vocab = int(config_value(config, "vocab_size", default=0))
     step = KV_STEP
     try:
-        per_token, windows, states, probed_bytes, probed_vocab, step = _probe_caches(model)
+        per_token, windows, states, probed_bytes, probed_vocab, step = _probe_caches(model, make_caches)
         act_bytes = probed_bytes or act_bytes
         vocab = probed_vocab or vocab
         source = "probe"

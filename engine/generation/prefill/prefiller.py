@@ -15,6 +15,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import BatchKVCache
 
+from ...caches.quantized_kv import batch_cache
+
 from ..config import SchedulerConfig
 from .interrupt import Interrupted, LayerCheckpoints
 from .steps import StepKind, next_prefill_step
@@ -129,7 +131,7 @@ class Prefiller:
         width = max(lengths)
         pads = [width - n for n in lengths]
         ids = [[0] * p + seq.tokens[:n] for seq, p, n in zip(group, pads, lengths)]
-        caches = [BatchKVCache(pads) for _ in group[0].caches]
+        caches = [batch_cache(pads, like) for like in group[0].caches]
         self._forward(mx.array(ids, dtype=mx.int32), caches, group)
         for i, (seq, n) in enumerate(zip(group, lengths)):
             seq.caches = [c.extract(i) for c in caches]

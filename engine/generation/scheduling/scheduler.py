@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 import mlx.nn as nn
-from mlx_lm.models.cache import make_prompt_cache
 
 from ...adapters.bank import AdapterBank
 from ...caches.blocks import BlockLedger
 from ...caches.disk import DiskStats, DiskTier
 from ...caches.prefix import PrefixCache
+from ...caches.quantized_kv import make_caches
 from ...caches.sessions import Sessions
 from ...events import FinishReason
 from ...memory.budget import MemoryBudget
@@ -232,7 +232,7 @@ class Scheduler:
 
     def _start(self, seq: SequenceState) -> None:
         cached, caches = self.reuse.take(seq, self._prefiller.min_prefix(seq))
-        seq.caches = caches if caches is not None else make_prompt_cache(self._model)
+        seq.caches = caches if caches is not None else make_caches(self._model, self._config.kv_bits)
         seq.start(cached)
         self._prefilling.append(seq)
 

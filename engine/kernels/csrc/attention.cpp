@@ -123,15 +123,58 @@ void run(const AttnProblem& p, float* out, const int64_t* os) {
   });
 }
 
+// A 4-D array whose last two axes are row-contiguous, as a pointer and its strides
+// over the first two axes (copied into `buf` when they are not).
+template <class T>
+const T* head_rows(const mx::array& a, std::vector<T>& buf, int64_t st[2]) {
+  const int64_t B = a.shape(0), H = a.shape(1), S = a.shape(2), W = a.shape(3);
+  if (a.strides(3) == 1 && (a.strides(2) == W || S == 1)) {
+    st[0] = a.strides(0);
+    st[1] = a.strides(1);
+    return a.data<T>();
+  }
+  buf.resize(size_t(B * H * S * W));
+  const T* src = a.data<T>();
+  T* dst = buf.data();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < S; ++t)
+        for (int64_t w = 0; w < W; ++w)
+          *dst++ = src[b * a.strides(0) + h * a.strides(1) + t * a.strides(2) + w * a.strides(3)];
+  st[0] = H * S * W;
+  st[1] = S * W;
+  return buf.data();
+}
+
+struct QuantBuffers {
+  std::vector<uint32_t> codes;
+  std::vector<float> scales, biases;
+};
+
+QuantRows quant_rows_of(const mx::array& c, const mx::array& s, const mx::array& b, QuantBuffers& buf) {
+  QuantRows q;
+  int64_t cs[2];
+  q.codes = reinterpret_cast<const uint8_t*>(head_rows(c, buf.codes, cs));
+  q.cs[0] = cs[0] * 4;  // uint32 elements to bytes
+  q.cs[1] = cs[1] * 4;
+  q.scales = head_rows(s, buf.scales, q.ss);
+  q.biases = head_rows(b, buf.biases, q.bs);
+  return q;
+}
+
 } // namespace
 
 void Attention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   const auto& q = inputs[0];
   const auto& k = inputs[1];
-  const auto& v = inputs[2];
+  const auto& v = inputs[p_.bits ? 4 : 2];
   auto& out = outputs[0];
-  AttnProblem p{q.shape(0), q.shape(1), k.shape(1), q.shape(2), k.shape(2), q.shape(3),
-                v.shape(3), p_.scale, p_.causal, p_.window};
+  const int dv = p_.bits ? int(v.shape(3)) * 32 / p_.bits : int(v.shape(3));
+  const int dk = int(q.shape(3));
+  AttnProblem p{q.shape(0), q.shape(1), k.shape(1), q.shape(2), p_.length >= 0 ? p_.length : k.shape(2), dk,
+                dv, p_.scale, p_.causal, p_.window};
+  p.bits = p_.bits;
+  p.group = p_.group;
   mx::Strides os = {int64_t(p.L) * p.Hq * p.Dv, p.Dv, int64_t(p.Hq) * p.Dv, 1};
   if (p_.flat) {
     allocate(out);  // [B, L, Hq * Dv], row-contiguous: the same memory
@@ -144,11 +187,24 @@ void Attention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::a
   const int32_t* segments = p_.has_segments ? inputs.back().data<int32_t>() : nullptr;
   int n_segments = p_.has_segments ? int(inputs.back().size()) - 1 : 0;
   if (p_.has_mask) {
-    const auto& m = inputs[3];
+    const auto& m = inputs[p_.bits ? 7 : 3];
     for (int i = 0; i < 4; ++i) {
       p.ms[i] = m.strides(i);
     }
     (m.dtype() == mx::bool_ ? (void)(mb = m.data<bool>()) : (void)(ma = m.data<float>()));
+  }
+  if (p_.bits) {
+    enc.dispatch([p, mb, ma, qd = Dense4(q), in = inputs, o = out.data<float>(), os]() mutable {
+      std::vector<float> qb;
+      QuantBuffers kb, vb;
+      p.q = qd.get(qb, p.qs);
+      p.kq = quant_rows_of(in[1], in[2], in[3], kb);
+      p.vq = quant_rows_of(in[4], in[5], in[6], vb);
+      p.mask_bool = mb;
+      p.mask_add = ma;
+      run(p, o, os.data());
+    });
+    return;
   }
   enc.dispatch([p, mb, ma, segments, n_segments, qd = Dense4(q), kd = Dense4(k), vd = Dense4(v),
                 o = out.data<float>(), os]() mutable {
@@ -178,7 +234,8 @@ void Attention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::a
 bool Attention::is_equivalent(const mx::Primitive& other) const {
   const auto& o = static_cast<const Attention&>(other).p_;
   return p_.scale == o.scale && p_.causal == o.causal && p_.window == o.window &&
-         p_.has_mask == o.has_mask && p_.flat == o.flat && p_.has_segments == o.has_segments;
+         p_.has_mask == o.has_mask && p_.flat == o.flat && p_.has_segments == o.has_segments &&
+         p_.bits == o.bits && p_.group == o.group && p_.length == o.length;
 }
 
 mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
@@ -215,6 +272,65 @@ mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, 
     shape = {q.shape(0), q.shape(2), q.shape(1) * v.shape(3)};
   }
   AttentionParams params{scale, causal, window, mask.has_value(), flat, segments.has_value()};
+  return mx::array(shape, mx::float32, std::make_shared<Attention>(stream, params), inputs);
+}
+
+mx::array attention_quantized(const mx::array& q, const std::vector<mx::array>& k,
+                              const std::vector<mx::array>& v, int group, int bits, float scale,
+                              bool causal, const std::optional<mx::array>& mask, bool flat, int length,
+                              mx::StreamOrDevice s) {
+  require_float32(q, "attention_quantized");
+  if (k.size() != 3 || v.size() != 3) {
+    throw std::invalid_argument("attention_quantized: keys and values are (codes, scales, biases)");
+  }
+  if (bits != 8 && bits != 4) {
+    throw std::invalid_argument("attention_quantized: bits must be 8 or 4");
+  }
+  if (group <= 0 || group % (2 * kW) != 0) {
+    throw std::invalid_argument("attention_quantized: unsupported group size");
+  }
+  if (q.ndim() != 4) {
+    throw std::invalid_argument("attention_quantized: q must be 4-D");
+  }
+  const int D = q.shape(3);
+  for (const auto* part : {&k, &v}) {
+    const auto& c = (*part)[0];
+    if (c.dtype() != mx::uint32 || c.ndim() != 4 || c.shape(0) != q.shape(0) ||
+        q.shape(1) % c.shape(1) != 0 || c.shape(2) != k[0].shape(2) || c.shape(1) != k[0].shape(1)) {
+      throw std::invalid_argument("attention_quantized: codes must be uint32 [B, Hk, S, D * bits / 32]");
+    }
+    int dim = int(c.shape(3)) * 32 / bits;
+    if (dim % group != 0) {
+      throw std::invalid_argument("attention_quantized: the head size is not a multiple of the group");
+    }
+    mx::Shape groups = {c.shape(0), c.shape(1), c.shape(2), dim / group};
+    for (int i = 1; i < 3; ++i) {
+      require_float32((*part)[i], "attention_quantized (scales, biases)");
+      if ((*part)[i].shape() != groups) {
+        throw std::invalid_argument("attention_quantized: scales/biases do not match the codes");
+      }
+    }
+  }
+  if (int(k[0].shape(3)) * 32 / bits != D) {
+    throw std::invalid_argument("attention_quantized: keys and queries differ in head size");
+  }
+  auto stream = mx::to_stream(s);
+  std::vector<mx::array> inputs = {q, k[0], k[1], k[2], v[0], v[1], v[2]};
+  if (length > k[0].shape(2)) {
+    throw std::invalid_argument("attention_quantized: length exceeds the keys held");
+  }
+  const int S = length >= 0 ? length : k[0].shape(2), Dv = int(v[0].shape(3)) * 32 / bits;
+  if (mask) {
+    if (mask->dtype() != mx::bool_ && mask->dtype() != mx::float32) {
+      throw std::invalid_argument("attention_quantized: the mask must be bool or float32");
+    }
+    inputs.push_back(mx::broadcast_to(*mask, {q.shape(0), q.shape(1), q.shape(2), S}, stream));
+  }
+  mx::Shape shape = {q.shape(0), q.shape(1), q.shape(2), Dv};
+  if (flat) {
+    shape = {q.shape(0), q.shape(2), q.shape(1) * Dv};
+  }
+  AttentionParams params{scale, causal, 0, mask.has_value(), flat, false, bits, group, length};
   return mx::array(shape, mx::float32, std::make_shared<Attention>(stream, params), inputs);
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attention_values.h"
+#include "quantized.h"
 #include "simd.h"
 
 namespace mlxk {
@@ -176,6 +177,20 @@ const float* key_rows(const float* base, int64_t stride, int dim, int k0, int nk
   return dst;
 }
 
+// Rows [k0, k0 + nk) of quantized keys or values of (b, h), dequantized (dim a
+// multiple of kW: no padding).
+const float* quant_rows(const AttnProblem& p, const QuantRows& q, int b, int h, int dim, int k0, int nk,
+                        std::vector<float>& pack, int64_t& out_stride) {
+  const int64_t row_bytes = int64_t(dim) * p.bits / 8, groups = dim / p.group;
+  QMat m{q.codes + b * q.cs[0] + h * q.cs[1] + k0 * row_bytes,
+         q.scales + b * q.ss[0] + h * q.ss[1] + k0 * groups,
+         q.biases + b * q.bs[0] + h * q.bs[1] + k0 * groups, nk, dim, p.group, p.bits};
+  float* dst = Scratch::get(pack, size_t(nk) * dim);
+  dequantize_rows(m, dst, 0, nk);
+  out_stride = dim;
+  return dst;
+}
+
 const float* query_row(const AttnProblem& p, const RowBlock& blk, int i) {
   return p.q + blk.b * p.qs[0] + p.row_head(blk.hk, i) * p.qs[1] + p.row_pos(i) * p.qs[2];
 }
@@ -215,10 +230,12 @@ void attend_block(const AttnProblem& p, const RowBlock& blk, const Partial& out)
   for (int k0 = lo; k0 < hi; k0 += kKB) {
     int nk = std::min(kKB, hi - k0);
     int64_t vstride;
-    const float* vr = key_rows(p.v + vbase, p.vs[2], p.Dv, k0, nk, tl.vpack, vstride);
+    const float* vr = p.bits ? quant_rows(p, p.vq, blk.b, blk.hk, p.Dv, k0, nk, tl.vpack, vstride)
+                             : key_rows(p.v + vbase, p.vs[2], p.Dv, k0, nk, tl.vpack, vstride);
     if (dot) {
       int64_t kstride;
-      const float* kr = key_rows(p.k + kbase, p.ks[2], p.D, k0, nk, tl.kpack, kstride);
+      const float* kr = p.bits ? quant_rows(p, p.kq, blk.b, blk.hk, p.D, k0, nk, tl.kpack, kstride)
+                               : key_rows(p.k + kbase, p.ks[2], p.D, k0, nk, tl.kpack, kstride);
       for (int r = 0; r < R; ++r) {
         std::fill(s + r * kKB + nk, s + (r + 1) * kKB, kNegInf);
       }
@@ -227,7 +244,13 @@ void attend_block(const AttnProblem& p, const RowBlock& blk, const Partial& out)
       rows_softmax(s, R, nk, m, l, corr);
       pv(out.acc, out.stride, s, kKB, 1, corr, R, vr, vstride, nk, dvp / kW);
     } else {
-      lanes_scores(q, p.D, p.k + kbase + k0 * p.ks[2], p.ks[2], nk, s);
+      if (p.bits) {
+        int64_t kstride;
+        const float* kr = quant_rows(p, p.kq, blk.b, blk.hk, p.D, k0, nk, tl.kpack, kstride);
+        lanes_scores(q, p.D, kr, kstride, nk, s);
+      } else {
+        lanes_scores(q, p.D, p.k + kbase + k0 * p.ks[2], p.ks[2], nk, s);
+      }
       apply_masks(p, blk, s, 1, kRows, R, k0, nk);
       lanes_softmax(s, nk, m, l, corr);
       pv(out.acc, out.stride, s, 1, kRows, corr, R, vr, vstride, nk, dvp / kW);

@@ -8,6 +8,16 @@
 
 namespace mlxk {
 
+// Keys or values in MLX's affine quantization (bits 8 or 4, groups along D): the
+// rows of one (batch, kv head) contiguous, that head's first row at
+// codes + b * cs[0] + h * cs[1] (bytes) and scales/biases + b * ss[0] + h * ss[1].
+struct QuantRows {
+  const uint8_t* codes = nullptr;
+  const float* scales = nullptr;
+  const float* biases = nullptr;
+  int64_t cs[2] = {0, 0}, ss[2] = {0, 0}, bs[2] = {0, 0};
+};
+
 struct AttnProblem {
   int B, Hq, Hk, L, S, D, Dv;
   float scale;
@@ -23,6 +33,10 @@ struct AttnProblem {
   // Packed sequences (L == S): the query at position t sees keys [seg_lo[t], seg_hi[t]).
   const int32_t* seg_lo;
   const int32_t* seg_hi;
+  // bits > 0: k and v are unused; keys and values are read from kq and vq, a block
+  // of rows dequantized at a time.
+  int bits = 0, group = 0;
+  QuantRows kq, vq;
 
   int rep() const { return Hq / Hk; }
   // Query row i of a kv head's block sits at position i / rep, head hk*rep + i % rep.

@@ -45,6 +45,13 @@ NB_MODULE(_ext, m) {
         "stream"_a = nb::none(),
         "softmax(scale * q k^T + mask) v with grouped-query heads, causal and window masks; "
         "[B, Hq, L, Dv], or [B, L, Hq * Dv] when flat.");
+  m.def("attention_quantized", &mlxk::attention_quantized, "q"_a, "k"_a, "v"_a, "group_size"_a, "bits"_a,
+        "scale"_a, "causal"_a = false, "mask"_a = nb::none(), "flat"_a = false, "length"_a = -1, nb::kw_only(),
+        "stream"_a = nb::none(),
+        "attention with keys and values as MLX affine-quantized (codes, scales, biases), over the first "
+        "`length` keys (-1: all); [B, Hq, L, Dv], or [B, L, Hq * Dv] when flat.");
+  m.def("kv_write", &mlxk::kv_write, "buffers"_a, "rows"_a, "at"_a, nb::kw_only(), "stream"_a = nb::none(),
+        "A quantized KV cache's six buffers with rows [at, at + n) replaced (in place when unshared).");
   m.def("silu_gate_halves", &mlxk::silu_gate_halves, "x"_a, nb::kw_only(), "stream"_a = nb::none(),
         "silu(gate) * up with gate and up the halves of x's last axis.");
   m.def(

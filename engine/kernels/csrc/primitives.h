@@ -33,6 +33,20 @@ mx::array softmax(const mx::array& x, mx::StreamOrDevice s = {});
 mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
                     bool causal, int window, const std::optional<mx::array>& mask, bool flat,
                     const std::optional<mx::array>& segments, mx::StreamOrDevice s = {});
+// attention() over keys and values in MLX's affine quantization, as mlx-lm's
+// QuantizedKVCache holds them: k = (codes uint32 [B, Hk, S, D * bits / 32],
+// scales and biases float32 [B, Hk, S, D / group]), the same for v; bits 8 or 4.
+// Each block of keys is dequantized once for every query row that reads it.
+// `length` >= 0 reads only the first `length` keys (a cache's buffers as they are).
+mx::array attention_quantized(const mx::array& q, const std::vector<mx::array>& k,
+                              const std::vector<mx::array>& v, int group, int bits, float scale,
+                              bool causal, const std::optional<mx::array>& mask, bool flat, int length = -1,
+                              mx::StreamOrDevice s = {});
+// The six buffers of a quantized KV cache ([B, H, capacity, W]: codes, scales and
+// biases of keys, then of values) with rows [at, at + n) replaced by `rows`
+// ([B, H, n, W] each); a buffer nothing else holds is updated in place.
+std::vector<mx::array> kv_write(const std::vector<mx::array>& buffers, const std::vector<mx::array>& rows, int at,
+                                mx::StreamOrDevice s = {});
 // prologue(x) [..., K] @ dequantize(w)^T (+ bias) (+ residual) for MLX's affine
 // quantization (w uint32 [N, K*bits/32], scales/biases [N, K/group]), bits 8 or 4;
 // the prologue and extra inputs as linear's.
@@ -124,6 +138,9 @@ struct AttentionParams {
   bool has_mask;
   bool flat;
   bool has_segments;
+  int bits = 0;  // > 0: quantized keys and values (codes, scales, biases each)
+  int group = 0;
+  int length = -1;  // >= 0: only the first `length` keys of the buffers
 };
 
 class Attention : public CpuPrimitive {
@@ -209,6 +226,17 @@ class QuantizedMatmul : public CpuPrimitive {
   int group_size_;
   int bits_;
   RowOps ops_;
+};
+
+class KVWrite : public CpuPrimitive {
+ public:
+  KVWrite(mx::Stream stream, int at) : CpuPrimitive(stream), at_(at) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelKVWrite"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  int at_;
 };
 
 class Dequantize : public CpuPrimitive {
