@@ -84,3 +84,4 @@ class ModelDescription:
     source: str
     adapters: tuple[AdapterInfo, ...] = ()  # loaded adapters
     max_adapters: int = 0  # adapters that may be loaded at once (0: none)
+    kv_cache_dtype: str = ""  # how attention KV is held ("" for embedding models)

@@ -254,7 +254,8 @@ def model_info(d: ModelDescription, sources: bool = True) -> model_pb.ModelInfo:
         context_length=d.context_length, vocab_size=d.vocab_size, eos_token_ids=d.eos_token_ids,
         has_chat_template=d.has_chat_template, dtype=d.dtype, blas=d.blas,
         embedding_dimensions=d.embedding_dimensions, source=d.source if sources else "",
-        adapters=[adapter_info(a, sources) for a in d.adapters], max_adapters=d.max_adapters)
+        adapters=[adapter_info(a, sources) for a in d.adapters], max_adapters=d.max_adapters,
+        kv_cache_dtype=d.kv_cache_dtype)
 
 
 def adapter_info(a: AdapterInfo, sources: bool = True) -> model_pb.AdapterInfo:

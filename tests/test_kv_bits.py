@@ -175,14 +175,16 @@ async def test_greedy_output_equals_mlx_lm_with_its_quantized_cache_alone_and_in
     assert again == alone[2] and stats.prefix_hits >= 1
 
 
-async def test_the_memory_plan_counts_the_quantized_bytes(fixture_models):
-    sizes = {}
+async def test_the_memory_plan_counts_the_quantized_bytes_and_model_info_names_them(fixture_models):
+    sizes, named = {}, {}
     for bits in (0, 8, 4):
         engine = GenerationEngine(str(fixture_models["qwen3"]), name="qwen3",
                                   config=GenerationConfig(scheduler=SchedulerConfig(kv_bits=bits)))
         await engine.start()
         sizes[bits] = engine.kv_bytes_per_token
+        named[bits] = engine.describe().kv_cache_dtype
         await engine.close()
+    assert named == {0: "float32", 8: "int8", 4: "int4"}
     # float32 KV: 4 bytes an element; in groups of 32, 8 bits: 1 + 8 / 32; 4 bits: 0.5 + 8 / 32
     assert sizes[0] / sizes[8] == pytest.approx(4 / 1.25) and sizes[0] / sizes[4] == pytest.approx(4 / 0.75)
 

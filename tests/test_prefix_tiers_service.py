@@ -29,6 +29,8 @@ async def test_prefetch_finds_a_stored_prompt_in_memory_and_close_session_releas
     assert load.open_sessions >= 1 and load.prefix_cache_memory_hits >= 0
     assert (await stub.CloseSession(pb.CloseSessionRequest(session_id="tiers-a"))).entries >= 1
     assert (await stub.CloseSession(pb.CloseSessionRequest(session_id="tiers-a"))).entries == 0
+    info = (await stub.GetModelInfo(pb.GetModelInfoRequest(model="llama"))).info
+    assert info.kv_cache_dtype == "float32"
     unknown = await stub.Prefetch(pb.PrefetchRequest(text="Nothing like this was ever stored here, surely."))
     assert unknown.tier == pb.CACHE_TIER_UNSPECIFIED and unknown.cached_tokens == 0
 

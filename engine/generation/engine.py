@@ -163,7 +163,7 @@ class GenerationEngine:
                                         self.config.speculation.mode, bool(formats))
         chat = self._syntax.facts(enforced=bool(formats) and self._syntax.tool_calling and enforceable(self._syntax))
         return describe_generation(m, speculation, tuple(k.value for k in formats), chat,
-                                   tuple(self.adapters.infos()), self.adapters.limit)
+                                   tuple(self.adapters.infos()), self.adapters.limit, self.config.scheduler.kv_bits)
 
     async def plan_memory(self, context_tokens: int, max_generation_tokens: int = 0) -> MemoryPlan:
         """The memory plan for ``context_tokens`` (0: the model's context length)."""

@@ -11,7 +11,7 @@ from ..requests import SpeculationMode
 
 
 def describe_generation(m: LoadedModel, speculation: Speculation, response_formats: tuple[str, ...], chat: ChatFacts,
-                        adapters: tuple[AdapterInfo, ...], max_adapters: int) -> ModelDescription:
+                        adapters: tuple[AdapterInfo, ...], max_adapters: int, kv_bits: int = 0) -> ModelDescription:
     return ModelDescription(
         name=m.name, kind=ModelKind.GENERATION,
         descriptor=GraphDescriptor(f"mlx-lm/{m.model_type}", backend_name(), "mlx-lm/forward-v1",
@@ -21,7 +21,14 @@ def describe_generation(m: LoadedModel, speculation: Speculation, response_forma
         context_length=m.context_length, vocab_size=m.vocab_size,
         eos_token_ids=tuple(sorted(m.eos_ids)), has_chat_template=m.has_chat_template,
         dtype=m.dtype, blas=blas_name(), embedding_dimensions=0, source=m.source,
-        adapters=adapters, max_adapters=max_adapters)
+        adapters=adapters, max_adapters=max_adapters, kv_cache_dtype=f"int{kv_bits}" if kv_bits else kv_dtype(m))
+
+
+def kv_dtype(m: LoadedModel) -> str:
+    """The dtype the model's activations, and so its float KV, run in."""
+    from ..memory.facts import activation_dtype  # noqa: PLC0415
+
+    return str(activation_dtype(m.model)).split(".")[-1]
 
 
 def speculation_facts(rolls_back: bool, draft_model: str, default: SpeculationMode,

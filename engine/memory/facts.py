@@ -95,15 +95,20 @@ def _state_arrays(cache: Any) -> list[mx.array]:
     return [v for _, v in tree_flatten(state) if isinstance(v, mx.array)]
 
 
-def _activation_dtype_bytes(model: nn.Module) -> int:
-    """The floating dtype most parameters hold (quantized models: their scales)."""
+def activation_dtype(model: nn.Module) -> mx.Dtype:
+    """The floating dtype most parameters hold (quantized models: their scales): what
+    activations, and float KV, run in."""
     counts: dict[mx.Dtype, int] = {}
     for _, v in tree_flatten(model.parameters()):
         if mx.issubdtype(v.dtype, mx.floating):
             counts[v.dtype] = counts.get(v.dtype, 0) + v.size
     if not counts:
-        return 4
-    return max(counts, key=counts.__getitem__).size
+        return mx.float32
+    return max(counts, key=counts.__getitem__)
+
+
+def _activation_dtype_bytes(model: nn.Module) -> int:
+    return activation_dtype(model).size
 
 
 def _probe_caches(model: nn.Module, make_caches=None) -> tuple[list[int], list[int | None], list[int], int, int, int]:

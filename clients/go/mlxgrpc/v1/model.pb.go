@@ -931,7 +931,12 @@ type ModelInfo struct {
 	// The adapters loaded on a generation model (see ListAdapters).
 	Adapters []*AdapterInfo `protobuf:"bytes,13,rep,name=adapters,proto3" json:"adapters,omitempty"`
 	// How many adapters a generation model may hold at once; 0 for embedding models.
-	MaxAdapters   int32 `protobuf:"varint,14,opt,name=max_adapters,json=maxAdapters,proto3" json:"max_adapters,omitempty"`
+	MaxAdapters int32 `protobuf:"varint,14,opt,name=max_adapters,json=maxAdapters,proto3" json:"max_adapters,omitempty"`
+	// How a generation model holds attention keys and values: its float dtype (e.g.
+	// "float32"), or "int8" / "int4" when the server runs it with --kv-bits 8 / 4 (MLX
+	// affine groups along each head; MemoryPlan counts those bytes). Empty for
+	// embedding models.
+	KvCacheDtype  string `protobuf:"bytes,15,opt,name=kv_cache_dtype,json=kvCacheDtype,proto3" json:"kv_cache_dtype,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1062,6 +1067,13 @@ func (x *ModelInfo) GetMaxAdapters() int32 {
 		return x.MaxAdapters
 	}
 	return 0
+}
+
+func (x *ModelInfo) GetKvCacheDtype() string {
+	if x != nil {
+		return x.KvCacheDtype
+	}
+	return ""
 }
 
 // An adapter loaded on a generation model.
@@ -1432,7 +1444,7 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\rtool_call_end\x18\x04 \x01(\tR\vtoolCallEnd\x120\n" +
 	"\x14tool_choice_enforced\x18\x05 \x01(\bR\x12toolChoiceEnforced\x12'\n" +
 	"\x0freasoning_start\x18\x06 \x01(\tR\x0ereasoningStart\x12#\n" +
-	"\rreasoning_end\x18\a \x01(\tR\freasoningEnd\"\xa3\x04\n" +
+	"\rreasoning_end\x18\a \x01(\tR\freasoningEnd\"\xc9\x04\n" +
 	"\tModelInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x15.mlxgrpc.v1.ModelKindR\x04kind\x121\n" +
@@ -1449,7 +1461,8 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x14embedding_dimensions\x18\v \x01(\x05R\x13embeddingDimensions\x12\x16\n" +
 	"\x06source\x18\f \x01(\tR\x06source\x123\n" +
 	"\badapters\x18\r \x03(\v2\x17.mlxgrpc.v1.AdapterInfoR\badapters\x12!\n" +
-	"\fmax_adapters\x18\x0e \x01(\x05R\vmaxAdapters\"\x85\x02\n" +
+	"\fmax_adapters\x18\x0e \x01(\x05R\vmaxAdapters\x12$\n" +
+	"\x0ekv_cache_dtype\x18\x0f \x01(\tR\fkvCacheDtype\"\x85\x02\n" +
 	"\vAdapterInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x17.mlxgrpc.v1.AdapterKindR\x04kind\x12\x12\n" +

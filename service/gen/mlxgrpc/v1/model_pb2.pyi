@@ -164,7 +164,7 @@ class ChatCapabilities(_message.Message):
     def __init__(self, tool_calling: _Optional[bool] = ..., tool_parser: _Optional[str] = ..., tool_call_start: _Optional[str] = ..., tool_call_end: _Optional[str] = ..., tool_choice_enforced: _Optional[bool] = ..., reasoning_start: _Optional[str] = ..., reasoning_end: _Optional[str] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "kind", "graph", "capabilities", "context_length", "vocab_size", "eos_token_ids", "has_chat_template", "dtype", "blas", "embedding_dimensions", "source", "adapters", "max_adapters")
+    __slots__ = ("name", "kind", "graph", "capabilities", "context_length", "vocab_size", "eos_token_ids", "has_chat_template", "dtype", "blas", "embedding_dimensions", "source", "adapters", "max_adapters", "kv_cache_dtype")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     GRAPH_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +179,7 @@ class ModelInfo(_message.Message):
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     MAX_ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_DTYPE_FIELD_NUMBER: _ClassVar[int]
     name: str
     kind: ModelKind
     graph: GraphDescriptor
@@ -193,7 +194,8 @@ class ModelInfo(_message.Message):
     source: str
     adapters: _containers.RepeatedCompositeFieldContainer[AdapterInfo]
     max_adapters: int
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., graph: _Optional[_Union[GraphDescriptor, _Mapping]] = ..., capabilities: _Optional[_Union[GraphCapabilities, _Mapping]] = ..., context_length: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., has_chat_template: _Optional[bool] = ..., dtype: _Optional[str] = ..., blas: _Optional[str] = ..., embedding_dimensions: _Optional[int] = ..., source: _Optional[str] = ..., adapters: _Optional[_Iterable[_Union[AdapterInfo, _Mapping]]] = ..., max_adapters: _Optional[int] = ...) -> None: ...
+    kv_cache_dtype: str
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., graph: _Optional[_Union[GraphDescriptor, _Mapping]] = ..., capabilities: _Optional[_Union[GraphCapabilities, _Mapping]] = ..., context_length: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., has_chat_template: _Optional[bool] = ..., dtype: _Optional[str] = ..., blas: _Optional[str] = ..., embedding_dimensions: _Optional[int] = ..., source: _Optional[str] = ..., adapters: _Optional[_Iterable[_Union[AdapterInfo, _Mapping]]] = ..., max_adapters: _Optional[int] = ..., kv_cache_dtype: _Optional[str] = ...) -> None: ...
 
 class AdapterInfo(_message.Message):
     __slots__ = ("name", "kind", "rank", "scale", "layers", "bytes", "source", "active_requests", "unloading")
