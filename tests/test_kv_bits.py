@@ -62,6 +62,20 @@ def test_kv_write_replaces_the_rows_and_nothing_else():
     assert not mx.array_equal(out[0], buffers[0]).item()  # the inputs still held here were copied, not changed
 
 
+@needs_kernels
+@pytest.mark.parametrize("bits", [8, 4])
+def test_kv_quantize_write_quantizes_exactly_as_mlx(bits):
+    ext = kernels.ext()
+    k = mx.random.normal((2, 5, 3, 64)).transpose(0, 2, 1, 3) * 3  # strided, as attention makes them
+    v = mx.concatenate([mx.zeros((2, 3, 1, 64)), mx.random.normal((2, 3, 4, 64))], axis=2)  # a constant group
+    width = 64 * bits // 32
+    buffers = [mx.zeros((2, 3, 9, width), dtype=mx.uint32), mx.zeros((2, 3, 9, 2)), mx.zeros((2, 3, 9, 2))] * 2
+    out = ext.kv_quantize_write(buffers, k, v, 3, 32, bits)
+    expected = [*mx.quantize(k, group_size=32, bits=bits), *mx.quantize(v, group_size=32, bits=bits)]
+    assert all(mx.array_equal(o[:, :, 3:8], e).item() for o, e in zip(out, expected))
+    assert all((o[:, :, :3] == 0).all().item() and (o[:, :, 8:] == 0).all().item() for o in out)
+
+
 def _rows(n, seed):
     mx.random.seed(seed)
     return mx.random.normal((1, 2, n, 64)), mx.random.normal((1, 2, n, 64))

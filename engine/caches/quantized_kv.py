@@ -132,12 +132,13 @@ class BatchQuantizedKVCache(BatchKVCache):
                     self.values = tuple(x[..., :prev, :] for x in self.values)
                 self.keys = tuple(mx.concatenate([x, y], axis=2) for x, y in zip(self.keys, new_k))
                 self.values = tuple(mx.concatenate([x, y], axis=2) for x, y in zip(self.values, new_v))
-        qk = mx.quantize(keys, group_size=self.group_size, bits=self.bits)
-        qv = mx.quantize(values, group_size=self.group_size, bits=self.bits)
-        if _kernels():  # one primitive for the six writes, in place
-            out = _kernels().kv_write([*self.keys, *self.values], [*qk, *qv], prev)
+        ext = _kernels()
+        if ext is not None and keys.dtype == values.dtype == mx.float32:  # one primitive, in place
+            out = ext.kv_quantize_write([*self.keys, *self.values], keys, values, prev, self.group_size, self.bits)
             self.keys, self.values = tuple(out[:3]), tuple(out[3:])
         else:
+            qk = mx.quantize(keys, group_size=self.group_size, bits=self.bits)
+            qv = mx.quantize(values, group_size=self.group_size, bits=self.bits)
             for mine, new in ((self.keys, qk), (self.values, qv)):
                 for x, y in zip(mine, new):
                     x[..., prev : prev + n, :] = y

@@ -47,6 +47,10 @@ mx::array attention_quantized(const mx::array& q, const std::vector<mx::array>& 
 // ([B, H, n, W] each); a buffer nothing else holds is updated in place.
 std::vector<mx::array> kv_write(const std::vector<mx::array>& buffers, const std::vector<mx::array>& rows, int at,
                                 mx::StreamOrDevice s = {});
+// kv_write with float32 keys and values [B, H, n, D] quantized as mx.quantize does.
+std::vector<mx::array> kv_quantize_write(const std::vector<mx::array>& buffers, const mx::array& keys,
+                                         const mx::array& values, int at, int group, int bits,
+                                         mx::StreamOrDevice s = {});
 // prologue(x) [..., K] @ dequantize(w)^T (+ bias) (+ residual) for MLX's affine
 // quantization (w uint32 [N, K*bits/32], scales/biases [N, K/group]), bits 8 or 4;
 // the prologue and extra inputs as linear's.
@@ -230,13 +234,15 @@ class QuantizedMatmul : public CpuPrimitive {
 
 class KVWrite : public CpuPrimitive {
  public:
-  KVWrite(mx::Stream stream, int at) : CpuPrimitive(stream), at_(at) {}
+  // bits > 0: the updates are float keys and values, quantized here.
+  KVWrite(mx::Stream stream, int at, int group = 0, int bits = 0)
+      : CpuPrimitive(stream), at_(at), group_(group), bits_(bits) {}
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   const char* name() const override { return "KernelKVWrite"; }
   bool is_equivalent(const mx::Primitive& other) const override;
 
  private:
-  int at_;
+  int at_, group_, bits_;
 };
 
 class Dequantize : public CpuPrimitive {
