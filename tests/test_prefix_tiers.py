@@ -205,25 +205,40 @@ async def test_after_a_restart_a_disk_hit_serves_the_cold_prefills_tokens(fixtur
         await engine.close()
 
 
-async def test_tenants_keep_their_own_entries_and_adapters_stay_in_memory(fixture_models, fixture_adapters,
-                                                                        tmp_path):
+async def test_tenants_keep_their_own_entries(fixture_models, tmp_path):
     from engine.tenancy import Tenant
 
-    config = dataclasses.replace(_config(tmp_path), adapters=(("tone", str(fixture_adapters["tone"])),))
-    engine = await _engine(fixture_models["llama"], config)
+    engine = await _engine(fixture_models["llama"], _config(tmp_path))
     try:
         await _run(engine)
         engine.disk.drain(10)
         cached, _ = await _run(engine, tenant=Tenant(name="other"))
         assert cached == 0  # another tenant never reads the first one's entries
-        cached, _ = await _run(engine, adapter="tone")
-        assert cached == 0
         engine.disk.drain(10)
-        tenants = {e.namespace.split("\x1f")[1] for e in engine.disk._index.values()}
-        adapters = {e.namespace.split("\x1f")[2] for e in engine.disk._index.values()}
-        assert tenants == {"", "other"} and adapters == {""}  # an adapter's name may come back with other weights
+        assert {e.namespace.split("\x1f")[1] for e in engine.disk._index.values()} == {"", "other"}
+    finally:
+        await engine.close()
+
+
+async def test_adapter_entries_are_keyed_by_the_adapters_content_not_its_name(fixture_models, fixture_adapters,
+                                                                              tmp_path):
+    first = dataclasses.replace(_config(tmp_path), adapters=(("tone", str(fixture_adapters["tone"])),))
+    engine = await _engine(fixture_models["llama"], first)
+    try:
+        await _run(engine, adapter="tone")
+    finally:
+        await engine.close()
+    swapped = dataclasses.replace(_config(tmp_path), adapters=(("tone", str(fixture_adapters["small"])),
+                                                               ("voice", str(fixture_adapters["tone"]))))
+    engine = await _engine(fixture_models["llama"], swapped)
+    try:
         cached, _ = await _run(engine, adapter="tone")
-        assert cached > 0  # from memory
+        assert cached == 0  # the name came back with other weights
+        _, cold = await _run(engine, adapter="voice", bypass_prefix_cache=True)
+        cached, warm = await _run(engine, adapter="voice")
+        assert cached >= len(PROMPT) // 2 and warm == cold  # the same weights under another name
+        fetched = await engine.prefetch(GenerationRequest(prompt=TokenPrompt(PROMPT), adapter="voice"))
+        assert fetched.cached_tokens >= len(PROMPT) // 2
     finally:
         await engine.close()
 

@@ -47,6 +47,11 @@ class AdapterBank:
     def keys(self) -> list[str]:
         return list(self._loaded)
 
+    def digest(self, key: str) -> str:
+        """The loaded adapter's content digest ("" for an unknown key or one read without one)."""
+        loaded = self._loaded.get(key)
+        return loaded.info.digest if loaded is not None else ""
+
     def routed(self, seqs: Sequence) -> AbstractContextManager:
         """The forwards built inside run ``seqs``' rows (in order) with their adapters."""
         return self.routing.routed([seq.adapter for seq in seqs])
@@ -62,7 +67,7 @@ class AdapterBank:
         if budget is not None:
             self._check_room(budget, self.nbytes - freeing + adding, adding)
         info = AdapterInfo(name, f"{name}#{next(self._serial)}", str(source.path), source.fine_tune_type,
-                           source.rank, source.scale, sum(p.targets for p in parts), adding)
+                           source.rank, source.scale, sum(p.targets for p in parts), adding, digest=source.digest)
         self._install(info, parts)  # first: if it fails, nothing was evicted
         for key in evict:
             self.unload(key)

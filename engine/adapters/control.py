@@ -47,6 +47,10 @@ class Adapters:
     def infos(self) -> list[AdapterInfo]:
         return self.catalog.infos()
 
+    def digest_of(self, key: str) -> str:
+        """The content digest of the loaded adapter with ``key`` ("" if none)."""
+        return next((info.digest for info in self.catalog.infos() if info.key == key), "")
+
     def acquire(self, name: str, closers: list[Callable[[], None]], field: str = "adapter") -> str:
         """The key of adapter ``name`` ("" for none), in use until ``closers`` run."""
         if not name:

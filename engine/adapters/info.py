@@ -17,3 +17,4 @@ class AdapterInfo:
     nbytes: int  # memory its weights occupy on the device
     active_requests: int = 0  # requests using it when this snapshot was taken
     unloading: bool = False  # takes no new request; goes once active_requests is 0
+    digest: str = ""  # SHA-256 of its files: the same adapter whatever name or load (keys the prefix cache's disk tier)

@@ -6,6 +6,7 @@ tensor data is read; no message repeats a server path or an OS error's file name
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -36,6 +37,7 @@ class AdapterSource:
     scale: float
     keys: tuple[str, ...] | None  # module names inside a block; None: every linear layer
     tensors: dict[str, Any]  # name -> mx.array
+    digest: str = ""  # SHA-256 of the config and the tensors as read: the adapter's identity across loads
 
     @property
     def dora(self) -> bool:
@@ -50,10 +52,12 @@ class AdapterFiles:
     settings: tuple[str, int, int, float, tuple[str, ...] | None]  # kind, num_layers, rank, scale, keys
     tensors: dict[str, safetensors.Tensor]
     data: bytearray
+    digest: str = ""
 
     def source(self) -> AdapterSource:
         """The adapter's arrays (engine thread)."""
-        return AdapterSource(Path(self.shown), *self.settings, safetensors.arrays(self.tensors, self.data))
+        return AdapterSource(Path(self.shown), *self.settings, safetensors.arrays(self.tensors, self.data),
+                             self.digest)
 
 
 def read_adapter(path: str | Path, field: str = "path", limits: AdapterLimits = AdapterLimits()) -> AdapterSource:
@@ -93,7 +97,10 @@ def read_files(place: Place, limits: AdapterLimits, room: int | None, field: str
                              metadata={"adapter_bytes": str(least), "room_bytes": str(room)})
         data = bytearray(data_size)
         _fill(f, safetensors.PREFIX + n, memoryview(data), WEIGHTS, field)
-    return AdapterFiles(place.shown, settings, tensors, data)
+    digest = hashlib.sha256(raw)
+    digest.update(json.dumps({k: (t.dtype, t.shape, t.begin) for k, t in sorted(tensors.items())}).encode())
+    digest.update(data)
+    return AdapterFiles(place.shown, settings, tensors, data, digest.hexdigest())
 
 
 def _check_ranks(tensors: dict[str, safetensors.Tensor], rank: int, field: str) -> None:

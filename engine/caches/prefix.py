@@ -35,13 +35,13 @@ class PrefixHit:
 class PrefixCache:
     def __init__(self, max_bytes: int, max_entries: int = 64, ledger: BlockLedger | None = None, *,
                  disk: DiskTier | None = None, spill_all: bool = True, sessions: Sessions | None = None,
-                 durable: Callable[[str], bool] = lambda ns: True):
+                 disk_namespace: Callable[[str], str | None] = lambda ns: ns):
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self.ledger = ledger  # told of every entry that comes and goes
         self.disk = disk
         self.spill_all = spill_all  # write every stored entry to disk, not only evicted ones
-        self.durable = durable  # namespaces whose entries may go to disk
+        self.disk_namespace = disk_namespace  # an entry's namespace on disk (None: memory only)
         self.sessions = sessions if sessions is not None else Sessions()
         self._published: set[Key] = set()
         self._lru = LRUPromptCache(max_size=1 << 62)  # bounded here, by entries and bytes
@@ -120,9 +120,10 @@ class PrefixCache:
 
     def _from_disk(self, tokens: list[int], ns: str, in_memory: int) -> PrefixHit | None:
         """The disk tier's entry when it covers more than memory does (read here, on this thread)."""
-        if self.disk is None or not self.durable(ns):
+        disk_ns = self.disk_namespace(ns) if self.disk is not None else None
+        if disk_ns is None:
             return None
-        found = self.disk.find(ns, tokens)
+        found = self.disk.find(disk_ns, tokens)
         if found is None or found[1] <= in_memory:
             return None
         host = self.disk.read(found[0])
@@ -134,10 +135,10 @@ class PrefixCache:
             trim_prompt_cache(caches, len(host.tokens) - covered)
         return PrefixHit(tokens[:covered], caches, "disk")
 
-    def install(self, host: HostEntry, session: str = "") -> int:
-        """Puts an entry read from disk into memory (a prefetch); returns its tokens."""
+    def install(self, host: HostEntry, ns: str, session: str = "") -> int:
+        """Puts an entry read from disk into memory under namespace ``ns`` (a prefetch); returns its tokens."""
         self.disk_hits += 1
-        self.put(host.tokens, from_host(host), host.namespace, session)
+        self.put(host.tokens, from_host(host), ns, session)
         return len(host.tokens)
 
     def put(self, tokens: Sequence[int], caches: list[Any], ns: str, session: str = "") -> None:
@@ -196,8 +197,9 @@ class PrefixCache:
             self._spill((ns, tuple(tokens)), self._lru._trie.get(ns, tokens).prompt_cache)
 
     def _spill(self, key: Key, caches: list[Any]) -> None:
-        if self.durable(key[0]) and not self.disk.contains(*key):
-            self.disk.write(to_host(caches, key[0], list(key[1]), self.disk.fingerprint))
+        disk_ns = self.disk_namespace(key[0])
+        if disk_ns is not None and not self.disk.contains(disk_ns, key[1]):
+            self.disk.write(to_host(caches, disk_ns, list(key[1]), self.disk.fingerprint))
 
     def _publish(self) -> None:
         if self.ledger is None:

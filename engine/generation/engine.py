@@ -47,7 +47,7 @@ from .speculation.draft import DraftModel, check_draft
 from .streams import Stream, Streams
 from .ledgers import TenantStats, Tenants
 from .scheduling.worker import CloseSession, FlushPrefixCache, PlanMemory, Stats, Worker
-from .scheduling.reuse import is_base, namespace_of, session_of
+from .scheduling.reuse import disk_namespace, namespace_of, session_of
 from .prefetch import Prefetched, prefetch
 from ..caches.disk import DiskTier
 from ..caches.fingerprint import model_fingerprint
@@ -191,7 +191,8 @@ class GenerationEngine:
             prompt, _ = await asyncio.to_thread(self._prepare, request)
             ns = namespace_of(m.name, request.tenant.namespace, adapter)
             return await prefetch(self._worker.ask, self.disk, prompt.ids, ns,
-                                  session_of(request.tenant.namespace, request.session_id), is_base(ns))
+                                  session_of(request.tenant.namespace, request.session_id),
+                                  disk_namespace(ns, self.adapters.digest_of))
         finally:
             for close in closers:
                 close()

@@ -17,10 +17,15 @@ def namespace_of(model: str, tenant_namespace: str, adapter: str) -> str:
     return f"{model}\x1f{tenant_namespace}\x1f{adapter}"
 
 
-def is_base(namespace: str) -> bool:
-    """Entries without an adapter: the only ones the disk tier keeps (an adapter's name may
-    be loaded again with other weights)."""
-    return namespace.endswith("\x1f")
+def disk_namespace(namespace: str, digest_of: Callable[[str], str]) -> str | None:
+    """The namespace an entry has on disk, where it outlives this process: an adapter is
+    named by its content digest (its key is per load, its name may come back with other
+    weights); None keeps the entry in memory only (an adapter read without a digest)."""
+    model, tenant, adapter = namespace.split("\x1f")
+    if not adapter:
+        return namespace
+    digest = digest_of(adapter)
+    return f"{model}\x1f{tenant}\x1fsha256:{digest}" if digest else None
 
 
 def session_of(tenant_namespace: str, session_id: str) -> str:
@@ -64,8 +69,8 @@ class PrefixReuse:
         self.cache.sessions.touch(session)
         return self.cache.covered(tokens, namespace)
 
-    def install(self, entry, session: str) -> int:
-        return self.cache.install(entry, session) if self.cache is not None else 0
+    def install(self, entry, namespace: str, session: str) -> int:
+        return self.cache.install(entry, namespace, session) if self.cache is not None else 0
 
     def close_session(self, session: str) -> int:
         return self.cache.close_session(session) if self.cache is not None else 0

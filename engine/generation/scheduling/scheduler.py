@@ -26,7 +26,7 @@ from ..decode.batch import Batch
 from ..config import SchedulerConfig
 from ..decode.decoder import Decoder
 from ..prefill.prefiller import Prefiller, unrouted
-from .reuse import PrefixReuse, is_base
+from .reuse import PrefixReuse, disk_namespace
 from ..sequence.state import SequenceState, Status, failure_message
 from ..speculation.draft import DraftModel
 from .worker import (CloseSession, FlushPrefixCache, InstallPrefix, LoadAdapter, PeekPrefix, PlanMemory, Probe,
@@ -99,7 +99,8 @@ class Scheduler:
         self._config = config
         self._planner = planner
         cache = (PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries, ledger, disk=disk,
-                             spill_all=config.prefix_cache_disk_policy == "all", durable=is_base,
+                             spill_all=config.prefix_cache_disk_policy == "all",
+                             disk_namespace=lambda ns: disk_namespace(ns, self._adapter_digest),
                              sessions=Sessions(config.session_idle_s))
                  if config.prefix_cache_bytes > 0 else None)
         self.reuse = PrefixReuse(cache, namespace)
@@ -115,6 +116,9 @@ class Scheduler:
         self._decoding: list[SequenceState] = []
         self.generated_tokens = 0
         self.rate = TokenRate()
+
+    def _adapter_digest(self, key: str) -> str:
+        return self.adapters.digest(key) if self.adapters is not None else ""
 
     @property
     def prefix_cache(self) -> PrefixCache | None:
@@ -158,8 +162,8 @@ class Scheduler:
                 return self.reuse.flush()
             case PeekPrefix(tokens=tokens, namespace=ns, session=session):
                 return self.reuse.peek(tokens, ns, session)
-            case InstallPrefix(entry=entry, session=session):
-                return self.reuse.install(entry, session)
+            case InstallPrefix(entry=entry, namespace=ns, session=session):
+                return self.reuse.install(entry, ns, session)
             case CloseSession(session=session):
                 return self.reuse.close_session(session)
             case Probe(fn=fn):

@@ -83,6 +83,7 @@ class InstallPrefix:
     """Puts an entry read from the disk tier (off the thread) into memory; answers its tokens."""
 
     entry: object  # a HostEntry
+    namespace: str  # the memory tier's (the entry's own is the disk tier's)
     session: str
 
 
