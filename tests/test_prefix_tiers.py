@@ -4,6 +4,7 @@ in memory until closed; prefetch brings a disk entry into memory."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 from pathlib import Path
@@ -294,3 +295,54 @@ async def test_another_model_never_reads_the_entries(fixture_models, tmp_path):
         assert cached == 0
     finally:
         await other.close()
+
+
+async def test_a_disk_hit_is_read_while_other_rows_decode(fixture_models, tmp_path):
+    """The engine thread never waits on the disk for a hit: the row reads off-thread while
+    a running stream keeps producing tokens, then starts from the entry."""
+    config = _config(tmp_path)
+    engine = await _engine(fixture_models["llama"], config)
+    try:
+        _, cold = await _run(engine, bypass_prefix_cache=True)
+        await _run(engine)
+    finally:
+        await engine.close()
+    engine = await _engine(fixture_models["llama"], config)
+    try:
+        reads = []
+        original = engine.disk.read
+
+        def slow_read(entry):
+            import time
+
+            time.sleep(0.5)  # a slow disk
+            reads.append(entry)
+            return original(entry)
+
+        engine.disk.read = slow_read
+        stamps: list[float] = []
+
+        async def stream():
+            import time
+
+            request = GenerationRequest(prompt=TokenPrompt((5, 6, 7)), stopping=StopOptions(max_tokens=4000,
+                                                                                           ignore_eos=True))
+            async for event in engine.generate(request):
+                if not isinstance(event, (Started, Finished)):
+                    stamps.append(time.perf_counter())
+
+        background = asyncio.create_task(stream())
+        while len(stamps) < 5:
+            await asyncio.sleep(0.01)
+        import time
+
+        asked = time.perf_counter()
+        cached, tokens = await _run(engine)
+        answered = time.perf_counter()
+        during = [t for t in stamps if asked + 0.1 < t < asked + 0.45]
+        background.cancel()
+        assert len(reads) == 1 and cached >= len(PROMPT) // 2 and tokens == cold
+        assert during, "the stream stalled while the disk tier read"
+        assert answered - asked >= 0.5
+    finally:
+        await engine.close()

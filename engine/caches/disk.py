@@ -16,6 +16,7 @@ import os
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -70,6 +71,7 @@ class DiskTier:
         self._scan()
         self._thread = threading.Thread(target=self._write_loop, name=f"prefix-disk-{fingerprint[:8]}", daemon=True)
         self._thread.start()
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix=f"prefix-disk-read-{fingerprint[:8]}")
 
     # -- index -------------------------------------------------------------------------------
 
@@ -165,6 +167,10 @@ class DiskTier:
             pass
         return host
 
+    def read_async(self, entry: DiskEntry) -> Future:
+        """``read(entry)`` on the tier's reader thread."""
+        return self._reader.submit(self.read, entry)
+
     def _forget(self, entry: DiskEntry) -> None:
         with self._lock:
             key = entry.path.name[: -len(SUFFIX)]
@@ -217,6 +223,7 @@ class DiskTier:
             self._pending.clear()
             self._lock.notify_all()
         self._thread.join(timeout=5.0)
+        self._reader.shutdown(wait=True, cancel_futures=True)
 
     def _write_loop(self) -> None:
         while True:

@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,7 @@ def header(entry: HostEntry) -> tuple[bytes, list[Any]]:
 def write_entry(path: Path, entry: HostEntry) -> int:
     """Writes ``entry`` at ``path`` atomically (temp + fsync + rename + directory fsync); returns its bytes."""
     head, buffers = header(entry)
-    temp = path.with_name(path.name + TEMP_SUFFIX)
+    temp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}{TEMP_SUFFIX}")  # one writer each
     try:
         with open(temp, "wb") as f:
             f.write(head)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
 
 from .blocks import BlockLedger
-from .disk import DiskTier
+from .disk import DiskEntry, DiskTier
 from .disk_format import HostEntry, from_host, to_host
 from .exact import buffer_bytes, exact
 from .sessions import Sessions
@@ -86,13 +86,30 @@ class PrefixCache:
                 return min(len(tokens) - 1, found.common_prefix)
         return shorter
 
-    def take(self, prompt: Sequence[int], ns: str, min_tokens: int = 1, session: str = "") -> PrefixHit | None:
-        """The longest cached prefix of ``prompt`` (never all of it), caller-owned; None under ``min_tokens``."""
+    def disk_candidate(self, prompt: Sequence[int], ns: str, min_tokens: int = 1) -> DiskEntry | None:
+        """The disk tier's entry for ``prompt`` when it covers more than memory does (to read
+        off this thread, then pass to ``take``); None otherwise."""
+        disk_ns = self.disk_namespace(ns) if self.disk is not None else None
+        if disk_ns is None or len(prompt) < 2:
+            return None
+        found = self.disk.find(disk_ns, prompt)
+        if found is None or found[1] < max(min_tokens, 1) or found[1] <= self.covered(prompt, ns):
+            return None
+        return found[0]
+
+    def take(self, prompt: Sequence[int], ns: str, min_tokens: int = 1, session: str = "",
+             read: HostEntry | bool | None = None) -> PrefixHit | None:
+        """The longest cached prefix of ``prompt`` (never all of it), caller-owned; None under ``min_tokens``.
+        ``read``: a disk entry read for this prompt (else the disk tier is read here, on this thread)."""
         self.sessions.touch(session)
         tokens = list(prompt)
         if len(tokens) < 2:
             return None
-        hit = self._from_disk(tokens, ns, self.covered(tokens, ns))
+        in_memory = self.covered(tokens, ns)
+        if read is None:
+            hit = self._from_disk(tokens, ns, in_memory)
+        else:  # False: a read that failed
+            hit = self._from_read(tokens, read, in_memory) if read else None
         if hit is None:
             hit = self._from_memory(tokens, ns)
         if hit is None or len(hit.tokens) < max(min_tokens, 1):
@@ -126,13 +143,27 @@ class PrefixCache:
         found = self.disk.find(disk_ns, tokens)
         if found is None or found[1] <= in_memory:
             return None
-        host = self.disk.read(found[0])
+        return self._from_read(tokens, self.disk.read(found[0]), in_memory)
+
+    @staticmethod
+    def _from_read(tokens: list[int], host: HostEntry | None, in_memory: int) -> PrefixHit | None:
+        """A disk entry read for ``tokens`` as owned state, when it still covers more than memory."""
         if host is None:
             return None
+        n = len(host.tokens)
+        if n < len(tokens) and tokens[:n] == host.tokens:
+            covered = n
+        elif n >= len(tokens) and host.tokens[: len(tokens)] == tokens:
+            covered = len(tokens) - 1
+        else:
+            return None
+        if covered <= in_memory:
+            return None
         caches = from_host(host)
-        covered = found[1]
-        if len(host.tokens) > covered:
-            trim_prompt_cache(caches, len(host.tokens) - covered)
+        if n > covered:
+            if not can_trim_prompt_cache(caches):
+                return None
+            trim_prompt_cache(caches, n - covered)
         return PrefixHit(tokens[:covered], caches, "disk")
 
     def install(self, host: HostEntry, ns: str, session: str = "") -> int:

@@ -4,6 +4,7 @@ storing drops the entry, never the request."""
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
 from ...caches.prefix import PrefixCache
@@ -44,12 +45,20 @@ class PrefixReuse:
     def applies(self, seq: SequenceState) -> bool:
         return self.cache is not None and seq.prefix.enabled
 
-    def take(self, seq: SequenceState, min_tokens: int = 1) -> tuple[int, list[Any] | None]:
+    def read_ahead(self, seq: SequenceState, min_tokens: int = 1) -> Future | None:
+        """A read of the disk tier's entry for ``seq`` started on the tier's reader thread, when
+        that entry covers more than memory; its result goes to ``take``."""
+        if not self.applies(seq) or self.cache.disk is None:
+            return None
+        entry = self.cache.disk_candidate(seq.prompt, self._namespace(seq), min_tokens)
+        return self.cache.disk.read_async(entry) if entry is not None else None
+
+    def take(self, seq: SequenceState, min_tokens: int = 1, read=None) -> tuple[int, list[Any] | None]:
         """(cached tokens, owned caches), or (0, None) on a miss or a hit under ``min_tokens``."""
         if not self.applies(seq):
             return 0, None
         hit = self.cache.take(seq.prompt, self._namespace(seq), min_tokens,
-                              session_of(seq.tenant.namespace, seq.prefix.session))
+                              session_of(seq.tenant.namespace, seq.prefix.session), read)
         return (len(hit.tokens), hit.caches) if hit is not None else (0, None)
 
     def store(self, seq: SequenceState, tokens: Sequence[int], caches: list[Any] | Callable[[], list[Any]]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Callable
 
@@ -114,6 +115,7 @@ class Scheduler:
                                 speculation_rows=config.speculation_rows, drafter=drafter, route=self._route)
         self._prefilling: deque[SequenceState] = deque()
         self._decoding: list[SequenceState] = []
+        self._reading: list[tuple[SequenceState, Future]] = []  # admitted; their cached prefix read off-thread
         self.generated_tokens = 0
         self.rate = TokenRate()
 
@@ -126,7 +128,7 @@ class Scheduler:
 
     @property
     def idle(self) -> bool:
-        return not self.admission.waiting and not self._prefilling and not self._decoding
+        return not self.admission.waiting and not self._prefilling and not self._decoding and not self._reading
 
     def submit(self, seq: SequenceState) -> None:
         self.admission.enqueue(seq)
@@ -140,6 +142,11 @@ class Scheduler:
             if seq.request_id == request_id:
                 self._prefilling.remove(seq)
                 self._end(seq, FinishReason.CANCELLED)
+                return True
+        for item in self._reading:
+            if item[0].request_id == request_id:
+                self._reading.remove(item)
+                self._end(item[0], FinishReason.CANCELLED)
                 return True
         for seq in self._decoding:
             if seq.request_id == request_id:
@@ -173,6 +180,7 @@ class Scheduler:
     def tick(self) -> None:
         self._prune()
         self._admit()
+        self._settle_reads()
         budget = max(self._config.tick_tokens - len(self._decoding), self._config.min_prefill_tokens)
         done, interrupted, failed = self._prefiller.run(self._prefilling, budget)
         for seq in interrupted:
@@ -190,9 +198,10 @@ class Scheduler:
 
     def fail_running(self, message: str, reason: FinishReason = FinishReason.ERROR) -> None:
         """Ends every started sequence (a failed tick); waiting ones keep their place."""
-        for seq in (*self._prefilling, *self._decoding):
+        for seq in (*self._prefilling, *self._decoding, *(seq for seq, _ in self._reading)):
             self._end(seq, reason, message)
         self._prefilling.clear()
+        self._reading = []
         self._decoding = []
         self._batch.keep([])
         if self._drafter is not None:
@@ -234,11 +243,31 @@ class Scheduler:
                 log.exception("could not start request %s", seq.request_id)
                 self._end(seq, FinishReason.ERROR, f"engine failure: {type(exc).__name__}")
 
-    def _start(self, seq: SequenceState) -> None:
-        cached, caches = self.reuse.take(seq, self._prefiller.min_prefix(seq))
+    def _start(self, seq: SequenceState, read=None) -> None:
+        min_prefix = self._prefiller.min_prefix(seq)
+        if read is None and (future := self.reuse.read_ahead(seq, min_prefix)) is not None:
+            self._reading.append((seq, future))  # other rows run while the disk tier reads
+            return
+        cached, caches = self.reuse.take(seq, min_prefix, read)
         seq.caches = caches if caches is not None else make_caches(self._model, self._config.kv_bits)
         seq.start(cached)
         self._prefilling.append(seq)
+
+    def _settle_reads(self) -> None:
+        """Starts the sequences whose disk read ended; waits a little when nothing else runs."""
+        if not self._reading:
+            return
+        if not self._prefilling and not self._decoding:
+            wait([f for _, f in self._reading], timeout=0.01, return_when=FIRST_COMPLETED)
+        done = [item for item in self._reading if item[1].done()]
+        for item in done:
+            self._reading.remove(item)
+            seq, future = item
+            try:
+                self._start(seq, read=future.result() or False)  # False: the read failed; take from memory
+            except Exception as exc:  # noqa: BLE001 - fail this request, keep serving
+                log.exception("could not start request %s", seq.request_id)
+                self._end(seq, FinishReason.ERROR, failure_message(exc))
 
     def _join(self, seq: SequenceState) -> None:
         self._batch.join(seq.caches)  # the batch copies the row's KV
