@@ -164,6 +164,16 @@ def test_open_sessions_are_evicted_last_and_closing_releases_them():
     assert cache.covered([1, 2, 3, 0], "ns") == 0 and cache.covered([7, 8, 9, 0], "ns") == 3
 
 
+def test_session_entries_stay_pinned_after_the_cache_drops_covered_entries():
+    cache = PrefixCache(1 << 30, max_entries=2, sessions=Sessions(idle_s=0))
+    cache.put([1, 2], _filled(2), "ns")
+    cache.put([1, 2, 3], _filled(3), "ns")  # covers [1, 2]: that entry is dropped
+    cache.put([7, 8, 9], _filled(3), "ns", session="t\x1fchat")
+    cache.put([4, 5, 6], _filled(3), "ns")
+    cache.put([10, 11, 12], _filled(3), "ns")
+    assert cache.covered([7, 8, 9, 0], "ns") == 3 and len(cache.sessions) == 1
+
+
 def test_sessions_close_when_idle():
     now = [0.0]
     sessions = Sessions(idle_s=10, clock=lambda: now[0])

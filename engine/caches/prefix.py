@@ -46,7 +46,7 @@ class PrefixCache:
         self._published: set[Key] = set()
         self._lru = LRUPromptCache(max_size=1 << 62)  # bounded here, by entries and bytes
         self._held: dict[Key, int] = {}  # key -> bytes of its buffers
-        self.sessions.alive = self._held.__contains__
+        self.sessions.alive = lambda key: key in self._held  # _held is replaced, not changed, at times
         self.hits = self.memory_hits = self.disk_hits = 0
         self.hit_tokens = 0
         self.misses = 0
