@@ -298,4 +298,5 @@ def model_load(name: str, s, max_running: int, tenants=()) -> pb.ModelLoad:
         prefix_cache_memory_hits=s.prefix_memory_hits, prefix_cache_disk_hits=s.prefix_disk_hits,
         prefix_cache_disk_entries=s.prefix_disk.entries, prefix_cache_disk_bytes=s.prefix_disk.bytes,
         prefix_cache_disk_writes=s.prefix_disk.writes, prefix_cache_disk_evictions=s.prefix_disk.evictions,
-        prefix_cache_disk_corrupt_files=s.prefix_disk.corrupt, open_sessions=s.open_sessions)
+        prefix_cache_disk_corrupt_files=s.prefix_disk.corrupt, open_sessions=s.open_sessions,
+        prefix_cache_disk_dropped_writes=s.prefix_disk.dropped)

@@ -32,6 +32,7 @@ _DISK_COUNTERS = {
     "prefix_cache_disk_writes": "Entries written to the prefix cache's disk tier",
     "prefix_cache_disk_evictions": "Entries deleted from the disk tier (byte limit, or covered by a longer entry)",
     "prefix_cache_disk_corrupt_files": "Disk-tier files found corrupt, truncated or foreign (deleted, never served)",
+    "prefix_cache_disk_dropped_writes": "Disk-tier writes not made (queue full, entry over the limit, or failed)",
 }
 _RATE = ("generated_tokens_per_second", "mlxgrpc_generation_tokens_per_second",
          "Tokens generated per second over the last 10 seconds")

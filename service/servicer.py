@@ -155,7 +155,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
     async def CloseSession(self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext):
         check_ids(self.limits, model=request.model, session_id=request.session_id)
         engine = self.models.generator(request.model)
-        entries = await engine.close_session(request.session_id, current_identity().tenant.namespace)
+        entries = await engine.close_session(request.session_id, current_identity().tenant.name)
         return pb.CloseSessionResponse(entries=entries)
 
     def _sendable(self, reply: Message) -> Message:

@@ -356,3 +356,84 @@ async def test_a_disk_hit_is_read_while_other_rows_decode(fixture_models, tmp_pa
         assert answered - asked >= 0.5
     finally:
         await engine.close()
+
+
+def test_find_reads_one_bucket_and_agrees_with_a_scan_of_every_entry(tmp_path):
+    import random
+
+    rng = random.Random(3)
+    tier = DiskTier(tmp_path, 1 << 30, "fp")
+    stored = []
+    for i in range(60):
+        base = [rng.randrange(3) for _ in range(rng.randrange(1, 40))]
+        ns = rng.choice(["a", "b"])
+        stored.append((ns, tuple(base)))
+        tier.write(to_host(_filled(len(base), width=32), ns, base, "fp"))
+        tier.drain(10)
+    entries = [(e.namespace, e.tokens) for e in tier._index.values()]
+    for _ in range(300):
+        ns = rng.choice(["a", "b"])
+        prompt = tuple(rng.randrange(3) for _ in range(rng.randrange(1, 45)))
+        best = 0
+        for entry_ns, tokens in entries:
+            if entry_ns != ns:
+                continue
+            if len(tokens) < len(prompt) and prompt[: len(tokens)] == tokens:
+                best = max(best, len(tokens))
+            elif len(tokens) >= len(prompt) and tokens[: len(prompt)] == prompt:
+                best = max(best, len(prompt) - 1)
+        found = tier.find(ns, prompt)
+        assert (found[1] if found else 0) == best, (ns, prompt)
+    tier.close()
+
+
+def test_a_queued_entry_a_later_one_extends_is_not_written(tmp_path):
+    tier = DiskTier(tmp_path, 1 << 30, "fp")
+    with tier._lock:  # the writer cannot take either before both are queued
+        tier.write(to_host(_filled(8), "ns", list(range(8)), "fp"))
+        tier.write(to_host(_filled(12), "ns", list(range(12)), "fp"))
+        assert len(tier._pending) == 1
+    tier.drain(10)
+    assert tier.writes == 1 and len(tier) == 1
+    tier.close()
+
+
+def test_only_the_temporary_files_of_writers_gone_are_deleted(tmp_path):
+    (tmp_path / "fp").mkdir()
+    live = tmp_path / "fp" / f"abc.safetensors.{os.getppid()}.1.tmp"
+    dead = tmp_path / "fp" / f"def.safetensors.{2 ** 22 + 12345}.1.tmp"
+    for path in (live, dead):
+        path.write_bytes(b"partial")
+    DiskTier(tmp_path, 1 << 30, "fp").close()
+    assert live.exists() and not dead.exists()
+
+
+def test_a_clean_shutdown_does_not_rewrite_what_the_disk_tier_evicted(tmp_path):
+    tier = DiskTier(tmp_path, 1 << 30, "fp")
+    cache = PrefixCache(1 << 30, disk=tier, spill_all=True)
+    cache.put(list(range(10)), _filled(10), "ns")
+    tier.drain(10)
+    with tier._lock:
+        tier._evict_over(0)  # the disk tier made room since
+    cache.persist()
+    tier.drain(10)
+    assert tier.writes == 1 and len(tier) == 0
+    cache.put(list(range(50, 60)), _filled(10), "ns")
+    tier.drain(10)
+    assert tier.writes == 2
+    tier.close()
+
+
+async def test_tenants_sharing_a_cache_namespace_keep_their_sessions_apart(fixture_models, tmp_path):
+    from engine.tenancy import Tenant
+
+    a, b = Tenant(name="a", cache_namespace="shared"), Tenant(name="b", cache_namespace="shared")
+    engine = await _engine(fixture_models["llama"], _config(tmp_path))
+    try:
+        await _run(engine, tenant=a, session_id="s")
+        assert await engine.close_session("s", "b") == 0
+        cached, _ = await _run(engine, tenant=b)
+        assert cached > 0  # the namespace is shared: so are the entries
+        assert await engine.close_session("s", "a") >= 1
+    finally:
+        await engine.close()

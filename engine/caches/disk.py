@@ -46,10 +46,36 @@ class DiskStats:
     dropped: int  # writes not made: the queue was full or the write failed
 
 
+HEAD = 16  # entries are bucketed by their first HEAD tokens: a lookup reads one bucket
+
+
 def entry_key(namespace: str, tokens: Sequence[int]) -> str:
     digest = hashlib.sha256(namespace.encode())
     digest.update(b"\x00" + json.dumps(list(tokens)).encode())
     return digest.hexdigest()[:40]
+
+
+def _writer_alive(temp_name: str) -> bool:
+    """Whether the process that names a temporary file (``<key>.<pid>.<thread>.tmp``) still runs."""
+    parts = temp_name.split(".")
+    try:
+        pid = int(parts[-3])
+    except (IndexError, ValueError):
+        return False
+    if pid == os.getpid():
+        return False  # this process starts now: none of its writes is in flight
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def file_bytes(entry: HostEntry) -> int:
+    """A bound on the bytes ``entry``'s file takes: its tensors and its header."""
+    return entry.nbytes + 8 * len(entry.tokens) + 64 * 1024
 
 
 class DiskTier:
@@ -62,6 +88,7 @@ class DiskTier:
         self._queue_bytes = queue_bytes
         self._lock = threading.Condition()
         self._index: dict[str, DiskEntry] = {}
+        self._heads: dict[tuple[str, tuple[int, ...]], set[str]] = {}  # (namespace, first HEAD tokens) -> keys
         self._pending: deque[tuple[str, HostEntry]] = deque()
         self._pending_bytes = 0
         self._writing = False
@@ -78,8 +105,9 @@ class DiskTier:
     def _scan(self) -> None:
         """Rebuilds the index from the directory; leftovers and bad files are deleted."""
         for path in sorted(self.directory.iterdir()):
-            if path.name.endswith(TEMP_SUFFIX):  # a write cut short
-                path.unlink(missing_ok=True)
+            if path.name.endswith(TEMP_SUFFIX):
+                if not _writer_alive(path.name):  # a write cut short
+                    path.unlink(missing_ok=True)
                 continue
             if not path.name.endswith(SUFFIX):
                 continue
@@ -93,13 +121,38 @@ class DiskTier:
             except (OSError, BadEntry, KeyError, ValueError, TypeError) as exc:
                 self._discard(path, str(exc))
                 continue
-            self._index[path.name[: -len(SUFFIX)]] = DiskEntry(meta["namespace"], tokens, path, size,
-                                                                used=path.stat().st_mtime - time.time()
-                                                                + time.monotonic())
+            self._add(path.name[: -len(SUFFIX)], DiskEntry(meta["namespace"], tokens, path, size,
+                                                          used=path.stat().st_mtime - time.time() + time.monotonic()))
         self._evict_over(self.max_bytes)
         if self._index:
             log.info("prefix cache disk tier: %d entries, %d bytes in %s", len(self._index), self.nbytes,
                      self.directory)
+
+    def _add(self, key: str, entry: DiskEntry) -> None:
+        """Lock held (or at start)."""
+        self._index[key] = entry
+        self._heads.setdefault((entry.namespace, entry.tokens[:HEAD]), set()).add(key)
+
+    def _pop(self, key: str) -> DiskEntry:
+        """Lock held."""
+        entry = self._index.pop(key)
+        head = (entry.namespace, entry.tokens[:HEAD])
+        bucket = self._heads[head]
+        bucket.discard(key)
+        if not bucket:
+            del self._heads[head]
+        return entry
+
+    def _candidates(self, namespace: str, prompt: tuple[int, ...]) -> list[DiskEntry]:
+        """Entries that may share a prefix with ``prompt`` (lock held): its own bucket, and the
+        entries shorter than HEAD tokens that start it."""
+        keys = set(self._heads.get((namespace, prompt[:HEAD]), ()))
+        for n in range(1, min(HEAD, len(prompt) + 1)):
+            keys |= self._heads.get((namespace, prompt[:n]), set())
+        if len(prompt) < HEAD:  # longer entries starting with the whole prompt
+            keys |= {k for (ns, head), bucket in self._heads.items() if ns == namespace
+                     and head[: len(prompt)] == prompt for k in bucket}
+        return [self._index[k] for k in keys]
 
     def _discard(self, path: Path, why: str) -> None:
         log.warning("deleted prefix cache file %s: %s", path.name, why)
@@ -129,9 +182,7 @@ class DiskTier:
         prompt = tuple(prompt)
         best, best_n = None, 0
         with self._lock:
-            for entry in self._index.values():
-                if entry.namespace != namespace:
-                    continue
+            for entry in self._candidates(namespace, prompt):
                 n = len(entry.tokens)
                 if n < len(prompt) and prompt[:n] == entry.tokens:
                     covered = n
@@ -175,7 +226,7 @@ class DiskTier:
         with self._lock:
             key = entry.path.name[: -len(SUFFIX)]
             if self._index.get(key) is entry:
-                del self._index[key]
+                self._pop(key)
 
     def clear(self) -> None:
         """Deletes every file (a flush)."""
@@ -187,13 +238,14 @@ class DiskTier:
             for entry in self._index.values():
                 entry.path.unlink(missing_ok=True)
             self._index.clear()
+            self._heads.clear()
 
     # -- writes ------------------------------------------------------------------------------
 
     def write(self, entry: HostEntry) -> bool:
         """Queues ``entry`` for writing; False when it is already stored or does not fit the queue."""
         key = entry_key(entry.namespace, entry.tokens)
-        n = entry.nbytes
+        n = file_bytes(entry)
         with self._lock:
             if self._closed:
                 return False
@@ -202,6 +254,13 @@ class DiskTier:
                 return False
             if any(k == key for k, _ in self._pending):
                 return False
+            if self.trimmable:  # a queued entry this one extends is not worth a write of its own
+                tokens = entry.tokens
+                covered = [(k, e) for k, e in self._pending if e.namespace == entry.namespace
+                           and len(e.tokens) < len(tokens) and tokens[: len(e.tokens)] == e.tokens]
+                for item in covered:
+                    self._pending.remove(item)
+                    self._pending_bytes -= file_bytes(item[1])
             if n > self.max_bytes or self._pending_bytes + n > self._queue_bytes:
                 self.dropped += 1
                 return False
@@ -241,23 +300,23 @@ class DiskTier:
                     self.dropped += 1
             finally:
                 with self._lock:
-                    self._pending_bytes -= entry.nbytes
+                    self._pending_bytes -= file_bytes(entry)
                     self._writing = False
                     self._lock.notify_all()
 
     def _write_one(self, key: str, entry: HostEntry) -> None:
-        size = entry.nbytes + 64 * 1024
+        size = file_bytes(entry)
         with self._lock:
             self._evict_over(self.max_bytes - size)
         path = self.directory / (key + SUFFIX)
         n = write_entry(path, entry)
         tokens = tuple(entry.tokens)
         with self._lock:
-            self._index[key] = DiskEntry(entry.namespace, tokens, path, n)
+            self._add(key, DiskEntry(entry.namespace, tokens, path, n))
             self.writes += 1
             if self.trimmable:  # a longer entry serves its prefixes: they only take space
-                covered = [k for k, e in self._index.items() if k != key and e.namespace == entry.namespace
-                           and len(e.tokens) < len(tokens) and tokens[: len(e.tokens)] == e.tokens]
+                covered = [k for k, e in ((k, self._index[k]) for k in self._keys_of(entry.namespace, tokens))
+                           if k != key and len(e.tokens) < len(tokens) and tokens[: len(e.tokens)] == e.tokens]
                 for k in covered:
                     self._remove(k)
             self._evict_over(self.max_bytes)
@@ -271,7 +330,10 @@ class DiskTier:
             total -= self._index[key].nbytes
             self._remove(key)
 
+    def _keys_of(self, namespace: str, tokens: tuple[int, ...]) -> list[str]:
+        return [e.path.name[: -len(SUFFIX)] for e in self._candidates(namespace, tokens)]
+
     def _remove(self, key: str) -> None:
-        entry = self._index.pop(key)
+        entry = self._pop(key)
         entry.path.unlink(missing_ok=True)
         self.evictions += 1

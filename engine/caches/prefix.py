@@ -46,6 +46,7 @@ class PrefixCache:
         self._published: set[Key] = set()
         self._lru = LRUPromptCache(max_size=1 << 62)  # bounded here, by entries and bytes
         self._held: dict[Key, int] = {}  # key -> bytes of its buffers
+        self._spilled: set[Key] = set()  # held entries handed to the disk tier once already
         self.sessions.alive = lambda key: key in self._held  # _held is replaced, not changed, at times
         self.hits = self.memory_hits = self.disk_hits = 0
         self.hit_tokens = 0
@@ -195,6 +196,7 @@ class PrefixCache:
         """Drops every entry, on disk too."""
         self._lru.trim_to(n_sequences=0)
         self._held.clear()
+        self._spilled.clear()
         self.sessions.clear()
         if self.disk is not None:
             self.disk.clear()
@@ -221,14 +223,17 @@ class PrefixCache:
         self._lru._n_bytes -= entry.nbytes
         self._lru._n_bytes_by_type[entry.cache_type] -= entry.nbytes
         del self._held[key]
+        self._spilled.discard(key)
 
     def persist(self) -> None:
-        """Queues every memory entry the disk tier lacks."""
+        """Queues every memory entry never handed to the disk tier (not those it evicted since)."""
         for ns, tokens in self._keys():
-            self._spill((ns, tuple(tokens)), self._lru._trie.get(ns, tokens).prompt_cache)
+            if (ns, tuple(tokens)) not in self._spilled:
+                self._spill((ns, tuple(tokens)), self._lru._trie.get(ns, tokens).prompt_cache)
 
     def _spill(self, key: Key, caches: list[Any]) -> None:
         disk_ns = self.disk_namespace(key[0])
+        self._spilled.add(key)
         if disk_ns is not None and not self.disk.contains(disk_ns, key[1]):
             self.disk.write(to_host(caches, disk_ns, list(key[1]), self.disk.fingerprint))
 
@@ -245,3 +250,4 @@ class PrefixCache:
         if len(self._held) != len(self._lru):
             stored = {(ns, tuple(tokens)) for ns, tokens in self._keys()}
             self._held = {key: n for key, n in self._held.items() if key in stored}
+            self._spilled &= stored

@@ -191,19 +191,19 @@ class GenerationEngine:
             prompt, _ = await asyncio.to_thread(self._prepare, request)
             ns = namespace_of(m.name, request.tenant.namespace, adapter)
             return await prefetch(self._worker.ask, self.disk, prompt.ids, ns,
-                                  session_of(request.tenant.namespace, request.session_id),
+                                  session_of(request.tenant.name, request.session_id),
                                   disk_namespace(ns, self.adapters.digest_of))
         finally:
             for close in closers:
                 close()
 
-    async def close_session(self, session_id: str, tenant_namespace: str) -> int:
+    async def close_session(self, session_id: str, tenant: str) -> int:
         """Ends a session's prefix-cache affinity; returns how many entries it held."""
         self.loaded
         if not session_id:
             raise InvalidRequest("session_id", "is required")
         check_ids(self.config.limits, session_id=session_id)
-        return await asyncio.wrap_future(self._worker.ask(CloseSession(session_of(tenant_namespace, session_id))))
+        return await asyncio.wrap_future(self._worker.ask(CloseSession(session_of(tenant, session_id))))
 
     @property
     def kv_bytes_per_token(self) -> int:

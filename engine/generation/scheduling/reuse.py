@@ -29,9 +29,9 @@ def disk_namespace(namespace: str, digest_of: Callable[[str], str]) -> str | Non
     return f"{model}\x1f{tenant}\x1fsha256:{digest}" if digest else None
 
 
-def session_of(tenant_namespace: str, session_id: str) -> str:
-    """Session ids are the tenant's own."""
-    return f"{tenant_namespace}\x1f{session_id}" if session_id else ""
+def session_of(tenant: str, session_id: str) -> str:
+    """Session ids are the tenant's own (by name: tenants sharing a cache namespace keep their sessions apart)."""
+    return f"{tenant}\x1f{session_id}" if session_id else ""
 
 
 class PrefixReuse:
@@ -58,7 +58,7 @@ class PrefixReuse:
         if not self.applies(seq):
             return 0, None
         hit = self.cache.take(seq.prompt, self._namespace(seq), min_tokens,
-                              session_of(seq.tenant.namespace, seq.prefix.session), read)
+                              session_of(seq.tenant.name, seq.prefix.session), read)
         return (len(hit.tokens), hit.caches) if hit is not None else (0, None)
 
     def store(self, seq: SequenceState, tokens: Sequence[int], caches: list[Any] | Callable[[], list[Any]]) -> None:
@@ -67,7 +67,7 @@ class PrefixReuse:
             return
         try:
             caches = caches() if callable(caches) else caches
-            self.cache.put(tokens, caches, self._namespace(seq), session_of(seq.tenant.namespace, seq.prefix.session))
+            self.cache.put(tokens, caches, self._namespace(seq), session_of(seq.tenant.name, seq.prefix.session))
         except Exception:  # noqa: BLE001 - a cache entry is never worth a request
             log.warning("dropped a prefix cache entry of %d tokens", len(tokens), exc_info=True)
 

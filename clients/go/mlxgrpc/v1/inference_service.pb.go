@@ -2499,9 +2499,13 @@ type ModelLoad struct {
 	// never served).
 	PrefixCacheDiskCorruptFiles int64 `protobuf:"varint,22,opt,name=prefix_cache_disk_corrupt_files,json=prefixCacheDiskCorruptFiles,proto3" json:"prefix_cache_disk_corrupt_files,omitempty"`
 	// Sessions whose prefixes hold affinity now.
-	OpenSessions  int32 `protobuf:"varint,23,opt,name=open_sessions,json=openSessions,proto3" json:"open_sessions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OpenSessions int32 `protobuf:"varint,23,opt,name=open_sessions,json=openSessions,proto3" json:"open_sessions,omitempty"`
+	// Disk-tier writes not made since the model loaded: the write queue was full (its
+	// bytes are bounded), the entry alone exceeds --prefix-cache-disk-bytes, or the
+	// write failed (the log says why). The entries stay in memory.
+	PrefixCacheDiskDroppedWrites int64 `protobuf:"varint,24,opt,name=prefix_cache_disk_dropped_writes,json=prefixCacheDiskDroppedWrites,proto3" json:"prefix_cache_disk_dropped_writes,omitempty"`
+	unknownFields                protoimpl.UnknownFields
+	sizeCache                    protoimpl.SizeCache
 }
 
 func (x *ModelLoad) Reset() {
@@ -2691,6 +2695,13 @@ func (x *ModelLoad) GetPrefixCacheDiskCorruptFiles() int64 {
 func (x *ModelLoad) GetOpenSessions() int32 {
 	if x != nil {
 		return x.OpenSessions
+	}
+	return 0
+}
+
+func (x *ModelLoad) GetPrefixCacheDiskDroppedWrites() int64 {
+	if x != nil {
+		return x.PrefixCacheDiskDroppedWrites
 	}
 	return 0
 }
@@ -2955,7 +2966,7 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x05model\x18\x01 \x01(\tR\x05model\"g\n" +
 	"\x0fGetLoadResponse\x12-\n" +
 	"\x06models\x18\x01 \x03(\v2\x15.mlxgrpc.v1.ModelLoadR\x06models\x12%\n" +
-	"\x0euptime_seconds\x18\x02 \x01(\x01R\ruptimeSeconds\"\xf4\b\n" +
+	"\x0euptime_seconds\x18\x02 \x01(\x01R\ruptimeSeconds\"\xbc\t\n" +
 	"\tModelLoad\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12)\n" +
 	"\x10running_requests\x18\x02 \x01(\x05R\x0frunningRequests\x12)\n" +
@@ -2980,7 +2991,8 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x18prefix_cache_disk_writes\x18\x14 \x01(\x03R\x15prefixCacheDiskWrites\x12=\n" +
 	"\x1bprefix_cache_disk_evictions\x18\x15 \x01(\x03R\x18prefixCacheDiskEvictions\x12D\n" +
 	"\x1fprefix_cache_disk_corrupt_files\x18\x16 \x01(\x03R\x1bprefixCacheDiskCorruptFiles\x12#\n" +
-	"\ropen_sessions\x18\x17 \x01(\x05R\fopenSessions\"\xac\x02\n" +
+	"\ropen_sessions\x18\x17 \x01(\x05R\fopenSessions\x12F\n" +
+	" prefix_cache_disk_dropped_writes\x18\x18 \x01(\x03R\x1cprefixCacheDiskDroppedWrites\"\xac\x02\n" +
 	"\n" +
 	"TenantLoad\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12)\n" +

@@ -366,7 +366,7 @@ class GetLoadResponse(_message.Message):
     def __init__(self, models: _Optional[_Iterable[_Union[ModelLoad, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ...) -> None: ...
 
 class ModelLoad(_message.Message):
-    __slots__ = ("model", "running_requests", "waiting_requests", "max_running_requests", "kv_cache_bytes", "reserved_bytes", "memory_budget_bytes", "prefix_cache_entries", "prefix_cache_bytes", "prefix_cache_hits", "prefix_cache_misses", "prefix_cache_hit_rate", "generated_tokens_per_second", "generated_tokens", "tenants", "prefix_cache_memory_hits", "prefix_cache_disk_hits", "prefix_cache_disk_entries", "prefix_cache_disk_bytes", "prefix_cache_disk_writes", "prefix_cache_disk_evictions", "prefix_cache_disk_corrupt_files", "open_sessions")
+    __slots__ = ("model", "running_requests", "waiting_requests", "max_running_requests", "kv_cache_bytes", "reserved_bytes", "memory_budget_bytes", "prefix_cache_entries", "prefix_cache_bytes", "prefix_cache_hits", "prefix_cache_misses", "prefix_cache_hit_rate", "generated_tokens_per_second", "generated_tokens", "tenants", "prefix_cache_memory_hits", "prefix_cache_disk_hits", "prefix_cache_disk_entries", "prefix_cache_disk_bytes", "prefix_cache_disk_writes", "prefix_cache_disk_evictions", "prefix_cache_disk_corrupt_files", "open_sessions", "prefix_cache_disk_dropped_writes")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
@@ -390,6 +390,7 @@ class ModelLoad(_message.Message):
     PREFIX_CACHE_DISK_EVICTIONS_FIELD_NUMBER: _ClassVar[int]
     PREFIX_CACHE_DISK_CORRUPT_FILES_FIELD_NUMBER: _ClassVar[int]
     OPEN_SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_DISK_DROPPED_WRITES_FIELD_NUMBER: _ClassVar[int]
     model: str
     running_requests: int
     waiting_requests: int
@@ -413,7 +414,8 @@ class ModelLoad(_message.Message):
     prefix_cache_disk_evictions: int
     prefix_cache_disk_corrupt_files: int
     open_sessions: int
-    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., max_running_requests: _Optional[int] = ..., kv_cache_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., prefix_cache_entries: _Optional[int] = ..., prefix_cache_bytes: _Optional[int] = ..., prefix_cache_hits: _Optional[int] = ..., prefix_cache_misses: _Optional[int] = ..., prefix_cache_hit_rate: _Optional[float] = ..., generated_tokens_per_second: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., tenants: _Optional[_Iterable[_Union[TenantLoad, _Mapping]]] = ..., prefix_cache_memory_hits: _Optional[int] = ..., prefix_cache_disk_hits: _Optional[int] = ..., prefix_cache_disk_entries: _Optional[int] = ..., prefix_cache_disk_bytes: _Optional[int] = ..., prefix_cache_disk_writes: _Optional[int] = ..., prefix_cache_disk_evictions: _Optional[int] = ..., prefix_cache_disk_corrupt_files: _Optional[int] = ..., open_sessions: _Optional[int] = ...) -> None: ...
+    prefix_cache_disk_dropped_writes: int
+    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., max_running_requests: _Optional[int] = ..., kv_cache_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., prefix_cache_entries: _Optional[int] = ..., prefix_cache_bytes: _Optional[int] = ..., prefix_cache_hits: _Optional[int] = ..., prefix_cache_misses: _Optional[int] = ..., prefix_cache_hit_rate: _Optional[float] = ..., generated_tokens_per_second: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., tenants: _Optional[_Iterable[_Union[TenantLoad, _Mapping]]] = ..., prefix_cache_memory_hits: _Optional[int] = ..., prefix_cache_disk_hits: _Optional[int] = ..., prefix_cache_disk_entries: _Optional[int] = ..., prefix_cache_disk_bytes: _Optional[int] = ..., prefix_cache_disk_writes: _Optional[int] = ..., prefix_cache_disk_evictions: _Optional[int] = ..., prefix_cache_disk_corrupt_files: _Optional[int] = ..., open_sessions: _Optional[int] = ..., prefix_cache_disk_dropped_writes: _Optional[int] = ...) -> None: ...
 
 class TenantLoad(_message.Message):
     __slots__ = ("tenant", "running_requests", "waiting_requests", "in_flight_requests", "tokens_last_minute", "generated_tokens", "refused_requests")
