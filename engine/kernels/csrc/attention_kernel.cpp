@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attention_values.h"
+#include "quant_codes.h"
 #include "quantized.h"
 #include "simd.h"
 
@@ -28,7 +29,7 @@ inline int round_up(int n, int m) {
 }
 
 struct Scratch {
-  std::vector<float> q, s, m, l, corr, kpack, vpack;
+  std::vector<float> q, s, m, l, corr, corr2, kpack, vpack;
   static float* get(std::vector<float>& v, size_t n) {
     if (v.size() < n) {
       v.resize(n);
@@ -191,6 +192,40 @@ const float* quant_rows(const AttnProblem& p, const QuantRows& q, int b, int h, 
   return dst;
 }
 
+// Scores of rows x quantized keys, without a dequantized copy: each vector of codes is
+// widened and scaled once for all the rows, q . (scale c + bias) = q . (scale c) +
+// bias sum(q over the group); `qsum` holds those sums (rows x groups).
+void quant_dot_scores(const AttnProblem& p, const QuantRows& qk, int b, int h, const float* q, int nrows,
+                      const float* qsum, int k0, int nk, float* s) {
+  const int D = p.D, G = D / p.group, nv = D / kW;
+  const int64_t row_bytes = int64_t(D) * p.bits / 8;
+  const uint8_t* codes = qk.codes + b * qk.cs[0] + h * qk.cs[1] + k0 * row_bytes;
+  const float* scales = qk.scales + b * qk.ss[0] + h * qk.ss[1] + int64_t(k0) * G;
+  const float* biases = qk.biases + b * qk.bs[0] + h * qk.bs[1] + int64_t(k0) * G;
+  for (int j = 0; j < nk; ++j) {
+    const uint8_t* cr = codes + j * row_bytes;
+    const float* sc = scales + int64_t(j) * G;
+    const float* bi = biases + int64_t(j) * G;
+    vf acc[kDotRows];
+    for (int r = 0; r < nrows; ++r) {
+      acc[r] = splat(0.0f);
+    }
+    for (int c = 0; c < nv; ++c) {
+      vf x = quant::codes(cr, c * kW, p.bits) * splat(sc[c * kW / p.group]);
+      for (int r = 0; r < nrows; ++r) {
+        acc[r] += load(q + r * D + c * kW) * x;
+      }
+    }
+    for (int r = 0; r < nrows; ++r) {
+      float bias = 0.0f;
+      for (int g = 0; g < G; ++g) {
+        bias += bi[g] * qsum[r * G + g];
+      }
+      s[r * kKB + j] = hsum(acc[r]) + bias;
+    }
+  }
+}
+
 const float* query_row(const AttnProblem& p, const RowBlock& blk, int i) {
   return p.q + blk.b * p.qs[0] + p.row_head(blk.hk, i) * p.qs[1] + p.row_pos(i) * p.qs[2];
 }
@@ -224,6 +259,16 @@ void attend_block(const AttnProblem& p, const RowBlock& blk, const Partial& out)
       (dot ? q[r * dp + d] : q[d * kRows + r]) = qr[d] * p.scale;
     }
   }
+  std::vector<float>& qsum_buf = tl.corr2;
+  if (p.bits && dot) {  // per row and group: the sum of the (scaled) query, for the biases
+    const int G = p.D / p.group;
+    qsum_buf.assign(size_t(R) * G, 0.0f);
+    for (int r = 0; r < R; ++r) {
+      for (int d = 0; d < p.D; ++d) {
+        qsum_buf[r * G + d / p.group] += q[r * dp + d];
+      }
+    }
+  }
   const int64_t kbase = blk.b * p.ks[0] + blk.hk * p.ks[1];
   const int64_t vbase = blk.b * p.vs[0] + blk.hk * p.vs[1];
   attention_values::PvFn pv = attention_values::pv_for(dvp / kW);
@@ -233,13 +278,16 @@ void attend_block(const AttnProblem& p, const RowBlock& blk, const Partial& out)
     const float* vr = p.bits ? quant_rows(p, p.vq, blk.b, blk.hk, p.Dv, k0, nk, tl.vpack, vstride)
                              : key_rows(p.v + vbase, p.vs[2], p.Dv, k0, nk, tl.vpack, vstride);
     if (dot) {
-      int64_t kstride;
-      const float* kr = p.bits ? quant_rows(p, p.kq, blk.b, blk.hk, p.D, k0, nk, tl.kpack, kstride)
-                               : key_rows(p.k + kbase, p.ks[2], p.D, k0, nk, tl.kpack, kstride);
       for (int r = 0; r < R; ++r) {
         std::fill(s + r * kKB + nk, s + (r + 1) * kKB, kNegInf);
       }
-      dot_scores(q, R, dp / kW, kr, kstride, nk, s);
+      if (p.bits) {
+        quant_dot_scores(p, p.kq, blk.b, blk.hk, q, R, qsum_buf.data(), k0, nk, s);
+      } else {
+        int64_t kstride;
+        const float* kr = key_rows(p.k + kbase, p.ks[2], p.D, k0, nk, tl.kpack, kstride);
+        dot_scores(q, R, dp / kW, kr, kstride, nk, s);
+      }
       apply_masks(p, blk, s, kKB, 1, R, k0, nk);
       rows_softmax(s, R, nk, m, l, corr);
       pv(out.acc, out.stride, s, kKB, 1, corr, R, vr, vstride, nk, dvp / kW);

@@ -2,55 +2,13 @@
 // + bias: this file is compiled with -ffp-contract=off).
 #include "parallel.h"
 #include "primitives.h"
+#include "quant_codes.h"
 #include "quantized.h"
 #include "simd.h"
 
 #include <cstring>
 
 namespace mlxk {
-
-namespace {
-
-// kW codes of a row from element k (k a multiple of kW) as floats.
-#if defined(__AVX512F__) || defined(__AVX2__)
-inline vf widen(__m128i b) {
-#if defined(__AVX512F__)
-  return (vf)_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
-#else
-  return (vf)_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
-#endif
-}
-#endif
-
-inline vf codes(const uint8_t* wr, int k, int bits) {
-#if defined(__AVX512F__) || defined(__AVX2__)
-  if (bits == 8) {
-    return widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + k)));
-  }
-  // kW / 2 bytes hold kW nibbles, element 2i low: widen bytes to 16 bits, then
-  // the low nibble stays in the low byte and the high one moves to the high byte.
-  __m128i v;
-  if (kW == 16) {
-    v = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wr + k / 2)));
-  } else {
-    int32_t four;
-    std::memcpy(&four, wr + k / 2, 4);
-    v = _mm_cvtepu8_epi16(_mm_cvtsi32_si128(four));
-  }
-  __m128i mask = _mm_set1_epi16(0x0F);
-  v = _mm_or_si128(_mm_and_si128(v, mask), _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), mask), 8));
-  return widen(v);
-#else
-  vf out;
-  for (int i = 0; i < kW; ++i) {
-    int e = k + i;
-    out[i] = float(bits == 8 ? wr[e] : (wr[e / 2] >> (4 * (e & 1))) & 0xF);
-  }
-  return out;
-#endif
-}
-
-} // namespace
 
 void dequantize_rows(const QMat& w, float* out, int64_t n0, int64_t n1) {
   const int G = w.group, ng = w.groups();
@@ -61,7 +19,7 @@ void dequantize_rows(const QMat& w, float* out, int64_t n0, int64_t n1) {
       vf s = splat(w.scales[n * ng + gi]), b = splat(w.biases[n * ng + gi]);
       for (int t = 0; t < G; t += kW) {
         int k = gi * G + t;
-        store(o + k, s * codes(wr, k, w.bits) + b);
+        store(o + k, s * quant::codes(wr, k, w.bits) + b);
       }
     }
   }
