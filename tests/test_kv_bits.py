@@ -46,34 +46,20 @@ def test_quantized_attention_equals_attention_over_the_dequantized_keys(bits, ro
 
 
 @needs_kernels
-def test_kv_write_replaces_the_rows_and_nothing_else():
-    ext = kernels.ext()
-    buffers = [mx.random.randint(0, 1 << 30, (2, 3, 16, 4)).astype(mx.uint32), mx.random.normal((2, 3, 16, 2)),
-               mx.random.normal((2, 3, 16, 2))] * 2
-    rows = [mx.random.randint(0, 1 << 30, (2, 3, 2, 4)).astype(mx.uint32), mx.random.normal((2, 3, 2, 2)),
-            mx.random.normal((2, 3, 2, 2))] * 2
-    expected = []
-    for b, r in zip(buffers, rows):
-        e = mx.array(b)
-        e[:, :, 5:7] = r
-        expected.append(e)
-    out = ext.kv_write(buffers, rows, 5)
-    assert all(mx.array_equal(o, e).item() for o, e in zip(out, expected))
-    assert not mx.array_equal(out[0], buffers[0]).item()  # the inputs still held here were copied, not changed
-
-
-@needs_kernels
 @pytest.mark.parametrize("bits", [8, 4])
-def test_kv_quantize_write_quantizes_exactly_as_mlx(bits):
+def test_kv_pack_write_quantizes_exactly_as_mlx_and_changes_only_its_rows(bits):
+    from engine.caches.quantized_kv import pack
+
     ext = kernels.ext()
     k = mx.random.normal((2, 5, 3, 64)).transpose(0, 2, 1, 3) * 3  # strided, as attention makes them
-    v = mx.concatenate([mx.zeros((2, 3, 1, 64)), mx.random.normal((2, 3, 4, 64))], axis=2)  # a constant group
-    width = 64 * bits // 32
-    buffers = [mx.zeros((2, 3, 9, width), dtype=mx.uint32), mx.zeros((2, 3, 9, 2)), mx.zeros((2, 3, 9, 2))] * 2
-    out = ext.kv_quantize_write(buffers, k, v, 3, 32, bits)
-    expected = [*mx.quantize(k, group_size=32, bits=bits), *mx.quantize(v, group_size=32, bits=bits)]
-    assert all(mx.array_equal(o[:, :, 3:8], e).item() for o, e in zip(out, expected))
-    assert all((o[:, :, :3] == 0).all().item() and (o[:, :, 8:] == 0).all().item() for o in out)
+    k = mx.concatenate([mx.zeros((2, 3, 1, 64)), k[:, :, 1:]], axis=2)  # a constant group too
+    width = 64 * bits // 32 + 4
+    buffer = mx.random.randint(0, 1 << 30, (2, 3, 9, width)).astype(mx.uint32)
+    held = mx.array(buffer)  # another holder: the write must not change it
+    out = ext.kv_pack_write(buffer, k, 3, 32, bits)
+    expected = mx.array(held)
+    expected[:, :, 3:8] = pack(mx.quantize(k, group_size=32, bits=bits))
+    assert mx.array_equal(out, expected).item() and mx.array_equal(buffer, held).item()
 
 
 def _rows(n, seed):

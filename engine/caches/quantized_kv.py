@@ -1,10 +1,11 @@
 """KV caches held in MLX's affine quantization (``--kv-bits``): mlx-lm's
 ``QuantizedKVCache`` for one row, and its batch form for continuous batching.
 
-Invariants: keys and values are each (codes uint32, scales, biases) along the head
-dimension in groups of ``group_size``; a batch cache behaves as mlx-lm's
-``BatchKVCache`` (left padding, ``_idx``, trim, right-padding rolls), component by
-component; a row extracted from a batch, or merged into one, holds the same codes.
+Invariants: a row's keys and values are each (codes uint32, scales, biases) along the
+head dimension in groups of ``group_size``; a batch cache packs each into one uint32
+buffer and behaves as mlx-lm's ``BatchKVCache`` (left padding, ``_idx``, trim,
+right-padding rolls); a row extracted from a batch, or merged into one, holds the same
+codes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import BatchKVCache, KVCache, QuantizedKVCache, dynamic_roll, make_prompt_cache
+from mlx_lm.models.cache import BatchKVCache, KVCache, QuantizedKVCache, make_prompt_cache
 
 KV_BITS = (4, 8)
 STEP = 256
@@ -72,11 +73,6 @@ def _width(dim: int, bits: int) -> int:
     return dim * bits // 32
 
 
-def _empty(shape: tuple[int, ...], dim: int, bits: int, group: int, dtype: mx.Dtype) -> tuple[mx.array, ...]:
-    return (mx.zeros((*shape, _width(dim, bits)), dtype=mx.uint32), mx.zeros((*shape, dim // group), dtype=dtype),
-            mx.zeros((*shape, dim // group), dtype=dtype))
-
-
 class QuantizedRowCache(QuantizedKVCache):
     """One row's quantized KV; the group size follows the head size at the first update."""
 
@@ -104,127 +100,88 @@ class QuantizedRowCache(QuantizedKVCache):
         return BatchQuantizedKVCache.merge(caches)
 
 
-class BatchQuantizedKVCache(BatchKVCache):
-    """mlx-lm's ``BatchKVCache`` with each of keys and values a (codes, scales, biases) tuple."""
+def pack(parts: tuple[mx.array, mx.array, mx.array]) -> mx.array:
+    """(codes, scales, biases) as one uint32 array: each row's codes, then its scales and biases' bits."""
+    codes, scales, biases = parts
+    return mx.concatenate([codes, scales.view(mx.uint32), biases.view(mx.uint32)], axis=-1)
 
-    def __init__(self, left_padding: Sequence[int], bits: int = 8, group_size: int = 0):
+
+def unpack(x: mx.array, dim: int, bits: int, group: int) -> tuple[mx.array, mx.array, mx.array]:
+    """``pack``'s inverse, as views of ``x``."""
+    w, g = _width(dim, bits), dim // group
+    return x[..., :w], x[..., w : w + g].view(mx.float32), x[..., w + g :].view(mx.float32)
+
+
+class BatchQuantizedKVCache(BatchKVCache):
+    """mlx-lm's ``BatchKVCache`` whose keys and values are each one packed uint32 buffer
+    (``pack``), so every batch operation it inherits works on them as they are, and a
+    decode step writes each in place with one primitive. Float32 activations only."""
+
+    def __init__(self, left_padding: Sequence[int], bits: int = 8, group_size: int = 0, dims=(0, 0)):
         super().__init__(list(left_padding))
         self.bits = bits
         self.group_size = group_size or 64
         self._group_fixed = bool(group_size)
+        self.dims = dims  # head sizes of keys and values (known at the first update or merge)
 
     def update_and_fetch(self, keys, values):
+        if keys.dtype != mx.float32 or values.dtype != mx.float32:
+            raise ValueError("--kv-bits needs float32 activations (the server's default dtype on a CPU)")
         B, H, n, dk = keys.shape
         dv = values.shape[-1]
         if self.keys is None and not self._group_fixed:
             self.group_size = _group_or_refuse(dk)
             self._group_fixed = True
+        self.dims = (dk, dv)
         prev = self._idx
-        if self.keys is None or prev + n > self.keys[0].shape[2]:
-            shape = (B, H, (STEP + n - 1) // STEP * STEP)
-            new_k = _empty(shape, dk, self.bits, self.group_size, keys.dtype)
-            new_v = _empty(shape, dv, self.bits, self.group_size, values.dtype)
+        if self.keys is None or prev + n > self.keys.shape[2]:
+            steps = (STEP + n - 1) // STEP * STEP
+            new_k = mx.zeros((B, H, steps, self._packed(dk)), dtype=mx.uint32)
+            new_v = mx.zeros((B, H, steps, self._packed(dv)), dtype=mx.uint32)
             if self.keys is None:
                 self.keys, self.values = new_k, new_v
             else:
                 if prev % STEP:
-                    self.keys = tuple(x[..., :prev, :] for x in self.keys)
-                    self.values = tuple(x[..., :prev, :] for x in self.values)
-                self.keys = tuple(mx.concatenate([x, y], axis=2) for x, y in zip(self.keys, new_k))
-                self.values = tuple(mx.concatenate([x, y], axis=2) for x, y in zip(self.values, new_v))
+                    self.keys, self.values = self.keys[..., :prev, :], self.values[..., :prev, :]
+                self.keys = mx.concatenate([self.keys, new_k], axis=2)
+                self.values = mx.concatenate([self.values, new_v], axis=2)
         ext = _kernels()
-        if ext is not None and keys.dtype == values.dtype == mx.float32:  # one primitive, in place
-            out = ext.kv_quantize_write([*self.keys, *self.values], keys, values, prev, self.group_size, self.bits)
-            self.keys, self.values = tuple(out[:3]), tuple(out[3:])
+        if ext is not None:  # one primitive each, in place
+            self.keys = ext.kv_pack_write(self.keys, keys, prev, self.group_size, self.bits)
+            self.values = ext.kv_pack_write(self.values, values, prev, self.group_size, self.bits)
         else:
-            qk = mx.quantize(keys, group_size=self.group_size, bits=self.bits)
-            qv = mx.quantize(values, group_size=self.group_size, bits=self.bits)
-            for mine, new in ((self.keys, qk), (self.values, qv)):
-                for x, y in zip(mine, new):
-                    x[..., prev : prev + n, :] = y
+            self.keys[..., prev : prev + n, :] = pack(mx.quantize(keys, group_size=self.group_size, bits=self.bits))
+            self.values[..., prev : prev + n, :] = pack(mx.quantize(values, group_size=self.group_size,
+                                                                   bits=self.bits))
         self.offset = self.offset + n
         self._idx += n
         return self.keys_and_values()
 
+    def _packed(self, dim: int) -> int:
+        return _width(dim, self.bits) + 2 * (dim // self.group_size)
+
+    def parts(self) -> tuple[tuple, tuple, int]:
+        """(keys, values) as (codes, scales, biases) views of the whole buffers, and how many
+        positions hold data: what the attention kernel reads."""
+        dk, dv = self.dims
+        return (unpack(self.keys, dk, self.bits, self.group_size), unpack(self.values, dv, self.bits, self.group_size),
+                self._idx)
+
     def keys_and_values(self):
-        return (tuple(x[..., : self._idx, :] for x in self.keys),
-                tuple(x[..., : self._idx, :] for x in self.values))
-
-    def finalize(self):
-        if self._right_padding is not None:
-            padding = self._right_padding
-            self.keys = tuple(dynamic_roll(x, padding[:, None], axis=2) for x in self.keys)
-            self.values = tuple(dynamic_roll(x, padding[:, None], axis=2) for x in self.values)
-            self.offset = self.offset - padding
-            self.left_padding += padding
-            self._right_padding = None
-
-    @property
-    def state(self):
-        return self.keys, self.values, self.offset, self.left_padding, self._idx, self.group_size, self.bits
-
-    @state.setter
-    def state(self, v):
-        self.keys, self.values, self.offset, self.left_padding, self._idx, self.group_size, self.bits = v
-        self._right_padding = None
-        self._group_fixed = True
-
-    def filter(self, batch_indices):
-        if self.keys is not None:
-            self.keys = tuple(x[batch_indices] for x in self.keys)
-            self.values = tuple(x[batch_indices] for x in self.values)
-        self.offset = self.offset[batch_indices]
-        self.left_padding = self.left_padding[batch_indices]
-        shift = min(self.left_padding.tolist())
-        if shift > 0:
-            if self.keys is not None:
-                self.keys = tuple(x[..., shift:, :] for x in self.keys)
-                self.values = tuple(x[..., shift:, :] for x in self.values)
-            self._idx -= shift
-            self.left_padding -= shift
-
-    def extend(self, other: "BatchQuantizedKVCache"):
-        if self.keys is None and other.keys is None:
-            self.left_padding = mx.concatenate([self.left_padding, other.left_padding])
-            self.offset = mx.concatenate([self.offset, other.offset])
-            return
-        some = self if self.keys is not None else other
-        self.group_size, self._group_fixed = some.group_size, True
-        width = max(self._idx, other._idx)
-        size = max(c.keys[0].shape[2] for c in (self, other) if c.keys is not None)
-
-        def aligned(c: "BatchQuantizedKVCache"):
-            parts = []
-            for mine, like in ((c.keys, some.keys), (c.values, some.values)):
-                if mine is None:
-                    rows = c.offset.shape[0]
-                    mine = tuple(mx.zeros((rows, x.shape[1], 0, x.shape[3]), dtype=x.dtype) for x in like)
-                left = width - c._idx
-                right = size - mine[0].shape[2] - left
-                out = []
-                for x in mine:
-                    if right < 0:
-                        x = x[..., :right, :]
-                    if left or right > 0:
-                        x = mx.pad(x, [(0, 0), (0, 0), (left, max(right, 0)), (0, 0)])
-                    out.append(x)
-                parts.append(tuple(out))
-            return parts[0], parts[1], c.offset, c.left_padding + (width - c._idx)
-
-        (k1, v1, o1, l1), (k2, v2, o2, l2) = aligned(self), aligned(other)
-        self.keys = tuple(mx.concatenate([a, b]) for a, b in zip(k1, k2))
-        self.values = tuple(mx.concatenate([a, b]) for a, b in zip(v1, v2))
-        self.offset = mx.concatenate([o1, o2])
-        self.left_padding = mx.concatenate([l1, l2])
-        self._idx = width
+        dk, dv = self.dims
+        return (unpack(self.keys[..., : self._idx, :], dk, self.bits, self.group_size),
+                unpack(self.values[..., : self._idx, :], dv, self.bits, self.group_size))
 
     def extract(self, idx: int) -> QuantizedRowCache:
         cache = QuantizedRowCache(self.group_size, self.bits)
         mx.eval(self.left_padding)
         padding = self.left_padding.tolist()[idx]
-        cache.keys = tuple(mx.contiguous(x[idx : idx + 1, :, padding : self._idx]) for x in self.keys)
-        cache.values = tuple(mx.contiguous(x[idx : idx + 1, :, padding : self._idx]) for x in self.values)
-        cache.offset = cache.keys[0].shape[2]
+        dk, dv = self.dims
+        row_k = self.keys[idx : idx + 1, :, padding : self._idx]
+        row_v = self.values[idx : idx + 1, :, padding : self._idx]
+        cache.keys = tuple(mx.contiguous(x) for x in unpack(row_k, dk, self.bits, self.group_size))
+        cache.values = tuple(mx.contiguous(x) for x in unpack(row_v, dv, self.bits, self.group_size))
+        cache.offset = self._idx - padding
         return cache
 
     @classmethod
@@ -235,25 +192,20 @@ class BatchQuantizedKVCache(BatchKVCache):
         if width == 0:
             return cls([0] * len(caches), bits)
         like = next(c for c in caches if c.keys is not None)
-        out = cls([width - n for n in lengths], bits, like.group_size)
-        B = len(caches)
-        out.keys = tuple(mx.zeros((B, x.shape[1], width, x.shape[3]), dtype=x.dtype) for x in like.keys)
-        out.values = tuple(mx.zeros((B, x.shape[1], width, x.shape[3]), dtype=x.dtype) for x in like.values)
+        dims = (like.keys[0].shape[-1] * 32 // bits, like.values[0].shape[-1] * 32 // bits)
+        out = cls([width - n for n in lengths], bits, like.group_size, dims)
+        B, H = len(caches), like.keys[0].shape[1]
+        out.keys = mx.zeros((B, H, width, out._packed(dims[0])), dtype=mx.uint32)
+        out.values = mx.zeros((B, H, width, out._packed(dims[1])), dtype=mx.uint32)
         for i, (n, c) in enumerate(zip(lengths, caches)):
-            if c.keys is None:
-                continue
-            for mine, theirs in ((out.keys, c.keys), (out.values, c.values)):
-                for x, y in zip(mine, theirs):
-                    x[i : i + 1, :, width - n :] = y[..., :n, :]
+            if n:
+                out.keys[i : i + 1, :, width - n :] = pack(tuple(x[..., :n, :] for x in c.keys))
+                out.values[i : i + 1, :, width - n :] = pack(tuple(x[..., :n, :] for x in c.values))
         out.offset += width
         out._idx = width
         return out
 
-    def empty(self):
-        return self.keys is None
-
-    @property
-    def nbytes(self):
-        if self.keys is None:
-            return 0
-        return sum(x.nbytes for x in (*self.keys, *self.values))
+    def extend(self, other: "BatchQuantizedKVCache"):
+        if self.keys is None and other.keys is not None:
+            self.group_size, self.dims, self._group_fixed = other.group_size, other.dims, True
+        super().extend(other)

@@ -39,8 +39,11 @@ def attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask=None,
 def cache_attention(q: mx.array, cache, *, scale: float, mask=None, sinks=None, flat: bool = False) -> mx.array | None:
     """Attention over a quantized cache's buffers as they are, up to its length (the
     slices its ``update_and_fetch`` returned are then never computed)."""
-    length = cache._idx if hasattr(cache, "_idx") else cache.offset
-    return quantized_attention(q, cache.keys, cache.values, scale=scale, mask=mask, group_size=cache.group_size,
+    if hasattr(cache, "parts"):  # a batch: packed buffers
+        keys, values, length = cache.parts()
+    else:
+        keys, values, length = cache.keys, cache.values, cache.offset
+    return quantized_attention(q, keys, values, scale=scale, mask=mask, group_size=cache.group_size,
                                bits=cache.bits, sinks=sinks, flat=flat, length=int(length))
 
 

@@ -123,14 +123,15 @@ void run(const AttnProblem& p, float* out, const int64_t* os) {
   });
 }
 
-// A 4-D array whose last two axes are row-contiguous, as a pointer and its strides
-// over the first two axes (copied into `buf` when they are not).
+// A 4-D array whose last axis is contiguous, as a pointer and its strides over the
+// first three axes (copied into `buf` when the last axis is strided).
 template <class T>
-const T* head_rows(const mx::array& a, std::vector<T>& buf, int64_t st[2]) {
+const T* head_rows(const mx::array& a, std::vector<T>& buf, int64_t st[3]) {
   const int64_t B = a.shape(0), H = a.shape(1), S = a.shape(2), W = a.shape(3);
-  if (a.strides(3) == 1 && (a.strides(2) == W || S == 1)) {
-    st[0] = a.strides(0);
-    st[1] = a.strides(1);
+  if (a.strides(3) == 1 || W == 1) {
+    for (int i = 0; i < 3; ++i) {
+      st[i] = a.strides(i);
+    }
     return a.data<T>();
   }
   buf.resize(size_t(B * H * S * W));
@@ -143,6 +144,7 @@ const T* head_rows(const mx::array& a, std::vector<T>& buf, int64_t st[2]) {
           *dst++ = src[b * a.strides(0) + h * a.strides(1) + t * a.strides(2) + w * a.strides(3)];
   st[0] = H * S * W;
   st[1] = S * W;
+  st[2] = W;
   return buf.data();
 }
 
@@ -153,10 +155,11 @@ struct QuantBuffers {
 
 QuantRows quant_rows_of(const mx::array& c, const mx::array& s, const mx::array& b, QuantBuffers& buf) {
   QuantRows q;
-  int64_t cs[2];
+  int64_t cs[3];
   q.codes = reinterpret_cast<const uint8_t*>(head_rows(c, buf.codes, cs));
-  q.cs[0] = cs[0] * 4;  // uint32 elements to bytes
-  q.cs[1] = cs[1] * 4;
+  for (int i = 0; i < 3; ++i) {
+    q.cs[i] = cs[i] * 4;  // uint32 elements to bytes
+  }
   q.scales = head_rows(s, buf.scales, q.ss);
   q.biases = head_rows(b, buf.biases, q.bs);
   return q;

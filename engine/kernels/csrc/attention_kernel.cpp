@@ -182,12 +182,13 @@ const float* key_rows(const float* base, int64_t stride, int dim, int k0, int nk
 // multiple of kW: no padding).
 const float* quant_rows(const AttnProblem& p, const QuantRows& q, int b, int h, int dim, int k0, int nk,
                         std::vector<float>& pack, int64_t& out_stride) {
-  const int64_t row_bytes = int64_t(dim) * p.bits / 8, groups = dim / p.group;
-  QMat m{q.codes + b * q.cs[0] + h * q.cs[1] + k0 * row_bytes,
-         q.scales + b * q.ss[0] + h * q.ss[1] + k0 * groups,
-         q.biases + b * q.bs[0] + h * q.bs[1] + k0 * groups, nk, dim, p.group, p.bits};
   float* dst = Scratch::get(pack, size_t(nk) * dim);
-  dequantize_rows(m, dst, 0, nk);
+  for (int j = 0; j < nk; ++j) {
+    const int64_t t = k0 + j;
+    QMat m{q.codes + b * q.cs[0] + h * q.cs[1] + t * q.cs[2], q.scales + b * q.ss[0] + h * q.ss[1] + t * q.ss[2],
+           q.biases + b * q.bs[0] + h * q.bs[1] + t * q.bs[2], 1, dim, p.group, p.bits};
+    dequantize_rows(m, dst + int64_t(j) * dim, 0, 1);
+  }
   out_stride = dim;
   return dst;
 }
@@ -198,14 +199,13 @@ const float* quant_rows(const AttnProblem& p, const QuantRows& q, int b, int h, 
 void quant_dot_scores(const AttnProblem& p, const QuantRows& qk, int b, int h, const float* q, int nrows,
                       const float* qsum, int k0, int nk, float* s) {
   const int D = p.D, G = D / p.group, nv = D / kW;
-  const int64_t row_bytes = int64_t(D) * p.bits / 8;
-  const uint8_t* codes = qk.codes + b * qk.cs[0] + h * qk.cs[1] + k0 * row_bytes;
-  const float* scales = qk.scales + b * qk.ss[0] + h * qk.ss[1] + int64_t(k0) * G;
-  const float* biases = qk.biases + b * qk.bs[0] + h * qk.bs[1] + int64_t(k0) * G;
+  const uint8_t* codes = qk.codes + b * qk.cs[0] + h * qk.cs[1] + k0 * qk.cs[2];
+  const float* scales = qk.scales + b * qk.ss[0] + h * qk.ss[1] + k0 * qk.ss[2];
+  const float* biases = qk.biases + b * qk.bs[0] + h * qk.bs[1] + k0 * qk.bs[2];
   for (int j = 0; j < nk; ++j) {
-    const uint8_t* cr = codes + j * row_bytes;
-    const float* sc = scales + int64_t(j) * G;
-    const float* bi = biases + int64_t(j) * G;
+    const uint8_t* cr = codes + j * qk.cs[2];
+    const float* sc = scales + j * qk.ss[2];
+    const float* bi = biases + j * qk.bs[2];
     vf acc[kDotRows];
     for (int r = 0; r < nrows; ++r) {
       acc[r] = splat(0.0f);

@@ -8,14 +8,14 @@
 
 namespace mlxk {
 
-// Keys or values in MLX's affine quantization (bits 8 or 4, groups along D): the
-// rows of one (batch, kv head) contiguous, that head's first row at
-// codes + b * cs[0] + h * cs[1] (bytes) and scales/biases + b * ss[0] + h * ss[1].
+// Keys or values in MLX's affine quantization (bits 8 or 4, groups along D): row t of
+// (batch b, kv head h) at codes + b * cs[0] + h * cs[1] + t * cs[2] (bytes), its scales
+// and biases likewise (floats); each row's own elements contiguous.
 struct QuantRows {
   const uint8_t* codes = nullptr;
   const float* scales = nullptr;
   const float* biases = nullptr;
-  int64_t cs[2] = {0, 0}, ss[2] = {0, 0}, bs[2] = {0, 0};
+  int64_t cs[3] = {0, 0, 0}, ss[3] = {0, 0, 0}, bs[3] = {0, 0, 0};
 };
 
 struct AttnProblem {

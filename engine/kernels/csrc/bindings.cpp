@@ -50,11 +50,10 @@ NB_MODULE(_ext, m) {
         "stream"_a = nb::none(),
         "attention with keys and values as MLX affine-quantized (codes, scales, biases), over the first "
         "`length` keys (-1: all); [B, Hq, L, Dv], or [B, L, Hq * Dv] when flat.");
-  m.def("kv_write", &mlxk::kv_write, "buffers"_a, "rows"_a, "at"_a, nb::kw_only(), "stream"_a = nb::none(),
-        "A quantized KV cache's six buffers with rows [at, at + n) replaced (in place when unshared).");
-  m.def("kv_quantize_write", &mlxk::kv_quantize_write, "buffers"_a, "keys"_a, "values"_a, "at"_a, "group_size"_a,
-        "bits"_a, nb::kw_only(), "stream"_a = nb::none(),
-        "kv_write with float32 keys and values quantized as mx.quantize does.");
+  m.def("kv_pack_write", &mlxk::kv_pack_write, "buffer"_a, "x"_a, "at"_a, "group_size"_a, "bits"_a, nb::kw_only(),
+        "stream"_a = nb::none(),
+        "A quantized KV cache's packed buffer with rows [at, at + n) replaced by x quantized (in place when "
+        "unshared).");
   m.def("silu_gate_halves", &mlxk::silu_gate_halves, "x"_a, nb::kw_only(), "stream"_a = nb::none(),
         "silu(gate) * up with gate and up the halves of x's last axis.");
   m.def(

@@ -42,15 +42,12 @@ mx::array attention_quantized(const mx::array& q, const std::vector<mx::array>& 
                               const std::vector<mx::array>& v, int group, int bits, float scale,
                               bool causal, const std::optional<mx::array>& mask, bool flat, int length = -1,
                               mx::StreamOrDevice s = {});
-// The six buffers of a quantized KV cache ([B, H, capacity, W]: codes, scales and
-// biases of keys, then of values) with rows [at, at + n) replaced by `rows`
-// ([B, H, n, W] each); a buffer nothing else holds is updated in place.
-std::vector<mx::array> kv_write(const std::vector<mx::array>& buffers, const std::vector<mx::array>& rows, int at,
-                                mx::StreamOrDevice s = {});
-// kv_write with float32 keys and values [B, H, n, D] quantized as mx.quantize does.
-std::vector<mx::array> kv_quantize_write(const std::vector<mx::array>& buffers, const mx::array& keys,
-                                         const mx::array& values, int at, int group, int bits,
-                                         mx::StreamOrDevice s = {});
+// A quantized KV cache's packed buffer [B, H, capacity, W + 2G] (uint32: each row a
+// token's codes, then its scales and biases as float32 bits) with rows [at, at + n)
+// replaced by x [B, H, n, D] (float32) quantized as mx.quantize does; in place when
+// nothing else holds the buffer.
+mx::array kv_pack_write(const mx::array& buffer, const mx::array& x, int at, int group, int bits,
+                        mx::StreamOrDevice s = {});
 // prologue(x) [..., K] @ dequantize(w)^T (+ bias) (+ residual) for MLX's affine
 // quantization (w uint32 [N, K*bits/32], scales/biases [N, K/group]), bits 8 or 4;
 // the prologue and extra inputs as linear's.
@@ -232,13 +229,12 @@ class QuantizedMatmul : public CpuPrimitive {
   RowOps ops_;
 };
 
-class KVWrite : public CpuPrimitive {
+class KVPackWrite : public CpuPrimitive {
  public:
-  // bits > 0: the updates are float keys and values, quantized here.
-  KVWrite(mx::Stream stream, int at, int group = 0, int bits = 0)
+  KVPackWrite(mx::Stream stream, int at, int group, int bits)
       : CpuPrimitive(stream), at_(at), group_(group), bits_(bits) {}
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
-  const char* name() const override { return "KernelKVWrite"; }
+  const char* name() const override { return "KernelKVPackWrite"; }
   bool is_equivalent(const mx::Primitive& other) const override;
 
  private:
