@@ -445,3 +445,23 @@ def test_allocator_limit_is_read_without_changing_it():
     finally:
         mx.set_cache_limit(previous)
     assert allocator_cache_limit() == before
+
+
+def test_the_kernels_attention_holds_no_score_matrix_and_the_plan_counts_none(fixture_models):
+    """With the CPU kernels a prefill chunk's attention runs in blocks of keys: the
+    transient workspace counts the mask, not float32 scores for every head."""
+    from engine import kernels
+    from engine.loading.model import load_generation_model
+    from engine.memory.facts import blockwise_attention
+    from engine.memory.plan import transient_bytes
+
+    plain = load_generation_model(fixture_models["llama"], use_kernels=False)
+    assert not blockwise_attention(plain)
+    if not kernels.enabled():
+        pytest.skip("the CPU kernels are off or not built")
+    fast = load_generation_model(fixture_models["llama"])
+    assert blockwise_attention(fast)
+    facts = facts_from_model(fast.model, fast.config, blockwise_attention=True)
+    stored = facts_from_model(plain.model, plain.config)
+    heads = facts.num_attention_heads
+    assert (transient_bytes(stored, 256, 4096) - transient_bytes(facts, 256, 4096)) == 256 * 4096 * heads * 4

@@ -25,7 +25,7 @@ from ..loading.tokenizer_files import tokenizer_files
 from ..memory.budget import MemoryBudget
 from ..memory.calibration import calibrate_decode
 from ..caches.blocks import BlockLedger
-from ..memory.facts import facts_from_model, with_draft
+from ..memory.facts import blockwise_attention, facts_from_model, with_draft
 from ..memory.plan import MemoryPlan
 from ..memory.planner import Planner
 from ..requests import FormatKind, GenerationRequest, ResponseFormat
@@ -124,14 +124,16 @@ class GenerationEngine:
         bits = self.config.scheduler.kv_bits
         if bits:
             check_kv_bits(loaded.model, bits, loaded.name)
-        self._facts = facts_from_model(loaded.model, loaded.config, lambda model: make_caches(model, bits))
+        self._facts = facts_from_model(loaded.model, loaded.config, lambda model: make_caches(model, bits),
+                                       blockwise_attention=blockwise_attention(loaded))
         self._decode = calibrate_decode(loaded.model, self._facts)
         self._rolls_back = loaded.traits.can_roll_back
         if self.config.draft_model:
             draft = load_generation_model(self.config.draft_model, dtype=self.config.dtype,
                                           dequantize=self.config.dequantize)
             check_draft(loaded.tokenizer, draft.tokenizer, draft.traits.can_roll_back, (loaded.name, draft.name))
-            self._facts = with_draft(self._facts, facts_from_model(draft.model, draft.config))
+            self._facts = with_draft(self._facts, facts_from_model(draft.model, draft.config,
+                                                                   blockwise_attention=blockwise_attention(draft)))
             self._draft = draft
         self._budget = MemoryBudget(self._facts, usable=self.config.memory_limit_bytes,
                                     reserve_bytes=self.config.memory_reserve_bytes,

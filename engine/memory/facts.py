@@ -35,6 +35,7 @@ class ModelMemoryFacts:
     state_bytes_per_layer: tuple[int, ...] = ()
     kv_step: int = KV_STEP
     source: str = "probe"  # or "config"
+    blockwise_attention: bool = False  # attention never holds a prefill chunk's whole score matrix (the CPU kernels)
 
     def __post_init__(self) -> None:
         if len(self.kv_bytes_per_token_per_layer) != len(self.window_per_layer):
@@ -159,8 +160,11 @@ def _config_caches(model: nn.Module, config: Mapping[str, Any], act_bytes: int) 
     return [per_token] * len(leaves), [_window(c) for c in leaves]
 
 
-def facts_from_model(model: nn.Module, config: Mapping[str, Any], make_caches=None) -> ModelMemoryFacts:
-    """``make_caches(model)``: the caches requests get (default: mlx-lm's ``make_prompt_cache``)."""
+def facts_from_model(model: nn.Module, config: Mapping[str, Any], make_caches=None,
+                     blockwise_attention: bool = False) -> ModelMemoryFacts:
+    """``make_caches(model)``: the caches requests get (default: mlx-lm's ``make_prompt_cache``);
+    ``blockwise_attention``: the model's attention runs in blocks of keys with an online
+    softmax (the CPU kernels' attention), so no score matrix is ever whole."""
     weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
     act_bytes = _activation_dtype_bytes(model)
     vocab = int(config_value(config, "vocab_size", default=0))
@@ -196,7 +200,19 @@ def facts_from_model(model: nn.Module, config: Mapping[str, Any], make_caches=No
         state_bytes_per_layer=tuple(int(s) for s in states),
         kv_step=step,
         source=source,
+        blockwise_attention=blockwise_attention,
     )
+
+
+def blockwise_attention(loaded) -> bool:
+    """Whether a loaded generation model's attention is the CPU kernels' (blocks of keys,
+    online softmax): kernels in its attention, float32 activations, no attention sinks."""
+    kinds = loaded.kernels
+    if not ("fused_attention" in kinds or "scaled_dot_product_attention dispatch" in kinds):
+        return False
+    if activation_dtype(loaded.model) != mx.float32:
+        return False
+    return not any("sinks" in module for _, module in loaded.model.named_modules() if isinstance(module, nn.Module))
 
 
 def with_draft(target: ModelMemoryFacts, draft: ModelMemoryFacts) -> ModelMemoryFacts:
@@ -210,4 +226,5 @@ def with_draft(target: ModelMemoryFacts, draft: ModelMemoryFacts) -> ModelMemory
         window_per_layer=target.window_per_layer + draft.window_per_layer,
         state_bytes_per_layer=states,
         hidden_size=max(target.hidden_size, draft.hidden_size),
-        intermediate_size=max(target.intermediate_size, draft.intermediate_size))
+        intermediate_size=max(target.intermediate_size, draft.intermediate_size),
+        blockwise_attention=target.blockwise_attention and draft.blockwise_attention)

@@ -110,14 +110,15 @@ def transient_bytes(facts: ModelMemoryFacts, chunk: int, context: int, *, rows: 
     """Peak workspace beyond weights and KV while a ``chunk``-token prefill step (or a
     ``rows``-row decode step) runs at ``context`` tokens; with ``c = min(chunk, context)``:
     activations ``c(8 hidden + 4 intermediate)``, float32 scores and mask
-    ``c context (4 heads + 1)``, logits ``rows vocab 4``, one layer's KV buffer (growth
-    copies layer by layer), and sliding-window room up to ``window - 1 + c``."""
+    ``c context (4 heads + 1)`` (the mask only, ``c context``, where attention runs in
+    blocks of keys), logits ``rows vocab 4``, one layer's KV buffer (growth copies layer
+    by layer), and sliding-window room up to ``window - 1 + c``."""
 
     if chunk < 1 or context < 0 or rows < 1:
         raise ValueError("chunk and rows must be positive, context non-negative")
     c = max(1, min(chunk, context))
     activations = c * (8 * facts.hidden_size + 4 * facts.intermediate_size) * facts.activation_bytes
-    scores = c * context * (facts.num_attention_heads * _SCORE_BYTES + 1)
+    scores = c * context * ((0 if facts.blockwise_attention else facts.num_attention_heads * _SCORE_BYTES) + 1)
     logits = rows * facts.vocab_size * _SCORE_BYTES
     growth = 0
     overshoot = 0
