@@ -365,10 +365,12 @@ def kill(ctx: Context, report: Report) -> None:
                 verify(server, ctx, cache_dir, previous, tally)
             if round_ == a.kills:
                 break
-            prompts = [ctx.prompt(salt + j, n) for j in range(a.clients)]
-            salt += a.clients
+            prompts = [ctx.prompt(salt + j, n) for j in range(a.clients + 1)]
+            salt += a.clients + 1
+            server.generate(prompts[0], 4)  # one entry surely on disk: stored, and its write landed
+            server.wait_until(lambda: server.load().prefix_cache_disk_writes >= 1, 30, "a disk write")
             pool = ThreadPoolExecutor(a.clients)
-            calls = [pool.submit(server.generate, ids, 4) for ids in prompts]
+            calls = [pool.submit(server.generate, ids, 4) for ids in prompts[1:]]
             wait(calls, return_when=FIRST_COMPLETED)
             deadline = time.monotonic() + 5.0  # a write shows as a temporary file until its rename
             while not temp_files(cache_dir) and time.monotonic() < deadline:

@@ -437,3 +437,16 @@ async def test_tenants_sharing_a_cache_namespace_keep_their_sessions_apart(fixtu
         assert await engine.close_session("s", "a") >= 1
     finally:
         await engine.close()
+
+
+async def test_a_short_request_costs_one_disk_write(fixture_models, tmp_path):
+    """Stored when it joins the batch and when it finishes: the first write waits long
+    enough for the second to replace it."""
+    engine = await _engine(fixture_models["llama"], _config(tmp_path))
+    try:
+        await _run(engine, max_tokens=4)
+        await asyncio.sleep(0.1)  # the finished entry is stored just after the last event
+        assert engine.disk.drain(10)
+        assert engine.disk.writes == 1 and len(engine.disk) == 1
+    finally:
+        await engine.close()

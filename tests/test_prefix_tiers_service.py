@@ -110,7 +110,8 @@ def test_sigkill_during_writes_never_leaves_a_served_corrupt_entry(fixture_model
         replica = _replica(fixture_models, tmp_path, cache_dir, f"kill-{round_}")
         pool = ThreadPoolExecutor(6)
         try:
-            _generate(replica, _ids(replica, 200, salt))  # one complete entry at least
+            _generate(replica, _ids(replica, 200, salt))  # one complete entry at least, once written
+            replica.wait_until(lambda: replica.load().prefix_cache_disk_writes >= 1, 30, "a disk write")
             calls = [pool.submit(_generate, replica, _ids(replica, 200, salt + i)) for i in range(1, 7)]
             salt += 7
             wait(calls, return_when=FIRST_COMPLETED)  # the others are prefilling, decoding or writing

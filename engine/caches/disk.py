@@ -3,8 +3,9 @@ bytes on disk, written by one background thread.
 
 Invariants: only a complete, checksummed file of this model's fingerprint is ever served
 (anything else found is deleted and counted); the files' bytes stay within ``max_bytes``
-once a write settles; a write never blocks the engine thread beyond copying its state to
-host buffers (a full queue drops the write, counted). Index methods are thread-safe.
+once a write settles; a write never blocks the engine thread beyond handing over its
+state's buffers (a full queue drops the write, counted), and waits ``write_delay_s`` for a
+longer entry to replace it. Index methods are thread-safe.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def file_bytes(entry: HostEntry) -> int:
 
 class DiskTier:
     def __init__(self, directory: Path | str, max_bytes: int, fingerprint: str, *,
-                 queue_bytes: int = 512 << 20, trimmable: bool = True):
+                 queue_bytes: int = 512 << 20, trimmable: bool = True, write_delay_s: float = 0.25):
         self.directory = Path(directory) / fingerprint
         self.max_bytes = max_bytes
         self.fingerprint = fingerprint
@@ -91,6 +92,9 @@ class DiskTier:
         self._heads: dict[tuple[str, tuple[int, ...]], set[str]] = {}  # (namespace, first HEAD tokens) -> keys
         self._pending: deque[tuple[str, HostEntry]] = deque()
         self._pending_bytes = 0
+        self._queued_at: dict[str, float] = {}  # key -> when it was queued
+        self.write_delay_s = write_delay_s  # a write waits this long for a longer entry to replace it
+        self._flushing = 0
         self._writing = False
         self._closed = False
         self.hits = self.writes = self.evictions = self.corrupt = self.dropped = 0
@@ -232,6 +236,7 @@ class DiskTier:
         """Deletes every file (a flush)."""
         with self._lock:
             self._pending.clear()
+            self._queued_at.clear()
             self._pending_bytes = 0
             while self._writing:
                 self._lock.wait()
@@ -260,19 +265,26 @@ class DiskTier:
                            and len(e.tokens) < len(tokens) and tokens[: len(e.tokens)] == e.tokens]
                 for item in covered:
                     self._pending.remove(item)
+                    self._queued_at.pop(item[0], None)
                     self._pending_bytes -= file_bytes(item[1])
             if n > self.max_bytes or self._pending_bytes + n > self._queue_bytes:
                 self.dropped += 1
                 return False
             self._pending.append((key, entry))
+            self._queued_at[key] = time.monotonic()
             self._pending_bytes += n
             self._lock.notify_all()
         return True
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Waits until every queued write settled; False on timeout."""
+        """Writes everything queued now (no write-behind delay) and waits until it settled; False on timeout."""
         with self._lock:
-            return self._lock.wait_for(lambda: not self._pending and not self._writing, timeout)
+            self._flushing += 1
+            self._lock.notify_all()
+            try:
+                return self._lock.wait_for(lambda: not self._pending and not self._writing, timeout)
+            finally:
+                self._flushing -= 1
 
     def close(self, timeout: float = 30.0) -> None:
         """Finishes queued writes (up to ``timeout``), then stops the writer."""
@@ -280,6 +292,7 @@ class DiskTier:
         with self._lock:
             self._closed = True
             self._pending.clear()
+            self._queued_at.clear()
             self._lock.notify_all()
         self._thread.join(timeout=5.0)
         self._reader.shutdown(wait=True, cancel_futures=True)
@@ -290,7 +303,12 @@ class DiskTier:
                 self._lock.wait_for(lambda: self._pending or self._closed)
                 if self._closed:
                     return
+                due = self._queued_at.get(self._pending[0][0], 0.0) + self.write_delay_s - time.monotonic()
+                if due > 0 and not self._flushing:  # a later, longer entry may still replace it
+                    self._lock.wait(due)
+                    continue
                 key, entry = self._pending.popleft()
+                self._queued_at.pop(key, None)
                 self._writing = True
             try:
                 self._write_one(key, entry)
