@@ -13,7 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from engine.generation.ledgers import TenantStats
 
-from .convert import model_load
+from .load_report import model_load
 
 log = logging.getLogger("service.load_metrics")
 TIMEOUT_S = 2.0

@@ -20,6 +20,7 @@ from . import convert
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .identity import current_identity
+from .load_report import model_load
 from .status import MAX_MESSAGE_BYTES, ResponseTooLarge, mapped
 
 _MAX_TOKENS = 2**31 - 1
@@ -117,7 +118,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         caller = current_identity()  # without the admin role: its own tenant's figures only
         shown = [tuple(t for t in s.tenants if caller.admin or t.tenant == caller.tenant.name) for s in stats]
         return pb.GetLoadResponse(
-            models=[convert.model_load(e.name, s, e.config.scheduler.max_active, tenants)
+            models=[model_load(e.name, s, e.config.scheduler.max_active, tenants)
                     for e, s, tenants in zip(engines, stats, shown)],
             uptime_seconds=time.monotonic() - self.started)
 

@@ -10,7 +10,6 @@ longer entry to replace it. Index methods are thread-safe.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -18,22 +17,16 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from .disk_format import SUFFIX, TEMP_SUFFIX, BadEntry, HostEntry, read_entry, read_meta, write_entry
+from .disk_index import DiskEntry, DiskIndex, entry_key
+
+__all__ = ["DiskEntry", "DiskStats", "DiskTier", "entry_key", "file_bytes"]
 
 log = logging.getLogger("engine.caches.disk")
-
-
-@dataclass
-class DiskEntry:
-    namespace: str
-    tokens: tuple[int, ...]
-    path: Path
-    nbytes: int
-    used: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -45,15 +38,6 @@ class DiskStats:
     evictions: int
     corrupt: int
     dropped: int  # writes not made: the queue was full or the write failed
-
-
-HEAD = 16  # entries are bucketed by their first HEAD tokens: a lookup reads one bucket
-
-
-def entry_key(namespace: str, tokens: Sequence[int]) -> str:
-    digest = hashlib.sha256(namespace.encode())
-    digest.update(b"\x00" + json.dumps(list(tokens)).encode())
-    return digest.hexdigest()[:40]
 
 
 def _writer_alive(temp_name: str) -> bool:
@@ -88,8 +72,7 @@ class DiskTier:
         self.trimmable = trimmable  # entries may serve shorter prompts (KV caches only)
         self._queue_bytes = queue_bytes
         self._lock = threading.Condition()
-        self._index: dict[str, DiskEntry] = {}
-        self._heads: dict[tuple[str, tuple[int, ...]], set[str]] = {}  # (namespace, first HEAD tokens) -> keys
+        self._index = DiskIndex()
         self._pending: deque[tuple[str, HostEntry]] = deque()
         self._pending_bytes = 0
         self._queued_at: dict[str, float] = {}  # key -> when it was queued
@@ -125,38 +108,12 @@ class DiskTier:
             except (OSError, BadEntry, KeyError, ValueError, TypeError) as exc:
                 self._discard(path, str(exc))
                 continue
-            self._add(path.name[: -len(SUFFIX)], DiskEntry(meta["namespace"], tokens, path, size,
+            self._index.add(path.name[: -len(SUFFIX)], DiskEntry(meta["namespace"], tokens, path, size,
                                                           used=path.stat().st_mtime - time.time() + time.monotonic()))
         self._evict_over(self.max_bytes)
         if self._index:
             log.info("prefix cache disk tier: %d entries, %d bytes in %s", len(self._index), self.nbytes,
                      self.directory)
-
-    def _add(self, key: str, entry: DiskEntry) -> None:
-        """Lock held (or at start)."""
-        self._index[key] = entry
-        self._heads.setdefault((entry.namespace, entry.tokens[:HEAD]), set()).add(key)
-
-    def _pop(self, key: str) -> DiskEntry:
-        """Lock held."""
-        entry = self._index.pop(key)
-        head = (entry.namespace, entry.tokens[:HEAD])
-        bucket = self._heads[head]
-        bucket.discard(key)
-        if not bucket:
-            del self._heads[head]
-        return entry
-
-    def _candidates(self, namespace: str, prompt: tuple[int, ...]) -> list[DiskEntry]:
-        """Entries that may share a prefix with ``prompt`` (lock held): its own bucket, and the
-        entries shorter than HEAD tokens that start it."""
-        keys = set(self._heads.get((namespace, prompt[:HEAD]), ()))
-        for n in range(1, min(HEAD, len(prompt) + 1)):
-            keys |= self._heads.get((namespace, prompt[:n]), set())
-        if len(prompt) < HEAD:  # longer entries starting with the whole prompt
-            keys |= {k for (ns, head), bucket in self._heads.items() if ns == namespace
-                     and head[: len(prompt)] == prompt for k in bucket}
-        return [self._index[k] for k in keys]
 
     def _discard(self, path: Path, why: str) -> None:
         log.warning("deleted prefix cache file %s: %s", path.name, why)
@@ -166,7 +123,7 @@ class DiskTier:
     @property
     def nbytes(self) -> int:
         with self._lock:
-            return sum(e.nbytes for e in self._index.values())
+            return self._index.nbytes
 
     def __len__(self) -> int:
         with self._lock:
@@ -174,7 +131,7 @@ class DiskTier:
 
     def stats(self) -> DiskStats:
         with self._lock:
-            return DiskStats(len(self._index), sum(e.nbytes for e in self._index.values()), self.hits,
+            return DiskStats(len(self._index), self._index.nbytes, self.hits,
                              self.writes, self.evictions, self.corrupt, self.dropped)
 
     def contains(self, namespace: str, tokens: Sequence[int]) -> bool:
@@ -183,20 +140,9 @@ class DiskTier:
 
     def find(self, namespace: str, prompt: Sequence[int]) -> tuple[DiskEntry, int] | None:
         """The stored entry covering the most of ``prompt`` (never all of it) and how much it covers."""
-        prompt = tuple(prompt)
-        best, best_n = None, 0
         with self._lock:
-            for entry in self._candidates(namespace, prompt):
-                n = len(entry.tokens)
-                if n < len(prompt) and prompt[:n] == entry.tokens:
-                    covered = n
-                elif self.trimmable and n >= len(prompt) and entry.tokens[: len(prompt)] == prompt:
-                    covered = len(prompt) - 1  # trimmed to leave the last token to compute
-                else:
-                    continue
-                if covered > best_n:
-                    best, best_n = entry, covered
-        return (best, best_n) if best is not None and best_n > 0 else None
+            found = self._index.best(namespace, tuple(prompt), self.trimmable)
+        return found if found is not None and found[1] > 0 else None
 
     def read(self, entry: DiskEntry) -> HostEntry | None:
         """The entry's contents, or None when its file is gone or bad (then deleted and counted)."""
@@ -230,7 +176,7 @@ class DiskTier:
         with self._lock:
             key = entry.path.name[: -len(SUFFIX)]
             if self._index.get(key) is entry:
-                self._pop(key)
+                self._index.pop(key)
 
     def clear(self) -> None:
         """Deletes every file (a flush)."""
@@ -243,7 +189,6 @@ class DiskTier:
             for entry in self._index.values():
                 entry.path.unlink(missing_ok=True)
             self._index.clear()
-            self._heads.clear()
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -330,28 +275,23 @@ class DiskTier:
         n = write_entry(path, entry)
         tokens = tuple(entry.tokens)
         with self._lock:
-            self._add(key, DiskEntry(entry.namespace, tokens, path, n))
+            self._index.add(key, DiskEntry(entry.namespace, tokens, path, n))
             self.writes += 1
             if self.trimmable:  # a longer entry serves its prefixes: they only take space
-                covered = [k for k, e in ((k, self._index[k]) for k in self._keys_of(entry.namespace, tokens))
-                           if k != key and len(e.tokens) < len(tokens) and tokens[: len(e.tokens)] == e.tokens]
-                for k in covered:
+                for k in self._index.prefixes_of(key):
                     self._remove(k)
             self._evict_over(self.max_bytes)
 
     def _evict_over(self, limit: int) -> None:
         """Deletes the least recently used files until the tier holds at most ``limit`` bytes (lock held)."""
-        total = sum(e.nbytes for e in self._index.values())
-        for key in sorted(self._index, key=lambda k: self._index[k].used):
+        total = self._index.nbytes
+        for key in self._index.least_recent_first():
             if total <= limit:
                 break
             total -= self._index[key].nbytes
             self._remove(key)
 
-    def _keys_of(self, namespace: str, tokens: tuple[int, ...]) -> list[str]:
-        return [e.path.name[: -len(SUFFIX)] for e in self._candidates(namespace, tokens)]
-
     def _remove(self, key: str) -> None:
-        entry = self._pop(key)
+        entry = self._index.pop(key)
         entry.path.unlink(missing_ok=True)
         self.evictions += 1

@@ -4,19 +4,16 @@ It never touches MLX; a submitted ``SequenceState`` belongs to the engine thread
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 import uuid
-from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import AsyncIterator
 
 from ..adapters.bank import AdapterBank
 from ..adapters.control import Adapters
 from ..adapters.source import AdapterLimits
 from ..description import ModelDescription
-from ..errors import EngineFailure, InvalidRequest, NotReady, Unsupported
+from ..errors import EngineFailure, InvalidRequest, NotReady
 from ..events import Event, FinishReason, Finished, Timings, Usage
 from ..hardware.machine import usable_memory
 from ..liveness import Breaker
@@ -25,11 +22,11 @@ from ..loading.tokenizer_files import tokenizer_files
 from ..memory.budget import MemoryBudget
 from ..memory.calibration import calibrate_decode
 from ..caches.blocks import BlockLedger
-from ..memory.facts import blockwise_attention, facts_from_model, with_draft
+from ..memory.served import served_facts, with_served_draft
 from ..memory.plan import MemoryPlan
 from ..memory.planner import Planner
 from ..requests import FormatKind, GenerationRequest, ResponseFormat
-from ..validation import check_ids, check_token_ids, validate_request
+from ..validation import check_token_ids, validate_request
 from .config import GenerationConfig
 from .factory import check_speculation, make_sequence
 from .model_info import describe_generation, speculation_facts
@@ -39,31 +36,22 @@ from .chat.syntax import ChatSyntax, chat_syntax
 from .chat.tools import ToolSet
 from .grammar.compiler import Grammars, grammar_tokenizer
 from .grammar.formats import check_format, field_name
-from .grammar.constraint import GrammarStats
 from .prompts import EncodedPrompt, PromptEncoder
 from .refusals import check_fits, check_room, max_tokens_for
-from .scheduling.scheduler import Scheduler, SchedulerStats
+from .scheduling.scheduler import Scheduler
 from .speculation.draft import DraftModel, check_draft
 from .streams import Stream, Streams
-from .ledgers import TenantStats, Tenants
-from .scheduling.worker import CloseSession, FlushPrefixCache, PlanMemory, Stats, Worker
-from .scheduling.reuse import disk_namespace, namespace_of, session_of
-from .prefetch import Prefetched, prefetch
+from .ledgers import Tenants
+from .scheduling.worker import PlanMemory, Worker
+from .prefix_control import PrefixControl
+from .reports import LoadReports
 from ..caches.disk import DiskTier
-from ..caches.fingerprint import model_fingerprint
-from ..caches.quantized_kv import check_kv_bits, make_caches
+from ..caches.tier import Prefetched
 
 log = logging.getLogger("engine.generation.engine")
 
 
-@dataclass(frozen=True)
-class EngineStats(SchedulerStats):
-    tracked: int  # requests the facade knows, in any state
-    in_flight: int  # submitted and not finished
-    tenants: tuple[TenantStats, ...] = ()
-
-
-class GenerationEngine:
+class GenerationEngine(LoadReports):
     def __init__(self, source: str, *, name: str = "", config: GenerationConfig = GenerationConfig()):
         self.source = source
         self.name = name or default_name(source)
@@ -82,12 +70,12 @@ class GenerationEngine:
         self._closing = False
         self._machine_total = usable_memory()[1]
         self.blocks = BlockLedger()  # the prefix cache's blocks, for routers
-        self.disk: DiskTier | None = None  # the prefix cache's disk tier, made at load
         self._worker: Worker[LoadedModel] = Worker(self.name, self._load, self._scheduler)
         self.adapters = Adapters(self._worker.ask, self.name, config.max_adapters,
                                  root=config.adapter_root,
                                  limits=AdapterLimits(config.max_adapter_rank, config.max_adapter_bytes),
                                  room=lambda: self._budget.fixed_room if self._budget is not None else None)
+        self.prefix = PrefixControl(self._worker.ask, self.adapters, config.scheduler, config.limits)
         self.breaker = Breaker(lambda: self.name, self._worker.fault, lambda error: (
             self._streams.fail_submitted(error.message), self._worker.give_up(error)))
 
@@ -112,8 +100,7 @@ class GenerationEngine:
         self._closing = True
         self.adapters.close()
         await asyncio.to_thread(self._worker.stop)
-        if self.disk is not None:  # the shutdown queued what memory held: let it land
-            await asyncio.to_thread(self.disk.close)
+        await self.prefix.close()  # the shutdown queued what memory held: let it land
         if self._grammars is not None:
             self._grammars.close()
 
@@ -121,19 +108,14 @@ class GenerationEngine:
         """Engine thread."""
         loaded = load_generation_model(self.source, name=self.name, dtype=self.config.dtype,
                                        dequantize=self.config.dequantize)
-        bits = self.config.scheduler.kv_bits
-        if bits:
-            check_kv_bits(loaded.model, bits, loaded.name)
-        self._facts = facts_from_model(loaded.model, loaded.config, lambda model: make_caches(model, bits),
-                                       blockwise_attention=blockwise_attention(loaded))
+        self._facts = served_facts(loaded, self.config.scheduler.kv_bits)
         self._decode = calibrate_decode(loaded.model, self._facts)
         self._rolls_back = loaded.traits.can_roll_back
         if self.config.draft_model:
             draft = load_generation_model(self.config.draft_model, dtype=self.config.dtype,
                                           dequantize=self.config.dequantize)
             check_draft(loaded.tokenizer, draft.tokenizer, draft.traits.can_roll_back, (loaded.name, draft.name))
-            self._facts = with_draft(self._facts, facts_from_model(draft.model, draft.config,
-                                                                   blockwise_attention=blockwise_attention(draft)))
+            self._facts = with_served_draft(self._facts, draft)
             self._draft = draft
         self._budget = MemoryBudget(self._facts, usable=self.config.memory_limit_bytes,
                                     reserve_bytes=self.config.memory_reserve_bytes,
@@ -144,11 +126,7 @@ class GenerationEngine:
         return loaded
 
     def _scheduler(self, loaded: LoadedModel) -> Scheduler:
-        tokenizer, sc = loaded.tokenizer, self.config.scheduler
-        if sc.prefix_cache_dir and sc.prefix_cache_bytes > 0:
-            fingerprint = model_fingerprint(loaded.artifact, loaded.config, loaded.dtype, loaded.kernels, sc.kv_bits)
-            self.disk = DiskTier(sc.prefix_cache_dir, sc.prefix_cache_disk_bytes, fingerprint,
-                                 trimmable=loaded.traits.can_roll_back)
+        tokenizer = loaded.tokenizer
         drafter = (DraftModel(self._draft.model, self.config.scheduler.prefill_chunk)
                    if self._draft is not None else None)
         return Scheduler(loaded.model, self.config.scheduler, lambda i: tokenizer.decode([i]),
@@ -156,7 +134,7 @@ class GenerationEngine:
                          rolls_back=loaded.traits.can_roll_back, drafter=drafter,
                          adapters=AdapterBank(loaded.model, loaded.name),
                          planner=Planner(self._decode, self._machine_total, loaded.context_length),
-                         ledger=self.blocks, disk=self.disk)
+                         ledger=self.blocks, disk=self.prefix.open_disk(loaded))
 
     def describe(self) -> ModelDescription:
         m = self.loaded  # NotReady while loading
@@ -174,72 +152,31 @@ class GenerationEngine:
             raise InvalidRequest("max_generation_tokens", "must not exceed context_tokens")
         return await asyncio.wrap_future(self._worker.ask(PlanMemory(context, max_generation_tokens)))
 
+    @property
+    def disk(self) -> DiskTier | None:
+        """The prefix cache's disk tier (None without ``--prefix-cache-dir``, or before load)."""
+        return self.prefix.disk
+
     async def flush_prefix_cache(self) -> int:
-        """Empties the prefix cache; returns the entries dropped."""
-        return await asyncio.wrap_future(self._worker.ask(FlushPrefixCache()))
+        return await self.prefix.flush()
 
     async def prefetch(self, request: GenerationRequest) -> Prefetched:
-        """Brings the longest stored prefix of ``request``'s prompt into memory (see ``prefetch``)."""
+        """Brings the longest stored prefix of ``request``'s prompt into memory (``PrefixControl``)."""
         m = self.loaded
         if self._closing:
             raise NotReady("the server is shutting down", retry_after_s=1.0)
         self.breaker.refuse()
-        if self.config.scheduler.prefix_cache_bytes <= 0:
-            raise Unsupported(f"model {m.name!r} is served without a prefix cache (--prefix-cache-bytes 0)")
         validate_request(request, m.vocab_size, self.config.limits, m.context_length)
-        closers: list = []
-        try:
-            adapter = self.adapters.acquire(request.adapter, closers)
-            prompt, _ = await asyncio.to_thread(self._prepare, request)
-            ns = namespace_of(m.name, request.tenant.namespace, adapter)
-            return await prefetch(self._worker.ask, self.disk, prompt.ids, ns,
-                                  session_of(request.tenant.name, request.session_id),
-                                  disk_namespace(ns, self.adapters.digest_of))
-        finally:
-            for close in closers:
-                close()
+        return await self.prefix.prefetch(m, request, self._prepare)
 
     async def close_session(self, session_id: str, tenant: str) -> int:
-        """Ends a session's prefix-cache affinity; returns how many entries it held."""
         self.loaded
-        if not session_id:
-            raise InvalidRequest("session_id", "is required")
-        check_ids(self.config.limits, session_id=session_id)
-        return await asyncio.wrap_future(self._worker.ask(CloseSession(session_of(tenant, session_id))))
+        return await self.prefix.close_session(session_id, tenant)
 
     @property
     def kv_bytes_per_token(self) -> int:
         """KV bytes one token of context holds, over every layer (0 before the model loads)."""
         return sum(self._facts.kv_bytes_per_token_per_layer) if self._facts is not None else 0
-
-    def scheduler_stats(self) -> Future[SchedulerStats]:
-        """The engine thread's snapshot, as a future any thread may wait on."""
-        return self._worker.ask(Stats())
-
-    async def stats(self) -> EngineStats:
-        snapshot = await asyncio.wrap_future(self.scheduler_stats())
-        fields = {f.name: getattr(snapshot, f.name) for f in dataclasses.fields(snapshot)}  # not deep: keeps DiskStats
-        return EngineStats(**fields, tracked=len(self._streams),
-                           in_flight=self._streams.in_flight, tenants=self.tenant_stats())
-
-    def tenant_stats(self) -> tuple[TenantStats, ...]:
-        """Each tenant's share of this model; any thread may call it."""
-        return self._tenants.snapshot()
-
-    @property
-    def grammar_stats(self) -> GrammarStats | None:
-        """None before the model loads."""
-        return self._grammars.stats if self._grammars is not None else None
-
-    @property
-    def active(self) -> int:
-        """Started and not finished, as the event loop last heard."""
-        return self._streams.running
-
-    @property
-    def queued(self) -> int:
-        """Submitted and not started, as the event loop last heard."""
-        return self._streams.in_flight - self._streams.running
 
     def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
         tok = self.loaded.tokenizer

@@ -1,0 +1,87 @@
+"""The prefix cache's facade on the event loop: its disk tier (opened when the model
+loads), prefetch, sessions and flushes. A prefetch reads the disk off the engine thread;
+the engine thread only looks (``PeekPrefix``) and installs (``InstallPrefix``)."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Future
+from typing import Callable
+
+from ..adapters.control import Adapters
+from ..caches.disk import DiskTier
+from ..caches.fingerprint import model_fingerprint
+from ..caches.tier import Prefetched, Tier
+from ..errors import InvalidRequest, Unsupported
+from ..loading.model import LoadedModel
+from ..requests import GenerationRequest
+from ..validation import Limits, check_ids
+from .config import SchedulerConfig
+from .prompts import EncodedPrompt
+from .scheduling.reuse import disk_namespace, namespace_of, session_of
+from .scheduling.worker import CloseSession, FlushPrefixCache, InstallPrefix, PeekPrefix, Query
+
+
+class PrefixControl:
+    def __init__(self, ask: Callable[[Query], Future], adapters: Adapters, config: SchedulerConfig, limits: Limits):
+        self._ask = ask
+        self._adapters = adapters
+        self._config = config
+        self._limits = limits
+        self.disk: DiskTier | None = None
+
+    def open_disk(self, loaded: LoadedModel) -> DiskTier | None:
+        """The disk tier of ``--prefix-cache-dir`` for this model (engine thread, at load)."""
+        c = self._config
+        if c.prefix_cache_dir and c.prefix_cache_bytes > 0:
+            fingerprint = model_fingerprint(loaded.artifact, loaded.config, loaded.dtype, loaded.kernels, c.kv_bits)
+            self.disk = DiskTier(c.prefix_cache_dir, c.prefix_cache_disk_bytes, fingerprint,
+                                 trimmable=loaded.traits.can_roll_back)
+        return self.disk
+
+    async def close(self) -> None:
+        """Lets the writes queued at shutdown land."""
+        if self.disk is not None:
+            await asyncio.to_thread(self.disk.close)
+
+    async def flush(self) -> int:
+        """Empties the prefix cache (its disk tier too); returns the entries dropped."""
+        return await asyncio.wrap_future(self._ask(FlushPrefixCache()))
+
+    async def prefetch(self, m: LoadedModel, request: GenerationRequest,
+                       prepare: Callable[[GenerationRequest], tuple[EncodedPrompt, object]]) -> Prefetched:
+        """Brings the longest stored prefix of ``request``'s prompt into memory; ``prepare``
+        reads the prompt as Generate does (blocking, run off the loop)."""
+        if self._config.prefix_cache_bytes <= 0:
+            raise Unsupported(f"model {m.name!r} is served without a prefix cache (--prefix-cache-bytes 0)")
+        closers: list = []
+        try:
+            adapter = self._adapters.acquire(request.adapter, closers)
+            prompt, _ = await asyncio.to_thread(prepare, request)
+            ns = namespace_of(m.name, request.tenant.namespace, adapter)
+            return await self._fetch(tuple(prompt.ids), ns, session_of(request.tenant.name, request.session_id),
+                                     disk_namespace(ns, self._adapters.digest_of))
+        finally:
+            for close in closers:
+                close()
+
+    async def _fetch(self, ids: tuple[int, ...], namespace: str, session: str,
+                     disk_namespace: str | None) -> Prefetched:
+        """``namespace``: the memory tier's; ``disk_namespace``: the disk tier's (None: not kept there)."""
+        covered = await asyncio.wrap_future(self._ask(PeekPrefix(ids, namespace, session)))
+        tier = Tier.MEMORY if covered else Tier.NONE
+        disk = self.disk
+        found = disk.find(disk_namespace, ids) if disk is not None and disk_namespace is not None else None
+        if found is not None and found[1] > covered:
+            entry = await asyncio.to_thread(disk.read, found[0])
+            if entry is not None:
+                await asyncio.wrap_future(self._ask(InstallPrefix(entry, namespace, session)))
+                covered, tier = found[1], Tier.DISK
+        return Prefetched(len(ids), covered, tier)
+
+    async def close_session(self, session_id: str, tenant: str) -> int:
+        """Ends a session's prefix-cache affinity; returns how many entries it held."""
+        if not session_id:
+            raise InvalidRequest("session_id", "is required")
+        check_ids(self._limits, session_id=session_id)
+        return await asyncio.wrap_future(self._ask(CloseSession(session_of(tenant, session_id))))

@@ -1,0 +1,21 @@
+"""A generation model's memory facts as it is served: its KV as requests hold it
+(quantized under ``--kv-bits``, refused at load where it cannot be), attention as the
+kernels run it, and a draft model beside it."""
+
+from __future__ import annotations
+
+from ..caches.quantized_kv import check_kv_bits, make_caches
+from ..loading.model import LoadedModel
+from .facts import ModelMemoryFacts, blockwise_attention, facts_from_model, with_draft
+
+
+def served_facts(loaded: LoadedModel, kv_bits: int = 0) -> ModelMemoryFacts:
+    if kv_bits:
+        check_kv_bits(loaded.model, kv_bits, loaded.name)
+    return facts_from_model(loaded.model, loaded.config, lambda model: make_caches(model, kv_bits),
+                            blockwise_attention=blockwise_attention(loaded))
+
+
+def with_served_draft(facts: ModelMemoryFacts, draft: LoadedModel) -> ModelMemoryFacts:
+    """``facts`` with a draft model's weights, caches (float KV) and workspace added."""
+    return with_draft(facts, facts_from_model(draft.model, draft.config, blockwise_attention=blockwise_attention(draft)))
