@@ -1,14 +1,19 @@
-"""Embeddings over gRPC: one big batch per call against many small concurrent calls.
+"""Embeddings over gRPC against sentence-transformers (torch and ONNX Runtime), and one big
+batch per call against many small concurrent calls.
 
-    python -m bench.embeddings [--embedding-model DIR] [--inputs 256] [--clients 16] [--reps 3]
+    python -m bench.embeddings --setup-anchors ~/.cache/mlx-grpc-anchors   # once, by hand (GBs)
+    python -m bench.embeddings [--anchors ~/.cache/mlx-grpc-anchors/bin/python] [--reps 3]
     python -m bench.embeddings --soak 10000     # the server's RSS over many calls of mixed lengths
 
 Starts ``mlx-grpc serve`` with the embedding model (default: the embedded all-MiniLM-L6-v2) and,
 each repetition, embeds the same number of distinct short sentences and ~200-token passages
-two ways, sides rotating: one Embed call of 64 inputs at a time, and ``--clients`` concurrent
-clients each sending calls of 1 to 4 inputs. Concurrent calls share forwards (the engine's
-batcher), so their aggregate should come near the big batch's. Inputs are distinct per
-repetition and side: the server's object cache never answers.
+on every side, sides rotating: ours as one Embed call of 64 inputs at a time, ours as
+``--clients`` concurrent clients each sending calls of 1 to 4 inputs (concurrent calls share
+forwards, so their aggregate should come near the big batch's), and, given ``--anchors``,
+sentence-transformers on torch and on ONNX Runtime in batches of 32, in their own process,
+on the same model files. Inputs are distinct per repetition and side: the server's object
+cache never answers. Every input ours embedded in one call is embedded by the anchors too,
+untimed, and the lowest cosine is printed.
 """
 
 from __future__ import annotations
@@ -20,8 +25,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from .common import Sample, embedding_texts, machine_facts, ratio, rotated
+from .embedding_anchor import AnchorProcess, setup_anchors
 from .servers import OurServer
+
+BIG = "ours, one call of 64"
+ANCHORS = {"sentence-transformers torch": "torch", "sentence-transformers ONNX Runtime": "onnx"}
 
 PASSAGE_WORDS = 150  # ~200 tokens of MiniLM's vocabulary
 
@@ -31,11 +42,17 @@ def passages(n: int, salt: str) -> list[str]:
             for s in embedding_texts(n, salt)]
 
 
-async def big_batches(server: OurServer, texts: list[str], per_call: int = 64) -> float:
+async def big_batches(server: OurServer, texts: list[str], per_call: int = 64) -> tuple[float, np.ndarray]:
+    """(inputs per second, the vectors in input order)."""
+    from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
+
+    vectors: list = [None] * len(texts)
     start = time.perf_counter()
     for i in range(0, len(texts), per_call):
-        await server.embed(texts[i:i + per_call])
-    return len(texts) / (time.perf_counter() - start)
+        async for r in server.stub.Embed(pb.EmbedRequest(model="embed", inputs=texts[i:i + per_call])):
+            vectors[i + r.index] = r.embedding
+    rate = len(texts) / (time.perf_counter() - start)
+    return rate, np.array([list(v) for v in vectors], dtype=np.float32)
 
 
 async def small_clients(server: OurServer, texts: list[str], clients: int) -> float:
@@ -91,39 +108,78 @@ async def run(args) -> None:
 
     embedding = Path(args.embedding_model) if args.embedding_model else default_embedding_model()
     log_dir = Path(tempfile.mkdtemp(prefix="bench-embeddings-"))
+    anchor = AnchorProcess(Path(args.anchors), embedding) if args.anchors else None
     server = OurServer(default_generation_model(), embedding, log_dir)
     await server.start()
     try:
         await server.embed(embedding_texts(64, "warm-up"))
         await server.embed(passages(16, "warm-up"))
         if args.soak:
-            marks = await soak(server, args.soak, args.clients)
-            settled = [rss for _, rss in marks[1:]]  # from the second tenth on: caches warm
-            mid = sorted(settled)[len(settled) // 2]
-            print(f"\nRSS from call {marks[1][0]} to {marks[-1][0]}: {min(settled):.0f}-{max(settled):.0f} MiB, "
-                  f"{min(settled) / mid - 1:+.1%} / {max(settled) / mid - 1:+.1%} of the median {mid:.0f} MiB "
-                  f"(after the first tenth: {marks[0][1]:.0f} MiB)")
-            return
+            return report_soak(await soak(server, args.soak, args.clients))
+        small = f"ours, {args.clients} clients x 1-4"
+        sides = [BIG, small] + (list(ANCHORS) if anchor else [])
         results: dict[tuple[str, str], Sample] = {}
+        ours: dict[str, np.ndarray] = {}  # text -> our vector, for the cosine pass
         workloads = {"short sentences": lambda salt: embedding_texts(args.inputs, salt),
                      "passages (~200 tokens)": lambda salt: passages(args.inputs // 4, salt)}
         for rep in range(args.reps):
             for workload, make in workloads.items():
-                for side in rotated(["one call of 64", f"{args.clients} clients x 1-4"], rep):
+                for side in rotated(sides, rep):
                     texts = make(f"{rep}-{side}")
-                    rate = (await big_batches(server, texts) if side.startswith("one")
-                            else await small_clients(server, texts, args.clients))
+                    if side == BIG:
+                        rate, vectors = await big_batches(server, texts)
+                        ours.update(zip(texts, vectors))
+                    elif side == small:
+                        rate = await small_clients(server, texts, args.clients)
+                    else:
+                        rate, _ = anchor.encode(ANCHORS[side], texts)
                     results.setdefault((workload, side), Sample()).add(rate)
                     print(f"[embeddings] rep {rep} {workload}, {side}: {rate:.1f} inputs/s", flush=True)
+        cosines = {side: min_cosine(anchor, backend, ours) for side, backend in ANCHORS.items()} if anchor else {}
     finally:
         await server.close()
+        if anchor:
+            anchor.close()
+    report(args, embedding, workloads, sides, results, cosines, anchor.facts if anchor else None)
+
+
+def min_cosine(anchor: AnchorProcess, backend: str, ours: dict[str, np.ndarray]) -> tuple[float, int]:
+    """The lowest cosine between our vector and the anchor's over every text ours embedded."""
+    texts = list(ours)
+    _, theirs = anchor.encode(backend, texts)
+    mine = np.stack([ours[t] for t in texts])
+    cos = (mine * theirs).sum(axis=1) / (np.linalg.norm(mine, axis=1) * np.linalg.norm(theirs, axis=1))
+    return float(cos.min()), len(texts)
+
+
+def report(args, embedding: Path, workloads, sides, results, cosines, anchor_facts) -> None:
     facts = machine_facts()
-    print(f"\n{facts['machine']}; model {embedding.name}; {args.reps} reps\n")
-    print(f"| workload | one call of 64 (inputs/s) | {args.clients} clients x 1-4 (inputs/s) | ratio |")
-    print("|---|---|---|---|")
+    print(f"\n{facts['machine']}; model {embedding.name}; {args.reps} reps; inputs/s, median [min-max]")
+    if anchor_facts:
+        print("anchors: " + ", ".join(f"{k} {v}" for k, v in anchor_facts.items()) + "; batch 32, in-process")
+    print()
+    extra = ["ours / best anchor"] if anchor_facts else []
+    print("| workload | " + " | ".join(sides) + " | " + " | ".join(["clients / one call", *extra]) + " |")
+    print("|---" * (len(sides) + 2 + len(extra)) + "|")
     for workload in workloads:
-        big, small = results[(workload, "one call of 64")], results[(workload, f"{args.clients} clients x 1-4")]
-        print(f"| {workload} | {big.fmt()} | {small.fmt()} | {ratio(small.median, big.median)} |")
+        cells = [results[(workload, side)].fmt() for side in sides]
+        big, small = results[(workload, sides[0])].median, results[(workload, sides[1])].median
+        cells.append(ratio(small, big))
+        if anchor_facts:
+            cells.append(ratio(big, max(results[(workload, side)].median for side in ANCHORS)))
+        print(f"| {workload} | " + " | ".join(cells) + " |")
+    for side, (low, n) in cosines.items():
+        print(f"\nlowest cosine, ours against {side}, over {n} inputs: {low:.7f}")
+    if not anchor_facts:
+        print("\n(no anchors: --setup-anchors DIR once, then --anchors DIR/bin/python)")
+
+
+def report_soak(marks: list[tuple[int, float]]) -> None:
+    settled = [rss for _, rss in marks[1:]]  # from the second tenth on: caches warm
+    mid = sorted(settled)[len(settled) // 2]
+    print(f"\nRSS from call {marks[1][0]} to {marks[-1][0]}: {min(settled):.0f}-{max(settled):.0f} MiB, "
+          f"{min(settled) / mid - 1:+.1%} / {max(settled) / mid - 1:+.1%} of the median {mid:.0f} MiB "
+          f"(after the first tenth: {marks[0][1]:.0f} MiB)")
 
 
 def main() -> None:
@@ -135,7 +191,15 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3, help="repetitions (each runs every side once)")
     p.add_argument("--soak", type=int, default=0, metavar="CALLS",
                    help="instead: this many calls of mixed lengths, the server's RSS every tenth of them")
-    asyncio.run(run(p.parse_args()))
+    p.add_argument("--anchors", metavar="PYTHON",
+                   help="the Python of a venv holding sentence-transformers[onnx] and torch (see --setup-anchors)")
+    p.add_argument("--setup-anchors", metavar="DIR",
+                   help="only create (or update) that venv at DIR, from the package index, and exit")
+    args = p.parse_args()
+    if args.setup_anchors:
+        print(f"anchors ready: --anchors {setup_anchors(Path(args.setup_anchors).expanduser())}")
+        return
+    asyncio.run(run(args))
 
 
 if __name__ == "__main__":

@@ -194,14 +194,17 @@ def test_token_counts_unpadded(model: EmbeddingModel):
     assert model.count_tokens(["hello", "A man is eating food.", ""]) == [3, 8, 2]
 
 
-def test_truncation_at_max_positions(model: EmbeddingModel):
+def test_truncation_at_trained_length(model: EmbeddingModel):
+    """The input limit is sentence_bert_config.json's max_seq_length (256 for MiniLM), not the
+    512 positions of its table: sentence-transformers cuts there, and so do we."""
+    assert model.max_length == 256 < model.encoder.config.max_position_embeddings
     long_text = "word " * 2000
     (res,) = model.embed([long_text])
-    assert res.tokens == 512
+    assert res.tokens == 256
     assert np.isfinite(res.vector).all()
     # a long input next to a short one in the same call
     short, long_ = model.embed(["short", long_text])
-    assert (short.tokens, long_.tokens) == (3, 512)
+    assert (short.tokens, long_.tokens) == (3, 256)
     np.testing.assert_allclose(long_.vector, res.vector, atol=1e-5)
 
 

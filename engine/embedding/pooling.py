@@ -48,6 +48,14 @@ def l2_normalize(v: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     return (v / max(norm, eps)).astype(np.float32, copy=False)
 
 
+def trained_length(model_dir: Path, positions: int) -> int:
+    """The input limit: sentence-transformers' ``max_seq_length`` (the length the model was
+    trained at, shorter than its position table) where the model folder gives one."""
+    cfg = model_dir / "sentence_bert_config.json"
+    limit = json.loads(cfg.read_text()).get("max_seq_length") if cfg.is_file() else None
+    return min(int(limit), positions) if limit else positions
+
+
 def _read_pooling_mode(model_dir: Path) -> str:
     """Pooling mode from the sentence-transformers Pooling config (mean if none)."""
     pooling_dir = model_dir / "1_Pooling"
@@ -134,7 +142,7 @@ class EmbeddingModel:
             pooling=_read_pooling_mode(model_dir),
             max_batch_size=max_batch_size,
             max_batch_tokens=max_batch_tokens,
-            max_length=max_length,
+            max_length=max_length or trained_length(model_dir, encoder.config.max_position_embeddings),
             name=model_dir.name,
         )
 
