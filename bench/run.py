@@ -234,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="also write the report to this file")
     p.add_argument("--json", help="write raw figures (JSON) to this file")
     p.add_argument("--profile", action="store_true",
-                   help="only print where a decode step and a prefill chunk spend their time, stock vs kernels")
+                   help="only print where a decode step, a prefill chunk and an Embed forward spend their time, "
+                        "stock vs kernels")
     p.add_argument("--max-load", type=float, default=0.0,
                    help="wait (up to 2 min) for the 1-min load average to drop below this first (0: don't)")
     p.add_argument("--speculation", choices=("off", "ngram"), default="off",
@@ -261,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         table = run_profile(model_dir, context=128 if args.quick else 512, chunk=64 if args.quick else 256, log=log)
         facts = "\n".join(f"| {k} | {v} |" for k, v in report.facts.items())
         text = f"| fact | value |\n|---|---|\n{facts}\n| model | {model_dir} |\n\n{table}"
+        embed_dir = Path(args.embedding_model) if args.embedding_model else default_embedding_model()
+        if embed_dir is not None and "embed" in args.only:
+            from .profile_embed import run as run_embed_profile
+
+            text += f"\n\nEmbed, {embed_dir}:\n\n" + run_embed_profile(embed_dir, reps=2 if args.quick else 3, log=log)
         print(text)
         if args.out:
             Path(args.out).write_text(text + "\n")

@@ -88,14 +88,16 @@ class ObjectCache(Generic[V]):
         return entry
 
     def _evict(self, keep: str | None = None) -> list[_Entry[V]]:
-        """Drops LRU unleased entries until within bounds (``keep`` last)."""
-        removed = []
-        for key in list(self._entries):
-            if len(self._entries) <= self._max_entries and self._size <= self._max_size:
+        """Drops LRU unleased entries until within bounds (``keep`` last); visits only the
+        entries it drops and the leased ones before them."""
+        count, size, victims = len(self._entries), self._size, []
+        for key, entry in self._entries.items():
+            if count <= self._max_entries and size <= self._max_size:
                 break
-            if not self._entries[key].leases and (key != keep or len(self._entries) == 1):
-                removed.append(self._remove(self._entries.pop(key)))
-        return removed
+            if not entry.leases and (key != keep or count == 1):
+                victims.append(key)
+                count, size = count - 1, size - entry.size
+        return [self._remove(self._entries.pop(key)) for key in victims]
 
     def _return(self, entry: _Entry[V]) -> None:
         with self._lock:

@@ -36,14 +36,11 @@ def load_embedder(model_dir: Path) -> EmbeddingModel:
     """A BERT encoder (a cross-encoder when it classifies), or else an mlx-lm decoder with
     last-token pooling; CPU kernels put in."""
     config = json.loads((model_dir / "config.json").read_text())
-    if config.get("model_type") == "bert" and is_cross_encoder(config):
-        model = CrossEncoderModel.load(model_dir)
-        kernels.apply_to_encoder(model.encoder, model.name)
-        return model
     if config.get("model_type") == "bert":
-        model = EmbeddingModel.load(model_dir)
+        model = (CrossEncoderModel if is_cross_encoder(config) else EmbeddingModel).load(model_dir)
         if kernels.apply_to_encoder(model.encoder, model.name):
             model.max_batch_size = max(model.max_batch_size, kernels.PACKED_BATCH_SIZE)
+            model.max_batch_tokens = max(kernels.PACKED_BATCH_TOKENS, model.max_length)
         return model
     model = DecoderEmbeddingModel.load(model_dir)
     kernels.apply_to_decoder(model.model, model.name)

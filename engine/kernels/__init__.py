@@ -13,14 +13,16 @@ from types import ModuleType
 
 import mlx.core as mx
 
-__all__ = ["ENV_VAR", "PACKED_BATCH_SIZE", "KernelStatus", "status", "enabled", "ext", "announce", "apply_to_decoder",
+__all__ = ["ENV_VAR", "PACKED_BATCH_SIZE", "PACKED_BATCH_TOKENS", "KernelStatus", "status", "enabled", "ext", "announce", "apply_to_decoder",
            "apply_to_encoder"]
 
 log = logging.getLogger("engine.kernels")
 
 ENV_VAR = "MLX_GRPC_KERNELS"
-# Packed encoder batches compute no padding; this only bounds how long first results wait.
+# Packed encoder batches compute no padding; the size only bounds how long first results wait,
+# the tokens keep each forward's temporaries small enough to be reused from the heap.
 PACKED_BATCH_SIZE = 128
+PACKED_BATCH_TOKENS = 1024
 _OFF = {"off", "0", "no", "false", "none"}
 _ISA = {16: "avx512", 8: "avx2", 4: "sse/neon"}
 
