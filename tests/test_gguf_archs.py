@@ -113,3 +113,25 @@ def test_a_phi3_longrope_file_is_refused_by_name(sources, tmp_path):
     with pytest.raises(UnsupportedModel, match="rope_factors_long"):
         prepare_gguf(path, tmp_path / "cache")
     assert not list((tmp_path / "cache").glob("*/model.safetensors"))
+
+
+def _meta(arch: str, layers: int, **keys) -> dict:
+    meta = {"general.architecture": arch, "tokenizer.ggml.tokens": ["a"] * 8, f"{arch}.block_count": layers,
+            f"{arch}.embedding_length": 4608, f"{arch}.attention.head_count": 32, f"{arch}.context_length": 8192}
+    meta.update({f"{arch}.{k.replace('__', '.')}": v for k, v in keys.items()})
+    return meta
+
+
+def test_gemma2_query_scale_follows_llama_cpp_by_model_size():
+    from engine.loading.gguf_config import build_config
+
+    small = build_config(_meta("gemma2", 42, attention__key_length=128), {"token_embd.weight"})
+    large = build_config(_meta("gemma2", 46, attention__key_length=128), {"token_embd.weight"})
+    assert (small["query_pre_attn_scalar"], large["query_pre_attn_scalar"]) == (128, 144)
+
+
+def test_phi3_partial_rotary_comes_from_the_rope_dimensions():
+    from engine.loading.gguf_config import build_config
+
+    config = build_config(_meta("phi3", 2, rope__dimension_count=72), {"output.weight"})
+    assert config["head_dim"] == 144 and config["partial_rotary_factor"] == 0.5
