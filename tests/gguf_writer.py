@@ -41,11 +41,12 @@ def gguf_name(hf: str, arch: str = "llama") -> str:
 
 def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
                embedding_type: gguf.GGMLQuantizationType | None = None, arch: str | None = None,
-               extra_tensors: dict[str, np.ndarray] | None = None) -> Path:
+               extra_tensors: dict[str, np.ndarray] | None = None, vocab: dict | None = None) -> Path:
     """``model_dir`` (a fixture of any served architecture) as a GGUF file of matrices in
     ``qtype`` (the token embedding in ``embedding_type``, default ``qtype``). A Llama 3
     ``rope_scaling`` in its config becomes llama.cpp's ``rope_freqs`` tensor;
-    ``arch`` overrides ``general.architecture``; ``extra_tensors`` are added as F32."""
+    ``arch`` overrides ``general.architecture``; ``extra_tensors`` are added as F32;
+    ``vocab`` (``tokenizer.*`` metadata) replaces the fixture's byte-level BPE vocabulary."""
     config = json.loads((model_dir / "config.json").read_text())
     arch = arch or config["model_type"]
     writer = gguf.GGUFWriter(str(out), arch)
@@ -69,7 +70,10 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
     _add_arch_metadata(writer, arch, config)
     for name, value in (extra_tensors or {}).items():
         writer.add_tensor(name, np.asarray(value, dtype=np.float32))
-    _add_vocab(writer, model_dir, config)
+    if vocab is None:
+        _add_vocab(writer, model_dir, config)
+    else:
+        _add_metadata(writer, vocab)
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
     for name, value in sorted(load_file(str(model_dir / "model.safetensors")).items()):
         target = gguf_name(name, arch)
@@ -111,6 +115,23 @@ def _add_arch_metadata(writer: gguf.GGUFWriter, arch: str, config: dict) -> None
         writer.add_final_logit_softcapping(config["final_logit_softcapping"])
     if arch in ("phi3", "gemma2") and config.get("sliding_window"):
         writer.add_sliding_window(config["sliding_window"])
+
+
+def _add_metadata(writer: gguf.GGUFWriter, meta: dict) -> None:
+    """``tokenizer.*`` keys given as plain values (lists of str, float or int; bools; ints)."""
+    T = gguf.GGUFValueType
+    for key, value in meta.items():
+        if not key.startswith("tokenizer."):
+            continue
+        if isinstance(value, list):
+            sub = T.STRING if isinstance(value[0], str) else T.FLOAT32 if isinstance(value[0], float) else T.INT32
+            writer.add_key_value(key, value, T.ARRAY, sub)
+        elif isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_uint32(key, value)
+        else:
+            writer.add_string(key, value)
 
 
 def _add_vocab(writer: gguf.GGUFWriter, model_dir: Path, config: dict) -> None:
