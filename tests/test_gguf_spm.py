@@ -68,8 +68,6 @@ def test_encodes_and_decodes_as_sentencepiece(arch, prefix):
 
 
 def test_a_file_with_a_sentencepiece_vocabulary_serves(tmp_path):
-    import mlx_lm  # noqa: F401  (the load below goes through it)
-
     from engine.loading.gguf import prepare_gguf
     from engine.loading.model import load_generation_model
     from tests.gguf_writer import write_gguf
