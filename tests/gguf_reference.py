@@ -13,13 +13,16 @@ import numpy as np
 from gguf.quants import dequantize
 
 from engine.loading.gguf import hf_name, unpermute_qk
+from tests.gguf_writer import NORM_PLUS_ONE, PERMUTED
 
 
 def float_tensors(gguf_path: Path, config: dict) -> dict[str, np.ndarray]:
     """Every tensor of the file as float32, under its Hugging Face name (q/k rows in
-    Hugging Face order: llama.cpp permutes them for the llama architecture only)."""
+    Hugging Face order: llama.cpp permutes them for llama and granite only; Gemma's
+    norms less the 1 its converter added)."""
     reader = gguf.GGUFReader(str(gguf_path))
-    permuted = reader.fields["general.architecture"].contents() == "llama"
+    arch = reader.fields["general.architecture"].contents()
+    permuted = arch in PERMUTED
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]} if permuted else {}
     out = {}
     for t in reader.tensors:
@@ -31,7 +34,9 @@ def float_tensors(gguf_path: Path, config: dict) -> dict[str, np.ndarray]:
         kind = base.rsplit(".", 1)[-1]
         if kind in heads:
             values = unpermute_qk(values, heads[kind])
-        out[f"{hf_name(base)}.{t.name.rsplit('.', 1)[1]}"] = np.ascontiguousarray(values)
+        if arch in NORM_PLUS_ONE and kind.endswith("norm"):
+            values = values - 1
+        out[f"{hf_name(base, arch)}.{t.name.rsplit('.', 1)[1]}"] = np.ascontiguousarray(values)
     return out
 
 

@@ -1,7 +1,8 @@
 """GGUF files made from the fixture models with ``gguf``'s own writer, as llama.cpp's
 converter lays them out: ``<arch>.*`` metadata, the byte-level BPE vocabulary, q/k
-rows permuted for the llama architecture, 1-D tensors in F32 and every matrix in
-the chosen GGML type (``tests.gguf_quantizers`` makes the blocks)."""
+rows permuted for the llama and granite architectures, Gemma's norms written as
+weight + 1, phi3's fused qkv/gate_up under its own names, 1-D tensors in F32 and
+every matrix in the chosen GGML type (``tests.gguf_quantizers`` makes the blocks)."""
 
 from __future__ import annotations
 
@@ -20,23 +21,32 @@ _LAYER = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_at
           "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate",
           "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
 _GLOBAL = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
+_ARCH_LAYER = {  # what differs from llama's names
+    "phi3": {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
+    "gemma2": {"post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
+               "post_feedforward_layernorm": "post_ffw_norm"},
+}
+PERMUTED = ("llama", "granite")  # llama.cpp's LlamaModel and its subclasses permute q/k
+NORM_PLUS_ONE = ("gemma2",)  # Gemma2Model writes every norm weight + 1
 CONTROL, NORMAL, UNUSED = 3, 1, 5
 
 
-def gguf_name(hf: str) -> str:
+def gguf_name(hf: str, arch: str = "llama") -> str:
     base, suffix = hf.rsplit(".", 1)
     if base in _GLOBAL:
         return f"{_GLOBAL[base]}.{suffix}"
     _, _, layer, rest = base.split(".", 3)
-    return f"blk.{layer}.{_LAYER[rest]}.{suffix}"
+    return f"blk.{layer}.{_ARCH_LAYER.get(arch, {}).get(rest) or _LAYER[rest]}.{suffix}"
 
 
 def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
-               embedding_type: gguf.GGMLQuantizationType | None = None, arch: str | None = None) -> Path:
-    """``model_dir`` (a llama or qwen3 fixture) as a GGUF file of matrices in ``qtype``
-    (the token embedding in ``embedding_type``, default ``qtype``). A Llama 3
+               embedding_type: gguf.GGMLQuantizationType | None = None, arch: str | None = None,
+               extra_tensors: dict[str, np.ndarray] | None = None, vocab: dict | None = None) -> Path:
+    """``model_dir`` (a fixture of any served architecture) as a GGUF file of matrices in
+    ``qtype`` (the token embedding in ``embedding_type``, default ``qtype``). A Llama 3
     ``rope_scaling`` in its config becomes llama.cpp's ``rope_freqs`` tensor;
-    ``arch`` overrides ``general.architecture``."""
+    ``arch`` overrides ``general.architecture``; ``extra_tensors`` are added as F32;
+    ``vocab`` (``tokenizer.*`` metadata) replaces the fixture's byte-level BPE vocabulary."""
     config = json.loads((model_dir / "config.json").read_text())
     arch = arch or config["model_type"]
     writer = gguf.GGUFWriter(str(out), arch)
@@ -51,19 +61,28 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
     writer.add_feed_forward_length(config["intermediate_size"])
     writer.add_head_count(config["num_attention_heads"])
     writer.add_head_count_kv(config["num_key_value_heads"])
-    writer.add_key_length(config["head_dim"])
-    writer.add_value_length(config["head_dim"])
+    if arch != "phi3":  # Phi3MiniModel writes the rope dimensions instead
+        writer.add_key_length(config["head_dim"])
+        writer.add_value_length(config["head_dim"])
     writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
     writer.add_rope_freq_base(config["rope_theta"])
     writer.add_vocab_size(config["vocab_size"])
-    _add_vocab(writer, model_dir, config)
+    _add_arch_metadata(writer, arch, config)
+    for name, value in (extra_tensors or {}).items():
+        writer.add_tensor(name, np.asarray(value, dtype=np.float32))
+    if vocab is None:
+        _add_vocab(writer, model_dir, config)
+    else:
+        _add_metadata(writer, vocab)
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
     for name, value in sorted(load_file(str(model_dir / "model.safetensors")).items()):
-        target = gguf_name(name)
+        target = gguf_name(name, arch)
         value = value.astype(np.float32)
         kind = target.split(".")[-2]
-        if arch == "llama" and kind in heads:
+        if arch in PERMUTED and kind in heads:
             value = permute_qk(value, heads[kind])
+        if arch in NORM_PLUS_ONE and kind.endswith("norm"):
+            value = value + 1
         if value.ndim == 1:
             writer.add_tensor(target, value)
             continue
@@ -78,6 +97,41 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
     writer.write_tensors_to_file()
     writer.close()
     return out
+
+
+def _add_arch_metadata(writer: gguf.GGUFWriter, arch: str, config: dict) -> None:
+    """The ``<arch>.*`` keys llama.cpp's converter writes for phi3, granite and gemma2."""
+    if arch == "phi3":
+        head_dim = config["hidden_size"] // config["num_attention_heads"]
+        writer.add_rope_dimension_count(int(head_dim * config.get("partial_rotary_factor", 1.0)))
+        writer.add_rope_scaling_orig_ctx_len(config.get("original_max_position_embeddings", 4096))
+    elif arch == "granite":
+        writer.add_embedding_scale(config["embedding_multiplier"])
+        writer.add_residual_scale(config["residual_multiplier"])
+        writer.add_attention_scale(config["attention_multiplier"])
+        writer.add_logit_scale(config["logits_scaling"])
+    elif arch == "gemma2":
+        writer.add_attn_logit_softcapping(config["attn_logit_softcapping"])
+        writer.add_final_logit_softcapping(config["final_logit_softcapping"])
+    if arch in ("phi3", "gemma2") and config.get("sliding_window"):
+        writer.add_sliding_window(config["sliding_window"])
+
+
+def _add_metadata(writer: gguf.GGUFWriter, meta: dict) -> None:
+    """``tokenizer.*`` keys given as plain values (lists of str, float or int; bools; ints)."""
+    T = gguf.GGUFValueType
+    for key, value in meta.items():
+        if not key.startswith("tokenizer."):
+            continue
+        if isinstance(value, list):
+            sub = T.STRING if isinstance(value[0], str) else T.FLOAT32 if isinstance(value[0], float) else T.INT32
+            writer.add_key_value(key, value, T.ARRAY, sub)
+        elif isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_uint32(key, value)
+        else:
+            writer.add_string(key, value)
 
 
 def _add_vocab(writer: gguf.GGUFWriter, model_dir: Path, config: dict) -> None:

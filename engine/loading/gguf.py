@@ -1,7 +1,8 @@
 """Convert a GGUF file into a Hugging Face-layout directory that ``mlx_lm.load()`` reads offline.
 
 Invariants: quantized blocks become MLX affine triplets holding the file's own bits;
-llama's permuted q/k rows are restored to HF order; a directory is never seen half-written.
+the converter's own transforms are undone (llama/granite q/k rows back in HF order, Gemma's
+norm + 1 taken off); a directory is never seen half-written.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import numpy as np
 
 from ..errors import UnsupportedModel
 from .gguf_blocks import UnsupportedTensorType, to_affine
-from .gguf_config import CONFIG_TENSORS, architecture, build_config, hf_name, permute_qk, unpermute_qk
+from .gguf_arch import architecture, hf_name, permute_qk, unpermute_qk
+from .gguf_config import CONFIG_TENSORS, build_config
 from .gguf_file import GGUFFile, GGUFTensor, read_gguf
 from .gguf_tokenizer import GGUFVocab, build_tokenizer, special_tokens_map, tokenizer_config
 
@@ -61,10 +63,14 @@ def convert_weights(file: GGUFFile, config: Mapping[str, Any], progress: Progres
         if tensor.name in CONFIG_TENSORS:
             continue
         kind = tensor.base.rsplit(".", 1)[-1]
-        hf = hf_name(tensor.base)
+        hf = hf_name(tensor.base, str(file.metadata["general.architecture"]))
         for part, array in _arrays(tensor).items():
             if arch.permuted_qk and kind in heads:  # a row permutation: packed weights, scales, biases alike
                 array = unpermute_qk(array, heads[kind])
+            if arch.norm_shift and kind.endswith("norm"):
+                if array.ndim != 1 or part != "weight":
+                    raise UnsupportedModel(f"GGUF tensor {tensor.name!r}: a quantized norm is not served")
+                array = array - np.float32(arch.norm_shift)
             out[f"{hf}.{tensor.suffix}" if part == "weight" else f"{hf}.{part}"] = mx.array(array)
         if kind == "ffn_up" or tensor.base == "token_embd":
             layer = int(tensor.base.split(".")[1]) + 1 if tensor.base.startswith("blk.") else 0

@@ -1,89 +1,28 @@
-"""A GGUF file's metadata in Hugging Face terms: served architectures, ``config.json``, tensor names.
+"""A GGUF file's metadata in Hugging Face terms: the ``config.json`` mlx-lm reads.
 
-Invariant: an unknown architecture or tensor raises ``UnsupportedModel`` before any weight is converted.
+Invariants: an unknown architecture, rope scaling or per-architecture key that changes the
+numerics and is not carried over raises ``UnsupportedModel`` before any weight is converted;
+defaults are llama.cpp's own where the file omits a key.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Collection, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 import numpy as np
 
 from ..errors import UnsupportedModel
+from .gguf_arch import ARCHITECTURES, Architecture, architecture, hf_name, permute_qk, unpermute_qk
 
-__all__ = ["ARCHITECTURES", "Architecture", "build_config", "hf_name", "permute_qk", "unpermute_qk"]
-
-
-@dataclass(frozen=True)
-class Architecture:
-    model_type: str  # mlx-lm's module (mlx_lm.models.<model_type>)
-    hf_class: str
-    permuted_qk: bool  # llama.cpp's converter permuted the q/k rows for its rope
-    attention_bias: bool = False
-    qk_norm: bool = False
+__all__ = ["ARCHITECTURES", "Architecture", "architecture", "build_config", "hf_name", "permute_qk",
+           "unpermute_qk"]
 
 
-# general.architecture -> the mlx-lm model. Mistral, SmolLM and Llama 3 files say "llama".
-ARCHITECTURES = {
-    "llama": Architecture("llama", "LlamaForCausalLM", permuted_qk=True),
-    "qwen2": Architecture("qwen2", "Qwen2ForCausalLM", permuted_qk=False, attention_bias=True),
-    "qwen3": Architecture("qwen3", "Qwen3ForCausalLM", permuted_qk=False, qk_norm=True),
-}
-
-# GGUF tensor name (inside "blk.N.") -> Hugging Face name (inside "model.layers.N.").
-_LAYER_TENSORS = {
-    "attn_norm": "input_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "attn_q_norm": "self_attn.q_norm",
-    "attn_k_norm": "self_attn.k_norm",
-    "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_GLOBAL_TENSORS = {
-    "token_embd": "model.embed_tokens",
-    "output_norm": "model.norm",
-    "output": "lm_head",
-}
 # Tensors that are folded into the config instead of the weights.
 CONFIG_TENSORS = frozenset({"rope_freqs.weight"})
-
-
-def architecture(meta: Mapping[str, Any]) -> Architecture:
-    arch = str(meta.get("general.architecture", ""))
-    if arch not in ARCHITECTURES:
-        raise UnsupportedModel(f"GGUF architecture {arch!r} is not served; served: {', '.join(ARCHITECTURES)}")
-    return ARCHITECTURES[arch]
-
-
-def hf_name(base: str) -> str:
-    """Hugging Face tensor name (without ``.weight``) for a GGUF tensor base name."""
-    if base in _GLOBAL_TENSORS:
-        return _GLOBAL_TENSORS[base]
-    parts = base.split(".")
-    if len(parts) == 3 and parts[0] == "blk" and parts[2] in _LAYER_TENSORS:
-        return f"model.layers.{parts[1]}.{_LAYER_TENSORS[parts[2]]}"
-    raise UnsupportedModel(f"GGUF tensor {base!r} is not part of a model this server knows")
-
-
-def permute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
-    """llama.cpp's ``permute``: HF rope order -> GGUF order (``n_head``: this projection's heads)."""
-    rows = weight.shape[0]
-    halves = weight.reshape(n_head, 2, rows // n_head // 2, *weight.shape[1:])
-    return halves.swapaxes(1, 2).reshape(weight.shape)
-
-
-def unpermute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
-    """Inverse of :func:`permute_qk`: GGUF q/k projection rows -> Hugging Face order."""
-    rows = weight.shape[0]
-    pairs = weight.reshape(n_head, rows // n_head // 2, 2, *weight.shape[1:])
-    return pairs.swapaxes(1, 2).reshape(weight.shape)
+# Tensors of rope variants that are refused, by name (Phi-3's LongRoPE / "su" factors).
+_REFUSED_ROPE_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight")
 
 
 def build_config(meta: Mapping[str, Any], tensors: Collection[str],
@@ -117,6 +56,7 @@ def build_config(meta: Mapping[str, Any], tensors: Collection[str],
         "tie_word_embeddings": "output.weight" not in tensors,
         "bos_token_id": meta.get("tokenizer.ggml.bos_token_id"),
         "eos_token_id": meta.get("tokenizer.ggml.eos_token_id"),
+        "pad_token_id": meta.get("tokenizer.ggml.padding_token_id"),  # else Phi-3's config says 32000
         "torch_dtype": "float16",
     }
     scaling = get("rope.scaling.type", "none")
@@ -126,7 +66,69 @@ def build_config(meta: Mapping[str, Any], tensors: Collection[str],
         raise UnsupportedModel(f"GGUF rope scaling {scaling!r} is not served (linear and Llama 3's are)")
     if rope_freqs is not None:
         config["rope_scaling"] = llama3_rope_scaling(rope_freqs, config["rope_theta"], head_dim)
+    if (extra := _EXTRA_CONFIG.get(prefix)) is not None:
+        extra(get, config, tensors)
     return config
+
+
+Getter = Callable[..., Any]
+
+
+def _phi3_config(get: Getter, config: dict[str, Any], tensors: Collection[str]) -> None:
+    """Phi-3: partial rotary from ``rope.dimension_count``; LongRoPE ("su") files are refused."""
+    if refused := [name for name in _REFUSED_ROPE_TENSORS if name in tensors]:
+        raise UnsupportedModel(f"GGUF phi3 file with LongRoPE scaling ({', '.join(refused)}) is not served; "
+                               "4k-context Phi-3 files are")
+    head_dim = config["hidden_size"] // config["num_attention_heads"]  # what mlx-lm's phi3 uses
+    if config["head_dim"] != head_dim:
+        raise UnsupportedModel(f"GGUF phi3 head size {config['head_dim']} != embedding / heads ({head_dim})")
+    rope_dims = get("rope.dimension_count", head_dim)
+    config["partial_rotary_factor"] = rope_dims / head_dim
+    config["original_max_position_embeddings"] = get("rope.scaling.original_context_length",
+                                                     config["max_position_embeddings"])
+    if (window := get("attention.sliding_window")) is not None:
+        config["sliding_window"] = window
+
+
+def _granite_config(get: Getter, config: dict[str, Any], tensors: Collection[str]) -> None:
+    """Granite's four multipliers (llama.cpp's defaults: 1, and 1/sqrt(head_dim) for attention)."""
+    if config["head_dim"] * config["num_attention_heads"] != config["hidden_size"]:
+        raise UnsupportedModel("GGUF granite head size other than embedding / heads is not served")
+    config.update({
+        "embedding_multiplier": float(get("embedding_scale", 1.0)),
+        "residual_multiplier": float(get("residual_scale", 1.0)),
+        "attention_multiplier": float(get("attention.scale", config["head_dim"] ** -0.5)),
+        "logits_scaling": float(get("logit_scale", 1.0)),
+    })
+
+
+# llama.cpp's Gemma 2 model types by block count (it scales 27B's queries by embedding / heads).
+_GEMMA2_27B_LAYERS = 46
+
+
+def _gemma2_config(get: Getter, config: dict[str, Any], tensors: Collection[str]) -> None:
+    """Gemma 2: soft-capping, sliding window; queries scaled by 1/sqrt(head_dim) as llama.cpp does
+    (1/sqrt(embedding / heads) for the 46-layer 27B)."""
+    if "output.weight" in tensors:
+        raise UnsupportedModel("GGUF gemma2 file with an untied output matrix is not served")
+    scalar = config["head_dim"]
+    if config["num_hidden_layers"] == _GEMMA2_27B_LAYERS:
+        scalar = config["hidden_size"] // config["num_attention_heads"]
+    config.update({
+        "hidden_act": "gelu_pytorch_tanh",
+        "hidden_activation": "gelu_pytorch_tanh",
+        "query_pre_attn_scalar": scalar,
+        "attn_logit_softcapping": float(get("attn_logit_softcapping", 50.0)),
+        "final_logit_softcapping": float(get("final_logit_softcapping", 30.0)),
+        "tie_word_embeddings": True,
+    })
+    if (window := get("attention.sliding_window")) is not None:
+        config["sliding_window"] = window
+
+
+_EXTRA_CONFIG: dict[str, Callable[[Getter, dict[str, Any], Collection[str]], None]] = {
+    "phi3": _phi3_config, "granite": _granite_config, "gemma2": _gemma2_config,
+}
 
 
 def llama3_rope_scaling(freqs: np.ndarray, base: float, dims: int) -> dict[str, Any]:

@@ -1,6 +1,8 @@
-"""Build Hugging Face tokenizer files from a GGUF file's byte-level BPE vocabulary.
+"""Build Hugging Face tokenizer files from a GGUF file's vocabulary: byte-level BPE here,
+SentencePiece in ``gguf_spm``.
 
-Invariant: the pre-tokenizer splits text exactly as llama.cpp does for ``tokenizer.ggml.pre``.
+Invariant: the pre-tokenizer splits text exactly as llama.cpp does for ``tokenizer.ggml.pre``;
+every token keeps the id the file gives it.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class GGUFVocab:
     pad_id: int | None
     add_bos: bool
     chat_template: str | None
+    scores: Sequence[float] = ()
+    add_space_prefix: bool = True  # SentencePiece: llama.cpp's default
+    architecture: str = "llama"
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> "GGUFVocab":
@@ -66,8 +71,11 @@ class GGUFVocab:
 
         types = meta.get("tokenizer.ggml.token_type")
         tokens = list(meta["tokenizer.ggml.tokens"])
+        model = str(meta.get("tokenizer.ggml.model", ""))
+        add_bos = opt_int("tokenizer.ggml.add_bos_token")
+        scores = meta.get("tokenizer.ggml.scores")
         return cls(
-            model=str(meta.get("tokenizer.ggml.model", "")),
+            model=model,
             pre=str(meta.get("tokenizer.ggml.pre", "default")),
             tokens=tokens,
             merges=list(meta.get("tokenizer.ggml.merges", [])),
@@ -76,8 +84,11 @@ class GGUFVocab:
             eos_id=opt_int("tokenizer.ggml.eos_token_id"),
             unk_id=opt_int("tokenizer.ggml.unknown_token_id"),
             pad_id=opt_int("tokenizer.ggml.padding_token_id"),
-            add_bos=bool(opt_int("tokenizer.ggml.add_bos_token") or 0),
+            add_bos=bool(add_bos) if add_bos is not None else model == "llama",  # llama.cpp's default
             chat_template=meta.get("tokenizer.chat_template"),
+            scores=() if scores is None else [float(x) for x in _list(scores)],
+            add_space_prefix=bool(meta.get("tokenizer.ggml.add_space_prefix", True)),
+            architecture=str(meta.get("general.architecture", "llama")),
         )
 
     def token(self, token_id: int | None) -> str | None:
@@ -118,11 +129,14 @@ def _added_tokens(vocab: GGUFVocab, kind: int) -> list[AddedToken]:
 
 
 def build_tokenizer(vocab: GGUFVocab) -> Tokenizer:
-    """A byte-level BPE ``Tokenizer`` equivalent to llama.cpp's for this vocabulary."""
+    """A ``Tokenizer`` equivalent to llama.cpp's for this vocabulary."""
+    if vocab.model == "llama":
+        from .gguf_spm import sentencepiece_tokenizer
+
+        return sentencepiece_tokenizer(vocab, vocab.architecture, vocab.token(vocab.bos_id) if vocab.add_bos else None)
     if vocab.model != "gpt2":
-        raise UnsupportedModel(
-            f"GGUF tokenizer model {vocab.model!r} is not served: only 'gpt2' (byte-level BPE) is"
-        )
+        raise UnsupportedModel(f"GGUF tokenizer model {vocab.model!r} is not served: "
+                               "'gpt2' (byte-level BPE) and 'llama' (SentencePiece) are")
     ids = {text: i for i, text in enumerate(vocab.tokens)}
     merges = [tuple(merge.split(" ", 1)) for merge in vocab.merges]
     tokenizer = Tokenizer(models.BPE(vocab=ids, merges=merges, fuse_unk=False))
