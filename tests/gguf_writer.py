@@ -1,7 +1,7 @@
 """GGUF files made from the fixture models with ``gguf``'s own writer, as llama.cpp's
 converter lays them out: ``<arch>.*`` metadata, the byte-level BPE vocabulary, q/k
 rows permuted for the llama and granite architectures, Gemma's norms written as
-weight + 1, phi3's fused qkv/gate_up under its own names, 1-D tensors in F32 and
+weight + 1 (q/k norms too for gemma3), phi3's fused qkv/gate_up under its own names, 1-D tensors in F32 and
 every matrix in the chosen GGML type (``tests.gguf_quantizers`` makes the blocks)."""
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ _ARCH_LAYER = {  # what differs from llama's names
     "gemma2": {"post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
                "post_feedforward_layernorm": "post_ffw_norm"},
 }
+_ARCH_LAYER["gemma3"] = _ARCH_LAYER["gemma2"]
+GGUF_ARCH = {"gemma3_text": "gemma3", "qwen3_moe": "qwen3moe"}  # mlx-lm model_type -> general.architecture
 PERMUTED = ("llama", "granite")  # llama.cpp's LlamaModel and its subclasses permute q/k
-NORM_PLUS_ONE = ("gemma2",)  # Gemma2Model writes every norm weight + 1
+NORM_PLUS_ONE = ("gemma2", "gemma3")  # Gemma2Model and Gemma3Model write every norm weight + 1
 CONTROL, NORMAL, UNUSED = 3, 1, 5
 
 
@@ -48,13 +50,16 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
     ``arch`` overrides ``general.architecture``; ``extra_tensors`` are added as F32;
     ``vocab`` (``tokenizer.*`` metadata) replaces the fixture's byte-level BPE vocabulary."""
     config = json.loads((model_dir / "config.json").read_text())
-    arch = arch or config["model_type"]
+    arch = arch or GGUF_ARCH.get(config["model_type"], config["model_type"])
     writer = gguf.GGUFWriter(str(out), arch)
     scaling = config.get("rope_scaling") or {}
     if scaling.get("rope_type") == "llama3":
         from engine.loading.gguf_config import llama3_rope_factors
 
         writer.add_tensor("rope_freqs.weight", llama3_rope_factors(scaling, config["rope_theta"], config["head_dim"]))
+    if "linear" in (scaling.get("rope_type"), scaling.get("type")):
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(scaling["factor"])
     writer.add_block_count(config["num_hidden_layers"])
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_embedding_length(config["hidden_size"])
@@ -100,7 +105,7 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
 
 
 def _add_arch_metadata(writer: gguf.GGUFWriter, arch: str, config: dict) -> None:
-    """The ``<arch>.*`` keys llama.cpp's converter writes for phi3, granite and gemma2."""
+    """The ``<arch>.*`` keys llama.cpp's converter writes for phi3, granite, gemma2 and gemma3."""
     if arch == "phi3":
         head_dim = config["hidden_size"] // config["num_attention_heads"]
         writer.add_rope_dimension_count(int(head_dim * config.get("partial_rotary_factor", 1.0)))
@@ -113,7 +118,7 @@ def _add_arch_metadata(writer: gguf.GGUFWriter, arch: str, config: dict) -> None
     elif arch == "gemma2":
         writer.add_attn_logit_softcapping(config["attn_logit_softcapping"])
         writer.add_final_logit_softcapping(config["final_logit_softcapping"])
-    if arch in ("phi3", "gemma2") and config.get("sliding_window"):
+    if arch in ("phi3", "gemma2", "gemma3") and config.get("sliding_window"):
         writer.add_sliding_window(config["sliding_window"])
 
 

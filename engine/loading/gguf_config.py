@@ -13,7 +13,7 @@ from typing import Any, Callable, Collection, Mapping
 import numpy as np
 
 from ..errors import UnsupportedModel
-from .gguf_arch import ARCHITECTURES, Architecture, architecture, hf_name, permute_qk, unpermute_qk
+from .gguf_arch import VISION_PREFIXES, ARCHITECTURES, Architecture, architecture, hf_name, permute_qk, unpermute_qk
 
 __all__ = ["ARCHITECTURES", "Architecture", "architecture", "build_config", "hf_name", "permute_qk",
            "unpermute_qk"]
@@ -30,6 +30,9 @@ def build_config(meta: Mapping[str, Any], tensors: Collection[str],
     """The ``config.json`` of a GGUF file, from its metadata and tensor names."""
     arch = architecture(meta)
     prefix = str(meta["general.architecture"])
+    if vision := sorted(name for name in tensors if name.startswith(VISION_PREFIXES)):
+        raise UnsupportedModel(f"GGUF vision tensor {vision[0]!r} ({len(vision)} in all): multimodal files "
+                               "are not served (text models are)")
 
     def get(key: str, default: Any = None) -> Any:
         return meta.get(f"{prefix}.{key}", default)
@@ -126,8 +129,36 @@ def _gemma2_config(get: Getter, config: dict[str, Any], tensors: Collection[str]
         config["sliding_window"] = window
 
 
+# llama.cpp's Gemma 3: every 6th layer global, local layers' rope base 10000 (unscaled); 27B by blocks.
+_GEMMA3_SWA_PATTERN, _GEMMA3_LOCAL_ROPE_BASE, _GEMMA3_27B_LAYERS = 6, 10000.0, 62
+
+
+def _gemma3_config(get: Getter, config: dict[str, Any], tensors: Collection[str]) -> None:
+    """Gemma 3 (text): llama.cpp's hard-coded sliding-window pattern and local rope base; queries
+    scaled by 1/sqrt(head_dim) (1/sqrt(embedding / heads) for the 62-layer 27B); no soft-capping."""
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if get(key) is not None:
+            raise UnsupportedModel(f"GGUF gemma3 file with {key} is not served (mlx-lm's gemma3_text has none)")
+    if (window := get("attention.sliding_window")) is None:
+        raise UnsupportedModel("GGUF gemma3 file without attention.sliding_window is not served "
+                               "(llama.cpp requires it too)")
+    scalar = config["head_dim"]
+    if config["num_hidden_layers"] == _GEMMA3_27B_LAYERS:
+        scalar = config["hidden_size"] // config["num_attention_heads"]
+    config.update({
+        "hidden_act": "gelu_pytorch_tanh",
+        "hidden_activation": "gelu_pytorch_tanh",
+        "query_pre_attn_scalar": scalar,
+        "sliding_window": int(window),
+        "sliding_window_pattern": _GEMMA3_SWA_PATTERN,
+        "rope_local_base_freq": _GEMMA3_LOCAL_ROPE_BASE,
+        "final_logit_softcapping": None,
+        "attn_logit_softcapping": None,
+    })
+
+
 _EXTRA_CONFIG: dict[str, Callable[[Getter, dict[str, Any], Collection[str]], None]] = {
-    "phi3": _phi3_config, "granite": _granite_config, "gemma2": _gemma2_config,
+    "phi3": _phi3_config, "granite": _granite_config, "gemma2": _gemma2_config, "gemma3": _gemma3_config,
 }
 
 
