@@ -1,7 +1,8 @@
 """GGUF files made from the fixture models with ``gguf``'s own writer, as llama.cpp's
 converter lays them out: ``<arch>.*`` metadata, the byte-level BPE vocabulary, q/k
 rows permuted for the llama and granite architectures, Gemma's norms written as
-weight + 1 (q/k norms too for gemma3), phi3's fused qkv/gate_up under its own names, 1-D tensors in F32 and
+weight + 1 (q/k norms too for gemma3), phi3's fused qkv/gate_up under its own names, Qwen3-MoE's experts stacked
+[n_expert, ...] (``ffn_*_exps``, quantized along the last axis, the router in F32), 1-D tensors in F32 and
 every matrix in the chosen GGML type (``tests.gguf_quantizers`` makes the blocks)."""
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ _ARCH_LAYER = {  # what differs from llama's names
                "post_feedforward_layernorm": "post_ffw_norm"},
 }
 _ARCH_LAYER["gemma3"] = _ARCH_LAYER["gemma2"]
+_ARCH_LAYER["qwen3moe"] = {"mlp.gate": "ffn_gate_inp", "mlp.switch_mlp.gate_proj": "ffn_gate_exps",
+                           "mlp.switch_mlp.up_proj": "ffn_up_exps", "mlp.switch_mlp.down_proj": "ffn_down_exps"}
+F32_ALWAYS = ("ffn_gate_inp",)  # llama.cpp keeps the MoE router in F32
 GGUF_ARCH = {"gemma3_text": "gemma3", "qwen3_moe": "qwen3moe"}  # mlx-lm model_type -> general.architecture
 PERMUTED = ("llama", "granite")  # llama.cpp's LlamaModel and its subclasses permute q/k
 NORM_PLUS_ONE = ("gemma2", "gemma3")  # Gemma2Model and Gemma3Model write every norm weight + 1
@@ -80,7 +84,7 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
     else:
         _add_metadata(writer, vocab)
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
-    for name, value in sorted(load_file(str(model_dir / "model.safetensors")).items()):
+    for name, value in sorted(_stack_experts(load_file(str(model_dir / "model.safetensors"))).items()):
         target = gguf_name(name, arch)
         value = value.astype(np.float32)
         kind = target.split(".")[-2]
@@ -88,7 +92,7 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
             value = permute_qk(value, heads[kind])
         if arch in NORM_PLUS_ONE and kind.endswith("norm"):
             value = value + 1
-        if value.ndim == 1:
+        if value.ndim == 1 or kind in F32_ALWAYS:
             writer.add_tensor(target, value)
             continue
         kind_type = embedding_type if (target.startswith("token_embd") and embedding_type) else qtype
@@ -96,11 +100,27 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
             dtype = np.float32 if kind_type == gguf.GGMLQuantizationType.F32 else np.float16
             writer.add_tensor(target, np.ascontiguousarray(value, dtype=dtype))
         else:
-            writer.add_tensor(target, quantize(value, kind_type), raw_dtype=kind_type)
+            blocks = quantize(value.reshape(-1, value.shape[-1]), kind_type)  # along the last axis
+            writer.add_tensor(target, blocks.reshape(*value.shape[:-1], -1), raw_dtype=kind_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+    return out
+
+
+def _stack_experts(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per-expert ``mlp.experts.E.X_proj`` stacked [n_expert, ...] as ``mlp.switch_mlp.X_proj``
+    (llama.cpp's ``ffn_X_exps``)."""
+    out, experts = {}, {}
+    for name, value in weights.items():
+        parts = name.split(".")
+        if len(parts) == 8 and parts[3:5] == ["mlp", "experts"]:
+            stacked = ".".join([*parts[:4], "switch_mlp", *parts[6:]])
+            experts.setdefault(stacked, {})[int(parts[5])] = value
+        else:
+            out[name] = value
+    out.update({name: np.stack([e[i] for i in sorted(e)]) for name, e in experts.items()})
     return out
 
 
@@ -115,6 +135,10 @@ def _add_arch_metadata(writer: gguf.GGUFWriter, arch: str, config: dict) -> None
         writer.add_residual_scale(config["residual_multiplier"])
         writer.add_attention_scale(config["attention_multiplier"])
         writer.add_logit_scale(config["logits_scaling"])
+    elif arch == "qwen3moe":
+        writer.add_expert_count(config["num_experts"])
+        writer.add_expert_used_count(config["num_experts_per_tok"])
+        writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
     elif arch == "gemma2":
         writer.add_attn_logit_softcapping(config["attn_logit_softcapping"])
         writer.add_final_logit_softcapping(config["final_logit_softcapping"])

@@ -2,7 +2,9 @@
 ``tests.test_gguf_archs`` (which serve them token for token): Gemma 3's hard-coded
 sliding-window pattern, local rope base and query scale in the config, a window that
 changes the output of the fixture, every norm (q/k included) back without the converter's
-+1, vision tensors refused by name."""
++1, vision tensors refused by name; Qwen3-MoE's expert config, its stacked experts served
+quantized (QuantizedSwitchLinear) with exactly the file's values, dense or unrouted layers
+refused."""
 
 from __future__ import annotations
 
@@ -87,3 +89,50 @@ def test_gemma3_query_scale_follows_llama_cpp_by_model_size():
 def test_gemma3_files_mlx_lm_cannot_compute_are_refused(keys, refused):
     with pytest.raises(UnsupportedModel, match=refused):
         build_config(_meta("gemma3", 26, **keys), {"token_embd.weight"})
+
+
+def test_qwen3moe_config_carries_the_experts(made):
+    from tests.fixtures.gguf_models import QWEN3MOE_EXPERTS, QWEN3MOE_FFN, QWEN3MOE_USED
+
+    config = json.loads((made("qwen3moe", Q.F32)[1] / "config.json").read_text())
+    assert config["model_type"] == "qwen3_moe" and config["architectures"] == ["Qwen3MoeForCausalLM"]
+    assert (config["num_experts"], config["num_experts_per_tok"], config["moe_intermediate_size"]) == (
+        QWEN3MOE_EXPERTS, QWEN3MOE_USED, QWEN3MOE_FFN)
+    assert (config["decoder_sparse_step"], config["mlp_only_layers"], config["norm_topk_prob"]) == (1, [], True)
+
+
+@pytest.mark.parametrize("qtype, bits", [(Q.Q8_0, 8), (Q.Q4_0, 4)])
+def test_qwen3moe_stacked_experts_stay_quantized_with_the_files_values(made, qtype, bits):
+    from mlx_lm.models.switch_layers import QuantizedSwitchLinear
+
+    from engine.loading.model import load_generation_model
+    from tests.gguf_reference import float_tensors
+
+    path, converted, _ = made("qwen3moe", qtype)
+    types = {t.name: (t.tensor_type, len(t.shape)) for t in gguf.GGUFReader(str(path)).tensors}
+    assert types["blk.0.ffn_down_exps.weight"] == (qtype, 3) and types["blk.0.ffn_gate_inp.weight"][0] == Q.F32
+    served = load_generation_model(converted, use_kernels=False)
+    want = float_tensors(path, served.config)
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        layer = getattr(served.model.model.layers[1].mlp.switch_mlp, name)
+        assert isinstance(layer, QuantizedSwitchLinear) and layer.bits == bits
+        got = mx.dequantize(layer.weight, layer.scales, layer.biases, layer.group_size, layer.bits)
+        np.testing.assert_allclose(np.array(got.astype(mx.float32)),
+                                   want[f"model.layers.1.mlp.switch_mlp.{name}.weight"], rtol=1e-6, atol=1e-6)
+
+
+def _moe_meta(**keys) -> dict:
+    return _meta("qwen3moe", 2, feed_forward_length=768, expert_count=4, expert_used_count=2, **keys)
+
+
+def test_qwen3moe_defaults_the_expert_size_as_llama_cpp():
+    routers = {f"blk.{i}.ffn_gate_inp.weight" for i in range(2)}
+    assert build_config(_moe_meta(), routers)["moe_intermediate_size"] == 384  # feed_forward_length / used
+
+
+@pytest.mark.parametrize("tensors, refused", [({"blk.0.ffn_gate_inp.weight"}, "block 1 has no router"),
+                                              ({"blk.0.ffn_gate_inp.weight", "blk.1.ffn_gate_inp.weight",
+                                                "blk.1.ffn_up.weight"}, "blk.1.ffn_up.weight")])
+def test_qwen3moe_files_with_dense_or_unrouted_layers_are_refused(tensors, refused):
+    with pytest.raises(UnsupportedModel, match=refused):
+        build_config(_moe_meta(), tensors)

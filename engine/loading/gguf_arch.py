@@ -72,6 +72,10 @@ ARCHITECTURES = {
     # Gemma 3 (text): Gemma 2's norms plus q/k norms, every one of them written as HF weight + 1.
     "gemma3": Architecture("gemma3_text", "Gemma3ForCausalLM", permuted_qk=False, qk_norm=True, norm_shift=1.0,
                            layer_tensors=_GEMMA_NORMS),
+    # Qwen3-MoE: Qwen3's attention; experts stacked [n_expert, ...] as mlx-lm's SwitchGLU holds them.
+    "qwen3moe": Architecture("qwen3_moe", "Qwen3MoeForCausalLM", permuted_qk=False, qk_norm=True, layer_tensors={
+        "ffn_gate_inp": "mlp.gate", "ffn_gate_exps": "mlp.switch_mlp.gate_proj",
+        "ffn_up_exps": "mlp.switch_mlp.up_proj", "ffn_down_exps": "mlp.switch_mlp.down_proj"}),
 }
 
 

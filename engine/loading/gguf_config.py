@@ -157,8 +157,38 @@ def _gemma3_config(get: Getter, config: dict[str, Any], tensors: Collection[str]
     })
 
 
+_DENSE_FFN = ("ffn_gate", "ffn_up", "ffn_down")
+
+
+def _qwen3moe_config(get: Getter, config: dict[str, Any], tensors: Collection[str]) -> None:
+    """Qwen3-MoE: every layer routed (llama.cpp has no dense layers for it), softmax gating with the
+    top-k weights renormalised, as llama.cpp always does; expert size defaults as llama.cpp's."""
+    experts, used = get("expert_count"), get("expert_used_count")
+    if not experts or not used:
+        raise UnsupportedModel("GGUF qwen3moe file without expert_count / expert_used_count is not served")
+    if get("expert_weights_scale") not in (None, 0.0, 1.0):
+        raise UnsupportedModel("GGUF qwen3moe file with an expert_weights_scale is not served")
+    if dense := sorted(n for n in tensors if n.startswith("blk.") and n.split(".")[2] in _DENSE_FFN):
+        raise UnsupportedModel(f"GGUF qwen3moe file with a dense feed-forward ({dense[0]!r}) is not served")
+    if missing := [i for i in range(config["num_hidden_layers"]) if f"blk.{i}.ffn_gate_inp.weight" not in tensors]:
+        raise UnsupportedModel(f"GGUF qwen3moe block {missing[0]} has no router (blk.{missing[0]}.ffn_gate_inp)")
+    ffn, expert_ffn = config["intermediate_size"], get("expert_feed_forward_length")
+    if not (ffn or expert_ffn):
+        raise UnsupportedModel("GGUF qwen3moe file without feed_forward_length nor expert_feed_forward_length")
+    config.update({
+        "num_experts": int(experts),
+        "num_experts_per_tok": int(used),
+        "moe_intermediate_size": int(expert_ffn or ffn // used),  # llama.cpp's default
+        "intermediate_size": int(ffn or expert_ffn * used),  # unused: no dense layer
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": True,
+    })
+
+
 _EXTRA_CONFIG: dict[str, Callable[[Getter, dict[str, Any], Collection[str]], None]] = {
     "phi3": _phi3_config, "granite": _granite_config, "gemma2": _gemma2_config, "gemma3": _gemma3_config,
+    "qwen3moe": _qwen3moe_config,
 }
 
 
