@@ -1,7 +1,8 @@
 """GGUF files made from the fixture models with ``gguf``'s own writer, as llama.cpp's
 converter lays them out: ``<arch>.*`` metadata, the byte-level BPE vocabulary, q/k
 rows permuted for the llama and granite architectures, Gemma's norms written as
-weight + 1, phi3's fused qkv/gate_up under its own names, 1-D tensors in F32 and
+weight + 1 (q/k norms too for gemma3), phi3's fused qkv/gate_up under its own names, Qwen3-MoE's experts stacked
+[n_expert, ...] (``ffn_*_exps``, quantized along the last axis, the router in F32), 1-D tensors in F32 and
 every matrix in the chosen GGML type (``tests.gguf_quantizers`` makes the blocks)."""
 
 from __future__ import annotations
@@ -26,8 +27,13 @@ _ARCH_LAYER = {  # what differs from llama's names
     "gemma2": {"post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
                "post_feedforward_layernorm": "post_ffw_norm"},
 }
+_ARCH_LAYER["gemma3"] = _ARCH_LAYER["gemma2"]
+_ARCH_LAYER["qwen3moe"] = {"mlp.gate": "ffn_gate_inp", "mlp.switch_mlp.gate_proj": "ffn_gate_exps",
+                           "mlp.switch_mlp.up_proj": "ffn_up_exps", "mlp.switch_mlp.down_proj": "ffn_down_exps"}
+F32_ALWAYS = ("ffn_gate_inp",)  # llama.cpp keeps the MoE router in F32
+GGUF_ARCH = {"gemma3_text": "gemma3", "qwen3_moe": "qwen3moe"}  # mlx-lm model_type -> general.architecture
 PERMUTED = ("llama", "granite")  # llama.cpp's LlamaModel and its subclasses permute q/k
-NORM_PLUS_ONE = ("gemma2",)  # Gemma2Model writes every norm weight + 1
+NORM_PLUS_ONE = ("gemma2", "gemma3")  # Gemma2Model and Gemma3Model write every norm weight + 1
 CONTROL, NORMAL, UNUSED = 3, 1, 5
 
 
@@ -48,13 +54,16 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
     ``arch`` overrides ``general.architecture``; ``extra_tensors`` are added as F32;
     ``vocab`` (``tokenizer.*`` metadata) replaces the fixture's byte-level BPE vocabulary."""
     config = json.loads((model_dir / "config.json").read_text())
-    arch = arch or config["model_type"]
+    arch = arch or GGUF_ARCH.get(config["model_type"], config["model_type"])
     writer = gguf.GGUFWriter(str(out), arch)
     scaling = config.get("rope_scaling") or {}
     if scaling.get("rope_type") == "llama3":
         from engine.loading.gguf_config import llama3_rope_factors
 
         writer.add_tensor("rope_freqs.weight", llama3_rope_factors(scaling, config["rope_theta"], config["head_dim"]))
+    if "linear" in (scaling.get("rope_type"), scaling.get("type")):
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(scaling["factor"])
     writer.add_block_count(config["num_hidden_layers"])
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_embedding_length(config["hidden_size"])
@@ -75,7 +84,7 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
     else:
         _add_metadata(writer, vocab)
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
-    for name, value in sorted(load_file(str(model_dir / "model.safetensors")).items()):
+    for name, value in sorted(_stack_experts(load_file(str(model_dir / "model.safetensors"))).items()):
         target = gguf_name(name, arch)
         value = value.astype(np.float32)
         kind = target.split(".")[-2]
@@ -83,7 +92,7 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
             value = permute_qk(value, heads[kind])
         if arch in NORM_PLUS_ONE and kind.endswith("norm"):
             value = value + 1
-        if value.ndim == 1:
+        if value.ndim == 1 or kind in F32_ALWAYS:
             writer.add_tensor(target, value)
             continue
         kind_type = embedding_type if (target.startswith("token_embd") and embedding_type) else qtype
@@ -91,7 +100,8 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
             dtype = np.float32 if kind_type == gguf.GGMLQuantizationType.F32 else np.float16
             writer.add_tensor(target, np.ascontiguousarray(value, dtype=dtype))
         else:
-            writer.add_tensor(target, quantize(value, kind_type), raw_dtype=kind_type)
+            blocks = quantize(value.reshape(-1, value.shape[-1]), kind_type)  # along the last axis
+            writer.add_tensor(target, blocks.reshape(*value.shape[:-1], -1), raw_dtype=kind_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -99,8 +109,23 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
     return out
 
 
+def _stack_experts(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per-expert ``mlp.experts.E.X_proj`` stacked [n_expert, ...] as ``mlp.switch_mlp.X_proj``
+    (llama.cpp's ``ffn_X_exps``)."""
+    out, experts = {}, {}
+    for name, value in weights.items():
+        parts = name.split(".")
+        if len(parts) == 8 and parts[3:5] == ["mlp", "experts"]:
+            stacked = ".".join([*parts[:4], "switch_mlp", *parts[6:]])
+            experts.setdefault(stacked, {})[int(parts[5])] = value
+        else:
+            out[name] = value
+    out.update({name: np.stack([e[i] for i in sorted(e)]) for name, e in experts.items()})
+    return out
+
+
 def _add_arch_metadata(writer: gguf.GGUFWriter, arch: str, config: dict) -> None:
-    """The ``<arch>.*`` keys llama.cpp's converter writes for phi3, granite and gemma2."""
+    """The ``<arch>.*`` keys llama.cpp's converter writes for phi3, granite, gemma2 and gemma3."""
     if arch == "phi3":
         head_dim = config["hidden_size"] // config["num_attention_heads"]
         writer.add_rope_dimension_count(int(head_dim * config.get("partial_rotary_factor", 1.0)))
@@ -110,10 +135,14 @@ def _add_arch_metadata(writer: gguf.GGUFWriter, arch: str, config: dict) -> None
         writer.add_residual_scale(config["residual_multiplier"])
         writer.add_attention_scale(config["attention_multiplier"])
         writer.add_logit_scale(config["logits_scaling"])
+    elif arch == "qwen3moe":
+        writer.add_expert_count(config["num_experts"])
+        writer.add_expert_used_count(config["num_experts_per_tok"])
+        writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
     elif arch == "gemma2":
         writer.add_attn_logit_softcapping(config["attn_logit_softcapping"])
         writer.add_final_logit_softcapping(config["final_logit_softcapping"])
-    if arch in ("phi3", "gemma2") and config.get("sliding_window"):
+    if arch in ("phi3", "gemma2", "gemma3") and config.get("sliding_window"):
         writer.add_sliding_window(config["sliding_window"])
 
 

@@ -1,4 +1,4 @@
-"""GGUF files of phi3, granite and gemma2, written from their fixtures as llama.cpp's
+"""GGUF files of phi3, granite, gemma2, gemma3 and qwen3moe, written from their fixtures as llama.cpp's
 converter lays them out (fused phi3 tensors, granite's permuted q/k and multipliers,
 Gemma's norm + 1 and soft-capping): an F32 file serves exactly the fixture it came
 from; Q8_0 and Q4_0 files equal mlx-lm on the same weights dequantized by ``gguf``;
@@ -17,16 +17,19 @@ import pytest
 from engine.errors import UnsupportedModel
 from engine.loading.gguf import prepare_gguf
 from engine.loading.model import load_generation_model
-from tests.fixtures.gguf_models import GRANITE_MULTIPLIERS, gemma2_fixture, granite_fixture, phi3_fixture
+from tests.fixtures.gguf_models import (GRANITE_MULTIPLIERS, gemma2_fixture, gemma3_fixture, granite_fixture,
+                                        phi3_fixture, qwen3moe_fixture)
 from tests.gguf_reference import float_reference
-from tests.gguf_writer import write_gguf
+from tests.gguf_writer import GGUF_ARCH, write_gguf
 from tests.oracle import ORACLE_PROMPTS
 from tests.test_kernels_models import assert_same_or_tie, greedy
 
 Q = gguf.GGMLQuantizationType
 TOKENS = 12
 PROMPTS = {name: ORACLE_PROMPTS[name] for name in ("short", "long", "unicode")}
-FIXTURES = {"phi3": phi3_fixture, "granite": granite_fixture, "gemma2": gemma2_fixture}
+FIXTURES = {"phi3": phi3_fixture, "granite": granite_fixture, "gemma2": gemma2_fixture, "gemma3": gemma3_fixture,
+            "qwen3moe": qwen3moe_fixture}
+MODEL_TYPE = {arch: model_type for model_type, arch in GGUF_ARCH.items()}  # where they differ
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +66,7 @@ def test_an_f32_file_serves_the_fixture_it_came_from(sources, made, arch):
     _, converted, _ = made(arch, Q.F32)
     stock, tokenizer = mlx_lm.load(str(sources(arch)))
     served = load_generation_model(converted)
-    assert served.config["model_type"] == arch
+    assert served.config["model_type"] == MODEL_TYPE.get(arch, arch)
     for name, text in PROMPTS.items():
         ids = tokenizer.encode(text)
         assert tokenizer.encode(text) == served.tokenizer.encode(text)

@@ -1,6 +1,7 @@
 """Convert a GGUF file into a Hugging Face-layout directory that ``mlx_lm.load()`` reads offline.
 
-Invariants: quantized blocks become MLX affine triplets holding the file's own bits;
+Invariants: quantized blocks become MLX affine triplets holding the file's own bits (stacked
+3-D expert tensors too: blocks and MLX groups both run along the last axis);
 the converter's own transforms are undone (llama/granite q/k rows back in HF order, Gemma's
 norm + 1 taken off); a directory is never seen half-written.
 """
@@ -72,7 +73,7 @@ def convert_weights(file: GGUFFile, config: Mapping[str, Any], progress: Progres
                     raise UnsupportedModel(f"GGUF tensor {tensor.name!r}: a quantized norm is not served")
                 array = array - np.float32(arch.norm_shift)
             out[f"{hf}.{tensor.suffix}" if part == "weight" else f"{hf}.{part}"] = mx.array(array)
-        if kind == "ffn_up" or tensor.base == "token_embd":
+        if kind in ("ffn_up", "ffn_up_exps") or tensor.base == "token_embd":
             layer = int(tensor.base.split(".")[1]) + 1 if tensor.base.startswith("blk.") else 0
             progress("weights", layer / n_layers)
     return out
@@ -85,14 +86,17 @@ def _arrays(tensor: GGUFTensor) -> dict[str, np.ndarray]:
     if tensor.type_name == "BF16":
         bits = np.asarray(tensor.data).view(np.uint16).astype(np.uint32) << 16
         return {"weight": bits.view(np.float32).reshape(tensor.shape)}
-    if len(tensor.shape) != 2:
+    if len(tensor.shape) not in (2, 3):
         raise UnsupportedModel(f"GGUF tensor {tensor.name!r}: a {tensor.type_name} tensor of "
                                f"{len(tensor.shape)} dimensions is not served")
+    *lead, cols = tensor.shape  # 3-D (stacked experts): blocks run along the last axis, as MLX's groups do
+    rows = int(np.prod(lead))
     try:
-        affine = to_affine(tensor.data, tensor.qtype, tensor.shape[0], tensor.shape[1], tensor.name)
+        affine = to_affine(tensor.data, tensor.qtype, rows, cols, tensor.name)
     except UnsupportedTensorType as exc:
         raise UnsupportedModel(str(exc)) from exc
-    return {"weight": affine.weight, "scales": _compact(affine.scales), "biases": _compact(affine.biases)}
+    parts = {"weight": affine.weight, "scales": _compact(affine.scales), "biases": _compact(affine.biases)}
+    return {part: array.reshape(*lead, -1) for part, array in parts.items()}
 
 
 def _compact(values: np.ndarray) -> np.ndarray:

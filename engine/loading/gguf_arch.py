@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import UnsupportedModel
 
-__all__ = ["ARCHITECTURES", "Architecture", "architecture", "hf_name", "permute_qk", "unpermute_qk"]
+__all__ = ["ARCHITECTURES", "VISION_PREFIXES", "Architecture", "architecture", "hf_name", "permute_qk", "unpermute_qk"]
 
 # GGUF tensor name (inside "blk.N.") -> Hugging Face name (inside "model.layers.N."), llama's layout.
 _LAYER_TENSORS = {
@@ -51,6 +51,11 @@ class Architecture:
         return self.layer_tensors.get(kind, _LAYER_TENSORS.get(kind))
 
 
+_GEMMA_NORMS = {"post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
+                "post_ffw_norm": "post_feedforward_layernorm"}
+# Multimodal files' vision/projector tensors (llama.cpp's mmproj names): refused, text only is served.
+VISION_PREFIXES = ("v.", "mm.")
+
 # general.architecture -> the mlx-lm model. Mistral, SmolLM and Llama 3 files say "llama".
 ARCHITECTURES = {
     "llama": Architecture("llama", "LlamaForCausalLM", permuted_qk=True),
@@ -62,9 +67,15 @@ ARCHITECTURES = {
     # Granite: llama's layout (its converter subclasses LlamaModel, so q/k are permuted).
     "granite": Architecture("granite", "GraniteForCausalLM", permuted_qk=True),
     # Gemma 2: four norms per block, each written as HF weight + 1.
-    "gemma2": Architecture("gemma2", "Gemma2ForCausalLM", permuted_qk=False, norm_shift=1.0, layer_tensors={
-        "post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
-        "post_ffw_norm": "post_feedforward_layernorm"}),
+    "gemma2": Architecture("gemma2", "Gemma2ForCausalLM", permuted_qk=False, norm_shift=1.0,
+                           layer_tensors=_GEMMA_NORMS),
+    # Gemma 3 (text): Gemma 2's norms plus q/k norms, every one of them written as HF weight + 1.
+    "gemma3": Architecture("gemma3_text", "Gemma3ForCausalLM", permuted_qk=False, qk_norm=True, norm_shift=1.0,
+                           layer_tensors=_GEMMA_NORMS),
+    # Qwen3-MoE: Qwen3's attention; experts stacked [n_expert, ...] as mlx-lm's SwitchGLU holds them.
+    "qwen3moe": Architecture("qwen3_moe", "Qwen3MoeForCausalLM", permuted_qk=False, qk_norm=True, layer_tensors={
+        "ffn_gate_inp": "mlp.gate", "ffn_gate_exps": "mlp.switch_mlp.gate_proj",
+        "ffn_up_exps": "mlp.switch_mlp.up_proj", "ffn_down_exps": "mlp.switch_mlp.down_proj"}),
 }
 
 
@@ -77,6 +88,8 @@ def architecture(meta: Mapping[str, Any]) -> Architecture:
 
 def hf_name(base: str, arch: str = "llama") -> str:
     """Hugging Face tensor name (without ``.weight``) for a GGUF tensor base name of ``arch``."""
+    if base.startswith(VISION_PREFIXES):
+        raise UnsupportedModel(f"GGUF vision tensor {base!r}: multimodal files are not served (text models are)")
     if base in _GLOBAL_TENSORS:
         return _GLOBAL_TENSORS[base]
     parts = base.split(".")

@@ -13,7 +13,7 @@ from typing import Any, Callable, Collection, Mapping
 import numpy as np
 
 from ..errors import UnsupportedModel
-from .gguf_arch import ARCHITECTURES, Architecture, architecture, hf_name, permute_qk, unpermute_qk
+from .gguf_arch import VISION_PREFIXES, ARCHITECTURES, Architecture, architecture, hf_name, permute_qk, unpermute_qk
 
 __all__ = ["ARCHITECTURES", "Architecture", "architecture", "build_config", "hf_name", "permute_qk",
            "unpermute_qk"]
@@ -30,6 +30,9 @@ def build_config(meta: Mapping[str, Any], tensors: Collection[str],
     """The ``config.json`` of a GGUF file, from its metadata and tensor names."""
     arch = architecture(meta)
     prefix = str(meta["general.architecture"])
+    if vision := sorted(name for name in tensors if name.startswith(VISION_PREFIXES)):
+        raise UnsupportedModel(f"GGUF vision tensor {vision[0]!r} ({len(vision)} in all): multimodal files "
+                               "are not served (text models are)")
 
     def get(key: str, default: Any = None) -> Any:
         return meta.get(f"{prefix}.{key}", default)
@@ -126,8 +129,66 @@ def _gemma2_config(get: Getter, config: dict[str, Any], tensors: Collection[str]
         config["sliding_window"] = window
 
 
+# llama.cpp's Gemma 3: every 6th layer global, local layers' rope base 10000 (unscaled); 27B by blocks.
+_GEMMA3_SWA_PATTERN, _GEMMA3_LOCAL_ROPE_BASE, _GEMMA3_27B_LAYERS = 6, 10000.0, 62
+
+
+def _gemma3_config(get: Getter, config: dict[str, Any], tensors: Collection[str]) -> None:
+    """Gemma 3 (text): llama.cpp's hard-coded sliding-window pattern and local rope base; queries
+    scaled by 1/sqrt(head_dim) (1/sqrt(embedding / heads) for the 62-layer 27B); no soft-capping."""
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if get(key) is not None:
+            raise UnsupportedModel(f"GGUF gemma3 file with {key} is not served (mlx-lm's gemma3_text has none)")
+    if (window := get("attention.sliding_window")) is None:
+        raise UnsupportedModel("GGUF gemma3 file without attention.sliding_window is not served "
+                               "(llama.cpp requires it too)")
+    scalar = config["head_dim"]
+    if config["num_hidden_layers"] == _GEMMA3_27B_LAYERS:
+        scalar = config["hidden_size"] // config["num_attention_heads"]
+    config.update({
+        "hidden_act": "gelu_pytorch_tanh",
+        "hidden_activation": "gelu_pytorch_tanh",
+        "query_pre_attn_scalar": scalar,
+        "sliding_window": int(window),
+        "sliding_window_pattern": _GEMMA3_SWA_PATTERN,
+        "rope_local_base_freq": _GEMMA3_LOCAL_ROPE_BASE,
+        "final_logit_softcapping": None,
+        "attn_logit_softcapping": None,
+    })
+
+
+_DENSE_FFN = ("ffn_gate", "ffn_up", "ffn_down")
+
+
+def _qwen3moe_config(get: Getter, config: dict[str, Any], tensors: Collection[str]) -> None:
+    """Qwen3-MoE: every layer routed (llama.cpp has no dense layers for it), softmax gating with the
+    top-k weights renormalised, as llama.cpp always does; expert size defaults as llama.cpp's."""
+    experts, used = get("expert_count"), get("expert_used_count")
+    if not experts or not used:
+        raise UnsupportedModel("GGUF qwen3moe file without expert_count / expert_used_count is not served")
+    if get("expert_weights_scale") not in (None, 0.0, 1.0):
+        raise UnsupportedModel("GGUF qwen3moe file with an expert_weights_scale is not served")
+    if dense := sorted(n for n in tensors if n.startswith("blk.") and n.split(".")[2] in _DENSE_FFN):
+        raise UnsupportedModel(f"GGUF qwen3moe file with a dense feed-forward ({dense[0]!r}) is not served")
+    if missing := [i for i in range(config["num_hidden_layers"]) if f"blk.{i}.ffn_gate_inp.weight" not in tensors]:
+        raise UnsupportedModel(f"GGUF qwen3moe block {missing[0]} has no router (blk.{missing[0]}.ffn_gate_inp)")
+    ffn, expert_ffn = config["intermediate_size"], get("expert_feed_forward_length")
+    if not (ffn or expert_ffn):
+        raise UnsupportedModel("GGUF qwen3moe file without feed_forward_length nor expert_feed_forward_length")
+    config.update({
+        "num_experts": int(experts),
+        "num_experts_per_tok": int(used),
+        "moe_intermediate_size": int(expert_ffn or ffn // used),  # llama.cpp's default
+        "intermediate_size": int(ffn or expert_ffn * used),  # unused: no dense layer
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": True,
+    })
+
+
 _EXTRA_CONFIG: dict[str, Callable[[Getter, dict[str, Any], Collection[str]], None]] = {
-    "phi3": _phi3_config, "granite": _granite_config, "gemma2": _gemma2_config,
+    "phi3": _phi3_config, "granite": _granite_config, "gemma2": _gemma2_config, "gemma3": _gemma3_config,
+    "qwen3moe": _qwen3moe_config,
 }
 
 
