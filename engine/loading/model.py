@@ -17,6 +17,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from .. import kernels
 from ..hardware.device import runtime_dtype
+from .compat import apply_batch_fixes
 from .gguf import prepare_gguf
 from .traits import ModelTraits, traits_of
 
@@ -90,6 +91,7 @@ def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "a
     name = name or default_name(source)
     log.info("loaded %s from %s (%s, %s)", name, source, config.get("model_type"), weight_dtype)
     traits = traits_of(model, tokenizer, config)  # before the kernels change the module tree
+    apply_batch_fixes(model)
     applied = kernels.apply_to_decoder(model, name) if use_kernels else {}
     return LoadedModel(name, model, tokenizer, config, str(source), artifact, weight_dtype, applied, traits)
 
