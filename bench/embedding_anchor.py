@@ -11,6 +11,7 @@ to PATH as .npy. Both backends are loaded and warmed before the first answer.
 
 from __future__ import annotations
 
+import atexit
 import json
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ def _models(model_dir: Path, threads: int) -> dict:
     torch.set_num_threads(threads)
     # The ONNX export writes into the model folder: a copy, so the model's own stays untouched.
     work = Path(tempfile.mkdtemp(prefix="embed-anchor-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
     shutil.copytree(model_dir, work / "model")
     models = {"torch": SentenceTransformer(str(model_dir), device="cpu", backend="torch"),
               "onnx": SentenceTransformer(str(work / "model"), device="cpu", backend="onnx",
