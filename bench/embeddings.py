@@ -6,7 +6,7 @@ batch per call against many small concurrent calls.
     python -m bench.embeddings --soak 10000     # the server's RSS over many calls of mixed lengths
 
 Starts ``mlx-grpc serve`` with the embedding model (default: the embedded all-MiniLM-L6-v2) and,
-each repetition, embeds the same number of distinct short sentences and ~200-token passages
+each repetition, embeds the same number of distinct short sentences and ~240-token passages
 on every side, sides rotating: ours as one Embed call of 64 inputs at a time, ours as
 ``--clients`` concurrent clients each sending calls of 1 to 4 inputs (concurrent calls share
 forwards, so their aggregate should come near the big batch's), and, given ``--anchors``,
