@@ -32,6 +32,9 @@ from .embedding_anchor import AnchorProcess, setup_anchors
 from .servers import OurServer
 
 BIG = "ours, one call of 64"
+# Between sides: the side before may leave threads spinning (OpenMP, ONNX Runtime, MKL) that
+# would take cores from the next one.
+SETTLE_S = 0.5
 ANCHORS = {"sentence-transformers torch": "torch", "sentence-transformers ONNX Runtime": "onnx"}
 
 PASSAGE_WORDS = 150  # ~240 tokens of MiniLM's vocabulary
@@ -126,6 +129,7 @@ async def run(args) -> None:
             for workload, make in workloads.items():
                 for side in rotated(sides, rep):
                     texts = make(f"{rep}{sides.index(side)}")  # salts of one length: inputs alike on every side
+                    await asyncio.sleep(SETTLE_S)
                     if side == BIG:
                         rate, vectors = await big_batches(server, texts)
                         ours.update(zip(texts, vectors))
