@@ -112,19 +112,16 @@ def primitives(out: mx.array) -> int:
     return len(re.findall(r'label ="[A-Za-z]', buf.getvalue()))
 
 
-def profile_forward(model, tokens: mx.array, cache, reps: int = 5) -> Profile:
-    """Profiles ``model(tokens)`` on ``cache`` (a prompt cache holding the context;
-    trimmed back after every forward)."""
-    from mlx_lm.models.cache import trim_prompt_cache
-
+def profile_calls(forward, reps: int, reset=lambda: None) -> Profile:
+    """Records one ``forward()``, replays each category's calls alone, then times the whole
+    forward built, and built and evaluated; ``reset()`` runs after every forward."""
     p = Profile()
-    n = tokens.shape[1]
     calls: list = []
     with recording(calls):
-        out = model(tokens, cache=cache)
+        out = forward()
     p.primitives = primitives(out)
     mx.eval(out)
-    trim_prompt_cache(cache, n)
+    reset()
     for category in CATEGORIES:
         mine = [(fn, a, k) for c, fn, a, k in calls if c == category]
         p.calls[category] = len(mine)
@@ -132,19 +129,28 @@ def profile_forward(model, tokens: mx.array, cache, reps: int = 5) -> Profile:
             p.parts[category] = _best(lambda: mx.eval([fn(*a, **k) for fn, a, k in mine]), reps)
     del calls
 
-    def step(evaluate: bool) -> float:
+    def timed(evaluate: bool) -> float:
         start = time.perf_counter()
-        y = model(tokens, cache=cache)
+        y = forward()
         if evaluate:
             mx.eval(y)
         elapsed = time.perf_counter() - start
         mx.eval(y)
-        trim_prompt_cache(cache, n)
+        reset()
         return elapsed
 
-    p.build = min(step(False) for _ in range(reps)) * 1e3
-    p.total = min(step(True) for _ in range(reps)) * 1e3
+    p.build = min(timed(False) for _ in range(reps)) * 1e3
+    p.total = min(timed(True) for _ in range(reps)) * 1e3
     return p
+
+
+def profile_forward(model, tokens: mx.array, cache, reps: int = 5) -> Profile:
+    """Profiles ``model(tokens)`` on ``cache`` (a prompt cache holding the context;
+    trimmed back after every forward)."""
+    from mlx_lm.models.cache import trim_prompt_cache
+
+    n = tokens.shape[1]
+    return profile_calls(lambda: model(tokens, cache=cache), reps, lambda: trim_prompt_cache(cache, n))
 
 
 def context_cache(model, context: int):

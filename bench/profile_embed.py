@@ -10,14 +10,13 @@ those. GFLOP/s counts the matmuls' multiply-adds twice over the forward's time.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import engine  # noqa: F401  - BLAS before mlx
 import mlx.core as mx
 import numpy as np
 
-from .profile import CATEGORIES, Profile, _best, primitives, recording
+from .profile import CATEGORIES, Profile, profile_calls
 
 
 @dataclass(frozen=True)
@@ -57,31 +56,7 @@ def matmul_flops(encoder, tokens: int) -> float:
 
 
 def profile_encoder(encoder, ids: mx.array, mask: mx.array, reps: int = 3) -> Profile:
-    p = Profile()
-    calls: list = []
-    with recording(calls):
-        out = _pooled(encoder, ids, mask)
-    p.primitives = primitives(out)
-    mx.eval(out)
-    for category in CATEGORIES:
-        mine = [(fn, a, k) for c, fn, a, k in calls if c == category]
-        p.calls[category] = len(mine)
-        if mine:
-            p.parts[category] = _best(lambda: mx.eval([fn(*a, **k) for fn, a, k in mine]), reps)
-    del calls
-
-    def forward(evaluate: bool) -> float:
-        start = time.perf_counter()
-        y = _pooled(encoder, ids, mask)
-        if evaluate:
-            mx.eval(y)
-        elapsed = time.perf_counter() - start
-        mx.eval(y)
-        return elapsed
-
-    p.build = min(forward(False) for _ in range(reps)) * 1e3
-    p.total = min(forward(True) for _ in range(reps)) * 1e3
-    return p
+    return profile_calls(lambda: _pooled(encoder, ids, mask), reps)
 
 
 def run(embed_dir, reps: int = 3, log=print) -> str:

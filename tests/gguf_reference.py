@@ -62,3 +62,31 @@ def float_reference(gguf_path: Path, converted: Path, out: Path) -> Path:
     weights = {k: mx.array(v) for k, v in float_tensors(gguf_path, config).items()}
     mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
     return out
+
+
+def served_greedy(model_dir: Path, name: str, prompts: list[list[int]], tokens: int, scheduler) -> list[list[int]]:
+    """Greedy tokens of ``prompts`` served by the engine all at once (kernels, continuous
+    batching, ``scheduler``'s settings), checked equal when served again as prefix-cache hits."""
+    import asyncio
+
+    from engine.events import Delta
+    from engine.generation.config import GenerationConfig
+    from engine.generation.engine import GenerationEngine
+    from engine.requests import GenerationRequest, SamplingOptions, StopOptions, TokenPrompt
+
+    async def run() -> list[list[int]]:
+        engine = GenerationEngine(str(model_dir), name=name, config=GenerationConfig(scheduler=scheduler))
+        await engine.start()
+        try:
+            async def one(ids):
+                req = GenerationRequest(prompt=TokenPrompt(tuple(ids)), sampling=SamplingOptions(),
+                                        stopping=StopOptions(max_tokens=tokens, ignore_eos=True))
+                return [t async for ev in engine.generate(req) if isinstance(ev, Delta) for t in ev.token_ids]
+
+            first = await asyncio.gather(*(one(ids) for ids in prompts))
+            assert await asyncio.gather(*(one(ids) for ids in prompts)) == first  # prefix cache hits
+            return first
+        finally:
+            await engine.close()
+
+    return asyncio.run(run())

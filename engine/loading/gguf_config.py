@@ -109,18 +109,23 @@ def _granite_config(get: Getter, config: dict[str, Any], tensors: Collection[str
 _GEMMA2_27B_LAYERS = 46
 
 
+def _gemma_common(config: dict[str, Any], large_layers: int) -> dict[str, Any]:
+    """Gemma's activation, and its query scale as llama.cpp sets it: 1/sqrt(head_dim), but
+    1/sqrt(embedding / heads) for the 27B (told apart by its block count)."""
+    scalar = config["head_dim"]
+    if config["num_hidden_layers"] == large_layers:
+        scalar = config["hidden_size"] // config["num_attention_heads"]
+    return {"hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+            "query_pre_attn_scalar": scalar}
+
+
 def _gemma2_config(get: Getter, config: dict[str, Any], tensors: Collection[str]) -> None:
     """Gemma 2: soft-capping, sliding window; queries scaled by 1/sqrt(head_dim) as llama.cpp does
     (1/sqrt(embedding / heads) for the 46-layer 27B)."""
     if "output.weight" in tensors:
         raise UnsupportedModel("GGUF gemma2 file with an untied output matrix is not served")
-    scalar = config["head_dim"]
-    if config["num_hidden_layers"] == _GEMMA2_27B_LAYERS:
-        scalar = config["hidden_size"] // config["num_attention_heads"]
     config.update({
-        "hidden_act": "gelu_pytorch_tanh",
-        "hidden_activation": "gelu_pytorch_tanh",
-        "query_pre_attn_scalar": scalar,
+        **_gemma_common(config, _GEMMA2_27B_LAYERS),
         "attn_logit_softcapping": float(get("attn_logit_softcapping", 50.0)),
         "final_logit_softcapping": float(get("final_logit_softcapping", 30.0)),
         "tie_word_embeddings": True,
@@ -142,13 +147,8 @@ def _gemma3_config(get: Getter, config: dict[str, Any], tensors: Collection[str]
     if (window := get("attention.sliding_window")) is None:
         raise UnsupportedModel("GGUF gemma3 file without attention.sliding_window is not served "
                                "(llama.cpp requires it too)")
-    scalar = config["head_dim"]
-    if config["num_hidden_layers"] == _GEMMA3_27B_LAYERS:
-        scalar = config["hidden_size"] // config["num_attention_heads"]
     config.update({
-        "hidden_act": "gelu_pytorch_tanh",
-        "hidden_activation": "gelu_pytorch_tanh",
-        "query_pre_attn_scalar": scalar,
+        **_gemma_common(config, _GEMMA3_27B_LAYERS),
         "sliding_window": int(window),
         "sliding_window_pattern": _GEMMA3_SWA_PATTERN,
         "rope_local_base_freq": _GEMMA3_LOCAL_ROPE_BASE,
