@@ -263,8 +263,9 @@ type ChatMessage struct {
 	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
 	// The text of the message. Leave empty when parts is set.
 	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
-	// The content as parts, joined in order; an alternative to content (setting both is
-	// INVALID_ARGUMENT). Only text parts exist today.
+	// The content as parts, in order; an alternative to content (setting both is
+	// INVALID_ARGUMENT). Text parts are joined; image parts need a model that takes
+	// images (GetModelInfo: graph.capabilities.media), others are FAILED_PRECONDITION.
 	Parts []*ContentPart `protobuf:"bytes,3,rep,name=parts,proto3" json:"parts,omitempty"`
 	// The calls an assistant message made (role "assistant"), as an earlier Generate
 	// returned them in TokenDelta.tool_calls.
@@ -358,6 +359,7 @@ type ContentPart struct {
 	// Types that are valid to be assigned to Part:
 	//
 	//	*ContentPart_Text
+	//	*ContentPart_Image
 	Part          isContentPart_Part `protobuf_oneof:"part"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -409,6 +411,15 @@ func (x *ContentPart) GetText() string {
 	return ""
 }
 
+func (x *ContentPart) GetImage() *Image {
+	if x != nil {
+		if x, ok := x.Part.(*ContentPart_Image); ok {
+			return x.Image
+		}
+	}
+	return nil
+}
+
 type isContentPart_Part interface {
 	isContentPart_Part()
 }
@@ -418,7 +429,72 @@ type ContentPart_Text struct {
 	Text string `protobuf:"bytes,1,opt,name=text,proto3,oneof"`
 }
 
+type ContentPart_Image struct {
+	// An image, placed in the prompt where the part stands.
+	Image *Image `protobuf:"bytes,2,opt,name=image,proto3,oneof"`
+}
+
 func (*ContentPart_Text) isContentPart_Part() {}
+
+func (*ContentPart_Image) isContentPart_Part() {}
+
+// An encoded image file, checked before it is decoded: a media type that does not
+// match the bytes, a truncated or undecodable file, too many bytes or pixels, or too
+// many images in one request are INVALID_ARGUMENT (the limits are in
+// docs/OPERATIONS.md).
+type Image struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file's bytes: PNG, JPEG, WebP or GIF (its first frame).
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// The file's media type: "image/png", "image/jpeg", "image/webp" or "image/gif".
+	MediaType     string `protobuf:"bytes,2,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Image) Reset() {
+	*x = Image{}
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Image) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Image) ProtoMessage() {}
+
+func (x *Image) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Image.ProtoReflect.Descriptor instead.
+func (*Image) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Image) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *Image) GetMediaType() string {
+	if x != nil {
+		return x.MediaType
+	}
+	return ""
+}
 
 // A function the model may call. The template shows it to the model; a call it makes
 // comes back in TokenDelta.tool_calls.
@@ -439,7 +515,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[3]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +527,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[3]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +540,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{3}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Tool) GetName() string {
@@ -504,7 +580,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[4]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +592,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[4]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +605,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{4}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ToolCall) GetId() string {
@@ -572,7 +648,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -584,7 +660,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -597,7 +673,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{5}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -644,7 +720,7 @@ type ToolChoice struct {
 
 func (x *ToolChoice) Reset() {
 	*x = ToolChoice{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +732,7 @@ func (x *ToolChoice) String() string {
 func (*ToolChoice) ProtoMessage() {}
 
 func (x *ToolChoice) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +745,7 @@ func (x *ToolChoice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
 func (*ToolChoice) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{6}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ToolChoice) GetMode() ToolChoiceMode {
@@ -710,7 +786,7 @@ type ChatMessages struct {
 
 func (x *ChatMessages) Reset() {
 	*x = ChatMessages{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +798,7 @@ func (x *ChatMessages) String() string {
 func (*ChatMessages) ProtoMessage() {}
 
 func (x *ChatMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +811,7 @@ func (x *ChatMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatMessages.ProtoReflect.Descriptor instead.
 func (*ChatMessages) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{7}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ChatMessages) GetMessages() []*ChatMessage {
@@ -817,7 +893,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +905,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +918,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{8}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -936,7 +1012,7 @@ type StoppingCriteria struct {
 
 func (x *StoppingCriteria) Reset() {
 	*x = StoppingCriteria{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[9]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1024,7 @@ func (x *StoppingCriteria) String() string {
 func (*StoppingCriteria) ProtoMessage() {}
 
 func (x *StoppingCriteria) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[9]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1037,7 @@ func (x *StoppingCriteria) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoppingCriteria.ProtoReflect.Descriptor instead.
 func (*StoppingCriteria) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{9}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StoppingCriteria) GetMaxTokens() int32 {
@@ -1025,7 +1101,7 @@ type ResponseFormat struct {
 
 func (x *ResponseFormat) Reset() {
 	*x = ResponseFormat{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1113,7 @@ func (x *ResponseFormat) String() string {
 func (*ResponseFormat) ProtoMessage() {}
 
 func (x *ResponseFormat) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1126,7 @@ func (x *ResponseFormat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseFormat.ProtoReflect.Descriptor instead.
 func (*ResponseFormat) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{10}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResponseFormat) GetFormat() isResponseFormat_Format {
@@ -1163,7 +1239,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[11]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1251,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[11]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1264,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{11}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TopLogprob) GetTokenId() int32 {
@@ -1227,7 +1303,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1315,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1328,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{12}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TokenLogprob) GetTokenId() int32 {
@@ -1295,7 +1371,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[13]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1383,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[13]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1396,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{13}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Usage) GetPromptTokens() int32 {
@@ -1375,7 +1451,7 @@ type SpeculationOptions struct {
 
 func (x *SpeculationOptions) Reset() {
 	*x = SpeculationOptions{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[14]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1463,7 @@ func (x *SpeculationOptions) String() string {
 func (*SpeculationOptions) ProtoMessage() {}
 
 func (x *SpeculationOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[14]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1476,7 @@ func (x *SpeculationOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpeculationOptions.ProtoReflect.Descriptor instead.
 func (*SpeculationOptions) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{14}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SpeculationOptions) GetMode() SpeculationMode {
@@ -1434,7 +1510,7 @@ type Timings struct {
 
 func (x *Timings) Reset() {
 	*x = Timings{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[15]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1522,7 @@ func (x *Timings) String() string {
 func (*Timings) ProtoMessage() {}
 
 func (x *Timings) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[15]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1535,7 @@ func (x *Timings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timings.ProtoReflect.Descriptor instead.
 func (*Timings) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{15}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Timings) GetQueueSeconds() float64 {
@@ -1501,7 +1577,7 @@ type ResponseFormat_Choice struct {
 
 func (x *ResponseFormat_Choice) Reset() {
 	*x = ResponseFormat_Choice{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[18]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1589,7 @@ func (x *ResponseFormat_Choice) String() string {
 func (*ResponseFormat_Choice) ProtoMessage() {}
 
 func (x *ResponseFormat_Choice) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[18]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1602,7 @@ func (x *ResponseFormat_Choice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseFormat_Choice.ProtoReflect.Descriptor instead.
 func (*ResponseFormat_Choice) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{10, 0}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{11, 0}
 }
 
 func (x *ResponseFormat_Choice) GetOptions() []string {
@@ -1552,10 +1628,15 @@ const file_mlxgrpc_v1_generation_proto_rawDesc = "" +
 	"tool_calls\x18\x04 \x03(\v2\x14.mlxgrpc.v1.ToolCallR\ttoolCalls\x12 \n" +
 	"\ftool_call_id\x18\x05 \x01(\tR\n" +
 	"toolCallId\x12\x1c\n" +
-	"\treasoning\x18\x06 \x01(\tR\treasoning\"+\n" +
+	"\treasoning\x18\x06 \x01(\tR\treasoning\"V\n" +
 	"\vContentPart\x12\x14\n" +
-	"\x04text\x18\x01 \x01(\tH\x00R\x04textB\x06\n" +
-	"\x04part\"r\n" +
+	"\x04text\x18\x01 \x01(\tH\x00R\x04text\x12)\n" +
+	"\x05image\x18\x02 \x01(\v2\x11.mlxgrpc.v1.ImageH\x00R\x05imageB\x06\n" +
+	"\x04part\":\n" +
+	"\x05Image\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1d\n" +
+	"\n" +
+	"media_type\x18\x02 \x01(\tR\tmediaType\"r\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x124\n" +
@@ -1684,7 +1765,7 @@ func file_mlxgrpc_v1_generation_proto_rawDescGZIP() []byte {
 }
 
 var file_mlxgrpc_v1_generation_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_mlxgrpc_v1_generation_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_mlxgrpc_v1_generation_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_mlxgrpc_v1_generation_proto_goTypes = []any{
 	(ToolChoiceMode)(0),           // 0: mlxgrpc.v1.ToolChoiceMode
 	(FinishReason)(0),             // 1: mlxgrpc.v1.FinishReason
@@ -1692,40 +1773,42 @@ var file_mlxgrpc_v1_generation_proto_goTypes = []any{
 	(*TokenIds)(nil),              // 3: mlxgrpc.v1.TokenIds
 	(*ChatMessage)(nil),           // 4: mlxgrpc.v1.ChatMessage
 	(*ContentPart)(nil),           // 5: mlxgrpc.v1.ContentPart
-	(*Tool)(nil),                  // 6: mlxgrpc.v1.Tool
-	(*ToolCall)(nil),              // 7: mlxgrpc.v1.ToolCall
-	(*ToolCallDelta)(nil),         // 8: mlxgrpc.v1.ToolCallDelta
-	(*ToolChoice)(nil),            // 9: mlxgrpc.v1.ToolChoice
-	(*ChatMessages)(nil),          // 10: mlxgrpc.v1.ChatMessages
-	(*SamplingParams)(nil),        // 11: mlxgrpc.v1.SamplingParams
-	(*StoppingCriteria)(nil),      // 12: mlxgrpc.v1.StoppingCriteria
-	(*ResponseFormat)(nil),        // 13: mlxgrpc.v1.ResponseFormat
-	(*TopLogprob)(nil),            // 14: mlxgrpc.v1.TopLogprob
-	(*TokenLogprob)(nil),          // 15: mlxgrpc.v1.TokenLogprob
-	(*Usage)(nil),                 // 16: mlxgrpc.v1.Usage
-	(*SpeculationOptions)(nil),    // 17: mlxgrpc.v1.SpeculationOptions
-	(*Timings)(nil),               // 18: mlxgrpc.v1.Timings
-	nil,                           // 19: mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
-	nil,                           // 20: mlxgrpc.v1.SamplingParams.LogitBiasEntry
-	(*ResponseFormat_Choice)(nil), // 21: mlxgrpc.v1.ResponseFormat.Choice
+	(*Image)(nil),                 // 6: mlxgrpc.v1.Image
+	(*Tool)(nil),                  // 7: mlxgrpc.v1.Tool
+	(*ToolCall)(nil),              // 8: mlxgrpc.v1.ToolCall
+	(*ToolCallDelta)(nil),         // 9: mlxgrpc.v1.ToolCallDelta
+	(*ToolChoice)(nil),            // 10: mlxgrpc.v1.ToolChoice
+	(*ChatMessages)(nil),          // 11: mlxgrpc.v1.ChatMessages
+	(*SamplingParams)(nil),        // 12: mlxgrpc.v1.SamplingParams
+	(*StoppingCriteria)(nil),      // 13: mlxgrpc.v1.StoppingCriteria
+	(*ResponseFormat)(nil),        // 14: mlxgrpc.v1.ResponseFormat
+	(*TopLogprob)(nil),            // 15: mlxgrpc.v1.TopLogprob
+	(*TokenLogprob)(nil),          // 16: mlxgrpc.v1.TokenLogprob
+	(*Usage)(nil),                 // 17: mlxgrpc.v1.Usage
+	(*SpeculationOptions)(nil),    // 18: mlxgrpc.v1.SpeculationOptions
+	(*Timings)(nil),               // 19: mlxgrpc.v1.Timings
+	nil,                           // 20: mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
+	nil,                           // 21: mlxgrpc.v1.SamplingParams.LogitBiasEntry
+	(*ResponseFormat_Choice)(nil), // 22: mlxgrpc.v1.ResponseFormat.Choice
 }
 var file_mlxgrpc_v1_generation_proto_depIdxs = []int32{
 	5,  // 0: mlxgrpc.v1.ChatMessage.parts:type_name -> mlxgrpc.v1.ContentPart
-	7,  // 1: mlxgrpc.v1.ChatMessage.tool_calls:type_name -> mlxgrpc.v1.ToolCall
-	0,  // 2: mlxgrpc.v1.ToolChoice.mode:type_name -> mlxgrpc.v1.ToolChoiceMode
-	4,  // 3: mlxgrpc.v1.ChatMessages.messages:type_name -> mlxgrpc.v1.ChatMessage
-	6,  // 4: mlxgrpc.v1.ChatMessages.tools:type_name -> mlxgrpc.v1.Tool
-	9,  // 5: mlxgrpc.v1.ChatMessages.tool_choice:type_name -> mlxgrpc.v1.ToolChoice
-	19, // 6: mlxgrpc.v1.ChatMessages.template_kwargs:type_name -> mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
-	20, // 7: mlxgrpc.v1.SamplingParams.logit_bias:type_name -> mlxgrpc.v1.SamplingParams.LogitBiasEntry
-	21, // 8: mlxgrpc.v1.ResponseFormat.choice:type_name -> mlxgrpc.v1.ResponseFormat.Choice
-	14, // 9: mlxgrpc.v1.TokenLogprob.top_logprobs:type_name -> mlxgrpc.v1.TopLogprob
-	2,  // 10: mlxgrpc.v1.SpeculationOptions.mode:type_name -> mlxgrpc.v1.SpeculationMode
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	8,  // 1: mlxgrpc.v1.ChatMessage.tool_calls:type_name -> mlxgrpc.v1.ToolCall
+	6,  // 2: mlxgrpc.v1.ContentPart.image:type_name -> mlxgrpc.v1.Image
+	0,  // 3: mlxgrpc.v1.ToolChoice.mode:type_name -> mlxgrpc.v1.ToolChoiceMode
+	4,  // 4: mlxgrpc.v1.ChatMessages.messages:type_name -> mlxgrpc.v1.ChatMessage
+	7,  // 5: mlxgrpc.v1.ChatMessages.tools:type_name -> mlxgrpc.v1.Tool
+	10, // 6: mlxgrpc.v1.ChatMessages.tool_choice:type_name -> mlxgrpc.v1.ToolChoice
+	20, // 7: mlxgrpc.v1.ChatMessages.template_kwargs:type_name -> mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
+	21, // 8: mlxgrpc.v1.SamplingParams.logit_bias:type_name -> mlxgrpc.v1.SamplingParams.LogitBiasEntry
+	22, // 9: mlxgrpc.v1.ResponseFormat.choice:type_name -> mlxgrpc.v1.ResponseFormat.Choice
+	15, // 10: mlxgrpc.v1.TokenLogprob.top_logprobs:type_name -> mlxgrpc.v1.TopLogprob
+	2,  // 11: mlxgrpc.v1.SpeculationOptions.mode:type_name -> mlxgrpc.v1.SpeculationMode
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_generation_proto_init() }
@@ -1735,11 +1818,12 @@ func file_mlxgrpc_v1_generation_proto_init() {
 	}
 	file_mlxgrpc_v1_generation_proto_msgTypes[2].OneofWrappers = []any{
 		(*ContentPart_Text)(nil),
+		(*ContentPart_Image)(nil),
 	}
-	file_mlxgrpc_v1_generation_proto_msgTypes[7].OneofWrappers = []any{}
 	file_mlxgrpc_v1_generation_proto_msgTypes[8].OneofWrappers = []any{}
 	file_mlxgrpc_v1_generation_proto_msgTypes[9].OneofWrappers = []any{}
-	file_mlxgrpc_v1_generation_proto_msgTypes[10].OneofWrappers = []any{
+	file_mlxgrpc_v1_generation_proto_msgTypes[10].OneofWrappers = []any{}
+	file_mlxgrpc_v1_generation_proto_msgTypes[11].OneofWrappers = []any{
 		(*ResponseFormat_JsonSchema)(nil),
 		(*ResponseFormat_JsonObject)(nil),
 		(*ResponseFormat_Regex)(nil),
@@ -1752,7 +1836,7 @@ func file_mlxgrpc_v1_generation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_generation_proto_rawDesc), len(file_mlxgrpc_v1_generation_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/generation.proto.
  */
 export const file_mlxgrpc_v1_generation: GenFile = /*@__PURE__*/
-  fileDesc("ChttbHhncnBjL3YxL2dlbmVyYXRpb24ucHJvdG8SCm1seGdycGMudjEiFwoIVG9rZW5JZHMSCwoDaWRzGAEgAygFIqcBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSJgoFcGFydHMYAyADKAsyFy5tbHhncnBjLnYxLkNvbnRlbnRQYXJ0EigKCnRvb2xfY2FsbHMYBCADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgFIAEoCRIRCglyZWFzb25pbmcYBiABKAkiJQoLQ29udGVudFBhcnQSDgoEdGV4dBgBIAEoCUgAQgYKBHBhcnQiSQoEVG9vbBIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEh4KFnBhcmFtZXRlcnNfanNvbl9zY2hlbWEYAyABKAkiPAoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIWCg5hcmd1bWVudHNfanNvbhgDIAEoCSJQCg1Ub29sQ2FsbERlbHRhEg0KBWluZGV4GAEgASgFEgoKAmlkGAIgASgJEgwKBG5hbWUYAyABKAkSFgoOYXJndW1lbnRzX2pzb24YBCABKAkiTQoKVG9vbENob2ljZRIoCgRtb2RlGAEgASgOMhoubWx4Z3JwYy52MS5Ub29sQ2hvaWNlTW9kZRIVCg1mdW5jdGlvbl9uYW1lGAIgASgJIvECCgxDaGF0TWVzc2FnZXMSKQoIbWVzc2FnZXMYASADKAsyFy5tbHhncnBjLnYxLkNoYXRNZXNzYWdlEh8KBXRvb2xzGAIgAygLMhAubWx4Z3JwYy52MS5Ub29sEisKC3Rvb2xfY2hvaWNlGAMgASgLMhYubWx4Z3JwYy52MS5Ub29sQ2hvaWNlEiAKE3BhcmFsbGVsX3Rvb2xfY2FsbHMYBCABKAhIAIgBARIcCg9lbmFibGVfdGhpbmtpbmcYBSABKAhIAYgBARJFCg90ZW1wbGF0ZV9rd2FyZ3MYBiADKAsyLC5tbHhncnBjLnYxLkNoYXRNZXNzYWdlcy5UZW1wbGF0ZUt3YXJnc0VudHJ5GjUKE1RlbXBsYXRlS3dhcmdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIWChRfcGFyYWxsZWxfdG9vbF9jYWxsc0ISChBfZW5hYmxlX3RoaW5raW5nIpEDCg5TYW1wbGluZ1BhcmFtcxIYCgt0ZW1wZXJhdHVyZRgBIAEoAkgAiAEBEhIKBXRvcF9wGAIgASgCSAGIAQESDQoFdG9wX2sYAyABKAUSDQoFbWluX3AYBCABKAISHwoScmVwZXRpdGlvbl9wZW5hbHR5GAUgASgCSAKIAQESHwoXcmVwZXRpdGlvbl9jb250ZXh0X3NpemUYBiABKAUSGAoQcHJlc2VuY2VfcGVuYWx0eRgHIAEoAhIZChFmcmVxdWVuY3lfcGVuYWx0eRgIIAEoAhI9Cgpsb2dpdF9iaWFzGAkgAygLMikubWx4Z3JwYy52MS5TYW1wbGluZ1BhcmFtcy5Mb2dpdEJpYXNFbnRyeRIRCgRzZWVkGAogASgESAOIAQEaMAoOTG9naXRCaWFzRW50cnkSCwoDa2V5GAEgASgFEg0KBXZhbHVlGAIgASgCOgI4AUIOCgxfdGVtcGVyYXR1cmVCCAoGX3RvcF9wQhUKE19yZXBldGl0aW9uX3BlbmFsdHlCBwoFX3NlZWQiiAEKEFN0b3BwaW5nQ3JpdGVyaWESFwoKbWF4X3Rva2VucxgBIAEoBUgAiAEBEhIKCm1pbl90b2tlbnMYAiABKAUSDAoEc3RvcBgDIAMoCRIWCg5zdG9wX3Rva2VuX2lkcxgEIAMoBRISCgppZ25vcmVfZW9zGAUgASgIQg0KC19tYXhfdG9rZW5zIrwBCg5SZXNwb25zZUZvcm1hdBIVCgtqc29uX3NjaGVtYRgBIAEoCUgAEhUKC2pzb25fb2JqZWN0GAIgASgISAASDwoFcmVnZXgYAyABKAlIABIRCgdncmFtbWFyGAQgASgJSAASMwoGY2hvaWNlGAUgASgLMiEubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdC5DaG9pY2VIABoZCgZDaG9pY2USDwoHb3B0aW9ucxgBIAMoCUIICgZmb3JtYXQiPQoKVG9wTG9ncHJvYhIQCgh0b2tlbl9pZBgBIAEoBRIPCgdsb2dwcm9iGAIgASgCEgwKBHRleHQYAyABKAkiXwoMVG9rZW5Mb2dwcm9iEhAKCHRva2VuX2lkGAEgASgFEg8KB2xvZ3Byb2IYAiABKAISLAoMdG9wX2xvZ3Byb2JzGAMgAygLMhYubWx4Z3JwYy52MS5Ub3BMb2dwcm9iIoUBCgVVc2FnZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgFEhkKEWNvbXBsZXRpb25fdG9rZW5zGAIgASgFEhUKDWNhY2hlZF90b2tlbnMYAyABKAUSFAoMZHJhZnRfdG9rZW5zGAQgASgFEh0KFWFjY2VwdGVkX2RyYWZ0X3Rva2VucxgFIAEoBSJZChJTcGVjdWxhdGlvbk9wdGlvbnMSKQoEbW9kZRgBIAEoDjIbLm1seGdycGMudjEuU3BlY3VsYXRpb25Nb2RlEhgKEG51bV9kcmFmdF90b2tlbnMYAiABKAUifgoHVGltaW5ncxIVCg1xdWV1ZV9zZWNvbmRzGAEgASgBEiMKG3RpbWVfdG9fZmlyc3RfdG9rZW5fc2Vjb25kcxgCIAEoARIgChhkZWNvZGVfdG9rZW5zX3Blcl9zZWNvbmQYAyABKAESFQoNdG90YWxfc2Vjb25kcxgEIAEoASqmAQoOVG9vbENob2ljZU1vZGUSIAocVE9PTF9DSE9JQ0VfTU9ERV9VTlNQRUNJRklFRBAAEhkKFVRPT0xfQ0hPSUNFX01PREVfQVVUTxABEhkKFVRPT0xfQ0hPSUNFX01PREVfTk9ORRACEh0KGVRPT0xfQ0hPSUNFX01PREVfUkVRVUlSRUQQAxIdChlUT09MX0NIT0lDRV9NT0RFX0ZVTkNUSU9OEAQqygEKDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQARIWChJGSU5JU0hfUkVBU09OX1NUT1AQAhIVChFGSU5JU0hfUkVBU09OX0VPUxADEhsKF0ZJTklTSF9SRUFTT05fQ0FOQ0VMTEVEEAQSFwoTRklOSVNIX1JFQVNPTl9FUlJPUhAFEhwKGEZJTklTSF9SRUFTT05fVE9PTF9DQUxMUxAGKoUBCg9TcGVjdWxhdGlvbk1vZGUSIAocU1BFQ1VMQVRJT05fTU9ERV9VTlNQRUNJRklFRBAAEhgKFFNQRUNVTEFUSU9OX01PREVfT0ZGEAESGgoWU1BFQ1VMQVRJT05fTU9ERV9OR1JBTRACEhoKFlNQRUNVTEFUSU9OX01PREVfRFJBRlQQA0JICg5kZXYubWx4Z3JwYy52MUIPR2VuZXJhdGlvblByb3RvUAFaI21seGdycGMuZGV2L2dvL21seGdycGMvdjE7bWx4Z3JwY3YxYgZwcm90bzM");
+  fileDesc("ChttbHhncnBjL3YxL2dlbmVyYXRpb24ucHJvdG8SCm1seGdycGMudjEiFwoIVG9rZW5JZHMSCwoDaWRzGAEgAygFIqcBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSJgoFcGFydHMYAyADKAsyFy5tbHhncnBjLnYxLkNvbnRlbnRQYXJ0EigKCnRvb2xfY2FsbHMYBCADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgFIAEoCRIRCglyZWFzb25pbmcYBiABKAkiSQoLQ29udGVudFBhcnQSDgoEdGV4dBgBIAEoCUgAEiIKBWltYWdlGAIgASgLMhEubWx4Z3JwYy52MS5JbWFnZUgAQgYKBHBhcnQiKQoFSW1hZ2USDAoEZGF0YRgBIAEoDBISCgptZWRpYV90eXBlGAIgASgJIkkKBFRvb2wSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIeChZwYXJhbWV0ZXJzX2pzb25fc2NoZW1hGAMgASgJIjwKCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFgoOYXJndW1lbnRzX2pzb24YAyABKAkiUAoNVG9vbENhbGxEZWx0YRINCgVpbmRleBgBIAEoBRIKCgJpZBgCIAEoCRIMCgRuYW1lGAMgASgJEhYKDmFyZ3VtZW50c19qc29uGAQgASgJIk0KClRvb2xDaG9pY2USKAoEbW9kZRgBIAEoDjIaLm1seGdycGMudjEuVG9vbENob2ljZU1vZGUSFQoNZnVuY3Rpb25fbmFtZRgCIAEoCSLxAgoMQ2hhdE1lc3NhZ2VzEikKCG1lc3NhZ2VzGAEgAygLMhcubWx4Z3JwYy52MS5DaGF0TWVzc2FnZRIfCgV0b29scxgCIAMoCzIQLm1seGdycGMudjEuVG9vbBIrCgt0b29sX2Nob2ljZRgDIAEoCzIWLm1seGdycGMudjEuVG9vbENob2ljZRIgChNwYXJhbGxlbF90b29sX2NhbGxzGAQgASgISACIAQESHAoPZW5hYmxlX3RoaW5raW5nGAUgASgISAGIAQESRQoPdGVtcGxhdGVfa3dhcmdzGAYgAygLMiwubWx4Z3JwYy52MS5DaGF0TWVzc2FnZXMuVGVtcGxhdGVLd2FyZ3NFbnRyeRo1ChNUZW1wbGF0ZUt3YXJnc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCFgoUX3BhcmFsbGVsX3Rvb2xfY2FsbHNCEgoQX2VuYWJsZV90aGlua2luZyKRAwoOU2FtcGxpbmdQYXJhbXMSGAoLdGVtcGVyYXR1cmUYASABKAJIAIgBARISCgV0b3BfcBgCIAEoAkgBiAEBEg0KBXRvcF9rGAMgASgFEg0KBW1pbl9wGAQgASgCEh8KEnJlcGV0aXRpb25fcGVuYWx0eRgFIAEoAkgCiAEBEh8KF3JlcGV0aXRpb25fY29udGV4dF9zaXplGAYgASgFEhgKEHByZXNlbmNlX3BlbmFsdHkYByABKAISGQoRZnJlcXVlbmN5X3BlbmFsdHkYCCABKAISPQoKbG9naXRfYmlhcxgJIAMoCzIpLm1seGdycGMudjEuU2FtcGxpbmdQYXJhbXMuTG9naXRCaWFzRW50cnkSEQoEc2VlZBgKIAEoBEgDiAEBGjAKDkxvZ2l0Qmlhc0VudHJ5EgsKA2tleRgBIAEoBRINCgV2YWx1ZRgCIAEoAjoCOAFCDgoMX3RlbXBlcmF0dXJlQggKBl90b3BfcEIVChNfcmVwZXRpdGlvbl9wZW5hbHR5QgcKBV9zZWVkIogBChBTdG9wcGluZ0NyaXRlcmlhEhcKCm1heF90b2tlbnMYASABKAVIAIgBARISCgptaW5fdG9rZW5zGAIgASgFEgwKBHN0b3AYAyADKAkSFgoOc3RvcF90b2tlbl9pZHMYBCADKAUSEgoKaWdub3JlX2VvcxgFIAEoCEINCgtfbWF4X3Rva2VucyK8AQoOUmVzcG9uc2VGb3JtYXQSFQoLanNvbl9zY2hlbWEYASABKAlIABIVCgtqc29uX29iamVjdBgCIAEoCEgAEg8KBXJlZ2V4GAMgASgJSAASEQoHZ3JhbW1hchgEIAEoCUgAEjMKBmNob2ljZRgFIAEoCzIhLm1seGdycGMudjEuUmVzcG9uc2VGb3JtYXQuQ2hvaWNlSAAaGQoGQ2hvaWNlEg8KB29wdGlvbnMYASADKAlCCAoGZm9ybWF0Ij0KClRvcExvZ3Byb2ISEAoIdG9rZW5faWQYASABKAUSDwoHbG9ncHJvYhgCIAEoAhIMCgR0ZXh0GAMgASgJIl8KDFRva2VuTG9ncHJvYhIQCgh0b2tlbl9pZBgBIAEoBRIPCgdsb2dwcm9iGAIgASgCEiwKDHRvcF9sb2dwcm9icxgDIAMoCzIWLm1seGdycGMudjEuVG9wTG9ncHJvYiKFAQoFVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoBRIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoBRIVCg1jYWNoZWRfdG9rZW5zGAMgASgFEhQKDGRyYWZ0X3Rva2VucxgEIAEoBRIdChVhY2NlcHRlZF9kcmFmdF90b2tlbnMYBSABKAUiWQoSU3BlY3VsYXRpb25PcHRpb25zEikKBG1vZGUYASABKA4yGy5tbHhncnBjLnYxLlNwZWN1bGF0aW9uTW9kZRIYChBudW1fZHJhZnRfdG9rZW5zGAIgASgFIn4KB1RpbWluZ3MSFQoNcXVldWVfc2Vjb25kcxgBIAEoARIjCht0aW1lX3RvX2ZpcnN0X3Rva2VuX3NlY29uZHMYAiABKAESIAoYZGVjb2RlX3Rva2Vuc19wZXJfc2Vjb25kGAMgASgBEhUKDXRvdGFsX3NlY29uZHMYBCABKAEqpgEKDlRvb2xDaG9pY2VNb2RlEiAKHFRPT0xfQ0hPSUNFX01PREVfVU5TUEVDSUZJRUQQABIZChVUT09MX0NIT0lDRV9NT0RFX0FVVE8QARIZChVUT09MX0NIT0lDRV9NT0RFX05PTkUQAhIdChlUT09MX0NIT0lDRV9NT0RFX1JFUVVJUkVEEAMSHQoZVE9PTF9DSE9JQ0VfTU9ERV9GVU5DVElPThAEKsoBCgxGaW5pc2hSZWFzb24SHQoZRklOSVNIX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKFEZJTklTSF9SRUFTT05fTEVOR1RIEAESFgoSRklOSVNIX1JFQVNPTl9TVE9QEAISFQoRRklOSVNIX1JFQVNPTl9FT1MQAxIbChdGSU5JU0hfUkVBU09OX0NBTkNFTExFRBAEEhcKE0ZJTklTSF9SRUFTT05fRVJST1IQBRIcChhGSU5JU0hfUkVBU09OX1RPT0xfQ0FMTFMQBiqFAQoPU3BlY3VsYXRpb25Nb2RlEiAKHFNQRUNVTEFUSU9OX01PREVfVU5TUEVDSUZJRUQQABIYChRTUEVDVUxBVElPTl9NT0RFX09GRhABEhoKFlNQRUNVTEFUSU9OX01PREVfTkdSQU0QAhIaChZTUEVDVUxBVElPTl9NT0RFX0RSQUZUEANCSAoOZGV2Lm1seGdycGMudjFCD0dlbmVyYXRpb25Qcm90b1ABWiNtbHhncnBjLmRldi9nby9tbHhncnBjL3YxO21seGdycGN2MWIGcHJvdG8z");
 
 /**
  * A list of token ids, used where a prompt is given as tokens.
@@ -54,8 +54,9 @@ export type ChatMessage = Message<"mlxgrpc.v1.ChatMessage"> & {
   content: string;
 
   /**
-   * The content as parts, joined in order; an alternative to content (setting both is
-   * INVALID_ARGUMENT). Only text parts exist today.
+   * The content as parts, in order; an alternative to content (setting both is
+   * INVALID_ARGUMENT). Text parts are joined; image parts need a model that takes
+   * images (GetModelInfo: graph.capabilities.media), others are FAILED_PRECONDITION.
    *
    * @generated from field: repeated mlxgrpc.v1.ContentPart parts = 3;
    */
@@ -111,6 +112,14 @@ export type ContentPart = Message<"mlxgrpc.v1.ContentPart"> & {
      */
     value: string;
     case: "text";
+  } | {
+    /**
+     * An image, placed in the prompt where the part stands.
+     *
+     * @generated from field: mlxgrpc.v1.Image image = 2;
+     */
+    value: Image;
+    case: "image";
   } | { case: undefined; value?: undefined };
 };
 
@@ -120,6 +129,37 @@ export type ContentPart = Message<"mlxgrpc.v1.ContentPart"> & {
  */
 export const ContentPartSchema: GenMessage<ContentPart> = /*@__PURE__*/
   messageDesc(file_mlxgrpc_v1_generation, 2);
+
+/**
+ * An encoded image file, checked before it is decoded: a media type that does not
+ * match the bytes, a truncated or undecodable file, too many bytes or pixels, or too
+ * many images in one request are INVALID_ARGUMENT (the limits are in
+ * docs/OPERATIONS.md).
+ *
+ * @generated from message mlxgrpc.v1.Image
+ */
+export type Image = Message<"mlxgrpc.v1.Image"> & {
+  /**
+   * The file's bytes: PNG, JPEG, WebP or GIF (its first frame).
+   *
+   * @generated from field: bytes data = 1;
+   */
+  data: Uint8Array;
+
+  /**
+   * The file's media type: "image/png", "image/jpeg", "image/webp" or "image/gif".
+   *
+   * @generated from field: string media_type = 2;
+   */
+  mediaType: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.Image.
+ * Use `create(ImageSchema)` to create a new message.
+ */
+export const ImageSchema: GenMessage<Image> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_generation, 3);
 
 /**
  * A function the model may call. The template shows it to the model; a call it makes
@@ -158,7 +198,7 @@ export type Tool = Message<"mlxgrpc.v1.Tool"> & {
  * Use `create(ToolSchema)` to create a new message.
  */
 export const ToolSchema: GenMessage<Tool> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 3);
+  messageDesc(file_mlxgrpc_v1_generation, 4);
 
 /**
  * A call of a tool: in output, one the model made; in input, one an assistant message made.
@@ -194,7 +234,7 @@ export type ToolCall = Message<"mlxgrpc.v1.ToolCall"> & {
  * Use `create(ToolCallSchema)` to create a new message.
  */
 export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 4);
+  messageDesc(file_mlxgrpc_v1_generation, 5);
 
 /**
  * A piece of a tool call while it streams. The pieces of one call share its index; the
@@ -238,7 +278,7 @@ export type ToolCallDelta = Message<"mlxgrpc.v1.ToolCallDelta"> & {
  * Use `create(ToolCallDeltaSchema)` to create a new message.
  */
 export const ToolCallDeltaSchema: GenMessage<ToolCallDelta> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 5);
+  messageDesc(file_mlxgrpc_v1_generation, 6);
 
 /**
  * Tool choice. REQUIRED and FUNCTION constrain the output (as response_format does) to
@@ -269,7 +309,7 @@ export type ToolChoice = Message<"mlxgrpc.v1.ToolChoice"> & {
  * Use `create(ToolChoiceSchema)` to create a new message.
  */
 export const ToolChoiceSchema: GenMessage<ToolChoice> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 6);
+  messageDesc(file_mlxgrpc_v1_generation, 7);
 
 /**
  * A conversation to render with the model's chat template.
@@ -328,7 +368,7 @@ export type ChatMessages = Message<"mlxgrpc.v1.ChatMessages"> & {
  * Use `create(ChatMessagesSchema)` to create a new message.
  */
 export const ChatMessagesSchema: GenMessage<ChatMessages> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 7);
+  messageDesc(file_mlxgrpc_v1_generation, 8);
 
 /**
  * How the next token is chosen from the model's scores. Every field is optional;
@@ -420,7 +460,7 @@ export type SamplingParams = Message<"mlxgrpc.v1.SamplingParams"> & {
  * Use `create(SamplingParamsSchema)` to create a new message.
  */
 export const SamplingParamsSchema: GenMessage<SamplingParams> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 8);
+  messageDesc(file_mlxgrpc_v1_generation, 9);
 
 /**
  * When generation ends.
@@ -471,7 +511,7 @@ export type StoppingCriteria = Message<"mlxgrpc.v1.StoppingCriteria"> & {
  * Use `create(StoppingCriteriaSchema)` to create a new message.
  */
 export const StoppingCriteriaSchema: GenMessage<StoppingCriteria> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 9);
+  messageDesc(file_mlxgrpc_v1_generation, 10);
 
 /**
  * Structured output: the generated text is constrained, token by token, to a format.
@@ -543,7 +583,7 @@ export type ResponseFormat = Message<"mlxgrpc.v1.ResponseFormat"> & {
  * Use `create(ResponseFormatSchema)` to create a new message.
  */
 export const ResponseFormatSchema: GenMessage<ResponseFormat> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 10);
+  messageDesc(file_mlxgrpc_v1_generation, 11);
 
 /**
  * A list of allowed outputs.
@@ -564,7 +604,7 @@ export type ResponseFormat_Choice = Message<"mlxgrpc.v1.ResponseFormat.Choice"> 
  * Use `create(ResponseFormat_ChoiceSchema)` to create a new message.
  */
 export const ResponseFormat_ChoiceSchema: GenMessage<ResponseFormat_Choice> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 10, 0);
+  messageDesc(file_mlxgrpc_v1_generation, 11, 0);
 
 /**
  * An alternative token and its log probability.
@@ -599,7 +639,7 @@ export type TopLogprob = Message<"mlxgrpc.v1.TopLogprob"> & {
  * Use `create(TopLogprobSchema)` to create a new message.
  */
 export const TopLogprobSchema: GenMessage<TopLogprob> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 11);
+  messageDesc(file_mlxgrpc_v1_generation, 12);
 
 /**
  * The log probability of a generated token and, if requested, its top alternatives.
@@ -634,7 +674,7 @@ export type TokenLogprob = Message<"mlxgrpc.v1.TokenLogprob"> & {
  * Use `create(TokenLogprobSchema)` to create a new message.
  */
 export const TokenLogprobSchema: GenMessage<TokenLogprob> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 12);
+  messageDesc(file_mlxgrpc_v1_generation, 13);
 
 /**
  * Token counts of a request.
@@ -683,7 +723,7 @@ export type Usage = Message<"mlxgrpc.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 13);
+  messageDesc(file_mlxgrpc_v1_generation, 14);
 
 /**
  * Speculative decoding for one request: the model verifies several proposed tokens
@@ -715,7 +755,7 @@ export type SpeculationOptions = Message<"mlxgrpc.v1.SpeculationOptions"> & {
  * Use `create(SpeculationOptionsSchema)` to create a new message.
  */
 export const SpeculationOptionsSchema: GenMessage<SpeculationOptions> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 14);
+  messageDesc(file_mlxgrpc_v1_generation, 15);
 
 /**
  * Where the time of a request went.
@@ -757,7 +797,7 @@ export type Timings = Message<"mlxgrpc.v1.Timings"> & {
  * Use `create(TimingsSchema)` to create a new message.
  */
 export const TimingsSchema: GenMessage<Timings> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 15);
+  messageDesc(file_mlxgrpc_v1_generation, 16);
 
 /**
  * Which tools the model may or must call.
