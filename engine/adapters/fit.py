@@ -182,7 +182,10 @@ def _spread(values: mx.array, columns: tuple[int, int], width: int, fill: float 
 
 
 def _dtype(module: nn.Module) -> mx.Dtype:
-    return module.scales.dtype if isinstance(module, nn.QuantizedLinear) else module.weight.dtype
+    """The dtype the layer computes in (a quantized layer's scales', unless it says otherwise)."""
+    if isinstance(module, nn.QuantizedLinear):
+        return getattr(module, "compute_dtype", None) or module.scales.dtype
+    return module.weight.dtype
 
 
 def _dora_gain(module: nn.Module, columns: tuple[int, int] | None, a: mx.array, b: mx.array, scale: float,
@@ -190,8 +193,9 @@ def _dora_gain(module: nn.Module, columns: tuple[int, int] | None, a: mx.array, 
     """``m / ||W + scale B^T A^T||`` per output row, as mlx-lm's DoRALinear computes it."""
     weight = module.weight
     if isinstance(module, nn.QuantizedLinear):
-        weight = mx.dequantize(weight, module.scales, module.biases, group_size=module.group_size,
-                               bits=module.bits, mode=module.mode)
+        dtype = _dtype(module)
+        weight = mx.dequantize(weight, module.scales.astype(dtype), module.biases.astype(dtype),
+                               group_size=module.group_size, bits=module.bits, mode=module.mode)
     if columns is not None:
         weight = weight[columns[0]:columns[1]]
     adapted = weight + (scale * b.T) @ a.T

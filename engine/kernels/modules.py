@@ -8,7 +8,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..layering import KERNEL, install
-from . import ext, ops
+from . import ext, half_scales, ops
 
 F32 = mx.float32
 
@@ -49,7 +49,9 @@ class KernelLinear:
 
     def __call__(self, x: mx.array) -> mx.array:
         y = ops.project(self, x)
-        return super().__call__(x) if y is None else y
+        if y is not None:
+            return y
+        return half_scales.stock_matmul(self, x) if _halved(self) else super().__call__(x)
 
 
 class KernelEmbedding:
@@ -57,9 +59,22 @@ class KernelEmbedding:
 
     RANK = KERNEL
 
+    def __call__(self, x: mx.array) -> mx.array:
+        if not _halved(self):
+            return super().__call__(x)
+        scales, biases = half_scales.float_parts(self, x)
+        return mx.dequantize(self["weight"][x], scales=scales, biases=biases, group_size=self.group_size,
+                             bits=self.bits, mode=self.mode)
+
     def as_linear(self, x: mx.array) -> mx.array:
         y = ops.project(self, x)
-        return super().as_linear(x) if y is None else y
+        if y is not None:
+            return y
+        return half_scales.stock_matmul(self, x) if _halved(self) else super().as_linear(x)
+
+
+def _halved(layer: nn.Module) -> bool:
+    return "scales" in layer and layer["scales"].dtype == mx.float16 and getattr(layer, "compute_dtype", None) == F32
 
 
 def swap_leaf_modules(model: nn.Module) -> dict[str, int]:
@@ -93,4 +108,7 @@ def swap_leaf_modules(model: nn.Module) -> dict[str, int]:
         elif cls is nn.QuantizedEmbedding and ops.quantizable(module):
             install(module, KernelEmbedding)
             mark(f"q{module.bits}_embedding")
+    halved = half_scales.compact(model, lambda layer: isinstance(layer, (KernelLinear, KernelEmbedding)))
+    if halved:
+        counts["float16_scales"] = halved
     return counts

@@ -87,12 +87,12 @@ def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "a
         model = dequantize_model(model)
     mx.eval(model.parameters())
     config = _read_config(artifact)
-    weight_dtype = _weight_dtype(model)
     name = name or default_name(source)
-    log.info("loaded %s from %s (%s, %s)", name, source, config.get("model_type"), weight_dtype)
     traits = traits_of(model, tokenizer, config)  # before the kernels change the module tree
     apply_batch_fixes(model)
     applied = kernels.apply_to_decoder(model, name) if use_kernels else {}
+    weight_dtype = _weight_dtype(model)  # after the kernels: they may hold scales in float16
+    log.info("loaded %s from %s (%s, %s)", name, source, config.get("model_type"), weight_dtype)
     return LoadedModel(name, model, tokenizer, config, str(source), artifact, weight_dtype, applied, traits)
 
 

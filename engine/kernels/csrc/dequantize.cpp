@@ -16,7 +16,7 @@ void dequantize_rows(const QMat& w, float* out, int64_t n0, int64_t n1) {
     const uint8_t* wr = w.w + n * w.row_bytes();
     float* o = out + (n - n0) * w.K;
     for (int gi = 0; gi < ng; ++gi) {
-      vf s = splat(w.scales[n * ng + gi]), b = splat(w.biases[n * ng + gi]);
+      vf s = splat(w.scale(n * ng + gi)), b = splat(w.bias(n * ng + gi));
       for (int t = 0; t < G; t += kW) {
         int k = gi * G + t;
         store(o + k, s * quant::codes(wr, k, w.bits) + b);
@@ -26,8 +26,10 @@ void dequantize_rows(const QMat& w, float* out, int64_t n0, int64_t n1) {
 }
 
 QMat qmat(const std::vector<mx::array>& in, int group, int bits) {
-  return QMat{in[1].data<uint8_t>(), in[2].data<float>(), in[3].data<float>(), in[1].shape(0),
-              int(in[1].shape(1) * 32 / bits), group, bits};
+  const bool half = in[2].dtype() == mx::float16;
+  return QMat{in[1].data<uint8_t>(), static_cast<const float*>(in[2].data<void>()),
+              static_cast<const float*>(in[3].data<void>()), int(in[1].shape(0)),
+              int(in[1].shape(1) * 32 / bits), group, bits, half};
 }
 
 void check_quantized(const mx::array& w, const mx::array& scales, const mx::array& biases,
@@ -38,8 +40,10 @@ void check_quantized(const mx::array& w, const mx::array& scales, const mx::arra
   if (group % (2 * kW) != 0 || w.dtype() != mx::uint32 || w.ndim() != 2) {
     throw std::invalid_argument("quantized kernels: unsupported group size or weight layout");
   }
-  require_float32(scales, "quantized kernels (scales)");
-  require_float32(biases, "quantized kernels (biases)");
+  if ((scales.dtype() != mx::float32 && scales.dtype() != mx::float16) || biases.dtype() != scales.dtype() ||
+      !scales.flags().row_contiguous || !biases.flags().row_contiguous) {
+    throw std::invalid_argument("quantized kernels: scales and biases must be row-contiguous float32 or float16, alike");
+  }
   int K = w.shape(1) * 32 / bits;
   if (scales.shape() != mx::Shape{w.shape(0), K / group} || biases.shape() != scales.shape()) {
     throw std::invalid_argument("quantized kernels: scales/biases do not match the weight");

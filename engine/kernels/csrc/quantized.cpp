@@ -18,7 +18,8 @@ namespace mlxk {
 namespace {
 
 constexpr int kMaxRows = 4;
-constexpr int kTiledRows = 8;  // more rows: dequantized tiles and the BLAS
+constexpr int kTiledRows = 8;
+constexpr int kAhead = 8;  // groups of weights prefetched ahead of the one in use  // more rows: dequantized tiles and the BLAS
 
 // kW bytes as kW floats, and kW bytes as their low and high nibbles. Written with
 // intrinsics where they exist: GCC lowers a widening __builtin_convertvector from
@@ -121,6 +122,14 @@ void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) 
       }
     }
     const float* xg = xp.x.data() + size_t(m0) * K + gi * G;
+    if (gi + kAhead < ng) {  // weights stream from memory: ask for them ahead of use
+      for (int j = 0; j < NB; ++j) {
+        const uint8_t* ahead = w.w + (n0 + j) * w.row_bytes() + (gi + kAhead) * G * BITS / 8;
+        for (int c = 0; c < G * BITS / 8; c += 64) {
+          __builtin_prefetch(ahead + c);
+        }
+      }
+    }
     if (BITS == 8) {
       for (int t = 0; t < G; t += kW) {
         vf xv[R];
@@ -152,7 +161,7 @@ void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) 
       }
     }
     for (int j = 0; j < NB; ++j) {
-      const float sc = w.scales[int64_t(n0 + j) * ng + gi], bi = w.biases[int64_t(n0 + j) * ng + gi];
+      const float sc = w.scale(int64_t(n0 + j) * ng + gi), bi = w.bias(int64_t(n0 + j) * ng + gi);
       for (int r = 0; r < R; ++r) {
         total[j][r] += sc * acc[j][r];
         bias[j][r] += bi * xp.sums[size_t(m0 + r) * ng + gi];

@@ -1,20 +1,54 @@
 // MLX's affine-quantized weights as the kernels see them (quantized.cpp, dequantize.cpp).
 #pragma once
 
+#include <cstring>
 #include <vector>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "arrays.h"
 #include "simd.h"
 
 namespace mlxk {
 
+inline float half_to_float(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  const uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000 | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    uint32_t m = man;
+    do { ++e; m <<= 1; } while (!(m & 0x400));
+    bits = sign | uint32_t(112 - e) << 23 | ((m & 0x3FF) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+#endif
+}
+
+// Scales and biases are float32, or float16 where the loader found every value exact
+// in half precision (half16 set: scales and biases then point at uint16_t bits).
 struct QMat {
   const uint8_t* w;  // N rows of K * bits / 8 bytes
   const float* scales;
   const float* biases;
   int N, K, group, bits;
+  bool half16 = false;
   int groups() const { return K / group; }
   int64_t row_bytes() const { return int64_t(K) * bits / 8; }
+  float scale(int64_t i) const { return half16 ? half_to_float(reinterpret_cast<const uint16_t*>(scales)[i]) : scales[i]; }
+  float bias(int64_t i) const { return half16 ? half_to_float(reinterpret_cast<const uint16_t*>(biases)[i]) : biases[i]; }
 };
 
 QMat qmat(const std::vector<mx::array>& in, int group, int bits);
