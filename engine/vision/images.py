@@ -72,6 +72,8 @@ def _header_size(field: str, data: bytes) -> tuple[int, int]:
     try:
         with Image.open(io.BytesIO(data)) as image:  # lazy: the header only
             width, height = image.size
+    except Image.DecompressionBombError as exc:  # Pillow's own, larger bound, from the header too
+        raise InvalidRequest(field, f"has too many pixels: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any unreadable header is the caller's input
         raise InvalidRequest(field, f"is not a readable image: {exc}") from None
     if width < 1 or height < 1:
