@@ -140,3 +140,32 @@ async def test_model_info_says_which_models_take_images(stub):
     assert not llava.capabilities.media.video
     llama = (await stub.GetModelInfo(pb.GetModelInfoRequest(model="llama"))).info
     assert not llama.capabilities.HasField("media")
+
+
+async def test_prefix_cache_keys_image_positions_by_the_image(stub, reference):
+    """The same image and text hit the cache past the image and give the same tokens; the
+    same text with another image hits at most the prefix before its image."""
+    first = await generate(stub, case_request(1))
+    again = await generate(stub, case_request(1))
+    assert again.started.cached_tokens >= 4 + IMAGE_TOKENS
+    assert matches(first.token_ids, reference[1]) and matches(again.token_ids, reference[1])
+    text, _ = CASES[1]
+    unseen = encoded((200, 30, 41), (96, 80), "JPEG")  # one value off case 1's image
+    other = await generate(stub, image_chat(text, image_part(unseen, "image/jpeg"), max_tokens=MAX_TOKENS))
+    assert other.started.cached_tokens <= 4  # "<|im_start|>user\n" precedes the image
+
+
+def test_image_key_ids_lie_beyond_any_vocabulary():
+    import numpy as np
+
+    from engine.vision.prompt import PromptImage
+    from engine.vision.splice import KEY_BASE, ImageRows
+
+    pixels = np.zeros((1, 3, 4, 4), np.float32)
+    a, b = (ImageRows((PromptImage(2, 5, pixels, digest),)) for digest in (b"a" * 32, b"b" * 32))
+    tokens = [7, 8, 600, 600, 600, 600, 600, 9]
+    key_a, key_b = a.key(tokens), b.key(tokens)
+    assert key_a[:2] == [7, 8] and key_a[7:] == [9] and key_a == a.key(tokens)
+    assert all(KEY_BASE <= t < 1 << 32 for t in key_a[2:7] + key_b[2:7])
+    assert all(x != y for x, y in zip(key_a[2:7], key_b[2:7]))
+    assert a.key(tokens[:4]) == key_a[:4]  # a prefix ending inside the run

@@ -29,9 +29,7 @@ def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream
     return SequenceState(
         request_id=stream.key, tokens=ids, prompt_len=len(ids), context_tokens=len(ids) + max_tokens,
         rule=rule, sampling=SamplingState(request.sampling, ids), delivery=delivery,
-        # tokens alone do not say which image an image prompt holds: it stays out of the prefix cache
-        prefix=PrefixOptions(not request.bypass_prefix_cache and not prompt.images, prompt.snapshot_at,
-                             request.session_id),
+        prefix=PrefixOptions(not request.bypass_prefix_cache, prompt.snapshot_at, request.session_id),
         images=ImageRows(prompt.images) if prompt.images else None,
         top_logprobs=request.top_logprobs if wants_logprobs else None,
         speculation=speculation_for(request, speculation), constraint=constraint, adapter=adapter,

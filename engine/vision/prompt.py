@@ -3,11 +3,13 @@ renders it, expanded to the image's run of image-token positions.
 
 Invariants: the placeholders in the rendered ids are exactly the request's images, in
 order (a placeholder typed as text, or a template that drops one, is refused); the runs
-never reach the prompt's last token, which the batch feeds as a token.
+never reach the prompt's last token, which the batch feeds as a token; each image keeps
+the digest of its bytes, which keys its positions in the prefix cache.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +27,7 @@ class PromptImage:
     start: int
     length: int
     pixels: np.ndarray  # [1, channels, height, width]
+    digest: bytes  # SHA-256 of the encoded image: what the prefix cache keys its positions by
 
     @property
     def end(self) -> int:
@@ -46,7 +49,7 @@ def expand_images(ids: list[int], prompt: ChatPrompt, tower: VisionTower, limits
         pixels = tower.pixels([decode(f"{field}.data", part, limits)])
         n = tower.tokens_for(pixels)
         out += ids[last:mark]
-        images.append(PromptImage(len(out), n, pixels))
+        images.append(PromptImage(len(out), n, pixels, hashlib.sha256(part.data).digest()))
         out += [tower.image_token_id] * n
         last = mark + 1
     out += ids[last:]

@@ -1,11 +1,18 @@
-"""A prompt chunk's input embeddings with its images' features at their positions.
+"""A prompt chunk's input embeddings with its images' features at their positions, and
+the prompt's key in the prefix cache.
 
 Invariants (engine thread only): an image's features are computed once, when the first
 chunk that covers any of its positions is fed, and kept until the sequence leaves
-prefill; a chunk boundary may fall anywhere inside an image's run.
+prefill; a chunk boundary may fall anywhere inside an image's run. In the prefix cache's
+key an image's positions hold ids derived from the digest of its bytes and the position
+in its run, all at or above 2**31 (beyond any vocabulary, within 32 bits), so a prefix
+matches only where the same images sit at the same places.
 """
 
 from __future__ import annotations
+
+import hashlib
+from typing import Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -26,6 +33,17 @@ class ImageRows:
     def __init__(self, images: tuple[PromptImage, ...]):
         self.images = images
         self._features: dict[int, mx.array] = {}
+        self._keys = [_key_ids(img.digest, img.length) for img in images]
+
+    def key(self, tokens: Sequence[int]) -> list[int]:
+        """``tokens`` (the sequence's, from position 0) as the prefix cache keys them."""
+        out = list(tokens)
+        for img, ids in zip(self.images, self._keys):
+            if img.start >= len(out):
+                break
+            span = min(img.end, len(out)) - img.start
+            out[img.start : img.start + span] = ids[:span]
+        return out
 
     def covers(self, start: int, end: int) -> bool:
         return any(img.start < end and start < img.end for img in self.images)
@@ -45,3 +63,11 @@ class ImageRows:
 
     def release(self) -> None:
         self._features.clear()
+
+
+KEY_BASE = 1 << 31
+
+
+def _key_ids(digest: bytes, length: int) -> list[int]:
+    return [KEY_BASE + (int.from_bytes(hashlib.blake2b(digest + k.to_bytes(4, "little"), digest_size=4).digest(),
+                                       "little") >> 1) for k in range(length)]
