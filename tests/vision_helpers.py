@@ -61,8 +61,9 @@ class Reference:
     margins: list[float]  # top-2 logprob gap at each step
 
 
-def vlm_reference(model_dir: Path, cases: list[tuple[str, bytes | None]], max_tokens: int) -> list[Reference]:
-    """mlx-vlm's greedy tokens for each (user text, image or None) as a one-message chat."""
+def vlm_reference(model_dir: Path, cases: list[tuple[str, tuple[bytes, ...]]], max_tokens: int) -> list[Reference]:
+    """mlx-vlm's greedy tokens for each (user text, images) as a one-message chat: the
+    images, then the text."""
     import mlx.core as mx
     import mlx_vlm
     from mlx_vlm.generate.ar import generate_step
@@ -71,10 +72,10 @@ def vlm_reference(model_dir: Path, cases: list[tuple[str, bytes | None]], max_to
     model, processor = mlx_vlm.load(str(model_dir))
     out = []
     for text, image in cases:
-        content = ([{"type": "image"}] if image is not None else []) + [{"type": "text", "text": text}]
+        content = [{"type": "image"}] * len(image) + [{"type": "text", "text": text}]
         prompt = processor.tokenizer.apply_chat_template([{"role": "user", "content": content}],
                                                          add_generation_prompt=True, tokenize=False)
-        images = [Image.open(io.BytesIO(image)).convert("RGB")] if image is not None else None
+        images = [Image.open(io.BytesIO(data)).convert("RGB") for data in image] or None
         inputs = processor(images=images, text=prompt)
         tokens, margins = [], []
         steps = generate_step(inputs["input_ids"], model, inputs.get("pixel_values"), None, temperature=0.0,

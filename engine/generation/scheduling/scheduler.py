@@ -27,6 +27,7 @@ from ..decode.batch import Batch
 from ..config import SchedulerConfig
 from ..decode.decoder import Decoder
 from ..prefill.prefiller import Prefiller, unrouted
+from ...vision.model import VisionTower
 from .reuse import PrefixReuse, disk_namespace
 from ..sequence.state import SequenceState, Status, failure_message
 from ..speculation.draft import DraftModel
@@ -65,7 +66,8 @@ class Scheduler:
                  budget: MemoryBudget | None = None, namespace: str = "", rolls_back: bool | None = None,
                  interrupt: Callable[[str], bool] | None = None, drafter: DraftModel | None = None,
                  adapters: AdapterBank | None = None, planner: Planner | None = None,
-                 ledger: BlockLedger | None = None, disk: DiskTier | None = None, vision=None):
+                 ledger: BlockLedger | None = None, disk: DiskTier | None = None,
+                 vision: VisionTower | None = None):
         self._model = model
         self.adapters = adapters
         self._route = adapters.routed if adapters is not None else unrouted
