@@ -77,7 +77,9 @@ def load_vision_model(path: Path, config: Mapping[str, Any]):
     vlm.language_model = None  # the text model holds those arrays now
     eos = config.get("eos_token_id", text_config.get("eos_token_id"))
     tokenizer = load_tokenizer(path, eos_token_ids=[eos] if isinstance(eos, int) else eos)
-    strategy_drop = 1 if config.get("vision_feature_select_strategy", "default") == "default" else 0
+    vision = config["vision_config"]
+    cls = 1 if vision.get("model_type") == "clip_vision_model" else 0  # SigLIP towers have no CLS position
+    dropped = 1 if config.get("vision_feature_select_strategy", "default") == "default" else 0
     tower = VisionTower(vlm, processor.image_processor, int(config["image_token_index"]),
-                        int(config["vision_config"]["patch_size"]), 1 - strategy_drop)
+                        int(vision["patch_size"]), cls - dropped)
     return text, tokenizer, tower

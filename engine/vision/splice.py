@@ -57,7 +57,10 @@ class ImageRows:
             if a >= b:
                 continue
             if i not in self._features:
-                self._features[i] = tower.features(img.pixels)[0]
+                features = tower.features(img.pixels)[0]
+                if features.shape[0] != img.length:  # the run was sized from the pixels' shape
+                    raise ValueError(f"an image gave {features.shape[0]} features for {img.length} positions")
+                self._features[i] = features
             h[:, a - start : b - start, :] = self._features[i][a - img.start : b - img.start].astype(h.dtype)
         return h
 
