@@ -10,7 +10,6 @@ limits are ``engine.validation.Limits``' image fields.
 from __future__ import annotations
 
 import io
-import warnings
 from typing import Iterator
 
 from ..errors import InvalidRequest
@@ -86,13 +85,11 @@ def decode(field: str, part: ImagePart, limits):
     from PIL import Image
 
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(part.data)) as image:
-                if image.width * image.height > limits.max_image_pixels:
-                    raise InvalidRequest(field, "too many pixels")
-                image.load()  # every byte: a truncated file fails here
-                return image.convert("RGB")
+        with Image.open(io.BytesIO(part.data)) as image:
+            if image.width * image.height > limits.max_image_pixels:
+                raise InvalidRequest(field, "too many pixels")
+            image.load()  # every byte: a truncated file fails here
+            return image.convert("RGB")
     except InvalidRequest:
         raise
     except Exception as exc:  # noqa: BLE001 - truncated or corrupt data is the caller's input
