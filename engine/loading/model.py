@@ -91,6 +91,8 @@ def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "a
     target = runtime_dtype(dtype)
     if target is not None:
         model.set_dtype(target)
+        if vision is not None:  # the tower too: half precision is scalar on the CPU backend
+            vision.vlm.set_dtype(target)
     if dequantize:  # after the cast: the floats come from scales in the target dtype
         from mlx_lm.utils import dequantize_model
 
