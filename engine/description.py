@@ -50,11 +50,20 @@ class ChatFacts:
 
 
 @dataclass(frozen=True)
+class MediaSupport:
+    """Media a model takes in its prompts: ``input`` says how ("embeddings": spliced into
+    the ordinary forward)."""
+
+    input: str = "embeddings"
+    video: bool = False
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """GraphCapabilities, plus ``generation`` (the model generates text)."""
 
     method: str = "autoregressive"
-    media: None = None  # text models accept no prepared media
+    media: MediaSupport | None = None  # None: text only
     compiled_decode: bool = False
     sparse_attention: bool = False
     embeddings: bool = False

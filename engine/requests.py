@@ -19,12 +19,37 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class TextPart:
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    """An encoded image (PNG, JPEG, WebP or GIF) as the client sent it."""
+
+    data: bytes
+    media_type: str
+
+
+Part = Union[TextPart, ImagePart]
+
+
+@dataclass(frozen=True)
 class ChatMessage:
+    """``content`` is the message's text; ``parts``, when set, the same text with images
+    in their order (``content`` then joins the text parts)."""
+
     role: str
     content: str
     tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls
     tool_call_id: str = ""  # a "tool" message: the call it answers
     reasoning: str = ""  # an assistant's earlier thinking
+    parts: tuple[Part, ...] = ()
+
+    @property
+    def images(self) -> tuple[ImagePart, ...]:
+        return tuple(p for p in self.parts if isinstance(p, ImagePart))
 
 
 @dataclass(frozen=True)
@@ -68,6 +93,10 @@ class ChatPrompt:
     parallel_tool_calls: bool = True
     enable_thinking: bool | None = None  # None: the template's default
     template_kwargs: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def has_images(self) -> bool:
+        return any(m.images for m in self.messages)
 
 
 Prompt = Union[TextPrompt, TokenPrompt, ChatPrompt]

@@ -13,6 +13,7 @@ from typing import Iterable
 from .errors import InvalidRequest
 from .settings import setting
 from .tenancy import MAX_PRIORITY
+from .vision.images import check_images
 from .requests import ChatPrompt, GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
 
 # Text bytes allowed per token of context where a byte limit is left at 0.
@@ -34,6 +35,10 @@ class Limits:
     max_stop_token_ids: int = setting(1024, "", flag="--max-logit-bias")  # one flag with max_logit_bias
     max_top_logprobs: int = setting(20, "cap on top_logprobs")
     max_request_id_length: int = 128  # characters, also for session ids and model names
+    max_images: int = setting(16, "cap on images per request")
+    max_image_bytes: int = setting(20 * 1024 * 1024, "cap on the encoded bytes of one image in a prompt")
+    max_image_pixels: int = setting(4096 * 4096, "cap on the pixels (width x height) of one image, read from "
+                                                 "its header before anything is decoded")
     max_embed_inputs: int = setting(256, "cap on inputs per Embed")
     max_embed_input_bytes: int = setting(
         0, f"cap on UTF-8 bytes of each Embed input and of its instruction (0: {BYTES_PER_TOKEN} per token of "
@@ -64,6 +69,8 @@ def validate_request(request: GenerationRequest, vocab_size: int, limits: Limits
     check_counts(counts_of(request), limits)
     check_priority(request.priority)
     _check_prompt_bytes(request.prompt, limits)
+    if isinstance(request.prompt, ChatPrompt) and request.prompt.has_images:
+        check_images(request.prompt, limits)
     if request.top_logprobs < 0 or request.top_logprobs > limits.max_top_logprobs:
         raise InvalidRequest("top_logprobs", f"must be between 0 and {limits.max_top_logprobs}")
     _check_sampling(request.sampling, vocab_size)

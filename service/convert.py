@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 from engine.adapters.info import AdapterInfo
-from engine.description import ModelDescription, ModelKind
+from engine.description import MediaSupport, ModelDescription, ModelKind
 from engine.events import Delta, Event, FinishReason, Finished, Started
 from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKind, GenerationRequest, RerankRequest,
-                             ResponseFormat, SamplingOptions, SpeculationMode, SpeculationOptions, StopOptions,
-                             TextPrompt, TokenPrompt, Tool, ToolCall, ToolChoiceMode)
+                             ImagePart, ResponseFormat, SamplingOptions, SpeculationMode, SpeculationOptions, StopOptions,
+                             TextPart, TextPrompt, TokenPrompt, Tool, ToolCall, ToolChoiceMode)
 from engine.caches.tier import Prefetched, Tier
 from engine.errors import InvalidRequest
 from engine.tenancy import ANONYMOUS, Tenant
@@ -112,10 +112,21 @@ def _chat(c: gen_pb.ChatMessages) -> ChatPrompt:
 def _message(i: int, m: gen_pb.ChatMessage) -> ChatMessage:
     if m.parts and m.content:
         raise InvalidRequest(f"chat.messages[{i}].parts", "set content or parts, not both")
-    content = "".join(p.text for p in m.parts) if m.parts else m.content
+    parts = tuple(_part(f"chat.messages[{i}].parts[{j}]", p) for j, p in enumerate(m.parts))
+    content = "".join(p.text for p in parts if isinstance(p, TextPart)) if parts else m.content
     return ChatMessage(m.role, content, tool_calls=tuple(ToolCall(t.id, t.name, t.arguments_json)
                                                          for t in m.tool_calls),
-                       tool_call_id=m.tool_call_id, reasoning=m.reasoning)
+                       tool_call_id=m.tool_call_id, reasoning=m.reasoning,
+                       parts=parts if any(isinstance(p, ImagePart) for p in parts) else ())
+
+
+def _part(field: str, p: gen_pb.ContentPart) -> TextPart | ImagePart:
+    which = p.WhichOneof("part")
+    if which == "text":
+        return TextPart(p.text)
+    if which == "image":
+        return ImagePart(p.image.data, p.image.media_type)
+    raise InvalidRequest(field, "set text or image")
 
 
 def _json_value(field: str, text: str) -> object:
@@ -243,7 +254,7 @@ def model_info(d: ModelDescription, sources: bool = True) -> model_pb.ModelInfo:
                 modes=[_SPECULATION_PB[m] for m in c.speculation.modes],
                 default_mode=_SPECULATION_PB[c.speculation.default_mode],
                 draft_model=c.speculation.draft_model),
-            generation=c.generation, rerank=c.rerank,
+            generation=c.generation, rerank=c.rerank, media=_media(c.media),
             response_formats=[model_pb.ResponseFormatKind.Value(f"RESPONSE_FORMAT_KIND_{f.upper()}")
                               for f in c.response_formats],
             chat=model_pb.ChatCapabilities(
@@ -256,6 +267,13 @@ def model_info(d: ModelDescription, sources: bool = True) -> model_pb.ModelInfo:
         embedding_dimensions=d.embedding_dimensions, source=d.source if sources else "",
         adapters=[adapter_info(a, sources) for a in d.adapters], max_adapters=d.max_adapters,
         kv_cache_dtype=d.kv_cache_dtype)
+
+
+_MEDIA_INPUT = {"embeddings": model_pb.MEDIA_INPUT_EMBEDDINGS}
+
+
+def _media(m: MediaSupport | None) -> model_pb.MediaSupport | None:
+    return model_pb.MediaSupport(input=_MEDIA_INPUT[m.input], video=m.video) if m is not None else None
 
 
 def adapter_info(a: AdapterInfo, sources: bool = True) -> model_pb.AdapterInfo:

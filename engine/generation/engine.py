@@ -28,7 +28,7 @@ from ..memory.planner import Planner
 from ..requests import FormatKind, GenerationRequest, ResponseFormat
 from ..validation import check_token_ids, validate_request
 from .config import GenerationConfig
-from .factory import check_speculation, make_sequence
+from .factory import check_media, check_speculation, make_sequence
 from .model_info import describe_generation, speculation_facts
 from .chat.choice import enforceable
 from .chat.plan import chat_tools, plan_chat
@@ -134,7 +134,7 @@ class GenerationEngine(LoadReports):
                          rolls_back=loaded.traits.can_roll_back, drafter=drafter,
                          adapters=AdapterBank(loaded.model, loaded.name),
                          planner=Planner(self._decode, self._machine_total, loaded.context_length),
-                         ledger=self.blocks, disk=self.prefix.open_disk(loaded))
+                         ledger=self.blocks, disk=self.prefix.open_disk(loaded), vision=loaded.vision)
 
     def describe(self) -> ModelDescription:
         m = self.loaded  # NotReady while loading
@@ -167,6 +167,7 @@ class GenerationEngine(LoadReports):
             raise NotReady("the server is shutting down", retry_after_s=1.0)
         self.breaker.refuse()
         validate_request(request, m.vocab_size, self.config.limits, m.context_length)
+        check_media(request, m)
         return await self.prefix.prefetch(m, request, self._prepare)
 
     async def close_session(self, session_id: str, tenant: str) -> int:
@@ -217,6 +218,7 @@ class GenerationEngine(LoadReports):
             raise NotReady("the server is shutting down", retry_after_s=1.0)
         self.breaker.refuse()
         validate_request(request, m.vocab_size, self.config.limits, m.context_length)
+        check_media(request, m)
         check_speculation(request, self.config.speculation, m.name, self._draft is not None)
         check_room(len(self._streams), self.config.scheduler, self.name)
         stream = self._streams.open(request.request_id or uuid.uuid4().hex, request.tenant)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import InvalidRequest, Unsupported
 from ..loading.model import LoadedModel
-from ..requests import GenerationRequest, SpeculationMode
+from ..requests import ChatPrompt, GenerationRequest, SpeculationMode
 from .config import SpeculationConfig
 from .sequence.delivery import Delivery, IncrementalDetokenizer
 from .grammar.constraint import Constraint
@@ -14,6 +14,7 @@ from .sequence.state import PrefixOptions, SequenceState
 from .speculation.policy import Speculation
 from .sequence.stopping import StopStringMatcher, TokenStopRule
 from .streams import Stream
+from ..vision.splice import ImageRows
 
 
 def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream, prompt: EncodedPrompt,
@@ -29,9 +30,18 @@ def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream
         request_id=stream.key, tokens=ids, prompt_len=len(ids), context_tokens=len(ids) + max_tokens,
         rule=rule, sampling=SamplingState(request.sampling, ids), delivery=delivery,
         prefix=PrefixOptions(not request.bypass_prefix_cache, prompt.snapshot_at, request.session_id),
+        images=ImageRows(prompt.images) if prompt.images else None,
         top_logprobs=request.top_logprobs if wants_logprobs else None,
         speculation=speculation_for(request, speculation), constraint=constraint, adapter=adapter,
         tenant=request.tenant, priority=request.priority)
+
+
+def check_media(request: GenerationRequest, model: LoadedModel) -> None:
+    """Images go to vision-language models only (FAILED_PRECONDITION elsewhere)."""
+    prompt = request.prompt
+    if isinstance(prompt, ChatPrompt) and prompt.has_images and model.vision is None:
+        raise Unsupported(f"model {model.name!r} does not take images; send text only, or use a "
+                          "vision-language model")
 
 
 def check_speculation(request: GenerationRequest, config: SpeculationConfig, model: str, has_draft: bool) -> None:

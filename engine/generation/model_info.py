@@ -4,7 +4,8 @@ the engine does with this model as loaded."""
 from __future__ import annotations
 
 from ..adapters.info import AdapterInfo
-from ..description import Capabilities, ChatFacts, GraphDescriptor, ModelDescription, ModelKind, Speculation
+from ..description import (Capabilities, ChatFacts, GraphDescriptor, MediaSupport, ModelDescription, ModelKind,
+                           Speculation)
 from ..hardware.device import backend_name, blas_name
 from ..loading.model import LoadedModel
 from ..requests import SpeculationMode
@@ -17,7 +18,8 @@ def describe_generation(m: LoadedModel, speculation: Speculation, response_forma
         descriptor=GraphDescriptor(f"mlx-lm/{m.model_type}", backend_name(), "mlx-lm/forward-v1",
                                    "mlx-lm/kv-cache-v1", str(m.artifact)),
         capabilities=Capabilities(prefill_bounded_workspace=True, speculation=speculation,
-                                  response_formats=response_formats, chat=chat),
+                                  response_formats=response_formats, chat=chat,
+                                  media=MediaSupport() if m.vision is not None else None),
         context_length=m.context_length, vocab_size=m.vocab_size,
         eos_token_ids=tuple(sorted(m.eos_ids)), has_chat_template=m.has_chat_template,
         dtype=m.dtype, blas=blas_name(), embedding_dimensions=0, source=m.source,

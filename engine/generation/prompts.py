@@ -9,10 +9,11 @@ from dataclasses import dataclass
 
 from ..errors import InvalidRequest, Unsupported
 from ..loading.model import LoadedModel
-from ..requests import ChatPrompt, GenerationRequest, TextPrompt, TokenPrompt
+from ..requests import ChatPrompt, GenerationRequest, ImagePart, TextPrompt, TokenPrompt
 from ..validation import Limits, check_token_ids
 from .chat.syntax import ChatSyntax
 from .chat.tools import ToolSet
+from ..vision.prompt import PromptImage, expand_images
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class EncodedPrompt:
     ids: list[int]
     snapshot_at: int | None = None  # end of a chat's history inside ``ids``
     opens_reasoning: bool = False  # the generation prompt left the model's thinking open
+    images: tuple[PromptImage, ...] = ()  # an image chat's runs of image positions in ``ids``
 
 
 class PromptEncoder:
@@ -35,7 +37,7 @@ class PromptEncoder:
 
     def encode(self, request: GenerationRequest, tools: ToolSet | None = None) -> EncodedPrompt:
         m, prompt = self._model, request.prompt
-        snapshot_at, opens_reasoning = None, False
+        snapshot_at, opens_reasoning, images = None, False, ()
         if isinstance(prompt, TokenPrompt):
             ids, field_name = list(prompt.ids), "tokens.ids"
             check_token_ids(field_name, ids, m.vocab_size)
@@ -46,6 +48,8 @@ class PromptEncoder:
             text = self._chat(prompt, tools)
             ids, field_name = self._model.tokenizer.encode(text, add_special_tokens=False), "chat.messages"
             opens_reasoning = self._opens_reasoning(text)
+            if prompt.has_images:  # checked for a vision model by the facade
+                ids, images = expand_images(ids, prompt, m.vision, self._limits)
         else:
             raise InvalidRequest("prompt", "one of text, tokens or chat must be set")
         if not ids:
@@ -53,9 +57,9 @@ class PromptEncoder:
         limit = self.max_prompt_tokens
         if len(ids) > limit:
             raise InvalidRequest(field_name, f"the prompt has {len(ids)} tokens; the limit is {limit}")
-        if isinstance(prompt, ChatPrompt):
+        if isinstance(prompt, ChatPrompt) and not images:
             snapshot_at = self._history(prompt, tools, ids)
-        return EncodedPrompt(ids, snapshot_at, opens_reasoning)
+        return EncodedPrompt(ids, snapshot_at, opens_reasoning, images)
 
     def _chat(self, prompt: ChatPrompt, tools: ToolSet | None) -> str:
         m = self._model
@@ -99,6 +103,9 @@ def _messages(prompt: ChatPrompt) -> list[dict]:
 
 def _message(x) -> dict:
     message: dict = {"role": x.role, "content": x.content}
+    if x.images:  # parts in order, as multimodal templates read them
+        message["content"] = [{"type": "image"} if isinstance(p, ImagePart) else {"type": "text", "text": p.text}
+                              for p in x.parts]
     if x.tool_calls:
         message["tool_calls"] = [{"id": c.id, "type": "function",
                                   "function": {"name": c.name, "arguments": json.loads(c.arguments or "{}")}}

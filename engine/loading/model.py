@@ -1,12 +1,13 @@
-"""Loading generation models (Hugging Face directories, GGUF files, hub ids), all
-through ``mlx_lm.load``."""
+"""Loading generation models (Hugging Face directories, GGUF files, hub ids) through
+``mlx_lm.load``; vision-language directories through ``engine.vision.model`` (an mlx-lm
+text model plus the vision side)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..hardware.device import runtime_dtype
 from .compat import apply_batch_fixes
 from .gguf import prepare_gguf
 from .traits import ModelTraits, traits_of
+from ..vision.model import VisionTower, is_vision_config, load_vision_model
 
 log = logging.getLogger("engine.loading.model")
 
@@ -42,6 +44,7 @@ class LoadedModel:
     kernels: dict[str, int]  # CPU kernels put into the model, by kind
 
     traits: ModelTraits  # what differs per architecture, read here and nowhere else
+    vision: VisionTower | None = None  # a vision-language model's image side
 
     @property
     def model_type(self) -> str:
@@ -77,23 +80,33 @@ def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "a
     """Quantized weights stay quantized unless ``dequantize``; floating weights are cast
     to the runtime dtype; CPU kernels go in unless ``use_kernels`` is False."""
     artifact = resolve_artifact(source)
-    model, tokenizer = mlx_lm.load(str(artifact))
+    local = artifact / "config.json"
+    config = json.loads(local.read_text()) if local.is_file() else None
+    vision = None
+    if config is not None and is_vision_config(config):
+        model, tokenizer, vision = load_vision_model(artifact, config)
+    else:
+        model, tokenizer = mlx_lm.load(str(artifact))
+        config = config if config is not None else _read_config(artifact)
     target = runtime_dtype(dtype)
     if target is not None:
         model.set_dtype(target)
+        if vision is not None:  # the tower too: half precision is scalar on the CPU backend
+            vision.vlm.set_dtype(target)
     if dequantize:  # after the cast: the floats come from scales in the target dtype
         from mlx_lm.utils import dequantize_model
 
         model = dequantize_model(model)
     mx.eval(model.parameters())
-    config = _read_config(artifact)
     name = name or default_name(source)
     traits = traits_of(model, tokenizer, config)  # before the kernels change the module tree
+    if vision is not None:
+        traits = replace(traits, media=("image",))
     apply_batch_fixes(model)
     applied = kernels.apply_to_decoder(model, name) if use_kernels else {}
     weight_dtype = _weight_dtype(model)  # after the kernels: they may hold scales in float16
     log.info("loaded %s from %s (%s, %s)", name, source, config.get("model_type"), weight_dtype)
-    return LoadedModel(name, model, tokenizer, config, str(source), artifact, weight_dtype, applied, traits)
+    return LoadedModel(name, model, tokenizer, config, str(source), artifact, weight_dtype, applied, traits, vision)
 
 
 def default_name(source: str | Path) -> str:

@@ -549,3 +549,25 @@ async def test_unary_calls_retry_in_asyncio(recorder):
             await client.cancel("x")
     assert time.monotonic() - started >= 2.0
     assert len(servicer.cancels) == 2
+
+
+def test_image_part_from_bytes_and_path(tmp_path):
+    from pathlib import Path
+
+    from mlxgrpc_client import image_part, sniff_media_type
+
+    gradient = Path(__file__).resolve().parents[2] / "testdata" / "gradient.png"
+    data = gradient.read_bytes()
+    from_path = image_part(gradient)
+    assert (from_path.image.data, from_path.image.media_type) == (data, "image/png")
+    assert image_part(str(gradient)) == from_path == image_part(data)
+    assert image_part(b"\xff\xd8\xff\xe0rest").image.media_type == "image/jpeg"
+    assert image_part(b"RIFF\0\0\0\0WEBPVP8 ").image.media_type == "image/webp"
+    assert image_part(b"GIF89a...").image.media_type == "image/gif"
+    assert image_part(b"anything", "image/png").image.media_type == "image/png"  # the caller's word
+    with pytest.raises(ValueError):
+        sniff_media_type(b"hello")
+    chat = generate_request([{"role": "user", "parts": [from_path, "What is in the picture?"]}]).chat
+    parts = chat.messages[0].parts
+    assert [p.WhichOneof("part") for p in parts] == ["image", "text"]
+    assert parts[1].text == "What is in the picture?"

@@ -22,6 +22,7 @@ from .interrupt import Interrupted, LayerCheckpoints
 from .steps import StepKind, next_prefill_step
 from ..scheduling.reuse import PrefixReuse
 from ..sequence.state import SequenceState
+from ...vision.model import VisionTower
 
 Route = Callable[[list[SequenceState]], AbstractContextManager]
 log = logging.getLogger("engine.generation.prefill.prefiller")
@@ -33,8 +34,10 @@ def unrouted(_seqs: list[SequenceState]) -> AbstractContextManager:
 
 class Prefiller:
     def __init__(self, model: nn.Module, config: SchedulerConfig, reuse: PrefixReuse, plain_kv: bool,
-                 interrupt: Callable[[str], bool] | None = None, route: Route = unrouted):
+                 interrupt: Callable[[str], bool] | None = None, route: Route = unrouted,
+                 vision: VisionTower | None = None):
         self._model = model
+        self._vision = vision
         self._route = route
         self._config = config
         self._reuse = reuse
@@ -66,11 +69,15 @@ class Prefiller:
             step = next_prefill_step(seq.prompt_len, seq.computed,
                                      min(self._config.prefill_chunk, budget), True, snapshot_at)
             if step.kind is StepKind.FINAL:
+                if seq.images is not None:
+                    seq.images.release()
                 done.append(queue.popleft())
                 continue
             try:
-                self._forward(mx.array(seq.tokens[step.start : step.end], dtype=mx.int32)[None], seq.caches,
-                              [seq])
+                tokens = mx.array(seq.tokens[step.start : step.end], dtype=mx.int32)[None]
+                embeddings = (seq.images.embeddings(self._model, self._vision, tokens, step.start)
+                              if seq.images is not None and seq.images.covers(step.start, step.end) else None)
+                self._forward(tokens, seq.caches, [seq], embeddings)
             except Interrupted:
                 interrupted += self._take_cancelled(queue, [seq])
                 continue
@@ -83,14 +90,17 @@ class Prefiller:
                 self._reuse.store(seq, seq.tokens[: step.end], copy.deepcopy(seq.caches))
         return done, interrupted, failed
 
-    def _forward(self, tokens: mx.array, caches: list, seqs: list[SequenceState]) -> None:
-        """Checkpointed between layers for ``seqs``' cancels."""
+    def _forward(self, tokens: mx.array, caches: list, seqs: list[SequenceState],
+                 embeddings: mx.array | None = None) -> None:
+        """Checkpointed between layers for ``seqs``' cancels; ``embeddings`` (an image
+        chunk's) replace the tokens' own."""
+        extra = {"input_embeddings": embeddings} if embeddings is not None else {}
         with self._route(seqs):
             if self.checkpoints is None:
-                self._model(tokens, cache=caches)
+                self._model(tokens, cache=caches, **extra)
             else:
                 with self.checkpoints.armed(lambda: any(self._interrupt(s.request_id) for s in seqs)):
-                    self._model(tokens, cache=caches)
+                    self._model(tokens, cache=caches, **extra)
             mx.eval([c.state for c in caches])
 
     def _take_cancelled(self, queue: deque[SequenceState], seqs: list[SequenceState]) -> list[SequenceState]:
@@ -118,6 +128,7 @@ class Prefiller:
             n = seq.prompt_len - 1
             boundary = seq.prefix.snapshot_at
             if (len(group) >= self._config.prefill_batch or seq.computed != 0 or n < 1 or seq in self._alone
+                    or seq.images is not None
                     or n > self._config.prefill_chunk or used + n > budget
                     or (boundary is not None and 0 < boundary < n)):
                 break

@@ -45,19 +45,25 @@ class PrefixReuse:
     def applies(self, seq: SequenceState) -> bool:
         return self.cache is not None and seq.prefix.enabled
 
+    @staticmethod
+    def key(seq: SequenceState, tokens: Sequence[int]) -> Sequence[int]:
+        """What the cache keys ``tokens`` of ``seq`` by: the tokens, with an image prompt's
+        image positions standing for the images they hold (engine.vision.splice)."""
+        return seq.images.key(tokens) if seq.images is not None else tokens
+
     def read_ahead(self, seq: SequenceState, min_tokens: int = 1) -> Future | None:
         """A read of the disk tier's entry for ``seq`` started on the tier's reader thread, when
         that entry covers more than memory; its result goes to ``take``."""
         if not self.applies(seq) or self.cache.disk is None:
             return None
-        entry = self.cache.disk_candidate(seq.prompt, self._namespace(seq), min_tokens)
+        entry = self.cache.disk_candidate(self.key(seq, seq.prompt), self._namespace(seq), min_tokens)
         return self.cache.disk.read_async(entry) if entry is not None else None
 
     def take(self, seq: SequenceState, min_tokens: int = 1, read=None) -> tuple[int, list[Any] | None]:
         """(cached tokens, owned caches), or (0, None) on a miss or a hit under ``min_tokens``."""
         if not self.applies(seq):
             return 0, None
-        hit = self.cache.take(seq.prompt, self._namespace(seq), min_tokens,
+        hit = self.cache.take(self.key(seq, seq.prompt), self._namespace(seq), min_tokens,
                               session_of(seq.tenant.name, seq.prefix.session), read)
         return (len(hit.tokens), hit.caches) if hit is not None else (0, None)
 
@@ -67,7 +73,8 @@ class PrefixReuse:
             return
         try:
             caches = caches() if callable(caches) else caches
-            self.cache.put(tokens, caches, self._namespace(seq), session_of(seq.tenant.name, seq.prefix.session))
+            self.cache.put(self.key(seq, tokens), caches, self._namespace(seq),
+                           session_of(seq.tenant.name, seq.prefix.session))
         except Exception:  # noqa: BLE001 - a cache entry is never worth a request
             log.warning("dropped a prefix cache entry of %d tokens", len(tokens), exc_info=True)
 

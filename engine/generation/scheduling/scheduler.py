@@ -27,6 +27,7 @@ from ..decode.batch import Batch
 from ..config import SchedulerConfig
 from ..decode.decoder import Decoder
 from ..prefill.prefiller import Prefiller, unrouted
+from ...vision.model import VisionTower
 from .reuse import PrefixReuse, disk_namespace
 from ..sequence.state import SequenceState, Status, failure_message
 from ..speculation.draft import DraftModel
@@ -65,7 +66,8 @@ class Scheduler:
                  budget: MemoryBudget | None = None, namespace: str = "", rolls_back: bool | None = None,
                  interrupt: Callable[[str], bool] | None = None, drafter: DraftModel | None = None,
                  adapters: AdapterBank | None = None, planner: Planner | None = None,
-                 ledger: BlockLedger | None = None, disk: DiskTier | None = None):
+                 ledger: BlockLedger | None = None, disk: DiskTier | None = None,
+                 vision: VisionTower | None = None):
         self._model = model
         self.adapters = adapters
         self._route = adapters.routed if adapters is not None else unrouted
@@ -81,7 +83,8 @@ class Scheduler:
                                    aging_s=config.priority_aging_s)
         self._batch = Batch(model)
         self.can_roll_back = can_roll_back(model) if rolls_back is None else rolls_back
-        self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt, self._route)
+        self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt, self._route,
+                                    vision=vision)
         self._drafter = drafter
         self._decoder = Decoder(token_text, can_roll_back=self.can_roll_back, step_tokens=config.step_tokens,
                                 speculation_rows=config.speculation_rows, drafter=drafter, route=self._route)

@@ -53,6 +53,7 @@ class SequenceState:
     cancelled: bool = False
     finish_reason: FinishReason | None = None
     constraint: Constraint | None = None
+    images: Any = None  # an image prompt's ImageRows (engine.vision.splice), until it leaves prefill
 
     @property
     def prompt(self) -> list[int]:

@@ -18,6 +18,7 @@ awaited; ``async for`` over ``generate``). Messages and enums live in
 from . import aio, pb
 from ._common import (ErrorDetails, GenerationResult, embed_request, error_details, generate_request, prefetch_request,
                       rerank_request)
+from ._images import image_part, sniff_media_type
 from ._sync import Client, GenerateStream, connect
 
 __all__ = [
@@ -30,7 +31,9 @@ __all__ = [
     "embed_request",
     "error_details",
     "generate_request",
+    "image_part",
     "pb",
     "prefetch_request",
     "rerank_request",
+    "sniff_media_type",
 ]

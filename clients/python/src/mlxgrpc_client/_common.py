@@ -73,6 +73,8 @@ def _message(m: pb.ChatMessage | Mapping[str, Any] | Sequence[str]) -> pb.ChatMe
         fields = dict(m)
         if "tool_calls" in fields:
             fields["tool_calls"] = [_tool_call(c) for c in fields["tool_calls"]]
+        if "parts" in fields:  # text as plain strings, images from image_part()
+            fields["parts"] = [pb.ContentPart(text=p) if isinstance(p, str) else p for p in fields["parts"]]
         return pb.ChatMessage(**fields)
     role, content = m  # a (role, content) pair
     return pb.ChatMessage(role=role, content=content)
@@ -155,7 +157,7 @@ def generate_request(
     """Builds a GenerateRequest.
 
     ``prompt`` is text (``str``), token ids (a sequence of ``int`` or ``pb.TokenIds``),
-    chat messages (a sequence of ``pb.ChatMessage``, ``{"role", "content"}`` dicts or
+    chat messages (a sequence of ``pb.ChatMessage``, ``{"role", "content"}`` or ``{"role", "parts"}`` dicts or
     ``(role, content)`` pairs, or ``pb.ChatMessages``), or a whole ``pb.GenerateRequest``
     that the keyword arguments then override. ``sampling``/``stopping`` take the message
     or a dict of its fields; ``max_tokens`` is a shortcut for ``stopping.max_tokens``;

@@ -1,0 +1,85 @@
+"""A vision-language directory loaded as a text model plus its vision side.
+
+The text side is mlx-lm's own model class for ``text_config`` holding the checkpoint's
+language-model weights, so the scheduler, caches, kernels and adapters serve it as any
+mlx-lm model; mlx-vlm supplies the vision tower, the projector and the image processor,
+built from the model's own config. Invariants: ``pixels`` is plain numpy work (any
+thread); ``features`` runs MLX and belongs to the engine thread; an image becomes exactly
+``tokens_for(pixels)`` consecutive image-token positions of the prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from ..errors import UnsupportedModel
+
+FAMILIES = ("llava",)  # model types served with images (their text side an mlx-lm llama/qwen2)
+
+
+def is_vision_config(config: Mapping[str, Any]) -> bool:
+    """A vision-language checkpoint this engine serves with images."""
+    return config.get("model_type") in FAMILIES and isinstance(config.get("vision_config"), Mapping)
+
+
+@dataclass
+class VisionTower:
+    """The vision tower, projector and image processor of one model."""
+
+    vlm: nn.Module  # mlx-vlm's model, its language model dropped
+    processor: Any  # the image processor (Hugging Face's, as mlx-vlm loads it)
+    image_token_id: int
+    patch_size: int
+    extra_tokens: int  # positions the tower adds (CLS) minus those the feature strategy drops
+
+    def pixels(self, images: list) -> np.ndarray:
+        """[n, channels, height, width] float32 from RGB PIL images."""
+        return np.asarray(self.processor(images=images, return_tensors="np")["pixel_values"], dtype=np.float32)
+
+    def tokens_for(self, pixels: np.ndarray) -> int:
+        """Image-token positions one image of ``pixels``' shape fills in the prompt."""
+        height, width = pixels.shape[-2:]
+        return (height // self.patch_size) * (width // self.patch_size) + self.extra_tokens
+
+    def features(self, pixels: np.ndarray) -> mx.array:
+        """[n, tokens, text hidden]: the projector's output for each image (engine thread)."""
+        vlm = self.vlm
+        *_, hidden = vlm.vision_tower(mx.array(pixels).transpose(0, 2, 3, 1), output_hidden_states=True)
+        layer = vlm.vision_feature_layer
+        chosen = [hidden[i] for i in layer] if isinstance(layer, (list, tuple)) else [hidden[layer]]
+        if vlm.vision_feature_select_strategy == "default":
+            chosen = [h[:, 1:] for h in chosen]
+        return vlm.multi_modal_projector(mx.concatenate(chosen, axis=-1))
+
+
+def load_vision_model(path: Path, config: Mapping[str, Any]):
+    """(mlx-lm text model, tokenizer, VisionTower) for the directory ``path``."""
+    import mlx_vlm
+    from mlx.utils import tree_flatten
+    from mlx_lm.tokenizer_utils import load as load_tokenizer
+    from mlx_lm.utils import _get_classes
+
+    if "quantization" in config or "quantization_config" in config:
+        raise UnsupportedModel(f"quantized {config.get('model_type')} checkpoints are not served yet")
+    vlm, processor = mlx_vlm.load(str(path))
+    text_config = dict(config["text_config"])
+    text_config.setdefault("vocab_size", config.get("vocab_size"))
+    model_class, args_class = _get_classes(text_config)
+    text = model_class(args_class.from_dict(text_config))
+    weights = dict(tree_flatten(vlm.language_model.parameters()))
+    text.load_weights(list(text.sanitize(weights).items()) if hasattr(text, "sanitize") else list(weights.items()))
+    vlm.language_model = None  # the text model holds those arrays now
+    eos = config.get("eos_token_id", text_config.get("eos_token_id"))
+    tokenizer = load_tokenizer(path, eos_token_ids=[eos] if isinstance(eos, int) else eos)
+    vision = config["vision_config"]
+    cls = 1 if vision.get("model_type") == "clip_vision_model" else 0  # SigLIP towers have no CLS position
+    dropped = 1 if config.get("vision_feature_select_strategy", "default") == "default" else 0
+    tower = VisionTower(vlm, processor.image_processor, int(config["image_token_index"]),
+                        int(vision["patch_size"]), cls - dropped)
+    return text, tokenizer, tower

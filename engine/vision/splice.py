@@ -1,0 +1,76 @@
+"""A prompt chunk's input embeddings with its images' features at their positions, and
+the prompt's key in the prefix cache.
+
+Invariants (engine thread only): an image's features are computed once, when the first
+chunk that covers any of its positions is fed, and kept until the sequence leaves
+prefill; a chunk boundary may fall anywhere inside an image's run. In the prefix cache's
+key an image's positions hold ids derived from the digest of its bytes and the position
+in its run, all at or above 2**31 (beyond any vocabulary, within 32 bits), so a prefix
+matches only where the same images sit at the same places.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .model import VisionTower
+from .prompt import PromptImage
+
+
+def token_embedding(model: nn.Module) -> nn.Module:
+    """The text model's input embedding (mlx-lm's ``model.embed_tokens``)."""
+    inner = getattr(model, "model", None) or getattr(model, "language_model", None)
+    return inner.embed_tokens
+
+
+class ImageRows:
+    """A sequence's images and, once computed, their features."""
+
+    def __init__(self, images: tuple[PromptImage, ...]):
+        self.images = images
+        self._features: dict[int, mx.array] = {}
+        self._keys = [_key_ids(img.digest, img.length) for img in images]
+
+    def key(self, tokens: Sequence[int]) -> list[int]:
+        """``tokens`` (the sequence's, from position 0) as the prefix cache keys them."""
+        out = list(tokens)
+        for img, ids in zip(self.images, self._keys):
+            if img.start >= len(out):
+                break
+            span = min(img.end, len(out)) - img.start
+            out[img.start : img.start + span] = ids[:span]
+        return out
+
+    def covers(self, start: int, end: int) -> bool:
+        return any(img.start < end and start < img.end for img in self.images)
+
+    def embeddings(self, model: nn.Module, tower: VisionTower, tokens: mx.array, start: int) -> mx.array:
+        """[1, L, hidden] for ``tokens`` ([1, L], the prompt from ``start``)."""
+        end = start + tokens.shape[1]
+        h = token_embedding(model)(tokens)
+        for i, img in enumerate(self.images):
+            a, b = max(start, img.start), min(end, img.end)
+            if a >= b:
+                continue
+            if i not in self._features:
+                features = tower.features(img.pixels)[0]
+                if features.shape[0] != img.length:  # the run was sized from the pixels' shape
+                    raise ValueError(f"an image gave {features.shape[0]} features for {img.length} positions")
+                self._features[i] = features
+            h[:, a - start : b - start, :] = self._features[i][a - img.start : b - img.start].astype(h.dtype)
+        return h
+
+    def release(self) -> None:
+        self._features.clear()
+
+
+KEY_BASE = 1 << 31
+
+
+def _key_ids(digest: bytes, length: int) -> list[int]:
+    return [KEY_BASE + (int.from_bytes(hashlib.blake2b(digest + k.to_bytes(4, "little"), digest_size=4).digest(),
+                                       "little") >> 1) for k in range(length)]

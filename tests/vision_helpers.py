@@ -1,0 +1,96 @@
+"""Images, requests and mlx-vlm's greedy reference for the vision tests.
+
+The reference is mlx-vlm itself on the fixture: its LlavaProcessor expands the image
+placeholder and preprocesses the pixels, its model splices the features and decodes
+greedily (``mlx_vlm.generate.ar.generate_step``); each step's top-2 margin is kept so a
+divergence at a near-tie can be told apart from a wrong token.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
+from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
+
+GRADIENT = Path(__file__).resolve().parent.parent / "clients" / "testdata" / "gradient.png"
+NEAR_TIE = 1e-4  # a divergence counts only where the reference's top-2 margin is at least this
+
+
+def encoded(color: tuple[int, int, int], size: tuple[int, int], fmt: str = "PNG") -> bytes:
+    """A picture with a colour ramp (so the pixels differ across it), encoded as ``fmt``."""
+    from PIL import Image
+
+    image = Image.new("RGB", size, color)
+    for x in range(0, size[0], 4):
+        image.paste((x * 255 // size[0], color[1], 255 - color[2]), (x, 0, x + 2, size[1]))
+    out = io.BytesIO()
+    image.save(out, fmt)
+    return out.getvalue()
+
+
+def png_claiming(width: int, height: int) -> bytes:
+    """A PNG whose header claims ``width`` x ``height`` and whose data is one tiny IDAT."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 16))
+            + chunk(b"IEND", b""))
+
+
+def image_part(data: bytes, media_type: str = "image/png") -> gen_pb.ContentPart:
+    return gen_pb.ContentPart(image=gen_pb.Image(data=data, media_type=media_type))
+
+
+def image_chat(text: str, *images: gen_pb.ContentPart, model: str = "llava", max_tokens: int = 12,
+               **kw) -> pb.GenerateRequest:
+    """One user message: the images, then ``text``."""
+    parts = [*images, gen_pb.ContentPart(text=text)]
+    return pb.GenerateRequest(model=model, chat=gen_pb.ChatMessages(messages=[gen_pb.ChatMessage(
+        role="user", parts=parts)]), stopping=gen_pb.StoppingCriteria(max_tokens=max_tokens, ignore_eos=True), **kw)
+
+
+@dataclass(frozen=True)
+class Reference:
+    tokens: list[int]
+    margins: list[float]  # top-2 logprob gap at each step
+
+
+def vlm_reference(model_dir: Path, cases: list[tuple[str, tuple[bytes, ...]]], max_tokens: int) -> list[Reference]:
+    """mlx-vlm's greedy tokens for each (user text, images) as a one-message chat: the
+    images, then the text."""
+    import mlx.core as mx
+    import mlx_vlm
+    from mlx_vlm.generate.ar import generate_step
+    from PIL import Image
+
+    model, processor = mlx_vlm.load(str(model_dir))
+    out = []
+    for text, image in cases:
+        content = [{"type": "image"}] * len(image) + [{"type": "text", "text": text}]
+        prompt = processor.tokenizer.apply_chat_template([{"role": "user", "content": content}],
+                                                         add_generation_prompt=True, tokenize=False)
+        images = [Image.open(io.BytesIO(data)).convert("RGB") for data in image] or None
+        inputs = processor(images=images, text=prompt)
+        tokens, margins = [], []
+        steps = generate_step(inputs["input_ids"], model, inputs.get("pixel_values"), None, temperature=0.0,
+                              max_tokens=max_tokens)
+        for (token, logprobs), _ in zip(steps, range(max_tokens)):
+            top2 = mx.sort(logprobs.reshape(-1))[-2:].tolist()
+            tokens.append(int(token))
+            margins.append(top2[1] - top2[0])
+        out.append(Reference(tokens, margins))
+    return out
+
+
+def matches(got: list[int], ref: Reference) -> bool:
+    """Token for token, up to the first divergence at a near-tie of the reference."""
+    for i, (a, b) in enumerate(zip(got, ref.tokens)):
+        if a != b:
+            return ref.margins[i] < NEAR_TIE
+    return len(got) == len(ref.tokens)
