@@ -4,7 +4,7 @@
 //! [`pb::ContentPart::image_file`] reads an image file and detects its media type from
 //! its signature ([`media_type_of`]); [`pb::ContentPart::image`] takes bytes you already
 //! have with their media type, sent as given. A model that takes images (its
-//! `graph.capabilities.media` is set) reads them; any other refuses an image with
+//! `capabilities.media` is set) reads them; any other refuses an image with
 //! FAILED_PRECONDITION (ErrorInfo reason `UNSUPPORTED_OPERATION`). An image whose media
 //! type does not match its bytes, a truncated one or one too large is INVALID_ARGUMENT
 //! with a BadRequest field violation.

@@ -1,6 +1,6 @@
 // Images in chat messages: a message's content can be parts (text and images, in order)
 // instead of `content` (not both). A model that takes images (ModelInfo
-// graph.capabilities.media set) reads them; any other refuses an image with
+// capabilities.media set) reads them; any other refuses an image with
 // FAILED_PRECONDITION (ErrorInfo reason UNSUPPORTED_OPERATION). An image whose media type
 // does not match its bytes, a truncated one or one too large is INVALID_ARGUMENT with a
 // BadRequest field violation.
