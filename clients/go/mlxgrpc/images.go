@@ -12,9 +12,8 @@ import (
 // Images: a chat message's content can be parts, text and images in order, instead
 // of Content (not both). Build one with UserMessage(image, TextPart(text)), the image
 // from ImageFile(path) or ImagePart(data, mediaType), and send it to a model that
-// takes images (ModelInfo's Capabilities.Media is
-// set); any other model refuses an image with FAILED_PRECONDITION (ErrorInfo reason
-// UNSUPPORTED_OPERATION). The server checks each image before decoding it: a media
+// takes images (ModelInfo's Capabilities.Media is set); any other model refuses an
+// image with FAILED_PRECONDITION (ErrorInfo reason UNSUPPORTED_OPERATION). The server checks each image before decoding it: a media
 // type that does not match the bytes, a truncated file, or one too large is
 // INVALID_ARGUMENT with a BadRequest field violation.
 
