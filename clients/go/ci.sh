@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # CI for the Go client: install tools, check generated code, build, run the example
-# against the first server address, the agent example against the second (its "tools"
-# model) and the tests against each (arguments, default $MLXGRPC_ADDRESS). Does not
-# start a server.
+# against the first server address, the agent example and the example's image step
+# against the second (its "tools" and "vision" models) and the tests against each
+# (arguments, default $MLXGRPC_ADDRESS). Does not start a server.
 set -euo pipefail
 ADDRESSES=("$@")
 [[ ${#ADDRESSES[@]} -gt 0 || -z ${MLXGRPC_ADDRESS:-} ]] || ADDRESSES=("$MLXGRPC_ADDRESS")
@@ -52,6 +52,10 @@ else
     # The second server is the test fixture, whose "tools" model calls tools.
     step "agent example against ${ADDRESSES[1]} (model tools)"
     MLXGRPC_ADDRESS=${ADDRESSES[1]} MLXGRPC_MODEL=tools timeout 120 "$TOOLS/bin/agent"
+    # ... and its "vision" model takes images: the example's image step.
+    step "example's image step against ${ADDRESSES[1]} (model vision)"
+    MLXGRPC_ADDRESS=${ADDRESSES[1]} MLXGRPC_MODEL=vision MLXGRPC_IMAGE="$ROOT/clients/testdata/gradient.png" \
+      timeout 120 "$TOOLS/bin/example"
   fi
   for address in "${ADDRESSES[@]}"; do
     step "tests against $address"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # CI for the Java client: regenerate code from ../../protos, build, run the example against the
-# first server address, the agent example against the second (its "tools" model) and the tests
-# against each (arguments, default $MLXGRPC_ADDRESS). Needs Java 17+ and Maven 3.8+; Maven
-# downloads everything else (protoc, protoc-gen-grpc-java, libraries) from Maven Central into
-# ~/.m2 (reused when present). Extra Maven arguments can be passed in MVN_ARGS, e.g.
+# first server address, the agent example and the example's image step against the second (its
+# "tools" and "vision" models) and the tests against each (arguments, default $MLXGRPC_ADDRESS).
+# Needs Java 17+ and Maven 3.8+; Maven downloads everything else (protoc, protoc-gen-grpc-java,
+# libraries) from Maven Central into ~/.m2 (reused when present). Extra Maven arguments can be passed in MVN_ARGS, e.g.
 # MVN_ARGS=-Dmaven.repo.local=/tmp/m2-cold.
 set -euo pipefail
 ADDRESSES=("$@")
@@ -51,12 +51,15 @@ else
     echo "== agent example against ${ADDRESSES[1]} (model tools)"
     MLXGRPC_ADDRESS=${ADDRESSES[1]} MLXGRPC_MODEL=tools timeout 120 \
       java -cp "target/classes:$(cat target/classpath.txt)" dev.mlxgrpc.client.Agent
+    echo "== example's image step against ${ADDRESSES[1]} (model vision)"
+    MLXGRPC_ADDRESS=${ADDRESSES[1]} MLXGRPC_MODEL=vision MLXGRPC_IMAGE="$PWD/../testdata/gradient.png" timeout 120 \
+      java -cp "target/classes:$(cat target/classpath.txt)" dev.mlxgrpc.client.Example
   fi
   echo "== tests against ${ADDRESSES[0]}"
   MLXGRPC_ADDRESS=${ADDRESSES[0]} "${MVN[@]}" surefire:test
   for address in "${ADDRESSES[@]:1}"; do
     echo "== live tests against $address"
-    MLXGRPC_ADDRESS=$address "${MVN[@]}" surefire:test -Dtest='MlxGrpcClientTest,RetryLiveTest,ResponseFormatsTest,PriorityTest,ToolsTest,RerankTest,PrefixCacheTest'
+    MLXGRPC_ADDRESS=$address "${MVN[@]}" surefire:test -Dtest='MlxGrpcClientTest,RetryLiveTest,ResponseFormatsTest,PriorityTest,ToolsTest,RerankTest,PrefixCacheTest,ImagesTest'
   done
 fi
 

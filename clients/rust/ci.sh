@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI for the Rust client: fetch crates, build (build.rs regenerates the code from
 # ../../protos with the vendored protoc), run the example against the first server
-# address, the agent example against the second (its "tools" model) and the tests, live
+# address, the agent example and the example's image step against the second (its
+# "tools" and "vision" models) and the tests, live
 # ones included, against each (arguments, default $MLXGRPC_ADDRESS; the servers must
 # already be running). The Rerank tests need a model named "reranker" (the second's).
 set -euo pipefail
@@ -38,6 +39,9 @@ if [[ ${#ADDRESSES[@]} -gt 1 ]]; then
   # The second server is the test fixture, whose "tools" model calls tools.
   echo "== agent example against ${ADDRESSES[1]} (model tools)"
   MLXGRPC_ADDRESS=${ADDRESSES[1]} MLXGRPC_MODEL=tools timeout 120 "$CARGO_TARGET_DIR/debug/examples/agent"
+  echo "== example's image step against ${ADDRESSES[1]} (model vision)"
+  MLXGRPC_ADDRESS=${ADDRESSES[1]} MLXGRPC_MODEL=vision MLXGRPC_IMAGE="$PWD/../testdata/gradient.png" \
+    timeout 120 "$CARGO_TARGET_DIR/debug/examples/example"
 fi
 
 echo "== tests against ${ADDRESSES[0]} (live ones included)"
@@ -45,5 +49,5 @@ MLXGRPC_ADDRESS=${ADDRESSES[0]} cargo test --locked
 for address in "${ADDRESSES[@]:1}"; do
   echo "== live tests against $address"
   MLXGRPC_ADDRESS=$address cargo test --locked --test live_generate --test live_calls --test retry_live --test live_priority \
-    --test live_tools --test live_rerank
+    --test live_tools --test live_rerank --test live_images
 done

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # CI for the TypeScript client: install, check generated code, build, run the example
-# against the first server address, the agent example against the second (its "tools"
-# model) and the tests against each (arguments, default $MLXGRPC_ADDRESS; already
-# running: this script never starts one).
+# against the first server address, the agent example and the example's image step
+# against the second (its "tools" and "vision" models) and the tests against each
+# (arguments, default $MLXGRPC_ADDRESS; already running: this script never starts one).
 set -euo pipefail
 ADDRESSES=("$@")
 [[ ${#ADDRESSES[@]} -gt 0 || -z ${MLXGRPC_ADDRESS:-} ]] || ADDRESSES=("$MLXGRPC_ADDRESS")
@@ -37,6 +37,9 @@ MLXGRPC_ADDRESS=${ADDRESSES[0]} timeout 120 node dist/example.js
 if [[ ${#ADDRESSES[@]} -gt 1 ]]; then
   echo "== agent example against ${ADDRESSES[1]} (model tools)"
   MLXGRPC_ADDRESS=${ADDRESSES[1]} MLXGRPC_MODEL=tools timeout 120 node dist/agent.js
+  echo "== example's image step against ${ADDRESSES[1]} (model vision)"
+  MLXGRPC_ADDRESS=${ADDRESSES[1]} MLXGRPC_MODEL=vision MLXGRPC_IMAGE="$REPO_ROOT/clients/testdata/gradient.png" \
+    timeout 120 node dist/example.js
 fi
 echo "== tests against ${ADDRESSES[0]}"
 MLXGRPC_ADDRESS=${ADDRESSES[0]} node --test --test-concurrency=1 --test-reporter=spec dist/test/
@@ -44,5 +47,5 @@ for address in "${ADDRESSES[@]:1}"; do
   echo "== live tests against $address"
   MLXGRPC_ADDRESS=$address node --test --test-concurrency=1 --test-reporter=spec dist/test/live.test.js \
     dist/test/formats.test.js dist/test/adapters.test.js dist/test/priority.test.js dist/test/tools.test.js \
-    dist/test/rerank.test.js dist/test/prefix.test.js
+    dist/test/rerank.test.js dist/test/prefix.test.js dist/test/images.test.js
 done

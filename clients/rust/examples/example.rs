@@ -1,6 +1,10 @@
 //! Tour of the client: model info, streaming generation, cancellation, embeddings, an
 //! answer constrained by a JSON schema and error details. Run with
 //! `MLXGRPC_ADDRESS=host:port cargo run --example example`.
+//!
+//! With MLXGRPC_IMAGE set to an image file (PNG, JPEG, WebP or GIF), it runs the image
+//! step instead: the image and a question go to MLXGRPC_MODEL (default "vision", the
+//! test fixture's vision-language model) and the streamed answer is printed.
 
 use std::io::Write;
 use std::time::Duration;
@@ -21,12 +25,71 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
     dot / (na * nb)
 }
 
+/// The image step: the image at `path` (its media type from the file's signature) and a
+/// question to `model`, the answer printed as it streams.
+async fn describe_image(
+    client: &Client,
+    model: &str,
+    path: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let image = pb::ContentPart::image_file(path)?;
+    if let Some(pb::content_part::Part::Image(i)) = &image.part {
+        print!(
+            "image {path} ({}, {} bytes) to {model:?}: ",
+            i.media_type,
+            i.data.len()
+        );
+    }
+    let mut request = text_request("", 32);
+    request.model = model.into();
+    request.prompt = Some(pb::generate_request::Prompt::Chat(pb::ChatMessages {
+        messages: vec![pb::ChatMessage::user_parts([
+            image,
+            pb::ContentPart::text("Describe the image."),
+        ])],
+        ..Default::default()
+    }));
+    let mut generation = client.generate(request);
+    loop {
+        match generation.next_event().await {
+            Ok(Some(Event::Started(s))) => print!("[{} prompt tokens] ", s.prompt_tokens),
+            Ok(Some(Event::Delta(d))) => print!("{}", d.text),
+            Ok(Some(Event::Finished(f))) => println!(
+                "\n[finished: {:?}, {} tokens]",
+                f.reason(),
+                f.usage.map_or(0, |u| u.completion_tokens)
+            ),
+            Ok(None) => return Ok(()),
+            Err(status) => {
+                let d = error_details(&status);
+                println!(
+                    "\nimage refused: {:?} {:?}; reason {}; field violations {:?}",
+                    status.code(),
+                    status.message(),
+                    d.error_info.as_ref().map_or("-", |e| e.reason.as_str()),
+                    d.field_violations
+                        .iter()
+                        .map(|v| v.field.as_str())
+                        .collect::<Vec<_>>()
+                );
+                return Err(status.into());
+            }
+        }
+        std::io::stdout().flush()?;
+    }
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let address =
         std::env::var("MLXGRPC_ADDRESS").unwrap_or_else(|_| "localhost:50051".to_string());
     let options = ConnectOptions::default().with_timeout(Duration::from_secs(60));
     let client = Client::connect(&address, options).await?;
+
+    if let Ok(path) = std::env::var("MLXGRPC_IMAGE") {
+        let model = std::env::var("MLXGRPC_MODEL").unwrap_or_else(|_| "vision".to_string());
+        return describe_image(&client, &model, &path).await;
+    }
 
     // 1. Model info.
     let info = client.model_info("").await?;

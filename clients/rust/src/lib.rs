@@ -10,7 +10,9 @@
 //! [`Client::unload_adapter`], [`Client::list_adapters`]), the prefix cache
 //! ([`Client::prefetch`], [`pb::PrefetchRequest::text`], [`Client::close_session`]), builders for tools and the
 //! messages of an agent loop ([`pb::Tool::function`], [`pb::ToolChoice::required`],
-//! [`pb::ChatMessage::tool_result`], [`GenerationResult::assistant_message`]), and [`error_details`]
+//! [`pb::ChatMessage::tool_result`], [`GenerationResult::assistant_message`]), images in
+//! chat messages ([`pb::ChatMessage::user_parts`], [`pb::ContentPart::image_file`],
+//! [`pb::ContentPart::image`], [`media_type_of`]), and [`error_details`]
 //! for the google.rpc details the server attaches to errors. Everything else is
 //! reachable through [`Client::raw`].
 //!
@@ -45,6 +47,7 @@ mod adapters;
 mod client;
 mod errors;
 mod generation;
+mod images;
 mod prefix;
 mod priority;
 mod rerank;
@@ -53,6 +56,7 @@ mod retry;
 pub use client::Client;
 pub use errors::{ErrorDetails, ErrorInfo, FieldViolation, RetryInfo, error_details};
 pub use generation::{Event, Generation, GenerationResult};
+pub use images::{ImageError, media_type, media_type_of};
 pub use priority::MAX_PRIORITY;
 pub use rerank::{RankedDocument, Ranking, Truncation};
 pub use retry::RetryObserver;

@@ -2,6 +2,7 @@ export * from "./client.js";
 export * from "./errors.js";
 export * from "./formats.js";
 export * from "./generate.js";
+export * from "./images.js";
 export * from "./speculation.js";
 export * from "./tools.js";
 export { Attempts, type OnRetry } from "./retry.js";

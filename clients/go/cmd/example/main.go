@@ -2,6 +2,11 @@
 // generation, a generation cancelled mid-way, embeddings, an answer constrained
 // by a JSON schema, and an invalid request's error details. The server address
 // comes from MLXGRPC_ADDRESS (default localhost:50051).
+//
+// With MLXGRPC_IMAGE set to an image file (PNG, JPEG, WebP or GIF), it runs the
+// image step instead: the image and a question go to MLXGRPC_MODEL (default
+// "vision", the test fixture's vision-language model) and the streamed answer is
+// printed.
 package main
 
 import (
@@ -29,6 +34,15 @@ func main() {
 	}
 	defer client.Close()
 	ctx := context.Background()
+
+	if path := os.Getenv("MLXGRPC_IMAGE"); path != "" {
+		model := os.Getenv("MLXGRPC_MODEL")
+		if model == "" {
+			model = "vision"
+		}
+		describe(ctx, client, model, path)
+		return
+	}
 
 	// 1. Model info.
 	info, err := client.ModelInfo(ctx, "")
@@ -119,6 +133,35 @@ func main() {
 		log.Fatalf("invalid request: %v", err)
 	}
 	fmt.Printf("invalid request: code=%s fields=%v reason=%s\n", d.Code, d.Fields(), d.ErrorInfo.GetReason())
+}
+
+// describe is the image step: a user message of the image at path and a question,
+// sent to model, its answer printed as it streams.
+func describe(ctx context.Context, client *mlxgrpc.Client, model, path string) {
+	image, err := mlxgrpc.ImageFile(path) // the media type from the file's signature
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("image %s (%s, %d bytes) to %q: ", path, image.GetImage().GetMediaType(), len(image.GetImage().GetData()), model)
+	msg := mlxgrpc.UserMessage(image, mlxgrpc.TextPart("Describe the image."))
+	for ev, err := range client.Generate(ctx, &pb.GenerateRequest{
+		Model:    model,
+		Prompt:   &pb.GenerateRequest_Chat{Chat: &pb.ChatMessages{Messages: []*pb.ChatMessage{msg}}},
+		Stopping: &pb.StoppingCriteria{MaxTokens: proto.Int32(32)},
+	}).Events() {
+		if err != nil {
+			d := mlxgrpc.Details(err)
+			log.Fatalf("\nGenerate (image): %v (reason %s, fields %v)", err, d.ErrorInfo.GetReason(), d.Fields())
+		}
+		switch e := ev.Event.(type) {
+		case *pb.GenerateResponse_Started:
+			fmt.Printf("[%d prompt tokens] ", e.Started.GetPromptTokens())
+		case *pb.GenerateResponse_Delta:
+			fmt.Print(e.Delta.GetText())
+		case *pb.GenerateResponse_Finished:
+			fmt.Printf("\n[finished: %s, %d tokens]\n", e.Finished.GetReason(), e.Finished.GetUsage().GetCompletionTokens())
+		}
+	}
 }
 
 func cosine(a, b []float32) float64 {

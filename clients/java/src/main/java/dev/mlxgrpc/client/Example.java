@@ -2,6 +2,7 @@ package dev.mlxgrpc.client;
 
 import dev.mlxgrpc.v1.ChatMessage;
 import dev.mlxgrpc.v1.ChatMessages;
+import dev.mlxgrpc.v1.ContentPart;
 import dev.mlxgrpc.v1.EmbedResponse;
 import dev.mlxgrpc.v1.GenerateRequest;
 import dev.mlxgrpc.v1.GenerateResponse;
@@ -11,6 +12,7 @@ import dev.mlxgrpc.v1.StoppingCriteria;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import io.grpc.stub.StreamObserver;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
 
@@ -19,6 +21,10 @@ import java.util.List;
  * info, a streamed Generate, cancelling a Generate (Cancel RPC and client-side), an asynchronous
  * Generate, Embed, an answer constrained by a JSON schema, and an invalid request's error details.
  * Notes are dimmed on a terminal only: piped output carries no escape codes (nor with NO_COLOR set).
+ *
+ * <p>With $MLXGRPC_IMAGE set to an image file (PNG, JPEG, WebP or GIF), it runs the image step
+ * instead: the image and a question go to $MLXGRPC_MODEL (default "vision", the test fixture's
+ * vision-language model) and the streamed answer is printed.
  */
 public final class Example {
   private static final boolean COLOUR = System.console() != null && System.getenv("NO_COLOR") == null;
@@ -29,7 +35,40 @@ public final class Example {
     String address = System.getenv().getOrDefault("MLXGRPC_ADDRESS", "localhost:50051");
     try (MlxGrpcClient client =
         MlxGrpcClient.builder(address).defaultDeadline(Duration.ofSeconds(60)).build()) {
-      run(client);
+      String image = System.getenv("MLXGRPC_IMAGE");
+      if (image != null && !image.isEmpty()) {
+        describeImage(client, System.getenv().getOrDefault("MLXGRPC_MODEL", "vision"), Path.of(image));
+      } else {
+        run(client);
+      }
+    }
+  }
+
+  /** The image step: the image (its media type from the file's signature) and a question to {@code model}. */
+  private static void describeImage(MlxGrpcClient client, String model, Path path) throws Exception {
+    ContentPart image = Images.image(path);
+    System.out.printf("image %s (%s, %d bytes) to %s: ", path, image.getImage().getMediaType(),
+        image.getImage().getData().size(), model);
+    GenerateRequest request = GenerateRequest.newBuilder()
+        .setModel(model)
+        .setChat(ChatMessages.newBuilder().addMessages(Images.user(image, Images.text("Describe the image."))))
+        .setStopping(StoppingCriteria.newBuilder().setMaxTokens(32))
+        .build();
+    try (GenerateStream stream = client.generate(request)) {
+      for (GenerateResponse event : stream) {
+        if (event.hasStarted()) {
+          System.out.print(note(String.format("[prompt_tokens=%d] ", event.getStarted().getPromptTokens())));
+        } else if (event.hasDelta()) {
+          System.out.print(event.getDelta().getText());
+          System.out.flush();
+        } else if (event.hasFinished()) {
+          System.out.println(note(String.format("%n[finished reason=%s completion_tokens=%d]",
+              event.getFinished().getReason(), event.getFinished().getUsage().getCompletionTokens())));
+        }
+      }
+    } catch (StatusRuntimeException e) {
+      System.out.printf("%nimage refused: %s%n", ErrorDetails.from(e));
+      throw e;
     }
   }
 
