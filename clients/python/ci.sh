@@ -48,6 +48,9 @@ MLXGRPC_ADDRESS=${ADDRESSES[0]} "$PY" -m pytest -ra -p no:cacheprovider tests
 if [[ ${#ADDRESSES[@]} -gt 1 ]]; then
   echo "== agent example against ${ADDRESSES[1]} (model tools)"
   MLXGRPC_ADDRESS=${ADDRESSES[1]} MLXGRPC_MODEL=tools timeout 120 "$PY" examples/agent.py
+  echo "== example's image step against ${ADDRESSES[1]} (model vision)"
+  MLXGRPC_ADDRESS=${ADDRESSES[1]} MLXGRPC_MODEL=vision MLXGRPC_IMAGE="$ROOT/clients/testdata/gradient.png" \
+    timeout 120 "$PY" examples/example.py
 fi
 for address in "${ADDRESSES[@]:1}"; do
   echo "== live tests against $address"

@@ -1,10 +1,12 @@
 """A tour of the mlx-grpc Python client against a running server.
 
     MLXGRPC_ADDRESS=localhost:50051 python examples/example.py
+    MLXGRPC_IMAGE=photo.png MLXGRPC_MODEL=vision python examples/example.py   # the image step alone
 
 Model info, a streamed generation, generations cancelled with the Cancel RPC and
 client-side, two embeddings and their cosine similarity, an answer constrained by a
-JSON schema, and the error details of an invalid request.
+JSON schema, and the error details of an invalid request. With MLXGRPC_IMAGE set, only
+the image step: the file sent in a chat message to MLXGRPC_MODEL (default "vision").
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 
 import grpc
 
-from mlxgrpc_client import connect, error_details, pb
+from mlxgrpc_client import connect, error_details, image_part, pb
 
 
 def cosine(a, b) -> float:
@@ -24,8 +26,31 @@ def cosine(a, b) -> float:
     return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
 
 
+def describe_image(address: str, path: str, model: str) -> int:
+    """Sends the image at ``path`` with a question and prints the streamed answer."""
+    with connect(address, timeout=120) as client:
+        message = {"role": "user", "parts": [image_part(path), "Describe the image."]}
+        print(f"image {path} to {model!r}: ", end="", flush=True)
+        try:
+            for event in client.generate([message], model=model, max_tokens=24):
+                kind = event.WhichOneof("event")
+                if kind == "started":
+                    print(f"[{event.started.prompt_tokens} prompt tokens] ", end="")
+                elif kind == "delta":
+                    print(event.delta.text, end="", flush=True)
+                elif kind == "finished":
+                    print(f"\n[{pb.FinishReason.Name(event.finished.reason)}]")
+        except grpc.RpcError as err:
+            details = error_details(err)
+            print(f"\nrefused: {details.code.name}: {details.message}")
+            return 1
+    return 0
+
+
 def main() -> int:
     address = os.environ.get("MLXGRPC_ADDRESS", "localhost:50051")
+    if os.environ.get("MLXGRPC_IMAGE"):
+        return describe_image(address, os.environ["MLXGRPC_IMAGE"], os.environ.get("MLXGRPC_MODEL", "vision"))
     with connect(address, timeout=60) as client:
         info = client.model_info()
         print(f"model {info.name}: {pb.ModelKind.Name(info.kind)}, graph {info.graph.id}, "
