@@ -128,6 +128,21 @@ if $G -d '{}' "$ADDR" $S/ListModels | has '"name": "tools"'; then
   $G -d '{"model": "tools", "chat": {"messages": [{"role": "user", "content": "Why is the sky blue?"}]},
     "stopping": {"max_tokens": 8}}' "$ADDR" $S/Generate | has '"reasoning"'
 fi
+# An image in a chat message (the README's example, base64 in JSON), on a server with a model
+# named "vision" (the fixture's LLaVA); a mislabelled image is INVALID_ARGUMENT naming the part
+if $G -d '{}' "$ADDR" $S/ListModels | has '"name": "vision"'; then
+  $G -d '{"model": "vision"}' "$ADDR" $S/GetModelInfo | has MEDIA_INPUT_EMBEDDINGS
+  IMAGE=$(base64 -w0 clients/testdata/gradient.png)
+  $G -d '{"model": "vision", "chat": {"messages": [{"role": "user", "parts": [
+    {"image": {"data": "'"$IMAGE"'", "media_type": "image/png"}},
+    {"text": "What is in the picture?"}]}]},
+    "stopping": {"max_tokens": 8}}' "$ADDR" $S/Generate | has FINISH_REASON_LENGTH
+  if $G -d '{"model": "vision", "chat": {"messages": [{"role": "user", "parts": [
+      {"image": {"data": "'"$IMAGE"'", "media_type": "image/jpeg"}}]}]}}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
+    exit 1
+  fi
+  grep -q InvalidArgument "$OUT/err.txt" && grep -q "parts\[0\].image" "$OUT/err.txt"
+fi
 # Rerank (the README's example), on a server with a model named "reranker"
 if $G -d '{}' "$ADDR" $S/ListModels | has '"name": "reranker"'; then
   $G -d '{"model": "reranker"}' "$ADDR" $S/GetModelInfo | has '"rerank": true'
