@@ -37,6 +37,7 @@ class VisionTower:
     image_token_id: int
     patch_size: int
     extra_tokens: int  # positions the tower adds (CLS) minus those the feature strategy drops
+    encoded: int = 0  # images run through the tower and projector since load
 
     def pixels(self, images: list) -> np.ndarray:
         """[n, channels, height, width] float32 from RGB PIL images."""
@@ -50,6 +51,7 @@ class VisionTower:
     def features(self, pixels: np.ndarray) -> mx.array:
         """[n, tokens, text hidden]: the projector's output for each image (engine thread)."""
         vlm = self.vlm
+        self.encoded += pixels.shape[0]
         *_, hidden = vlm.vision_tower(mx.array(pixels).transpose(0, 2, 3, 1), output_hidden_states=True)
         layer = vlm.vision_feature_layer
         chosen = [hidden[i] for i in layer] if isinstance(layer, (list, tuple)) else [hidden[layer]]
