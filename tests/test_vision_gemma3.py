@@ -111,3 +111,11 @@ async def test_model_info_says_it_takes_images(served):
     info = (await stub.GetModelInfo(pb.GetModelInfoRequest(model="gemma3"))).info
     assert info.capabilities.HasField("media")
     assert info.capabilities.media.input == model_pb.MEDIA_INPUT_EMBEDDINGS
+
+
+async def test_prefix_cache_reuses_past_the_image(served, reference):
+    stub, _ = served
+    first = await generate(stub, case_request(1))
+    again = await generate(stub, case_request(1))
+    assert again.started.cached_tokens > GEMMA_IMAGE_TOKENS
+    assert matches(first.token_ids, reference[1]) and matches(again.token_ids, reference[1])
