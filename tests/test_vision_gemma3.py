@@ -119,3 +119,24 @@ async def test_prefix_cache_reuses_past_the_image(served, reference):
     again = await generate(stub, case_request(1))
     assert again.started.cached_tokens > GEMMA_IMAGE_TOKENS
     assert matches(first.token_ids, reference[1]) and matches(again.token_ids, reference[1])
+
+
+def test_a_checkpoint_leaving_out_text_defaults_is_served_with_them(gemma_dir, tmp_path):
+    """Released configs leave most of text_config to defaults: the served facts use
+    mlx-vlm's resolved values and Gemma 3's own context length."""
+    import json
+    import shutil
+
+    from engine.loading.model import load_generation_model
+    from engine.vision.gemma3 import CONTEXT
+
+    sparse = tmp_path / "sparse"
+    shutil.copytree(gemma_dir, sparse)
+    config = json.loads((sparse / "config.json").read_text())
+    for key in ("max_position_embeddings", "rope_local_base_freq", "query_pre_attn_scalar"):
+        config["text_config"].pop(key)
+    (sparse / "config.json").write_text(json.dumps(config))
+    loaded = load_generation_model(sparse, use_kernels=False)
+    assert loaded.context_length == CONTEXT
+    assert loaded.config["text_config"]["query_pre_attn_scalar"] == 256  # mlx-vlm's default
+    assert loaded.model.args.rope_local_base_freq == 10_000.0

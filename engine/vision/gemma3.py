@@ -58,6 +58,16 @@ def text_config_of(vlm) -> dict[str, Any]:
     return out
 
 
+CONTEXT = 131_072  # Hugging Face's Gemma3TextConfig default, which released checkpoints leave out
+
+
+def served_text_config(raw: Mapping[str, Any], resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """The checkpoint's text config with what it leaves out filled in as served: the
+    resolved values, and Gemma 3's own context length (mlx-vlm's default is no context
+    fact: it only parameterises rope scalings that gemma3 does not use)."""
+    return {**resolved, "max_position_embeddings": CONTEXT, **raw}
+
+
 def untie(weights: dict[str, mx.array]) -> dict[str, mx.array]:
     """Drops the output projection mlx-vlm copied from the embedding, so mlx-lm ties them."""
     head, embed = weights.get("lm_head.weight"), weights.get("model.embed_tokens.weight")

@@ -78,8 +78,9 @@ def load_vision_model(path: Path, config: Mapping[str, Any]):
     vlm, processor = mlx_vlm.load(str(path))
     gemma = config["model_type"] == "gemma3"
     if gemma:
-        from .gemma3 import text_config_of
+        from .gemma3 import served_text_config, text_config_of
         text_config = text_config_of(vlm)
+        config["text_config"] = served_text_config(config["text_config"], text_config)  # what traits read
     else:
         text_config = dict(config["text_config"])
         text_config.setdefault("vocab_size", config.get("vocab_size"))
