@@ -85,3 +85,16 @@ async def test_ngram_speculation_keeps_an_image_answer(stub, reference):
     on = await generate(stub, request(speculation=gen_pb.SpeculationOptions(mode=gen_pb.SPECULATION_MODE_NGRAM,
                                                                               num_draft_tokens=4)))
     assert on.token_ids == off.token_ids and matches(on.token_ids, reference)
+
+
+async def test_the_memory_plan_counts_the_vision_tower(stub, llava_dir):
+    from safetensors import safe_open
+
+    from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
+
+    plan = (await stub.PlanMemory(pb.PlanMemoryRequest(model="llava", context_tokens=256))).plan
+    values = 0  # every tensor of the checkpoint (text model, tower, projector), held as float32
+    for path in llava_dir.glob("*.safetensors"):
+        with safe_open(str(path), "np") as f:
+            values += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    assert 0.98 * 4 * values <= plan.weights_bytes <= 1.02 * 4 * values, (plan.weights_bytes, 4 * values)
