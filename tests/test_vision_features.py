@@ -1,9 +1,11 @@
 """The request features on image prompts, through a live server on the LLaVA fixture:
-logprobs (the top two agree with mlx-vlm's margin), stop strings, structured output and
-n-gram speculation (the same tokens as without it)."""
+logprobs (the top two agree with mlx-vlm's margin), stop strings, structured output,
+n-gram speculation (the same tokens as without it), cancellation at any moment (nothing
+left behind), and the memory plan's weights (the vision tower included)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import grpc
@@ -14,6 +16,7 @@ from engine.generation.config import GenerationConfig, SchedulerConfig
 from engine.generation.engine import GenerationEngine
 from engine.models import ModelSet
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
+from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from tests.fixtures.vision_models import build_llava
 from tests.helpers import generate
@@ -35,13 +38,18 @@ def reference(llava_dir):
 
 
 @pytest_asyncio.fixture(scope="module")
-async def stub(llava_dir, reference):
+async def served(llava_dir, reference):
     config = GenerationConfig(scheduler=SchedulerConfig(max_active=4, max_queued=8, prefill_chunk=8))
     models = ModelSet([GenerationEngine(str(llava_dir), name="llava", config=config)], [])
     await models.start()
     async with extra_server(models) as port, grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        yield pb_grpc.InferenceServiceStub(channel)
+        yield {"stub": pb_grpc.InferenceServiceStub(channel), "models": models}
     await models.close()
+
+
+@pytest.fixture
+def stub(served):
+    return served["stub"]
 
 
 def request(**kw):
@@ -90,11 +98,29 @@ async def test_ngram_speculation_keeps_an_image_answer(stub, reference):
 async def test_the_memory_plan_counts_the_vision_tower(stub, llava_dir):
     from safetensors import safe_open
 
-    from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
-
     plan = (await stub.PlanMemory(pb.PlanMemoryRequest(model="llava", context_tokens=256))).plan
     values = 0  # every tensor of the checkpoint (text model, tower, projector), held as float32
     for path in llava_dir.glob("*.safetensors"):
         with safe_open(str(path), "np") as f:
             values += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
     assert 0.98 * 4 * values <= plan.weights_bytes <= 1.02 * 4 * values, (plan.weights_bytes, 4 * values)
+
+
+async def test_cancel_while_an_image_is_prepared_leaves_nothing_behind(stub, served):
+    from tests.test_cancellation import read_rest, settled
+
+    for i, delay in enumerate((0.0, 0.002, 0.01, 0.05)):  # before, during and after the image's preparation
+        call = stub.Generate(request(max_tokens=3000, request_id=f"image-cancel-{i}"))
+        await asyncio.sleep(delay)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call.read()
+    for i in range(2):  # and by the Cancel RPC once it streams
+        call = stub.Generate(request(max_tokens=3000, request_id=f"image-cancel-rpc-{i}"))
+        assert (await call.read()).WhichOneof("event") == "started"
+        assert (await stub.Cancel(pb.CancelRequest(request_id=f"image-cancel-rpc-{i}"))).cancelled
+        events = await read_rest(call)
+        assert events[-1].finished.reason == gen_pb.FINISH_REASON_CANCELLED
+    await settled(served, name="llava")
+    out = await generate(stub, request())  # and the model still answers
+    assert out.finished.reason == gen_pb.FINISH_REASON_LENGTH
