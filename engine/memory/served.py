@@ -1,8 +1,12 @@
 """A generation model's memory facts as it is served: its KV as requests hold it
 (quantized under ``--kv-bits``, refused at load where it cannot be), attention as the
-kernels run it, and a draft model beside it."""
+kernels run it, a vision-language model's tower and projector, and a draft model beside it."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+
+from mlx.utils import tree_flatten
 
 from ..caches.quantized_kv import check_kv_bits, make_caches
 from ..loading.model import LoadedModel
@@ -12,8 +16,12 @@ from .facts import ModelMemoryFacts, blockwise_attention, facts_from_model, with
 def served_facts(loaded: LoadedModel, kv_bits: int = 0) -> ModelMemoryFacts:
     if kv_bits:
         check_kv_bits(loaded.model, kv_bits, loaded.name)
-    return facts_from_model(loaded.model, loaded.config, lambda model: make_caches(model, kv_bits),
-                            blockwise_attention=blockwise_attention(loaded))
+    facts = facts_from_model(loaded.model, loaded.config, lambda model: make_caches(model, kv_bits),
+                             blockwise_attention=blockwise_attention(loaded))
+    if loaded.vision is None:
+        return facts
+    tower = sum(v.nbytes for _, v in tree_flatten(loaded.vision.vlm.parameters()))
+    return replace(facts, weights_bytes=facts.weights_bytes + tower)  # an image's tokens are prompt tokens
 
 
 def with_served_draft(facts: ModelMemoryFacts, draft: LoadedModel) -> ModelMemoryFacts:
