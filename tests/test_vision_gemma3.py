@@ -140,3 +140,18 @@ def test_a_checkpoint_leaving_out_text_defaults_is_served_with_them(gemma_dir, t
     assert loaded.context_length == CONTEXT
     assert loaded.config["text_config"]["query_pre_attn_scalar"] == 256  # mlx-vlm's default
     assert loaded.model.args.rope_local_base_freq == 10_000.0
+
+
+async def test_memory_plan_counts_each_checkpoint_tensor_once(served, gemma_dir):
+    """The tower and projector are counted, and the tied embedding is held once (not
+    copied into an output projection)."""
+    import math
+
+    from safetensors import safe_open
+
+    stub, _ = served
+    plan = (await stub.PlanMemory(pb.PlanMemoryRequest(model="gemma3", context_tokens=256))).plan
+    values = 0
+    with safe_open(str(gemma_dir / "model.safetensors"), "np") as f:
+        values += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    assert 0.98 * 4 * values <= plan.weights_bytes <= 1.02 * 4 * values, (plan.weights_bytes, 4 * values)
