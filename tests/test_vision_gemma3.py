@@ -1,8 +1,10 @@
 """Gemma 3 with images, through a live server: greedy output equals mlx-vlm's gemma3 on
 the tiny fixture alone, with two images, and inside a batch of eight mixing image and
 text rows (the tie rule of tests/vision_helpers.py); the image changes the answer;
-placeholders or soft tokens typed as text are refused; the encoded-image cache serves a
-repeated image; GetModelInfo says the model takes images."""
+placeholders or soft tokens typed as text are refused; the encoded-image cache and the
+prefix cache serve a repeated image; logprobs and structured output work on image
+prompts; the memory plan counts each tensor once; a sparse text config is served with
+mlx-vlm's defaults; GetModelInfo says the model takes images."""
 
 from __future__ import annotations
 
@@ -155,3 +157,21 @@ async def test_memory_plan_counts_each_checkpoint_tensor_once(served, gemma_dir)
     with safe_open(str(gemma_dir / "model.safetensors"), "np") as f:
         values += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
     assert 0.98 * 4 * values <= plan.weights_bytes <= 1.02 * 4 * values, (plan.weights_bytes, 4 * values)
+
+
+async def test_logprobs_and_structured_output_on_an_image_prompt(served, reference):
+    import math
+
+    stub, _ = served
+    req = case_request(0)
+    req.logprobs, req.top_logprobs = True, 2
+    out = await generate(stub, req)
+    assert matches(out.token_ids, reference[0])
+    for lp, margin in zip((lp for d in out.deltas for lp in d.logprobs), reference[0].margins):
+        first, second = lp.top_logprobs
+        assert lp.token_id == first.token_id and math.isclose(first.logprob - second.logprob, margin, abs_tol=1e-3)
+    req = case_request(0)
+    req.response_format.CopyFrom(gen_pb.ResponseFormat(choice=gen_pb.ResponseFormat.Choice(
+        options=["a cat", "a gradient", "nothing"])))
+    out = await generate(stub, req)
+    assert out.finished.reason == gen_pb.FINISH_REASON_STOP and out.text in ("a cat", "a gradient", "nothing")
