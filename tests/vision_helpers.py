@@ -1,7 +1,7 @@
 """Images, requests and mlx-vlm's greedy reference for the vision tests.
 
-The reference is mlx-vlm itself on the fixture: its LlavaProcessor expands the image
-placeholder and preprocesses the pixels, its model splices the features and decodes
+The reference is mlx-vlm itself on the fixture: its processor (LlavaProcessor,
+Gemma3Processor) expands the image placeholder and preprocesses the pixels, its model splices the features and decodes
 greedily (``mlx_vlm.generate.ar.generate_step``); each step's top-2 margin is kept so a
 divergence at a near-tie can be told apart from a wrong token.
 """
@@ -70,15 +70,20 @@ def vlm_reference(model_dir: Path, cases: list[tuple[str, tuple[bytes, ...]]], m
     from PIL import Image
 
     model, processor = mlx_vlm.load(str(model_dir))
+    gemma = model.config.model_type == "gemma3"
     out = []
     for text, image in cases:
         content = [{"type": "image"}] * len(image) + [{"type": "text", "text": text}]
         prompt = processor.tokenizer.apply_chat_template([{"role": "user", "content": content}],
                                                          add_generation_prompt=True, tokenize=False)
         images = [Image.open(io.BytesIO(data)).convert("RGB") for data in image] or None
-        inputs = processor(images=images, text=prompt)
+        if gemma:  # the template renders every special token; its embeddings want the mask
+            inputs = processor(images=images, text=prompt, add_special_tokens=False)
+            mask = mx.array(inputs["attention_mask"])
+        else:
+            inputs, mask = processor(images=images, text=prompt), None
         tokens, margins = [], []
-        steps = generate_step(inputs["input_ids"], model, inputs.get("pixel_values"), None, temperature=0.0,
+        steps = generate_step(inputs["input_ids"], model, inputs.get("pixel_values"), mask, temperature=0.0,
                               max_tokens=max_tokens)
         for (token, logprobs), _ in zip(steps, range(max_tokens)):
             top2 = mx.sort(logprobs.reshape(-1))[-2:].tolist()

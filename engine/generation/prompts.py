@@ -45,11 +45,12 @@ class PromptEncoder:
             ids = m.tokenizer.encode(prompt.text, add_special_tokens=m.traits.adds_bos(prompt.text))
             field_name = "text"
         elif isinstance(prompt, ChatPrompt):
-            text = self._chat(prompt, tools)
-            ids, field_name = self._model.tokenizer.encode(text, add_special_tokens=False), "chat.messages"
+            text, field_name = self._chat(prompt, tools), "chat.messages"
             opens_reasoning = self._opens_reasoning(text)
             if prompt.has_images:  # checked for a vision model by the facade
-                ids, images = expand_images(ids, prompt, m.vision, self._limits)
+                ids, images = expand_images(text, m.tokenizer, prompt, m.vision, self._limits)
+            else:
+                ids = m.tokenizer.encode(text, add_special_tokens=False)
         else:
             raise InvalidRequest("prompt", "one of text, tokens or chat must be set")
         if not ids:

@@ -4,8 +4,10 @@ The text side is mlx-lm's own model class for ``text_config`` holding the checkp
 language-model weights, so the scheduler, caches, kernels and adapters serve it as any
 mlx-lm model; mlx-vlm supplies the vision tower, the projector and the image processor,
 built from the model's own config. Invariants: ``pixels`` is plain numpy work (any
-thread); ``features`` runs MLX and belongs to the engine thread; an image becomes exactly
-``tokens_for(pixels)`` consecutive image-token positions of the prompt.
+thread); ``features`` runs MLX and belongs to the engine thread and returns what is
+written at the image's positions in place of the token embeddings; an image becomes
+exactly ``tokens_for(pixels)`` consecutive image-token positions of the prompt. Families:
+llava here, gemma3 in ``vision/gemma3.py``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 
 from ..errors import UnsupportedModel
 
-FAMILIES = ("llava",)  # model types served with images (their text side an mlx-lm llama/qwen2)
+FAMILIES = ("llava", "gemma3")  # model types served with images (llava: an mlx-lm llama/qwen2 text side)
 
 
 def is_vision_config(config: Mapping[str, Any]) -> bool:
@@ -37,6 +39,11 @@ class VisionTower:
     image_token_id: int
     patch_size: int
     extra_tokens: int  # positions the tower adds (CLS) minus those the feature strategy drops
+    encoded: int = 0  # images run through the tower and projector since load
+    # The text one placeholder becomes before tokenizing (the processor's own expansion:
+    # gemma3), or None where the placeholder token is expanded to its run in the ids (llava).
+    image_text: str | None = None
+    placeholder_text: str | None = None  # what the template renders an image as, where image_text is set
 
     def pixels(self, images: list) -> np.ndarray:
         """[n, channels, height, width] float32 from RGB PIL images."""
@@ -50,6 +57,7 @@ class VisionTower:
     def features(self, pixels: np.ndarray) -> mx.array:
         """[n, tokens, text hidden]: the projector's output for each image (engine thread)."""
         vlm = self.vlm
+        self.encoded += pixels.shape[0]
         *_, hidden = vlm.vision_tower(mx.array(pixels).transpose(0, 2, 3, 1), output_hidden_states=True)
         layer = vlm.vision_feature_layer
         chosen = [hidden[i] for i in layer] if isinstance(layer, (list, tuple)) else [hidden[layer]]
@@ -68,15 +76,27 @@ def load_vision_model(path: Path, config: Mapping[str, Any]):
     if "quantization" in config or "quantization_config" in config:
         raise UnsupportedModel(f"quantized {config.get('model_type')} checkpoints are not served yet")
     vlm, processor = mlx_vlm.load(str(path))
-    text_config = dict(config["text_config"])
-    text_config.setdefault("vocab_size", config.get("vocab_size"))
+    gemma = config["model_type"] == "gemma3"
+    if gemma:
+        from .gemma3 import served_text_config, text_config_of
+        text_config = text_config_of(vlm)
+        config["text_config"] = served_text_config(config["text_config"], text_config)  # what traits read
+    else:
+        text_config = dict(config["text_config"])
+        text_config.setdefault("vocab_size", config.get("vocab_size"))
     model_class, args_class = _get_classes(text_config)
     text = model_class(args_class.from_dict(text_config))
     weights = dict(tree_flatten(vlm.language_model.parameters()))
+    if gemma:
+        from .gemma3 import untie
+        weights = untie(weights)
     text.load_weights(list(text.sanitize(weights).items()) if hasattr(text, "sanitize") else list(weights.items()))
     vlm.language_model = None  # the text model holds those arrays now
     eos = config.get("eos_token_id", text_config.get("eos_token_id"))
     tokenizer = load_tokenizer(path, eos_token_ids=[eos] if isinstance(eos, int) else eos)
+    if gemma:
+        from .gemma3 import gemma3_tower
+        return text, tokenizer, gemma3_tower(vlm, processor, config)
     vision = config["vision_config"]
     cls = 1 if vision.get("model_type") == "clip_vision_model" else 0  # SigLIP towers have no CLS position
     dropped = 1 if config.get("vision_feature_select_strategy", "default") == "default" else 0

@@ -1,8 +1,11 @@
-"""An image chat's token ids: each image's one placeholder token, as the chat template
-renders it, expanded to the image's run of image-token positions.
+"""An image chat's token ids: each image's placeholder, as the chat template renders it,
+expanded to the image's run of image-token positions (llava: the placeholder token in
+the ids; gemma3: the placeholder in the text, replaced by the processor's own run text
+before tokenizing, as its processor does).
 
-Invariants: the placeholders in the rendered ids are exactly the request's images, in
-order (a placeholder typed as text, or a template that drops one, is refused); the runs
+Invariants: the placeholders in the rendered prompt are exactly the request's images, in
+order, and every image-token id of the result lies in one image's run (a placeholder or
+image token typed as text, or a template that drops one, is refused); the runs
 never reach the prompt's last token, which the batch feeds as a token; each image keeps
 the digest of its bytes, which keys its positions in the prefix cache.
 """
@@ -34,14 +37,16 @@ class PromptImage:
         return self.start + self.length
 
 
-def expand_images(ids: list[int], prompt: ChatPrompt, tower: VisionTower, limits
+def expand_images(text: str, tokenizer, prompt: ChatPrompt, tower: VisionTower, limits
                   ) -> tuple[list[int], tuple[PromptImage, ...]]:
-    """(expanded ids, the images' runs); decodes and processes every image (blocking)."""
+    """(token ids of the rendered ``text`` with its images' runs, the runs); decodes and
+    processes every image (blocking)."""
+    if tower.image_text is not None:
+        return _expand_text(text, tokenizer, prompt, tower, limits)
+    ids = tokenizer.encode(text, add_special_tokens=False)
     parts = list(image_parts(prompt))
     marks = [i for i, t in enumerate(ids) if t == tower.image_token_id]
-    if len(marks) != len(parts):
-        raise InvalidRequest("chat.messages", f"the rendered prompt holds {len(marks)} image placeholders for "
-                                              f"{len(parts)} images (is the image token typed as text?)")
+    _check_count(len(marks), len(parts))
     out: list[int] = []
     images: list[PromptImage] = []
     last = 0
@@ -56,3 +61,42 @@ def expand_images(ids: list[int], prompt: ChatPrompt, tower: VisionTower, limits
     if images and images[-1].end >= len(out):
         raise InvalidRequest("chat.messages", "the prompt must not end with an image")
     return out, tuple(images)
+
+
+def _check_count(found: int, images: int) -> None:
+    if found != images:
+        raise InvalidRequest("chat.messages", f"the rendered prompt holds {found} image placeholders for "
+                                              f"{images} images (is an image token typed as text?)")
+
+
+def _expand_text(text: str, tokenizer, prompt: ChatPrompt, tower: VisionTower, limits
+                 ) -> tuple[list[int], tuple[PromptImage, ...]]:
+    parts = list(image_parts(prompt))
+    _check_count(text.count(tower.placeholder_text), len(parts))
+    ids = tokenizer.encode(text.replace(tower.placeholder_text, tower.image_text), add_special_tokens=False)
+    runs = _runs(ids, tower.image_token_id)
+    images: list[PromptImage] = []
+    for (start, length), (field, part) in zip(runs, parts) if len(runs) == len(parts) else ():
+        pixels = tower.pixels([decode(f"{field}.data", part, limits)])
+        if length != tower.tokens_for(pixels):
+            break
+        images.append(PromptImage(start, length, pixels, hashlib.sha256(part.data).digest()))
+    if len(images) != len(parts):
+        raise InvalidRequest("chat.messages", "the prompt's image tokens do not form one run per image "
+                                              "(is an image token typed as text?)")
+    if images and images[-1].end >= len(ids):
+        raise InvalidRequest("chat.messages", "the prompt must not end with an image")
+    return ids, tuple(images)
+
+
+def _runs(ids: list[int], token: int) -> list[tuple[int, int]]:
+    """(start, length) of each maximal run of ``token`` in ``ids``."""
+    runs: list[tuple[int, int]] = []
+    for i, t in enumerate(ids):
+        if t != token:
+            continue
+        if runs and runs[-1][0] + runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((i, 1))
+    return runs

@@ -1,8 +1,9 @@
 """A prompt chunk's input embeddings with its images' features at their positions, and
 the prompt's key in the prefix cache.
 
-Invariants (engine thread only): an image's features are computed once, when the first
-chunk that covers any of its positions is fed, and kept until the sequence leaves
+Invariants (engine thread only): an image's features are fetched once per sequence, when
+the first chunk that covers any of its positions is fed (from the model's encoded-image
+cache, or the tower on a miss: ``EncodedImages``), and kept until the sequence leaves
 prefill; a chunk boundary may fall anywhere inside an image's run. In the prefix cache's
 key an image's positions hold ids derived from the digest of its bytes and the position
 in its run, all at or above 2**31 (beyond any vocabulary, within 32 bits), so a prefix
@@ -17,7 +18,7 @@ from typing import Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from .model import VisionTower
+from .encoded import EncodedImages
 from .prompt import PromptImage
 
 
@@ -48,7 +49,7 @@ class ImageRows:
     def covers(self, start: int, end: int) -> bool:
         return any(img.start < end and start < img.end for img in self.images)
 
-    def embeddings(self, model: nn.Module, tower: VisionTower, tokens: mx.array, start: int) -> mx.array:
+    def embeddings(self, model: nn.Module, encoder: EncodedImages, tokens: mx.array, start: int) -> mx.array:
         """[1, L, hidden] for ``tokens`` ([1, L], the prompt from ``start``)."""
         end = start + tokens.shape[1]
         h = token_embedding(model)(tokens)
@@ -57,10 +58,7 @@ class ImageRows:
             if a >= b:
                 continue
             if i not in self._features:
-                features = tower.features(img.pixels)[0]
-                if features.shape[0] != img.length:  # the run was sized from the pixels' shape
-                    raise ValueError(f"an image gave {features.shape[0]} features for {img.length} positions")
-                self._features[i] = features
+                self._features[i] = encoder.features(img)
             h[:, a - start : b - start, :] = self._features[i][a - img.start : b - img.start].astype(h.dtype)
         return h
 

@@ -22,6 +22,7 @@ from .interrupt import Interrupted, LayerCheckpoints
 from .steps import StepKind, next_prefill_step
 from ..scheduling.reuse import PrefixReuse
 from ..sequence.state import SequenceState
+from ...vision.encoded import EncodedImages
 from ...vision.model import VisionTower
 
 Route = Callable[[list[SequenceState]], AbstractContextManager]
@@ -37,7 +38,7 @@ class Prefiller:
                  interrupt: Callable[[str], bool] | None = None, route: Route = unrouted,
                  vision: VisionTower | None = None):
         self._model = model
-        self._vision = vision
+        self.images = EncodedImages(vision, config.image_cache_bytes) if vision is not None else None
         self._route = route
         self._config = config
         self._reuse = reuse
@@ -75,7 +76,7 @@ class Prefiller:
                 continue
             try:
                 tokens = mx.array(seq.tokens[step.start : step.end], dtype=mx.int32)[None]
-                embeddings = (seq.images.embeddings(self._model, self._vision, tokens, step.start)
+                embeddings = (seq.images.embeddings(self._model, self.images, tokens, step.start)
                               if seq.images is not None and seq.images.covers(step.start, step.end) else None)
                 self._forward(tokens, seq.caches, [seq], embeddings)
             except Interrupted:
