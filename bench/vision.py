@@ -37,6 +37,7 @@ if __package__ in (None, ""):
 import argparse
 import asyncio
 import io
+import os
 import shutil
 import sys
 import tempfile
@@ -225,20 +226,23 @@ async def measure(args, model_dir: Path, log_dir: Path, report: Report) -> None:
     finally:
         await server.close()
     o, m = rates["ours"], rates["mlx-vlm"]
-    prompt = {s: sorted({r.prompt_tokens for r in per_request[s]}) for s in per_request}
+    prompt = {s: sorted(r.prompt_tokens for r in per_request[s]) for s in per_request}
+    same = "the same on both sides" if prompt["ours"] == prompt["mlx-vlm"] else \
+        f"mlx-vlm {prompt['mlx-vlm'][0]}-{prompt['mlx-vlm'][-1]}"
+    report.facts["load average at end"] = "%.2f %.2f %.2f" % os.getloadavg()
     t = report.table(f"{args.requests} requests, one {IMAGE_SIDE}x{IMAGE_SIDE} PNG each, {args.tokens} tokens each",
                      "ours", "mlx-vlm")
     t.append(Row("aggregate tok/s", o.fmt(), m.fmt(), ratio(o.median, m.median),
-                 f"ours concurrent via gRPC; mlx-vlm one after another; prompt tokens ours {prompt['ours']}, "
-                 f"mlx-vlm {prompt['mlx-vlm']}"))
+                 f"ours concurrent via gRPC; mlx-vlm one after another; prompt tokens "
+                 f"{prompt['ours'][0]}-{prompt['ours'][-1]}, {same}"))
     alone = Sample([r.ttft for r in per_request["mlx-vlm"]])
     t.append(Row("TTFT ms, an image seen for the first time", first.fmt(0, 1e3), alone.fmt(0, 1e3),
                  ratio(first.median, alone.median), "ours: the repeat table's first request, alone; "
                  "mlx-vlm: each request alone; lower is better"))
     t = report.table("the same image again (same prompt prefix, another question after it)", "repeat", "first time")
     t.append(Row("TTFT ms", again.fmt(0, 1e3), first.fmt(0, 1e3), ratio(again.median, first.median),
-                 f"ours, lower is better; cached/prompt tokens on repeats: "
-                 f"{', '.join(f'{c}/{p}' for c, p in cached)}"))
+                 f"ours, lower is better; cached/prompt tokens on the repeats: "
+                 f"{', '.join(sorted({f'{c}/{p}' for c, p in cached}))}"))
     goals = report.table("goals (ratios from this run)", "measured", "goal")
     for name, a, b, target, higher in (
             (f"{args.requests} requests aggregate vs mlx-vlm one after another", o.median, m.median,
@@ -270,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.quick:
             from tests.fixtures.vision_models import build_llava
 
-            model_dir, described = build_llava(Path(tmp) / "llava"), "the tests' tiny LLaVA (random weights)"
+            model_dir = build_llava(Path(tmp) / "llava")
+            described = "the tests' tiny LLaVA (64 px tower): a harness check, the figures mean nothing"
         else:
             model_dir = bench_model()
             described = (f"{model_dir.name}: CLIP-ViT-B/16-shaped tower at 224 px (196 image tokens), "
