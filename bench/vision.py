@@ -232,16 +232,18 @@ async def measure(args, model_dir: Path, log_dir: Path, report: Report) -> None:
     report.facts["load average at end"] = "%.2f %.2f %.2f" % os.getloadavg()
     t = report.table(f"{args.requests} requests, one {IMAGE_SIDE}x{IMAGE_SIDE} PNG each, {args.tokens} tokens each",
                      "ours", "mlx-vlm")
+    per_rep = ", ".join(ratio(a, b) for a, b in zip(o.values, m.values))
     t.append(Row("aggregate tok/s", o.fmt(), m.fmt(), ratio(o.median, m.median),
                  f"ours concurrent via gRPC; mlx-vlm one after another; prompt tokens "
-                 f"{prompt['ours'][0]}-{prompt['ours'][-1]}, {same}"))
+                 f"{prompt['ours'][0]}-{prompt['ours'][-1]}, {same}; ratio per repetition {per_rep}"))
     alone = Sample([r.ttft for r in per_request["mlx-vlm"]])
     t.append(Row("TTFT ms, an image seen for the first time", first.fmt(0, 1e3), alone.fmt(0, 1e3),
                  ratio(first.median, alone.median), "ours: the repeat table's first request, alone; "
                  "mlx-vlm: each request alone; lower is better"))
     t = report.table("the same image again (same prompt prefix, another question after it)", "repeat", "first time")
     t.append(Row("TTFT ms", again.fmt(0, 1e3), first.fmt(0, 1e3), ratio(again.median, first.median),
-                 f"ours, lower is better; cached/prompt tokens on the repeats: "
+                 f"ours, lower is better; ratio per repetition "
+                 f"{', '.join(ratio(a, b) for a, b in zip(again.values, first.values))}; cached/prompt tokens: "
                  f"{', '.join(sorted({f'{c}/{p}' for c, p in cached}))}"))
     goals = report.table("goals (ratios from this run)", "measured", "goal")
     for name, a, b, target, higher in (
