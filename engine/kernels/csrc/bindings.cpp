@@ -41,10 +41,10 @@ NB_MODULE(_ext, m) {
   m.def("softmax", &mlxk::softmax, "x"_a, nb::kw_only(), "stream"_a = nb::none(),
         "Softmax over the last axis.");
   m.def("attention", &mlxk::attention, "q"_a, "k"_a, "v"_a, "scale"_a, "causal"_a = false,
-        "window"_a = 0, "mask"_a = nb::none(), "flat"_a = false, "segments"_a = nb::none(), nb::kw_only(),
-        "stream"_a = nb::none(),
-        "softmax(scale * q k^T + mask) v with grouped-query heads, causal and window masks; "
-        "[B, Hq, L, Dv], or [B, L, Hq * Dv] when flat.");
+        "window"_a = 0, "mask"_a = nb::none(), "flat"_a = false, "segments"_a = nb::none(), "length"_a = -1,
+        nb::kw_only(), "stream"_a = nb::none(),
+        "softmax(scale * q k^T + mask) v with grouped-query heads, causal and window masks, over the first "
+        "`length` keys (-1: all); [B, Hq, L, Dv], or [B, L, Hq * Dv] when flat.");
   m.def("attention_quantized", &mlxk::attention_quantized, "q"_a, "k"_a, "v"_a, "group_size"_a, "bits"_a,
         "scale"_a, "causal"_a = false, "mask"_a = nb::none(), "flat"_a = false, "length"_a = -1, nb::kw_only(),
         "stream"_a = nb::none(),

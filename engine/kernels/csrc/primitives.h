@@ -29,10 +29,11 @@ mx::array softmax(const mx::array& x, mx::StreamOrDevice s = {});
 // [B, Hq, L, S]. Reads k and v in place (any strides, last axis contiguous).
 // With `flat` the result is [B, L, Hq * Dv] (the same memory). `segments` (int32
 // [n + 1], B == 1, L == S): packed sequences [segments[i], segments[i + 1]) that
-// see only themselves.
+// see only themselves. `length` >= 0 reads only the first `length` keys (S = length:
+// a cache's buffers as they are).
 mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
                     bool causal, int window, const std::optional<mx::array>& mask, bool flat,
-                    const std::optional<mx::array>& segments, mx::StreamOrDevice s = {});
+                    const std::optional<mx::array>& segments, int length = -1, mx::StreamOrDevice s = {});
 // attention() over keys and values in MLX's affine quantization, as mlx-lm's
 // QuantizedKVCache holds them: k = (codes uint32 [B, Hk, S, D * bits / 32],
 // scales and biases float32 [B, Hk, S, D / group]), the same for v; bits 8 or 4.
