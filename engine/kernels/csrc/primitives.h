@@ -95,6 +95,14 @@ std::vector<mx::array> qkv_rope(const mx::array& qkv, const RopeParams& p, const
                                 const mx::array& inv_freqs, const mx::array& offsets,
                                 const std::optional<mx::array>& q_norm,
                                 const std::optional<mx::array>& k_norm, mx::StreamOrDevice s = {});
+// qkv_rope writing k and v into a float KV cache's buffers keys and values [B, Hk, capacity, D]
+// at rows [at, at + L): returns q, the buffers (in place when nothing else holds them, else
+// copies) and offsets + L (int32, offsets' shape). One primitive.
+std::vector<mx::array> qkv_rope_append(const mx::array& qkv, const RopeParams& p, const QkvHeads& h,
+                                       const mx::array& inv_freqs, const mx::array& offsets,
+                                       const std::optional<mx::array>& q_norm,
+                                       const std::optional<mx::array>& k_norm, const mx::array& keys,
+                                       const mx::array& values, int at, mx::StreamOrDevice s = {});
 
 // Shared by the primitives below: CPU only, no transforms.
 class CpuPrimitive : public mx::Primitive {
@@ -206,7 +214,7 @@ class Rope : public CpuPrimitive {
 
 class QkvRope : public CpuPrimitive {
  public:
-  QkvRope(mx::Stream stream, RopeParams p, QkvHeads h) : CpuPrimitive(stream), p_(p), h_(h) {}
+  QkvRope(mx::Stream stream, RopeParams p, QkvHeads h, int at = -1) : CpuPrimitive(stream), p_(p), h_(h), at_(at) {}
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   const char* name() const override { return "KernelQkvRope"; }
   bool is_equivalent(const mx::Primitive& other) const override;
@@ -214,6 +222,7 @@ class QkvRope : public CpuPrimitive {
  private:
   RopeParams p_;
   QkvHeads h_;
+  int at_;  // >= 0: k and v go into cache buffers at this row (qkv_rope_append)
 };
 
 class QuantizedMatmul : public CpuPrimitive {
