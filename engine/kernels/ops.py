@@ -78,7 +78,10 @@ class RopeSpec:
     inv_freqs: mx.array
 
     def offsets(self, offset) -> mx.array:
+        """int32 [1] or [B]: a batch cache's own offsets array where it already is one."""
         if isinstance(offset, mx.array):
+            if offset.ndim == 1 and offset.dtype == mx.int32:
+                return offset
             return offset.reshape(-1).astype(mx.int32)
         return _offset_array(int(offset))
 
