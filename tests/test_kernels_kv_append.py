@@ -191,7 +191,6 @@ def run_batch(model, tokens: list[int]) -> list[mx.array]:
     cache = [BatchKVCache([5, 0, 2]) for _ in model.layers]
     rows = mx.array([[0] * 5 + tokens[:7], tokens[:12], [0] * 2 + tokens[3:13]])
     outs = [model(rows, cache=cache), model(mx.array([tokens[12:16]] * 3), cache=cache)]
-    step = mx.array([[t] for t in tokens[16:19]])
     for i, t in enumerate(tokens[16:]):
         if i == 40:
             for c in cache:
