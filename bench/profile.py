@@ -4,8 +4,9 @@ model and with the CPU kernels put in (``python -m bench --profile``).
 One forward is recorded: every call of a matmul, attention, RoPE, norm or
 activation, with its inputs. Each category is then replayed alone (its calls, in
 one evaluation) and timed; "the rest" is the full forward minus those, which
-leaves the KV-cache updates, reshapes, residual adds and embedding lookup together
-with MLX's per-op scheduling. Graph construction (Python) is timed apart, and the
+leaves the KV-cache updates (a fused block writes its own inside qkv_rope_append,
+counted as RoPE), reshapes, residual adds and embedding lookup together with MLX's
+per-op scheduling. Graph construction (Python) is timed apart, and the
 primitive count of the step says how many ops MLX schedules.
 """
 
@@ -54,7 +55,8 @@ def _hook_points():
               ("activations", nn, "gelu_approx"), ("activations", nn, "silu")]
     if kernels.status().available:
         ext = kernels.ext()
-        points += [("matmul", ext, "linear"), ("matmul", ext, "quantized_matmul"), ("attention", ext, "attention"), ("rope", ext, "rope"), ("rope", ext, "qkv_rope"),
+        points += [("matmul", ext, "linear"), ("matmul", ext, "quantized_matmul"), ("attention", ext, "attention"),
+                   ("rope", ext, "rope"), ("rope", ext, "qkv_rope"), ("rope", ext, "qkv_rope_append"),
                    ("norms", ext, "rms_norm"), ("norms", ext, "layer_norm"), ("activations", ext, "silu_gate"),
                    ("activations", ext, "silu_gate_halves"), ("activations", ext, "gelu")]
     return points

@@ -11,7 +11,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import scaled_dot_product_attention
 
-from . import ext, ops
+from . import ext, kv_append, ops
 from ..layering import KERNEL, install, layers_of, only_kernels
 from ..loading.traits import FUSED_FAMILIES
 
@@ -98,16 +98,27 @@ class FusedAttention(nn.Module):
         B, L, _ = x.shape
         rope = self._rope
         norms = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if "q_norm" in self else (None, None, 0.0)
-        q, k, v = ext().qkv_rope(_project(self.qkv_proj, x, norm=norm), self.n_heads, self.n_kv_heads, self.head_dim, rope.dims,
-                                 rope.traditional, rope.scale, rope.inv_freqs,
-                                 rope.offsets(cache.offset if cache is not None else 0), *norms)
-        if cache is not None:
-            k, v = cache.update_and_fetch(k, v)
+        offsets = rope.offsets(cache.offset if cache is not None else 0)
+        args = (_project(self.qkv_proj, x, norm=norm), self.n_heads, self.n_kv_heads, self.head_dim, rope.dims,
+                rope.traditional, rope.scale, rope.inv_freqs, offsets)
+        if kv_append.has_room(cache, L):  # k and v written into the cache's buffers by the same primitive
+            q, keys, values, after = ext().qkv_rope_append(*args, cache.keys, cache.values,
+                                                           kv_append.position(cache), *norms)
+            kv_append.advance(cache, keys, values, offsets, after, L)
+        else:
+            q, k, v = ext().qkv_rope(*args, *norms)
+            if cache is not None:
+                k, v = cache.update_and_fetch(k, v)
+        length = -1
+        if kv_append.plain(cache):  # the buffers as they are (the slices update_and_fetch returned go unused)
+            k, v, length = cache.keys, cache.values, kv_append.position(cache)
         if hasattr(cache, "bits"):
             out = ops.cache_attention(q, cache, scale=self.scale, mask=mask, flat=True)
         else:
-            out = ops.attention(q, k, v, scale=self.scale, mask=mask, flat=True)
+            out = ops.attention(q, k, v, scale=self.scale, mask=mask, flat=True, length=length)
         if out is None:
+            if length >= 0:
+                k, v = k[..., :length, :], v[..., :length, :]
             out = scaled_dot_product_attention(q, k, v, cache=cache, scale=self.scale, mask=mask)
             out = out.transpose(0, 2, 1, 3).reshape(B, L, -1)
         return _project(self.o_proj, out, residual)

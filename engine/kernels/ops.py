@@ -20,20 +20,21 @@ MATVEC_ROWS = 64
 
 
 def attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask=None, sinks=None,
-              flat: bool = False) -> mx.array | None:
-    """mx.fast.scaled_dot_product_attention's result ([B, L, Hq * Dv] with ``flat``)."""
+              flat: bool = False, length: int = -1) -> mx.array | None:
+    """mx.fast.scaled_dot_product_attention's result ([B, L, Hq * Dv] with ``flat``) over the
+    first ``length`` keys and values (-1: all; a cache's buffers as they are)."""
     if sinks is not None or not (q.dtype == k.dtype == v.dtype == F32):
         return None
     if isinstance(mask, str):
         if mask != "causal":
             return None
-        return ext().attention(q, k, v, scale, True, 0, None, flat, None)
+        return ext().attention(q, k, v, scale, True, 0, None, flat, None, length)
     if mask is not None:
         if mask.ndim > 4:
             return None
         if mask.dtype != mx.bool_:
             mask = mask.astype(F32)
-    return ext().attention(q, k, v, scale, False, 0, mask, flat, None)
+    return ext().attention(q, k, v, scale, False, 0, mask, flat, None, length)
 
 
 def cache_attention(q: mx.array, cache, *, scale: float, mask=None, sinks=None, flat: bool = False) -> mx.array | None:
@@ -77,7 +78,10 @@ class RopeSpec:
     inv_freqs: mx.array
 
     def offsets(self, offset) -> mx.array:
+        """int32 [1] or [B]: a batch cache's own offsets array where it already is one."""
         if isinstance(offset, mx.array):
+            if offset.ndim == 1 and offset.dtype == mx.int32:
+                return offset
             return offset.reshape(-1).astype(mx.int32)
         return _offset_array(int(offset))
 

@@ -117,6 +117,29 @@ struct Dense4 {
   }
 };
 
+// A 4-D float32 input of any strides, copied row-contiguous inside dispatched work.
+struct Strided4 {
+  const float* data;
+  int64_t shape[4], strides[4];
+
+  explicit Strided4(const mx::array& a) : data(a.data<float>()) {
+    for (int i = 0; i < 4; ++i) {
+      shape[i] = a.shape(i);
+      strides[i] = a.strides(i);
+    }
+  }
+  void copy_to(float* dst) const {
+    for (int64_t b = 0; b < shape[0]; ++b)
+      for (int64_t h = 0; h < shape[1]; ++h)
+        for (int64_t t = 0; t < shape[2]; ++t) {
+          const float* s = data + b * strides[0] + h * strides[1] + t * strides[2];
+          for (int64_t w = 0; w < shape[3]; ++w) {
+            *dst++ = s[w * strides[3]];
+          }
+        }
+  }
+};
+
 inline void require_float32(const mx::array& a, const char* op) {
   if (a.dtype() != mx::float32) {
     throw std::invalid_argument(std::string(op) + ": float32 inputs only");
@@ -125,6 +148,36 @@ inline void require_float32(const mx::array& a, const char* op) {
 
 inline void allocate(mx::array& out) {
   out.set_data(mx::allocator::malloc(out.nbytes()));
+}
+
+// `out` (shaped as `in`) takes over `in`'s buffer when nothing else holds it and it is
+// row-contiguous and whole; otherwise it gets a fresh one, and true says `in` must be
+// copied into it.
+inline bool take_or_allocate(const mx::array& in, mx::array& out) {
+  if (in.is_donatable() && in.flags().row_contiguous && in.size() == in.data_size()) {
+    out.copy_shared_buffer(in);
+    return false;
+  }
+  allocate(out);
+  return true;
+}
+
+// Each output of a primitive holds its own copy of the inputs until eval detaches them
+// right after eval_cpu, so no input of a primitive with several outputs is ever
+// donatable. Called first in eval_cpu, this drops the other outputs' copies early (what
+// detach does next), leaving `inputs` (those of the output being evaluated) as the
+// graph's only hold. Nothing is dropped while a transform keeps the graph (tracers).
+inline void release_sibling_inputs(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+  for (const auto& o : outputs) {
+    if (o.is_tracer()) {
+      return;
+    }
+  }
+  for (auto& o : outputs) {
+    if (&o.inputs() != &inputs) {
+      o.inputs().clear();
+    }
+  }
 }
 
 // The stream's encoder, with every input and output registered; outputs are

@@ -191,8 +191,9 @@ void Attention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::a
   int n_segments = p_.has_segments ? int(inputs.back().size()) - 1 : 0;
   if (p_.has_mask) {
     const auto& m = inputs[p_.bits ? 7 : 3];
+    const int lead = 4 - m.ndim();  // the mask broadcasts: its missing and size-1 axes stride 0
     for (int i = 0; i < 4; ++i) {
-      p.ms[i] = m.strides(i);
+      p.ms[i] = i < lead || m.shape(i - lead) == 1 ? 0 : m.strides(i - lead);
     }
     (m.dtype() == mx::bool_ ? (void)(mb = m.data<bool>()) : (void)(ma = m.data<float>()));
   }
@@ -241,9 +242,29 @@ bool Attention::is_equivalent(const mx::Primitive& other) const {
          p_.bits == o.bits && p_.group == o.group && p_.length == o.length;
 }
 
+namespace {
+
+// The mask as given, once it is bool or float32 and broadcasts to [B, Hq, L, S].
+mx::array checked_mask(const mx::array& mask, const mx::Shape& full, const char* op) {
+  if (mask.dtype() != mx::bool_ && mask.dtype() != mx::float32) {
+    throw std::invalid_argument(std::string(op) + ": the mask must be bool or float32");
+  }
+  bool fits = mask.ndim() <= 4;
+  for (int i = 0; fits && i < mask.ndim(); ++i) {
+    int d = mask.shape(mask.ndim() - 1 - i);
+    fits = d == 1 || d == full[3 - i];
+  }
+  if (!fits) {
+    throw std::invalid_argument(std::string(op) + ": the mask does not broadcast to [B, Hq, L, S]");
+  }
+  return mask;
+}
+
+} // namespace
+
 mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
                     bool causal, int window, const std::optional<mx::array>& mask, bool flat,
-                    const std::optional<mx::array>& segments, mx::StreamOrDevice s) {
+                    const std::optional<mx::array>& segments, int length, mx::StreamOrDevice s) {
   for (const auto* a : {&q, &k, &v}) {
     require_float32(*a, "attention");
     if (a->ndim() != 4) {
@@ -254,18 +275,17 @@ mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, 
       v.shape(1) != k.shape(1) || v.shape(2) != k.shape(2) || q.shape(1) % k.shape(1) != 0) {
     throw std::invalid_argument("attention: incompatible q, k, v shapes");
   }
+  if (length > k.shape(2)) {
+    throw std::invalid_argument("attention: length exceeds the keys held");
+  }
+  const int S = length >= 0 ? length : k.shape(2);
   auto stream = mx::to_stream(s);
   std::vector<mx::array> inputs = {q, k, v};
   if (mask) {
-    if (mask->dtype() != mx::bool_ && mask->dtype() != mx::float32) {
-      throw std::invalid_argument("attention: the mask must be bool or float32");
-    }
-    mx::Shape full = {q.shape(0), q.shape(1), q.shape(2), k.shape(2)};
-    inputs.push_back(mx::broadcast_to(*mask, full, stream));
+    inputs.push_back(checked_mask(*mask, {q.shape(0), q.shape(1), q.shape(2), S}, "attention"));
   }
   if (segments) {
-    if (segments->dtype() != mx::int32 || segments->ndim() != 1 || q.shape(0) != 1 ||
-        q.shape(2) != k.shape(2)) {
+    if (segments->dtype() != mx::int32 || segments->ndim() != 1 || q.shape(0) != 1 || q.shape(2) != S) {
       throw std::invalid_argument("attention: segments (int32 starts and end) need B == 1, L == S");
     }
     inputs.push_back(*segments);
@@ -274,7 +294,7 @@ mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, 
   if (flat) {
     shape = {q.shape(0), q.shape(2), q.shape(1) * v.shape(3)};
   }
-  AttentionParams params{scale, causal, window, mask.has_value(), flat, segments.has_value()};
+  AttentionParams params{scale, causal, window, mask.has_value(), flat, segments.has_value(), 0, 0, length};
   return mx::array(shape, mx::float32, std::make_shared<Attention>(stream, params), inputs);
 }
 
@@ -324,10 +344,7 @@ mx::array attention_quantized(const mx::array& q, const std::vector<mx::array>& 
   }
   const int S = length >= 0 ? length : k[0].shape(2), Dv = int(v[0].shape(3)) * 32 / bits;
   if (mask) {
-    if (mask->dtype() != mx::bool_ && mask->dtype() != mx::float32) {
-      throw std::invalid_argument("attention_quantized: the mask must be bool or float32");
-    }
-    inputs.push_back(mx::broadcast_to(*mask, {q.shape(0), q.shape(1), q.shape(2), S}, stream));
+    inputs.push_back(checked_mask(*mask, {q.shape(0), q.shape(1), q.shape(2), S}, "attention_quantized"));
   }
   mx::Shape shape = {q.shape(0), q.shape(1), q.shape(2), Dv};
   if (flat) {

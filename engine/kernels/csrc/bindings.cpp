@@ -41,10 +41,10 @@ NB_MODULE(_ext, m) {
   m.def("softmax", &mlxk::softmax, "x"_a, nb::kw_only(), "stream"_a = nb::none(),
         "Softmax over the last axis.");
   m.def("attention", &mlxk::attention, "q"_a, "k"_a, "v"_a, "scale"_a, "causal"_a = false,
-        "window"_a = 0, "mask"_a = nb::none(), "flat"_a = false, "segments"_a = nb::none(), nb::kw_only(),
-        "stream"_a = nb::none(),
-        "softmax(scale * q k^T + mask) v with grouped-query heads, causal and window masks; "
-        "[B, Hq, L, Dv], or [B, L, Hq * Dv] when flat.");
+        "window"_a = 0, "mask"_a = nb::none(), "flat"_a = false, "segments"_a = nb::none(), "length"_a = -1,
+        nb::kw_only(), "stream"_a = nb::none(),
+        "softmax(scale * q k^T + mask) v with grouped-query heads, causal and window masks, over the first "
+        "`length` keys (-1: all); [B, Hq, L, Dv], or [B, L, Hq * Dv] when flat.");
   m.def("attention_quantized", &mlxk::attention_quantized, "q"_a, "k"_a, "v"_a, "group_size"_a, "bits"_a,
         "scale"_a, "causal"_a = false, "mask"_a = nb::none(), "flat"_a = false, "length"_a = -1, nb::kw_only(),
         "stream"_a = nb::none(),
@@ -109,4 +109,19 @@ NB_MODULE(_ext, m) {
       "inv_freqs"_a, "offsets"_a, "q_norm"_a = nb::none(), "k_norm"_a = nb::none(), "eps"_a = 0.0f,
       nb::kw_only(), "stream"_a = nb::none(),
       "Split a fused qkv projection into q, k, v heads with per-head RMSNorm (optional) and RoPE.");
+  m.def(
+      "qkv_rope_append",
+      [](const mx::array& qkv, int q_heads, int kv_heads, int head_dim, int dims, bool traditional,
+         float scale, const mx::array& inv_freqs, const mx::array& offsets, const mx::array& keys,
+         const mx::array& values, int at, const std::optional<mx::array>& q_norm,
+         const std::optional<mx::array>& k_norm, float eps, mx::StreamOrDevice s) {
+        mlxk::QkvHeads h{q_heads, kv_heads, head_dim, q_norm.has_value(), eps};
+        return mlxk::qkv_rope_append(qkv, {dims, traditional, scale}, h, inv_freqs, offsets, q_norm, k_norm, keys,
+                                     values, at, s);
+      },
+      "qkv"_a, "q_heads"_a, "kv_heads"_a, "head_dim"_a, "dims"_a, "traditional"_a, "scale"_a,
+      "inv_freqs"_a, "offsets"_a, "keys"_a, "values"_a, "at"_a, "q_norm"_a = nb::none(), "k_norm"_a = nb::none(),
+      "eps"_a = 0.0f, nb::kw_only(), "stream"_a = nb::none(),
+      "qkv_rope with k and v written into a float KV cache's buffers [B, kv_heads, capacity, head_dim] at rows "
+      "[at, at + L) (in place when unshared): [q, keys, values, offsets + L].");
 }

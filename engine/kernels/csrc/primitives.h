@@ -29,10 +29,11 @@ mx::array softmax(const mx::array& x, mx::StreamOrDevice s = {});
 // [B, Hq, L, S]. Reads k and v in place (any strides, last axis contiguous).
 // With `flat` the result is [B, L, Hq * Dv] (the same memory). `segments` (int32
 // [n + 1], B == 1, L == S): packed sequences [segments[i], segments[i + 1]) that
-// see only themselves.
+// see only themselves. `length` >= 0 reads only the first `length` keys (S = length:
+// a cache's buffers as they are).
 mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
                     bool causal, int window, const std::optional<mx::array>& mask, bool flat,
-                    const std::optional<mx::array>& segments, mx::StreamOrDevice s = {});
+                    const std::optional<mx::array>& segments, int length = -1, mx::StreamOrDevice s = {});
 // attention() over keys and values in MLX's affine quantization, as mlx-lm's
 // QuantizedKVCache holds them: k = (codes uint32 [B, Hk, S, D * bits / 32],
 // scales and biases float32 [B, Hk, S, D / group]), the same for v; bits 8 or 4.
@@ -94,6 +95,14 @@ std::vector<mx::array> qkv_rope(const mx::array& qkv, const RopeParams& p, const
                                 const mx::array& inv_freqs, const mx::array& offsets,
                                 const std::optional<mx::array>& q_norm,
                                 const std::optional<mx::array>& k_norm, mx::StreamOrDevice s = {});
+// qkv_rope writing k and v into a float KV cache's buffers keys and values [B, Hk, capacity, D]
+// at rows [at, at + L): returns q, the buffers (in place when nothing else holds them, else
+// copies) and offsets + L (int32, offsets' shape). One primitive.
+std::vector<mx::array> qkv_rope_append(const mx::array& qkv, const RopeParams& p, const QkvHeads& h,
+                                       const mx::array& inv_freqs, const mx::array& offsets,
+                                       const std::optional<mx::array>& q_norm,
+                                       const std::optional<mx::array>& k_norm, const mx::array& keys,
+                                       const mx::array& values, int at, mx::StreamOrDevice s = {});
 
 // Shared by the primitives below: CPU only, no transforms.
 class CpuPrimitive : public mx::Primitive {
@@ -205,7 +214,7 @@ class Rope : public CpuPrimitive {
 
 class QkvRope : public CpuPrimitive {
  public:
-  QkvRope(mx::Stream stream, RopeParams p, QkvHeads h) : CpuPrimitive(stream), p_(p), h_(h) {}
+  QkvRope(mx::Stream stream, RopeParams p, QkvHeads h, int at = -1) : CpuPrimitive(stream), p_(p), h_(h), at_(at) {}
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   const char* name() const override { return "KernelQkvRope"; }
   bool is_equivalent(const mx::Primitive& other) const override;
@@ -213,6 +222,7 @@ class QkvRope : public CpuPrimitive {
  private:
   RopeParams p_;
   QkvHeads h_;
+  int at_;  // >= 0: k and v go into cache buffers at this row (qkv_rope_append)
 };
 
 class QuantizedMatmul : public CpuPrimitive {

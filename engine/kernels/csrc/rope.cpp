@@ -1,7 +1,9 @@
 // RoPE as one primitive (MLX's CPU backend runs mx.fast.rope as ~18 ops), with
 // mx.fast.rope's exact results; and the fused form over a qkv projection that
 // splits it into heads, applies per-head RMSNorm (Qwen3's q/k norms) and RoPE,
-// and writes q, k, v in [B, H, L, D] for attention and the KV cache in one step.
+// and writes q, k, v in [B, H, L, D] for attention and the KV cache in one step, or
+// writes k and v straight into a float KV cache's buffers (qkv_rope_append).
+#include <optional>
 #include <vector>
 
 #include "arrays.h"
@@ -62,45 +64,107 @@ bool Rope::is_equivalent(const mx::Primitive& other) const {
   return p_.dims == o.dims && p_.traditional == o.traditional && p_.scale == o.scale;
 }
 
+namespace {
+
+// Where head hh of (batch b, position l) goes: data + ((b * heads + hh) * T + t0 + l) * D.
+struct HeadsOut {
+  float* data;
+  int64_t T, t0;
+  float* at(int64_t b, int heads, int hh, int64_t l, int D) const {
+    return data + ((b * heads + hh) * T + t0 + l) * D;
+  }
+};
+
+struct QkvInputs {
+  Rows rows;
+  const float* inv;
+  const int32_t* off;
+  int n_off;
+  const float* qn;  // per-head norm weights, or null
+  const float* kn;
+};
+
+// Runs inside dispatched work: the heads of every row of qkv [B, L, ...] normed and
+// rotated into q and k, copied into v.
+void split_qkv(const RopeParams& p, const QkvHeads& h, const QkvInputs& in, int B, int L, HeadsOut q,
+               HeadsOut k, HeadsOut v) {
+  std::vector<float> buf;
+  int64_t stride;
+  const float* x = in.rows.materialize(buf, stride);
+  int D = h.head_dim, half = p.dims / 2;
+  parallel_for(int64_t(B) * L, std::max(1, 4096 / int(in.rows.cols)), [&](int64_t r0, int64_t r1) {
+    std::vector<float> c(half), sn(half), tmp(D);
+    for (int64_t r = r0; r < r1; ++r) {
+      int b = int(r / L), l = int(r % L);
+      const float* row = x + r * stride;
+      exact::angles(position(in.off, in.n_off, b, l, p.scale), in.inv, half, c.data(), sn.data());
+      auto rope_heads = [&](const float* src, const HeadsOut& out, int heads, const float* norm) {
+        for (int hh = 0; hh < heads; ++hh) {
+          const float* x_in = src + hh * D;
+          if (norm) {
+            exact::rms_norm(x_in, norm, tmp.data(), D, h.eps);
+            x_in = tmp.data();
+          }
+          exact::rope(x_in, out.at(b, heads, hh, l, D), D, p.dims, p.traditional, c.data(), sn.data());
+        }
+      };
+      rope_heads(row, q, h.q_heads, in.qn);
+      rope_heads(row + int64_t(h.q_heads) * D, k, h.kv_heads, in.kn);
+      const float* vs = row + int64_t(h.q_heads + h.kv_heads) * D;
+      for (int hh = 0; hh < h.kv_heads; ++hh) {
+        std::copy(vs + hh * D, vs + (hh + 1) * D, v.at(b, h.kv_heads, hh, l, D));
+      }
+    }
+  });
+}
+
+} // namespace
+
 void QkvRope::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  auto& enc = encoder(stream(), inputs, outputs);
   const auto& qkv = inputs[0];
   int B = qkv.shape(0), L = qkv.shape(1);
-  const float* qn = h_.has_norm ? inputs[3].data<float>() : nullptr;
-  const float* kn = h_.has_norm ? inputs[4].data<float>() : nullptr;
-  enc.dispatch([p = p_, h = h_, rows = Rows(qkv), inv = inputs[1].data<float>(),
-                off = inputs[2].data<int32_t>(), n_off = int(inputs[2].size()), qn, kn,
-                q = outputs[0].data<float>(), k = outputs[1].data<float>(),
-                v = outputs[2].data<float>(), B, L]() {
-    std::vector<float> buf;
-    int64_t stride;
-    const float* x = rows.materialize(buf, stride);
-    int D = h.head_dim, half = p.dims / 2;
-    parallel_for(int64_t(B) * L, std::max(1, 4096 / int(rows.cols)), [&](int64_t r0, int64_t r1) {
-      std::vector<float> c(half), sn(half), tmp(D);
-      for (int64_t r = r0; r < r1; ++r) {
-        int b = int(r / L), l = int(r % L);
-        const float* row = x + r * stride;
-        exact::angles(position(off, n_off, b, l, p.scale), inv, half, c.data(), sn.data());
-        auto rope_heads = [&](const float* src, float* out, int heads, const float* norm) {
-          for (int hh = 0; hh < heads; ++hh) {
-            const float* in = src + hh * D;
-            if (norm) {
-              exact::rms_norm(in, norm, tmp.data(), D, h.eps);
-              in = tmp.data();
-            }
-            float* dst = out + ((int64_t(b) * heads + hh) * L + l) * D;
-            exact::rope(in, dst, D, p.dims, p.traditional, c.data(), sn.data());
-          }
-        };
-        rope_heads(row, q, h.q_heads, qn);
-        rope_heads(row + int64_t(h.q_heads) * D, k, h.kv_heads, kn);
-        const float* vs = row + int64_t(h.q_heads + h.kv_heads) * D;
-        for (int hh = 0; hh < h.kv_heads; ++hh) {
-          std::copy(vs + hh * D, vs + (hh + 1) * D, v + ((int64_t(b) * h.kv_heads + hh) * L + l) * D);
-        }
-      }
+  QkvInputs in{Rows(qkv), inputs[1].data<float>(), inputs[2].data<int32_t>(), int(inputs[2].size()),
+               h_.has_norm ? inputs[3].data<float>() : nullptr, h_.has_norm ? inputs[4].data<float>() : nullptr};
+  if (at_ < 0) {
+    auto& enc = encoder(stream(), inputs, outputs);
+    enc.dispatch([p = p_, h = h_, in, B, L, q = HeadsOut{outputs[0].data<float>(), L, 0},
+                  k = HeadsOut{outputs[1].data<float>(), L, 0}, v = HeadsOut{outputs[2].data<float>(), L, 0}]() {
+      split_qkv(p, h, in, B, L, q, k, v);
     });
+    return;
+  }
+  // Appending: the last two inputs are the cache's key and value buffers [B, Hk, capacity, D],
+  // taken over (or copied) by outputs 1 and 2; output 3 is offsets + L.
+  release_sibling_inputs(inputs, outputs);
+  const auto& keys = inputs[inputs.size() - 2];
+  const auto& values = inputs[inputs.size() - 1];
+  auto& enc = mx::cpu::get_command_encoder(stream());
+  for (const auto& a : inputs) {
+    enc.set_input_array(a);
+  }
+  allocate(outputs[0]);
+  allocate(outputs[3]);
+  bool copy_k = take_or_allocate(keys, outputs[1]);
+  bool copy_v = take_or_allocate(values, outputs[2]);
+  for (auto& o : outputs) {
+    enc.set_output_array(o);
+  }
+  int64_t cap = keys.shape(2);
+  enc.dispatch([p = p_, h = h_, in, B, L, q = HeadsOut{outputs[0].data<float>(), L, 0},
+                k = HeadsOut{outputs[1].data<float>(), cap, at_}, v = HeadsOut{outputs[2].data<float>(), cap, at_},
+                kin = copy_k ? std::optional<Strided4>(Strided4(keys)) : std::nullopt,
+                vin = copy_v ? std::optional<Strided4>(Strided4(values)) : std::nullopt,
+                next = outputs[3].data<int32_t>()]() {
+    if (kin) {
+      kin->copy_to(k.data);
+    }
+    if (vin) {
+      vin->copy_to(v.data);
+    }
+    split_qkv(p, h, in, B, L, q, k, v);
+    for (int i = 0; i < in.n_off; ++i) {
+      next[i] = in.off[i] + L;
+    }
   });
 }
 
@@ -108,7 +172,7 @@ bool QkvRope::is_equivalent(const mx::Primitive& other) const {
   const auto& o = static_cast<const QkvRope&>(other);
   return p_.dims == o.p_.dims && p_.traditional == o.p_.traditional && p_.scale == o.p_.scale &&
          h_.q_heads == o.h_.q_heads && h_.kv_heads == o.h_.kv_heads &&
-         h_.head_dim == o.h_.head_dim && h_.has_norm == o.h_.has_norm && h_.eps == o.h_.eps;
+         h_.head_dim == o.h_.head_dim && h_.has_norm == o.h_.has_norm && h_.eps == o.h_.eps && at_ == o.at_;
 }
 
 mx::array rope(const mx::array& x, const RopeParams& p, const mx::array& inv_freqs,
@@ -128,15 +192,20 @@ mx::array rope(const mx::array& x, const RopeParams& p, const mx::array& inv_fre
                    {x, inv_freqs, offsets});
 }
 
-std::vector<mx::array> qkv_rope(const mx::array& qkv, const RopeParams& p, const QkvHeads& h,
-                                const mx::array& inv_freqs, const mx::array& offsets,
-                                const std::optional<mx::array>& q_norm,
-                                const std::optional<mx::array>& k_norm, mx::StreamOrDevice s) {
+namespace {
+
+// qkv_rope's inputs, checked: qkv, inv_freqs, offsets, then the norm weights when given.
+std::vector<mx::array> qkv_inputs(const mx::array& qkv, const RopeParams& p, const QkvHeads& h,
+                                  const mx::array& inv_freqs, const mx::array& offsets,
+                                  const std::optional<mx::array>& q_norm, const std::optional<mx::array>& k_norm) {
   require_float32(qkv, "qkv_rope");
   check_rope(p, inv_freqs, offsets);
   int D = h.head_dim;
   if (qkv.ndim() != 3 || qkv.shape(-1) != (h.q_heads + 2 * h.kv_heads) * D || p.dims > D) {
     throw std::invalid_argument("qkv_rope: qkv must be [B, L, (q_heads + 2 kv_heads) head_dim]");
+  }
+  if (offsets.size() != 1 && offsets.size() != size_t(qkv.shape(0))) {
+    throw std::invalid_argument("qkv_rope: offsets must be [1] or [B]");
   }
   if (q_norm.has_value() != h.has_norm || k_norm.has_value() != h.has_norm) {
     throw std::invalid_argument("qkv_rope: pass both q and k norm weights, or neither");
@@ -146,10 +215,44 @@ std::vector<mx::array> qkv_rope(const mx::array& qkv, const RopeParams& p, const
     inputs.push_back(*q_norm);
     inputs.push_back(*k_norm);
   }
-  int B = qkv.shape(0), L = qkv.shape(1);
+  return inputs;
+}
+
+} // namespace
+
+std::vector<mx::array> qkv_rope(const mx::array& qkv, const RopeParams& p, const QkvHeads& h,
+                                const mx::array& inv_freqs, const mx::array& offsets,
+                                const std::optional<mx::array>& q_norm,
+                                const std::optional<mx::array>& k_norm, mx::StreamOrDevice s) {
+  auto inputs = qkv_inputs(qkv, p, h, inv_freqs, offsets, q_norm, k_norm);
+  int B = qkv.shape(0), L = qkv.shape(1), D = h.head_dim;
   return mx::array::make_arrays({{B, h.q_heads, L, D}, {B, h.kv_heads, L, D}, {B, h.kv_heads, L, D}},
                                 {mx::float32, mx::float32, mx::float32},
                                 std::make_shared<QkvRope>(mx::to_stream(s), p, h), inputs);
+}
+
+std::vector<mx::array> qkv_rope_append(const mx::array& qkv, const RopeParams& p, const QkvHeads& h,
+                                       const mx::array& inv_freqs, const mx::array& offsets,
+                                       const std::optional<mx::array>& q_norm,
+                                       const std::optional<mx::array>& k_norm, const mx::array& keys,
+                                       const mx::array& values, int at, mx::StreamOrDevice s) {
+  auto inputs = qkv_inputs(qkv, p, h, inv_freqs, offsets, q_norm, k_norm);
+  int B = qkv.shape(0), L = qkv.shape(1), D = h.head_dim;
+  for (const auto* buf : {&keys, &values}) {
+    require_float32(*buf, "qkv_rope_append (keys, values)");
+    if (buf->ndim() != 4 || buf->shape(0) != B || buf->shape(1) != h.kv_heads || buf->shape(3) != D ||
+        buf->shape(2) != keys.shape(2)) {
+      throw std::invalid_argument("qkv_rope_append: keys and values must be [B, kv_heads, capacity, head_dim]");
+    }
+  }
+  if (at < 0 || at + L > keys.shape(2)) {
+    throw std::invalid_argument("qkv_rope_append: rows [at, at + L) do not fit the buffers");
+  }
+  inputs.push_back(keys);
+  inputs.push_back(values);
+  return mx::array::make_arrays({{B, h.q_heads, L, D}, keys.shape(), values.shape(), offsets.shape()},
+                                {mx::float32, mx::float32, mx::float32, mx::int32},
+                                std::make_shared<QkvRope>(mx::to_stream(s), p, h, at), inputs);
 }
 
 } // namespace mlxk
