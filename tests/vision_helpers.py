@@ -1,7 +1,7 @@
 """Images, requests and mlx-vlm's greedy reference for the vision tests.
 
 The reference is mlx-vlm itself on the fixture: its processor (LlavaProcessor,
-Gemma3Processor) expands the image placeholder and preprocesses the pixels, its model splices the features and decodes
+Gemma3Processor, Idefics3Processor, SmolVLMProcessor) expands the image placeholder and preprocesses the pixels, its model splices the features and decodes
 greedily (``mlx_vlm.generate.ar.generate_step``); each step's top-2 margin is kept so a
 divergence at a near-tie can be told apart from a wrong token.
 """
