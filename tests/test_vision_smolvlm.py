@@ -181,3 +181,44 @@ async def test_the_smolvlm_model_type_is_served_as_mlx_vlm_serves_it(tmp_path):
         await models.close()
     for out, r, case in zip(outs, ref, cases):
         assert matches(out.token_ids, r), (case, out.token_ids, r.tokens)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 8, 17, 1000])
+def test_spliced_embeddings_equal_mlx_vlms_at_any_chunking(smol_dir, chunk):
+    """Two images of different grids: our ids are the processor's, and the prompt's input
+    embeddings, built chunk by chunk (boundaries inside runs, on markers, between
+    images), are mlx-vlm's (its masked scatter of the tower's features)."""
+    import io
+
+    import mlx.core as mx
+    import mlx_vlm
+    import numpy as np
+    from PIL import Image
+
+    from engine.loading.model import load_generation_model
+    from engine.requests import ChatMessage, ChatPrompt, ImagePart, TextPart
+    from engine.validation import Limits
+    from engine.vision.encoded import EncodedImages
+    from engine.vision.prompt import expand_images
+    from engine.vision.splice import ImageRows
+
+    names = ("wide-webp", "red-jpeg")
+    vlm, processor = mlx_vlm.load(str(smol_dir))
+    content = [{"type": "image"}] * 2 + [{"type": "text", "text": "Compare them."}]
+    text = processor.tokenizer.apply_chat_template([{"role": "user", "content": content}],
+                                                   add_generation_prompt=True, tokenize=False)
+    pil = [Image.open(io.BytesIO(IMAGES[n])).convert("RGB") for n in names]
+    inputs = processor(images=pil, text=text)
+    want = vlm.get_input_embeddings(inputs["input_ids"], inputs["pixel_values"]).inputs_embeds
+
+    loaded = load_generation_model(smol_dir, use_kernels=False)
+    parts = (*(ImagePart(IMAGES[n], MEDIA[n]) for n in names), TextPart("Compare them."))
+    prompt = ChatPrompt(messages=(ChatMessage("user", "Compare them.", parts=parts),))
+    ids, images = expand_images(text, loaded.tokenizer, prompt, loaded.vision, Limits())
+    assert ids == inputs["input_ids"][0].tolist()
+    assert [len(img.feature_runs) for img in images] == [TILES[n] for n in names]
+    rows, encoder = ImageRows(images), EncodedImages(loaded.vision, 0)
+    tokens = mx.array([ids])
+    got = mx.concatenate([rows.embeddings(loaded.model, encoder, tokens[:, s : s + chunk], s)
+                          for s in range(0, len(ids), chunk)], axis=1)
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
