@@ -25,7 +25,8 @@ from service.gen.mlxgrpc.v1 import model_pb2 as model_pb
 from tests.fixtures.vision_models import FAKE, GLOBAL_IMG, IMAGE_TOKEN, SMOL_TILE_TOKENS, build_smolvlm
 from tests.helpers import generate
 from tests.test_ops_security import extra_server
-from tests.vision_helpers import GRADIENT, encoded, image_chat, image_part, matches, vlm_reference
+from tests.vision_helpers import (GRADIENT, encoded, image_chat, image_part, matches, vlm_chat_reference,
+                                  vlm_reference)
 
 MAX_TOKENS = 12
 # tiles (a 2 x 2 grid, 1 x 2, or the grid of a small square) plus the global view
@@ -105,6 +106,22 @@ async def test_batch_of_eight_mixing_image_and_text_rows_equals_mlx_vlm(served, 
     outs = await asyncio.gather(*(generate(stub, case_request(i)) for i in range(8)))
     for i, out in enumerate(outs):
         assert matches(out.token_ids, reference[i]), (CASES[i], out.token_ids, reference[i].tokens)
+
+
+async def test_a_conversation_with_text_only_turns_equals_mlx_vlm(served, smol_dir):
+    """SmolVLM's template reads every content as a list of parts: the system, assistant
+    and text-only user turns reach it as text parts (as a plain string they would render
+    as nothing), so the prompt and the answer are mlx-vlm's."""
+    stub, _ = served
+    chat = [("system", "You describe pictures.", ()), ("user", "What is it?", (IMAGES["wide-webp"],)),
+            ("assistant", "A blue band.", ()), ("user", "And the colour again?", ())]
+    ref = vlm_chat_reference(smol_dir, [chat], MAX_TOKENS)[0]
+    messages = [gen_pb.ChatMessage(role=role, parts=[*(image_part(data, MEDIA["wide-webp"]) for data in images),
+                                                     gen_pb.ContentPart(text=text)]) for role, text, images in chat]
+    req = pb.GenerateRequest(model="smolvlm", chat=gen_pb.ChatMessages(messages=messages),
+                             stopping=gen_pb.StoppingCriteria(max_tokens=MAX_TOKENS, ignore_eos=True))
+    out = await generate(stub, req)
+    assert matches(out.token_ids, ref), (out.token_ids, ref.tokens)
 
 
 async def test_the_image_changes_the_answer(served, reference):

@@ -62,6 +62,9 @@ class VisionTower:
 
     # Texts only the placeholder's expansion writes: a rendered prompt holding one is refused.
     markers: Any = None  # a compiled pattern, or None
+    # The chat template reads every message's content as a list of parts (SmolVLM's), so
+    # text-only messages go to it as one text part, never as a plain string.
+    content_as_parts: bool = False
 
     def process(self, image) -> ProcessedImage:
         """``image`` (RGB PIL) as the prompt holds it (plain numpy work, any thread)."""
