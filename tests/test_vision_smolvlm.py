@@ -3,7 +3,9 @@ idefics3 on the tiny fixture alone, with two images, with images of different si
 (different tile grids, so different numbers of image tokens), and inside a batch of eight
 mixing image and text rows (the tie rule of tests/vision_helpers.py); the image changes
 the answer; the placeholder, image tokens or the processor's markers typed as text are
-refused; the encoded-image cache and the prefix cache serve a repeated image; the
+refused; the encoded-image cache and the prefix cache serve a repeated image; logprobs
+and structured output work on image prompts; text-only turns of a conversation reach
+SmolVLM's parts-only template; the spliced embeddings are mlx-vlm's at any chunking; the
 memory plan counts each tensor once; GetModelInfo says the model takes images; the
 "smolvlm" model type is served the same way."""
 
@@ -239,3 +241,21 @@ def test_spliced_embeddings_equal_mlx_vlms_at_any_chunking(smol_dir, chunk):
     got = mx.concatenate([rows.embeddings(loaded.model, encoder, tokens[:, s : s + chunk], s)
                           for s in range(0, len(ids), chunk)], axis=1)
     np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
+
+
+async def test_logprobs_and_structured_output_on_an_image_prompt(served, reference):
+    import math
+
+    stub, _ = served
+    req = case_request(1)
+    req.logprobs, req.top_logprobs = True, 2
+    out = await generate(stub, req)
+    assert matches(out.token_ids, reference[1])
+    for lp, margin in zip((lp for d in out.deltas for lp in d.logprobs), reference[1].margins):
+        first, second = lp.top_logprobs
+        assert lp.token_id == first.token_id and math.isclose(first.logprob - second.logprob, margin, abs_tol=1e-3)
+    req = case_request(1)
+    req.response_format.CopyFrom(gen_pb.ResponseFormat(choice=gen_pb.ResponseFormat.Choice(
+        options=["a cat", "a gradient", "nothing"])))
+    out = await generate(stub, req)
+    assert out.finished.reason == gen_pb.FINISH_REASON_STOP and out.text in ("a cat", "a gradient", "nothing")
