@@ -104,6 +104,16 @@ def apply_to_encoder(encoder, name: str = "") -> dict[str, int]:
     return _report(name, apply(encoder))
 
 
+def apply_to_tower(vlm, name: str = "") -> dict[str, int]:
+    """The same for an mlx-vlm model's vision tower and projector."""
+    announce()
+    if not enabled():
+        return {}
+    from .vision import apply  # noqa: PLC0415
+
+    return _report(f"{name} vision tower" if name else "vision tower", apply(vlm))
+
+
 def _report(name: str, counts: dict[str, int]) -> dict[str, int]:
     log.info("CPU kernels in %s: %s", name or "model",
              ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())) or "none applicable")

@@ -104,6 +104,8 @@ def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "a
         traits = replace(traits, media=("image",))
     apply_batch_fixes(model)
     applied = kernels.apply_to_decoder(model, name) if use_kernels else {}
+    if use_kernels and vision is not None:
+        applied = {**applied, **{f"tower {k}": v for k, v in kernels.apply_to_tower(vision.vlm, name).items()}}
     weight_dtype = _weight_dtype(model)  # after the kernels: they may hold scales in float16
     log.info("loaded %s from %s (%s, %s)", name, source, config.get("model_type"), weight_dtype)
     return LoadedModel(name, model, tokenizer, config, str(source), artifact, weight_dtype, applied, traits, vision)
