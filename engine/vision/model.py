@@ -14,6 +14,7 @@ smolvlm in ``vision/idefics3.py``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -61,7 +62,7 @@ class VisionTower:
     image_text: str | None = None  # the text every placeholder becomes (gemma3; idefics3: per image)
 
     # Texts only the placeholder's expansion writes: a rendered prompt holding one is refused.
-    markers: Any = None  # a compiled pattern, or None
+    markers: re.Pattern[str] | None = None
     # The chat template reads every message's content as a list of parts (SmolVLM's), so
     # text-only messages go to it as one text part, never as a plain string.
     content_as_parts: bool = False
