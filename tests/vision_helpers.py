@@ -1,7 +1,7 @@
 """Images, requests and mlx-vlm's greedy reference for the vision tests.
 
 The reference is mlx-vlm itself on the fixture: its processor (LlavaProcessor,
-Gemma3Processor) expands the image placeholder and preprocesses the pixels, its model splices the features and decodes
+Gemma3Processor, Idefics3Processor, SmolVLMProcessor) expands the image placeholder and preprocesses the pixels, its model splices the features and decodes
 greedily (``mlx_vlm.generate.ar.generate_step``); each step's top-2 margin is kept so a
 divergence at a near-tie can be told apart from a wrong token.
 """
@@ -64,6 +64,13 @@ class Reference:
 def vlm_reference(model_dir: Path, cases: list[tuple[str, tuple[bytes, ...]]], max_tokens: int) -> list[Reference]:
     """mlx-vlm's greedy tokens for each (user text, images) as a one-message chat: the
     images, then the text."""
+    return vlm_chat_reference(model_dir, [[("user", text, image)] for text, image in cases], max_tokens)
+
+
+def vlm_chat_reference(model_dir: Path, chats: list[list[tuple[str, str, tuple[bytes, ...]]]],
+                       max_tokens: int) -> list[Reference]:
+    """mlx-vlm's greedy tokens for each chat of (role, text, images) messages, every
+    message's content a list of parts (its images, then its text), as mlx-vlm builds them."""
     import mlx.core as mx
     import mlx_vlm
     from mlx_vlm.generate.ar import generate_step
@@ -72,11 +79,11 @@ def vlm_reference(model_dir: Path, cases: list[tuple[str, tuple[bytes, ...]]], m
     model, processor = mlx_vlm.load(str(model_dir))
     gemma = model.config.model_type == "gemma3"
     out = []
-    for text, image in cases:
-        content = [{"type": "image"}] * len(image) + [{"type": "text", "text": text}]
-        prompt = processor.tokenizer.apply_chat_template([{"role": "user", "content": content}],
-                                                         add_generation_prompt=True, tokenize=False)
-        images = [Image.open(io.BytesIO(data)).convert("RGB") for data in image] or None
+    for chat in chats:
+        messages = [{"role": role, "content": [{"type": "image"}] * len(image) + [{"type": "text", "text": text}]}
+                    for role, text, image in chat]
+        prompt = processor.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        images = [Image.open(io.BytesIO(data)).convert("RGB") for _, _, image in chat for data in image] or None
         if gemma:  # the template renders every special token; its embeddings want the mask
             inputs = processor(images=images, text=prompt, add_special_tokens=False)
             mask = mx.array(inputs["attention_mask"])

@@ -68,17 +68,22 @@ class PromptEncoder:
             raise Unsupported(f"model {m.name!r} has no chat template; send text or tokens")
         if not prompt.messages:
             raise InvalidRequest("chat.messages", "at least one message is required")
-        return self._template(prompt, tools, _messages(prompt), True)
+        return self._template(prompt, tools, _messages(prompt, self._as_parts), True)
 
     def _history(self, prompt: ChatPrompt, tools: ToolSet | None, ids: list[int]) -> int | None:
         """Where the history (all but the last message) ends in ``ids``, if a prefix."""
-        messages = _messages(prompt)
+        messages = _messages(prompt, self._as_parts)
         if len(messages) < 2:
             return None
         tok = self._model.tokenizer
         history = tok.encode(self._template(prompt, tools, messages[:-1], False), add_special_tokens=False)
         shared = 0 < len(history) < len(ids) and ids[: len(history)] == history
         return len(history) if shared else None
+
+    @property
+    def _as_parts(self) -> bool:
+        vision = self._model.vision
+        return vision is not None and vision.content_as_parts
 
     def _template(self, prompt: ChatPrompt, tools: ToolSet | None, messages: list[dict],
                   generation_prompt: bool) -> str:
@@ -97,16 +102,19 @@ class PromptEncoder:
         return syntax.thinking and text.rfind(syntax.think_start.text) > text.rfind(syntax.think_end.text)
 
 
-def _messages(prompt: ChatPrompt) -> list[dict]:
-    """Messages as HF templates read them (OpenAI's shape)."""
-    return [_message(x) for x in prompt.messages]
+def _messages(prompt: ChatPrompt, as_parts: bool = False) -> list[dict]:
+    """Messages as HF templates read them (OpenAI's shape); ``as_parts``: every content as
+    a list of parts, for templates that read nothing else."""
+    return [_message(x, as_parts) for x in prompt.messages]
 
 
-def _message(x) -> dict:
+def _message(x, as_parts: bool = False) -> dict:
     message: dict = {"role": x.role, "content": x.content}
     if x.images:  # parts in order, as multimodal templates read them
         message["content"] = [{"type": "image"} if isinstance(p, ImagePart) else {"type": "text", "text": p.text}
                               for p in x.parts]
+    elif as_parts:
+        message["content"] = [{"type": "text", "text": x.content}]
     if x.tool_calls:
         message["tool_calls"] = [{"id": c.id, "type": "function",
                                   "function": {"name": c.name, "arguments": json.loads(c.arguments or "{}")}}

@@ -3,7 +3,7 @@ the image's bytes, in an ``ObjectCache`` bounded by bytes.
 
 Invariants: one ``EncodedImages`` belongs to one model's scheduler, so features never
 cross models; an entry is put only after its features were evaluated and matched the
-image's run length, so a failing tower or a mis-sized image leaves nothing behind; the
+image's runs, so a failing tower or a mis-sized image leaves nothing behind; the
 entries are immutable arrays, so a reader keeps its reference after its lease ends. The
 tower runs on the engine thread only.
 """
@@ -37,8 +37,8 @@ class EncodedImages:
             with lease as features:
                 return features
         features = self.tower.features(image.pixels)[0]
-        if features.shape[0] != image.length:  # the run was sized from the pixels' shape
-            raise ValueError(f"an image gave {features.shape[0]} features for {image.length} positions")
+        if features.shape[0] != image.features:  # the runs were sized from the processed image
+            raise ValueError(f"an image gave {features.shape[0]} features for {image.features} positions")
         mx.eval(features)
         if self._cache is not None:
             self._cache.put(key, features)

@@ -6,12 +6,15 @@ mlx-lm model; mlx-vlm supplies the vision tower, the projector and the image pro
 built from the model's own config. Invariants: ``pixels`` is plain numpy work (any
 thread); ``features`` runs MLX and belongs to the engine thread and returns what is
 written at the image's positions in place of the token embeddings; an image becomes
-exactly ``tokens_for(pixels)`` consecutive image-token positions of the prompt. Families:
-llava here, gemma3 in ``vision/gemma3.py``.
+the runs of image-token positions ``process`` names (one run of ``tokens_for(pixels)``
+positions, or one run per tile: idefics3), and ``features`` gives one row per position of
+those runs, in order. Families: llava here, gemma3 in ``vision/gemma3.py``, idefics3 and
+smolvlm in ``vision/idefics3.py``.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -22,12 +25,24 @@ import numpy as np
 
 from ..errors import UnsupportedModel
 
-FAMILIES = ("llava", "gemma3")  # model types served with images (llava: an mlx-lm llama/qwen2 text side)
+# model types served with images (llava: an mlx-lm llama/qwen2 text side; idefics3/smolvlm: llama)
+FAMILIES = ("llava", "gemma3", "idefics3", "smolvlm")
 
 
 def is_vision_config(config: Mapping[str, Any]) -> bool:
     """A vision-language checkpoint this engine serves with images."""
     return config.get("model_type") in FAMILIES and isinstance(config.get("vision_config"), Mapping)
+
+
+@dataclass(frozen=True)
+class ProcessedImage:
+    """One image as its prompt holds it: the pixels the tower reads, the text its
+    placeholder becomes before tokenizing (None: the placeholder token is expanded in the
+    ids, llava), and the lengths of its runs of image-token positions, in order."""
+
+    pixels: np.ndarray
+    text: str | None
+    runs: tuple[int, ...]
 
 
 @dataclass
@@ -40,10 +55,22 @@ class VisionTower:
     patch_size: int
     extra_tokens: int  # positions the tower adds (CLS) minus those the feature strategy drops
     encoded: int = 0  # images run through the tower and projector since load
-    # The text one placeholder becomes before tokenizing (the processor's own expansion:
-    # gemma3), or None where the placeholder token is expanded to its run in the ids (llava).
-    image_text: str | None = None
-    placeholder_text: str | None = None  # what the template renders an image as, where image_text is set
+    # What the template renders an image as, where the placeholder is expanded in the text
+    # before tokenizing (the processor's own expansion: gemma3, idefics3), or None where the
+    # placeholder token is expanded to its run in the ids (llava).
+    placeholder_text: str | None = None
+    image_text: str | None = None  # the text every placeholder becomes (gemma3; idefics3: per image)
+
+    # Texts only the placeholder's expansion writes: a rendered prompt holding one is refused.
+    markers: re.Pattern[str] | None = None
+    # The chat template reads every message's content as a list of parts (SmolVLM's), so
+    # text-only messages go to it as one text part, never as a plain string.
+    content_as_parts: bool = False
+
+    def process(self, image) -> ProcessedImage:
+        """``image`` (RGB PIL) as the prompt holds it (plain numpy work, any thread)."""
+        pixels = self.pixels([image])
+        return ProcessedImage(pixels, self.image_text, (self.tokens_for(pixels),))
 
     def pixels(self, images: list) -> np.ndarray:
         """[n, channels, height, width] float32 from RGB PIL images."""
@@ -70,12 +97,13 @@ def load_vision_model(path: Path, config: Mapping[str, Any]):
     """(mlx-lm text model, tokenizer, VisionTower) for the directory ``path``."""
     import mlx_vlm
     from mlx.utils import tree_flatten
-    from mlx_lm.tokenizer_utils import load as load_tokenizer
-    from mlx_lm.utils import _get_classes
 
     if "quantization" in config or "quantization_config" in config:
         raise UnsupportedModel(f"quantized {config.get('model_type')} checkpoints are not served yet")
     vlm, processor = mlx_vlm.load(str(path))
+    if config["model_type"] in ("idefics3", "smolvlm"):
+        from .idefics3 import load_idefics3
+        return load_idefics3(vlm, processor, path, config)
     gemma = config["model_type"] == "gemma3"
     if gemma:
         from .gemma3 import served_text_config, text_config_of
@@ -84,16 +112,13 @@ def load_vision_model(path: Path, config: Mapping[str, Any]):
     else:
         text_config = dict(config["text_config"])
         text_config.setdefault("vocab_size", config.get("vocab_size"))
-    model_class, args_class = _get_classes(text_config)
-    text = model_class(args_class.from_dict(text_config))
     weights = dict(tree_flatten(vlm.language_model.parameters()))
     if gemma:
         from .gemma3 import untie
         weights = untie(weights)
-    text.load_weights(list(text.sanitize(weights).items()) if hasattr(text, "sanitize") else list(weights.items()))
+    text = text_model(text_config, weights)
     vlm.language_model = None  # the text model holds those arrays now
-    eos = config.get("eos_token_id", text_config.get("eos_token_id"))
-    tokenizer = load_tokenizer(path, eos_token_ids=[eos] if isinstance(eos, int) else eos)
+    tokenizer = tokenizer_for(path, config, text_config)
     if gemma:
         from .gemma3 import gemma3_tower
         return text, tokenizer, gemma3_tower(vlm, processor, config)
@@ -103,3 +128,22 @@ def load_vision_model(path: Path, config: Mapping[str, Any]):
     tower = VisionTower(vlm, processor.image_processor, int(config["image_token_index"]),
                         int(vision["patch_size"]), cls - dropped)
     return text, tokenizer, tower
+
+
+def text_model(text_config: Mapping[str, Any], weights: Mapping[str, mx.array]) -> nn.Module:
+    """mlx-lm's model class for ``text_config`` holding ``weights`` (its own names)."""
+    from mlx_lm.utils import _get_classes
+
+    model_class, args_class = _get_classes(dict(text_config))
+    text = model_class(args_class.from_dict(dict(text_config)))
+    text.load_weights(list(text.sanitize(dict(weights)).items()) if hasattr(text, "sanitize")
+                      else list(weights.items()))
+    return text
+
+
+def tokenizer_for(path: Path, config: Mapping[str, Any], text_config: Mapping[str, Any]):
+    """mlx-lm's tokenizer for the directory, ending at the model's end-of-sequence ids."""
+    from mlx_lm.tokenizer_utils import load as load_tokenizer
+
+    eos = config.get("eos_token_id", text_config.get("eos_token_id"))
+    return load_tokenizer(path, eos_token_ids=[eos] if isinstance(eos, int) else eos)

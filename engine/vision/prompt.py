@@ -1,13 +1,16 @@
 """An image chat's token ids: each image's placeholder, as the chat template renders it,
-expanded to the image's run of image-token positions (llava: the placeholder token in
-the ids; gemma3: the placeholder in the text, replaced by the processor's own run text
-before tokenizing, as its processor does).
+expanded to the image's runs of image-token positions (llava: the placeholder token in
+the ids, one run; gemma3, idefics3: the placeholder in the text, replaced by the
+processor's own text for that image before tokenizing, as its processor does; an
+idefics3 image is one run per tile, with the processor's markers between them).
 
 Invariants: the placeholders in the rendered prompt are exactly the request's images, in
-order, and every image-token id of the result lies in one image's run (a placeholder or
-image token typed as text, or a template that drops one, is refused); the runs
-never reach the prompt's last token, which the batch feeds as a token; each image keeps
-the digest of its bytes, which keys its positions in the prefix cache.
+order, and every image-token id of the result lies in one of its image's runs, whose
+lengths are the ones the image was processed to (a placeholder, image token or marker
+typed as text, or a template that drops one, is refused); an image's span runs from its
+first run's start to its last run's end and never reaches the prompt's last token, which
+the batch feeds as a token; each image keeps the digest of its bytes, which keys its
+span in the prefix cache.
 """
 
 from __future__ import annotations
@@ -25,23 +28,34 @@ from .model import VisionTower
 
 @dataclass(frozen=True, eq=False)
 class PromptImage:
-    """One image of a prompt: its run of positions and its processed pixels."""
+    """One image of a prompt: its span of positions and its processed pixels."""
 
     start: int
-    length: int
-    pixels: np.ndarray  # [1, channels, height, width]
+    length: int  # the span: first run's start to last run's end
+    pixels: np.ndarray  # what the tower reads for this one image (leading axis 1)
     digest: bytes  # SHA-256 of the encoded image: what the prefix cache keys its positions by
+    # (offset in the span, length) of each run of feature positions; () is one run: the span
+    runs: tuple[tuple[int, int], ...] = ()
 
     @property
     def end(self) -> int:
         return self.start + self.length
+
+    @property
+    def feature_runs(self) -> tuple[tuple[int, int], ...]:
+        return self.runs or ((0, self.length),)
+
+    @property
+    def features(self) -> int:
+        """Positions that take the tower's features (the span less any markers)."""
+        return sum(n for _, n in self.feature_runs)
 
 
 def expand_images(text: str, tokenizer, prompt: ChatPrompt, tower: VisionTower, limits
                   ) -> tuple[list[int], tuple[PromptImage, ...]]:
     """(token ids of the rendered ``text`` with its images' runs, the runs); decodes and
     processes every image (blocking)."""
-    if tower.image_text is not None:
+    if tower.placeholder_text is not None:
         return _expand_text(text, tokenizer, prompt, tower, limits)
     ids = tokenizer.encode(text, add_special_tokens=False)
     parts = list(image_parts(prompt))
@@ -51,10 +65,10 @@ def expand_images(text: str, tokenizer, prompt: ChatPrompt, tower: VisionTower, 
     images: list[PromptImage] = []
     last = 0
     for mark, (field, part) in zip(marks, parts):
-        pixels = tower.pixels([decode(f"{field}.data", part, limits)])
-        n = tower.tokens_for(pixels)
+        processed = tower.process(decode(f"{field}.data", part, limits))
+        (n,) = processed.runs
         out += ids[last:mark]
-        images.append(PromptImage(len(out), n, pixels, hashlib.sha256(part.data).digest()))
+        images.append(PromptImage(len(out), n, processed.pixels, hashlib.sha256(part.data).digest()))
         out += [tower.image_token_id] * n
         last = mark + 1
     out += ids[last:]
@@ -72,17 +86,26 @@ def _check_count(found: int, images: int) -> None:
 def _expand_text(text: str, tokenizer, prompt: ChatPrompt, tower: VisionTower, limits
                  ) -> tuple[list[int], tuple[PromptImage, ...]]:
     parts = list(image_parts(prompt))
-    _check_count(text.count(tower.placeholder_text), len(parts))
-    ids = tokenizer.encode(text.replace(tower.placeholder_text, tower.image_text), add_special_tokens=False)
+    pieces = text.split(tower.placeholder_text)
+    _check_count(len(pieces) - 1, len(parts))
+    if tower.markers is not None and tower.markers.search(text):
+        raise InvalidRequest("chat.messages", "the prompt holds an image marker typed as text")
+    processed = [tower.process(decode(f"{field}.data", part, limits)) for field, part in parts]
+    expanded = pieces[0] + "".join(p.text + piece for p, piece in zip(processed, pieces[1:]))
+    ids = tokenizer.encode(expanded, add_special_tokens=False)
     runs = _runs(ids, tower.image_token_id)
     images: list[PromptImage] = []
-    for (start, length), (field, part) in zip(runs, parts) if len(runs) == len(parts) else ():
-        pixels = tower.pixels([decode(f"{field}.data", part, limits)])
-        if length != tower.tokens_for(pixels):
-            break
-        images.append(PromptImage(start, length, pixels, hashlib.sha256(part.data).digest()))
+    if len(runs) == sum(len(p.runs) for p in processed):
+        for p, (_, part) in zip(processed, parts):
+            mine, runs = runs[:len(p.runs)], runs[len(p.runs):]
+            if [n for _, n in mine] != list(p.runs):
+                break
+            start = mine[0][0]
+            spans = tuple((s - start, n) for s, n in mine) if len(mine) > 1 else ()
+            images.append(PromptImage(start, mine[-1][0] + mine[-1][1] - start, p.pixels,
+                                      hashlib.sha256(part.data).digest(), spans))
     if len(images) != len(parts):
-        raise InvalidRequest("chat.messages", "the prompt's image tokens do not form one run per image "
+        raise InvalidRequest("chat.messages", "the prompt's image tokens do not form the images' runs "
                                               "(is an image token typed as text?)")
     if images and images[-1].end >= len(ids):
         raise InvalidRequest("chat.messages", "the prompt must not end with an image")

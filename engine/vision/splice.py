@@ -4,7 +4,8 @@ the prompt's key in the prefix cache.
 Invariants (engine thread only): an image's features are fetched once per sequence, when
 the first chunk that covers any of its positions is fed (from the model's encoded-image
 cache, or the tower on a miss: ``EncodedImages``), and kept until the sequence leaves
-prefill; a chunk boundary may fall anywhere inside an image's run. In the prefix cache's
+prefill; its rows go to its runs' positions in order (markers between an image's runs
+keep their token embeddings); a chunk boundary may fall anywhere inside an image's span. In the prefix cache's
 key an image's positions hold ids derived from the digest of its bytes and the position
 in its run, all at or above 2**31 (beyond any vocabulary, within 32 bits), so a prefix
 matches only where the same images sit at the same places.
@@ -54,12 +55,17 @@ class ImageRows:
         end = start + tokens.shape[1]
         h = token_embedding(model)(tokens)
         for i, img in enumerate(self.images):
-            a, b = max(start, img.start), min(end, img.end)
-            if a >= b:
+            if max(start, img.start) >= min(end, img.end):
                 continue
             if i not in self._features:
                 self._features[i] = encoder.features(img)
-            h[:, a - start : b - start, :] = self._features[i][a - img.start : b - img.start].astype(h.dtype)
+            row = 0  # the first feature row of the run
+            for offset, n in img.feature_runs:
+                a, b = max(start, img.start + offset), min(end, img.start + offset + n)
+                if a < b:
+                    first = row + a - img.start - offset
+                    h[:, a - start : b - start, :] = self._features[i][first : first + b - a].astype(h.dtype)
+                row += n
         return h
 
     def release(self) -> None:
