@@ -66,8 +66,9 @@ def apply(vlm: nn.Module) -> dict[str, int]:
             counts["gelu"] = counts.get("gelu", 0) + 1
     if not hasattr(mx.fast.scaled_dot_product_attention, "stock"):
         mx.fast.scaled_dot_product_attention = _sdpa(mx.fast.scaled_dot_product_attention)
-    tower = vlm.get("vision_tower") if isinstance(vlm, dict) else None
-    if isinstance(tower, nn.Module):
-        install(tower, KernelTower)
-        counts["tower_attention dispatch"] = 1
+    for name in ("vision_tower", "vision_model"):  # llava and gemma3; idefics3 and smolvlm
+        tower = vlm.get(name) if isinstance(vlm, dict) else None
+        if isinstance(tower, nn.Module):
+            install(tower, KernelTower)
+            counts["tower_attention dispatch"] = 1
     return {k: v for k, v in counts.items() if v}

@@ -116,6 +116,6 @@ def load_idefics3(vlm, processor, path: Path, config: dict[str, Any]):
                                f"connector gives per tile ({shuffled})")
     return text, tokenizer, Idefics3Tower(
         vlm, processor.image_processor, image_id, int(vision.patch_size), 0,
-        placeholder_text=processor.image_token, markers=markers, content_as_parts=True,
+        placeholder_text=processor.image_token, markers=markers,
         tile_tokens=int(processor.image_seq_len),
         grid_text=_grid_text(processor))

@@ -63,9 +63,10 @@ class VisionTower:
 
     # Texts only the placeholder's expansion writes: a rendered prompt holding one is refused.
     markers: re.Pattern[str] | None = None
-    # The chat template reads every message's content as a list of parts (SmolVLM's), so
-    # text-only messages go to it as one text part, never as a plain string.
-    content_as_parts: bool = False
+    # The chat template reads every message's content as a list of parts (as Hugging Face
+    # processors' templates do: llava-hf's, SmolVLM's), so text-only messages go to it as one
+    # text part, never as a plain string.
+    content_as_parts: bool = True
 
     def process(self, image) -> ProcessedImage:
         """``image`` (RGB PIL) as the prompt holds it (plain numpy work, any thread)."""
