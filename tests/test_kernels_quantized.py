@@ -1,4 +1,4 @@
-"""Quantized matmuls from MLX's affine 8- and 4-bit weights against mlx's own
+"""Quantized matmuls from MLX's affine 8-, 6-, 5- and 4-bit weights against mlx's own
 dequantized reference (x @ mx.dequantize(w).T).
 
 The kernel sums each group as scale * (x . q) + bias * sum(x): the same value in
@@ -38,9 +38,9 @@ def within_quantization_tolerance(got: mx.array, x: mx.array, deq: mx.array) -> 
     assert (err <= 1e-6 * bound + 1e-30).all(), (err / np.maximum(bound, 1e-30)).max()
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(M=st.integers(1, 12), N=st.integers(1, 300), groups=st.integers(1, 12), group=st.sampled_from([32, 64, 128]),
-       bits=st.sampled_from([4, 8]), lead=st.booleans(), seed=st.integers(0, 2**16))
+       bits=st.sampled_from([4, 5, 6, 8]), lead=st.booleans(), seed=st.integers(0, 2**16))
 def test_quantized_matmul_and_dequantize(K, M, N, groups, group, bits, lead, seed):
     w, wq, scales, biases = quantized(N, groups * group, group, bits, seed)
     deq = mx.dequantize(wq, scales, biases, group, bits)
@@ -52,7 +52,7 @@ def test_quantized_matmul_and_dequantize(K, M, N, groups, group, bits, lead, see
 
 
 @settings(max_examples=25, deadline=None)
-@given(M=st.integers(1, 6), groups=st.integers(1, 6), bits=st.sampled_from([4, 8]), bias=st.booleans(),
+@given(M=st.integers(1, 6), groups=st.integers(1, 6), bits=st.sampled_from([4, 5, 6, 8]), bias=st.booleans(),
        residual=st.booleans(), prologue=st.sampled_from(["rms_norm", "silu_gate", "none"]),
        seed=st.integers(0, 2**16))
 def test_quantized_matmul_with_prologue_bias_and_residual(K, M, groups, bits, bias, residual, prologue, seed):
@@ -64,7 +64,7 @@ def test_quantized_matmul_with_prologue_bias_and_residual(K, M, groups, bits, bi
     within_quantization_tolerance(got - extra, rows, deq)
 
 
-@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
 @pytest.mark.parametrize("rows", [1, 5, 7, 64])  # matvec from bytes up to ops.MATVEC_ROWS; more: dequantize + GEMM
 def test_quantized_linear_module_uses_the_kernel(K, bits, rows):
     from engine.kernels.modules import KernelLinear
@@ -81,3 +81,15 @@ def test_quantized_linear_module_uses_the_kernel(K, bits, rows):
     within_quantization_tolerance((got - layer.bias).reshape(rows, 96), x.reshape(rows, 256), deq)
     # and the same as mlx's own quantized matmul to the same order
     np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("bits", [2, 3])
+def test_widths_the_kernels_do_not_read_are_refused_and_left_to_mlx(K, bits):
+    from engine.kernels import ops
+
+    _, wq, scales, biases = quantized(8, 64, 32, bits, 0)
+    with pytest.raises(ValueError, match="bits must be"):
+        K.quantized_matmul(mx.zeros((1, 64)), wq, scales, biases, 32, bits)
+    layer = nn.QuantizedLinear.from_linear(nn.Linear(64, 8), group_size=32, bits=bits)
+    assert not ops.quantizable(layer)
+    assert ops.quantizable(nn.QuantizedLinear.from_linear(nn.Linear(64, 8), group_size=32, bits=5))

@@ -1,16 +1,17 @@
-// Matrix-vector products straight from MLX's affine-quantized weights (8 or 4 bits,
+// Matrix-vector products straight from MLX's affine-quantized weights (8, 6, 5 or 4 bits,
 // groups along K): w[n][k] = scale[n][g] * q[n][k] + bias[n][g]. Per row n,
 //   y[n] = sum_g scale[n][g] * (x_g . q_g) + bias[n][g] * sum(x_g),
 // so a weight is read once as bytes and turned into floats in registers, for up
 // to kMaxRows input rows at a time. 4-bit weights pack element 2t of a byte pair
 // in the low nibble: x is split into even and odd elements once, so the nibbles
-// need no shuffling.
+// need no shuffling; 5- and 6-bit codes are unpacked in registers (quant_codes.h).
 #include <vector>
 
 #include "arrays.h"
 #include "quantized.h"
 #include "parallel.h"
 #include "primitives.h"
+#include "quant_codes.h"
 #include "simd.h"
 
 namespace mlxk {
@@ -130,14 +131,20 @@ void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) 
         }
       }
     }
-    if (BITS == 8) {
+    if constexpr (BITS != 4) {
       for (int t = 0; t < G; t += kW) {
         vf xv[R];
         for (int r = 0; r < R; ++r) {
           xv[r] = load(xg + size_t(r) * K + t);
         }
         for (int j = 0; j < NB; ++j) {
-          vf wf = bytes_to_float(w.w + (n0 + j) * w.row_bytes() + gi * G + t);
+          const uint8_t* row = w.w + (n0 + j) * w.row_bytes();
+          vf wf;
+          if constexpr (BITS == 8) {
+            wf = bytes_to_float(row + gi * G + t);
+          } else {
+            wf = quant::packed_codes<BITS>(row, gi * G + t);
+          }
           for (int r = 0; r < R; ++r) {
             acc[j][r] += wf * xv[r];
           }
@@ -249,7 +256,12 @@ void QuantizedMatmul::eval_cpu(const std::vector<mx::array>& inputs,
       return;
     }
     XPrep prep(xp, stride, int(x.rows), w);
-    (w.bits == 8 ? qmv<8> : qmv<4>)(w, prep, int(x.rows), o);
+    switch (w.bits) {
+      case 8: qmv<8>(w, prep, int(x.rows), o); break;
+      case 6: qmv<6>(w, prep, int(x.rows), o); break;
+      case 5: qmv<5>(w, prep, int(x.rows), o); break;
+      default: qmv<4>(w, prep, int(x.rows), o); break;
+    }
   });
 }
 
