@@ -108,11 +108,11 @@ void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) 
   const int G = w.group, ng = w.groups();
   const int K = w.K;
   vf total[NB][R];
-  float bias[NB][R];
+  const uint8_t* rows[NB];
   for (int j = 0; j < NB; ++j) {
+    rows[j] = w.w + (n0 + j) * w.row_bytes();
     for (int r = 0; r < R; ++r) {
       total[j][r] = splat(0.0f);
-      bias[j][r] = 0.0f;
     }
   }
   for (int gi = 0; gi < ng; ++gi) {
@@ -125,7 +125,7 @@ void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) 
     const float* xg = xp.x.data() + size_t(m0) * K + gi * G;
     if (gi + kAhead < ng) {  // weights stream from memory: ask for them ahead of use
       for (int j = 0; j < NB; ++j) {
-        const uint8_t* ahead = w.w + (n0 + j) * w.row_bytes() + (gi + kAhead) * G * BITS / 8;
+        const uint8_t* ahead = rows[j] + (gi + kAhead) * G * BITS / 8;
         for (int c = 0; c < G * BITS / 8; c += 64) {
           __builtin_prefetch(ahead + c);
         }
@@ -138,12 +138,11 @@ void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) 
           xv[r] = load(xg + size_t(r) * K + t);
         }
         for (int j = 0; j < NB; ++j) {
-          const uint8_t* row = w.w + (n0 + j) * w.row_bytes();
           vf wf;
           if constexpr (BITS == 8) {
-            wf = bytes_to_float(row + gi * G + t);
+            wf = bytes_to_float(rows[j] + gi * G + t);
           } else {
-            wf = quant::packed_codes<BITS>(row, gi * G + t);
+            wf = quant::packed_codes<BITS>(rows[j], gi * G + t);
           }
           for (int r = 0; r < R; ++r) {
             acc[j][r] += wf * xv[r];
@@ -160,7 +159,7 @@ void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) 
         }
         for (int j = 0; j < NB; ++j) {
           vf lo, hi;
-          nibbles_to_float(w.w + (n0 + j) * w.row_bytes() + gi * half + t, lo, hi);
+          nibbles_to_float(rows[j] + gi * half + t, lo, hi);
           for (int r = 0; r < R; ++r) {
             acc[j][r] += lo * xl[r] + hi * xh[r];
           }
@@ -168,17 +167,17 @@ void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) 
       }
     }
     for (int j = 0; j < NB; ++j) {
-      const float sc = w.scale(int64_t(n0 + j) * ng + gi), bi = w.bias(int64_t(n0 + j) * ng + gi);
+      const float sc = w.scale(int64_t(n0 + j) * ng + gi);
       for (int r = 0; r < R; ++r) {
         total[j][r] += sc * acc[j][r];
-        bias[j][r] += bi * xp.sums[size_t(m0 + r) * ng + gi];
       }
     }
   }
   for (int j = 0; j < NB; ++j) {
     for (int r = 0; r < R; ++r) {
       const float* res = o.res ? o.res + (m0 + r) * o.rs : nullptr;
-      o.y[int64_t(m0 + r) * w.N + n0 + j] = finish(hsum(total[j][r]) + bias[j][r], o.bias, res, n0 + j);
+      const float bias = w.bias_dot(n0 + j, xp.sums.data() + size_t(m0 + r) * ng);
+      o.y[int64_t(m0 + r) * w.N + n0 + j] = finish(hsum(total[j][r]) + bias, o.bias, res, n0 + j);
     }
   }
 }
