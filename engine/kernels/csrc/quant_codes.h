@@ -33,16 +33,25 @@ template <int BITS>
 struct BitLanes {
   alignas(64) uint8_t index[4 * kW];
   alignas(64) int32_t shift[kW];
-  constexpr BitLanes() : index{}, shift{} {
+  alignas(64) int32_t mask[kW];  // the code's bits where they lie: ((1 << BITS) - 1) << shift
+  constexpr BitLanes() : index{}, shift{}, mask{} {
     for (int i = 0; i < kW; ++i) {
       const int byte = i * BITS / 8;
       shift[i] = i * BITS % 8;
+      mask[i] = ((1 << BITS) - 1) << shift[i];
       for (int j = 0; j < 4; ++j) {
         index[4 * i + j] = uint8_t(j == 0 ? byte : byte + 1);
       }
     }
   }
 };
+
+// 2^-(k * bits % 8): what scales element k of x so that a code read unshifted (code
+// << (k * bits % 8), see unshifted_codes) gives the same product (a power of two:
+// exact unless x lies within 2^7 of float32's subnormals).
+inline float unshift(int64_t k, int bits) {
+  return 1.0f / float(1 << (k * bits % 8));
+}
 
 // kW codes of BITS (5 or 6) bits of a packed row from element k (k a multiple of kW).
 // Reads only the kW * BITS / 8 bytes that hold them (the last codes end the buffer).
@@ -83,6 +92,38 @@ inline vf packed_codes(const uint8_t* row, int64_t k) {
     out[i] = float((v >> (bit & 7)) & kMask);
   }
   return out;
+#endif
+}
+
+// As packed_codes, but each code left at the bit it starts at in its two bytes: lane i
+// holds code << ((k + i) * BITS % 8) (one masking instead of a shift and a mask).
+template <int BITS>
+inline vf unshifted_codes(const uint8_t* row, int64_t k) {
+  static_assert(BITS == 5 || BITS == 6, "unshifted_codes: 5 or 6 bits");
+  constexpr int kBytes = kW * BITS / 8;
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  static constexpr BitLanes<BITS> L{};
+  __m128i raw = _mm_maskz_loadu_epi8(__mmask16((1u << kBytes) - 1), row + k * BITS / 8);
+  __m512i index = _mm512_load_si512(L.index);
+#if defined(__AVX512VBMI__)
+  __m512i bytes = _mm512_permutexvar_epi8(index, _mm512_castsi128_si512(raw));
+#else
+  __m512i bytes = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(raw), index);
+#endif
+  return (vf)_mm512_cvtepi32_ps(_mm512_and_si512(bytes, _mm512_load_si512(L.mask)));
+#elif defined(__AVX2__) && !defined(__AVX512F__)
+  static constexpr BitLanes<BITS> L{};
+  int64_t raw = 0;
+  std::memcpy(&raw, row + k * BITS / 8, kBytes);
+  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi64x(raw), _mm256_load_si256(reinterpret_cast<const __m256i*>(L.index)));
+  return (vf)_mm256_cvtepi32_ps(_mm256_and_si256(bytes, _mm256_load_si256(reinterpret_cast<const __m256i*>(L.mask))));
+#else
+  (void)kBytes;
+  vf v = packed_codes<BITS>(row, k);
+  for (int i = 0; i < kW; ++i) {
+    v[i] *= float(1 << ((k + i) * BITS % 8));
+  }
+  return v;
 #endif
 }
 

@@ -67,7 +67,8 @@ inline void nibbles_to_float(const uint8_t* p, vf& lo, vf& hi) {
 }
 
 // Rows m of x as the kernels read them: for 4 bits, even then odd elements of
-// each group; per group sums for the bias term.
+// each group; for 5 and 6 bits, scaled to meet codes read unshifted; per group
+// sums (of x as given) for the bias term.
 struct XPrep {
   std::vector<float> x, sums;
   XPrep(const float* x_in, int64_t stride, int rows, const QMat& w)
@@ -83,6 +84,8 @@ struct XPrep {
           s += src[t];
           if (w.bits == 4) {
             out[gi * g + (t & 1) * half + t / 2] = src[t];
+          } else if (w.bits == 5 || w.bits == 6) {
+            out[gi * g + t] = src[t] * quant::unshift(gi * g + t, w.bits);
           } else {
             out[gi * g + t] = src[t];
           }
@@ -142,7 +145,7 @@ void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) 
           if constexpr (BITS == 8) {
             wf = bytes_to_float(rows[j] + gi * G + t);
           } else {
-            wf = quant::packed_codes<BITS>(rows[j], gi * G + t);
+            wf = quant::unshifted_codes<BITS>(rows[j], gi * G + t);
           }
           for (int r = 0; r < R; ++r) {
             acc[j][r] += wf * xv[r];
