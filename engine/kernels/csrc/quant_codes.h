@@ -26,19 +26,19 @@ inline vf widen(__m128i b) {
 #endif
 
 // Per 32-bit lane i of a vector of kW codes of BITS bits: the index of the byte holding
-// code i's lowest bit (every byte of the lane takes it or the next one) and the shift
-// that brings that bit to bit 0 (a shift <= 7 plus BITS <= 6: a code lies in two bytes;
-// what the shift brings in above it is masked off).
+// code i's lowest bit (every byte of the lane takes it or the next one: a code starts at
+// bit <= 7 of its byte and BITS <= 6, so it lies in two bytes), the mask of the code's
+// bits where they lie, and 2^-that position.
 template <int BITS>
 struct BitLanes {
   alignas(64) uint8_t index[4 * kW];
-  alignas(64) int32_t shift[kW];
-  alignas(64) int32_t mask[kW];  // the code's bits where they lie: ((1 << BITS) - 1) << shift
-  constexpr BitLanes() : index{}, shift{}, mask{} {
+  alignas(64) int32_t mask[kW];
+  alignas(64) float unit[kW];
+  constexpr BitLanes() : index{}, mask{}, unit{} {
     for (int i = 0; i < kW; ++i) {
-      const int byte = i * BITS / 8;
-      shift[i] = i * BITS % 8;
-      mask[i] = ((1 << BITS) - 1) << shift[i];
+      const int byte = i * BITS / 8, shift = i * BITS % 8;
+      mask[i] = ((1 << BITS) - 1) << shift;
+      unit[i] = 1.0f / float(1 << shift);
       for (int j = 0; j < 4; ++j) {
         index[4 * i + j] = uint8_t(j == 0 ? byte : byte + 1);
       }
@@ -53,56 +53,17 @@ inline float unshift(int64_t k, int bits) {
   return 1.0f / float(1 << (k * bits % 8));
 }
 
-// kW codes of BITS (5 or 6) bits of a packed row from element k (k a multiple of kW).
-// Reads only the kW * BITS / 8 bytes that hold them (the last codes end the buffer).
-template <int BITS>
-inline vf packed_codes(const uint8_t* row, int64_t k) {
-  static_assert(BITS == 5 || BITS == 6, "packed_codes: 5 or 6 bits");
-  constexpr int kBytes = kW * BITS / 8;
-  constexpr int32_t kMask = (1 << BITS) - 1;
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
-  static constexpr BitLanes<BITS> L{};
-  const uint8_t* p = row + k * BITS / 8;
-  __m128i raw = _mm_maskz_loadu_epi8(__mmask16((1u << kBytes) - 1), p);
-  __m512i index = _mm512_load_si512(L.index);
-#if defined(__AVX512VBMI__)
-  __m512i bytes = _mm512_permutexvar_epi8(index, _mm512_castsi128_si512(raw));
-#else
-  __m512i bytes = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(raw), index);
-#endif
-  __m512i v = _mm512_srlv_epi32(bytes, _mm512_load_si512(L.shift));
-  return (vf)_mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(kMask)));
-#elif defined(__AVX2__) && !defined(__AVX512F__)
-  static constexpr BitLanes<BITS> L{};
-  int64_t raw = 0;
-  std::memcpy(&raw, row + k * BITS / 8, kBytes);
-  __m256i index = _mm256_load_si256(reinterpret_cast<const __m256i*>(L.index));
-  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi64x(raw), index);
-  __m256i v = _mm256_srlv_epi32(bytes, _mm256_load_si256(reinterpret_cast<const __m256i*>(L.shift)));
-  return (vf)_mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(kMask)));
-#else
-  (void)kBytes;
-  vf out;
-  for (int i = 0; i < kW; ++i) {
-    const int64_t bit = (k + i) * BITS;
-    uint32_t v = row[bit >> 3];
-    if ((bit & 7) + BITS > 8) {
-      v |= uint32_t(row[(bit >> 3) + 1]) << 8;
-    }
-    out[i] = float((v >> (bit & 7)) & kMask);
-  }
-  return out;
-#endif
-}
-
-// As packed_codes, but each code left at the bit it starts at in its two bytes: lane i
-// holds code << ((k + i) * BITS % 8) (one masking instead of a shift and a mask).
+#if (defined(__AVX512BW__) && defined(__AVX512VL__)) || (defined(__AVX2__) && !defined(__AVX512F__))
+// kW codes of BITS (5 or 6) bits of a packed row from element k (k a multiple of kW), each
+// left at the bit it starts at in its two bytes: lane i holds code << ((k + i) * BITS % 8)
+// as a float (exact). Reads only the kW * BITS / 8 bytes that hold them (the last codes
+// end the buffer).
 template <int BITS>
 inline vf unshifted_codes(const uint8_t* row, int64_t k) {
   static_assert(BITS == 5 || BITS == 6, "unshifted_codes: 5 or 6 bits");
-  constexpr int kBytes = kW * BITS / 8;
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
   static constexpr BitLanes<BITS> L{};
+  constexpr int kBytes = kW * BITS / 8;
+#if defined(__AVX512BW__)
   __m128i raw = _mm_maskz_loadu_epi8(__mmask16((1u << kBytes) - 1), row + k * BITS / 8);
   __m512i index = _mm512_load_si512(L.index);
 #if defined(__AVX512VBMI__)
@@ -111,21 +72,45 @@ inline vf unshifted_codes(const uint8_t* row, int64_t k) {
   __m512i bytes = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(raw), index);
 #endif
   return (vf)_mm512_cvtepi32_ps(_mm512_and_si512(bytes, _mm512_load_si512(L.mask)));
-#elif defined(__AVX2__) && !defined(__AVX512F__)
-  static constexpr BitLanes<BITS> L{};
+#else
   int64_t raw = 0;
   std::memcpy(&raw, row + k * BITS / 8, kBytes);
   __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi64x(raw), _mm256_load_si256(reinterpret_cast<const __m256i*>(L.index)));
   return (vf)_mm256_cvtepi32_ps(_mm256_and_si256(bytes, _mm256_load_si256(reinterpret_cast<const __m256i*>(L.mask))));
+#endif
+}
+
+// The same codes as floats (each times its lane's 2^-position: exact).
+template <int BITS>
+inline vf packed_codes(const uint8_t* row, int64_t k) {
+  static constexpr BitLanes<BITS> L{};
+  return unshifted_codes<BITS>(row, k) * load(L.unit);
+}
 #else
-  (void)kBytes;
+template <int BITS>
+inline vf packed_codes(const uint8_t* row, int64_t k) {
+  static_assert(BITS == 5 || BITS == 6, "packed_codes: 5 or 6 bits");
+  vf out;
+  for (int i = 0; i < kW; ++i) {
+    const int64_t bit = (k + i) * BITS;
+    uint32_t v = row[bit >> 3];
+    if ((bit & 7) + BITS > 8) {
+      v |= uint32_t(row[(bit >> 3) + 1]) << 8;
+    }
+    out[i] = float((v >> (bit & 7)) & ((1 << BITS) - 1));
+  }
+  return out;
+}
+
+template <int BITS>
+inline vf unshifted_codes(const uint8_t* row, int64_t k) {
   vf v = packed_codes<BITS>(row, k);
   for (int i = 0; i < kW; ++i) {
     v[i] *= float(1 << ((k + i) * BITS % 8));
   }
   return v;
-#endif
 }
+#endif
 
 inline vf codes(const uint8_t* wr, int k, int bits) {
   if (bits == 5) {
