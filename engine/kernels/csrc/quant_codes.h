@@ -75,8 +75,9 @@ inline vf unshifted_codes(const uint8_t* row, int64_t k) {
 #else
   int64_t raw = 0;
   std::memcpy(&raw, row + k * BITS / 8, kBytes);
-  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi64x(raw), _mm256_load_si256(reinterpret_cast<const __m256i*>(L.index)));
-  return (vf)_mm256_cvtepi32_ps(_mm256_and_si256(bytes, _mm256_load_si256(reinterpret_cast<const __m256i*>(L.mask))));
+  const __m256i index = _mm256_load_si256(reinterpret_cast<const __m256i*>(L.index));
+  const __m256i mask = _mm256_load_si256(reinterpret_cast<const __m256i*>(L.mask));
+  return (vf)_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi64x(raw), index), mask));
 #endif
 }
 
