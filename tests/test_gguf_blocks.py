@@ -1,6 +1,7 @@
 """GGML blocks as MLX affine groups (engine.loading.gguf_blocks): MLX's own
 dequantization of the result equals ``gguf``'s dequantization of the blocks for
-every exact type, Q6_K's re-quantization stays within 1/510 of each group's range,
+every exact type (held in as many bits as the file's codes; 5-bit ones multiply as
+their float values), Q6_K's re-quantization stays within 1/510 of each group's range,
 and other types are refused by name."""
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import pytest
 
 from engine.loading.gguf_blocks import UnsupportedTensorType, supported_types, to_affine
 from tests.gguf_quantizers import quantize
+from tests.kernel_helpers import kernels_ext
 
 Q = gguf.GGMLQuantizationType
 EXACT = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q5_K]
+BITS = {Q.Q4_0: 4, Q.Q4_1: 4, Q.Q4_K: 4, Q.Q5_0: 5, Q.Q5_1: 5, Q.Q5_K: 5, Q.Q8_0: 8}  # held in the file's own width
 
 
 def weights(rows: int = 48, cols: int = 512) -> np.ndarray:
@@ -38,10 +41,31 @@ def test_exact_types_dequantize_to_ggufs_own_values(qtype):
     raw = quantize(w, qtype)
     want = gguf.quants.dequantize(raw, qtype).reshape(w.shape)
     affine = to_affine(raw, qtype, *w.shape)
-    assert affine.exact and affine.bits == (4 if qtype in (Q.Q4_0, Q.Q4_1, Q.Q4_K) else 8)
+    assert affine.exact and affine.bits == BITS[qtype]
     got = dequantized(affine)
     assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
     assert np.abs(want - w).max() < 0.2 * np.abs(w).max()  # the blocks really encode the weights
+
+
+@pytest.mark.parametrize("qtype", [Q.Q5_0, Q.Q5_1, Q.Q5_K], ids=lambda q: q.name)
+def test_five_bit_types_are_held_in_five_bits_and_multiply_as_their_float_values(qtype):
+    from engine import kernels
+
+    w = weights()
+    raw = quantize(w, qtype)
+    values = gguf.quants.dequantize(raw, qtype).reshape(w.shape).astype(np.float64)
+    affine = to_affine(raw, qtype, *w.shape)
+    assert affine.bits == 5 and affine.weight.nbytes == w.size * 5 // 8
+    x = np.random.default_rng(3).standard_normal((3, w.shape[1])).astype(np.float32)
+    want = x.astype(np.float64) @ values.T
+    bound = np.abs(x) @ np.abs(values).T
+    parts = [mx.array(affine.weight), mx.array(affine.scales), mx.array(affine.biases)]
+    products = {"mlx": mx.quantized_matmul(mx.array(x), *parts, transpose=True, group_size=32, bits=5)}
+    if not kernels.turned_off():
+        products["kernels"] = kernels_ext().quantized_matmul(mx.array(x), *parts, 32, 5)
+    for name, got in products.items():
+        err = np.abs(np.array(got) - want)
+        assert (err <= 1e-5 * bound).all(), (name, (err / bound).max())
 
 
 def test_q6_k_is_requantized_within_a_510th_of_each_groups_range():

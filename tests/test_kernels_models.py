@@ -1,6 +1,6 @@
 """The kernels inside whole models: greedy decoding through mlx-lm's own loop with
 the kernels put in equals mlx-lm's on the stock model, token for token, on every
-fixture model, 8- and 4-bit quantized copies of one, and SmolLM2. Where a sequence
+fixture model, 8-, 6-, 5- and 4-bit quantized copies of one, and SmolLM2. Where a sequence
 ever differs, the stock model's two best logits at that step must be within 1e-4
 (a tie the two summation orders may break either way)."""
 
@@ -25,10 +25,10 @@ def built():
 
 @pytest.fixture(scope="module")
 def quantized_models(fixture_models, tmp_path_factory):
-    """The llama fixture converted by mlx-lm to 8- and 4-bit affine weights."""
+    """The llama fixture converted by mlx-lm to 8-, 6-, 5- and 4-bit affine weights."""
     root = tmp_path_factory.mktemp("quantized")
     out = {}
-    for bits, group in ((8, 64), (4, 32)):
+    for bits, group in ((8, 64), (6, 64), (5, 32), (4, 32)):
         path = root / f"llama-q{bits}"
         mlx_lm.convert(str(fixture_models["llama"]), mlx_path=str(path), quantize=True, q_bits=bits,
                        q_group_size=group)
@@ -84,7 +84,7 @@ def test_fixture_models_decode_as_mlx_lm(fixture_models, kind):
     assert applied.get("fused_attention") == applied.get("fused_mlp")  # every fused layer took both
 
 
-@pytest.mark.parametrize("kind", ["llama-q8", "llama-q4"])
+@pytest.mark.parametrize("kind", ["llama-q8", "llama-q6", "llama-q5", "llama-q4"])
 def test_quantized_models_decode_as_mlx_lm_on_the_same_weights(fixture_models, quantized_models, kind):
     bits = kind[-1]
     applied = compare(quantized_models[kind], oracle_prompts, ORACLE_TOKENS,

@@ -1,5 +1,5 @@
 """Quantized layers the kernels run hold their scales and biases as float16 where every
-value is exact in half precision (GGUF's Q4_0, Q4_1 and Q8_0 blocks store them so): the
+value is exact in half precision (GGUF's Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 blocks store them so): the
 kernels read either width, so products are bit-identical and decode reads fewer bytes.
 
 Invariant: a compacted layer computes in float32 everywhere. Its ``compute_dtype`` says

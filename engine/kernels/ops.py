@@ -149,11 +149,11 @@ def project(layer, x: mx.array, residual: mx.array | None = None, norm: tuple[mx
 
 
 def quantizable(layer) -> bool:
-    """Affine 8- or 4-bit weights in groups the kernels take, with float32 scales and biases
+    """Affine 8-, 6-, 5- or 4-bit weights in groups the kernels take, with float32 scales and biases
     (or float16 ones where ``half_scales`` halved them)."""
     scales = layer["scales"].dtype
     if scales == mx.float16 and getattr(layer, "compute_dtype", None) != F32:
         return False
-    return (getattr(layer, "mode", "affine") == "affine" and layer.bits in (4, 8)
+    return (getattr(layer, "mode", "affine") == "affine" and layer.bits in (4, 5, 6, 8)
             and layer.group_size % 32 == 0 and "biases" in layer
             and scales in (F32, mx.float16) and layer["biases"].dtype == scales)

@@ -1,7 +1,9 @@
 """GGML block-quantized tensors as MLX affine-quantized weights (``w = scale * u + bias``, groups of 32).
 
-Invariant: types with one scale and offset per 32 values map exactly (same codes);
-Q6_K is re-quantized to 8-bit min-max groups (not exact); others are refused.
+Invariant: types with one scale and offset per 32 values map exactly (same codes, held
+in as many bits as the file's: Q4_0/Q4_1/Q4_K in 4, Q5_0/Q5_1/Q5_K in 5, Q8_0 in 8);
+Q6_K is re-quantized to 8-bit min-max groups (not exact: its scales cover 16 values);
+others are refused.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ class Affine:
     weight: np.ndarray  # uint32 [rows, cols * bits // 32]
     scales: np.ndarray  # float32 [rows, cols // 32]
     biases: np.ndarray  # float32 [rows, cols // 32]
-    bits: int  # 4 or 8
+    bits: int  # 4, 5 or 8
     exact: bool  # dequantizes to the values the file's blocks hold
     group_size: int = GROUP
 
@@ -97,8 +99,8 @@ def _q5_k(b):
     return _q4_k_codes(b[:, 48:176]) | (high << 4), scale, bias
 
 
-_EXACT = {"Q4_0": (_q4_0, 4), "Q4_1": (_q4_1, 4), "Q8_0": (_q8_0, 8), "Q5_0": (_q5_0, 8),
-          "Q5_1": (_q5_1, 8), "Q4_K": (_q4_k, 4), "Q5_K": (_q5_k, 8)}
+_EXACT = {"Q4_0": (_q4_0, 4), "Q4_1": (_q4_1, 4), "Q8_0": (_q8_0, 8), "Q5_0": (_q5_0, 5),
+          "Q5_1": (_q5_1, 5), "Q4_K": (_q4_k, 4), "Q5_K": (_q5_k, 5)}
 _REQUANTIZED = ("Q6_K",)
 
 
@@ -147,7 +149,19 @@ def _pack(codes: np.ndarray, scale: np.ndarray, bias: np.ndarray, bits: int, exa
     rows, cols = codes.shape
     if bits == 4:
         packed = (codes[:, 0::2] & 0x0F) | (codes[:, 1::2] << 4)
+    elif bits in (5, 6):
+        packed = _bit_stream(codes, bits)
     else:
         packed = codes
     weight = np.ascontiguousarray(packed.astype(np.uint8)).view(np.uint32).reshape(rows, cols * bits // 32)
     return Affine(weight, scale.astype(np.float32), bias.astype(np.float32), bits, exact)
+
+
+def _bit_stream(codes: np.ndarray, bits: int) -> np.ndarray:
+    """[rows, cols] codes -> [rows, cols * bits // 8] bytes: 8 codes at a time as one
+    little-endian integer of ``bits`` bytes (code i at bit i * bits)."""
+    rows, cols = codes.shape
+    word = np.zeros((rows, cols // 8), dtype="<u8")
+    for i in range(8):
+        word |= codes[:, i::8].astype("<u8") << np.uint64(i * bits)
+    return word.view(np.uint8).reshape(rows, cols // 8, 8)[:, :, :bits].reshape(rows, cols * bits // 8)

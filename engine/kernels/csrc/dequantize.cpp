@@ -34,10 +34,11 @@ QMat qmat(const std::vector<mx::array>& in, int group, int bits) {
 
 void check_quantized(const mx::array& w, const mx::array& scales, const mx::array& biases,
                      int group, int bits) {
-  if (bits != 8 && bits != 4) {
-    throw std::invalid_argument("quantized kernels: bits must be 8 or 4");
+  if (bits != 8 && bits != 6 && bits != 5 && bits != 4) {
+    throw std::invalid_argument("quantized kernels: bits must be 8, 6, 5 or 4");
   }
-  if (group % (2 * kW) != 0 || w.dtype() != mx::uint32 || w.ndim() != 2) {
+  if (group % (2 * kW) != 0 || w.dtype() != mx::uint32 || w.ndim() != 2 ||
+      (int64_t(w.shape(1)) * 32) % (int64_t(bits) * group) != 0) {
     throw std::invalid_argument("quantized kernels: unsupported group size or weight layout");
   }
   if ((scales.dtype() != mx::float32 && scales.dtype() != mx::float16) || biases.dtype() != scales.dtype() ||

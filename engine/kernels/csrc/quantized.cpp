@@ -1,16 +1,17 @@
-// Matrix-vector products straight from MLX's affine-quantized weights (8 or 4 bits,
+// Matrix-vector products straight from MLX's affine-quantized weights (8, 6, 5 or 4 bits,
 // groups along K): w[n][k] = scale[n][g] * q[n][k] + bias[n][g]. Per row n,
 //   y[n] = sum_g scale[n][g] * (x_g . q_g) + bias[n][g] * sum(x_g),
 // so a weight is read once as bytes and turned into floats in registers, for up
 // to kMaxRows input rows at a time. 4-bit weights pack element 2t of a byte pair
 // in the low nibble: x is split into even and odd elements once, so the nibbles
-// need no shuffling.
+// need no shuffling; 5- and 6-bit codes are unpacked in registers (quant_codes.h).
 #include <vector>
 
 #include "arrays.h"
 #include "quantized.h"
 #include "parallel.h"
 #include "primitives.h"
+#include "quant_codes.h"
 #include "simd.h"
 
 namespace mlxk {
@@ -66,7 +67,8 @@ inline void nibbles_to_float(const uint8_t* p, vf& lo, vf& hi) {
 }
 
 // Rows m of x as the kernels read them: for 4 bits, even then odd elements of
-// each group; per group sums for the bias term.
+// each group; for 5 and 6 bits, scaled to meet codes read unshifted; per group
+// sums (of x as given) for the bias term.
 struct XPrep {
   std::vector<float> x, sums;
   XPrep(const float* x_in, int64_t stride, int rows, const QMat& w)
@@ -82,6 +84,8 @@ struct XPrep {
           s += src[t];
           if (w.bits == 4) {
             out[gi * g + (t & 1) * half + t / 2] = src[t];
+          } else if (w.bits == 5 || w.bits == 6) {
+            out[gi * g + t] = src[t] * quant::unshift(gi * g + t, w.bits);
           } else {
             out[gi * g + t] = src[t];
           }
@@ -107,11 +111,11 @@ void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) 
   const int G = w.group, ng = w.groups();
   const int K = w.K;
   vf total[NB][R];
-  float bias[NB][R];
+  const uint8_t* rows[NB];
   for (int j = 0; j < NB; ++j) {
+    rows[j] = w.w + (n0 + j) * w.row_bytes();
     for (int r = 0; r < R; ++r) {
       total[j][r] = splat(0.0f);
-      bias[j][r] = 0.0f;
     }
   }
   for (int gi = 0; gi < ng; ++gi) {
@@ -124,20 +128,25 @@ void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) 
     const float* xg = xp.x.data() + size_t(m0) * K + gi * G;
     if (gi + kAhead < ng) {  // weights stream from memory: ask for them ahead of use
       for (int j = 0; j < NB; ++j) {
-        const uint8_t* ahead = w.w + (n0 + j) * w.row_bytes() + (gi + kAhead) * G * BITS / 8;
+        const uint8_t* ahead = rows[j] + (gi + kAhead) * G * BITS / 8;
         for (int c = 0; c < G * BITS / 8; c += 64) {
           __builtin_prefetch(ahead + c);
         }
       }
     }
-    if (BITS == 8) {
+    if constexpr (BITS != 4) {
       for (int t = 0; t < G; t += kW) {
         vf xv[R];
         for (int r = 0; r < R; ++r) {
           xv[r] = load(xg + size_t(r) * K + t);
         }
         for (int j = 0; j < NB; ++j) {
-          vf wf = bytes_to_float(w.w + (n0 + j) * w.row_bytes() + gi * G + t);
+          vf wf;
+          if constexpr (BITS == 8) {
+            wf = bytes_to_float(rows[j] + gi * G + t);
+          } else {
+            wf = quant::unshifted_codes<BITS>(rows[j], gi * G + t);
+          }
           for (int r = 0; r < R; ++r) {
             acc[j][r] += wf * xv[r];
           }
@@ -153,7 +162,7 @@ void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) 
         }
         for (int j = 0; j < NB; ++j) {
           vf lo, hi;
-          nibbles_to_float(w.w + (n0 + j) * w.row_bytes() + gi * half + t, lo, hi);
+          nibbles_to_float(rows[j] + gi * half + t, lo, hi);
           for (int r = 0; r < R; ++r) {
             acc[j][r] += lo * xl[r] + hi * xh[r];
           }
@@ -161,17 +170,17 @@ void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) 
       }
     }
     for (int j = 0; j < NB; ++j) {
-      const float sc = w.scale(int64_t(n0 + j) * ng + gi), bi = w.bias(int64_t(n0 + j) * ng + gi);
+      const float sc = w.scale(int64_t(n0 + j) * ng + gi);
       for (int r = 0; r < R; ++r) {
         total[j][r] += sc * acc[j][r];
-        bias[j][r] += bi * xp.sums[size_t(m0 + r) * ng + gi];
       }
     }
   }
   for (int j = 0; j < NB; ++j) {
     for (int r = 0; r < R; ++r) {
       const float* res = o.res ? o.res + (m0 + r) * o.rs : nullptr;
-      o.y[int64_t(m0 + r) * w.N + n0 + j] = finish(hsum(total[j][r]) + bias[j][r], o.bias, res, n0 + j);
+      const float bias = w.bias_dot(n0 + j, xp.sums.data() + size_t(m0 + r) * ng);
+      o.y[int64_t(m0 + r) * w.N + n0 + j] = finish(hsum(total[j][r]) + bias, o.bias, res, n0 + j);
     }
   }
 }
@@ -249,7 +258,12 @@ void QuantizedMatmul::eval_cpu(const std::vector<mx::array>& inputs,
       return;
     }
     XPrep prep(xp, stride, int(x.rows), w);
-    (w.bits == 8 ? qmv<8> : qmv<4>)(w, prep, int(x.rows), o);
+    switch (w.bits) {
+      case 8: qmv<8>(w, prep, int(x.rows), o); break;
+      case 6: qmv<6>(w, prep, int(x.rows), o); break;
+      case 5: qmv<5>(w, prep, int(x.rows), o); break;
+      default: qmv<4>(w, prep, int(x.rows), o); break;
+    }
   });
 }
 

@@ -49,6 +49,40 @@ struct QMat {
   int64_t row_bytes() const { return int64_t(K) * bits / 8; }
   float scale(int64_t i) const { return half16 ? half_to_float(reinterpret_cast<const uint16_t*>(scales)[i]) : scales[i]; }
   float bias(int64_t i) const { return half16 ? half_to_float(reinterpret_cast<const uint16_t*>(biases)[i]) : biases[i]; }
+  // sum over g of bias(n, g) * sums[g]: the bias term of output n, all groups at once.
+  // Whichever width the biases have, the same arithmetic: kW lanes, then fused
+  // multiply-adds one by one (explicit, so no compiler contracts one width and not the other).
+  float bias_dot(int64_t n, const float* sums) const {
+    const int ng = groups();
+    vf acc = splat(0.0f);
+    int g = 0;
+    for (; g + kW <= ng; g += kW) {
+      acc += biases_at(n * ng + g) * load(sums + g);
+    }
+    float s = hsum(acc);
+    for (; g < ng; ++g) {
+      s = __builtin_fmaf(bias(n * ng + g), sums[g], s);
+    }
+    return s;
+  }
+  // biases [i, i + kW) as floats.
+  vf biases_at(int64_t i) const {
+    if (!half16) {
+      return load(biases + i);
+    }
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(biases) + i;
+#if defined(__AVX512F__)
+    return (vf)_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+#elif defined(__F16C__) && defined(__AVX__)
+    return (vf)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+#else
+    vf v;
+    for (int l = 0; l < kW; ++l) {
+      v[l] = half_to_float(h[l]);
+    }
+    return v;
+#endif
+  }
 };
 
 QMat qmat(const std::vector<mx::array>& in, int group, int bits);
