@@ -93,3 +93,20 @@ def _q6_k(blocks: np.ndarray) -> np.ndarray:
 
 
 _K = {Q.Q4_K: _q4_k, Q.Q5_K: _q5_k, Q.Q6_K: _q6_k}
+
+
+def random_blocks(qtype: Q, rows: int = 24, cols: int = 256) -> np.ndarray:
+    """Well-formed blocks of ``qtype`` for a [rows, cols] tensor: random bytes, keeping the
+    rows whose values ``gguf`` reads as finite and moderate (random half-precision scales
+    can be infinite)."""
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    per_row = cols // block * size
+    rng = np.random.default_rng(int(qtype))
+    found = []
+    while len(found) < rows:
+        row = rng.integers(0, 256, per_row, dtype=np.uint8)
+        with np.errstate(invalid="ignore", over="ignore"):
+            values = gguf.quants.dequantize(row.reshape(-1, size), qtype)
+        if np.isfinite(values).all() and np.abs(values).max() < 1e4:
+            found.append(row)
+    return np.stack(found)

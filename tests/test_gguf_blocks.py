@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from engine.loading.gguf_blocks import UnsupportedTensorType, supported_types, to_affine
-from tests.gguf_quantizers import quantize
+from tests.gguf_quantizers import quantize, random_blocks
 from tests.kernel_helpers import kernels_ext
 
 Q = gguf.GGMLQuantizationType
@@ -68,19 +68,44 @@ def test_five_bit_types_are_held_in_five_bits_and_multiply_as_their_float_values
         assert (err <= 1e-5 * bound).all(), (name, (err / bound).max())
 
 
-def test_q6_k_is_requantized_within_a_510th_of_each_groups_range():
+REQUANTIZED = [Q.Q6_K, Q.Q2_K, Q.Q3_K, Q.IQ1_S, Q.IQ1_M, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S,
+               Q.IQ4_NL, Q.IQ4_XS, Q.TQ1_0, Q.TQ2_0, Q.MXFP4, Q.NVFP4]
+
+
+def test_q6_k_blocks_of_real_weights_are_requantized_within_a_510th_of_each_groups_range():
     w = weights()
     raw = quantize(w, Q.Q6_K)
     want = gguf.quants.dequantize(raw, Q.Q6_K).reshape(w.shape)
     affine = to_affine(raw, Q.Q6_K, *w.shape)
     assert not affine.exact and affine.bits == 8
-    groups = want.reshape(w.shape[0], -1, 32)
+    within_a_510th(affine, want)
+
+
+@pytest.mark.parametrize("qtype", REQUANTIZED, ids=lambda q: q.name)
+def test_other_types_are_requantized_within_a_510th_of_each_groups_range(qtype):
+    raw = random_blocks(qtype)
+    want = gguf.quants.dequantize(raw.reshape(-1, gguf.GGML_QUANT_SIZES[qtype][1]), qtype).reshape(raw.shape[0], 256)
+    affine = to_affine(raw, qtype, *want.shape)
+    assert not affine.exact and affine.bits == 8 and qtype.name in supported_types()
+    within_a_510th(affine, want)
+
+
+def within_a_510th(affine, want: np.ndarray) -> None:
+    groups = want.reshape(want.shape[0], -1, 32)
     span = (groups.max(-1) - groups.min(-1))[..., None]
     err = np.abs(dequantized(affine).reshape(groups.shape) - groups)
-    assert (err <= span / 510 * (1 + 1e-4) + 1e-7).all()  # half a step, float rounding aside
+    assert (err <= span / 510 * (1 + 1e-4) + 1e-7 * np.abs(groups).max()).all()  # half a step, float rounding aside
 
 
-@pytest.mark.parametrize("qtype", [Q.IQ4_NL, Q.TQ1_0, Q.Q2_K], ids=lambda q: q.name)
+def test_damaged_blocks_are_refused():
+    size = gguf.GGML_QUANT_SIZES[Q.Q6_K][1]
+    bad = random_blocks(Q.Q6_K, rows=2)
+    bad[:, size - 2:size] = np.array([0x7C00], dtype=np.uint16).view(np.uint8)  # Q6_K's d: +inf
+    with pytest.raises(UnsupportedTensorType, match="non-finite"):
+        to_affine(bad, Q.Q6_K, 2, 256, "blk.0.ffn_up.weight")
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_1, Q.Q8_K], ids=lambda q: q.name)
 def test_other_types_are_refused_by_name(qtype):
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     raw = np.zeros((4, 256 // block * size), dtype=np.uint8)

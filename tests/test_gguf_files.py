@@ -10,6 +10,7 @@ import dataclasses
 import json
 
 import gguf
+import mlx.core as mx
 import mlx_lm
 import numpy as np
 import pytest
@@ -136,11 +137,41 @@ def test_an_unsupported_tensor_type_is_refused_by_name(sources, tmp_path, monkey
 
     real = writer.quantize
 
-    def iq4(value: np.ndarray, qtype):  # well-formed IQ4_NL bytes: the type, not the values, is refused
-        block, size = gguf.GGML_QUANT_SIZES[Q.IQ4_NL]
-        return np.zeros((value.shape[0], value.shape[1] // block * size), dtype=np.uint8)
+    def q8_k(value: np.ndarray, qtype):  # well-formed bytes of a type gguf cannot read: refused by its name
+        block, size = gguf.GGML_QUANT_SIZES[Q.Q8_K]
+        return np.zeros((value.shape[0], max(1, value.shape[1] // block) * size), dtype=np.uint8)
 
-    monkeypatch.setattr(writer, "quantize", lambda v, q: iq4(v, q) if q == Q.IQ4_NL else real(v, q))
-    path = write_gguf(sources["llama"], tmp_path / "m.gguf", Q.IQ4_NL)
-    with pytest.raises(UnsupportedModel, match="IQ4_NL"):
+    monkeypatch.setattr(writer, "quantize", lambda v, q: q8_k(v, q) if q == Q.Q8_K else real(v, q))
+    path = write_gguf(sources["llama"], tmp_path / "m.gguf", Q.Q8_K)
+    with pytest.raises(UnsupportedModel, match="Q8_K"):
         prepare_gguf(path, tmp_path / "cache")
+
+
+def test_a_codebook_typed_file_is_served_requantized(sources, tmp_path, monkeypatch):
+    """IQ4_NL (a 16-level codebook, no affine form): every matrix held as 8-bit groups of
+    the values gguf reads, each within 1/510 of its group's range, so a product is within
+    that of the float product."""
+    import tests.gguf_writer as writer
+    from tests.gguf_quantizers import random_blocks
+
+    real, written = writer.quantize, {}
+
+    def iq4(value: np.ndarray, qtype):
+        if qtype != Q.IQ4_NL:
+            return real(value, qtype)
+        raw = random_blocks(Q.IQ4_NL, rows=value.shape[0], cols=value.shape[1])
+        written[value.shape] = raw
+        return raw
+
+    monkeypatch.setattr(writer, "quantize", iq4)
+    path = write_gguf(sources["llama"], tmp_path / "m.gguf", Q.IQ4_NL, embedding_type=Q.F32)
+    served = load_generation_model(prepare_gguf(path, tmp_path / "cache"))
+    assert served.dtype.startswith("q8 affine")
+    layer = served.model.model.layers[0].mlp.down_proj
+    raw = written[(layer.weight.shape[0], layer.weight.shape[1] * 4)]
+    values = gguf.quants.dequantize(raw.reshape(-1, gguf.GGML_QUANT_SIZES[Q.IQ4_NL][1]), Q.IQ4_NL)
+    values = values.reshape(raw.shape[0], -1)
+    x = np.random.default_rng(0).standard_normal((1, values.shape[1])).astype(np.float32)
+    got = np.array(layer(mx.array(x)))
+    spans = np.abs(values).reshape(values.shape[0], -1, 32).max(-1).repeat(32, -1) * 2
+    assert np.abs(got - x @ values.T).max() <= (np.abs(x) @ (spans / 510).T).max() * 1.01

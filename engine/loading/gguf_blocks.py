@@ -2,8 +2,10 @@
 
 Invariant: types with one scale and offset per 32 values map exactly (same codes, held
 in as many bits as the file's: Q4_0/Q4_1/Q4_K in 4, Q5_0/Q5_1/Q5_K in 5, Q8_0 in 8);
-Q6_K is re-quantized to 8-bit min-max groups (not exact: its scales cover 16 values);
-others are refused.
+every other type ``gguf`` can dequantize (Q6_K, Q2_K, Q3_K: scales over 16 values; the
+IQ codebooks; TQ ternaries; MXFP4/NVFP4 floats) is re-quantized to 8-bit min-max groups
+from those values (not exact: each value within 1/510 of its group's range); types
+``gguf`` cannot read are refused by name.
 """
 
 from __future__ import annotations
@@ -101,7 +103,8 @@ def _q5_k(b):
 
 _EXACT = {"Q4_0": (_q4_0, 4), "Q4_1": (_q4_1, 4), "Q8_0": (_q8_0, 8), "Q5_0": (_q5_0, 5),
           "Q5_1": (_q5_1, 5), "Q4_K": (_q4_k, 4), "Q5_K": (_q5_k, 5)}
-_REQUANTIZED = ("Q6_K",)
+_REQUANTIZED = ("Q6_K", "Q2_K", "Q3_K", "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S",
+                "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4", "NVFP4")
 
 
 def supported_types() -> dict[str, str]:
@@ -129,7 +132,10 @@ def to_affine(data: np.ndarray, qtype: int, rows: int, cols: int, name: str = ""
         fn, bits = _EXACT[kind]
         codes, scale, bias = fn(blocks)
         return _pack(codes.reshape(rows, cols), scale.reshape(rows, -1), bias.reshape(rows, -1), bits, True)
-    values = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType(qtype)).reshape(rows, cols)
+    with np.errstate(invalid="ignore", over="ignore"):  # a damaged block is refused just below
+        values = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType(qtype)).reshape(rows, cols)
+    if not np.isfinite(values).all():
+        raise UnsupportedTensorType(f"{kind}{where}: its blocks hold non-finite values (a damaged file?)")
     return requantize_8bit(values.astype(np.float32))
 
 
