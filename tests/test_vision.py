@@ -11,17 +11,13 @@ import grpc
 import pytest
 import pytest_asyncio
 
-from engine.generation.config import GenerationConfig, SchedulerConfig
-from engine.generation.engine import GenerationEngine
-from engine.models import ModelSet
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
-from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from service.gen.mlxgrpc.v1 import model_pb2 as model_pb
 from tests.fixtures.vision_models import IMAGE_TOKENS, build_llava
 from tests.helpers import details, generate
-from tests.test_ops_security import extra_server
-from tests.vision_helpers import GRADIENT, encoded, image_chat, image_part, matches, png_claiming, vlm_reference
+from tests.vision_helpers import (GRADIENT, case_references, encoded, image_chat, image_part, matches, png_claiming,
+                                  vision_server)
 
 MAX_TOKENS = 12
 IMAGES = {"gradient": GRADIENT.read_bytes(), "red-jpeg": encoded((200, 30, 40), (96, 80), "JPEG"),
@@ -42,20 +38,13 @@ def llava_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(llava_dir):
     """mlx-vlm's greedy tokens per case, computed before the module's server starts."""
-    return vlm_reference(llava_dir, [(text, tuple(IMAGES[n] for n in names)) for text, names in CASES], MAX_TOKENS)
+    return case_references(llava_dir, CASES, IMAGES, MAX_TOKENS)
 
 
 @pytest_asyncio.fixture(scope="module")
 async def stub(llava_dir, fixture_models, reference):
-    # chunks of 8 with the image's run at positions 4..19: boundaries fall inside it
-    config = GenerationConfig(scheduler=SchedulerConfig(max_active=8, max_queued=16, prefill_chunk=8,
-                                                        tick_tokens=24, min_prefill_tokens=4))
-    models = ModelSet([GenerationEngine(str(llava_dir), name="llava", config=config),
-                       GenerationEngine(str(fixture_models["llama"]), name="llama", config=config)], [])
-    await models.start()
-    async with extra_server(models) as port, grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        yield pb_grpc.InferenceServiceStub(channel)
-    await models.close()
+    async with vision_server(llava_dir, "llava", (fixture_models["llama"], "llama")) as (stub, _):
+        yield stub
 
 
 def case_request(i: int) -> pb.GenerateRequest:

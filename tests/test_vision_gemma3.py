@@ -14,17 +14,12 @@ import grpc
 import pytest
 import pytest_asyncio
 
-from engine.generation.config import GenerationConfig, SchedulerConfig
-from engine.generation.engine import GenerationEngine
-from engine.models import ModelSet
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
-from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from service.gen.mlxgrpc.v1 import model_pb2 as model_pb
 from tests.fixtures.vision_models import BOI, GEMMA_IMAGE_TOKENS, SOFT, build_gemma3
 from tests.helpers import generate
-from tests.test_ops_security import extra_server
-from tests.vision_helpers import GRADIENT, encoded, image_chat, image_part, matches, vlm_reference
+from tests.vision_helpers import GRADIENT, case_references, encoded, image_chat, image_part, matches, vision_server
 
 MAX_TOKENS = 12
 IMAGES = {"gradient": GRADIENT.read_bytes(), "red-jpeg": encoded((200, 30, 40), (96, 80), "JPEG"),
@@ -45,20 +40,13 @@ def gemma_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(gemma_dir):
     """mlx-vlm's greedy tokens per case, computed before the module's server starts."""
-    return vlm_reference(gemma_dir, [(text, tuple(IMAGES[n] for n in names)) for text, names in CASES], MAX_TOKENS)
+    return case_references(gemma_dir, CASES, IMAGES, MAX_TOKENS)
 
 
 @pytest_asyncio.fixture(scope="module")
 async def served(gemma_dir, reference):
-    # chunks of 8: the 16-token runs span chunk boundaries
-    config = GenerationConfig(scheduler=SchedulerConfig(max_active=8, max_queued=16, prefill_chunk=8,
-                                                        tick_tokens=24, min_prefill_tokens=4))
-    engine = GenerationEngine(str(gemma_dir), name="gemma3", config=config)
-    models = ModelSet([engine], [])
-    await models.start()
-    async with extra_server(models) as port, grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        yield pb_grpc.InferenceServiceStub(channel), engine.loaded.vision
-    await models.close()
+    async with vision_server(gemma_dir, "gemma3") as (stub, engine):
+        yield stub, engine.loaded.vision
 
 
 def case_request(i: int) -> pb.GenerateRequest:

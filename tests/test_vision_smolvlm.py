@@ -17,7 +17,7 @@ import grpc
 import pytest
 import pytest_asyncio
 
-from engine.generation.config import GenerationConfig, SchedulerConfig
+from engine.generation.config import GenerationConfig
 from engine.generation.engine import GenerationEngine
 from engine.models import ModelSet
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
@@ -27,8 +27,8 @@ from service.gen.mlxgrpc.v1 import model_pb2 as model_pb
 from tests.fixtures.vision_models import FAKE, GLOBAL_IMG, IMAGE_TOKEN, SMOL_TILE_TOKENS, build_smolvlm
 from tests.helpers import generate
 from tests.test_ops_security import extra_server
-from tests.vision_helpers import (GRADIENT, encoded, image_chat, image_part, matches, vlm_chat_reference,
-                                  vlm_reference)
+from tests.vision_helpers import (GRADIENT, case_references, encoded, image_chat, image_part, matches,
+                                  vision_server, vlm_chat_reference, vlm_reference)
 
 MAX_TOKENS = 12
 # tiles (a 2 x 2 grid, 1 x 2, or the grid of a small square) plus the global view
@@ -52,20 +52,13 @@ def smol_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(smol_dir):
     """mlx-vlm's greedy tokens per case, computed before the module's server starts."""
-    return vlm_reference(smol_dir, [(text, tuple(IMAGES[n] for n in names)) for text, names in CASES], MAX_TOKENS)
+    return case_references(smol_dir, CASES, IMAGES, MAX_TOKENS)
 
 
 @pytest_asyncio.fixture(scope="module")
 async def served(smol_dir, reference):
-    # chunks of 8: boundaries fall inside the 16-token tile runs and between them
-    config = GenerationConfig(scheduler=SchedulerConfig(max_active=8, max_queued=16, prefill_chunk=8,
-                                                        tick_tokens=24, min_prefill_tokens=4))
-    engine = GenerationEngine(str(smol_dir), name="smolvlm", config=config)
-    models = ModelSet([engine], [])
-    await models.start()
-    async with extra_server(models) as port, grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        yield pb_grpc.InferenceServiceStub(channel), engine.loaded.vision
-    await models.close()
+    async with vision_server(smol_dir, "smolvlm") as (stub, engine):
+        yield stub, engine.loaded.vision
 
 
 def case_request(i: int) -> pb.GenerateRequest:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import struct
 import zlib
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,3 +107,36 @@ def matches(got: list[int], ref: Reference) -> bool:
         if a != b:
             return ref.margins[i] < NEAR_TIE
     return len(got) == len(ref.tokens)
+
+
+#: Chunks of 8 and small ticks: prefill boundaries fall inside images' runs of tokens.
+CHUNKED = dict(max_active=8, max_queued=16, prefill_chunk=8, tick_tokens=24, min_prefill_tokens=4)
+
+
+@asynccontextmanager
+async def vision_server(model_dir: Path, name: str, *others: tuple[Path, str], **scheduler):
+    """A live server with ``model_dir`` served as ``name`` (and ``others``, (dir, name)
+    pairs) under CHUNKED scheduling (``scheduler`` overrides): yields (stub, the vision
+    model's engine)."""
+    import grpc
+
+    from engine.generation.config import GenerationConfig, SchedulerConfig
+    from engine.generation.engine import GenerationEngine
+    from engine.models import ModelSet
+    from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
+    from tests.test_ops_security import extra_server
+
+    config = GenerationConfig(scheduler=SchedulerConfig(**{**CHUNKED, **scheduler}))
+    engine = GenerationEngine(str(model_dir), name=name, config=config)
+    models = ModelSet([engine, *(GenerationEngine(str(d), name=n, config=config) for d, n in others)], [])
+    await models.start()
+    try:
+        async with extra_server(models) as port, grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield pb_grpc.InferenceServiceStub(channel), engine
+    finally:
+        await models.close()
+
+
+def case_references(model_dir: Path, cases, images: dict[str, bytes], max_tokens: int) -> list[Reference]:
+    """mlx-vlm's greedy tokens for (text, image names) cases."""
+    return vlm_reference(model_dir, [(text, tuple(images[n] for n in names)) for text, names in cases], max_tokens)

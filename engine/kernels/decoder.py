@@ -22,17 +22,24 @@ from .modules import swap_leaf_modules
 _active = contextvars.ContextVar("mlx_grpc_kernels_active", default=False)
 
 
-class KernelModel:
-    """The top-level model: marks its forward as one that may use the kernels."""
+class Marked:
+    """A mixin whose ``__call__`` runs with its class's ``MARK`` (a context variable) set."""
 
     RANK = KERNEL
+    MARK: contextvars.ContextVar
 
     def __call__(self, *args, **kwargs):
-        token = _active.set(True)
+        token = self.MARK.set(True)
         try:
             return super().__call__(*args, **kwargs)
         finally:
-            _active.reset(token)
+            self.MARK.reset(token)
+
+
+class KernelModel(Marked):
+    """The top-level model: marks its forward as one that may use the kernels."""
+
+    MARK = _active
 
 
 def _attention(original):

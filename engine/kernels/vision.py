@@ -16,22 +16,16 @@ import mlx.nn as nn
 
 from . import ext, ops
 from ..layering import KERNEL, install
+from .decoder import Marked
 from .modules import swap_leaf_modules
 
 _active = contextvars.ContextVar("mlx_grpc_tower_kernels_active", default=False)
 
 
-class KernelTower:
+class KernelTower(Marked):
     """The vision tower: marks its forward as one whose attention may use the kernels."""
 
-    RANK = KERNEL
-
-    def __call__(self, *args, **kwargs):
-        token = _active.set(True)
-        try:
-            return super().__call__(*args, **kwargs)
-        finally:
-            _active.reset(token)
+    MARK = _active
 
 
 class KernelGELU:
