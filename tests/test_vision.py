@@ -16,18 +16,10 @@ from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import model_pb2 as model_pb
 from tests.fixtures.vision_models import IMAGE_TOKENS, build_llava
 from tests.helpers import details, generate
-from tests.vision_helpers import (GRADIENT, case_references, encoded, image_chat, image_part, matches, png_claiming,
-                                  vision_server)
+from tests.vision_helpers import (CASES, IMAGES, MEDIA, case_chat, case_references, encoded, image_chat, image_part,
+                                  matches, png_claiming, vision_server)
 
 MAX_TOKENS = 12
-IMAGES = {"gradient": GRADIENT.read_bytes(), "red-jpeg": encoded((200, 30, 40), (96, 80), "JPEG"),
-          "blue-webp": encoded((20, 40, 220), (64, 64), "WEBP"), "green-gif": encoded((10, 200, 60), (70, 90), "GIF")}
-MEDIA = {"gradient": "image/png", "red-jpeg": "image/jpeg", "blue-webp": "image/webp", "green-gif": "image/gif"}
-# (user text, image names): image rows (one of them with two images) and text rows
-CASES = [("What is in the picture?", ("gradient",)), ("Describe the colours.", ("red-jpeg",)),
-         ("Say something about it", ("blue-webp",)), ("Is it round?", ("green-gif",)),
-         ("The lighthouse keeper counted the boats.", ()), ("Hello there", ()),
-         ("Numbers: 1 2 3 4 5", ()), ("Which of the two is brighter?", ("red-jpeg", "gradient"))]
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +40,7 @@ async def stub(llava_dir, fixture_models, reference):
 
 
 def case_request(i: int) -> pb.GenerateRequest:
-    text, names = CASES[i]
-    return image_chat(text, *(image_part(IMAGES[n], MEDIA[n]) for n in names), max_tokens=MAX_TOKENS)
+    return case_chat(CASES[i], IMAGES, MEDIA, "llava", MAX_TOKENS)
 
 
 async def test_image_chat_alone_equals_mlx_vlm(stub, reference):

@@ -19,17 +19,12 @@ from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import model_pb2 as model_pb
 from tests.fixtures.vision_models import BOI, GEMMA_IMAGE_TOKENS, SOFT, build_gemma3
 from tests.helpers import generate
-from tests.vision_helpers import GRADIENT, case_references, encoded, image_chat, image_part, matches, vision_server
+from tests.vision_helpers import CASES as SHARED_CASES
+from tests.vision_helpers import (IMAGES, MEDIA, case_chat, case_references, image_chat, image_part, matches,
+                                  vision_server)
 
 MAX_TOKENS = 12
-IMAGES = {"gradient": GRADIENT.read_bytes(), "red-jpeg": encoded((200, 30, 40), (96, 80), "JPEG"),
-          "blue-webp": encoded((20, 40, 220), (64, 64), "WEBP"), "green-gif": encoded((10, 200, 60), (70, 90), "GIF")}
-MEDIA = {"gradient": "image/png", "red-jpeg": "image/jpeg", "blue-webp": "image/webp", "green-gif": "image/gif"}
-CASES = [("What is in the picture?", ("gradient",)), ("Describe the colours.", ("red-jpeg",)),
-         ("Say something about it", ("blue-webp",)), ("Is it round?", ("green-gif",)),
-         ("The lighthouse keeper counted the boats.", ()), ("Hello there", ()),
-         ("Numbers: 1 2 3 4 5", ()), ("Which of the two is brighter?", ("red-jpeg", "gradient")),
-         ("What is it?", ("gradient",)), ("What is it?", ("red-jpeg",))]
+CASES = [*SHARED_CASES, ("What is it?", ("gradient",)), ("What is it?", ("red-jpeg",))]
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +45,7 @@ async def served(gemma_dir, reference):
 
 
 def case_request(i: int) -> pb.GenerateRequest:
-    text, names = CASES[i]
-    return image_chat(text, *(image_part(IMAGES[n], MEDIA[n]) for n in names), model="gemma3",
-                      max_tokens=MAX_TOKENS)
+    return case_chat(CASES[i], IMAGES, MEDIA, "gemma3", MAX_TOKENS)
 
 
 async def test_image_chat_alone_equals_mlx_vlm(served, reference):

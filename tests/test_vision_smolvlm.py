@@ -27,7 +27,7 @@ from service.gen.mlxgrpc.v1 import model_pb2 as model_pb
 from tests.fixtures.vision_models import FAKE, GLOBAL_IMG, IMAGE_TOKEN, SMOL_TILE_TOKENS, build_smolvlm
 from tests.helpers import generate
 from tests.test_ops_security import extra_server
-from tests.vision_helpers import (GRADIENT, case_references, encoded, image_chat, image_part, matches,
+from tests.vision_helpers import (GRADIENT, case_chat, case_references, encoded, image_chat, image_part, matches,
                                   vision_server, vlm_chat_reference, vlm_reference)
 
 MAX_TOKENS = 12
@@ -62,9 +62,7 @@ async def served(smol_dir, reference):
 
 
 def case_request(i: int) -> pb.GenerateRequest:
-    text, names = CASES[i]
-    return image_chat(text, *(image_part(IMAGES[n], MEDIA[n]) for n in names), model="smolvlm",
-                      max_tokens=MAX_TOKENS)
+    return case_chat(CASES[i], IMAGES, MEDIA, "smolvlm", MAX_TOKENS)
 
 
 async def test_image_chat_alone_equals_mlx_vlm(served, reference):

@@ -140,3 +140,21 @@ async def vision_server(model_dir: Path, name: str, *others: tuple[Path, str], *
 def case_references(model_dir: Path, cases, images: dict[str, bytes], max_tokens: int) -> list[Reference]:
     """mlx-vlm's greedy tokens for (text, image names) cases."""
     return vlm_reference(model_dir, [(text, tuple(images[n] for n in names)) for text, names in cases], max_tokens)
+
+
+#: Images of each served media type, and the cases the families' parity tests share:
+#: (user text, image names): image rows (one with two images) and text rows.
+IMAGES = {"gradient": GRADIENT.read_bytes(), "red-jpeg": encoded((200, 30, 40), (96, 80), "JPEG"),
+          "blue-webp": encoded((20, 40, 220), (64, 64), "WEBP"), "green-gif": encoded((10, 200, 60), (70, 90), "GIF")}
+MEDIA = {"gradient": "image/png", "red-jpeg": "image/jpeg", "blue-webp": "image/webp", "green-gif": "image/gif"}
+CASES = [("What is in the picture?", ("gradient",)), ("Describe the colours.", ("red-jpeg",)),
+         ("Say something about it", ("blue-webp",)), ("Is it round?", ("green-gif",)),
+         ("The lighthouse keeper counted the boats.", ()), ("Hello there", ()),
+         ("Numbers: 1 2 3 4 5", ()), ("Which of the two is brighter?", ("red-jpeg", "gradient"))]
+
+
+def case_chat(case: tuple[str, tuple[str, ...]], images: dict[str, bytes], media: dict[str, str], model: str,
+              max_tokens: int) -> pb.GenerateRequest:
+    """One case's request: its images (by name), then its text."""
+    text, names = case
+    return image_chat(text, *(image_part(images[n], media[n]) for n in names), model=model, max_tokens=max_tokens)
