@@ -11,6 +11,7 @@ import threading
 from typing import Callable, TypeVar
 
 from ..errors import AdapterCapacity
+from ..hardware.device import end_thread
 
 T = TypeVar("T")
 
@@ -43,6 +44,7 @@ class Reads:
             finally:
                 with self._lock:
                     self._busy -= 1
+                end_thread()
             try:
                 loop.call_soon_threadsafe(_settle, future, *outcome)
             except RuntimeError:  # the loop has closed: nobody waits any more

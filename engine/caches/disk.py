@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ..hardware.device import end_thread
 from .disk_format import SUFFIX, TEMP_SUFFIX, BadEntry, HostEntry, read_entry, read_meta, write_entry
 from .disk_index import DiskEntry, DiskIndex, entry_key
 
@@ -240,9 +241,16 @@ class DiskTier:
             self._queued_at.clear()
             self._lock.notify_all()
         self._thread.join(timeout=5.0)
-        self._reader.shutdown(wait=True, cancel_futures=True)
+        self._reader.submit(end_thread)  # queued last: the reader's streams go before it does
+        self._reader.shutdown(wait=True)
 
     def _write_loop(self) -> None:
+        try:
+            self._write_entries()
+        finally:
+            end_thread()
+
+    def _write_entries(self) -> None:
         while True:
             with self._lock:
                 self._lock.wait_for(lambda: self._pending or self._closed)

@@ -19,7 +19,7 @@ from .. import kernels
 from .admission import AdmissionClosed, AdmissionPool, AdmissionRejected
 from .batcher import Batcher
 from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
-from ..hardware.device import backend_name, blas_name
+from ..hardware.device import backend_name, blas_name, end_thread
 from .pooling import EmbeddingModel, EmbeddingResult
 from .cross_encoder import CrossEncoderModel, is_cross_encoder
 from .decoder import DecoderEmbeddingModel
@@ -92,7 +92,9 @@ class EmbeddingEngine:
 
     async def close(self) -> None:
         self._pool.close()
-        self._executor.shutdown(wait=not self.breaker.broken, cancel_futures=True)  # a stuck job is left
+        if not self.breaker.broken:
+            self._executor.submit(end_thread)  # queued last: the thread's streams go before it does
+        self._executor.shutdown(wait=not self.breaker.broken)  # queued jobs finish; a stuck one is left
 
     def describe(self) -> ModelDescription:
         m = self.model

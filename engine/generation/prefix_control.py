@@ -73,7 +73,7 @@ class PrefixControl:
         disk = self.disk
         found = disk.find(disk_namespace, ids) if disk is not None and disk_namespace is not None else None
         if found is not None and found[1] > covered:
-            entry = await asyncio.to_thread(disk.read, found[0])
+            entry = await asyncio.wrap_future(disk.read_async(found[0]))
             if entry is not None:
                 await asyncio.wrap_future(self._ask(InstallPrefix(entry, namespace, session)))
                 covered, tier = found[1], Tier.DISK

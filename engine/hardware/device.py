@@ -43,3 +43,17 @@ def announce_blas() -> None:
     """Logs the BLAS behind MLX's CPU matmuls once."""
     if on_cpu():
         blas.announce()
+
+
+def end_thread() -> None:
+    """Waits for this thread's queued work and destroys the streams it created.
+
+    MLX keeps each thread's streams in thread-local state that it tears down only as the
+    thread exits, which can race the interpreter's own exit: every thread that ran MLX
+    calls this as its last step (MLX's documented cleanup).
+    """
+    try:
+        mx.synchronize()
+    except RuntimeError:  # a failure of the thread's own work, reported to that work already
+        pass
+    mx.clear_streams()

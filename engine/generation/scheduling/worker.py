@@ -15,6 +15,7 @@ from typing import Callable, Generic, TypeVar
 from ...adapters.source import AdapterFiles
 from ...errors import EngineDead
 from ...events import FinishReason
+from ...hardware.device import end_thread
 from ...liveness import Heartbeat, Pending, settle
 from ..sequence.state import SequenceState
 
@@ -187,6 +188,12 @@ class Worker(Generic[T]):
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            end_thread()
+
+    def _serve(self) -> None:
         try:
             loaded = self._load()
             scheduler = self._make_scheduler(loaded)

@@ -1,0 +1,68 @@
+"""Every thread that runs MLX work releases its streams as its last step (MLX tears
+thread-local streams down only as a thread exits, which can race the interpreter's
+exit and abort the process): the generation engine's thread, the disk tier's writer
+and reader, the embedding engine's thread and adapter reads."""
+
+from __future__ import annotations
+
+import threading
+
+import mlx.core as mx
+import pytest
+
+import engine.adapters.reads as reads
+import engine.caches.disk as disk
+import engine.embedding.engine as embedding
+import engine.generation.scheduling.worker as worker
+from engine.embedding.engine import EmbeddingEngine
+from engine.events import Finished
+from engine.generation.config import GenerationConfig, SchedulerConfig
+from engine.generation.engine import GenerationEngine
+from engine.hardware.device import end_thread
+from engine.requests import EmbeddingRequest, GenerationRequest, StopOptions, TokenPrompt
+
+
+@pytest.fixture
+def ended(monkeypatch) -> list[str]:
+    """Names of the threads that called ``end_thread``, in order."""
+    names: list[str] = []
+
+    def recording() -> None:
+        names.append(threading.current_thread().name)
+        end_thread()
+
+    for module in (worker, disk, embedding, reads):
+        monkeypatch.setattr(module, "end_thread", recording)
+    return names
+
+
+async def test_generation_thread_and_disk_tier_release_their_streams(fixture_models, tmp_path, ended):
+    config = GenerationConfig(scheduler=SchedulerConfig(prefix_cache_dir=str(tmp_path)))
+    engine = GenerationEngine(str(fixture_models["llama"]), name="ending", config=config)
+    await engine.start()
+    request = GenerationRequest(prompt=TokenPrompt(tuple(range(40, 140))), stopping=StopOptions(max_tokens=4))
+    async for event in engine.generate(request):
+        if isinstance(event, Finished):
+            break
+    await engine.close()
+    assert "engine-ending" in ended
+    assert any(name.startswith("prefix-disk-") and "read" not in name for name in ended)
+    assert any(name.startswith("prefix-disk-read-") for name in ended)
+    assert threading.current_thread().name not in ended
+
+
+async def test_embedding_thread_releases_its_streams(fixture_models, ended):
+    engine = EmbeddingEngine(fixture_models["qwen3"], name="ending-embed")
+    await engine.start()
+    results = [r async for r in engine.embed(EmbeddingRequest(inputs=("one", "two")))]
+    await engine.close()
+    assert len(results) == 2
+    assert [name for name in ended if name.startswith("engine-embed-ending-embed")], ended
+
+
+async def test_adapter_read_thread_releases_its_streams(ended):
+    def work() -> float:
+        return (mx.ones(4) * 2).sum().item()
+
+    assert await reads.Reads().run(work) == 8.0
+    assert ended == ["adapter-read"]
