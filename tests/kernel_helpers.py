@@ -37,3 +37,15 @@ def product_inputs(K, k: int, n: int, lead: tuple[int, ...], bias: bool, residua
     elif prologue == "silu_gate":
         rows = K.silu_gate_halves(x)
     return x, b, r, norm, rows
+
+
+def limb_bound(x, deq):
+    """sum_k |w[n, k]| * (largest |x| in k's block of 32) for each row of x and each n: what
+    the integer-dot path's limbs may move an output by, in units of 2^-21 (int_matvec.h)."""
+    import mlx.core as mx
+    import numpy as np
+
+    a = np.abs(np.array(x, dtype=np.float64))
+    blocks = a.reshape(*a.shape[:-1], -1, 32).max(axis=-1, keepdims=True)
+    block_max = np.broadcast_to(blocks, (*a.shape[:-1], a.shape[-1] // 32, 32)).reshape(a.shape)
+    return block_max @ np.abs(np.array(deq, dtype=np.float64)).T

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "arrays.h"
+#include "int_matvec.h"
 #include "quantized.h"
 #include "parallel.h"
 #include "primitives.h"
@@ -255,6 +256,9 @@ void QuantizedMatmul::eval_cpu(const std::vector<mx::array>& inputs,
     Out o{y, extra.bias, res, rs};
     if (int(x.rows) > kTiledRows && blas_available()) {
       tiled(w, xp, stride, int(x.rows), o);
+      return;
+    }
+    if (x.rows == 1 && int_matvec_enabled() && int_matvec(w, xp, y, extra.bias, res)) {
       return;
     }
     XPrep prep(xp, stride, int(x.rows), w);

@@ -1,0 +1,232 @@
+// The integer-dot matvec (int_matvec.h). Codes are read as 64-byte chunks of a row:
+// 128 values for 4 bits (low nibbles the even ones, high nibbles the odd ones) or 64
+// for 8 bits. The limbs of x are laid out to meet them byte for byte, so one
+// vpdpbusd adds four code x limb products into each 32-bit lane; per chunk a lane's
+// three limb sums combine exactly as a * 2^14 + b * 2^7 + c in 32 bits (|limb| <= 127),
+// then turn into one float scaled by the block's u / 2^14 and the lane's group scale.
+#include "int_matvec.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "parallel.h"
+#include "rowops.h"
+
+namespace mlxk {
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+
+bool int_matvec_built() {
+  return true;
+}
+
+namespace {
+
+constexpr int kBlock = 32;   // values sharing a limb scale u
+constexpr int kChunk = 64;   // code bytes per chunk
+constexpr int kAheadChunks = 8;
+
+// The nearest integer within [-127, 127]: the bound keeps a chunk's combined lane sum
+// (4 products of codes up to 255) inside 32 bits; a clamped limb's excess goes to the next.
+inline float nearest_limb(float v) {
+  return std::min(127.0f, std::max(-127.0f, std::nearbyint(v)));
+}
+
+// x as limbs, chunk by chunk in the codes' order: per chunk and limb 64 bytes (8 bits),
+// or 64 for the even values then 64 for the odd ones (4 bits); per chunk and lane the
+// factor u / 2^14 of the lane's block (0 past K); per weight group the sum of x.
+struct Limbs {
+  int per_chunk;  // values per chunk: 128 or 64
+  int chunks;
+  std::vector<int8_t> bytes;  // chunks * limbs(3) * (128 or 64)
+  std::vector<float> factor;  // chunks * 16
+  std::vector<float> sums;    // w.groups()
+
+  Limbs(const QMat& w, const float* x) : per_chunk(w.bits == 4 ? 128 : 64) {
+    chunks = int((w.row_bytes() + kChunk - 1) / kChunk);
+    const int span = w.bits == 4 ? 2 * kChunk : kChunk;  // limb bytes per chunk and limb
+    bytes.assign(size_t(chunks) * 3 * span, 0);
+    factor.assign(size_t(chunks) * 16, 0.0f);
+    sums.assign(size_t(w.groups()), 0.0f);
+    for (int g = 0; g < w.groups(); ++g) {
+      float s = 0.0f;
+      for (int t = 0; t < w.group; ++t) {
+        s += x[g * w.group + t];
+      }
+      sums[g] = s;
+    }
+    for (int blk = 0; blk < w.K / kBlock; ++blk) {
+      const float* xb = x + blk * kBlock;
+      float m = 0.0f;
+      for (int t = 0; t < kBlock; ++t) {
+        m = std::max(m, std::fabs(xb[t]));
+      }
+      int e = 0;
+      std::frexp(m, &e);  // m < 2^e
+      const float u = m > 0.0f ? std::ldexp(1.0f, e - 7) : 0.0f;  // |x / u| < 128
+      for (int t = 0; t < kBlock; ++t) {
+        const int k = blk * kBlock + t;
+        const float v = u > 0.0f ? xb[t] / u : 0.0f;
+        const float a = nearest_limb(v), r = (v - a) * 128.0f;
+        const float b = nearest_limb(r), c = nearest_limb((r - b) * 128.0f);
+        const int chunk = k / per_chunk, at = k % per_chunk;
+        const int pos = w.bits == 4 ? (at & 1) * kChunk + at / 2 : at;  // even values first
+        int8_t* base = bytes.data() + size_t(chunk) * 3 * span;
+        base[pos] = int8_t(a);
+        base[span + pos] = int8_t(b);
+        base[2 * span + pos] = int8_t(c);
+      }
+      // Lanes of this block: each lane covers per_chunk / 16 values of a chunk.
+      const int lane_values = per_chunk / 16;
+      for (int k = blk * kBlock; k < (blk + 1) * kBlock; k += lane_values) {
+        factor[size_t(k / per_chunk) * 16 + (k % per_chunk) / lane_values] = std::ldexp(u, -14);
+      }
+    }
+  }
+  const __m512i* limb(int chunk, int which, int half = 0) const {
+    const int span = per_chunk == 128 ? 2 * kChunk : kChunk;
+    return reinterpret_cast<const __m512i*>(bytes.data() + (size_t(chunk) * 3 + which) * span + half * kChunk);
+  }
+};
+
+// The group scales of a chunk's lanes: lane l reads group first + idx[l] of row n.
+struct ScaleLanes {
+  int per_group_chunk;  // groups a chunk spans (1 when a group spans the chunk or more)
+  __m512i idx;
+  ScaleLanes(const QMat& w, int per_chunk) {
+    per_group_chunk = std::max(1, per_chunk / w.group);
+    alignas(64) int32_t lanes[16];
+    for (int l = 0; l < 16; ++l) {
+      lanes[l] = per_group_chunk > 1 ? l * (per_chunk / 16) / w.group : 0;
+    }
+    idx = _mm512_load_si512(lanes);
+  }
+  __m512 at(const QMat& w, int64_t n, int chunk, int per_chunk) const {
+    const int ng = w.groups();
+    const int first = int(int64_t(chunk) * per_chunk / w.group);
+    const int count = std::min(per_group_chunk, ng - first);
+    const __mmask8 mask = __mmask8((1u << count) - 1);
+    __m128 s;
+    if (w.half16) {
+      const auto* h = reinterpret_cast<const uint16_t*>(w.scales) + n * ng + first;
+      s = _mm_cvtph_ps(_mm_maskz_loadu_epi16(mask, h));
+    } else {
+      s = _mm_maskz_loadu_ps(mask, w.scales + n * ng + first);
+    }
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s));
+  }
+};
+
+template <int BITS, int NB>
+void rows(const QMat& w, const Limbs& xl, const ScaleLanes& sl, int64_t n0, float* y, const float* bias,
+          const float* res) {
+  const int64_t rb = w.row_bytes();
+  const int last = xl.chunks - 1;
+  const int64_t tail_bytes = rb - int64_t(last) * kChunk;
+  const __mmask64 tail = tail_bytes >= 64 ? ~0ULL : ((1ULL << tail_bytes) - 1);
+  const __m512i low4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+  __m512 total[NB];
+  const uint8_t* row[NB];
+  for (int j = 0; j < NB; ++j) {
+    total[j] = _mm512_setzero_ps();
+    row[j] = w.w + (n0 + j) * rb;
+  }
+  for (int c = 0; c <= last; ++c) {
+    const __m512 fac = _mm512_loadu_ps(xl.factor.data() + size_t(c) * 16);
+    __m512i xa0 = _mm512_loadu_si512(xl.limb(c, 0)), xb0 = _mm512_loadu_si512(xl.limb(c, 1));
+    __m512i xc0 = _mm512_loadu_si512(xl.limb(c, 2));
+    __m512i xa1 = zero, xb1 = zero, xc1 = zero;
+    if constexpr (BITS == 4) {
+      xa1 = _mm512_loadu_si512(xl.limb(c, 0, 1));
+      xb1 = _mm512_loadu_si512(xl.limb(c, 1, 1));
+      xc1 = _mm512_loadu_si512(xl.limb(c, 2, 1));
+    }
+    for (int j = 0; j < NB; ++j) {
+      const uint8_t* p = row[j] + int64_t(c) * kChunk;
+      if (c + kAheadChunks < last) {
+        __builtin_prefetch(p + kAheadChunks * kChunk);
+      }
+      const __m512i codes = c < last ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(tail, p);
+      __m512i a, b, cc;
+      if constexpr (BITS == 4) {
+        const __m512i lo = _mm512_and_si512(codes, low4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(codes, 4), low4);
+        a = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, xa0), hi, xa1);
+        b = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, xb0), hi, xb1);
+        cc = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, xc0), hi, xc1);
+      } else {
+        a = _mm512_dpbusd_epi32(zero, codes, xa0);
+        b = _mm512_dpbusd_epi32(zero, codes, xb0);
+        cc = _mm512_dpbusd_epi32(zero, codes, xc0);
+      }
+      const __m512i comb = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(a, 14), _mm512_slli_epi32(b, 7)), cc);
+      const __m512 scale = _mm512_mul_ps(fac, sl.at(w, n0 + j, c, xl.per_chunk));
+      total[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(comb), scale, total[j]);
+    }
+  }
+  for (int j = 0; j < NB; ++j) {
+    const int64_t n = n0 + j;
+    y[n] = finish(_mm512_reduce_add_ps(total[j]) + w.bias_dot(n, xl.sums.data()), bias, res, n);
+  }
+}
+
+template <int BITS>
+void run(const QMat& w, const Limbs& xl, float* y, const float* bias, const float* res) {
+  const ScaleLanes sl(w, xl.per_chunk);
+  const int64_t grain = std::max<int64_t>(16, (1 << 16) / std::max(1, w.K));
+  parallel_for(w.N, grain, [&](int64_t n0, int64_t n1) {
+    int64_t n = n0;
+    for (; n + 4 <= n1; n += 4) {
+      rows<BITS, 4>(w, xl, sl, n, y, bias, res);
+    }
+    for (; n < n1; ++n) {
+      rows<BITS, 1>(w, xl, sl, n, y, bias, res);
+    }
+  });
+}
+
+} // namespace
+
+bool int_matvec(const QMat& w, const float* x, float* y, const float* bias, const float* res) {
+  const int per_chunk = w.bits == 4 ? 128 : 64;
+  if (w.bits != 4 || w.group % kBlock != 0 ||  // 8-bit codes: the float kernel streams them as fast
+      (per_chunk % w.group != 0 && w.group % per_chunk != 0)) {
+    return false;
+  }
+  for (int k = 0; k < w.K; ++k) {
+    if (!std::isfinite(x[k])) {  // the float path carries infinities and NaNs as they are
+      return false;
+    }
+  }
+  const Limbs xl(w, x);
+  if (w.bits == 4) {
+    run<4>(w, xl, y, bias, res);
+  } else {
+    run<8>(w, xl, y, bias, res);
+  }
+  return true;
+}
+
+#else
+
+bool int_matvec_built() {
+  return false;
+}
+
+bool int_matvec(const QMat&, const float*, float*, const float*, const float*) {
+  return false;
+}
+
+#endif
+
+bool int_matvec_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("MLX_GRPC_INT_MATVEC");
+    return int_matvec_built() && !(v && std::strcmp(v, "off") == 0);
+  }();
+  return enabled;
+}
+
+} // namespace mlxk
