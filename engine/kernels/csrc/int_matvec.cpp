@@ -26,7 +26,7 @@ namespace {
 
 constexpr int kBlock = 32;   // values sharing a limb scale u
 constexpr int kChunk = 64;   // code bytes per chunk
-constexpr int kAheadChunks = 8;
+constexpr int kAheadBytes = 2048;  // rows run contiguous: the bytes this far on are asked for ahead of use
 
 // The nearest integer within [-127, 127]: the bound keeps a chunk's combined lane sum
 // (4 products of codes up to 255) inside 32 bits; a clamped limb's excess goes to the next.
@@ -91,29 +91,31 @@ struct Limbs {
   }
 };
 
-// The group scales of a chunk's lanes: lane l reads group first + idx[l] of row n.
+// The group scales of a chunk's lanes: lane l reads group first[c] + idx[l] of a row
+// (where the chunk's groups start and which are inside the row, worked out once per call).
 struct ScaleLanes {
-  int per_group_chunk;  // groups a chunk spans (1 when a group spans the chunk or more)
   __m512i idx;
-  ScaleLanes(const QMat& w, int per_chunk) {
-    per_group_chunk = std::max(1, per_chunk / w.group);
+  std::vector<int> first;
+  std::vector<__mmask8> valid;
+  ScaleLanes(const QMat& w, int per_chunk, int chunks) : first(size_t(chunks)), valid(size_t(chunks)) {
+    const int spans = std::max(1, per_chunk / w.group);  // groups a chunk spans (1: a group spans it)
     alignas(64) int32_t lanes[16];
     for (int l = 0; l < 16; ++l) {
-      lanes[l] = per_group_chunk > 1 ? l * (per_chunk / 16) / w.group : 0;
+      lanes[l] = spans > 1 ? l * (per_chunk / 16) / w.group : 0;
     }
     idx = _mm512_load_si512(lanes);
+    for (int c = 0; c < chunks; ++c) {
+      first[c] = int(int64_t(c) * per_chunk / w.group);
+      valid[c] = __mmask8((1u << std::min(spans, w.groups() - first[c])) - 1);
+    }
   }
-  __m512 at(const QMat& w, int64_t n, int chunk, int per_chunk) const {
-    const int ng = w.groups();
-    const int first = int(int64_t(chunk) * per_chunk / w.group);
-    const int count = std::min(per_group_chunk, ng - first);
-    const __mmask8 mask = __mmask8((1u << count) - 1);
+  __m512 at(const QMat& w, int64_t n, int c) const {
+    const int64_t i = n * w.groups() + first[c];
     __m128 s;
     if (w.half16) {
-      const auto* h = reinterpret_cast<const uint16_t*>(w.scales) + n * ng + first;
-      s = _mm_cvtph_ps(_mm_maskz_loadu_epi16(mask, h));
+      s = _mm_cvtph_ps(_mm_maskz_loadu_epi16(valid[c], reinterpret_cast<const uint16_t*>(w.scales) + i));
     } else {
-      s = _mm_maskz_loadu_ps(mask, w.scales + n * ng + first);
+      s = _mm_maskz_loadu_ps(valid[c], w.scales + i);
     }
     return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s));
   }
@@ -145,9 +147,7 @@ void rows(const QMat& w, const Limbs& xl, const ScaleLanes& sl, int64_t n0, floa
     }
     for (int j = 0; j < NB; ++j) {
       const uint8_t* p = row[j] + int64_t(c) * kChunk;
-      if (c + kAheadChunks < last) {
-        __builtin_prefetch(p + kAheadChunks * kChunk);
-      }
+      __builtin_prefetch(p + kAheadBytes);
       const __m512i codes = c < last ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(tail, p);
       __m512i a, b, cc;
       if constexpr (BITS == 4) {
@@ -162,7 +162,7 @@ void rows(const QMat& w, const Limbs& xl, const ScaleLanes& sl, int64_t n0, floa
         cc = _mm512_dpbusd_epi32(zero, codes, xc0);
       }
       const __m512i comb = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(a, 14), _mm512_slli_epi32(b, 7)), cc);
-      const __m512 scale = _mm512_mul_ps(fac, sl.at(w, n0 + j, c, xl.per_chunk));
+      const __m512 scale = _mm512_mul_ps(fac, sl.at(w, n0 + j, c));
       total[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(comb), scale, total[j]);
     }
   }
@@ -174,7 +174,7 @@ void rows(const QMat& w, const Limbs& xl, const ScaleLanes& sl, int64_t n0, floa
 
 template <int BITS>
 void run(const QMat& w, const Limbs& xl, float* y, const float* bias, const float* res) {
-  const ScaleLanes sl(w, xl.per_chunk);
+  const ScaleLanes sl(w, xl.per_chunk, xl.chunks);
   const int64_t grain = std::max<int64_t>(16, (1 << 16) / std::max(1, w.K));
   parallel_for(w.N, grain, [&](int64_t n0, int64_t n1) {
     int64_t n = n0;

@@ -21,7 +21,7 @@ namespace {
 
 constexpr int kMaxRows = 4;
 constexpr int kTiledRows = 8;
-constexpr int kAhead = 8;  // groups of weights prefetched ahead of the one in use  // more rows: dequantized tiles and the BLAS
+constexpr int kAheadBytes = 2048;  // how far ahead of the weights in use they are prefetched
 
 // kW bytes as kW floats, and kW bytes as their low and high nibbles. Written with
 // intrinsics where they exist: GCC lowers a widening __builtin_convertvector from
@@ -127,12 +127,10 @@ void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) 
       }
     }
     const float* xg = xp.x.data() + size_t(m0) * K + gi * G;
-    if (gi + kAhead < ng) {  // weights stream from memory: ask for them ahead of use
-      for (int j = 0; j < NB; ++j) {
-        const uint8_t* ahead = rows[j] + (gi + kAhead) * G * BITS / 8;
-        for (int c = 0; c < G * BITS / 8; c += 64) {
-          __builtin_prefetch(ahead + c);
-        }
+    for (int j = 0; j < NB; ++j) {  // weights stream from memory (rows run contiguous): ask ahead of use
+      const uint8_t* ahead = rows[j] + gi * G * BITS / 8 + kAheadBytes;
+      for (int c = 0; c < G * BITS / 8; c += 64) {
+        __builtin_prefetch(ahead + c);
       }
     }
     if constexpr (BITS != 4) {
