@@ -1,4 +1,4 @@
-"""The integer-dot path of one-row 4-bit products (engine/kernels/csrc/int_matvec.h):
+"""The integer-dot path of one-row 4- and 8-bit products (engine/kernels/csrc/int_matvec.h):
 x split into three 8-bit limbs per block of 32 values meets the codes as bytes.
 
 Oracle: x @ dequantize(w).T in float64. Bound: the float kernels' 1e-6 of
@@ -27,12 +27,12 @@ def K():
     return ext
 
 
-def _weights(N: int, K_: int, group: int, seed: int, half: bool):
+def _weights(N: int, K_: int, group: int, seed: int, half: bool, bits: int = 4):
     mx.random.seed(seed)
-    wq, scales, biases = mx.quantize(mx.random.normal((N, K_)) * 0.05, group, 4)
+    wq, scales, biases = mx.quantize(mx.random.normal((N, K_)) * 0.05, group, bits)
     if half:
         scales, biases = scales.astype(mx.float16), biases.astype(mx.float16)
-    deq = mx.dequantize(wq, scales.astype(mx.float32), biases.astype(mx.float32), group, 4)
+    deq = mx.dequantize(wq, scales.astype(mx.float32), biases.astype(mx.float32), group, bits)
     return wq, scales, biases, deq
 
 
@@ -50,18 +50,31 @@ def _float_kernel_row(K, x, *quant):
     return K.quantized_matmul(mx.concatenate([x, x]), *quant)[:1]
 
 
-# K = 576 and 160 end in a partial chunk of codes (its bytes read under a mask).
+# With 4 bits K = 576 and 160 end in a partial chunk of codes (its bytes read under a mask);
+# with 8 bits 160 does, and a group of 128 spans two chunks.
 @pytest.mark.parametrize("N,K_", [(577, 576), (96, 1536), (5, 160), (64, 4096)])
 @pytest.mark.parametrize("group", [32, 64, 128])
 @pytest.mark.parametrize("half", [False, True])
-def test_one_row_within_the_limbs_bound_of_float64(K, N, K_, group, half):
+@pytest.mark.parametrize("bits", [4, 8])
+def test_one_row_within_the_limbs_bound_of_float64(K, N, K_, group, half, bits):
     if K_ % group:
         pytest.skip("the group does not divide K")
-    wq, scales, biases, deq = _weights(N, K_, group, N + K_ + group, half)
+    wq, scales, biases, deq = _weights(N, K_, group, N + K_ + group, half, bits)
     x = mx.random.normal((1, K_)) * mx.exp(mx.random.normal((1, K_)))  # magnitudes spread within blocks
-    got = K.quantized_matmul(x, wq, scales, biases, group, 4)
+    got = K.quantized_matmul(x, wq, scales, biases, group, bits)
     _within_bound(got, x, deq)
-    assert not mx.array_equal(got, _float_kernel_row(K, x, wq, scales, biases, group, 4)).item()  # the path ran
+    assert not mx.array_equal(got, _float_kernel_row(K, x, wq, scales, biases, group, bits)).item()  # the path ran
+
+
+def test_largest_codes_and_limbs_stay_inside_32_bits(K):
+    """8-bit codes of 255 against values whose limbs all round to +-127: a chunk's combined
+    lane sum is then at its largest (4 * 255 * 127 * (2^14 + 2^7 + 1) < 2^31)."""
+    wq = mx.full((4, 64), 0xFFFFFFFF, dtype=mx.uint32)  # every code 255
+    scales, biases = mx.ones((4, 8)), mx.zeros((4, 8))
+    deq = mx.dequantize(wq, scales, biases, 32, 8)
+    for sign in (1.0, -1.0):
+        x = mx.full((1, 256), sign * (1.0 - 2.0 ** -23))  # v = x / u just under 128 in every block
+        _within_bound(K.quantized_matmul(x, wq, scales, biases, 32, 8), x, deq)
 
 
 def test_bias_residual_and_prologues_apply_as_on_the_float_path(K):

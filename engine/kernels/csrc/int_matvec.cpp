@@ -191,7 +191,7 @@ void run(const QMat& w, const Limbs& xl, float* y, const float* bias, const floa
 
 bool int_matvec(const QMat& w, const float* x, float* y, const float* bias, const float* res) {
   const int per_chunk = w.bits == 4 ? 128 : 64;
-  if (w.bits != 4 || w.group % kBlock != 0 ||  // 8-bit codes: the float kernel streams them as fast
+  if ((w.bits != 4 && w.bits != 8) || w.group % kBlock != 0 ||
       (per_chunk % w.group != 0 && w.group % per_chunk != 0)) {
     return false;
   }

@@ -16,7 +16,8 @@ bool int_matvec_built();
 bool int_matvec_enabled();
 
 // y[n] = x . dequantize(w)[n] (+ bias[n]) (+ res[n]) for every n; x has w.K values.
-// False (nothing written) where the path does not apply: not built, or bits not 4 or 8.
+// False (nothing written) where the path does not apply: not built, bits not 4 or 8, a group
+// size that does not tile a chunk, or x not finite.
 bool int_matvec(const QMat& w, const float* x, float* y, const float* bias, const float* res);
 
 } // namespace mlxk
