@@ -1,4 +1,4 @@
-"""The integer-dot path of one-row 4- and 8-bit products (engine/kernels/csrc/int_matvec.h):
+"""The integer-dot path of one-row quantized products (engine/kernels/csrc/int_matvec.h):
 x split into three 8-bit limbs per block of 32 values meets the codes as bytes.
 
 Oracle: x @ dequantize(w).T in float64. Bound: the float kernels' 1e-6 of
@@ -51,14 +51,16 @@ def _float_kernel_row(K, x, *quant):
 
 
 # With 4 bits K = 576 and 160 end in a partial chunk of codes (its bytes read under a mask);
-# with 8 bits 160 does, and a group of 128 spans two chunks.
+# with 5, 6 and 8 bits 160 does, and a group of 128 spans two chunks.
 @pytest.mark.parametrize("N,K_", [(577, 576), (96, 1536), (5, 160), (64, 4096)])
 @pytest.mark.parametrize("group", [32, 64, 128])
 @pytest.mark.parametrize("half", [False, True])
-@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
 def test_one_row_within_the_limbs_bound_of_float64(K, N, K_, group, half, bits):
     if K_ % group:
         pytest.skip("the group does not divide K")
+    if bits not in K.int_matvec():
+        pytest.skip(f"{bits}-bit codes are unpacked by AVX-512 VBMI, which this build lacks")
     wq, scales, biases, deq = _weights(N, K_, group, N + K_ + group, half, bits)
     x = mx.random.normal((1, K_)) * mx.exp(mx.random.normal((1, K_)))  # magnitudes spread within blocks
     got = K.quantized_matmul(x, wq, scales, biases, group, bits)
@@ -119,7 +121,7 @@ def test_turned_off_by_the_environment():
             "x = mx.random.normal((1, 256))\n"
             "one = ext().quantized_matmul(x, wq, s, b, 32, 4)\n"
             "two = ext().quantized_matmul(mx.concatenate([x, x]), wq, s, b, 32, 4)[:1]\n"
-            "print(ext().int_matvec(), mx.array_equal(one, two).item())\n")
+            "print(len(ext().int_matvec()), mx.array_equal(one, two).item())\n")
     env = {**os.environ, "MLX_GRPC_INT_MATVEC": "off"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "True"]
+    assert out.stdout.split() == ["0", "True"]

@@ -138,7 +138,8 @@ def _load() -> tuple[ModuleType | None, KernelStatus]:
     if problem:
         return None, KernelStatus(False, problem)
     isa = _ISA.get(_ext.simd_width, f"{_ext.simd_width}-wide")
-    dots = ", 4/8-bit matvec by integer dots" if _ext.int_matvec() else ""
+    widths = "/".join(str(b) for b in _ext.int_matvec())
+    dots = f", {widths}-bit matvec by integer dots" if widths else ""
     return _ext, KernelStatus(True, f"{isa}{dots}, {_ext.max_threads()} threads")
 
 

@@ -85,9 +85,9 @@ NB_MODULE(_ext, m) {
       "prologue(x) @ weight.T (+ bias) (+ residual) in one primitive; the prologue is RMSNorm "
       "with `norm` and `eps`, SiLU-gate of x's halves with `silu_gate`, or nothing.");
   m.def("blas_available", &mlxk::blas_available, "Whether a CBLAS sgemm is loaded globally.");
-  m.def("int_matvec", &mlxk::int_matvec_enabled,
-        "Whether one-row quantized products take the integer-dot path (built with AVX-512 VNNI, not turned "
-        "off by MLX_GRPC_INT_MATVEC=off).");
+  m.def("int_matvec", &mlxk::int_matvec_bits,
+        "The code widths whose one-row quantized products take the integer-dot path (built with AVX-512 "
+        "VNNI, 5 and 6 bits with VBMI too; empty where not built or MLX_GRPC_INT_MATVEC=off).");
   m.def("rms_norm", &mlxk::rms_norm, "x"_a, "weight"_a.none(), "eps"_a, nb::kw_only(),
         "stream"_a = nb::none(), "RMSNorm over the last axis (mx.fast.rms_norm's rounding).");
   m.def("layer_norm", &mlxk::layer_norm, "x"_a, "weight"_a.none(), "bias"_a.none(), "eps"_a,

@@ -25,7 +25,37 @@ bool int_matvec_built() {
 namespace {
 
 constexpr int kBlock = 32;   // values sharing a limb scale u
-constexpr int kChunk = 64;   // code bytes per chunk
+constexpr int kChunk = 64;   // limb bytes per chunk and limb (per nibble half for 4 bits)
+
+// Code bytes of a chunk: 64 for 4 bits (128 values) and 8 bits, 8 * BITS for 5 and 6 (64 values).
+template <int BITS>
+constexpr int chunk_bytes() {
+  return BITS == 4 ? kChunk : 8 * BITS;
+}
+
+#if defined(__AVX512VBMI__)
+constexpr bool kPackedCodes = true;  // 5- and 6-bit bit streams unpacked to bytes in registers
+// 64 codes of BITS (5 or 6) bits as bytes: the 8 codes of each BITS-byte run go to one
+// 64-bit lane (a byte permute), where a multishift picks each code's 8 bits from its offset.
+template <int BITS>
+inline __m512i packed_to_bytes(__m512i raw) {
+  alignas(64) static const auto tables = [] {
+    struct { uint8_t spread[64], shifts[64]; } t{};
+    for (int g = 0; g < 8; ++g) {
+      for (int j = 0; j < 8; ++j) {
+        t.spread[8 * g + j] = uint8_t(g * BITS + j);
+        t.shifts[8 * g + j] = uint8_t(j * BITS);
+      }
+    }
+    return t;
+  }();
+  const __m512i spread = _mm512_permutexvar_epi8(_mm512_load_si512(tables.spread), raw);
+  return _mm512_and_si512(_mm512_multishift_epi64_epi8(_mm512_load_si512(tables.shifts), spread),
+                          _mm512_set1_epi8(char((1 << BITS) - 1)));
+}
+#else
+constexpr bool kPackedCodes = false;
+#endif
 constexpr int kAheadBytes = 2048;  // rows run contiguous: the bytes this far on are asked for ahead of use
 
 // The nearest integer within [-127, 127]: the bound keeps a chunk's combined lane sum
@@ -45,7 +75,7 @@ struct Limbs {
   std::vector<float> sums;    // w.groups()
 
   Limbs(const QMat& w, const float* x) : per_chunk(w.bits == 4 ? 128 : 64) {
-    chunks = int((w.row_bytes() + kChunk - 1) / kChunk);
+    chunks = (w.K + per_chunk - 1) / per_chunk;
     const int span = w.bits == 4 ? 2 * kChunk : kChunk;  // limb bytes per chunk and limb
     bytes.assign(size_t(chunks) * 3 * span, 0);
     factor.assign(size_t(chunks) * 16, 0.0f);
@@ -125,8 +155,10 @@ template <int BITS, int NB>
 void rows(const QMat& w, const Limbs& xl, const ScaleLanes& sl, int64_t n0, float* y, const float* bias,
           const float* res) {
   const int64_t rb = w.row_bytes();
+  constexpr int CB = chunk_bytes<BITS>();
   const int last = xl.chunks - 1;
-  const int64_t tail_bytes = rb - int64_t(last) * kChunk;
+  const int64_t tail_bytes = rb - int64_t(last) * CB;
+  const __mmask64 full = CB >= 64 ? ~0ULL : ((1ULL << CB) - 1);
   const __mmask64 tail = tail_bytes >= 64 ? ~0ULL : ((1ULL << tail_bytes) - 1);
   const __m512i low4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
   __m512 total[NB];
@@ -146,9 +178,14 @@ void rows(const QMat& w, const Limbs& xl, const ScaleLanes& sl, int64_t n0, floa
       xc1 = _mm512_loadu_si512(xl.limb(c, 2, 1));
     }
     for (int j = 0; j < NB; ++j) {
-      const uint8_t* p = row[j] + int64_t(c) * kChunk;
+      const uint8_t* p = row[j] + int64_t(c) * CB;
       __builtin_prefetch(p + kAheadBytes);
-      const __m512i codes = c < last ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(tail, p);
+      __m512i codes;
+      if constexpr (BITS == 4 || BITS == 8) {
+        codes = c < last ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(tail, p);
+      } else {
+        codes = packed_to_bytes<BITS>(_mm512_maskz_loadu_epi8(c < last ? full : tail, p));
+      }
       __m512i a, b, cc;
       if constexpr (BITS == 4) {
         const __m512i lo = _mm512_and_si512(codes, low4);
@@ -191,7 +228,8 @@ void run(const QMat& w, const Limbs& xl, float* y, const float* bias, const floa
 
 bool int_matvec(const QMat& w, const float* x, float* y, const float* bias, const float* res) {
   const int per_chunk = w.bits == 4 ? 128 : 64;
-  if ((w.bits != 4 && w.bits != 8) || w.group % kBlock != 0 ||
+  const bool packed = w.bits == 5 || w.bits == 6;
+  if ((w.bits != 4 && w.bits != 8 && !(packed && kPackedCodes)) || w.group % kBlock != 0 ||
       (per_chunk % w.group != 0 && w.group % per_chunk != 0)) {
     return false;
   }
@@ -201,10 +239,13 @@ bool int_matvec(const QMat& w, const float* x, float* y, const float* bias, cons
     }
   }
   const Limbs xl(w, x);
-  if (w.bits == 4) {
-    run<4>(w, xl, y, bias, res);
-  } else {
-    run<8>(w, xl, y, bias, res);
+  switch (w.bits) {
+    case 4: run<4>(w, xl, y, bias, res); break;
+    case 8: run<8>(w, xl, y, bias, res); break;
+#if defined(__AVX512VBMI__)
+    case 5: run<5>(w, xl, y, bias, res); break;
+    case 6: run<6>(w, xl, y, bias, res); break;
+#endif
   }
   return true;
 }
@@ -220,6 +261,17 @@ bool int_matvec(const QMat&, const float*, float*, const float*, const float*) {
 }
 
 #endif
+
+std::vector<int> int_matvec_bits() {
+  if (!int_matvec_enabled()) {
+    return {};
+  }
+#if defined(__AVX512VBMI__)
+  return {4, 5, 6, 8};
+#else
+  return {4, 8};
+#endif
+}
 
 bool int_matvec_enabled() {
   static const bool enabled = [] {

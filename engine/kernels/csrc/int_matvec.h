@@ -5,6 +5,8 @@
 // codes meet the limbs as bytes, 64 products per instruction, never as floats.
 #pragma once
 
+#include <vector>
+
 #include "quantized.h"
 
 namespace mlxk {
@@ -14,9 +16,12 @@ bool int_matvec_built();
 // Built, and not turned off by MLX_GRPC_INT_MATVEC=off (read once): the float kernels
 // then take every row.
 bool int_matvec_enabled();
+// The code widths the path takes here: 4 and 8, and 5 and 6 where the target also has
+// AVX-512 VBMI (their bit streams unpacked to bytes); none when not enabled.
+std::vector<int> int_matvec_bits();
 
 // y[n] = x . dequantize(w)[n] (+ bias[n]) (+ res[n]) for every n; x has w.K values.
-// False (nothing written) where the path does not apply: not built, bits not 4 or 8, a group
+// False (nothing written) where the path does not apply: not built, bits not taken, a group
 // size that does not tile a chunk, or x not finite.
 bool int_matvec(const QMat& w, const float* x, float* y, const float* bias, const float* res);
 
