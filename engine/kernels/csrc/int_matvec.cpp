@@ -1,6 +1,7 @@
-// The integer-dot matvec (int_matvec.h). Codes are read as 64-byte chunks of a row:
-// 128 values for 4 bits (low nibbles the even ones, high nibbles the odd ones) or 64
-// for 8 bits. The limbs of x are laid out to meet them byte for byte, so one
+// The integer-dot matvec (int_matvec.h). Codes are read a chunk of a row at a time:
+// 64 bytes holding 128 values for 4 bits (low nibbles the even ones, high nibbles the
+// odd ones) or 64 for 8 bits; 8 * bits bytes of bit stream holding 64 values for 5 and 6
+// bits, unpacked to bytes first. The limbs of x are laid out to meet them byte for byte, so one
 // vpdpbusd adds four code x limb products into each 32-bit lane; per chunk a lane's
 // three limb sums combine exactly as a * 2^14 + b * 2^7 + c in 32 bits (|limb| <= 127),
 // then turn into one float scaled by the block's u / 2^14 and the lane's group scale.
