@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Sequence
 
 from ..hardware.device import end_thread
-from .disk_format import SUFFIX, TEMP_SUFFIX, BadEntry, HostEntry, read_entry, read_meta, write_entry
+from .disk_format import (SUFFIX, TEMP_SUFFIX, BadEntry, HostEntry, read_entry, read_meta, write_entry,
+                          writer_alive)
 from .disk_index import DiskEntry, DiskIndex, entry_key
 
 __all__ = ["DiskEntry", "DiskStats", "DiskTier", "entry_key", "file_bytes"]
@@ -39,24 +40,6 @@ class DiskStats:
     evictions: int
     corrupt: int
     dropped: int  # writes not made: the queue was full or the write failed
-
-
-def _writer_alive(temp_name: str) -> bool:
-    """Whether the process that names a temporary file (``<key>.<pid>.<thread>.tmp``) still runs."""
-    parts = temp_name.split(".")
-    try:
-        pid = int(parts[-3])
-    except (IndexError, ValueError):
-        return False
-    if pid == os.getpid():
-        return False  # this process starts now: none of its writes is in flight
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def file_bytes(entry: HostEntry) -> int:
@@ -94,7 +77,7 @@ class DiskTier:
         """Rebuilds the index from the directory; leftovers and bad files are deleted."""
         for path in sorted(self.directory.iterdir()):
             if path.name.endswith(TEMP_SUFFIX):
-                if not _writer_alive(path.name):  # a write cut short
+                if not writer_alive(path.name):  # a write cut short
                     path.unlink(missing_ok=True)
                 continue
             if not path.name.endswith(SUFFIX):

@@ -212,3 +212,21 @@ def _arrays(cache: Any) -> list[Any]:
     from mlx.utils import tree_flatten
 
     return [leaf for _, leaf in tree_flatten(cache.state) if isinstance(leaf, mx.array)]
+
+
+def writer_alive(temp_name: str) -> bool:
+    """Whether the process that names a temporary file (``<key>.<pid>.<thread>.tmp``) still runs."""
+    parts = temp_name.split(".")
+    try:
+        pid = int(parts[-3])
+    except (IndexError, ValueError):
+        return False
+    if pid == os.getpid():
+        return False  # this process starts now: none of its writes is in flight
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
