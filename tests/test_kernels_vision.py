@@ -1,6 +1,7 @@
 """The kernels in a vision tower: a LLaVA fixture loads with them in its tower and
 projector, the image features stay within float rounding of MLX's own ops, and the
-attention wrapper leaves every caller outside a tower's forward with MLX's function."""
+attention wrapper leaves every caller outside a tower's forward, and a windowed tower's
+empty split, with MLX's function."""
 
 from __future__ import annotations
 
@@ -44,3 +45,22 @@ def test_attention_outside_a_tower_is_mlx_own(served):
     q = mx.random.normal((1, 2, 5, 8))
     assert mx.array_equal(sdpa(q, q, q, scale=0.5), sdpa.stock(q, q, q, scale=0.5)).item()
     assert mx.array_equal(sdpa(q, q, q, scale=0.5, mask="causal"), sdpa.stock(q, q, q, scale=0.5, mask="causal")).item()
+
+
+def test_a_windowed_tower_s_empty_split_is_mlx_own(tmp_path):
+    """Qwen2.5-VL's tower splits its patches at window boundaries, and an image that is one
+    window gives an empty split: the kernels leave it to MLX (they divided by its zero
+    length), and the features equal MLX's own ops within rounding."""
+    from engine.kernels import ops
+    from engine.loading.model import load_generation_model
+    from tests.fixtures.vision_qwen import build_qwen2_5_vl
+
+    kernels_ext()
+    empty = mx.zeros((1, 2, 0, 16))
+    assert ops.attention(empty, empty, empty, scale=0.25) is None
+    qwen = build_qwen2_5_vl(tmp_path / "qwen")
+    stock, served = load_generation_model(qwen, use_kernels=False), load_generation_model(qwen)
+    pixels = np.random.default_rng(0).random((1, 4, 4, 1176), dtype=np.float32)  # a 2 x 2 merged grid: one window
+    want, got = stock.vision.features(pixels), served.vision.features(pixels)
+    assert served.kernels.get("tower tower_attention dispatch") == 1 and got.shape == want.shape == (1, 4, 64)
+    assert (mx.abs(got - want).max() / mx.abs(want).max()).item() < 1e-5

@@ -23,8 +23,8 @@ def attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask=None,
               flat: bool = False, length: int = -1) -> mx.array | None:
     """mx.fast.scaled_dot_product_attention's result ([B, L, Hq * Dv] with ``flat``) over the
     first ``length`` keys and values (-1: all; a cache's buffers as they are)."""
-    if sinks is not None or not (q.dtype == k.dtype == v.dtype == F32):
-        return None
+    if sinks is not None or not (q.dtype == k.dtype == v.dtype == F32) or q.size == 0 or k.size == 0:
+        return None  # (an empty split, as windowed towers make: MLX's own answer)
     if isinstance(mask, str):
         if mask != "causal":
             return None
