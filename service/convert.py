@@ -269,7 +269,8 @@ def model_info(d: ModelDescription, sources: bool = True) -> model_pb.ModelInfo:
         kv_cache_dtype=d.kv_cache_dtype)
 
 
-_MEDIA_INPUT = {"embeddings": model_pb.MEDIA_INPUT_EMBEDDINGS}
+_MEDIA_INPUT = {"embeddings": model_pb.MEDIA_INPUT_EMBEDDINGS,
+                "embeddings+positions": model_pb.MEDIA_INPUT_EMBEDDINGS_POSITIONS}
 
 
 def _media(m: MediaSupport | None) -> model_pb.MediaSupport | None:

@@ -142,7 +142,7 @@ def test_image_key_ids_lie_beyond_any_vocabulary():
     from engine.vision.splice import KEY_BASE, ImageRows
 
     pixels = np.zeros((1, 3, 4, 4), np.float32)
-    a, b = (ImageRows((PromptImage(2, 5, pixels, digest),)) for digest in (b"a" * 32, b"b" * 32))
+    a, b = (ImageRows((PromptImage(2, 5, pixels, digest),), 8) for digest in (b"a" * 32, b"b" * 32))
     tokens = [7, 8, 600, 600, 600, 600, 600, 9]
     key_a, key_b = a.key(tokens), b.key(tokens)
     assert key_a[:2] == [7, 8] and key_a[7:] == [9] and key_a == a.key(tokens)

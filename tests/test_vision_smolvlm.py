@@ -227,7 +227,7 @@ def test_spliced_embeddings_equal_mlx_vlms_at_any_chunking(smol_dir, chunk):
     ids, images = expand_images(text, loaded.tokenizer, prompt, loaded.vision, Limits())
     assert ids == inputs["input_ids"][0].tolist()
     assert [len(img.feature_runs) for img in images] == [TILES[n] for n in names]
-    rows, encoder = ImageRows(images), EncodedImages(loaded.vision, 0)
+    rows, encoder = ImageRows(images, len(ids)), EncodedImages(loaded.vision, 0)
     tokens = mx.array([ids])
     got = mx.concatenate([rows.embeddings(loaded.model, encoder, tokens[:, s : s + chunk], s)
                           for s in range(0, len(ids), chunk)], axis=1)

@@ -91,8 +91,9 @@ def vlm_chat_reference(model_dir: Path, chats: list[list[tuple[str, str, tuple[b
         else:
             inputs, mask = processor(images=images, text=prompt), None
         tokens, margins = [], []
+        grid = {"image_grid_thw": inputs["image_grid_thw"]} if "image_grid_thw" in inputs else {}  # qwen2_5_vl
         steps = generate_step(inputs["input_ids"], model, inputs.get("pixel_values"), mask, temperature=0.0,
-                              max_tokens=max_tokens)
+                              max_tokens=max_tokens, **grid)
         for (token, logprobs), _ in zip(steps, range(max_tokens)):
             top2 = mx.sort(logprobs.reshape(-1))[-2:].tolist()
             tokens.append(int(token))

@@ -30,7 +30,7 @@ def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream
         request_id=stream.key, tokens=ids, prompt_len=len(ids), context_tokens=len(ids) + max_tokens,
         rule=rule, sampling=SamplingState(request.sampling, ids), delivery=delivery,
         prefix=PrefixOptions(not request.bypass_prefix_cache, prompt.snapshot_at, request.session_id),
-        images=ImageRows(prompt.images) if prompt.images else None,
+        images=ImageRows(prompt.images, len(ids)) if prompt.images else None,
         top_logprobs=request.top_logprobs if wants_logprobs else None,
         speculation=speculation_for(request, speculation), constraint=constraint, adapter=adapter,
         tenant=request.tenant, priority=request.priority)

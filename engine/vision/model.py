@@ -9,7 +9,7 @@ written at the image's positions in place of the token embeddings; an image beco
 the runs of image-token positions ``process`` names (one run of ``tokens_for(pixels)``
 positions, or one run per tile: idefics3), and ``features`` gives one row per position of
 those runs, in order. Families: llava here, gemma3 in ``vision/gemma3.py``, idefics3 and
-smolvlm in ``vision/idefics3.py``.
+smolvlm in ``vision/idefics3.py``, qwen2_5_vl (multi-axis positions) in ``vision/qwen_vl.py``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import numpy as np
 
 from ..errors import UnsupportedModel
 
-# model types served with images (llava: an mlx-lm llama/qwen2 text side; idefics3/smolvlm: llama)
-FAMILIES = ("llava", "gemma3", "idefics3", "smolvlm")
+# model types served with images (llava: an mlx-lm llama/qwen2 text side; idefics3/smolvlm: llama;
+# qwen2_5_vl: qwen2 with M-RoPE)
+FAMILIES = ("llava", "gemma3", "idefics3", "smolvlm", "qwen2_5_vl")
 
 
 def is_vision_config(config: Mapping[str, Any]) -> bool:
@@ -38,11 +39,13 @@ def is_vision_config(config: Mapping[str, Any]) -> bool:
 class ProcessedImage:
     """One image as its prompt holds it: the pixels the tower reads, the text its
     placeholder becomes before tokenizing (None: the placeholder token is expanded in the
-    ids, llava), and the lengths of its runs of image-token positions, in order."""
+    ids, llava), the lengths of its runs of image-token positions, in order, and for
+    models with multi-axis positions the (time, height, width) grid its one run fills."""
 
     pixels: np.ndarray
     text: str | None
     runs: tuple[int, ...]
+    grid: tuple[int, int, int] | None = None
 
 
 @dataclass
@@ -67,6 +70,9 @@ class VisionTower:
     # processors' templates do: llava-hf's, SmolVLM's), so text-only messages go to it as one
     # text part, never as a plain string.
     content_as_parts: bool = True
+    # How the model takes images (GraphCapabilities.media.input): "embeddings" spliced into the
+    # forward, or "embeddings+positions" where the image's positions are multi-axis (M-RoPE).
+    media_input: str = "embeddings"
 
     def process(self, image) -> ProcessedImage:
         """``image`` (RGB PIL) as the prompt holds it (plain numpy work, any thread)."""
@@ -102,6 +108,9 @@ def load_vision_model(path: Path, config: Mapping[str, Any]):
     if "quantization" in config or "quantization_config" in config:
         raise UnsupportedModel(f"quantized {config.get('model_type')} checkpoints are not served yet")
     vlm, processor = mlx_vlm.load(str(path))
+    if config["model_type"] == "qwen2_5_vl":
+        from .qwen_vl import load_qwen_vl
+        return load_qwen_vl(vlm, processor, path, config)
     if config["model_type"] in ("idefics3", "smolvlm"):
         from .idefics3 import load_idefics3
         return load_idefics3(vlm, processor, path, config)

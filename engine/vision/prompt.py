@@ -36,6 +36,7 @@ class PromptImage:
     digest: bytes  # SHA-256 of the encoded image: what the prefix cache keys its positions by
     # (offset in the span, length) of each run of feature positions; () is one run: the span
     runs: tuple[tuple[int, int], ...] = ()
+    grid: tuple[int, int, int] | None = None  # (t, h, w) of its multi-axis positions (M-RoPE models)
 
     @property
     def end(self) -> int:
@@ -68,7 +69,8 @@ def expand_images(text: str, tokenizer, prompt: ChatPrompt, tower: VisionTower, 
         processed = tower.process(decode(f"{field}.data", part, limits))
         (n,) = processed.runs
         out += ids[last:mark]
-        images.append(PromptImage(len(out), n, processed.pixels, hashlib.sha256(part.data).digest()))
+        images.append(PromptImage(len(out), n, processed.pixels, hashlib.sha256(part.data).digest(),
+                                  grid=processed.grid))
         out += [tower.image_token_id] * n
         last = mark + 1
     out += ids[last:]

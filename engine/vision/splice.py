@@ -8,7 +8,8 @@ prefill; its rows go to its runs' positions in order (markers between an image's
 keep their token embeddings); a chunk boundary may fall anywhere inside an image's span. In the prefix cache's
 key an image's positions hold ids derived from the digest of its bytes and the position
 in its run, all at or above 2**31 (beyond any vocabulary, within 32 bits), so a prefix
-matches only where the same images sit at the same places.
+matches only where the same images sit at the same places. A prompt whose images have
+multi-axis grids (M-RoPE) keeps its positions and its shift (``mrope.prompt_positions``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from .encoded import EncodedImages
+from .mrope import prompt_positions
 from .prompt import PromptImage
 
 
@@ -32,10 +34,13 @@ def token_embedding(model: nn.Module) -> nn.Module:
 class ImageRows:
     """A sequence's images and, once computed, their features."""
 
-    def __init__(self, images: tuple[PromptImage, ...]):
+    def __init__(self, images: tuple[PromptImage, ...], prompt_len: int):
         self.images = images
         self._features: dict[int, mx.array] = {}
         self._keys = [_key_ids(img.digest, img.length) for img in images]
+        self.positions, self.shift = None, 0  # [3, prompt_len] int32 and the shift past it (M-RoPE)
+        if images and all(img.grid is not None for img in images):
+            self.positions, self.shift = prompt_positions(prompt_len, images)
 
     def key(self, tokens: Sequence[int]) -> list[int]:
         """``tokens`` (the sequence's, from position 0) as the prefix cache keys them."""

@@ -27,6 +27,7 @@ from ..decode.batch import Batch
 from ..config import SchedulerConfig
 from ..decode.decoder import Decoder
 from ..prefill.prefiller import Prefiller, unrouted
+from ...vision import mrope
 from ...vision.model import VisionTower
 from .reuse import PrefixReuse, disk_namespace
 from ..sequence.state import SequenceState, Status, failure_message
@@ -83,11 +84,13 @@ class Scheduler:
                                    aging_s=config.priority_aging_s)
         self._batch = Batch(model)
         self.can_roll_back = can_roll_back(model) if rolls_back is None else rolls_back
-        self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt, self._route,
-                                    vision=vision)
+        positions = vision is not None and vision.media_input == "embeddings+positions"
+        self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt,
+                                    mrope.prefill_route(self._route) if positions else self._route, vision=vision)
         self._drafter = drafter
         self._decoder = Decoder(token_text, can_roll_back=self.can_roll_back, step_tokens=config.step_tokens,
-                                speculation_rows=config.speculation_rows, drafter=drafter, route=self._route)
+                                speculation_rows=config.speculation_rows, drafter=drafter,
+                                route=mrope.decode_route(self._route) if positions else self._route)
         self._prefilling: deque[SequenceState] = deque()
         self._decoding: list[SequenceState] = []
         self._reading: list[tuple[SequenceState, Future]] = []  # admitted; their cached prefix read off-thread

@@ -1,0 +1,102 @@
+"""Qwen2.5-VL's vision side (``Qwen2_5_VLForConditionalGeneration``, model type
+"qwen2_5_vl") as mlx-vlm computes it, for mlx-lm's qwen2 with multi-axis positions.
+
+Invariants, each what mlx-vlm's qwen2_5_vl does, so greedy output matches it: the text
+model is a qwen2 with the fields mlx-vlm's text config resolved (head_dim is hidden /
+heads) and its weights, every attention layer's rotary module an ``MRope`` with the
+config's ``mrope_section``; an image is the processor's patches of its resized pixels
+on a (1, h, w) grid of patches, and its placeholder ``<|image_pad|>`` (between
+``<|vision_start|>`` and ``<|vision_end|>``) is expanded in the ids to one run of
+h * w / merge^2 image tokens; its features are the tower's merged patches (window
+attention, the patch merger), written at the run unscaled; its positions are the merged
+grid's (``mrope.prompt_positions``); the prompt is attended causally.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import mlx.core as mx
+import numpy as np
+
+from ..errors import UnsupportedModel
+from . import mrope
+from .gemma3 import untie
+from .model import ProcessedImage, VisionTower, text_model, tokenizer_for
+
+_TEXT_FIELDS = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads", "rms_norm_eps",
+                "vocab_size", "num_key_value_heads", "max_position_embeddings", "rope_theta", "tie_word_embeddings")
+
+
+@dataclass
+class QwenVLTower(VisionTower):
+    merge: int = 2  # spatial_merge_size: patches per merged token along each side
+
+    def process(self, image) -> ProcessedImage:
+        out = self.processor(images=[image])
+        patches = np.asarray(out["pixel_values"], dtype=np.float32)
+        t, h, w = (int(v) for v in np.asarray(out["image_grid_thw"])[0])
+        if t != 1 or h % self.merge or w % self.merge:
+            raise ValueError(f"the processor gave a {t} x {h} x {w} grid for one image")
+        pixels = patches.reshape(1, h, w, patches.shape[-1])  # the processor's patch order; the shape holds the grid
+        grid = (1, h // self.merge, w // self.merge)
+        return ProcessedImage(pixels, None, (grid[1] * grid[2],), grid)
+
+    def tokens_for(self, pixels: np.ndarray) -> int:
+        return pixels.shape[1] * pixels.shape[2] // self.merge ** 2
+
+    def features(self, pixels: np.ndarray) -> mx.array:
+        """[1, tokens, text hidden] for one image's ``pixels`` [1, h, w, patch values]."""
+        tower = self.vlm.vision_tower
+        n, h, w, values = pixels.shape
+        if n != 1:
+            raise ValueError("the tower takes one image at a time")
+        self.encoded += 1
+        x = mx.array(pixels.reshape(h * w, values)).astype(tower.patch_embed.proj.weight.dtype)
+        return tower(x, mx.array([[1, h, w]]), output_hidden_states=False)[None]
+
+
+def text_config_of(vlm) -> dict[str, Any]:
+    """mlx-lm qwen2's config from the text config mlx-vlm resolved."""
+    resolved = vlm.config.text_config
+    if getattr(resolved, "rope_traditional", False):
+        raise UnsupportedModel("qwen2_5_vl with traditional rope is not served")
+    out = {k: getattr(resolved, k) for k in _TEXT_FIELDS}
+    out.update(model_type="qwen2", rope_scaling=None)
+    return out
+
+
+def sections_of(vlm) -> list[int]:
+    scaling = vlm.config.text_config.rope_scaling or {}
+    sections = scaling.get("mrope_section")
+    if not sections or len(sections) != 3:
+        raise UnsupportedModel(f"qwen2_5_vl without three mrope_section sizes ({sections}) is not served")
+    return [int(s) for s in sections]
+
+
+def load_qwen_vl(vlm, processor, path: Path, config: dict[str, Any]):
+    """(mlx-lm qwen2 with M-RoPE, tokenizer, QwenVLTower) from mlx-vlm's loaded model."""
+    from mlx.utils import tree_flatten
+
+    text_config = text_config_of(vlm)
+    weights = untie(dict(tree_flatten(vlm.language_model.parameters())))
+    text_config["tie_word_embeddings"] = "lm_head.weight" not in weights
+    config["text_config"] = {**(config.get("text_config") or {}), **text_config}  # what traits read
+    text = text_model(text_config, weights)
+    vlm.language_model = None  # the text model holds those arrays now
+    if mrope.install(text, sections_of(vlm), float(text_config["rope_theta"])) != text_config["num_hidden_layers"]:
+        raise UnsupportedModel("the text model's attention layers do not all take M-RoPE")
+    tokenizer = tokenizer_for(path, config, text_config)
+    image_id = int(vlm.config.image_token_id)
+    if processor.image_token_id != image_id:
+        raise UnsupportedModel(f"the processor's image token {processor.image_token_id} is not the model's "
+                               f"image token {image_id}")
+    vision = vlm.config.vision_config
+    image = processor.image_processor
+    if image.merge_size != vision.spatial_merge_size or image.patch_size != vision.patch_size:
+        raise UnsupportedModel(f"the processor's patches ({image.patch_size} px, merged {image.merge_size}) are "
+                               f"not the tower's ({vision.patch_size} px, merged {vision.spatial_merge_size})")
+    return text, tokenizer, QwenVLTower(vlm, image, image_id, int(vision.patch_size), 0,
+                                        media_input="embeddings+positions", merge=int(vision.spatial_merge_size))
