@@ -9,7 +9,8 @@ written at the image's positions in place of the token embeddings; an image beco
 the runs of image-token positions ``process`` names (one run of ``tokens_for(pixels)``
 positions, or one run per tile: idefics3), and ``features`` gives one row per position of
 those runs, in order. Families: llava here, gemma3 in ``vision/gemma3.py``, idefics3 and
-smolvlm in ``vision/idefics3.py``, qwen2_5_vl (multi-axis positions) in ``vision/qwen_vl.py``.
+smolvlm in ``vision/idefics3.py``, qwen2_5_vl and qwen3_vl (multi-axis positions) in
+``vision/qwen_vl.py``.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import numpy as np
 from ..errors import UnsupportedModel
 
 # model types served with images (llava: an mlx-lm llama/qwen2 text side; idefics3/smolvlm: llama;
-# qwen2_5_vl: qwen2 with M-RoPE)
-FAMILIES = ("llava", "gemma3", "idefics3", "smolvlm", "qwen2_5_vl")
+# qwen2_5_vl / qwen3_vl: qwen2 / qwen3 with M-RoPE)
+FAMILIES = ("llava", "gemma3", "idefics3", "smolvlm", "qwen2_5_vl", "qwen3_vl")
 
 
 def is_vision_config(config: Mapping[str, Any]) -> bool:
@@ -108,7 +109,7 @@ def load_vision_model(path: Path, config: Mapping[str, Any]):
     if "quantization" in config or "quantization_config" in config:
         raise UnsupportedModel(f"quantized {config.get('model_type')} checkpoints are not served yet")
     vlm, processor = mlx_vlm.load(str(path))
-    if config["model_type"] == "qwen2_5_vl":
+    if config["model_type"] in ("qwen2_5_vl", "qwen3_vl"):
         from .qwen_vl import load_qwen_vl
         return load_qwen_vl(vlm, processor, path, config)
     if config["model_type"] in ("idefics3", "smolvlm"):

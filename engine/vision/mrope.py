@@ -1,4 +1,5 @@
-"""Multi-axis rotary positions (M-RoPE, Qwen2.5-VL) for rows of the continuous batch.
+"""Multi-axis rotary positions (M-RoPE: Qwen2.5-VL, Qwen3-VL) for rows of the continuous
+batch, and the DeepStack features an image chunk adds after the first layers (Qwen3-VL).
 
 An M-RoPE prompt gives each position three indices (time, height, width): a text token
 has the same index on every axis, one past the largest index before it; an image's tokens
@@ -7,8 +8,9 @@ where the image starts. So past its last image a prompt's positions are its toke
 plus a constant, the row's shift (0 for a text-only row), and every generated token is
 text. Invariants: a forward's positions are set by the route of the step that runs it
 (``prefill_route``, ``decode_route``) and read by ``MRope``, the rotary module of each
-attention layer; without them a forward's positions are its cache offsets (shift 0);
-the angles are mlx-vlm's (its frequencies and rotate-half), so they are the oracle's.
+attention layer, and by ``DeepStackBlock``; without them a forward's positions are its
+cache offsets (shift 0) and it adds no features; the angles are mlx-vlm's (its
+frequencies, section layout and rotate-half), so they are the oracle's.
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-STYLES = ("chunked",)  # Qwen2 / Qwen2.5-VL: contiguous frequency sections per axis
+from ..layering import ADAPTER
+from ..layering import install as install_mixin
+
+# Qwen2.5-VL: contiguous frequency sections per axis; Qwen3-VL: the axes interleaved
+STYLES = ("chunked", "interleaved")
 
 
 def prompt_positions(length: int, images: Sequence) -> tuple[np.ndarray, int]:
@@ -47,10 +53,12 @@ def prompt_positions(length: int, images: Sequence) -> tuple[np.ndarray, int]:
 @dataclass(frozen=True)
 class _Positions:
     """A forward's positions: ``table`` [3, >= L] from its first token (one row), or
-    ``shift`` [B] added to each row's cache offset."""
+    ``shift`` [B] added to each row's cache offset; ``deepstack`` [k, 1, L, hidden]: what
+    the first k decoder blocks add to their output (an image chunk's, zero at text)."""
 
     table: mx.array | None = None
     shift: mx.array | None = None
+    deepstack: mx.array | None = None
 
 
 _current: contextvars.ContextVar[_Positions | None] = contextvars.ContextVar("mlx_grpc_mrope", default=None)
@@ -67,13 +75,16 @@ def _positions(value: _Positions | None):
 
 def prefill_route(route):
     """``route`` with each prefill forward's positions: an image row's table from its
-    next token (an image row prefills alone); other rows keep their offsets."""
+    next token and its chunk's DeepStack features (an image row prefills alone); other
+    rows keep their offsets."""
     @contextmanager
     def routed(seqs):
         value = None
         if len(seqs) == 1 and seqs[0].images is not None and seqs[0].images.positions is not None:
             seq = seqs[0]
-            value = _Positions(table=mx.array(seq.images.positions[:, seq.computed:]))
+            deep = seq.images.deepstack
+            value = _Positions(table=mx.array(seq.images.positions[:, seq.computed:]),
+                               deepstack=deep[1] if deep is not None and deep[0] == seq.computed else None)
         with route(seqs), _positions(value):
             yield
     return routed
@@ -126,7 +137,7 @@ class MRope(nn.Module):
         return out if rest.shape[-1] == 0 else mx.concatenate([out, rest], axis=-1)
 
 
-def install(model: nn.Module, sections: Sequence[int], base: float) -> int:
+def install(model: nn.Module, sections: Sequence[int], base: float, style: str = "chunked") -> int:
     """Replaces every attention layer's ``rope`` in the mlx-lm ``model``; returns the count."""
     count = 0
     for _, module in model.named_modules():
@@ -134,6 +145,26 @@ def install(model: nn.Module, sections: Sequence[int], base: float) -> int:
         if isinstance(rope, nn.RoPE):
             if rope.traditional:
                 raise ValueError("M-RoPE with traditional rotation is not served")
-            module.rope = MRope(rope.dims, base, sections)
+            module.rope = MRope(rope.dims, base, sections, style)
             count += 1
     return count
+
+
+class DeepStackBlock:
+    """A decoder block that adds its DeepStack features (``_deepstack_index``: which) to
+    its output, as mlx-vlm's qwen3_vl adds them after each of its first k layers."""
+
+    RANK = ADAPTER
+
+    def __call__(self, *args, **kwargs):
+        out = super().__call__(*args, **kwargs)
+        current = _current.get()
+        if current is not None and current.deepstack is not None:
+            out = out + current.deepstack[self._deepstack_index][:, : out.shape[1]]
+        return out
+
+
+def install_deepstack(blocks: Sequence[nn.Module]) -> None:
+    for i, block in enumerate(blocks):
+        block._deepstack_index = i
+        install_mixin(block, DeepStackBlock)

@@ -1,15 +1,19 @@
-"""Qwen2.5-VL's vision side (``Qwen2_5_VLForConditionalGeneration``, model type
-"qwen2_5_vl") as mlx-vlm computes it, for mlx-lm's qwen2 with multi-axis positions.
+"""The vision side of Qwen2.5-VL (``Qwen2_5_VLForConditionalGeneration``, model type
+"qwen2_5_vl") and Qwen3-VL (``Qwen3VLForConditionalGeneration``, "qwen3_vl") as mlx-vlm
+computes it, for mlx-lm's qwen2 / qwen3 with multi-axis positions.
 
-Invariants, each what mlx-vlm's qwen2_5_vl does, so greedy output matches it: the text
-model is a qwen2 with the fields mlx-vlm's text config resolved (head_dim is hidden /
-heads) and its weights, every attention layer's rotary module an ``MRope`` with the
-config's ``mrope_section``; an image is the processor's patches of its resized pixels
+Invariants, each what mlx-vlm's qwen2_5_vl / qwen3_vl does, so greedy output matches it:
+the text model is a qwen2 (head_dim hidden / heads) or qwen3 with the fields mlx-vlm's
+text config resolved and its weights, every attention layer's rotary module an ``MRope``
+with the config's ``mrope_section`` (sections in turn: qwen2_5_vl; interleaved:
+qwen3_vl); an image is the processor's patches of its resized pixels
 on a (1, h, w) grid of patches, and its placeholder ``<|image_pad|>`` (between
 ``<|vision_start|>`` and ``<|vision_end|>``) is expanded in the ids to one run of
 h * w / merge^2 image tokens; its features are the tower's merged patches (window
-attention, the patch merger), written at the run unscaled; its positions are the merged
-grid's (``mrope.prompt_positions``); the prompt is attended causally.
+attention in Qwen2.5-VL's, the patch merger), written at the run unscaled, and in
+Qwen3-VL the DeepStack mergers' outputs after them (added after the first k decoder
+blocks: ``mrope.DeepStackBlock``); its positions are the merged grid's
+(``mrope.prompt_positions``); the prompt is attended causally.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from .model import ProcessedImage, VisionTower, text_model, tokenizer_for
 
 _TEXT_FIELDS = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads", "rms_norm_eps",
                 "vocab_size", "num_key_value_heads", "max_position_embeddings", "rope_theta", "tie_word_embeddings")
+# model type -> (mlx-lm model type of its text side, M-RoPE style, text fields besides _TEXT_FIELDS)
+FAMILIES = {"qwen2_5_vl": ("qwen2", "chunked", ()), "qwen3_vl": ("qwen3", "interleaved", ("head_dim",))}
 
 
 @dataclass
@@ -55,16 +61,21 @@ class QwenVLTower(VisionTower):
             raise ValueError("the tower takes one image at a time")
         self.encoded += 1
         x = mx.array(pixels.reshape(h * w, values)).astype(tower.patch_embed.proj.weight.dtype)
-        return tower(x, mx.array([[1, h, w]]), output_hidden_states=False)[None]
+        out = tower(x, mx.array([[1, h, w]]), output_hidden_states=False)
+        if isinstance(out, tuple):  # qwen3_vl: (features, DeepStack features), each [tokens, text hidden]
+            features, deepstack = out
+            out = mx.concatenate([features, *deepstack], axis=-1)
+        return out[None]
 
 
-def text_config_of(vlm) -> dict[str, Any]:
-    """mlx-lm qwen2's config from the text config mlx-vlm resolved."""
+def text_config_of(vlm, model_type: str) -> dict[str, Any]:
+    """mlx-lm's config for the text side from the text config mlx-vlm resolved."""
     resolved = vlm.config.text_config
     if getattr(resolved, "rope_traditional", False):
-        raise UnsupportedModel("qwen2_5_vl with traditional rope is not served")
-    out = {k: getattr(resolved, k) for k in _TEXT_FIELDS}
-    out.update(model_type="qwen2", rope_scaling=None)
+        raise UnsupportedModel(f"{model_type} with traditional rope is not served")
+    text_type, _, more = FAMILIES[model_type]
+    out = {k: getattr(resolved, k) for k in (*_TEXT_FIELDS, *more)}
+    out.update(model_type=text_type, rope_scaling=None)
     return out
 
 
@@ -72,22 +83,29 @@ def sections_of(vlm) -> list[int]:
     scaling = vlm.config.text_config.rope_scaling or {}
     sections = scaling.get("mrope_section")
     if not sections or len(sections) != 3:
-        raise UnsupportedModel(f"qwen2_5_vl without three mrope_section sizes ({sections}) is not served")
+        raise UnsupportedModel(f"{vlm.config.model_type} without three mrope_section sizes ({sections}) "
+                               "is not served")
     return [int(s) for s in sections]
 
 
 def load_qwen_vl(vlm, processor, path: Path, config: dict[str, Any]):
-    """(mlx-lm qwen2 with M-RoPE, tokenizer, QwenVLTower) from mlx-vlm's loaded model."""
+    """(mlx-lm qwen2 / qwen3 with M-RoPE, tokenizer, QwenVLTower) from mlx-vlm's loaded model."""
     from mlx.utils import tree_flatten
 
-    text_config = text_config_of(vlm)
+    model_type = config["model_type"]
+    text_config = text_config_of(vlm, model_type)
     weights = untie(dict(tree_flatten(vlm.language_model.parameters())))
     text_config["tie_word_embeddings"] = "lm_head.weight" not in weights
     config["text_config"] = {**(config.get("text_config") or {}), **text_config}  # what traits read
     text = text_model(text_config, weights)
     vlm.language_model = None  # the text model holds those arrays now
-    if mrope.install(text, sections_of(vlm), float(text_config["rope_theta"])) != text_config["num_hidden_layers"]:
+    style = FAMILIES[model_type][1]
+    if mrope.install(text, sections_of(vlm), float(text_config["rope_theta"]), style) != len(text.layers):
         raise UnsupportedModel("the text model's attention layers do not all take M-RoPE")
+    deepstack = len(getattr(vlm.config.vision_config, "deepstack_visual_indexes", None) or ())
+    if deepstack > len(text.layers):
+        raise UnsupportedModel(f"{deepstack} DeepStack layers for a text model of {len(text.layers)}")
+    mrope.install_deepstack(text.layers[:deepstack])
     tokenizer = tokenizer_for(path, config, text_config)
     image_id = int(vlm.config.image_token_id)
     if processor.image_token_id != image_id:

@@ -10,6 +10,9 @@ key an image's positions hold ids derived from the digest of its bytes and the p
 in its run, all at or above 2**31 (beyond any vocabulary, within 32 bits), so a prefix
 matches only where the same images sit at the same places. A prompt whose images have
 multi-axis grids (M-RoPE) keeps its positions and its shift (``mrope.prompt_positions``).
+Features wider than the text model (DeepStack: the tower's k more layers' features after
+its output, each as wide) give their chunk's ``deepstack`` [k, 1, L, hidden], zero at
+positions that are not the image's.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class ImageRows:
         self._features: dict[int, mx.array] = {}
         self._keys = [_key_ids(img.digest, img.length) for img in images]
         self.positions, self.shift = None, 0  # [3, prompt_len] int32 and the shift past it (M-RoPE)
+        self.deepstack: tuple[int, mx.array] | None = None  # (chunk start, [k, 1, L, hidden]) of the last chunk
         if images and all(img.grid is not None for img in images):
             self.positions, self.shift = prompt_positions(prompt_len, images)
 
@@ -59,6 +63,7 @@ class ImageRows:
         """[1, L, hidden] for ``tokens`` ([1, L], the prompt from ``start``)."""
         end = start + tokens.shape[1]
         h = token_embedding(model)(tokens)
+        width, deep = h.shape[-1], None
         for i, img in enumerate(self.images):
             if max(start, img.start) >= min(end, img.end):
                 continue
@@ -69,12 +74,20 @@ class ImageRows:
                 a, b = max(start, img.start + offset), min(end, img.start + offset + n)
                 if a < b:
                     first = row + a - img.start - offset
-                    h[:, a - start : b - start, :] = self._features[i][first : first + b - a].astype(h.dtype)
+                    rows = self._features[i][first : first + b - a].astype(h.dtype)
+                    h[:, a - start : b - start, :] = rows[:, :width]
+                    if rows.shape[-1] > width:
+                        if deep is None:
+                            deep = mx.zeros((rows.shape[-1] // width - 1, 1, end - start, width), h.dtype)
+                        deep[:, 0, a - start : b - start, :] = rows[:, width:].reshape(b - a, -1, width
+                                                                                       ).transpose(1, 0, 2)
                 row += n
+        self.deepstack = (start, deep) if deep is not None else None
         return h
 
     def release(self) -> None:
         self._features.clear()
+        self.deepstack = None
 
 
 KEY_BASE = 1 << 31
