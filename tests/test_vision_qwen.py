@@ -6,7 +6,8 @@ of tests/vision_helpers.py); a prompt's multi-axis positions and its shift are m
 chunking; the image changes the answer; a repeated image runs no tower and a
 prefix-cache hit past an image keeps the image's positions; n-gram speculation (drafts
 past the image, at the row's shift) and logprobs work on image prompts; the image token
-typed as text is refused; GetModelInfo says its images come with positions."""
+typed as text is refused; GetModelInfo says its images come with positions; the memory plan
+counts each checkpoint tensor once."""
 
 from __future__ import annotations
 
@@ -209,3 +210,17 @@ def test_qwen3_vl_embeddings_and_deepstack_equal_mlx_vlms_at_any_chunking(tmp_pa
     assert not got[:, ~visual].any()
     for layer, features in enumerate(want.deepstack_visual_embeds):
         np.testing.assert_allclose(got[layer, visual], np.array(features), rtol=1e-5, atol=1e-5)
+
+
+async def test_memory_plan_counts_each_checkpoint_tensor_once(served, qwen_dir):
+    """The tower and mergers are counted, and the language model's arrays once (held by
+    the text model, not also by mlx-vlm's)."""
+    import math
+
+    from safetensors import safe_open
+
+    stub, _ = served
+    plan = (await stub.PlanMemory(pb.PlanMemoryRequest(model="qwen", context_tokens=256))).plan
+    with safe_open(str(qwen_dir / "model.safetensors"), "np") as f:
+        values = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    assert 0.98 * 4 * values <= plan.weights_bytes <= 1.02 * 4 * values, (plan.weights_bytes, 4 * values)
