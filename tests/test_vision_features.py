@@ -21,7 +21,8 @@ from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from tests.fixtures.vision_models import build_llava
 from tests.helpers import generate
 from tests.test_ops_security import extra_server
-from tests.vision_helpers import GRADIENT, image_chat, image_part, matches, vlm_reference
+from tests.vision_helpers import (GRADIENT, assert_plan_counts_checkpoint_once, image_chat, image_part, matches,
+                                  vlm_reference)
 
 MAX_TOKENS = 16
 QUESTION = "What is in the picture?"
@@ -96,14 +97,7 @@ async def test_ngram_speculation_keeps_an_image_answer(stub, reference):
 
 
 async def test_the_memory_plan_counts_the_vision_tower(stub, llava_dir):
-    from safetensors import safe_open
-
-    plan = (await stub.PlanMemory(pb.PlanMemoryRequest(model="llava", context_tokens=256))).plan
-    values = 0  # every tensor of the checkpoint (text model, tower, projector), held as float32
-    for path in llava_dir.glob("*.safetensors"):
-        with safe_open(str(path), "np") as f:
-            values += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
-    assert 0.98 * 4 * values <= plan.weights_bytes <= 1.02 * 4 * values, (plan.weights_bytes, 4 * values)
+    await assert_plan_counts_checkpoint_once(stub, "llava", llava_dir)
 
 
 async def test_cancel_while_an_image_is_prepared_leaves_nothing_behind(stub, served):

@@ -20,8 +20,8 @@ from service.gen.mlxgrpc.v1 import model_pb2 as model_pb
 from tests.fixtures.vision_models import BOI, GEMMA_IMAGE_TOKENS, SOFT, build_gemma3
 from tests.helpers import generate
 from tests.vision_helpers import CASES as SHARED_CASES
-from tests.vision_helpers import (IMAGES, MEDIA, case_chat, case_references, image_chat, image_part, matches,
-                                  vision_server)
+from tests.vision_helpers import (IMAGES, MEDIA, assert_plan_counts_checkpoint_once, case_chat, case_references,
+                                  image_chat, image_part, matches, vision_server)
 
 MAX_TOKENS = 12
 CASES = [*SHARED_CASES, ("What is it?", ("gradient",)), ("What is it?", ("red-jpeg",))]
@@ -128,16 +128,7 @@ def test_a_checkpoint_leaving_out_text_defaults_is_served_with_them(gemma_dir, t
 async def test_memory_plan_counts_each_checkpoint_tensor_once(served, gemma_dir):
     """The tower and projector are counted, and the tied embedding is held once (not
     copied into an output projection)."""
-    import math
-
-    from safetensors import safe_open
-
-    stub, _ = served
-    plan = (await stub.PlanMemory(pb.PlanMemoryRequest(model="gemma3", context_tokens=256))).plan
-    values = 0
-    with safe_open(str(gemma_dir / "model.safetensors"), "np") as f:
-        values += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
-    assert 0.98 * 4 * values <= plan.weights_bytes <= 1.02 * 4 * values, (plan.weights_bytes, 4 * values)
+    await assert_plan_counts_checkpoint_once(served[0], "gemma3", gemma_dir)
 
 
 async def test_logprobs_and_structured_output_on_an_image_prompt(served, reference):

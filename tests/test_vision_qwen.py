@@ -23,8 +23,8 @@ from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import model_pb2 as model_pb
 from tests.fixtures.vision_qwen import IMAGE_PAD, VISION_START, build_qwen2_5_vl, build_qwen3_vl
 from tests.helpers import generate
-from tests.vision_helpers import (CASES, IMAGES, MEDIA, case_chat, case_references, image_chat, image_part, matches,
-                                  vision_server)
+from tests.vision_helpers import (CASES, IMAGES, MEDIA, assert_plan_counts_checkpoint_once, case_chat,
+                                  case_references, image_chat, image_part, matches, vision_server)
 
 MAX_TOKENS = 12
 # merged grids (h x w) the processors give: Qwen2.5-VL's 28-pixel units (64 x 64 -> 56 x 56, 96 x 80 -> 84 x 84,
@@ -215,12 +215,4 @@ def test_qwen3_vl_embeddings_and_deepstack_equal_mlx_vlms_at_any_chunking(tmp_pa
 async def test_memory_plan_counts_each_checkpoint_tensor_once(served, qwen_dir):
     """The tower and mergers are counted, and the language model's arrays once (held by
     the text model, not also by mlx-vlm's)."""
-    import math
-
-    from safetensors import safe_open
-
-    stub, _ = served
-    plan = (await stub.PlanMemory(pb.PlanMemoryRequest(model="qwen", context_tokens=256))).plan
-    with safe_open(str(qwen_dir / "model.safetensors"), "np") as f:
-        values = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
-    assert 0.98 * 4 * values <= plan.weights_bytes <= 1.02 * 4 * values, (plan.weights_bytes, 4 * values)
+    await assert_plan_counts_checkpoint_once(served[0], "qwen", qwen_dir)

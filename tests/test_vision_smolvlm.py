@@ -27,8 +27,8 @@ from service.gen.mlxgrpc.v1 import model_pb2 as model_pb
 from tests.fixtures.vision_models import FAKE, GLOBAL_IMG, IMAGE_TOKEN, SMOL_TILE_TOKENS, build_smolvlm
 from tests.helpers import generate
 from tests.test_ops_security import extra_server
-from tests.vision_helpers import (GRADIENT, case_chat, case_references, encoded, image_chat, image_part, matches,
-                                  vision_server, vlm_chat_reference, vlm_reference)
+from tests.vision_helpers import (GRADIENT, assert_plan_counts_checkpoint_once, case_chat, case_references, encoded,
+                                  image_chat, image_part, matches, vision_server, vlm_chat_reference, vlm_reference)
 
 MAX_TOKENS = 12
 # tiles (a 2 x 2 grid, 1 x 2, or the grid of a small square) plus the global view
@@ -161,15 +161,7 @@ async def test_prefix_cache_reuses_past_the_image(served, reference):
 async def test_memory_plan_counts_each_checkpoint_tensor_once(served, smol_dir):
     """The tower and connector are counted, and the language model's arrays once (held by
     the text model, not also by mlx-vlm's)."""
-    import math
-
-    from safetensors import safe_open
-
-    stub, _ = served
-    plan = (await stub.PlanMemory(pb.PlanMemoryRequest(model="smolvlm", context_tokens=256))).plan
-    with safe_open(str(smol_dir / "model.safetensors"), "np") as f:
-        values = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
-    assert 0.98 * 4 * values <= plan.weights_bytes <= 1.02 * 4 * values, (plan.weights_bytes, 4 * values)
+    await assert_plan_counts_checkpoint_once(served[0], "smolvlm", smol_dir)
 
 
 async def test_the_smolvlm_model_type_is_served_as_mlx_vlm_serves_it(tmp_path):

@@ -159,3 +159,18 @@ def case_chat(case: tuple[str, tuple[str, ...]], images: dict[str, bytes], media
     """One case's request: its images (by name), then its text."""
     text, names = case
     return image_chat(text, *(image_part(images[n], media[n]) for n in names), model=model, max_tokens=max_tokens)
+
+
+async def assert_plan_counts_checkpoint_once(stub, model: str, model_dir: Path) -> None:
+    """The memory plan's weights are every tensor of the checkpoint (text model, tower,
+    projector) held once as float32, within 2%."""
+    import math
+
+    from safetensors import safe_open
+
+    plan = (await stub.PlanMemory(pb.PlanMemoryRequest(model=model, context_tokens=256))).plan
+    values = 0
+    for path in model_dir.glob("*.safetensors"):
+        with safe_open(str(path), "np") as f:
+            values += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    assert 0.98 * 4 * values <= plan.weights_bytes <= 1.02 * 4 * values, (plan.weights_bytes, 4 * values)
