@@ -216,3 +216,4 @@ async def test_memory_plan_counts_each_checkpoint_tensor_once(served, qwen_dir):
     """The tower and mergers are counted, and the language model's arrays once (held by
     the text model, not also by mlx-vlm's)."""
     await assert_plan_counts_checkpoint_once(served[0], "qwen", qwen_dir)
+

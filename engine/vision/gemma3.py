@@ -69,10 +69,15 @@ def served_text_config(raw: Mapping[str, Any], resolved: Mapping[str, Any]) -> d
 
 
 def untie(weights: dict[str, mx.array]) -> dict[str, mx.array]:
-    """Drops the output projection mlx-vlm copied from the embedding, so mlx-lm ties them."""
-    head, embed = weights.get("lm_head.weight"), weights.get("model.embed_tokens.weight")
-    if head is not None and embed is not None and (head is embed or mx.array_equal(head, embed).item()):
-        weights = {k: v for k, v in weights.items() if k != "lm_head.weight"}
+    """Drops the output projection mlx-vlm copied from the embedding (its scales and biases
+    too where quantized), so mlx-lm ties them."""
+    def same(name: str) -> bool:
+        head, embed = weights.get(f"lm_head.{name}"), weights.get(f"model.embed_tokens.{name}")
+        return head is None and embed is None or (head is not None and embed is not None and (
+            head is embed or mx.array_equal(head, embed).item()))
+
+    if "lm_head.weight" in weights and all(same(n) for n in ("weight", "scales", "biases")):
+        weights = {k: v for k, v in weights.items() if not k.startswith("lm_head.")}
     return weights
 
 

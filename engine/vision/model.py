@@ -106,8 +106,10 @@ def load_vision_model(path: Path, config: Mapping[str, Any]):
     import mlx_vlm
     from mlx.utils import tree_flatten
 
-    if "quantization" in config or "quantization_config" in config:
-        raise UnsupportedModel(f"quantized {config.get('model_type')} checkpoints are not served yet")
+    mode = (config.get("quantization") or {}).get("mode", "affine")
+    if "quantization_config" in config and "quantization" not in config or mode != "affine":
+        raise UnsupportedModel(f"{config.get('model_type')} checkpoints quantized other than by MLX's affine "
+                               "quantization are not served")
     vlm, processor = mlx_vlm.load(str(path))
     if config["model_type"] in ("qwen2_5_vl", "qwen3_vl"):
         from .qwen_vl import load_qwen_vl
@@ -142,14 +144,27 @@ def load_vision_model(path: Path, config: Mapping[str, Any]):
 
 
 def text_model(text_config: Mapping[str, Any], weights: Mapping[str, mx.array]) -> nn.Module:
-    """mlx-lm's model class for ``text_config`` holding ``weights`` (its own names)."""
+    """mlx-lm's model class for ``text_config`` holding ``weights`` (its own names); a layer
+    whose weights come quantized (an mlx-vlm conversion's) is quantized as they are."""
     from mlx_lm.utils import _get_classes
 
     model_class, args_class = _get_classes(dict(text_config))
     text = model_class(args_class.from_dict(dict(text_config)))
-    text.load_weights(list(text.sanitize(dict(weights)).items()) if hasattr(text, "sanitize")
-                      else list(weights.items()))
+    weights = text.sanitize(dict(weights)) if hasattr(text, "sanitize") else dict(weights)
+    if any(k.endswith(".scales") for k in weights):
+        nn.quantize(text, class_predicate=lambda path, module: _quantized_as(path, module, weights))
+    text.load_weights(list(weights.items()))
     return text
+
+
+def _quantized_as(path: str, module: nn.Module, weights: Mapping[str, mx.array]) -> dict | bool:
+    """The group size and bits of the layer at ``path``, read from its quantized weights'
+    shapes (codes pack 32 / bits per uint32; one scale per group); False: not quantized."""
+    scales = weights.get(f"{path}.scales")
+    if scales is None or not hasattr(module, "to_quantized"):
+        return False
+    inputs = module.weight.shape[-1]
+    return {"group_size": inputs // scales.shape[-1], "bits": weights[f"{path}.weight"].shape[-1] * 32 // inputs}
 
 
 def tokenizer_for(path: Path, config: Mapping[str, Any], text_config: Mapping[str, Any]):
