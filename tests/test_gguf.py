@@ -142,6 +142,23 @@ def test_second_prepare_does_not_reconvert(smollm_gguf: Path, gguf_cache: Path, 
     assert [p.name for p in gguf_cache.iterdir()] == [smollm_dir.name]  # no temp dirs left
 
 
+def test_a_changed_converter_converts_again(smollm_gguf: Path, monkeypatch) -> None:
+    """The converter's source is in every fingerprint: a conversion cached by another
+    converter (one that held some types at other widths, say) is never served."""
+    from engine.loading import gguf
+
+    before = gguf.gguf_fingerprint(smollm_gguf)
+    assert gguf.gguf_fingerprint(smollm_gguf) == before
+    monkeypatch.setattr(gguf, "_CONVERTER_FILES", gguf._CONVERTER_FILES[:-1])
+    gguf.converter_digest.cache_clear()
+    try:
+        assert gguf.gguf_fingerprint(smollm_gguf) != before
+    finally:
+        monkeypatch.undo()
+        gguf.converter_digest.cache_clear()
+    assert gguf.gguf_fingerprint(smollm_gguf) == before
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "text",

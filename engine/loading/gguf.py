@@ -8,6 +8,7 @@ norm + 1 taken off); a directory is never seen half-written.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -35,16 +36,28 @@ logger = logging.getLogger("engine.loading.gguf")
 Progress = Callable[[str, float], None]
 
 MANIFEST_NAME = "gguf_source.json"
-# Bump when the output layout changes so that cached conversions are redone.
-CONVERTER_VERSION = 2
+# Bump when the output layout changes so that cached conversions are redone; the converter's
+# own source is part of every fingerprint too, so a changed converter never reuses one.
+CONVERTER_VERSION = 3
+_CONVERTER_FILES = ("gguf.py", "gguf_arch.py", "gguf_blocks.py", "gguf_config.py", "gguf_file.py", "gguf_spm.py",
+                    "gguf_tokenizer.py")
 _GROUP_SIZE = 32  # the MLX group every GGUF block type maps onto
 _FLOAT_TYPES = {"F32": np.float32, "F16": np.float16}
 _FINGERPRINT_CHUNK = 1 << 20
 
 
-def gguf_fingerprint(gguf_path: Path) -> str:
-    """A short content fingerprint: size, first and last MiB of the file, converter version."""
+@functools.lru_cache(maxsize=1)
+def converter_digest() -> bytes:
+    """SHA-256 of the converter's version and source files."""
     digest = hashlib.sha256(f"v{CONVERTER_VERSION}".encode())
+    for name in _CONVERTER_FILES:
+        digest.update((Path(__file__).parent / name).read_bytes())
+    return digest.digest()
+
+
+def gguf_fingerprint(gguf_path: Path) -> str:
+    """A short content fingerprint: size, first and last MiB of the file, the converter."""
+    digest = hashlib.sha256(converter_digest())
     size = gguf_path.stat().st_size
     digest.update(size.to_bytes(8, "little"))
     with gguf_path.open("rb") as f:
