@@ -19,6 +19,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 from .. import kernels
 from ..hardware.device import runtime_dtype
 from .compat import apply_batch_fixes
+from .windows import apply_windows
 from .gguf import prepare_gguf
 from .traits import ModelTraits, traits_of
 from ..vision.model import VisionTower, is_vision_config, load_vision_model
@@ -99,6 +100,7 @@ def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "a
         model = dequantize_model(model)
     mx.eval(model.parameters())
     name = name or default_name(source)
+    apply_windows(model, config)  # before traits: they read the caches it makes
     traits = traits_of(model, tokenizer, config)  # before the kernels change the module tree
     if vision is not None:
         traits = replace(traits, media=("image",))
