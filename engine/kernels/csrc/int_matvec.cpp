@@ -59,66 +59,92 @@ constexpr bool kPackedCodes = false;
 #endif
 constexpr int kAheadBytes = 2048;  // rows run contiguous: the bytes this far on are asked for ahead of use
 
-// The nearest integer within [-127, 127]: the bound keeps a chunk's combined lane sum
-// (4 products of codes up to 255) inside 32 bits; a clamped limb's excess goes to the next.
-inline float nearest_limb(float v) {
-  return std::min(127.0f, std::max(-127.0f, std::nearbyint(v)));
+// Grows `v` to n elements at least and returns its data: per-thread scratch that
+// outlives a call, so a product allocates nothing once its sizes have been seen.
+template <class T>
+T* scratch(std::vector<T>& v, size_t n) {
+  if (v.size() < n) {
+    v.resize(n);
+  }
+  return v.data();
+}
+
+// The three limbs of 16 values v (= x / u) as bytes, a then b then c. Each is the nearest
+// integer within [-127, 127]: the bound keeps a chunk's combined lane sum (4 products of
+// codes up to 255) inside 32 bits; a clamped limb's excess goes to the next.
+inline void limb_bytes(__m512 v, int8_t* a_at, int8_t* b_at, int8_t* c_at) {
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f), radix = _mm512_set1_ps(128.0f);
+  const auto nearest = [&](__m512 t) {
+    return _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+  };
+  const __m512 a = nearest(v), r = _mm512_mul_ps(_mm512_sub_ps(v, a), radix);
+  const __m512 b = nearest(r), c = nearest(_mm512_mul_ps(_mm512_sub_ps(r, b), radix));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(a_at), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(a)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(b_at), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(b)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(c_at), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(c)));
 }
 
 // x as limbs, chunk by chunk in the codes' order: per chunk and limb 64 bytes (8 bits),
 // or 64 for the even values then 64 for the odd ones (4 bits); per chunk and lane the
-// factor u / 2^14 of the lane's block (0 past K); per weight group the sum of x.
+// factor u / 2^14 of the lane's block (0 past K); per weight group the sum of x. Held in
+// the calling thread's scratch: valid until that thread builds the next Limbs.
 struct Limbs {
   int per_chunk;  // values per chunk: 128 or 64
   int chunks;
-  std::vector<int8_t> bytes;  // chunks * limbs(3) * (128 or 64)
-  std::vector<float> factor;  // chunks * 16
-  std::vector<float> sums;    // w.groups()
+  int span;        // limb bytes per chunk and limb
+  int8_t* bytes;   // chunks * limbs(3) * span
+  float* factor;   // chunks * 16
+  float* sums;     // w.groups()
 
   Limbs(const QMat& w, const float* x) : per_chunk(w.bits == 4 ? 128 : 64) {
+    static thread_local std::vector<int8_t> byte_store;
+    static thread_local std::vector<float> factor_store, sum_store;
     chunks = (w.K + per_chunk - 1) / per_chunk;
-    const int span = w.bits == 4 ? 2 * kChunk : kChunk;  // limb bytes per chunk and limb
-    bytes.assign(size_t(chunks) * 3 * span, 0);
-    factor.assign(size_t(chunks) * 16, 0.0f);
-    sums.assign(size_t(w.groups()), 0.0f);
-    for (int g = 0; g < w.groups(); ++g) {
-      float s = 0.0f;
-      for (int t = 0; t < w.group; ++t) {
-        s += x[g * w.group + t];
+    span = w.bits == 4 ? 2 * kChunk : kChunk;
+    bytes = scratch(byte_store, size_t(chunks) * 3 * span);
+    factor = scratch(factor_store, size_t(chunks) * 16);
+    sums = scratch(sum_store, size_t(w.groups()));
+    std::memset(bytes, 0, size_t(chunks) * 3 * span);
+    std::memset(factor, 0, size_t(chunks) * 16 * sizeof(float));
+    for (int g = 0; g < w.groups(); ++g) {  // groups are multiples of 32 values
+      __m512 s = _mm512_setzero_ps();
+      for (int t = 0; t < w.group; t += 16) {
+        s = _mm512_add_ps(s, _mm512_loadu_ps(x + g * w.group + t));
       }
-      sums[g] = s;
+      sums[g] = _mm512_reduce_add_ps(s);
     }
+    // The even values of a block's two halves, then its odd ones (the 4-bit order).
+    const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
+    const int lane_values = per_chunk / 16;  // a lane covers per_chunk / 16 values of a chunk
     for (int blk = 0; blk < w.K / kBlock; ++blk) {
-      const float* xb = x + blk * kBlock;
-      float m = 0.0f;
-      for (int t = 0; t < kBlock; ++t) {
-        m = std::max(m, std::fabs(xb[t]));
-      }
+      const __m512 x0 = _mm512_loadu_ps(x + blk * kBlock), x1 = _mm512_loadu_ps(x + blk * kBlock + 16);
+      const float m = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
       int e = 0;
       std::frexp(m, &e);  // m < 2^e
       const float u = m > 0.0f ? std::ldexp(1.0f, e - 7) : 0.0f;  // |x / u| < 128
-      for (int t = 0; t < kBlock; ++t) {
-        const int k = blk * kBlock + t;
-        const float v = u > 0.0f ? xb[t] / u : 0.0f;
-        const float a = nearest_limb(v), r = (v - a) * 128.0f;
-        const float b = nearest_limb(r), c = nearest_limb((r - b) * 128.0f);
-        const int chunk = k / per_chunk, at = k % per_chunk;
-        const int pos = w.bits == 4 ? (at & 1) * kChunk + at / 2 : at;  // even values first
-        int8_t* base = bytes.data() + size_t(chunk) * 3 * span;
-        base[pos] = int8_t(a);
-        base[span + pos] = int8_t(b);
-        base[2 * span + pos] = int8_t(c);
+      if (u == 0.0f) {
+        continue;  // limbs and factors stay 0
       }
-      // Lanes of this block: each lane covers per_chunk / 16 values of a chunk.
-      const int lane_values = per_chunk / 16;
-      for (int k = blk * kBlock; k < (blk + 1) * kBlock; k += lane_values) {
-        factor[size_t(k / per_chunk) * 16 + (k % per_chunk) / lane_values] = std::ldexp(u, -14);
+      const int k = blk * kBlock, chunk = k / per_chunk, at = k % per_chunk;
+      int8_t* base = bytes + size_t(chunk) * 3 * span;
+      const __m512 vu = _mm512_set1_ps(u);
+      if (w.bits == 4) {  // even values at at / 2, odd ones 64 bytes on
+        limb_bytes(_mm512_div_ps(_mm512_permutex2var_ps(x0, evens, x1), vu), base + at / 2, base + span + at / 2,
+                   base + 2 * span + at / 2);
+        limb_bytes(_mm512_div_ps(_mm512_permutex2var_ps(x0, odds, x1), vu), base + kChunk + at / 2,
+                   base + span + kChunk + at / 2, base + 2 * span + kChunk + at / 2);
+      } else {
+        limb_bytes(_mm512_div_ps(x0, vu), base + at, base + span + at, base + 2 * span + at);
+        limb_bytes(_mm512_div_ps(x1, vu), base + at + 16, base + span + at + 16, base + 2 * span + at + 16);
+      }
+      for (int j = at / lane_values; j < (at + kBlock) / lane_values; ++j) {
+        factor[size_t(chunk) * 16 + j] = std::ldexp(u, -14);
       }
     }
   }
   const __m512i* limb(int chunk, int which, int half = 0) const {
-    const int span = per_chunk == 128 ? 2 * kChunk : kChunk;
-    return reinterpret_cast<const __m512i*>(bytes.data() + (size_t(chunk) * 3 + which) * span + half * kChunk);
+    return reinterpret_cast<const __m512i*>(bytes + (size_t(chunk) * 3 + which) * span + half * kChunk);
   }
 };
 
@@ -126,9 +152,13 @@ struct Limbs {
 // (where the chunk's groups start and which are inside the row, worked out once per call).
 struct ScaleLanes {
   __m512i idx;
-  std::vector<int> first;
-  std::vector<__mmask8> valid;
-  ScaleLanes(const QMat& w, int per_chunk, int chunks) : first(size_t(chunks)), valid(size_t(chunks)) {
+  const int* first;
+  const __mmask8* valid;
+  ScaleLanes(const QMat& w, int per_chunk, int chunks) {
+    static thread_local std::vector<int> first_store;
+    static thread_local std::vector<__mmask8> valid_store;
+    int* f = scratch(first_store, size_t(chunks));
+    __mmask8* v = scratch(valid_store, size_t(chunks));
     const int spans = std::max(1, per_chunk / w.group);  // groups a chunk spans (1: a group spans it)
     alignas(64) int32_t lanes[16];
     for (int l = 0; l < 16; ++l) {
@@ -136,9 +166,11 @@ struct ScaleLanes {
     }
     idx = _mm512_load_si512(lanes);
     for (int c = 0; c < chunks; ++c) {
-      first[c] = int(int64_t(c) * per_chunk / w.group);
-      valid[c] = __mmask8((1u << std::min(spans, w.groups() - first[c])) - 1);
+      f[c] = int(int64_t(c) * per_chunk / w.group);
+      v[c] = __mmask8((1u << std::min(spans, w.groups() - f[c])) - 1);
     }
+    first = f;
+    valid = v;
   }
   __m512 at(const QMat& w, int64_t n, int c) const {
     const int64_t i = n * w.groups() + first[c];
@@ -169,7 +201,7 @@ void rows(const QMat& w, const Limbs& xl, const ScaleLanes& sl, int64_t n0, floa
     row[j] = w.w + (n0 + j) * rb;
   }
   for (int c = 0; c <= last; ++c) {
-    const __m512 fac = _mm512_loadu_ps(xl.factor.data() + size_t(c) * 16);
+    const __m512 fac = _mm512_loadu_ps(xl.factor + size_t(c) * 16);
     __m512i xa0 = _mm512_loadu_si512(xl.limb(c, 0)), xb0 = _mm512_loadu_si512(xl.limb(c, 1));
     __m512i xc0 = _mm512_loadu_si512(xl.limb(c, 2));
     __m512i xa1 = zero, xb1 = zero, xc1 = zero;
@@ -206,7 +238,7 @@ void rows(const QMat& w, const Limbs& xl, const ScaleLanes& sl, int64_t n0, floa
   }
   for (int j = 0; j < NB; ++j) {
     const int64_t n = n0 + j;
-    y[n] = finish(_mm512_reduce_add_ps(total[j]) + w.bias_dot(n, xl.sums.data()), bias, res, n);
+    y[n] = finish(_mm512_reduce_add_ps(total[j]) + w.bias_dot(n, xl.sums), bias, res, n);
   }
 }
 
@@ -234,10 +266,17 @@ bool int_matvec(const QMat& w, const float* x, float* y, const float* bias, cons
       (per_chunk % w.group != 0 && w.group % per_chunk != 0)) {
     return false;
   }
-  for (int k = 0; k < w.K; ++k) {
-    if (!std::isfinite(x[k])) {  // the float path carries infinities and NaNs as they are
-      return false;
-    }
+  __mmask16 odd = 0;  // lanes holding an infinity or a NaN (x - x is then NaN)
+  int k = 0;
+  for (; k + 16 <= w.K; k += 16) {
+    const __m512 v = _mm512_loadu_ps(x + k);
+    odd |= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_NEQ_UQ);
+  }
+  for (; k < w.K; ++k) {
+    odd |= !std::isfinite(x[k]);
+  }
+  if (odd) {  // the float path carries infinities and NaNs as they are
+    return false;
   }
   const Limbs xl(w, x);
   switch (w.bits) {
