@@ -28,8 +28,9 @@ def _project(layer: nn.Module, x: mx.array, residual: mx.array | None = None,
              norm: tuple[mx.array, float] | None = None, silu_gate: bool = False) -> mx.array:
     """layer(prologue(x)) (+ residual): one primitive where ``ops.project`` applies and the
     layer computes only its weights (an adapted layer is called as it is)."""
-    if only_kernels(layer) and layers_of(layer)[0].__call__ in _PLAIN_CALLS:
-        y = ops.project(layer, x, residual, norm, silu_gate)
+    plan = ops.product(layer) if _plain(layer) else None
+    if plan is not None:
+        y = ops.project(layer, x, residual, norm, silu_gate, plan)
         if y is not None:
             return y
     if norm is not None:
@@ -38,6 +39,18 @@ def _project(layer: nn.Module, x: mx.array, residual: mx.array | None = None,
         x = ext().silu_gate_halves(x)
     y = layer(x)
     return y if residual is None else residual + y
+
+
+_plain_classes: dict[type, bool] = {}
+
+
+def _plain(layer: nn.Module) -> bool:
+    """Whether the layer computes only its weights (its class says: layering makes one per mixin set)."""
+    cls = type(layer)
+    known = _plain_classes.get(cls)
+    if known is None:
+        known = _plain_classes[cls] = only_kernels(layer) and layers_of(layer)[0].__call__ in _PLAIN_CALLS
+    return known
 
 
 @dataclass(frozen=True)
@@ -97,11 +110,13 @@ class FusedAttention(nn.Module):
                  norm: tuple[mx.array, float] | None = None) -> mx.array:
         B, L, _ = x.shape
         rope = self._rope
-        norms = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if "q_norm" in self else (None, None, 0.0)
+        norms = (self["q_norm"]["weight"], self["k_norm"]["weight"], self["q_norm"].eps) if "q_norm" in self else (
+            None, None, 0.0)
         offsets = rope.offsets(cache.offset if cache is not None else 0)
-        args = (_project(self.qkv_proj, x, norm=norm), self.n_heads, self.n_kv_heads, self.head_dim, rope.dims,
+        args = (_project(self["qkv_proj"], x, norm=norm), self.n_heads, self.n_kv_heads, self.head_dim, rope.dims,
                 rope.traditional, rope.scale, rope.inv_freqs, offsets)
-        if kv_append.has_room(cache, L):  # k and v written into the cache's buffers by the same primitive
+        plain = kv_append.plain(cache)  # mlx-lm's float32 KVCache or BatchKVCache, its buffers made
+        if plain and kv_append.has_room(cache, L):  # k and v written into the buffers by the same primitive
             q, keys, values, after = ext().qkv_rope_append(*args, cache.keys, cache.values,
                                                            kv_append.position(cache), *norms)
             kv_append.advance(cache, keys, values, offsets, after, L)
@@ -109,10 +124,12 @@ class FusedAttention(nn.Module):
             q, k, v = ext().qkv_rope(*args, *norms)
             if cache is not None:
                 k, v = cache.update_and_fetch(k, v)
+            plain = kv_append.plain(cache)
         length = -1
-        if kv_append.plain(cache):  # the buffers as they are (the slices update_and_fetch returned go unused)
+        if plain:  # the buffers as they are (the slices update_and_fetch returned go unused)
             k, v, length = cache.keys, cache.values, kv_append.position(cache)
-        if hasattr(cache, "bits"):
+            out = ops.attention(q, k, v, scale=self.scale, mask=mask, flat=True, length=length)
+        elif hasattr(cache, "bits"):
             out = ops.cache_attention(q, cache, scale=self.scale, mask=mask, flat=True)
         else:
             out = ops.attention(q, k, v, scale=self.scale, mask=mask, flat=True, length=length)
@@ -121,7 +138,7 @@ class FusedAttention(nn.Module):
                 k, v = k[..., :length, :], v[..., :length, :]
             out = scaled_dot_product_attention(q, k, v, cache=cache, scale=self.scale, mask=mask)
             out = out.transpose(0, 2, 1, 3).reshape(B, L, -1)
-        return _project(self.o_proj, out, residual)
+        return _project(self["o_proj"], out, residual)
 
 
 class FusedMLP(nn.Module):
@@ -132,8 +149,8 @@ class FusedMLP(nn.Module):
 
     def __call__(self, x: mx.array, residual: mx.array | None = None,
                  norm: tuple[mx.array, float] | None = None) -> mx.array:
-        gate_up = _project(self.gate_up_proj, x, norm=norm)
-        return _project(self.down_proj, gate_up, residual, silu_gate=True)
+        gate_up = _project(self["gate_up_proj"], x, norm=norm)
+        return _project(self["down_proj"], gate_up, residual, silu_gate=True)
 
 
 class FusedBlock:
@@ -142,9 +159,9 @@ class FusedBlock:
     RANK = KERNEL
 
     def __call__(self, x: mx.array, mask=None, cache=None) -> mx.array:
-        first, second = self.input_layernorm, self.post_attention_layernorm
-        h = self.self_attn(x, mask, cache, residual=x, norm=(first.weight, first.eps))
-        return self.mlp(h, residual=h, norm=(second.weight, second.eps))
+        first, second = self["input_layernorm"], self["post_attention_layernorm"]
+        h = self["self_attn"](x, mask, cache, residual=x, norm=(first["weight"], first.eps))
+        return self["mlp"](h, residual=h, norm=(second["weight"], second.eps))
 
 
 def _fused_attention(attn: nn.Module) -> FusedAttention | None:

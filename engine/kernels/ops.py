@@ -122,27 +122,60 @@ def _ready(a: mx.array) -> mx.array:
     return a
 
 
-def project(layer, x: mx.array, residual: mx.array | None = None, norm: tuple[mx.array, float] | None = None,
-            silu_gate: bool = False) -> mx.array | None:
-    """layer(prologue(x)) (+ residual) in one primitive; the prologue is an RMSNorm
-    (``norm`` = (weight, eps)) or a SiLU-gate of x's halves. None where it does not apply."""
+@dataclass(frozen=True)
+class Product:
+    """What ``project`` decides from the layer alone: its arrays as the kernels take them.
+    ``quant``: (weight, scales, biases, group size, bits), or None for float32 weights."""
+
+    weight: mx.array
+    quant: tuple | None
+    bias: mx.array | None
+
+
+def product(layer) -> Product | None:
+    """The layer's Product, or None where no kernel product applies to it; kept on the layer
+    while its class and arrays stay the same (a decode step asks for every layer's)."""
+    key = (type(layer), layer.get("weight"), layer.get("scales"), layer.get("biases"), layer.get("bias"))
+    cached = layer.__dict__.get("_kernel_product")
+    if (cached is not None and cached[0][0] is key[0] and cached[0][1] is key[1] and cached[0][2] is key[2]
+            and cached[0][3] is key[3] and cached[0][4] is key[4]):
+        return cached[1]
+    made = _product(layer)
+    layer.__dict__["_kernel_product"] = (key, made)
+    return made
+
+
+def _product(layer) -> Product | None:
     bias = layer.get("bias")
-    extra = [x, bias, residual, norm[0] if norm else None]
-    if any(a is not None and a.dtype != F32 for a in extra):
+    if bias is not None and bias.dtype != F32:
         return None
-    rows = x.size // x.shape[-1] if x.ndim else 1
-    args = (bias, residual, norm[0] if norm else None, norm[1] if norm else 0.0, silu_gate)
     if "scales" in layer:
         if not quantizable(layer):
             return None
         quant = (layer["weight"], layer["scales"], layer["biases"], layer.group_size, layer.bits)
+        return Product(layer["weight"], quant, bias)
+    if layer["weight"].dtype != F32:
+        return None
+    return Product(layer["weight"], None, bias)
+
+
+def project(layer, x: mx.array, residual: mx.array | None = None, norm: tuple[mx.array, float] | None = None,
+            silu_gate: bool = False, plan: Product | None = None) -> mx.array | None:
+    """layer(prologue(x)) (+ residual) in one primitive; the prologue is an RMSNorm
+    (``norm`` = (weight, eps)) or a SiLU-gate of x's halves. None where it does not apply.
+    ``plan``: the layer's Product where the caller holds it (as ``product`` would make it now)."""
+    plan = plan or product(layer)
+    if plan is None or x.dtype != F32 or (residual is not None and residual.dtype != F32) or (
+            norm is not None and norm[0].dtype != F32):
+        return None
+    rows = x.size // x.shape[-1] if x.ndim else 1
+    args = (plan.bias, residual, norm[0] if norm else None, norm[1] if norm else 0.0, silu_gate)
+    if plan.quant is not None:
         if rows <= MATVEC_ROWS:
-            return ext().quantized_matmul(x, *quant, *args)
-        weight = ext().dequantize(*quant)
+            return ext().quantized_matmul(x, *plan.quant, *args)
+        weight = ext().dequantize(*plan.quant)
     else:
-        weight = layer["weight"]
-        if weight.dtype != F32:
-            return None
+        weight = plan.weight
     if rows > 16 and not ext().blas_available():
         return None
     return ext().linear(x, weight, *args)

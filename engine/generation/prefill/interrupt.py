@@ -14,6 +14,7 @@ untouched. Several ``LayerCheckpoints`` of one model each see every layer.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from contextlib import contextmanager
 from typing import Callable, Iterator
@@ -23,6 +24,9 @@ import mlx.nn as nn
 
 from ...layering import CHECKPOINT, install
 from ...loading.traits import decoder_blocks
+
+
+_arming = threading.Lock()  # engines of several models arm from their own threads
 
 
 class Interrupted(Exception):
@@ -44,10 +48,14 @@ class LayerCheckpoints:
         """Within the block, every layer's output is evaluated and ``check()`` asked;
         True raises ``Interrupted`` out of the forward."""
         self._check = check
+        with _arming:
+            Checkpointed.armed += 1
         try:
             yield
         finally:
             self._check = None
+            with _arming:
+                Checkpointed.armed -= 1
 
     def after_layer(self, output) -> None:
         if self._check is None:
@@ -60,9 +68,11 @@ class LayerCheckpoints:
 
 class Checkpointed:
     RANK = CHECKPOINT
+    armed = 0  # LayerCheckpoints armed now, in the whole process (decode steps find none)
 
     def __call__(self, *args, **kwargs):
         output = super().__call__(*args, **kwargs)
-        for checkpoints in list(self._checkpoints):
-            checkpoints.after_layer(output)
+        if Checkpointed.armed:
+            for checkpoints in list(self._checkpoints):
+                checkpoints.after_layer(output)
         return output
