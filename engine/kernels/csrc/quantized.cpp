@@ -20,7 +20,7 @@ namespace mlxk {
 namespace {
 
 constexpr int kMaxRows = 4;
-constexpr int kTiledRows = 8;
+constexpr int kTiledRows = 7;  // more rows than this: tiles through the BLAS
 constexpr int kAheadBytes = 2048;  // how far ahead of the weights in use they are prefetched
 
 // kW bytes as kW floats, and kW bytes as their low and high nibbles. Written with
@@ -212,12 +212,12 @@ void qmv(const QMat& w, const XPrep& xp, int rows, const Out& o) {
   });
 }
 
-// More rows than a matvec pass takes: tiles of weight rows dequantized into a buffer
-// that stays in cache, each multiplied by all of x through the BLAS, so the codes are
-// converted once per call instead of once per four rows.
+// More rows than a matvec pass takes: each thread takes a range of weight rows and, a
+// tile at a time, dequantizes it into its own buffer (kept in its core's cache) and
+// multiplies it by all of x through the BLAS (single-threaded inside the threads' region),
+// so the codes are converted once per call and no tile crosses cores.
 void tiled(const QMat& w, const float* x, int64_t xs, int rows, const Out& o) {
-  const int T = std::max(16, (1 << 18) / std::max(1, w.K) / 16 * 16);  // ~1 MiB of floats
-  std::vector<float> tile(size_t(T) * w.K);
+  const int T = std::max(16, (1 << 16) / std::max(1, w.K) / 16 * 16);  // ~256 KiB of floats
   float beta = 0.0f;
   if (o.bias || o.res) {
     beta = 1.0f;
@@ -227,11 +227,17 @@ void tiled(const QMat& w, const float* x, int64_t xs, int rows, const Out& o) {
       }
     }
   }
-  for (int n0 = 0; n0 < w.N; n0 += T) {
-    int n1 = std::min(w.N, n0 + T);
-    parallel_for(n1 - n0, 16, [&](int64_t a, int64_t b) { dequantize_rows(w, tile.data() + a * w.K, n0 + a, n0 + b); });
-    sgemm_nt(rows, n1 - n0, w.K, x, int(xs), tile.data(), w.K, beta, o.y + n0, w.N);
-  }
+  parallel_for(w.N, 16, [&](int64_t a, int64_t b) {
+    static thread_local std::vector<float> tile;
+    if (tile.size() < size_t(T) * w.K) {
+      tile.resize(size_t(T) * w.K);
+    }
+    for (int64_t n0 = a; n0 < b; n0 += T) {
+      const int n1 = int(std::min<int64_t>(b, n0 + T));
+      dequantize_rows(w, tile.data(), n0, n1);
+      sgemm_nt(rows, n1 - int(n0), w.K, x, int(xs), tile.data(), w.K, beta, o.y + n0, w.N);
+    }
+  });
 }
 
 } // namespace
