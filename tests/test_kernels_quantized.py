@@ -74,7 +74,7 @@ def test_quantized_matmul_with_prologue_bias_and_residual(K, M, groups, bits, bi
 
 
 @pytest.mark.parametrize("bits", [4, 5, 6, 8])
-@pytest.mark.parametrize("rows", [1, 5, 7, 64])  # matvec from bytes up to ops.MATVEC_ROWS; more: dequantize + GEMM
+@pytest.mark.parametrize("rows", [1, 5, 7, 64, 100])  # 1: integer dots; up to 7: codes to floats; more: tiles
 def test_quantized_linear_module_uses_the_kernel(K, bits, rows):
     from engine.kernels.modules import KernelLinear
     from engine.layering import install

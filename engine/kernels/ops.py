@@ -15,7 +15,8 @@ from ..loading.traits import rope_kind
 from . import ext
 
 F32 = mx.float32
-# Up to this many rows a quantized product is one kernel primitive; beyond, a float32 copy and a GEMM.
+# Up to this many rows a quantized product needs no BLAS (codes to floats in registers); beyond,
+# it tiles its weights through the BLAS (one primitive either way), and without one is MLX's.
 MATVEC_ROWS = 64
 
 
@@ -171,14 +172,12 @@ def project(layer, x: mx.array, residual: mx.array | None = None, norm: tuple[mx
     rows = x.size // x.shape[-1] if x.ndim else 1
     args = (plan.bias, residual, norm[0] if norm else None, norm[1] if norm else 0.0, silu_gate)
     if plan.quant is not None:
-        if rows <= MATVEC_ROWS:
+        if rows <= MATVEC_ROWS or ext().blas_available():
             return ext().quantized_matmul(x, *plan.quant, *args)
-        weight = ext().dequantize(*plan.quant)
-    else:
-        weight = plan.weight
+        return None
     if rows > 16 and not ext().blas_available():
         return None
-    return ext().linear(x, weight, *args)
+    return ext().linear(x, plan.weight, *args)
 
 
 def quantizable(layer) -> bool:
