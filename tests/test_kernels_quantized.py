@@ -102,3 +102,30 @@ def test_widths_the_kernels_do_not_read_are_refused_and_left_to_mlx(K, bits):
     layer = nn.QuantizedLinear.from_linear(nn.Linear(64, 8), group_size=32, bits=bits)
     assert not ops.quantizable(layer)
     assert ops.quantizable(nn.QuantizedLinear.from_linear(nn.Linear(64, 8), group_size=32, bits=5))
+
+
+@pytest.mark.parametrize("quantize", [True, False])
+def test_a_layer_given_new_arrays_computes_with_them(K, quantize):
+    """The kernel product a layer keeps (ops.product) follows its arrays: weights assigned
+    after a call are the ones the next call multiplies by."""
+    from engine.kernels import ops
+    from engine.kernels.modules import KernelLinear
+    from engine.layering import install
+
+    def make(seed):
+        mx.random.seed(seed)
+        linear = nn.Linear(128, 48, bias=True)
+        return nn.QuantizedLinear.from_linear(linear, group_size=32, bits=4) if quantize else linear
+
+    layer, other = make(1), make(2)
+    x = mx.random.normal((1, 3, 128))
+    want_first, want_other = layer(x), other(x)
+    install(layer, KernelLinear)
+    first = layer(x)
+    assert ops.product(layer) is ops.product(layer)  # kept between calls
+    for name in ("weight", "scales", "biases", "bias"):
+        if name in other:
+            setattr(layer, name, other[name])
+    second = layer(x)
+    np.testing.assert_allclose(np.array(first), np.array(want_first), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.array(second), np.array(want_other), rtol=1e-4, atol=1e-5)
