@@ -28,9 +28,8 @@ def _project(layer: nn.Module, x: mx.array, residual: mx.array | None = None,
              norm: tuple[mx.array, float] | None = None, silu_gate: bool = False) -> mx.array:
     """layer(prologue(x)) (+ residual): one primitive where ``ops.project`` applies and the
     layer computes only its weights (an adapted layer is called as it is)."""
-    plan = ops.product(layer) if _plain(layer) else None
-    if plan is not None:
-        y = ops.project(layer, x, residual, norm, silu_gate, plan)
+    if _plain(layer):
+        y = ops.project(layer, x, residual, norm, silu_gate)
         if y is not None:
             return y
     if norm is not None:
@@ -128,8 +127,7 @@ class FusedAttention(nn.Module):
         length = -1
         if plain:  # the buffers as they are (the slices update_and_fetch returned go unused)
             k, v, length = cache.keys, cache.values, kv_append.position(cache)
-            out = ops.attention(q, k, v, scale=self.scale, mask=mask, flat=True, length=length)
-        elif hasattr(cache, "bits"):
+        if not plain and hasattr(cache, "bits"):
             out = ops.cache_attention(q, cache, scale=self.scale, mask=mask, flat=True)
         else:
             out = ops.attention(q, k, v, scale=self.scale, mask=mask, flat=True, length=length)

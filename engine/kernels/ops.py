@@ -161,11 +161,10 @@ def _product(layer) -> Product | None:
 
 
 def project(layer, x: mx.array, residual: mx.array | None = None, norm: tuple[mx.array, float] | None = None,
-            silu_gate: bool = False, plan: Product | None = None) -> mx.array | None:
+            silu_gate: bool = False) -> mx.array | None:
     """layer(prologue(x)) (+ residual) in one primitive; the prologue is an RMSNorm
-    (``norm`` = (weight, eps)) or a SiLU-gate of x's halves. None where it does not apply.
-    ``plan``: the layer's Product where the caller holds it (as ``product`` would make it now)."""
-    plan = plan or product(layer)
+    (``norm`` = (weight, eps)) or a SiLU-gate of x's halves. None where it does not apply."""
+    plan = product(layer)
     if plan is None or x.dtype != F32 or (residual is not None and residual.dtype != F32) or (
             norm is not None and norm[0].dtype != F32):
         return None

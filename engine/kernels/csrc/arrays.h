@@ -17,6 +17,16 @@ namespace mlxk {
 
 namespace mx = mlx::core;
 
+// `v` grown to n elements at least, and its data: scratch kept between calls (a
+// thread_local vector allocates nothing once its sizes have been seen).
+template <class T>
+T* grown(std::vector<T>& v, size_t n) {
+  if (v.size() < n) {
+    v.resize(n);
+  }
+  return v.data();
+}
+
 // A float32 input seen as rows of `cols` contiguous values, `stride` apart.
 // When its layout does not allow that (broadcasts, transposed last axis), the
 // rows are gathered into a private buffer inside the dispatched work.

@@ -30,12 +30,6 @@ inline int round_up(int n, int m) {
 
 struct Scratch {
   std::vector<float> q, s, m, l, corr, corr2, kpack, vpack;
-  static float* get(std::vector<float>& v, size_t n) {
-    if (v.size() < n) {
-      v.resize(n);
-    }
-    return v.data();
-  }
 };
 thread_local Scratch tl;
 
@@ -169,7 +163,7 @@ const float* key_rows(const float* base, int64_t stride, int dim, int k0, int nk
     return first;
   }
   int dp = round_up(dim, kW);
-  float* dst = Scratch::get(pack, size_t(nk) * dp);
+  float* dst = grown(pack, size_t(nk) * dp);
   for (int j = 0; j < nk; ++j) {
     std::copy(first + j * stride, first + j * stride + dim, dst + j * dp);
     std::fill(dst + j * dp + dim, dst + (j + 1) * dp, 0.0f);
@@ -182,7 +176,7 @@ const float* key_rows(const float* base, int64_t stride, int dim, int k0, int nk
 // multiple of kW: no padding).
 const float* quant_rows(const AttnProblem& p, const QuantRows& q, int b, int h, int dim, int k0, int nk,
                         std::vector<float>& pack, int64_t& out_stride) {
-  float* dst = Scratch::get(pack, size_t(nk) * dim);
+  float* dst = grown(pack, size_t(nk) * dim);
   for (int j = 0; j < nk; ++j) {
     const int64_t t = k0 + j;
     QMat m{q.codes + b * q.cs[0] + h * q.cs[1] + t * q.cs[2], q.scales + b * q.ss[0] + h * q.ss[1] + t * q.ss[2],
@@ -239,9 +233,9 @@ int attention_block_rows() {
 void attend_block(const AttnProblem& p, const RowBlock& blk, const Partial& out) {
   int R = blk.i1 - blk.i0;
   int dvp = round_up(p.Dv, kW), dp = round_up(p.D, kW);
-  float* m = Scratch::get(tl.m, kRows);
-  float* l = Scratch::get(tl.l, kRows);
-  float* corr = Scratch::get(tl.corr, kRows);
+  float* m = grown(tl.m, kRows);
+  float* l = grown(tl.l, kRows);
+  float* corr = grown(tl.corr, kRows);
   std::fill(m, m + kRows, kNegInf);
   std::fill(l, l + kRows, 0.0f);
   for (int r = 0; r < R; ++r) {
@@ -250,8 +244,8 @@ void attend_block(const AttnProblem& p, const RowBlock& blk, const Partial& out)
   int lo = std::max(blk.s0, p.key_lo(blk.i0));
   int hi = std::min(blk.s1, p.key_hi(blk.i1 - 1));
   bool dot = R <= kDotRows;
-  float* q = Scratch::get(tl.q, size_t(dot ? kDotRows * dp : p.D * kRows));
-  float* s = Scratch::get(tl.s, size_t(kRows) * kKB);
+  float* q = grown(tl.q, size_t(dot ? kDotRows * dp : p.D * kRows));
+  float* s = grown(tl.s, size_t(kRows) * kKB);
   std::fill(q, q + (dot ? kDotRows * dp : p.D * kRows), 0.0f);
   for (int r = 0; r < R; ++r) {
     const float* qr = query_row(p, blk, blk.i0 + r);

@@ -59,16 +59,6 @@ constexpr bool kPackedCodes = false;
 #endif
 constexpr int kAheadBytes = 2048;  // rows run contiguous: the bytes this far on are asked for ahead of use
 
-// Grows `v` to n elements at least and returns its data: per-thread scratch that
-// outlives a call, so a product allocates nothing once its sizes have been seen.
-template <class T>
-T* scratch(std::vector<T>& v, size_t n) {
-  if (v.size() < n) {
-    v.resize(n);
-  }
-  return v.data();
-}
-
 // The three limbs of 16 values v (= x / u) as bytes, a then b then c. Each is the nearest
 // integer within [-127, 127]: the bound keeps a chunk's combined lane sum (4 products of
 // codes up to 255) inside 32 bits; a clamped limb's excess goes to the next.
@@ -101,9 +91,9 @@ struct Limbs {
     static thread_local std::vector<float> factor_store, sum_store;
     chunks = (w.K + per_chunk - 1) / per_chunk;
     span = w.bits == 4 ? 2 * kChunk : kChunk;
-    bytes = scratch(byte_store, size_t(chunks) * 3 * span);
-    factor = scratch(factor_store, size_t(chunks) * 16);
-    sums = scratch(sum_store, size_t(w.groups()));
+    bytes = grown(byte_store, size_t(chunks) * 3 * span);
+    factor = grown(factor_store, size_t(chunks) * 16);
+    sums = grown(sum_store, size_t(w.groups()));
     std::memset(bytes, 0, size_t(chunks) * 3 * span);
     std::memset(factor, 0, size_t(chunks) * 16 * sizeof(float));
     for (int g = 0; g < w.groups(); ++g) {  // groups are multiples of 32 values
@@ -157,8 +147,8 @@ struct ScaleLanes {
   ScaleLanes(const QMat& w, int per_chunk, int chunks) {
     static thread_local std::vector<int> first_store;
     static thread_local std::vector<__mmask8> valid_store;
-    int* f = scratch(first_store, size_t(chunks));
-    __mmask8* v = scratch(valid_store, size_t(chunks));
+    int* f = grown(first_store, size_t(chunks));
+    __mmask8* v = grown(valid_store, size_t(chunks));
     const int spans = std::max(1, per_chunk / w.group);  // groups a chunk spans (1: a group spans it)
     alignas(64) int32_t lanes[16];
     for (int l = 0; l < 16; ++l) {

@@ -228,14 +228,12 @@ void tiled(const QMat& w, const float* x, int64_t xs, int rows, const Out& o) {
     }
   }
   parallel_for(w.N, 16, [&](int64_t a, int64_t b) {
-    static thread_local std::vector<float> tile;
-    if (tile.size() < size_t(T) * w.K) {
-      tile.resize(size_t(T) * w.K);
-    }
+    static thread_local std::vector<float> store;
+    float* tile = grown(store, size_t(T) * w.K);
     for (int64_t n0 = a; n0 < b; n0 += T) {
       const int n1 = int(std::min<int64_t>(b, n0 + T));
-      dequantize_rows(w, tile.data(), n0, n1);
-      sgemm_nt(rows, n1 - int(n0), w.K, x, int(xs), tile.data(), w.K, beta, o.y + n0, w.N);
+      dequantize_rows(w, tile, n0, n1);
+      sgemm_nt(rows, n1 - int(n0), w.K, x, int(xs), tile, w.K, beta, o.y + n0, w.N);
     }
   });
 }
