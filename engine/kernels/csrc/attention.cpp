@@ -167,6 +167,10 @@ QuantRows quant_rows_of(const mx::array& c, const mx::array& s, const mx::array&
 
 } // namespace
 
+void attention_run(const AttnProblem& p, float* out, const int64_t* os) {
+  run(p, out, os);
+}
+
 void Attention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   const auto& q = inputs[0];
   const auto& k = inputs[1];

@@ -75,4 +75,8 @@ int attention_block_rows();
 // Accumulates the block into `out` (initialised here: m = -inf, l = 0, acc = 0).
 void attend_block(const AttnProblem& p, const RowBlock& blk, const Partial& out);
 
+// The whole problem over the threads: out[b, head, l, :] at out + b * os[0] + head * os[1] +
+// l * os[2] (attention.cpp).
+void attention_run(const AttnProblem& p, float* out, const int64_t* os);
+
 } // namespace mlxk

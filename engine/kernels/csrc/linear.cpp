@@ -8,6 +8,7 @@
 #include "arrays.h"
 #include "parallel.h"
 #include "primitives.h"
+#include "product.h"
 #include "simd.h"
 
 namespace mlxk {
@@ -76,6 +77,7 @@ struct Problem {
   int64_t xs, rs;
   int M, N, K;
   float* y;
+  int64_t ys;  // y's row stride
 };
 
 void small(const Problem& p) {
@@ -84,13 +86,13 @@ void small(const Problem& p) {
     int n0 = int(b0 * 4), n1 = std::min(p.N, int(b1 * 4));
     for (int m = 0; m < p.M; m += 4) {
       const float* x = p.x + m * p.xs;
-      float* y = p.y + int64_t(m) * p.N;
+      float* y = p.y + m * p.ys;
       const float* res = p.res ? p.res + m * p.rs : nullptr;
       switch (std::min(4, p.M - m)) {
-        case 1: matvec_rows<1>(x, p.xs, p.w, p.K, n0, n1, y, p.N, p.bias, res, p.rs); break;
-        case 2: matvec_rows<2>(x, p.xs, p.w, p.K, n0, n1, y, p.N, p.bias, res, p.rs); break;
-        case 3: matvec_rows<3>(x, p.xs, p.w, p.K, n0, n1, y, p.N, p.bias, res, p.rs); break;
-        default: matvec_rows<4>(x, p.xs, p.w, p.K, n0, n1, y, p.N, p.bias, res, p.rs); break;
+        case 1: matvec_rows<1>(x, p.xs, p.w, p.K, n0, n1, y, p.ys, p.bias, res, p.rs); break;
+        case 2: matvec_rows<2>(x, p.xs, p.w, p.K, n0, n1, y, p.ys, p.bias, res, p.rs); break;
+        case 3: matvec_rows<3>(x, p.xs, p.w, p.K, n0, n1, y, p.ys, p.bias, res, p.rs); break;
+        default: matvec_rows<4>(x, p.xs, p.w, p.K, n0, n1, y, p.ys, p.bias, res, p.rs); break;
       }
     }
   });
@@ -102,15 +104,21 @@ void large(const Problem& p) {
     beta = 1.0f;
     for (int m = 0; m < p.M; ++m) {
       for (int n = 0; n < p.N; ++n) {
-        p.y[int64_t(m) * p.N + n] = (p.bias ? p.bias[n] : 0.0f) + (p.res ? p.res[m * p.rs + n] : 0.0f);
+        p.y[m * p.ys + n] = (p.bias ? p.bias[n] : 0.0f) + (p.res ? p.res[m * p.rs + n] : 0.0f);
       }
     }
   }
   // CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112
-  global_sgemm()(101, 111, 112, p.M, p.N, p.K, 1.0f, p.x, int(p.xs), p.w, p.K, beta, p.y, p.N);
+  global_sgemm()(101, 111, 112, p.M, p.N, p.K, 1.0f, p.x, int(p.xs), p.w, p.K, beta, p.y, int(p.ys));
 }
 
 } // namespace
+
+void float_rows(const float* w, int N, int K, const float* x, int64_t xs, int rows, float* y, int64_t ys,
+                const float* bias, const float* res, int64_t rs) {
+  Problem p{x, w, bias, res, xs, rs, rows, N, K, y, ys};
+  (p.M <= kSmallRows || !global_sgemm()) ? small(p) : large(p);
+}
 
 bool blas_available() {
   return global_sgemm() != nullptr;
@@ -131,12 +139,10 @@ void Linear::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::arra
   enc.dispatch([x = Rows(inputs[0]), extra = RowOpsInputs(inputs, 2, ops_), ops = ops_, wp = w.data<float>(),
                 N = w.shape(0), K = w.shape(1), y = out.data<float>()]() {
     std::vector<float> raw, buffer, rb;
-    Problem p{nullptr, wp, extra.bias, nullptr, 0, 0, int(x.rows), N, K, y};
-    p.x = prologue_rows(x, ops.prologue, extra.norm, ops.eps, K, raw, buffer, p.xs);
-    if (ops.has_residual) {
-      p.res = extra.residual.materialize(rb, p.rs);
-    }
-    (p.M <= kSmallRows || !global_sgemm()) ? small(p) : large(p);
+    int64_t xs, rs = 0;
+    const float* xp = prologue_rows(x, ops.prologue, extra.norm, ops.eps, K, raw, buffer, xs);
+    const float* res = ops.has_residual ? extra.residual.materialize(rb, rs) : nullptr;
+    float_rows(wp, N, K, xp, xs, int(x.rows), y, N, extra.bias, res, rs);
   });
 }
 

@@ -12,6 +12,7 @@
 #include "quantized.h"
 #include "parallel.h"
 #include "primitives.h"
+#include "product.h"
 #include "quant_codes.h"
 #include "simd.h"
 
@@ -103,6 +104,7 @@ struct Out {
   const float* bias;
   const float* res;
   int64_t rs;
+  int64_t ys;  // y's row stride
 };
 
 // Outputs [n0, n0 + NB) for input rows [m0, m0 + R): NB x R independent
@@ -179,7 +181,7 @@ void block_kernel(const QMat& w, const XPrep& xp, int m0, int n0, const Out& o) 
     for (int r = 0; r < R; ++r) {
       const float* res = o.res ? o.res + (m0 + r) * o.rs : nullptr;
       const float bias = w.bias_dot(n0 + j, xp.sums.data() + size_t(m0 + r) * ng);
-      o.y[int64_t(m0 + r) * w.N + n0 + j] = finish(hsum(total[j][r]) + bias, o.bias, res, n0 + j);
+      o.y[int64_t(m0 + r) * o.ys + n0 + j] = finish(hsum(total[j][r]) + bias, o.bias, res, n0 + j);
     }
   }
 }
@@ -223,7 +225,7 @@ void tiled(const QMat& w, const float* x, int64_t xs, int rows, const Out& o) {
     beta = 1.0f;
     for (int m = 0; m < rows; ++m) {
       for (int n = 0; n < w.N; ++n) {
-        o.y[int64_t(m) * w.N + n] = (o.bias ? o.bias[n] : 0.0f) + (o.res ? o.res[m * o.rs + n] : 0.0f);
+        o.y[int64_t(m) * o.ys + n] = (o.bias ? o.bias[n] : 0.0f) + (o.res ? o.res[m * o.rs + n] : 0.0f);
       }
     }
   }
@@ -233,12 +235,31 @@ void tiled(const QMat& w, const float* x, int64_t xs, int rows, const Out& o) {
     for (int64_t n0 = a; n0 < b; n0 += T) {
       const int n1 = int(std::min<int64_t>(b, n0 + T));
       dequantize_rows(w, tile, n0, n1);
-      sgemm_nt(rows, n1 - int(n0), w.K, x, int(xs), tile, w.K, beta, o.y + n0, w.N);
+      sgemm_nt(rows, n1 - int(n0), w.K, x, int(xs), tile, w.K, beta, o.y + n0, int(o.ys));
     }
   });
 }
 
 } // namespace
+
+void quantized_rows(const QMat& w, const float* x, int64_t xs, int rows, float* y, int64_t ys, const float* bias,
+                    const float* res, int64_t rs) {
+  Out o{y, bias, res, rs, ys};
+  if (rows > kTiledRows && blas_available()) {
+    tiled(w, x, xs, rows, o);
+    return;
+  }
+  if (rows == 1 && int_matvec_enabled() && int_matvec(w, x, y, bias, res)) {
+    return;
+  }
+  XPrep prep(x, xs, rows, w);
+  switch (w.bits) {
+    case 8: qmv<8>(w, prep, rows, o); break;
+    case 6: qmv<6>(w, prep, rows, o); break;
+    case 5: qmv<5>(w, prep, rows, o); break;
+    default: qmv<4>(w, prep, rows, o); break;
+  }
+}
 
 void QuantizedMatmul::eval_cpu(const std::vector<mx::array>& inputs,
                                std::vector<mx::array>& outputs) {
@@ -255,21 +276,7 @@ void QuantizedMatmul::eval_cpu(const std::vector<mx::array>& inputs,
     int64_t stride, rs = 0;
     const float* xp = prologue_rows(x, ops.prologue, extra.norm, ops.eps, w.K, raw, buffer, stride);
     const float* res = ops.has_residual ? extra.residual.materialize(rb, rs) : nullptr;
-    Out o{y, extra.bias, res, rs};
-    if (int(x.rows) > kTiledRows && blas_available()) {
-      tiled(w, xp, stride, int(x.rows), o);
-      return;
-    }
-    if (x.rows == 1 && int_matvec_enabled() && int_matvec(w, xp, y, extra.bias, res)) {
-      return;
-    }
-    XPrep prep(xp, stride, int(x.rows), w);
-    switch (w.bits) {
-      case 8: qmv<8>(w, prep, int(x.rows), o); break;
-      case 6: qmv<6>(w, prep, int(x.rows), o); break;
-      case 5: qmv<5>(w, prep, int(x.rows), o); break;
-      default: qmv<4>(w, prep, int(x.rows), o); break;
-    }
+    quantized_rows(w, xp, stride, int(x.rows), y, w.N, extra.bias, res, rs);
   });
 }
 

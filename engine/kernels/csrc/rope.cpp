@@ -10,6 +10,7 @@
 #include "exact.h"
 #include "parallel.h"
 #include "primitives.h"
+#include "qkv.h"
 
 namespace mlxk {
 
@@ -64,35 +65,11 @@ bool Rope::is_equivalent(const mx::Primitive& other) const {
   return p_.dims == o.dims && p_.traditional == o.traditional && p_.scale == o.scale;
 }
 
-namespace {
-
-// Where head hh of (batch b, position l) goes: data + ((b * heads + hh) * T + t0 + l) * D.
-struct HeadsOut {
-  float* data;
-  int64_t T, t0;
-  float* at(int64_t b, int heads, int hh, int64_t l, int D) const {
-    return data + ((b * heads + hh) * T + t0 + l) * D;
-  }
-};
-
-struct QkvInputs {
-  Rows rows;
-  const float* inv;
-  const int32_t* off;
-  int n_off;
-  const float* qn;  // per-head norm weights, or null
-  const float* kn;
-};
-
-// Runs inside dispatched work: the heads of every row of qkv [B, L, ...] normed and
-// rotated into q and k, copied into v.
-void split_qkv(const RopeParams& p, const QkvHeads& h, const QkvInputs& in, int B, int L, HeadsOut q,
-               HeadsOut k, HeadsOut v) {
-  std::vector<float> buf;
-  int64_t stride;
-  const float* x = in.rows.materialize(buf, stride);
+void split_qkv(const RopeParams& p, const QkvHeads& h, const QkvInputs& in, const float* x, int64_t stride, int B,
+               int L, HeadsOut q, HeadsOut k, HeadsOut v) {
   int D = h.head_dim, half = p.dims / 2;
-  parallel_for(int64_t(B) * L, std::max(1, 4096 / int(in.rows.cols)), [&](int64_t r0, int64_t r1) {
+  int cols = (h.q_heads + 2 * h.kv_heads) * D;
+  parallel_for(int64_t(B) * L, std::max(1, 4096 / cols), [&](int64_t r0, int64_t r1) {
     std::vector<float> c(half), sn(half), tmp(D);
     for (int64_t r = r0; r < r1; ++r) {
       int b = int(r / L), l = int(r % L);
@@ -118,18 +95,31 @@ void split_qkv(const RopeParams& p, const QkvHeads& h, const QkvInputs& in, int 
   });
 }
 
+
+namespace {
+
+// split_qkv over qkv as it is laid out (gathered first when its rows are not evenly strided).
+void split_rows(const RopeParams& p, const QkvHeads& h, const QkvInputs& in, const Rows& rows, int B, int L,
+                HeadsOut q, HeadsOut k, HeadsOut v) {
+  std::vector<float> buf;
+  int64_t stride;
+  const float* x = rows.materialize(buf, stride);
+  split_qkv(p, h, in, x, stride, B, L, q, k, v);
+}
+
 } // namespace
 
 void QkvRope::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   const auto& qkv = inputs[0];
   int B = qkv.shape(0), L = qkv.shape(1);
-  QkvInputs in{Rows(qkv), inputs[1].data<float>(), inputs[2].data<int32_t>(), int(inputs[2].size()),
+  Rows rows(qkv);
+  QkvInputs in{inputs[1].data<float>(), inputs[2].data<int32_t>(), int(inputs[2].size()),
                h_.has_norm ? inputs[3].data<float>() : nullptr, h_.has_norm ? inputs[4].data<float>() : nullptr};
   if (at_ < 0) {
     auto& enc = encoder(stream(), inputs, outputs);
-    enc.dispatch([p = p_, h = h_, in, B, L, q = HeadsOut{outputs[0].data<float>(), L, 0},
+    enc.dispatch([p = p_, h = h_, in, rows, B, L, q = HeadsOut{outputs[0].data<float>(), L, 0},
                   k = HeadsOut{outputs[1].data<float>(), L, 0}, v = HeadsOut{outputs[2].data<float>(), L, 0}]() {
-      split_qkv(p, h, in, B, L, q, k, v);
+      split_rows(p, h, in, rows, B, L, q, k, v);
     });
     return;
   }
@@ -150,7 +140,7 @@ void QkvRope::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::arr
     enc.set_output_array(o);
   }
   int64_t cap = keys.shape(2);
-  enc.dispatch([p = p_, h = h_, in, B, L, q = HeadsOut{outputs[0].data<float>(), L, 0},
+  enc.dispatch([p = p_, h = h_, in, rows, B, L, q = HeadsOut{outputs[0].data<float>(), L, 0},
                 k = HeadsOut{outputs[1].data<float>(), cap, at_}, v = HeadsOut{outputs[2].data<float>(), cap, at_},
                 kin = copy_k ? std::optional<Strided4>(Strided4(keys)) : std::nullopt,
                 vin = copy_v ? std::optional<Strided4>(Strided4(values)) : std::nullopt,
@@ -161,7 +151,7 @@ void QkvRope::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::arr
     if (vin) {
       vin->copy_to(v.data);
     }
-    split_qkv(p, h, in, B, L, q, k, v);
+    split_rows(p, h, in, rows, B, L, q, k, v);
     for (int i = 0; i < in.n_off; ++i) {
       next[i] = in.off[i] + L;
     }
