@@ -153,23 +153,32 @@ def caches(model, kind: str):
 
 @pytest.mark.parametrize("kind", ["single", "batch"])
 @pytest.mark.parametrize("name", MODELS)
-def test_a_decode_step_schedules_only_kernels_per_layer(loaded, previous_path, name, kind):
+def test_a_decode_step_schedules_only_kernels_per_layer(loaded, previous_path, monkeypatch, name, kind):
+    from engine.kernels import whole_layer
+
     model = loaded(name)
     n = len(model.layers)
-    got = steady_step(model, *caches(model, kind))
-    assert not {"SliceUpdate", "Slice"} & set(got), got
-    assert got["KernelQkvRope"] == got["KernelAttention"] == n
-    layers = model.model.layers
-    try:  # the same step through the first layer only: the same primitives outside the kernels
-        model.model.layers = layers[:1]
-        one = steady_step(model, *caches(model, kind))
-    finally:
-        model.model.layers = layers
-    assert other_than_kernels(got) == other_than_kernels(one), (got, one)
-    with previous_path:
-        before = steady_step(model, *caches(model, kind))
+    whole = steady_step(model, *caches(model, kind))
+    assert whole["KernelDecoderLayer"] == n and not whole["KernelQkvRope"], whole
+    with monkeypatch.context() as m:  # the block as separate primitives
+        m.setattr(whole_layer, "call", lambda *args: None)
+        got = steady_step(model, *caches(model, kind))
+        assert not {"SliceUpdate", "Slice"} & set(got), got
+        assert got["KernelQkvRope"] == got["KernelAttention"] == n
+        layers = model.model.layers
+        try:  # the same step through the first layer only: the same primitives outside the kernels
+            model.model.layers = layers[:1]
+            one = steady_step(model, *caches(model, kind))
+        finally:
+            model.model.layers = layers
+        assert other_than_kernels(got) == other_than_kernels(one), (got, one)
+        assert other_than_kernels(whole) == other_than_kernels(one), (whole, one)
+        with previous_path:
+            before = steady_step(model, *caches(model, kind))
     # two SliceUpdate and two Slice per layer; a batch also its offset add and the add's broadcast
     assert sum(before.values()) - sum(got.values()) == (4 if kind == "single" else 6) * n, (before, got)
+    # qkv_rope_append, attention and four products in one
+    assert sum(got.values()) - sum(whole.values()) == 5 * n, (got, whole)
 
 
 def run_single(model, tokens: list[int]) -> list[mx.array]:

@@ -1,7 +1,8 @@
 """Fused attention and MLP blocks for mlx-lm's Llama-family layers (llama, qwen2, qwen3).
 
-Invariant: q/k/v and gate/up weights are concatenated at load (originals dropped), and each
-fused layer records in ``fused_from`` the layers it replaced."""
+Invariant: q/k/v and gate/up weights are concatenated at load where they share a layout
+(originals dropped; each fused layer records in ``fused_from`` the layers it replaced),
+and otherwise stay separate layers whose outputs are concatenated."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import scaled_dot_product_attention
 
-from . import ext, kv_append, ops
-from ..layering import KERNEL, install, layers_of, only_kernels
+from . import ext, kv_append, ops, whole_layer
+from ..layering import KERNEL, install
 from ..loading.traits import FUSED_FAMILIES
 
 # (module, class) of the stock blocks whose __call__ these reproduce.
@@ -21,14 +22,11 @@ MLP = {(f"mlx_lm.models.{f}", "MLP") for f in FUSED_FAMILIES}
 BLOCK = {(f"mlx_lm.models.{f}", "TransformerBlock") for f in FUSED_FAMILIES}
 
 
-_PLAIN_CALLS = {nn.Linear.__call__, nn.QuantizedLinear.__call__}
-
-
 def _project(layer: nn.Module, x: mx.array, residual: mx.array | None = None,
              norm: tuple[mx.array, float] | None = None, silu_gate: bool = False) -> mx.array:
     """layer(prologue(x)) (+ residual): one primitive where ``ops.project`` applies and the
     layer computes only its weights (an adapted layer is called as it is)."""
-    if _plain(layer):
+    if ops.plain_layer(layer):
         y = ops.project(layer, x, residual, norm, silu_gate)
         if y is not None:
             return y
@@ -38,18 +36,6 @@ def _project(layer: nn.Module, x: mx.array, residual: mx.array | None = None,
         x = ext().silu_gate_halves(x)
     y = layer(x)
     return y if residual is None else residual + y
-
-
-_plain_classes: dict[type, bool] = {}
-
-
-def _plain(layer: nn.Module) -> bool:
-    """Whether the layer computes only its weights (its class says: layering makes one per mixin set)."""
-    cls = type(layer)
-    known = _plain_classes.get(cls)
-    if known is None:
-        known = _plain_classes[cls] = only_kernels(layer) and layers_of(layer)[0].__call__ in _PLAIN_CALLS
-    return known
 
 
 @dataclass(frozen=True)
@@ -94,16 +80,31 @@ def _key(module: nn.Module) -> tuple[str, str]:
     return type(module).__module__, type(module).__name__
 
 
+def _concatenated(layers: list[nn.Module], x: mx.array, norm: tuple[mx.array, float] | None) -> mx.array:
+    """The layers' outputs side by side (each with the same prologue)."""
+    if len(layers) == 1:
+        return _project(layers[0], x, norm=norm)
+    return mx.concatenate([_project(layer, x, norm=norm) for layer in layers], axis=-1)
+
+
 class FusedAttention(nn.Module):
-    def __init__(self, attn: nn.Module, rope: ops.RopeSpec, qkv: nn.Module):
+    """q, k and v as one product where their weights share a layout, else as three."""
+
+    def __init__(self, attn: nn.Module, rope: ops.RopeSpec, qkv: nn.Module | None):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.scale = attn.n_heads, attn.n_kv_heads, attn.scale
         self.head_dim = attn.q_proj.weight.shape[0] // self.n_heads
-        self.qkv_proj = qkv
+        if qkv is not None:
+            self.qkv_proj = qkv
+        else:
+            self.q_proj, self.k_proj, self.v_proj = attn.q_proj, attn.k_proj, attn.v_proj
         self.o_proj = attn.o_proj
         if "q_norm" in attn:
             self.q_norm, self.k_norm = attn.q_norm, attn.k_norm
         self._rope = rope
+
+    def qkv_layers(self) -> list[nn.Module]:
+        return [self["qkv_proj"]] if "qkv_proj" in self else [self["q_proj"], self["k_proj"], self["v_proj"]]
 
     def __call__(self, x: mx.array, mask=None, cache=None, residual: mx.array | None = None,
                  norm: tuple[mx.array, float] | None = None) -> mx.array:
@@ -112,7 +113,7 @@ class FusedAttention(nn.Module):
         norms = (self["q_norm"]["weight"], self["k_norm"]["weight"], self["q_norm"].eps) if "q_norm" in self else (
             None, None, 0.0)
         offsets = rope.offsets(cache.offset if cache is not None else 0)
-        args = (_project(self["qkv_proj"], x, norm=norm), self.n_heads, self.n_kv_heads, self.head_dim, rope.dims,
+        args = (_concatenated(self.qkv_layers(), x, norm), self.n_heads, self.n_kv_heads, self.head_dim, rope.dims,
                 rope.traditional, rope.scale, rope.inv_freqs, offsets)
         plain = kv_append.plain(cache)  # mlx-lm's float32 KVCache or BatchKVCache, its buffers made
         if plain and kv_append.has_room(cache, L):  # k and v written into the buffers by the same primitive
@@ -140,14 +141,22 @@ class FusedAttention(nn.Module):
 
 
 class FusedMLP(nn.Module):
-    def __init__(self, gate_up: nn.Module, down: nn.Module):
+    """gate and up as one product where their weights share a layout, else as two."""
+
+    def __init__(self, mlp: nn.Module, gate_up: nn.Module | None):
         super().__init__()
-        self.gate_up_proj = gate_up
-        self.down_proj = down
+        if gate_up is not None:
+            self.gate_up_proj = gate_up
+        else:
+            self.gate_proj, self.up_proj = mlp.gate_proj, mlp.up_proj
+        self.down_proj = mlp.down_proj
+
+    def gate_up_layers(self) -> list[nn.Module]:
+        return [self["gate_up_proj"]] if "gate_up_proj" in self else [self["gate_proj"], self["up_proj"]]
 
     def __call__(self, x: mx.array, residual: mx.array | None = None,
                  norm: tuple[mx.array, float] | None = None) -> mx.array:
-        gate_up = _project(self["gate_up_proj"], x, norm=norm)
+        gate_up = _concatenated(self.gate_up_layers(), x, norm)
         return _project(self["down_proj"], gate_up, residual, silu_gate=True)
 
 
@@ -157,6 +166,9 @@ class FusedBlock:
     RANK = KERNEL
 
     def __call__(self, x: mx.array, mask=None, cache=None) -> mx.array:
+        out = whole_layer.call(self, x, mask, cache)
+        if out is not None:
+            return out
         first, second = self["input_layernorm"], self["post_attention_layernorm"]
         h = self["self_attn"](x, mask, cache, residual=x, norm=(first["weight"], first.eps))
         return self["mlp"](h, residual=h, norm=(second["weight"], second.eps))
@@ -169,15 +181,27 @@ def _fused_attention(attn: nn.Module) -> FusedAttention | None:
     norms = [attn.get("q_norm"), attn.get("k_norm")]
     if any(n is not None and type(n) is not nn.RMSNorm for n in norms) or (norms[0] is None) != (norms[1] is None):
         return None
-    qkv = fuse_linears({"q_proj": attn.q_proj, "k_proj": attn.k_proj, "v_proj": attn.v_proj})
-    return None if qkv is None else FusedAttention(attn, rope, qkv)
+    named = {"q_proj": attn.q_proj, "k_proj": attn.k_proj, "v_proj": attn.v_proj}
+    qkv = fuse_linears(named)
+    if qkv is None and not _separable(named):
+        return None
+    return FusedAttention(attn, rope, qkv)
 
 
 def _fused_mlp(mlp: nn.Module) -> FusedMLP | None:
     if _key(mlp) not in MLP:
         return None
-    gate_up = fuse_linears({"gate_proj": mlp.gate_proj, "up_proj": mlp.up_proj})
-    return None if gate_up is None else FusedMLP(gate_up, mlp.down_proj)
+    named = {"gate_proj": mlp.gate_proj, "up_proj": mlp.up_proj}
+    gate_up = fuse_linears(named)
+    if gate_up is None and not _separable(named):
+        return None
+    return FusedMLP(mlp, gate_up)
+
+
+def _separable(named: dict[str, nn.Module]) -> bool:
+    """Whether layers that cannot be concatenated each take a kernel product (float32 or
+    quantized weights the kernels read), so their outputs can be."""
+    return all(ops.plain_layer(layer) and ops.product(layer) is not None for layer in named.values())
 
 
 def fuse_blocks(model: nn.Module) -> dict[str, int]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import mlx.nn as nn
 
+from ..layering import layers_of, only_kernels
 from ..loading.traits import rope_kind
 from . import ext
 
@@ -158,6 +159,19 @@ def _product(layer) -> Product | None:
     if layer["weight"].dtype != F32:
         return None
     return Product(layer["weight"], None, bias)
+
+
+_PLAIN_CALLS = {nn.Linear.__call__, nn.QuantizedLinear.__call__}
+_plain_classes: dict[type, bool] = {}
+
+
+def plain_layer(layer: nn.Module) -> bool:
+    """Whether the layer computes only its weights (its class says: layering makes one per mixin set)."""
+    cls = type(layer)
+    known = _plain_classes.get(cls)
+    if known is None:
+        known = _plain_classes[cls] = only_kernels(layer) and layers_of(layer)[0].__call__ in _PLAIN_CALLS
+    return known
 
 
 def project(layer, x: mx.array, residual: mx.array | None = None, norm: tuple[mx.array, float] | None = None,

@@ -1,6 +1,7 @@
 // Python bindings: the ops take and return mlx.core.array (nanobind, MLX's domain).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
@@ -8,6 +9,7 @@
 #include "mlx/version.h"
 #include "parallel.h"
 #include "int_matvec.h"
+#include "layer.h"
 #include "primitives.h"
 #include "simd.h"
 
@@ -25,6 +27,16 @@ mlxk::RowOps row_ops(const std::optional<mx::array>& bias, const std::optional<m
   auto prologue = norm ? mlxk::Prologue::rms_norm
                        : (silu_gate ? mlxk::Prologue::silu_gate_halves : mlxk::Prologue::none);
   return {prologue, eps, bias.has_value(), residual.has_value()};
+}
+
+using Products = std::vector<std::tuple<int, int, bool>>;
+
+std::vector<mlxk::ProductSpec> product_specs(const Products& products) {
+  std::vector<mlxk::ProductSpec> out;
+  for (const auto& [bits, group, has_bias] : products) {
+    out.push_back({bits, group, has_bias});
+  }
+  return out;
 }
 
 } // namespace
@@ -128,4 +140,27 @@ NB_MODULE(_ext, m) {
       "eps"_a = 0.0f, nb::kw_only(), "stream"_a = nb::none(),
       "qkv_rope with k and v written into a float KV cache's buffers [B, kv_heads, capacity, head_dim] at rows "
       "[at, at + L) (in place when unshared): [q, keys, values, offsets + L].");
+  nb::class_<mlxk::LayerWeights>(m, "LayerWeights",
+                                 "A decoder layer's weights and how they are laid out, checked once (see decoder_layer).")
+      .def(
+          "__init__",
+          [](mlxk::LayerWeights* self, const std::vector<mx::array>& weights, const Products& qkv,
+             const std::tuple<int, int, bool>& o, const Products& gate_up, const std::tuple<int, int, bool>& down,
+             float eps1, float eps2, int q_heads, int kv_heads, int head_dim, bool qk_norm, float qk_eps, int dims,
+             bool traditional, float rope_scale, float scale) {
+            mlxk::LayerSpec spec{product_specs(qkv), product_specs(gate_up), product_specs({o})[0],
+                                 product_specs({down})[0], eps1, eps2, {dims, traditional, rope_scale},
+                                 {q_heads, kv_heads, head_dim, qk_norm, qk_eps}, scale};
+            new (self) mlxk::LayerWeights(std::move(spec), weights);
+          },
+          "weights"_a, "qkv"_a, "o"_a, "gate_up"_a, "down"_a, "eps1"_a, "eps2"_a, "q_heads"_a, "kv_heads"_a,
+          "head_dim"_a, "qk_norm"_a, "qk_eps"_a, "dims"_a, "traditional"_a, "rope_scale"_a, "scale"_a,
+          "The weights: the first norm, the qkv products' arrays, q_norm and k_norm (with qk_norm), RoPE's "
+          "inverse frequencies, o's, the second norm, the gate_up products', down's. Products as (bits, group, "
+          "has_bias), bits 0 for a float32 weight; qkv one product or three, gate_up one or two.");
+  m.def("decoder_layer", &mlxk::decoder_layer, "x"_a, "layer"_a, "offsets"_a, "keys"_a, "values"_a,
+        "at"_a, "causal"_a, "mask"_a = nb::none(), nb::kw_only(), "stream"_a = nb::none(),
+        "A Llama-family decoder layer in one primitive: x + attention and x + MLP with both RMSNorms, k and v "
+        "written into the float cache buffers at row `at` (in place when unshared): [out, keys, values, "
+        "offsets + L].");
 }

@@ -1,0 +1,107 @@
+"""A fused block as one primitive (``decoder_layer``) where everything in it is plain:
+float32 activations, kernel products for every projection, mlx-lm's float KV cache with
+room for the new tokens, and a mask the attention kernel takes.
+
+Invariant: the cache is left as ``kv_append.advance`` leaves it, and the result is the
+separate primitives' bit for bit; in any other case ``call`` returns None and the block
+runs as those primitives."""
+
+from __future__ import annotations
+
+import operator
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from . import ext, kv_append, ops
+
+F32 = mx.float32
+
+
+def _spec_of(product: ops.Product) -> tuple[int, int, bool]:
+    bits, group = (product.quant[4], product.quant[3]) if product.quant is not None else (0, 0)
+    return bits, group, product.bias is not None
+
+
+def _arrays_of(product: ops.Product) -> list:
+    arrays = list(product.quant[:3]) if product.quant is not None else [product.weight]
+    return arrays if product.bias is None else [*arrays, product.bias]
+
+
+def _parts(block) -> tuple[list, list, list, list, list]:
+    """(norms, qkv, o, gate_up, down): the block's leaf modules, norms first (q and k's last)."""
+    attn, mlp = block["self_attn"], block["mlp"]
+    norms = [block["input_layernorm"], block["post_attention_layernorm"]]
+    if "q_norm" in attn:
+        norms += [attn["q_norm"], attn["k_norm"]]
+    return norms, attn.qkv_layers(), [attn["o_proj"]], mlp.gate_up_layers(), [mlp["down_proj"]]
+
+
+def _key(parts: tuple) -> list:
+    """What a plan is made of: each leaf's class and arrays (compared by identity)."""
+    key = []
+    for group in parts:
+        for leaf in group:
+            key += (type(leaf), leaf.get("weight"), leaf.get("scales"), leaf.get("biases"), leaf.get("bias"))
+    return key
+
+
+def plan(block):
+    """The block's ``LayerWeights``, or None where a projection is not plain or a norm not
+    float32; kept on the block while its leaves' classes and arrays stay the same."""
+    parts = _parts(block)
+    key = _key(parts)
+    kept = block.__dict__.get("_layer_plan")
+    if kept is not None and len(kept[0]) == len(key) and all(map(operator.is_, kept[0], key)):
+        return kept[1]
+    made = _make(block, parts)
+    block.__dict__["_layer_plan"] = (key, made)
+    return made
+
+
+def _make(block, parts: tuple):
+    norms, *groups = parts
+    if any(n["weight"].dtype != F32 for n in norms) or not all(ops.plain_layer(x) for g in groups for x in g):
+        return None
+    qkv, (o,), gate_up, (down,) = [[ops.product(layer) for layer in g] for g in groups]
+    if any(p is None for p in (*qkv, o, *gate_up, down)):
+        return None
+    attn = block["self_attn"]
+    rope, qk_norm = attn._rope, len(norms) == 4
+    weights = [norms[0]["weight"]]
+    for p in qkv:
+        weights += _arrays_of(p)
+    weights += [n["weight"] for n in norms[2:]]
+    weights += [rope.inv_freqs, *_arrays_of(o), norms[1]["weight"]]
+    for p in gate_up:
+        weights += _arrays_of(p)
+    weights += _arrays_of(down)
+    return ext().LayerWeights(
+        weights, [_spec_of(p) for p in qkv], _spec_of(o), [_spec_of(p) for p in gate_up], _spec_of(down),
+        float(norms[0].eps), float(norms[1].eps), attn.n_heads, attn.n_kv_heads, attn.head_dim, qk_norm,
+        float(norms[2].eps) if qk_norm else 0.0, rope.dims, rope.traditional, float(rope.scale), float(attn.scale))
+
+
+def call(block, x: mx.array, mask, cache) -> mx.array | None:
+    """block(x, mask, cache) as one primitive, or None where that does not apply."""
+    if x.dtype != F32 or x.ndim != 3 or cache is None or not kv_append.has_room(cache, x.shape[1]):
+        return None
+    causal = False
+    if isinstance(mask, str):
+        if mask != "causal":
+            return None
+        causal, mask = True, None
+    elif mask is not None:
+        if mask.ndim > 4:
+            return None
+        if mask.dtype != mx.bool_:
+            mask = mask.astype(F32)
+    layer = plan(block)
+    if layer is None:
+        return None
+    L = x.shape[1]
+    offsets = block["self_attn"]._rope.offsets(cache.offset)
+    out, keys, values, after = ext().decoder_layer(x, layer, offsets, cache.keys, cache.values,
+                                                   kv_append.position(cache), causal, mask)
+    kv_append.advance(cache, keys, values, offsets, after, L)
+    return out
