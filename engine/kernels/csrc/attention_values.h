@@ -45,9 +45,19 @@ template <int NV>
 void pv_rows(float* acc, int64_t astride, const float* P, int64_t prs, int64_t pjs,
              const float* corr, int nrows, const float* v, int64_t vstride, int nk, int) {
   constexpr int MR = std::max(1, std::min(4, (kRegs - NV) / NV));
-  for (int r = 0; r < nrows; r += MR) {
-    pv_tile<NV, MR>(acc + r * astride, astride, P + r * prs, prs, pjs, corr + r,
-                    std::min(MR, nrows - r), v, vstride, nk);
+  for (int r = 0; r < nrows; r += MR) {  // as many rows as there are (decode blocks have few)
+    const int n = std::min(MR, nrows - r);
+    float* a = acc + r * astride;
+    const float* pr = P + r * prs;
+    if (n == MR) {
+      pv_tile<NV, MR>(a, astride, pr, prs, pjs, corr + r, n, v, vstride, nk);
+    } else if (n == 3) {
+      pv_tile<NV, std::min(3, MR)>(a, astride, pr, prs, pjs, corr + r, n, v, vstride, nk);
+    } else if (n == 2) {
+      pv_tile<NV, std::min(2, MR)>(a, astride, pr, prs, pjs, corr + r, n, v, vstride, nk);
+    } else {
+      pv_tile<NV, 1>(a, astride, pr, prs, pjs, corr + r, n, v, vstride, nk);
+    }
   }
 }
 
