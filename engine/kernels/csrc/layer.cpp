@@ -142,9 +142,13 @@ void run_group(const std::vector<ProductView>& group, const float* x, int64_t xs
   }
 }
 
+// The layer's intermediate rows: kept by the thread between calls for a few rows (decode
+// steps allocate nothing), made and freed per call for more (a prefill chunk's would
+// otherwise stay held for good).
 struct Scratch {
   std::vector<float> xn, qkv, q, attn, h, gate_up, act;
 };
+constexpr int kKeptRows = 16;
 
 } // namespace
 
@@ -205,8 +209,10 @@ void DecoderLayer::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx
     if (vin) {
       vin->copy_to(vout);
     }
-    static thread_local Scratch s;
+    static thread_local Scratch kept;
+    Scratch fresh;
     const int rows = int(xr.rows), D = int(xr.cols), Dh = spec.heads.head_dim;
+    Scratch& s = rows <= kKeptRows ? kept : fresh;
     const int width = (spec.heads.q_heads + 2 * spec.heads.kv_heads) * Dh, qw = spec.heads.q_heads * Dh;
     int inner2 = 0;
     for (const auto& g : v.gate_up) {
