@@ -218,9 +218,13 @@ def run_batch(model, tokens: list[int]) -> list[mx.array]:
 @pytest.mark.parametrize("run", [run_single, run_batch])
 @pytest.mark.parametrize("name", MODELS)
 def test_logits_equal_the_update_and_fetch_path_bit_for_bit(loaded, previous_path, name, run):
-    model = loaded(name)
+    assert_forwards_equal(loaded(name), run, previous_path)
+
+
+def assert_forwards_equal(model, run, reference) -> None:
+    """Every forward of ``run`` equals the same forward inside the ``reference`` context, bit for bit."""
     tokens = [(37 * i) % 500 + 3 for i in range(300)]
-    with previous_path:
+    with reference:
         want = run(model, tokens)
     got = run(model, tokens)
     assert len(got) == len(want)

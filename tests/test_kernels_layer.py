@@ -15,7 +15,7 @@ import mlx_lm
 import pytest
 
 from tests.kernel_helpers import kernels_ext
-from tests.test_kernels_kv_append import labels, run_batch, run_single
+from tests.test_kernels_kv_append import assert_forwards_equal, labels, run_batch, run_single
 
 
 @pytest.fixture(scope="module")
@@ -87,14 +87,7 @@ def test_a_step_is_one_primitive_per_layer(models, name):
 @pytest.mark.parametrize("run", [run_single, run_batch])
 @pytest.mark.parametrize("name", ["llama", "qwen3", "llama 4-bit", "llama mixed"])
 def test_logits_equal_the_separate_primitives_bit_for_bit(models, separate, name, run):
-    model = models[name]
-    tokens = [(37 * i) % 500 + 3 for i in range(300)]
-    with separate:
-        want = run(model, tokens)
-    got = run(model, tokens)
-    assert len(got) == len(want)
-    for i, (a, b) in enumerate(zip(got, want)):
-        assert mx.array_equal(a, b).item(), f"forward {i} differs by {mx.abs(a - b).max().item()}"
+    assert_forwards_equal(models[name], run, separate)
 
 
 def test_an_adapted_projection_runs_the_block_as_separate_primitives(models):

@@ -27,16 +27,22 @@ def attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask=None,
     first ``length`` keys and values (-1: all; a cache's buffers as they are)."""
     if sinks is not None or not (q.dtype == k.dtype == v.dtype == F32) or q.size == 0 or k.size == 0:
         return None  # (an empty split, as windowed towers make: MLX's own answer)
+    taken = kernel_mask(mask)
+    if taken is None:
+        return None
+    return ext().attention(q, k, v, scale, taken[0], 0, taken[1], flat, None, length)
+
+
+def kernel_mask(mask) -> tuple[bool, mx.array | None] | None:
+    """mlx-lm's attention mask as the kernels take it: (causal, array mask: bool, or additive
+    as float32), or None where they do not ("causal" and None and arrays of up to 4 axes do)."""
     if isinstance(mask, str):
-        if mask != "causal":
-            return None
-        return ext().attention(q, k, v, scale, True, 0, None, flat, None, length)
-    if mask is not None:
-        if mask.ndim > 4:
-            return None
-        if mask.dtype != mx.bool_:
-            mask = mask.astype(F32)
-    return ext().attention(q, k, v, scale, False, 0, mask, flat, None, length)
+        return (True, None) if mask == "causal" else None
+    if mask is None:
+        return False, None
+    if mask.ndim > 4:
+        return None
+    return False, mask if mask.dtype == mx.bool_ else mask.astype(F32)
 
 
 def cache_attention(q: mx.array, cache, *, scale: float, mask=None, sinks=None, flat: bool = False) -> mx.array | None:
@@ -57,16 +63,10 @@ def quantized_attention(q: mx.array, k: tuple, v: tuple, *, scale: float, mask=N
         return None
     if group_size % (2 * ext().simd_width) or bits not in (4, 8):
         return None
-    causal = False
-    if isinstance(mask, str):
-        if mask != "causal":
-            return None
-        causal, mask = True, None
-    elif mask is not None:
-        if mask.ndim > 4:
-            return None
-        if mask.dtype != mx.bool_:
-            mask = mask.astype(F32)
+    taken = kernel_mask(mask)
+    if taken is None:
+        return None
+    causal, mask = taken
     return ext().attention_quantized(q, list(k), list(v), group_size, bits, scale, causal, mask, flat, length)
 
 

@@ -86,22 +86,13 @@ def call(block, x: mx.array, mask, cache) -> mx.array | None:
     """block(x, mask, cache) as one primitive, or None where that does not apply."""
     if x.dtype != F32 or x.ndim != 3 or cache is None or not kv_append.has_room(cache, x.shape[1]):
         return None
-    causal = False
-    if isinstance(mask, str):
-        if mask != "causal":
-            return None
-        causal, mask = True, None
-    elif mask is not None:
-        if mask.ndim > 4:
-            return None
-        if mask.dtype != mx.bool_:
-            mask = mask.astype(F32)
-    layer = plan(block)
+    taken = ops.kernel_mask(mask)
+    layer = plan(block) if taken is not None else None
     if layer is None:
         return None
     L = x.shape[1]
     offsets = block["self_attn"]._rope.offsets(cache.offset)
     out, keys, values, after = ext().decoder_layer(x, layer, offsets, cache.keys, cache.values,
-                                                   kv_append.position(cache), causal, mask)
+                                                   kv_append.position(cache), *taken)
     kv_append.advance(cache, keys, values, offsets, after, L)
     return out
