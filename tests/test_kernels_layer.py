@@ -4,8 +4,9 @@ The same block as separate primitives (the four products, qkv_rope_append, atten
 the reference: every forward's logits must equal it bit for bit, for float weights, for
 quantized ones and for a model whose q, k and v (and gate, up) have different layouts, as
 GGUF Q4_K_M files have; one row and a left-padded batch, prefill chunks and decode steps
-past the buffers' growth. A projection that is not plain, or new arrays, are followed;
-weights that do not fit the spec are refused when the layer is made."""
+past the buffers' growth. A projection that is not plain, or new arrays, are followed (a
+graph already built keeps the arrays it was built with); weights that do not fit the spec
+are refused when the layer is made."""
 
 from __future__ import annotations
 
@@ -125,6 +126,69 @@ def test_a_block_given_new_arrays_computes_with_them(models, separate):
     assert mx.array_equal(got, want).item()
     assert not mx.array_equal(got, before).item()
     assert mx.array_equal(logits(), before).item()
+
+
+def test_a_pending_step_keeps_the_weights_it_was_built_with(models):
+    """The primitive holds its layer's weights itself (they are not graph inputs): a graph
+    built before the block's arrays change computes with the arrays it was built with."""
+    import gc
+
+    import numpy as np
+
+    from engine.kernels import whole_layer
+
+    model = models["llama 4-bit"]
+    block = model.model.layers[0]
+    prompt = mx.array([[5, 6, 7, 8, 9]])
+    want = model(prompt, cache=mlx_lm.models.cache.make_prompt_cache(model))
+    mx.eval(want)
+    saved = np.array(block.input_layernorm.weight)
+    pending = model(prompt, cache=mlx_lm.models.cache.make_prompt_cache(model))
+    block.input_layernorm.weight = mx.array(saved * 3.0)
+    assert whole_layer.plan(block) is not None  # a new plan: the old one is held by the graph only
+    gc.collect()
+    mx.eval([mx.full(saved.shape, 7.0) for _ in range(8)])  # reuse freed buffers, were any freed
+    try:
+        assert mx.array_equal(pending, want).item()
+    finally:
+        block.input_layernorm.weight = mx.array(saved)
+
+
+_HELD_BY_THE_GRAPH_ONLY = """
+import sys
+import engine
+import mlx.core as mx
+from engine.kernels import ext, whole_layer
+from engine.loading.model import load_generation_model
+
+block = load_generation_model(sys.argv[1]).model.model.layers[0]
+attn = block.self_attn
+keys = mx.zeros((1, attn.n_kv_heads, 8, attn.head_dim))
+weight = block.input_layernorm.weight
+for _ in range(20):
+    out = ext().decoder_layer(mx.ones((1, 2, weight.shape[0])),
+                              whole_layer._make(block, whole_layer._parts(block)),  # held by the graph only
+                              mx.array([0], dtype=mx.int32), keys, keys, 0, True)[0]
+    mx.async_eval(out)
+    del out  # the task now holds the last of those weights
+    block.input_layernorm.weight = weight * 1.0  # lazy: the next weights are evaluated as they are made
+    whole_layer._make(block, whole_layer._parts(block))
+    block.input_layernorm.weight = weight
+print("done")
+"""
+
+
+def test_weights_held_by_a_graph_only_are_released_on_the_stream_thread(fixture_models):
+    """The last hold on a layer's weights may go on MLX's stream thread while the main thread
+    waits for the stream (here making new weights, which evaluates them): releasing it must
+    not need the GIL (with a hold that did, this deadlocked)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = subprocess.run([sys.executable, "-c", _HELD_BY_THE_GRAPH_ONLY, str(fixture_models["llama"])],
+                         capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+    assert run.returncode == 0 and run.stdout.strip() == "done", run.stderr[-2000:]
 
 
 def test_weights_that_do_not_fit_the_spec_are_refused(K, models):

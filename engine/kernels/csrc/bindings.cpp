@@ -31,6 +31,13 @@ mlxk::RowOps row_ops(const std::optional<mx::array>& bias, const std::optional<m
 
 using Products = std::vector<std::tuple<int, int, bool>>;
 
+// What Python holds of a layer: a C++ reference count only, so the primitive that shares
+// it may drop the last one on MLX's stream thread without the GIL (a nanobind-made
+// shared_ptr would take the GIL there, while the main thread waits in eval holding it).
+struct LayerHandle {
+  std::shared_ptr<const mlxk::LayerWeights> layer;
+};
+
 std::vector<mlxk::ProductSpec> product_specs(const Products& products) {
   std::vector<mlxk::ProductSpec> out;
   for (const auto& [bits, group, has_bias] : products) {
@@ -140,25 +147,31 @@ NB_MODULE(_ext, m) {
       "eps"_a = 0.0f, nb::kw_only(), "stream"_a = nb::none(),
       "qkv_rope with k and v written into a float KV cache's buffers [B, kv_heads, capacity, head_dim] at rows "
       "[at, at + L) (in place when unshared): [q, keys, values, offsets + L].");
-  nb::class_<mlxk::LayerWeights>(m, "LayerWeights",
-                                 "A decoder layer's weights and how they are laid out, checked once (see decoder_layer).")
+  nb::class_<LayerHandle>(m, "LayerWeights",
+                          "A decoder layer's weights and how they are laid out, checked once (see decoder_layer).")
       .def(
           "__init__",
-          [](mlxk::LayerWeights* self, const std::vector<mx::array>& weights, const Products& qkv,
+          [](LayerHandle* self, const std::vector<mx::array>& weights, const Products& qkv,
              const std::tuple<int, int, bool>& o, const Products& gate_up, const std::tuple<int, int, bool>& down,
              float eps1, float eps2, int q_heads, int kv_heads, int head_dim, bool qk_norm, float qk_eps, int dims,
              bool traditional, float rope_scale, float scale) {
             mlxk::LayerSpec spec{product_specs(qkv), product_specs(gate_up), product_specs({o})[0],
                                  product_specs({down})[0], eps1, eps2, {dims, traditional, rope_scale},
                                  {q_heads, kv_heads, head_dim, qk_norm, qk_eps}, scale};
-            new (self) mlxk::LayerWeights(std::move(spec), weights);
+            new (self) LayerHandle{std::make_shared<const mlxk::LayerWeights>(std::move(spec), weights)};
           },
           "weights"_a, "qkv"_a, "o"_a, "gate_up"_a, "down"_a, "eps1"_a, "eps2"_a, "q_heads"_a, "kv_heads"_a,
           "head_dim"_a, "qk_norm"_a, "qk_eps"_a, "dims"_a, "traditional"_a, "rope_scale"_a, "scale"_a,
           "The weights: the first norm, the qkv products' arrays, q_norm and k_norm (with qk_norm), RoPE's "
           "inverse frequencies, o's, the second norm, the gate_up products', down's. Products as (bits, group, "
           "has_bias), bits 0 for a float32 weight; qkv one product or three, gate_up one or two.");
-  m.def("decoder_layer", &mlxk::decoder_layer, "x"_a, "layer"_a, "offsets"_a, "keys"_a, "values"_a,
+  m.def(
+      "decoder_layer",
+      [](const mx::array& x, const LayerHandle& layer, const mx::array& offsets, const mx::array& keys,
+         const mx::array& values, int at, bool causal, const std::optional<mx::array>& mask, mx::StreamOrDevice s) {
+        return mlxk::decoder_layer(x, layer.layer, offsets, keys, values, at, causal, mask, s);
+      },
+      "x"_a, "layer"_a, "offsets"_a, "keys"_a, "values"_a,
         "at"_a, "causal"_a, "mask"_a = nb::none(), nb::kw_only(), "stream"_a = nb::none(),
         "A Llama-family decoder layer in one primitive: x + attention and x + MLP with both RMSNorms, k and v "
         "written into the float cache buffers at row `at` (in place when unshared): [out, keys, values, "

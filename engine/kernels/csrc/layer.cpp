@@ -10,6 +10,7 @@
 #include "parallel.h"
 #include "product.h"
 #include "qkv.h"
+#include "mlx/transforms.h"
 
 namespace mlxk {
 
@@ -161,13 +162,14 @@ bool LayerSpec::operator==(const LayerSpec& s) const {
 }
 
 void DecoderLayer::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
-  // Inputs: x, the weights, offsets, [mask], keys, values. Outputs 1 and 2 take over (or
-  // copy) the cache's buffers; output 3 is offsets + L.
+  // Inputs: x, offsets, [mask], keys, values. Outputs 1 and 2 take over (or copy) the
+  // cache's buffers; output 3 is offsets + L.
   release_sibling_inputs(inputs, outputs);
   const auto& x = inputs[0];
   const auto& keys = inputs[inputs.size() - 2];
   const auto& values = inputs[inputs.size() - 1];
-  const auto& offsets = inputs[inputs.size() - (has_mask_ ? 4 : 3)];
+  const auto& offsets = inputs[1];
+  const LayerSpec& spec_ = layer_->spec;
   auto& enc = mx::cpu::get_command_encoder(stream());
   for (const auto& a : inputs) {
     enc.set_input_array(a);
@@ -196,9 +198,10 @@ void DecoderLayer::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx
     }
     (m.dtype() == mx::bool_ ? (void)(p.mask_bool = m.data<bool>()) : (void)(p.mask_add = m.data<float>()));
   }
-  Views v(inputs, 1, spec_);
+  Views v(layer_->weights, 0, spec_);
   QkvInputs qin{v.inv, offsets.data<int32_t>(), int(offsets.size()), v.q_norm, v.k_norm};
-  enc.dispatch([spec = spec_, v = std::move(v), qin, p, xr = Rows(x), at = at_, cap, L,
+  // The lambda holds the weights (not graph inputs) until it has run.
+  enc.dispatch([held = layer_, spec = spec_, v = std::move(v), qin, p, xr = Rows(x), at = at_, cap, L,
                 kin = copy_k ? std::optional<Strided4>(Strided4(keys)) : std::nullopt,
                 vin = copy_v ? std::optional<Strided4>(Strided4(values)) : std::nullopt,
                 out = outputs[0].data<float>(), kout = outputs[1].data<float>(), vout = outputs[2].data<float>(),
@@ -256,7 +259,7 @@ void DecoderLayer::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx
 
 bool DecoderLayer::is_equivalent(const mx::Primitive& other) const {
   const auto& o = static_cast<const DecoderLayer&>(other);
-  return spec_ == o.spec_ && at_ == o.at_ && causal_ == o.causal_ && has_mask_ == o.has_mask_;
+  return layer_ == o.layer_ && at_ == o.at_ && causal_ == o.causal_ && has_mask_ == o.has_mask_;
 }
 
 LayerWeights::LayerWeights(LayerSpec s, std::vector<mx::array> w) : spec(std::move(s)), weights(std::move(w)) {
@@ -302,12 +305,17 @@ LayerWeights::LayerWeights(LayerSpec s, std::vector<mx::array> w) : spec(std::mo
   if (c.at != weights.size()) {
     throw std::invalid_argument("decoder_layer: more weights than the spec names");
   }
+  mx::eval(weights);  // read as they are by every call: never a lazy array
 }
 
-std::vector<mx::array> decoder_layer(const mx::array& x, const LayerWeights& layer, const mx::array& offsets,
-                                     const mx::array& keys, const mx::array& values, int at, bool causal,
+std::vector<mx::array> decoder_layer(const mx::array& x, std::shared_ptr<const LayerWeights> held,
+                                     const mx::array& offsets, const mx::array& keys, const mx::array& values, int at, bool causal,
                                      const std::optional<mx::array>& mask, mx::StreamOrDevice s) {
   require_float32(x, "decoder_layer");
+  if (!held) {
+    throw std::invalid_argument("decoder_layer: no layer weights");
+  }
+  const LayerWeights& layer = *held;
   if (x.ndim() != 3 || x.shape(2) != layer.dim) {
     throw std::invalid_argument("decoder_layer: x must be [B, L, D] with D the norms' width");
   }
@@ -327,9 +335,7 @@ std::vector<mx::array> decoder_layer(const mx::array& x, const LayerWeights& lay
   if (at < 0 || at + L > keys.shape(2)) {
     throw std::invalid_argument("decoder_layer: rows [at, at + L) do not fit the buffers");
   }
-  std::vector<mx::array> inputs = {x};
-  inputs.insert(inputs.end(), layer.weights.begin(), layer.weights.end());
-  inputs.push_back(offsets);
+  std::vector<mx::array> inputs = {x, offsets};
   if (mask) {
     if (mask->dtype() != mx::bool_ && mask->dtype() != mx::float32) {
       throw std::invalid_argument("decoder_layer: the mask must be bool or float32");
@@ -347,7 +353,7 @@ std::vector<mx::array> decoder_layer(const mx::array& x, const LayerWeights& lay
   }
   inputs.push_back(keys);
   inputs.push_back(values);
-  auto prim = std::make_shared<DecoderLayer>(mx::to_stream(s), spec, at, causal, mask.has_value());
+  auto prim = std::make_shared<DecoderLayer>(mx::to_stream(s), std::move(held), at, causal, mask.has_value());
   return mx::array::make_arrays({x.shape(), keys.shape(), values.shape(), offsets.shape()},
                                 {mx::float32, mx::float32, mx::float32, mx::int32}, prim, inputs);
 }

@@ -6,6 +6,7 @@
 // it, kernel for kernel, in one dispatch.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -37,7 +38,9 @@ struct LayerSpec {
   bool operator==(const LayerSpec& s) const;
 };
 
-// A layer's spec and weights, checked against each other once (throws where they disagree).
+// A layer's spec and weights, checked against each other once (throws where they disagree)
+// and evaluated. The primitive holds them itself rather than as graph inputs: a step's graph
+// then carries per layer only x, the offsets, the mask and the cache buffers.
 struct LayerWeights {
   LayerSpec spec;
   std::vector<mx::array> weights;
@@ -48,21 +51,22 @@ struct LayerWeights {
 // Per call: k and v go to rows [at, at + L) of keys and values [B, Hk, capacity, head_dim];
 // the queries see keys [0, at + L), causally, or as `mask` (bool keep or additive,
 // broadcasting to [B, Hq, L, at + L]) says. Returns [out, keys, values, offsets + L].
-std::vector<mx::array> decoder_layer(const mx::array& x, const LayerWeights& layer, const mx::array& offsets,
+std::vector<mx::array> decoder_layer(const mx::array& x, std::shared_ptr<const LayerWeights> layer,
+                                     const mx::array& offsets,
                                      const mx::array& keys,
                                      const mx::array& values, int at, bool causal,
                                      const std::optional<mx::array>& mask, mx::StreamOrDevice s = {});
 
 class DecoderLayer : public CpuPrimitive {
  public:
-  DecoderLayer(mx::Stream stream, LayerSpec spec, int at, bool causal, bool has_mask)
-      : CpuPrimitive(stream), spec_(std::move(spec)), at_(at), causal_(causal), has_mask_(has_mask) {}
+  DecoderLayer(mx::Stream stream, std::shared_ptr<const LayerWeights> layer, int at, bool causal, bool has_mask)
+      : CpuPrimitive(stream), layer_(std::move(layer)), at_(at), causal_(causal), has_mask_(has_mask) {}
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   const char* name() const override { return "KernelDecoderLayer"; }
   bool is_equivalent(const mx::Primitive& other) const override;
 
  private:
-  LayerSpec spec_;
+  std::shared_ptr<const LayerWeights> layer_;
   int at_;
   bool causal_, has_mask_;
 };
