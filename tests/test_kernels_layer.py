@@ -178,7 +178,7 @@ print("done")
 """
 
 
-def test_weights_held_by_a_graph_only_are_released_on_the_stream_thread(fixture_models):
+def test_weights_held_by_a_graph_only_are_released_on_the_stream_thread(K, fixture_models):
     """The last hold on a layer's weights may go on MLX's stream thread while the main thread
     waits for the stream (here making new weights, which evaluates them): releasing it must
     not need the GIL (with a hold that did, this deadlocked)."""
