@@ -153,14 +153,6 @@ constexpr int kKeptRows = 16;
 
 } // namespace
 
-bool LayerSpec::operator==(const LayerSpec& s) const {
-  return qkv == s.qkv && gate_up == s.gate_up && o == s.o && down == s.down && eps1 == s.eps1 && eps2 == s.eps2 &&
-         rope.dims == s.rope.dims && rope.traditional == s.rope.traditional && rope.scale == s.rope.scale &&
-         heads.q_heads == s.heads.q_heads && heads.kv_heads == s.heads.kv_heads &&
-         heads.head_dim == s.heads.head_dim && heads.has_norm == s.heads.has_norm && heads.eps == s.heads.eps &&
-         scale == s.scale;
-}
-
 void DecoderLayer::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   // Inputs: x, offsets, [mask], keys, values. Outputs 1 and 2 take over (or copy) the
   // cache's buffers; output 3 is offsets + L.
@@ -169,7 +161,7 @@ void DecoderLayer::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx
   const auto& keys = inputs[inputs.size() - 2];
   const auto& values = inputs[inputs.size() - 1];
   const auto& offsets = inputs[1];
-  const LayerSpec& spec_ = layer_->spec;
+  const LayerSpec& spec = layer_->spec;
   auto& enc = mx::cpu::get_command_encoder(stream());
   for (const auto& a : inputs) {
     enc.set_input_array(a);
@@ -181,10 +173,10 @@ void DecoderLayer::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx
   for (auto& o : outputs) {
     enc.set_output_array(o);
   }
-  const QkvHeads& hd = spec_.heads;
+  const QkvHeads& hd = spec.heads;
   const int B = x.shape(0), L = x.shape(1), Dh = hd.head_dim;
   const int64_t cap = keys.shape(2);
-  AttnProblem p{B, hd.q_heads, hd.kv_heads, L, at_ + L, Dh, Dh, spec_.scale, causal_, 0};
+  AttnProblem p{B, hd.q_heads, hd.kv_heads, L, at_ + L, Dh, Dh, spec.scale, causal_, 0};
   const int64_t qs[4] = {int64_t(hd.q_heads) * L * Dh, int64_t(L) * Dh, Dh, 1};
   const int64_t ks[4] = {hd.kv_heads * cap * Dh, cap * Dh, Dh, 1};
   std::copy(qs, qs + 4, p.qs);
@@ -198,10 +190,10 @@ void DecoderLayer::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx
     }
     (m.dtype() == mx::bool_ ? (void)(p.mask_bool = m.data<bool>()) : (void)(p.mask_add = m.data<float>()));
   }
-  Views v(layer_->weights, 0, spec_);
+  Views v(layer_->weights, 0, spec);
   QkvInputs qin{v.inv, offsets.data<int32_t>(), int(offsets.size()), v.q_norm, v.k_norm};
   // The lambda holds the weights (not graph inputs) until it has run.
-  enc.dispatch([held = layer_, spec = spec_, v = std::move(v), qin, p, xr = Rows(x), at = at_, cap, L,
+  enc.dispatch([held = layer_, v = std::move(v), qin, p, xr = Rows(x), at = at_, cap, L,
                 kin = copy_k ? std::optional<Strided4>(Strided4(keys)) : std::nullopt,
                 vin = copy_v ? std::optional<Strided4>(Strided4(values)) : std::nullopt,
                 out = outputs[0].data<float>(), kout = outputs[1].data<float>(), vout = outputs[2].data<float>(),
@@ -212,6 +204,7 @@ void DecoderLayer::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx
     if (vin) {
       vin->copy_to(vout);
     }
+    const LayerSpec& spec = held->spec;
     static thread_local Scratch kept;
     Scratch fresh;
     const int rows = int(xr.rows), D = int(xr.cols), Dh = spec.heads.head_dim;

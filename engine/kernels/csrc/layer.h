@@ -19,9 +19,6 @@ namespace mlxk {
 struct ProductSpec {
   int bits = 0, group = 0;
   bool has_bias = false;
-  bool operator==(const ProductSpec& o) const {
-    return bits == o.bits && group == o.group && has_bias == o.has_bias;
-  }
 };
 
 // What stays the same from call to call of one layer. The weights, in order: the first
@@ -35,7 +32,6 @@ struct LayerSpec {
   RopeParams rope{};
   QkvHeads heads{};
   float scale = 1.0f;  // attention's
-  bool operator==(const LayerSpec& s) const;
 };
 
 // A layer's spec and weights, checked against each other once (throws where they disagree)
