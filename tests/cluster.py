@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -92,18 +93,58 @@ class Process:
 
 
 class Replica(Process):
-    """``mlx-grpc serve`` on one model, with its Prometheus endpoint."""
+    """``mlx-grpc serve`` on one model, with its Prometheus endpoint. The server binds
+    free ports itself (``--port 0``) and logs them; they are read from its log on first
+    use, so no other process can take a port between its choice and its bind."""
+
+    PORTS = (("port", re.compile(r"listening on port (\d+)")),
+             ("metrics_port", re.compile(r"metrics on http://[^/\s]+:(\d+)/metrics")))
 
     def __init__(self, name: str, model_dir: Path, log_dir: Path, *extra: str):
-        self.port, self.metrics_port = free_port(), free_port()
         embedding = () if "--embedding-model" in extra else ("--no-embedding",)
-        argv = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+        argv = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", "0",
                 "--model", f"{model_dir.name}={model_dir.name}", *embedding, "--grace", "2",
-                "--metrics-host", "127.0.0.1", "--metrics-port", str(self.metrics_port), *extra]
+                "--metrics-host", "127.0.0.1", "--metrics-port", "0", *extra]
         super().__init__(name, argv, log_dir, cwd=model_dir.parent)
-        self.address = f"127.0.0.1:{self.port}"
-        self.channel = grpc.insecure_channel(self.address)
-        self.stub = pb_grpc.InferenceServiceStub(self.channel)
+        self._ports: dict[str, int] = {}
+        self._channel: grpc.Channel | None = None
+        self._stub: pb_grpc.InferenceServiceStub | None = None
+
+    def _bound(self, which: str) -> int:
+        if len(self._ports) < len(self.PORTS):
+            def logged() -> bool:
+                text = self.log_path.read_text(errors="replace")
+                for key, pattern in self.PORTS:
+                    if key not in self._ports and (m := pattern.search(text)):
+                        self._ports[key] = int(m.group(1))
+                return len(self._ports) == len(self.PORTS)
+
+            self.wait_until(logged, 120, "its bound ports in the log")
+        return self._ports[which]
+
+    @property
+    def port(self) -> int:
+        return self._bound("port")
+
+    @property
+    def metrics_port(self) -> int:
+        return self._bound("metrics_port")
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def channel(self) -> grpc.Channel:
+        if self._channel is None:
+            self._channel = grpc.insecure_channel(self.address)
+        return self._channel
+
+    @property
+    def stub(self) -> pb_grpc.InferenceServiceStub:
+        if self._stub is None:
+            self._stub = pb_grpc.InferenceServiceStub(self.channel)
+        return self._stub
 
     def serving(self) -> bool:
         try:
@@ -124,7 +165,8 @@ class Replica(Process):
             conn.close()
 
     def stop(self, timeout: float = 15.0) -> None:
-        self.channel.close()
+        if self._channel is not None:
+            self._channel.close()
         super().stop(timeout)
 
 
