@@ -94,8 +94,10 @@ void check_vector(Cursor& c, int n, const char* what) {
   }
 }
 
-// A layer's weights as pointers (valid while its inputs are).
-struct Views {
+} // namespace
+
+// A layer's weights as pointers (valid while its LayerWeights holds them).
+struct LayerViews {
   const float* norm1;
   std::vector<ProductView> qkv;
   const float *q_norm = nullptr, *k_norm = nullptr, *inv;
@@ -104,8 +106,8 @@ struct Views {
   std::vector<ProductView> gate_up;
   ProductView down;
 
-  Views(const std::vector<mx::array>& in, size_t first, const LayerSpec& s) {
-    Cursor c{in, first};
+  LayerViews(const std::vector<mx::array>& in, const LayerSpec& s) {
+    Cursor c{in, 0};
     norm1 = c.next().data<float>();
     for (const auto& p : s.qkv) {
       qkv.push_back(view_of(c, p));
@@ -123,6 +125,8 @@ struct Views {
     down = view_of(c, s.down);
   }
 };
+
+namespace {
 
 // out rows (K apart) = rms_norm(x rows, w), as the products' prologue computes it.
 void norm_rows(const float* x, int64_t xs, int rows, int K, const float* w, float eps, float* out) {
@@ -190,10 +194,10 @@ void DecoderLayer::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx
     }
     (m.dtype() == mx::bool_ ? (void)(p.mask_bool = m.data<bool>()) : (void)(p.mask_add = m.data<float>()));
   }
-  Views v(layer_->weights, 0, spec);
-  QkvInputs qin{v.inv, offsets.data<int32_t>(), int(offsets.size()), v.q_norm, v.k_norm};
+  const LayerViews& lv = *layer_->views;
+  QkvInputs qin{lv.inv, offsets.data<int32_t>(), int(offsets.size()), lv.q_norm, lv.k_norm};
   // The lambda holds the weights (not graph inputs) until it has run.
-  enc.dispatch([held = layer_, v = std::move(v), qin, p, xr = Rows(x), at = at_, cap, L,
+  enc.dispatch([held = layer_, qin, p, xr = Rows(x), at = at_, cap, L,
                 kin = copy_k ? std::optional<Strided4>(Strided4(keys)) : std::nullopt,
                 vin = copy_v ? std::optional<Strided4>(Strided4(values)) : std::nullopt,
                 out = outputs[0].data<float>(), kout = outputs[1].data<float>(), vout = outputs[2].data<float>(),
@@ -205,6 +209,7 @@ void DecoderLayer::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx
       vin->copy_to(vout);
     }
     const LayerSpec& spec = held->spec;
+    const LayerViews& v = *held->views;
     static thread_local Scratch kept;
     Scratch fresh;
     const int rows = int(xr.rows), D = int(xr.cols), Dh = spec.heads.head_dim;
@@ -299,7 +304,10 @@ LayerWeights::LayerWeights(LayerSpec s, std::vector<mx::array> w) : spec(std::mo
     throw std::invalid_argument("decoder_layer: more weights than the spec names");
   }
   mx::eval(weights);  // read as they are by every call: never a lazy array
+  views = std::make_unique<const LayerViews>(weights, spec);
 }
+
+LayerWeights::~LayerWeights() = default;
 
 std::vector<mx::array> decoder_layer(const mx::array& x, std::shared_ptr<const LayerWeights> held,
                                      const mx::array& offsets, const mx::array& keys, const mx::array& values, int at, bool causal,

@@ -37,11 +37,14 @@ struct LayerSpec {
 // A layer's spec and weights, checked against each other once (throws where they disagree)
 // and evaluated. The primitive holds them itself rather than as graph inputs: a step's graph
 // then carries per layer only x, the offsets, the mask and the cache buffers.
+struct LayerViews;  // the weights as the kernels read them (layer.cpp)
 struct LayerWeights {
   LayerSpec spec;
   std::vector<mx::array> weights;
   int dim = 0;  // D, the width of x
+  std::unique_ptr<const LayerViews> views;  // pointers into `weights`, made once they are evaluated
   LayerWeights(LayerSpec spec, std::vector<mx::array> weights);
+  ~LayerWeights();
 };
 
 // Per call: k and v go to rows [at, at + L) of keys and values [B, Hk, capacity, head_dim];
