@@ -174,6 +174,30 @@ struct ScaleLanes {
   }
 };
 
+// total + the lanes of sum over g of bias(n, g) * sums[g] (the bias term of output n),
+// 16 groups at a time, the last ones under a mask: summed with the codes' lanes, not apart.
+inline __m512 add_bias_term(const QMat& w, int64_t n, const float* sums, __m512 total) {
+  const int ng = w.groups();
+  const int64_t at = n * ng;
+  for (int g = 0; g < ng; g += 16) {
+    const __mmask16 m = ng - g >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (ng - g)) - 1);
+    const __m512 b = w.half16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+                                    m, reinterpret_cast<const uint16_t*>(w.biases) + at + g))
+                              : _mm512_maskz_loadu_ps(m, w.biases + at + g);
+    total = _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(m, sums + g), total);
+  }
+  return total;
+}
+
+// The lane sums of four vectors at once: [sum a, sum b, sum c, sum d].
+inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const auto half = [](__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  };
+  const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(half(a), half(b)), _mm256_hadd_ps(half(c), half(d)));
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
 template <int BITS, int NB>
 void rows(const QMat& w, const Limbs& xl, const ScaleLanes& sl, int64_t n0, float* y, const float* bias,
           const float* res) {
@@ -227,8 +251,18 @@ void rows(const QMat& w, const Limbs& xl, const ScaleLanes& sl, int64_t n0, floa
     }
   }
   for (int j = 0; j < NB; ++j) {
-    const int64_t n = n0 + j;
-    y[n] = finish(_mm512_reduce_add_ps(total[j]) + w.bias_dot(n, xl.sums), bias, res, n);
+    total[j] = add_bias_term(w, n0 + j, xl.sums, total[j]);
+  }
+  if constexpr (NB == 4) {
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, reduce4(total[0], total[1], total[2], total[3]));
+    for (int j = 0; j < 4; ++j) {
+      y[n0 + j] = finish(sums[j], bias, res, n0 + j);
+    }
+  } else {
+    for (int j = 0; j < NB; ++j) {
+      y[n0 + j] = finish(_mm512_reduce_add_ps(total[j]), bias, res, n0 + j);
+    }
   }
 }
 
