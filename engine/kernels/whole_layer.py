@@ -37,25 +37,40 @@ def _parts(block) -> tuple[list, list, list, list, list]:
     return norms, attn.qkv_layers(), [attn["o_proj"]], mlp.gate_up_layers(), [mlp["down_proj"]]
 
 
-def _key(parts: tuple) -> list:
-    """What a plan is made of: each leaf's class and arrays (compared by identity)."""
-    key = []
-    for group in parts:
-        for leaf in group:
-            key += (type(leaf), leaf.get("weight"), leaf.get("scales"), leaf.get("biases"), leaf.get("bias"))
-    return key
+_BLOCK_KEYS = ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")
+_ATTN_KEYS = ("qkv_proj", "q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm")
+_MLP_KEYS = ("gate_up_proj", "gate_proj", "up_proj", "down_proj")
+_LEAF_KEYS = ("weight", "scales", "biases", "bias")
+
+
+def _watched(block, parts: tuple) -> tuple[list, list, list, list, list]:
+    """What a plan is made of, as (dicts, keys, values, leaves, classes): every module and
+    array ``_parts`` reads (or its absence), and each leaf's class, compared by identity."""
+    attn, mlp = block["self_attn"], block["mlp"]
+    dicts, keys = [], []
+    for d, names in ((block, _BLOCK_KEYS), (attn, _ATTN_KEYS), (mlp, _MLP_KEYS)):
+        dicts += [d] * len(names)
+        keys += names
+    leaves = [leaf for group in parts for leaf in group]
+    for leaf in leaves:
+        dicts += [leaf] * len(_LEAF_KEYS)
+        keys += _LEAF_KEYS
+    return dicts, keys, list(map(dict.get, dicts, keys)), leaves, list(map(type, leaves))
 
 
 def plan(block):
     """The block's ``LayerWeights``, or None where a projection is not plain or a norm not
-    float32; kept on the block while its leaves' classes and arrays stay the same."""
-    parts = _parts(block)
-    key = _key(parts)
+    float32; kept on the block while the modules, arrays and leaf classes it was made from
+    stay the same (checked with C-level maps: this runs for every layer of every step)."""
     kept = block.__dict__.get("_layer_plan")
-    if kept is not None and len(kept[0]) == len(key) and all(map(operator.is_, kept[0], key)):
-        return kept[1]
+    if kept is not None:
+        dicts, keys, values, leaves, classes, made = kept
+        if (all(map(operator.is_, map(dict.get, dicts, keys), values))
+                and all(map(operator.is_, map(type, leaves), classes))):
+            return made
+    parts = _parts(block)
     made = _make(block, parts)
-    block.__dict__["_layer_plan"] = (key, made)
+    block.__dict__["_layer_plan"] = (*_watched(block, parts), made)
     return made
 
 
