@@ -47,6 +47,18 @@ def ask(max_tokens: int | None) -> GenerationRequest:
     return GenerationRequest(prompt=TokenPrompt(tuple(range(10, 20))), stopping=StopOptions(max_tokens=max_tokens))
 
 
+async def until_queued_behind(engine, log):
+    """The engine's stats once a second request is in flight, polled rather than slept on:
+    the first request may finish its 580 tokens in well under a second."""
+    for _ in range(2000):
+        stats = await engine.stats()
+        if stats.in_flight == 2 and stats.waiting == 1:
+            return stats
+        assert ("first", "Finished") not in log, "the first finished before the second was queued"
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"the second request never queued: {stats}")
+
+
 async def collect(engine, request, log, name):
     async for event in engine.generate(request):
         if isinstance(event, (Started, Finished)):
@@ -78,8 +90,7 @@ async def test_short_for_now_waits_instead_of_failing(tight_engine):
     while not log:
         await asyncio.sleep(0.005)
     second = asyncio.create_task(collect(tight_engine, ask(580), log, "second"))
-    await asyncio.sleep(0.2)
-    stats = await tight_engine.stats()
+    stats = await until_queued_behind(tight_engine, log)
     # the second keeps its place in the queue; only the first holds memory and a row
     assert (stats.in_flight, stats.waiting, stats.running, stats.reserved, stats.rows) == (2, 1, 1, 1, 1)
     await asyncio.gather(first, second)
@@ -94,7 +105,7 @@ async def test_cancelling_a_request_waiting_for_memory_releases_its_slot(tight_e
     while not log:
         await asyncio.sleep(0.005)
     waiting = asyncio.create_task(collect(tight_engine, ask(580), log, "waiting"))
-    await asyncio.sleep(0.1)
+    await until_queued_behind(tight_engine, log)
     waiting.cancel()
     await asyncio.gather(waiting, return_exceptions=True)
     await first
