@@ -8,7 +8,6 @@ refuses only that tenant.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import grpc
 import pytest
@@ -31,12 +30,23 @@ tok-ops     ops     admin
 """
 # Several chunks of the session server's llama fixture (prefill_chunk 8), so a
 # repeat is served from the prefix cache.
+LONG = 3000  # tokens: far more than the test waits for; such a request ends by Cancel
 SECRET = ("The quarterly numbers of the northern harbour office, kept under lock: "
           "eleven boats, four cranes and a ledger nobody reads.")
 
 
 def bearer(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
+
+
+async def until_in_flight(stub, token: str) -> None:
+    """Polls the caller's own load figures until one of its requests is in flight."""
+    for _ in range(1000):
+        load = await stub.GetLoad(pb.GetLoadRequest(model="llama"), metadata=bearer(token))
+        if any(t.in_flight_requests for t in load.models[0].tenants):
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the request never got in flight")
 
 
 @pytest_asyncio.fixture
@@ -74,19 +84,15 @@ async def test_tenants_sharing_a_namespace_share_hits(stub):
 
 
 async def test_cancel_reaches_only_the_callers_own_requests(stub):
-    req = request("Keep counting the boats", max_tokens=40, request_id="shared-id")
+    req = request("Keep counting the boats", max_tokens=300, request_id="shared-id")
     req.stopping.ignore_eos = True
     alpha = asyncio.create_task(generate(stub, req, metadata=bearer("tok-alpha")))
-    for _ in range(500):  # until alpha's stream is open
-        if (await stub.GetLoad(pb.GetLoadRequest(model="llama"), metadata=bearer("tok-alpha"))
-                ).models[0].tenants:
-            break
-        await asyncio.sleep(0.01)
+    await until_in_flight(stub, "tok-alpha")
     refused = await stub.Cancel(pb.CancelRequest(request_id="shared-id"), metadata=bearer("tok-beta"))
     assert not refused.cancelled
     out = await alpha
-    assert out.finished.reason == gen_pb.FINISH_REASON_LENGTH and len(out.token_ids) == 40
-    again = request("Keep counting the boats", max_tokens=40, request_id="shared-id")
+    assert out.finished.reason == gen_pb.FINISH_REASON_LENGTH and len(out.token_ids) == 300
+    again = request("Keep counting the boats", max_tokens=LONG, request_id="shared-id")
     again.stopping.ignore_eos = True
     alpha = asyncio.create_task(generate(stub, again, metadata=bearer("tok-alpha")))
     for _ in range(500):
@@ -108,15 +114,10 @@ async def test_load_figures_show_a_tenant_only_itself(stub):
 
 
 async def test_a_tenants_limit_refuses_only_that_tenant(stub):
-    long = request("Keep counting the boats", max_tokens=60)
+    long = request("Keep counting the boats", max_tokens=LONG, request_id="capped-long")
     long.stopping.ignore_eos = True
     first = asyncio.create_task(generate(stub, long, metadata=bearer("tok-capped")))
-    with contextlib.suppress(Exception):
-        for _ in range(500):
-            load = await stub.GetLoad(pb.GetLoadRequest(model="llama"), metadata=bearer("tok-capped"))
-            if any(t.in_flight_requests for t in load.models[0].tenants):
-                break
-            await asyncio.sleep(0.01)
+    await until_in_flight(stub, "tok-capped")
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await generate(stub, request("Hello", max_tokens=2), metadata=bearer("tok-capped"))
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -124,7 +125,8 @@ async def test_a_tenants_limit_refuses_only_that_tenant(stub):
     assert info["ErrorInfo"].reason == "TENANT_LIMIT" and "RetryInfo" in info
     other = await generate(stub, request("Hello", max_tokens=2), metadata=bearer("tok-beta"))
     assert other.finished.reason == gen_pb.FINISH_REASON_LENGTH
-    assert (await first).finished.reason == gen_pb.FINISH_REASON_LENGTH
+    assert (await stub.Cancel(pb.CancelRequest(request_id="capped-long"), metadata=bearer("tok-capped"))).cancelled
+    assert (await first).finished.reason == gen_pb.FINISH_REASON_CANCELLED
     load = await stub.GetLoad(pb.GetLoadRequest(model="llama"), metadata=bearer("tok-capped"))
     assert load.models[0].tenants[0].refused_requests >= 1
 
