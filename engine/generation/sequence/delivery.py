@@ -1,7 +1,9 @@
 """What the client sees of one sequence: one Started, Deltas, one Finished. Nothing
 here blocks; times are ``time.perf_counter`` readings, as the facade's arrival. Text is
 detokenized incrementally, matching ``tokenizer.decode(all_tokens)``; an incomplete
-UTF-8 character (U+FFFD) is held back until a later token completes it."""
+UTF-8 character (U+FFFD) is held back until a later token completes it, but never more than
+``MAX_PENDING`` tokens: past that, text that further tokens no longer change is emitted (bytes
+that can never complete stay U+FFFD, as the whole decode shows them)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from .stopping import StopStringMatcher
 
 
 _CONTEXT = 4  # prompt tokens kept so the first output token decodes with its left context
+MAX_PENDING = 8  # tokens held back behind a trailing U+FFFD before the stable part is emitted
+_KEEP = 4  # tokens kept pending then: a UTF-8 character needs at most 3 bytes after its first
 
 
 class IncrementalDetokenizer:
@@ -30,7 +34,19 @@ class IncrementalDetokenizer:
         if len(after) > len(before) and not after.endswith("\ufffd"):
             self._prefix, self._read = self._read, len(self._tokens)
             return after[len(before) :]
+        if len(self._tokens) - self._read > MAX_PENDING:
+            return self._advance(before, after)
         return ""
+
+    def _advance(self, before: str, after: str) -> str:
+        """Emits the text of all but the last ``_KEEP`` tokens when the later tokens did not change
+        it (a U+FFFD there is final: the bytes that follow it did not complete it)."""
+        split = len(self._tokens) - _KEEP
+        stable = self._decode(self._tokens[self._prefix : split])
+        if len(stable) < len(before) or not after.startswith(stable):
+            return ""
+        self._prefix, self._read = self._read, split
+        return stable[len(before) :]
 
     def flush(self) -> str:
         """Text still held back."""
