@@ -78,7 +78,8 @@ class TierServer(Process):
         self.port, self.cache_dir = free_port(), cache_dir
         argv = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(self.port),
                 "--model", f"{MODEL}={model}", "--no-embedding", "--no-access-log", "--grace", "2",
-                "--speculation", "off", "--prefix-cache-dir", str(cache_dir), *extra]
+                "--speculation", "off", "--prefix-cache-dir", str(cache_dir),
+                "--prefix-cache-key-file", str(key_file(log_dir)), *extra]
         self.started = time.perf_counter()
         super().__init__(name, argv, log_dir, cwd=REPO)
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
@@ -156,6 +157,16 @@ def start(name: str, ctx: "Context", cache_dir: Path, *extra: str) -> TierServer
 
 
 # -- the directory ----------------------------------------------------------------------------------
+
+def key_file(root: Path) -> Path:
+    """The run's disk-tier key (outside every cache directory), made on first use."""
+    path = root / "prefix-cache.key"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with open(fd, "wb") as f:
+            f.write(os.urandom(32))
+    return path
+
 
 def files(cache_dir: Path, suffix: str = SUFFIX) -> list[Path]:
     return sorted(p for p in cache_dir.rglob("*") if p.name.endswith(suffix))
@@ -393,7 +404,7 @@ def kill(ctx: Context, report: Report) -> None:
                  note=f"{k['temps_left']} temporary files left behind in all"))
     t.append(Row("temporary files after each restart", str(k["temps_after"]), "0", note=met(k["temps_after"] == 0)))
     t.append(Row("GetLoad corrupt files after the restarts", str(k["corrupt"]), "0", note=met(k["corrupt"] == 0)))
-    t.append(Row("files read back intact (read_entry, checksums)", f"{k['intact']} / {k['files']}", "all",
+    t.append(Row("files read back intact (read_entry, MACs)", f"{k['intact']} / {k['files']}", "all",
                  note=met(k["intact"] == k["files"]) + f"; GetLoad entries differed from the files "
                                                        f"{k['mismatch_entries']} times"))
     t.append(Row("prompts stored before a kill that hit after it", f"{k['hits']} / {k['checked']}", "",
@@ -413,7 +424,7 @@ def verify(server: TierServer, ctx: Context, cache_dir: Path, previous: list[lis
     for path in kept:
         tally["files"] += 1
         try:
-            stored.append(tuple(read_entry(path).tokens))
+            stored.append(tuple(read_entry(path, key_file(ctx.log_dir).read_bytes()).tokens))
             tally["intact"] += 1
         except (OSError, BadEntry) as exc:
             log(f"kill: {path.name} is not intact: {exc}")

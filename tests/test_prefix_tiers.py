@@ -13,7 +13,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import KVCache
 
-from engine.caches.disk import DiskTier, entry_key
+from engine.caches.disk import DiskTier
 from engine.caches.disk_format import SUFFIX, from_host, to_host
 from engine.caches.prefix import PrefixCache
 from engine.caches.sessions import Sessions
@@ -24,6 +24,13 @@ from engine.caches.tier import Tier
 from engine.requests import GenerationRequest, StopOptions, TokenPrompt
 
 PROMPT = tuple(range(40, 40 + 300))  # long enough for several prefill chunks
+KEY = b"k" * 32  # the disk tier's key in tests that make tiers themselves
+
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path_factory, monkeypatch):
+    """Engines keep their generated disk-tier key and weight digests in a state directory of the test's own."""
+    monkeypatch.setenv("MLX_GRPC_CACHE", str(tmp_path_factory.mktemp("state")))
 
 
 def _filled(tokens: int, width: int = 64, seed: int = 0) -> list[KVCache]:
@@ -60,12 +67,12 @@ async def _engine(path: Path, config: GenerationConfig, name: str = "m") -> Gene
 
 
 def test_an_entry_round_trips_exactly_and_a_restart_finds_it(tmp_path):
-    tier = DiskTier(tmp_path, 1 << 30, "fp")
+    tier = DiskTier(tmp_path, 1 << 30, "fp", KEY)
     caches = _filled(12)
     assert tier.write(to_host(caches, "ns", list(range(12)), "fp"))
     assert tier.drain(10)
     tier.close()
-    again = DiskTier(tmp_path, 1 << 30, "fp")
+    again = DiskTier(tmp_path, 1 << 30, "fp", KEY)
     found = again.find("ns", list(range(20)))
     assert found is not None and found[1] == 12
     read = from_host(again.read(found[0]))
@@ -77,7 +84,7 @@ def test_an_entry_round_trips_exactly_and_a_restart_finds_it(tmp_path):
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "foreign", "header", "temp"])
 def test_a_bad_file_is_deleted_and_counted_never_served(tmp_path, damage):
-    tier = DiskTier(tmp_path, 1 << 30, "fp")
+    tier = DiskTier(tmp_path, 1 << 30, "fp", KEY)
     tier.write(to_host(_filled(12), "ns", list(range(12)), "fp"))
     tier.drain(10)
     tier.close()
@@ -92,14 +99,14 @@ def test_a_bad_file_is_deleted_and_counted_never_served(tmp_path, damage):
     elif damage == "temp":
         (tmp_path / "fp" / (path.name + ".tmp")).write_bytes(raw[:100])
     if damage == "foreign":
-        other = DiskTier(tmp_path / "other", 1 << 30, "fp2")
+        other = DiskTier(tmp_path / "other", 1 << 30, "fp2", KEY)
         other.write(to_host(_filled(12), "ns", list(range(12)), "fp2"))
         other.drain(10)
         other.close()
         os.replace(next((tmp_path / "other" / "fp2").glob("*" + SUFFIX)), path)
     else:
         path.write_bytes(raw)
-    again = DiskTier(tmp_path, 1 << 30, "fp")
+    again = DiskTier(tmp_path, 1 << 30, "fp", KEY)
     found = again.find("ns", list(range(20)))
     if damage == "temp":  # the leftover goes, the complete file stays
         assert found is not None and again.read(found[0]) is not None
@@ -113,7 +120,7 @@ def test_a_bad_file_is_deleted_and_counted_never_served(tmp_path, damage):
 
 def test_the_tier_stays_within_its_bytes_least_recently_used_first(tmp_path):
     one = to_host(_filled(16), "ns", [0] * 16, "fp").nbytes
-    tier = DiskTier(tmp_path, int(3.5 * one), "fp")
+    tier = DiskTier(tmp_path, int(3.5 * one), "fp", KEY)
     for first in range(8):
         tier.write(to_host(_filled(16), "ns", [first] + list(range(15)), "fp"))
         tier.drain(10)
@@ -126,7 +133,7 @@ def test_the_tier_stays_within_its_bytes_least_recently_used_first(tmp_path):
 
 
 def test_a_longer_entry_replaces_the_prefixes_it_covers(tmp_path):
-    tier = DiskTier(tmp_path, 1 << 30, "fp")
+    tier = DiskTier(tmp_path, 1 << 30, "fp", KEY)
     tier.write(to_host(_filled(8), "ns", list(range(8)), "fp"))
     tier.drain(10)
     tier.write(to_host(_filled(12), "ns", list(range(12)), "fp"))
@@ -139,7 +146,7 @@ def test_a_longer_entry_replaces_the_prefixes_it_covers(tmp_path):
 
 
 def test_memory_eviction_spills_and_a_take_reads_it_back(tmp_path):
-    tier = DiskTier(tmp_path, 1 << 30, "fp")
+    tier = DiskTier(tmp_path, 1 << 30, "fp", KEY)
     cache = PrefixCache(1 << 30, max_entries=1, disk=tier, spill_all=False)
     first = _filled(10, seed=1)
     cache.put(list(range(10)), first, "ns")
@@ -226,7 +233,8 @@ async def test_tenants_keep_their_own_entries(fixture_models, tmp_path):
         cached, _ = await _run(engine, tenant=Tenant(name="other"))
         assert cached == 0  # another tenant never reads the first one's entries
         engine.disk.drain(10)
-        assert {e.namespace.split("\x1f")[1] for e in engine.disk._index.values()} == {"", "other"}
+        tags = {e.namespace for e in engine.disk._index.values()}
+        assert len(tags) == 2 and all("other" not in t for t in tags)  # keyed tags, never the names
     finally:
         await engine.close()
 
@@ -362,7 +370,7 @@ def test_find_reads_one_bucket_and_agrees_with_a_scan_of_every_entry(tmp_path):
     import random
 
     rng = random.Random(3)
-    tier = DiskTier(tmp_path, 1 << 30, "fp")
+    tier = DiskTier(tmp_path, 1 << 30, "fp", KEY)
     stored = []
     for i in range(60):
         base = [rng.randrange(3) for _ in range(rng.randrange(1, 40))]
@@ -371,6 +379,8 @@ def test_find_reads_one_bucket_and_agrees_with_a_scan_of_every_entry(tmp_path):
         tier.write(to_host(_filled(len(base), width=32), ns, base, "fp"))
         tier.drain(10)
     entries = [(e.namespace, e.tokens) for e in tier._index.values()]
+    untag = {tier.tag(ns): ns for ns in ("a", "b")}
+    entries = [(untag[tag], tokens) for tag, tokens in entries]
     for _ in range(300):
         ns = rng.choice(["a", "b"])
         prompt = tuple(rng.randrange(3) for _ in range(rng.randrange(1, 45)))
@@ -388,7 +398,7 @@ def test_find_reads_one_bucket_and_agrees_with_a_scan_of_every_entry(tmp_path):
 
 
 def test_a_queued_entry_a_later_one_extends_is_not_written(tmp_path):
-    tier = DiskTier(tmp_path, 1 << 30, "fp")
+    tier = DiskTier(tmp_path, 1 << 30, "fp", KEY)
     with tier._lock:  # the writer cannot take either before both are queued
         tier.write(to_host(_filled(8), "ns", list(range(8)), "fp"))
         tier.write(to_host(_filled(12), "ns", list(range(12)), "fp"))
@@ -404,12 +414,12 @@ def test_only_the_temporary_files_of_writers_gone_are_deleted(tmp_path):
     dead = tmp_path / "fp" / f"def.safetensors.{2 ** 22 + 12345}.1.tmp"
     for path in (live, dead):
         path.write_bytes(b"partial")
-    DiskTier(tmp_path, 1 << 30, "fp").close()
+    DiskTier(tmp_path, 1 << 30, "fp", KEY).close()
     assert live.exists() and not dead.exists()
 
 
 def test_a_clean_shutdown_does_not_rewrite_what_the_disk_tier_evicted(tmp_path):
-    tier = DiskTier(tmp_path, 1 << 30, "fp")
+    tier = DiskTier(tmp_path, 1 << 30, "fp", KEY)
     cache = PrefixCache(1 << 30, disk=tier, spill_all=True)
     cache.put(list(range(10)), _filled(10), "ns")
     tier.drain(10)

@@ -71,9 +71,19 @@ def cache_dir(tmp_path):
     return tmp_path / "prefix-cache"
 
 
+def _key(tmp_path) -> bytes:
+    """The disk tier's key, in a file beside (never inside) the cache directory."""
+    path = tmp_path / "prefix-cache.key"
+    if not path.exists():
+        path.write_bytes(bytes(range(32)))
+    return path.read_bytes()
+
+
 def _replica(fixture_models, tmp_path, cache_dir, name: str) -> Replica:
+    _key(tmp_path)
     replica = Replica(name, fixture_models["llama"], tmp_path, "--prefix-cache-dir", str(cache_dir),
-                      "--prefix-cache-disk-bytes", str(64 << 20))
+                      "--prefix-cache-disk-bytes", str(64 << 20),
+                      "--prefix-cache-key-file", str(tmp_path / "prefix-cache.key"))
     replica.wait_until(replica.serving, 120, "serving")
     return replica
 
@@ -125,7 +135,7 @@ def test_sigkill_during_writes_never_leaves_a_served_corrupt_entry(fixture_model
             assert len(files) == load.prefix_cache_disk_entries
             assert not list(cache_dir.rglob("*.tmp"))
             for path in files:
-                read_entry(path)  # complete and checksummed, or this raises
+                read_entry(path, _key(tmp_path))  # complete and its MACs hold, or this raises
             ids = _ids(replica, 200, salt - 7)
             cached, warm = _generate(replica, ids)
             _, cold = _generate(replica, ids, bypass_prefix_cache=True)

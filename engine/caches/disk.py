@@ -1,8 +1,11 @@
 """The prefix cache's disk tier: entries as files under ``directory/fingerprint``, LRU by
 bytes on disk, written by one background thread.
 
-Invariants: only a complete, checksummed file of this model's fingerprint is ever served
-(anything else found is deleted and counted); the files' bytes stay within ``max_bytes``
+Invariants: only a complete file of this model's fingerprint whose MACs hold under the
+tier's key is ever served (anything else found is deleted and counted: damaged, tampered,
+foreign-keyed, or not a regular file of ours, which is never opened in a way that could
+block); directories are 0700 and files 0600 (disk_files); files name namespaces only by
+their keyed tags (disk_key); the files' bytes stay within ``max_bytes``
 once a write settles; a write never blocks the engine thread beyond handing over its
 state's buffers (a full queue drops the write, counted), and waits ``write_delay_s`` for a
 longer entry to replace it. Index methods are thread-safe.
@@ -10,6 +13,7 @@ longer entry to replace it. Index methods are thread-safe.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -22,11 +26,13 @@ from pathlib import Path
 from typing import Sequence
 
 from ..hardware.device import end_thread
+from .disk_files import Foreign, is_plain, private_dir
 from .disk_format import (SUFFIX, TEMP_SUFFIX, BadEntry, HostEntry, read_entry, read_meta, write_entry,
                           writer_alive)
-from .disk_index import DiskEntry, DiskIndex, entry_key
+from .disk_index import DiskEntry, DiskIndex
+from .disk_key import entry_name, namespace_tag
 
-__all__ = ["DiskEntry", "DiskStats", "DiskTier", "entry_key", "file_bytes"]
+__all__ = ["DiskEntry", "DiskStats", "DiskTier", "file_bytes"]
 
 log = logging.getLogger("engine.caches.disk")
 
@@ -38,7 +44,7 @@ class DiskStats:
     hits: int
     writes: int
     evictions: int
-    corrupt: int
+    corrupt: int  # damaged, tampered, foreign-keyed or not regular files of ours (deleted, never served)
     dropped: int  # writes not made: the queue was full or the write failed
 
 
@@ -48,11 +54,14 @@ def file_bytes(entry: HostEntry) -> int:
 
 
 class DiskTier:
-    def __init__(self, directory: Path | str, max_bytes: int, fingerprint: str, *,
+    def __init__(self, directory: Path | str, max_bytes: int, fingerprint: str, key: bytes, *,
                  queue_bytes: int = 512 << 20, trimmable: bool = True, write_delay_s: float = 0.25):
-        self.directory = Path(directory) / fingerprint
+        """``key``: the secret (disk_key.load_key) every file's MACs, name and namespace tag are made under."""
+        self.directory = Path(directory).expanduser() / fingerprint
         self.max_bytes = max_bytes
         self.fingerprint = fingerprint
+        self._key = bytes(key)
+        self._tags: dict[str, str] = {}
         self.trimmable = trimmable  # entries may serve shorter prompts (KV caches only)
         self._queue_bytes = queue_bytes
         self._lock = threading.Condition()
@@ -65,7 +74,8 @@ class DiskTier:
         self._writing = False
         self._closed = False
         self.hits = self.writes = self.evictions = self.corrupt = self.dropped = 0
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory.parent)
+        private_dir(self.directory)
         self._scan()
         self._thread = threading.Thread(target=self._write_loop, name=f"prefix-disk-{fingerprint[:8]}", daemon=True)
         self._thread.start()
@@ -73,9 +83,21 @@ class DiskTier:
 
     # -- index -------------------------------------------------------------------------------
 
+    def tag(self, namespace: str) -> str:
+        """What the files and the index hold for ``namespace`` (a keyed hash: no tenant name on disk)."""
+        tag = self._tags.get(namespace)
+        if tag is None:
+            if len(self._tags) > 4096:
+                self._tags.clear()
+            tag = self._tags[namespace] = namespace_tag(self._key, namespace)
+        return tag
+
     def _scan(self) -> None:
-        """Rebuilds the index from the directory; leftovers and bad files are deleted."""
+        """Rebuilds the index from the directory; leftovers, bad and foreign files are deleted."""
         for path in sorted(self.directory.iterdir()):
+            if not is_plain(path):  # judged by lstat: a FIFO or device is never opened
+                self._discard(path, "is not a regular file of this server's user")
+                continue
             if path.name.endswith(TEMP_SUFFIX):
                 if not writer_alive(path.name):  # a write cut short
                     path.unlink(missing_ok=True)
@@ -83,17 +105,18 @@ class DiskTier:
             if not path.name.endswith(SUFFIX):
                 continue
             try:
-                meta, size = read_meta(path)
+                meta, size = read_meta(path, self._key)
                 tokens = tuple(json.loads(meta["tokens"]))
                 if meta.get("fingerprint") != self.fingerprint:
                     raise BadEntry("belongs to another model")
-                if path.name != entry_key(meta["namespace"], tokens) + SUFFIX:
+                if path.name != entry_name(self._key, meta["namespace"], tokens) + SUFFIX:
                     raise BadEntry("is not named for its contents")
+                mtime = os.lstat(path).st_mtime
             except (OSError, BadEntry, KeyError, ValueError, TypeError) as exc:
                 self._discard(path, str(exc))
                 continue
             self._index.add(path.name[: -len(SUFFIX)], DiskEntry(meta["namespace"], tokens, path, size,
-                                                          used=path.stat().st_mtime - time.time() + time.monotonic()))
+                                                          used=mtime - time.time() + time.monotonic()))
         self._evict_over(self.max_bytes)
         if self._index:
             log.info("prefix cache disk tier: %d entries, %d bytes in %s", len(self._index), self.nbytes,
@@ -101,7 +124,10 @@ class DiskTier:
 
     def _discard(self, path: Path, why: str) -> None:
         log.warning("deleted prefix cache file %s: %s", path.name, why)
-        path.unlink(missing_ok=True)
+        try:
+            path.unlink(missing_ok=True)  # a link or FIFO goes by its name: never followed or opened
+        except OSError:  # a directory planted there: left, never read
+            pass
         self.corrupt += 1
 
     @property
@@ -120,25 +146,26 @@ class DiskTier:
 
     def contains(self, namespace: str, tokens: Sequence[int]) -> bool:
         with self._lock:
-            return entry_key(namespace, tokens) in self._index
+            return entry_name(self._key, self.tag(namespace), tokens) in self._index
 
     def find(self, namespace: str, prompt: Sequence[int]) -> tuple[DiskEntry, int] | None:
         """The stored entry covering the most of ``prompt`` (never all of it) and how much it covers."""
         with self._lock:
-            found = self._index.best(namespace, tuple(prompt), self.trimmable)
+            found = self._index.best(self.tag(namespace), tuple(prompt), self.trimmable)
         return found if found is not None and found[1] > 0 else None
 
     def read(self, entry: DiskEntry) -> HostEntry | None:
-        """The entry's contents, or None when its file is gone or bad (then deleted and counted)."""
+        """The entry's contents (its namespace: the tag), or None when its file is gone or bad
+        (then deleted and counted)."""
         try:
-            host = read_entry(entry.path)
+            host = read_entry(entry.path, self._key)
             if host.fingerprint != self.fingerprint or tuple(host.tokens) != entry.tokens \
                     or host.namespace != entry.namespace:
                 raise BadEntry("does not hold what its name says")
         except FileNotFoundError:
             self._forget(entry)
             return None
-        except (OSError, BadEntry) as exc:
+        except (OSError, Foreign, BadEntry) as exc:
             with self._lock:
                 self._discard(entry.path, str(exc))
             self._forget(entry)
@@ -178,7 +205,8 @@ class DiskTier:
 
     def write(self, entry: HostEntry) -> bool:
         """Queues ``entry`` for writing; False when it is already stored or does not fit the queue."""
-        key = entry_key(entry.namespace, entry.tokens)
+        entry = dataclasses.replace(entry, namespace=self.tag(entry.namespace))
+        key = entry_name(self._key, entry.namespace, entry.tokens)
         n = file_bytes(entry)
         with self._lock:
             if self._closed:
@@ -263,7 +291,7 @@ class DiskTier:
         with self._lock:
             self._evict_over(self.max_bytes - size)
         path = self.directory / (key + SUFFIX)
-        n = write_entry(path, entry)
+        n = write_entry(path, entry, self._key)
         tokens = tuple(entry.tokens)
         with self._lock:
             self._index.add(key, DiskEntry(entry.namespace, tokens, path, n))

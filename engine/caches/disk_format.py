@@ -1,16 +1,19 @@
 """One prefix-cache entry as one safetensors file: the caches' exact state, their classes,
-its namespace and tokens, and a checksum of the tensor data.
+its namespace tag and tokens, and two HMAC-SHA-256s under the tier's key (disk_key): one
+of the tensor data, one of the header (which holds the first).
 
-Invariants: a file is written to a temporary name, fsynced and renamed, so a file under
-its final name is complete; ``read_entry`` returns a file's contents only when its header
-parses, its spans tile the data and the data's SHA-256 matches (``BadEntry`` otherwise).
-Pure numpy: any thread may write or read (``to_host``/``from_host`` convert on the engine
-thread).
+Invariants: a file is created 0600 with O_EXCL|O_NOFOLLOW under a temporary name, fsynced
+and renamed, so a file under its final name is complete; ``read_meta`` returns a header
+only when it parses and its MAC holds, ``read_entry`` a file's contents only when its
+spans tile the data and both MACs hold (``BadEntry`` otherwise: damaged, tampered or
+written under another key); files are opened with O_NOFOLLOW|O_NONBLOCK and read only
+when regular (``Foreign`` otherwise). Pure numpy: any thread may write or read
+(``to_host``/``from_host`` convert on the engine thread).
 """
 
 from __future__ import annotations
 
-import hashlib
+import hmac
 import json
 import math
 import os
@@ -21,7 +24,10 @@ from typing import Any
 
 import numpy as np
 
-FORMAT = "mlx-grpc-prefix/1"
+from .disk_files import create_private, open_regular
+from .disk_key import keyed
+
+FORMAT = "mlx-grpc-prefix/2"
 SUFFIX = ".safetensors"
 TEMP_SUFFIX = ".tmp"
 _PREFIX = 8
@@ -40,7 +46,7 @@ class BadEntry(ValueError):
 class HostEntry:
     """An entry in host memory: what the file holds."""
 
-    namespace: str
+    namespace: str  # on disk and once read: the namespace's keyed tag (disk_key.namespace_tag)
     tokens: list[int]
     fingerprint: str
     classes: list[str]  # one cache class name per layer
@@ -52,7 +58,7 @@ class HostEntry:
         return sum(memoryview(buf).nbytes for _, _, buf in self.tensors)
 
 
-def header(entry: HostEntry) -> tuple[bytes, list[Any]]:
+def header(entry: HostEntry, key: bytes) -> tuple[bytes, list[Any]]:
     """The encoded header (prefix included) and the buffers to write after it, in order."""
     spans, at, buffers = {}, 0, []
     for i, (dtype, shape, buf) in enumerate(entry.tensors):
@@ -60,29 +66,36 @@ def header(entry: HostEntry) -> tuple[bytes, list[Any]]:
         spans[f"t{i}"] = {"dtype": dtype, "shape": list(shape), "data_offsets": [at, at + n]}
         at += n
         buffers.append(buf)
-    digest = hashlib.sha256()
+    data_mac = keyed(key, b"data")
     for buf in buffers:
-        digest.update(buf)
+        data_mac.update(buf)
     meta = {"format": FORMAT, "namespace": entry.namespace, "tokens": json.dumps(entry.tokens),
             "fingerprint": entry.fingerprint, "classes": json.dumps(entry.classes),
-            "leaves": json.dumps(entry.leaves), "sha256": digest.hexdigest()}
+            "leaves": json.dumps(entry.leaves), "data_mac": data_mac.hexdigest()}
+    meta["head_mac"] = _head_mac(key, meta, spans)
     raw = json.dumps({"__metadata__": meta, **spans}, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
     return len(raw).to_bytes(_PREFIX, "little") + raw, buffers
 
 
-def write_entry(path: Path, entry: HostEntry) -> int:
+def _head_mac(key: bytes, meta: dict[str, Any], spans: dict[str, Any]) -> str:
+    """The MAC of everything in the header but itself (canonical JSON: key order does not matter)."""
+    signed = {"__metadata__": {k: v for k, v in meta.items() if k != "head_mac"}, **spans}
+    return keyed(key, b"head", json.dumps(signed, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def write_entry(path: Path, entry: HostEntry, key: bytes) -> int:
     """Writes ``entry`` at ``path`` atomically (temp + fsync + rename + directory fsync); returns its bytes."""
-    head, buffers = header(entry)
+    head, buffers = header(entry, key)
     temp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}{TEMP_SUFFIX}")  # one writer each
     try:
-        with open(temp, "wb") as f:
+        with open(create_private(temp), "wb") as f:
             f.write(head)
             for buf in buffers:
                 f.write(buf)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(temp, path)
+        os.replace(temp, path)  # replaces a name: a link planted there is never followed
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
@@ -94,23 +107,23 @@ def write_entry(path: Path, entry: HostEntry) -> int:
     return len(head) + sum(memoryview(b).nbytes for b in buffers)
 
 
-def read_meta(path: Path) -> tuple[dict[str, str], int]:
-    """The header's metadata and the file's size, reading only the header."""
-    with open(path, "rb") as f:
+def read_meta(path: Path, key: bytes) -> tuple[dict[str, str], int]:
+    """The header's metadata (its MAC checked) and the file's size, reading only the header."""
+    with open(open_regular(path), "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        meta, _, _ = _header(f, size)
+        meta, _, _ = _header(f, size, key)
     return meta, size
 
 
-def read_entry(path: Path) -> HostEntry:
-    with open(path, "rb") as f:
+def read_entry(path: Path, key: bytes) -> HostEntry:
+    with open(open_regular(path), "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        meta, spans, start = _header(f, size)
+        meta, spans, start = _header(f, size, key)
         data = bytearray(size - start)
         if f.readinto(data) != len(data):
             raise BadEntry("is shorter than its header says")
-    if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
-        raise BadEntry("fails its checksum")
+    if not _same(_data_mac(key, data), meta.get("data_mac")):
+        raise BadEntry("fails its MAC (damaged, tampered with, or written under another key)")
     try:
         tensors = []
         for i in range(len(spans)):
@@ -127,7 +140,17 @@ def read_entry(path: Path) -> HostEntry:
         raise BadEntry(f"has a malformed header ({exc})") from None
 
 
-def _header(f, size: int) -> tuple[dict[str, str], dict[str, Any], int]:
+def _same(mac: str, stored: object) -> bool:
+    return hmac.compare_digest(mac.encode(), str(stored).encode())
+
+
+def _data_mac(key: bytes, data: bytearray) -> str:
+    mac = keyed(key, b"data")
+    mac.update(data)
+    return mac.hexdigest()
+
+
+def _header(f, size: int, key: bytes) -> tuple[dict[str, str], dict[str, Any], int]:
     prefix = f.read(_PREFIX)
     if len(prefix) < _PREFIX:
         raise BadEntry("is shorter than a safetensors header")
@@ -137,10 +160,12 @@ def _header(f, size: int) -> tuple[dict[str, str], dict[str, Any], int]:
     try:
         parsed = json.loads(f.read(n))
         meta = parsed.pop("__metadata__")
-    except (ValueError, KeyError, AttributeError, UnicodeDecodeError) as exc:
+    except (ValueError, KeyError, AttributeError, TypeError, UnicodeDecodeError) as exc:
         raise BadEntry(f"has a header that is not valid ({exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise BadEntry("is not a prefix-cache entry of this format")
+    if not _same(_head_mac(key, meta, parsed), meta.get("head_mac")):
+        raise BadEntry("fails its header MAC (tampered with, or written under another key)")
     data = size - _PREFIX - n
     at = 0
     for i in range(len(parsed)):

@@ -1,15 +1,14 @@
-"""The disk tier's index: its entries by key, bucketed by namespace and first ``HEAD``
+"""The disk tier's index: its entries by key, bucketed by namespace tag and first ``HEAD``
 tokens, so a lookup reads only the entries that can share the prompt's prefix. Not
-thread-safe: ``DiskTier`` holds its lock around every call."""
+thread-safe: ``DiskTier`` holds its lock around every call. Namespaces here are the
+tier's keyed tags (disk_key.namespace_tag), never the names themselves."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator
 
 HEAD = 16  # entries are bucketed by their first HEAD tokens
 
@@ -21,13 +20,6 @@ class DiskEntry:
     path: Path
     nbytes: int
     used: float = field(default_factory=time.monotonic)
-
-
-def entry_key(namespace: str, tokens: Sequence[int]) -> str:
-    """The file name (less its suffix) of an entry: a digest of its namespace and tokens."""
-    digest = hashlib.sha256(namespace.encode())
-    digest.update(b"\x00" + json.dumps(list(tokens)).encode())
-    return digest.hexdigest()[:40]
 
 
 class DiskIndex:

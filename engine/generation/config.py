@@ -41,6 +41,10 @@ class SchedulerConfig:
     prefix_cache_dir: str | None = setting(
         None, "directory of the prefix cache's disk tier (one subdirectory per model fingerprint); entries "
               "there survive restarts (unset: memory only)", metavar="DIR", type=str)
+    prefix_cache_key_file: str | None = setting(
+        None, "file of 32 or more random bytes, outside --prefix-cache-dir, whose key signs (HMAC) and names the "
+              "disk tier's entries (unset: prefix-cache.key generated once in the state directory, "
+              "$MLX_GRPC_CACHE or ~/.cache/mlx-grpc)", metavar="PATH", type=str)
     prefix_cache_disk_bytes: int = setting(8 << 30, "bytes of files the disk tier keeps per model (least "
                                                     "recently used deleted first)")
     prefix_cache_disk_policy: str = setting(

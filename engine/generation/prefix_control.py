@@ -5,21 +5,25 @@ the engine thread only looks (``PeekPrefix``) and installs (``InstallPrefix``)."
 from __future__ import annotations
 
 import asyncio
+import logging
 from concurrent.futures import Future
 from typing import Callable
 
 from ..adapters.control import Adapters
 from ..caches.disk import DiskTier
-from ..caches.fingerprint import model_fingerprint
+from ..caches.disk_key import load_key
+from ..caches.fingerprint import NoWeights, model_fingerprint
 from ..caches.tier import Prefetched, Tier
 from ..errors import InvalidRequest, Unsupported
-from ..loading.model import LoadedModel
+from ..loading.model import LoadedModel, cache_root
 from ..requests import GenerationRequest
 from ..validation import Limits, check_ids
 from .config import SchedulerConfig
 from .prompts import EncodedPrompt
 from .scheduling.reuse import disk_namespace, namespace_of, session_of
 from .scheduling.worker import CloseSession, FlushPrefixCache, InstallPrefix, PeekPrefix, Query
+
+log = logging.getLogger("engine.generation.prefix")
 
 
 class PrefixControl:
@@ -34,8 +38,15 @@ class PrefixControl:
         """The disk tier of ``--prefix-cache-dir`` for this model (engine thread, at load)."""
         c = self._config
         if c.prefix_cache_dir and c.prefix_cache_bytes > 0:
-            fingerprint = model_fingerprint(loaded.artifact, loaded.config, loaded.dtype, loaded.kernels, c.kv_bits)
-            self.disk = DiskTier(c.prefix_cache_dir, c.prefix_cache_disk_bytes, fingerprint,
+            state = cache_root()
+            key = load_key(c.prefix_cache_key_file, state, c.prefix_cache_dir)
+            try:
+                fingerprint = model_fingerprint(loaded.artifact, loaded.config, loaded.dtype, loaded.kernels,
+                                                c.kv_bits, state_dir=state)
+            except NoWeights as exc:
+                log.warning("model %s: no disk tier for its prefix cache: %s", loaded.name, exc)
+                return None
+            self.disk = DiskTier(c.prefix_cache_dir, c.prefix_cache_disk_bytes, fingerprint, key,
                                  trimmable=loaded.traits.can_roll_back)
         return self.disk
 
