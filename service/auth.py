@@ -1,7 +1,8 @@
 """Who calls: bearer tokens, roles, and the caller's Identity on every RPC.
 
-Invariants: a missing or unknown token (when tokens are set) and a missing admin role are
-refused before the request is parsed; without tokens only local peers hold the admin role.
+Invariants: a missing or unknown token (when tokens are set) and a missing admin or router role
+are refused before the request is parsed; without tokens every caller has the inference role
+only, unless ``admin_loopback`` gives callers on this machine the admin role.
 """
 
 from __future__ import annotations
@@ -19,16 +20,29 @@ from engine.tenancy import ANONYMOUS
 
 from .calls import current_call
 from .handlers import FACTORIES, HEALTH_SERVICE, Malformed, behavior_of, is_probe, rejecting, split_method
-from .identity import NOBODY, Identity, set_identity
-from .status import ADMIN_ROLE_REQUIRED, status_of
+from .identity import ADMIN, INFERENCE, NOBODY, ROUTER, Identity, set_identity
+from .status import ADMIN_ROLE_REQUIRED, ROUTER_ROLE_REQUIRED, status_of
 from .bearer_tokens import TokenTable
 
 REFLECTION_SERVICES = (reflection.SERVICE_NAME, "grpc.reflection.v1.ServerReflection")
 ADMIN_METHODS = frozenset({
     "/mlxgrpc.v1.InferenceService/LoadAdapter",
     "/mlxgrpc.v1.InferenceService/UnloadAdapter",
+})
+# A gateway's methods (the admin role may call them too).
+ROUTER_METHODS = frozenset({
+    "/vllm.grpc.engine.VllmEngine/SubscribeKvEvents",  # every tenant's token ids
     "/vllm.grpc.engine.VllmEngine/FlushCache",  # every tenant's prefixes
 })
+
+
+def needed_role(method: str) -> str | None:
+    """The role ``method`` needs beyond the inference one (None: none)."""
+    return ADMIN if method in ADMIN_METHODS else ROUTER if method in ROUTER_METHODS else None
+
+
+def holds(identity: Identity, role: str | None) -> bool:
+    return role is None or (identity.admin if role == ADMIN else identity.router)
 
 
 def bearer_token(metadata: Iterable | None) -> str | None:
@@ -78,19 +92,34 @@ class _Unparsed:
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, table: TokenTable = TokenTable(), *, open_reflection: bool = False):
+    """``admin_loopback``: without tokens, callers on this machine hold the admin role (behind a
+    same-host proxy or sidecar every remote caller would)."""
+
+    def __init__(self, table: TokenTable = TokenTable(), *, open_reflection: bool = False,
+                 admin_loopback: bool = False):
         self.table = table
+        self.admin_loopback = admin_loopback and not table
         self.open_services = {HEALTH_SERVICE, *(REFLECTION_SERVICES if open_reflection else ())}
         self._missing = status_of(grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED",
                                   "missing bearer token: send the metadata 'authorization: Bearer <token>'")
         self._invalid = status_of(grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED", "invalid bearer token")
-        self._denied = status_of(grpc.StatusCode.PERMISSION_DENIED, ADMIN_ROLE_REQUIRED,
-                                 "this method needs a token with the admin role")
+        how = ("a token" if table else
+               "a token (this server has none: give it a tokens file, or --admin-loopback for callers on this "
+               "machine)")
+        self._denied = {
+            ADMIN: status_of(grpc.StatusCode.PERMISSION_DENIED, ADMIN_ROLE_REQUIRED,
+                             f"this method needs {how} with the admin role"),
+            ROUTER: status_of(grpc.StatusCode.PERMISSION_DENIED, ROUTER_ROLE_REQUIRED,
+                              f"this method serves every tenant's data: it needs {how} with the router or "
+                              "admin role")}
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
         handler = await continuation(details)
         method = details.method
+        role = needed_role(method)
         if not self.table:
+            if handler is not None and role is not None and not self.admin_loopback:
+                return self._identified(rejecting(handler, self._denied[role]), method, NOBODY)
             return self._identified(handler, method, None) if handler else None
         token = bearer_token(details.invocation_metadata)
         identity = self.table.identify(token) if token is not None else None
@@ -99,16 +128,17 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 return self._identified(handler, method, NOBODY) if handler else None
             # an unknown method is UNAUTHENTICATED too: nothing is revealed before auth
             return rejecting(handler, self._missing if token is None else self._invalid)
-        if handler is not None and method in ADMIN_METHODS and not identity.admin:
-            handler = rejecting(handler, self._denied)
+        if handler is not None and not holds(identity, role):
+            handler = rejecting(handler, self._denied[role])
         return self._identified(handler, method, identity) if handler else None
 
     def _identified(self, handler: grpc.RpcMethodHandler, method: str,
                     known: Identity | None) -> grpc.RpcMethodHandler:
-        """``handler`` run with the caller's identity set; an admin method's request is parsed only
-        after the role is checked."""
+        """``handler`` run with the caller's identity set (``known`` None: the peer's, on a server
+        without tokens); a role-gated method's request is parsed only after the role is checked."""
         inner = behavior_of(handler)
-        deferred = known is None and method in ADMIN_METHODS and not handler.request_streaming
+        role = needed_role(method)
+        deferred = known is None and role is not None and not handler.request_streaming
         parse = handler.request_deserializer
 
         def who(context: grpc.aio.ServicerContext) -> Identity:
@@ -117,26 +147,32 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 peer = ""
                 with contextlib.suppress(Exception):
                     peer = context.peer() or ""
-                identity = Identity(ANONYMOUS, admin=is_loopback_peer(peer))
+                local_admin = self.admin_loopback and is_loopback_peer(peer)
+                identity = Identity(ANONYMOUS, ADMIN if local_admin else INFERENCE)
             set_identity(identity)
             call = current_call()
             if call is not None:
                 call.tenant = identity.tenant.name
             return identity
 
+        async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            """The request, once the caller is known to hold the method's role."""
+            identity = who(context)
+            if deferred:
+                if not holds(identity, role):
+                    await context.abort_with_status(self._denied[role])
+                request = await self._parsed(parse, request, method, context)
+            return request
+
         if inspect.isasyncgenfunction(inner):
             async def behavior(request: Any, context: grpc.aio.ServicerContext):
-                who(context)
+                request = await checked(request, context)
                 async with contextlib.aclosing(inner(request, context)) as responses:
                     async for response in responses:
                         yield response
         else:
             async def behavior(request: Any, context: grpc.aio.ServicerContext):
-                identity = who(context)
-                if deferred:
-                    if not identity.admin:
-                        await context.abort_with_status(self._denied)
-                    request = await self._parsed(parse, request, method, context)
+                request = await checked(request, context)
                 result = inner(request, context)
                 return await result if inspect.isawaitable(result) else result
 

@@ -16,11 +16,10 @@ from typing import Mapping
 
 from engine.tenancy import Tenant
 
-from .identity import Identity
+from .identity import ROLES, Identity
 
 ENV_VAR = "MLXGRPC_AUTH_TOKENS"
 DEFAULT_TENANT = "default"
-ROLES = ("inference", "admin")
 NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _INT_KEYS = ("max_in_flight", "max_queued", "tokens_per_minute")
 KEYS = ("weight", *_INT_KEYS, "cache_namespace")
@@ -78,7 +77,7 @@ class _Line:
     where: str
     token: str
     tenant: str
-    admin: bool
+    role: str
     settings: dict[str, object]
 
 
@@ -98,7 +97,7 @@ def parse_lines(lines: list[tuple[int, str]], source: str) -> TokenTable:
     identities: dict[bytes, Identity] = {}
     seen: dict[bytes, str] = {}
     for line in parsed:
-        key, identity = digest(line.token), Identity(tenants[line.tenant], line.admin)
+        key, identity = digest(line.token), Identity(tenants[line.tenant], line.role)
         if key in identities and identities[key] != identity:
             raise ValueError(f"{line.where}: this token is also on {seen[key]} with another tenant or role")
         identities[key] = identity
@@ -117,7 +116,7 @@ def _parse(where: str, text: str) -> _Line:
     if not NAME.fullmatch(tenant):
         raise ValueError(f"{where}: tenant {tenant[:80]!r} is not a name of 1-64 characters from [A-Za-z0-9._-]")
     if role not in ROLES:
-        raise ValueError(f"{where}: role {role[:80]!r} is neither inference nor admin")
+        raise ValueError(f"{where}: role {role[:80]!r} is none of {', '.join(ROLES)}")
     if rest and len(positional) < 2:
         raise ValueError(f"{where}: settings come after TOKEN TENANT ROLE")
     settings: dict[str, object] = {}
@@ -128,7 +127,7 @@ def _parse(where: str, text: str) -> _Line:
         if key in settings:
             raise ValueError(f"{where}: {key} is given twice")
         settings[key] = _value(where, key, value)
-    return _Line(where, token, tenant, role == "admin", settings)
+    return _Line(where, token, tenant, role, settings)
 
 
 def _value(where: str, key: str, value: str) -> object:

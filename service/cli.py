@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_settings(server, ServerOptions)
     server.add_argument("--auth-token-file", metavar="PATH",
                         help=f"require 'authorization: Bearer <token>' with a token from this file, one per line: "
-                             f"TOKEN [TENANT [ROLE [key=value ...]]] (ROLE inference or admin); tokens may also "
+                             f"TOKEN [TENANT [ROLE [key=value ...]]] (ROLE inference, router or admin); tokens may also "
                              f"come from ${ENV_VAR} (comma-separated; tenant default, role inference)")
     server.add_argument("--tls-cert", metavar="PEM", help="server certificate chain: serve TLS")
     server.add_argument("--tls-key", metavar="PEM", help="server private key")

@@ -233,14 +233,15 @@ def embed_response(index: int, result) -> pb.EmbedResponse:
 
 
 def model_info(d: ModelDescription, sources: bool = True) -> model_pb.ModelInfo:
-    """``sources`` False leaves the model's and its adapters' file paths out (empty)."""
+    """``sources`` False leaves the model's and its adapters' file paths out (empty): its source, its
+    graph's artifact and each adapter's source."""
     c = d.capabilities
     return model_pb.ModelInfo(
         name=d.name, kind=_KIND[d.kind],
         graph=model_pb.GraphDescriptor(id=d.descriptor.id, backend=d.descriptor.backend,
                                             graph_abi=d.descriptor.graph_abi,
                                             state_abi=d.descriptor.state_abi,
-                                            artifact=d.descriptor.artifact),
+                                            artifact=d.descriptor.artifact if sources else ""),
         capabilities=model_pb.GraphCapabilities(
             method=model_pb.GRAPH_METHOD_AUTOREGRESSIVE if c.method == "autoregressive"
             else model_pb.GRAPH_METHOD_DENOISING,

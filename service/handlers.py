@@ -14,7 +14,8 @@ from .status import status_of
 HEALTH_SERVICE = health.SERVICE_NAME  # grpc.health.v1.Health
 WORKER_HEALTH = "/mlx.grpc.engine.MlxEngine/HealthCheck"  # a probe: open and answered while draining
 # Calls that only stop work: answered while draining too.
-STOPPING_METHODS = frozenset({"/mlxgrpc.v1.InferenceService/Cancel", "/mlx.grpc.engine.MlxEngine/Abort"})
+STOPPING_METHODS = frozenset({"/mlxgrpc.v1.InferenceService/Cancel", "/mlx.grpc.engine.MlxEngine/Abort",
+                              "/vllm.grpc.engine.VllmEngine/Abort"})
 # A refused streaming client's burst is drained (bounded) so its writes do not hide the status.
 REFUSED_MESSAGES = 32
 REFUSED_MESSAGE_WAIT_S = 0.1

@@ -173,7 +173,7 @@ class Metrics(Observer):
             return served[0].name if served else UNKNOWN
         return call.model if call.model in self.models.names() else UNKNOWN
 
-    def serve_http(self, port: int, host: str = "0.0.0.0") -> int:
+    def serve_http(self, port: int, host: str = "127.0.0.1") -> int:
         """Starts /metrics on a daemon thread; returns the bound port."""
         with self._lock:
             if self._http is None:

@@ -66,13 +66,18 @@ class ServerOptions:
     auth_tokens: tuple[str, ...] = ()  # bare tokens: tenant "default", role inference
     auth_table: TokenTable = TokenTable()  # the tokens file's; with auth_tokens empty: no authentication
     auth_open_reflection: bool = setting(False, "serve reflection without a token (health is always open)")
+    admin_loopback: bool = setting(
+        False, "without auth tokens, give callers on this machine (loopback, unix sockets) the admin role "
+               "(adapters, KV events, FlushCache, every tenant's loads); behind a same-host proxy or sidecar "
+               "(e.g. Istio, whose inbound arrives from 127.0.0.6) every remote caller would be admin")
     insecure_open: bool = setting(False, "allow a non-loopback --host without auth tokens (anyone reaching it "
                                          "may generate)")
     max_concurrent_rpcs: int = setting(1024, "RPCs served at once; beyond it grpc answers RESOURCE_EXHAUSTED "
                                              "(0: unbounded)")
     metrics_port: int | None = setting(None, "serve Prometheus metrics on this HTTP port (off by default; 0 "
                                              "picks one)", type=int)
-    metrics_host: str = setting("0.0.0.0", "address of the metrics endpoint")
+    metrics_host: str = setting("127.0.0.1", "address of the metrics endpoint (0.0.0.0 for every interface: "
+                                             "it names every tenant)")
     access_log: bool = setting(True, "no per-RPC line on the service.access logger")
     smg_worker: bool = setting(True, "do not serve the Shepherd Model Gateway's worker contracts "
                                      "(vllm.grpc.engine.VllmEngine, mlx.grpc.engine.MlxEngine)")
@@ -115,7 +120,8 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
     observers = [o for o in (metrics, AccessLog() if options.access_log else None) if o is not None]
     interceptors: list[grpc.aio.ServerInterceptor] = [
         ObservingInterceptor(state, observers), *tracing.interceptors(options),
-        AuthInterceptor(token_table(options), open_reflection=options.auth_open_reflection),
+        AuthInterceptor(token_table(options), open_reflection=options.auth_open_reflection,
+                        admin_loopback=options.admin_loopback),
         DrainInterceptor(state)]
     server = grpc.aio.server(interceptors=interceptors, options=[
         ("grpc.max_receive_message_length", options.max_message_bytes),
@@ -192,8 +198,13 @@ async def serve(address: str, models: ModelSet, options: ServerOptions = ServerO
         raise ValueError(problem)
     if problem:
         log.warning("INSECURE (--insecure-open): listening on %s without auth tokens; anyone who reaches "
-                    "it may call every inference RPC (only callers on this machine hold the admin role); "
-                    "production should mount a tokens file (--auth-token-file)", address)
+                    "it may call every inference RPC; production should mount a tokens file "
+                    "(--auth-token-file)", address)
+    if options.admin_loopback and token_table(options):
+        log.warning("--admin-loopback has no effect: the server has auth tokens, whose roles decide")
+    elif options.admin_loopback:
+        log.warning("--admin-loopback: every caller on this machine holds the admin role, and so does every "
+                    "caller a same-host proxy or sidecar forwards; give tokens with roles instead")
     health_servicer = health.aio.HealthServicer()
     state = ServerState()
     tenants = sorted(token_table(options).tenants())

@@ -24,6 +24,7 @@ MAX_MESSAGE_CHARS = 1024  # status messages and field violation descriptions
 MAX_METADATA_CHARS = 128  # each ErrorInfo metadata value
 log = logging.getLogger("service.status")
 ADMIN_ROLE_REQUIRED = "ADMIN_ROLE_REQUIRED"  # PERMISSION_DENIED: the method needs the admin role
+ROUTER_ROLE_REQUIRED = "ROUTER_ROLE_REQUIRED"  # PERMISSION_DENIED: the method needs the router (or admin) role
 
 
 MAX_MESSAGE_BYTES = 16 << 20  # the server's message size limit unless configured

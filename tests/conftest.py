@@ -105,7 +105,7 @@ async def server(fixture_models, chat_models, oracle, logprob_reference, decoder
     from engine.generation.config import GenerationConfig, SchedulerConfig
     from engine.generation.engine import GenerationEngine
     from engine.models import ModelSet
-    from service.server import create_server, set_health
+    from service.server import ServerOptions, create_server, set_health
     from grpc_health.v1 import health
 
     config = GenerationConfig(scheduler=SchedulerConfig(max_active=8, max_queued=16, prefill_chunk=8,
@@ -123,7 +123,9 @@ async def server(fixture_models, chat_models, oracle, logprob_reference, decoder
     embedding.append(EmbeddingEngine(fixture_models["qwen3"], name=DECODER_EMBEDDER))
     models = ModelSet(generation, embedding)
     health_servicer = health.aio.HealthServicer()
-    srv, port = await create_server("127.0.0.1:0", models, health_servicer=health_servicer)
+    # loopback callers hold the admin role here (adapters, KV events, FlushCache, paths): no tokens
+    options = ServerOptions(admin_loopback=True)
+    srv, port = await create_server("127.0.0.1:0", models, health_servicer=health_servicer, options=options)
     await set_health(health_servicer, False)
     await srv.start()
     await models.start()
@@ -172,7 +174,7 @@ async def adapter_server(fixture_models, fixture_adapters, adapter_oracle, tmp_p
     from engine.models import ModelSet
     from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
     from service.metrics import Metrics
-    from service.server import create_server
+    from service.server import ServerOptions, create_server
 
     scheduler = SchedulerConfig(max_active=8, max_queued=32, prefill_chunk=8, tick_tokens=24, min_prefill_tokens=4)
     engines = [GenerationEngine(str(fixture_models[kind]), name=kind, config=GenerationConfig(
@@ -181,7 +183,8 @@ async def adapter_server(fixture_models, fixture_adapters, adapter_oracle, tmp_p
         for kind, names in ADAPTERS_AT_START.items()]
     models = ModelSet(engines, [])
     metrics = Metrics(models)
-    srv, port = await create_server("127.0.0.1:0", models, metrics=metrics)
+    srv, port = await create_server("127.0.0.1:0", models, metrics=metrics,
+                                    options=ServerOptions(admin_loopback=True))  # loopback callers manage adapters
     await srv.start()
     await models.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

@@ -48,7 +48,7 @@ async def guarded(fixture_models, fixture_adapters, adapter_oracle, tmp_path_fac
     from engine.generation.engine import GenerationEngine
     from engine.models import ModelSet
     from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
-    from service.server import create_server
+    from service.server import ServerOptions, create_server
 
     root = tmp_path_factory.mktemp("root")
     hostile.copy(fixture_adapters["qv"], root / "boot" / "qv")
@@ -60,7 +60,7 @@ async def guarded(fixture_models, fixture_adapters, adapter_oracle, tmp_path_fac
     unrooted = GenerationEngine(str(fixture_models["llama"]), name="unrooted", config=dataclasses.replace(
         base, adapters=(("tone", str(fixture_adapters["tone"])),)))
     models = ModelSet([rooted, unrooted], [])
-    srv, port = await create_server("127.0.0.1:0", models)
+    srv, port = await create_server("127.0.0.1:0", models, options=ServerOptions(admin_loopback=True))
     await srv.start()
     await models.start()
     counts = {e.name: Counted(e) for e in (rooted, unrooted)}

@@ -98,7 +98,7 @@ async def test_an_unstreamed_worker_reply_over_the_message_limit_is_refused(serv
 
 
 async def test_unloaded_adapters_leave_the_metrics(server, fixture_adapters):
-    async with tenant_server(server["models"]) as (ch, _, metrics):
+    async with tenant_server(server["models"], ServerOptions(admin_loopback=True)) as (ch, _, metrics):
         stub = pb_grpc.InferenceServiceStub(ch)
         await stub.LoadAdapter(pb.LoadAdapterRequest(model="llama", name="metered",
                                                      path=str(fixture_adapters["small"])))

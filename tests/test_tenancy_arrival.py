@@ -109,7 +109,7 @@ async def test_get_load_shows_a_caller_its_own_tenant_and_an_admin_every_tenant(
     own = await load_as(servicer, Identity(A))
     assert [t.tenant for t in own.tenants] == ["a"]
     assert own.tenants[0].generated_tokens >= 3 and own.tenants[0].in_flight_requests == 0
-    everyone = {t.tenant: t for t in (await load_as(servicer, Identity(A, admin=True))).tenants}
+    everyone = {t.tenant: t for t in (await load_as(servicer, Identity(A, "admin"))).tenants}
     assert {"a", "b", "capped"} <= everyone.keys()
     assert everyone["capped"].refused_requests == 1 and everyone["a"].refused_requests == 0
     assert everyone["b"].tokens_last_minute >= 2

@@ -88,7 +88,7 @@ def test_the_tokens_file_names_tenants_roles_and_settings(table):
     ("t1 a admin\nt1 a inference\n", r"tokens:2: this token is also on .*tokens:1"),
     ("t1 bad/name\n", r"tokens:1: tenant 'bad/name' is not a name"),
     ("t1 " + "x" * 65 + "\n", r"tokens:1: tenant .* is not a name"),
-    ("t1 a root\n", r"tokens:1: role 'root' is neither"),
+    ("t1 a root\n", r"tokens:1: role 'root' is none of inference, router, admin"),
     ("t1 a weight=2\n", r"tokens:1: settings come after TOKEN TENANT ROLE"),
     ("t1 a admin weight=0\n", r"weight must be a number > 0"),
     ("t1 a admin weight=nan\n", r"weight must be a number > 0"),
@@ -214,8 +214,8 @@ async def test_model_paths_go_only_to_admins(server, table):
             assert bool(info.source) == admin and info.name == "llama"
 
 
-async def test_without_tokens_local_callers_are_anonymous_admins(server, fixture_adapters):
-    async with tenant_server(server["models"]) as (ch, recorder, _):
+async def test_with_admin_loopback_local_callers_are_anonymous_admins(server, fixture_adapters):
+    async with tenant_server(server["models"], ServerOptions(admin_loopback=True)) as (ch, recorder, _):
         stub = pb_grpc.InferenceServiceStub(ch)
         path = str(fixture_adapters["small"])
         loaded = await stub.LoadAdapter(pb.LoadAdapterRequest(model="llama", name="local", path=path))
@@ -240,7 +240,8 @@ async def test_without_tokens_local_callers_are_anonymous_admins(server, fixture
 
 async def test_ipv6_loopback_peers_are_local_too(server):
     try:
-        async with tenant_server(server["models"], address="[::1]:0") as (ch, recorder, _):
+        async with tenant_server(server["models"], ServerOptions(admin_loopback=True),
+                                 address="[::1]:0") as (ch, recorder, _):
             with pytest.raises(grpc.aio.AioRpcError) as err:  # past the role check: no such adapter
                 await pb_grpc.InferenceServiceStub(ch).UnloadAdapter(pb.UnloadAdapterRequest(model="llama", name="no"))
     except RuntimeError:  # could not bind

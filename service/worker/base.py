@@ -1,7 +1,9 @@
 """What SMG's worker contracts share: one model, health, abort, model and server facts, the tokenizer.
 
 Invariants: every contract goes through the same engines, limits and ``@mapped`` errors as
-InferenceService; requests run as the caller's tenant, and Abort reaches only its ids.
+InferenceService; requests run as the caller's tenant, and Abort reaches only its ids; load
+figures cover every tenant only for the router and admin roles (others see their own requests),
+and the model's path goes to admins only.
 """
 
 from __future__ import annotations
@@ -100,14 +102,17 @@ class ContractServicer:
     async def GetModelInfo(self, request, context: grpc.aio.ServicerContext):
         engine = self._model()
         files = await self._tokenizer_files(engine)
-        info = convert.model_info(self.pb.GetModelInfoResponse, engine.describe(), files, engine.max_prompt_tokens)
+        info = convert.model_info(self.pb.GetModelInfoResponse, engine.describe(), files, engine.max_prompt_tokens,
+                                  path=current_identity().admin)
         if self.adapter:
             info.served_model_name = f"{info.served_model_name}:{self.adapter}"
         return info
 
     @mapped()
     async def GetServerInfo(self, request, context: grpc.aio.ServicerContext):
-        active = sum(e.active + e.queued for e in self.models.generation)
+        caller = current_identity()
+        active = (sum(e.active + e.queued for e in self.models.generation) if caller.router
+                  else sum(sum(own_load(e, caller.tenant.name)) for e in self.models.generation))
         return self.pb.GetServerInfoResponse(server_type=convert.SERVER_TYPE, active_requests=active,
                                              uptime_seconds=time.monotonic() - self.started)
 
@@ -127,3 +132,11 @@ class ContractServicer:
             files = await self._tokenizer_files(engine)
             self._bundle = await asyncio.to_thread(TokenizerBundle.of, files)
         return self._bundle
+
+
+def own_load(engine: GenerationEngine, tenant: str) -> tuple[int, int]:
+    """``tenant``'s (running, waiting) requests on ``engine``."""
+    for stats in engine.tenant_stats():
+        if stats.tenant == tenant:
+            return stats.running, stats.waiting
+    return 0, 0

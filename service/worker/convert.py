@@ -126,12 +126,14 @@ def output_logprobs(pb: ModuleType, logprobs: tuple[TokenLogprob, ...]):
                                      values=[t.logprob for t in lp.top]) for lp in logprobs])
 
 
-def model_info(message: type, d: ModelDescription, files: Mapping[str, bytes], max_prompt_tokens: int):
+def model_info(message: type, d: ModelDescription, files: Mapping[str, bytes], max_prompt_tokens: int,
+               path: bool = True):
     """The model's facts as ``message`` (either contract's GetModelInfoResponse); type,
-    architectures and special ids from its config.json."""
+    architectures and special ids from its config.json. ``path`` False leaves the model's path
+    out (empty)."""
     config = json.loads(files.get("config.json", b"{}"))
     return message(
-        model_path=d.source, is_generation=d.capabilities.generation, max_context_length=d.context_length,
+        model_path=d.source if path else "", is_generation=d.capabilities.generation, max_context_length=d.context_length,
         vocab_size=d.vocab_size, served_model_name=d.name, model_type=str(config.get("model_type", "")),
         architectures=[str(a) for a in config.get("architectures") or ()],
         eos_token_ids=d.eos_token_ids, pad_token_id=_token_id(config, "pad_token_id"),

@@ -2,7 +2,9 @@
 embeddings, loads, KV events, cache flush), on the one model the worker contracts serve.
 
 Invariants: the n samples of a request run as n engine requests that end together (one fails or
-is cancelled: all are); FlushCache needs the admin role; every KV event batch carries the load.
+is cancelled: all are); KV events and FlushCache need the router or admin role (the interceptor
+checks it); GetLoads gives other roles their own requests' figures and the capacities only;
+every KV event batch carries the load.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ..calls import finished
 from ..identity import current_identity
 from ..status import mapped
 from . import convert, vllm_convert
-from .base import ContractServicer
+from .base import ContractServicer, own_load
 
 SERVICE_NAME = vllm_pb.DESCRIPTOR.services_by_name["VllmEngine"].full_name
 PROFILING = "profiling is not supported by this worker"
@@ -71,14 +73,23 @@ class VllmWorkerServicer(ContractServicer, vllm_grpc.VllmEngineServicer):
         s = await engine.stats()
         per_token = engine.kv_bytes_per_token
         max_active = engine.config.scheduler.max_active
-        lookups = s.prefix_hits + s.prefix_misses
-        load = vllm_pb.SchedulerLoad(
-            num_running_reqs=s.running, num_waiting_reqs=s.waiting, num_total_reqs=s.running + s.waiting,
-            num_used_tokens=s.kv_bytes // per_token if per_token else 0,
+        capacity = vllm_pb.SchedulerLoad(
             max_total_num_tokens=(s.budget_bytes or 0) // per_token if per_token else 0,
-            token_usage=s.reserved_bytes / s.budget_bytes if s.budget_bytes else 0.0,
-            gen_throughput=s.recent_tokens_per_s, cache_hit_rate=s.prefix_hits / lookups if lookups else 0.0,
-            utilization=s.running / max_active if max_active else 0.0, max_running_requests=max_active)
+            max_running_requests=max_active)
+        caller = current_identity()
+        if caller.router:
+            lookups = s.prefix_hits + s.prefix_misses
+            load = vllm_pb.SchedulerLoad(
+                num_running_reqs=s.running, num_waiting_reqs=s.waiting, num_total_reqs=s.running + s.waiting,
+                num_used_tokens=s.kv_bytes // per_token if per_token else 0,
+                token_usage=s.reserved_bytes / s.budget_bytes if s.budget_bytes else 0.0,
+                gen_throughput=s.recent_tokens_per_s, cache_hit_rate=s.prefix_hits / lookups if lookups else 0.0,
+                utilization=s.running / max_active if max_active else 0.0)
+        else:  # another tenant's requests, memory or throughput would tell this one what they do
+            running, waiting = own_load(engine, caller.tenant.name)
+            load = vllm_pb.SchedulerLoad(num_running_reqs=running, num_waiting_reqs=waiting,
+                                         num_total_reqs=running + waiting)
+        load.MergeFrom(capacity)
         return vllm_pb.GetLoadsResponse(timestamp=_now_iso(), version=convert.SERVER_TYPE, dp_rank_count=1,
                                         loads=[load])
 
