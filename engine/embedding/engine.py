@@ -1,7 +1,7 @@
 """The embedding engine's asyncio facade.
 
-Invariants: all MLX work runs on one dedicated thread; request ids are scoped by tenant;
-a stalled or dead job breaks the engine, failing waiters with ``EngineDead``.
+Invariants: all MLX work runs on one dedicated thread; request ids and cached results are
+scoped by tenant (results by its cache namespace); a stalled or dead job breaks the engine, failing waiters with ``EngineDead``.
 """
 
 from __future__ import annotations
@@ -48,8 +48,10 @@ def load_embedder(model_dir: Path) -> EmbeddingModel:
 
 
 def _cache_key(request: EmbeddingRequest, item: str | tuple[int, ...]) -> str:
-    """Everything that determines the vector of ``item`` (a text or token ids), or its refusal."""
-    return json.dumps([request.instruction, request.normalize, request.dimensions, request.truncate, item])
+    """Everything that determines the vector of ``item`` (a text or token ids), or its refusal,
+    under the tenant's cache namespace: a tenant never hits another's entry."""
+    return json.dumps([request.tenant.namespace, request.instruction, request.normalize, request.dimensions,
+                       request.truncate, item])
 
 
 class EmbeddingEngine:
