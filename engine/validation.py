@@ -6,6 +6,7 @@ cheapest first, and nothing is rendered or tokenized before they pass.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, replace
 from typing import Iterable
@@ -18,6 +19,7 @@ from .requests import ChatPrompt, GenerationRequest, SamplingOptions, StopOption
 
 # Text bytes allowed per token of context where a byte limit is left at 0.
 BYTES_PER_TOKEN = 32
+MAX_JSON_DEPTH = 64  # nesting of JSON a request carries as text (template_kwargs, structural tags, schemas)
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,28 @@ class Limits:
     max_embed_input_bytes: int = setting(
         0, f"cap on UTF-8 bytes of each Embed input and of its instruction (0: {BYTES_PER_TOKEN} per token of "
            f"the embedding model's input length)")
+    max_tools: int = setting(256, "cap on tools per chat (chat.tools)")
+    max_message_parts: int = setting(256, "cap on content parts per chat message")
+    max_tool_calls: int = setting(128, "cap on tool calls per chat message")
+    max_template_kwargs: int = setting(64, "cap on chat.template_kwargs entries")
+    max_json_bytes: int = setting(64 << 10, f"cap on UTF-8 bytes of JSON a request carries as text, checked before "
+                                            f"it is parsed (nesting is capped at {MAX_JSON_DEPTH}): "
+                                            f"chat.template_kwargs' values together, a vLLM structural tag or "
+                                            f"JSON schema")
+    max_request_fields: int = setting(1 << 16, "cap on protobuf fields (messages, parts, tools, map entries, "
+                                               "strings) in one request, counted on its wire bytes before it is "
+                                               "parsed (requests over 64 KiB)")
+    prep_threads: int = setting(4, "threads that tokenize and render chat templates (Generate's and Prefetch's "
+                                   "prompts, Tokenize, Detokenize, Embed's and Rerank's inputs), apart from the "
+                                   "event loop's default executor")
+    prep_queue: int = setting(64, "preparation jobs that may wait for a --prep-threads thread; beyond it "
+                                  "RESOURCE_EXHAUSTED (PREPARATION_FULL) with a retry delay")
+    prep_tenant_share: int = setting(0, "preparation jobs one tenant may hold (running or waiting) at once; beyond "
+                                        "it RESOURCE_EXHAUSTED (PREPARATION_FULL) (0: half of --prep-threads plus "
+                                        "--prep-queue)")
+    max_request_numbers: int = setting(1 << 20, "cap on numbers in one request's repeated number fields (token "
+                                                "ids), counted on its wire bytes before it is parsed (requests "
+                                                "over 64 KiB)")
 
     def for_context(self, context_length: int) -> Limits:
         prompt = min(self.max_prompt_tokens or context_length, context_length - 1)
@@ -54,12 +78,18 @@ class Limits:
 
 @dataclass(frozen=True)
 class RequestCounts:
+    """A request's repeated fields' sizes, measured before anything is converted or built."""
 
     prompt_ids: int = 0
     chat_messages: int = 0
     stop_strings: int = 0
     stop_token_ids: int = 0
     logit_bias: int = 0
+    tools: int = 0
+    template_kwargs: int = 0
+    template_kwargs_bytes: int = 0  # UTF-8 bytes of the values (JSON texts) together
+    message_parts: tuple[int, int] = (0, 0)  # (most parts of one message, that message's index)
+    message_tool_calls: tuple[int, int] = (0, 0)  # (most tool calls of one message, its index)
 
 
 def validate_request(request: GenerationRequest, vocab_size: int, limits: Limits, context_length: int) -> None:
@@ -95,15 +125,59 @@ def check_counts(counts: RequestCounts, limits: Limits) -> None:
     at_most("stopping.stop", counts.stop_strings, limits.max_stop_strings, "stop strings")
     at_most("stopping.stop_token_ids", counts.stop_token_ids, limits.max_stop_token_ids, "ids")
     at_most("sampling.logit_bias", counts.logit_bias, limits.max_logit_bias, "entries")
+    at_most("chat.tools", counts.tools, limits.max_tools, "tools")
+    at_most("chat.template_kwargs", counts.template_kwargs, limits.max_template_kwargs, "entries")
+    if counts.template_kwargs_bytes > limits.max_json_bytes:
+        raise InvalidRequest("chat.template_kwargs", f"at most {limits.max_json_bytes} bytes of JSON together")
+    parts, at = counts.message_parts
+    at_most(f"chat.messages[{at}].parts", parts, limits.max_message_parts, "parts")
+    calls, at = counts.message_tool_calls
+    at_most(f"chat.messages[{at}].tool_calls", calls, limits.max_tool_calls, "tool calls")
 
 
 def counts_of(request: GenerationRequest) -> RequestCounts:
     prompt = request.prompt
+    chat = prompt if isinstance(prompt, ChatPrompt) else None
     return RequestCounts(
         prompt_ids=len(prompt.ids) if isinstance(prompt, TokenPrompt) else 0,
-        chat_messages=len(prompt.messages) if isinstance(prompt, ChatPrompt) else 0,
+        chat_messages=len(chat.messages) if chat else 0,
         stop_strings=len(request.stopping.stop), stop_token_ids=len(request.stopping.stop_token_ids),
-        logit_bias=len(request.sampling.logit_bias))
+        logit_bias=len(request.sampling.logit_bias), tools=len(chat.tools) if chat else 0,
+        template_kwargs=len(chat.template_kwargs) if chat else 0,
+        message_parts=most((len(m.parts) for m in chat.messages) if chat else ()),
+        message_tool_calls=most((len(m.tool_calls) for m in chat.messages) if chat else ()))
+
+
+def most(counts: Iterable[int]) -> tuple[int, int]:
+    """(the largest of ``counts``, its index); (0, 0) when there are none."""
+    return max(((count, i) for i, count in enumerate(counts)), default=(0, 0))
+
+
+def parse_json(field: str, text: str, max_bytes: int | None, max_depth: int = MAX_JSON_DEPTH) -> object:
+    """``text`` parsed as JSON after its size is checked (None: the caller checked it), refused by
+    name when it is not JSON or nests deeper than ``max_depth`` (never a RecursionError)."""
+    if max_bytes is not None:
+        check_text_bytes(field, (text,), max_bytes)
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise InvalidRequest(field, f"nests deeper than {max_depth} levels") from None
+    except ValueError as exc:
+        raise InvalidRequest(field, f"is not JSON: {exc}") from None
+    if json_depth(value) > max_depth:
+        raise InvalidRequest(field, f"nests deeper than {max_depth} levels")
+    return value
+
+
+def json_depth(value: object) -> int:
+    """How deep JSON containers nest; iterative, so any depth is measured without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
 
 
 def at_most(field: str, count: int, limit: int, what: str) -> None:

@@ -188,6 +188,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             parsed = parse(request.data)
         except Exception as exc:  # noqa: BLE001 - the caller's bad bytes
             await context.abort_with_status(Malformed(split_method(method)[1] + "Request", exc).status())
+        if isinstance(parsed, Malformed):  # refused on its wire bytes (wire_budget)
+            await context.abort_with_status(parsed.status())
         call = current_call()
         if call is not None:
             call.model = str(getattr(parsed, "model", "") or "")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from engine.adapters.info import AdapterInfo
 from engine.description import MediaSupport, ModelDescription, ModelKind
 from engine.events import Delta, Event, FinishReason, Finished, Started
@@ -13,7 +11,7 @@ from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKi
 from engine.caches.tier import Prefetched, Tier
 from engine.errors import InvalidRequest
 from engine.tenancy import ANONYMOUS, Tenant
-from engine.validation import RequestCounts
+from engine.validation import RequestCounts, most, parse_json
 
 from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
@@ -76,14 +74,28 @@ def _speculation(s: gen_pb.SpeculationOptions) -> SpeculationOptions:
 
 
 def generation_counts(msg: pb.GenerateRequest | pb.PrefetchRequest) -> RequestCounts:
+    """The repeated fields' sizes on the wire message, before anything is converted."""
     which = msg.WhichOneof("prompt")
     generate = isinstance(msg, pb.GenerateRequest)
+    chat = msg.chat if which == "chat" else None
     return RequestCounts(
         prompt_ids=len(msg.tokens.ids) if which == "tokens" else 0,
-        chat_messages=len(msg.chat.messages) if which == "chat" else 0,
+        chat_messages=len(chat.messages) if chat else 0,
         stop_strings=len(msg.stopping.stop) if generate else 0,
         stop_token_ids=len(msg.stopping.stop_token_ids) if generate else 0,
-        logit_bias=len(msg.sampling.logit_bias) if generate else 0)
+        logit_bias=len(msg.sampling.logit_bias) if generate else 0,
+        tools=len(chat.tools) if chat else 0,
+        template_kwargs=len(chat.template_kwargs) if chat else 0,
+        template_kwargs_bytes=_json_bytes(chat.template_kwargs) if chat else 0,
+        message_parts=most(len(m.parts) for m in chat.messages) if chat else (0, 0),
+        message_tool_calls=most(len(m.tool_calls) for m in chat.messages) if chat else (0, 0))
+
+
+def _json_bytes(texts) -> int:
+    """UTF-8 bytes of a map's values, counted only while the map holds few entries."""
+    if len(texts) > 1024:
+        return 0  # refused by its entry count first
+    return sum(len(v.encode("utf-8")) for v in texts.values())
 
 
 def _prompt(msg: pb.GenerateRequest):
@@ -130,10 +142,8 @@ def _part(field: str, p: gen_pb.ContentPart) -> TextPart | ImagePart:
 
 
 def _json_value(field: str, text: str) -> object:
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise InvalidRequest(field, f"is not a JSON value: {exc}") from None
+    """Its size was counted before conversion (``generation_counts``); its nesting is capped here."""
+    return parse_json(field, text, max_bytes=None)
 
 
 def _sampling(s: gen_pb.SamplingParams) -> SamplingOptions:

@@ -35,6 +35,7 @@ from .watchdog import BROKEN_GRACE_S, EXIT_ENGINE_BROKEN, watch
 from .bearer_tokens import TokenTable
 from .worker.servicer import SERVICE_NAME as WORKER_SERVICE_NAME, WorkerServicer
 from .worker.vllm import SERVICE_NAME as VLLM_SERVICE_NAME, VllmWorkerServicer
+from .wire_budget import WireBudgetInterceptor
 
 log = logging.getLogger("service.server")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["InferenceService"].full_name
@@ -122,7 +123,7 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
         ObservingInterceptor(state, observers), *tracing.interceptors(options),
         AuthInterceptor(token_table(options), open_reflection=options.auth_open_reflection,
                         admin_loopback=options.admin_loopback),
-        DrainInterceptor(state)]
+        DrainInterceptor(state), WireBudgetInterceptor(options.limits)]
     server = grpc.aio.server(interceptors=interceptors, options=[
         ("grpc.max_receive_message_length", options.max_message_bytes),
         ("grpc.max_send_message_length", options.max_message_bytes), *KEEPALIVE,

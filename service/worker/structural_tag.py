@@ -10,19 +10,19 @@ import json
 from typing import Any, Callable
 
 from engine.errors import InvalidRequest
+from engine.validation import Limits, parse_json
 
 FIELD = "sampling_params.structural_tag"
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 SUPPORTED = "const_string, json_schema, regex, sequence, or, tag, tags_with_separator, triggered_tags"
 
 
-def structural_tag_grammar(text: str, schema_policy: Callable[[dict], dict] = lambda schema: schema) -> str:
+def structural_tag_grammar(text: str, schema_policy: Callable[[dict], dict] = lambda schema: schema,
+                           max_bytes: int = Limits.max_json_bytes) -> str:
     """The Lark grammar that admits exactly the output ``text`` (a structural tag) allows; each
-    JSON schema inside passes through ``schema_policy`` first."""
-    try:
-        tag = json.loads(text)
-    except ValueError as exc:
-        raise InvalidRequest(FIELD, f"is not JSON: {exc}") from None
+    JSON schema inside passes through ``schema_policy`` first. ``text`` over ``max_bytes``, or
+    nested deeper than ``MAX_JSON_DEPTH``, is refused before it is walked."""
+    tag = parse_json(FIELD, text, max_bytes)
     if not isinstance(tag, dict):
         raise InvalidRequest(FIELD, "must be a JSON object")
     if "structures" in tag:  # the older form: tags that follow triggers, at least one

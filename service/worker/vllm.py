@@ -44,7 +44,8 @@ class VllmWorkerServicer(ContractServicer, vllm_grpc.VllmEngineServicer):
         check_ids(self.limits, request_id=request.request_id)
         engine = self._engine()
         check_counts(convert.generation_counts(request), sized_limits(engine))
-        samples = vllm_convert.generation_requests(request, current_identity().tenant, self.adapter)
+        samples = vllm_convert.generation_requests(request, current_identity().tenant, self.adapter,
+                                                   self.limits.max_json_bytes)
         replies = [convert.Responses(vllm_pb, request.stream, index) for index in range(len(samples))]
         async for index, event in _merged([engine.generate(s) for s in samples]):
             if isinstance(event, Finished):

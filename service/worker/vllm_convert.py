@@ -15,11 +15,13 @@ from engine.caches.blocks import BlocksRemoved, BlocksStored, EventBatch
 from engine.errors import InvalidRequest
 from engine.requests import EmbeddingRequest, FormatKind, GenerationRequest, ResponseFormat
 from engine.tenancy import Tenant
+from engine.validation import Limits, parse_json
 
 from . import convert
 from .structural_tag import structural_tag_grammar
 
 MAX_CHOICES = 16  # most samples one request may ask for (``n``)
+JSON_SCHEMA_FIELD = "sampling_params.json_schema"
 _FORMATS = {"json_schema": FormatKind.JSON_SCHEMA, "regex": FormatKind.REGEX, "grammar": FormatKind.GRAMMAR}
 # Set, these ask for what one replica of ours does not do (disaggregation, data parallelism, media).
 _REFUSED_REQUEST = {
@@ -35,8 +37,10 @@ _REFUSED_SAMPLING = {
 }
 
 
-def generation_requests(msg: vllm_pb.GenerateRequest, tenant: Tenant, adapter: str = "") -> list[GenerationRequest]:
-    """One engine request per sample (``n``); sample i of a seeded request is seeded ``seed + i``."""
+def generation_requests(msg: vllm_pb.GenerateRequest, tenant: Tenant, adapter: str = "",
+                        max_json_bytes: int = Limits.max_json_bytes) -> list[GenerationRequest]:
+    """One engine request per sample (``n``); sample i of a seeded request is seeded ``seed + i``;
+    a JSON schema or structural tag is parsed only within ``max_json_bytes``."""
     _refuse_unsupported(msg)
     sp = msg.sampling_params
     n = sp.n or 1
@@ -44,7 +48,7 @@ def generation_requests(msg: vllm_pb.GenerateRequest, tenant: Tenant, adapter: s
         raise InvalidRequest("sampling_params.n", f"must be between 1 and {MAX_CHOICES}")
     base = convert.generation_request(msg)
     request = dataclasses.replace(
-        base, tenant=tenant, adapter=adapter, response_format=_response_format(sp),
+        base, tenant=tenant, adapter=adapter, response_format=_response_format(sp, max_json_bytes),
         stopping=dataclasses.replace(base.stopping, stop=tuple(sp.stop), min_tokens=sp.min_tokens))
     if n == 1:
         return [request]
@@ -75,7 +79,7 @@ def _refuse_unsupported(msg: vllm_pb.GenerateRequest) -> None:
     # constraints always do.
 
 
-def _response_format(sp: vllm_pb.SamplingParams) -> ResponseFormat | None:
+def _response_format(sp: vllm_pb.SamplingParams, max_json_bytes: int) -> ResponseFormat | None:
     which = sp.WhichOneof("constraint")
     if which is None:
         return None
@@ -84,20 +88,24 @@ def _response_format(sp: vllm_pb.SamplingParams) -> ResponseFormat | None:
     if which == "choice":
         return ResponseFormat(FormatKind.CHOICE, options=tuple(sp.choice.choices))
     if which == "json_schema":
-        return ResponseFormat(FormatKind.JSON_SCHEMA, closed_objects(sp.json_schema))
+        return ResponseFormat(FormatKind.JSON_SCHEMA, closed_objects(sp.json_schema, max_json_bytes))
     if which == "structural_tag":
-        return ResponseFormat(FormatKind.GRAMMAR, structural_tag_grammar(sp.structural_tag, close_schema))
+        return ResponseFormat(FormatKind.GRAMMAR, structural_tag_grammar(sp.structural_tag, close_schema,
+                                                                         max_json_bytes))
     return ResponseFormat(_FORMATS[which], getattr(sp, which))
 
 
-def closed_objects(schema_text: str) -> str:
+def closed_objects(schema_text: str, max_bytes: int = Limits.max_json_bytes) -> str:
     """The schema with ``additionalProperties: false`` wherever an object lists its properties and
     says nothing of others: what vLLM's default backend enforces, and what gateways' tool schemas
-    count on. Text that is not JSON is left for the grammar compiler to refuse."""
+    count on. Text that is not JSON is left for the grammar compiler to refuse; text over
+    ``max_bytes`` or nested too deep is refused before anything walks it."""
     try:
-        schema = json.loads(schema_text)
-    except ValueError:
-        return schema_text
+        schema = parse_json(JSON_SCHEMA_FIELD, schema_text, max_bytes)
+    except InvalidRequest as exc:
+        if exc.description.startswith("is not JSON"):
+            return schema_text
+        raise
     return json.dumps(close_schema(schema))
 
 
