@@ -9,6 +9,7 @@ from .description import ModelDescription
 from .embedding.engine import EmbeddingEngine
 from .errors import ModelNotFound, NotReady, Unsupported
 from .generation.engine import GenerationEngine
+from .preparation import Preparation
 from .validation import Limits
 
 Engine = Union[GenerationEngine, EmbeddingEngine]
@@ -17,9 +18,14 @@ Engine = Union[GenerationEngine, EmbeddingEngine]
 class ModelSet:
     """Resolves request model names; the first model of each kind is its default."""
 
-    def __init__(self, generation: list[GenerationEngine], embedding: list[EmbeddingEngine]):
+    def __init__(self, generation: list[GenerationEngine], embedding: list[EmbeddingEngine],
+                 preparation: Preparation | None = None):
         self.generation = list(generation)
         self.embedding = list(embedding)
+        # one preparation pool (tokenizing, chat rendering) for every engine: its bounds are the server's
+        self.preparation = preparation or (self.all[0].preparation if self.all else Preparation())
+        for engine in self.all:
+            engine.preparation = self.preparation
 
     async def start(self) -> None:
         """Loads every model (concurrently; each on its own engine thread)."""
@@ -27,6 +33,7 @@ class ModelSet:
 
     async def close(self) -> None:
         await asyncio.gather(*(e.close() for e in self.all), return_exceptions=True)
+        self.preparation.close()
 
     @property
     def all(self) -> list[Engine]:

@@ -92,7 +92,8 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         check_ids(self.limits, model=request.model)
         engine = self.models.any(request.model)
         check_text_bytes("text", (request.text,), text_limit(engine))
-        ids, tokens = await asyncio.to_thread(engine.tokenize, request.text, request.add_special_tokens)
+        ids, tokens = await engine.tokenize_for(current_identity().tenant, request.text,
+                                                request.add_special_tokens)
         return self._sendable(pb.TokenizeResponse(token_ids=ids, tokens=tokens))
 
     @mapped()
@@ -100,8 +101,8 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         check_ids(self.limits, model=request.model)
         engine = self.models.any(request.model)
         at_most("token_ids", len(request.token_ids), engine.describe().context_length, "token ids")
-        text = await asyncio.to_thread(engine.detokenize, list(request.token_ids),
-                                       request.skip_special_tokens)
+        text = await engine.detokenize_for(current_identity().tenant, list(request.token_ids),
+                                           request.skip_special_tokens)
         return self._sendable(pb.DetokenizeResponse(text=text))
 
     @mapped()

@@ -28,6 +28,7 @@ from ..liveness import Breaker, Heartbeat, Pending, fail, settle
 from ..caches.objects import ObjectCache
 from ..loading.tokenizer_files import folder_files
 from ..requests import EmbeddingRequest, RerankRequest, RerankScore
+from ..preparation import Preparation
 from ..tenancy import Tenant
 from ..validation import Limits, at_most, check_ids, check_priority, check_text_bytes
 
@@ -66,6 +67,7 @@ class EmbeddingEngine:
         self._model: EmbeddingModel | None = None
         self._running: dict[tuple[str, str], asyncio.Task] = {}  # by (tenant name, request id)
         self._per_tenant: dict[str, int] = {}  # requests open per tenant name
+        self.preparation = Preparation.of(limits)  # a ModelSet shares one among its engines
         self._heartbeat, self._pending, self._died = Heartbeat(), Pending(), ""
         self._batcher = Batcher(self._on_thread, batch_wait_s)  # requests in the pool share forwards
         self.breaker = Breaker(lambda: self.name, self._fault, self._pending.fail_all)
@@ -157,7 +159,7 @@ class EmbeddingEngine:
                     yield index, result
             if not missing:
                 return
-            ids = await self._token_ids(model, request, missing)
+            ids = await self._token_ids(model, request, missing, self.preparation)
             async for position, result in self._batcher.embed(model, ids, normalize=request.normalize,
                                                               dimensions=request.dimensions or None):
                 result.vector.flags.writeable = False  # shared through the cache from now on
@@ -171,7 +173,8 @@ class EmbeddingEngine:
             raise Unsupported(f"model {self.name!r} is an embedding model, not a reranker; call Embed")
         self._validate_rerank(request, model)
         async with self._admitted(request.request_id, request.tenant, request.priority):
-            ids, cut = await asyncio.to_thread(model.encode_pairs, request.query, request.documents)
+            ids, cut = await self.preparation.run(request.tenant, model.encode_pairs, request.query,
+                                                  request.documents)
             if cut and not request.truncate:
                 raise InvalidRequest(f"documents[{cut[0]}]", f"with the query, it is longer than the model's input "
                                                              f"limit of {model.max_length} tokens (truncate is off)")
@@ -210,7 +213,8 @@ class EmbeddingEngine:
                 del self._per_tenant[tenant.name]
 
     @staticmethod
-    async def _token_ids(model: EmbeddingModel, request: EmbeddingRequest, indices: list[int]) -> list[list[int]]:
+    async def _token_ids(model: EmbeddingModel, request: EmbeddingRequest, indices: list[int],
+                         preparation: Preparation) -> list[list[int]]:
         """The inputs at ``indices`` as the forward takes them (tokenized off the engine thread)."""
         if request.token_ids:
             try:
@@ -218,7 +222,7 @@ class EmbeddingEngine:
             except ValueError as exc:
                 raise InvalidRequest("token_ids", str(exc)) from None
         texts = [request.inputs[i] for i in indices]
-        ids, cut = await asyncio.to_thread(model.encode, texts, request.instruction or None)
+        ids, cut = await preparation.run(request.tenant, model.encode, texts, request.instruction or None)
         if cut and not request.truncate:
             raise InvalidRequest(f"inputs[{indices[cut[0]]}]", f"is longer than the model's input limit of "
                                                                f"{model.max_length} tokens (truncate is off)")
@@ -282,6 +286,29 @@ class EmbeddingEngine:
 
     def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
         return self.model.tokenize(text, add_special_tokens)
+
+    async def tokenize_for(self, tenant: Tenant, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
+        """``tokenize`` in the preparation pool, counted in ``tenant``'s requests in flight."""
+        return await self._prepared(tenant, self.tokenize, text, add_special_tokens)
+
+    async def detokenize_for(self, tenant: Tenant, ids: list[int], skip_special_tokens: bool) -> str:
+        """``detokenize`` in the preparation pool, counted in ``tenant``'s requests in flight."""
+        return await self._prepared(tenant, self.detokenize, ids, skip_special_tokens)
+
+    async def _prepared(self, tenant: Tenant, fn, *args):
+        held = self._per_tenant.get(tenant.name, 0)
+        if tenant.max_in_flight and held >= tenant.max_in_flight:
+            who = repr(tenant.name) if tenant.name else "anonymous"
+            raise TenantLimit(f"tenant {who} has {held} requests in flight on model {self.name!r}; its "
+                              f"max_in_flight is {tenant.max_in_flight}; retry later", tenant=tenant.name,
+                              limit="max_in_flight", value=tenant.max_in_flight)
+        self._per_tenant[tenant.name] = held + 1
+        try:
+            return await self.preparation.run(tenant, fn, *args)
+        finally:
+            self._per_tenant[tenant.name] -= 1
+            if not self._per_tenant[tenant.name]:
+                del self._per_tenant[tenant.name]
 
     def tokenizer_files(self) -> dict[str, bytes]:
         """What a router needs to tokenize as this model does, by file name; blocking."""

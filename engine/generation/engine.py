@@ -25,7 +25,9 @@ from ..caches.blocks import BlockLedger
 from ..memory.served import served_facts, with_served_draft
 from ..memory.plan import MemoryPlan
 from ..memory.planner import Planner
+from ..preparation import Preparation
 from ..requests import FormatKind, GenerationRequest, ResponseFormat
+from ..tenancy import Tenant
 from ..validation import check_token_ids, validate_request
 from .config import GenerationConfig
 from .factory import check_media, check_speculation, make_sequence
@@ -66,6 +68,7 @@ class GenerationEngine(LoadReports):
         self._syntax = ChatSyntax()
         self._decode = None  # the decode rate calibrated at load
         self._tenants = Tenants(self.name)
+        self.preparation = Preparation.of(config.limits)  # a ModelSet shares one among its engines
         self._streams = Streams(self._tenants)
         self._closing = False
         self._machine_total = usable_memory()[1]
@@ -168,7 +171,25 @@ class GenerationEngine(LoadReports):
         self.breaker.refuse()
         validate_request(request, m.vocab_size, self.config.limits, m.context_length)
         check_media(request, m)
-        return await self.prefix.prefetch(m, request, self._prepare)
+        return await self.prepared(request.tenant, self.prefix.prefetch, m, request,
+                                   lambda r: self.preparation.run(r.tenant, self._prepare, r))
+
+    async def prepared(self, tenant: Tenant, work, *args):
+        """``await work(*args)``, counted in ``tenant``'s requests in flight meanwhile (its
+        max_in_flight, max_queued and tokens_per_minute refuse it as they refuse a Generate)."""
+        self._tenants.admit(tenant)
+        try:
+            return await work(*args)
+        finally:
+            self._tenants.closed(tenant.name, False, False)
+
+    async def tokenize_for(self, tenant: Tenant, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
+        """``tokenize`` in the preparation pool, counted for ``tenant``."""
+        return await self.prepared(tenant, self.preparation.run, tenant, self.tokenize, text, add_special_tokens)
+
+    async def detokenize_for(self, tenant: Tenant, ids: list[int], skip_special_tokens: bool) -> str:
+        """``detokenize`` in the preparation pool, counted for ``tenant``."""
+        return await self.prepared(tenant, self.preparation.run, tenant, self.detokenize, ids, skip_special_tokens)
 
     async def close_session(self, session_id: str, tenant: str) -> int:
         self.loaded
@@ -234,7 +255,7 @@ class GenerationEngine(LoadReports):
     async def _run(self, request: GenerationRequest, stream: Stream) -> AsyncIterator[Event]:
         arrived, m = time.perf_counter(), self.loaded
         adapter = self.adapters.acquire(request.adapter, stream.closers)
-        prompt, tools = await asyncio.to_thread(self._prepare, request)
+        prompt, tools = await self.preparation.run(request.tenant, self._prepare, request)
         max_tokens = max_tokens_for(request, len(prompt.ids), m.context_length, self._budget,
                                     self.config.limits.max_tokens)
         check_fits(self._budget, len(prompt.ids) + max_tokens)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import Future
-from typing import Callable
+from typing import Awaitable, Callable
 
 from ..adapters.control import Adapters
 from ..caches.disk import DiskTier
@@ -60,15 +60,16 @@ class PrefixControl:
         return await asyncio.wrap_future(self._ask(FlushPrefixCache()))
 
     async def prefetch(self, m: LoadedModel, request: GenerationRequest,
-                       prepare: Callable[[GenerationRequest], tuple[EncodedPrompt, object]]) -> Prefetched:
+                       prepare: Callable[[GenerationRequest], Awaitable[tuple[EncodedPrompt, object]]]
+                       ) -> Prefetched:
         """Brings the longest stored prefix of ``request``'s prompt into memory; ``prepare``
-        reads the prompt as Generate does (blocking, run off the loop)."""
+        reads the prompt as Generate does (off the loop, in the preparation pool)."""
         if self._config.prefix_cache_bytes <= 0:
             raise Unsupported(f"model {m.name!r} is served without a prefix cache (--prefix-cache-bytes 0)")
         closers: list = []
         try:
             adapter = self._adapters.acquire(request.adapter, closers)
-            prompt, _ = await asyncio.to_thread(prepare, request)
+            prompt, _ = await prepare(request)
             ns = namespace_of(m.name, request.tenant.namespace, adapter)
             return await self._fetch(tuple(prompt.ids), ns, session_of(request.tenant.name, request.session_id),
                                      disk_namespace(ns, self._adapters.digest_of))
