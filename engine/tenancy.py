@@ -1,4 +1,5 @@
-"""Who a request belongs to: a tenant's name, weight, limits (0: none) and prefix-cache namespace.
+"""Who a request belongs to: a tenant's name, weight, limits (0: none), priority cap and prefix-cache
+namespace.
 
 Invariant: request ids, prefix-cache hits and fair shares are scoped by tenant.
 """
@@ -18,6 +19,8 @@ class Tenant:
     max_queued: int = 0  # requests waiting for admission, per model
     tokens_per_minute: int = 0  # prompt plus generated tokens over the last 60 s, per model
     cache_namespace: str = ""  # prefix-cache namespace; "" is the tenant's own (its name)
+    max_streams: int | None = None  # streaming calls open at once; None: the server's default (a flag)
+    max_priority: int = MAX_PRIORITY  # the highest priority its requests may carry
 
     @property
     def namespace(self) -> str:

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from engine.tenancy import Tenant
+from engine.tenancy import MAX_PRIORITY, Tenant
 
 from .identity import ROLES, Identity
 
 ENV_VAR = "MLXGRPC_AUTH_TOKENS"
 DEFAULT_TENANT = "default"
 NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
-_INT_KEYS = ("max_in_flight", "max_queued", "tokens_per_minute")
-KEYS = ("weight", *_INT_KEYS, "cache_namespace")
+_INT_KEYS = ("max_in_flight", "max_queued", "tokens_per_minute", "max_streams")
+KEYS = ("weight", *_INT_KEYS, "max_priority", "cache_namespace")
 
 
 def digest(token: str) -> bytes:
@@ -142,6 +142,10 @@ def _value(where: str, key: str, value: str) -> object:
     if key in _INT_KEYS:
         if not value.isdigit() or not value.isascii():
             raise ValueError(f"{where}: {key} must be an integer >= 0, got {value[:80]!r}")
+        return int(value)
+    if key == "max_priority":
+        if not value.isdigit() or not value.isascii() or int(value) > MAX_PRIORITY:
+            raise ValueError(f"{where}: max_priority must be an integer from 0 to {MAX_PRIORITY}, got {value[:80]!r}")
         return int(value)
     if key == "cache_namespace":
         if not NAME.fullmatch(value):
