@@ -171,7 +171,8 @@ type GenerateRequest struct {
 	// Scheduling priority, -100 to 100 (default 0): among the caller's waiting requests,
 	// and between callers waiting at the same priority, higher starts first. Waiting
 	// raises a request's priority over time, so low priorities are delayed, never
-	// starved. It never changes the output.
+	// starved. It never changes the output. Above the caller's tenant's max_priority
+	// (tokens file) it is INVALID_ARGUMENT (PRIORITY_ABOVE_TENANT_MAX).
 	Priority      int32 `protobuf:"varint,15,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2396,6 +2397,9 @@ type GetLoadResponse struct {
 	Models []*ModelLoad `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
 	// Seconds since this server started.
 	UptimeSeconds float64 `protobuf:"fixed64,2,opt,name=uptime_seconds,json=uptimeSeconds,proto3" json:"uptime_seconds,omitempty"`
+	// The calls open now against the server's call limits, and the calls those
+	// limits refused since it started.
+	Calls         *CallLoad `protobuf:"bytes,3,opt,name=calls,proto3" json:"calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2440,6 +2444,215 @@ func (x *GetLoadResponse) GetModels() []*ModelLoad {
 func (x *GetLoadResponse) GetUptimeSeconds() float64 {
 	if x != nil {
 		return x.UptimeSeconds
+	}
+	return 0
+}
+
+func (x *GetLoadResponse) GetCalls() *CallLoad {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+// The server's call limits (0: none) and what they count now.
+type CallLoad struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// RPCs counted against --max-concurrent-rpcs now: every call but health checks
+	// and streams of callers without a token. This and the other server-wide counts
+	// are 0 for a caller that sees only its own tenant's figures (ModelLoad.tenants).
+	OpenRpcs int32 `protobuf:"varint,1,opt,name=open_rpcs,json=openRpcs,proto3" json:"open_rpcs,omitempty"`
+	// The server's --max-concurrent-rpcs.
+	MaxConcurrentRpcs int32 `protobuf:"varint,2,opt,name=max_concurrent_rpcs,json=maxConcurrentRpcs,proto3" json:"max_concurrent_rpcs,omitempty"`
+	// Streaming calls open now by callers without a token (health Watch, and
+	// reflection where it needs no token).
+	AnonymousStreams int32 `protobuf:"varint,3,opt,name=anonymous_streams,json=anonymousStreams,proto3" json:"anonymous_streams,omitempty"`
+	// The server's --max-anonymous-streams.
+	MaxAnonymousStreams int32 `protobuf:"varint,4,opt,name=max_anonymous_streams,json=maxAnonymousStreams,proto3" json:"max_anonymous_streams,omitempty"`
+	// Calls refused (RESOURCE_EXHAUSTED, TOO_MANY_RPCS) since the server started
+	// because open_rpcs was at its limit.
+	RefusedRpcs int64 `protobuf:"varint,5,opt,name=refused_rpcs,json=refusedRpcs,proto3" json:"refused_rpcs,omitempty"`
+	// Streams refused (RESOURCE_EXHAUSTED, ANONYMOUS_STREAMS_EXHAUSTED) since the
+	// server started.
+	RefusedAnonymousStreams int64 `protobuf:"varint,6,opt,name=refused_anonymous_streams,json=refusedAnonymousStreams,proto3" json:"refused_anonymous_streams,omitempty"`
+	// One entry per tenant of the tokens file, by name (only the caller's own when it
+	// sees only its own tenant's figures). Empty on a server without tokens.
+	Tenants       []*TenantCalls `protobuf:"bytes,7,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallLoad) Reset() {
+	*x = CallLoad{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallLoad) ProtoMessage() {}
+
+func (x *CallLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallLoad.ProtoReflect.Descriptor instead.
+func (*CallLoad) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CallLoad) GetOpenRpcs() int32 {
+	if x != nil {
+		return x.OpenRpcs
+	}
+	return 0
+}
+
+func (x *CallLoad) GetMaxConcurrentRpcs() int32 {
+	if x != nil {
+		return x.MaxConcurrentRpcs
+	}
+	return 0
+}
+
+func (x *CallLoad) GetAnonymousStreams() int32 {
+	if x != nil {
+		return x.AnonymousStreams
+	}
+	return 0
+}
+
+func (x *CallLoad) GetMaxAnonymousStreams() int32 {
+	if x != nil {
+		return x.MaxAnonymousStreams
+	}
+	return 0
+}
+
+func (x *CallLoad) GetRefusedRpcs() int64 {
+	if x != nil {
+		return x.RefusedRpcs
+	}
+	return 0
+}
+
+func (x *CallLoad) GetRefusedAnonymousStreams() int64 {
+	if x != nil {
+		return x.RefusedAnonymousStreams
+	}
+	return 0
+}
+
+func (x *CallLoad) GetTenants() []*TenantCalls {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+// One tenant's calls against its own call limits.
+type TenantCalls struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant's name from the server's tokens file.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Streaming calls the tenant has open now (Generate and Embed streams, the worker
+	// contracts' Generate, GetTokenizer and SubscribeKvEvents, health Watch).
+	OpenStreams int32 `protobuf:"varint,2,opt,name=open_streams,json=openStreams,proto3" json:"open_streams,omitempty"`
+	// The most it may have open at once: its max_streams in the tokens file, else
+	// the server's --max-streams-per-tenant (0: no limit).
+	MaxStreams int32 `protobuf:"varint,3,opt,name=max_streams,json=maxStreams,proto3" json:"max_streams,omitempty"`
+	// Streaming calls refused (RESOURCE_EXHAUSTED, TENANT_STREAMS_EXHAUSTED) since
+	// the server started.
+	RefusedStreams int64 `protobuf:"varint,4,opt,name=refused_streams,json=refusedStreams,proto3" json:"refused_streams,omitempty"`
+	// The highest priority its requests may carry: its max_priority in the tokens
+	// file (100 when none is set).
+	MaxPriority int32 `protobuf:"varint,5,opt,name=max_priority,json=maxPriority,proto3" json:"max_priority,omitempty"`
+	// Requests refused (INVALID_ARGUMENT, PRIORITY_ABOVE_TENANT_MAX) since the server
+	// started because their priority was above max_priority.
+	RefusedPriorities int64 `protobuf:"varint,6,opt,name=refused_priorities,json=refusedPriorities,proto3" json:"refused_priorities,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *TenantCalls) Reset() {
+	*x = TenantCalls{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantCalls) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantCalls) ProtoMessage() {}
+
+func (x *TenantCalls) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantCalls.ProtoReflect.Descriptor instead.
+func (*TenantCalls) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *TenantCalls) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantCalls) GetOpenStreams() int32 {
+	if x != nil {
+		return x.OpenStreams
+	}
+	return 0
+}
+
+func (x *TenantCalls) GetMaxStreams() int32 {
+	if x != nil {
+		return x.MaxStreams
+	}
+	return 0
+}
+
+func (x *TenantCalls) GetRefusedStreams() int64 {
+	if x != nil {
+		return x.RefusedStreams
+	}
+	return 0
+}
+
+func (x *TenantCalls) GetMaxPriority() int32 {
+	if x != nil {
+		return x.MaxPriority
+	}
+	return 0
+}
+
+func (x *TenantCalls) GetRefusedPriorities() int64 {
+	if x != nil {
+		return x.RefusedPriorities
 	}
 	return 0
 }
@@ -2510,7 +2723,7 @@ type ModelLoad struct {
 
 func (x *ModelLoad) Reset() {
 	*x = ModelLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +2735,7 @@ func (x *ModelLoad) String() string {
 func (*ModelLoad) ProtoMessage() {}
 
 func (x *ModelLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +2748,7 @@ func (x *ModelLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelLoad.ProtoReflect.Descriptor instead.
 func (*ModelLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{34}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ModelLoad) GetModel() string {
@@ -2730,7 +2943,7 @@ type TenantLoad struct {
 
 func (x *TenantLoad) Reset() {
 	*x = TenantLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2742,7 +2955,7 @@ func (x *TenantLoad) String() string {
 func (*TenantLoad) ProtoMessage() {}
 
 func (x *TenantLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2755,7 +2968,7 @@ func (x *TenantLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLoad.ProtoReflect.Descriptor instead.
 func (*TenantLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{35}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TenantLoad) GetTenant() string {
@@ -2963,10 +3176,27 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\badapters\x18\x02 \x03(\v2\x17.mlxgrpc.v1.AdapterInfoR\badapters\x12!\n" +
 	"\fmax_adapters\x18\x03 \x01(\x05R\vmaxAdapters\"&\n" +
 	"\x0eGetLoadRequest\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\"g\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\"\x93\x01\n" +
 	"\x0fGetLoadResponse\x12-\n" +
 	"\x06models\x18\x01 \x03(\v2\x15.mlxgrpc.v1.ModelLoadR\x06models\x12%\n" +
-	"\x0euptime_seconds\x18\x02 \x01(\x01R\ruptimeSeconds\"\xbc\t\n" +
+	"\x0euptime_seconds\x18\x02 \x01(\x01R\ruptimeSeconds\x12*\n" +
+	"\x05calls\x18\x03 \x01(\v2\x14.mlxgrpc.v1.CallLoadR\x05calls\"\xca\x02\n" +
+	"\bCallLoad\x12\x1b\n" +
+	"\topen_rpcs\x18\x01 \x01(\x05R\bopenRpcs\x12.\n" +
+	"\x13max_concurrent_rpcs\x18\x02 \x01(\x05R\x11maxConcurrentRpcs\x12+\n" +
+	"\x11anonymous_streams\x18\x03 \x01(\x05R\x10anonymousStreams\x122\n" +
+	"\x15max_anonymous_streams\x18\x04 \x01(\x05R\x13maxAnonymousStreams\x12!\n" +
+	"\frefused_rpcs\x18\x05 \x01(\x03R\vrefusedRpcs\x12:\n" +
+	"\x19refused_anonymous_streams\x18\x06 \x01(\x03R\x17refusedAnonymousStreams\x121\n" +
+	"\atenants\x18\a \x03(\v2\x17.mlxgrpc.v1.TenantCallsR\atenants\"\xe4\x01\n" +
+	"\vTenantCalls\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12!\n" +
+	"\fopen_streams\x18\x02 \x01(\x05R\vopenStreams\x12\x1f\n" +
+	"\vmax_streams\x18\x03 \x01(\x05R\n" +
+	"maxStreams\x12'\n" +
+	"\x0frefused_streams\x18\x04 \x01(\x03R\x0erefusedStreams\x12!\n" +
+	"\fmax_priority\x18\x05 \x01(\x05R\vmaxPriority\x12-\n" +
+	"\x12refused_priorities\x18\x06 \x01(\x03R\x11refusedPriorities\"\xbc\t\n" +
 	"\tModelLoad\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12)\n" +
 	"\x10running_requests\x18\x02 \x01(\x05R\x0frunningRequests\x12)\n" +
@@ -3045,7 +3275,7 @@ func file_mlxgrpc_v1_inference_service_proto_rawDescGZIP() []byte {
 }
 
 var file_mlxgrpc_v1_inference_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(Truncation)(0),               // 0: mlxgrpc.v1.Truncation
 	(CacheTier)(0),                // 1: mlxgrpc.v1.CacheTier
@@ -3083,89 +3313,93 @@ var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(*ListAdaptersResponse)(nil),  // 33: mlxgrpc.v1.ListAdaptersResponse
 	(*GetLoadRequest)(nil),        // 34: mlxgrpc.v1.GetLoadRequest
 	(*GetLoadResponse)(nil),       // 35: mlxgrpc.v1.GetLoadResponse
-	(*ModelLoad)(nil),             // 36: mlxgrpc.v1.ModelLoad
-	(*TenantLoad)(nil),            // 37: mlxgrpc.v1.TenantLoad
-	(*TokenIds)(nil),              // 38: mlxgrpc.v1.TokenIds
-	(*ChatMessages)(nil),          // 39: mlxgrpc.v1.ChatMessages
-	(*SamplingParams)(nil),        // 40: mlxgrpc.v1.SamplingParams
-	(*StoppingCriteria)(nil),      // 41: mlxgrpc.v1.StoppingCriteria
-	(*SpeculationOptions)(nil),    // 42: mlxgrpc.v1.SpeculationOptions
-	(*ResponseFormat)(nil),        // 43: mlxgrpc.v1.ResponseFormat
-	(*TokenLogprob)(nil),          // 44: mlxgrpc.v1.TokenLogprob
-	(*ToolCallDelta)(nil),         // 45: mlxgrpc.v1.ToolCallDelta
-	(*ToolCall)(nil),              // 46: mlxgrpc.v1.ToolCall
-	(FinishReason)(0),             // 47: mlxgrpc.v1.FinishReason
-	(*Usage)(nil),                 // 48: mlxgrpc.v1.Usage
-	(*Timings)(nil),               // 49: mlxgrpc.v1.Timings
-	(*ModelInfo)(nil),             // 50: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),            // 51: mlxgrpc.v1.MemoryPlan
-	(*AdapterInfo)(nil),           // 52: mlxgrpc.v1.AdapterInfo
+	(*CallLoad)(nil),              // 36: mlxgrpc.v1.CallLoad
+	(*TenantCalls)(nil),           // 37: mlxgrpc.v1.TenantCalls
+	(*ModelLoad)(nil),             // 38: mlxgrpc.v1.ModelLoad
+	(*TenantLoad)(nil),            // 39: mlxgrpc.v1.TenantLoad
+	(*TokenIds)(nil),              // 40: mlxgrpc.v1.TokenIds
+	(*ChatMessages)(nil),          // 41: mlxgrpc.v1.ChatMessages
+	(*SamplingParams)(nil),        // 42: mlxgrpc.v1.SamplingParams
+	(*StoppingCriteria)(nil),      // 43: mlxgrpc.v1.StoppingCriteria
+	(*SpeculationOptions)(nil),    // 44: mlxgrpc.v1.SpeculationOptions
+	(*ResponseFormat)(nil),        // 45: mlxgrpc.v1.ResponseFormat
+	(*TokenLogprob)(nil),          // 46: mlxgrpc.v1.TokenLogprob
+	(*ToolCallDelta)(nil),         // 47: mlxgrpc.v1.ToolCallDelta
+	(*ToolCall)(nil),              // 48: mlxgrpc.v1.ToolCall
+	(FinishReason)(0),             // 49: mlxgrpc.v1.FinishReason
+	(*Usage)(nil),                 // 50: mlxgrpc.v1.Usage
+	(*Timings)(nil),               // 51: mlxgrpc.v1.Timings
+	(*ModelInfo)(nil),             // 52: mlxgrpc.v1.ModelInfo
+	(*MemoryPlan)(nil),            // 53: mlxgrpc.v1.MemoryPlan
+	(*AdapterInfo)(nil),           // 54: mlxgrpc.v1.AdapterInfo
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
-	38, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
-	39, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
-	40, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
-	41, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
-	42, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
-	43, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
-	44, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
-	45, // 7: mlxgrpc.v1.TokenDelta.tool_call_deltas:type_name -> mlxgrpc.v1.ToolCallDelta
-	46, // 8: mlxgrpc.v1.TokenDelta.tool_calls:type_name -> mlxgrpc.v1.ToolCall
-	47, // 9: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
-	48, // 10: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
-	49, // 11: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
+	40, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	41, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	42, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
+	43, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
+	44, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
+	45, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
+	46, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
+	47, // 7: mlxgrpc.v1.TokenDelta.tool_call_deltas:type_name -> mlxgrpc.v1.ToolCallDelta
+	48, // 8: mlxgrpc.v1.TokenDelta.tool_calls:type_name -> mlxgrpc.v1.ToolCall
+	49, // 9: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
+	50, // 10: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
+	51, // 11: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
 	3,  // 12: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
 	4,  // 13: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
 	5,  // 14: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
 	0,  // 15: mlxgrpc.v1.EmbedRequest.truncate:type_name -> mlxgrpc.v1.Truncation
 	0,  // 16: mlxgrpc.v1.RerankRequest.truncate:type_name -> mlxgrpc.v1.Truncation
 	11, // 17: mlxgrpc.v1.RerankResponse.results:type_name -> mlxgrpc.v1.RerankResult
-	38, // 18: mlxgrpc.v1.PrefetchRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
-	39, // 19: mlxgrpc.v1.PrefetchRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	40, // 18: mlxgrpc.v1.PrefetchRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	41, // 19: mlxgrpc.v1.PrefetchRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
 	1,  // 20: mlxgrpc.v1.PrefetchResponse.tier:type_name -> mlxgrpc.v1.CacheTier
-	50, // 21: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
-	51, // 22: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
-	50, // 23: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
-	52, // 24: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	52, // 25: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	52, // 26: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
-	36, // 27: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
-	37, // 28: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
-	2,  // 29: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
-	7,  // 30: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
-	9,  // 31: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
-	16, // 32: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	18, // 33: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	20, // 34: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	22, // 35: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	24, // 36: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	26, // 37: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	28, // 38: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
-	30, // 39: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
-	32, // 40: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
-	34, // 41: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
-	12, // 42: mlxgrpc.v1.InferenceService.Prefetch:input_type -> mlxgrpc.v1.PrefetchRequest
-	14, // 43: mlxgrpc.v1.InferenceService.CloseSession:input_type -> mlxgrpc.v1.CloseSessionRequest
-	6,  // 44: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	8,  // 45: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	10, // 46: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
-	17, // 47: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	19, // 48: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	21, // 49: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	23, // 50: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	25, // 51: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	27, // 52: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	29, // 53: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
-	31, // 54: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
-	33, // 55: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
-	35, // 56: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
-	13, // 57: mlxgrpc.v1.InferenceService.Prefetch:output_type -> mlxgrpc.v1.PrefetchResponse
-	15, // 58: mlxgrpc.v1.InferenceService.CloseSession:output_type -> mlxgrpc.v1.CloseSessionResponse
-	44, // [44:59] is the sub-list for method output_type
-	29, // [29:44] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	52, // 21: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
+	53, // 22: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
+	52, // 23: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
+	54, // 24: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	54, // 25: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	54, // 26: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	38, // 27: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
+	36, // 28: mlxgrpc.v1.GetLoadResponse.calls:type_name -> mlxgrpc.v1.CallLoad
+	37, // 29: mlxgrpc.v1.CallLoad.tenants:type_name -> mlxgrpc.v1.TenantCalls
+	39, // 30: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
+	2,  // 31: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
+	7,  // 32: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
+	9,  // 33: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
+	16, // 34: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	18, // 35: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	20, // 36: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	22, // 37: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	24, // 38: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	26, // 39: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	28, // 40: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
+	30, // 41: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
+	32, // 42: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
+	34, // 43: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
+	12, // 44: mlxgrpc.v1.InferenceService.Prefetch:input_type -> mlxgrpc.v1.PrefetchRequest
+	14, // 45: mlxgrpc.v1.InferenceService.CloseSession:input_type -> mlxgrpc.v1.CloseSessionRequest
+	6,  // 46: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	8,  // 47: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	10, // 48: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
+	17, // 49: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	19, // 50: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	21, // 51: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	23, // 52: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	25, // 53: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	27, // 54: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	29, // 55: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
+	31, // 56: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
+	33, // 57: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
+	35, // 58: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
+	13, // 59: mlxgrpc.v1.InferenceService.Prefetch:output_type -> mlxgrpc.v1.PrefetchResponse
+	15, // 60: mlxgrpc.v1.InferenceService.CloseSession:output_type -> mlxgrpc.v1.CloseSessionResponse
+	46, // [46:61] is the sub-list for method output_type
+	31, // [31:46] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_inference_service_proto_init() }
@@ -3198,7 +3432,7 @@ func file_mlxgrpc_v1_inference_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_inference_service_proto_rawDesc), len(file_mlxgrpc_v1_inference_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -358,12 +358,48 @@ class GetLoadRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class GetLoadResponse(_message.Message):
-    __slots__ = ("models", "uptime_seconds")
+    __slots__ = ("models", "uptime_seconds", "calls")
     MODELS_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[ModelLoad]
     uptime_seconds: float
-    def __init__(self, models: _Optional[_Iterable[_Union[ModelLoad, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ...) -> None: ...
+    calls: CallLoad
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelLoad, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ..., calls: _Optional[_Union[CallLoad, _Mapping]] = ...) -> None: ...
+
+class CallLoad(_message.Message):
+    __slots__ = ("open_rpcs", "max_concurrent_rpcs", "anonymous_streams", "max_anonymous_streams", "refused_rpcs", "refused_anonymous_streams", "tenants")
+    OPEN_RPCS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENT_RPCS_FIELD_NUMBER: _ClassVar[int]
+    ANONYMOUS_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ANONYMOUS_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_RPCS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_ANONYMOUS_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    open_rpcs: int
+    max_concurrent_rpcs: int
+    anonymous_streams: int
+    max_anonymous_streams: int
+    refused_rpcs: int
+    refused_anonymous_streams: int
+    tenants: _containers.RepeatedCompositeFieldContainer[TenantCalls]
+    def __init__(self, open_rpcs: _Optional[int] = ..., max_concurrent_rpcs: _Optional[int] = ..., anonymous_streams: _Optional[int] = ..., max_anonymous_streams: _Optional[int] = ..., refused_rpcs: _Optional[int] = ..., refused_anonymous_streams: _Optional[int] = ..., tenants: _Optional[_Iterable[_Union[TenantCalls, _Mapping]]] = ...) -> None: ...
+
+class TenantCalls(_message.Message):
+    __slots__ = ("tenant", "open_streams", "max_streams", "refused_streams", "max_priority", "refused_priorities")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    OPEN_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    MAX_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    MAX_PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_PRIORITIES_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    open_streams: int
+    max_streams: int
+    refused_streams: int
+    max_priority: int
+    refused_priorities: int
+    def __init__(self, tenant: _Optional[str] = ..., open_streams: _Optional[int] = ..., max_streams: _Optional[int] = ..., refused_streams: _Optional[int] = ..., max_priority: _Optional[int] = ..., refused_priorities: _Optional[int] = ...) -> None: ...
 
 class ModelLoad(_message.Message):
     __slots__ = ("model", "running_requests", "waiting_requests", "max_running_requests", "kv_cache_bytes", "reserved_bytes", "memory_budget_bytes", "prefix_cache_entries", "prefix_cache_bytes", "prefix_cache_hits", "prefix_cache_misses", "prefix_cache_hit_rate", "generated_tokens_per_second", "generated_tokens", "tenants", "prefix_cache_memory_hits", "prefix_cache_disk_hits", "prefix_cache_disk_entries", "prefix_cache_disk_bytes", "prefix_cache_disk_writes", "prefix_cache_disk_evictions", "prefix_cache_disk_corrupt_files", "open_sessions", "prefix_cache_disk_dropped_writes")
