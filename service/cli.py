@@ -103,8 +103,9 @@ def server_options(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         table = load_table(args.auth_token_file)
     except (OSError, ValueError) as exc:
         parser.error(f"--auth-token-file: {exc}")
-    if args.max_concurrent_rpcs < 0:
-        parser.error("--max-concurrent-rpcs must be at least 0")
+    for flag in ("max_concurrent_rpcs", "max_anonymous_streams", "max_streams_per_tenant"):
+        if getattr(args, flag) < 0:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 0")
     options = from_args(ServerOptions, args, auth_table=table, limits=build_limits(args))
     if problem := tracing.check(options):
         parser.error(f"refusing to start: {problem}")

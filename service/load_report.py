@@ -1,5 +1,5 @@
-"""GetLoad's ModelLoad from a generation engine's stats snapshot: one place, so GetLoad
-and the Prometheus endpoint always agree."""
+"""GetLoad's ModelLoad from a generation engine's stats snapshot, and its CallLoad from the call
+budgets' figures: one place, so GetLoad and the Prometheus endpoint always agree."""
 
 from __future__ import annotations
 
@@ -26,3 +26,18 @@ def model_load(name: str, s, max_running: int, tenants=()) -> pb.ModelLoad:
         prefix_cache_disk_writes=s.prefix_disk.writes, prefix_cache_disk_evictions=s.prefix_disk.evictions,
         prefix_cache_disk_corrupt_files=s.prefix_disk.corrupt, open_sessions=s.open_sessions,
         prefix_cache_disk_dropped_writes=s.prefix_disk.dropped)
+
+
+def call_load(f, tenant: str, everyone: bool) -> pb.CallLoad:
+    """The call budgets' figures (``CallFigures``) as GetLoad shows them to a caller of ``tenant``:
+    the server-wide counts and every tenant only when it sees ``everyone``'s figures."""
+    shown = [t for t in f.tenants if everyone or t.tenant == tenant]
+    load = pb.CallLoad(
+        max_concurrent_rpcs=f.max_rpcs, max_anonymous_streams=f.max_anonymous_streams,
+        tenants=[pb.TenantCalls(tenant=t.tenant, open_streams=t.open_streams, max_streams=t.max_streams,
+                                refused_streams=t.refused_streams, max_priority=t.max_priority,
+                                refused_priorities=t.refused_priorities) for t in shown])
+    if everyone:
+        load.open_rpcs, load.anonymous_streams = f.open_rpcs, f.anonymous_streams
+        load.refused_rpcs, load.refused_anonymous_streams = f.refused_rpcs, f.refused_anonymous_streams
+    return load

@@ -12,6 +12,7 @@ import threading
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
+from .call_metrics import CallCollector
 from .calls import EMBED, UNKNOWN, CallRecord, Observer, method_labels
 from .grammar_metrics import GrammarCollector
 from .handlers import HEALTH_SERVICE
@@ -126,6 +127,10 @@ class Metrics(Observer):
             pass
         self._http = None
         self._lock = threading.Lock()
+
+    def watch_calls(self, budgets) -> None:
+        """Serves the call budgets' figures (``CallBudgets``) too; once per server."""
+        self.registry.register(CallCollector(budgets))
 
     def on_start(self, call: CallRecord) -> None:
         service, method = method_labels(call.method)

@@ -1,7 +1,7 @@
 """The grpc.aio server: InferenceService, SMG's worker contract, health, reflection, graceful drain.
 
 Invariant: health is SERVING only while every model is ready and the server is not draining;
-interceptors run observation, then identity, then the drain check.
+interceptors run observation, then identity, then the call budgets, then the drain check.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from engine.validation import Limits
 
 from .access_log import AccessLog
 from .auth import AuthInterceptor, is_loopback_host
+from .budgets import BudgetInterceptor, CallBudgets
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .interceptors import DrainInterceptor, ObservingInterceptor, ServerState
@@ -73,8 +74,14 @@ class ServerOptions:
                "(e.g. Istio, whose inbound arrives from 127.0.0.6) every remote caller would be admin")
     insecure_open: bool = setting(False, "allow a non-loopback --host without auth tokens (anyone reaching it "
                                          "may generate)")
-    max_concurrent_rpcs: int = setting(1024, "RPCs served at once; beyond it grpc answers RESOURCE_EXHAUSTED "
-                                             "(0: unbounded)")
+    max_concurrent_rpcs: int = setting(1024, "RPCs served at once, health checks and anonymous streams not "
+                                             "counted; beyond it RESOURCE_EXHAUSTED (TOO_MANY_RPCS) (0: unbounded)")
+    max_anonymous_streams: int = setting(16, "streaming calls open at once by callers without a token (health "
+                                             "Watch, open reflection), apart from --max-concurrent-rpcs; beyond "
+                                             "it RESOURCE_EXHAUSTED (0: unbounded)")
+    max_streams_per_tenant: int = setting(256, "streaming calls a tenant of the tokens file has open at once, "
+                                               "unless its max_streams says otherwise; beyond it "
+                                               "RESOURCE_EXHAUSTED (TENANT_STREAMS_EXHAUSTED) (0: unbounded)")
     metrics_port: int | None = setting(None, "serve Prometheus metrics on this HTTP port (off by default; 0 "
                                              "picks one)", type=int)
     metrics_host: str = setting("127.0.0.1", "address of the metrics endpoint (0.0.0.0 for every interface: "
@@ -111,6 +118,11 @@ def token_table(options: ServerOptions) -> TokenTable:
     return TokenTable({**TokenTable.of_tokens(options.auth_tokens).identities, **options.auth_table.identities})
 
 
+def call_budgets(options: ServerOptions) -> CallBudgets:
+    return CallBudgets(options.max_concurrent_rpcs, options.max_anonymous_streams, options.max_streams_per_tenant,
+                       token_table(options).tenants())
+
+
 async def create_server(address: str, models: ModelSet, *, options: ServerOptions = ServerOptions(),
                         health_servicer: health.aio.HealthServicer | None = None,
                         credentials: grpc.ServerCredentials | None = None,
@@ -118,17 +130,20 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
                         ) -> tuple[grpc.aio.Server, int]:
     """A server with every service added and ``address`` bound (not started); returns it and the port."""
     state = state or ServerState()
+    budgets = call_budgets(options)
+    if metrics is not None:
+        metrics.watch_calls(budgets)
     observers = [o for o in (metrics, AccessLog() if options.access_log else None) if o is not None]
     interceptors: list[grpc.aio.ServerInterceptor] = [
         ObservingInterceptor(state, observers), *tracing.interceptors(options),
         AuthInterceptor(token_table(options), open_reflection=options.auth_open_reflection,
                         admin_loopback=options.admin_loopback),
-        DrainInterceptor(state), WireBudgetInterceptor(options.limits)]
+        BudgetInterceptor(budgets), DrainInterceptor(state), WireBudgetInterceptor(options.limits)]
     server = grpc.aio.server(interceptors=interceptors, options=[
         ("grpc.max_receive_message_length", options.max_message_bytes),
         ("grpc.max_send_message_length", options.max_message_bytes), *KEEPALIVE,
-    ], maximum_concurrent_rpcs=options.max_concurrent_rpcs or None)
-    servicer = InferenceServicer(models, options.limits, options.max_message_bytes)
+    ])  # no maximum_concurrent_rpcs: grpc's would count anonymous streams too (BudgetInterceptor counts)
+    servicer = InferenceServicer(models, options.limits, options.max_message_bytes, budgets=budgets)
     pb_grpc.add_InferenceServiceServicer_to_server(servicer, server)
     contracts = worker_contracts(options)
     worker_args = (models, state, options.limits, options.max_message_bytes, options.smg_worker_model)

@@ -20,7 +20,8 @@ from . import convert
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .identity import current_identity
-from .load_report import model_load
+from .budgets import CallBudgets
+from .load_report import call_load, model_load
 from .status import MAX_MESSAGE_BYTES, ResponseTooLarge, mapped
 
 _MAX_TOKENS = 2**31 - 1
@@ -28,8 +29,10 @@ MAX_ADAPTER_PATH = 4096  # characters of LoadAdapter's directory (PATH_MAX on Li
 
 
 class InferenceServicer(pb_grpc.InferenceServiceServicer):
-    def __init__(self, models: ModelSet, limits: Limits = Limits(), max_message_bytes: int = MAX_MESSAGE_BYTES):
+    def __init__(self, models: ModelSet, limits: Limits = Limits(), max_message_bytes: int = MAX_MESSAGE_BYTES,
+                 budgets: CallBudgets | None = None):
         self.models = models
+        self.budgets = budgets  # GetLoad's call figures
         self.limits = limits  # for identifiers, checked before a model is looked up
         self.max_message_bytes = max_message_bytes
         self.started = time.monotonic()
@@ -116,12 +119,14 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         engines = ([self.models.generator(request.model)] if request.model
                    else [e for e in self.models.generation if e.ready])
         stats = await asyncio.gather(*(e.stats() for e in engines))
-        caller = current_identity()  # without the admin role: its own tenant's figures only
-        shown = [tuple(t for t in s.tenants if caller.admin or t.tenant == caller.tenant.name) for s in stats]
+        caller = current_identity()
+        everyone = caller.admin  # without it: its own tenant's figures only
+        shown = [tuple(t for t in s.tenants if everyone or t.tenant == caller.tenant.name) for s in stats]
         return pb.GetLoadResponse(
             models=[model_load(e.name, s, e.config.scheduler.max_active, tenants)
                     for e, s, tenants in zip(engines, stats, shown)],
-            uptime_seconds=time.monotonic() - self.started)
+            uptime_seconds=time.monotonic() - self.started,
+            calls=call_load(self.budgets.figures(), caller.tenant.name, everyone) if self.budgets else None)
 
     @mapped()
     async def LoadAdapter(self, request: pb.LoadAdapterRequest, context: grpc.aio.ServicerContext):

@@ -20,37 +20,38 @@ from service.metrics import scrape
 from service.server import ServerOptions
 from service.worker.servicer import MAX_ABORT_IDS
 from tests.helpers import details, generate, request
-from tests.test_ops_security import list_services
+from tests.test_ops_security import bearer, list_services
 from tests.test_tenants_auth import tenant_server
 
 
 async def test_the_server_refuses_rpcs_beyond_its_bound(server):
-    async with tenant_server(server["models"], ServerOptions(max_concurrent_rpcs=1)) as (ch, _, _):
+    options = ServerOptions(max_concurrent_rpcs=1, auth_tokens=("bound",))  # anonymous streams count apart
+    async with tenant_server(server["models"], options) as (ch, _, _):
         requests: asyncio.Queue = asyncio.Queue()
 
         async def pending():
             while (item := await requests.get()) is not None:
                 yield item
 
-        held = reflection_pb2_grpc.ServerReflectionStub(ch).ServerReflectionInfo(pending())
+        held = reflection_pb2_grpc.ServerReflectionStub(ch).ServerReflectionInfo(pending(), metadata=bearer("bound"))
         await requests.put(reflection_pb2.ServerReflectionRequest(list_services=""))
         assert (await held.read()).list_services_response.service  # in flight until we close it
         stub = pb_grpc.InferenceServiceStub(ch)
         with pytest.raises(grpc.aio.AioRpcError) as err:
-            await stub.ListModels(pb.ListModelsRequest())
+            await stub.ListModels(pb.ListModelsRequest(), metadata=bearer("bound"))
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         await requests.put(None)
         assert await held.read() is grpc.aio.EOF
         for _ in range(100):  # the bound frees once the server has finished the held call
             try:
-                assert (await stub.ListModels(pb.ListModelsRequest())).models
+                assert (await stub.ListModels(pb.ListModelsRequest(), metadata=bearer("bound"))).models
                 break
             except grpc.aio.AioRpcError as late:
                 assert late.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
                 await asyncio.sleep(0.02)
         else:
             pytest.fail("the bound never freed")
-        assert "mlxgrpc.v1.InferenceService" in await list_services(ch)
+        assert "mlxgrpc.v1.InferenceService" in await list_services(ch, bearer("bound"))
 
 
 async def test_cancel_and_abort_pass_while_draining(server):
