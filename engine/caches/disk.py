@@ -14,6 +14,7 @@ longer entry to replace it. Index methods are thread-safe.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..hardware.device import end_thread
 from .disk_files import Foreign, is_plain, private_dir
@@ -57,11 +58,12 @@ class DiskTier:
     def __init__(self, directory: Path | str, max_bytes: int, fingerprint: str, key: bytes, *,
                  queue_bytes: int = 512 << 20, trimmable: bool = True, write_delay_s: float = 0.25):
         """``key``: the secret (disk_key.load_key) every file's MACs, name and namespace tag are made under."""
-        self.directory = Path(directory).expanduser() / fingerprint
+        self.directory = Path(directory).expanduser().resolve() / fingerprint  # the operator's links followed
         self.max_bytes = max_bytes
         self.fingerprint = fingerprint
         self._key = bytes(key)
-        self._tags: dict[str, str] = {}
+        # What the files and the index hold for a namespace (a keyed hash: no tenant name on disk).
+        self.tag: Callable[[str], str] = functools.lru_cache(4096)(functools.partial(namespace_tag, self._key))
         self.trimmable = trimmable  # entries may serve shorter prompts (KV caches only)
         self._queue_bytes = queue_bytes
         self._lock = threading.Condition()
@@ -82,15 +84,6 @@ class DiskTier:
         self._reader = ThreadPoolExecutor(1, thread_name_prefix=f"prefix-disk-read-{fingerprint[:8]}")
 
     # -- index -------------------------------------------------------------------------------
-
-    def tag(self, namespace: str) -> str:
-        """What the files and the index hold for ``namespace`` (a keyed hash: no tenant name on disk)."""
-        tag = self._tags.get(namespace)
-        if tag is None:
-            if len(self._tags) > 4096:
-                self._tags.clear()
-            tag = self._tags[namespace] = namespace_tag(self._key, namespace)
-        return tag
 
     def _scan(self) -> None:
         """Rebuilds the index from the directory; leftovers, bad and foreign files are deleted."""

@@ -29,7 +29,7 @@ MIN_KEY_BYTES = 32
 
 def load_key(key_file: str | Path | None, state_dir: Path, cache_dir: str | Path) -> bytes:
     """The tier's key: ``key_file``'s bytes, or the state directory's generated key."""
-    path = Path(key_file).expanduser() if key_file else Path(state_dir) / KEY_NAME
+    path = Path(key_file).expanduser() if key_file else Path(state_dir).expanduser().resolve() / KEY_NAME
     cache = Path(cache_dir).expanduser().resolve()
     where = path.resolve()
     if where == cache or cache in where.parents:

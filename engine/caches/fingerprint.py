@@ -26,6 +26,7 @@ log = logging.getLogger("engine.caches.fingerprint")
 
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".npz")
 DIGESTS_NAME = "weight-digests.json"
+_KEPT = 4096  # digests the cache file keeps
 
 
 class NoWeights(LookupError):
@@ -74,7 +75,7 @@ class WeightDigests:
     """Whole-file SHA-256s cached by the file's identity (kept in the state directory)."""
 
     def __init__(self, state_dir: Path | None):
-        self._path = Path(state_dir) / DIGESTS_NAME if state_dir is not None else None
+        self._path = Path(state_dir).expanduser().resolve() / DIGESTS_NAME if state_dir is not None else None
         self._known: dict[str, str] = {}
         self._changed = False
         if self._path is not None and self._path.is_file():
@@ -95,6 +96,8 @@ class WeightDigests:
                 digest = hashlib.file_digest(f, "sha256").hexdigest()
                 self._known[identity] = digest
                 self._changed = True
+                while len(self._known) > _KEPT:  # the oldest go: files replaced long ago
+                    del self._known[next(iter(self._known))]
         return digest
 
     def save(self) -> None:
