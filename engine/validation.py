@@ -53,7 +53,7 @@ class Limits:
                                             f"it is parsed (nesting is capped at {MAX_JSON_DEPTH}): "
                                             f"chat.template_kwargs' values together, a vLLM structural tag or "
                                             f"JSON schema")
-    max_request_fields: int = setting(1 << 16, "cap on protobuf fields (messages, parts, tools, map entries, "
+    max_request_fields: int = setting(1 << 15, "cap on protobuf fields (messages, parts, tools, map entries, "
                                                "strings) in one request, counted on its wire bytes before it is "
                                                "parsed (requests over 64 KiB)")
     prep_threads: int = setting(4, "threads that tokenize and render chat templates (Generate's and Prefetch's "

@@ -118,8 +118,8 @@ class WireBudget:
                 pos += 1
             else:
                 key, pos = _varint(data, pos)
-            wire = key & 7
-            field = fields.get(key >> 3)
+            wire, number = key & 7, key >> 3
+            field = fields.get(number)
             if wire == 2:
                 size = data[pos]
                 if size < 0x80:
@@ -133,7 +133,13 @@ class WireBudget:
                 if field is None:
                     continue
                 if field.message is not None:  # walked too: the fields inside cost parsing
-                    stack.append((field, start, pos, path, counts.get(field.number, 0)))
+                    count = counts.get(number, 0)
+                    counts[number] = count + 1
+                    if field.cap is not None and count >= field.cap[0]:
+                        return self._over(field, path)
+                    if size:  # an empty one holds nothing to walk
+                        stack.append((field, start, pos, path, count))
+                    continue
                 elif field.packed:
                     self._left = left
                     overflow = self._packed(field, path, counts, data, start, pos)
@@ -146,10 +152,10 @@ class WireBudget:
                 pos += 8
             elif wire == 5:
                 pos += 4
-            else:
-                return None  # groups: not in these contracts; the parser decides
+            elif wire not in (3, 4):  # a group's start and end are counted as fields, nothing to skip
+                raise ValueError("not a wire type")
             if field is not None and field.repeated:
-                count = counts[field.number] = counts.get(field.number, 0) + 1
+                count = counts[number] = counts.get(number, 0) + 1
                 if field.cap is not None and count > field.cap[0]:
                     return self._over(field, path)
         self._left = left
@@ -157,7 +163,13 @@ class WireBudget:
 
     def _packed(self, field: _Field, path: tuple, counts: dict[int, int], data: bytes, start: int,
                 end: int) -> Overflow | None:
-        values = (end - start) // field.width if field.width else end - start - _continued(data, start, end)
+        size = end - start
+        if field.width:
+            values = size // field.width
+        elif size // 10 > self.max_numbers - self._numbers:  # a varint is at most 10 bytes: over at once
+            values = size // 10
+        else:
+            values = size - _continued(data, start, end)
         self._numbers += values
         if self._numbers > self.max_numbers:
             return Overflow(_path(path, field.name), f"at most {self.max_numbers} numbers in one request's "
@@ -176,7 +188,7 @@ def _path(path: tuple, last: str = "") -> str:
     return ".".join(names + [last] if last else names) or "request"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Field:
     number: int
     name: str

@@ -215,3 +215,40 @@ async def test_tokenizing_rpcs_count_against_the_tenants_max_in_flight(stub):
         await held
     # the held request gone, the tenant tokenizes again
     assert (await stub.Tokenize(pb.TokenizeRequest(model="llama", text="Hello"), metadata=BETA)).token_ids
+
+
+# --- the walk itself -----------------------------------------------------------------------
+
+
+def test_large_requests_within_their_caps_pass_the_walk():
+    """Images, long texts, many messages and long token prompts: over SCAN_FROM, within every cap."""
+    from engine.validation import Limits
+    from service.wire_budget import budget_for
+
+    image = gen_pb.ContentPart(image=gen_pb.Image(data=b"\x89PNG" + b"\x00" * (2 << 20), media_type="image/png"))
+    messages = [gen_pb.ChatMessage(role="user", content="word " * 20) for _ in range(5000)]
+    messages.append(gen_pb.ChatMessage(role="user", parts=[gen_pb.ContentPart(text="look"), image]))
+    tools = [gen_pb.Tool(name=f"t{i}", parameters_json_schema='{"type": "object"}') for i in range(200)]
+    req = pb.GenerateRequest(model="llama", chat=gen_pb.ChatMessages(messages=messages, tools=tools,
+                                                                      template_kwargs={"a": "1"}))
+    req.sampling.logit_bias.update({i: 1.0 for i in range(1024)})
+    req.stopping.stop_token_ids.extend(range(100_000, 101_024))
+    budget = budget_for("/mlxgrpc.v1.InferenceService/Generate", Limits())
+    assert req.ByteSize() > SCAN_FROM and budget.check(req.SerializeToString()) is None
+    ids = pb.GenerateRequest(model="llama", tokens=gen_pb.TokenIds(ids=list(range(200_000))))
+    assert budget.check(ids.SerializeToString()) is None
+    req.stopping.stop_token_ids.append(7)  # one over its cap, packed
+    assert budget.check(req.SerializeToString()).field == "stopping.stop_token_ids"
+
+
+def test_the_walk_counts_unknown_fields_and_bounds_packed_numbers():
+    from engine.validation import Limits
+    from service.wire_budget import budget_for
+
+    budget = budget_for("/mlxgrpc.v1.InferenceService/Tokenize", Limits(max_request_fields=1000))
+    assert budget.check(b"\xfa\x3e\x00" * 1001).field == "request"  # field 999, empty, repeated
+    ids = budget_for("/mlxgrpc.v1.InferenceService/Generate", Limits(max_request_numbers=1000))
+    too_many = pb.GenerateRequest(tokens=gen_pb.TokenIds(ids=[300] * 1001)).SerializeToString()
+    assert ids.check(too_many).field == "tokens.ids"
+    assert ids.check(pb.GenerateRequest(tokens=gen_pb.TokenIds(ids=[300] * 1000)).SerializeToString()) is None
+    assert ids.check(b"\x0a\xff\xff") is None  # not protobuf: left to the parser
