@@ -15,8 +15,6 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
-from typing import Callable
-
 from google.protobuf import descriptor as _d
 from google.protobuf import message_factory
 from hypothesis import strategies as st
@@ -104,10 +102,10 @@ def strings(sizes: Sizes, huge: bool = True) -> st.SearchStrategy[str]:
 
 def _json_text(sizes: Sizes) -> st.SearchStrategy[str]:
     """JSON-shaped text: valid small documents, deep nesting, broken text."""
-    depths = st.sampled_from([8, 100, 1_000, max(sizes.huge)])
+    depths = st.sampled_from([100, 2_000, max(sizes.huge)])
     deep = st.one_of(st.builds(lambda n: "[" * n + "]" * n, depths),
                      st.builds(lambda n: '{"a":' * n + "1" + "}" * n, depths))
-    return st.one_of(deep, st.sampled_from(['{}', '[]', '{"type": "object"}', '{"type": "string", "pattern": "a+"}',
+    return st.one_of(deep, deep, st.sampled_from(['{}', '[]', '{"type": "object"}', '{"type": "string", "pattern": "a+"}',
                                             '{"a": 1}', "{", "]", '"x"', "1e999", '{"$ref": "#"}']),
                      st.text(max_size=16))
 
@@ -134,6 +132,8 @@ def hints(sizes: Sizes, vocab: int = 640) -> dict[str, st.SearchStrategy]:
         "role": st.sampled_from(["user", "assistant", "system", "tool", ""]),
         "path": st.sampled_from(["", ".", "..", "/", "/etc", "/proc/self", "adapters/x", "../../x"]),
         "start_sequence_number": st.sampled_from([0, 0, 1, 2, 5, 2**63, 2**64 - 1]),
+        "template_kwargs": st.dictionaries(st.text(max_size=8), json, max_size=3),
+        "kv_transfer_params_json": json,
     }
 
 
@@ -199,7 +199,8 @@ class MessageStrategies:
                                   max_size=self.sizes.repeat)
             many = st.builds(lambda n: {i if key_f.cpp_type != F.CPPTYPE_STRING else str(i): _default(value_f)
                                         for i in range(n)}, st.sampled_from(self.sizes.huge))
-            return st.builds(lambda v: (lambda m: _set_map(m, field, value_f, v)), st.one_of(few, few, many))
+            options = [few, few, many] + ([self.hints[field.name]] * 2 if field.name in self.hints else [])
+            return st.builds(lambda v: (lambda m: _set_map(m, field, value_f, v)), st.one_of(options))
         if field.is_repeated:
             element = self._value(field, depth, huge=False)
             hint = self.hints.get(field.name)
@@ -210,6 +211,26 @@ class MessageStrategies:
             options = [few, few, many] + ([hint] * 2 if hint is not None else [])
             return st.builds(lambda v: (lambda m: _extend(m, field, v)), st.one_of(options))
         return st.builds(lambda v: (lambda m: _set(m, field, v)), self._value(field, depth))
+
+    def on_top_of(self, base) -> st.SearchStrategy:
+        """``base`` with one field drawn: a top-level one, or one inside a message field ``base``
+        sets (a oneof member replaces its siblings)."""
+        targets = [((), f) for f in base.DESCRIPTOR.fields]
+        for fd, value in base.ListFields():
+            if fd.cpp_type == F.CPPTYPE_MESSAGE and not fd.is_repeated:
+                targets += [((fd.name,), f) for f in value.DESCRIPTOR.fields]
+
+        def apply(where: tuple[str, ...], setter):
+            msg = type(base)()
+            msg.CopyFrom(base)
+            inner = msg
+            for name in where:
+                inner = getattr(inner, name)
+            setter(inner)
+            return msg
+
+        return st.sampled_from(targets).flatmap(
+            lambda t: self._field(t[1], len(t[0])).map(lambda setter: apply(t[0], setter)))
 
     def _build(self, desc: _d.Descriptor, depth: int) -> st.SearchStrategy:
         cls = message_factory.GetMessageClass(desc)
@@ -290,6 +311,32 @@ def tampered(draw, encoded: bytes) -> bytes:
     return encoded + extra
 
 
+def plausible_bases(model: str = "llama", embedder: str = "embed") -> dict[str, object]:
+    """RPC name -> a request that passes validation, for ``on_top_of`` to change one field of."""
+    from smg_grpc_proto.generated import common_pb2  # noqa: F401 - registers the shared messages
+
+    from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
+
+    pb, v, m = inference_service_pb2, vllm_engine_pb2, mlx_engine_pb2
+    ids = [5, 6, 7, 8, 9, 10]
+    return {
+        "InferenceService/Generate": pb.GenerateRequest(
+            model=model, chat=gen_pb.ChatMessages(messages=[gen_pb.ChatMessage(role="user", content="Hello there")]),
+            stopping=gen_pb.StoppingCriteria(max_tokens=2), response_format=gen_pb.ResponseFormat(json_object=True)),
+        "InferenceService/Embed": pb.EmbedRequest(model=embedder, inputs=["Hello"]),
+        "InferenceService/Rerank": pb.RerankRequest(model=embedder, query="boats", documents=["a harbour"]),
+        "InferenceService/Tokenize": pb.TokenizeRequest(model=model, text="Hello"),
+        "InferenceService/Detokenize": pb.DetokenizeRequest(model=model, token_ids=ids),
+        "InferenceService/Prefetch": pb.PrefetchRequest(model=model, text="Hello there"),
+        "InferenceService/PlanMemory": pb.PlanMemoryRequest(model=model, context_tokens=100, max_generation_tokens=8),
+        "VllmEngine/Generate": v.GenerateRequest(request_id="v1", tokenized=v.TokenizedInput(input_ids=ids),
+                                                 sampling_params=v.SamplingParams(max_tokens=2)),
+        "VllmEngine/Embed": v.EmbedRequest(request_id="e1", tokenized=v.TokenizedInput(input_ids=ids)),
+        "MlxEngine/Generate": m.GenerateRequest(request_id="m1", tokenized=m.TokenizedInput(input_ids=ids),
+                                                sampling_params=m.SamplingParams(max_tokens=2)),
+    }
+
+
 @dataclass(frozen=True)
 class Call:
     """One fuzzed call: the method, the bytes sent, and the message they encode (None when
@@ -301,14 +348,17 @@ class Call:
 
 
 def calls(methods: list[Rpc], sizes: Sizes = Sizes(), *, raw_share: int = 8,
-          extra: Callable[[Rpc], st.SearchStrategy | None] | None = None) -> st.SearchStrategy[Call]:
-    """A call of any of ``methods``; about one in ``raw_share`` is tampered bytes."""
+          bases: dict[str, object] | None = None) -> st.SearchStrategy[Call]:
+    """A call of any of ``methods``; about one in ``raw_share`` is tampered bytes, and for a
+    method in ``bases`` (default ``plausible_bases()``) half are its valid request with one field
+    drawn."""
     builder = MessageStrategies(sizes)
+    bases = plausible_bases() if bases is None else bases
 
     def of(rpc: Rpc) -> st.SearchStrategy[Call]:
         messages = builder.of(rpc.request.DESCRIPTOR)
-        if extra is not None and (more := extra(rpc)) is not None:
-            messages = st.one_of(messages, more)
+        if rpc.name in bases:
+            messages = st.one_of(messages, builder.on_top_of(bases[rpc.name]))
         good = messages.map(lambda m: Call(rpc, m.SerializeToString(), m))
         bad = messages.flatmap(lambda m: tampered(m.SerializeToString())).map(lambda b: Call(rpc, b, None))
         return st.one_of(*([good] * (raw_share - 1)), bad)

@@ -24,6 +24,7 @@ from typing import Iterable
 
 import grpc
 from google.protobuf import descriptor as _d
+from google.protobuf import text_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from smg_grpc_proto import mlx_engine_pb2 as mlx_pb
 from smg_grpc_proto import vllm_engine_pb2 as vllm_pb
@@ -38,6 +39,9 @@ F = _d.FieldDescriptor
 OWNER, PROBER = "acme", "beta"
 TOKENS = {"acme": "tok-acme-7d1f", "beta": "tok-beta-52c9", "ops": "tok-ops-90ab", "router": "tok-router-3e77"}
 RUN = 8  # acme prompt ids in a row that count as a leak
+# categories of findings
+IDS, TEXT, NAME, PATH, CACHE_HIT, CANCELLED, STATUS = ("prompt ids", "canary text", "tenant name", "server path",
+                                                      "prefix-cache hit", "acme cancelled", "INTERNAL/UNKNOWN")
 MAX_STREAMED = 64  # messages read from one answer stream before the call is cancelled
 STREAM_DEADLINE_S = {"SubscribeKvEvents": 1.0, "GetTokenizer": 20.0}
 CALLERS = ("beta",) * 18 + ("anonymous", "bad-token")
@@ -80,6 +84,9 @@ class Secrets:
     windows: frozenset[tuple[int, ...]]  # every RUN-long run of acme's prompt ids
     probes: dict[str, tuple[str, list[int]]]  # probe kind -> (a prompt only acme used, its ids)
     background: str  # the prompt acme keeps generating during the fuzz
+
+    def category(self, needle: str) -> str:
+        return TEXT if needle == self.canary else NAME if needle == OWNER else PATH
 
 
 def canary_of(seed: int) -> str:
@@ -199,18 +206,19 @@ class Sent:
         return cls(payload, windows)
 
 
-def leaks_in_text(text: bytes, sent: Sent, secrets: Secrets) -> list[str]:
-    return [f"holds {needle!r}" for needle in secrets.needles
+def leaks_in_text(text: bytes, sent: Sent, secrets: Secrets) -> list[tuple[str, str]]:
+    """(category, what) of each needle in ``text`` that the caller did not send."""
+    return [(secrets.category(needle), f"holds {needle!r}") for needle in secrets.needles
             if (n := needle.encode()) in text and n not in sent.payload]
 
 
-def leaks_in_message(msg, sent: Sent, secrets: Secrets) -> list[str]:
+def leaks_in_message(msg, sent: Sent, secrets: Secrets) -> list[tuple[str, str]]:
     found = leaks_in_text(msg.SerializeToString(), sent, secrets)
     for name, values in _int_runs(msg):
         runs = [i for i in range(len(values) - RUN + 1)
                 if (w := tuple(values[i:i + RUN])) in secrets.windows and w not in sent.windows]
         if runs:
-            found.append(f"{name} holds acme's prompt ids ({len(runs)} runs of {RUN}, first at {runs[0]})")
+            found.append((IDS, f"{name} holds acme's prompt ids ({len(runs)} runs of {RUN}, first at {runs[0]})"))
     return found
 
 
@@ -223,24 +231,35 @@ class Tally:
     sent: int = 0
     statuses: collections.Counter = field(default_factory=collections.Counter)
     by_method: collections.Counter = field(default_factory=collections.Counter)
-    findings: list[str] = field(default_factory=list)
-    finding_kinds: collections.Counter = field(default_factory=collections.Counter)
-    bad_statuses: int = 0
+    found: collections.Counter = field(default_factory=collections.Counter)  # (category, method) -> count
+    examples: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # the first few of each
     lock: threading.Lock = field(default_factory=threading.Lock)
-    keep: int = 200  # findings kept verbatim (all are counted)
 
-    def find(self, kind: str, text: str) -> None:
+    def find(self, category: str, method: str, text: str) -> None:
         with self.lock:
-            self.finding_kinds[kind] += 1
-            if self.finding_kinds[kind] <= 5 and len(self.findings) < self.keep:
-                self.findings.append(text)
+            self.found[(category, method)] += 1
+            kept = self.examples.setdefault((category, method), [])
+            if len(kept) < 3:
+                kept.append(text)
 
-    def leaks(self) -> int:
-        return sum(n for k, n in self.finding_kinds.items() if k != "status")
+    def count(self, *categories: str) -> int:
+        return sum(n for (c, _), n in self.found.items() if c in categories)
+
+    def report(self, *categories: str) -> str:
+        """The findings of ``categories`` (all when none), a few examples of each."""
+        lines = []
+        for (category, method), n in sorted(self.found.items()):
+            if not categories or category in categories:
+                lines.append(f"{category} via {method}: {n}")
+                lines += [f"    {example}" for example in self.examples[(category, method)]]
+        return "\n".join(lines)
 
 
-def _short(value: object, limit: int = 240) -> str:
-    text = repr(value)
+def _short(value: object, limit: int = 300) -> str:
+    if hasattr(value, "DESCRIPTOR"):
+        text = text_format.MessageToString(value, as_one_line=True)
+    else:
+        text = repr(value)
     return text if len(text) <= limit else text[:limit] + f"...(+{len(text) - limit} chars)"
 
 
@@ -278,18 +297,15 @@ class Fuzzer:
             text = (err.details() or "").encode("utf-8", "replace")
             for key, value in (err.trailing_metadata() or ()):
                 text += b"\n" + key.encode() + b"=" + (value if isinstance(value, bytes) else value.encode())
-            for leak in leaks_in_text(text, sent, self.secrets):
-                self.tally.find("error text", f"{call.rpc.name} as {caller}: status {status} {leak}: "
-                                              f"{_short(err.details())}")
+            for category, leak in leaks_in_text(text, sent, self.secrets):
+                self.tally.find(category, call.rpc.name, f"as {caller}: status {status} {leak}: "
+                                                         f"{_short(err.details())}")
             if code in BAD_STATUSES:
-                with self.tally.lock:
-                    self.tally.bad_statuses += 1
-                self.tally.find("status", f"{call.rpc.name} as {caller}: {status}: {_short(err.details())} "
-                                          f"<- {_short(call.message if call.message is not None else call.payload)}")
+                self.tally.find(STATUS, call.rpc.name, f"as {caller}: {status}: {_short(err.details())} <- "
+                                f"{_short(call.message if call.message is not None else call.payload)}")
         for answer in answers:
-            for leak in leaks_in_message(answer, sent, self.secrets):
-                self.tally.find(f"{call.rpc.name} answer", f"{call.rpc.name} as {caller}: answer {leak}: "
-                                                             f"{_short(answer)}")
+            for category, leak in leaks_in_message(answer, sent, self.secrets):
+                self.tally.find(category, call.rpc.name, f"as {caller}: answer {leak}: {_short(answer)}")
         with self.tally.lock:
             self.tally.sent += 1
             self.tally.statuses[status] += 1
@@ -312,11 +328,11 @@ class Fuzzer:
             except grpc.RpcError as err:
                 answers, outcome = [], err.code().name
                 if err.code() in BAD_STATUSES:
-                    self.tally.find("status", f"probe {kind}: {outcome}: {_short(err.details())}")
+                    self.tally.find(STATUS, kind, f"probe: {outcome}: {_short(err.details())}")
             cached = max([int(v) for a in answers for v in _field_values(a, "cached_tokens")], default=0)
             if cached > 0:
-                self.tally.find("prefix-cache hit", f"probe {kind}: beta's first send of a prompt only acme used "
-                                                    f"reported cached_tokens={cached}")
+                self.tally.find(CACHE_HIT, kind, f"beta's first send of a prompt only acme used reported "
+                                                 f"cached_tokens={cached}")
             outcomes.append(f"{kind}: {outcome}, cached_tokens {cached}")
         return outcomes
 
@@ -362,8 +378,8 @@ class AcmeLoop(threading.Thread):
                 outcome = err.code().name
             self.outcomes[outcome] += 1
             if outcome in ("FINISH_REASON_CANCELLED", "CANCELLED", "ABORTED"):
-                self.tally.find("acme cancelled", f"acme's request {rid!r} ended {outcome}: another tenant's "
-                                                   f"Cancel or Abort reached it")
+                self.tally.find(CANCELLED, "InferenceService/Generate", f"acme's request {rid!r} ended {outcome}: "
+                                                                       f"another tenant's Cancel or Abort reached it")
             self.stop.wait(0.05)
 
 

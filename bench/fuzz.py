@@ -1,0 +1,161 @@
+"""The tenant fuzzer's long run against a server process (``mlx-grpc serve``).
+
+    python -m bench.fuzz [--messages 100000] [--seed 0] [--max-minutes 0] [--model DIR]
+
+Starts a server with small limits over the llama fixture (or ``--model``) and the qwen3
+fixture as embedding model, a tokens file with acme and beta (inference), ops (admin) and a
+router where that role exists; acme plants its canary prompts, beta probes its prefix cache
+with them, then beta (and callers without a valid token) send ``--messages`` fuzzed calls of
+every RPC of InferenceService, VllmEngine and MlxEngine (tests/rpc_strategies.py) while acme
+keeps generating. Prints the calls sent, the status histogram, INTERNAL/UNKNOWN answers, leaks
+by kind (tests/tenant_fuzz_harness.py), health latency from a concurrent poller (stalls over
+100 ms), the server's RSS before and after, and whether it is SERVING at the end. Exits 1
+on any finding or a server not serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
+
+from tests import tenant_fuzz_harness as harness
+from tests.cluster import REPO, Process
+from tests.rpc_strategies import Sizes, calls, rpcs
+
+MODEL, EMBEDDER = "llama", "embed"
+SIZES = Sizes(repeat=6, depth=5, huge=(300, 5_000, 60_000, 400_000))
+LIMIT_FLAGS = ["--max-tokens", "8", "--max-prompt-tokens", "160", "--max-prompt-bytes", "4096",
+               "--max-chat-messages", "8", "--max-stop-strings", "4", "--max-logit-bias", "16",
+               "--max-embed-inputs", "4", "--max-embed-input-bytes", "4096", "--max-active", "4",
+               "--max-queued", "16", "--prefill-chunk", "16", "--max-message-bytes", str(4 << 20)]
+PORT = re.compile(r"listening on port (\d+)")
+
+
+class TimeUp(BaseException):
+    """Ends the hypothesis run early (a BaseException: no shrinking, no replay)."""
+
+
+def log(message: str) -> None:
+    print(f"[fuzz] {message}", file=sys.stderr, flush=True)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def start_server(root: Path, model: Path, embedder: Path, tokens: Path) -> tuple[Process, str]:
+    argv = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", "0",
+            "--model", f"{MODEL}={model}", "--embedding-model", f"{EMBEDDER}={embedder}",
+            "--auth-token-file", str(tokens), "--no-access-log", "--grace", "1", *LIMIT_FLAGS]
+    server = Process("server", argv, root, cwd=REPO)
+    port: list[int] = []
+
+    def bound() -> bool:
+        if m := PORT.search(server.log_path.read_text(errors="replace")):
+            port.append(int(m.group(1)))
+        return bool(port)
+
+    server.wait_until(bound, 300, "its port in the log")
+    address = f"127.0.0.1:{port[0]}"
+    server.wait_until(lambda: harness.serving(address), 300, "SERVING")
+    return server, address
+
+
+def run(args: argparse.Namespace, root: Path) -> int:
+    from tests.fixtures.models import build_model
+
+    model = Path(args.model).resolve() if args.model else build_model("llama", root / "models" / "llama")
+    embedder = build_model("qwen3", root / "models" / "qwen3")
+    tokens = harness.tokens_file(root / "tokens")
+    log(f"starting the server on {model}")
+    server, address = start_server(root, model, embedder, tokens)
+    tally = harness.Tally()
+    paths = [str(model), str(embedder), str(tokens), str(root)]
+    deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes else None
+    try:
+        with grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 << 20)]) as channel:
+            secrets = harness.plant(channel, args.seed, MODEL, paths)
+            fuzzer = harness.Fuzzer(channel, secrets, tally, call_timeout_s=120)
+            for line in fuzzer.probe(MODEL):
+                log(f"probe {line}")
+            if harness.has_router_role():
+                log(f"router receives acme's ids (the detector works): {harness.router_sees_acme(channel, secrets)}")
+            rss_start = harness.rss_bytes(server.proc.pid)
+            poller = harness.HealthPoller(address)
+            poller.start()
+            acme = harness.AcmeLoop(channel, secrets, tally, MODEL)
+            acme.start()
+            began = time.monotonic()
+
+            @seed(args.seed)
+            @settings(max_examples=args.messages, database=None, deadline=None, phases=[Phase.generate],
+                      suppress_health_check=list(HealthCheck))
+            @given(calls(rpcs(), SIZES), st.sampled_from(harness.CALLERS))
+            def fuzz(call, caller):
+                fuzzer.send(call, caller)
+                if tally.sent % 5000 == 0:
+                    log(f"{tally.sent} calls, {time.monotonic() - began:.0f}s, findings {sum(tally.found.values())}")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeUp()
+
+            try:
+                fuzz()
+            except TimeUp:
+                log("time is up")
+            elapsed = time.monotonic() - began
+            acme.stop.set()
+            poller.stop.set()
+            acme.join(120)
+            poller.join(30)
+            rss_end = harness.rss_bytes(server.proc.pid)
+        final = harness.serving(address)
+    finally:
+        server.stop()
+    lat = sorted(poller.latencies) or [0.0]
+    print(f"\nTenant fuzz: seed {args.seed}, {cpu_model()}, {tally.sent} calls in {elapsed:.0f}s "
+          f"({tally.sent / max(elapsed, 1e-9):.0f}/s)")
+    print(f"statuses: {dict(tally.statuses.most_common())}")
+    print(f"INTERNAL/UNKNOWN answers: {tally.count(harness.STATUS)}")
+    leak_kinds = (harness.IDS, harness.TEXT, harness.NAME, harness.PATH, harness.CACHE_HIT, harness.CANCELLED)
+    print(f"leaks: {tally.count(*leak_kinds)}")
+    if tally.found:
+        print(tally.report())
+    print(f"acme's own requests: {dict(acme.outcomes)}")
+    print(f"health: {len(lat)} checks, stalls > 100 ms {poller.stalls}, not SERVING {poller.not_serving}, "
+          f"p50 {statistics.median(lat) * 1e3:.1f} ms, p99 {lat[int(0.99 * (len(lat) - 1))] * 1e3:.1f} ms, "
+          f"max {lat[-1] * 1e3:.1f} ms")
+    print(f"server RSS: {rss_start / 2**20:.0f} MiB -> {rss_end / 2**20:.0f} MiB "
+          f"({(rss_end - rss_start) / max(rss_start, 1):+.1%})")
+    print(f"final health: {'SERVING' if final else 'NOT SERVING'}")
+    return 0 if final and not tally.found else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fuzz", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=100_000, help="fuzzed calls to send")
+    parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (also the canary's)")
+    parser.add_argument("--max-minutes", type=float, default=0.0, help="stop sending after this long (0: never)")
+    parser.add_argument("--model", help="a generation model directory instead of the llama fixture")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="mlxgrpc-fuzz-") as tmp:
+        return run(args, Path(tmp).resolve())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
