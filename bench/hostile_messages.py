@@ -73,6 +73,8 @@ def messages(limit: int) -> list[tuple[str, str, bytes]]:
     return [
         ("chat.tools: empty tools", GENERATE, chat(filled(empty(gen_pb.ChatMessages, "tools"), room))),
         ("chat.messages: empty messages", GENERATE, chat(filled(empty(gen_pb.ChatMessages, "messages"), room))),
+        ("chat.messages: one-field messages", GENERATE,
+         chat(filled(field(gen_pb.ChatMessages, "messages", gen_pb.ChatMessage(role="u").SerializeToString()), room))),
         ("one message: empty parts", GENERATE, one_message(filled(empty(gen_pb.ChatMessage, "parts"), room))),
         ("one message: empty tool_calls", GENERATE,
          one_message(filled(empty(gen_pb.ChatMessage, "tool_calls"), room))),
@@ -158,6 +160,7 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="4 MiB messages, one at a time only")
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--concurrent", type=int, default=3, help="messages sent at once in the last row")
+    parser.add_argument("--only", default="", help="rows whose name holds this text only")
     args = parser.parse_args(argv)
     limit = (4 if args.quick else 16) << 20
     log_dir = Path(tempfile.mkdtemp(prefix="hostile-"))
@@ -179,7 +182,7 @@ async def main(argv: list[str] | None = None) -> int:
         if args.concurrent > 1:
             rows.append((f"{args.concurrent} at once: tools, parts, logit_bias", GENERATE,
                          [cases[0][2], cases[2][2], cases[4][2]][:args.concurrent]))
-        for name, method, datas in rows:
+        for name, method, datas in [r for r in rows if args.only in r[0]]:
             await asyncio.sleep(0.3)
             before = rss_mib(server.proc.proc.pid)
             poller.start()

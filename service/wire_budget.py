@@ -1,15 +1,21 @@
 """A request's wire bytes counted before protobuf builds it: fields, repeated elements, packed numbers.
 
-Parsing allocates every sub-message first, on the event loop, so a request over ``SCAN_FROM`` bytes
-is walked on its raw bytes (iteratively, by its descriptor) and refused at the first cap it passes.
+Parsing allocates every sub-message first and holds the interpreter meanwhile, so a request over
+``SCAN_FROM`` bytes is not parsed by the deserializer: its raw bytes are walked (iteratively, by
+its descriptor) on a walker thread, refused at the first cap they pass, and parsed only within them.
 
 Invariants: the walk visits at most ``max_fields`` fields whatever the bytes, so its cost is
-bounded; a field it refuses is named by its API path (``chat.tools``, ``chat.messages[3].parts``);
+bounded, and it runs off the event loop (pure Python: the loop gets the interpreter every switch
+interval); a field it refuses is named by its API path (``chat.tools``, ``chat.messages[3].parts``);
 bytes it cannot walk are left to the parser, which refuses them as malformed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -20,10 +26,14 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from engine.generation.grammar.formats import GrammarLimits
 from engine.validation import Limits
 
+from .calls import current_call
 from .handlers import FACTORIES, Malformed, behavior_of
 from .status import status_of
 
 SCAN_FROM = 64 << 10  # smaller requests hold at most 32k fields: parsing them costs a few ms
+WALK_THREADS = 2
+MAX_PENDING_WALKS = 32  # large requests waiting for their walk; more: RESOURCE_EXHAUSTED
+RETRY_AFTER_S = 0.5
 _VARINT_BYTES = bytes(0 if b < 0x80 else 1 for b in range(256))  # a packed varint ends on a 0 here
 _PACKED_WIDTH = {FieldDescriptor.TYPE_FIXED32: 4, FieldDescriptor.TYPE_SFIXED32: 4, FieldDescriptor.TYPE_FLOAT: 4,
                  FieldDescriptor.TYPE_FIXED64: 8, FieldDescriptor.TYPE_SFIXED64: 8, FieldDescriptor.TYPE_DOUBLE: 8}
@@ -245,24 +255,76 @@ def budget_for(method: str, limits: Limits) -> WireBudget | None:
     return WireBudget(found.input_type, static_caps(limits), limits.max_request_fields, limits.max_request_numbers)
 
 
-def guarded(parse: Callable[[bytes], object], budget: WireBudget, type_name: str) -> Callable[[bytes], object]:
-    """``parse`` preceded, for requests over ``SCAN_FROM`` bytes, by the budget's walk."""
+class Unwalked:
+    """A request over ``SCAN_FROM`` bytes as it arrived: walked, then parsed, off the event loop."""
 
-    def guarded_parse(data: bytes):
-        if len(data) > SCAN_FROM:
-            overflow = budget.check(data)
-            if overflow is not None:
-                return Overbudget(type_name, overflow)
-        return parse(data)
+    def __init__(self, data: bytes):
+        self.data = data
 
-    return guarded_parse
+
+class Busy(Malformed):
+    """Too many large requests waiting for their walk: RESOURCE_EXHAUSTED with a retry delay."""
+
+    def __init__(self, type_name: str, pending: int):
+        super().__init__(type_name, RuntimeError("busy"))
+        self.pending = pending
+
+    def status(self) -> grpc.Status:
+        return status_of(grpc.StatusCode.RESOURCE_EXHAUSTED, "REQUESTS_BEING_WALKED",
+                         f"{self.pending} large requests wait to be counted; retry later",
+                         retry_after_s=RETRY_AFTER_S)
+
+
+def deferred(parse: Callable[[bytes], object]) -> Callable[[bytes], object]:
+    """The deserializer: small requests parsed at once (on the loop), large ones kept as bytes."""
+
+    def deferred_parse(data: bytes):
+        return Unwalked(data) if len(data) > SCAN_FROM else parse(data)
+
+    return deferred_parse
+
+
+class Walker:
+    """Walks large requests on threads of its own: the walk is Python, so the event loop still
+    gets the interpreter every switch interval; at most ``max_pending`` wait."""
+
+    def __init__(self, threads: int = WALK_THREADS, max_pending: int = MAX_PENDING_WALKS):
+        self.threads, self.max_pending = threads, max_pending
+        self.pending = 0
+        self._pool: ThreadPoolExecutor | None = None
+
+    async def parsed(self, request: Unwalked, budget: WireBudget, parse: Callable[[bytes], object]) -> object:
+        """The parsed request, or a ``Malformed`` whose status refuses it."""
+        name = budget.descriptor.name
+        if self.pending >= self.max_pending:
+            return Busy(name, self.pending)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="wire-walk")
+        self.pending += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, _walked, request.data, budget,
+                                                                    parse)
+        finally:
+            self.pending -= 1
+
+
+def _walked(data: bytes, budget: WireBudget, parse: Callable[[bytes], object]) -> object:
+    overflow = budget.check(data)
+    if overflow is not None:
+        return Overbudget(budget.descriptor.name, overflow)
+    try:
+        return parse(data)  # within every cap now: at most max_request_fields fields to build
+    except Exception as exc:  # noqa: BLE001 - the caller's bad bytes
+        return Malformed(budget.descriptor.name, exc)
 
 
 class WireBudgetInterceptor(grpc.aio.ServerInterceptor):
-    """Innermost: every unary request's deserializer walks large requests' bytes first."""
+    """Innermost: a unary request over ``SCAN_FROM`` bytes is walked against its budget, then
+    parsed, on the walker's threads before its handler runs."""
 
-    def __init__(self, limits: Limits):
+    def __init__(self, limits: Limits, walker: Walker | None = None):
         self.limits = limits
+        self.walker = walker or Walker()
         self._budgets: dict[str, WireBudget | None] = {}
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
@@ -274,7 +336,31 @@ class WireBudgetInterceptor(grpc.aio.ServerInterceptor):
         budget = self._budgets[details.method]
         if budget is None:
             return handler
+        parse, inner = handler.request_deserializer, behavior_of(handler)
+
+        async def ready(request, context: grpc.aio.ServicerContext):
+            if not isinstance(request, Unwalked):
+                return request
+            request = await self.walker.parsed(request, budget, parse)
+            if isinstance(request, Malformed):
+                await context.abort_with_status(request.status())
+            call = current_call()
+            if call is not None:  # what the access log could not read from the bytes
+                call.request_id = str(getattr(request, "request_id", "") or "")
+                call.model = call.model or str(getattr(request, "model", "") or "")
+            return request
+
+        if inspect.isasyncgenfunction(inner):
+            async def behavior(request, context: grpc.aio.ServicerContext):
+                request = await ready(request, context)
+                async with contextlib.aclosing(inner(request, context)) as responses:
+                    async for response in responses:
+                        yield response
+        else:
+            async def behavior(request, context: grpc.aio.ServicerContext):
+                request = await ready(request, context)
+                result = inner(request, context)
+                return await result if inspect.isawaitable(result) else result
+
         factory = FACTORIES[(handler.request_streaming, handler.response_streaming)]
-        return factory(behavior_of(handler),
-                       request_deserializer=guarded(handler.request_deserializer, budget, budget.descriptor.name),
-                       response_serializer=handler.response_serializer)
+        return factory(behavior, request_deserializer=deferred(parse), response_serializer=handler.response_serializer)

@@ -151,6 +151,14 @@ async def _drain(call) -> None:
         pass
 
 
+async def test_large_requests_are_parsed_after_their_walk_and_reach_their_handler(stub):
+    """Over SCAN_FROM and within every cap: walked, parsed, then checked by the servicer as usual."""
+    text = "word " * (SCAN_FROM // 4)
+    ids = (await stub.Tokenize(pb.TokenizeRequest(model="llama", text=text), metadata=ACME)).token_ids
+    assert len(ids) > 1000
+    assert refused_field(await refused(generate(stub, request(text * 40), metadata=ACME))) == "text"
+
+
 # --- JSON text: bytes first, then a depth limit ------------------------------------------
 
 
