@@ -64,11 +64,14 @@ async def finish_reason(call) -> str:
 
 async def refused(call, code=grpc.StatusCode.PERMISSION_DENIED) -> str:
     """The ErrorInfo reason of a call (unary or streamed) that must fail with ``code``."""
-    with pytest.raises(grpc.aio.AioRpcError) as err:
+    async def ended() -> None:
         if hasattr(call, "__aiter__"):
             [r async for r in call]
         else:
             await call
+
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await asyncio.wait_for(ended(), 30)  # a stream that is not refused would run on
     assert err.value.code() == code, err.value.details()
     return details(err.value)["ErrorInfo"].reason
 
