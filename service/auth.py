@@ -2,7 +2,8 @@
 
 Invariants: a missing or unknown token (when tokens are set) and a missing admin or router role
 are refused before the request is parsed; without tokens every caller has the inference role
-only, unless ``admin_loopback`` gives callers on this machine the admin role.
+(``anonymous_role`` may make it router), and only ``admin_loopback`` gives callers on this
+machine the admin role.
 """
 
 from __future__ import annotations
@@ -92,13 +93,15 @@ class _Unparsed:
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """``admin_loopback``: without tokens, callers on this machine hold the admin role (behind a
-    same-host proxy or sidecar every remote caller would)."""
+    """Without tokens: every caller holds ``anonymous_role``, and with ``admin_loopback`` callers
+    on this machine hold the admin role (behind a same-host proxy or sidecar every remote caller
+    would). With tokens both are ignored."""
 
     def __init__(self, table: TokenTable = TokenTable(), *, open_reflection: bool = False,
-                 admin_loopback: bool = False):
+                 admin_loopback: bool = False, anonymous_role: str = INFERENCE):
         self.table = table
         self.admin_loopback = admin_loopback and not table
+        self.anonymous = Identity(ANONYMOUS, anonymous_role)
         self.open_services = {HEALTH_SERVICE, *(REFLECTION_SERVICES if open_reflection else ())}
         self._missing = status_of(grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED",
                                   "missing bearer token: send the metadata 'authorization: Bearer <token>'")
@@ -118,8 +121,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         method = details.method
         role = needed_role(method)
         if not self.table:
-            if handler is not None and role is not None and not self.admin_loopback:
-                return self._identified(rejecting(handler, self._denied[role]), method, NOBODY)
+            if handler is not None and not self.admin_loopback and not holds(self.anonymous, role):
+                return self._identified(rejecting(handler, self._denied[role]), method, self.anonymous)
             return self._identified(handler, method, None) if handler else None
         token = bearer_token(details.invocation_metadata)
         identity = self.table.identify(token) if token is not None else None
@@ -148,7 +151,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 with contextlib.suppress(Exception):
                     peer = context.peer() or ""
                 local_admin = self.admin_loopback and is_loopback_peer(peer)
-                identity = Identity(ANONYMOUS, ADMIN if local_admin else INFERENCE)
+                identity = Identity(ANONYMOUS, ADMIN) if local_admin else self.anonymous
             set_identity(identity)
             call = current_call()
             if call is not None:

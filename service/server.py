@@ -72,6 +72,10 @@ class ServerOptions:
         False, "without auth tokens, give callers on this machine (loopback, unix sockets) the admin role "
                "(adapters, KV events, FlushCache, every tenant's loads); behind a same-host proxy or sidecar "
                "(e.g. Istio, whose inbound arrives from 127.0.0.6) every remote caller would be admin")
+    anonymous_role: str = setting(
+        "inference", "without auth tokens, the role every caller holds: router lets a gateway that sends no token "
+                     "(SMG 1.13 sends none to its gRPC workers) receive KV events, every tenant's loads and "
+                     "FlushCache; only for replicas no one but the gateway reaches", choices=("inference", "router"))
     insecure_open: bool = setting(False, "allow a non-loopback --host without auth tokens (anyone reaching it "
                                          "may generate)")
     max_concurrent_rpcs: int = setting(1024, "RPCs served at once, health checks and anonymous streams not "
@@ -137,7 +141,7 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
     interceptors: list[grpc.aio.ServerInterceptor] = [
         ObservingInterceptor(state, observers), *tracing.interceptors(options),
         AuthInterceptor(token_table(options), open_reflection=options.auth_open_reflection,
-                        admin_loopback=options.admin_loopback),
+                        admin_loopback=options.admin_loopback, anonymous_role=options.anonymous_role),
         BudgetInterceptor(budgets), DrainInterceptor(state), WireBudgetInterceptor(options.limits)]
     server = grpc.aio.server(interceptors=interceptors, options=[
         ("grpc.max_receive_message_length", options.max_message_bytes),
@@ -216,8 +220,9 @@ async def serve(address: str, models: ModelSet, options: ServerOptions = ServerO
         log.warning("INSECURE (--insecure-open): listening on %s without auth tokens; anyone who reaches "
                     "it may call every inference RPC; production should mount a tokens file "
                     "(--auth-token-file)", address)
-    if options.admin_loopback and token_table(options):
-        log.warning("--admin-loopback has no effect: the server has auth tokens, whose roles decide")
+    if (options.admin_loopback or options.anonymous_role != "inference") and token_table(options):
+        log.warning("--admin-loopback and --anonymous-role have no effect: the server has auth tokens, whose "
+                    "roles decide")
     elif options.admin_loopback:
         log.warning("--admin-loopback: every caller on this machine holds the admin role, and so does every "
                     "caller a same-host proxy or sidecar forwards; give tokens with roles instead")
