@@ -28,7 +28,7 @@ from smg_grpc_proto import vllm_engine_pb2 as vllm_pb
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 
-from .common import default_model, machine_facts, percentile
+from .common import default_model, machine_facts, percentile, wait_low_load
 from .servers import OurServer
 
 GENERATE = "/mlxgrpc.v1.InferenceService/Generate"
@@ -161,11 +161,14 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--concurrent", type=int, default=3, help="messages sent at once in the last row")
     parser.add_argument("--only", default="", help="rows whose name holds this text only")
+    parser.add_argument("--max-load", type=float, default=2.5, help="wait (up to 5 min) for the 1-minute load "
+                                                                       "average to fall below this first")
     args = parser.parse_args(argv)
     limit = (4 if args.quick else 16) << 20
     log_dir = Path(tempfile.mkdtemp(prefix="hostile-"))
     server = OurServer(args.model or default_model(), None, log_dir, max_active=4,
                        extra=["--max-message-bytes", str(limit)])
+    wait_low_load(args.max_load, 300, print)
     facts = machine_facts()
     print(f"{facts['machine']}; load average at start {facts['load average at start']}")
     await server.start()
@@ -178,7 +181,8 @@ async def main(argv: list[str] | None = None) -> int:
         print(f"{'message':40s} {'MiB':>5s} {'status':>18s} {'refused s':>9s} {'health max ms':>13s} "
               f"{'p99 ms':>7s} {'RSS +MiB':>8s}")
         cases = messages(limit)
-        rows = [(name, method, [data]) for name, method, data in cases]
+        rows = [("idle: no message (health baseline)", GENERATE, [])]
+        rows += [(name, method, [data]) for name, method, data in cases]
         if args.concurrent > 1:
             rows.append((f"{args.concurrent} at once: tools, parts, logit_bias", GENERATE,
                          [cases[0][2], cases[2][2], cases[4][2]][:args.concurrent]))
@@ -188,16 +192,20 @@ async def main(argv: list[str] | None = None) -> int:
             poller.start()
             await asyncio.sleep(0.05)
             sent = time.perf_counter()
-            codes = await asyncio.gather(*(send(channel, method, d) for d in datas))
+            codes = await asyncio.gather(*(send(channel, method, d) for d in datas)) if datas else ["-"]
+            if not datas:
+                await asyncio.sleep(0.5)
             took = time.perf_counter() - sent
             await asyncio.sleep(0.05)
             await poller.stop()
             lat = poller.latencies or [0.0]
             grew = max(0.0, poller.peak_rss - before)
-            worst["health"] = max(worst["health"], max(lat))
-            worst["refusal"] = max(worst["refusal"], took)
-            worst["rss"] = max(worst["rss"], grew)
-            print(f"{name:40s} {len(datas[0]) / 2**20:5.1f} {'/'.join(sorted(set(codes))):>18s} {took:9.3f} "
+            if datas:
+                worst["health"] = max(worst["health"], max(lat))
+                worst["refusal"] = max(worst["refusal"], took)
+                worst["rss"] = max(worst["rss"], grew)
+            size = len(datas[0]) / 2**20 if datas else 0.0
+            print(f"{name:40s} {size:5.1f} {'/'.join(sorted(set(codes))):>18s} {took:9.3f} "
                   f"{max(lat) * 1000:13.1f} {percentile(lat, 99) * 1000:7.1f} {grew:8.1f}", flush=True)
         print(f"worst: refusal {worst['refusal']:.3f} s (goal <= 1), health {worst['health'] * 1000:.1f} ms "
               f"(goal <= 100), RSS +{worst['rss']:.1f} MiB (goal <= 64)")

@@ -1,13 +1,14 @@
 """A request's wire bytes counted before protobuf builds it: fields, repeated elements, packed numbers.
 
-Parsing allocates every sub-message first and holds the interpreter meanwhile, so a request over
+Parsing allocates every sub-message first and holds the event loop meanwhile, so a request over
 ``SCAN_FROM`` bytes is not parsed by the deserializer: its raw bytes are walked (iteratively, by
-its descriptor) on a walker thread, refused at the first cap they pass, and parsed only within them.
+its descriptor) before its handler runs, refused at the first cap they pass, and parsed only
+within them.
 
 Invariants: the walk visits at most ``max_fields`` fields whatever the bytes, so its cost is
-bounded, and it runs off the event loop (pure Python: the loop gets the interpreter every switch
-interval); a field it refuses is named by its API path (``chat.tools``, ``chat.messages[3].parts``);
-bytes it cannot walk are left to the parser, which refuses them as malformed.
+bounded, and it gives the loop back every ``SLICE_MASK + 1`` fields (a thread would not help: the
+interpreter lock makes the loop wait for it); a field it refuses is named by its API path
+(``chat.tools``, ``chat.messages[3].parts``); bytes it cannot walk are left to the parser.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Generator, Mapping
 
 import grpc
 from google.protobuf import descriptor_pool
@@ -31,8 +31,8 @@ from .handlers import FACTORIES, Malformed, behavior_of
 from .status import status_of
 
 SCAN_FROM = 64 << 10  # smaller requests hold at most 32k fields: parsing them costs a few ms
-WALK_THREADS = 2
-MAX_PENDING_WALKS = 32  # large requests waiting for their walk; more: RESOURCE_EXHAUSTED
+SLICE_MASK = 1023  # the walk gives the event loop back every 1024 fields (well under a millisecond)
+MAX_PENDING_WALKS = 32  # large requests being walked at once; more: RESOURCE_EXHAUSTED
 RETRY_AFTER_S = 0.5
 _VARINT_BYTES = bytes(0 if b < 0x80 else 1 for b in range(256))  # a packed varint ends on a 0 here
 _PACKED_WIDTH = {FieldDescriptor.TYPE_FIXED32: 4, FieldDescriptor.TYPE_SFIXED32: 4, FieldDescriptor.TYPE_FLOAT: 4,
@@ -79,6 +79,15 @@ class Overbudget(Malformed):
                          f"{self.overflow.field}: {self.overflow.description}", field=self.overflow.field)
 
 
+class _Walk:
+    """One walk's counters: fields it may still visit, packed numbers seen."""
+
+    __slots__ = ("left", "numbers")
+
+    def __init__(self, max_fields: int):
+        self.left, self.numbers = max_fields, 0
+
+
 class WireBudget:
     """Walks one request type's wire bytes against ``caps`` and the request-wide limits."""
 
@@ -88,7 +97,6 @@ class WireBudget:
         self.caps = caps
         self.max_fields, self.max_numbers = max_fields, max_numbers
         self._types: dict[str, dict[int, _Field]] = {}
-        self._left = self._numbers = 0
 
     def _fields(self, descriptor: Descriptor) -> dict[int, _Field]:
         found = self._types.get(descriptor.full_name)
@@ -98,31 +106,51 @@ class WireBudget:
 
     def check(self, data: bytes) -> Overflow | None:
         """The first cap ``data`` passes, or None (also when it is not walkable protobuf)."""
-        self._left = self.max_fields  # fields the walk may still visit
-        self._numbers = 0
+        steps = self.steps(data)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    async def walk(self, data: bytes) -> Overflow | None:
+        """``check`` on the event loop, giving it back every ``SLICE`` fields."""
+        steps = self.steps(data)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+            await asyncio.sleep(0)
+
+    def steps(self, data: bytes) -> Generator[None, None, Overflow | None]:
+        """The walk, yielding every ``SLICE`` fields; returns the first cap passed, or None."""
+        walk = _Walk(self.max_fields)
         stack: list = [(None, 0, len(data), (), 0)]  # (field, start, end, parent's path, index)
         try:
             while stack:
-                overflow = self._message(data, stack)
+                overflow = yield from self._message(data, stack, walk)
                 if overflow is not None:
                     return overflow
         except (IndexError, ValueError):
             return None  # truncated or not protobuf: the parser says so
         return None
 
-    def _message(self, data: bytes, stack: list) -> Overflow | None:
+    def _message(self, data: bytes, stack: list, walk: _Walk) -> Generator[None, None, Overflow | None]:
         """Walks one message's fields; pushes its sub-messages. ``path``: (name, index or None) pairs."""
         field, pos, end, path, index = stack.pop()
         if field is not None:
             path = (*path, (field.name, index if field.listed else None))
         fields = self._fields(field.message if field is not None else self.descriptor)
         counts: dict[int, int] = {}
-        left = self._left
+        left = walk.left
         while pos < end:
             left -= 1
             if left < 0:
                 return Overflow(_path(path), f"at most {self.max_fields} fields in one request "
                                              "(--max-request-fields)")
+            if not left & SLICE_MASK:
+                yield
             key = data[pos]
             if key < 0x80:
                 pos += 1
@@ -151,8 +179,7 @@ class WireBudget:
                         stack.append((field, start, pos, path, count))
                     continue
                 elif field.packed:
-                    self._left = left
-                    overflow = self._packed(field, path, counts, data, start, pos)
+                    overflow = self._packed(field, path, counts, data, start, pos, walk)
                     if overflow is not None:
                         return overflow
                     continue
@@ -168,20 +195,20 @@ class WireBudget:
                 count = counts[number] = counts.get(number, 0) + 1
                 if field.cap is not None and count > field.cap[0]:
                     return self._over(field, path)
-        self._left = left
+        walk.left = left
         return None
 
     def _packed(self, field: _Field, path: tuple, counts: dict[int, int], data: bytes, start: int,
-                end: int) -> Overflow | None:
+                end: int, walk: _Walk) -> Overflow | None:
         size = end - start
         if field.width:
             values = size // field.width
-        elif size // 10 > self.max_numbers - self._numbers:  # a varint is at most 10 bytes: over at once
+        elif size // 10 > self.max_numbers - walk.numbers:  # a varint is at most 10 bytes: over at once
             values = size // 10
         else:
             values = size - _continued(data, start, end)
-        self._numbers += values
-        if self._numbers > self.max_numbers:
+        walk.numbers += values
+        if walk.numbers > self.max_numbers:
             return Overflow(_path(path, field.name), f"at most {self.max_numbers} numbers in one request's "
                                                      "repeated number fields (--max-request-numbers)")
         count = counts[field.number] = counts.get(field.number, 0) + values
@@ -256,14 +283,14 @@ def budget_for(method: str, limits: Limits) -> WireBudget | None:
 
 
 class Unwalked:
-    """A request over ``SCAN_FROM`` bytes as it arrived: walked, then parsed, off the event loop."""
+    """A request over ``SCAN_FROM`` bytes as it arrived: walked, then parsed, before its handler runs."""
 
     def __init__(self, data: bytes):
         self.data = data
 
 
 class Busy(Malformed):
-    """Too many large requests waiting for their walk: RESOURCE_EXHAUSTED with a retry delay."""
+    """Too many large requests being walked at once: RESOURCE_EXHAUSTED with a retry delay."""
 
     def __init__(self, type_name: str, pending: int):
         super().__init__(type_name, RuntimeError("busy"))
@@ -271,7 +298,7 @@ class Busy(Malformed):
 
     def status(self) -> grpc.Status:
         return status_of(grpc.StatusCode.RESOURCE_EXHAUSTED, "REQUESTS_BEING_WALKED",
-                         f"{self.pending} large requests wait to be counted; retry later",
+                         f"{self.pending} large requests are being counted; retry later",
                          retry_after_s=RETRY_AFTER_S)
 
 
@@ -285,42 +312,34 @@ def deferred(parse: Callable[[bytes], object]) -> Callable[[bytes], object]:
 
 
 class Walker:
-    """Walks large requests on threads of its own: the walk is Python, so the event loop still
-    gets the interpreter every switch interval; at most ``max_pending`` wait."""
+    """Walks large requests on the event loop in slices, then parses the ones within their caps;
+    at most ``max_pending`` at once."""
 
-    def __init__(self, threads: int = WALK_THREADS, max_pending: int = MAX_PENDING_WALKS):
-        self.threads, self.max_pending = threads, max_pending
+    def __init__(self, max_pending: int = MAX_PENDING_WALKS):
+        self.max_pending = max_pending
         self.pending = 0
-        self._pool: ThreadPoolExecutor | None = None
 
     async def parsed(self, request: Unwalked, budget: WireBudget, parse: Callable[[bytes], object]) -> object:
         """The parsed request, or a ``Malformed`` whose status refuses it."""
         name = budget.descriptor.name
         if self.pending >= self.max_pending:
             return Busy(name, self.pending)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="wire-walk")
         self.pending += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, _walked, request.data, budget,
-                                                                    parse)
+            overflow = await budget.walk(request.data)
         finally:
             self.pending -= 1
-
-
-def _walked(data: bytes, budget: WireBudget, parse: Callable[[bytes], object]) -> object:
-    overflow = budget.check(data)
-    if overflow is not None:
-        return Overbudget(budget.descriptor.name, overflow)
-    try:
-        return parse(data)  # within every cap now: at most max_request_fields fields to build
-    except Exception as exc:  # noqa: BLE001 - the caller's bad bytes
-        return Malformed(budget.descriptor.name, exc)
+        if overflow is not None:
+            return Overbudget(name, overflow)
+        try:
+            return parse(request.data)  # within every cap now: at most max_request_fields fields to build
+        except Exception as exc:  # noqa: BLE001 - the caller's bad bytes
+            return Malformed(name, exc)
 
 
 class WireBudgetInterceptor(grpc.aio.ServerInterceptor):
-    """Innermost: a unary request over ``SCAN_FROM`` bytes is walked against its budget, then
-    parsed, on the walker's threads before its handler runs."""
+    """Innermost: a unary request over ``SCAN_FROM`` bytes is walked against its budget (in slices,
+    the event loop serving others between them), then parsed, before its handler runs."""
 
     def __init__(self, limits: Limits, walker: Walker | None = None):
         self.limits = limits
