@@ -102,9 +102,11 @@ class Replica(Process):
 
     def __init__(self, name: str, model_dir: Path, log_dir: Path, *extra: str):
         embedding = () if "--embedding-model" in extra else ("--no-embedding",)
+        # tokenless, as behind SMG (1.13 sends no token to its gRPC workers): every caller holds the
+        # router role, so the gateway receives KV events and global loads, and tests may FlushCache
         argv = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", "0",
                 "--model", f"{model_dir.name}={model_dir.name}", *embedding, "--grace", "2",
-                "--metrics-host", "127.0.0.1", "--metrics-port", "0", *extra]
+                "--metrics-host", "127.0.0.1", "--metrics-port", "0", "--anonymous-role", "router", *extra]
         super().__init__(name, argv, log_dir, cwd=model_dir.parent)
         self._ports: dict[str, int] = {}
         self._channel: grpc.Channel | None = None

@@ -1,7 +1,8 @@
 """Roles by need, on a live server with tenants acme and beta (inference), a gateway's router
 token and an operator's admin token: KV events and FlushCache only for router and admin, load
 figures of other tenants only for them, server paths only for admins, no admin on a tokenless
-server unless --admin-loopback, metrics on loopback by default, Abort answered while draining."""
+server unless --admin-loopback (--anonymous-role router gives a tokenless gateway the router role),
+metrics on loopback by default, Abort answered while draining."""
 
 from __future__ import annotations
 
@@ -195,19 +196,35 @@ async def test_a_tokenless_server_has_no_admin_unless_admin_loopback(server, fix
         events = worker.SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest(load_records_before_first_batch=True))
         assert (await asyncio.wait_for(events.read(), 10)).load.max_running_requests == 8
         events.cancel()
-    # with tokens the flag changes nothing: roles decide, wherever the caller is
-    async with tenant_server(server["models"], ServerOptions(auth_table=table, admin_loopback=True)) as (ch, _, _):
+    # a gateway that sends no token (SMG) may hold the router role on a tokenless replica: never admin
+    async with tenant_server(server["models"], ServerOptions(anonymous_role="router")) as (ch, _, _):
+        stub, worker = pb_grpc.InferenceServiceStub(ch), vllm_grpc.VllmEngineStub(ch)
+        assert (await worker.FlushCache(common_pb2.FlushCacheRequest())).success
+        events = worker.SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest(load_records_before_first_batch=True))
+        assert (await asyncio.wait_for(events.read(), 10)).load.max_running_requests == 8
+        events.cancel()
+        assert await refused(stub.LoadAdapter(pb.LoadAdapterRequest(model="llama", name="x", path=path))) \
+            == "ADMIN_ROLE_REQUIRED"
+        assert not (await worker.GetModelInfo(vllm_pb.GetModelInfoRequest())).model_path
+    # with tokens the flags change nothing: roles decide, wherever the caller is
+    options = ServerOptions(auth_table=table, admin_loopback=True, anonymous_role="router")
+    async with tenant_server(server["models"], options) as (ch, _, _):
         worker = vllm_grpc.VllmEngineStub(ch)
         assert await refused(worker.FlushCache(common_pb2.FlushCacheRequest(), metadata=bearer("acme-app"))) \
             == "ROUTER_ROLE_REQUIRED"
         assert await refused(worker.FlushCache(common_pb2.FlushCacheRequest()), grpc.StatusCode.UNAUTHENTICATED)
 
 
-def test_admin_loopback_is_a_flag_and_metrics_listen_on_loopback_by_default():
+def test_the_role_flags_and_metrics_listening_on_loopback_by_default():
     parser = cli.build_parser()
     defaults = cli.server_options(parser.parse_args(["serve"]), parser)
     assert defaults.metrics_host == "127.0.0.1" and not defaults.admin_loopback
+    assert defaults.anonymous_role == "inference"
     assert cli.server_options(parser.parse_args(["serve", "--admin-loopback"]), parser).admin_loopback
+    assert cli.server_options(parser.parse_args(["serve", "--anonymous-role", "router"]), parser).anonymous_role \
+        == "router"
+    with pytest.raises(SystemExit):  # never admin without a token beyond loopback
+        parser.parse_args(["serve", "--anonymous-role", "admin"])
     metrics = Metrics()
     try:
         metrics.serve_http(0)
