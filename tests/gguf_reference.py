@@ -12,7 +12,8 @@ import gguf
 import numpy as np
 from gguf.quants import dequantize
 
-from engine.loading.gguf import hf_name, unpermute_qk
+from engine.loading.gguf import served_tensor_names, unpermute_qk
+from engine.loading.gguf_file import read_gguf
 from tests.gguf_writer import NORM_PLUS_ONE, PERMUTED
 
 
@@ -24,6 +25,7 @@ def float_tensors(gguf_path: Path, config: dict) -> dict[str, np.ndarray]:
     arch = reader.fields["general.architecture"].contents()
     permuted = arch in PERMUTED
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]} if permuted else {}
+    names = served_tensor_names(read_gguf(gguf_path), config)
     out = {}
     for t in reader.tensors:
         if t.name == "rope_freqs.weight":  # Llama 3's rope scaling, in the config
@@ -36,7 +38,7 @@ def float_tensors(gguf_path: Path, config: dict) -> dict[str, np.ndarray]:
             values = unpermute_qk(values, heads[kind])
         if arch in NORM_PLUS_ONE and kind.endswith("norm"):
             values = values - 1
-        out[f"{hf_name(base, arch)}.{t.name.rsplit('.', 1)[1]}"] = np.ascontiguousarray(values)
+        out[names[t.name]] = np.ascontiguousarray(values)
     return out
 
 

@@ -72,6 +72,7 @@ def test_a_gemma3_file_with_vision_tensors_is_refused_by_name(sources, tmp_path)
 def _meta(arch: str, layers: int, **keys) -> dict:
     meta = {"general.architecture": arch, "tokenizer.ggml.tokens": ["a"] * 8, f"{arch}.block_count": layers,
             f"{arch}.embedding_length": 5376, f"{arch}.attention.head_count": 32, f"{arch}.context_length": 8192,
+            f"{arch}.feed_forward_length": 1024, f"{arch}.attention.layer_norm_rms_epsilon": 1e-6,
             f"{arch}.attention.key_length": 128}
     meta.update({f"{arch}.{k.replace('__', '.')}": v for k, v in keys.items()})
     return meta

@@ -22,14 +22,15 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import UnsupportedModel
-from .gguf_blocks import UnsupportedTensorType, to_affine
-from .gguf_arch import architecture, hf_name, permute_qk, unpermute_qk
+from .gguf_blocks import UnsupportedTensorType, supported_types, to_affine
+from .gguf_arch import architecture, permute_qk, unpermute_qk
 from .gguf_config import CONFIG_TENSORS, build_config
 from .gguf_file import GGUFFile, GGUFTensor, read_gguf
+from .gguf_names import tensor_names
 from .gguf_tokenizer import GGUFVocab, build_tokenizer, special_tokens_map, tokenizer_config
 
-__all__ = ["convert_gguf", "prepare_gguf", "gguf_fingerprint", "hf_name", "permute_qk", "unpermute_qk",
-           "build_config"]
+__all__ = ["convert_gguf", "prepare_gguf", "gguf_fingerprint", "permute_qk", "unpermute_qk", "build_config",
+           "served_tensor_names"]
 
 logger = logging.getLogger("engine.loading.gguf")
 
@@ -39,8 +40,8 @@ MANIFEST_NAME = "gguf_source.json"
 # Bump when the output layout changes so that cached conversions are redone; the converter's
 # own source is part of every fingerprint too, so a changed converter never reuses one.
 CONVERTER_VERSION = 3
-_CONVERTER_FILES = ("gguf.py", "gguf_arch.py", "gguf_blocks.py", "gguf_config.py", "gguf_file.py", "gguf_spm.py",
-                    "gguf_tokenizer.py")
+_CONVERTER_FILES = ("gguf.py", "gguf_arch.py", "gguf_blocks.py", "gguf_config.py", "gguf_file.py", "gguf_names.py",
+                    "gguf_spm.py", "gguf_tokenizer.py")
 _GROUP_SIZE = 32  # the MLX group every GGUF block type maps onto
 _FLOAT_TYPES = {"F32": np.float32, "F16": np.float16}
 _FINGERPRINT_CHUNK = 1 << 20
@@ -72,12 +73,16 @@ def convert_weights(file: GGUFFile, config: Mapping[str, Any], progress: Progres
     arch = architecture(file.metadata)
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
     n_layers = config["num_hidden_layers"]
+    names = served_tensor_names(file, config)
+    if not arch.tested:
+        logger.warning("GGUF architecture %r: names and config derived from gguf's and mlx-lm's tables; "
+                       "not checked token for token by this server's tests", arch.name)
     out: dict[str, mx.array] = {}
     for tensor in sorted(file.tensors, key=_layer_then_name):
         if tensor.name in CONFIG_TENSORS:
             continue
         kind = tensor.base.rsplit(".", 1)[-1]
-        hf = hf_name(tensor.base, str(file.metadata["general.architecture"]))
+        hf = names[tensor.name].rsplit(".", 1)[0]
         for part, array in _arrays(tensor).items():
             if arch.permuted_qk and kind in heads:  # a row permutation: packed weights, scales, biases alike
                 array = unpermute_qk(array, heads[kind])
@@ -90,6 +95,21 @@ def convert_weights(file: GGUFFile, config: Mapping[str, Any], progress: Progres
             layer = int(tensor.base.split(".")[1]) + 1 if tensor.base.startswith("blk.") else 0
             progress("weights", layer / n_layers)
     return out
+
+
+def served_tensor_names(file: GGUFFile, config: Mapping[str, Any]) -> dict[str, str]:
+    """GGUF tensor name -> the name mlx-lm's model holds it under (the file's config tensors aside)."""
+    shapes = {t.name: t.shape for t in file.tensors if t.name not in CONFIG_TENSORS}
+    return tensor_names(file.architecture, config, shapes)
+
+
+def _check_types(file: GGUFFile) -> None:
+    """A tensor type this converter cannot read is refused by name before anything else."""
+    served = {*supported_types(), *_FLOAT_TYPES, "BF16"}
+    for tensor in file.tensors:
+        if tensor.type_name not in served:
+            raise UnsupportedModel(f"GGML tensor type {tensor.type_name} (tensor {tensor.name!r}) is not served; "
+                                   f"served: {', '.join(supported_types())}, F32, F16, BF16")
 
 
 def _arrays(tensor: GGUFTensor) -> dict[str, np.ndarray]:
@@ -136,6 +156,7 @@ def _write_json(path: Path, data: Any) -> None:
 def _write_model_dir(gguf_path: Path, target: Path, progress: Progress) -> None:
     progress("reading", 0.0)
     file = read_gguf(gguf_path)
+    _check_types(file)
     config = build_config(file.metadata, {t.name for t in file.tensors}, _rope_freqs(file))
     if any(t.type_name not in _FLOAT_TYPES and t.type_name != "BF16" for t in file.tensors):
         config["quantization"] = {"group_size": _GROUP_SIZE, "bits": 4}  # real bits per layer: from the shapes

@@ -1,101 +1,110 @@
-"""The architectures a GGUF file may name, and how their tensors map onto mlx-lm's.
+"""The architectures a GGUF file may name: those gguf-py and mlx-lm both know.
 
-Invariants: an unknown architecture or tensor raises ``UnsupportedModel`` before any
-weight is converted; every transform llama.cpp's converter applied to a tensor (q/k row
-permutation, Gemma's norm + 1) is undone here, so the result is the Hugging Face weight.
+Invariants: a file's ``general.architecture`` is served when gguf-py has it (``MODEL_ARCH_NAMES``),
+mlx-lm has a model module for it (the same name, or the one ``_MLX_MODULE`` names) and it is not
+``REFUSED``; anything else raises ``UnsupportedModel`` before any weight is converted. Tensor names
+and config are derived elsewhere (gguf_names, gguf_config); the hand facts here are only what
+llama.cpp's converter did to the weights beyond renaming them, so that it is undone: q/k rows
+permuted for its rope (``PERMUTED_QK``), norms written as weight + 1 (``NORM_SHIFT``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+import importlib.util
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
 from ..errors import UnsupportedModel
 
-__all__ = ["ARCHITECTURES", "VISION_PREFIXES", "Architecture", "architecture", "hf_name", "permute_qk", "unpermute_qk"]
+__all__ = ["REFUSED", "TESTED", "VISION_PREFIXES", "Architecture", "architecture", "permute_qk",
+           "served_architectures", "unpermute_qk"]
 
-# GGUF tensor name (inside "blk.N.") -> Hugging Face name (inside "model.layers.N."), llama's layout.
-_LAYER_TENSORS = {
-    "attn_norm": "input_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "attn_q_norm": "self_attn.q_norm",
-    "attn_k_norm": "self_attn.k_norm",
-    "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
+# gguf-py's name -> mlx-lm's module, where the two spell it differently.
+_MLX_MODULE = {
+    "qwen3moe": "qwen3_moe", "qwen2moe": "qwen2_moe", "gemma3": "gemma3_text", "command-r": "cohere",
+    "deepseek2": "deepseek_v2", "glm4moe": "glm4_moe", "gpt-oss": "gpt_oss", "gptneox": "gpt_neox",
+    "phi2": "phi", "starcoder": "gpt_bigcode", "ernie4_5-moe": "ernie4_5_moe", "hunyuan-dense": "hunyuan_v1_dense",
+    "exaone-moe": "exaone_moe", "lfm2moe": "lfm2_moe", "granitehybrid": "granitemoehybrid",
 }
-_GLOBAL_TENSORS = {
-    "token_embd": "model.embed_tokens",
-    "output_norm": "model.norm",
-    "output": "lm_head",
+# Hugging Face class names that do not follow ``<ModelType>ForCausalLM`` (config.json's "architectures").
+_HF_CLASS = {"llama": "LlamaForCausalLM", "qwen3moe": "Qwen3MoeForCausalLM", "gemma3": "Gemma3ForCausalLM",
+             "stablelm": "StableLmForCausalLM"}
+
+# llama.cpp's converter permuted q/k rows for its rope (LlamaModel, its subclasses, and the models
+# that call LlamaModel.permute).
+PERMUTED_QK = frozenset({"llama", "granite", "granitemoe", "smollm3", "arcee", "apertus", "olmo", "minicpm",
+                         "deci", "baichuan"})
+# llama.cpp's converter wrote every norm weight as weight + 1 (Gemma's RMSNorm computes with 1 + w).
+NORM_SHIFT = {"gemma": 1.0, "gemma2": 1.0, "gemma3": 1.0}
+# Known to both sides, but their files hold what this converter does not undo.
+_RECURRENT = "recurrent layers whose state tensors llama.cpp's converter rewrites"
+REFUSED = {
+    **dict.fromkeys(("mamba", "mamba2", "jamba", "rwkv7", "nemotron_h", "plamo2", "lfm2", "lfm2moe", "falcon-h1",
+                     "granitehybrid", "qwen3next", "qwen35", "qwen35moe", "kimi-linear"), _RECURRENT),
+    "gemma3n": "per-layer inputs and AltUp tensors the converter reshapes",
+    "gemma4": "per-layer inputs the converter reshapes",
+    "gpt2": "Conv1D weights llama.cpp's converter transposes",
+    "bitnet": "ternary weights the converter rescales",
+    "nemotron": "layer norms written as weight + 1 (not undone here)",
+    "internlm2": "q/k/v split out of the fused wqkv mlx-lm holds, q/k permuted",
+    "olmo": "mlx-lm's olmo module needs the hf_olmo package and its own tensor layout",
 }
+# Checked token for token against mlx-lm on their Hugging Face fixtures (tests/test_gguf_archs*.py).
+TESTED = ("llama", "qwen2", "qwen3", "phi3", "granite", "gemma2", "gemma3", "qwen3moe", "olmo2", "starcoder2",
+          "exaone")
+
+# Multimodal files' vision/projector tensors (llama.cpp's mmproj names): refused, text only is served.
+VISION_PREFIXES = ("v.", "mm.")
 
 
 @dataclass(frozen=True)
 class Architecture:
+    name: str  # general.architecture (gguf-py's MODEL_ARCH_NAMES)
     model_type: str  # mlx-lm's module (mlx_lm.models.<model_type>)
     hf_class: str
     permuted_qk: bool  # llama.cpp's converter permuted the q/k rows for its rope
-    attention_bias: bool = False
-    qk_norm: bool = False
-    layer_tensors: Mapping[str, str] = field(default_factory=dict)  # replaces/extends llama's names
     norm_shift: float = 0.0  # llama.cpp added this to every norm weight (Gemma: 1)
 
-    def layer_name(self, kind: str) -> str | None:
-        return self.layer_tensors.get(kind, _LAYER_TENSORS.get(kind))
+    @property
+    def tested(self) -> bool:
+        return self.name in TESTED
 
 
-_GEMMA_NORMS = {"post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
-                "post_ffw_norm": "post_feedforward_layernorm"}
-# Multimodal files' vision/projector tensors (llama.cpp's mmproj names): refused, text only is served.
-VISION_PREFIXES = ("v.", "mm.")
+def _mlx_module(name: str) -> str:
+    return _MLX_MODULE.get(name, name)
 
-# general.architecture -> the mlx-lm model. Mistral, SmolLM and Llama 3 files say "llama".
-ARCHITECTURES = {
-    "llama": Architecture("llama", "LlamaForCausalLM", permuted_qk=True),
-    "qwen2": Architecture("qwen2", "Qwen2ForCausalLM", permuted_qk=False, attention_bias=True),
-    "qwen3": Architecture("qwen3", "Qwen3ForCausalLM", permuted_qk=False, qk_norm=True),
-    # Phi-3: q/k/v in one matrix, gate and up stacked in ffn_up (gate first), no permutation.
-    "phi3": Architecture("phi3", "Phi3ForCausalLM", permuted_qk=False, layer_tensors={
-        "attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}),
-    # Granite: llama's layout (its converter subclasses LlamaModel, so q/k are permuted).
-    "granite": Architecture("granite", "GraniteForCausalLM", permuted_qk=True),
-    # Gemma 2: four norms per block, each written as HF weight + 1.
-    "gemma2": Architecture("gemma2", "Gemma2ForCausalLM", permuted_qk=False, norm_shift=1.0,
-                           layer_tensors=_GEMMA_NORMS),
-    # Gemma 3 (text): Gemma 2's norms plus q/k norms, every one of them written as HF weight + 1.
-    "gemma3": Architecture("gemma3_text", "Gemma3ForCausalLM", permuted_qk=False, qk_norm=True, norm_shift=1.0,
-                           layer_tensors=_GEMMA_NORMS),
-    # Qwen3-MoE: Qwen3's attention; experts stacked [n_expert, ...] as mlx-lm's SwitchGLU holds them.
-    "qwen3moe": Architecture("qwen3_moe", "Qwen3MoeForCausalLM", permuted_qk=False, qk_norm=True, layer_tensors={
-        "ffn_gate_inp": "mlp.gate", "ffn_gate_exps": "mlp.switch_mlp.gate_proj",
-        "ffn_up_exps": "mlp.switch_mlp.up_proj", "ffn_down_exps": "mlp.switch_mlp.down_proj"}),
-}
+
+def _has_mlx_module(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(f"mlx_lm.models.{module}") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def served_architectures() -> tuple[str, ...]:
+    """Every served ``general.architecture``: the tested ones first, then the others by name."""
+    import gguf
+
+    both = {name for name in gguf.MODEL_ARCH_NAMES.values()
+            if name not in REFUSED and _has_mlx_module(_mlx_module(name))}
+    return (*[name for name in TESTED if name in both], *sorted(both.difference(TESTED)))
 
 
 def architecture(meta: Mapping[str, Any]) -> Architecture:
     arch = str(meta.get("general.architecture", ""))
-    if arch not in ARCHITECTURES:
-        raise UnsupportedModel(f"GGUF architecture {arch!r} is not served; served: {', '.join(ARCHITECTURES)}")
-    return ARCHITECTURES[arch]
-
-
-def hf_name(base: str, arch: str = "llama") -> str:
-    """Hugging Face tensor name (without ``.weight``) for a GGUF tensor base name of ``arch``."""
-    if base.startswith(VISION_PREFIXES):
-        raise UnsupportedModel(f"GGUF vision tensor {base!r}: multimodal files are not served (text models are)")
-    if base in _GLOBAL_TENSORS:
-        return _GLOBAL_TENSORS[base]
-    parts = base.split(".")
-    if len(parts) == 3 and parts[0] == "blk" and (name := ARCHITECTURES[arch].layer_name(parts[2])):
-        return f"model.layers.{parts[1]}.{name}"
-    raise UnsupportedModel(f"GGUF tensor {base!r} is not part of a {arch} model this server knows")
+    if arch in REFUSED:
+        raise UnsupportedModel(f"GGUF architecture {arch!r} is not served ({REFUSED[arch]}); "
+                               f"served: {', '.join(served_architectures())}")
+    if arch not in served_architectures():
+        raise UnsupportedModel(f"GGUF architecture {arch!r} is not served (gguf and mlx-lm do not both know it); "
+                               f"served: {', '.join(served_architectures())}")
+    module = _mlx_module(arch)
+    hf_class = _HF_CLASS.get(arch) or "".join(p.capitalize() for p in module.split("_")) + "ForCausalLM"
+    return Architecture(arch, module, hf_class, arch in PERMUTED_QK, NORM_SHIFT.get(arch, 0.0))
 
 
 def permute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:

@@ -1,22 +1,26 @@
 """A GGUF file's metadata in Hugging Face terms: the ``config.json`` mlx-lm reads.
 
-Invariants: an unknown architecture, rope scaling or per-architecture key that changes the
-numerics and is not carried over raises ``UnsupportedModel`` before any weight is converted;
+Invariants: the config is built from gguf-py's metadata keys (``gguf.Keys``) generically and
+then fitted to the fields of mlx-lm's ``ModelArgs`` for the architecture (a field named
+otherwise, e.g. ``num_layers`` or ``norm_epsilon``, gets its synonym's value); per-architecture
+code only adds what llama.cpp hard-codes. A required field left unset, a partial rotary the model
+cannot take, or a key that changes the numerics and was not carried over (``_NUMERIC_KEYS``,
+unless at its neutral value) raises ``UnsupportedModel`` before any weight is converted;
 defaults are llama.cpp's own where the file omits a key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable, Collection, Mapping
 
 import numpy as np
 
 from ..errors import UnsupportedModel
-from .gguf_arch import VISION_PREFIXES, ARCHITECTURES, Architecture, architecture, hf_name, permute_qk, unpermute_qk
+from .gguf_arch import VISION_PREFIXES, Architecture, architecture, permute_qk, unpermute_qk
 
-__all__ = ["ARCHITECTURES", "Architecture", "architecture", "build_config", "hf_name", "permute_qk",
-           "unpermute_qk"]
+__all__ = ["Architecture", "architecture", "build_config", "permute_qk", "unpermute_qk"]
 
 
 # Tensors that are folded into the config instead of the weights.
@@ -24,21 +28,73 @@ CONFIG_TENSORS = frozenset({"rope_freqs.weight"})
 # Tensors of rope variants that are refused, by name (Phi-3's LongRoPE / "su" factors).
 _REFUSED_ROPE_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight")
 
+# Hugging Face config names mlx-lm's ModelArgs use for one value, the canonical name first.
+_SYNONYMS = {
+    "num_hidden_layers": ("num_layers", "n_layer", "n_layers"),
+    "rms_norm_eps": ("layer_norm_eps", "layer_norm_epsilon", "norm_epsilon", "norm_eps"),
+    "attention_bias": ("use_qkv_bias",),
+    "num_attention_heads": ("n_head", "n_heads"),
+    "num_key_value_heads": ("n_kv_heads", "num_kv_heads"),
+    "hidden_size": ("n_embd", "d_model", "dim"),
+    "max_position_embeddings": ("n_positions", "max_seq_len"),
+}
+_EXPERT_FIELDS = {"expert_count": ("num_experts", "num_local_experts", "n_routed_experts"),
+                  "expert_used_count": ("num_experts_per_tok",),
+                  "expert_feed_forward_length": ("moe_intermediate_size",)}
+# Keys (after "<arch>.") that change what a model computes, with their neutral value (None: any
+# value changes it). Present, not read while building the config and not neutral: refused.
+_NUMERIC_KEYS = {
+    "logit_scale": 1.0, "embedding_scale": 1.0, "residual_scale": 1.0, "attention.scale": None,
+    "attention.output_scale": None, "attn_logit_softcapping": None, "final_logit_softcapping": None,
+    "router_logit_softcapping": None, "use_parallel_residual": False, "attention.clamp_kqv": None,
+    "attention.max_alibi_bias": 0.0, "attention.causal": True, "attention.sliding_window": None,
+    "attention.sliding_window_pattern": None, "attention.temperature_scale": None,
+    "attention.temperature_length": None, "attention.shared_kv_layers": None, "swin_norm": False,
+    "expert_weights_scale": 1.0, "expert_weights_norm": None, "expert_gating_func": None,
+    "expert_shared_count": 0, "leading_dense_block_count": 0, "moe_every_n_layers": None,
+    "interleave_moe_layer_step": None, "nextn_predict_layers": 0, "activation_sparsity_scale": None,
+    "swiglu_clamp_exp": None, "swiglu_clamp_shexp": None, "full_attention_interval": None,
+    "rope.freq_base_swa": None, "rope.dimension_count_swa": None, "rope.dimension_sections": None,
+    "attention.key_length_swa": None, "attention.value_length_swa": None, "attention.q_lora_rank": None,
+    "attention.kv_lora_rank": None, "expert_count": 0, "expert_used_count": 0,
+}
+
+
+def model_args(model_type: str) -> dict[str, dataclasses.Field]:
+    """The fields of mlx-lm's ``ModelArgs`` for ``model_type``."""
+    from mlx_lm.utils import _get_classes
+
+    try:
+        _, args_class = _get_classes({"model_type": model_type})
+    except Exception as exc:
+        raise UnsupportedModel(f"mlx-lm's {model_type!r} model cannot be imported: {exc}") from exc
+    return {f.name: f for f in dataclasses.fields(args_class)}
+
 
 def build_config(meta: Mapping[str, Any], tensors: Collection[str],
                  rope_freqs: np.ndarray | None = None) -> dict[str, Any]:
     """The ``config.json`` of a GGUF file, from its metadata and tensor names."""
     arch = architecture(meta)
-    prefix = str(meta["general.architecture"])
+    prefix = arch.name
     if vision := sorted(name for name in tensors if name.startswith(VISION_PREFIXES)):
         raise UnsupportedModel(f"GGUF vision tensor {vision[0]!r} ({len(vision)} in all): multimodal files "
                                "are not served (text models are)")
+    read: set[str] = set()
 
     def get(key: str, default: Any = None) -> Any:
+        read.add(key)
         return meta.get(f"{prefix}.{key}", default)
 
     hidden, heads = get("embedding_length"), get("attention.head_count")
+    for key, value in (("embedding_length", hidden), ("attention.head_count", heads),
+                       ("block_count", get("block_count"))):
+        if not isinstance(value, int) or value <= 0:
+            raise UnsupportedModel(f"GGUF {prefix}.{key} is {value!r}; one positive count is served "
+                                   "(per-layer head counts are not)")
     head_dim = get("attention.key_length", hidden // heads)
+    if get("attention.value_length", head_dim) != head_dim:
+        raise UnsupportedModel(f"GGUF {prefix} file with value_length {get('attention.value_length')} != "
+                               f"key_length {head_dim} is not served")
     config: dict[str, Any] = {
         "architectures": [arch.hf_class],
         "model_type": arch.model_type,
@@ -50,12 +106,12 @@ def build_config(meta: Mapping[str, Any], tensors: Collection[str],
         "head_dim": head_dim,
         "vocab_size": get("vocab_size", len(meta["tokenizer.ggml.tokens"])),
         "max_position_embeddings": get("context_length"),
-        "rms_norm_eps": get("attention.layer_norm_rms_epsilon"),
+        "rms_norm_eps": get("attention.layer_norm_rms_epsilon", get("attention.layer_norm_epsilon")),
         "rope_theta": get("rope.freq_base", 10000.0),
         "rope_scaling": None,
         "hidden_act": "silu",
-        "attention_bias": arch.attention_bias,
-        "mlp_bias": False,
+        "attention_bias": _has_bias(tensors, ("attn_q", "attn_qkv")),
+        "mlp_bias": _has_bias(tensors, ("ffn_down",)),
         "tie_word_embeddings": "output.weight" not in tensors,
         "bos_token_id": meta.get("tokenizer.ggml.bos_token_id"),
         "eos_token_id": meta.get("tokenizer.ggml.eos_token_id"),
@@ -71,7 +127,51 @@ def build_config(meta: Mapping[str, Any], tensors: Collection[str],
         config["rope_scaling"] = llama3_rope_scaling(rope_freqs, config["rope_theta"], head_dim)
     if (extra := _EXTRA_CONFIG.get(prefix)) is not None:
         extra(get, config, tensors)
+    _fit_model_args(get, config, prefix)
+    _refuse_unread(meta, prefix, read)
     return config
+
+
+def _has_bias(tensors: Collection[str], kinds: tuple[str, ...]) -> bool:
+    return any(f"blk.0.{kind}.bias" in tensors for kind in kinds)
+
+
+def _fit_model_args(get: Getter, config: dict[str, Any], prefix: str) -> None:
+    """Fill the fields mlx-lm's ModelArgs names otherwise, carry the keys it has a field for,
+    refuse what it cannot compute; every required field must be set."""
+    fields = model_args(config["model_type"])
+    for canonical, synonyms in _SYNONYMS.items():
+        for name in synonyms:
+            if name in fields and name not in config and config.get(canonical) is not None:
+                config[name] = config[canonical]
+    if "use_parallel_residual" in fields and get("use_parallel_residual") is not None:
+        config["use_parallel_residual"] = bool(get("use_parallel_residual"))
+    for key, names in _EXPERT_FIELDS.items():  # an MoE model's sizes, where its ModelArgs has a field
+        if (name := next((n for n in names if n in fields), None)) and name not in config and get(key) is not None:
+            config[name] = int(get(key))
+    if "partial_rotary_factor" not in config and (dims := get("rope.dimension_count")) is not None:
+        head_dim = config["head_dim"]
+        if dims != head_dim:
+            if "partial_rotary_factor" not in fields:
+                raise UnsupportedModel(f"GGUF {prefix} file rotating {dims} of {head_dim} head dimensions is not "
+                                       f"served (mlx-lm's {config['model_type']!r} rotates them all)")
+            config["partial_rotary_factor"] = dims / head_dim
+        elif "partial_rotary_factor" in fields:
+            config["partial_rotary_factor"] = 1.0
+    required = [f.name for f in fields.values() if f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING]
+    if missing := [name for name in required if config.get(name) is None]:
+        raise UnsupportedModel(f"GGUF {prefix} file: mlx-lm's {config['model_type']!r} model needs "
+                               f"{', '.join(missing)}, which its metadata does not give")
+
+
+def _refuse_unread(meta: Mapping[str, Any], prefix: str, read: set[str]) -> None:
+    for key, neutral in _NUMERIC_KEYS.items():
+        value = meta.get(f"{prefix}.{key}")
+        if value is None or key in read or (neutral is not None and value == neutral):
+            continue
+        raise UnsupportedModel(f"GGUF {prefix}.{key} = {value!r} changes what the model computes and is not "
+                               f"carried into mlx-lm's {prefix} model; this file is not served")
 
 
 Getter = Callable[..., Any]
