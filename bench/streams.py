@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import os
 import sys
 import tempfile
 import time
@@ -38,6 +39,12 @@ APP, OPS = "tok-app", "tok-ops"
 
 def bearer(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # -- the anonymous side, in a process of its own (its loop never delays the app's clock) --
@@ -134,11 +141,26 @@ async def measure(args, model_dir: Path, log_dir: Path, report: Report) -> None:
     stop, manager = ctx.Event(), ctx.Manager()
     figures = manager.dict()
     watcher = None
+
+    def stop_watching() -> dict:
+        stop.set()
+        if watcher is not None:
+            watcher.join(30)
+            if watcher.is_alive():
+                watcher.kill()
+        return dict(figures)
+
+    async def idle_phase() -> tuple[list[float], int]:
+        return await app_requests(server, args.requests // 2, args.tokens, prompt,
+                                  until=time.perf_counter() + args.window / 2)
+
     try:
         await server.start()
         await app_requests(server, 2, args.tokens, prompt)  # warm-up
-        idle, idle_refused = await app_requests(server, args.requests, args.tokens, prompt,
-                                                until=time.perf_counter() + args.window / 2)
+        pid, idle_began = server.proc.proc.pid, time.perf_counter()
+        idle_cpu = cpu_seconds(pid)
+        idle, idle_refused = await idle_phase()
+        idle_cpu = (cpu_seconds(pid) - idle_cpu) / (time.perf_counter() - idle_began)  # idle before and after the streams: the machine's drift
         health_idle = await health_latencies(server, args.requests)
 
         watcher = ctx.Process(target=_watch_process, args=(f"127.0.0.1:{server.port}", args.watch,
@@ -149,21 +171,21 @@ async def measure(args, model_dir: Path, log_dir: Path, report: Report) -> None:
             await asyncio.sleep(0.2)
         await asyncio.sleep(1.0)  # every watcher has tried at least once; refused ones keep re-opening
         attempts_before = figures.get("opened", 0) + figures.get("refused", 0)
-        began = time.perf_counter()
+        began, cpu_before = time.perf_counter(), (cpu_seconds(pid), cpu_seconds(watcher.pid))
         (under, under_refused), health_under = await asyncio.gather(
             app_requests(server, args.requests, args.tokens, prompt, until=began + args.window),
             health_latencies(server, args.requests))
         window = time.perf_counter() - began
+        cpu = [(cpu_seconds(p) - b) / window for p, b in zip((pid, watcher.pid), cpu_before)]
         attempts = figures.get("opened", 0) + figures.get("refused", 0) - attempts_before
         calls = (await server.stub.GetLoad(pb.GetLoadRequest(), metadata=bearer(OPS))).calls
         held = figures.get("held", 0)
+        final = stop_watching()
+        await asyncio.sleep(1.0)
+        after, after_refused = await idle_phase()
+        idle, idle_refused = idle + after, idle_refused + after_refused
     finally:
-        stop.set()
-        if watcher is not None:
-            watcher.join(30)
-            if watcher.is_alive():
-                watcher.kill()
-        final = dict(figures)
+        stop_watching()
         manager.shutdown()
         await server.close()
 
@@ -171,13 +193,15 @@ async def measure(args, model_dir: Path, log_dir: Path, report: Report) -> None:
     rows = report.table(f"{args.watch} anonymous Watch streams ({args.connections} connections, refused ones "
                         f"re-opened after {args.reopen_delay:g} s); the app sends one {args.tokens}-token "
                         "Generate at a time", "measured", "goal")
-    rows.append(Row("app TTFT p50 idle (ms)", ms(p_idle), note=f"{len(idle)} requests"))
+    rows.append(Row("app TTFT p50 idle (ms)", ms(p_idle), note=f"{len(idle)} requests, before and after"))
     rows.append(Row("app TTFT p50 under the streams (ms)", ms(p_under), note=f"{len(under)} requests"))
     rows.append(Row("app TTFT under / idle", f"{p_under / p_idle:.2f}x", "<= 2x"))
     rows.append(Row("app requests refused", str(idle_refused + under_refused), "0"))
     rows.append(Row("health Check p50 idle / under (ms)",
                     f"{ms(percentile(health_idle, 50))} / {ms(percentile(health_under, 50))}",
                     note=f"max under {ms(max(health_under))}"))
+    rows.append(Row("server CPU idle / under the streams (cores)", f"{idle_cpu:.2f} / {cpu[0]:.2f}",
+                    note=f"the Watch client's process: {cpu[1]:.2f} cores; the same {os.cpu_count()} cores"))
     rows.append(Row("anonymous streams held (server / client)", f"{calls.anonymous_streams} / {held}",
                     f"<= {calls.max_anonymous_streams}"))
     rows.append(Row("anonymous Watch attempts per second", f"{attempts / window:.0f}",
