@@ -3,7 +3,7 @@
 Invariants: every contract goes through the same engines, limits and ``@mapped`` errors as
 InferenceService; requests run as the caller's tenant, and Abort reaches only its ids; load
 figures cover every tenant only for the router and admin roles (others see their own requests),
-and the model's path goes to admins only.
+and the model's path goes to admins only (others get its served name there).
 """
 
 from __future__ import annotations

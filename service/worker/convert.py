@@ -129,11 +129,12 @@ def output_logprobs(pb: ModuleType, logprobs: tuple[TokenLogprob, ...]):
 def model_info(message: type, d: ModelDescription, files: Mapping[str, bytes], max_prompt_tokens: int,
                path: bool = True):
     """The model's facts as ``message`` (either contract's GetModelInfoResponse); type,
-    architectures and special ids from its config.json. ``path`` False leaves the model's path
-    out (empty)."""
+    architectures and special ids from its config.json. ``path`` False puts the served name where
+    the model's path goes: SMG needs a model_path to register the model (it then fetches the
+    tokenizer with GetTokenizer when no such path exists where it runs)."""
     config = json.loads(files.get("config.json", b"{}"))
     return message(
-        model_path=d.source if path else "", is_generation=d.capabilities.generation, max_context_length=d.context_length,
+        model_path=d.source if path else d.name, is_generation=d.capabilities.generation, max_context_length=d.context_length,
         vocab_size=d.vocab_size, served_model_name=d.name, model_type=str(config.get("model_type", "")),
         architectures=[str(a) for a in config.get("architectures") or ()],
         eos_token_ids=d.eos_token_ids, pad_token_id=_token_id(config, "pad_token_id"),
