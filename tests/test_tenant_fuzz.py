@@ -29,6 +29,8 @@ from service.server import ServerOptions, create_server, set_health
 from tests import tenant_fuzz_harness as harness
 from tests.rpc_strategies import Sizes, calls, rpcs
 
+# the server's engine threads run in this process: hypothesis notices their use of `random`
+pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
 EXAMPLES = int(os.environ.get("MLXGRPC_TENANT_FUZZ_EXAMPLES", "600"))
 SEED = 45
 MODEL = "llama"
