@@ -1,5 +1,6 @@
 """GGUF files made from the fixture models with ``gguf``'s own writer, as llama.cpp's
-converter lays them out: ``<arch>.*`` metadata, the byte-level BPE vocabulary, q/k
+converter lays them out: tensors named by gguf's TensorNameMap for the architecture (as the
+converter names them), ``<arch>.*`` metadata, the byte-level BPE vocabulary, q/k
 rows permuted for the llama and granite architectures, Gemma's norms written as
 weight + 1 (q/k norms too for gemma3), phi3's fused qkv/gate_up under its own names, Qwen3-MoE's experts stacked
 [n_expert, ...] (``ffn_*_exps``, quantized along the last axis, the router in F32), 1-D tensors in F32 and
@@ -7,6 +8,7 @@ every matrix in the chosen GGML type (``tests.gguf_quantizers`` makes the blocks
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -17,19 +19,7 @@ from safetensors.numpy import load_file
 from engine.loading.gguf import permute_qk
 from tests.gguf_quantizers import quantize
 
-_LAYER = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-          "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
-          "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate",
-          "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
-_GLOBAL = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
-_ARCH_LAYER = {  # what differs from llama's names
-    "phi3": {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
-    "gemma2": {"post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
-               "post_feedforward_layernorm": "post_ffw_norm"},
-}
-_ARCH_LAYER["gemma3"] = _ARCH_LAYER["gemma2"]
-_ARCH_LAYER["qwen3moe"] = {"mlp.gate": "ffn_gate_inp", "mlp.switch_mlp.gate_proj": "ffn_gate_exps",
-                           "mlp.switch_mlp.up_proj": "ffn_up_exps", "mlp.switch_mlp.down_proj": "ffn_down_exps"}
+_SUFFIXES = (".weight", ".bias")
 F32_ALWAYS = ("ffn_gate_inp",)  # llama.cpp keeps the MoE router in F32
 GGUF_ARCH = {"gemma3_text": "gemma3", "qwen3_moe": "qwen3moe"}  # mlx-lm model_type -> general.architecture
 PERMUTED = ("llama", "granite")  # llama.cpp's LlamaModel and its subclasses permute q/k
@@ -37,12 +27,25 @@ NORM_PLUS_ONE = ("gemma2", "gemma3")  # Gemma2Model and Gemma3Model write every 
 CONTROL, NORMAL, UNUSED = 3, 1, 5
 
 
-def gguf_name(hf: str, arch: str = "llama") -> str:
-    base, suffix = hf.rsplit(".", 1)
-    if base in _GLOBAL:
-        return f"{_GLOBAL[base]}.{suffix}"
-    _, _, layer, rest = base.split(".", 3)
-    return f"blk.{layer}.{_ARCH_LAYER.get(arch, {}).get(rest) or _LAYER[rest]}.{suffix}"
+def gguf_name(hf: str, arch: str = "llama", n_blocks: int = 64) -> str:
+    """The name llama.cpp's converter gives Hugging Face tensor ``hf``: gguf's TensorNameMap for
+    ``arch`` (llama's for a tensor ``arch`` does not have, so that a file can be mislabeled on purpose)."""
+    for name in (arch, "llama"):
+        if name in _ARCHES and (found := _name_map(name, n_blocks).get_name(hf, try_suffixes=_SUFFIXES)):
+            return found
+    raise KeyError(f"no GGUF name for {hf!r} in {arch}")
+
+
+_ARCHES = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _name_map(arch: str, n_blocks: int) -> gguf.TensorNameMap:
+    return gguf.get_tensor_name_map(_ARCHES[arch], n_blocks)
+
+
+def _get(config: dict, *keys: str):
+    return next(config[k] for k in keys if k in config)
 
 
 def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
@@ -64,7 +67,8 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
     if "linear" in (scaling.get("rope_type"), scaling.get("type")):
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(scaling["factor"])
-    writer.add_block_count(config["num_hidden_layers"])
+    layers = _get(config, "num_hidden_layers", "num_layers")
+    writer.add_block_count(layers)
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_embedding_length(config["hidden_size"])
     writer.add_feed_forward_length(config["intermediate_size"])
@@ -73,7 +77,10 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
     if arch != "phi3":  # Phi3MiniModel writes the rope dimensions instead
         writer.add_key_length(config["head_dim"])
         writer.add_value_length(config["head_dim"])
-    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    if "rms_norm_eps" in config:
+        writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    else:  # TextModel writes the LayerNorm key for these names (EXAONE's RMSNorm included)
+        writer.add_layer_norm_eps(_get(config, "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"))
     writer.add_rope_freq_base(config["rope_theta"])
     writer.add_vocab_size(config["vocab_size"])
     _add_arch_metadata(writer, arch, config)
@@ -85,7 +92,7 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
         _add_metadata(writer, vocab)
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
     for name, value in sorted(_stack_experts(load_file(str(model_dir / "model.safetensors"))).items()):
-        target = gguf_name(name, arch)
+        target = gguf_name(name, arch, layers)
         value = value.astype(np.float32)
         kind = target.split(".")[-2]
         if arch in PERMUTED and kind in heads:
@@ -110,13 +117,13 @@ def write_gguf(model_dir: Path, out: Path, qtype: gguf.GGMLQuantizationType, *,
 
 
 def _stack_experts(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Per-expert ``mlp.experts.E.X_proj`` stacked [n_expert, ...] as ``mlp.switch_mlp.X_proj``
-    (llama.cpp's ``ffn_X_exps``)."""
+    """Per-expert ``mlp.experts.E.X_proj`` stacked [n_expert, ...] as ``mlp.experts.X_proj``, the
+    name llama.cpp's converter gives the merged tensor (``ffn_X_exps``)."""
     out, experts = {}, {}
     for name, value in weights.items():
         parts = name.split(".")
         if len(parts) == 8 and parts[3:5] == ["mlp", "experts"]:
-            stacked = ".".join([*parts[:4], "switch_mlp", *parts[6:]])
+            stacked = ".".join([*parts[:5], *parts[6:]])
             experts.setdefault(stacked, {})[int(parts[5])] = value
         else:
             out[name] = value
@@ -142,6 +149,9 @@ def _add_arch_metadata(writer: gguf.GGUFWriter, arch: str, config: dict) -> None
     elif arch == "gemma2":
         writer.add_attn_logit_softcapping(config["attn_logit_softcapping"])
         writer.add_final_logit_softcapping(config["final_logit_softcapping"])
+    elif arch == "exaone":  # ExaoneModel writes the rotary dimensions
+        head_dim = config["hidden_size"] // config["num_attention_heads"]
+        writer.add_rope_dimension_count(int(head_dim * config.get("partial_rotary_factor", 1.0)))
     if arch in ("phi3", "gemma2", "gemma3") and config.get("sliding_window"):
         writer.add_sliding_window(config["sliding_window"])
 

@@ -1,6 +1,8 @@
-"""GGUF files of phi3, granite, gemma2, gemma3 and qwen3moe, written from their fixtures as llama.cpp's
-converter lays them out (fused phi3 tensors, granite's permuted q/k and multipliers,
-Gemma's norm + 1 and soft-capping): an F32 file serves exactly the fixture it came
+"""GGUF files of phi3, granite, gemma2, gemma3, qwen3moe, olmo2, starcoder2 and exaone, written from
+their fixtures as llama.cpp's converter lays them out (fused phi3 tensors, granite's permuted q/k and
+multipliers, Gemma's norm + 1 and soft-capping, OLMo 2's post-norms, StarCoder2's biases and
+LayerNorms, EXAONE's GPT-2-style names), loaded through names and config derived from gguf's and
+mlx-lm's tables: an F32 file serves exactly the fixture it came
 from; Q8_0 and Q4_0 files equal mlx-lm on the same weights dequantized by ``gguf``;
 what cannot be served (Phi-3 LongRoPE) is refused by name."""
 
@@ -19,6 +21,7 @@ from engine.loading.gguf import prepare_gguf
 from engine.loading.model import load_generation_model
 from tests.fixtures.gguf_models import (GRANITE_MULTIPLIERS, gemma2_fixture, gemma3_fixture, granite_fixture,
                                         phi3_fixture, qwen3moe_fixture)
+from tests.fixtures.gguf_derived_models import exaone_fixture, olmo2_fixture, starcoder2_fixture
 from tests.gguf_reference import float_reference, served_greedy
 from tests.gguf_writer import GGUF_ARCH, write_gguf
 from tests.oracle import ORACLE_PROMPTS
@@ -28,7 +31,8 @@ Q = gguf.GGMLQuantizationType
 TOKENS = 12
 PROMPTS = {name: ORACLE_PROMPTS[name] for name in ("short", "long", "unicode")}
 FIXTURES = {"phi3": phi3_fixture, "granite": granite_fixture, "gemma2": gemma2_fixture, "gemma3": gemma3_fixture,
-            "qwen3moe": qwen3moe_fixture}
+            "qwen3moe": qwen3moe_fixture, "olmo2": olmo2_fixture, "starcoder2": starcoder2_fixture,
+            "exaone": exaone_fixture}
 MODEL_TYPE = {arch: model_type for model_type, arch in GGUF_ARCH.items()}  # where they differ
 
 
@@ -120,7 +124,8 @@ def test_a_phi3_longrope_file_is_refused_by_name(sources, tmp_path):
 
 def _meta(arch: str, layers: int, **keys) -> dict:
     meta = {"general.architecture": arch, "tokenizer.ggml.tokens": ["a"] * 8, f"{arch}.block_count": layers,
-            f"{arch}.embedding_length": 4608, f"{arch}.attention.head_count": 32, f"{arch}.context_length": 8192}
+            f"{arch}.embedding_length": 4608, f"{arch}.attention.head_count": 32, f"{arch}.context_length": 8192,
+            f"{arch}.feed_forward_length": 1024, f"{arch}.attention.layer_norm_rms_epsilon": 1e-6}
     meta.update({f"{arch}.{k.replace('__', '.')}": v for k, v in keys.items()})
     return meta
 
