@@ -4,13 +4,18 @@
 # image-taking "vision", MiniLM and the cross-encoder "reranker"), each with an adapter. Every client's agent example runs against the "tools" model.
 # Then the grpcurl checks (reflection only, no proto files) against both, every client's
 # ci.sh (example against the default server, tests against both), and every README's
-# outside-consumer recipe.
+# outside-consumer recipe. The clients' live tests send no token, and their adapter tests
+# load adapters: these two servers, on 127.0.0.1 with no proxy in front, give callers on
+# this machine the admin role (--admin-loopback). A third server, with a tokens file,
+# holds the roles (.ci/grpcurl_roles.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEFAULT_PORT=${MLXGRPC_PORT:-50051}
 FIXTURE_PORT=$((DEFAULT_PORT + 1))
+TOKENED_PORT=$((DEFAULT_PORT + 2))
 DEFAULT="localhost:$DEFAULT_PORT"
 FIXTURE="localhost:$FIXTURE_PORT"
+TOKENED="localhost:$TOKENED_PORT"
 # A live test that cannot run (no server, no embedding model, no adapter) fails instead of skipping.
 export MLXGRPC_REQUIRE_LIVE=1
 WORK=$(mktemp -d)
@@ -23,22 +28,30 @@ DEFAULT_MODEL=$(.venv/bin/python -c 'from engine.loading.embedded import default
 MINILM=$(.venv/bin/python -c 'from engine.loading.embedded import default_embedding_model as m; print(m())')
 .venv/bin/python -m tests.fixtures.adapters "$DEFAULT_MODEL" "$WORK/default-tone" >/dev/null
 # A short admission queue, so the clients' retry tests fill it in a moment.
-bash scripts/serve.sh --host 127.0.0.1 --port "$DEFAULT_PORT" --max-queued 8 --grace 5 \
+bash scripts/serve.sh --host 127.0.0.1 --port "$DEFAULT_PORT" --max-queued 8 --grace 5 --admin-loopback \
   --adapter-root "$WORK" --adapter "tone=$WORK/default-tone" >"$WORK/default.log" 2>&1 &
 DEFAULT_PID=$!
 .venv/bin/mlx-grpc serve --host 127.0.0.1 --port "$FIXTURE_PORT" --model "llama=$WORK/models/llama" \
   --model "tools=$WORK/models/tools-qwen" --model "vision=$WORK/models/llava" \
   --embedding-model "all-minilm-l6-v2=$MINILM" --embedding-model "reranker=$WORK/models/reranker" \
   --adapter-root "$WORK" --adapter "tone=$WORK/models/adapters/tone" \
-  --max-active 4 --max-queued 16 --grace 5 >"$WORK/fixture.log" 2>&1 &
+  --max-active 4 --max-queued 16 --grace 5 --admin-loopback >"$WORK/fixture.log" 2>&1 &
 FIXTURE_PID=$!
-trap 'kill $DEFAULT_PID $FIXTURE_PID 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+printf 'ci-app app inference\nci-router gateway router\nci-ops ops admin\n' >"$WORK/tokens"
+.venv/bin/mlx-grpc serve --host 127.0.0.1 --port "$TOKENED_PORT" --model "llama=$WORK/models/llama" \
+  --no-embedding --adapter-root "$WORK" --auth-token-file "$WORK/tokens" --auth-open-reflection \
+  --grace 5 >"$WORK/tokened.log" 2>&1 &
+TOKENED_PID=$!
+trap 'kill $DEFAULT_PID $FIXTURE_PID $TOKENED_PID 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 .venv/bin/python .ci/wait_healthy.py "$FIXTURE" 120 || { cat "$WORK/fixture.log"; exit 1; }
+.venv/bin/python .ci/wait_healthy.py "$TOKENED" 120 || { cat "$WORK/tokened.log"; exit 1; }
 .venv/bin/python .ci/wait_healthy.py "$DEFAULT" 300 || { cat "$WORK/default.log"; exit 1; }
 
 for address in "$DEFAULT" "$FIXTURE"; do
   bash .ci/grpcurl.sh "$address"
 done
+bash .ci/grpcurl_roles.sh "$TOKENED" models/adapters/tone
+kill -TERM $TOKENED_PID && wait $TOKENED_PID
 for lang in python go typescript rust java; do
   printf '\n--- client: %s (%ss)\n' "$lang" "$SECONDS"
   bash "clients/$lang/ci.sh" "$DEFAULT" "$FIXTURE"
