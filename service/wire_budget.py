@@ -146,9 +146,10 @@ class WireBudget:
         left = walk.left
         while pos < end:
             left -= 1
-            if left < 0:
-                return Overflow(_path(path), f"at most {self.max_fields} fields in one request "
-                                             "(--max-request-fields)")
+            if left < 0:  # named by the field that holds most of them here, if it is repeated
+                most = max(counts, key=counts.__getitem__, default=None)
+                return Overflow(_path(path, fields[most].name if most in fields else ""),
+                                f"at most {self.max_fields} fields in one request (--max-request-fields)")
             if not left & SLICE_MASK:
                 yield
             key = data[pos]
