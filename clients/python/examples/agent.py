@@ -4,8 +4,9 @@ here, and its result goes back for the answer.
     MLXGRPC_ADDRESS=localhost:50052 MLXGRPC_MODEL=tools python examples/agent.py
 
 MLXGRPC_MODEL (default "tools", the fixture server's tool-capable model) must have tool
-calling. The first turn must call a tool (tool choice REQUIRED); the second may not
-(NONE) and answers. Exits 1 if the first turn did not end with a tool call.
+calling; MLXGRPC_TOKEN, when set, is the bearer token of every call. The first turn must
+call a tool (tool choice REQUIRED); the second may not (NONE) and answers. Exits 1 if the
+first turn did not end with a tool call.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def get_weather(city: str) -> dict:
 def main() -> int:
     address = os.environ.get("MLXGRPC_ADDRESS", "localhost:50051")
     model = os.environ.get("MLXGRPC_MODEL", "tools")
-    with connect(address, timeout=60) as client:
+    with connect(address, token=os.environ.get("MLXGRPC_TOKEN") or None, timeout=60) as client:
         chat = client.model_info(model).capabilities.chat
         print(f"model {model}: tool calling={chat.tool_calling} (parser {chat.tool_parser or '-'}), "
               f"enforced tool choice={chat.tool_choice_enforced}, thinking={bool(chat.reasoning_start)}")

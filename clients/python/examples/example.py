@@ -3,6 +3,8 @@
     MLXGRPC_ADDRESS=localhost:50051 python examples/example.py
     MLXGRPC_IMAGE=photo.png MLXGRPC_MODEL=vision python examples/example.py   # the image step alone
 
+MLXGRPC_TOKEN, when set, is sent as the bearer token of every call (a server with a tokens file).
+
 Model info, a streamed generation, generations cancelled with the Cancel RPC and
 client-side, two embeddings and their cosine similarity, an answer constrained by a
 JSON schema, and the error details of an invalid request. With MLXGRPC_IMAGE set, only
@@ -26,9 +28,9 @@ def cosine(a, b) -> float:
     return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
 
 
-def describe_image(address: str, path: str, model: str) -> int:
+def describe_image(address: str, token: str | None, path: str, model: str) -> int:
     """Sends the image at ``path`` with a question and prints the streamed answer."""
-    with connect(address, timeout=120) as client:
+    with connect(address, token=token, timeout=120) as client:
         message = {"role": "user", "parts": [image_part(path), "Describe the image."]}
         print(f"image {path} to {model!r}: ", end="", flush=True)
         try:
@@ -49,9 +51,10 @@ def describe_image(address: str, path: str, model: str) -> int:
 
 def main() -> int:
     address = os.environ.get("MLXGRPC_ADDRESS", "localhost:50051")
+    token = os.environ.get("MLXGRPC_TOKEN") or None
     if os.environ.get("MLXGRPC_IMAGE"):
-        return describe_image(address, os.environ["MLXGRPC_IMAGE"], os.environ.get("MLXGRPC_MODEL", "vision"))
-    with connect(address, timeout=60) as client:
+        return describe_image(address, token, os.environ["MLXGRPC_IMAGE"], os.environ.get("MLXGRPC_MODEL", "vision"))
+    with connect(address, token=token, timeout=60) as client:
         info = client.model_info()
         print(f"model {info.name}: {pb.ModelKind.Name(info.kind)}, graph {info.graph.id}, "
               f"context {info.context_length}, vocab {info.vocab_size}, dtype {info.dtype}, "

@@ -4,6 +4,9 @@ discovered with ListModels so the tests run against any server: the default one
 
 Without ``MLXGRPC_ADDRESS`` the live tests are skipped (pytest ``-ra`` lists why);
 with ``MLXGRPC_REQUIRE_LIVE=1`` (CI) a test that could not run fails instead.
+``MLXGRPC_TOKEN``, when set, is sent on every call (a server with a tokens file; the
+adapter tests need the admin role), and ``MLXGRPC_TENANT`` names its tenant (default
+empty: the one tenant of a server without tokens).
 """
 
 from __future__ import annotations
@@ -32,14 +35,25 @@ def address() -> str:
 
 
 @pytest.fixture(scope="session")
-def client(address):
-    with connect(address, timeout=120) as c:
+def token() -> str | None:
+    return os.environ.get("MLXGRPC_TOKEN") or None
+
+
+@pytest.fixture(scope="session")
+def tenant() -> str:
+    """The tenant this caller's requests count under (GetLoad's ``tenants``)."""
+    return os.environ.get("MLXGRPC_TENANT", "")
+
+
+@pytest.fixture(scope="session")
+def client(address, token):
+    with connect(address, token=token, timeout=120) as c:
         yield c
 
 
 @pytest_asyncio.fixture(scope="session")
-async def aclient(address):
-    async with aio.connect(address, timeout=120) as c:
+async def aclient(address, token):
+    async with aio.connect(address, token=token, timeout=120) as c:
         yield c
 
 

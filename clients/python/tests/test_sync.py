@@ -10,7 +10,7 @@ import uuid
 import grpc
 import pytest
 
-from mlxgrpc_client import error_details, pb
+from mlxgrpc_client import connect, error_details, pb
 
 from _support import LONG, SESSION_PROMPT, SIMILAR, UNRELATED, cosine, exact, over_long, release, saturate
 
@@ -29,7 +29,18 @@ def test_list_models(client, models, generator):
     assert len({m.name for m in client.list_models()}) == len(models)
 
 
-def test_get_load_reports_the_generation_models(client, models, generator):
+def test_the_server_checks_the_token(address, token, client, generator):
+    if token is None:
+        pytest.skip("MLXGRPC_TOKEN is not set: the server may have no tokens")
+    assert client.model_info().name == generator.name  # the fixture's client carries the token
+    for other in (None, token + "-not"):
+        with connect(address, token=other, timeout=30) as stranger:
+            with pytest.raises(grpc.RpcError) as err:
+                stranger.model_info()
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED, other
+
+
+def test_get_load_reports_the_generation_models(client, models, generator, tenant):
     before = client.get_load()
     assert [m.model for m in before.models] == [m.name for m in models if m.kind == pb.MODEL_KIND_GENERATION]
     assert before.uptime_seconds > 0
@@ -40,8 +51,8 @@ def test_get_load_reports_the_generation_models(client, models, generator):
     after = client.get_load(generator.name).models[0]
     assert after.generated_tokens - load.generated_tokens >= 5
     assert after.generated_tokens_per_second > 0
-    # This caller has no token: it counts under the empty tenant name, and sees it.
-    (mine,) = [t for t in after.tenants if t.tenant == ""]
+    # This caller counts under its token's tenant (without tokens: the empty name), and sees it.
+    (mine,) = [t for t in after.tenants if t.tenant == tenant]
     assert mine.generated_tokens >= 5 and mine.running_requests >= 0
     with pytest.raises(grpc.RpcError) as err:
         client.get_load("no-such-model")
