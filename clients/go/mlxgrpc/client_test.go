@@ -5,6 +5,7 @@ package mlxgrpc_test
 import (
 	"errors"
 	"math"
+	"os"
 	"slices"
 	"testing"
 
@@ -165,6 +166,25 @@ func TestModelLoads(t *testing.T) {
 		_, err = s.c.ModelLoads(s.ctx, s.embedder.GetName())
 		if d := mlxgrpc.Details(err); d == nil || d.Code != codes.FailedPrecondition {
 			t.Errorf("an embedding model: %v, want FailedPrecondition", err)
+		}
+	}
+}
+
+func TestServerChecksTheToken(t *testing.T) {
+	s := live(t) // its client carries $MLXGRPC_TOKEN
+	tok := os.Getenv("MLXGRPC_TOKEN")
+	if tok == "" {
+		t.Skip("MLXGRPC_TOKEN is not set: the server may have no tokens")
+	}
+	for _, other := range []string{"", tok + "-not"} {
+		c, err := mlxgrpc.Connect(s.address, mlxgrpc.WithToken(other))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.ModelInfo(s.ctx, "")
+		c.Close()
+		if d := mlxgrpc.Details(err); d == nil || d.Code != codes.Unauthenticated {
+			t.Errorf("token %q: %v, want Unauthenticated", other, err)
 		}
 	}
 }

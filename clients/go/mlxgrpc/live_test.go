@@ -2,7 +2,9 @@ package mlxgrpc_test
 
 // Helpers of the tests against a live server at MLXGRPC_ADDRESS (skipped when it is
 // unset, a failure under MLXGRPC_REQUIRE_LIVE=1). They discover the models with
-// ListModels, so any server will do: the default one or the test fixture.
+// ListModels, so any server will do: the default one or the test fixture. Every
+// client they connect sends MLXGRPC_TOKEN when it is set (a server with a tokens
+// file; the adapter tests need the admin role).
 
 import (
 	"context"
@@ -34,13 +36,16 @@ func unavailable(t *testing.T, reason string) {
 	t.Skip(reason)
 }
 
+// token is the live server's bearer token, $MLXGRPC_TOKEN ("": none, a server without tokens).
+func token() mlxgrpc.Option { return mlxgrpc.WithToken(os.Getenv("MLXGRPC_TOKEN")) }
+
 func live(t *testing.T, opts ...mlxgrpc.Option) *server {
 	t.Helper()
 	addr := os.Getenv("MLXGRPC_ADDRESS")
 	if addr == "" {
 		unavailable(t, "MLXGRPC_ADDRESS is not set")
 	}
-	c, err := mlxgrpc.Connect(addr, append([]mlxgrpc.Option{mlxgrpc.WithDefaultTimeout(2 * time.Minute)}, opts...)...)
+	c, err := mlxgrpc.Connect(addr, append([]mlxgrpc.Option{token(), mlxgrpc.WithDefaultTimeout(2 * time.Minute)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -167,7 +167,7 @@ func TestQueueFullIsRetried(t *testing.T) {
 		t.Fatalf("refusal %v", refusal)
 	}
 	var retries []time.Duration
-	retrying, err := mlxgrpc.Connect(s.address, mlxgrpc.WithRetryObserver(func(d *mlxgrpc.ErrorDetails, delay time.Duration) {
+	retrying, err := mlxgrpc.Connect(s.address, token(), mlxgrpc.WithRetryObserver(func(d *mlxgrpc.ErrorDetails, delay time.Duration) {
 		retries = append(retries, delay)
 		release(t, s, fillers) // room for the next attempt
 	}))

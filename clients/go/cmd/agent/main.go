@@ -2,9 +2,9 @@
 // tool (tool choice REQUIRED), the call runs here, its result goes back as a
 // "tool" message, and the model answers (tool choice NONE). The server address
 // comes from MLXGRPC_ADDRESS (default localhost:50051), the model from
-// MLXGRPC_MODEL (default "tools", the test fixture's tool-capable model). It
-// exits non-zero unless the first turn ended with FINISH_REASON_TOOL_CALLS and
-// a call.
+// MLXGRPC_MODEL (default "tools", the test fixture's tool-capable model), the
+// bearer token, when the server needs one, from MLXGRPC_TOKEN. It exits non-zero
+// unless the first turn ended with FINISH_REASON_TOOL_CALLS and a call.
 package main
 
 import (
@@ -35,7 +35,8 @@ func main() {
 	if model == "" {
 		model = "tools"
 	}
-	client, err := mlxgrpc.Connect(addr, mlxgrpc.WithDefaultTimeout(60*time.Second))
+	client, err := mlxgrpc.Connect(addr, mlxgrpc.WithToken(os.Getenv("MLXGRPC_TOKEN")),
+		mlxgrpc.WithDefaultTimeout(60*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Command example walks through the mlx-grpc API: model info, a streamed
 // generation, a generation cancelled mid-way, embeddings, an answer constrained
 // by a JSON schema, and an invalid request's error details. The server address
-// comes from MLXGRPC_ADDRESS (default localhost:50051).
+// comes from MLXGRPC_ADDRESS (default localhost:50051); MLXGRPC_TOKEN, when set,
+// is sent as the bearer token of every call (a server with a tokens file).
 //
 // With MLXGRPC_IMAGE set to an image file (PNG, JPEG, WebP or GIF), it runs the
 // image step instead: the image and a question go to MLXGRPC_MODEL (default
@@ -28,7 +29,8 @@ func main() {
 	if addr == "" {
 		addr = "localhost:50051"
 	}
-	client, err := mlxgrpc.Connect(addr, mlxgrpc.WithDefaultTimeout(60*time.Second))
+	client, err := mlxgrpc.Connect(addr, mlxgrpc.WithToken(os.Getenv("MLXGRPC_TOKEN")),
+		mlxgrpc.WithDefaultTimeout(60*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
