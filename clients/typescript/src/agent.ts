@@ -1,4 +1,5 @@
-// Agent loop: node dist/agent.js   (MLXGRPC_ADDRESS, default localhost:50051; MLXGRPC_MODEL, default "tools")
+// Agent loop: node dist/agent.js   (MLXGRPC_ADDRESS, default localhost:50051; MLXGRPC_MODEL, default "tools";
+// MLXGRPC_TOKEN, when set, the bearer token of every call)
 //
 // One tool (get_weather), a first turn that must call it, the tool run here, and a second
 // turn that answers from its result. Exits non-zero unless the first turn ended with calls.
@@ -15,7 +16,7 @@ import {
 
 const address = process.env.MLXGRPC_ADDRESS || "localhost:50051";
 const model = process.env.MLXGRPC_MODEL || "tools";
-const client = connect(address, { timeoutMs: 120_000 });
+const client = connect(address, { token: process.env.MLXGRPC_TOKEN || undefined, timeoutMs: 120_000 });
 
 const tools = [
   tool("get_weather", "The current weather in a city.", {

@@ -1,4 +1,5 @@
-// Example: node dist/example.js   (server address from MLXGRPC_ADDRESS, default localhost:50051)
+// Example: node dist/example.js   (server address from MLXGRPC_ADDRESS, default localhost:50051;
+// MLXGRPC_TOKEN, when set, is the bearer token of every call)
 //
 // With MLXGRPC_IMAGE set to an image file (PNG, JPEG, WebP or GIF), it runs the image step
 // instead: the image and a question go to MLXGRPC_MODEL (default "vision", the test
@@ -18,7 +19,7 @@ import {
 } from "./index.js";
 
 const address = process.env.MLXGRPC_ADDRESS || "localhost:50051";
-const client = connect(address, { timeoutMs: 60_000 });
+const client = connect(address, { token: process.env.MLXGRPC_TOKEN || undefined, timeoutMs: 60_000 });
 const imagePath = process.env.MLXGRPC_IMAGE;
 
 // 7. The image step: an image (its media type detected from the file) and a question.

@@ -6,14 +6,14 @@ import { after, before, describe, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 
 import { Code, ConnectError, FinishReason, connect, errorDetails, type AdapterInfo, type MlxClient } from "../index.js";
-import { address, discover, exact, liveTest, unavailable } from "./support.js";
+import { address, discover, exact, liveTest, token, unavailable } from "./support.js";
 
 describe("adapters", () => {
   let client: MlxClient;
   let generator = "";
   before(async () => {
     if (!address) return;
-    client = connect(address, { timeoutMs: 120_000 });
+    client = connect(address, { token, timeoutMs: 120_000 });
     generator = (await discover(client)).generator?.name ?? "";
   });
   after(() => client?.close());

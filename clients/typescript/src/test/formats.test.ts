@@ -16,7 +16,7 @@ import {
   jsonSchemaFormat,
   regexFormat,
 } from "../index.js";
-import { address, liveTest } from "./support.js";
+import { address, liveTest, token } from "./support.js";
 
 test("the builders set one field of the oneof", () => {
   assert.deepEqual(jsonSchemaFormat({ type: "string" }), { format: { case: "jsonSchema", value: '{"type":"string"}' } });
@@ -28,7 +28,7 @@ test("the builders set one field of the oneof", () => {
 });
 
 liveTest("a JSON-schema request ends STOP with JSON that fits the schema", async () => {
-  const client = connect(address!, { timeoutMs: 120_000 });
+  const client = connect(address!, { token, timeoutMs: 120_000 });
   try {
     const schema = {
       type: "object",

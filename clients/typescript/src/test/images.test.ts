@@ -29,7 +29,7 @@ import {
   type ChatMessageInit,
   type MlxClient,
 } from "../index.js";
-import { address, discover, liveTest } from "./support.js";
+import { address, discover, liveTest, token } from "./support.js";
 
 /** clients/testdata/gradient.png (a 64x64 RGB PNG), from dist/test/. */
 const GRADIENT = fileURLToPath(new URL("../../../testdata/gradient.png", import.meta.url));
@@ -89,7 +89,7 @@ const NO_VISION_MODEL = 'the server has no model named "vision" (the fixture ser
 
 /** A client when the server has a model named "vision"; skips the test (even under MLXGRPC_REQUIRE_LIVE) otherwise. */
 async function visionClient(t: TestContext): Promise<MlxClient | undefined> {
-  const client = connect(address!, { timeoutMs: 120_000 });
+  const client = connect(address!, { token, timeoutMs: 120_000 });
   const { all } = await discover(client);
   if (all.some((m) => m.name === "vision")) return client;
   client.close();

@@ -18,7 +18,7 @@ import {
   type MlxClient,
   type ModelInfo,
 } from "../index.js";
-import { address, discover, exact, liveTest, release, saturate, sleep, unavailable, type Served } from "./support.js";
+import { address, discover, exact, liveTest, release, saturate, sleep, token, unavailable, type Served } from "./support.js";
 
 async function events(client: MlxClient, maxTokens: number, prompt = "The quick brown fox"): Promise<GenerateResponse[]> {
   const out: GenerateResponse[] = [];
@@ -51,7 +51,7 @@ describe("live server", () => {
   let generator: ModelInfo;
   before(async () => {
     if (!address) return;
-    client = connect(address, { timeoutMs: 120_000 });
+    client = connect(address, { token, timeoutMs: 120_000 });
     served = await discover(client);
     assert.ok(served.generator, "the server serves a generation model");
     generator = served.generator;
@@ -222,7 +222,7 @@ describe("live server", () => {
 
   liveTest("another caller cancels by the client-assigned id before any event arrived", async () => {
     const call = client.generate(long);
-    const other = connect(address!, { timeoutMs: 30_000 });
+    const other = connect(address!, { token, timeoutMs: 30_000 });
     try {
       let found = false;
       for (let i = 0; i < 200 && !found; i++) {
@@ -266,7 +266,7 @@ describe("live server", () => {
   });
 
   liveTest("default deadline applies: DEADLINE_EXCEEDED", async () => {
-    const short = connect(address!, { timeoutMs: 200 });
+    const short = connect(address!, { token, timeoutMs: 200 });
     try {
       const err = await expectError(short.generateText(long));
       assert.equal(err.code, Code.DeadlineExceeded);
@@ -276,9 +276,11 @@ describe("live server", () => {
   });
 
   liveTest("bearer token is sent as authorization metadata", async () => {
+    // A server without tokens takes any; one with tokens takes $MLXGRPC_TOKEN only.
+    const sent = token ?? "s3cret";
     const seen: (string | null)[] = [];
     const authed = connect(address!, {
-      token: "s3cret",
+      token: sent,
       interceptors: [
         (next) => (req) => {
           seen.push(req.header.get("authorization"));
@@ -289,9 +291,28 @@ describe("live server", () => {
     try {
       const info = await authed.getModelInfo();
       assert.equal(info.name, generator.name);
-      assert.deepEqual(seen, ["Bearer s3cret"]);
+      assert.deepEqual(seen, [`Bearer ${sent}`]);
     } finally {
       authed.close();
+    }
+  });
+
+  liveTest("a server with tokens refuses a call without one or with a wrong one: UNAUTHENTICATED", async (t) => {
+    if (!token) {
+      t.skip("MLXGRPC_TOKEN is not set: the server may have no tokens");
+      return;
+    }
+    for (const other of [undefined, `${token}-not`]) {
+      const stranger = connect(address!, { token: other, timeoutMs: 30_000, maxAttempts: 1 });
+      try {
+        const err = await stranger.getModelInfo().then(
+          () => assert.fail(`token ${other} accepted`),
+          (e: unknown) => ConnectError.from(e),
+        );
+        assert.equal(err.code, Code.Unauthenticated, String(other));
+      } finally {
+        stranger.close();
+      }
     }
   });
 
@@ -339,6 +360,7 @@ describe("live server", () => {
     const { running, refusal } = await saturate(client, generator.name);
     const retries: [Code, string, number][] = [];
     const retrying = connect(address!, {
+      token,
       timeoutMs: 120_000,
       onRetry: (d, delayMs) => {
         retries.push([d.code, d.errorInfo?.reason ?? "", delayMs]);

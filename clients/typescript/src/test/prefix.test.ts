@@ -20,7 +20,7 @@ import {
   type PrefetchRequest,
   type PrefetchResponse,
 } from "../index.js";
-import { address, exact, liveTest } from "./support.js";
+import { address, exact, liveTest, token } from "./support.js";
 
 // An in-process server that records the requests, refusing the first Prefetch with RetryInfo.
 const prefetches: PrefetchRequest[] = [];
@@ -86,7 +86,7 @@ const sessionPrompt =
   "each name in a worn leather logbook that his grandfather had started long ago.";
 
 liveTest("Prefetch finds a session's prefix in memory; CloseSession releases its entries once", async () => {
-  const client = connect(address!, { timeoutMs: 120_000 });
+  const client = connect(address!, { token, timeoutMs: 120_000 });
   try {
     const sessionId = `ts-${randomUUID()}`;
     const prompt = { case: "text" as const, value: sessionPrompt };

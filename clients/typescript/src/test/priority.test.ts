@@ -16,7 +16,7 @@ import {
   type GenerateRequest,
   type TenantLoad,
 } from "../index.js";
-import { address, discover, exact, liveTest } from "./support.js";
+import { address, discover, exact, liveTest, tenant, token } from "./support.js";
 
 const seen: number[] = [];
 let h2: http2.Http2Server;
@@ -62,7 +62,7 @@ test("the client's default priority fills requests that set none; a request's ow
 });
 
 liveTest("a priority never changes the output; GetLoad reports this caller's tenant", async () => {
-  const client = connect(address ?? "", { timeoutMs: 120_000 });
+  const client = connect(address ?? "", { token, timeoutMs: 120_000 });
   try {
     const { generator } = await discover(client);
     assert.ok(generator, "the server serves a generation model");
@@ -73,8 +73,8 @@ liveTest("a priority never changes the output; GetLoad reports this caller's ten
       assert.deepEqual([r.tokenIds, r.text], [plain.tokenIds, plain.text]);
     }
     const [load] = await client.getLoad(generator.name);
-    // No token: this caller counts under the empty tenant name, and sees it.
-    const mine: TenantLoad[] = load.tenants.filter((t) => t.tenant === "");
+    // This caller counts under its token's tenant (without tokens: the empty name), and sees it.
+    const mine: TenantLoad[] = load.tenants.filter((t) => t.tenant === tenant);
     assert.equal(mine.length, 1);
     assert.ok(mine[0].generatedTokens >= 24n, String(mine[0].generatedTokens));
     const { embedder } = await discover(client);

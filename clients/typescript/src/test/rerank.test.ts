@@ -18,7 +18,7 @@ import {
   type RerankRequest,
   type RerankResponse,
 } from "../index.js";
-import { address, discover, liveTest } from "./support.js";
+import { address, discover, liveTest, token } from "./support.js";
 
 // An in-process server that records the requests and scores each document by its length.
 const reranks: RerankRequest[] = [];
@@ -119,7 +119,7 @@ async function expectError(p: Promise<unknown>): Promise<ConnectError> {
 }
 
 async function withClient(fn: (client: MlxClient) => Promise<void>): Promise<void> {
-  const client = connect(address!, { timeoutMs: 120_000 });
+  const client = connect(address!, { token, timeoutMs: 120_000 });
   try {
     await fn(client);
   } finally {

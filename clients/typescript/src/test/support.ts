@@ -1,10 +1,15 @@
-// Shared by the live tests: the server (MLXGRPC_ADDRESS), the models it serves
-// (discovered with ListModels), and filling its admission queue.
+// Shared by the live tests: the server (MLXGRPC_ADDRESS) and its token (MLXGRPC_TOKEN,
+// when set), the models it serves (discovered with ListModels), and filling its
+// admission queue.
 import { test, type TestContext } from "node:test";
 
 import { Code, ConnectError, ModelKind, type MlxClient, type ModelInfo } from "../index.js";
 
 export const address = process.env.MLXGRPC_ADDRESS;
+/** The live server's bearer token (a server with a tokens file), sent by every live client. */
+export const token = process.env.MLXGRPC_TOKEN || undefined;
+/** The tenant this caller's requests count under: its token's (without tokens: the empty name). */
+export const tenant = process.env.MLXGRPC_TENANT ?? "";
 /** CI sets MLXGRPC_REQUIRE_LIVE=1: a live test that cannot run fails instead of skipping. */
 export const requireLive = process.env.MLXGRPC_REQUIRE_LIVE === "1";
 

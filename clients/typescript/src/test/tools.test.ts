@@ -32,7 +32,7 @@ import {
   type MlxClient,
   type ToolCall,
 } from "../index.js";
-import { address, discover, liveTest } from "./support.js";
+import { address, discover, liveTest, token } from "./support.js";
 
 const city = { type: "object", properties: { city: { type: "string", maxLength: 16 } }, required: ["city"], additionalProperties: false };
 const zone = { type: "object", properties: { zone: { type: "string", maxLength: 16 } }, required: ["zone"], additionalProperties: false };
@@ -206,7 +206,7 @@ function checkCalls(calls: ToolCall[], names: string[]): void {
 }
 
 liveTest("tool choice REQUIRED: the answer ends TOOL_CALLS with calls of the given tools", async (t) => {
-  const client = connect(address!, { timeoutMs: 120_000 });
+  const client = connect(address!, { token, timeoutMs: 120_000 });
   try {
     const model = await toolsModel(client);
     if (!model) return t.skip(NO_TOOLS_MODEL);
@@ -227,7 +227,7 @@ liveTest("tool choice REQUIRED: the answer ends TOOL_CALLS with calls of the giv
 });
 
 liveTest("tool choice FUNCTION: the call is of that function", async (t) => {
-  const client = connect(address!, { timeoutMs: 120_000 });
+  const client = connect(address!, { token, timeoutMs: 120_000 });
   try {
     const model = await toolsModel(client);
     if (!model) return t.skip(NO_TOOLS_MODEL);
@@ -241,7 +241,7 @@ liveTest("tool choice FUNCTION: the call is of that function", async (t) => {
 });
 
 liveTest("tool choice NONE: no calls", async (t) => {
-  const client = connect(address!, { timeoutMs: 120_000 });
+  const client = connect(address!, { token, timeoutMs: 120_000 });
   try {
     const model = await toolsModel(client);
     if (!model) return t.skip(NO_TOOLS_MODEL);
@@ -254,7 +254,7 @@ liveTest("tool choice NONE: no calls", async (t) => {
 });
 
 liveTest("tools for a model without tool calling: FAILED_PRECONDITION", async (t) => {
-  const client = connect(address!, { timeoutMs: 120_000 });
+  const client = connect(address!, { token, timeoutMs: 120_000 });
   try {
     const { all } = await discover(client);
     const plain = all.find((m) => m.kind === ModelKind.GENERATION && m.hasChatTemplate && !m.capabilities?.chat?.toolCalling);
