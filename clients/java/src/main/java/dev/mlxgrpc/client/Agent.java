@@ -16,7 +16,8 @@ import java.time.Duration;
  * An agent loop against the server at $MLXGRPC_ADDRESS (default localhost:50051) and the model
  * $MLXGRPC_MODEL (default "tools"): one tool (get_weather), a first turn that must call it, the
  * tool run here, and a second turn that answers from its result. Exits with status 1 unless the
- * first turn ended with {@code FINISH_REASON_TOOL_CALLS} and a call.
+ * first turn ended with {@code FINISH_REASON_TOOL_CALLS} and a call. $MLXGRPC_TOKEN, when set, is
+ * the bearer token of every call.
  */
 public final class Agent {
   private static final Tool WEATHER = Tools.function("get_weather", "The current weather in a city.", """
@@ -29,8 +30,10 @@ public final class Agent {
     String address = System.getenv().getOrDefault("MLXGRPC_ADDRESS", "localhost:50051");
     String model = System.getenv().getOrDefault("MLXGRPC_MODEL", "tools");
     int status;
-    try (MlxGrpcClient client =
-        MlxGrpcClient.builder(address).defaultDeadline(Duration.ofSeconds(120)).build()) {
+    try (MlxGrpcClient client = MlxGrpcClient.builder(address)
+        .bearerToken(Example.token())
+        .defaultDeadline(Duration.ofSeconds(120))
+        .build()) {
       status = run(client, model);
     }
     System.exit(status);

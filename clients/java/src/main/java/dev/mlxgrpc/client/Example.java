@@ -20,6 +20,7 @@ import java.util.List;
  * Walks through the API against the server at $MLXGRPC_ADDRESS (default localhost:50051): model
  * info, a streamed Generate, cancelling a Generate (Cancel RPC and client-side), an asynchronous
  * Generate, Embed, an answer constrained by a JSON schema, and an invalid request's error details.
+ * $MLXGRPC_TOKEN, when set, is the bearer token of every call (a server with a tokens file).
  * Notes are dimmed on a terminal only: piped output carries no escape codes (nor with NO_COLOR set).
  *
  * <p>With $MLXGRPC_IMAGE set to an image file (PNG, JPEG, WebP or GIF), it runs the image step
@@ -34,7 +35,7 @@ public final class Example {
   public static void main(String[] args) throws Exception {
     String address = System.getenv().getOrDefault("MLXGRPC_ADDRESS", "localhost:50051");
     try (MlxGrpcClient client =
-        MlxGrpcClient.builder(address).defaultDeadline(Duration.ofSeconds(60)).build()) {
+        MlxGrpcClient.builder(address).bearerToken(token()).defaultDeadline(Duration.ofSeconds(60)).build()) {
       String image = System.getenv("MLXGRPC_IMAGE");
       if (image != null && !image.isEmpty()) {
         describeImage(client, System.getenv().getOrDefault("MLXGRPC_MODEL", "vision"), Path.of(image));
@@ -45,6 +46,12 @@ public final class Example {
   }
 
   /** The image step: the image (its media type from the file's signature) and a question to {@code model}. */
+  /** $MLXGRPC_TOKEN, or null (no token) when it is unset or empty. */
+  static String token() {
+    String token = System.getenv("MLXGRPC_TOKEN");
+    return token == null || token.isEmpty() ? null : token;
+  }
+
   private static void describeImage(MlxGrpcClient client, String model, Path path) throws Exception {
     ContentPart image = Images.image(path);
     System.out.printf("image %s (%s, %d bytes) to %s: ", path, image.getImage().getMediaType(),

@@ -14,7 +14,9 @@ import org.junit.jupiter.api.Assumptions;
 /**
  * The live server at $MLXGRPC_ADDRESS and the models it serves, discovered with ListModels, so
  * the tests run against any server (the default one or the test fixture). Without the address
- * the live tests are skipped; under MLXGRPC_REQUIRE_LIVE=1 (CI) they fail instead.
+ * the live tests are skipped; under MLXGRPC_REQUIRE_LIVE=1 (CI) they fail instead. Every live
+ * client sends $MLXGRPC_TOKEN when it is set (a server with a tokens file; the adapter tests need
+ * the admin role); $MLXGRPC_TENANT names that token's tenant.
  */
 final class LiveServer implements AutoCloseable {
   final String address;
@@ -29,7 +31,7 @@ final class LiveServer implements AutoCloseable {
 
   private LiveServer(String address) {
     this.address = address;
-    this.client = MlxGrpcClient.builder(address).defaultDeadline(Duration.ofSeconds(120)).build();
+    this.client = builder().defaultDeadline(Duration.ofSeconds(120)).build();
     this.models = client.listModels();
     this.generator = ofKind(ModelKind.MODEL_KIND_GENERATION)
         .orElseThrow(() -> new AssertionError("the server serves no generation model"));
@@ -38,6 +40,22 @@ final class LiveServer implements AutoCloseable {
         .findFirst();
     this.reranker = models.stream()
         .filter(m -> m.getName().equals("reranker") && m.getCapabilities().getRerank()).findFirst();
+  }
+
+  /** The live server's bearer token, $MLXGRPC_TOKEN (null: unset or empty, a server without tokens). */
+  static String token() {
+    String token = System.getenv("MLXGRPC_TOKEN");
+    return token == null || token.isEmpty() ? null : token;
+  }
+
+  /** The tenant this caller's requests count under: its token's (without tokens: the empty name). */
+  static String tenant() {
+    return System.getenv().getOrDefault("MLXGRPC_TENANT", "");
+  }
+
+  /** A builder of another client of this server, carrying its token. */
+  MlxGrpcClient.Builder builder() {
+    return MlxGrpcClient.builder(address).bearerToken(token());
   }
 
   private Optional<ModelInfo> ofKind(ModelKind kind) {

@@ -355,11 +355,25 @@ class MlxGrpcClientTest {
 
   @Test
   void channelCarriesTheToken() {
-    // A stub of your own on client.channel(); the test servers accept any token.
-    try (MlxGrpcClient withToken = MlxGrpcClient.builder(server.address).bearerToken("test-token").build()) {
+    // A stub of your own on client.channel(); a server without tokens takes any, one with tokens
+    // takes $MLXGRPC_TOKEN only.
+    String token = LiveServer.token() != null ? LiveServer.token() : "test-token";
+    try (MlxGrpcClient withToken = MlxGrpcClient.builder(server.address).bearerToken(token).build()) {
       List<ModelInfo> models = InferenceServiceGrpc.newBlockingStub(withToken.channel())
           .listModels(ListModelsRequest.getDefaultInstance()).getModelsList();
       assertEquals(server.models.size(), models.size());
+    }
+  }
+
+  @Test
+  void aServerWithTokensRefusesNoneOrAWrongOne() {
+    String token = LiveServer.token();
+    Assumptions.assumeTrue(token != null, "MLXGRPC_TOKEN is not set: the server may have no tokens");
+    for (String other : new String[] {null, token + "-not"}) {
+      try (MlxGrpcClient stranger = MlxGrpcClient.builder(server.address).bearerToken(other).maxAttempts(1).build()) {
+        StatusRuntimeException e = assertThrows(StatusRuntimeException.class, () -> stranger.modelInfo(""));
+        assertEquals(Status.Code.UNAUTHENTICATED, e.getStatus().getCode(), String.valueOf(other));
+      }
     }
   }
 

@@ -23,7 +23,7 @@ class RetryLiveTest {
   @Test
   void aFullQueueIsRetriedAfterTheServersDelay() throws Exception {
     try (LiveServer server = LiveServer.connect();
-        MlxGrpcClient fillerClient = MlxGrpcClient.builder(server.address).maxAttempts(1).build()) {
+        MlxGrpcClient fillerClient = server.builder().maxAttempts(1).build()) {
       GenerateRequest filler = exact("Count:", 4000).toBuilder().setModel(server.generator.getName()).build();
       List<GenerateCall> running = new ArrayList<>();
       ErrorDetails refusal = null;
@@ -54,7 +54,7 @@ class RetryLiveTest {
       assertEquals("QUEUE_FULL", refusal.errorInfo().orElseThrow().getReason());
 
       List<Duration> retries = new ArrayList<>();
-      try (MlxGrpcClient retrying = MlxGrpcClient.builder(server.address)
+      try (MlxGrpcClient retrying = server.builder()
           .defaultDeadline(Duration.ofSeconds(120))
           .onRetry((details, d) -> {
             retries.add(d);
