@@ -2,8 +2,8 @@
 //! the call runs here, its result goes back as a "tool" message, and the model answers
 //! (tool choice NONE). The server comes from MLXGRPC_ADDRESS (default localhost:50051),
 //! the model from MLXGRPC_MODEL (default "tools", the test fixture's tool-capable
-//! model). Exits non-zero unless the first turn ended with FINISH_REASON_TOOL_CALLS and
-//! a call. Run with `MLXGRPC_ADDRESS=host:port cargo run --example agent`.
+//! model), the bearer token, when the server needs one, from MLXGRPC_TOKEN. Exits
+//! non-zero unless the first turn ended with FINISH_REASON_TOOL_CALLS and a call. Run with `MLXGRPC_ADDRESS=host:port cargo run --example agent`.
 
 use std::time::Duration;
 
@@ -19,7 +19,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let address =
         std::env::var("MLXGRPC_ADDRESS").unwrap_or_else(|_| "localhost:50051".to_string());
     let model = std::env::var("MLXGRPC_MODEL").unwrap_or_else(|_| "tools".to_string());
-    let options = ConnectOptions::default().with_timeout(Duration::from_secs(60));
+    let mut options = ConnectOptions::default().with_timeout(Duration::from_secs(60));
+    options.bearer_token = std::env::var("MLXGRPC_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty());
     let client = Client::connect(&address, options).await?;
 
     let info = client.model_info(&model).await?;

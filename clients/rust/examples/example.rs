@@ -1,6 +1,7 @@
 //! Tour of the client: model info, streaming generation, cancellation, embeddings, an
 //! answer constrained by a JSON schema and error details. Run with
-//! `MLXGRPC_ADDRESS=host:port cargo run --example example`.
+//! `MLXGRPC_ADDRESS=host:port cargo run --example example` (MLXGRPC_TOKEN, when set, is
+//! the bearer token of every call).
 //!
 //! With MLXGRPC_IMAGE set to an image file (PNG, JPEG, WebP or GIF), it runs the image
 //! step instead: the image and a question go to MLXGRPC_MODEL (default "vision", the
@@ -83,7 +84,11 @@ async fn describe_image(
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let address =
         std::env::var("MLXGRPC_ADDRESS").unwrap_or_else(|_| "localhost:50051".to_string());
-    let options = ConnectOptions::default().with_timeout(Duration::from_secs(60));
+    let mut options = ConnectOptions::default().with_timeout(Duration::from_secs(60));
+    // A server with a tokens file: the bearer token of every call.
+    options.bearer_token = std::env::var("MLXGRPC_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty());
     let client = Client::connect(&address, options).await?;
 
     if let Ok(path) = std::env::var("MLXGRPC_IMAGE") {

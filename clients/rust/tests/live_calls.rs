@@ -6,7 +6,7 @@
 mod support;
 
 use mlx_grpc_client::{Code, ConnectOptions, Truncation, error_details, pb};
-use support::{exact, live, loaded_adapter, unavailable, with_adapter};
+use support::{exact, live, loaded_adapter, token, unavailable, with_adapter};
 
 fn norm(v: &[f32]) -> f32 {
     v.iter().map(|x| x * x).sum::<f32>().sqrt()
@@ -303,9 +303,10 @@ async fn prefetch_finds_a_sessions_prefix_and_close_session_releases_it() {
 
 #[tokio::test]
 async fn bearer_token_is_accepted() {
-    // The test servers do not check tokens; the call must still go through with one.
+    // A server without tokens takes any; one with tokens takes MLXGRPC_TOKEN only.
     let Some(s) = live().await else { return };
-    let options = ConnectOptions::default().with_bearer_token("test-token");
+    let sent = token().unwrap_or_else(|| "test-token".to_string());
+    let options = ConnectOptions::default().with_bearer_token(sent);
     let c = mlx_grpc_client::Client::connect(&s.address, options)
         .await
         .expect("connect");
@@ -313,6 +314,30 @@ async fn bearer_token_is_accepted() {
         c.model_info("").await.expect("model_info").name,
         s.generator.name
     );
+}
+
+#[tokio::test]
+async fn a_server_with_tokens_refuses_none_or_a_wrong_one() {
+    let Some(s) = live().await else { return };
+    let Some(token) = token() else {
+        return support::skipped("MLXGRPC_TOKEN is not set: the server may have no tokens");
+    };
+    for other in [None, Some(format!("{token}-not"))] {
+        let mut options = ConnectOptions::default().with_max_attempts(1);
+        options.bearer_token = other.clone();
+        let c = mlx_grpc_client::Client::connect(&s.address, options)
+            .await
+            .expect("connect");
+        let status = c
+            .model_info("")
+            .await
+            .expect_err("a call without the server's token accepted");
+        assert_eq!(
+            status.code(),
+            Code::Unauthenticated,
+            "{other:?}: {status:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 
 mod support;
 
-use support::{exact, live};
+use support::{exact, live, tenant};
 
 #[tokio::test]
 async fn priority_never_changes_the_output() {
@@ -29,11 +29,12 @@ async fn priority_never_changes_the_output() {
         .model_loads(&s.generator.name)
         .await
         .expect("GetLoad");
-    // No token: this caller counts under the empty tenant name, and sees it.
+    // This caller counts under its token's tenant (without tokens: the empty name), and sees it.
+    let tenant = tenant();
     let mine: Vec<_> = loads[0]
         .tenants
         .iter()
-        .filter(|t| t.tenant.is_empty())
+        .filter(|t| t.tenant == tenant)
         .collect();
     assert_eq!(mine.len(), 1, "{:?}", loads[0].tenants);
     assert!(mine[0].generated_tokens >= 24, "{:?}", mine[0]);

@@ -8,8 +8,8 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mlx_grpc_client::{Client, Code, ConnectOptions, error_details, pb};
-use support::{Live, exact, live};
+use mlx_grpc_client::{Client, Code, error_details, pb};
+use support::{Live, exact, live, options};
 use tokio::sync::oneshot;
 use tonic::Status;
 
@@ -115,7 +115,7 @@ async fn a_full_queue_is_retried_after_the_servers_delay() {
     let fillers = Arc::new(Mutex::new(fillers));
     let retries = Arc::new(Mutex::new(Vec::new()));
     let (seen, to_stop) = (retries.clone(), fillers.clone());
-    let options = ConnectOptions::default()
+    let options = options()
         .with_timeout(Duration::from_secs(120))
         .on_retry(move |d, delay| {
             seen.lock().unwrap().push((d.code, delay));

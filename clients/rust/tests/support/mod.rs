@@ -2,6 +2,8 @@
 //! discovered with ListModels, so any server will do (the default one or the fixture).
 //! A live test that cannot run (no MLXGRPC_ADDRESS, no embedding model, no adapter)
 //! prints "skipped: <why>" and passes; under MLXGRPC_REQUIRE_LIVE=1 (CI) it fails instead.
+//! Every live client sends MLXGRPC_TOKEN when it is set (a server with a tokens file; the
+//! adapter tests need the admin role); MLXGRPC_TENANT names that token's tenant.
 #![allow(dead_code)] // each test binary uses a part
 
 use std::fmt::Display;
@@ -38,6 +40,27 @@ pub fn unavailable<T>(reason: impl Display) -> Option<T> {
     None
 }
 
+/// The live server's bearer token, MLXGRPC_TOKEN (None: unset or empty, a server without tokens).
+pub fn token() -> Option<String> {
+    std::env::var("MLXGRPC_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty())
+}
+
+/// The tenant this caller's requests count under: its token's, MLXGRPC_TENANT (without
+/// tokens: the empty name).
+pub fn tenant() -> String {
+    std::env::var("MLXGRPC_TENANT").unwrap_or_default()
+}
+
+/// Options of a client of the live server: its token, if any.
+pub fn options() -> ConnectOptions {
+    ConnectOptions {
+        bearer_token: token(),
+        ..ConnectOptions::default()
+    }
+}
+
 /// Connects to MLXGRPC_ADDRESS, or `unavailable` without it. A server that is named but
 /// not reachable fails the test.
 pub async fn live() -> Option<Live> {
@@ -45,7 +68,7 @@ pub async fn live() -> Option<Live> {
         Ok(address) if !address.is_empty() => address,
         _ => return unavailable("MLXGRPC_ADDRESS is not set: no live server to test against"),
     };
-    let options = ConnectOptions::default().with_timeout(Duration::from_secs(120));
+    let options = options().with_timeout(Duration::from_secs(120));
     let client = Client::connect(&address, options).await.expect("connect");
     let models = client.list_models().await.expect("ListModels");
     let of_kind = |kind| models.iter().find(|m| m.kind() == kind).cloned();
