@@ -4,10 +4,11 @@
 # image-taking "vision", MiniLM and the cross-encoder "reranker"), each with an adapter. Every client's agent example runs against the "tools" model.
 # Then the grpcurl checks (reflection only, no proto files) against both, every client's
 # ci.sh (example against the default server, tests against both), and every README's
-# outside-consumer recipe. The clients' live tests send no token, and their adapter tests
-# load adapters: these two servers, on 127.0.0.1 with no proxy in front, give callers on
-# this machine the admin role (--admin-loopback). A third server, with a tokens file,
-# holds the roles (.ci/grpcurl_roles.sh).
+# outside-consumer recipe. Both servers take a tokens file, as a shared server would: every
+# client's examples, live tests and recipe send its one admin token ($MLXGRPC_TOKEN; its
+# tenant, $MLXGRPC_TENANT, is the one their GetLoad checks look for), since the adapter
+# tests load adapters. A third server, with a tokens file of all three roles, holds the
+# roles (.ci/grpcurl_roles.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEFAULT_PORT=${MLXGRPC_PORT:-50051}
@@ -20,6 +21,10 @@ TOKENED="localhost:$TOKENED_PORT"
 export MLXGRPC_REQUIRE_LIVE=1
 WORK=$(mktemp -d)
 .venv/bin/python -m tests.fixtures "$WORK/models" >/dev/null
+# The two client servers' tokens file: one admin token (an admin may call everything an
+# inference caller may), read by every client's examples and live tests from the environment.
+export MLXGRPC_TOKEN=ci-admin MLXGRPC_TENANT=ci
+printf '%s %s admin\n' "$MLXGRPC_TOKEN" "$MLXGRPC_TENANT" >"$WORK/client-tokens"
 # Each server starts with an adapter "tone" (random LoRA weights shaped for its model), so
 # the adapter checks and every client's adapter tests run against both. Both adapters lie
 # under $WORK, each server's --adapter-root: ListAdapters shows their source relative to
@@ -28,14 +33,14 @@ DEFAULT_MODEL=$(.venv/bin/python -c 'from engine.loading.embedded import default
 MINILM=$(.venv/bin/python -c 'from engine.loading.embedded import default_embedding_model as m; print(m())')
 .venv/bin/python -m tests.fixtures.adapters "$DEFAULT_MODEL" "$WORK/default-tone" >/dev/null
 # A short admission queue, so the clients' retry tests fill it in a moment.
-bash scripts/serve.sh --host 127.0.0.1 --port "$DEFAULT_PORT" --max-queued 8 --grace 5 --admin-loopback \
-  --adapter-root "$WORK" --adapter "tone=$WORK/default-tone" >"$WORK/default.log" 2>&1 &
+bash scripts/serve.sh --host 127.0.0.1 --port "$DEFAULT_PORT" --max-queued 8 --grace 5 \
+  --auth-token-file "$WORK/client-tokens" --adapter-root "$WORK" --adapter "tone=$WORK/default-tone" >"$WORK/default.log" 2>&1 &
 DEFAULT_PID=$!
 .venv/bin/mlx-grpc serve --host 127.0.0.1 --port "$FIXTURE_PORT" --model "llama=$WORK/models/llama" \
   --model "tools=$WORK/models/tools-qwen" --model "vision=$WORK/models/llava" \
   --embedding-model "all-minilm-l6-v2=$MINILM" --embedding-model "reranker=$WORK/models/reranker" \
   --adapter-root "$WORK" --adapter "tone=$WORK/models/adapters/tone" \
-  --max-active 4 --max-queued 16 --grace 5 --admin-loopback >"$WORK/fixture.log" 2>&1 &
+  --max-active 4 --max-queued 16 --grace 5 --auth-token-file "$WORK/client-tokens" >"$WORK/fixture.log" 2>&1 &
 FIXTURE_PID=$!
 printf 'ci-app app inference\nci-router gateway router\nci-ops ops admin\n' >"$WORK/tokens"
 .venv/bin/mlx-grpc serve --host 127.0.0.1 --port "$TOKENED_PORT" --model "llama=$WORK/models/llama" \
@@ -48,7 +53,7 @@ trap 'kill $DEFAULT_PID $FIXTURE_PID $TOKENED_PID 2>/dev/null || true; wait 2>/d
 .venv/bin/python .ci/wait_healthy.py "$DEFAULT" 300 || { cat "$WORK/default.log"; exit 1; }
 
 for address in "$DEFAULT" "$FIXTURE"; do
-  bash .ci/grpcurl.sh "$address"
+  bash .ci/grpcurl.sh "$address" "$MLXGRPC_TOKEN"
 done
 bash .ci/grpcurl_roles.sh "$TOKENED" models/adapters/tone
 kill -TERM $TOKENED_PID && wait $TOKENED_PID

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every client README's "use it from your own project" recipe (the sh block after
 # "<!-- ci: consumer -->") exactly as written, each in an empty temporary directory,
-# against the server at $1 (default $MLXGRPC_ADDRESS). MLXGRPC is this checkout.
+# against the server at $1 (default $MLXGRPC_ADDRESS), with its bearer token from
+# $MLXGRPC_TOKEN when that is set. MLXGRPC is this checkout.
 # Extra arguments pick languages (default: all five).
 set -euo pipefail
 cd "$(dirname "$0")/.."

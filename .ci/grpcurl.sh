@@ -2,11 +2,15 @@
 # grpcurl against a live server with no proto files (reflection only): the README's commands,
 # on whatever models the server serves. The Cancel example runs as the README shows it: a
 # long generation in the background ("another terminal"), cancelled by its request id.
+# $2 (default $MLXGRPC_TOKEN), when given, is sent as "authorization: Bearer" on every call,
+# reflection included; an admin's token, since the checks load adapters and read their paths.
 set -euo pipefail
-ADDR=$1
+ADDR=$1 TOKEN=${2:-${MLXGRPC_TOKEN:-}}
 export GOBIN=${GOBIN:-$HOME/go/bin}
 [ -x "$GOBIN/grpcurl" ] || go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
-G="$GOBIN/grpcurl -plaintext"
+AUTH=()
+[ -z "$TOKEN" ] || AUTH=(-H "authorization: Bearer $TOKEN")
+G() { "$GOBIN/grpcurl" -plaintext "${AUTH[@]}" "$@"; }
 S=mlxgrpc.v1.InferenceService
 # grep -q stops reading at its first match; under pipefail the writer's SIGPIPE would
 # then fail the line, so a piped check reads its input to the end.
@@ -14,97 +18,97 @@ has() { grep "$@" >/dev/null; }
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 set -x
-$G "$ADDR" list | has -x $S
-$G "$ADDR" describe $S | has "rpc Generate"
-$G "$ADDR" describe mlxgrpc.v1.GenerateRequest | has "Sampling"
-$G -d '{"text": "1 2 3 1 2 3 1 2", "speculation": {"mode": "SPECULATION_MODE_NGRAM", "num_draft_tokens": 4},
+G "$ADDR" list | has -x $S
+G "$ADDR" describe $S | has "rpc Generate"
+G "$ADDR" describe mlxgrpc.v1.GenerateRequest | has "Sampling"
+G -d '{"text": "1 2 3 1 2 3 1 2", "speculation": {"mode": "SPECULATION_MODE_NGRAM", "num_draft_tokens": 4},
         "stopping": {"max_tokens": 5, "ignore_eos": true}}' "$ADDR" $S/Generate | has FINISH_REASON_LENGTH
-$G "$ADDR" describe mlxgrpc.v1.SpeculationOptions | has num_draft_tokens
-$G "$ADDR" grpc.health.v1.Health/Check | has SERVING
-$G -d '{}' "$ADDR" $S/GetModelInfo | has '"vocab_size": [1-9]'
-$G -d '{"context_tokens": 8192}' "$ADDR" $S/PlanMemory | has '"max_safe_context"'
-$G -d '{"text": "Hello, world"}' "$ADDR" $S/Tokenize | has '"token_ids"'
-$G -d '{"inputs": ["A man is eating food.", "A man is eating bread."]}' "$ADDR" $S/Embed | grep -c '"embedding"' | has -x 2
+G "$ADDR" describe mlxgrpc.v1.SpeculationOptions | has num_draft_tokens
+G "$ADDR" grpc.health.v1.Health/Check | has SERVING
+G -d '{}' "$ADDR" $S/GetModelInfo | has '"vocab_size": [1-9]'
+G -d '{"context_tokens": 8192}' "$ADDR" $S/PlanMemory | has '"max_safe_context"'
+G -d '{"text": "Hello, world"}' "$ADDR" $S/Tokenize | has '"token_ids"'
+G -d '{"inputs": ["A man is eating food.", "A man is eating bread."]}' "$ADDR" $S/Embed | grep -c '"embedding"' | has -x 2
 # truncate off: an input over the model's limit is refused, naming it
-if $G -d "{\"inputs\": [\"short\", \"$(printf 'word %.0s' $(seq 600))\"], \"truncate\": \"TRUNCATION_NONE\"}" \
+if G -d "{\"inputs\": [\"short\", \"$(printf 'word %.0s' $(seq 600))\"], \"truncate\": \"TRUNCATION_NONE\"}" \
     "$ADDR" $S/Embed >"$OUT/truncate.txt" 2>&1; then
   echo "an over-long input with truncation off was embedded"; exit 1
 fi
 has 'inputs\[1\]' <"$OUT/truncate.txt"
 
-$G -d '{"chat": {"messages": [{"role": "user", "content": "What is the capital of France?"}]},
+G -d '{"chat": {"messages": [{"role": "user", "content": "What is the capital of France?"}]},
   "stopping": {"max_tokens": 32}}' "$ADDR" $S/Generate | has '"finished"'
-stream=$($G -d '{"text": "Hello", "stopping": {"max_tokens": 5, "ignore_eos": true}}' "$ADDR" $S/Generate)
+stream=$(G -d '{"text": "Hello", "stopping": {"max_tokens": 5, "ignore_eos": true}}' "$ADDR" $S/Generate)
 grep -q FINISH_REASON_LENGTH <<<"$stream"
 
 # The README's Cancel example: "terminal 1" runs a long story, "terminal 2" cancels it (3000
 # tokens, not the README's 500: a fixture model could finish 500 before the first Cancel).
-$G -d '{"text": "Once upon a time", "stopping": {"max_tokens": 3000, "ignore_eos": true},
+G -d '{"text": "Once upon a time", "stopping": {"max_tokens": 3000, "ignore_eos": true},
   "request_id": "story-1"}' "$ADDR" $S/Generate >"$OUT/story.json" &
 story=$!
 for _ in $(seq 100); do
-  $G -emit-defaults -d '{"request_id": "story-1"}' "$ADDR" $S/Cancel >"$OUT/cancel.json"
+  G -emit-defaults -d '{"request_id": "story-1"}' "$ADDR" $S/Cancel >"$OUT/cancel.json"
   grep -q '"cancelled": true' "$OUT/cancel.json" && break
   sleep 0.1
 done
 grep -q '"cancelled": true' "$OUT/cancel.json"
 wait $story
 grep -q FINISH_REASON_CANCELLED "$OUT/story.json"
-$G -emit-defaults -d '{"request_id": "story-1"}' "$ADDR" $S/Cancel | has '"cancelled": false'
+G -emit-defaults -d '{"request_id": "story-1"}' "$ADDR" $S/Cancel | has '"cancelled": false'
 
 # Structured output (the README's examples): every generation model accepts formats, and a
 # complete output ends STOP
-$G -d '{}' "$ADDR" $S/GetModelInfo | has RESPONSE_FORMAT_KIND_JSON_SCHEMA
-$G -d '{"chat": {"messages": [{"role": "user", "content": "Maria Lopez is 34 and lives in Madrid. Extract the person."}]},
+G -d '{}' "$ADDR" $S/GetModelInfo | has RESPONSE_FORMAT_KIND_JSON_SCHEMA
+G -d '{"chat": {"messages": [{"role": "user", "content": "Maria Lopez is 34 and lives in Madrid. Extract the person."}]},
   "response_format": {"json_schema": "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"name\", \"age\", \"city\"], \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 40}, \"age\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 130}, \"city\": {\"type\": \"string\", \"maxLength\": 40}}}"},
   "stopping": {"max_tokens": 64}}' "$ADDR" $S/Generate | has '"finished"'
-$G -d '{"chat": {"messages": [{"role": "user", "content": "In which year did the French Revolution begin? Answer with the year only."}]},
+G -d '{"chat": {"messages": [{"role": "user", "content": "In which year did the French Revolution begin? Answer with the year only."}]},
   "response_format": {"regex": "[0-9]{4}"}}' "$ADDR" $S/Generate | has FINISH_REASON_STOP
-$G -d '{"chat": {"messages": [{"role": "user", "content": "Review: I loved it, best purchase ever! Is the review positive or negative?"}]},
+G -d '{"chat": {"messages": [{"role": "user", "content": "Review: I loved it, best purchase ever! Is the review positive or negative?"}]},
   "response_format": {"choice": {"options": ["positive", "negative"]}}}' "$ADDR" $S/Generate | has FINISH_REASON_STOP
-$G -d '{"text": "Answer:", "stopping": {"max_tokens": 16},
+G -d '{"text": "Answer:", "stopping": {"max_tokens": 16},
   "response_format": {"json_schema": "{\"enum\": [\"yes\", \"no\"]}"}}' "$ADDR" $S/Generate \
   | has FINISH_REASON_STOP  # complete: "yes" or "no", quoted
 
-$G -d '{}' "$ADDR" $S/GetLoad | has '"max_running_requests": [1-9]'
+G -d '{}' "$ADDR" $S/GetLoad | has '"max_running_requests": [1-9]'
 # SMG's worker contract, served beside ours on the same port
-$G "$ADDR" list | has -x mlx.grpc.engine.MlxEngine
-$G "$ADDR" mlx.grpc.engine.MlxEngine/HealthCheck | has '"healthy": true'
-$G -d '{"text": "Hello", "sampling_params": {"temperature": 0, "max_tokens": 3, "ignore_eos": true}}' "$ADDR" \
+G "$ADDR" list | has -x mlx.grpc.engine.MlxEngine
+G "$ADDR" mlx.grpc.engine.MlxEngine/HealthCheck | has '"healthy": true'
+G -d '{"text": "Hello", "sampling_params": {"temperature": 0, "max_tokens": 3, "ignore_eos": true}}' "$ADDR" \
   mlx.grpc.engine.MlxEngine/Generate | has '"finish_reason": "length"'
 
-if $G -d '{"text": "x", "sampling": {"temperature": -1}}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
+if G -d '{"text": "x", "sampling": {"temperature": -1}}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
   exit 1
 fi
 grep -q InvalidArgument "$OUT/err.txt" && grep -q sampling.temperature "$OUT/err.txt"
-if $G -d '{"text": "x", "response_format": {"regex": "[a-"}}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
+if G -d '{"text": "x", "response_format": {"regex": "[a-"}}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
   exit 1
 fi
 grep -q InvalidArgument "$OUT/err.txt" && grep -q response_format.regex "$OUT/err.txt"
 
 # Adapters: the default generation model's first loaded adapter is used, then loaded again
 # from its directory under another name and unloaded; unknown names are NOT_FOUND.
-$G "$ADDR" describe $S | has "rpc LoadAdapter"
-$G -d '{}' "$ADDR" $S/ListAdapters >"$OUT/adapters.json"
+G "$ADDR" describe $S | has "rpc LoadAdapter"
+G -d '{}' "$ADDR" $S/ListAdapters >"$OUT/adapters.json"
 grep -q '"max_adapters": [1-9]' "$OUT/adapters.json"
 adapter=$(sed -n '/^ *"name": /{s/^ *"name": "\(.*\)",*$/\1/p;q}' "$OUT/adapters.json")
 source=$(sed -n '/^ *"source": /{s/^ *"source": "\(.*\)",*$/\1/p;q}' "$OUT/adapters.json")
 [ -n "$adapter" ] && [ -n "$source" ]  # the CI servers start with one
-$G -d "{\"text\": \"Hello\", \"adapter\": \"$adapter\", \"stopping\": {\"max_tokens\": 5, \"ignore_eos\": true}}" \
+G -d "{\"text\": \"Hello\", \"adapter\": \"$adapter\", \"stopping\": {\"max_tokens\": 5, \"ignore_eos\": true}}" \
   "$ADDR" $S/Generate | has FINISH_REASON_LENGTH
-$G -d "{\"name\": \"by-grpcurl\", \"path\": \"$source\"}" "$ADDR" $S/LoadAdapter | has '"name": "by-grpcurl"'
-$G -d '{}' "$ADDR" $S/ListAdapters | has '"name": "by-grpcurl"'
-$G -d '{"name": "by-grpcurl"}' "$ADDR" $S/UnloadAdapter | has by-grpcurl
-if $G -d '{"text": "x", "adapter": "no-such-adapter"}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
+G -d "{\"name\": \"by-grpcurl\", \"path\": \"$source\"}" "$ADDR" $S/LoadAdapter | has '"name": "by-grpcurl"'
+G -d '{}' "$ADDR" $S/ListAdapters | has '"name": "by-grpcurl"'
+G -d '{"name": "by-grpcurl"}' "$ADDR" $S/UnloadAdapter | has by-grpcurl
+if G -d '{"text": "x", "adapter": "no-such-adapter"}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
   exit 1
 fi
 grep -q NotFound "$OUT/err.txt" && grep -q "no-such-adapter. is not loaded" "$OUT/err.txt"
 
 # Tools and reasoning (the README's examples), on a server with a model named "tools" (the
 # fixture server's: random weights, so its calls come from tool choice REQUIRED, the grammar)
-if $G -d '{}' "$ADDR" $S/ListModels | has '"name": "tools"'; then
-  $G -d '{"model": "tools"}' "$ADDR" $S/GetModelInfo | has '"tool_calling": true'
-  $G -d '{"model": "tools", "chat": {"messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+if G -d '{}' "$ADDR" $S/ListModels | has '"name": "tools"'; then
+  G -d '{"model": "tools"}' "$ADDR" $S/GetModelInfo | has '"tool_calling": true'
+  G -d '{"model": "tools", "chat": {"messages": [{"role": "user", "content": "What is the weather in Paris?"}],
     "tools": [{"name": "get_weather", "description": "The current weather in a city.",
       "parameters_json_schema": "{\"type\": \"object\", \"required\": [\"city\"], \"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 16}}}"}],
     "tool_choice": {"mode": "TOOL_CHOICE_MODE_REQUIRED"}, "parallel_tool_calls": false, "enable_thinking": false},
@@ -112,7 +116,7 @@ if $G -d '{}' "$ADDR" $S/ListModels | has '"name": "tools"'; then
   grep -q FINISH_REASON_TOOL_CALLS "$OUT/tools.json"
   grep -q '"tool_calls": \[' "$OUT/tools.json"
   grep -q '"name": "get_weather"' "$OUT/tools.json"
-  $G -d '{"model": "tools", "chat": {"messages": [
+  G -d '{"model": "tools", "chat": {"messages": [
       {"role": "user", "content": "What is the weather in Paris?"},
       {"role": "assistant", "tool_calls": [{"id": "call_1", "name": "get_weather", "arguments_json": "{\"city\": \"Paris\"}"}]},
       {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature_c\": 21, \"conditions\": \"sunny\"}"}],
@@ -125,28 +129,28 @@ if $G -d '{}' "$ADDR" $S/ListModels | has '"name": "tools"'; then
     exit 1
   fi
   # Thinking on (the template's default): the deltas carry "reasoning", apart from "text"
-  $G -d '{"model": "tools", "chat": {"messages": [{"role": "user", "content": "Why is the sky blue?"}]},
+  G -d '{"model": "tools", "chat": {"messages": [{"role": "user", "content": "Why is the sky blue?"}]},
     "stopping": {"max_tokens": 8}}' "$ADDR" $S/Generate | has '"reasoning"'
 fi
 # An image in a chat message (the README's example, base64 in JSON), on a server with a model
 # named "vision" (the fixture's LLaVA); a mislabelled image is INVALID_ARGUMENT naming the part
-if $G -d '{}' "$ADDR" $S/ListModels | has '"name": "vision"'; then
-  $G -d '{"model": "vision"}' "$ADDR" $S/GetModelInfo | has MEDIA_INPUT_EMBEDDINGS
+if G -d '{}' "$ADDR" $S/ListModels | has '"name": "vision"'; then
+  G -d '{"model": "vision"}' "$ADDR" $S/GetModelInfo | has MEDIA_INPUT_EMBEDDINGS
   IMAGE=$(base64 -w0 clients/testdata/gradient.png)
-  $G -d '{"model": "vision", "chat": {"messages": [{"role": "user", "parts": [
+  G -d '{"model": "vision", "chat": {"messages": [{"role": "user", "parts": [
     {"image": {"data": "'"$IMAGE"'", "media_type": "image/png"}},
     {"text": "What is in the picture?"}]}]},
     "stopping": {"max_tokens": 8}}' "$ADDR" $S/Generate | has FINISH_REASON_LENGTH
-  if $G -d '{"model": "vision", "chat": {"messages": [{"role": "user", "parts": [
+  if G -d '{"model": "vision", "chat": {"messages": [{"role": "user", "parts": [
       {"image": {"data": "'"$IMAGE"'", "media_type": "image/jpeg"}}]}]}}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
     exit 1
   fi
   grep -q InvalidArgument "$OUT/err.txt" && grep -q "parts\[0\].image" "$OUT/err.txt"
 fi
 # Rerank (the README's example), on a server with a model named "reranker"
-if $G -d '{}' "$ADDR" $S/ListModels | has '"name": "reranker"'; then
-  $G -d '{"model": "reranker"}' "$ADDR" $S/GetModelInfo | has '"rerank": true'
-  $G -d '{"model": "reranker", "query": "Where do rivers flow?", "documents": ["Rivers flow into lakes and oceans.",
+if G -d '{}' "$ADDR" $S/ListModels | has '"name": "reranker"'; then
+  G -d '{"model": "reranker"}' "$ADDR" $S/GetModelInfo | has '"rerank": true'
+  G -d '{"model": "reranker", "query": "Where do rivers flow?", "documents": ["Rivers flow into lakes and oceans.",
     "def add(a, b): return a + b", "Mountains rise above the valleys."], "top_n": 2}' "$ADDR" $S/Rerank \
     | grep -c '"score"' | has -x 2
 fi

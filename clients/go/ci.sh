@@ -2,7 +2,8 @@
 # CI for the Go client: install tools, check generated code, build, run the example
 # against the first server address, the agent example and the example's image step
 # against the second (its "tools" and "vision" models) and the tests against each
-# (arguments, default $MLXGRPC_ADDRESS). Does not start a server.
+# (arguments, default $MLXGRPC_ADDRESS). Does not start a server. The examples and the
+# tests send $MLXGRPC_TOKEN when it is set (a server with a tokens file: an admin's token).
 set -euo pipefail
 ADDRESSES=("$@")
 [[ ${#ADDRESSES[@]} -gt 0 || -z ${MLXGRPC_ADDRESS:-} ]] || ADDRESSES=("$MLXGRPC_ADDRESS")

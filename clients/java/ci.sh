@@ -2,6 +2,8 @@
 # CI for the Java client: regenerate code from ../../protos, build, run the example against the
 # first server address, the agent example and the example's image step against the second (its
 # "tools" and "vision" models) and the tests against each (arguments, default $MLXGRPC_ADDRESS).
+# The examples and the tests send $MLXGRPC_TOKEN when it is set (a server with a tokens file:
+# an admin's token).
 # Needs Java 17+ and Maven 3.8+; Maven downloads everything else (protoc, protoc-gen-grpc-java,
 # libraries) from Maven Central into ~/.m2 (reused when present). Extra Maven arguments can be passed in MVN_ARGS, e.g.
 # MVN_ARGS=-Dmaven.repo.local=/tmp/m2-cold.

@@ -3,7 +3,8 @@
 # generated code, run the example against the first server address, the agent example
 # against the second (its "tools" model), and the tests against each (the tools and
 # rerank tests need the second's "tools" and "reranker" models; arguments, default
-# $MLXGRPC_ADDRESS; already running: this script never starts one).
+# $MLXGRPC_ADDRESS; already running: this script never starts one). The example and the
+# tests send $MLXGRPC_TOKEN when it is set (a server with a tokens file: an admin's token).
 set -euo pipefail
 ADDRESSES=("$@")
 [[ ${#ADDRESSES[@]} -gt 0 || -z ${MLXGRPC_ADDRESS:-} ]] || ADDRESSES=("$MLXGRPC_ADDRESS")

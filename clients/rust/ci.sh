@@ -5,6 +5,8 @@
 # "tools" and "vision" models) and the tests, live
 # ones included, against each (arguments, default $MLXGRPC_ADDRESS; the servers must
 # already be running). The Rerank tests need a model named "reranker" (the second's).
+# The examples and the tests send $MLXGRPC_TOKEN when it is set (a server with a tokens
+# file: an admin's token).
 set -euo pipefail
 ADDRESSES=("$@")
 [[ ${#ADDRESSES[@]} -gt 0 ]] || ADDRESSES=("${MLXGRPC_ADDRESS:?pass or set the address of a running mlx-grpc server}")
