@@ -1,6 +1,6 @@
 """The tenant fuzzer's long run against a server process (``mlx-grpc serve``).
 
-    python -m bench.fuzz [--messages 100000] [--seed 0] [--max-minutes 0] [--model DIR]
+    python -m bench.fuzz [--messages 100000] [--seed 0] [--max-minutes 0] [--concurrency 8] [--model DIR]
 
 Starts a server with small limits over the llama fixture (or ``--model``) and the qwen3
 fixture as embedding model, a tokens file with acme and beta (inference), ops (admin) and a
@@ -16,11 +16,13 @@ on any finding or a server not serving.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import platform
 import re
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -102,13 +104,22 @@ def run(args: argparse.Namespace, root: Path) -> int:
             acme = harness.AcmeLoop(channel, secrets, tally, MODEL)
             acme.start()
             began = time.monotonic()
+            pool = concurrent.futures.ThreadPoolExecutor(args.concurrency, thread_name_prefix="fuzz")
+            slots = threading.BoundedSemaphore(args.concurrency)
+
+            def send(call, caller) -> None:
+                try:
+                    fuzzer.send(call, caller)
+                finally:
+                    slots.release()
 
             @seed(args.seed)
             @settings(max_examples=args.messages, database=None, deadline=None, phases=[Phase.generate],
                       suppress_health_check=list(HealthCheck))
             @given(calls(rpcs(), SIZES), st.sampled_from(harness.CALLERS))
             def fuzz(call, caller):
-                fuzzer.send(call, caller)
+                slots.acquire()  # at most --concurrency calls in flight
+                pool.submit(send, call, caller)
                 if tally.sent % 5000 == 0:
                     log(f"{tally.sent} calls, {time.monotonic() - began:.0f}s, findings {sum(tally.found.values())}")
                 if deadline is not None and time.monotonic() > deadline:
@@ -118,6 +129,7 @@ def run(args: argparse.Namespace, root: Path) -> int:
                 fuzz()
             except TimeUp:
                 log("time is up")
+            pool.shutdown(wait=True)
             elapsed = time.monotonic() - began
             acme.stop.set()
             poller.stop.set()
@@ -151,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=100_000, help="fuzzed calls to send")
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (also the canary's)")
     parser.add_argument("--max-minutes", type=float, default=0.0, help="stop sending after this long (0: never)")
+    parser.add_argument("--concurrency", type=int, default=8, help="calls in flight at once")
     parser.add_argument("--model", help="a generation model directory instead of the llama fixture")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="mlxgrpc-fuzz-") as tmp:
