@@ -8,7 +8,7 @@ router where that role exists; acme plants its canary prompts, beta probes its p
 with them, then beta (and callers without a valid token) send ``--messages`` fuzzed calls of
 every RPC of InferenceService, VllmEngine and MlxEngine (tests/rpc_strategies.py) while acme
 keeps generating. Prints the calls sent, the status histogram, INTERNAL/UNKNOWN answers, leaks
-by kind (tests/tenant_fuzz_harness.py), health latency from a concurrent poller (stalls over
+by kind (tests/tenant_fuzz_harness.py), health latency from a poller in a process of its own (bench/health_probe.py; stalls over
 100 ms), the server's RSS before and after, and whether it is SERVING at the end. Exits 1
 on any finding or a server not serving.
 """
@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
+import os
 import platform
 import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -40,6 +44,7 @@ LIMIT_FLAGS = ["--max-tokens", "8", "--max-prompt-tokens", "160", "--max-prompt-
                "--max-chat-messages", "8", "--max-stop-strings", "4", "--max-logit-bias", "16",
                "--max-embed-inputs", "4", "--max-embed-input-bytes", "4096", "--max-active", "4",
                "--max-queued", "16", "--prefill-chunk", "16", "--max-message-bytes", str(4 << 20)]
+STALL_S = 0.1  # a health check slower than this is a stall
 PORT = re.compile(r"listening on port (\d+)")
 
 
@@ -99,8 +104,11 @@ def run(args: argparse.Namespace, root: Path) -> int:
             if harness.has_router_role():
                 log(f"router receives acme's ids (the detector works): {harness.router_sees_acme(channel, secrets)}")
             rss_start = harness.rss_bytes(server.proc.pid)
-            poller = harness.HealthPoller(address)
-            poller.start()
+            probe_out = root / "health.json"
+            poller = subprocess.Popen([sys.executable, "-m", "bench.health_probe", address, "--pid",
+                                       str(server.proc.pid), "--out", str(probe_out)], cwd=REPO)
+            # The load generator yields the CPU to the server and the probe (both started before this).
+            os.nice(args.nice)
             acme = harness.AcmeLoop(channel, secrets, tally, MODEL)
             acme.start()
             began = time.monotonic()
@@ -132,14 +140,21 @@ def run(args: argparse.Namespace, root: Path) -> int:
             pool.shutdown(wait=True)
             elapsed = time.monotonic() - began
             acme.stop.set()
-            poller.stop.set()
             acme.join(120)
-            poller.join(30)
+            poller.terminate()
+            poller.wait(30)
             rss_end = harness.rss_bytes(server.proc.pid)
         final = harness.serving(address)
     finally:
         server.stop()
-    lat = sorted(poller.latencies) or [0.0]
+        if args.server_log:
+            shutil.copyfile(server.log_path, args.server_log)
+    health = json.loads(probe_out.read_text())
+    lat = sorted(health["latencies"]) or [0.0]
+    stalls = sum(1 for v in lat if v > STALL_S)
+    # After warm-up (the first tenth of the run: caches, pools and compiled formats filling), RSS should stay flat.
+    samples = health["rss"] or [(0.0, rss_start)]
+    warm = next((b for t, b in samples if t >= samples[-1][0] / 10), samples[0][1])
     print(f"\nTenant fuzz: seed {args.seed}, {cpu_model()}, {tally.sent} calls in {elapsed:.0f}s "
           f"({tally.sent / max(elapsed, 1e-9):.0f}/s)")
     print(f"statuses: {dict(tally.statuses.most_common())}")
@@ -149,11 +164,16 @@ def run(args: argparse.Namespace, root: Path) -> int:
     if tally.found:
         print(tally.report())
     print(f"acme's own requests: {dict(acme.outcomes)}")
-    print(f"health: {len(lat)} checks, stalls > 100 ms {poller.stalls}, not SERVING {poller.not_serving}, "
+    print(f"health (from a process of its own): {len(lat)} checks, stalls > 100 ms {stalls}, "
+          f"not SERVING {health['not_serving']}, "
           f"p50 {statistics.median(lat) * 1e3:.1f} ms, p99 {lat[int(0.99 * (len(lat) - 1))] * 1e3:.1f} ms, "
           f"max {lat[-1] * 1e3:.1f} ms")
     print(f"server RSS: {rss_start / 2**20:.0f} MiB -> {rss_end / 2**20:.0f} MiB "
-          f"({(rss_end - rss_start) / max(rss_start, 1):+.1%})")
+          f"({(rss_end - rss_start) / max(rss_start, 1):+.1%}); after warm-up {warm / 2**20:.0f} MiB -> "
+          f"{rss_end / 2**20:.0f} MiB ({(rss_end - warm) / max(warm, 1):+.1%}), peak "
+          f"{max(b for _, b in samples) / 2**20:.0f} MiB")
+    tenths = [samples[min(len(samples) - 1, i * len(samples) // 10)] for i in range(10)] + [samples[-1]]
+    print("server RSS over the run (s: MiB): " + ", ".join(f"{t:.0f}: {b / 2**20:.0f}" for t, b in tenths))
     print(f"final health: {'SERVING' if final else 'NOT SERVING'}")
     return 0 if final and not tally.found else 1
 
@@ -164,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (also the canary's)")
     parser.add_argument("--max-minutes", type=float, default=0.0, help="stop sending after this long (0: never)")
     parser.add_argument("--concurrency", type=int, default=8, help="calls in flight at once")
+    parser.add_argument("--nice", type=int, default=10, help="niceness the fuzzer takes once the server and the "
+                                                              "health probe run (0: none)")
+    parser.add_argument("--server-log", help="keep the server's log here (e.g. run with PYTHONASYNCIODEBUG=1 to "
+                                             "see which callbacks held the event loop)")
     parser.add_argument("--model", help="a generation model directory instead of the llama fixture")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="mlxgrpc-fuzz-") as tmp:
