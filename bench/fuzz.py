@@ -19,7 +19,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -35,6 +34,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from tests import tenant_fuzz_harness as harness
+from .common import cpu_model
 from tests.cluster import REPO, Process
 from tests.rpc_strategies import Sizes, calls, rpcs
 
@@ -54,16 +54,6 @@ class TimeUp(BaseException):
 
 def log(message: str) -> None:
     print(f"[fuzz] {message}", file=sys.stderr, flush=True)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def start_server(root: Path, model: Path, embedder: Path, tokens: Path) -> tuple[Process, str]:

@@ -1,7 +1,9 @@
 """Logging setup and the structured access log (one line per RPC on ``service.access``).
 
-Invariant: log lines never carry a client's bytes raw: non-printable characters are
-escaped, and client-chosen strings are cut to ``FIELD_CHARS``.
+Invariants: log lines never carry a client's bytes raw: non-printable characters are
+escaped, and client-chosen strings are cut to ``FIELD_CHARS``. Refusals a flood is made of
+(``FLOOD_CODES``) are logged at most once per ``FLOOD_WINDOW_S`` for each method, code and
+tenant; the next line logged for them counts the ones left out (``suppressed``).
 """
 
 from __future__ import annotations
@@ -9,12 +11,16 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import OrderedDict
 
 from .calls import CallRecord, Observer
 
 ACCESS_LOGGER = "service.access"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 FIELD_CHARS = 256  # the most characters of a client-chosen string one access-log field keeps
+FLOOD_CODES = frozenset({"RESOURCE_EXHAUSTED", "UNAUTHENTICATED"})
+FLOOD_WINDOW_S = 1.0
+FLOOD_KEYS = 1024  # (method, code, tenant) windows kept; the oldest goes first
 
 
 def escape_unprintable(text: str) -> str:
@@ -93,14 +99,45 @@ def access_fields(call: CallRecord) -> dict[str, object]:
     return fields
 
 
+class FloodWindows:
+    """For each key, one admitted event per window; the events left out are counted."""
+
+    def __init__(self, window_s: float = FLOOD_WINDOW_S, max_keys: int = FLOOD_KEYS):
+        self.window_s, self.max_keys = window_s, max_keys
+        self._windows: OrderedDict[tuple, list] = OrderedDict()  # key -> [window start, left out]
+
+    def admit(self, key: tuple, now: float) -> int | None:
+        """None when the event is left out, else how many of ``key``'s were left out before it."""
+        window = self._windows.get(key)
+        if window is not None and now - window[0] < self.window_s:
+            window[1] += 1
+            return None
+        left_out = window[1] if window is not None else 0
+        self._windows[key] = [now, 0]
+        self._windows.move_to_end(key)
+        while len(self._windows) > self.max_keys:
+            self._windows.popitem(last=False)
+        return left_out
+
+
 class AccessLog(Observer):
+    """One line per RPC, on the event loop's thread; refusals in a flood are sampled (``FloodWindows``)."""
+
     def __init__(self, logger: logging.Logger | None = None):
         self.logger = logger or logging.getLogger(ACCESS_LOGGER)
+        self.floods = FloodWindows()
 
     def on_end(self, call: CallRecord) -> None:
         if not self.logger.isEnabledFor(logging.INFO):
             return
+        left_out = 0
+        if call.code in FLOOD_CODES:
+            left_out = self.floods.admit((call.method[:FIELD_CHARS], call.code, call.tenant), time.monotonic())
+            if left_out is None:
+                return
         fields = access_fields(call)
+        if left_out:
+            fields["suppressed"] = left_out
         text = " ".join(f"{k}={_text(v)}" for k, v in fields.items() if k != "method")
         self.logger.info("%s %s", _text(fields["method"]), text, extra={"fields": fields})
 

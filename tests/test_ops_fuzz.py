@@ -23,6 +23,7 @@ from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from tests.helpers import details, generate, request
 from tests.oracle import ORACLE_PROMPTS, ORACLE_TOKENS
+from tests.rpc_strategies import varint
 
 EXAMPLES = int(os.environ.get("MLXGRPC_FUZZ_EXAMPLES", "150"))
 MAX_EVENTS = 48  # a valid long generation is cancelled after this many events
@@ -145,15 +146,6 @@ info_requests = st.builds(pb.GetModelInfoRequest, model=models)
 cancel_requests = st.builds(pb.CancelRequest, request_id=st.text(max_size=300))
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
 @st.composite
 def raw_payloads(draw) -> tuple[str, bytes]:
     """(method, bytes): random bytes, or a valid message with unknown fields appended
@@ -168,9 +160,9 @@ def raw_payloads(draw) -> tuple[str, bytes]:
     extra = b""
     for number, value in draw(st.lists(st.tuples(st.integers(1, 2**29 - 1), st.integers(0, 2**64 - 1)),
                                        max_size=4)):
-        extra += _varint(number << 3) + _varint(value)  # varint fields: unknown or mistyped
+        extra += varint(number << 3) + varint(value)  # varint fields: unknown or mistyped
     if draw(st.booleans()):
-        extra += _varint((9999 << 3) | 1) + struct.pack("<d", math.nan)  # fixed64 NaN in an unknown field
+        extra += varint((9999 << 3) | 1) + struct.pack("<d", math.nan)  # fixed64 NaN in an unknown field
     return method, base.SerializeToString() + extra
 
 

@@ -13,7 +13,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.access_log import ACCESS_LOGGER, AccessLog, JsonFormatter, access_fields
+from service.access_log import ACCESS_LOGGER, AccessLog, FloodWindows, JsonFormatter, access_fields
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
@@ -179,3 +179,40 @@ def test_json_log_lines_carry_the_access_fields():
         err = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed %s", ("here",), __import__("sys").exc_info())
     entry = json.loads(JsonFormatter().format(err))
     assert entry["message"] == "failed here" and "ValueError: boom" in entry["exception"]
+
+
+def test_a_flood_of_refusals_is_sampled_and_counted_in_the_access_log():
+    """Refused calls in a flood take one line per second for each method, code and tenant;
+    the next line counts the ones left out. Every other call keeps its line."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    logger = logging.getLogger("tests.access.flood")
+    logger.propagate, logger.level = False, logging.INFO
+    logger.addHandler(Keep())
+    log = AccessLog(logger)
+    watch = "/grpc.health.v1.Health/Watch"
+    for _ in range(500):
+        log.on_end(CallRecord(watch, code="RESOURCE_EXHAUSTED"))
+        log.on_end(CallRecord("/mlxgrpc.v1.InferenceService/ListModels", code="UNAUTHENTICATED"))
+        log.on_end(CallRecord("/mlxgrpc.v1.InferenceService/GetLoad", tenant="acme", code="OK"))
+    by_method = {}
+    for record in records:
+        by_method.setdefault(record.fields["method"], []).append(record.fields)
+    assert len(by_method["/mlxgrpc.v1.InferenceService/GetLoad"]) == 500
+    assert len(by_method[watch]) == 1 and "suppressed" not in by_method[watch][0]
+    assert len(by_method["/mlxgrpc.v1.InferenceService/ListModels"]) == 1
+    log.floods.window_s = 0.0  # the window is over: the next refusal is logged with the count
+    log.on_end(CallRecord(watch, code="RESOURCE_EXHAUSTED"))
+    assert records[-1].fields["method"] == watch and records[-1].fields["suppressed"] == 499
+    assert "suppressed=499" in records[-1].getMessage()
+
+
+def test_flood_windows_keep_a_bounded_number_of_keys():
+    windows = FloodWindows(window_s=10.0, max_keys=4)
+    assert [windows.admit((f"/m{i}",), 0.0) for i in range(8)] == [0] * 8
+    assert windows.admit(("/m7",), 1.0) is None  # still in its window
+    assert windows.admit(("/m0",), 1.0) == 0  # forgotten (the oldest went first): logged again

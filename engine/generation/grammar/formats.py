@@ -11,6 +11,7 @@ from llguidance import LLMatcher, LLParserLimits
 from ...errors import InvalidRequest
 from ...requests import FormatKind, ResponseFormat
 from ...settings import setting
+from ...validation import json_depth as nesting_depth
 
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
@@ -90,17 +91,6 @@ def _schema(text: str, field: str, limits: GrammarLimits) -> dict | bool:
     if nesting_depth(schema) > limits.max_depth:
         raise InvalidRequest(field, f"nests deeper than {limits.max_depth} levels")
     return schema
-
-
-def nesting_depth(value: object) -> int:
-    """How deep JSON containers nest; iterative: no recursion on hostile input."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        deepest = max(deepest, depth)
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return deepest
 
 
 def _choice(options: tuple[str, ...], field: str, limits: GrammarLimits) -> str:
