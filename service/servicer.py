@@ -120,7 +120,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                    else [e for e in self.models.generation if e.ready])
         stats = await asyncio.gather(*(e.stats() for e in engines))
         caller = current_identity()
-        everyone = caller.admin  # without it: its own tenant's figures only
+        everyone = caller.router  # the router and admin roles; others: their own tenant's figures only
         shown = [tuple(t for t in s.tenants if everyone or t.tenant == caller.tenant.name) for s in stats]
         return pb.GetLoadResponse(
             models=[model_load(e.name, s, e.config.scheduler.max_active, tenants)

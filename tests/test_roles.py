@@ -153,6 +153,14 @@ async def test_load_figures_show_an_inference_tenant_only_its_own_requests(serve
         for token in ("smg-token", "ops-token"):  # every tenant's
             assert (await loads(token)).num_running_reqs >= 1 and (await loads(token)).num_used_tokens > 0
             assert min(await active(token)) >= 1
+
+        async def tenants_in_get_load(token: str) -> set[str]:
+            reply = await pb_grpc.InferenceServiceStub(ch).GetLoad(pb.GetLoadRequest(), metadata=bearer(token))
+            return {t.tenant for m in reply.models for t in m.tenants}
+
+        assert await tenants_in_get_load("beta-app") <= {"beta"}  # never acme's figures
+        for token in ("smg-token", "ops-token"):  # the router and admin roles see every tenant's
+            assert "acme" in await tenants_in_get_load(token)
         await worker.Abort(vllm_pb.AbortRequest(request_ids=["acme-long"]), metadata=bearer("beta-app"))
         assert (await loads("acme-app")).num_running_reqs == 1  # beta's Abort does not reach acme's request
         await worker.Abort(vllm_pb.AbortRequest(request_ids=["acme-long"]), metadata=bearer("acme-app"))
