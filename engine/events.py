@@ -1,4 +1,5 @@
-"""Events a generation stream yields, in order: one Started, Deltas, one Finished."""
+"""Events a generation stream yields, in order: one Started, PromptLogprobs when asked, then
+Deltas and one Finished per choice (the choices' events interleave)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ class Delta:
     reasoning: str = ""
     tool_call_deltas: tuple[ToolCallDelta, ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()
+    choice: int = 0  # which of the request's n choices
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,14 @@ class Finished:
     stop_sequence: str = ""
     stop_token_id: int | None = None
     error: str = field(default="", compare=False)
+    choice: int = 0  # which of the request's n choices
 
 
-Event = Started | Delta | Finished
+@dataclass(frozen=True)
+class PromptLogprobs:
+    """Prompt tokens 1 to n-1, each with its log probability and alternatives; sent once, after Started."""
+
+    tokens: tuple[TokenLogprob, ...]
+
+
+Event = Started | PromptLogprobs | Delta | Finished

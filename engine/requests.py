@@ -102,6 +102,41 @@ class ChatPrompt:
 Prompt = Union[TextPrompt, TokenPrompt, ChatPrompt]
 
 
+class SamplerOrder(enum.Enum):
+    DEFAULT = "default"  # temperature, top_k, min_p, top_p, typical_p, top_n_sigma, xtc
+    LLAMA_CPP = "llama_cpp"  # top_n_sigma, top_k, typical_p, top_p, min_p, xtc, temperature
+
+
+@dataclass(frozen=True)
+class XtcOptions:
+    probability: float = 0.0
+    threshold: float = 0.1
+
+
+DRY_BREAKERS = ("\n", ":", "\"", "*")  # llama.cpp's default sequence breakers
+
+
+@dataclass(frozen=True)
+class DryOptions:
+    multiplier: float = 0.0
+    base: float = 1.75
+    allowed_length: int = 2
+    penalty_last_n: int = 0  # 0: the whole context
+    sequence_breakers: tuple[str, ...] = DRY_BREAKERS
+
+
+@dataclass(frozen=True)
+class MirostatOptions:
+    tau: float = 5.0
+    eta: float = 0.1
+
+
+@dataclass(frozen=True)
+class DynamicTemperature:
+    range: float = 0.0
+    exponent: float = 1.0
+
+
 @dataclass(frozen=True)
 class SamplingOptions:
     """How the next token is chosen; the defaults mean greedy."""
@@ -116,6 +151,15 @@ class SamplingOptions:
     frequency_penalty: float = 0.0
     logit_bias: Mapping[int, float] = field(default_factory=dict)
     seed: int | None = None
+    typical_p: float = 1.0  # 1: off
+    top_n_sigma: float = 0.0  # 0: off
+    xtc: XtcOptions | None = None
+    dry: DryOptions | None = None
+    mirostat: MirostatOptions | None = None  # v2; replaces the truncating samplers
+    dynamic_temperature: DynamicTemperature | None = None
+    order: SamplerOrder = SamplerOrder.DEFAULT
+    bad_words: tuple[str, ...] = ()
+    allowed_token_ids: tuple[int, ...] = ()  # empty: any token
 
 
 @dataclass(frozen=True)
@@ -178,6 +222,8 @@ class GenerationRequest:
     adapter: str = ""  # a loaded adapter's name; "" for the base model
     tenant: Tenant = ANONYMOUS  # who asked: scopes the id, the prefix cache and the fair share
     priority: int = 0  # higher starts first among waiting requests (aged, so none starves)
+    n: int = 1  # choices sharing one prompt prefill; choice i of a seeded request is seeded seed + i
+    prompt_logprobs: int | None = None  # None: none; k: every prompt token's and k alternatives
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from engine.adapters.info import AdapterInfo
 from engine.description import MediaSupport, ModelDescription, ModelKind
-from engine.events import Delta, Event, FinishReason, Finished, Started
+from engine.events import Delta, Event, FinishReason, Finished, PromptLogprobs, Started
 from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKind, GenerationRequest, RerankRequest,
-                             ImagePart, ResponseFormat, SamplingOptions, SpeculationMode, SpeculationOptions, StopOptions,
+                             ImagePart, ResponseFormat, SpeculationMode, SpeculationOptions, StopOptions,
                              TextPart, TextPrompt, TokenPrompt, Tool, ToolCall, ToolChoiceMode)
 from engine.caches.tier import Prefetched, Tier
 from engine.errors import InvalidRequest
@@ -16,6 +16,7 @@ from engine.validation import RequestCounts, most, parse_json
 from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import model_pb2 as model_pb
+from .sampling import sampling_options
 
 _FINISH = {
     FinishReason.LENGTH: gen_pb.FINISH_REASON_LENGTH,
@@ -47,11 +48,12 @@ _ADAPTER_KIND = {"lora": model_pb.ADAPTER_KIND_LORA, "dora": model_pb.ADAPTER_KI
 def generation_request(msg: pb.GenerateRequest, tenant: Tenant = ANONYMOUS) -> GenerationRequest:
     return GenerationRequest(tenant=tenant, priority=msg.priority,
         prompt=_prompt(msg), request_id=msg.request_id, model=msg.model,
-        session_id=msg.session_id, sampling=_sampling(msg.sampling),
+        session_id=msg.session_id, sampling=sampling_options(msg.sampling),
         stopping=_stopping(msg.stopping), logprobs=msg.logprobs,
         top_logprobs=msg.top_logprobs, bypass_prefix_cache=msg.bypass_prefix_cache,
         speculation=_speculation(msg.speculation),
-        response_format=_response_format(msg.response_format), adapter=msg.adapter)
+        response_format=_response_format(msg.response_format), adapter=msg.adapter, n=msg.n or 1,
+        prompt_logprobs=msg.prompt_logprobs if msg.HasField("prompt_logprobs") else None)
 
 
 def prefetch_request(msg: pb.PrefetchRequest, tenant: Tenant = ANONYMOUS) -> GenerationRequest:
@@ -146,18 +148,6 @@ def _json_value(field: str, text: str) -> object:
     return parse_json(field, text, max_bytes=None)
 
 
-def _sampling(s: gen_pb.SamplingParams) -> SamplingOptions:
-    defaults = SamplingOptions()
-    return SamplingOptions(
-        temperature=s.temperature if s.HasField("temperature") else defaults.temperature,
-        top_p=s.top_p if s.HasField("top_p") else defaults.top_p,
-        top_k=s.top_k, min_p=s.min_p,
-        repetition_penalty=s.repetition_penalty if s.HasField("repetition_penalty") else 1.0,
-        repetition_context_size=s.repetition_context_size or defaults.repetition_context_size,
-        presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty,
-        logit_bias=dict(s.logit_bias), seed=s.seed if s.HasField("seed") else None)
-
-
 def _response_format(f: gen_pb.ResponseFormat) -> ResponseFormat | None:
     which = f.WhichOneof("format")
     if which is None:
@@ -184,17 +174,22 @@ def generate_response(event: Event) -> pb.GenerateResponse:
             request_id=event.request_id, model=event.model,
             prompt_tokens=event.prompt_tokens, cached_tokens=event.cached_tokens))
     if isinstance(event, Delta):
-        return pb.GenerateResponse(delta=pb.TokenDelta(
+        return pb.GenerateResponse(choice_index=event.choice, delta=pb.TokenDelta(
             token_ids=event.token_ids, text=event.text, reasoning=event.reasoning,
             tool_call_deltas=[gen_pb.ToolCallDelta(index=d.index, id=d.id, name=d.name, arguments_json=d.arguments)
                               for d in event.tool_call_deltas],
             tool_calls=[gen_pb.ToolCall(id=t.id, name=t.name, arguments_json=t.arguments) for t in event.tool_calls],
-            logprobs=[gen_pb.TokenLogprob(
-                token_id=lp.token_id, logprob=lp.logprob,
-                top_logprobs=[gen_pb.TopLogprob(token_id=t.token_id, logprob=t.logprob, text=t.text)
-                              for t in lp.top]) for lp in event.logprobs]))
+            logprobs=_logprobs(event.logprobs)))
+    if isinstance(event, PromptLogprobs):
+        return pb.GenerateResponse(prompt_logprobs=pb.PromptLogprobs(tokens=_logprobs(event.tokens)))
     assert isinstance(event, Finished)
-    return pb.GenerateResponse(finished=_finished(event))
+    return pb.GenerateResponse(choice_index=event.choice, finished=_finished(event))
+
+
+def _logprobs(logprobs) -> list[gen_pb.TokenLogprob]:
+    return [gen_pb.TokenLogprob(token_id=lp.token_id, logprob=lp.logprob,
+                                top_logprobs=[gen_pb.TopLogprob(token_id=t.token_id, logprob=t.logprob, text=t.text)
+                                              for t in lp.top]) for lp in logprobs]
 
 
 def _finished(e: Finished) -> pb.GenerationFinished:

@@ -82,6 +82,62 @@ func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
 	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{0}
 }
 
+// The order of the samplers that cut the candidate list. Penalties, bias, bad_words,
+// allowed_token_ids and DRY always come first.
+type SamplerOrder int32
+
+const (
+	// Not set: SAMPLER_ORDER_DEFAULT.
+	SamplerOrder_SAMPLER_ORDER_UNSPECIFIED SamplerOrder = 0
+	// temperature (dynamic temperature), top_k, min_p, top_p, typical_p, top_n_sigma,
+	// xtc: earlier versions' order, so existing seeded outputs keep their tokens.
+	SamplerOrder_SAMPLER_ORDER_DEFAULT SamplerOrder = 1
+	// llama.cpp's default chain: top_n_sigma, top_k, typical_p, top_p, min_p, xtc,
+	// then temperature (dynamic temperature).
+	SamplerOrder_SAMPLER_ORDER_LLAMA_CPP SamplerOrder = 2
+)
+
+// Enum value maps for SamplerOrder.
+var (
+	SamplerOrder_name = map[int32]string{
+		0: "SAMPLER_ORDER_UNSPECIFIED",
+		1: "SAMPLER_ORDER_DEFAULT",
+		2: "SAMPLER_ORDER_LLAMA_CPP",
+	}
+	SamplerOrder_value = map[string]int32{
+		"SAMPLER_ORDER_UNSPECIFIED": 0,
+		"SAMPLER_ORDER_DEFAULT":     1,
+		"SAMPLER_ORDER_LLAMA_CPP":   2,
+	}
+)
+
+func (x SamplerOrder) Enum() *SamplerOrder {
+	p := new(SamplerOrder)
+	*p = x
+	return p
+}
+
+func (x SamplerOrder) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SamplerOrder) Descriptor() protoreflect.EnumDescriptor {
+	return file_mlxgrpc_v1_generation_proto_enumTypes[1].Descriptor()
+}
+
+func (SamplerOrder) Type() protoreflect.EnumType {
+	return &file_mlxgrpc_v1_generation_proto_enumTypes[1]
+}
+
+func (x SamplerOrder) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SamplerOrder.Descriptor instead.
+func (SamplerOrder) EnumDescriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{1}
+}
+
 // Why a generation ended.
 type FinishReason int32
 
@@ -136,11 +192,11 @@ func (x FinishReason) String() string {
 }
 
 func (FinishReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_mlxgrpc_v1_generation_proto_enumTypes[1].Descriptor()
+	return file_mlxgrpc_v1_generation_proto_enumTypes[2].Descriptor()
 }
 
 func (FinishReason) Type() protoreflect.EnumType {
-	return &file_mlxgrpc_v1_generation_proto_enumTypes[1]
+	return &file_mlxgrpc_v1_generation_proto_enumTypes[2]
 }
 
 func (x FinishReason) Number() protoreflect.EnumNumber {
@@ -149,7 +205,7 @@ func (x FinishReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FinishReason.Descriptor instead.
 func (FinishReason) EnumDescriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{1}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{2}
 }
 
 // Where speculative decoding takes its draft tokens from.
@@ -194,11 +250,11 @@ func (x SpeculationMode) String() string {
 }
 
 func (SpeculationMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_mlxgrpc_v1_generation_proto_enumTypes[2].Descriptor()
+	return file_mlxgrpc_v1_generation_proto_enumTypes[3].Descriptor()
 }
 
 func (SpeculationMode) Type() protoreflect.EnumType {
-	return &file_mlxgrpc_v1_generation_proto_enumTypes[2]
+	return &file_mlxgrpc_v1_generation_proto_enumTypes[3]
 }
 
 func (x SpeculationMode) Number() protoreflect.EnumNumber {
@@ -207,7 +263,7 @@ func (x SpeculationMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SpeculationMode.Descriptor instead.
 func (SpeculationMode) EnumDescriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{2}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{3}
 }
 
 // A list of token ids, used where a prompt is given as tokens.
@@ -886,9 +942,37 @@ type SamplingParams struct {
 	LogitBias map[int32]float32 `protobuf:"bytes,9,rep,name=logit_bias,json=logitBias,proto3" json:"logit_bias,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed32,2,opt,name=value"`
 	// Seed for the random draws. The same request with the same seed yields the
 	// same tokens alone or inside any batch. Unset: a random seed.
-	Seed          *uint64 `protobuf:"varint,10,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Seed *uint64 `protobuf:"varint,10,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
+	// Locally typical sampling: keep the tokens whose surprise is closest to the
+	// distribution's entropy until their probability sums to typical_p. In (0, 1];
+	// unset or 1 disables it.
+	TypicalP *float32 `protobuf:"fixed32,11,opt,name=typical_p,json=typicalP,proto3,oneof" json:"typical_p,omitempty"`
+	// Keep the tokens whose logit is within top_n_sigma standard deviations of the
+	// largest logit. 0 (the default) disables it; must be >= 0.
+	TopNSigma float32 `protobuf:"fixed32,12,opt,name=top_n_sigma,json=topNSigma,proto3" json:"top_n_sigma,omitempty"`
+	// Exclude Top Choices: with probability xtc.probability, drop every token above
+	// xtc.threshold except the least likely of them. Unset: off.
+	Xtc *XtcParams `protobuf:"bytes,13,opt,name=xtc,proto3" json:"xtc,omitempty"`
+	// Don't Repeat Yourself: penalize tokens that would extend a repetition of earlier
+	// text. Unset: off.
+	Dry *DryParams `protobuf:"bytes,14,opt,name=dry,proto3" json:"dry,omitempty"`
+	// Mirostat v2: sample to hold the output's surprise near a target, instead of
+	// top-k, typical-p, top-p, min-p, top-n-sigma and XTC. Unset: off.
+	Mirostat *MirostatParams `protobuf:"bytes,15,opt,name=mirostat,proto3" json:"mirostat,omitempty"`
+	// Dynamic temperature: the temperature moves within temperature +- range with
+	// the distribution's entropy. Unset: a fixed temperature.
+	DynamicTemperature *DynamicTemperature `protobuf:"bytes,16,opt,name=dynamic_temperature,json=dynamicTemperature,proto3" json:"dynamic_temperature,omitempty"`
+	// The order the truncating samplers run in. Unset: SAMPLER_ORDER_DEFAULT.
+	SamplerOrder SamplerOrder `protobuf:"varint,17,opt,name=sampler_order,json=samplerOrder,proto3,enum=mlxgrpc.v1.SamplerOrder" json:"sampler_order,omitempty"`
+	// Texts never generated: a word's last token is banned wherever the output already
+	// ends with the rest of it (each word as written and with a leading space). At
+	// most 64 words of at most 16 tokens each.
+	BadWords []string `protobuf:"bytes,18,rep,name=bad_words,json=badWords,proto3" json:"bad_words,omitempty"`
+	// Only these token ids may be generated (at most the vocabulary's size, each in
+	// [0, vocab_size)). Empty: any token.
+	AllowedTokenIds []int32 `protobuf:"varint,19,rep,packed,name=allowed_token_ids,json=allowedTokenIds,proto3" json:"allowed_token_ids,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SamplingParams) Reset() {
@@ -991,6 +1075,328 @@ func (x *SamplingParams) GetSeed() uint64 {
 	return 0
 }
 
+func (x *SamplingParams) GetTypicalP() float32 {
+	if x != nil && x.TypicalP != nil {
+		return *x.TypicalP
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetTopNSigma() float32 {
+	if x != nil {
+		return x.TopNSigma
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetXtc() *XtcParams {
+	if x != nil {
+		return x.Xtc
+	}
+	return nil
+}
+
+func (x *SamplingParams) GetDry() *DryParams {
+	if x != nil {
+		return x.Dry
+	}
+	return nil
+}
+
+func (x *SamplingParams) GetMirostat() *MirostatParams {
+	if x != nil {
+		return x.Mirostat
+	}
+	return nil
+}
+
+func (x *SamplingParams) GetDynamicTemperature() *DynamicTemperature {
+	if x != nil {
+		return x.DynamicTemperature
+	}
+	return nil
+}
+
+func (x *SamplingParams) GetSamplerOrder() SamplerOrder {
+	if x != nil {
+		return x.SamplerOrder
+	}
+	return SamplerOrder_SAMPLER_ORDER_UNSPECIFIED
+}
+
+func (x *SamplingParams) GetBadWords() []string {
+	if x != nil {
+		return x.BadWords
+	}
+	return nil
+}
+
+func (x *SamplingParams) GetAllowedTokenIds() []int32 {
+	if x != nil {
+		return x.AllowedTokenIds
+	}
+	return nil
+}
+
+// Exclude Top Choices (XTC), as llama.cpp's sampler.
+type XtcParams struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How often the cut applies, in [0, 1]; 0 disables it.
+	Probability float32 `protobuf:"fixed32,1,opt,name=probability,proto3" json:"probability,omitempty"`
+	// Tokens above this probability are the top choices, in (0, 1]; above 0.5 the
+	// cut never applies. Unset: 0.1.
+	Threshold     *float32 `protobuf:"fixed32,2,opt,name=threshold,proto3,oneof" json:"threshold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *XtcParams) Reset() {
+	*x = XtcParams{}
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *XtcParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*XtcParams) ProtoMessage() {}
+
+func (x *XtcParams) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use XtcParams.ProtoReflect.Descriptor instead.
+func (*XtcParams) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *XtcParams) GetProbability() float32 {
+	if x != nil {
+		return x.Probability
+	}
+	return 0
+}
+
+func (x *XtcParams) GetThreshold() float32 {
+	if x != nil && x.Threshold != nil {
+		return *x.Threshold
+	}
+	return 0
+}
+
+// Don't Repeat Yourself (DRY), as llama.cpp's sampler.
+type DryParams struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Penalty strength, >= 0; 0 disables it.
+	Multiplier float32 `protobuf:"fixed32,1,opt,name=multiplier,proto3" json:"multiplier,omitempty"`
+	// Growth of the penalty with the repetition's length, >= 1. Unset: 1.75.
+	Base *float32 `protobuf:"fixed32,2,opt,name=base,proto3,oneof" json:"base,omitempty"`
+	// Repetitions up to this many tokens are not penalized, >= 1. Unset: 2.
+	AllowedLength *int32 `protobuf:"varint,3,opt,name=allowed_length,json=allowedLength,proto3,oneof" json:"allowed_length,omitempty"`
+	// How many recent tokens are searched for repetitions, >= 0; 0 (the default) means
+	// the whole context.
+	PenaltyLastN int32 `protobuf:"varint,4,opt,name=penalty_last_n,json=penaltyLastN,proto3" json:"penalty_last_n,omitempty"`
+	// Texts that end a repetition's search (at most 16, each at most 64 characters).
+	// Unset: "\n", ":", "\"" and "*", as llama.cpp. Set use_no_breakers for none.
+	SequenceBreakers []string `protobuf:"bytes,5,rep,name=sequence_breakers,json=sequenceBreakers,proto3" json:"sequence_breakers,omitempty"`
+	// No sequence breakers at all (sequence_breakers must then be empty).
+	UseNoBreakers bool `protobuf:"varint,6,opt,name=use_no_breakers,json=useNoBreakers,proto3" json:"use_no_breakers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DryParams) Reset() {
+	*x = DryParams{}
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DryParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DryParams) ProtoMessage() {}
+
+func (x *DryParams) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DryParams.ProtoReflect.Descriptor instead.
+func (*DryParams) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DryParams) GetMultiplier() float32 {
+	if x != nil {
+		return x.Multiplier
+	}
+	return 0
+}
+
+func (x *DryParams) GetBase() float32 {
+	if x != nil && x.Base != nil {
+		return *x.Base
+	}
+	return 0
+}
+
+func (x *DryParams) GetAllowedLength() int32 {
+	if x != nil && x.AllowedLength != nil {
+		return *x.AllowedLength
+	}
+	return 0
+}
+
+func (x *DryParams) GetPenaltyLastN() int32 {
+	if x != nil {
+		return x.PenaltyLastN
+	}
+	return 0
+}
+
+func (x *DryParams) GetSequenceBreakers() []string {
+	if x != nil {
+		return x.SequenceBreakers
+	}
+	return nil
+}
+
+func (x *DryParams) GetUseNoBreakers() bool {
+	if x != nil {
+		return x.UseNoBreakers
+	}
+	return false
+}
+
+// Mirostat v2, as llama.cpp's sampler.
+type MirostatParams struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target surprise (cross-entropy) in bits, > 0. Unset: 5.
+	Tau *float32 `protobuf:"fixed32,1,opt,name=tau,proto3,oneof" json:"tau,omitempty"`
+	// The learning rate, in (0, 1]. Unset: 0.1.
+	Eta           *float32 `protobuf:"fixed32,2,opt,name=eta,proto3,oneof" json:"eta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MirostatParams) Reset() {
+	*x = MirostatParams{}
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MirostatParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MirostatParams) ProtoMessage() {}
+
+func (x *MirostatParams) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MirostatParams.ProtoReflect.Descriptor instead.
+func (*MirostatParams) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *MirostatParams) GetTau() float32 {
+	if x != nil && x.Tau != nil {
+		return *x.Tau
+	}
+	return 0
+}
+
+func (x *MirostatParams) GetEta() float32 {
+	if x != nil && x.Eta != nil {
+		return *x.Eta
+	}
+	return 0
+}
+
+// Dynamic temperature, as llama.cpp's sampler.
+type DynamicTemperature struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The temperature ranges over temperature +- range (clamped at 0), >= 0; 0 disables it.
+	Range float32 `protobuf:"fixed32,1,opt,name=range,proto3" json:"range,omitempty"`
+	// How the temperature follows the normalized entropy, > 0. Unset: 1.
+	Exponent      *float32 `protobuf:"fixed32,2,opt,name=exponent,proto3,oneof" json:"exponent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DynamicTemperature) Reset() {
+	*x = DynamicTemperature{}
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DynamicTemperature) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DynamicTemperature) ProtoMessage() {}
+
+func (x *DynamicTemperature) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DynamicTemperature.ProtoReflect.Descriptor instead.
+func (*DynamicTemperature) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DynamicTemperature) GetRange() float32 {
+	if x != nil {
+		return x.Range
+	}
+	return 0
+}
+
+func (x *DynamicTemperature) GetExponent() float32 {
+	if x != nil && x.Exponent != nil {
+		return *x.Exponent
+	}
+	return 0
+}
+
 // When generation ends.
 type StoppingCriteria struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1012,7 +1418,7 @@ type StoppingCriteria struct {
 
 func (x *StoppingCriteria) Reset() {
 	*x = StoppingCriteria{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1430,7 @@ func (x *StoppingCriteria) String() string {
 func (*StoppingCriteria) ProtoMessage() {}
 
 func (x *StoppingCriteria) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1443,7 @@ func (x *StoppingCriteria) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoppingCriteria.ProtoReflect.Descriptor instead.
 func (*StoppingCriteria) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{10}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StoppingCriteria) GetMaxTokens() int32 {
@@ -1101,7 +1507,7 @@ type ResponseFormat struct {
 
 func (x *ResponseFormat) Reset() {
 	*x = ResponseFormat{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[11]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1519,7 @@ func (x *ResponseFormat) String() string {
 func (*ResponseFormat) ProtoMessage() {}
 
 func (x *ResponseFormat) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[11]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1532,7 @@ func (x *ResponseFormat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseFormat.ProtoReflect.Descriptor instead.
 func (*ResponseFormat) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{11}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResponseFormat) GetFormat() isResponseFormat_Format {
@@ -1239,7 +1645,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1657,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1670,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{12}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TopLogprob) GetTokenId() int32 {
@@ -1288,12 +1694,13 @@ func (x *TopLogprob) GetText() string {
 	return ""
 }
 
-// The log probability of a generated token and, if requested, its top alternatives.
+// The log probability of a generated (or prompt) token and, if requested, its top
+// alternatives.
 type TokenLogprob struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The generated token id.
+	// The token id.
 	TokenId int32 `protobuf:"varint,1,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
-	// Natural-log probability of the generated token under the unmodified model distribution.
+	// Natural-log probability of the token under the unmodified model distribution.
 	Logprob float32 `protobuf:"fixed32,2,opt,name=logprob,proto3" json:"logprob,omitempty"`
 	// The most likely tokens at this position, most likely first (top_logprobs of them).
 	TopLogprobs   []*TopLogprob `protobuf:"bytes,3,rep,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
@@ -1303,7 +1710,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[13]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1722,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[13]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1735,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{13}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TokenLogprob) GetTokenId() int32 {
@@ -1371,7 +1778,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[14]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1790,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[14]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1803,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{14}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Usage) GetPromptTokens() int32 {
@@ -1451,7 +1858,7 @@ type SpeculationOptions struct {
 
 func (x *SpeculationOptions) Reset() {
 	*x = SpeculationOptions{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[15]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1870,7 @@ func (x *SpeculationOptions) String() string {
 func (*SpeculationOptions) ProtoMessage() {}
 
 func (x *SpeculationOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[15]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1883,7 @@ func (x *SpeculationOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpeculationOptions.ProtoReflect.Descriptor instead.
 func (*SpeculationOptions) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{15}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SpeculationOptions) GetMode() SpeculationMode {
@@ -1510,7 +1917,7 @@ type Timings struct {
 
 func (x *Timings) Reset() {
 	*x = Timings{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[16]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1929,7 @@ func (x *Timings) String() string {
 func (*Timings) ProtoMessage() {}
 
 func (x *Timings) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[16]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1942,7 @@ func (x *Timings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timings.ProtoReflect.Descriptor instead.
 func (*Timings) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{16}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Timings) GetQueueSeconds() float64 {
@@ -1577,7 +1984,7 @@ type ResponseFormat_Choice struct {
 
 func (x *ResponseFormat_Choice) Reset() {
 	*x = ResponseFormat_Choice{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1996,7 @@ func (x *ResponseFormat_Choice) String() string {
 func (*ResponseFormat_Choice) ProtoMessage() {}
 
 func (x *ResponseFormat_Choice) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +2009,7 @@ func (x *ResponseFormat_Choice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseFormat_Choice.ProtoReflect.Descriptor instead.
 func (*ResponseFormat_Choice) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{11, 0}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{15, 0}
 }
 
 func (x *ResponseFormat_Choice) GetOptions() []string {
@@ -1666,7 +2073,7 @@ const file_mlxgrpc_v1_generation_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x16\n" +
 	"\x14_parallel_tool_callsB\x12\n" +
-	"\x10_enable_thinking\"\x9a\x04\n" +
+	"\x10_enable_thinking\"\xcd\a\n" +
 	"\x0eSamplingParams\x12%\n" +
 	"\vtemperature\x18\x01 \x01(\x02H\x00R\vtemperature\x88\x01\x01\x12\x18\n" +
 	"\x05top_p\x18\x02 \x01(\x02H\x01R\x04topP\x88\x01\x01\x12\x13\n" +
@@ -1679,14 +2086,50 @@ const file_mlxgrpc_v1_generation_proto_rawDesc = "" +
 	"\n" +
 	"logit_bias\x18\t \x03(\v2).mlxgrpc.v1.SamplingParams.LogitBiasEntryR\tlogitBias\x12\x17\n" +
 	"\x04seed\x18\n" +
-	" \x01(\x04H\x03R\x04seed\x88\x01\x01\x1a<\n" +
+	" \x01(\x04H\x03R\x04seed\x88\x01\x01\x12 \n" +
+	"\ttypical_p\x18\v \x01(\x02H\x04R\btypicalP\x88\x01\x01\x12\x1e\n" +
+	"\vtop_n_sigma\x18\f \x01(\x02R\ttopNSigma\x12'\n" +
+	"\x03xtc\x18\r \x01(\v2\x15.mlxgrpc.v1.XtcParamsR\x03xtc\x12'\n" +
+	"\x03dry\x18\x0e \x01(\v2\x15.mlxgrpc.v1.DryParamsR\x03dry\x126\n" +
+	"\bmirostat\x18\x0f \x01(\v2\x1a.mlxgrpc.v1.MirostatParamsR\bmirostat\x12O\n" +
+	"\x13dynamic_temperature\x18\x10 \x01(\v2\x1e.mlxgrpc.v1.DynamicTemperatureR\x12dynamicTemperature\x12=\n" +
+	"\rsampler_order\x18\x11 \x01(\x0e2\x18.mlxgrpc.v1.SamplerOrderR\fsamplerOrder\x12\x1b\n" +
+	"\tbad_words\x18\x12 \x03(\tR\bbadWords\x12*\n" +
+	"\x11allowed_token_ids\x18\x13 \x03(\x05R\x0fallowedTokenIds\x1a<\n" +
 	"\x0eLogitBiasEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01B\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\x15\n" +
 	"\x13_repetition_penaltyB\a\n" +
-	"\x05_seed\"\xbd\x01\n" +
+	"\x05_seedB\f\n" +
+	"\n" +
+	"_typical_p\"^\n" +
+	"\tXtcParams\x12 \n" +
+	"\vprobability\x18\x01 \x01(\x02R\vprobability\x12!\n" +
+	"\tthreshold\x18\x02 \x01(\x02H\x00R\tthreshold\x88\x01\x01B\f\n" +
+	"\n" +
+	"_threshold\"\x87\x02\n" +
+	"\tDryParams\x12\x1e\n" +
+	"\n" +
+	"multiplier\x18\x01 \x01(\x02R\n" +
+	"multiplier\x12\x17\n" +
+	"\x04base\x18\x02 \x01(\x02H\x00R\x04base\x88\x01\x01\x12*\n" +
+	"\x0eallowed_length\x18\x03 \x01(\x05H\x01R\rallowedLength\x88\x01\x01\x12$\n" +
+	"\x0epenalty_last_n\x18\x04 \x01(\x05R\fpenaltyLastN\x12+\n" +
+	"\x11sequence_breakers\x18\x05 \x03(\tR\x10sequenceBreakers\x12&\n" +
+	"\x0fuse_no_breakers\x18\x06 \x01(\bR\ruseNoBreakersB\a\n" +
+	"\x05_baseB\x11\n" +
+	"\x0f_allowed_length\"N\n" +
+	"\x0eMirostatParams\x12\x15\n" +
+	"\x03tau\x18\x01 \x01(\x02H\x00R\x03tau\x88\x01\x01\x12\x15\n" +
+	"\x03eta\x18\x02 \x01(\x02H\x01R\x03eta\x88\x01\x01B\x06\n" +
+	"\x04_tauB\x06\n" +
+	"\x04_eta\"X\n" +
+	"\x12DynamicTemperature\x12\x14\n" +
+	"\x05range\x18\x01 \x01(\x02R\x05range\x12\x1f\n" +
+	"\bexponent\x18\x02 \x01(\x02H\x00R\bexponent\x88\x01\x01B\v\n" +
+	"\t_exponent\"\xbd\x01\n" +
 	"\x10StoppingCriteria\x12\"\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x05H\x00R\tmaxTokens\x88\x01\x01\x12\x1d\n" +
@@ -1736,7 +2179,11 @@ const file_mlxgrpc_v1_generation_proto_rawDesc = "" +
 	"\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n" +
 	"\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n" +
 	"\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03\x12\x1d\n" +
-	"\x19TOOL_CHOICE_MODE_FUNCTION\x10\x04*\xca\x01\n" +
+	"\x19TOOL_CHOICE_MODE_FUNCTION\x10\x04*e\n" +
+	"\fSamplerOrder\x12\x1d\n" +
+	"\x19SAMPLER_ORDER_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15SAMPLER_ORDER_DEFAULT\x10\x01\x12\x1b\n" +
+	"\x17SAMPLER_ORDER_LLAMA_CPP\x10\x02*\xca\x01\n" +
 	"\fFinishReason\x12\x1d\n" +
 	"\x19FINISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14FINISH_REASON_LENGTH\x10\x01\x12\x16\n" +
@@ -1764,51 +2211,61 @@ func file_mlxgrpc_v1_generation_proto_rawDescGZIP() []byte {
 	return file_mlxgrpc_v1_generation_proto_rawDescData
 }
 
-var file_mlxgrpc_v1_generation_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_mlxgrpc_v1_generation_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_mlxgrpc_v1_generation_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_mlxgrpc_v1_generation_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_mlxgrpc_v1_generation_proto_goTypes = []any{
 	(ToolChoiceMode)(0),           // 0: mlxgrpc.v1.ToolChoiceMode
-	(FinishReason)(0),             // 1: mlxgrpc.v1.FinishReason
-	(SpeculationMode)(0),          // 2: mlxgrpc.v1.SpeculationMode
-	(*TokenIds)(nil),              // 3: mlxgrpc.v1.TokenIds
-	(*ChatMessage)(nil),           // 4: mlxgrpc.v1.ChatMessage
-	(*ContentPart)(nil),           // 5: mlxgrpc.v1.ContentPart
-	(*Image)(nil),                 // 6: mlxgrpc.v1.Image
-	(*Tool)(nil),                  // 7: mlxgrpc.v1.Tool
-	(*ToolCall)(nil),              // 8: mlxgrpc.v1.ToolCall
-	(*ToolCallDelta)(nil),         // 9: mlxgrpc.v1.ToolCallDelta
-	(*ToolChoice)(nil),            // 10: mlxgrpc.v1.ToolChoice
-	(*ChatMessages)(nil),          // 11: mlxgrpc.v1.ChatMessages
-	(*SamplingParams)(nil),        // 12: mlxgrpc.v1.SamplingParams
-	(*StoppingCriteria)(nil),      // 13: mlxgrpc.v1.StoppingCriteria
-	(*ResponseFormat)(nil),        // 14: mlxgrpc.v1.ResponseFormat
-	(*TopLogprob)(nil),            // 15: mlxgrpc.v1.TopLogprob
-	(*TokenLogprob)(nil),          // 16: mlxgrpc.v1.TokenLogprob
-	(*Usage)(nil),                 // 17: mlxgrpc.v1.Usage
-	(*SpeculationOptions)(nil),    // 18: mlxgrpc.v1.SpeculationOptions
-	(*Timings)(nil),               // 19: mlxgrpc.v1.Timings
-	nil,                           // 20: mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
-	nil,                           // 21: mlxgrpc.v1.SamplingParams.LogitBiasEntry
-	(*ResponseFormat_Choice)(nil), // 22: mlxgrpc.v1.ResponseFormat.Choice
+	(SamplerOrder)(0),             // 1: mlxgrpc.v1.SamplerOrder
+	(FinishReason)(0),             // 2: mlxgrpc.v1.FinishReason
+	(SpeculationMode)(0),          // 3: mlxgrpc.v1.SpeculationMode
+	(*TokenIds)(nil),              // 4: mlxgrpc.v1.TokenIds
+	(*ChatMessage)(nil),           // 5: mlxgrpc.v1.ChatMessage
+	(*ContentPart)(nil),           // 6: mlxgrpc.v1.ContentPart
+	(*Image)(nil),                 // 7: mlxgrpc.v1.Image
+	(*Tool)(nil),                  // 8: mlxgrpc.v1.Tool
+	(*ToolCall)(nil),              // 9: mlxgrpc.v1.ToolCall
+	(*ToolCallDelta)(nil),         // 10: mlxgrpc.v1.ToolCallDelta
+	(*ToolChoice)(nil),            // 11: mlxgrpc.v1.ToolChoice
+	(*ChatMessages)(nil),          // 12: mlxgrpc.v1.ChatMessages
+	(*SamplingParams)(nil),        // 13: mlxgrpc.v1.SamplingParams
+	(*XtcParams)(nil),             // 14: mlxgrpc.v1.XtcParams
+	(*DryParams)(nil),             // 15: mlxgrpc.v1.DryParams
+	(*MirostatParams)(nil),        // 16: mlxgrpc.v1.MirostatParams
+	(*DynamicTemperature)(nil),    // 17: mlxgrpc.v1.DynamicTemperature
+	(*StoppingCriteria)(nil),      // 18: mlxgrpc.v1.StoppingCriteria
+	(*ResponseFormat)(nil),        // 19: mlxgrpc.v1.ResponseFormat
+	(*TopLogprob)(nil),            // 20: mlxgrpc.v1.TopLogprob
+	(*TokenLogprob)(nil),          // 21: mlxgrpc.v1.TokenLogprob
+	(*Usage)(nil),                 // 22: mlxgrpc.v1.Usage
+	(*SpeculationOptions)(nil),    // 23: mlxgrpc.v1.SpeculationOptions
+	(*Timings)(nil),               // 24: mlxgrpc.v1.Timings
+	nil,                           // 25: mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
+	nil,                           // 26: mlxgrpc.v1.SamplingParams.LogitBiasEntry
+	(*ResponseFormat_Choice)(nil), // 27: mlxgrpc.v1.ResponseFormat.Choice
 }
 var file_mlxgrpc_v1_generation_proto_depIdxs = []int32{
-	5,  // 0: mlxgrpc.v1.ChatMessage.parts:type_name -> mlxgrpc.v1.ContentPart
-	8,  // 1: mlxgrpc.v1.ChatMessage.tool_calls:type_name -> mlxgrpc.v1.ToolCall
-	6,  // 2: mlxgrpc.v1.ContentPart.image:type_name -> mlxgrpc.v1.Image
+	6,  // 0: mlxgrpc.v1.ChatMessage.parts:type_name -> mlxgrpc.v1.ContentPart
+	9,  // 1: mlxgrpc.v1.ChatMessage.tool_calls:type_name -> mlxgrpc.v1.ToolCall
+	7,  // 2: mlxgrpc.v1.ContentPart.image:type_name -> mlxgrpc.v1.Image
 	0,  // 3: mlxgrpc.v1.ToolChoice.mode:type_name -> mlxgrpc.v1.ToolChoiceMode
-	4,  // 4: mlxgrpc.v1.ChatMessages.messages:type_name -> mlxgrpc.v1.ChatMessage
-	7,  // 5: mlxgrpc.v1.ChatMessages.tools:type_name -> mlxgrpc.v1.Tool
-	10, // 6: mlxgrpc.v1.ChatMessages.tool_choice:type_name -> mlxgrpc.v1.ToolChoice
-	20, // 7: mlxgrpc.v1.ChatMessages.template_kwargs:type_name -> mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
-	21, // 8: mlxgrpc.v1.SamplingParams.logit_bias:type_name -> mlxgrpc.v1.SamplingParams.LogitBiasEntry
-	22, // 9: mlxgrpc.v1.ResponseFormat.choice:type_name -> mlxgrpc.v1.ResponseFormat.Choice
-	15, // 10: mlxgrpc.v1.TokenLogprob.top_logprobs:type_name -> mlxgrpc.v1.TopLogprob
-	2,  // 11: mlxgrpc.v1.SpeculationOptions.mode:type_name -> mlxgrpc.v1.SpeculationMode
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	5,  // 4: mlxgrpc.v1.ChatMessages.messages:type_name -> mlxgrpc.v1.ChatMessage
+	8,  // 5: mlxgrpc.v1.ChatMessages.tools:type_name -> mlxgrpc.v1.Tool
+	11, // 6: mlxgrpc.v1.ChatMessages.tool_choice:type_name -> mlxgrpc.v1.ToolChoice
+	25, // 7: mlxgrpc.v1.ChatMessages.template_kwargs:type_name -> mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
+	26, // 8: mlxgrpc.v1.SamplingParams.logit_bias:type_name -> mlxgrpc.v1.SamplingParams.LogitBiasEntry
+	14, // 9: mlxgrpc.v1.SamplingParams.xtc:type_name -> mlxgrpc.v1.XtcParams
+	15, // 10: mlxgrpc.v1.SamplingParams.dry:type_name -> mlxgrpc.v1.DryParams
+	16, // 11: mlxgrpc.v1.SamplingParams.mirostat:type_name -> mlxgrpc.v1.MirostatParams
+	17, // 12: mlxgrpc.v1.SamplingParams.dynamic_temperature:type_name -> mlxgrpc.v1.DynamicTemperature
+	1,  // 13: mlxgrpc.v1.SamplingParams.sampler_order:type_name -> mlxgrpc.v1.SamplerOrder
+	27, // 14: mlxgrpc.v1.ResponseFormat.choice:type_name -> mlxgrpc.v1.ResponseFormat.Choice
+	20, // 15: mlxgrpc.v1.TokenLogprob.top_logprobs:type_name -> mlxgrpc.v1.TopLogprob
+	3,  // 16: mlxgrpc.v1.SpeculationOptions.mode:type_name -> mlxgrpc.v1.SpeculationMode
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_generation_proto_init() }
@@ -1823,7 +2280,11 @@ func file_mlxgrpc_v1_generation_proto_init() {
 	file_mlxgrpc_v1_generation_proto_msgTypes[8].OneofWrappers = []any{}
 	file_mlxgrpc_v1_generation_proto_msgTypes[9].OneofWrappers = []any{}
 	file_mlxgrpc_v1_generation_proto_msgTypes[10].OneofWrappers = []any{}
-	file_mlxgrpc_v1_generation_proto_msgTypes[11].OneofWrappers = []any{
+	file_mlxgrpc_v1_generation_proto_msgTypes[11].OneofWrappers = []any{}
+	file_mlxgrpc_v1_generation_proto_msgTypes[12].OneofWrappers = []any{}
+	file_mlxgrpc_v1_generation_proto_msgTypes[13].OneofWrappers = []any{}
+	file_mlxgrpc_v1_generation_proto_msgTypes[14].OneofWrappers = []any{}
+	file_mlxgrpc_v1_generation_proto_msgTypes[15].OneofWrappers = []any{
 		(*ResponseFormat_JsonSchema)(nil),
 		(*ResponseFormat_JsonObject)(nil),
 		(*ResponseFormat_Regex)(nil),
@@ -1835,8 +2296,8 @@ func file_mlxgrpc_v1_generation_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_generation_proto_rawDesc), len(file_mlxgrpc_v1_generation_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   20,
+			NumEnums:      4,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

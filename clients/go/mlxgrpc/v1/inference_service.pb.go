@@ -173,9 +173,20 @@ type GenerateRequest struct {
 	// raises a request's priority over time, so low priorities are delayed, never
 	// starved. It never changes the output. Above the caller's tenant's max_priority
 	// (tokens file) it is INVALID_ARGUMENT (PRIORITY_ABOVE_TENANT_MAX).
-	Priority      int32 `protobuf:"varint,15,opt,name=priority,proto3" json:"priority,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Priority int32 `protobuf:"varint,15,opt,name=priority,proto3" json:"priority,omitempty"`
+	// How many answers to generate for the prompt, 1 to the server's --max-choices
+	// (default 16); 0 means 1. The choices share one prompt prefill (with or without
+	// the prefix cache); choice i of a seeded request is seeded seed + i. Each choice's
+	// events carry its choice_index, and each ends with its own finished event; Cancel
+	// ends them all.
+	N int32 `protobuf:"varint,16,opt,name=n,proto3" json:"n,omitempty"`
+	// Return the log probability of every prompt token but the first (which nothing
+	// precedes) in a prompt_logprobs event, with this many most likely alternatives per
+	// token (0 to 20). Unset: none. A prefix-cache hit is recomputed for them. Bounded
+	// by the server's --max-prompt-logprobs (prompt tokens x (1 + alternatives)).
+	PromptLogprobs *int32 `protobuf:"varint,17,opt,name=prompt_logprobs,json=promptLogprobs,proto3,oneof" json:"prompt_logprobs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -322,6 +333,20 @@ func (x *GenerateRequest) GetAdapter() string {
 func (x *GenerateRequest) GetPriority() int32 {
 	if x != nil {
 		return x.Priority
+	}
+	return 0
+}
+
+func (x *GenerateRequest) GetN() int32 {
+	if x != nil {
+		return x.N
+	}
+	return 0
+}
+
+func (x *GenerateRequest) GetPromptLogprobs() int32 {
+	if x != nil && x.PromptLogprobs != nil {
+		return *x.PromptLogprobs
 	}
 	return 0
 }
@@ -603,6 +628,53 @@ func (x *GenerationFinished) GetTimings() *Timings {
 	return nil
 }
 
+// Log probabilities of a request's prompt tokens.
+type PromptLogprobs struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Prompt tokens 1 to n-1 in order (the first has no context), each with its
+	// log probability and the requested alternatives.
+	Tokens        []*TokenLogprob `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptLogprobs) Reset() {
+	*x = PromptLogprobs{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptLogprobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptLogprobs) ProtoMessage() {}
+
+func (x *PromptLogprobs) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptLogprobs.ProtoReflect.Descriptor instead.
+func (*PromptLogprobs) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PromptLogprobs) GetTokens() []*TokenLogprob {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
 // One event of a Generate stream.
 type GenerateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -613,14 +685,17 @@ type GenerateResponse struct {
 	//	*GenerateResponse_Started
 	//	*GenerateResponse_Delta
 	//	*GenerateResponse_Finished
-	Event         isGenerateResponse_Event `protobuf_oneof:"event"`
+	//	*GenerateResponse_PromptLogprobs
+	Event isGenerateResponse_Event `protobuf_oneof:"event"`
+	// The choice (0 to n-1) a delta or finished event belongs to; 0 for the others.
+	ChoiceIndex   int32 `protobuf:"varint,4,opt,name=choice_index,json=choiceIndex,proto3" json:"choice_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[4]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -632,7 +707,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[4]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -645,7 +720,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{4}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GenerateResponse) GetEvent() isGenerateResponse_Event {
@@ -682,6 +757,22 @@ func (x *GenerateResponse) GetFinished() *GenerationFinished {
 	return nil
 }
 
+func (x *GenerateResponse) GetPromptLogprobs() *PromptLogprobs {
+	if x != nil {
+		if x, ok := x.Event.(*GenerateResponse_PromptLogprobs); ok {
+			return x.PromptLogprobs
+		}
+	}
+	return nil
+}
+
+func (x *GenerateResponse) GetChoiceIndex() int32 {
+	if x != nil {
+		return x.ChoiceIndex
+	}
+	return 0
+}
+
 type isGenerateResponse_Event interface {
 	isGenerateResponse_Event()
 }
@@ -697,8 +788,13 @@ type GenerateResponse_Delta struct {
 }
 
 type GenerateResponse_Finished struct {
-	// Sent once, last.
+	// Sent once per choice; the last event of the stream is the last choice's.
 	Finished *GenerationFinished `protobuf:"bytes,3,opt,name=finished,proto3,oneof"`
+}
+
+type GenerateResponse_PromptLogprobs struct {
+	// Sent once, after started, when the request asked for prompt_logprobs.
+	PromptLogprobs *PromptLogprobs `protobuf:"bytes,5,opt,name=prompt_logprobs,json=promptLogprobs,proto3,oneof"`
 }
 
 func (*GenerateResponse_Started) isGenerateResponse_Event() {}
@@ -706,6 +802,8 @@ func (*GenerateResponse_Started) isGenerateResponse_Event() {}
 func (*GenerateResponse_Delta) isGenerateResponse_Event() {}
 
 func (*GenerateResponse_Finished) isGenerateResponse_Event() {}
+
+func (*GenerateResponse_PromptLogprobs) isGenerateResponse_Event() {}
 
 // A request to embed texts.
 type EmbedRequest struct {
@@ -734,7 +832,7 @@ type EmbedRequest struct {
 
 func (x *EmbedRequest) Reset() {
 	*x = EmbedRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[5]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +844,7 @@ func (x *EmbedRequest) String() string {
 func (*EmbedRequest) ProtoMessage() {}
 
 func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[5]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +857,7 @@ func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
 func (*EmbedRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{5}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EmbedRequest) GetModel() string {
@@ -833,7 +931,7 @@ type EmbedResponse struct {
 
 func (x *EmbedResponse) Reset() {
 	*x = EmbedResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[6]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +943,7 @@ func (x *EmbedResponse) String() string {
 func (*EmbedResponse) ProtoMessage() {}
 
 func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[6]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +956,7 @@ func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedResponse.ProtoReflect.Descriptor instead.
 func (*EmbedResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{6}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EmbedResponse) GetIndex() int32 {
@@ -905,7 +1003,7 @@ type RerankRequest struct {
 
 func (x *RerankRequest) Reset() {
 	*x = RerankRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +1015,7 @@ func (x *RerankRequest) String() string {
 func (*RerankRequest) ProtoMessage() {}
 
 func (x *RerankRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +1028,7 @@ func (x *RerankRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerankRequest.ProtoReflect.Descriptor instead.
 func (*RerankRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{7}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RerankRequest) GetModel() string {
@@ -995,7 +1093,7 @@ type RerankResponse struct {
 
 func (x *RerankResponse) Reset() {
 	*x = RerankResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1105,7 @@ func (x *RerankResponse) String() string {
 func (*RerankResponse) ProtoMessage() {}
 
 func (x *RerankResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1118,7 @@ func (x *RerankResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerankResponse.ProtoReflect.Descriptor instead.
 func (*RerankResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{8}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RerankResponse) GetModel() string {
@@ -1053,7 +1151,7 @@ type RerankResult struct {
 
 func (x *RerankResult) Reset() {
 	*x = RerankResult{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[9]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1163,7 @@ func (x *RerankResult) String() string {
 func (*RerankResult) ProtoMessage() {}
 
 func (x *RerankResult) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[9]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1176,7 @@ func (x *RerankResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerankResult.ProtoReflect.Descriptor instead.
 func (*RerankResult) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{9}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RerankResult) GetIndex() int32 {
@@ -1127,7 +1225,7 @@ type PrefetchRequest struct {
 
 func (x *PrefetchRequest) Reset() {
 	*x = PrefetchRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1237,7 @@ func (x *PrefetchRequest) String() string {
 func (*PrefetchRequest) ProtoMessage() {}
 
 func (x *PrefetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1250,7 @@ func (x *PrefetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefetchRequest.ProtoReflect.Descriptor instead.
 func (*PrefetchRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{10}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PrefetchRequest) GetModel() string {
@@ -1251,7 +1349,7 @@ type PrefetchResponse struct {
 
 func (x *PrefetchResponse) Reset() {
 	*x = PrefetchResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1361,7 @@ func (x *PrefetchResponse) String() string {
 func (*PrefetchResponse) ProtoMessage() {}
 
 func (x *PrefetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1374,7 @@ func (x *PrefetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefetchResponse.ProtoReflect.Descriptor instead.
 func (*PrefetchResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{11}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PrefetchResponse) GetPromptTokens() int32 {
@@ -1313,7 +1411,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1423,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1436,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{12}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CloseSessionRequest) GetModel() string {
@@ -1366,7 +1464,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1476,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1489,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{13}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CloseSessionResponse) GetEntries() int32 {
@@ -1412,7 +1510,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1522,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1535,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{14}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelRequest) GetRequestId() string {
@@ -1459,7 +1557,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1569,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1582,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{15}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelResponse) GetCancelled() bool {
@@ -1505,7 +1603,7 @@ type GetModelInfoRequest struct {
 
 func (x *GetModelInfoRequest) Reset() {
 	*x = GetModelInfoRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1615,7 @@ func (x *GetModelInfoRequest) String() string {
 func (*GetModelInfoRequest) ProtoMessage() {}
 
 func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1628,7 @@ func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetModelInfoRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{16}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetModelInfoRequest) GetModel() string {
@@ -1551,7 +1649,7 @@ type GetModelInfoResponse struct {
 
 func (x *GetModelInfoResponse) Reset() {
 	*x = GetModelInfoResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1661,7 @@ func (x *GetModelInfoResponse) String() string {
 func (*GetModelInfoResponse) ProtoMessage() {}
 
 func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1674,7 @@ func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetModelInfoResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{17}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetModelInfoResponse) GetInfo() *ModelInfo {
@@ -1602,7 +1700,7 @@ type PlanMemoryRequest struct {
 
 func (x *PlanMemoryRequest) Reset() {
 	*x = PlanMemoryRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1712,7 @@ func (x *PlanMemoryRequest) String() string {
 func (*PlanMemoryRequest) ProtoMessage() {}
 
 func (x *PlanMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1725,7 @@ func (x *PlanMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanMemoryRequest.ProtoReflect.Descriptor instead.
 func (*PlanMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{18}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PlanMemoryRequest) GetModel() string {
@@ -1662,7 +1760,7 @@ type PlanMemoryResponse struct {
 
 func (x *PlanMemoryResponse) Reset() {
 	*x = PlanMemoryResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1772,7 @@ func (x *PlanMemoryResponse) String() string {
 func (*PlanMemoryResponse) ProtoMessage() {}
 
 func (x *PlanMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1785,7 @@ func (x *PlanMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanMemoryResponse.ProtoReflect.Descriptor instead.
 func (*PlanMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{19}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PlanMemoryResponse) GetPlan() *MemoryPlan {
@@ -1712,7 +1810,7 @@ type TokenizeRequest struct {
 
 func (x *TokenizeRequest) Reset() {
 	*x = TokenizeRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +1822,7 @@ func (x *TokenizeRequest) String() string {
 func (*TokenizeRequest) ProtoMessage() {}
 
 func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +1835,7 @@ func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeRequest.ProtoReflect.Descriptor instead.
 func (*TokenizeRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{20}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TokenizeRequest) GetModel() string {
@@ -1774,7 +1872,7 @@ type TokenizeResponse struct {
 
 func (x *TokenizeResponse) Reset() {
 	*x = TokenizeResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1884,7 @@ func (x *TokenizeResponse) String() string {
 func (*TokenizeResponse) ProtoMessage() {}
 
 func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1897,7 @@ func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
 func (*TokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{21}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TokenizeResponse) GetTokenIds() []int32 {
@@ -1831,7 +1929,7 @@ type DetokenizeRequest struct {
 
 func (x *DetokenizeRequest) Reset() {
 	*x = DetokenizeRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1941,7 @@ func (x *DetokenizeRequest) String() string {
 func (*DetokenizeRequest) ProtoMessage() {}
 
 func (x *DetokenizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1954,7 @@ func (x *DetokenizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetokenizeRequest.ProtoReflect.Descriptor instead.
 func (*DetokenizeRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{22}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DetokenizeRequest) GetModel() string {
@@ -1891,7 +1989,7 @@ type DetokenizeResponse struct {
 
 func (x *DetokenizeResponse) Reset() {
 	*x = DetokenizeResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2001,7 @@ func (x *DetokenizeResponse) String() string {
 func (*DetokenizeResponse) ProtoMessage() {}
 
 func (x *DetokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2014,7 @@ func (x *DetokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetokenizeResponse.ProtoReflect.Descriptor instead.
 func (*DetokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{23}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DetokenizeResponse) GetText() string {
@@ -1935,7 +2033,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2045,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2058,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{24}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{25}
 }
 
 // The served models.
@@ -1974,7 +2072,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2084,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2097,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{25}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListModelsResponse) GetModels() []*ModelInfo {
@@ -2028,7 +2126,7 @@ type LoadAdapterRequest struct {
 
 func (x *LoadAdapterRequest) Reset() {
 	*x = LoadAdapterRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2138,7 @@ func (x *LoadAdapterRequest) String() string {
 func (*LoadAdapterRequest) ProtoMessage() {}
 
 func (x *LoadAdapterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2151,7 @@ func (x *LoadAdapterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadAdapterRequest.ProtoReflect.Descriptor instead.
 func (*LoadAdapterRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{26}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LoadAdapterRequest) GetModel() string {
@@ -2091,7 +2189,7 @@ type LoadAdapterResponse struct {
 
 func (x *LoadAdapterResponse) Reset() {
 	*x = LoadAdapterResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2201,7 @@ func (x *LoadAdapterResponse) String() string {
 func (*LoadAdapterResponse) ProtoMessage() {}
 
 func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2214,7 @@ func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadAdapterResponse.ProtoReflect.Descriptor instead.
 func (*LoadAdapterResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{27}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LoadAdapterResponse) GetAdapter() *AdapterInfo {
@@ -2146,7 +2244,7 @@ type UnloadAdapterRequest struct {
 
 func (x *UnloadAdapterRequest) Reset() {
 	*x = UnloadAdapterRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2256,7 @@ func (x *UnloadAdapterRequest) String() string {
 func (*UnloadAdapterRequest) ProtoMessage() {}
 
 func (x *UnloadAdapterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2269,7 @@ func (x *UnloadAdapterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadAdapterRequest.ProtoReflect.Descriptor instead.
 func (*UnloadAdapterRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{28}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UnloadAdapterRequest) GetModel() string {
@@ -2199,7 +2297,7 @@ type UnloadAdapterResponse struct {
 
 func (x *UnloadAdapterResponse) Reset() {
 	*x = UnloadAdapterResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2309,7 @@ func (x *UnloadAdapterResponse) String() string {
 func (*UnloadAdapterResponse) ProtoMessage() {}
 
 func (x *UnloadAdapterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2322,7 @@ func (x *UnloadAdapterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadAdapterResponse.ProtoReflect.Descriptor instead.
 func (*UnloadAdapterResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{29}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UnloadAdapterResponse) GetAdapter() *AdapterInfo {
@@ -2245,7 +2343,7 @@ type ListAdaptersRequest struct {
 
 func (x *ListAdaptersRequest) Reset() {
 	*x = ListAdaptersRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2355,7 @@ func (x *ListAdaptersRequest) String() string {
 func (*ListAdaptersRequest) ProtoMessage() {}
 
 func (x *ListAdaptersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2368,7 @@ func (x *ListAdaptersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAdaptersRequest.ProtoReflect.Descriptor instead.
 func (*ListAdaptersRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{30}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListAdaptersRequest) GetModel() string {
@@ -2295,7 +2393,7 @@ type ListAdaptersResponse struct {
 
 func (x *ListAdaptersResponse) Reset() {
 	*x = ListAdaptersResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2405,7 @@ func (x *ListAdaptersResponse) String() string {
 func (*ListAdaptersResponse) ProtoMessage() {}
 
 func (x *ListAdaptersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2418,7 @@ func (x *ListAdaptersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAdaptersResponse.ProtoReflect.Descriptor instead.
 func (*ListAdaptersResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{31}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListAdaptersResponse) GetModel() string {
@@ -2355,7 +2453,7 @@ type GetLoadRequest struct {
 
 func (x *GetLoadRequest) Reset() {
 	*x = GetLoadRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[32]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2465,7 @@ func (x *GetLoadRequest) String() string {
 func (*GetLoadRequest) ProtoMessage() {}
 
 func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[32]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2478,7 @@ func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{32}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetLoadRequest) GetModel() string {
@@ -2406,7 +2504,7 @@ type GetLoadResponse struct {
 
 func (x *GetLoadResponse) Reset() {
 	*x = GetLoadResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[33]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2516,7 @@ func (x *GetLoadResponse) String() string {
 func (*GetLoadResponse) ProtoMessage() {}
 
 func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[33]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2529,7 @@ func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{33}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetLoadResponse) GetModels() []*ModelLoad {
@@ -2484,7 +2582,7 @@ type CallLoad struct {
 
 func (x *CallLoad) Reset() {
 	*x = CallLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2594,7 @@ func (x *CallLoad) String() string {
 func (*CallLoad) ProtoMessage() {}
 
 func (x *CallLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2607,7 @@ func (x *CallLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallLoad.ProtoReflect.Descriptor instead.
 func (*CallLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{34}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CallLoad) GetOpenRpcs() int32 {
@@ -2587,7 +2685,7 @@ type TenantCalls struct {
 
 func (x *TenantCalls) Reset() {
 	*x = TenantCalls{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2697,7 @@ func (x *TenantCalls) String() string {
 func (*TenantCalls) ProtoMessage() {}
 
 func (x *TenantCalls) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2710,7 @@ func (x *TenantCalls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantCalls.ProtoReflect.Descriptor instead.
 func (*TenantCalls) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{35}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TenantCalls) GetTenant() string {
@@ -2723,7 +2821,7 @@ type ModelLoad struct {
 
 func (x *ModelLoad) Reset() {
 	*x = ModelLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[36]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2735,7 +2833,7 @@ func (x *ModelLoad) String() string {
 func (*ModelLoad) ProtoMessage() {}
 
 func (x *ModelLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[36]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2748,7 +2846,7 @@ func (x *ModelLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelLoad.ProtoReflect.Descriptor instead.
 func (*ModelLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{36}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ModelLoad) GetModel() string {
@@ -2943,7 +3041,7 @@ type TenantLoad struct {
 
 func (x *TenantLoad) Reset() {
 	*x = TenantLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[37]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3053,7 @@ func (x *TenantLoad) String() string {
 func (*TenantLoad) ProtoMessage() {}
 
 func (x *TenantLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[37]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3066,7 @@ func (x *TenantLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLoad.ProtoReflect.Descriptor instead.
 func (*TenantLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{37}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TenantLoad) GetTenant() string {
@@ -3025,7 +3123,7 @@ var File_mlxgrpc_v1_inference_service_proto protoreflect.FileDescriptor
 const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\n" +
 	"\"mlxgrpc/v1/inference_service.proto\x12\n" +
-	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x16mlxgrpc/v1/model.proto\"\x83\x05\n" +
+	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x16mlxgrpc/v1/model.proto\"\xd3\x05\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
@@ -3044,8 +3142,11 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\vspeculation\x18\f \x01(\v2\x1e.mlxgrpc.v1.SpeculationOptionsR\vspeculation\x12C\n" +
 	"\x0fresponse_format\x18\r \x01(\v2\x1a.mlxgrpc.v1.ResponseFormatR\x0eresponseFormat\x12\x18\n" +
 	"\aadapter\x18\x0e \x01(\tR\aadapter\x12\x1a\n" +
-	"\bpriority\x18\x0f \x01(\x05R\bpriorityB\b\n" +
-	"\x06prompt\"\x92\x01\n" +
+	"\bpriority\x18\x0f \x01(\x05R\bpriority\x12\f\n" +
+	"\x01n\x18\x10 \x01(\x05R\x01n\x12,\n" +
+	"\x0fprompt_logprobs\x18\x11 \x01(\x05H\x01R\x0epromptLogprobs\x88\x01\x01B\b\n" +
+	"\x06promptB\x12\n" +
+	"\x10_prompt_logprobs\"\x92\x01\n" +
 	"\x11GenerationStarted\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -3067,11 +3168,15 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\rstop_token_id\x18\x03 \x01(\x05H\x00R\vstopTokenId\x88\x01\x01\x12'\n" +
 	"\x05usage\x18\x04 \x01(\v2\x11.mlxgrpc.v1.UsageR\x05usage\x12-\n" +
 	"\atimings\x18\x05 \x01(\v2\x13.mlxgrpc.v1.TimingsR\atimingsB\x10\n" +
-	"\x0e_stop_token_id\"\xc4\x01\n" +
+	"\x0e_stop_token_id\"B\n" +
+	"\x0ePromptLogprobs\x120\n" +
+	"\x06tokens\x18\x01 \x03(\v2\x18.mlxgrpc.v1.TokenLogprobR\x06tokens\"\xae\x02\n" +
 	"\x10GenerateResponse\x129\n" +
 	"\astarted\x18\x01 \x01(\v2\x1d.mlxgrpc.v1.GenerationStartedH\x00R\astarted\x12.\n" +
 	"\x05delta\x18\x02 \x01(\v2\x16.mlxgrpc.v1.TokenDeltaH\x00R\x05delta\x12<\n" +
-	"\bfinished\x18\x03 \x01(\v2\x1e.mlxgrpc.v1.GenerationFinishedH\x00R\bfinishedB\a\n" +
+	"\bfinished\x18\x03 \x01(\v2\x1e.mlxgrpc.v1.GenerationFinishedH\x00R\bfinished\x12E\n" +
+	"\x0fprompt_logprobs\x18\x05 \x01(\v2\x1a.mlxgrpc.v1.PromptLogprobsH\x00R\x0epromptLogprobs\x12!\n" +
+	"\fchoice_index\x18\x04 \x01(\x05R\vchoiceIndexB\a\n" +
 	"\x05event\"\x9e\x02\n" +
 	"\fEmbedRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
@@ -3275,7 +3380,7 @@ func file_mlxgrpc_v1_inference_service_proto_rawDescGZIP() []byte {
 }
 
 var file_mlxgrpc_v1_inference_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(Truncation)(0),               // 0: mlxgrpc.v1.Truncation
 	(CacheTier)(0),                // 1: mlxgrpc.v1.CacheTier
@@ -3283,123 +3388,126 @@ var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(*GenerationStarted)(nil),     // 3: mlxgrpc.v1.GenerationStarted
 	(*TokenDelta)(nil),            // 4: mlxgrpc.v1.TokenDelta
 	(*GenerationFinished)(nil),    // 5: mlxgrpc.v1.GenerationFinished
-	(*GenerateResponse)(nil),      // 6: mlxgrpc.v1.GenerateResponse
-	(*EmbedRequest)(nil),          // 7: mlxgrpc.v1.EmbedRequest
-	(*EmbedResponse)(nil),         // 8: mlxgrpc.v1.EmbedResponse
-	(*RerankRequest)(nil),         // 9: mlxgrpc.v1.RerankRequest
-	(*RerankResponse)(nil),        // 10: mlxgrpc.v1.RerankResponse
-	(*RerankResult)(nil),          // 11: mlxgrpc.v1.RerankResult
-	(*PrefetchRequest)(nil),       // 12: mlxgrpc.v1.PrefetchRequest
-	(*PrefetchResponse)(nil),      // 13: mlxgrpc.v1.PrefetchResponse
-	(*CloseSessionRequest)(nil),   // 14: mlxgrpc.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 15: mlxgrpc.v1.CloseSessionResponse
-	(*CancelRequest)(nil),         // 16: mlxgrpc.v1.CancelRequest
-	(*CancelResponse)(nil),        // 17: mlxgrpc.v1.CancelResponse
-	(*GetModelInfoRequest)(nil),   // 18: mlxgrpc.v1.GetModelInfoRequest
-	(*GetModelInfoResponse)(nil),  // 19: mlxgrpc.v1.GetModelInfoResponse
-	(*PlanMemoryRequest)(nil),     // 20: mlxgrpc.v1.PlanMemoryRequest
-	(*PlanMemoryResponse)(nil),    // 21: mlxgrpc.v1.PlanMemoryResponse
-	(*TokenizeRequest)(nil),       // 22: mlxgrpc.v1.TokenizeRequest
-	(*TokenizeResponse)(nil),      // 23: mlxgrpc.v1.TokenizeResponse
-	(*DetokenizeRequest)(nil),     // 24: mlxgrpc.v1.DetokenizeRequest
-	(*DetokenizeResponse)(nil),    // 25: mlxgrpc.v1.DetokenizeResponse
-	(*ListModelsRequest)(nil),     // 26: mlxgrpc.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),    // 27: mlxgrpc.v1.ListModelsResponse
-	(*LoadAdapterRequest)(nil),    // 28: mlxgrpc.v1.LoadAdapterRequest
-	(*LoadAdapterResponse)(nil),   // 29: mlxgrpc.v1.LoadAdapterResponse
-	(*UnloadAdapterRequest)(nil),  // 30: mlxgrpc.v1.UnloadAdapterRequest
-	(*UnloadAdapterResponse)(nil), // 31: mlxgrpc.v1.UnloadAdapterResponse
-	(*ListAdaptersRequest)(nil),   // 32: mlxgrpc.v1.ListAdaptersRequest
-	(*ListAdaptersResponse)(nil),  // 33: mlxgrpc.v1.ListAdaptersResponse
-	(*GetLoadRequest)(nil),        // 34: mlxgrpc.v1.GetLoadRequest
-	(*GetLoadResponse)(nil),       // 35: mlxgrpc.v1.GetLoadResponse
-	(*CallLoad)(nil),              // 36: mlxgrpc.v1.CallLoad
-	(*TenantCalls)(nil),           // 37: mlxgrpc.v1.TenantCalls
-	(*ModelLoad)(nil),             // 38: mlxgrpc.v1.ModelLoad
-	(*TenantLoad)(nil),            // 39: mlxgrpc.v1.TenantLoad
-	(*TokenIds)(nil),              // 40: mlxgrpc.v1.TokenIds
-	(*ChatMessages)(nil),          // 41: mlxgrpc.v1.ChatMessages
-	(*SamplingParams)(nil),        // 42: mlxgrpc.v1.SamplingParams
-	(*StoppingCriteria)(nil),      // 43: mlxgrpc.v1.StoppingCriteria
-	(*SpeculationOptions)(nil),    // 44: mlxgrpc.v1.SpeculationOptions
-	(*ResponseFormat)(nil),        // 45: mlxgrpc.v1.ResponseFormat
-	(*TokenLogprob)(nil),          // 46: mlxgrpc.v1.TokenLogprob
-	(*ToolCallDelta)(nil),         // 47: mlxgrpc.v1.ToolCallDelta
-	(*ToolCall)(nil),              // 48: mlxgrpc.v1.ToolCall
-	(FinishReason)(0),             // 49: mlxgrpc.v1.FinishReason
-	(*Usage)(nil),                 // 50: mlxgrpc.v1.Usage
-	(*Timings)(nil),               // 51: mlxgrpc.v1.Timings
-	(*ModelInfo)(nil),             // 52: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),            // 53: mlxgrpc.v1.MemoryPlan
-	(*AdapterInfo)(nil),           // 54: mlxgrpc.v1.AdapterInfo
+	(*PromptLogprobs)(nil),        // 6: mlxgrpc.v1.PromptLogprobs
+	(*GenerateResponse)(nil),      // 7: mlxgrpc.v1.GenerateResponse
+	(*EmbedRequest)(nil),          // 8: mlxgrpc.v1.EmbedRequest
+	(*EmbedResponse)(nil),         // 9: mlxgrpc.v1.EmbedResponse
+	(*RerankRequest)(nil),         // 10: mlxgrpc.v1.RerankRequest
+	(*RerankResponse)(nil),        // 11: mlxgrpc.v1.RerankResponse
+	(*RerankResult)(nil),          // 12: mlxgrpc.v1.RerankResult
+	(*PrefetchRequest)(nil),       // 13: mlxgrpc.v1.PrefetchRequest
+	(*PrefetchResponse)(nil),      // 14: mlxgrpc.v1.PrefetchResponse
+	(*CloseSessionRequest)(nil),   // 15: mlxgrpc.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 16: mlxgrpc.v1.CloseSessionResponse
+	(*CancelRequest)(nil),         // 17: mlxgrpc.v1.CancelRequest
+	(*CancelResponse)(nil),        // 18: mlxgrpc.v1.CancelResponse
+	(*GetModelInfoRequest)(nil),   // 19: mlxgrpc.v1.GetModelInfoRequest
+	(*GetModelInfoResponse)(nil),  // 20: mlxgrpc.v1.GetModelInfoResponse
+	(*PlanMemoryRequest)(nil),     // 21: mlxgrpc.v1.PlanMemoryRequest
+	(*PlanMemoryResponse)(nil),    // 22: mlxgrpc.v1.PlanMemoryResponse
+	(*TokenizeRequest)(nil),       // 23: mlxgrpc.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),      // 24: mlxgrpc.v1.TokenizeResponse
+	(*DetokenizeRequest)(nil),     // 25: mlxgrpc.v1.DetokenizeRequest
+	(*DetokenizeResponse)(nil),    // 26: mlxgrpc.v1.DetokenizeResponse
+	(*ListModelsRequest)(nil),     // 27: mlxgrpc.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),    // 28: mlxgrpc.v1.ListModelsResponse
+	(*LoadAdapterRequest)(nil),    // 29: mlxgrpc.v1.LoadAdapterRequest
+	(*LoadAdapterResponse)(nil),   // 30: mlxgrpc.v1.LoadAdapterResponse
+	(*UnloadAdapterRequest)(nil),  // 31: mlxgrpc.v1.UnloadAdapterRequest
+	(*UnloadAdapterResponse)(nil), // 32: mlxgrpc.v1.UnloadAdapterResponse
+	(*ListAdaptersRequest)(nil),   // 33: mlxgrpc.v1.ListAdaptersRequest
+	(*ListAdaptersResponse)(nil),  // 34: mlxgrpc.v1.ListAdaptersResponse
+	(*GetLoadRequest)(nil),        // 35: mlxgrpc.v1.GetLoadRequest
+	(*GetLoadResponse)(nil),       // 36: mlxgrpc.v1.GetLoadResponse
+	(*CallLoad)(nil),              // 37: mlxgrpc.v1.CallLoad
+	(*TenantCalls)(nil),           // 38: mlxgrpc.v1.TenantCalls
+	(*ModelLoad)(nil),             // 39: mlxgrpc.v1.ModelLoad
+	(*TenantLoad)(nil),            // 40: mlxgrpc.v1.TenantLoad
+	(*TokenIds)(nil),              // 41: mlxgrpc.v1.TokenIds
+	(*ChatMessages)(nil),          // 42: mlxgrpc.v1.ChatMessages
+	(*SamplingParams)(nil),        // 43: mlxgrpc.v1.SamplingParams
+	(*StoppingCriteria)(nil),      // 44: mlxgrpc.v1.StoppingCriteria
+	(*SpeculationOptions)(nil),    // 45: mlxgrpc.v1.SpeculationOptions
+	(*ResponseFormat)(nil),        // 46: mlxgrpc.v1.ResponseFormat
+	(*TokenLogprob)(nil),          // 47: mlxgrpc.v1.TokenLogprob
+	(*ToolCallDelta)(nil),         // 48: mlxgrpc.v1.ToolCallDelta
+	(*ToolCall)(nil),              // 49: mlxgrpc.v1.ToolCall
+	(FinishReason)(0),             // 50: mlxgrpc.v1.FinishReason
+	(*Usage)(nil),                 // 51: mlxgrpc.v1.Usage
+	(*Timings)(nil),               // 52: mlxgrpc.v1.Timings
+	(*ModelInfo)(nil),             // 53: mlxgrpc.v1.ModelInfo
+	(*MemoryPlan)(nil),            // 54: mlxgrpc.v1.MemoryPlan
+	(*AdapterInfo)(nil),           // 55: mlxgrpc.v1.AdapterInfo
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
-	40, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
-	41, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
-	42, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
-	43, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
-	44, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
-	45, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
-	46, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
-	47, // 7: mlxgrpc.v1.TokenDelta.tool_call_deltas:type_name -> mlxgrpc.v1.ToolCallDelta
-	48, // 8: mlxgrpc.v1.TokenDelta.tool_calls:type_name -> mlxgrpc.v1.ToolCall
-	49, // 9: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
-	50, // 10: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
-	51, // 11: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
-	3,  // 12: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
-	4,  // 13: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
-	5,  // 14: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
-	0,  // 15: mlxgrpc.v1.EmbedRequest.truncate:type_name -> mlxgrpc.v1.Truncation
-	0,  // 16: mlxgrpc.v1.RerankRequest.truncate:type_name -> mlxgrpc.v1.Truncation
-	11, // 17: mlxgrpc.v1.RerankResponse.results:type_name -> mlxgrpc.v1.RerankResult
-	40, // 18: mlxgrpc.v1.PrefetchRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
-	41, // 19: mlxgrpc.v1.PrefetchRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
-	1,  // 20: mlxgrpc.v1.PrefetchResponse.tier:type_name -> mlxgrpc.v1.CacheTier
-	52, // 21: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
-	53, // 22: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
-	52, // 23: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
-	54, // 24: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	54, // 25: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	54, // 26: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
-	38, // 27: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
-	36, // 28: mlxgrpc.v1.GetLoadResponse.calls:type_name -> mlxgrpc.v1.CallLoad
-	37, // 29: mlxgrpc.v1.CallLoad.tenants:type_name -> mlxgrpc.v1.TenantCalls
-	39, // 30: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
-	2,  // 31: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
-	7,  // 32: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
-	9,  // 33: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
-	16, // 34: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	18, // 35: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	20, // 36: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	22, // 37: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	24, // 38: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	26, // 39: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	28, // 40: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
-	30, // 41: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
-	32, // 42: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
-	34, // 43: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
-	12, // 44: mlxgrpc.v1.InferenceService.Prefetch:input_type -> mlxgrpc.v1.PrefetchRequest
-	14, // 45: mlxgrpc.v1.InferenceService.CloseSession:input_type -> mlxgrpc.v1.CloseSessionRequest
-	6,  // 46: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	8,  // 47: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	10, // 48: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
-	17, // 49: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	19, // 50: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	21, // 51: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	23, // 52: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	25, // 53: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	27, // 54: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	29, // 55: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
-	31, // 56: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
-	33, // 57: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
-	35, // 58: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
-	13, // 59: mlxgrpc.v1.InferenceService.Prefetch:output_type -> mlxgrpc.v1.PrefetchResponse
-	15, // 60: mlxgrpc.v1.InferenceService.CloseSession:output_type -> mlxgrpc.v1.CloseSessionResponse
-	46, // [46:61] is the sub-list for method output_type
-	31, // [31:46] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	41, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	42, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	43, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
+	44, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
+	45, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
+	46, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
+	47, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
+	48, // 7: mlxgrpc.v1.TokenDelta.tool_call_deltas:type_name -> mlxgrpc.v1.ToolCallDelta
+	49, // 8: mlxgrpc.v1.TokenDelta.tool_calls:type_name -> mlxgrpc.v1.ToolCall
+	50, // 9: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
+	51, // 10: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
+	52, // 11: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
+	47, // 12: mlxgrpc.v1.PromptLogprobs.tokens:type_name -> mlxgrpc.v1.TokenLogprob
+	3,  // 13: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
+	4,  // 14: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
+	5,  // 15: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
+	6,  // 16: mlxgrpc.v1.GenerateResponse.prompt_logprobs:type_name -> mlxgrpc.v1.PromptLogprobs
+	0,  // 17: mlxgrpc.v1.EmbedRequest.truncate:type_name -> mlxgrpc.v1.Truncation
+	0,  // 18: mlxgrpc.v1.RerankRequest.truncate:type_name -> mlxgrpc.v1.Truncation
+	12, // 19: mlxgrpc.v1.RerankResponse.results:type_name -> mlxgrpc.v1.RerankResult
+	41, // 20: mlxgrpc.v1.PrefetchRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	42, // 21: mlxgrpc.v1.PrefetchRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	1,  // 22: mlxgrpc.v1.PrefetchResponse.tier:type_name -> mlxgrpc.v1.CacheTier
+	53, // 23: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
+	54, // 24: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
+	53, // 25: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
+	55, // 26: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	55, // 27: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	55, // 28: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	39, // 29: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
+	37, // 30: mlxgrpc.v1.GetLoadResponse.calls:type_name -> mlxgrpc.v1.CallLoad
+	38, // 31: mlxgrpc.v1.CallLoad.tenants:type_name -> mlxgrpc.v1.TenantCalls
+	40, // 32: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
+	2,  // 33: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
+	8,  // 34: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
+	10, // 35: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
+	17, // 36: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	19, // 37: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	21, // 38: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	23, // 39: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	25, // 40: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	27, // 41: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	29, // 42: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
+	31, // 43: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
+	33, // 44: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
+	35, // 45: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
+	13, // 46: mlxgrpc.v1.InferenceService.Prefetch:input_type -> mlxgrpc.v1.PrefetchRequest
+	15, // 47: mlxgrpc.v1.InferenceService.CloseSession:input_type -> mlxgrpc.v1.CloseSessionRequest
+	7,  // 48: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	9,  // 49: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	11, // 50: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
+	18, // 51: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	20, // 52: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	22, // 53: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	24, // 54: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	26, // 55: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	28, // 56: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	30, // 57: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
+	32, // 58: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
+	34, // 59: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
+	36, // 60: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
+	14, // 61: mlxgrpc.v1.InferenceService.Prefetch:output_type -> mlxgrpc.v1.PrefetchResponse
+	16, // 62: mlxgrpc.v1.InferenceService.CloseSession:output_type -> mlxgrpc.v1.CloseSessionResponse
+	48, // [48:63] is the sub-list for method output_type
+	33, // [33:48] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_inference_service_proto_init() }
@@ -3415,13 +3523,14 @@ func file_mlxgrpc_v1_inference_service_proto_init() {
 		(*GenerateRequest_Chat)(nil),
 	}
 	file_mlxgrpc_v1_inference_service_proto_msgTypes[3].OneofWrappers = []any{}
-	file_mlxgrpc_v1_inference_service_proto_msgTypes[4].OneofWrappers = []any{
+	file_mlxgrpc_v1_inference_service_proto_msgTypes[5].OneofWrappers = []any{
 		(*GenerateResponse_Started)(nil),
 		(*GenerateResponse_Delta)(nil),
 		(*GenerateResponse_Finished)(nil),
+		(*GenerateResponse_PromptLogprobs)(nil),
 	}
-	file_mlxgrpc_v1_inference_service_proto_msgTypes[5].OneofWrappers = []any{}
-	file_mlxgrpc_v1_inference_service_proto_msgTypes[10].OneofWrappers = []any{
+	file_mlxgrpc_v1_inference_service_proto_msgTypes[6].OneofWrappers = []any{}
+	file_mlxgrpc_v1_inference_service_proto_msgTypes[11].OneofWrappers = []any{
 		(*PrefetchRequest_Text)(nil),
 		(*PrefetchRequest_Tokens)(nil),
 		(*PrefetchRequest_Chat)(nil),
@@ -3432,7 +3541,7 @@ func file_mlxgrpc_v1_inference_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_inference_service_proto_rawDesc), len(file_mlxgrpc_v1_inference_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   38,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

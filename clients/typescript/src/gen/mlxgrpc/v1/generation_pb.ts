@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/generation.proto.
  */
 export const file_mlxgrpc_v1_generation: GenFile = /*@__PURE__*/
-  fileDesc("ChttbHhncnBjL3YxL2dlbmVyYXRpb24ucHJvdG8SCm1seGdycGMudjEiFwoIVG9rZW5JZHMSCwoDaWRzGAEgAygFIqcBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSJgoFcGFydHMYAyADKAsyFy5tbHhncnBjLnYxLkNvbnRlbnRQYXJ0EigKCnRvb2xfY2FsbHMYBCADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgFIAEoCRIRCglyZWFzb25pbmcYBiABKAkiSQoLQ29udGVudFBhcnQSDgoEdGV4dBgBIAEoCUgAEiIKBWltYWdlGAIgASgLMhEubWx4Z3JwYy52MS5JbWFnZUgAQgYKBHBhcnQiKQoFSW1hZ2USDAoEZGF0YRgBIAEoDBISCgptZWRpYV90eXBlGAIgASgJIkkKBFRvb2wSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIeChZwYXJhbWV0ZXJzX2pzb25fc2NoZW1hGAMgASgJIjwKCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFgoOYXJndW1lbnRzX2pzb24YAyABKAkiUAoNVG9vbENhbGxEZWx0YRINCgVpbmRleBgBIAEoBRIKCgJpZBgCIAEoCRIMCgRuYW1lGAMgASgJEhYKDmFyZ3VtZW50c19qc29uGAQgASgJIk0KClRvb2xDaG9pY2USKAoEbW9kZRgBIAEoDjIaLm1seGdycGMudjEuVG9vbENob2ljZU1vZGUSFQoNZnVuY3Rpb25fbmFtZRgCIAEoCSLxAgoMQ2hhdE1lc3NhZ2VzEikKCG1lc3NhZ2VzGAEgAygLMhcubWx4Z3JwYy52MS5DaGF0TWVzc2FnZRIfCgV0b29scxgCIAMoCzIQLm1seGdycGMudjEuVG9vbBIrCgt0b29sX2Nob2ljZRgDIAEoCzIWLm1seGdycGMudjEuVG9vbENob2ljZRIgChNwYXJhbGxlbF90b29sX2NhbGxzGAQgASgISACIAQESHAoPZW5hYmxlX3RoaW5raW5nGAUgASgISAGIAQESRQoPdGVtcGxhdGVfa3dhcmdzGAYgAygLMiwubWx4Z3JwYy52MS5DaGF0TWVzc2FnZXMuVGVtcGxhdGVLd2FyZ3NFbnRyeRo1ChNUZW1wbGF0ZUt3YXJnc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCFgoUX3BhcmFsbGVsX3Rvb2xfY2FsbHNCEgoQX2VuYWJsZV90aGlua2luZyKRAwoOU2FtcGxpbmdQYXJhbXMSGAoLdGVtcGVyYXR1cmUYASABKAJIAIgBARISCgV0b3BfcBgCIAEoAkgBiAEBEg0KBXRvcF9rGAMgASgFEg0KBW1pbl9wGAQgASgCEh8KEnJlcGV0aXRpb25fcGVuYWx0eRgFIAEoAkgCiAEBEh8KF3JlcGV0aXRpb25fY29udGV4dF9zaXplGAYgASgFEhgKEHByZXNlbmNlX3BlbmFsdHkYByABKAISGQoRZnJlcXVlbmN5X3BlbmFsdHkYCCABKAISPQoKbG9naXRfYmlhcxgJIAMoCzIpLm1seGdycGMudjEuU2FtcGxpbmdQYXJhbXMuTG9naXRCaWFzRW50cnkSEQoEc2VlZBgKIAEoBEgDiAEBGjAKDkxvZ2l0Qmlhc0VudHJ5EgsKA2tleRgBIAEoBRINCgV2YWx1ZRgCIAEoAjoCOAFCDgoMX3RlbXBlcmF0dXJlQggKBl90b3BfcEIVChNfcmVwZXRpdGlvbl9wZW5hbHR5QgcKBV9zZWVkIogBChBTdG9wcGluZ0NyaXRlcmlhEhcKCm1heF90b2tlbnMYASABKAVIAIgBARISCgptaW5fdG9rZW5zGAIgASgFEgwKBHN0b3AYAyADKAkSFgoOc3RvcF90b2tlbl9pZHMYBCADKAUSEgoKaWdub3JlX2VvcxgFIAEoCEINCgtfbWF4X3Rva2VucyK8AQoOUmVzcG9uc2VGb3JtYXQSFQoLanNvbl9zY2hlbWEYASABKAlIABIVCgtqc29uX29iamVjdBgCIAEoCEgAEg8KBXJlZ2V4GAMgASgJSAASEQoHZ3JhbW1hchgEIAEoCUgAEjMKBmNob2ljZRgFIAEoCzIhLm1seGdycGMudjEuUmVzcG9uc2VGb3JtYXQuQ2hvaWNlSAAaGQoGQ2hvaWNlEg8KB29wdGlvbnMYASADKAlCCAoGZm9ybWF0Ij0KClRvcExvZ3Byb2ISEAoIdG9rZW5faWQYASABKAUSDwoHbG9ncHJvYhgCIAEoAhIMCgR0ZXh0GAMgASgJIl8KDFRva2VuTG9ncHJvYhIQCgh0b2tlbl9pZBgBIAEoBRIPCgdsb2dwcm9iGAIgASgCEiwKDHRvcF9sb2dwcm9icxgDIAMoCzIWLm1seGdycGMudjEuVG9wTG9ncHJvYiKFAQoFVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoBRIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoBRIVCg1jYWNoZWRfdG9rZW5zGAMgASgFEhQKDGRyYWZ0X3Rva2VucxgEIAEoBRIdChVhY2NlcHRlZF9kcmFmdF90b2tlbnMYBSABKAUiWQoSU3BlY3VsYXRpb25PcHRpb25zEikKBG1vZGUYASABKA4yGy5tbHhncnBjLnYxLlNwZWN1bGF0aW9uTW9kZRIYChBudW1fZHJhZnRfdG9rZW5zGAIgASgFIn4KB1RpbWluZ3MSFQoNcXVldWVfc2Vjb25kcxgBIAEoARIjCht0aW1lX3RvX2ZpcnN0X3Rva2VuX3NlY29uZHMYAiABKAESIAoYZGVjb2RlX3Rva2Vuc19wZXJfc2Vjb25kGAMgASgBEhUKDXRvdGFsX3NlY29uZHMYBCABKAEqpgEKDlRvb2xDaG9pY2VNb2RlEiAKHFRPT0xfQ0hPSUNFX01PREVfVU5TUEVDSUZJRUQQABIZChVUT09MX0NIT0lDRV9NT0RFX0FVVE8QARIZChVUT09MX0NIT0lDRV9NT0RFX05PTkUQAhIdChlUT09MX0NIT0lDRV9NT0RFX1JFUVVJUkVEEAMSHQoZVE9PTF9DSE9JQ0VfTU9ERV9GVU5DVElPThAEKsoBCgxGaW5pc2hSZWFzb24SHQoZRklOSVNIX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKFEZJTklTSF9SRUFTT05fTEVOR1RIEAESFgoSRklOSVNIX1JFQVNPTl9TVE9QEAISFQoRRklOSVNIX1JFQVNPTl9FT1MQAxIbChdGSU5JU0hfUkVBU09OX0NBTkNFTExFRBAEEhcKE0ZJTklTSF9SRUFTT05fRVJST1IQBRIcChhGSU5JU0hfUkVBU09OX1RPT0xfQ0FMTFMQBiqFAQoPU3BlY3VsYXRpb25Nb2RlEiAKHFNQRUNVTEFUSU9OX01PREVfVU5TUEVDSUZJRUQQABIYChRTUEVDVUxBVElPTl9NT0RFX09GRhABEhoKFlNQRUNVTEFUSU9OX01PREVfTkdSQU0QAhIaChZTUEVDVUxBVElPTl9NT0RFX0RSQUZUEANCSAoOZGV2Lm1seGdycGMudjFCD0dlbmVyYXRpb25Qcm90b1ABWiNtbHhncnBjLmRldi9nby9tbHhncnBjL3YxO21seGdycGN2MWIGcHJvdG8z");
+  fileDesc("ChttbHhncnBjL3YxL2dlbmVyYXRpb24ucHJvdG8SCm1seGdycGMudjEiFwoIVG9rZW5JZHMSCwoDaWRzGAEgAygFIqcBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSJgoFcGFydHMYAyADKAsyFy5tbHhncnBjLnYxLkNvbnRlbnRQYXJ0EigKCnRvb2xfY2FsbHMYBCADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgFIAEoCRIRCglyZWFzb25pbmcYBiABKAkiSQoLQ29udGVudFBhcnQSDgoEdGV4dBgBIAEoCUgAEiIKBWltYWdlGAIgASgLMhEubWx4Z3JwYy52MS5JbWFnZUgAQgYKBHBhcnQiKQoFSW1hZ2USDAoEZGF0YRgBIAEoDBISCgptZWRpYV90eXBlGAIgASgJIkkKBFRvb2wSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIeChZwYXJhbWV0ZXJzX2pzb25fc2NoZW1hGAMgASgJIjwKCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFgoOYXJndW1lbnRzX2pzb24YAyABKAkiUAoNVG9vbENhbGxEZWx0YRINCgVpbmRleBgBIAEoBRIKCgJpZBgCIAEoCRIMCgRuYW1lGAMgASgJEhYKDmFyZ3VtZW50c19qc29uGAQgASgJIk0KClRvb2xDaG9pY2USKAoEbW9kZRgBIAEoDjIaLm1seGdycGMudjEuVG9vbENob2ljZU1vZGUSFQoNZnVuY3Rpb25fbmFtZRgCIAEoCSLxAgoMQ2hhdE1lc3NhZ2VzEikKCG1lc3NhZ2VzGAEgAygLMhcubWx4Z3JwYy52MS5DaGF0TWVzc2FnZRIfCgV0b29scxgCIAMoCzIQLm1seGdycGMudjEuVG9vbBIrCgt0b29sX2Nob2ljZRgDIAEoCzIWLm1seGdycGMudjEuVG9vbENob2ljZRIgChNwYXJhbGxlbF90b29sX2NhbGxzGAQgASgISACIAQESHAoPZW5hYmxlX3RoaW5raW5nGAUgASgISAGIAQESRQoPdGVtcGxhdGVfa3dhcmdzGAYgAygLMiwubWx4Z3JwYy52MS5DaGF0TWVzc2FnZXMuVGVtcGxhdGVLd2FyZ3NFbnRyeRo1ChNUZW1wbGF0ZUt3YXJnc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCFgoUX3BhcmFsbGVsX3Rvb2xfY2FsbHNCEgoQX2VuYWJsZV90aGlua2luZyLeBQoOU2FtcGxpbmdQYXJhbXMSGAoLdGVtcGVyYXR1cmUYASABKAJIAIgBARISCgV0b3BfcBgCIAEoAkgBiAEBEg0KBXRvcF9rGAMgASgFEg0KBW1pbl9wGAQgASgCEh8KEnJlcGV0aXRpb25fcGVuYWx0eRgFIAEoAkgCiAEBEh8KF3JlcGV0aXRpb25fY29udGV4dF9zaXplGAYgASgFEhgKEHByZXNlbmNlX3BlbmFsdHkYByABKAISGQoRZnJlcXVlbmN5X3BlbmFsdHkYCCABKAISPQoKbG9naXRfYmlhcxgJIAMoCzIpLm1seGdycGMudjEuU2FtcGxpbmdQYXJhbXMuTG9naXRCaWFzRW50cnkSEQoEc2VlZBgKIAEoBEgDiAEBEhYKCXR5cGljYWxfcBgLIAEoAkgEiAEBEhMKC3RvcF9uX3NpZ21hGAwgASgCEiIKA3h0YxgNIAEoCzIVLm1seGdycGMudjEuWHRjUGFyYW1zEiIKA2RyeRgOIAEoCzIVLm1seGdycGMudjEuRHJ5UGFyYW1zEiwKCG1pcm9zdGF0GA8gASgLMhoubWx4Z3JwYy52MS5NaXJvc3RhdFBhcmFtcxI7ChNkeW5hbWljX3RlbXBlcmF0dXJlGBAgASgLMh4ubWx4Z3JwYy52MS5EeW5hbWljVGVtcGVyYXR1cmUSLwoNc2FtcGxlcl9vcmRlchgRIAEoDjIYLm1seGdycGMudjEuU2FtcGxlck9yZGVyEhEKCWJhZF93b3JkcxgSIAMoCRIZChFhbGxvd2VkX3Rva2VuX2lkcxgTIAMoBRowCg5Mb2dpdEJpYXNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAI6AjgBQg4KDF90ZW1wZXJhdHVyZUIICgZfdG9wX3BCFQoTX3JlcGV0aXRpb25fcGVuYWx0eUIHCgVfc2VlZEIMCgpfdHlwaWNhbF9wIkYKCVh0Y1BhcmFtcxITCgtwcm9iYWJpbGl0eRgBIAEoAhIWCgl0aHJlc2hvbGQYAiABKAJIAIgBAUIMCgpfdGhyZXNob2xkIrcBCglEcnlQYXJhbXMSEgoKbXVsdGlwbGllchgBIAEoAhIRCgRiYXNlGAIgASgCSACIAQESGwoOYWxsb3dlZF9sZW5ndGgYAyABKAVIAYgBARIWCg5wZW5hbHR5X2xhc3RfbhgEIAEoBRIZChFzZXF1ZW5jZV9icmVha2VycxgFIAMoCRIXCg91c2Vfbm9fYnJlYWtlcnMYBiABKAhCBwoFX2Jhc2VCEQoPX2FsbG93ZWRfbGVuZ3RoIkQKDk1pcm9zdGF0UGFyYW1zEhAKA3RhdRgBIAEoAkgAiAEBEhAKA2V0YRgCIAEoAkgBiAEBQgYKBF90YXVCBgoEX2V0YSJHChJEeW5hbWljVGVtcGVyYXR1cmUSDQoFcmFuZ2UYASABKAISFQoIZXhwb25lbnQYAiABKAJIAIgBAUILCglfZXhwb25lbnQiiAEKEFN0b3BwaW5nQ3JpdGVyaWESFwoKbWF4X3Rva2VucxgBIAEoBUgAiAEBEhIKCm1pbl90b2tlbnMYAiABKAUSDAoEc3RvcBgDIAMoCRIWCg5zdG9wX3Rva2VuX2lkcxgEIAMoBRISCgppZ25vcmVfZW9zGAUgASgIQg0KC19tYXhfdG9rZW5zIrwBCg5SZXNwb25zZUZvcm1hdBIVCgtqc29uX3NjaGVtYRgBIAEoCUgAEhUKC2pzb25fb2JqZWN0GAIgASgISAASDwoFcmVnZXgYAyABKAlIABIRCgdncmFtbWFyGAQgASgJSAASMwoGY2hvaWNlGAUgASgLMiEubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdC5DaG9pY2VIABoZCgZDaG9pY2USDwoHb3B0aW9ucxgBIAMoCUIICgZmb3JtYXQiPQoKVG9wTG9ncHJvYhIQCgh0b2tlbl9pZBgBIAEoBRIPCgdsb2dwcm9iGAIgASgCEgwKBHRleHQYAyABKAkiXwoMVG9rZW5Mb2dwcm9iEhAKCHRva2VuX2lkGAEgASgFEg8KB2xvZ3Byb2IYAiABKAISLAoMdG9wX2xvZ3Byb2JzGAMgAygLMhYubWx4Z3JwYy52MS5Ub3BMb2dwcm9iIoUBCgVVc2FnZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgFEhkKEWNvbXBsZXRpb25fdG9rZW5zGAIgASgFEhUKDWNhY2hlZF90b2tlbnMYAyABKAUSFAoMZHJhZnRfdG9rZW5zGAQgASgFEh0KFWFjY2VwdGVkX2RyYWZ0X3Rva2VucxgFIAEoBSJZChJTcGVjdWxhdGlvbk9wdGlvbnMSKQoEbW9kZRgBIAEoDjIbLm1seGdycGMudjEuU3BlY3VsYXRpb25Nb2RlEhgKEG51bV9kcmFmdF90b2tlbnMYAiABKAUifgoHVGltaW5ncxIVCg1xdWV1ZV9zZWNvbmRzGAEgASgBEiMKG3RpbWVfdG9fZmlyc3RfdG9rZW5fc2Vjb25kcxgCIAEoARIgChhkZWNvZGVfdG9rZW5zX3Blcl9zZWNvbmQYAyABKAESFQoNdG90YWxfc2Vjb25kcxgEIAEoASqmAQoOVG9vbENob2ljZU1vZGUSIAocVE9PTF9DSE9JQ0VfTU9ERV9VTlNQRUNJRklFRBAAEhkKFVRPT0xfQ0hPSUNFX01PREVfQVVUTxABEhkKFVRPT0xfQ0hPSUNFX01PREVfTk9ORRACEh0KGVRPT0xfQ0hPSUNFX01PREVfUkVRVUlSRUQQAxIdChlUT09MX0NIT0lDRV9NT0RFX0ZVTkNUSU9OEAQqZQoMU2FtcGxlck9yZGVyEh0KGVNBTVBMRVJfT1JERVJfVU5TUEVDSUZJRUQQABIZChVTQU1QTEVSX09SREVSX0RFRkFVTFQQARIbChdTQU1QTEVSX09SREVSX0xMQU1BX0NQUBACKsoBCgxGaW5pc2hSZWFzb24SHQoZRklOSVNIX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKFEZJTklTSF9SRUFTT05fTEVOR1RIEAESFgoSRklOSVNIX1JFQVNPTl9TVE9QEAISFQoRRklOSVNIX1JFQVNPTl9FT1MQAxIbChdGSU5JU0hfUkVBU09OX0NBTkNFTExFRBAEEhcKE0ZJTklTSF9SRUFTT05fRVJST1IQBRIcChhGSU5JU0hfUkVBU09OX1RPT0xfQ0FMTFMQBiqFAQoPU3BlY3VsYXRpb25Nb2RlEiAKHFNQRUNVTEFUSU9OX01PREVfVU5TUEVDSUZJRUQQABIYChRTUEVDVUxBVElPTl9NT0RFX09GRhABEhoKFlNQRUNVTEFUSU9OX01PREVfTkdSQU0QAhIaChZTUEVDVUxBVElPTl9NT0RFX0RSQUZUEANCSAoOZGV2Lm1seGdycGMudjFCD0dlbmVyYXRpb25Qcm90b1ABWiNtbHhncnBjLmRldi9nby9tbHhncnBjL3YxO21seGdycGN2MWIGcHJvdG8z");
 
 /**
  * A list of token ids, used where a prompt is given as tokens.
@@ -453,6 +453,79 @@ export type SamplingParams = Message<"mlxgrpc.v1.SamplingParams"> & {
    * @generated from field: optional uint64 seed = 10;
    */
   seed?: bigint | undefined;
+
+  /**
+   * Locally typical sampling: keep the tokens whose surprise is closest to the
+   * distribution's entropy until their probability sums to typical_p. In (0, 1];
+   * unset or 1 disables it.
+   *
+   * @generated from field: optional float typical_p = 11;
+   */
+  typicalP?: number | undefined;
+
+  /**
+   * Keep the tokens whose logit is within top_n_sigma standard deviations of the
+   * largest logit. 0 (the default) disables it; must be >= 0.
+   *
+   * @generated from field: float top_n_sigma = 12;
+   */
+  topNSigma: number;
+
+  /**
+   * Exclude Top Choices: with probability xtc.probability, drop every token above
+   * xtc.threshold except the least likely of them. Unset: off.
+   *
+   * @generated from field: mlxgrpc.v1.XtcParams xtc = 13;
+   */
+  xtc?: XtcParams | undefined;
+
+  /**
+   * Don't Repeat Yourself: penalize tokens that would extend a repetition of earlier
+   * text. Unset: off.
+   *
+   * @generated from field: mlxgrpc.v1.DryParams dry = 14;
+   */
+  dry?: DryParams | undefined;
+
+  /**
+   * Mirostat v2: sample to hold the output's surprise near a target, instead of
+   * top-k, typical-p, top-p, min-p, top-n-sigma and XTC. Unset: off.
+   *
+   * @generated from field: mlxgrpc.v1.MirostatParams mirostat = 15;
+   */
+  mirostat?: MirostatParams | undefined;
+
+  /**
+   * Dynamic temperature: the temperature moves within temperature +- range with
+   * the distribution's entropy. Unset: a fixed temperature.
+   *
+   * @generated from field: mlxgrpc.v1.DynamicTemperature dynamic_temperature = 16;
+   */
+  dynamicTemperature?: DynamicTemperature | undefined;
+
+  /**
+   * The order the truncating samplers run in. Unset: SAMPLER_ORDER_DEFAULT.
+   *
+   * @generated from field: mlxgrpc.v1.SamplerOrder sampler_order = 17;
+   */
+  samplerOrder: SamplerOrder;
+
+  /**
+   * Texts never generated: a word's last token is banned wherever the output already
+   * ends with the rest of it (each word as written and with a leading space). At
+   * most 64 words of at most 16 tokens each.
+   *
+   * @generated from field: repeated string bad_words = 18;
+   */
+  badWords: string[];
+
+  /**
+   * Only these token ids may be generated (at most the vocabulary's size, each in
+   * [0, vocab_size)). Empty: any token.
+   *
+   * @generated from field: repeated int32 allowed_token_ids = 19;
+   */
+  allowedTokenIds: number[];
 };
 
 /**
@@ -461,6 +534,149 @@ export type SamplingParams = Message<"mlxgrpc.v1.SamplingParams"> & {
  */
 export const SamplingParamsSchema: GenMessage<SamplingParams> = /*@__PURE__*/
   messageDesc(file_mlxgrpc_v1_generation, 9);
+
+/**
+ * Exclude Top Choices (XTC), as llama.cpp's sampler.
+ *
+ * @generated from message mlxgrpc.v1.XtcParams
+ */
+export type XtcParams = Message<"mlxgrpc.v1.XtcParams"> & {
+  /**
+   * How often the cut applies, in [0, 1]; 0 disables it.
+   *
+   * @generated from field: float probability = 1;
+   */
+  probability: number;
+
+  /**
+   * Tokens above this probability are the top choices, in (0, 1]; above 0.5 the
+   * cut never applies. Unset: 0.1.
+   *
+   * @generated from field: optional float threshold = 2;
+   */
+  threshold?: number | undefined;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.XtcParams.
+ * Use `create(XtcParamsSchema)` to create a new message.
+ */
+export const XtcParamsSchema: GenMessage<XtcParams> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_generation, 10);
+
+/**
+ * Don't Repeat Yourself (DRY), as llama.cpp's sampler.
+ *
+ * @generated from message mlxgrpc.v1.DryParams
+ */
+export type DryParams = Message<"mlxgrpc.v1.DryParams"> & {
+  /**
+   * Penalty strength, >= 0; 0 disables it.
+   *
+   * @generated from field: float multiplier = 1;
+   */
+  multiplier: number;
+
+  /**
+   * Growth of the penalty with the repetition's length, >= 1. Unset: 1.75.
+   *
+   * @generated from field: optional float base = 2;
+   */
+  base?: number | undefined;
+
+  /**
+   * Repetitions up to this many tokens are not penalized, >= 1. Unset: 2.
+   *
+   * @generated from field: optional int32 allowed_length = 3;
+   */
+  allowedLength?: number | undefined;
+
+  /**
+   * How many recent tokens are searched for repetitions, >= 0; 0 (the default) means
+   * the whole context.
+   *
+   * @generated from field: int32 penalty_last_n = 4;
+   */
+  penaltyLastN: number;
+
+  /**
+   * Texts that end a repetition's search (at most 16, each at most 64 characters).
+   * Unset: "\n", ":", "\"" and "*", as llama.cpp. Set use_no_breakers for none.
+   *
+   * @generated from field: repeated string sequence_breakers = 5;
+   */
+  sequenceBreakers: string[];
+
+  /**
+   * No sequence breakers at all (sequence_breakers must then be empty).
+   *
+   * @generated from field: bool use_no_breakers = 6;
+   */
+  useNoBreakers: boolean;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.DryParams.
+ * Use `create(DryParamsSchema)` to create a new message.
+ */
+export const DryParamsSchema: GenMessage<DryParams> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_generation, 11);
+
+/**
+ * Mirostat v2, as llama.cpp's sampler.
+ *
+ * @generated from message mlxgrpc.v1.MirostatParams
+ */
+export type MirostatParams = Message<"mlxgrpc.v1.MirostatParams"> & {
+  /**
+   * The target surprise (cross-entropy) in bits, > 0. Unset: 5.
+   *
+   * @generated from field: optional float tau = 1;
+   */
+  tau?: number | undefined;
+
+  /**
+   * The learning rate, in (0, 1]. Unset: 0.1.
+   *
+   * @generated from field: optional float eta = 2;
+   */
+  eta?: number | undefined;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.MirostatParams.
+ * Use `create(MirostatParamsSchema)` to create a new message.
+ */
+export const MirostatParamsSchema: GenMessage<MirostatParams> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_generation, 12);
+
+/**
+ * Dynamic temperature, as llama.cpp's sampler.
+ *
+ * @generated from message mlxgrpc.v1.DynamicTemperature
+ */
+export type DynamicTemperature = Message<"mlxgrpc.v1.DynamicTemperature"> & {
+  /**
+   * The temperature ranges over temperature +- range (clamped at 0), >= 0; 0 disables it.
+   *
+   * @generated from field: float range = 1;
+   */
+  range: number;
+
+  /**
+   * How the temperature follows the normalized entropy, > 0. Unset: 1.
+   *
+   * @generated from field: optional float exponent = 2;
+   */
+  exponent?: number | undefined;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.DynamicTemperature.
+ * Use `create(DynamicTemperatureSchema)` to create a new message.
+ */
+export const DynamicTemperatureSchema: GenMessage<DynamicTemperature> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_generation, 13);
 
 /**
  * When generation ends.
@@ -511,7 +727,7 @@ export type StoppingCriteria = Message<"mlxgrpc.v1.StoppingCriteria"> & {
  * Use `create(StoppingCriteriaSchema)` to create a new message.
  */
 export const StoppingCriteriaSchema: GenMessage<StoppingCriteria> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 10);
+  messageDesc(file_mlxgrpc_v1_generation, 14);
 
 /**
  * Structured output: the generated text is constrained, token by token, to a format.
@@ -583,7 +799,7 @@ export type ResponseFormat = Message<"mlxgrpc.v1.ResponseFormat"> & {
  * Use `create(ResponseFormatSchema)` to create a new message.
  */
 export const ResponseFormatSchema: GenMessage<ResponseFormat> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 11);
+  messageDesc(file_mlxgrpc_v1_generation, 15);
 
 /**
  * A list of allowed outputs.
@@ -604,7 +820,7 @@ export type ResponseFormat_Choice = Message<"mlxgrpc.v1.ResponseFormat.Choice"> 
  * Use `create(ResponseFormat_ChoiceSchema)` to create a new message.
  */
 export const ResponseFormat_ChoiceSchema: GenMessage<ResponseFormat_Choice> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 11, 0);
+  messageDesc(file_mlxgrpc_v1_generation, 15, 0);
 
 /**
  * An alternative token and its log probability.
@@ -639,23 +855,24 @@ export type TopLogprob = Message<"mlxgrpc.v1.TopLogprob"> & {
  * Use `create(TopLogprobSchema)` to create a new message.
  */
 export const TopLogprobSchema: GenMessage<TopLogprob> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 12);
+  messageDesc(file_mlxgrpc_v1_generation, 16);
 
 /**
- * The log probability of a generated token and, if requested, its top alternatives.
+ * The log probability of a generated (or prompt) token and, if requested, its top
+ * alternatives.
  *
  * @generated from message mlxgrpc.v1.TokenLogprob
  */
 export type TokenLogprob = Message<"mlxgrpc.v1.TokenLogprob"> & {
   /**
-   * The generated token id.
+   * The token id.
    *
    * @generated from field: int32 token_id = 1;
    */
   tokenId: number;
 
   /**
-   * Natural-log probability of the generated token under the unmodified model distribution.
+   * Natural-log probability of the token under the unmodified model distribution.
    *
    * @generated from field: float logprob = 2;
    */
@@ -674,7 +891,7 @@ export type TokenLogprob = Message<"mlxgrpc.v1.TokenLogprob"> & {
  * Use `create(TokenLogprobSchema)` to create a new message.
  */
 export const TokenLogprobSchema: GenMessage<TokenLogprob> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 13);
+  messageDesc(file_mlxgrpc_v1_generation, 17);
 
 /**
  * Token counts of a request.
@@ -723,7 +940,7 @@ export type Usage = Message<"mlxgrpc.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 14);
+  messageDesc(file_mlxgrpc_v1_generation, 18);
 
 /**
  * Speculative decoding for one request: the model verifies several proposed tokens
@@ -755,7 +972,7 @@ export type SpeculationOptions = Message<"mlxgrpc.v1.SpeculationOptions"> & {
  * Use `create(SpeculationOptionsSchema)` to create a new message.
  */
 export const SpeculationOptionsSchema: GenMessage<SpeculationOptions> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 15);
+  messageDesc(file_mlxgrpc_v1_generation, 19);
 
 /**
  * Where the time of a request went.
@@ -797,7 +1014,7 @@ export type Timings = Message<"mlxgrpc.v1.Timings"> & {
  * Use `create(TimingsSchema)` to create a new message.
  */
 export const TimingsSchema: GenMessage<Timings> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 16);
+  messageDesc(file_mlxgrpc_v1_generation, 20);
 
 /**
  * Which tools the model may or must call.
@@ -846,6 +1063,43 @@ export enum ToolChoiceMode {
  */
 export const ToolChoiceModeSchema: GenEnum<ToolChoiceMode> = /*@__PURE__*/
   enumDesc(file_mlxgrpc_v1_generation, 0);
+
+/**
+ * The order of the samplers that cut the candidate list. Penalties, bias, bad_words,
+ * allowed_token_ids and DRY always come first.
+ *
+ * @generated from enum mlxgrpc.v1.SamplerOrder
+ */
+export enum SamplerOrder {
+  /**
+   * Not set: SAMPLER_ORDER_DEFAULT.
+   *
+   * @generated from enum value: SAMPLER_ORDER_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * temperature (dynamic temperature), top_k, min_p, top_p, typical_p, top_n_sigma,
+   * xtc: earlier versions' order, so existing seeded outputs keep their tokens.
+   *
+   * @generated from enum value: SAMPLER_ORDER_DEFAULT = 1;
+   */
+  DEFAULT = 1,
+
+  /**
+   * llama.cpp's default chain: top_n_sigma, top_k, typical_p, top_p, min_p, xtc,
+   * then temperature (dynamic temperature).
+   *
+   * @generated from enum value: SAMPLER_ORDER_LLAMA_CPP = 2;
+   */
+  LLAMA_CPP = 2,
+}
+
+/**
+ * Describes the enum mlxgrpc.v1.SamplerOrder.
+ */
+export const SamplerOrderSchema: GenEnum<SamplerOrder> = /*@__PURE__*/
+  enumDesc(file_mlxgrpc_v1_generation, 1);
 
 /**
  * Why a generation ended.
@@ -908,7 +1162,7 @@ export enum FinishReason {
  * Describes the enum mlxgrpc.v1.FinishReason.
  */
 export const FinishReasonSchema: GenEnum<FinishReason> = /*@__PURE__*/
-  enumDesc(file_mlxgrpc_v1_generation, 1);
+  enumDesc(file_mlxgrpc_v1_generation, 2);
 
 /**
  * Where speculative decoding takes its draft tokens from.
@@ -950,5 +1204,5 @@ export enum SpeculationMode {
  * Describes the enum mlxgrpc.v1.SpeculationMode.
  */
 export const SpeculationModeSchema: GenEnum<SpeculationMode> = /*@__PURE__*/
-  enumDesc(file_mlxgrpc_v1_generation, 2);
+  enumDesc(file_mlxgrpc_v1_generation, 3);
 

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/inference_service.proto.
  */
 export const file_mlxgrpc_v1_inference_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIuQDCg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSMwoPcmVzcG9uc2VfZm9ybWF0GA0gASgLMhoubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdBIPCgdhZGFwdGVyGA4gASgJEhAKCHByaW9yaXR5GA8gASgFQggKBnByb21wdCJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSLLAQoKVG9rZW5EZWx0YRIRCgl0b2tlbl9pZHMYASADKAUSDAoEdGV4dBgCIAEoCRIqCghsb2dwcm9icxgDIAMoCzIYLm1seGdycGMudjEuVG9rZW5Mb2dwcm9iEhEKCXJlYXNvbmluZxgEIAEoCRIzChB0b29sX2NhbGxfZGVsdGFzGAUgAygLMhkubWx4Z3JwYy52MS5Ub29sQ2FsbERlbHRhEigKCnRvb2xfY2FsbHMYBiADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsIssBChJHZW5lcmF0aW9uRmluaXNoZWQSKAoGcmVhc29uGAEgASgOMhgubWx4Z3JwYy52MS5GaW5pc2hSZWFzb24SFQoNc3RvcF9zZXF1ZW5jZRgCIAEoCRIaCg1zdG9wX3Rva2VuX2lkGAMgASgFSACIAQESIAoFdXNhZ2UYBCABKAsyES5tbHhncnBjLnYxLlVzYWdlEiQKB3RpbWluZ3MYBSABKAsyEy5tbHhncnBjLnYxLlRpbWluZ3NCEAoOX3N0b3BfdG9rZW5faWQiqgEKEEdlbmVyYXRlUmVzcG9uc2USMAoHc3RhcnRlZBgBIAEoCzIdLm1seGdycGMudjEuR2VuZXJhdGlvblN0YXJ0ZWRIABInCgVkZWx0YRgCIAEoCzIWLm1seGdycGMudjEuVG9rZW5EZWx0YUgAEjIKCGZpbmlzaGVkGAMgASgLMh4ubWx4Z3JwYy52MS5HZW5lcmF0aW9uRmluaXNoZWRIAEIHCgVldmVudCLMAQoMRW1iZWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEg4KBmlucHV0cxgCIAMoCRITCgtpbnN0cnVjdGlvbhgDIAEoCRIWCglub3JtYWxpemUYBCABKAhIAIgBARISCgpkaW1lbnNpb25zGAUgASgFEhIKCnJlcXVlc3RfaWQYBiABKAkSEAoIcHJpb3JpdHkYByABKAUSKAoIdHJ1bmNhdGUYCCABKA4yFi5tbHhncnBjLnYxLlRydW5jYXRpb25CDAoKX25vcm1hbGl6ZSJBCg1FbWJlZFJlc3BvbnNlEg0KBWluZGV4GAEgASgFEhEKCWVtYmVkZGluZxgCIAMoAhIOCgZ0b2tlbnMYAyABKAUinwEKDVJlcmFua1JlcXVlc3QSDQoFbW9kZWwYASABKAkSDQoFcXVlcnkYAiABKAkSEQoJZG9jdW1lbnRzGAMgAygJEg0KBXRvcF9uGAQgASgFEigKCHRydW5jYXRlGAUgASgOMhYubWx4Z3JwYy52MS5UcnVuY2F0aW9uEhIKCnJlcXVlc3RfaWQYBiABKAkSEAoIcHJpb3JpdHkYByABKAUiSgoOUmVyYW5rUmVzcG9uc2USDQoFbW9kZWwYASABKAkSKQoHcmVzdWx0cxgCIAMoCzIYLm1seGdycGMudjEuUmVyYW5rUmVzdWx0IjwKDFJlcmFua1Jlc3VsdBINCgVpbmRleBgBIAEoBRINCgVzY29yZRgCIAEoAhIOCgZ0b2tlbnMYAyABKAUisQEKD1ByZWZldGNoUmVxdWVzdBINCgVtb2RlbBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg4KBHRleHQYAyABKAlIABImCgZ0b2tlbnMYBCABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgFIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASDwoHYWRhcHRlchgGIAEoCUIICgZwcm9tcHQiZQoQUHJlZmV0Y2hSZXNwb25zZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgFEhUKDWNhY2hlZF90b2tlbnMYAiABKAUSIwoEdGllchgDIAEoDjIVLm1seGdycGMudjEuQ2FjaGVUaWVyIjgKE0Nsb3NlU2Vzc2lvblJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCSInChRDbG9zZVNlc3Npb25SZXNwb25zZRIPCgdlbnRyaWVzGAEgASgFIiMKDUNhbmNlbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCSIjCg5DYW5jZWxSZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgiJAoTR2V0TW9kZWxJbmZvUmVxdWVzdBINCgVtb2RlbBgBIAEoCSI7ChRHZXRNb2RlbEluZm9SZXNwb25zZRIjCgRpbmZvGAEgASgLMhUubWx4Z3JwYy52MS5Nb2RlbEluZm8iWQoRUGxhbk1lbW9yeVJlcXVlc3QSDQoFbW9kZWwYASABKAkSFgoOY29udGV4dF90b2tlbnMYAiABKAMSHQoVbWF4X2dlbmVyYXRpb25fdG9rZW5zGAMgASgDIjoKElBsYW5NZW1vcnlSZXNwb25zZRIkCgRwbGFuGAEgASgLMhYubWx4Z3JwYy52MS5NZW1vcnlQbGFuIkoKD1Rva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIMCgR0ZXh0GAIgASgJEhoKEmFkZF9zcGVjaWFsX3Rva2VucxgDIAEoCCI1ChBUb2tlbml6ZVJlc3BvbnNlEhEKCXRva2VuX2lkcxgBIAMoBRIOCgZ0b2tlbnMYAiADKAkiUgoRRGV0b2tlbml6ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEQoJdG9rZW5faWRzGAIgAygFEhsKE3NraXBfc3BlY2lhbF90b2tlbnMYAyABKAgiIgoSRGV0b2tlbml6ZVJlc3BvbnNlEgwKBHRleHQYASABKAkiEwoRTGlzdE1vZGVsc1JlcXVlc3QiOwoSTGlzdE1vZGVsc1Jlc3BvbnNlEiUKBm1vZGVscxgBIAMoCzIVLm1seGdycGMudjEuTW9kZWxJbmZvIj8KEkxvYWRBZGFwdGVyUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIMCgRuYW1lGAIgASgJEgwKBHBhdGgYAyABKAkiUAoTTG9hZEFkYXB0ZXJSZXNwb25zZRIoCgdhZGFwdGVyGAEgASgLMhcubWx4Z3JwYy52MS5BZGFwdGVySW5mbxIPCgdldmljdGVkGAIgAygJIjMKFFVubG9hZEFkYXB0ZXJSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBG5hbWUYAiABKAkiQQoVVW5sb2FkQWRhcHRlclJlc3BvbnNlEigKB2FkYXB0ZXIYASABKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvIiQKE0xpc3RBZGFwdGVyc1JlcXVlc3QSDQoFbW9kZWwYASABKAkiZgoUTGlzdEFkYXB0ZXJzUmVzcG9uc2USDQoFbW9kZWwYASABKAkSKQoIYWRhcHRlcnMYAiADKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvEhQKDG1heF9hZGFwdGVycxgDIAEoBSIfCg5HZXRMb2FkUmVxdWVzdBINCgVtb2RlbBgBIAEoCSJ1Cg9HZXRMb2FkUmVzcG9uc2USJQoGbW9kZWxzGAEgAygLMhUubWx4Z3JwYy52MS5Nb2RlbExvYWQSFgoOdXB0aW1lX3NlY29uZHMYAiABKAESIwoFY2FsbHMYAyABKAsyFC5tbHhncnBjLnYxLkNhbGxMb2FkItcBCghDYWxsTG9hZBIRCglvcGVuX3JwY3MYASABKAUSGwoTbWF4X2NvbmN1cnJlbnRfcnBjcxgCIAEoBRIZChFhbm9ueW1vdXNfc3RyZWFtcxgDIAEoBRIdChVtYXhfYW5vbnltb3VzX3N0cmVhbXMYBCABKAUSFAoMcmVmdXNlZF9ycGNzGAUgASgDEiEKGXJlZnVzZWRfYW5vbnltb3VzX3N0cmVhbXMYBiABKAMSKAoHdGVuYW50cxgHIAMoCzIXLm1seGdycGMudjEuVGVuYW50Q2FsbHMikwEKC1RlbmFudENhbGxzEg4KBnRlbmFudBgBIAEoCRIUCgxvcGVuX3N0cmVhbXMYAiABKAUSEwoLbWF4X3N0cmVhbXMYAyABKAUSFwoPcmVmdXNlZF9zdHJlYW1zGAQgASgDEhQKDG1heF9wcmlvcml0eRgFIAEoBRIaChJyZWZ1c2VkX3ByaW9yaXRpZXMYBiABKAMi6QUKCU1vZGVsTG9hZBINCgVtb2RlbBgBIAEoCRIYChBydW5uaW5nX3JlcXVlc3RzGAIgASgFEhgKEHdhaXRpbmdfcmVxdWVzdHMYAyABKAUSHAoUbWF4X3J1bm5pbmdfcmVxdWVzdHMYBCABKAUSFgoOa3ZfY2FjaGVfYnl0ZXMYBSABKAMSFgoOcmVzZXJ2ZWRfYnl0ZXMYBiABKAMSGwoTbWVtb3J5X2J1ZGdldF9ieXRlcxgHIAEoAxIcChRwcmVmaXhfY2FjaGVfZW50cmllcxgIIAEoBRIaChJwcmVmaXhfY2FjaGVfYnl0ZXMYCSABKAMSGQoRcHJlZml4X2NhY2hlX2hpdHMYCiABKAMSGwoTcHJlZml4X2NhY2hlX21pc3NlcxgLIAEoAxIdChVwcmVmaXhfY2FjaGVfaGl0X3JhdGUYDCABKAESIwobZ2VuZXJhdGVkX3Rva2Vuc19wZXJfc2Vjb25kGA0gASgBEhgKEGdlbmVyYXRlZF90b2tlbnMYDiABKAMSJwoHdGVuYW50cxgPIAMoCzIWLm1seGdycGMudjEuVGVuYW50TG9hZBIgChhwcmVmaXhfY2FjaGVfbWVtb3J5X2hpdHMYECABKAMSHgoWcHJlZml4X2NhY2hlX2Rpc2tfaGl0cxgRIAEoAxIhChlwcmVmaXhfY2FjaGVfZGlza19lbnRyaWVzGBIgASgFEh8KF3ByZWZpeF9jYWNoZV9kaXNrX2J5dGVzGBMgASgDEiAKGHByZWZpeF9jYWNoZV9kaXNrX3dyaXRlcxgUIAEoAxIjChtwcmVmaXhfY2FjaGVfZGlza19ldmljdGlvbnMYFSABKAMSJwofcHJlZml4X2NhY2hlX2Rpc2tfY29ycnVwdF9maWxlcxgWIAEoAxIVCg1vcGVuX3Nlc3Npb25zGBcgASgFEigKIHByZWZpeF9jYWNoZV9kaXNrX2Ryb3BwZWRfd3JpdGVzGBggASgDIrwBCgpUZW5hbnRMb2FkEg4KBnRlbmFudBgBIAEoCRIYChBydW5uaW5nX3JlcXVlc3RzGAIgASgFEhgKEHdhaXRpbmdfcmVxdWVzdHMYAyABKAUSGgoSaW5fZmxpZ2h0X3JlcXVlc3RzGAQgASgFEhoKEnRva2Vuc19sYXN0X21pbnV0ZRgFIAEoAxIYChBnZW5lcmF0ZWRfdG9rZW5zGAYgASgDEhgKEHJlZnVzZWRfcmVxdWVzdHMYByABKAMqUQoKVHJ1bmNhdGlvbhIaChZUUlVOQ0FUSU9OX1VOU1BFQ0lGSUVEEAASEgoOVFJVTkNBVElPTl9FTkQQARITCg9UUlVOQ0FUSU9OX05PTkUQAipTCglDYWNoZVRpZXISGgoWQ0FDSEVfVElFUl9VTlNQRUNJRklFRBAAEhUKEUNBQ0hFX1RJRVJfTUVNT1JZEAESEwoPQ0FDSEVfVElFUl9ESVNLEAIy9QgKEEluZmVyZW5jZVNlcnZpY2USRwoIR2VuZXJhdGUSGy5tbHhncnBjLnYxLkdlbmVyYXRlUmVxdWVzdBocLm1seGdycGMudjEuR2VuZXJhdGVSZXNwb25zZTABEj4KBUVtYmVkEhgubWx4Z3JwYy52MS5FbWJlZFJlcXVlc3QaGS5tbHhncnBjLnYxLkVtYmVkUmVzcG9uc2UwARI/CgZSZXJhbmsSGS5tbHhncnBjLnYxLlJlcmFua1JlcXVlc3QaGi5tbHhncnBjLnYxLlJlcmFua1Jlc3BvbnNlEj8KBkNhbmNlbBIZLm1seGdycGMudjEuQ2FuY2VsUmVxdWVzdBoaLm1seGdycGMudjEuQ2FuY2VsUmVzcG9uc2USUQoMR2V0TW9kZWxJbmZvEh8ubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXF1ZXN0GiAubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXNwb25zZRJLCgpQbGFuTWVtb3J5Eh0ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVxdWVzdBoeLm1seGdycGMudjEuUGxhbk1lbW9yeVJlc3BvbnNlEkUKCFRva2VuaXplEhsubWx4Z3JwYy52MS5Ub2tlbml6ZVJlcXVlc3QaHC5tbHhncnBjLnYxLlRva2VuaXplUmVzcG9uc2USSwoKRGV0b2tlbml6ZRIdLm1seGdycGMudjEuRGV0b2tlbml6ZVJlcXVlc3QaHi5tbHhncnBjLnYxLkRldG9rZW5pemVSZXNwb25zZRJLCgpMaXN0TW9kZWxzEh0ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLm1seGdycGMudjEuTGlzdE1vZGVsc1Jlc3BvbnNlEk4KC0xvYWRBZGFwdGVyEh4ubWx4Z3JwYy52MS5Mb2FkQWRhcHRlclJlcXVlc3QaHy5tbHhncnBjLnYxLkxvYWRBZGFwdGVyUmVzcG9uc2USVAoNVW5sb2FkQWRhcHRlchIgLm1seGdycGMudjEuVW5sb2FkQWRhcHRlclJlcXVlc3QaIS5tbHhncnBjLnYxLlVubG9hZEFkYXB0ZXJSZXNwb25zZRJRCgxMaXN0QWRhcHRlcnMSHy5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1JlcXVlc3QaIC5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1Jlc3BvbnNlEkIKB0dldExvYWQSGi5tbHhncnBjLnYxLkdldExvYWRSZXF1ZXN0GhsubWx4Z3JwYy52MS5HZXRMb2FkUmVzcG9uc2USRQoIUHJlZmV0Y2gSGy5tbHhncnBjLnYxLlByZWZldGNoUmVxdWVzdBocLm1seGdycGMudjEuUHJlZmV0Y2hSZXNwb25zZRJRCgxDbG9zZVNlc3Npb24SHy5tbHhncnBjLnYxLkNsb3NlU2Vzc2lvblJlcXVlc3QaIC5tbHhncnBjLnYxLkNsb3NlU2Vzc2lvblJlc3BvbnNlQk4KDmRldi5tbHhncnBjLnYxQhVJbmZlcmVuY2VTZXJ2aWNlUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
+  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIqEECg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSMwoPcmVzcG9uc2VfZm9ybWF0GA0gASgLMhoubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdBIPCgdhZGFwdGVyGA4gASgJEhAKCHByaW9yaXR5GA8gASgFEgkKAW4YECABKAUSHAoPcHJvbXB0X2xvZ3Byb2JzGBEgASgFSAGIAQFCCAoGcHJvbXB0QhIKEF9wcm9tcHRfbG9ncHJvYnMiZAoRR2VuZXJhdGlvblN0YXJ0ZWQSEgoKcmVxdWVzdF9pZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIVCg1wcm9tcHRfdG9rZW5zGAMgASgFEhUKDWNhY2hlZF90b2tlbnMYBCABKAUiywEKClRva2VuRGVsdGESEQoJdG9rZW5faWRzGAEgAygFEgwKBHRleHQYAiABKAkSKgoIbG9ncHJvYnMYAyADKAsyGC5tbHhncnBjLnYxLlRva2VuTG9ncHJvYhIRCglyZWFzb25pbmcYBCABKAkSMwoQdG9vbF9jYWxsX2RlbHRhcxgFIAMoCzIZLm1seGdycGMudjEuVG9vbENhbGxEZWx0YRIoCgp0b29sX2NhbGxzGAYgAygLMhQubWx4Z3JwYy52MS5Ub29sQ2FsbCLLAQoSR2VuZXJhdGlvbkZpbmlzaGVkEigKBnJlYXNvbhgBIAEoDjIYLm1seGdycGMudjEuRmluaXNoUmVhc29uEhUKDXN0b3Bfc2VxdWVuY2UYAiABKAkSGgoNc3RvcF90b2tlbl9pZBgDIAEoBUgAiAEBEiAKBXVzYWdlGAQgASgLMhEubWx4Z3JwYy52MS5Vc2FnZRIkCgd0aW1pbmdzGAUgASgLMhMubWx4Z3JwYy52MS5UaW1pbmdzQhAKDl9zdG9wX3Rva2VuX2lkIjoKDlByb21wdExvZ3Byb2JzEigKBnRva2VucxgBIAMoCzIYLm1seGdycGMudjEuVG9rZW5Mb2dwcm9iIvcBChBHZW5lcmF0ZVJlc3BvbnNlEjAKB3N0YXJ0ZWQYASABKAsyHS5tbHhncnBjLnYxLkdlbmVyYXRpb25TdGFydGVkSAASJwoFZGVsdGEYAiABKAsyFi5tbHhncnBjLnYxLlRva2VuRGVsdGFIABIyCghmaW5pc2hlZBgDIAEoCzIeLm1seGdycGMudjEuR2VuZXJhdGlvbkZpbmlzaGVkSAASNQoPcHJvbXB0X2xvZ3Byb2JzGAUgASgLMhoubWx4Z3JwYy52MS5Qcm9tcHRMb2dwcm9ic0gAEhQKDGNob2ljZV9pbmRleBgEIAEoBUIHCgVldmVudCLMAQoMRW1iZWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEg4KBmlucHV0cxgCIAMoCRITCgtpbnN0cnVjdGlvbhgDIAEoCRIWCglub3JtYWxpemUYBCABKAhIAIgBARISCgpkaW1lbnNpb25zGAUgASgFEhIKCnJlcXVlc3RfaWQYBiABKAkSEAoIcHJpb3JpdHkYByABKAUSKAoIdHJ1bmNhdGUYCCABKA4yFi5tbHhncnBjLnYxLlRydW5jYXRpb25CDAoKX25vcm1hbGl6ZSJBCg1FbWJlZFJlc3BvbnNlEg0KBWluZGV4GAEgASgFEhEKCWVtYmVkZGluZxgCIAMoAhIOCgZ0b2tlbnMYAyABKAUinwEKDVJlcmFua1JlcXVlc3QSDQoFbW9kZWwYASABKAkSDQoFcXVlcnkYAiABKAkSEQoJZG9jdW1lbnRzGAMgAygJEg0KBXRvcF9uGAQgASgFEigKCHRydW5jYXRlGAUgASgOMhYubWx4Z3JwYy52MS5UcnVuY2F0aW9uEhIKCnJlcXVlc3RfaWQYBiABKAkSEAoIcHJpb3JpdHkYByABKAUiSgoOUmVyYW5rUmVzcG9uc2USDQoFbW9kZWwYASABKAkSKQoHcmVzdWx0cxgCIAMoCzIYLm1seGdycGMudjEuUmVyYW5rUmVzdWx0IjwKDFJlcmFua1Jlc3VsdBINCgVpbmRleBgBIAEoBRINCgVzY29yZRgCIAEoAhIOCgZ0b2tlbnMYAyABKAUisQEKD1ByZWZldGNoUmVxdWVzdBINCgVtb2RlbBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg4KBHRleHQYAyABKAlIABImCgZ0b2tlbnMYBCABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgFIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASDwoHYWRhcHRlchgGIAEoCUIICgZwcm9tcHQiZQoQUHJlZmV0Y2hSZXNwb25zZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgFEhUKDWNhY2hlZF90b2tlbnMYAiABKAUSIwoEdGllchgDIAEoDjIVLm1seGdycGMudjEuQ2FjaGVUaWVyIjgKE0Nsb3NlU2Vzc2lvblJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCSInChRDbG9zZVNlc3Npb25SZXNwb25zZRIPCgdlbnRyaWVzGAEgASgFIiMKDUNhbmNlbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCSIjCg5DYW5jZWxSZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgiJAoTR2V0TW9kZWxJbmZvUmVxdWVzdBINCgVtb2RlbBgBIAEoCSI7ChRHZXRNb2RlbEluZm9SZXNwb25zZRIjCgRpbmZvGAEgASgLMhUubWx4Z3JwYy52MS5Nb2RlbEluZm8iWQoRUGxhbk1lbW9yeVJlcXVlc3QSDQoFbW9kZWwYASABKAkSFgoOY29udGV4dF90b2tlbnMYAiABKAMSHQoVbWF4X2dlbmVyYXRpb25fdG9rZW5zGAMgASgDIjoKElBsYW5NZW1vcnlSZXNwb25zZRIkCgRwbGFuGAEgASgLMhYubWx4Z3JwYy52MS5NZW1vcnlQbGFuIkoKD1Rva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIMCgR0ZXh0GAIgASgJEhoKEmFkZF9zcGVjaWFsX3Rva2VucxgDIAEoCCI1ChBUb2tlbml6ZVJlc3BvbnNlEhEKCXRva2VuX2lkcxgBIAMoBRIOCgZ0b2tlbnMYAiADKAkiUgoRRGV0b2tlbml6ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEQoJdG9rZW5faWRzGAIgAygFEhsKE3NraXBfc3BlY2lhbF90b2tlbnMYAyABKAgiIgoSRGV0b2tlbml6ZVJlc3BvbnNlEgwKBHRleHQYASABKAkiEwoRTGlzdE1vZGVsc1JlcXVlc3QiOwoSTGlzdE1vZGVsc1Jlc3BvbnNlEiUKBm1vZGVscxgBIAMoCzIVLm1seGdycGMudjEuTW9kZWxJbmZvIj8KEkxvYWRBZGFwdGVyUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIMCgRuYW1lGAIgASgJEgwKBHBhdGgYAyABKAkiUAoTTG9hZEFkYXB0ZXJSZXNwb25zZRIoCgdhZGFwdGVyGAEgASgLMhcubWx4Z3JwYy52MS5BZGFwdGVySW5mbxIPCgdldmljdGVkGAIgAygJIjMKFFVubG9hZEFkYXB0ZXJSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBG5hbWUYAiABKAkiQQoVVW5sb2FkQWRhcHRlclJlc3BvbnNlEigKB2FkYXB0ZXIYASABKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvIiQKE0xpc3RBZGFwdGVyc1JlcXVlc3QSDQoFbW9kZWwYASABKAkiZgoUTGlzdEFkYXB0ZXJzUmVzcG9uc2USDQoFbW9kZWwYASABKAkSKQoIYWRhcHRlcnMYAiADKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvEhQKDG1heF9hZGFwdGVycxgDIAEoBSIfCg5HZXRMb2FkUmVxdWVzdBINCgVtb2RlbBgBIAEoCSJ1Cg9HZXRMb2FkUmVzcG9uc2USJQoGbW9kZWxzGAEgAygLMhUubWx4Z3JwYy52MS5Nb2RlbExvYWQSFgoOdXB0aW1lX3NlY29uZHMYAiABKAESIwoFY2FsbHMYAyABKAsyFC5tbHhncnBjLnYxLkNhbGxMb2FkItcBCghDYWxsTG9hZBIRCglvcGVuX3JwY3MYASABKAUSGwoTbWF4X2NvbmN1cnJlbnRfcnBjcxgCIAEoBRIZChFhbm9ueW1vdXNfc3RyZWFtcxgDIAEoBRIdChVtYXhfYW5vbnltb3VzX3N0cmVhbXMYBCABKAUSFAoMcmVmdXNlZF9ycGNzGAUgASgDEiEKGXJlZnVzZWRfYW5vbnltb3VzX3N0cmVhbXMYBiABKAMSKAoHdGVuYW50cxgHIAMoCzIXLm1seGdycGMudjEuVGVuYW50Q2FsbHMikwEKC1RlbmFudENhbGxzEg4KBnRlbmFudBgBIAEoCRIUCgxvcGVuX3N0cmVhbXMYAiABKAUSEwoLbWF4X3N0cmVhbXMYAyABKAUSFwoPcmVmdXNlZF9zdHJlYW1zGAQgASgDEhQKDG1heF9wcmlvcml0eRgFIAEoBRIaChJyZWZ1c2VkX3ByaW9yaXRpZXMYBiABKAMi6QUKCU1vZGVsTG9hZBINCgVtb2RlbBgBIAEoCRIYChBydW5uaW5nX3JlcXVlc3RzGAIgASgFEhgKEHdhaXRpbmdfcmVxdWVzdHMYAyABKAUSHAoUbWF4X3J1bm5pbmdfcmVxdWVzdHMYBCABKAUSFgoOa3ZfY2FjaGVfYnl0ZXMYBSABKAMSFgoOcmVzZXJ2ZWRfYnl0ZXMYBiABKAMSGwoTbWVtb3J5X2J1ZGdldF9ieXRlcxgHIAEoAxIcChRwcmVmaXhfY2FjaGVfZW50cmllcxgIIAEoBRIaChJwcmVmaXhfY2FjaGVfYnl0ZXMYCSABKAMSGQoRcHJlZml4X2NhY2hlX2hpdHMYCiABKAMSGwoTcHJlZml4X2NhY2hlX21pc3NlcxgLIAEoAxIdChVwcmVmaXhfY2FjaGVfaGl0X3JhdGUYDCABKAESIwobZ2VuZXJhdGVkX3Rva2Vuc19wZXJfc2Vjb25kGA0gASgBEhgKEGdlbmVyYXRlZF90b2tlbnMYDiABKAMSJwoHdGVuYW50cxgPIAMoCzIWLm1seGdycGMudjEuVGVuYW50TG9hZBIgChhwcmVmaXhfY2FjaGVfbWVtb3J5X2hpdHMYECABKAMSHgoWcHJlZml4X2NhY2hlX2Rpc2tfaGl0cxgRIAEoAxIhChlwcmVmaXhfY2FjaGVfZGlza19lbnRyaWVzGBIgASgFEh8KF3ByZWZpeF9jYWNoZV9kaXNrX2J5dGVzGBMgASgDEiAKGHByZWZpeF9jYWNoZV9kaXNrX3dyaXRlcxgUIAEoAxIjChtwcmVmaXhfY2FjaGVfZGlza19ldmljdGlvbnMYFSABKAMSJwofcHJlZml4X2NhY2hlX2Rpc2tfY29ycnVwdF9maWxlcxgWIAEoAxIVCg1vcGVuX3Nlc3Npb25zGBcgASgFEigKIHByZWZpeF9jYWNoZV9kaXNrX2Ryb3BwZWRfd3JpdGVzGBggASgDIrwBCgpUZW5hbnRMb2FkEg4KBnRlbmFudBgBIAEoCRIYChBydW5uaW5nX3JlcXVlc3RzGAIgASgFEhgKEHdhaXRpbmdfcmVxdWVzdHMYAyABKAUSGgoSaW5fZmxpZ2h0X3JlcXVlc3RzGAQgASgFEhoKEnRva2Vuc19sYXN0X21pbnV0ZRgFIAEoAxIYChBnZW5lcmF0ZWRfdG9rZW5zGAYgASgDEhgKEHJlZnVzZWRfcmVxdWVzdHMYByABKAMqUQoKVHJ1bmNhdGlvbhIaChZUUlVOQ0FUSU9OX1VOU1BFQ0lGSUVEEAASEgoOVFJVTkNBVElPTl9FTkQQARITCg9UUlVOQ0FUSU9OX05PTkUQAipTCglDYWNoZVRpZXISGgoWQ0FDSEVfVElFUl9VTlNQRUNJRklFRBAAEhUKEUNBQ0hFX1RJRVJfTUVNT1JZEAESEwoPQ0FDSEVfVElFUl9ESVNLEAIy9QgKEEluZmVyZW5jZVNlcnZpY2USRwoIR2VuZXJhdGUSGy5tbHhncnBjLnYxLkdlbmVyYXRlUmVxdWVzdBocLm1seGdycGMudjEuR2VuZXJhdGVSZXNwb25zZTABEj4KBUVtYmVkEhgubWx4Z3JwYy52MS5FbWJlZFJlcXVlc3QaGS5tbHhncnBjLnYxLkVtYmVkUmVzcG9uc2UwARI/CgZSZXJhbmsSGS5tbHhncnBjLnYxLlJlcmFua1JlcXVlc3QaGi5tbHhncnBjLnYxLlJlcmFua1Jlc3BvbnNlEj8KBkNhbmNlbBIZLm1seGdycGMudjEuQ2FuY2VsUmVxdWVzdBoaLm1seGdycGMudjEuQ2FuY2VsUmVzcG9uc2USUQoMR2V0TW9kZWxJbmZvEh8ubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXF1ZXN0GiAubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXNwb25zZRJLCgpQbGFuTWVtb3J5Eh0ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVxdWVzdBoeLm1seGdycGMudjEuUGxhbk1lbW9yeVJlc3BvbnNlEkUKCFRva2VuaXplEhsubWx4Z3JwYy52MS5Ub2tlbml6ZVJlcXVlc3QaHC5tbHhncnBjLnYxLlRva2VuaXplUmVzcG9uc2USSwoKRGV0b2tlbml6ZRIdLm1seGdycGMudjEuRGV0b2tlbml6ZVJlcXVlc3QaHi5tbHhncnBjLnYxLkRldG9rZW5pemVSZXNwb25zZRJLCgpMaXN0TW9kZWxzEh0ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLm1seGdycGMudjEuTGlzdE1vZGVsc1Jlc3BvbnNlEk4KC0xvYWRBZGFwdGVyEh4ubWx4Z3JwYy52MS5Mb2FkQWRhcHRlclJlcXVlc3QaHy5tbHhncnBjLnYxLkxvYWRBZGFwdGVyUmVzcG9uc2USVAoNVW5sb2FkQWRhcHRlchIgLm1seGdycGMudjEuVW5sb2FkQWRhcHRlclJlcXVlc3QaIS5tbHhncnBjLnYxLlVubG9hZEFkYXB0ZXJSZXNwb25zZRJRCgxMaXN0QWRhcHRlcnMSHy5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1JlcXVlc3QaIC5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1Jlc3BvbnNlEkIKB0dldExvYWQSGi5tbHhncnBjLnYxLkdldExvYWRSZXF1ZXN0GhsubWx4Z3JwYy52MS5HZXRMb2FkUmVzcG9uc2USRQoIUHJlZmV0Y2gSGy5tbHhncnBjLnYxLlByZWZldGNoUmVxdWVzdBocLm1seGdycGMudjEuUHJlZmV0Y2hSZXNwb25zZRJRCgxDbG9zZVNlc3Npb24SHy5tbHhncnBjLnYxLkNsb3NlU2Vzc2lvblJlcXVlc3QaIC5tbHhncnBjLnYxLkNsb3NlU2Vzc2lvblJlc3BvbnNlQk4KDmRldi5tbHhncnBjLnYxQhVJbmZlcmVuY2VTZXJ2aWNlUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
 
 /**
  * A request to generate text.
@@ -147,6 +147,27 @@ export type GenerateRequest = Message<"mlxgrpc.v1.GenerateRequest"> & {
    * @generated from field: int32 priority = 15;
    */
   priority: number;
+
+  /**
+   * How many answers to generate for the prompt, 1 to the server's --max-choices
+   * (default 16); 0 means 1. The choices share one prompt prefill (with or without
+   * the prefix cache); choice i of a seeded request is seeded seed + i. Each choice's
+   * events carry its choice_index, and each ends with its own finished event; Cancel
+   * ends them all.
+   *
+   * @generated from field: int32 n = 16;
+   */
+  n: number;
+
+  /**
+   * Return the log probability of every prompt token but the first (which nothing
+   * precedes) in a prompt_logprobs event, with this many most likely alternatives per
+   * token (0 to 20). Unset: none. A prefix-cache hit is recomputed for them. Bounded
+   * by the server's --max-prompt-logprobs (prompt tokens x (1 + alternatives)).
+   *
+   * @generated from field: optional int32 prompt_logprobs = 17;
+   */
+  promptLogprobs?: number | undefined;
 };
 
 /**
@@ -310,6 +331,28 @@ export const GenerationFinishedSchema: GenMessage<GenerationFinished> = /*@__PUR
   messageDesc(file_mlxgrpc_v1_inference_service, 3);
 
 /**
+ * Log probabilities of a request's prompt tokens.
+ *
+ * @generated from message mlxgrpc.v1.PromptLogprobs
+ */
+export type PromptLogprobs = Message<"mlxgrpc.v1.PromptLogprobs"> & {
+  /**
+   * Prompt tokens 1 to n-1 in order (the first has no context), each with its
+   * log probability and the requested alternatives.
+   *
+   * @generated from field: repeated mlxgrpc.v1.TokenLogprob tokens = 1;
+   */
+  tokens: TokenLogprob[];
+};
+
+/**
+ * Describes the message mlxgrpc.v1.PromptLogprobs.
+ * Use `create(PromptLogprobsSchema)` to create a new message.
+ */
+export const PromptLogprobsSchema: GenMessage<PromptLogprobs> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 4);
+
+/**
  * One event of a Generate stream.
  *
  * @generated from message mlxgrpc.v1.GenerateResponse
@@ -338,13 +381,28 @@ export type GenerateResponse = Message<"mlxgrpc.v1.GenerateResponse"> & {
     case: "delta";
   } | {
     /**
-     * Sent once, last.
+     * Sent once per choice; the last event of the stream is the last choice's.
      *
      * @generated from field: mlxgrpc.v1.GenerationFinished finished = 3;
      */
     value: GenerationFinished;
     case: "finished";
+  } | {
+    /**
+     * Sent once, after started, when the request asked for prompt_logprobs.
+     *
+     * @generated from field: mlxgrpc.v1.PromptLogprobs prompt_logprobs = 5;
+     */
+    value: PromptLogprobs;
+    case: "promptLogprobs";
   } | { case: undefined; value?: undefined };
+
+  /**
+   * The choice (0 to n-1) a delta or finished event belongs to; 0 for the others.
+   *
+   * @generated from field: int32 choice_index = 4;
+   */
+  choiceIndex: number;
 };
 
 /**
@@ -352,7 +410,7 @@ export type GenerateResponse = Message<"mlxgrpc.v1.GenerateResponse"> & {
  * Use `create(GenerateResponseSchema)` to create a new message.
  */
 export const GenerateResponseSchema: GenMessage<GenerateResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 4);
+  messageDesc(file_mlxgrpc_v1_inference_service, 5);
 
 /**
  * A request to embed texts.
@@ -424,7 +482,7 @@ export type EmbedRequest = Message<"mlxgrpc.v1.EmbedRequest"> & {
  * Use `create(EmbedRequestSchema)` to create a new message.
  */
 export const EmbedRequestSchema: GenMessage<EmbedRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 5);
+  messageDesc(file_mlxgrpc_v1_inference_service, 6);
 
 /**
  * The embedding of one input.
@@ -459,7 +517,7 @@ export type EmbedResponse = Message<"mlxgrpc.v1.EmbedResponse"> & {
  * Use `create(EmbedResponseSchema)` to create a new message.
  */
 export const EmbedResponseSchema: GenMessage<EmbedResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 6);
+  messageDesc(file_mlxgrpc_v1_inference_service, 7);
 
 /**
  * A request to score documents against a query.
@@ -522,7 +580,7 @@ export type RerankRequest = Message<"mlxgrpc.v1.RerankRequest"> & {
  * Use `create(RerankRequestSchema)` to create a new message.
  */
 export const RerankRequestSchema: GenMessage<RerankRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 7);
+  messageDesc(file_mlxgrpc_v1_inference_service, 8);
 
 /**
  * The documents' scores, most relevant first.
@@ -550,7 +608,7 @@ export type RerankResponse = Message<"mlxgrpc.v1.RerankResponse"> & {
  * Use `create(RerankResponseSchema)` to create a new message.
  */
 export const RerankResponseSchema: GenMessage<RerankResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 8);
+  messageDesc(file_mlxgrpc_v1_inference_service, 9);
 
 /**
  * One document's score.
@@ -586,7 +644,7 @@ export type RerankResult = Message<"mlxgrpc.v1.RerankResult"> & {
  * Use `create(RerankResultSchema)` to create a new message.
  */
 export const RerankResultSchema: GenMessage<RerankResult> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 9);
+  messageDesc(file_mlxgrpc_v1_inference_service, 10);
 
 /**
  * A request to prefetch a prompt's cached prefix into memory.
@@ -654,7 +712,7 @@ export type PrefetchRequest = Message<"mlxgrpc.v1.PrefetchRequest"> & {
  * Use `create(PrefetchRequestSchema)` to create a new message.
  */
 export const PrefetchRequestSchema: GenMessage<PrefetchRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 10);
+  messageDesc(file_mlxgrpc_v1_inference_service, 11);
 
 /**
  * The result of a Prefetch.
@@ -690,7 +748,7 @@ export type PrefetchResponse = Message<"mlxgrpc.v1.PrefetchResponse"> & {
  * Use `create(PrefetchResponseSchema)` to create a new message.
  */
 export const PrefetchResponseSchema: GenMessage<PrefetchResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 11);
+  messageDesc(file_mlxgrpc_v1_inference_service, 12);
 
 /**
  * A request to end a session's prefix-cache affinity.
@@ -718,7 +776,7 @@ export type CloseSessionRequest = Message<"mlxgrpc.v1.CloseSessionRequest"> & {
  * Use `create(CloseSessionRequestSchema)` to create a new message.
  */
 export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 12);
+  messageDesc(file_mlxgrpc_v1_inference_service, 13);
 
 /**
  * The result of a CloseSession.
@@ -739,7 +797,7 @@ export type CloseSessionResponse = Message<"mlxgrpc.v1.CloseSessionResponse"> & 
  * Use `create(CloseSessionResponseSchema)` to create a new message.
  */
 export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 13);
+  messageDesc(file_mlxgrpc_v1_inference_service, 14);
 
 /**
  * A request to cancel a Generate or Embed.
@@ -760,7 +818,7 @@ export type CancelRequest = Message<"mlxgrpc.v1.CancelRequest"> & {
  * Use `create(CancelRequestSchema)` to create a new message.
  */
 export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 14);
+  messageDesc(file_mlxgrpc_v1_inference_service, 15);
 
 /**
  * The result of a Cancel.
@@ -782,7 +840,7 @@ export type CancelResponse = Message<"mlxgrpc.v1.CancelResponse"> & {
  * Use `create(CancelResponseSchema)` to create a new message.
  */
 export const CancelResponseSchema: GenMessage<CancelResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 15);
+  messageDesc(file_mlxgrpc_v1_inference_service, 16);
 
 /**
  * A request for a model's description.
@@ -803,7 +861,7 @@ export type GetModelInfoRequest = Message<"mlxgrpc.v1.GetModelInfoRequest"> & {
  * Use `create(GetModelInfoRequestSchema)` to create a new message.
  */
 export const GetModelInfoRequestSchema: GenMessage<GetModelInfoRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 16);
+  messageDesc(file_mlxgrpc_v1_inference_service, 17);
 
 /**
  * A model's description.
@@ -824,7 +882,7 @@ export type GetModelInfoResponse = Message<"mlxgrpc.v1.GetModelInfoResponse"> & 
  * Use `create(GetModelInfoResponseSchema)` to create a new message.
  */
 export const GetModelInfoResponseSchema: GenMessage<GetModelInfoResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 17);
+  messageDesc(file_mlxgrpc_v1_inference_service, 18);
 
 /**
  * A request for a memory plan.
@@ -860,7 +918,7 @@ export type PlanMemoryRequest = Message<"mlxgrpc.v1.PlanMemoryRequest"> & {
  * Use `create(PlanMemoryRequestSchema)` to create a new message.
  */
 export const PlanMemoryRequestSchema: GenMessage<PlanMemoryRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 18);
+  messageDesc(file_mlxgrpc_v1_inference_service, 19);
 
 /**
  * A memory plan.
@@ -881,7 +939,7 @@ export type PlanMemoryResponse = Message<"mlxgrpc.v1.PlanMemoryResponse"> & {
  * Use `create(PlanMemoryResponseSchema)` to create a new message.
  */
 export const PlanMemoryResponseSchema: GenMessage<PlanMemoryResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 19);
+  messageDesc(file_mlxgrpc_v1_inference_service, 20);
 
 /**
  * A request to tokenize text.
@@ -916,7 +974,7 @@ export type TokenizeRequest = Message<"mlxgrpc.v1.TokenizeRequest"> & {
  * Use `create(TokenizeRequestSchema)` to create a new message.
  */
 export const TokenizeRequestSchema: GenMessage<TokenizeRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 20);
+  messageDesc(file_mlxgrpc_v1_inference_service, 21);
 
 /**
  * Token ids of a text.
@@ -944,7 +1002,7 @@ export type TokenizeResponse = Message<"mlxgrpc.v1.TokenizeResponse"> & {
  * Use `create(TokenizeResponseSchema)` to create a new message.
  */
 export const TokenizeResponseSchema: GenMessage<TokenizeResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 21);
+  messageDesc(file_mlxgrpc_v1_inference_service, 22);
 
 /**
  * A request to turn token ids into text.
@@ -979,7 +1037,7 @@ export type DetokenizeRequest = Message<"mlxgrpc.v1.DetokenizeRequest"> & {
  * Use `create(DetokenizeRequestSchema)` to create a new message.
  */
 export const DetokenizeRequestSchema: GenMessage<DetokenizeRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 22);
+  messageDesc(file_mlxgrpc_v1_inference_service, 23);
 
 /**
  * The text of token ids.
@@ -1000,7 +1058,7 @@ export type DetokenizeResponse = Message<"mlxgrpc.v1.DetokenizeResponse"> & {
  * Use `create(DetokenizeResponseSchema)` to create a new message.
  */
 export const DetokenizeResponseSchema: GenMessage<DetokenizeResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 23);
+  messageDesc(file_mlxgrpc_v1_inference_service, 24);
 
 /**
  * A request to list the served models.
@@ -1015,7 +1073,7 @@ export type ListModelsRequest = Message<"mlxgrpc.v1.ListModelsRequest"> & {
  * Use `create(ListModelsRequestSchema)` to create a new message.
  */
 export const ListModelsRequestSchema: GenMessage<ListModelsRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 24);
+  messageDesc(file_mlxgrpc_v1_inference_service, 25);
 
 /**
  * The served models.
@@ -1036,7 +1094,7 @@ export type ListModelsResponse = Message<"mlxgrpc.v1.ListModelsResponse"> & {
  * Use `create(ListModelsResponseSchema)` to create a new message.
  */
 export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 25);
+  messageDesc(file_mlxgrpc_v1_inference_service, 26);
 
 /**
  * A request to load an adapter.
@@ -1075,7 +1133,7 @@ export type LoadAdapterRequest = Message<"mlxgrpc.v1.LoadAdapterRequest"> & {
  * Use `create(LoadAdapterRequestSchema)` to create a new message.
  */
 export const LoadAdapterRequestSchema: GenMessage<LoadAdapterRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 26);
+  messageDesc(file_mlxgrpc_v1_inference_service, 27);
 
 /**
  * The result of loading an adapter.
@@ -1104,7 +1162,7 @@ export type LoadAdapterResponse = Message<"mlxgrpc.v1.LoadAdapterResponse"> & {
  * Use `create(LoadAdapterResponseSchema)` to create a new message.
  */
 export const LoadAdapterResponseSchema: GenMessage<LoadAdapterResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 27);
+  messageDesc(file_mlxgrpc_v1_inference_service, 28);
 
 /**
  * A request to unload an adapter.
@@ -1132,7 +1190,7 @@ export type UnloadAdapterRequest = Message<"mlxgrpc.v1.UnloadAdapterRequest"> & 
  * Use `create(UnloadAdapterRequestSchema)` to create a new message.
  */
 export const UnloadAdapterRequestSchema: GenMessage<UnloadAdapterRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 28);
+  messageDesc(file_mlxgrpc_v1_inference_service, 29);
 
 /**
  * The result of unloading an adapter.
@@ -1153,7 +1211,7 @@ export type UnloadAdapterResponse = Message<"mlxgrpc.v1.UnloadAdapterResponse"> 
  * Use `create(UnloadAdapterResponseSchema)` to create a new message.
  */
 export const UnloadAdapterResponseSchema: GenMessage<UnloadAdapterResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 29);
+  messageDesc(file_mlxgrpc_v1_inference_service, 30);
 
 /**
  * A request to list a model's adapters.
@@ -1174,7 +1232,7 @@ export type ListAdaptersRequest = Message<"mlxgrpc.v1.ListAdaptersRequest"> & {
  * Use `create(ListAdaptersRequestSchema)` to create a new message.
  */
 export const ListAdaptersRequestSchema: GenMessage<ListAdaptersRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 30);
+  messageDesc(file_mlxgrpc_v1_inference_service, 31);
 
 /**
  * The adapters loaded on a model.
@@ -1209,7 +1267,7 @@ export type ListAdaptersResponse = Message<"mlxgrpc.v1.ListAdaptersResponse"> & 
  * Use `create(ListAdaptersResponseSchema)` to create a new message.
  */
 export const ListAdaptersResponseSchema: GenMessage<ListAdaptersResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 31);
+  messageDesc(file_mlxgrpc_v1_inference_service, 32);
 
 /**
  * A request for load figures.
@@ -1230,7 +1288,7 @@ export type GetLoadRequest = Message<"mlxgrpc.v1.GetLoadRequest"> & {
  * Use `create(GetLoadRequestSchema)` to create a new message.
  */
 export const GetLoadRequestSchema: GenMessage<GetLoadRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 32);
+  messageDesc(file_mlxgrpc_v1_inference_service, 33);
 
 /**
  * Load figures, one entry per generation model.
@@ -1266,7 +1324,7 @@ export type GetLoadResponse = Message<"mlxgrpc.v1.GetLoadResponse"> & {
  * Use `create(GetLoadResponseSchema)` to create a new message.
  */
 export const GetLoadResponseSchema: GenMessage<GetLoadResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 33);
+  messageDesc(file_mlxgrpc_v1_inference_service, 34);
 
 /**
  * The server's call limits (0: none) and what they count now.
@@ -1335,7 +1393,7 @@ export type CallLoad = Message<"mlxgrpc.v1.CallLoad"> & {
  * Use `create(CallLoadSchema)` to create a new message.
  */
 export const CallLoadSchema: GenMessage<CallLoad> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 34);
+  messageDesc(file_mlxgrpc_v1_inference_service, 35);
 
 /**
  * One tenant's calls against its own call limits.
@@ -1396,7 +1454,7 @@ export type TenantCalls = Message<"mlxgrpc.v1.TenantCalls"> & {
  * Use `create(TenantCallsSchema)` to create a new message.
  */
 export const TenantCallsSchema: GenMessage<TenantCalls> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 35);
+  messageDesc(file_mlxgrpc_v1_inference_service, 36);
 
 /**
  * How busy one generation model is, read from its engine thread when asked.
@@ -1587,7 +1645,7 @@ export type ModelLoad = Message<"mlxgrpc.v1.ModelLoad"> & {
  * Use `create(ModelLoadSchema)` to create a new message.
  */
 export const ModelLoadSchema: GenMessage<ModelLoad> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 36);
+  messageDesc(file_mlxgrpc_v1_inference_service, 37);
 
 /**
  * How much of one generation model one tenant uses.
@@ -1651,7 +1709,7 @@ export type TenantLoad = Message<"mlxgrpc.v1.TenantLoad"> & {
  * Use `create(TenantLoadSchema)` to create a new message.
  */
 export const TenantLoadSchema: GenMessage<TenantLoad> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 37);
+  messageDesc(file_mlxgrpc_v1_inference_service, 38);
 
 /**
  * What Embed and Rerank do with an input longer than the model's input limit.
