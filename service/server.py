@@ -146,6 +146,7 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
     server = grpc.aio.server(interceptors=interceptors, options=[
         ("grpc.max_receive_message_length", options.max_message_bytes),
         ("grpc.max_send_message_length", options.max_message_bytes), *KEEPALIVE,
+        ("grpc.so_reuseport", 0),  # a second server on a taken port fails to bind instead of sharing it
     ])  # no maximum_concurrent_rpcs: grpc's would count anonymous streams too (BudgetInterceptor counts)
     servicer = InferenceServicer(models, options.limits, options.max_message_bytes, budgets=budgets)
     pb_grpc.add_InferenceServiceServicer_to_server(servicer, server)

@@ -9,6 +9,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import model_pb2
+from service.server import create_server
 from tests.conftest import HAS_MINILM, HAS_SMOLLM, SMOLLM
 from tests.helpers import generate
 
@@ -98,3 +99,9 @@ async def test_smollm2_knows_the_capital_of_france(stub):
                                                   stopping=gen_pb.StoppingCriteria(max_tokens=12)))
     assert "Paris" in out.text
     assert out.finished.reason in (gen_pb.FINISH_REASON_EOS, gen_pb.FINISH_REASON_LENGTH)
+
+
+async def test_a_second_server_on_a_taken_port_fails_to_bind(server):
+    """grpc would otherwise share the port (SO_REUSEPORT) and split the callers between two servers."""
+    with pytest.raises(RuntimeError, match="bind"):
+        await create_server(server["address"], server["models"])
