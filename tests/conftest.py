@@ -28,6 +28,24 @@ SELF_DRAFTED = "llama-drafted"  # the llama fixture with itself as draft model
 TOOLS = "tools"  # the llama fixture with a Qwen-style tool and thinking template (tools-qwen)
 
 
+# Modules that hold the service's plumbing (auth, budgets, limits, drain, logs, fuzzers of the
+# wire), not the model's numerics: marked "plumbing", which CI's kernels-off pass leaves out.
+PLUMBING = frozenset({
+    "test_roles", "test_stream_budgets", "test_tenant_fuzz", "test_tenants_auth", "test_tenants_e2e",
+    "test_tenancy", "test_tenancy_arrival", "test_ops_security", "test_ops_observability", "test_ops_records",
+    "test_ops_bounds", "test_ops_drain", "test_ops_fuzz", "test_ops_load", "test_limits_fuzz",
+    "test_servicer_errors", "test_service_errors", "test_service_basics", "test_tracing", "test_watchdog",
+    "test_scale_out", "test_worker_ops", "test_disk_tier_trust", "test_request_costs", "test_prep_pool",
+    "test_settings", "test_layering", "test_structured_fuzz", "test_embedding_cache_tenants",
+})
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__.rpartition(".")[2] in PLUMBING:
+            item.add_marker(pytest.mark.plumbing)
+
+
 @pytest.fixture(scope="session")
 def fixture_models(tmp_path_factory) -> dict[str, Path]:
     """Random-weight models in Hugging Face layout, built once per session."""
