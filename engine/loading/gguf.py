@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 import mlx.core as mx
 import numpy as np
 
+from ..caches.fingerprint import WeightDigests
 from ..errors import UnsupportedModel
 from .gguf_blocks import UnsupportedTensorType, supported_types, to_affine
 from .gguf_arch import architecture, permute_qk, unpermute_qk
@@ -44,7 +45,6 @@ _CONVERTER_FILES = ("gguf.py", "gguf_arch.py", "gguf_blocks.py", "gguf_config.py
                     "gguf_spm.py", "gguf_tokenizer.py")
 _GROUP_SIZE = 32  # the MLX group every GGUF block type maps onto
 _FLOAT_TYPES = {"F32": np.float32, "F16": np.float16}
-_FINGERPRINT_CHUNK = 1 << 20
 
 
 @functools.lru_cache(maxsize=1)
@@ -56,15 +56,13 @@ def converter_digest() -> bytes:
     return digest.digest()
 
 
-def gguf_fingerprint(gguf_path: Path) -> str:
-    """A short content fingerprint: size, first and last MiB of the file, the converter."""
+def gguf_fingerprint(gguf_path: Path, state_dir: Path | None = None) -> str:
+    """A short content fingerprint: the whole file's SHA-256 and the converter. The file's digest
+    is kept in ``state_dir`` by the file's identity, so an unchanged file is hashed once."""
+    digests = WeightDigests(state_dir)
     digest = hashlib.sha256(converter_digest())
-    size = gguf_path.stat().st_size
-    digest.update(size.to_bytes(8, "little"))
-    with gguf_path.open("rb") as f:
-        digest.update(f.read(_FINGERPRINT_CHUNK))
-        f.seek(max(0, size - _FINGERPRINT_CHUNK))
-        digest.update(f.read(_FINGERPRINT_CHUNK))
+    digest.update(bytes.fromhex(digests.of(Path(gguf_path))))
+    digests.save()
     return digest.hexdigest()[:12]
 
 
@@ -202,7 +200,7 @@ def _log_progress(stage: str, fraction: float) -> None:
 def convert_gguf(gguf_path: Path, out_dir: Path, *, progress: Progress | None = None) -> Path:
     """Convert ``gguf_path`` into ``out_dir`` (atomically, by rename) unless already done; return it."""
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
-    fingerprint = gguf_fingerprint(gguf_path)
+    fingerprint = gguf_fingerprint(gguf_path, out_dir.parent)
     if is_up_to_date(out_dir, fingerprint):
         return out_dir
     progress = progress or _log_progress
@@ -238,5 +236,5 @@ def _replace_dir(new: Path, out_dir: Path, fingerprint: str) -> None:
 def prepare_gguf(gguf_path: Path, cache_root: Path, *, progress: Progress | None = None) -> Path:
     """The converted model directory ``cache_root/<stem>-<fingerprint>``, converting if missing."""
     gguf_path = Path(gguf_path)
-    out_dir = Path(cache_root) / f"{gguf_path.stem}-{gguf_fingerprint(gguf_path)}"
+    out_dir = Path(cache_root) / f"{gguf_path.stem}-{gguf_fingerprint(gguf_path, Path(cache_root))}"
     return convert_gguf(gguf_path, out_dir, progress=progress)
