@@ -27,13 +27,13 @@ type Generation struct {
 	opts   []grpc.CallOption
 }
 
-// Result is everything one generation produced.
-type Result struct {
-	RequestID string
-	Started   *pb.GenerationStarted
-	TokenIDs  []int32
-	Text      string
-	Logprobs  []*pb.TokenLogprob
+// Answer is one choice of a generation: GenerateRequest.N of them (one by
+// default), each from its own events (GenerateResponse.ChoiceIndex).
+type Answer struct {
+	Index    int32
+	TokenIDs []int32
+	Text     string
+	Logprobs []*pb.TokenLogprob
 	// Reasoning is the model's thinking, kept out of Text.
 	Reasoning string
 	// ToolCalls are the complete calls the model made (the stream's
@@ -43,6 +43,31 @@ type Result struct {
 	// Finished holds the finish reason (FINISH_REASON_TOOL_CALLS after tool
 	// calls), usage and timings.
 	Finished *pb.GenerationFinished
+}
+
+// Result is everything one generation produced. Its Answer (Text, TokenIDs,
+// Finished, ...) is the first choice's; Answers holds every choice's by
+// index, the first (the same Answer) included.
+type Result struct {
+	RequestID string
+	Started   *pb.GenerationStarted
+	// PromptLogprobs are the prompt tokens' log probabilities (every prompt
+	// token but the first), when the request set PromptLogprobs.
+	PromptLogprobs []*pb.TokenLogprob
+	Answer
+	Answers []*Answer
+}
+
+func (r *Result) answer(i int32) *Answer {
+	i = max(i, 0)
+	for int32(len(r.Answers)) <= i {
+		if len(r.Answers) == 0 {
+			r.Answers = append(r.Answers, &r.Answer)
+		} else {
+			r.Answers = append(r.Answers, &Answer{Index: int32(len(r.Answers))})
+		}
+	}
+	return r.Answers[i]
 }
 
 // Generate prepares a generation; req is not modified (a copy gets the
@@ -63,7 +88,9 @@ func (c *Client) Generate(ctx context.Context, req *pb.GenerateRequest, opts ...
 	return &Generation{RequestID: req.GetRequestId(), client: c, ctx: ctx, req: req, opts: opts}
 }
 
-// Events streams the generation: started, deltas, finished. A delta carries
+// Events streams the generation: started, the prompt's logprobs when asked
+// for, deltas, finished (one per choice, each with its ChoiceIndex, when the
+// request sets N). A delta carries
 // the answer's Text, and for chat prompts the model's Reasoning, pieces of tool
 // calls (ToolCallDeltas) and the calls they completed (ToolCalls). The iterator
 // yields (event, nil) per event and at most one (nil, err) at the end if the
@@ -89,11 +116,12 @@ func (g *Generation) Events() iter.Seq2[*pb.GenerateResponse, error] {
 	}
 }
 
-// Collect runs the generation to its end: the unary form of Generate. The
-// deltas' token ids, text, logprobs, reasoning and complete tool calls are
+// Collect runs the generation to its end: the unary form of Generate. Each
+// choice's token ids, text, logprobs, reasoning and complete tool calls are
 // joined in order.
 func (g *Generation) Collect() (*Result, error) {
 	r := &Result{RequestID: g.RequestID}
+	r.answer(0)
 	for ev, err := range g.Events() {
 		if err != nil {
 			return r, err
@@ -101,14 +129,17 @@ func (g *Generation) Collect() (*Result, error) {
 		switch e := ev.Event.(type) {
 		case *pb.GenerateResponse_Started:
 			r.Started = e.Started
+		case *pb.GenerateResponse_PromptLogprobs:
+			r.PromptLogprobs = append(r.PromptLogprobs, e.PromptLogprobs.GetTokens()...)
 		case *pb.GenerateResponse_Delta:
-			r.TokenIDs = append(r.TokenIDs, e.Delta.GetTokenIds()...)
-			r.Text += e.Delta.GetText()
-			r.Logprobs = append(r.Logprobs, e.Delta.GetLogprobs()...)
-			r.Reasoning += e.Delta.GetReasoning()
-			r.ToolCalls = append(r.ToolCalls, e.Delta.GetToolCalls()...)
+			c := r.answer(ev.GetChoiceIndex())
+			c.TokenIDs = append(c.TokenIDs, e.Delta.GetTokenIds()...)
+			c.Text += e.Delta.GetText()
+			c.Logprobs = append(c.Logprobs, e.Delta.GetLogprobs()...)
+			c.Reasoning += e.Delta.GetReasoning()
+			c.ToolCalls = append(c.ToolCalls, e.Delta.GetToolCalls()...)
 		case *pb.GenerateResponse_Finished:
-			r.Finished = e.Finished
+			r.answer(ev.GetChoiceIndex()).Finished = e.Finished
 		}
 	}
 	return r, nil

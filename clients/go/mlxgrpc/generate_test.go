@@ -99,6 +99,81 @@ func TestGenerateChatAndLogprobs(t *testing.T) {
 	}
 }
 
+func TestGenerateNSeededChoices(t *testing.T) {
+	s := live(t)
+	sampling := func(seed uint64) *pb.SamplingParams {
+		return &pb.SamplingParams{Temperature: proto.Float32(1), Seed: proto.Uint64(seed)}
+	}
+	req := text("Once upon a time", exact(6))
+	req.N, req.Sampling = 2, sampling(7)
+	evs := events(t, s, req)
+	if len(evs) < 5 || evs[0].GetStarted() == nil || evs[len(evs)-1].GetFinished() == nil {
+		t.Fatalf("events %v: want started, deltas, a finished per choice, one last", evs)
+	}
+	for i := range int32(2) {
+		var mine []*pb.GenerateResponse
+		for _, ev := range evs[1:] {
+			if ev.GetChoiceIndex() == i {
+				mine = append(mine, ev)
+			}
+		}
+		last := mine[len(mine)-1].GetFinished()
+		if last.GetReason() != pb.FinishReason_FINISH_REASON_LENGTH || last.GetUsage().GetCompletionTokens() != 6 {
+			t.Errorf("choice %d ends with %v, want finished (length, 6 tokens)", i, mine[len(mine)-1])
+		}
+		for _, ev := range mine[:len(mine)-1] {
+			if ev.GetDelta() == nil {
+				t.Errorf("choice %d: %v before its finished event, want deltas", i, ev)
+			}
+		}
+	}
+	gen := s.c.Generate(s.ctx, req)
+	r, err := gen.Collect()
+	if err != nil || len(r.Answers) != 2 || r.Answers[0] != &r.Answer {
+		t.Fatalf("collect: %d answers (%v)", len(r.Answers), err)
+	}
+	// Choice i of a request seeded s is the request seeded s + i alone.
+	for i, a := range r.Answers {
+		alone := text("Once upon a time", exact(6))
+		alone.Sampling = sampling(7 + uint64(i))
+		one, err := s.c.Generate(s.ctx, alone).Collect()
+		if err != nil || a.Index != int32(i) || len(a.TokenIDs) != 6 || !slices.Equal(a.TokenIDs, one.TokenIDs) || a.Text != one.Text {
+			t.Errorf("choice %d %v, alone with seed %d %v (%v)", i, a.TokenIDs, 7+i, one.TokenIDs, err)
+		}
+	}
+}
+
+func TestGeneratePromptLogprobs(t *testing.T) {
+	s := live(t)
+	prompt := "The quick brown fox jumps over"
+	req := text(prompt, exact(3))
+	req.PromptLogprobs = proto.Int32(2)
+	evs := events(t, s, req)
+	at := slices.IndexFunc(evs, func(ev *pb.GenerateResponse) bool { return ev.GetPromptLogprobs() != nil })
+	firstDelta := slices.IndexFunc(evs, func(ev *pb.GenerateResponse) bool { return ev.GetDelta() != nil })
+	if at < 1 || firstDelta < at {
+		t.Fatalf("prompt_logprobs event at %d, first delta at %d: want it after started, before the deltas", at, firstDelta)
+	}
+	ids, err := s.c.Tokenize(s.ctx, &pb.TokenizeRequest{Text: prompt, AddSpecialTokens: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := evs[at].GetPromptLogprobs().GetTokens()
+	if int(evs[0].GetStarted().GetPromptTokens()) != len(ids.GetTokenIds()) || len(tokens) != len(ids.GetTokenIds())-1 {
+		t.Fatalf("%d prompt logprobs for %d prompt tokens, want one fewer", len(tokens), evs[0].GetStarted().GetPromptTokens())
+	}
+	for i, lp := range tokens {
+		top := lp.GetTopLogprobs()
+		if lp.GetTokenId() != ids.GetTokenIds()[i+1] || lp.GetLogprob() > 0 || len(top) != 2 || top[0].GetLogprob() < top[1].GetLogprob() {
+			t.Errorf("prompt token %d: %v", i+1, lp)
+		}
+	}
+	r, err := s.c.Generate(s.ctx, req).Collect()
+	if err != nil || len(r.PromptLogprobs) != len(tokens) || len(r.TokenIDs) != 3 {
+		t.Errorf("collect: %d prompt logprobs, %d tokens (%v)", len(r.PromptLogprobs), len(r.TokenIDs), err)
+	}
+}
+
 func TestGenerateWithJSONSchema(t *testing.T) {
 	s := live(t)
 	format, err := mlxgrpc.JSONSchema(map[string]any{

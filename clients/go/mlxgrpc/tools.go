@@ -77,9 +77,9 @@ func ToolResult(callID string, content any) (*pb.ChatMessage, error) {
 	return &pb.ChatMessage{Role: "tool", ToolCallId: callID, Content: text}, nil
 }
 
-// Message is the assistant message of the result, to append to the
+// Message is the assistant message of the answer, to append to the
 // conversation before the next turn: its text, reasoning and tool calls.
-func (r *Result) Message() *pb.ChatMessage {
+func (r *Answer) Message() *pb.ChatMessage {
 	return &pb.ChatMessage{Role: "assistant", Content: r.Text, Reasoning: r.Reasoning, ToolCalls: r.ToolCalls}
 }
 

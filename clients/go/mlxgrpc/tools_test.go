@@ -158,6 +158,39 @@ func TestCollectJoinsReasoningAndToolCalls(t *testing.T) {
 	}
 }
 
+func TestCollectSplitsChoicesAndKeepsPromptLogprobs(t *testing.T) {
+	prompt := []*pb.TokenLogprob{{TokenId: 5, Logprob: -1.5}, {TokenId: 6, Logprob: -0.5}}
+	finished := func(reason pb.FinishReason, choice int32) *pb.GenerateResponse {
+		return &pb.GenerateResponse{Event: &pb.GenerateResponse_Finished{Finished: &pb.GenerationFinished{Reason: reason}}, ChoiceIndex: choice}
+	}
+	second := func(d *pb.TokenDelta) *pb.GenerateResponse { ev := delta(d); ev.ChoiceIndex = 1; return ev }
+	fake := &scripted{events: []*pb.GenerateResponse{
+		{Event: &pb.GenerateResponse_Started{Started: &pb.GenerationStarted{PromptTokens: 3}}},
+		{Event: &pb.GenerateResponse_PromptLogprobs{PromptLogprobs: &pb.PromptLogprobs{Tokens: prompt}}},
+		second(&pb.TokenDelta{TokenIds: []int32{1}, Text: "a"}),
+		delta(&pb.TokenDelta{TokenIds: []int32{2}, Text: "b"}),
+		second(&pb.TokenDelta{TokenIds: []int32{3}, Text: "c"}),
+		finished(pb.FinishReason_FINISH_REASON_EOS, 0),
+		finished(pb.FinishReason_FINISH_REASON_LENGTH, 1),
+	}}
+	c, err := mlxgrpc.Connect(serveRefusing(t, fake))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.Generate(context.Background(), &pb.GenerateRequest{N: 2, PromptLogprobs: proto.Int32(0)}).Collect()
+	if err != nil || len(r.Answers) != 2 || len(r.PromptLogprobs) != 2 || !proto.Equal(r.PromptLogprobs[1], prompt[1]) {
+		t.Fatalf("result %+v, %v", r, err)
+	}
+	first, other := r.Answers[0], r.Answers[1]
+	if first != &r.Answer || r.Text != "b" || !slices.Equal(r.TokenIDs, []int32{2}) || r.Finished.GetReason() != pb.FinishReason_FINISH_REASON_EOS {
+		t.Errorf("first choice %+v", first)
+	}
+	if other.Index != 1 || other.Text != "ac" || !slices.Equal(other.TokenIDs, []int32{1, 3}) || other.Finished.GetReason() != pb.FinishReason_FINISH_REASON_LENGTH {
+		t.Errorf("second choice %+v", other)
+	}
+}
+
 // Live: the "tools" model (the CI fixture's tiny random-weight Qwen3-style model).
 
 // toolsModel is the server's model named "tools", or skips the test: only the test

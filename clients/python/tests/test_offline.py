@@ -179,6 +179,38 @@ def test_result_gathers_text_reasoning_and_tool_calls():
     assert (plain.reasoning, plain.tool_calls, plain.streamed_tool_calls) == ("", [], [])
 
 
+def test_result_gathers_choices_and_prompt_logprobs():
+    result = GenerationResult(request_id="r")
+    prompt = [pb.TokenLogprob(token_id=5, logprob=-1.5), pb.TokenLogprob(token_id=6, logprob=-0.5)]
+    events = [
+        pb.GenerateResponse(started=pb.GenerationStarted(request_id="r", prompt_tokens=3)),
+        pb.GenerateResponse(prompt_logprobs=pb.PromptLogprobs(tokens=prompt)),
+        pb.GenerateResponse(delta=pb.TokenDelta(token_ids=[1], text="a"), choice_index=1),
+        pb.GenerateResponse(delta=pb.TokenDelta(token_ids=[2], text="b")),
+        pb.GenerateResponse(delta=pb.TokenDelta(token_ids=[3], text="c"), choice_index=1),
+        pb.GenerateResponse(finished=pb.GenerationFinished(reason=pb.FINISH_REASON_EOS)),
+        pb.GenerateResponse(finished=pb.GenerationFinished(reason=pb.FINISH_REASON_LENGTH), choice_index=1),
+    ]
+    for event in events:
+        result._add(event)
+    assert result.prompt_logprobs == prompt
+    assert [(c.index, c.token_ids, c.text, c.finish_reason) for c in result.choices] == [
+        (0, [2], "b", pb.FINISH_REASON_EOS), (1, [1, 3], "ac", pb.FINISH_REASON_LENGTH)]
+    assert (result.token_ids, result.text, result.finish_reason) == ([2], "b", pb.FINISH_REASON_EOS)
+
+
+def test_new_request_fields_and_samplers():
+    req = generate_request("a", n=3, prompt_logprobs=2, sampling={
+        "typical_p": 0.9, "top_n_sigma": 1.5, "xtc": {"probability": 0.5, "threshold": 0.25},
+        "dry": {"multiplier": 0.8, "sequence_breakers": ["\n"]}, "mirostat": {"tau": 5.0},
+        "dynamic_temperature": {"range": 0.3, "exponent": 1.0}, "sampler_order": "SAMPLER_ORDER_LLAMA_CPP",
+        "bad_words": ["darn"], "allowed_token_ids": [1, 2, 3]})
+    assert (req.n, req.HasField("prompt_logprobs"), req.prompt_logprobs) == (3, True, 2)
+    assert req.sampling.sampler_order == pb.SAMPLER_ORDER_LLAMA_CPP and req.sampling.xtc.threshold == 0.25
+    assert list(req.sampling.dry.sequence_breakers) == ["\n"] and req.sampling.HasField("mirostat")
+    assert not generate_request("a").HasField("prompt_logprobs")
+
+
 def test_priority_on_generate_and_embed_requests():
     assert generate_request("a").priority == 0  # the server's default
     assert generate_request("a", priority=10).priority == 10

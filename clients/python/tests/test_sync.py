@@ -119,6 +119,43 @@ def test_seeded_sampling_is_reproducible(client):
     assert run(7) != run(8)
 
 
+def test_n_seeded_choices(client):
+    sampling = {"temperature": 1.0, "seed": 7}
+    stream = client.generate("Once upon a time", n=2, sampling=sampling, **exact(6))
+    events = list(stream)
+    assert events[0].WhichOneof("event") == "started" and events[-1].WhichOneof("event") == "finished"
+    for index in (0, 1):
+        mine = [e for e in events[1:] if e.choice_index == index]
+        assert [e.WhichOneof("event") for e in mine] == ["delta"] * (len(mine) - 1) + ["finished"]
+        assert mine[-1].finished.reason == pb.FINISH_REASON_LENGTH
+        assert mine[-1].finished.usage.completion_tokens == 6
+    assert sorted(e.choice_index for e in events if e.WhichOneof("event") == "finished") == [0, 1]
+    result = stream.result
+    assert [c.index for c in result.choices] == [0, 1] and all(len(c.token_ids) == 6 for c in result.choices)
+    assert result.token_ids == result.choices[0].token_ids and result.text == result.choices[0].text
+    # Choice i of a request seeded s is the request seeded s + i alone.
+    for index, choice in enumerate(result.choices):
+        alone = client.generate("Once upon a time", sampling={**sampling, "seed": 7 + index}, **exact(6)).collect()
+        assert choice.token_ids == alone.token_ids and choice.text == alone.text
+
+
+def test_prompt_logprobs(client):
+    text = "The quick brown fox jumps over"
+    stream = client.generate(text, prompt_logprobs=2, **exact(3))
+    events = list(stream)
+    kinds = [e.WhichOneof("event") for e in events]
+    assert kinds[0] == "started" and kinds.count("prompt_logprobs") == 1
+    assert kinds.index("prompt_logprobs") < kinds.index("delta")
+    tokens = events[kinds.index("prompt_logprobs")].prompt_logprobs.tokens
+    ids = list(client.tokenize(text, add_special_tokens=True).token_ids)
+    assert events[0].started.prompt_tokens == len(ids) and len(tokens) == len(ids) - 1
+    assert [t.token_id for t in tokens] == ids[1:]  # every prompt token but the first
+    for t in tokens:
+        assert t.logprob <= 0 and len(t.top_logprobs) == 2
+        assert t.top_logprobs[0].logprob >= max(t.top_logprobs[1].logprob, t.logprob - 1e-4)
+    assert stream.result.prompt_logprobs == list(tokens) and len(stream.result.token_ids) == 3
+
+
 def test_stop_token_id(client):
     greedy = client.generate("The quick brown fox", **exact(8)).collect().token_ids
     stop = greedy[3]

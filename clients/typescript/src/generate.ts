@@ -8,13 +8,15 @@ import type {
   GenerateResponse,
   GenerationFinished,
   GenerationStarted,
+  TokenDelta,
 } from "./gen/mlxgrpc/v1/inference_service_pb.js";
 import { sleep, type Attempts } from "./retry.js";
 import { addToolCallDeltas } from "./tools.js";
 
-/** Everything one Generate produced (the unary-style result). */
-export interface GenerateResult {
-  requestId: string;
+/** One answer of a Generate: GenerateRequest.n of them (one by default), by choiceIndex. */
+export interface GenerateChoice {
+  /** GenerateResponse.choiceIndex: 0 to n-1. */
+  index: number;
   /** The answer's text (without reasoning or tool-call markup). */
   text: string;
   /** The model's thinking, kept out of text (models with thinking markers). */
@@ -25,9 +27,34 @@ export interface GenerateResult {
   streamedToolCalls: ToolCall[];
   tokenIds: number[];
   logprobs: TokenLogprob[];
-  started?: GenerationStarted;
-  /** The finished event (reason, usage, timings); absent if the call was aborted. */
+  /** This choice's finished event (reason, usage, timings); absent if the call was aborted. */
   finished?: GenerationFinished;
+}
+
+/**
+ * Everything one Generate produced (the unary-style result). Its own answer fields
+ * (text, tokenIds, finished, ...) are the first choice's; `choices` holds every choice by
+ * index, the first included.
+ */
+export interface GenerateResult extends GenerateChoice {
+  requestId: string;
+  started?: GenerationStarted;
+  /** The prompt tokens' log probabilities (all but the first), when the request set promptLogprobs. */
+  promptLogprobs: TokenLogprob[];
+  choices: GenerateChoice[];
+}
+
+function emptyChoice(index: number): GenerateChoice {
+  return { index, text: "", reasoning: "", toolCalls: [], streamedToolCalls: [], tokenIds: [], logprobs: [] };
+}
+
+function addDelta(choice: GenerateChoice, delta: TokenDelta): void {
+  choice.text += delta.text;
+  choice.reasoning += delta.reasoning;
+  choice.toolCalls.push(...delta.toolCalls);
+  addToolCallDeltas(choice.streamedToolCalls, delta.toolCallDeltas);
+  choice.tokenIds.push(...delta.tokenIds);
+  choice.logprobs.push(...delta.logprobs);
 }
 
 /** Opens one attempt of the call with this much time left. */
@@ -84,28 +111,25 @@ export class GenerateCall implements AsyncIterable<GenerateResponse> {
     };
   }
 
-  /** Reads the whole stream: the unary form of Generate. */
+  /** Reads the whole stream: the unary form of Generate (every choice, the prompt's logprobs). */
   async collect(): Promise<GenerateResult> {
-    const result: GenerateResult = {
-      requestId: this.requestId,
-      text: "",
-      reasoning: "",
-      toolCalls: [],
-      streamedToolCalls: [],
-      tokenIds: [],
-      logprobs: [],
+    const result: GenerateResult = { ...emptyChoice(0), requestId: this.requestId, promptLogprobs: [], choices: [] };
+    const choice = (index: number): GenerateChoice => {
+      while (result.choices.length <= index) result.choices.push(emptyChoice(result.choices.length));
+      return result.choices[index];
     };
+    choice(0);
     for await (const res of this) {
       const ev = res.event;
       if (ev.case === "started") result.started = ev.value;
+      else if (ev.case === "promptLogprobs") result.promptLogprobs.push(...ev.value.tokens);
       else if (ev.case === "delta") {
-        result.text += ev.value.text;
-        result.reasoning += ev.value.reasoning;
-        result.toolCalls.push(...ev.value.toolCalls);
-        addToolCallDeltas(result.streamedToolCalls, ev.value.toolCallDeltas);
-        result.tokenIds.push(...ev.value.tokenIds);
-        result.logprobs.push(...ev.value.logprobs);
-      } else if (ev.case === "finished") result.finished = ev.value;
+        addDelta(choice(res.choiceIndex), ev.value);
+        if (res.choiceIndex === 0) addDelta(result, ev.value);
+      } else if (ev.case === "finished") {
+        choice(res.choiceIndex).finished = ev.value;
+        if (res.choiceIndex === 0) result.finished = ev.value;
+      }
     }
     return result;
   }

@@ -16,12 +16,13 @@ awaited; ``async for`` over ``generate``). Messages and enums live in
 """
 
 from . import aio, pb
-from ._common import (ErrorDetails, GenerationResult, embed_request, error_details, generate_request, prefetch_request,
+from ._common import (Choice, ErrorDetails, GenerationResult, embed_request, error_details, generate_request, prefetch_request,
                       rerank_request)
 from ._images import image_part, sniff_media_type
 from ._sync import Client, GenerateStream, connect
 
 __all__ = [
+    "Choice",
     "Client",
     "ErrorDetails",
     "GenerateStream",

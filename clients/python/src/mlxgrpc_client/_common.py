@@ -170,7 +170,13 @@ def generate_request(
     ``pb.SpeculationOptions`` or a dict of its fields, and ``num_draft_tokens`` sets
     ``speculation.num_draft_tokens``; ``priority`` (-100 to 100, default 0: higher starts
     first among waiting requests, and waiting raises it, so none starves); other keywords (``logprobs``, ``top_logprobs``,
-    ``session_id``, ...) are request fields.
+    ``session_id``, ``n``, ``prompt_logprobs``, ...) are request fields. ``n`` answers share
+    the prompt (:attr:`GenerationResult.choices`); ``prompt_logprobs=K`` returns the prompt
+    tokens' log probabilities with K alternatives (:attr:`GenerationResult.prompt_logprobs`).
+    Every sampler is a ``sampling`` field, nested ones as dicts: ``{"temperature": 0.8,
+    "typical_p": 0.9, "xtc": {"probability": 0.5}, "dry": {"multiplier": 0.8},
+    "mirostat": {"tau": 5.0}, "dynamic_temperature": {"range": 0.3}, "sampler_order":
+    "SAMPLER_ORDER_LLAMA_CPP", "bad_words": ["darn"], "allowed_token_ids": [...]}``.
 
     Chat prompts only (a ``ValueError`` otherwise): ``tools`` are ``pb.Tool`` or dicts
     ``{"name", "description", "parameters"}`` (``parameters``: a JSON Schema as a dict or
@@ -363,12 +369,11 @@ def rerank_request(
 
 
 @dataclasses.dataclass
-class GenerationResult:
-    """What a Generate stream produced, gathered from its events."""
+class Choice:
+    """One answer of a Generate stream (GenerateRequest.n of them; one by default)."""
 
-    request_id: str
-    model: str = ""
-    prompt_tokens: int = 0
+    #: GenerateResponse.choice_index: 0 to n-1.
+    index: int = 0
     token_ids: list[int] = dataclasses.field(default_factory=list)
     #: The answer's text (without reasoning or tool-call markup).
     text: str = ""
@@ -381,7 +386,7 @@ class GenerationResult:
     #: The calls as their pieces streamed (TokenDelta.tool_call_deltas joined by index), so
     #: far: a call cut short shows here only; ``tool_calls`` is authoritative.
     streamed_tool_calls: list[pb.ToolCall] = dataclasses.field(default_factory=list)
-    #: The ``finished`` event; ``None`` when the stream ended without one
+    #: This choice's ``finished`` event; ``None`` when the stream ended without one
     #: (cancelled client-side).
     finished: pb.GenerationFinished | None = None
 
@@ -396,27 +401,57 @@ class GenerationResult:
         return pb.ChatMessage(role="assistant", content=self.text, tool_calls=self.tool_calls,
                               reasoning=self.reasoning)
 
+    def _add_delta(self, delta: pb.TokenDelta) -> None:
+        self.token_ids.extend(delta.token_ids)
+        self.text += delta.text
+        self.logprobs.extend(delta.logprobs)
+        self.reasoning += delta.reasoning
+        self.tool_calls.extend(delta.tool_calls)
+        for piece in delta.tool_call_deltas:
+            while len(self.streamed_tool_calls) <= piece.index:
+                self.streamed_tool_calls.append(pb.ToolCall())
+            call = self.streamed_tool_calls[piece.index]
+            call.id = piece.id or call.id
+            call.name = piece.name or call.name
+            call.arguments_json += piece.arguments_json
+
+
+@dataclasses.dataclass
+class GenerationResult(Choice):
+    """What a Generate stream produced, gathered from its events. Its own answer fields
+    (``text``, ``token_ids``, ``finished``, ...) are the first choice's; ``choices`` holds
+    every choice by ``choice_index`` (``n`` of them), the first included."""
+
+    request_id: str = ""
+    model: str = ""
+    prompt_tokens: int = 0
+    #: The prompt_logprobs event's tokens (prompt tokens 1 to n-1), when the request asked
+    #: for ``prompt_logprobs``.
+    prompt_logprobs: list[pb.TokenLogprob] = dataclasses.field(default_factory=list)
+    #: Every choice in index order.
+    choices: list[Choice] = dataclasses.field(default_factory=list)
+
+    def _choice(self, index: int) -> Choice:
+        while len(self.choices) <= index:
+            self.choices.append(Choice(index=len(self.choices)))
+        return self.choices[index]
+
     def _add(self, event: pb.GenerateResponse) -> None:
         kind = event.WhichOneof("event")
         if kind == "started":
             self.request_id = event.started.request_id
             self.model = event.started.model
             self.prompt_tokens = event.started.prompt_tokens
+        elif kind == "prompt_logprobs":
+            self.prompt_logprobs.extend(event.prompt_logprobs.tokens)
         elif kind == "delta":
-            self.token_ids.extend(event.delta.token_ids)
-            self.text += event.delta.text
-            self.logprobs.extend(event.delta.logprobs)
-            self.reasoning += event.delta.reasoning
-            self.tool_calls.extend(event.delta.tool_calls)
-            for piece in event.delta.tool_call_deltas:
-                while len(self.streamed_tool_calls) <= piece.index:
-                    self.streamed_tool_calls.append(pb.ToolCall())
-                call = self.streamed_tool_calls[piece.index]
-                call.id = piece.id or call.id
-                call.name = piece.name or call.name
-                call.arguments_json += piece.arguments_json
+            self._choice(event.choice_index)._add_delta(event.delta)
+            if event.choice_index == 0:
+                self._add_delta(event.delta)
         elif kind == "finished":
-            self.finished = event.finished
+            self._choice(event.choice_index).finished = event.finished
+            if event.choice_index == 0:
+                self.finished = event.finished
 
 
 @dataclasses.dataclass

@@ -109,6 +109,55 @@ describe("live server", () => {
     assert.ok((a.started?.promptTokens ?? 0) > tok.tokenIds.length, "chat template adds tokens");
   });
 
+  liveTest("n = 2 with a seed: two choices, each ending with its finished event, each its seed's alone", async () => {
+    const prompt = { case: "text" as const, value: "Once upon a time" };
+    const sampling = (seed: bigint) => ({ temperature: 1.0, seed });
+    const evs: GenerateResponse[] = [];
+    const call = client.generate({ prompt, n: 2, sampling: sampling(7n), stopping: exact(6) });
+    for await (const res of call) evs.push(res);
+    assert.equal(evs[0].event.case, "started");
+    assert.equal(evs[evs.length - 1].event.case, "finished");
+    for (const index of [0, 1]) {
+      const mine = evs.slice(1).filter((e) => e.choiceIndex === index);
+      const last = mine[mine.length - 1].event;
+      assert.ok(mine.slice(0, -1).every((e) => e.event.case === "delta"), `choice ${index}: deltas, then finished`);
+      assert.equal(last.case, "finished");
+      assert.equal(last.value.reason, FinishReason.LENGTH);
+      assert.equal(last.value.usage?.completionTokens, 6);
+    }
+    const r = await client.generateText({ prompt, n: 2, sampling: sampling(7n), stopping: exact(6) });
+    assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+    assert.deepEqual(r.tokenIds, r.choices[0].tokenIds);
+    // Choice i of a request seeded s is the request seeded s + i alone.
+    for (const c of r.choices) {
+      const alone = await client.generateText({ prompt, sampling: sampling(7n + BigInt(c.index)), stopping: exact(6) });
+      assert.equal(c.tokenIds.length, 6);
+      assert.deepEqual([c.tokenIds, c.text], [alone.tokenIds, alone.text]);
+    }
+  });
+
+  liveTest("promptLogprobs: one event before the first delta, prompt_tokens - 1 entries", async () => {
+    const text = "The quick brown fox jumps over";
+    const evs: GenerateResponse[] = [];
+    for await (const res of client.generate({ prompt: { case: "text", value: text }, promptLogprobs: 2, stopping: exact(3) })) {
+      evs.push(res);
+    }
+    const at = evs.findIndex((e) => e.event.case === "promptLogprobs");
+    const firstDelta = evs.findIndex((e) => e.event.case === "delta");
+    assert.ok(at > 0 && at < firstDelta, `prompt_logprobs at ${at}, first delta at ${firstDelta}`);
+    const started = evs[0].event;
+    const got = evs[at].event;
+    assert.ok(started.case === "started" && got.case === "promptLogprobs");
+    const ids = (await client.raw.tokenize({ text, addSpecialTokens: true })).tokenIds;
+    assert.equal(started.value.promptTokens, ids.length);
+    assert.deepEqual(got.value.tokens.map((t) => t.tokenId), ids.slice(1), "every prompt token but the first");
+    for (const t of got.value.tokens) {
+      assert.ok(t.logprob <= 0 && t.topLogprobs.length === 2 && t.topLogprobs[0].logprob >= t.topLogprobs[1].logprob);
+    }
+    const r = await client.generateText({ prompt: { case: "text", value: text }, promptLogprobs: 2, stopping: exact(3) });
+    assert.equal(r.promptLogprobs.length, ids.length - 1);
+  });
+
   liveTest("speculation never changes the output; usage counts the drafts", async (t) => {
     const run = (mode: "off" | "ngram") =>
       client.generateText({

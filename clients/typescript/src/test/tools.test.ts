@@ -118,6 +118,16 @@ const script: MessageInitShape<typeof GenerateResponseSchema>[] = [
   },
   { event: { case: "finished", value: { reason: FinishReason.TOOL_CALLS, usage: { promptTokens: 9, completionTokens: 6 } } } },
 ];
+// Asked for two choices (n = 2) and prompt logprobs: the events of each choice interleaved.
+const choicesScript: MessageInitShape<typeof GenerateResponseSchema>[] = [
+  { event: { case: "started", value: { requestId: "r", promptTokens: 3 } } },
+  { event: { case: "promptLogprobs", value: { tokens: [{ tokenId: 5, logprob: -1.5 }, { tokenId: 6, logprob: -0.5 }] } } },
+  { event: { case: "delta", value: { tokenIds: [1], text: "a" } }, choiceIndex: 1 },
+  { event: { case: "delta", value: { tokenIds: [2], text: "b" } } },
+  { event: { case: "delta", value: { tokenIds: [3], text: "c" } }, choiceIndex: 1 },
+  { event: { case: "finished", value: { reason: FinishReason.EOS } } },
+  { event: { case: "finished", value: { reason: FinishReason.LENGTH } }, choiceIndex: 1 },
+];
 let h2: http2.Http2Server;
 let local = "";
 before(async () => {
@@ -126,7 +136,7 @@ before(async () => {
       router.service(InferenceService, {
         async *generate(req: GenerateRequest) {
           seen.push(req);
-          for (const res of script) yield res;
+          for (const res of req.n === 2 ? choicesScript : script) yield res;
         },
       }),
   });
@@ -168,6 +178,22 @@ test("collect gathers text, reasoning, streamed pieces and complete calls; the r
     assert.equal(again.messages[1].reasoning, "The user wants the weather.");
     assert.equal(again.messages[2].content, '{"sky":"clear"}');
     assert.equal(again.toolChoice?.mode, ToolChoiceMode.NONE);
+  } finally {
+    client.close();
+  }
+});
+
+test("collect gathers each choice by choiceIndex and the prompt's logprobs", async () => {
+  const client = connect(local);
+  try {
+    const r = await client.generateText({ prompt: { case: "text", value: "x" }, n: 2, promptLogprobs: 0 });
+    assert.deepEqual(r.promptLogprobs.map((t) => [t.tokenId, t.logprob]), [[5, -1.5], [6, -0.5]]);
+    assert.deepEqual(r.choices.map((c) => [c.index, c.tokenIds, c.text, c.finished?.reason]), [
+      [0, [2], "b", FinishReason.EOS],
+      [1, [1, 3], "ac", FinishReason.LENGTH],
+    ]);
+    assert.deepEqual([r.tokenIds, r.text, r.finished?.reason], [[2], "b", FinishReason.EOS], "its own fields are the first choice's");
+    assert.equal(seen[seen.length - 1].promptLogprobs, 0);
   } finally {
     client.close();
   }

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmlxgrpc/v1/generation.proto\x12\nmlxgrpc.v1\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xa7\x01\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12&\n\x05parts\x18\x03 \x03(\x0b\x32\x17.mlxgrpc.v1.ContentPart\x12(\n\ntool_calls\x18\x04 \x03(\x0b\x32\x14.mlxgrpc.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x05 \x01(\t\x12\x11\n\treasoning\x18\x06 \x01(\t\"I\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\"\n\x05image\x18\x02 \x01(\x0b\x32\x11.mlxgrpc.v1.ImageH\x00\x42\x06\n\x04part\")\n\x05Image\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x12\n\nmedia_type\x18\x02 \x01(\t\"I\n\x04Tool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x1e\n\x16parameters_json_schema\x18\x03 \x01(\t\"<\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"P\n\rToolCallDelta\x12\r\n\x05index\x18\x01 \x01(\x05\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\t\"M\n\nToolChoice\x12(\n\x04mode\x18\x01 \x01(\x0e\x32\x1a.mlxgrpc.v1.ToolChoiceMode\x12\x15\n\rfunction_name\x18\x02 \x01(\t\"\xf1\x02\n\x0c\x43hatMessages\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.mlxgrpc.v1.ChatMessage\x12\x1f\n\x05tools\x18\x02 \x03(\x0b\x32\x10.mlxgrpc.v1.Tool\x12+\n\x0btool_choice\x18\x03 \x01(\x0b\x32\x16.mlxgrpc.v1.ToolChoice\x12 \n\x13parallel_tool_calls\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12\x1c\n\x0f\x65nable_thinking\x18\x05 \x01(\x08H\x01\x88\x01\x01\x12\x45\n\x0ftemplate_kwargs\x18\x06 \x03(\x0b\x32,.mlxgrpc.v1.ChatMessages.TemplateKwargsEntry\x1a\x35\n\x13TemplateKwargsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x16\n\x14_parallel_tool_callsB\x12\n\x10_enable_thinking\"\x91\x03\n\x0eSamplingParams\x12\x18\n\x0btemperature\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\r\n\x05min_p\x18\x04 \x01(\x02\x12\x1f\n\x12repetition_penalty\x18\x05 \x01(\x02H\x02\x88\x01\x01\x12\x1f\n\x17repetition_context_size\x18\x06 \x01(\x05\x12\x18\n\x10presence_penalty\x18\x07 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x08 \x01(\x02\x12=\n\nlogit_bias\x18\t \x03(\x0b\x32).mlxgrpc.v1.SamplingParams.LogitBiasEntry\x12\x11\n\x04seed\x18\n \x01(\x04H\x03\x88\x01\x01\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x15\n\x13_repetition_penaltyB\x07\n\x05_seed\"\x88\x01\n\x10StoppingCriteria\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\nmin_tokens\x18\x02 \x01(\x05\x12\x0c\n\x04stop\x18\x03 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x04 \x03(\x05\x12\x12\n\nignore_eos\x18\x05 \x01(\x08\x42\r\n\x0b_max_tokens\"\xbc\x01\n\x0eResponseFormat\x12\x15\n\x0bjson_schema\x18\x01 \x01(\tH\x00\x12\x15\n\x0bjson_object\x18\x02 \x01(\x08H\x00\x12\x0f\n\x05regex\x18\x03 \x01(\tH\x00\x12\x11\n\x07grammar\x18\x04 \x01(\tH\x00\x12\x33\n\x06\x63hoice\x18\x05 \x01(\x0b\x32!.mlxgrpc.v1.ResponseFormat.ChoiceH\x00\x1a\x19\n\x06\x43hoice\x12\x0f\n\x07options\x18\x01 \x03(\tB\x08\n\x06\x66ormat\"=\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x0c\n\x04text\x18\x03 \x01(\t\"_\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12,\n\x0ctop_logprobs\x18\x03 \x03(\x0b\x32\x16.mlxgrpc.v1.TopLogprob\"\x85\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x15\n\rcached_tokens\x18\x03 \x01(\x05\x12\x14\n\x0c\x64raft_tokens\x18\x04 \x01(\x05\x12\x1d\n\x15\x61\x63\x63\x65pted_draft_tokens\x18\x05 \x01(\x05\"Y\n\x12SpeculationOptions\x12)\n\x04mode\x18\x01 \x01(\x0e\x32\x1b.mlxgrpc.v1.SpeculationMode\x12\x18\n\x10num_draft_tokens\x18\x02 \x01(\x05\"~\n\x07Timings\x12\x15\n\rqueue_seconds\x18\x01 \x01(\x01\x12#\n\x1btime_to_first_token_seconds\x18\x02 \x01(\x01\x12 \n\x18\x64\x65\x63ode_tokens_per_second\x18\x03 \x01(\x01\x12\x15\n\rtotal_seconds\x18\x04 \x01(\x01*\xa6\x01\n\x0eToolChoiceMode\x12 \n\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03\x12\x1d\n\x19TOOL_CHOICE_MODE_FUNCTION\x10\x04*\xca\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x01\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x02\x12\x15\n\x11\x46INISH_REASON_EOS\x10\x03\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x04\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x05\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x06*\x85\x01\n\x0fSpeculationMode\x12 \n\x1cSPECULATION_MODE_UNSPECIFIED\x10\x00\x12\x18\n\x14SPECULATION_MODE_OFF\x10\x01\x12\x1a\n\x16SPECULATION_MODE_NGRAM\x10\x02\x12\x1a\n\x16SPECULATION_MODE_DRAFT\x10\x03\x42H\n\x0e\x64\x65v.mlxgrpc.v1B\x0fGenerationProtoP\x01Z#mlxgrpc.dev/go/mlxgrpc/v1;mlxgrpcv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmlxgrpc/v1/generation.proto\x12\nmlxgrpc.v1\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xa7\x01\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12&\n\x05parts\x18\x03 \x03(\x0b\x32\x17.mlxgrpc.v1.ContentPart\x12(\n\ntool_calls\x18\x04 \x03(\x0b\x32\x14.mlxgrpc.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x05 \x01(\t\x12\x11\n\treasoning\x18\x06 \x01(\t\"I\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\"\n\x05image\x18\x02 \x01(\x0b\x32\x11.mlxgrpc.v1.ImageH\x00\x42\x06\n\x04part\")\n\x05Image\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x12\n\nmedia_type\x18\x02 \x01(\t\"I\n\x04Tool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x1e\n\x16parameters_json_schema\x18\x03 \x01(\t\"<\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"P\n\rToolCallDelta\x12\r\n\x05index\x18\x01 \x01(\x05\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\t\"M\n\nToolChoice\x12(\n\x04mode\x18\x01 \x01(\x0e\x32\x1a.mlxgrpc.v1.ToolChoiceMode\x12\x15\n\rfunction_name\x18\x02 \x01(\t\"\xf1\x02\n\x0c\x43hatMessages\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.mlxgrpc.v1.ChatMessage\x12\x1f\n\x05tools\x18\x02 \x03(\x0b\x32\x10.mlxgrpc.v1.Tool\x12+\n\x0btool_choice\x18\x03 \x01(\x0b\x32\x16.mlxgrpc.v1.ToolChoice\x12 \n\x13parallel_tool_calls\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12\x1c\n\x0f\x65nable_thinking\x18\x05 \x01(\x08H\x01\x88\x01\x01\x12\x45\n\x0ftemplate_kwargs\x18\x06 \x03(\x0b\x32,.mlxgrpc.v1.ChatMessages.TemplateKwargsEntry\x1a\x35\n\x13TemplateKwargsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x16\n\x14_parallel_tool_callsB\x12\n\x10_enable_thinking\"\xde\x05\n\x0eSamplingParams\x12\x18\n\x0btemperature\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\r\n\x05min_p\x18\x04 \x01(\x02\x12\x1f\n\x12repetition_penalty\x18\x05 \x01(\x02H\x02\x88\x01\x01\x12\x1f\n\x17repetition_context_size\x18\x06 \x01(\x05\x12\x18\n\x10presence_penalty\x18\x07 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x08 \x01(\x02\x12=\n\nlogit_bias\x18\t \x03(\x0b\x32).mlxgrpc.v1.SamplingParams.LogitBiasEntry\x12\x11\n\x04seed\x18\n \x01(\x04H\x03\x88\x01\x01\x12\x16\n\ttypical_p\x18\x0b \x01(\x02H\x04\x88\x01\x01\x12\x13\n\x0btop_n_sigma\x18\x0c \x01(\x02\x12\"\n\x03xtc\x18\r \x01(\x0b\x32\x15.mlxgrpc.v1.XtcParams\x12\"\n\x03\x64ry\x18\x0e \x01(\x0b\x32\x15.mlxgrpc.v1.DryParams\x12,\n\x08mirostat\x18\x0f \x01(\x0b\x32\x1a.mlxgrpc.v1.MirostatParams\x12;\n\x13\x64ynamic_temperature\x18\x10 \x01(\x0b\x32\x1e.mlxgrpc.v1.DynamicTemperature\x12/\n\rsampler_order\x18\x11 \x01(\x0e\x32\x18.mlxgrpc.v1.SamplerOrder\x12\x11\n\tbad_words\x18\x12 \x03(\t\x12\x19\n\x11\x61llowed_token_ids\x18\x13 \x03(\x05\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x15\n\x13_repetition_penaltyB\x07\n\x05_seedB\x0c\n\n_typical_p\"F\n\tXtcParams\x12\x13\n\x0bprobability\x18\x01 \x01(\x02\x12\x16\n\tthreshold\x18\x02 \x01(\x02H\x00\x88\x01\x01\x42\x0c\n\n_threshold\"\xb7\x01\n\tDryParams\x12\x12\n\nmultiplier\x18\x01 \x01(\x02\x12\x11\n\x04\x62\x61se\x18\x02 \x01(\x02H\x00\x88\x01\x01\x12\x1b\n\x0e\x61llowed_length\x18\x03 \x01(\x05H\x01\x88\x01\x01\x12\x16\n\x0epenalty_last_n\x18\x04 \x01(\x05\x12\x19\n\x11sequence_breakers\x18\x05 \x03(\t\x12\x17\n\x0fuse_no_breakers\x18\x06 \x01(\x08\x42\x07\n\x05_baseB\x11\n\x0f_allowed_length\"D\n\x0eMirostatParams\x12\x10\n\x03tau\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x10\n\x03\x65ta\x18\x02 \x01(\x02H\x01\x88\x01\x01\x42\x06\n\x04_tauB\x06\n\x04_eta\"G\n\x12\x44ynamicTemperature\x12\r\n\x05range\x18\x01 \x01(\x02\x12\x15\n\x08\x65xponent\x18\x02 \x01(\x02H\x00\x88\x01\x01\x42\x0b\n\t_exponent\"\x88\x01\n\x10StoppingCriteria\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\nmin_tokens\x18\x02 \x01(\x05\x12\x0c\n\x04stop\x18\x03 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x04 \x03(\x05\x12\x12\n\nignore_eos\x18\x05 \x01(\x08\x42\r\n\x0b_max_tokens\"\xbc\x01\n\x0eResponseFormat\x12\x15\n\x0bjson_schema\x18\x01 \x01(\tH\x00\x12\x15\n\x0bjson_object\x18\x02 \x01(\x08H\x00\x12\x0f\n\x05regex\x18\x03 \x01(\tH\x00\x12\x11\n\x07grammar\x18\x04 \x01(\tH\x00\x12\x33\n\x06\x63hoice\x18\x05 \x01(\x0b\x32!.mlxgrpc.v1.ResponseFormat.ChoiceH\x00\x1a\x19\n\x06\x43hoice\x12\x0f\n\x07options\x18\x01 \x03(\tB\x08\n\x06\x66ormat\"=\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x0c\n\x04text\x18\x03 \x01(\t\"_\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12,\n\x0ctop_logprobs\x18\x03 \x03(\x0b\x32\x16.mlxgrpc.v1.TopLogprob\"\x85\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x15\n\rcached_tokens\x18\x03 \x01(\x05\x12\x14\n\x0c\x64raft_tokens\x18\x04 \x01(\x05\x12\x1d\n\x15\x61\x63\x63\x65pted_draft_tokens\x18\x05 \x01(\x05\"Y\n\x12SpeculationOptions\x12)\n\x04mode\x18\x01 \x01(\x0e\x32\x1b.mlxgrpc.v1.SpeculationMode\x12\x18\n\x10num_draft_tokens\x18\x02 \x01(\x05\"~\n\x07Timings\x12\x15\n\rqueue_seconds\x18\x01 \x01(\x01\x12#\n\x1btime_to_first_token_seconds\x18\x02 \x01(\x01\x12 \n\x18\x64\x65\x63ode_tokens_per_second\x18\x03 \x01(\x01\x12\x15\n\rtotal_seconds\x18\x04 \x01(\x01*\xa6\x01\n\x0eToolChoiceMode\x12 \n\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03\x12\x1d\n\x19TOOL_CHOICE_MODE_FUNCTION\x10\x04*e\n\x0cSamplerOrder\x12\x1d\n\x19SAMPLER_ORDER_UNSPECIFIED\x10\x00\x12\x19\n\x15SAMPLER_ORDER_DEFAULT\x10\x01\x12\x1b\n\x17SAMPLER_ORDER_LLAMA_CPP\x10\x02*\xca\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x01\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x02\x12\x15\n\x11\x46INISH_REASON_EOS\x10\x03\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x04\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x05\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x06*\x85\x01\n\x0fSpeculationMode\x12 \n\x1cSPECULATION_MODE_UNSPECIFIED\x10\x00\x12\x18\n\x14SPECULATION_MODE_OFF\x10\x01\x12\x1a\n\x16SPECULATION_MODE_NGRAM\x10\x02\x12\x1a\n\x16SPECULATION_MODE_DRAFT\x10\x03\x42H\n\x0e\x64\x65v.mlxgrpc.v1B\x0fGenerationProtoP\x01Z#mlxgrpc.dev/go/mlxgrpc/v1;mlxgrpcv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,12 +36,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHATMESSAGES_TEMPLATEKWARGSENTRY']._serialized_options = b'8\001'
   _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._loaded_options = None
   _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_options = b'8\001'
-  _globals['_TOOLCHOICEMODE']._serialized_start=2276
-  _globals['_TOOLCHOICEMODE']._serialized_end=2442
-  _globals['_FINISHREASON']._serialized_start=2445
-  _globals['_FINISHREASON']._serialized_end=2647
-  _globals['_SPECULATIONMODE']._serialized_start=2650
-  _globals['_SPECULATIONMODE']._serialized_end=2783
+  _globals['_TOOLCHOICEMODE']._serialized_start=3010
+  _globals['_TOOLCHOICEMODE']._serialized_end=3176
+  _globals['_SAMPLERORDER']._serialized_start=3178
+  _globals['_SAMPLERORDER']._serialized_end=3279
+  _globals['_FINISHREASON']._serialized_start=3282
+  _globals['_FINISHREASON']._serialized_end=3484
+  _globals['_SPECULATIONMODE']._serialized_start=3487
+  _globals['_SPECULATIONMODE']._serialized_end=3620
   _globals['_TOKENIDS']._serialized_start=43
   _globals['_TOKENIDS']._serialized_end=66
   _globals['_CHATMESSAGE']._serialized_start=69
@@ -63,23 +65,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHATMESSAGES_TEMPLATEKWARGSENTRY']._serialized_start=927
   _globals['_CHATMESSAGES_TEMPLATEKWARGSENTRY']._serialized_end=980
   _globals['_SAMPLINGPARAMS']._serialized_start=1027
-  _globals['_SAMPLINGPARAMS']._serialized_end=1428
-  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_start=1322
-  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_end=1370
-  _globals['_STOPPINGCRITERIA']._serialized_start=1431
-  _globals['_STOPPINGCRITERIA']._serialized_end=1567
-  _globals['_RESPONSEFORMAT']._serialized_start=1570
-  _globals['_RESPONSEFORMAT']._serialized_end=1758
-  _globals['_RESPONSEFORMAT_CHOICE']._serialized_start=1723
-  _globals['_RESPONSEFORMAT_CHOICE']._serialized_end=1748
-  _globals['_TOPLOGPROB']._serialized_start=1760
-  _globals['_TOPLOGPROB']._serialized_end=1821
-  _globals['_TOKENLOGPROB']._serialized_start=1823
-  _globals['_TOKENLOGPROB']._serialized_end=1918
-  _globals['_USAGE']._serialized_start=1921
-  _globals['_USAGE']._serialized_end=2054
-  _globals['_SPECULATIONOPTIONS']._serialized_start=2056
-  _globals['_SPECULATIONOPTIONS']._serialized_end=2145
-  _globals['_TIMINGS']._serialized_start=2147
-  _globals['_TIMINGS']._serialized_end=2273
+  _globals['_SAMPLINGPARAMS']._serialized_end=1761
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_start=1641
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_end=1689
+  _globals['_XTCPARAMS']._serialized_start=1763
+  _globals['_XTCPARAMS']._serialized_end=1833
+  _globals['_DRYPARAMS']._serialized_start=1836
+  _globals['_DRYPARAMS']._serialized_end=2019
+  _globals['_MIROSTATPARAMS']._serialized_start=2021
+  _globals['_MIROSTATPARAMS']._serialized_end=2089
+  _globals['_DYNAMICTEMPERATURE']._serialized_start=2091
+  _globals['_DYNAMICTEMPERATURE']._serialized_end=2162
+  _globals['_STOPPINGCRITERIA']._serialized_start=2165
+  _globals['_STOPPINGCRITERIA']._serialized_end=2301
+  _globals['_RESPONSEFORMAT']._serialized_start=2304
+  _globals['_RESPONSEFORMAT']._serialized_end=2492
+  _globals['_RESPONSEFORMAT_CHOICE']._serialized_start=2457
+  _globals['_RESPONSEFORMAT_CHOICE']._serialized_end=2482
+  _globals['_TOPLOGPROB']._serialized_start=2494
+  _globals['_TOPLOGPROB']._serialized_end=2555
+  _globals['_TOKENLOGPROB']._serialized_start=2557
+  _globals['_TOKENLOGPROB']._serialized_end=2652
+  _globals['_USAGE']._serialized_start=2655
+  _globals['_USAGE']._serialized_end=2788
+  _globals['_SPECULATIONOPTIONS']._serialized_start=2790
+  _globals['_SPECULATIONOPTIONS']._serialized_end=2879
+  _globals['_TIMINGS']._serialized_start=2881
+  _globals['_TIMINGS']._serialized_end=3007
 # @@protoc_insertion_point(module_scope)

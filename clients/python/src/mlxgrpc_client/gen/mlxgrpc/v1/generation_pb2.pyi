@@ -15,6 +15,12 @@ class ToolChoiceMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOOL_CHOICE_MODE_REQUIRED: _ClassVar[ToolChoiceMode]
     TOOL_CHOICE_MODE_FUNCTION: _ClassVar[ToolChoiceMode]
 
+class SamplerOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SAMPLER_ORDER_UNSPECIFIED: _ClassVar[SamplerOrder]
+    SAMPLER_ORDER_DEFAULT: _ClassVar[SamplerOrder]
+    SAMPLER_ORDER_LLAMA_CPP: _ClassVar[SamplerOrder]
+
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
@@ -36,6 +42,9 @@ TOOL_CHOICE_MODE_AUTO: ToolChoiceMode
 TOOL_CHOICE_MODE_NONE: ToolChoiceMode
 TOOL_CHOICE_MODE_REQUIRED: ToolChoiceMode
 TOOL_CHOICE_MODE_FUNCTION: ToolChoiceMode
+SAMPLER_ORDER_UNSPECIFIED: SamplerOrder
+SAMPLER_ORDER_DEFAULT: SamplerOrder
+SAMPLER_ORDER_LLAMA_CPP: SamplerOrder
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_STOP: FinishReason
@@ -150,7 +159,7 @@ class ChatMessages(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., parallel_tool_calls: _Optional[bool] = ..., enable_thinking: _Optional[bool] = ..., template_kwargs: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
-    __slots__ = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "repetition_context_size", "presence_penalty", "frequency_penalty", "logit_bias", "seed")
+    __slots__ = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "repetition_context_size", "presence_penalty", "frequency_penalty", "logit_bias", "seed", "typical_p", "top_n_sigma", "xtc", "dry", "mirostat", "dynamic_temperature", "sampler_order", "bad_words", "allowed_token_ids")
     class LogitBiasEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +177,15 @@ class SamplingParams(_message.Message):
     FREQUENCY_PENALTY_FIELD_NUMBER: _ClassVar[int]
     LOGIT_BIAS_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    TYPICAL_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_N_SIGMA_FIELD_NUMBER: _ClassVar[int]
+    XTC_FIELD_NUMBER: _ClassVar[int]
+    DRY_FIELD_NUMBER: _ClassVar[int]
+    MIROSTAT_FIELD_NUMBER: _ClassVar[int]
+    DYNAMIC_TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLER_ORDER_FIELD_NUMBER: _ClassVar[int]
+    BAD_WORDS_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     temperature: float
     top_p: float
     top_k: int
@@ -178,7 +196,56 @@ class SamplingParams(_message.Message):
     frequency_penalty: float
     logit_bias: _containers.ScalarMap[int, float]
     seed: int
-    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., repetition_context_size: _Optional[int] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., seed: _Optional[int] = ...) -> None: ...
+    typical_p: float
+    top_n_sigma: float
+    xtc: XtcParams
+    dry: DryParams
+    mirostat: MirostatParams
+    dynamic_temperature: DynamicTemperature
+    sampler_order: SamplerOrder
+    bad_words: _containers.RepeatedScalarFieldContainer[str]
+    allowed_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., repetition_context_size: _Optional[int] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., seed: _Optional[int] = ..., typical_p: _Optional[float] = ..., top_n_sigma: _Optional[float] = ..., xtc: _Optional[_Union[XtcParams, _Mapping]] = ..., dry: _Optional[_Union[DryParams, _Mapping]] = ..., mirostat: _Optional[_Union[MirostatParams, _Mapping]] = ..., dynamic_temperature: _Optional[_Union[DynamicTemperature, _Mapping]] = ..., sampler_order: _Optional[_Union[SamplerOrder, str]] = ..., bad_words: _Optional[_Iterable[str]] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class XtcParams(_message.Message):
+    __slots__ = ("probability", "threshold")
+    PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    probability: float
+    threshold: float
+    def __init__(self, probability: _Optional[float] = ..., threshold: _Optional[float] = ...) -> None: ...
+
+class DryParams(_message.Message):
+    __slots__ = ("multiplier", "base", "allowed_length", "penalty_last_n", "sequence_breakers", "use_no_breakers")
+    MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    BASE_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    PENALTY_LAST_N_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_BREAKERS_FIELD_NUMBER: _ClassVar[int]
+    USE_NO_BREAKERS_FIELD_NUMBER: _ClassVar[int]
+    multiplier: float
+    base: float
+    allowed_length: int
+    penalty_last_n: int
+    sequence_breakers: _containers.RepeatedScalarFieldContainer[str]
+    use_no_breakers: bool
+    def __init__(self, multiplier: _Optional[float] = ..., base: _Optional[float] = ..., allowed_length: _Optional[int] = ..., penalty_last_n: _Optional[int] = ..., sequence_breakers: _Optional[_Iterable[str]] = ..., use_no_breakers: _Optional[bool] = ...) -> None: ...
+
+class MirostatParams(_message.Message):
+    __slots__ = ("tau", "eta")
+    TAU_FIELD_NUMBER: _ClassVar[int]
+    ETA_FIELD_NUMBER: _ClassVar[int]
+    tau: float
+    eta: float
+    def __init__(self, tau: _Optional[float] = ..., eta: _Optional[float] = ...) -> None: ...
+
+class DynamicTemperature(_message.Message):
+    __slots__ = ("range", "exponent")
+    RANGE_FIELD_NUMBER: _ClassVar[int]
+    EXPONENT_FIELD_NUMBER: _ClassVar[int]
+    range: float
+    exponent: float
+    def __init__(self, range: _Optional[float] = ..., exponent: _Optional[float] = ...) -> None: ...
 
 class StoppingCriteria(_message.Message):
     __slots__ = ("max_tokens", "min_tokens", "stop", "stop_token_ids", "ignore_eos")

@@ -28,7 +28,7 @@ CACHE_TIER_MEMORY: CacheTier
 CACHE_TIER_DISK: CacheTier
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "request_id", "session_id", "text", "tokens", "chat", "sampling", "stopping", "logprobs", "top_logprobs", "bypass_prefix_cache", "speculation", "response_format", "adapter", "priority")
+    __slots__ = ("model", "request_id", "session_id", "text", "tokens", "chat", "sampling", "stopping", "logprobs", "top_logprobs", "bypass_prefix_cache", "speculation", "response_format", "adapter", "priority", "n", "prompt_logprobs")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,8 @@ class GenerateRequest(_message.Message):
     RESPONSE_FORMAT_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    N_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     model: str
     request_id: str
     session_id: str
@@ -59,7 +61,9 @@ class GenerateRequest(_message.Message):
     response_format: _generation_pb2.ResponseFormat
     adapter: str
     priority: int
-    def __init__(self, model: _Optional[str] = ..., request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., text: _Optional[str] = ..., tokens: _Optional[_Union[_generation_pb2.TokenIds, _Mapping]] = ..., chat: _Optional[_Union[_generation_pb2.ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[_generation_pb2.SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[_generation_pb2.StoppingCriteria, _Mapping]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., bypass_prefix_cache: _Optional[bool] = ..., speculation: _Optional[_Union[_generation_pb2.SpeculationOptions, _Mapping]] = ..., response_format: _Optional[_Union[_generation_pb2.ResponseFormat, _Mapping]] = ..., adapter: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
+    n: int
+    prompt_logprobs: int
+    def __init__(self, model: _Optional[str] = ..., request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., text: _Optional[str] = ..., tokens: _Optional[_Union[_generation_pb2.TokenIds, _Mapping]] = ..., chat: _Optional[_Union[_generation_pb2.ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[_generation_pb2.SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[_generation_pb2.StoppingCriteria, _Mapping]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., bypass_prefix_cache: _Optional[bool] = ..., speculation: _Optional[_Union[_generation_pb2.SpeculationOptions, _Mapping]] = ..., response_format: _Optional[_Union[_generation_pb2.ResponseFormat, _Mapping]] = ..., adapter: _Optional[str] = ..., priority: _Optional[int] = ..., n: _Optional[int] = ..., prompt_logprobs: _Optional[int] = ...) -> None: ...
 
 class GenerationStarted(_message.Message):
     __slots__ = ("request_id", "model", "prompt_tokens", "cached_tokens")
@@ -103,15 +107,25 @@ class GenerationFinished(_message.Message):
     timings: _generation_pb2.Timings
     def __init__(self, reason: _Optional[_Union[_generation_pb2.FinishReason, str]] = ..., stop_sequence: _Optional[str] = ..., stop_token_id: _Optional[int] = ..., usage: _Optional[_Union[_generation_pb2.Usage, _Mapping]] = ..., timings: _Optional[_Union[_generation_pb2.Timings, _Mapping]] = ...) -> None: ...
 
+class PromptLogprobs(_message.Message):
+    __slots__ = ("tokens",)
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    tokens: _containers.RepeatedCompositeFieldContainer[_generation_pb2.TokenLogprob]
+    def __init__(self, tokens: _Optional[_Iterable[_Union[_generation_pb2.TokenLogprob, _Mapping]]] = ...) -> None: ...
+
 class GenerateResponse(_message.Message):
-    __slots__ = ("started", "delta", "finished")
+    __slots__ = ("started", "delta", "finished", "prompt_logprobs", "choice_index")
     STARTED_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    CHOICE_INDEX_FIELD_NUMBER: _ClassVar[int]
     started: GenerationStarted
     delta: TokenDelta
     finished: GenerationFinished
-    def __init__(self, started: _Optional[_Union[GenerationStarted, _Mapping]] = ..., delta: _Optional[_Union[TokenDelta, _Mapping]] = ..., finished: _Optional[_Union[GenerationFinished, _Mapping]] = ...) -> None: ...
+    prompt_logprobs: PromptLogprobs
+    choice_index: int
+    def __init__(self, started: _Optional[_Union[GenerationStarted, _Mapping]] = ..., delta: _Optional[_Union[TokenDelta, _Mapping]] = ..., finished: _Optional[_Union[GenerationFinished, _Mapping]] = ..., prompt_logprobs: _Optional[_Union[PromptLogprobs, _Mapping]] = ..., choice_index: _Optional[int] = ...) -> None: ...
 
 class EmbedRequest(_message.Message):
     __slots__ = ("model", "inputs", "instruction", "normalize", "dimensions", "request_id", "priority", "truncate")
