@@ -46,10 +46,11 @@ if [[ ${#ADDRESSES[@]} -gt 1 ]]; then
     timeout 120 "$CARGO_TARGET_DIR/debug/examples/example"
 fi
 
+# The live tests are #[ignore]d (a plain `cargo test` reports them ignored): --include-ignored runs them.
 echo "== tests against ${ADDRESSES[0]} (live ones included)"
-MLXGRPC_ADDRESS=${ADDRESSES[0]} cargo test --locked
+MLXGRPC_ADDRESS=${ADDRESSES[0]} cargo test --locked -- --include-ignored
 for address in "${ADDRESSES[@]:1}"; do
   echo "== live tests against $address"
   MLXGRPC_ADDRESS=$address cargo test --locked --test live_generate --test live_calls --test retry_live --test live_priority \
-    --test live_tools --test live_rerank --test live_images
+    --test live_tools --test live_rerank --test live_images -- --include-ignored
 done

@@ -60,6 +60,7 @@ async fn describe_image(
                 f.reason(),
                 f.usage.map_or(0, |u| u.completion_tokens)
             ),
+            Ok(Some(Event::PromptLogprobs(_))) => {}
             Ok(None) => return Ok(()),
             Err(status) => {
                 let d = error_details(&status);
@@ -120,6 +121,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 f.reason(),
                 f.usage.map_or(0, |u| u.completion_tokens)
             ),
+            Event::PromptLogprobs(_) => {}
         }
         std::io::stdout().flush()?;
     }
@@ -145,7 +147,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 f.reason(),
                 f.usage.map_or(0, |u| u.completion_tokens)
             ),
-            Event::Started(_) => {}
+            Event::Started(_) | Event::PromptLogprobs(_) => {}
         }
     }
     // Dropping a stream cancels the call too.

@@ -55,7 +55,7 @@ mod retry;
 
 pub use client::Client;
 pub use errors::{ErrorDetails, ErrorInfo, FieldViolation, RetryInfo, error_details};
-pub use generation::{Event, Generation, GenerationResult};
+pub use generation::{Choice, Event, Generation, GenerationResult};
 pub use images::{ImageError, media_type, media_type_of};
 pub use priority::MAX_PRIORITY;
 pub use rerank::{RankedDocument, Ranking, Truncation};

@@ -203,6 +203,62 @@ mod tests {
     }
 
     #[test]
+    fn results_keep_each_choice_and_the_prompt_logprobs() {
+        let text = |t: &str, id| {
+            delta(pb::TokenDelta {
+                token_ids: vec![id],
+                text: t.into(),
+                ..Default::default()
+            })
+        };
+        let finished = |reason: pb::FinishReason| {
+            Event::Finished(pb::GenerationFinished {
+                reason: reason as i32,
+                ..Default::default()
+            })
+        };
+        let prompt = vec![pb::TokenLogprob {
+            token_id: 5,
+            logprob: -1.5,
+            ..Default::default()
+        }];
+        let mut r = GenerationResult::default();
+        r.record(
+            0,
+            Event::PromptLogprobs(pb::PromptLogprobs {
+                tokens: prompt.clone(),
+            }),
+        );
+        r.record(1, text("a", 1));
+        r.record(0, text("b", 2));
+        r.record(1, text("c", 3));
+        r.record(0, finished(pb::FinishReason::Eos));
+        r.record(1, finished(pb::FinishReason::Length));
+        assert_eq!(r.prompt_logprobs, prompt);
+        let choices: Vec<_> = r
+            .choices
+            .iter()
+            .map(|c| {
+                (
+                    c.index,
+                    c.token_ids.clone(),
+                    c.text.as_str(),
+                    c.finished.clone().map(|f| f.reason()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            choices,
+            [
+                (0, vec![2], "b", Some(pb::FinishReason::Eos)),
+                (1, vec![1, 3], "ac", Some(pb::FinishReason::Length))
+            ]
+        );
+        assert_eq!((r.token_ids.as_slice(), r.text.as_str()), (&[2][..], "b"));
+        assert_eq!(r.finish_reason(), pb::FinishReason::Eos);
+    }
+
+    #[test]
     fn results_join_reasoning_and_complete_calls() {
         let call = pb::ToolCall {
             id: "call_0".into(),
@@ -261,7 +317,7 @@ mod tests {
         let mut r = GenerationResult::default();
         assert_eq!(r.finish_reason(), pb::FinishReason::Unspecified);
         for event in events {
-            r.record(event);
+            r.record(0, event);
         }
         assert_eq!(r.token_ids, [1, 2, 3, 4, 5, 6]);
         assert_eq!(
@@ -283,11 +339,14 @@ mod tests {
         );
 
         let mut plain = GenerationResult::default();
-        plain.record(delta(pb::TokenDelta {
-            token_ids: vec![7],
-            text: "Sunny.".into(),
-            ..Default::default()
-        }));
+        plain.record(
+            0,
+            delta(pb::TokenDelta {
+                token_ids: vec![7],
+                text: "Sunny.".into(),
+                ..Default::default()
+            }),
+        );
         assert_eq!(
             plain.assistant_message(),
             pb::ChatMessage::new("assistant", "Sunny.")

@@ -17,6 +17,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn tokenize_detokenize_round_trip() {
     let Some(s) = live().await else { return };
     let mut raw = s.client.raw();
@@ -43,6 +44,7 @@ async fn tokenize_detokenize_round_trip() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn embeddings_are_normalized_and_semantic() {
     let Some(s) = live().await else { return };
     let Some(embedder) = s
@@ -86,6 +88,7 @@ async fn embeddings_are_normalized_and_semantic() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn embed_truncation_none_refuses_a_long_input() {
     let Some(s) = live().await else { return };
     let Some(embedder) = s
@@ -131,6 +134,7 @@ async fn embed_truncation_none_refuses_a_long_input() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn invalid_temperature_has_bad_request_details() {
     let Some(s) = live().await else { return };
     let mut req = exact("hi", 4);
@@ -164,6 +168,7 @@ async fn invalid_temperature_has_bad_request_details() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn unknown_model_is_not_found() {
     let Some(s) = live().await else { return };
     let mut req = exact("hi", 4);
@@ -183,6 +188,7 @@ async fn unknown_model_is_not_found() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn model_info_list_models_and_plan() {
     let Some(s) = live().await else { return };
     let info = s.client.model_info("").await.expect("model_info");
@@ -210,6 +216,7 @@ async fn model_info_list_models_and_plan() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn model_loads_report_every_generation_model() {
     let Some(s) = live().await else { return };
     let before = s.client.model_loads("").await.expect("model_loads");
@@ -254,6 +261,7 @@ async fn model_loads_report_every_generation_model() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn prefetch_finds_a_sessions_prefix_and_close_session_releases_it() {
     let Some(s) = live().await else { return };
     // About forty words: a prompt whose prefix the prefix cache keeps after a Generate.
@@ -302,6 +310,7 @@ async fn prefetch_finds_a_sessions_prefix_and_close_session_releases_it() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn bearer_token_is_accepted() {
     // A server without tokens takes any; one with tokens takes MLXGRPC_TOKEN only.
     let Some(s) = live().await else { return };
@@ -317,6 +326,7 @@ async fn bearer_token_is_accepted() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn a_server_with_tokens_refuses_none_or_a_wrong_one() {
     let Some(s) = live().await else { return };
     let Some(token) = token() else {
@@ -341,6 +351,7 @@ async fn a_server_with_tokens_refuses_none_or_a_wrong_one() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn load_use_and_unload_an_adapter() {
     let Some(s) = live().await else { return };
     let Some(adapter) = loaded_adapter(&s).await else {

@@ -1,7 +1,7 @@
 //! Generate against a live server at MLXGRPC_ADDRESS (any server: the models come from
 //! ListModels): streams, the unary form, structured output, cancellation, deadlines, adapters.
-//! Without the address (or, for the adapter test, an adapter) each prints "skipped: <why>"
-//! and passes; under MLXGRPC_REQUIRE_LIVE=1 (CI) it fails instead.
+//! Ignored unless asked for with a server (see tests/support); without an adapter the
+//! adapter test prints "skipped: <why>" and passes (fails under MLXGRPC_REQUIRE_LIVE=1).
 
 mod support;
 
@@ -13,6 +13,7 @@ use pb::generate_request::Prompt;
 use support::{events, exact, live, loaded_adapter, token_ids, with_adapter};
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn greedy_generate_is_deterministic() {
     let Some(s) = live().await else { return };
     let first = events(&s.client, exact("The quick brown fox", 8)).await;
@@ -49,6 +50,7 @@ async fn greedy_generate_is_deterministic() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn token_prompt_streams_like_the_text_prompt() {
     let Some(s) = live().await else { return };
     let tokens = s
@@ -88,6 +90,7 @@ async fn token_prompt_streams_like_the_text_prompt() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn collect_is_the_unary_form() {
     let Some(s) = live().await else { return };
     let generation = s.client.generate(exact("The quick brown fox", 5));
@@ -117,6 +120,7 @@ async fn collect_is_the_unary_form() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn chat_prompt_uses_template() {
     let Some(s) = live().await else { return };
     assert!(
@@ -145,6 +149,7 @@ const PASSAGE: &str = "The lighthouse keeper climbed the narrow stairs every eve
     lit the great lamp, and wrote the names of the ships that passed in a worn leather book.";
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn speculation_never_changes_the_output() {
     let Some(s) = live().await else { return };
     let run = |mode, k| {
@@ -187,6 +192,7 @@ async fn speculation_never_changes_the_output() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn json_schema_output_is_complete_and_an_invalid_regex_is_refused() {
     let Some(s) = live().await else { return };
     let schema = r#"{"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}},
@@ -225,6 +231,7 @@ async fn json_schema_output_is_complete_and_an_invalid_regex_is_refused() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn another_task_cancels_by_the_client_side_id() {
     let Some(s) = live().await else { return };
     let generation = s.client.generate(exact("Tell me a long story", 2000));
@@ -258,6 +265,7 @@ async fn another_task_cancels_by_the_client_side_id() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn dropping_the_stream_cancels_on_the_server() {
     let Some(s) = live().await else { return };
     let mut g = s.client.generate(exact("Tell me a long story", 2000));
@@ -282,6 +290,7 @@ async fn dropping_the_stream_cancels_on_the_server() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn deadline_ends_a_long_stream() {
     let Some(s) = live().await else { return };
     // 4000 tokens against 300 ms: even a tiny fixture model decoding ~1,500 tokens/s cannot
@@ -297,6 +306,7 @@ async fn deadline_ends_a_long_stream() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn generate_with_an_adapter_changes_the_output() {
     let Some(s) = live().await else { return };
     let Some(adapter) = loaded_adapter(&s).await else {
@@ -325,4 +335,118 @@ async fn generate_with_an_adapter_changes_the_output() {
         .error_info
         .expect("ErrorInfo");
     assert_eq!(info.reason, "ADAPTER_NOT_FOUND");
+}
+
+fn seeded(prompt: &str, max_tokens: i32, seed: u64) -> pb::GenerateRequest {
+    pb::GenerateRequest {
+        sampling: Some(pb::SamplingParams {
+            temperature: Some(1.0),
+            seed: Some(seed),
+            ..Default::default()
+        }),
+        ..exact(prompt, max_tokens)
+    }
+}
+
+#[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
+async fn n_seeded_choices_each_end_with_their_finished_event() {
+    let Some(s) = live().await else { return };
+    let request = pb::GenerateRequest {
+        n: 2,
+        ..seeded("Once upon a time", 6, 7)
+    };
+    let mut g = s.client.generate(request.clone());
+    let mut events = Vec::new();
+    while let Some(e) = g.next_choice_event().await.expect("stream") {
+        events.push(e);
+    }
+    assert!(
+        matches!(events.first(), Some((0, Event::Started(_)))),
+        "{events:?}"
+    );
+    assert!(
+        matches!(events.last(), Some((_, Event::Finished(_)))),
+        "{events:?}"
+    );
+    for index in [0, 1] {
+        let mine: Vec<&Event> = events[1..]
+            .iter()
+            .filter(|(i, _)| *i == index)
+            .map(|(_, e)| e)
+            .collect();
+        let (last, deltas) = mine.split_last().expect("events of the choice");
+        assert!(
+            deltas.iter().all(|e| matches!(e, Event::Delta(_))),
+            "{mine:?}"
+        );
+        match last {
+            Event::Finished(f) => assert_eq!(
+                (f.reason(), f.usage.as_ref().map(|u| u.completion_tokens)),
+                (FinishReason::Length, Some(6))
+            ),
+            other => panic!("choice {index} ends with {other:?}"),
+        }
+    }
+    let r = s.client.generate_text(request).await.expect("collect");
+    assert_eq!(
+        r.choices.iter().map(|c| c.index).collect::<Vec<_>>(),
+        [0, 1]
+    );
+    assert_eq!(r.token_ids, r.choices[0].token_ids);
+    // Choice i of a request seeded s is the request seeded s + i alone.
+    for c in &r.choices {
+        let alone = s
+            .client
+            .generate_text(seeded("Once upon a time", 6, 7 + c.index as u64))
+            .await
+            .expect("alone");
+        assert_eq!(c.token_ids.len(), 6);
+        assert_eq!((&c.token_ids, &c.text), (&alone.token_ids, &alone.text));
+    }
+}
+
+#[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
+async fn prompt_logprobs_come_before_the_first_delta() {
+    let Some(s) = live().await else { return };
+    let text = "The quick brown fox jumps over";
+    let request = pb::GenerateRequest {
+        prompt_logprobs: Some(2),
+        ..exact(text, 3)
+    };
+    let events = events(&s.client, request.clone()).await;
+    let at = events
+        .iter()
+        .position(|e| matches!(e, Event::PromptLogprobs(_)))
+        .expect("a prompt_logprobs event");
+    let first_delta = events.iter().position(|e| matches!(e, Event::Delta(_)));
+    assert!(at > 0 && first_delta.is_some_and(|d| at < d), "{events:?}");
+    let ids = s
+        .client
+        .raw()
+        .tokenize(pb::TokenizeRequest {
+            text: text.into(),
+            add_special_tokens: true,
+            ..Default::default()
+        })
+        .await
+        .expect("tokenize")
+        .into_inner()
+        .token_ids;
+    let (Event::Started(started), Event::PromptLogprobs(p)) = (&events[0], &events[at]) else {
+        panic!("{events:?}")
+    };
+    assert_eq!(started.prompt_tokens as usize, ids.len());
+    let got: Vec<i32> = p.tokens.iter().map(|t| t.token_id).collect();
+    assert_eq!(got, ids[1..], "every prompt token but the first");
+    for t in &p.tokens {
+        assert!(t.logprob <= 0.0 && t.top_logprobs.len() == 2, "{t:?}");
+        assert!(
+            t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob,
+            "{t:?}"
+        );
+    }
+    let r = s.client.generate_text(request).await.expect("collect");
+    assert_eq!(r.prompt_logprobs, p.tokens);
 }

@@ -57,6 +57,7 @@ fn gradient() -> pb::ContentPart {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn image_on_a_text_only_model_is_failed_precondition() {
     let Some(s) = with_vision().await else { return };
     let status = s
@@ -74,6 +75,7 @@ async fn image_on_a_text_only_model_is_failed_precondition() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn image_on_the_vision_model_streams_tokens() {
     let Some(s) = with_vision().await else { return };
     let mut generation = s.client.generate(describe("vision", gradient()));
@@ -93,6 +95,7 @@ async fn image_on_the_vision_model_streams_tokens() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn png_declared_as_jpeg_is_invalid_argument() {
     let Some(s) = with_vision().await else { return };
     let png = std::fs::read(GRADIENT).expect("clients/testdata/gradient.png");

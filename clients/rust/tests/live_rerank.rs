@@ -61,6 +61,7 @@ fn assert_ranked(ranking: &Ranking) {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn rerank_ranks_every_document() {
     let Some((s, reranker)) = with_reranker().await else {
         return;
@@ -101,6 +102,7 @@ async fn rerank_ranks_every_document() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn top_n_returns_the_head_of_the_ranking() {
     let Some((s, _)) = with_reranker().await else {
         return;
@@ -127,6 +129,7 @@ async fn top_n_returns_the_head_of_the_ranking() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn truncation_none_refuses_a_long_document() {
     let Some((s, reranker)) = with_reranker().await else {
         return;
@@ -171,6 +174,7 @@ async fn truncation_none_refuses_a_long_document() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn rerank_and_embed_need_the_right_kind_of_model() {
     let Some((s, _)) = with_reranker().await else {
         return;

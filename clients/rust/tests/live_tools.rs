@@ -102,6 +102,7 @@ fn check_calls(r: &GenerationResult, name: Option<&str>) {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn tool_choice_required_calls_a_tool() {
     let Some(s) = with_tools().await else { return };
     let first = s
@@ -137,6 +138,7 @@ async fn tool_choice_required_calls_a_tool() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn tool_choice_function_calls_that_one() {
     let Some(s) = with_tools().await else { return };
     let r = s
@@ -152,6 +154,7 @@ async fn tool_choice_function_calls_that_one() {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn tool_choice_none_never_calls() {
     let Some(s) = with_tools().await else { return };
     let events = support::events(&s.client, turn(ask_weather(), pb::ToolChoice::none(), 24)).await;
@@ -165,13 +168,14 @@ async fn tool_choice_none_never_calls() {
             mlx_grpc_client::Event::Finished(f) => {
                 assert_ne!(f.reason(), pb::FinishReason::ToolCalls)
             }
-            mlx_grpc_client::Event::Started(_) => {}
+            mlx_grpc_client::Event::Started(_) | mlx_grpc_client::Event::PromptLogprobs(_) => {}
         }
     }
     assert_eq!((pieces, calls), (0, 0), "tool choice NONE");
 }
 
 #[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
 async fn tools_on_a_model_without_tool_calling_fail_precondition() {
     let Some(s) = live().await else { return };
     let chat = s

@@ -1,7 +1,11 @@
 //! Shared by the live tests: the server at MLXGRPC_ADDRESS and the models it serves,
 //! discovered with ListModels, so any server will do (the default one or the fixture).
-//! A live test that cannot run (no MLXGRPC_ADDRESS, no embedding model, no adapter)
-//! prints "skipped: <why>" and passes; under MLXGRPC_REQUIRE_LIVE=1 (CI) it fails instead.
+//! Every live test is `#[ignore]`d, so a plain `cargo test` reports it ignored; with a
+//! server, `MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored` runs them (without
+//! the address they then fail). A live test that cannot run on the server it was given (no
+//! embedding model, no adapter) prints "skipped: <why>" and passes; under
+//! MLXGRPC_REQUIRE_LIVE=1 (CI) it fails instead, and so does a run that leaves the live
+//! tests ignored (`live_tests_run_when_required`, in every live test binary).
 //! Every live client sends MLXGRPC_TOKEN when it is set (a server with a tokens file; the
 //! adapter tests need the admin role); MLXGRPC_TENANT names that token's tenant.
 #![allow(dead_code)] // each test binary uses a part
@@ -30,14 +34,28 @@ pub fn skipped(reason: impl Display) {
     let _ = writeln!(std::io::stderr(), "skipped: {test}: {reason}");
 }
 
+fn require_live() -> bool {
+    std::env::var("MLXGRPC_REQUIRE_LIVE").is_ok_and(|v| v == "1")
+}
+
 /// A live test that cannot run: `None` (the test returns and passes) after saying why,
 /// or a panic with the reason under MLXGRPC_REQUIRE_LIVE=1.
 pub fn unavailable<T>(reason: impl Display) -> Option<T> {
-    if std::env::var("MLXGRPC_REQUIRE_LIVE").is_ok_and(|v| v == "1") {
+    if require_live() {
         panic!("{reason} (MLXGRPC_REQUIRE_LIVE=1)");
     }
     skipped(reason);
     None
+}
+
+/// Under MLXGRPC_REQUIRE_LIVE=1 the live tests must run, not be reported ignored.
+#[test]
+fn live_tests_run_when_required() {
+    let included = std::env::args().any(|a| a == "--include-ignored" || a == "--ignored");
+    assert!(
+        included || !require_live(),
+        "MLXGRPC_REQUIRE_LIVE=1, yet the live tests are ignored: run cargo test -- --include-ignored"
+    );
 }
 
 /// The live server's bearer token, MLXGRPC_TOKEN (None: unset or empty, a server without tokens).
@@ -61,12 +79,14 @@ pub fn options() -> ConnectOptions {
     }
 }
 
-/// Connects to MLXGRPC_ADDRESS, or `unavailable` without it. A server that is named but
-/// not reachable fails the test.
+/// Connects to MLXGRPC_ADDRESS; without it the test fails (it runs only when the ignored
+/// live tests were asked for). A server that is named but not reachable fails the test.
 pub async fn live() -> Option<Live> {
     let address = match std::env::var("MLXGRPC_ADDRESS") {
         Ok(address) if !address.is_empty() => address,
-        _ => return unavailable("MLXGRPC_ADDRESS is not set: no live server to test against"),
+        _ => panic!(
+            "MLXGRPC_ADDRESS is not set: the live tests need a server (MLXGRPC_ADDRESS=host:port)"
+        ),
     };
     let options = options().with_timeout(Duration::from_secs(120));
     let client = Client::connect(&address, options).await.expect("connect");
