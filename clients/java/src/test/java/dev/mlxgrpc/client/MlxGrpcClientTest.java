@@ -28,6 +28,7 @@ import dev.mlxgrpc.v1.ModelKind;
 import dev.mlxgrpc.v1.ModelLoad;
 import dev.mlxgrpc.v1.SamplingParams;
 import dev.mlxgrpc.v1.SpeculationMode;
+import dev.mlxgrpc.v1.TokenLogprob;
 import dev.mlxgrpc.v1.TokenizeRequest;
 import dev.mlxgrpc.v1.TokenizeResponse;
 import dev.mlxgrpc.v1.Truncation;
@@ -123,6 +124,68 @@ class MlxGrpcClientTest {
         .detokenize(DetokenizeRequest.newBuilder().addAllTokenIds(r.tokenIds()).build())
         .getText();
     assertEquals(detok, r.text());
+  }
+
+  private static GenerateRequest seeded(int maxTokens, long seed) {
+    SamplingParams sampling = SamplingParams.newBuilder().setTemperature(1.0f).setSeed(seed).build();
+    return exact("Once upon a time", maxTokens).toBuilder().setSampling(sampling).build();
+  }
+
+  @Test
+  void nSeededChoicesEachEndWithTheirFinishedEvent() {
+    GenerateRequest request = seeded(6, 7).toBuilder().setN(2).build();
+    List<GenerateResponse> events = drain(request);
+    assertTrue(events.get(0).hasStarted(), "first event is started");
+    assertTrue(events.get(events.size() - 1).hasFinished(), "last event is a finished one");
+    for (int index : List.of(0, 1)) {
+      int i = index;
+      List<GenerateResponse> mine =
+          events.subList(1, events.size()).stream().filter(e -> e.getChoiceIndex() == i).toList();
+      GenerateResponse last = mine.get(mine.size() - 1);
+      assertTrue(mine.subList(0, mine.size() - 1).stream().allMatch(GenerateResponse::hasDelta), "deltas first");
+      assertEquals(FinishReason.FINISH_REASON_LENGTH, last.getFinished().getReason(), "choice " + i + " ends finished");
+      assertEquals(6, last.getFinished().getUsage().getCompletionTokens());
+    }
+    GenerationResult r = client.generateText(request);
+    assertEquals(List.of(0, 1), r.choices().stream().map(GenerationResult.Choice::index).toList());
+    assertEquals(r.tokenIds(), r.choices().get(0).tokenIds());
+    // Choice i of a request seeded s is the request seeded s + i alone.
+    for (GenerationResult.Choice c : r.choices()) {
+      GenerationResult alone = client.generateText(seeded(6, 7 + c.index()));
+      assertEquals(6, c.tokenIds().size());
+      assertEquals(alone.tokenIds(), c.tokenIds());
+      assertEquals(alone.text(), c.text());
+    }
+  }
+
+  @Test
+  void promptLogprobsComeBeforeTheFirstDelta() {
+    String text = "The quick brown fox jumps over";
+    GenerateRequest request = exact(text, 3).toBuilder().setPromptLogprobs(2).build();
+    List<GenerateResponse> events = drain(request);
+    int at = -1;
+    int firstDelta = -1;
+    for (int i = events.size() - 1; i >= 0; i--) {
+      if (events.get(i).hasPromptLogprobs()) {
+        at = i;
+      }
+      if (events.get(i).hasDelta()) {
+        firstDelta = i;
+      }
+    }
+    assertTrue(at > 0 && at < firstDelta, "prompt_logprobs at " + at + ", first delta at " + firstDelta);
+    List<Integer> ids = client.stub()
+        .tokenize(TokenizeRequest.newBuilder().setText(text).setAddSpecialTokens(true).build())
+        .getTokenIdsList();
+    assertEquals(ids.size(), events.get(0).getStarted().getPromptTokens());
+    List<TokenLogprob> tokens = events.get(at).getPromptLogprobs().getTokensList();
+    assertEquals(ids.subList(1, ids.size()), tokens.stream().map(TokenLogprob::getTokenId).toList(),
+        "every prompt token but the first");
+    for (TokenLogprob t : tokens) {
+      assertTrue(t.getLogprob() <= 0 && t.getTopLogprobsCount() == 2, t.toString());
+      assertTrue(t.getTopLogprobs(0).getLogprob() >= t.getTopLogprobs(1).getLogprob(), t.toString());
+    }
+    assertEquals(tokens, client.generateText(request).promptLogprobs());
   }
 
   /** Copy-heavy: the continuation repeats text the prompt holds, which prompt lookup drafts. */

@@ -19,8 +19,10 @@ import dev.mlxgrpc.v1.GenerationStarted;
 import dev.mlxgrpc.v1.InferenceServiceGrpc;
 import dev.mlxgrpc.v1.ModelInfo;
 import dev.mlxgrpc.v1.ModelKind;
+import dev.mlxgrpc.v1.PromptLogprobs;
 import dev.mlxgrpc.v1.StoppingCriteria;
 import dev.mlxgrpc.v1.TokenDelta;
+import dev.mlxgrpc.v1.TokenLogprob;
 import dev.mlxgrpc.v1.Tool;
 import dev.mlxgrpc.v1.ToolCall;
 import dev.mlxgrpc.v1.ToolCallDelta;
@@ -179,6 +181,29 @@ class ToolsTest {
     assertEquals(List.of(ToolCall.newBuilder().setId("call_x").setName("get_weather").setArgumentsJson("{\"city\":").build()),
         r.streamedToolCalls());
     assertEquals("", r.reasoning());
+  }
+
+  @Test
+  void resultsKeepEachChoiceAndThePromptLogprobs() {
+    TokenLogprob prompt = TokenLogprob.newBuilder().setTokenId(5).setLogprob(-1.5f).build();
+    GenerationResult r = new GenerationResult("r")
+        .add(GenerateResponse.newBuilder().setPromptLogprobs(PromptLogprobs.newBuilder().addTokens(prompt)).build())
+        .add(delta(TokenDelta.newBuilder().addTokenIds(1).setText("a")).toBuilder().setChoiceIndex(1).build())
+        .add(delta(TokenDelta.newBuilder().addTokenIds(2).setText("b")))
+        .add(delta(TokenDelta.newBuilder().addTokenIds(3).setText("c")).toBuilder().setChoiceIndex(1).build())
+        .add(GenerateResponse.newBuilder()
+            .setFinished(GenerationFinished.newBuilder().setReason(FinishReason.FINISH_REASON_EOS)).build())
+        .add(GenerateResponse.newBuilder().setChoiceIndex(1)
+            .setFinished(GenerationFinished.newBuilder().setReason(FinishReason.FINISH_REASON_LENGTH)).build());
+    assertEquals(List.of(prompt), r.promptLogprobs());
+    assertEquals(List.of(0, 1), r.choices().stream().map(GenerationResult.Choice::index).toList());
+    GenerationResult.Choice second = r.choices().get(1);
+    assertEquals(List.of(1, 3), second.tokenIds());
+    assertEquals("ac", second.text());
+    assertEquals(FinishReason.FINISH_REASON_LENGTH, second.finished().orElseThrow().getReason());
+    assertEquals(List.of(2), r.tokenIds(), "its own accessors are the first choice's");
+    assertEquals("b", r.text());
+    assertEquals(FinishReason.FINISH_REASON_EOS, r.finished().orElseThrow().getReason());
   }
 
   // Live: a server whose ListModels has a model named "tools" (the CI fixture server's
