@@ -98,6 +98,7 @@ class PromptLogprobs:
     """Prompt tokens 1 to n-1, each with its log probability and alternatives; sent once, after Started."""
 
     tokens: tuple[TokenLogprob, ...]
+    first_token_id: int | None = None  # prompt token 0, which has none (for contracts that list every token)
 
 
 Event = Started | PromptLogprobs | Delta | Finished

@@ -19,6 +19,7 @@ from .requests import ChatPrompt, GenerationRequest, SamplingOptions, StopOption
 
 # Text bytes allowed per token of context where a byte limit is left at 0.
 BYTES_PER_TOKEN = 32
+MAX_PROMPT_ALTERNATIVES = 20  # prompt_logprobs: most alternatives per prompt token
 MAX_JSON_DEPTH = 64  # nesting of JSON a request carries as text (template_kwargs, structural tags, schemas)
 
 
@@ -36,6 +37,8 @@ class Limits:
     max_logit_bias: int = setting(1024, "cap on logit_bias entries, and on stop_token_ids, per request")
     max_stop_token_ids: int = setting(1024, "", flag="--max-logit-bias")  # one flag with max_logit_bias
     max_top_logprobs: int = setting(20, "cap on top_logprobs")
+    max_prompt_logprobs: int = setting(65536, "cap on the values prompt_logprobs returns per request: prompt "
+                                              "tokens x (1 + alternatives)")
     max_request_id_length: int = 128  # characters, also for session ids and model names
     max_images: int = setting(16, "cap on images per request")
     max_image_bytes: int = setting(20 * 1024 * 1024, "cap on the encoded bytes of one image in a prompt")
@@ -103,8 +106,25 @@ def validate_request(request: GenerationRequest, vocab_size: int, limits: Limits
         check_images(request.prompt, limits)
     if request.top_logprobs < 0 or request.top_logprobs > limits.max_top_logprobs:
         raise InvalidRequest("top_logprobs", f"must be between 0 and {limits.max_top_logprobs}")
+    check_prompt_logprobs(request, len(request.prompt.ids) if isinstance(request.prompt, TokenPrompt) else None,
+                          limits)
     _check_sampling(request.sampling, vocab_size)
     _check_stopping(request.stopping, vocab_size, limits, context_length)
+
+
+def check_prompt_logprobs(request: GenerationRequest, prompt_tokens: int | None, limits: Limits) -> None:
+    """0 to ``MAX_PROMPT_ALTERNATIVES`` alternatives, a prompt without images (its prefill is not scored),
+    and, once the prompt's length is known, prompt tokens x (1 + alternatives) within the limit."""
+    k = request.prompt_logprobs
+    if k is None:
+        return
+    if not 0 <= k <= MAX_PROMPT_ALTERNATIVES:
+        raise InvalidRequest("prompt_logprobs", f"must be between 0 and {MAX_PROMPT_ALTERNATIVES}")
+    if isinstance(request.prompt, ChatPrompt) and request.prompt.has_images:
+        raise InvalidRequest("prompt_logprobs", "is not supported for prompts with images")
+    if prompt_tokens is not None and prompt_tokens * (1 + k) > limits.max_prompt_logprobs:
+        raise InvalidRequest("prompt_logprobs", f"{prompt_tokens} prompt tokens x {1 + k} values exceed the "
+                                                f"server's limit of {limits.max_prompt_logprobs}")
 
 
 def check_ids(limits: Limits, **ids: str) -> None:

@@ -168,7 +168,7 @@ async def test_abort_ends_every_sample_of_a_request(stub, worker):
     ("sampling_params.structural_tag", vllm_pb.GenerateRequest(
         text="x", sampling_params=vllm_pb.SamplingParams(structural_tag='{"format": {"type": "any_text"}}'))),
     ("sampling_params.prompt_logprobs", vllm_pb.GenerateRequest(
-        text="x", sampling_params=vllm_pb.SamplingParams(prompt_logprobs=1))),
+        text="x", sampling_params=vllm_pb.SamplingParams(prompt_logprobs=-1))),  # every token of the vocabulary
     ("sampling_params.n", vllm_pb.GenerateRequest(text="x", sampling_params=vllm_pb.SamplingParams(n=17))),
     ("sampling_params.json_schema", vllm_pb.GenerateRequest(
         text="x", sampling_params=vllm_pb.SamplingParams(json_schema="{not json"))),

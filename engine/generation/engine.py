@@ -28,7 +28,7 @@ from ..memory.planner import Planner
 from ..preparation import Preparation
 from ..requests import FormatKind, GenerationRequest, ResponseFormat
 from ..tenancy import Tenant
-from ..validation import check_token_ids, validate_request
+from ..validation import check_prompt_logprobs, check_token_ids, validate_request
 from .config import GenerationConfig
 from .factory import check_media, check_speculation, make_sequence
 from .model_info import describe_generation, speculation_facts
@@ -256,6 +256,7 @@ class GenerationEngine(LoadReports):
         arrived, m = time.perf_counter(), self.loaded
         adapter = self.adapters.acquire(request.adapter, stream.closers)
         prompt, tools = await self.preparation.run(request.tenant, self._prepare, request)
+        check_prompt_logprobs(request, len(prompt.ids), self.config.limits)
         max_tokens = max_tokens_for(request, len(prompt.ids), m.context_length, self._budget,
                                     self.config.limits.max_tokens)
         check_fits(self._budget, len(prompt.ids) + max_tokens)

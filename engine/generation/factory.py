@@ -32,6 +32,7 @@ def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream
         prefix=PrefixOptions(not request.bypass_prefix_cache, prompt.snapshot_at, request.session_id),
         images=ImageRows(prompt.images, len(ids)) if prompt.images else None,
         top_logprobs=request.top_logprobs if wants_logprobs else None,
+        prompt_logprobs=request.prompt_logprobs,  # scored by the prefill its choices share
         speculation=speculation_for(request, speculation), constraint=constraint, adapter=adapter,
         tenant=request.tenant, priority=request.priority)
 

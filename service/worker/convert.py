@@ -13,7 +13,7 @@ from typing import Mapping
 
 from engine.description import ModelDescription
 from engine.errors import InvalidRequest
-from engine.events import Delta, Event, FinishReason, Finished, Started, TokenLogprob
+from engine.events import Delta, Event, FinishReason, Finished, PromptLogprobs, Started, TokenLogprob
 from engine.requests import GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
 from engine.validation import RequestCounts
 
@@ -23,18 +23,21 @@ _FINISH = {FinishReason.LENGTH: "length", FinishReason.STOP: "stop", FinishReaso
            FinishReason.CANCELLED: "abort", FinishReason.ERROR: "abort"}
 # Our API's field paths -> the contract's, for BadRequest violations (prefix match).
 _FIELDS = (("sampling.", "sampling_params."), ("stopping.", "sampling_params."),
-           ("tokens.ids", "tokenized.input_ids"), ("top_logprobs", "sampling_params.logprobs"))
+           ("tokens.ids", "tokenized.input_ids"), ("top_logprobs", "sampling_params.logprobs"),
+           ("prompt_logprobs", "sampling_params.prompt_logprobs"))
 
 
 def generation_request(msg) -> GenerationRequest:
     """Either contract's GenerateRequest, as far as the MLX contract goes (the vLLM one adds to it)."""
     sp = msg.sampling_params
     logprobs = sp.logprobs if sp.HasField("logprobs") else None
+    prompt_logprobs = "prompt_logprobs" in sp.DESCRIPTOR.fields_by_name and sp.HasField("prompt_logprobs")
     return GenerationRequest(
         prompt=_prompt(msg), request_id=msg.request_id, sampling=_sampling(sp),
         stopping=StopOptions(max_tokens=sp.max_tokens if sp.HasField("max_tokens") else None,
                              stop_token_ids=tuple(sp.stop_token_ids), ignore_eos=sp.ignore_eos),
-        logprobs=logprobs is not None, top_logprobs=logprobs or 0)
+        logprobs=logprobs is not None, top_logprobs=logprobs or 0,
+        prompt_logprobs=sp.prompt_logprobs if prompt_logprobs else None)  # the vLLM contract's only
 
 
 def generation_counts(msg) -> RequestCounts:
@@ -76,7 +79,8 @@ def in_contract_terms(error: BaseException) -> BaseException:
 
 
 class Responses:
-    """One request's engine events -> the contract's GenerateResponse messages (choice ``index``)."""
+    """One request's engine events -> the contract's GenerateResponse messages (choice ``index``).
+    Prompt logprobs go with the first chunk of a streamed sample, else with its complete."""
 
     def __init__(self, pb: ModuleType, stream: bool, index: int = 0):
         self.pb, self.stream, self.index = pb, stream, index
@@ -84,11 +88,15 @@ class Responses:
         self.cached_tokens = 0
         self.output_ids: list[int] = []
         self.logprobs = pb.OutputLogProbs()  # every token's, for an unstreamed request
+        self.input_logprobs = None  # the prompt's, until a message carries them
 
     def add(self, event: Event):
         """The message ``event`` makes, or None when it makes none (yet)."""
         if isinstance(event, Started):
             self.prompt_tokens, self.cached_tokens = event.prompt_tokens, event.cached_tokens
+            return None
+        if isinstance(event, PromptLogprobs):
+            self.input_logprobs = input_logprobs(self.pb, event)
             return None
         if isinstance(event, Delta):
             return self._chunk(event) if event.token_ids else None
@@ -104,14 +112,21 @@ class Responses:
         return self.pb.GenerateResponse(chunk=self.pb.GenerateStreamChunk(
             token_ids=delta.token_ids, prompt_tokens=self.prompt_tokens,
             completion_tokens=len(self.output_ids), cached_tokens=self.cached_tokens,
-            output_logprobs=logprobs if delta.logprobs else None, index=self.index))
+            output_logprobs=logprobs if delta.logprobs else None, index=self.index, **self._take_input()))
+
+    def _take_input(self) -> dict:
+        """The prompt's logprobs as the one message that carries them takes them (none: nothing,
+        so a contract without the field is never handed it)."""
+        taken, self.input_logprobs = self.input_logprobs, None
+        return {"input_logprobs": taken} if taken is not None else {}
 
     def _complete(self, e: Finished):
         complete = self.pb.GenerateComplete(
             output_ids=() if self.stream else self.output_ids, finish_reason=_FINISH[e.reason],
             prompt_tokens=e.usage.prompt_tokens, completion_tokens=e.usage.completion_tokens,
             cached_tokens=e.usage.cached_tokens, index=self.index,
-            output_logprobs=self.logprobs if self.logprobs.token_ids and not self.stream else None)
+            output_logprobs=self.logprobs if self.logprobs.token_ids and not self.stream else None,
+            **self._take_input())
         if e.stop_token_id is not None:
             complete.matched_stop_token_id = e.stop_token_id
         elif e.stop_sequence and "matched_stop_str" in self.pb.GenerateComplete.DESCRIPTOR.fields_by_name:
@@ -124,6 +139,17 @@ def output_logprobs(pb: ModuleType, logprobs: tuple[TokenLogprob, ...]):
         token_ids=[lp.token_id for lp in logprobs], token_logprobs=[lp.logprob for lp in logprobs],
         top_logprobs=[pb.TopLogProbs(token_ids=[t.token_id for t in lp.top],
                                      values=[t.logprob for t in lp.top]) for lp in logprobs])
+
+
+def input_logprobs(pb: ModuleType, event: PromptLogprobs):
+    """Every prompt token, the first without a value (nothing precedes it); alternatives when asked."""
+    tops = any(lp.top for lp in event.tokens)
+    return pb.InputLogProbs(
+        token_ids=[event.first_token_id, *(lp.token_id for lp in event.tokens)],
+        token_logprobs=[pb.InputTokenLogProb(), *(pb.InputTokenLogProb(value=lp.logprob) for lp in event.tokens)],
+        top_logprobs=[pb.TopLogProbs(), *(pb.TopLogProbs(token_ids=[t.token_id for t in lp.top],
+                                                         values=[t.logprob for t in lp.top])
+                                          for lp in event.tokens)] if tops else [])
 
 
 def model_info(message: type, d: ModelDescription, files: Mapping[str, bytes], max_prompt_tokens: int,

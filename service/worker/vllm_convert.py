@@ -32,7 +32,6 @@ _REFUSED_REQUEST = {
     "media_refs": "multimodal inputs are not supported",
 }
 _REFUSED_SAMPLING = {
-    "prompt_logprobs": "prompt logprobs are not supported",
     "truncate_prompt_tokens": "prompt truncation is not supported; send a prompt that fits",
 }
 

@@ -1,6 +1,7 @@
 """Prompts into their sequences' own caches, chunk by chunk, within a token budget; the
 last prompt token is left pending for the batch. A failed shared forward is retried
-one prompt at a time."""
+one prompt at a time. A request asking for prompt logprobs prefills alone, each chunk
+scored as it runs (``prompt_logprobs``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from mlx_lm.models.cache import BatchKVCache
 from ...caches.quantized_kv import batch_cache
 
 from ..config import SchedulerConfig
+from . import prompt_logprobs
 from .interrupt import Interrupted, LayerCheckpoints
 from .steps import StepKind, next_prefill_step
 from ..scheduling.reuse import PrefixReuse
@@ -36,8 +38,9 @@ def unrouted(_seqs: list[SequenceState]) -> AbstractContextManager:
 class Prefiller:
     def __init__(self, model: nn.Module, config: SchedulerConfig, reuse: PrefixReuse, plain_kv: bool,
                  interrupt: Callable[[str], bool] | None = None, route: Route = unrouted,
-                 vision: VisionTower | None = None):
+                 vision: VisionTower | None = None, *, token_text: Callable[[int], str]):
         self._model = model
+        self._token_text = token_text  # an alternative's text, for prompt logprobs
         self.images = EncodedImages(vision, config.image_cache_bytes) if vision is not None else None
         self._route = route
         self._config = config
@@ -72,13 +75,21 @@ class Prefiller:
             if step.kind is StepKind.FINAL:
                 if seq.images is not None:
                     seq.images.release()
+                try:
+                    prompt_logprobs.send(seq)
+                except Exception as exc:  # noqa: BLE001 - its delivery: it fails alone
+                    failed.append((queue.popleft(), exc))
+                    continue
                 done.append(queue.popleft())
                 continue
             try:
                 tokens = mx.array(seq.tokens[step.start : step.end], dtype=mx.int32)[None]
                 embeddings = (seq.images.embeddings(self._model, self.images, tokens, step.start)
                               if seq.images is not None and seq.images.covers(step.start, step.end) else None)
-                self._forward(tokens, seq.caches, [seq], embeddings)
+                scored = self._forward(tokens, seq.caches, [seq], embeddings,
+                                       scored=(step.start, step.end) if seq.prompt_logprobs is not None else None)
+                if scored is not None:
+                    prompt_logprobs.keep(seq, scored, step.start, step.end, self._token_text)
             except Interrupted:
                 interrupted += self._take_cancelled(queue, [seq])
                 continue
@@ -92,17 +103,21 @@ class Prefiller:
         return done, interrupted, failed
 
     def _forward(self, tokens: mx.array, caches: list, seqs: list[SequenceState],
-                 embeddings: mx.array | None = None) -> None:
+                 embeddings: mx.array | None = None, scored: tuple[int, int] | None = None
+                 ) -> prompt_logprobs.LogprobArrays | None:
         """Checkpointed between layers for ``seqs``' cancels; ``embeddings`` (an image
-        chunk's) replace the tokens' own."""
+        chunk's) replace the tokens' own. ``scored`` (one sequence's chunk ``[start, end)``):
+        its positions' prompt logprobs too, evaluated with the KV (else the scores stay unbuilt)."""
         extra = {"input_embeddings": embeddings} if embeddings is not None else {}
         with self._route(seqs):
             if self.checkpoints is None:
-                self._model(tokens, cache=caches, **extra)
+                logits = self._model(tokens, cache=caches, **extra)
             else:
                 with self.checkpoints.armed(lambda: any(self._interrupt(s.request_id) for s in seqs)):
-                    self._model(tokens, cache=caches, **extra)
-            mx.eval([c.state for c in caches])
+                    logits = self._model(tokens, cache=caches, **extra)
+            arrays = prompt_logprobs.chunk_scores(logits, seqs[0], *scored) if scored is not None else None
+            mx.eval([c.state for c in caches], *(arrays.arrays if arrays is not None else ()))
+        return arrays
 
     def _take_cancelled(self, queue: deque[SequenceState], seqs: list[SequenceState]) -> list[SequenceState]:
         """Removes those of ``seqs`` whose Cancel is waiting; the others redo their step."""
@@ -129,7 +144,7 @@ class Prefiller:
             n = seq.prompt_len - 1
             boundary = seq.prefix.snapshot_at
             if (len(group) >= self._config.prefill_batch or seq.computed != 0 or n < 1 or seq in self._alone
-                    or seq.images is not None
+                    or seq.images is not None or seq.prompt_logprobs is not None
                     or n > self._config.prefill_chunk or used + n > budget
                     or (boundary is not None and 0 < boundary < n)):
                 break

@@ -1,5 +1,6 @@
 """Log probabilities of chosen tokens and their top alternatives, batched; always of the
-unmodified distribution (before temperature, penalties or masks)."""
+unmodified distribution (before temperature, penalties or masks). Each value is the raw
+score minus its row's log-sum-exp, so no [n, V] array of log probabilities is built."""
 
 from __future__ import annotations
 
@@ -19,16 +20,21 @@ class LogprobArrays:
     top_ids: mx.array | None
     top_values: mx.array | None
 
+    @property
+    def arrays(self) -> list[mx.array]:
+        """What one ``mx.eval`` needs."""
+        return [a for a in (self.chosen, self.top_ids, self.top_values) if a is not None]
+
 
 def logprobs(scores: mx.array, chosen: mx.array, top_n: int) -> LogprobArrays:
     """``scores`` [n, V] raw, ``chosen`` [n] ids (may be lazy)."""
     scores = scores.astype(mx.float32)
-    lp = scores - mx.logsumexp(scores, axis=-1, keepdims=True)
-    picked = mx.take_along_axis(lp, chosen.reshape(-1, 1), axis=-1)[:, 0]
+    norm = mx.logsumexp(scores, axis=-1, keepdims=True)
+    picked = mx.take_along_axis(scores, chosen.reshape(-1, 1), axis=-1)[:, 0] - norm[:, 0]
     if top_n <= 0:
         return LogprobArrays(picked, None, None)
-    ids = mx.argpartition(-lp, top_n - 1, axis=-1)[:, :top_n]
-    values = mx.take_along_axis(lp, ids, axis=-1)
+    ids = mx.argpartition(-scores, top_n - 1, axis=-1)[:, :top_n]
+    values = mx.take_along_axis(scores, ids, axis=-1) - norm
     order = mx.argsort(-values, axis=-1)
     return LogprobArrays(picked, mx.take_along_axis(ids, order, axis=-1),
                          mx.take_along_axis(values, order, axis=-1))

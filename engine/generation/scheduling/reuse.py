@@ -1,5 +1,6 @@
 """The scheduler's side of the prefix cache (see docs/ARCHITECTURE.md). A failure while
-storing drops the entry, never the request."""
+storing drops the entry, never the request. A request asking for prompt logprobs takes no
+entry (a cached prefix holds KV, not the scores it needs) but still publishes its own."""
 
 from __future__ import annotations
 
@@ -45,6 +46,10 @@ class PrefixReuse:
     def applies(self, seq: SequenceState) -> bool:
         return self.cache is not None and seq.prefix.enabled
 
+    def takes(self, seq: SequenceState) -> bool:
+        """``seq`` may start from a cached prefix."""
+        return self.applies(seq) and seq.prompt_logprobs is None
+
     @staticmethod
     def key(seq: SequenceState, tokens: Sequence[int]) -> Sequence[int]:
         """What the cache keys ``tokens`` of ``seq`` by: the tokens, with an image prompt's
@@ -54,14 +59,14 @@ class PrefixReuse:
     def read_ahead(self, seq: SequenceState, min_tokens: int = 1) -> Future | None:
         """A read of the disk tier's entry for ``seq`` started on the tier's reader thread, when
         that entry covers more than memory; its result goes to ``take``."""
-        if not self.applies(seq) or self.cache.disk is None:
+        if not self.takes(seq) or self.cache.disk is None:
             return None
         entry = self.cache.disk_candidate(self.key(seq, seq.prompt), self._namespace(seq), min_tokens)
         return self.cache.disk.read_async(entry) if entry is not None else None
 
     def take(self, seq: SequenceState, min_tokens: int = 1, read=None) -> tuple[int, list[Any] | None]:
         """(cached tokens, owned caches), or (0, None) on a miss or a hit under ``min_tokens``."""
-        if not self.applies(seq):
+        if not self.takes(seq):
             return 0, None
         hit = self.cache.take(self.key(seq, seq.prompt), self._namespace(seq), min_tokens,
                               session_of(seq.tenant.name, seq.prefix.session), read)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Sequence
 
-from ...events import Delta, Event, FinishReason, Finished, Started, Timings, TokenLogprob, Usage
+from ...events import Delta, Event, FinishReason, Finished, PromptLogprobs, Started, Timings, TokenLogprob, Usage
 from .stopping import StopStringMatcher
 
 
@@ -71,6 +71,10 @@ class Delivery:
     def started(self, prompt_tokens: int, cached_tokens: int) -> None:
         self.admitted = time.perf_counter()
         self._sink(Started(self.request_id, self.model, prompt_tokens, cached_tokens))
+
+    def prompt_logprobs(self, tokens: Sequence[TokenLogprob], first_token_id: int) -> None:
+        """The prompt's logprobs (tokens 1 to n-1), once, after Started and before any Delta."""
+        self._sink(PromptLogprobs(tuple(tokens), first_token_id))
 
     def chosen(self) -> None:
         """The first call stops the TTFT clock."""

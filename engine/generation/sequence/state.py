@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ...events import FinishReason, TokenLogprob, Usage
@@ -42,6 +42,8 @@ class SequenceState:
     delivery: Delivery
     prefix: PrefixOptions = PrefixOptions()  # the request's terms for the prefix cache
     top_logprobs: int | None = None  # None: no logprobs; n: the chosen one and n alternatives
+    prompt_logprobs: int | None = None  # None: none; k: every prompt token's and k alternatives (from prefill)
+    prompt_records: list[TokenLogprob] = field(default_factory=list)  # prompt logprobs so far, until sent
     speculation: Speculation | None = None
     adapter: str = ""  # adapter key ("": the base model)
     tenant: Tenant = ANONYMOUS
