@@ -70,8 +70,10 @@ class Prefiller:
                 continue
             seq = queue[0]
             snapshot_at = seq.prefix.snapshot_at if self._reuse.applies(seq) else None
-            step = next_prefill_step(seq.prompt_len, seq.computed,
-                                     min(self._config.prefill_chunk, budget), True, snapshot_at)
+            chunk = min(self._config.prefill_chunk, budget)
+            if seq.prompt_logprobs is not None:  # its scores [chunk, V] are built whole: keep them small
+                chunk = min(chunk, prompt_logprobs.SCORED_CHUNK)
+            step = next_prefill_step(seq.prompt_len, seq.computed, chunk, True, snapshot_at)
             if step.kind is StepKind.FINAL:
                 if seq.images is not None:
                     seq.images.release()
