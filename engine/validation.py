@@ -258,6 +258,53 @@ def _check_sampling(s: SamplingOptions, vocab_size: int) -> None:
     check_token_ids("sampling.logit_bias", s.logit_bias.keys(), vocab_size)
     for value in s.logit_bias.values():
         _finite("sampling.logit_bias", value)
+    _check_samplers(s, vocab_size)
+
+
+MAX_BAD_WORDS = 64
+MAX_BAD_WORD_CHARS = 1024  # before tokenizing; each word's tokens (at most 16) are counted where it is tokenized
+MAX_DRY_BREAKERS = 16
+MAX_DRY_BREAKER_CHARS = 64
+
+
+def _check_samplers(s: SamplingOptions, vocab_size: int) -> None:
+    """typical_p, top_n_sigma, XTC, DRY, mirostat, dynamic temperature, bad words, allowed ids."""
+    at_most("sampling.bad_words", len(s.bad_words), MAX_BAD_WORDS, "words")
+    if any(len(w) > MAX_BAD_WORD_CHARS for w in s.bad_words):
+        raise InvalidRequest("sampling.bad_words", f"each word at most {MAX_BAD_WORD_CHARS} characters")
+    at_most("sampling.allowed_token_ids", len(s.allowed_token_ids), vocab_size, "ids (the vocabulary's size)")
+    check_token_ids("sampling.allowed_token_ids", s.allowed_token_ids, vocab_size)
+    _in_range("sampling.typical_p", s.typical_p, 0, 1, low_open=True)
+    _in_range("sampling.top_n_sigma", s.top_n_sigma, 0)
+    if s.xtc is not None:
+        _in_range("sampling.xtc.probability", s.xtc.probability, 0, 1)
+        _in_range("sampling.xtc.threshold", s.xtc.threshold, 0, 1, low_open=True)
+    if s.dry is not None:
+        d = s.dry
+        _in_range("sampling.dry.multiplier", d.multiplier, 0)
+        _in_range("sampling.dry.base", d.base, 1)
+        if d.allowed_length < 1:
+            raise InvalidRequest("sampling.dry.allowed_length", "must be >= 1")
+        if d.penalty_last_n < 0:
+            raise InvalidRequest("sampling.dry.penalty_last_n", "must be >= 0")
+        at_most("sampling.dry.sequence_breakers", len(d.sequence_breakers), MAX_DRY_BREAKERS, "breakers")
+        if any(len(b) > MAX_DRY_BREAKER_CHARS for b in d.sequence_breakers):
+            raise InvalidRequest("sampling.dry.sequence_breakers", f"each at most {MAX_DRY_BREAKER_CHARS} characters")
+    if s.mirostat is not None:
+        _in_range("sampling.mirostat.tau", s.mirostat.tau, 0, low_open=True)
+        _in_range("sampling.mirostat.eta", s.mirostat.eta, 0, 1, low_open=True)
+    if s.dynamic_temperature is not None:
+        _in_range("sampling.dynamic_temperature.range", s.dynamic_temperature.range, 0)
+        _in_range("sampling.dynamic_temperature.exponent", s.dynamic_temperature.exponent, 0, low_open=True)
+
+
+def _in_range(field: str, value: float, low: float, high: float | None = None, *, low_open: bool = False) -> None:
+    """A finite ``value`` in [low, high] ((low, high] with ``low_open``; no upper bound without ``high``)."""
+    _finite(field, value)
+    if value < low or (low_open and value == low) or (high is not None and value > high):
+        bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]" if high is not None else None
+        raise InvalidRequest(field, f"must be in {bounds}" if bounds
+                             else f"must be {'>' if low_open else '>='} {low:g}")
 
 
 def _check_stopping(s: StopOptions, vocab_size: int, limits: Limits, context_length: int) -> None:

@@ -10,6 +10,7 @@ from .sequence.delivery import Delivery, IncrementalDetokenizer
 from .grammar.constraint import Constraint
 from .prompts import EncodedPrompt
 from .sampling.sampler import SamplingState
+from .sampling.words import sampling_tokens
 from .sequence.state import PrefixOptions, SequenceState
 from .speculation.policy import Speculation
 from .sequence.stopping import StopStringMatcher, TokenStopRule
@@ -28,7 +29,9 @@ def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream
     wants_logprobs = request.logprobs or request.top_logprobs > 0
     return SequenceState(
         request_id=stream.key, tokens=ids, prompt_len=len(ids), context_tokens=len(ids) + max_tokens,
-        rule=rule, sampling=SamplingState(request.sampling, ids), delivery=delivery,
+        rule=rule, sampling=SamplingState(request.sampling, ids, sampling_tokens(
+            request.sampling, lambda text: model.tokenizer.encode(text, add_special_tokens=False))),
+        delivery=delivery,
         prefix=PrefixOptions(not request.bypass_prefix_cache, prompt.snapshot_at, request.session_id),
         images=ImageRows(prompt.images, len(ids)) if prompt.images else None,
         top_logprobs=request.top_logprobs if wants_logprobs else None,
@@ -56,7 +59,11 @@ def check_speculation(request: GenerationRequest, config: SpeculationConfig, mod
 
 
 def speculation_for(request: GenerationRequest, config: SpeculationConfig) -> Speculation | None:
-    """The request's own mode and width, or the server's defaults; None: off."""
+    """The request's own mode and width, or the server's defaults; None: off. Off for
+    mirostat: its ``mu`` follows each committed token, so a verification site could not
+    know it; the output is the same either way, speculation only changes how fast."""
+    if request.sampling.mirostat is not None:
+        return None
     asked = request.speculation
     mode = config.mode if asked.mode is SpeculationMode.DEFAULT else asked.mode
     width = asked.num_draft_tokens or config.num_draft_tokens

@@ -1,5 +1,11 @@
 """Choosing tokens for a whole batch at once. A seeded draw depends only on (seed,
-step): a request yields the same tokens alone or inside any batch."""
+step): a request yields the same tokens alone or inside any batch.
+
+Invariants: processors (bias, penalties, DRY, bad words, allowed ids) act on each row
+from its own history; the truncating samplers run per row with its own parameters
+(``truncation``); XTC's draw is a second stream of (seed, step), apart from the token
+draw; mirostat's ``mu`` changes only when a token is committed.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,15 @@ from collections import Counter
 from typing import Protocol, Sequence
 
 import mlx.core as mx
+import numpy as np
 
-from ...requests import SamplingOptions
+from . import dry, mirostat
+from .truncation import temperature, truncate
+from .words import SamplingTokens, banned
+from ...requests import SamplerOrder, SamplingOptions
 
 _MASK = 0xFFFFFFFFFFFFFFFF
+_XTC_STREAM = 0x5851F42D4C957F2D  # mixed into the seed for XTC's draws
 
 
 def draw_uniform(seed: int, step: int) -> float:
@@ -23,31 +34,62 @@ def draw_uniform(seed: int, step: int) -> float:
     return ((z >> 11) + 0.5) / float(1 << 53)
 
 
-class SamplingState:
-    """One sequence's options, seed and processor history; engine thread only."""
+def xtc_uniform(seed: int, step: int) -> float:
+    """XTC's chance at ``step``: a stream of its own, a function of (seed, step) only."""
+    return draw_uniform((seed ^ _XTC_STREAM) & _MASK, step)
 
-    def __init__(self, options: SamplingOptions, prompt: Sequence[int]):
+
+class SamplingState:
+    """One sequence's options, seed and processor history; engine thread only. ``tokens``
+    holds the request's texts already tokenized (bad words, DRY's breakers)."""
+
+    def __init__(self, options: SamplingOptions, prompt: Sequence[int], tokens: SamplingTokens = SamplingTokens()):
         self.options = options
         self.seed = options.seed if options.seed is not None else random.getrandbits(63)
         self._window = max(options.repetition_context_size, 1)
         self._recent = list(prompt[-self._window:])
         self._counts: Counter[int] = Counter()
         self._bias: tuple[mx.array, mx.array] | None = None  # built on the engine thread
+        self._words = tokens.bad_words
+        self._output: list[int] = []
+        d = options.dry
+        self._dry = d if d is not None and d.multiplier > 0 else None
+        self._breakers = dry.breakers_by_head(tokens.breakers)
+        self._dry_window = d.penalty_last_n if d is not None else 0  # 0: the whole context
+        self._context = list(prompt[-self._dry_window:] if self._dry_window else prompt) if self._dry else []
+        self._allowed: mx.array | None = None  # [V] bool, built on the engine thread
+        self.mu = mirostat.initial_mu(options.mirostat) if options.mirostat is not None else 0.0
+        self._surprises: dict[int, tuple[_Surprises, int]] = {}  # step -> its chosen token's surprise
 
     @property
     def has_processors(self) -> bool:
         o = self.options
-        return bool(o.logit_bias) or o.repetition_penalty != 1.0 or bool(o.presence_penalty or o.frequency_penalty)
+        return (bool(o.logit_bias) or o.repetition_penalty != 1.0 or bool(o.presence_penalty or o.frequency_penalty)
+                or self._dry is not None or bool(self._words) or bool(o.allowed_token_ids))
 
     @property
     def greedy(self) -> bool:
         return self.options.temperature == 0.0
 
     def commit(self, token: int) -> None:
+        step = len(self._output)
         self._counts[token] += 1
         self._recent.append(token)
         if len(self._recent) > self._window:
             del self._recent[: len(self._recent) - self._window]
+        self._output.append(token)
+        if self._dry is not None:
+            self._context.append(token)
+            if self._dry_window and len(self._context) > 2 * self._dry_window:
+                del self._context[: len(self._context) - self._dry_window]
+        pending = self._surprises.pop(step, None)
+        if pending is not None:
+            self.mu = mirostat.updated_mu(self.mu, self.options.mirostat, pending[0].at(pending[1]))
+        self._surprises.clear()
+
+    def chose(self, step: int, surprises: "_Surprises", row: int) -> None:
+        """Mirostat: the surprise of the token chosen for ``step``, read when it is committed."""
+        self._surprises[step] = (surprises, row)
 
     def process(self, scores: mx.array, extra: Sequence[int] = ()) -> mx.array:
         """Scores [V] with bias and penalties; ``extra`` (earlier drafts) counts as emitted."""
@@ -69,7 +111,31 @@ class SamplingState:
             ids = mx.array(list(counts.keys()), dtype=mx.int32)
             weights = mx.array(list(counts.values()), dtype=mx.float32)
             scores = scores.at[ids].subtract(o.presence_penalty + o.frequency_penalty * weights)
+        if self._dry is not None and (amounts := dry.penalties(self._context + list(extra), self._dry,
+                                                                self._breakers)):
+            scores = scores.at[mx.array(list(amounts), dtype=mx.int32)].subtract(
+                mx.array(list(amounts.values()), dtype=mx.float32))
+        if self._words and (ids := banned(self._words, self._output + list(extra) if extra else self._output)):
+            scores[mx.array(sorted(ids), dtype=mx.int32)] = float("-inf")
+        if o.allowed_token_ids:
+            if self._allowed is None:
+                allowed = np.zeros(scores.shape[-1], dtype=bool)
+                allowed[list(o.allowed_token_ids)] = True
+                self._allowed = mx.array(allowed)
+            scores = mx.where(self._allowed, scores, float("-inf"))
         return scores
+
+
+class _Surprises:
+    """One batch's surprises of the chosen tokens [m], evaluated with them; read once."""
+
+    def __init__(self, values: mx.array):
+        self._array, self._values = values, None
+
+    def at(self, row: int) -> float:
+        if self._values is None:
+            self._values = self._array.tolist()
+        return self._values[row]
 
 
 class Masks(Protocol):
@@ -92,37 +158,47 @@ def choose(scores: mx.array, states: Sequence[SamplingState], steps: Sequence[in
     if not sampled:
         return chosen
     index = mx.array(sampled, dtype=mx.int32)
-    options = [states[i].options for i in sampled]
-    uniforms = [draw_uniform(states[i].seed, steps[i]) for i in sampled]
-    chosen[index] = _draw(_mask(scores[index], options), mx.array(uniforms, dtype=mx.float32))
+    chosen[index] = _sample(scores[index], [states[i] for i in sampled], [steps[i] for i in sampled])
     return chosen
 
 
+def _sample(scores: mx.array, states: Sequence[SamplingState], steps: Sequence[int]) -> mx.array:
+    """Draws for sampled rows: each group (default order, llama.cpp's order, mirostat)
+    truncated on its own rows, then one inverse-CDF draw per row."""
+    options = [s.options for s in states]
+    uniforms = mx.array([draw_uniform(s.seed, t) for s, t in zip(states, steps)], dtype=mx.float32)
+    xtc = [xtc_uniform(s.seed, t) if s.options.xtc is not None else 1.0 for s, t in zip(states, steps)]
+    groups: dict[object, list[int]] = {}
+    for i, o in enumerate(options):
+        groups.setdefault("mirostat" if o.mirostat is not None else o.order, []).append(i)
+    if len(groups) == 1 and SamplerOrder.DEFAULT in groups:
+        return _draw(truncate(scores, options, xtc), uniforms)
+    parts, miro = [], None
+    for key, rows in groups.items():  # each group on its own rows only
+        index, part = mx.array(rows, dtype=mx.int32), [options[i] for i in rows]
+        if key == "mirostat":
+            kept, log2p = mirostat.truncate(temperature(scores[index], part), [states[i].mu for i in rows])
+            parts.append((index, kept))
+            miro = (rows, index, log2p)
+        else:
+            parts.append((index, truncate(scores[index], part, [xtc[i] for i in rows])))
+    for index, part in parts:
+        scores[index] = part
+    drawn = _draw(scores, uniforms)
+    if miro is not None:
+        rows, index, log2p = miro
+        surprise = -mx.take_along_axis(log2p, drawn[index][:, None], axis=-1)[:, 0]
+        (drawn,) = mx.depends([drawn], [surprise])  # evaluated with the choice, read at commit
+        holder = _Surprises(surprise)
+        for j, i in enumerate(rows):
+            states[i].chose(steps[i], holder, j)
+    return drawn
+
+
 def _mask(scores: mx.array, options: Sequence[SamplingOptions]) -> mx.array:
-    """Temperature, then top-k, min-p, top-p, each on what the previous left."""
-    vocab = scores.shape[-1]
-    neg_inf = mx.array(-float("inf"), dtype=mx.float32)
-    scores = scores / mx.array([o.temperature for o in options], dtype=mx.float32)[:, None]
-    ks = [o.top_k if 0 < o.top_k < vocab else 0 for o in options]
-    if any(ks):
-        k_max = max(ks)
-        top = mx.sort(mx.topk(scores, k_max, axis=-1), axis=-1)  # ascending: the k-th largest at k_max - k
-        kth = mx.take_along_axis(top, mx.array([[k_max - max(k, 1)] for k in ks], dtype=mx.int32), axis=-1)
-        kth = mx.where(mx.array(ks)[:, None] > 0, kth, neg_inf)
-        scores = mx.where(scores < kth, neg_inf, scores)
-    if any(o.min_p > 0 for o in options):
-        floor = mx.log(mx.array([o.min_p for o in options], dtype=mx.float32))[:, None]
-        scores = mx.where(scores - scores.max(axis=-1, keepdims=True) < floor, neg_inf, scores)
-    if any(o.top_p < 1.0 for o in options):
-        probs = mx.softmax(scores, axis=-1)
-        ordered = -mx.sort(-probs, axis=-1)
-        before = mx.cumsum(ordered, axis=-1) - ordered
-        top_p = mx.array([o.top_p for o in options], dtype=mx.float32)[:, None]
-        kept = mx.sum(before < top_p, axis=-1, keepdims=True)
-        threshold = mx.take_along_axis(ordered, mx.maximum(kept - 1, 0), axis=-1)
-        threshold = mx.where(top_p < 1.0, threshold, 0.0)  # rows without top-p keep every id
-        scores = mx.where(probs < threshold, neg_inf, scores)
-    return scores
+    """Temperature, then top-k, min-p, top-p (and the newer samplers where set), each on
+    what the previous left: the default order."""
+    return truncate(scores, options, [1.0] * len(options))
 
 
 def _draw(scores: mx.array, uniforms: mx.array) -> mx.array:
