@@ -8,7 +8,8 @@
 # client's examples, live tests and recipe send its one admin token ($MLXGRPC_TOKEN; its
 # tenant, $MLXGRPC_TENANT, is the one their GetLoad checks look for), since the adapter
 # tests load adapters. A third server, with a tokens file of all three roles, holds the
-# roles (.ci/grpcurl_roles.sh).
+# roles (.ci/grpcurl_roles.sh). Last, every client's tests run once more against the default
+# server restarted plainly, exactly as the README starts it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEFAULT_PORT=${MLXGRPC_PORT:-50051}
@@ -63,6 +64,31 @@ for lang in python go typescript rust java; do
 done
 printf '\n--- outside-consumer recipes (%ss)\n' "$SECONDS"
 bash .ci/consumers.sh "$DEFAULT"
+
+# Once more against the default server as the README starts it (bash scripts/serve.sh: no
+# tokens file, no --adapter-root, no adapter), every client's tests from what the steps above
+# built (nothing is built again). Without a token, and with MLXGRPC_REQUIRE_LIVE=0: a test
+# this server cannot run (adapters, the fixture's models) skips and says why.
+printf '\n--- every client against the plain default server (%ss)\n' "$SECONDS"
+kill -TERM $DEFAULT_PID && wait $DEFAULT_PID
+bash scripts/serve.sh --host 127.0.0.1 --port "$DEFAULT_PORT" >"$WORK/plain.log" 2>&1 &
+DEFAULT_PID=$!
+.venv/bin/python .ci/wait_healthy.py "$DEFAULT" 300 || { cat "$WORK/plain.log"; exit 1; }
+for lang in python go typescript rust java; do
+  printf '\n--- plain server: %s (%ss)\n' "$lang" "$SECONDS"
+  (
+    cd "clients/$lang"
+    unset MLXGRPC_TOKEN MLXGRPC_TENANT
+    export MLXGRPC_ADDRESS=$DEFAULT MLXGRPC_REQUIRE_LIVE=0
+    case $lang in
+      python) .venv/bin/python -m pytest -ra -p no:cacheprovider tests ;;
+      go) GOFLAGS=-buildvcs=false go test -count=1 ./... ;;
+      typescript) node --test --test-concurrency=1 --test-reporter=spec dist/test/ ;;
+      rust) CARGO_TARGET_DIR="$PWD/target" CARGO_TERM_COLOR=never cargo test --locked -- --include-ignored ;;
+      java) mvn -B -ntp -Dstyle.color=never surefire:test ;;
+    esac
+  )
+done
 
 kill -TERM $DEFAULT_PID $FIXTURE_PID
 wait $DEFAULT_PID && wait $FIXTURE_PID && echo "servers drained and exited 0"

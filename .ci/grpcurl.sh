@@ -41,6 +41,23 @@ G -d '{"chat": {"messages": [{"role": "user", "content": "What is the capital of
 stream=$(G -d '{"text": "Hello", "stopping": {"max_tokens": 5, "ignore_eos": true}}' "$ADDR" $S/Generate)
 grep -q FINISH_REASON_LENGTH <<<"$stream"
 
+# The README's sampling examples: n = 2 (two finished events, the second's choice_index 1),
+# prompt_logprobs (one event, before the first delta) and the newer samplers
+G -d '{"text": "Once upon a time", "n": 2, "sampling": {"temperature": 0.9, "seed": 7},
+  "stopping": {"max_tokens": 24}}' "$ADDR" $S/Generate >"$OUT/n.json"
+grep -c '"finished"' "$OUT/n.json" | has -x 2
+has '"choice_index": 1' <"$OUT/n.json"
+G -d '{"text": "The capital of France is Paris.", "prompt_logprobs": 2, "stopping": {"max_tokens": 1}}' \
+  "$ADDR" $S/Generate >"$OUT/prompt_logprobs.json"
+grep -c '"prompt_logprobs"' "$OUT/prompt_logprobs.json" | has -x 1
+grep -m1 '"prompt_logprobs"\|"delta"' "$OUT/prompt_logprobs.json" | has prompt_logprobs
+G -d '{"text": "Write a short poem about the sea.",
+  "sampling": {"temperature": 0.8, "seed": 7, "min_p": 0.05, "typical_p": 0.95, "top_n_sigma": 2,
+    "xtc": {"probability": 0.5, "threshold": 0.1}, "dry": {"multiplier": 0.8, "base": 1.75, "allowed_length": 2},
+    "dynamic_temperature": {"range": 0.3, "exponent": 1}, "sampler_order": "SAMPLER_ORDER_LLAMA_CPP",
+    "bad_words": ["storm"]}, "stopping": {"max_tokens": 48}}' "$ADDR" $S/Generate | has '"finished"'
+G -d '{"text": "x", "sampling": {"mirostat": {"tau": 5}}, "stopping": {"max_tokens": 4}}' "$ADDR" $S/Generate | has '"finished"'
+
 # The README's Cancel example: "terminal 1" runs a long story, "terminal 2" cancels it (3000
 # tokens, not the README's 500: a fixture model could finish 500 before the first Cancel).
 G -d '{"text": "Once upon a time", "stopping": {"max_tokens": 3000, "ignore_eos": true},
