@@ -85,7 +85,7 @@ for lang in python go typescript rust java; do
       go) GOFLAGS=-buildvcs=false go test -count=1 ./... ;;
       typescript) node --test --test-concurrency=1 --test-reporter=spec dist/test/ ;;
       rust) CARGO_TARGET_DIR="$PWD/target" CARGO_TERM_COLOR=never cargo test --locked -- --include-ignored ;;
-      java) mvn -B -ntp -Dstyle.color=never surefire:test ;;
+      java) mvn -B -ntp -Dstyle.color=never ${MVN_ARGS:-} surefire:test ;;
     esac
   )
 done
