@@ -39,6 +39,7 @@ class Limits:
     max_top_logprobs: int = setting(20, "cap on top_logprobs")
     max_prompt_logprobs: int = setting(65536, "cap on the values prompt_logprobs returns per request: prompt "
                                               "tokens x (1 + alternatives)")
+    max_choices: int = setting(16, "cap on n, the choices one Generate samples from one prompt prefill")
     max_request_id_length: int = 128  # characters, also for session ids and model names
     max_images: int = setting(16, "cap on images per request")
     max_image_bytes: int = setting(20 * 1024 * 1024, "cap on the encoded bytes of one image in a prompt")
@@ -108,6 +109,8 @@ def validate_request(request: GenerationRequest, vocab_size: int, limits: Limits
         raise InvalidRequest("top_logprobs", f"must be between 0 and {limits.max_top_logprobs}")
     check_prompt_logprobs(request, len(request.prompt.ids) if isinstance(request.prompt, TokenPrompt) else None,
                           limits)
+    if not 1 <= request.n <= limits.max_choices:
+        raise InvalidRequest("n", f"must be between 1 and {limits.max_choices}")
     _check_sampling(request.sampling, vocab_size)
     _check_stopping(request.stopping, vocab_size, limits, context_length)
 

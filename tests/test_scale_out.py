@@ -227,6 +227,26 @@ def test_n_choices_and_seeded_ones_reproduce(cluster):
     assert len(set(contents.values())) > 1
 
 
+def test_n_choices_carry_logprobs_equal_to_our_generates_choices(cluster):
+    prompt = "Name a fruit."
+    body = {**chat(prompt, 5), "temperature": 1.0, "seed": 21, "n": 2, "logprobs": True, "top_logprobs": 2}
+    out = cluster.gateway.chat(body)
+    theirs = {c["index"]: c["logprobs"]["content"] for c in out["choices"]}
+    assert sorted(theirs) == [0, 1] and out["usage"]["completion_tokens"] == 10
+    responses = list(cluster.replicas[0].stub.Generate(pb.GenerateRequest(
+        chat=gen_pb.ChatMessages(messages=[gen_pb.ChatMessage(role="user", content=prompt)]), n=2,
+        sampling=gen_pb.SamplingParams(temperature=1.0, seed=21), stopping=gen_pb.StoppingCriteria(max_tokens=5),
+        logprobs=True, top_logprobs=2), timeout=60))
+    ours: dict[int, list] = {0: [], 1: []}
+    for r in responses:
+        if r.HasField("delta"):
+            ours[r.choice_index] += r.delta.logprobs
+    for i in (0, 1):  # one engine request of n = 2 behind the gateway, seeded 21 and 22
+        assert [c["logprob"] for c in theirs[i]] == pytest.approx([lp.logprob for lp in ours[i]], abs=1e-4)
+        assert [t["logprob"] for c in theirs[i] for t in c["top_logprobs"]] == pytest.approx(
+            [t.logprob for lp in ours[i] for t in lp.top_logprobs], abs=1e-4)
+
+
 def test_chat_logprobs_match_our_generate(cluster):
     prompt = "The river"
     out = cluster.gateway.chat({**chat(prompt, 5), "logprobs": True, "top_logprobs": 2})

@@ -134,10 +134,13 @@ async def test_a_stop_string_ends_the_sample_and_is_reported(stub, worker, oracl
     assert stop in await text_of(stub, tokens)  # the gateway cuts the text; the ids run through the stop
 
 
-async def test_n_samples_stream_with_their_index_and_seeds_reproduce(stub, worker):
+async def test_n_samples_stream_with_their_index_and_seeds_reproduce(stub, worker, server):
     ids = await prompt_ids(stub, "Three different answers:")
     request = tokenized(ids, temperature=1.0, seed=11, max_tokens=12, n=3, request_id="three")
+    engine = server["models"].generator("llama")
+    before = (await engine.stats()).prompt_tokens_computed
     first = await collect(worker, request)
+    assert (await engine.stats()).prompt_tokens_computed - before <= len(ids) - 1  # one prompt prefill for 3
     assert sorted(first) == [0, 1, 2]
     assert all(c.finish_reason == "length" and len(t) == 12 for t, c in first.values())
     again = await collect(worker, request)

@@ -241,8 +241,8 @@ class GenerationEngine(LoadReports):
         validate_request(request, m.vocab_size, self.config.limits, m.context_length)
         check_media(request, m)
         check_speculation(request, self.config.speculation, m.name, self._draft is not None)
-        check_room(len(self._streams), self.config.scheduler, self.name)
-        stream = self._streams.open(request.request_id or uuid.uuid4().hex, request.tenant)
+        check_room(self._streams.sequences, self.config.scheduler, self.name, request.n)
+        stream = self._streams.open(request.request_id or uuid.uuid4().hex, request.tenant, request.n)
         try:
             async for event in self._run(request, stream):
                 yield event
@@ -259,21 +259,30 @@ class GenerationEngine(LoadReports):
         check_prompt_logprobs(request, len(prompt.ids), self.config.limits)
         max_tokens = max_tokens_for(request, len(prompt.ids), m.context_length, self._budget,
                                     self.config.limits.max_tokens)
-        check_fits(self._budget, len(prompt.ids) + max_tokens)
-        request, chat = plan_chat(request, tools, self._syntax, prompt.opens_reasoning, m.name)
-        constraint = await self._constraint(request, chat.grammar)
+        check_fits(self._budget, len(prompt.ids) + max_tokens, request.n)
+        asked = request
+        request, chat = plan_chat(asked, tools, self._syntax, prompt.opens_reasoning, m.name)
+        chats = [chat, *(plan_chat(asked, tools, self._syntax, prompt.opens_reasoning, m.name)[1]
+                         for _ in range(1, request.n))]  # each choice splits its own output
+        constraints = [await self._constraint(request, chat.grammar) for _ in range(request.n)]
         if stream.cancel_requested:
             elapsed = time.perf_counter() - arrived
-            yield Finished(FinishReason.CANCELLED, Usage(len(prompt.ids), 0, 0), Timings(elapsed, 0.0, 0.0, elapsed))
+            for choice in range(request.n):
+                yield Finished(FinishReason.CANCELLED, Usage(len(prompt.ids), 0, 0),
+                               Timings(elapsed, 0.0, 0.0, elapsed), choice=choice)
             return
-        seq = make_sequence(self.loaded, request, stream, prompt, max_tokens, arrived, self.config.speculation,
-                            constraint, adapter=adapter)
+        seq, *siblings = (make_sequence(self.loaded, request, stream, prompt, max_tokens, arrived,
+                                        self.config.speculation, constraints[i], adapter=adapter, choice=i)
+                          for i in range(request.n))
+        seq.siblings = siblings  # they fork from its prompt's KV (one prefill)
         self.breaker.refuse()  # nothing is submitted to a dead thread
         self._streams.submitted(stream, len(prompt.ids))
         self._worker.submit(seq)
+        ended: set[int] = set()
         while True:
             event = await stream.events.get()
             if isinstance(event, Finished) and event.reason is FinishReason.ERROR:
+                constraint = constraints[event.choice]
                 if constraint is not None and constraint.error:  # the format, not the engine, failed
                     fmt = request.response_format
                     raise InvalidRequest(field_name(fmt) if fmt is not None else "chat.tools",
@@ -281,10 +290,12 @@ class GenerationEngine(LoadReports):
                 self.breaker.refuse()  # the thread died or was given up: ENGINE_DEAD
                 log.error("request %s failed: %s", stream.request_id, event.error)
                 raise EngineFailure(event.error or "generation failed")
-            for out in chat.relay(event):
+            for out in chats[getattr(event, "choice", 0)].relay(event):
                 yield out
             if isinstance(event, Finished):
-                return
+                ended.add(event.choice)
+                if len(ended) == request.n:  # the last choice ended
+                    return
 
     async def _constraint(self, request: GenerationRequest, tool_grammar: str | None):
         """The response format's matcher, or the one forcing a tool call."""

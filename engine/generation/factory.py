@@ -1,10 +1,13 @@
-"""Building a request's ``SequenceState`` (on the event loop, before submission; no MLX work)."""
+"""Building a request's ``SequenceState`` (on the event loop, before submission; no MLX work).
+Choice i of a request of n choices is seeded ``seed + i`` when the request is seeded."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..errors import InvalidRequest, Unsupported
 from ..loading.model import LoadedModel
-from ..requests import ChatPrompt, GenerationRequest, SpeculationMode
+from ..requests import ChatPrompt, GenerationRequest, SamplingOptions, SpeculationMode
 from .config import SpeculationConfig
 from .sequence.delivery import Delivery, IncrementalDetokenizer
 from .grammar.constraint import Constraint
@@ -20,16 +23,17 @@ from ..vision.splice import ImageRows
 
 def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream, prompt: EncodedPrompt,
                   max_tokens: int, arrived: float, speculation: SpeculationConfig = SpeculationConfig(),
-                  constraint: Constraint | None = None, *, adapter: str = "") -> SequenceState:
+                  constraint: Constraint | None = None, *, adapter: str = "", choice: int = 0) -> SequenceState:
     s = request.stopping
     ids = list(prompt.ids)
     rule = TokenStopRule(max_tokens, s.min_tokens, model.eos_ids, frozenset(s.stop_token_ids), s.ignore_eos)
     detokenizer = IncrementalDetokenizer(lambda t: model.tokenizer.decode(t), ids)
-    delivery = Delivery(stream.request_id, model.name, stream.sink, detokenizer, StopStringMatcher(s.stop), arrived)
+    delivery = Delivery(stream.request_id, model.name, stream.sink, detokenizer, StopStringMatcher(s.stop), arrived,
+                        choice)
     wants_logprobs = request.logprobs or request.top_logprobs > 0
     return SequenceState(
         request_id=stream.key, tokens=ids, prompt_len=len(ids), context_tokens=len(ids) + max_tokens,
-        rule=rule, sampling=SamplingState(request.sampling, ids, sampling_tokens(
+        rule=rule, sampling=SamplingState(choice_sampling(request.sampling, choice), ids, sampling_tokens(
             request.sampling, lambda text: model.tokenizer.encode(text, add_special_tokens=False))),
         delivery=delivery,
         prefix=PrefixOptions(not request.bypass_prefix_cache, prompt.snapshot_at, request.session_id),
@@ -37,7 +41,14 @@ def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream
         top_logprobs=request.top_logprobs if wants_logprobs else None,
         prompt_logprobs=request.prompt_logprobs,  # scored by the prefill its choices share
         speculation=speculation_for(request, speculation), constraint=constraint, adapter=adapter,
-        tenant=request.tenant, priority=request.priority)
+        tenant=request.tenant, priority=request.priority, choice=choice)
+
+
+def choice_sampling(sampling: SamplingOptions, choice: int) -> SamplingOptions:
+    """Choice ``choice``'s options: the request's, seeded ``seed + choice`` when seeded."""
+    if choice == 0 or sampling.seed is None:
+        return sampling
+    return dataclasses.replace(sampling, seed=sampling.seed + choice)
 
 
 def check_media(request: GenerationRequest, model: LoadedModel) -> None:

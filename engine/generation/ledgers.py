@@ -1,5 +1,6 @@
 """Per-tenant bookkeeping of one model. The event loop mutates; ``snapshot`` may be read
-from any thread. Ledgers are never dropped (tenants come from configuration)."""
+from any thread. Ledgers are never dropped (tenants come from configuration). A request of
+n choices counts as n requests (in flight, waiting, running); its prompt is charged once."""
 
 from __future__ import annotations
 
@@ -64,24 +65,25 @@ class Tenants:
         self._ledgers: dict[str, Ledger] = {}
         self._lock = threading.Lock()
 
-    def admit(self, tenant: Tenant) -> None:
-        """Counts a new request in flight, or raises TenantLimit."""
+    def admit(self, tenant: Tenant, count: int = 1) -> None:
+        """Counts a new request (``count`` choices) in flight, or raises TenantLimit."""
         with self._lock:
             ledger = self._ledgers.setdefault(tenant.name, Ledger(tenant.name))
             now = self._clock()
-            if tenant.max_in_flight and ledger.in_flight >= tenant.max_in_flight:
+            if tenant.max_in_flight and ledger.in_flight + count > tenant.max_in_flight:
                 self._refuse(ledger, "max_in_flight", tenant.max_in_flight,
-                             f"{ledger.in_flight} requests in flight", 1.0)
+                             f"{ledger.in_flight} requests in flight" + (f" and asks for {count} choices"
+                                                                         if count > 1 else ""), 1.0)
             queued = ledger.in_flight - ledger.running
-            if tenant.max_queued and queued >= tenant.max_queued:
+            if tenant.max_queued and queued + count > tenant.max_queued:
                 self._refuse(ledger, "max_queued", tenant.max_queued, f"{queued} requests waiting to start", 1.0)
             if tenant.tokens_per_minute and ledger.used(now) >= tenant.tokens_per_minute:
                 self._refuse(ledger, "tokens_per_minute", tenant.tokens_per_minute,
                              f"{ledger.used(now)} tokens in the last minute",
                              ledger.frees_in(1, tenant.tokens_per_minute, now))
-            ledger.in_flight += 1
+            ledger.in_flight += count
 
-    def submit(self, tenant: Tenant, prompt_tokens: int) -> None:
+    def submit(self, tenant: Tenant, prompt_tokens: int, count: int = 1) -> None:
         """Charges the prompt, or raises TenantLimit."""
         with self._lock:
             ledger, limit, now = self._ledgers[tenant.name], tenant.tokens_per_minute, self._clock()
@@ -91,13 +93,13 @@ class Tenants:
                              f"{ledger.used(now)} tokens in the last minute and a {prompt_tokens}-token prompt",
                              wait)
             ledger.charge(prompt_tokens, now)
-            ledger.waiting += 1
+            ledger.waiting += count
 
-    def started(self, name: str) -> None:
+    def started(self, name: str, count: int = 1) -> None:
         with self._lock:
             ledger = self._ledgers[name]
-            ledger.waiting -= 1
-            ledger.running += 1
+            ledger.waiting -= count
+            ledger.running += count
 
     def generated(self, name: str, tokens: int) -> None:
         with self._lock:
@@ -105,14 +107,14 @@ class Tenants:
             ledger.generated += tokens
             ledger.charge(tokens, self._clock())
 
-    def closed(self, name: str, submitted: bool, started: bool) -> None:
+    def closed(self, name: str, submitted: bool, started: bool, count: int = 1) -> None:
         with self._lock:
             ledger = self._ledgers[name]
-            ledger.in_flight -= 1
+            ledger.in_flight -= count
             if started:
-                ledger.running -= 1
+                ledger.running -= count
             elif submitted:
-                ledger.waiting -= 1
+                ledger.waiting -= count
 
     def snapshot(self) -> tuple[TenantStats, ...]:
         with self._lock:

@@ -9,18 +9,21 @@ from ..requests import GenerationRequest
 from .config import SchedulerConfig
 
 
-def check_room(open_requests: int, config: SchedulerConfig, model: str) -> None:
-    """QueueFull when ``open_requests`` already fill ``max_active + max_queued``."""
-    if open_requests >= config.max_active + config.max_queued:
+def check_room(open_requests: int, config: SchedulerConfig, model: str, choices: int = 1) -> None:
+    """QueueFull when ``open_requests`` (sequences: a request of n choices counts n) and ``choices``
+    more would pass ``max_active + max_queued``."""
+    if open_requests + choices > config.max_active + config.max_queued:
         raise QueueFull(f"the queue of model {model!r} is full ({config.max_queued} waiting); retry later",
                         retry_after_s=1.0)
 
 
-def check_fits(budget: MemoryBudget | None, context_tokens: int) -> None:
-    """DoesNotFit (with the plan's figures) for a context that never fits memory."""
-    if budget is not None and not budget.would_ever_fit(context_tokens):
+def check_fits(budget: MemoryBudget | None, context_tokens: int, choices: int = 1) -> None:
+    """DoesNotFit (with the plan's figures) for a context that never fits memory (``choices`` of it)."""
+    if budget is not None and not budget.would_ever_fit(context_tokens, choices):
+        which = f"a context of {context_tokens} tokens" if choices == 1 else (
+            f"{choices} choices of a context of {context_tokens} tokens each")
         raise DoesNotFit(
-            f"a context of {context_tokens} tokens can never fit in memory: at most {budget.max_context} "
+            f"{which} can never fit in memory: at most {budget.max_context} "
             f"tokens fit beside {budget.facts.weights_bytes} bytes of weights in {budget.usable_bytes} "
             "usable bytes",
             metadata={"context_tokens": str(context_tokens), "max_safe_context": str(budget.max_context),

@@ -1,5 +1,6 @@
-"""The event loop's view of requests: one ``Stream`` each, and their registry. Ids are
-scoped by tenant; counts come from events alone; events after a Finished are ignored."""
+"""The event loop's view of requests: one ``Stream`` each (its n choices feed it), and their
+registry. Ids are scoped by tenant; counts come from events alone, a request of n choices
+counting n; a stream finishes with the last choice's Finished, and ignores events after it."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from .ledgers import Tenants
 
 class Stream:
     def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop,
-                 on_event: Callable[["Stream", Event], None], tenant: Tenant = ANONYMOUS, key: str = ""):
+                 on_event: Callable[["Stream", Event], None], tenant: Tenant = ANONYMOUS, key: str = "",
+                 choices: int = 1):
         self.request_id = request_id  # unique within its tenant
+        self.choices = choices
+        self.ended: set[int] = set()  # choices whose Finished came
         self.tenant = tenant
         self.key = key or request_id  # the engine thread's id of the request
         self.events: asyncio.Queue[Event] = asyncio.Queue()
@@ -58,48 +62,58 @@ class Streams:
     def __len__(self) -> int:
         return len(self._open)
 
+    @property
+    def sequences(self) -> int:
+        """Open requests' choices, together."""
+        return sum(s.choices for s in self._open.values())
+
     def get(self, request_id: str, tenant: str = "") -> Stream | None:
         return self._open.get((tenant, request_id))
 
-    def open(self, request_id: str, tenant: Tenant = ANONYMOUS) -> Stream:
+    def open(self, request_id: str, tenant: Tenant = ANONYMOUS, choices: int = 1) -> Stream:
         """Counted in flight from now; raises DuplicateRequestId or TenantLimit."""
         if (tenant.name, request_id) in self._open:
             raise DuplicateRequestId(f"request id {request_id!r} is already running",
                                      metadata={"request_id": request_id})
-        self.tenants.admit(tenant)
+        self.tenants.admit(tenant, choices)
         key = f"{request_id}\x1f{tenant.name}\x1f{next(self._serial)}"
-        stream = Stream(request_id, asyncio.get_running_loop(), self._on_event, tenant, key)
+        stream = Stream(request_id, asyncio.get_running_loop(), self._on_event, tenant, key, choices)
         self._open[(tenant.name, request_id)] = stream
         return stream
 
     def submitted(self, stream: Stream, prompt_tokens: int) -> None:
         """TenantLimit if the prompt does not fit the tenant's tokens per minute."""
-        self.tenants.submit(stream.tenant, prompt_tokens)
+        self.tenants.submit(stream.tenant, prompt_tokens, stream.choices)
         stream.submitted = True
-        self.in_flight += 1
+        self.in_flight += stream.choices
 
     def abandon(self, stream: Stream) -> None:
         if not stream.submitted and self._open.pop((stream.tenant.name, stream.request_id), None) is stream:
-            self.tenants.closed(stream.tenant.name, False, False)
+            self.tenants.closed(stream.tenant.name, False, False, stream.choices)
             stream.close()
 
     def fail_submitted(self, error: str) -> None:
         """Ends every submitted stream with ERROR without the (dead or stuck) engine thread."""
         for stream in [s for s in self._open.values() if s.submitted and not s.finished]:
-            stream._deliver(Finished(FinishReason.ERROR, Usage(0, 0, 0), Timings(0.0, 0.0, 0.0, 0.0), error=error))
+            for choice in [c for c in range(stream.choices) if c not in stream.ended]:
+                stream._deliver(Finished(FinishReason.ERROR, Usage(0, 0, 0), Timings(0.0, 0.0, 0.0, 0.0),
+                                         error=error, choice=choice))
 
     def _on_event(self, stream: Stream, event: Event) -> None:
         name = stream.tenant.name
         if isinstance(event, Started) and not stream.started:
             stream.started = True
-            self.running += 1
-            self.tenants.started(name)
+            self.running += stream.choices
+            self.tenants.started(name, stream.choices)
         elif isinstance(event, Delta) and event.token_ids:
             self.tenants.generated(name, len(event.token_ids))
-        elif isinstance(event, Finished) and not stream.finished:
-            stream.finished = True
+        elif isinstance(event, Finished) and not stream.finished and event.choice not in stream.ended:
+            stream.ended.add(event.choice)  # each choice leaves the counts as it ends
             self.in_flight -= 1
             self.running -= stream.started
             self.tenants.closed(name, True, stream.started)
+            if len(stream.ended) < stream.choices:
+                return
+            stream.finished = True
             self._open.pop((name, stream.request_id), None)
             stream.close()

@@ -67,11 +67,11 @@ class MemoryBudget:
             kv = sum(kv_bytes(self.facts, t, chunk=chunk) for t in tokens)
         return kv + transient_bytes(self.facts, self.prefill_chunk, longest, rows=len(tokens))
 
-    def would_ever_fit(self, tokens: int) -> bool:
-        """Whether a request of ``tokens`` context fits with nothing else running."""
+    def would_ever_fit(self, tokens: int, rows: int = 1) -> bool:
+        """Whether a request of ``rows`` sequences of ``tokens`` context fits with nothing else running."""
         if tokens < 0:
             raise ValueError("tokens must be non-negative")
-        return self.budget_bytes >= 0 and self.cost([tokens]) <= self.budget_bytes
+        return self.budget_bytes >= 0 and self.cost([tokens] * rows) <= self.budget_bytes
 
     def try_reserve(self, key: str, tokens: int) -> bool:
         """Commits memory for ``key``'s ``tokens`` if it fits now; False (nothing committed) otherwise."""
@@ -82,6 +82,17 @@ class MemoryBudget:
         if self.budget_bytes < 0 or self.cost([*self._held.values(), tokens]) > self.budget_bytes:
             return False
         self._held[key] = tokens
+        return True
+
+    def try_reserve_all(self, keys: Sequence[str], tokens: int) -> bool:
+        """``try_reserve`` of ``tokens`` for every key at once (a request's choices): all or none."""
+        if tokens < 0:
+            raise ValueError("tokens must be non-negative")
+        if taken := [k for k in keys if k in self._held]:
+            raise ValueError(f"{taken[0]!r} already holds a reservation")
+        if self.budget_bytes < 0 or self.cost([*self._held.values(), *[tokens] * len(keys)]) > self.budget_bytes:
+            return False
+        self._held.update((key, tokens) for key in keys)
         return True
 
     def release(self, key: str) -> None:

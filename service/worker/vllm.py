@@ -1,18 +1,16 @@
 """``vllm.grpc.engine.VllmEngine``: SMG's full worker contract (constraints, stop strings, n,
 embeddings, loads, KV events, cache flush), on the one model the worker contracts serve.
 
-Invariants: the n samples of a request run as n engine requests that end together (one fails or
-is cancelled: all are); KV events and FlushCache need the router or admin role (the interceptor
-checks it); GetLoads gives other roles their own requests' figures and the capacities only;
-every KV event batch carries the load.
+Invariants: the n samples of a request are the engine's n choices of one request (one prompt
+prefill; one fails or is cancelled: all are); KV events and FlushCache need the router or admin
+role (the interceptor checks it); GetLoads gives other roles their own requests' figures and the
+capacities only; every KV event batch carries the load.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import time
-from typing import AsyncIterator
 
 import grpc
 from smg_grpc_proto import vllm_engine_pb2 as vllm_pb
@@ -21,7 +19,7 @@ from smg_grpc_proto.generated import common_pb2
 
 from engine.caches.blocks import CacheCleared, EventBatch
 from engine.generation.engine import GenerationEngine
-from engine.events import Event, Finished
+from engine.events import Delta, Finished
 from engine.models import sized_limits
 from engine.validation import check_counts, check_ids
 
@@ -44,20 +42,22 @@ class VllmWorkerServicer(ContractServicer, vllm_grpc.VllmEngineServicer):
         check_ids(self.limits, request_id=request.request_id)
         engine = self._engine()
         check_counts(convert.generation_counts(request), sized_limits(engine))
-        samples = vllm_convert.generation_requests(request, current_identity().tenant, self.adapter,
-                                                   self.limits.max_json_bytes)
-        replies = [convert.Responses(vllm_pb, request.stream, index) for index in range(len(samples))]
-        async for index, event in _merged([engine.generate(s) for s in samples]):
+        engine_request = vllm_convert.generation_request(request, current_identity().tenant, self.adapter,
+                                                         self.limits.max_json_bytes)
+        replies = [convert.Responses(vllm_pb, request.stream, index) for index in range(engine_request.n)]
+        async for event in engine.generate(engine_request):
+            if not isinstance(event, (Delta, Finished)):  # the request's (Started...): every sample's
+                for reply in replies:
+                    reply.add(event)
+                continue
             if isinstance(event, Finished):
                 finished(event.timings)  # the tracing spans' phases (this contract's reply has no timings)
-            message = replies[index].add(event)
+            message = replies[event.choice].add(event)
             if message is not None:
                 yield self._sendable(message, request.stream)
 
     def _cancel(self, request_id: str, tenant: str) -> None:
         self.models.cancel(request_id, tenant)
-        for index in range(vllm_convert.MAX_CHOICES):  # the samples of an n > 1 request (some may have ended)
-            self.models.cancel(vllm_convert.sample_id(request_id, index), tenant)
 
     @mapped()
     async def Embed(self, request: vllm_pb.EmbedRequest, context: grpc.aio.ServicerContext):
@@ -121,40 +121,6 @@ class VllmWorkerServicer(ContractServicer, vllm_grpc.VllmEngineServicer):
     @mapped()
     async def StopProfile(self, request: common_pb2.StopProfileRequest, context: grpc.aio.ServicerContext):
         return common_pb2.ProfileResponse(success=False, message=PROFILING)
-
-
-async def _merged(streams: list[AsyncIterator[Event]]) -> AsyncIterator[tuple[int, Event]]:
-    """(stream index, event) from every stream as they come; the first failure ends them all."""
-    if len(streams) == 1:
-        async for event in streams[0]:
-            yield 0, event
-        return
-    queue: asyncio.Queue = asyncio.Queue()
-    done = object()
-
-    async def pump(index: int, stream: AsyncIterator[Event]) -> None:
-        try:
-            async for event in stream:
-                queue.put_nowait((index, event))
-            queue.put_nowait((index, done))
-        except Exception as exc:  # noqa: BLE001 - re-raised by the consumer
-            queue.put_nowait((index, exc))
-
-    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
-    try:
-        open_streams = len(tasks)
-        while open_streams:
-            index, event = await queue.get()
-            if isinstance(event, Exception):
-                raise event
-            if event is done:
-                open_streams -= 1
-                continue
-            yield index, event
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _has_blocks(batch: EventBatch) -> bool:

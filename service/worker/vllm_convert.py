@@ -20,7 +20,6 @@ from engine.validation import Limits, parse_json
 from . import convert
 from .structural_tag import structural_tag_grammar
 
-MAX_CHOICES = 16  # most samples one request may ask for (``n``)
 JSON_SCHEMA_FIELD = "sampling_params.json_schema"
 _FORMATS = {"json_schema": FormatKind.JSON_SCHEMA, "regex": FormatKind.REGEX, "grammar": FormatKind.GRAMMAR}
 # Set, these ask for what one replica of ours does not do (disaggregation, data parallelism, media).
@@ -36,31 +35,16 @@ _REFUSED_SAMPLING = {
 }
 
 
-def generation_requests(msg: vllm_pb.GenerateRequest, tenant: Tenant, adapter: str = "",
-                        max_json_bytes: int = Limits.max_json_bytes) -> list[GenerationRequest]:
-    """One engine request per sample (``n``); sample i of a seeded request is seeded ``seed + i``;
-    a JSON schema or structural tag is parsed only within ``max_json_bytes``."""
+def generation_request(msg: vllm_pb.GenerateRequest, tenant: Tenant, adapter: str = "",
+                       max_json_bytes: int = Limits.max_json_bytes) -> GenerationRequest:
+    """The engine request, its ``n`` samples the engine's choices (one prefill; sample i of a seeded
+    request seeded ``seed + i``); a JSON schema or structural tag is parsed only within ``max_json_bytes``."""
     _refuse_unsupported(msg)
     sp = msg.sampling_params
-    n = sp.n or 1
-    if n > MAX_CHOICES:
-        raise InvalidRequest("sampling_params.n", f"must be between 1 and {MAX_CHOICES}")
     base = convert.generation_request(msg)
-    request = dataclasses.replace(
-        base, tenant=tenant, adapter=adapter, response_format=_response_format(sp, max_json_bytes),
+    return dataclasses.replace(
+        base, tenant=tenant, adapter=adapter, response_format=_response_format(sp, max_json_bytes), n=sp.n or 1,
         stopping=dataclasses.replace(base.stopping, stop=tuple(sp.stop), min_tokens=sp.min_tokens))
-    if n == 1:
-        return [request]
-    seed = request.sampling.seed
-    return [dataclasses.replace(
-        request, request_id=sample_id(request.request_id, i) if request.request_id else "",
-        sampling=dataclasses.replace(request.sampling, seed=None if seed is None else seed + i))
-        for i in range(n)]
-
-
-def sample_id(request_id: str, index: int) -> str:
-    """The engine's id of sample ``index`` of a request with n > 1."""
-    return f"{request_id}/{index}"
 
 
 def _refuse_unsupported(msg: vllm_pb.GenerateRequest) -> None:
@@ -159,4 +143,6 @@ def in_contract_terms(error: BaseException) -> BaseException:
     """Our field paths renamed to the vLLM contract's (constraints live in sampling_params)."""
     if isinstance(error, InvalidRequest) and error.field.startswith("response_format."):
         return InvalidRequest("sampling_params." + error.field[len("response_format."):], error.description)
+    if isinstance(error, InvalidRequest) and error.field == "n":
+        return InvalidRequest("sampling_params.n", error.description)
     return convert.in_contract_terms(error)

@@ -51,7 +51,7 @@ class ChatPlan:
         elif isinstance(event, Finished):
             rest = splitter.finish()
             if rest:
-                yield _with(Delta((), ""), rest)
+                yield _with(Delta((), "", choice=event.choice), rest)
             called = splitter.calls and event.reason in (FinishReason.EOS, FinishReason.STOP)
             if called and not event.stop_sequence and event.stop_token_id is None:
                 event = dataclasses.replace(event, reason=FinishReason.TOOL_CALLS)

@@ -1,6 +1,8 @@
 """One step of the running batch: pending tokens and drafts fed, every site chosen
 exactly as without speculation, one host read. A row's own host work that raises
-ends that row alone; a failure of the batched work fails every row."""
+ends that row alone; a failure of the batched work fails every row. A fork (a choice
+forking from a row's first step) draws its first token from that row's scores at its
+last prompt token, with its own sampling state; that row feeds no drafts in that step."""
 
 from __future__ import annotations
 
@@ -48,19 +50,27 @@ class Decoder:
         self._speculation_rows = speculation_rows
         self._drafter = drafter
 
-    def step(self, batch: Batch, rows: Sequence[SequenceState]) -> int:
-        """``rows``: the batch's, in order; returns the number of tokens appended."""
-        drafts = self._drafts(rows)
+    def step(self, batch: Batch, rows: Sequence[SequenceState],
+             forks: Sequence[tuple[int, SequenceState]] = ()) -> int:
+        """``rows``: the batch's, in order; ``forks``: (row, sequence) drawing from that row's
+        first site. Returns the number of tokens appended."""
+        drafts = self._drafts(rows, {r for r, _ in forks})
         feeds = [seq.pending + d for seq, d in zip(rows, drafts)]
         with self._route(rows):  # drafts are verified by the adapted model
             scores = batch.forward(feeds)
         sites = _Sites.of(feeds, drafts)
+        fork_sites = len(sites.rows)  # the forks' sites follow the rows'
+        sites.rows.extend(r for r, _ in forks)
+        sites.positions.extend(sites.positions[sites.firsts[r]] for r, _ in forks)
         site_scores = scores[mx.array(sites.rows, dtype=mx.int32), mx.array(sites.positions, dtype=mx.int32)]
-        states = [rows[r].sampling for r in sites.rows]
-        steps = [rows[r].step + (i - sites.firsts[r]) for i, r in enumerate(sites.rows)]
-        extras = [drafts[r][: i - sites.firsts[r]] for i, r in enumerate(sites.rows)]
-        masks = site_masks([None if seq.finished else seq.constraint for seq in rows], site_scores.shape[-1],
-                           drafts)
+        owners = [*(rows[r] for r in sites.rows[:fork_sites]), *(seq for _, seq in forks)]
+        states = [seq.sampling for seq in owners]
+        steps = [rows[r].step + (i - sites.firsts[r]) for i, r in enumerate(sites.rows[:fork_sites])]
+        steps += [seq.step for _, seq in forks]
+        extras = [drafts[r][: i - sites.firsts[r]] for i, r in enumerate(sites.rows[:fork_sites])]
+        extras += [[] for _ in forks]
+        masks = site_masks([None if seq.finished else seq.constraint for seq in (*rows, *(s for _, s in forks))],
+                           site_scores.shape[-1], [*drafts, *([] for _ in forks)])
         chosen = choose(site_scores, states, steps, extras, masks)
         records = self._logprobs(rows, sites, site_scores, chosen)
         tokens = chosen.tolist()
@@ -83,18 +93,26 @@ class Decoder:
                 appended += seq.accept(run, lps)
             except Exception as exc:  # noqa: BLE001 - this row's delivery, stop rule or grammar
                 end_row(seq, exc, "delivery")
+        for j, (r, seq) in enumerate(forks, start=fork_sites):
+            seq.computed = rows[r].computed  # the prompt, all of it: the row fed its last token, no drafts
+            try:
+                appended += seq.accept([tokens[j]], [records[j]] if j in records else ())
+            except Exception as exc:  # noqa: BLE001
+                end_row(seq, exc, "delivery")
         if self._drafter is not None:
             self._drafter.settle(rows)
         return appended
 
-    def _drafts(self, rows: Sequence[SequenceState]) -> list[list[int]]:
+    def _drafts(self, rows: Sequence[SequenceState], plain: set[int] = frozenset()) -> list[list[int]]:
+        """Each row's drafts (none for the rows in ``plain``)."""
         allowance = (step_allowance(len(rows), self._step_tokens, self._speculation_rows)
                      if self._can_roll_back else 0)
         wanted = []
-        for seq in rows:
+        for i, seq in enumerate(rows):
             spec = seq.speculation
             room = seq.rule.max_tokens - seq.num_output - 1  # drafts past the length cap are wasted
-            k = min(spec.acceptance.wanted(), allowance, room) if spec is not None and allowance > 0 else 0
+            k = (min(spec.acceptance.wanted(), allowance, room)
+                 if spec is not None and allowance > 0 and i not in plain else 0)
             wanted.append(max(k, 0))
         drafts = [_row(seq, lambda: seq.speculation.propose(seq.tokens, k) if k else [], [], "drafting")
                   for seq, k in zip(rows, wanted)]

@@ -49,6 +49,7 @@ class Prefiller:
         self._interrupt = interrupt
         self.checkpoints = LayerCheckpoints(model) if interrupt is not None else None
         self._alone: weakref.WeakSet[SequenceState] = weakref.WeakSet()  # after a shared forward failed
+        self.computed_tokens = 0  # prompt tokens run through the model, over all requests
 
     def run(self, queue: deque[SequenceState], budget: int
             ) -> tuple[list[SequenceState], list[SequenceState], list[tuple[SequenceState, Exception]]]:
@@ -99,6 +100,7 @@ class Prefiller:
                 failed.append((queue.popleft(), exc))
                 continue
             seq.computed = step.end
+            self.computed_tokens += step.size
             budget -= step.size
             if step.snapshot:
                 self._reuse.store(seq, seq.tokens[: step.end], copy.deepcopy(seq.caches))
@@ -165,4 +167,5 @@ class Prefiller:
         for i, (seq, n) in enumerate(zip(group, lengths)):
             seq.caches = [c.extract(i) for c in caches]
             seq.computed = n
+        self.computed_tokens += sum(lengths)
         return sum(lengths)

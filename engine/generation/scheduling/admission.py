@@ -1,6 +1,8 @@
 """Which waiting sequence may start (fair order, a slot, its memory); engine thread only.
 ``running <= capacity + headroom``, the extra rows only for tenants below their
-weighted share; a chosen sequence waiting for memory is never overtaken."""
+weighted share; a chosen sequence waiting for memory is never overtaken. A request of n
+choices starts as one: a row and a reservation per choice, all or none (it waits for n
+free rows, or for an idle model when n exceeds the capacity)."""
 
 from __future__ import annotations
 
@@ -68,21 +70,29 @@ class Admission:
                 return None
         elif not self._slot_for(seq):
             return None
-        if self.budget is not None and not self.budget.try_reserve(seq.request_id, seq.context_tokens):
+        choices = seq.choices
+        if len(choices) > 1 and self._running and len(self._running) + len(choices) > self.capacity:
+            self._pinned = seq  # a row for each choice
+            return None
+        if self.budget is not None and not self.budget.try_reserve_all(
+                [c.memory_key for c in choices], seq.context_tokens):
             self._pinned = seq
             return None
         self._pinned = None
-        self.queue.started(seq)
-        self._running.add(seq)
+        for choice in choices:
+            self.queue.started(choice)
+            self._running.add(choice)
         return seq
 
     def release(self, seq: SequenceState) -> None:
-        """Frees a started sequence's slot and memory; a second call does nothing."""
-        if seq in self._running:
-            self._running.discard(seq)
-            self.queue.finished(seq)
-            if self.budget is not None:
-                self.budget.release(seq.request_id)
+        """Frees a started sequence's slot and memory, and its siblings' not yet forked; a second
+        call does nothing."""
+        for choice in seq.choices:
+            if choice in self._running:
+                self._running.discard(choice)
+                self.queue.finished(choice)
+                if self.budget is not None:
+                    self.budget.release(choice.memory_key)
 
     def drain(self) -> list[SequenceState]:
         """Empties the queue: the sequences that never started."""

@@ -59,6 +59,7 @@ class SchedulerStats:
     prefix_disk: DiskStats  # zeros without a disk tier
     open_sessions: int
     generated_tokens: int
+    prompt_tokens_computed: int  # prompt tokens prefill forwards have run (a request's choices share one prefill)
     recent_tokens_per_s: float  # generated over the last ``throughput.WINDOW_S`` seconds
 
 
@@ -95,6 +96,7 @@ class Scheduler:
         self._prefilling: deque[SequenceState] = deque()
         self._decoding: list[SequenceState] = []
         self._reading: list[tuple[SequenceState, Future]] = []  # admitted; their cached prefix read off-thread
+        self._forking: list[SequenceState] = []  # siblings out of their choice 0, not yet in the batch (a step)
         self.generated_tokens = 0
         self.rate = TokenRate()
 
@@ -127,11 +129,12 @@ class Scheduler:
                 self._reading.remove(item)
                 self._end(item[0], FinishReason.CANCELLED)
                 return True
-        for seq in self._decoding:
+        found = False
+        for seq in self._decoding:  # every choice of the request
             if seq.request_id == request_id:
                 seq.cancelled = True  # leaves the batch at the next prune
-                return True
-        return False
+                found = True
+        return found
 
     def answer(self, query: Query) -> object:
         budget = self.admission.budget
@@ -170,15 +173,18 @@ class Scheduler:
         for seq in done:
             self._join(seq)
         if self._decoding:
-            produced = self._decoder.step(self._batch, self._decoding)
+            forks = self._forks()
+            produced = self._decoder.step(self._batch, self._decoding, forks)
+            self._fork(forks)
             self.generated_tokens += produced
             self.rate.add(produced)
             self._retire_finished()
 
     def fail_running(self, message: str, reason: FinishReason = FinishReason.ERROR) -> None:
         """Ends every started sequence (a failed tick); waiting ones keep their place."""
-        for seq in (*self._prefilling, *self._decoding, *(seq for seq, _ in self._reading)):
+        for seq in (*self._prefilling, *self._decoding, *(seq for seq, _ in self._reading), *self._forking):
             self._end(seq, reason, message)
+        self._forking = []
         self._prefilling.clear()
         self._reading = []
         self._decoding = []
@@ -212,7 +218,8 @@ class Scheduler:
             prefix_disk_hits=cache.disk_hits if cache is not None else 0,
             prefix_disk=cache.disk.stats() if cache is not None and cache.disk is not None else NO_DISK,
             open_sessions=len(cache.sessions) if cache is not None else 0,
-            generated_tokens=self.generated_tokens, recent_tokens_per_s=self.rate.per_second())
+            generated_tokens=self.generated_tokens, prompt_tokens_computed=self._prefiller.computed_tokens,
+            recent_tokens_per_s=self.rate.per_second())
 
     def _admit(self) -> None:
         while (seq := self.admission.next_ready()) is not None:
@@ -257,6 +264,35 @@ class Scheduler:
         seq.caches = None
         seq.status = Status.DECODING
         self._decoding.append(seq)
+        for sibling in seq.siblings:  # they fork at its first step
+            sibling.start(seq.cached)
+
+    def _forks(self) -> list[tuple[int, SequenceState]]:
+        """(row, sibling) of the rows taking their first step with siblings, now on their own."""
+        forks = []
+        for i, seq in enumerate(self._decoding):
+            if seq.siblings and not seq.finished:
+                forks += [(i, sibling) for sibling in seq.siblings if not sibling.finished]
+                seq.siblings = []
+        self._forking = [sibling for _, sibling in forks]
+        return forks
+
+    def _fork(self, forks: list[tuple[int, SequenceState]]) -> None:
+        """Each sibling joins the batch with a copy of its row's KV for the whole prompt (the step
+        drew its first token from that row's scores), or, already finished, is released."""
+        copies: dict[int, list] = {}
+        for i, sibling in forks:
+            if sibling.finished:
+                self.admission.release(sibling)
+                continue
+            if i not in copies:
+                copies[i] = self._batch.extract(i)
+            self._batch.join(copies[i])
+            if self._drafter is not None:
+                self._drafter.join(sibling)
+            sibling.status = Status.DECODING
+            self._decoding.append(sibling)
+        self._forking = []
 
     def _prune(self) -> None:
         for seq in self._decoding:

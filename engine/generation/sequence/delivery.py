@@ -1,4 +1,5 @@
-"""What the client sees of one sequence: one Started, Deltas, one Finished. Nothing
+"""What the client sees of one sequence: one Started (choice 0's only), Deltas, one Finished,
+each Delta and Finished tagged with the sequence's choice. Nothing
 here blocks; times are ``time.perf_counter`` readings, as the facade's arrival. Text is
 detokenized incrementally, matching ``tokenizer.decode(all_tokens)``; an incomplete
 UTF-8 character (U+FFFD) is held back until a later token completes it, but never more than
@@ -58,8 +59,10 @@ class IncrementalDetokenizer:
 
 class Delivery:
     def __init__(self, request_id: str, model: str, sink: Callable[[Event], None],
-                 detokenizer: IncrementalDetokenizer, stop_strings: StopStringMatcher, arrived: float):
+                 detokenizer: IncrementalDetokenizer, stop_strings: StopStringMatcher, arrived: float,
+                 choice: int = 0):
         self.request_id, self.model = request_id, model
+        self.choice = choice
         self._sink = sink
         self._detokenizer = detokenizer
         self._stop_strings = stop_strings
@@ -70,7 +73,8 @@ class Delivery:
 
     def started(self, prompt_tokens: int, cached_tokens: int) -> None:
         self.admitted = time.perf_counter()
-        self._sink(Started(self.request_id, self.model, prompt_tokens, cached_tokens))
+        if self.choice == 0:  # one Started per request
+            self._sink(Started(self.request_id, self.model, prompt_tokens, cached_tokens))
 
     def prompt_logprobs(self, tokens: Sequence[TokenLogprob], first_token_id: int) -> None:
         """The prompt's logprobs (tokens 1 to n-1), once, after Started and before any Delta."""
@@ -88,7 +92,7 @@ class Delivery:
 
     def delta(self, token_ids: Sequence[int], text: str, logprobs: Sequence[TokenLogprob] = ()) -> None:
         if token_ids or text:
-            self._sink(Delta(tuple(token_ids), text, tuple(logprobs)))
+            self._sink(Delta(tuple(token_ids), text, tuple(logprobs), choice=self.choice))
 
     def finish(self, reason: FinishReason, usage: Usage, *, stop_sequence: str = "",
                stop_token_id: int | None = None, error: str = "", flush: bool = True) -> None:
@@ -100,7 +104,7 @@ class Delivery:
             tail = self._stop_strings.feed(self._detokenizer.flush())[0] + self._stop_strings.flush()
             self.delta((), tail)
         self._sink(Finished(reason, usage, self.timings(usage.completion_tokens), stop_sequence,
-                            stop_token_id, error))
+                            stop_token_id, error, choice=self.choice))
 
     def timings(self, completion_tokens: int) -> Timings:
         now = time.perf_counter()

@@ -1,5 +1,8 @@
 """One request's state: one token list and how far its KV has got, ``cached <= computed
-<= len(tokens)``. Once submitted, only the engine thread touches it."""
+<= len(tokens)``. Once submitted, only the engine thread touches it. A request of n choices
+is choice 0 holding choices 1..n-1 as ``siblings`` until its first decode step: they share
+its fate until then (``finish`` ends them too), then draw their first tokens from that step's
+scores and take a copy of its prompt's KV."""
 
 from __future__ import annotations
 
@@ -56,6 +59,8 @@ class SequenceState:
     finish_reason: FinishReason | None = None
     constraint: Constraint | None = None
     images: Any = None  # an image prompt's ImageRows (engine.vision.splice), until it leaves prefill
+    choice: int = 0  # which of its request's n choices
+    siblings: list["SequenceState"] = field(default_factory=list)  # choice 0's choices 1..n-1, until they fork
 
     @property
     def prompt(self) -> list[int]:
@@ -73,6 +78,16 @@ class SequenceState:
     def step(self) -> int:
         """Index of the output token the next choice produces (keys seeded draws)."""
         return self.num_output
+
+    @property
+    def choices(self) -> list["SequenceState"]:
+        """This sequence and the siblings it still holds."""
+        return [self, *self.siblings]
+
+    @property
+    def memory_key(self) -> str:
+        """The key of its memory reservation (its choices share ``request_id``)."""
+        return self.request_id if self.choice == 0 else f"{self.request_id}\x1f#{self.choice}"
 
     @property
     def finished(self) -> bool:
@@ -125,14 +140,15 @@ class SequenceState:
 
     def finish(self, reason: FinishReason, *, stop_sequence: str = "", stop_token_id: int | None = None,
                error: str = "", flush: bool = True) -> None:
-        """Idempotent; its caches are the scheduler's to free or store."""
-        if self.finished:
-            return
-        self.status = Status.FINISHED
-        self.finish_reason = reason
-        self.delivery.finish(reason, self.usage(), stop_sequence=stop_sequence,
-                             stop_token_id=stop_token_id, error=error,
-                             flush=flush and reason not in (FinishReason.CANCELLED, FinishReason.ERROR))
+        """Idempotent; its caches are the scheduler's to free or store. Siblings not yet forked end too."""
+        if not self.finished:
+            self.status = Status.FINISHED
+            self.finish_reason = reason
+            self.delivery.finish(reason, self.usage(), stop_sequence=stop_sequence,
+                                 stop_token_id=stop_token_id, error=error,
+                                 flush=flush and reason not in (FinishReason.CANCELLED, FinishReason.ERROR))
+        for sibling in self.siblings:
+            sibling.finish(reason, error=error)
 
     def usage(self) -> Usage:
         spec = self.speculation.acceptance if self.speculation is not None else None
