@@ -15,13 +15,13 @@ import pytest
 import pytest_asyncio
 
 from engine.errors import DoesNotFit, InvalidRequest, TenantLimit
-from engine.events import Delta, Finished, FinishReason, Started
+from engine.events import Delta, Finished, FinishReason, PromptLogprobs, Started
 from engine.generation.config import GenerationConfig, SchedulerConfig
 from engine.generation.engine import GenerationEngine
 from engine.memory.budget import MemoryBudget
 from engine.memory.facts import facts_from_model
-from engine.requests import (FormatKind, GenerationRequest, ResponseFormat, SamplingOptions, StopOptions,
-                             TextPrompt, TokenPrompt)
+from engine.requests import (ChatMessage, ChatPrompt, FormatKind, GenerationRequest, ResponseFormat,
+                             SamplingOptions, StopOptions, TextPrompt, TokenPrompt, Tool, ToolChoiceMode)
 from engine.tenancy import Tenant
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
@@ -211,6 +211,35 @@ async def test_each_choice_keeps_its_own_response_format(engine):
             texts[event.choice] += event.text
     assert all(text in fmt.options for text in texts), texts
     assert all(e.reason is FinishReason.STOP for e in events if isinstance(e, Finished))
+
+
+async def test_each_choice_makes_its_own_tool_call(chat_models):
+    tools = (Tool("get_weather", "Weather", json.dumps({"type": "object", "properties": {"city": {
+        "type": "string", "maxLength": 10}}, "required": ["city"]})),)
+    chat = ChatPrompt((ChatMessage("user", "Weather in Oslo?"),), tools=tools, tool_choice=ToolChoiceMode.REQUIRED,
+                      parallel_tool_calls=False, enable_thinking=False)
+    qwen = GenerationEngine(str(chat_models["qwen"]), name="qwen")
+    await qwen.start()
+    try:
+        events = await events_of(qwen, GenerationRequest(chat, sampling=SamplingOptions(temperature=1.0, seed=3),
+                                                         stopping=StopOptions(max_tokens=60), n=3))
+    finally:
+        await qwen.close()
+    check_shape(events, 3)
+    calls: list[list] = [[] for _ in range(3)]
+    for event in events:
+        if isinstance(event, Delta):
+            calls[event.choice] += event.tool_calls
+    assert [[c.name for c in mine] for mine in calls] == [["get_weather"]] * 3
+    assert all(e.reason is FinishReason.TOOL_CALLS for e in events if isinstance(e, Finished))
+
+
+async def test_prompt_logprobs_come_once_for_every_choice(engine):
+    events = await events_of(engine, ask(3, max_tokens=4, prompt_logprobs=1))
+    assert isinstance(events[0], Started) and isinstance(events[1], PromptLogprobs)
+    assert sum(isinstance(e, PromptLogprobs) for e in events) == 1
+    assert len(events[1].tokens) == events[0].prompt_tokens - 1
+    check_shape([e for e in events if not isinstance(e, PromptLogprobs)], 3)
 
 
 async def test_a_tenant_counts_every_choice(engine):
