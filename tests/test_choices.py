@@ -15,6 +15,7 @@ import pytest
 import pytest_asyncio
 
 from engine.errors import DoesNotFit, InvalidRequest, TenantLimit
+from engine.generation.refusals import check_room
 from engine.events import Delta, Finished, FinishReason, PromptLogprobs, Started
 from engine.generation.config import GenerationConfig, SchedulerConfig
 from engine.generation.engine import GenerationEngine
@@ -244,12 +245,23 @@ async def test_prompt_logprobs_come_once_for_every_choice(engine):
 
 async def test_a_tenant_counts_every_choice(engine):
     tenant = Tenant("two", max_in_flight=3)
-    with pytest.raises(TenantLimit):
+    with pytest.raises(InvalidRequest) as err:  # more choices than the tenant may ever hold: not "retry later"
         await events_of(engine, ask(4, tenant=tenant))
+    assert err.value.field == "n" and "max_in_flight of 3" in err.value.message
+    with pytest.raises(InvalidRequest, match="max_queued of 2"):
+        await events_of(engine, ask(3, tenant=Tenant("queue", max_queued=2)))
+    with pytest.raises(InvalidRequest, match="admits at once"):  # beyond --max-active + --max-queued
+        check_room(0, SchedulerConfig(max_active=2, max_queued=1), "m", 4)
+    busy = [asyncio.create_task(events_of(engine, ask(2, tenant=tenant, max_tokens=40)))]
+    while not [t for t in (await engine.stats()).tenants if t.tenant == "two" and t.in_flight]:
+        await asyncio.sleep(0.01)
+    with pytest.raises(TenantLimit):  # fits the limit alone, not beside the running two: retry later
+        await events_of(engine, ask(2, tenant=tenant))
+    await asyncio.gather(*busy)
     events = await events_of(engine, ask(3, tenant=tenant, max_tokens=4))
     check_shape(events, 3)
     (ledger,) = [t for t in (await settled(engine)).tenants if t.tenant == "two"]
-    assert ledger.generated_tokens == 12 and ledger.in_flight == 0
+    assert ledger.generated_tokens == 2 * 40 + 3 * 4 and ledger.in_flight == 0
 
 
 # Memory: the n sequences each hold their own KV, and are admitted together or not at all.

@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import TenantLimit
+from ..errors import InvalidRequest, TenantLimit
 from ..tenancy import Tenant
 
 WINDOW_S = 60.0
@@ -68,6 +68,9 @@ class Tenants:
     def admit(self, tenant: Tenant, count: int = 1) -> None:
         """Counts a new request (``count`` choices) in flight, or raises TenantLimit."""
         with self._lock:
+            for key, limit in (("max_in_flight", tenant.max_in_flight), ("max_queued", tenant.max_queued)):
+                if limit and count > limit:  # never admitted, however long it waits
+                    raise InvalidRequest("n", f"{count} choices exceed this tenant's {key} of {limit}")
             ledger = self._ledgers.setdefault(tenant.name, Ledger(tenant.name))
             now = self._clock()
             if tenant.max_in_flight and ledger.in_flight + count > tenant.max_in_flight:

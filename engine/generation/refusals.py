@@ -11,7 +11,10 @@ from .config import SchedulerConfig
 
 def check_room(open_requests: int, config: SchedulerConfig, model: str, choices: int = 1) -> None:
     """QueueFull when ``open_requests`` (sequences: a request of n choices counts n) and ``choices``
-    more would pass ``max_active + max_queued``."""
+    more would pass ``max_active + max_queued``; InvalidRequest when ``choices`` alone would."""
+    if choices > config.max_active + config.max_queued:  # never admitted, however long it waits
+        raise InvalidRequest("n", f"{choices} choices exceed what model {model!r} admits at once "
+                                  f"({config.max_active} running and {config.max_queued} waiting)")
     if open_requests + choices > config.max_active + config.max_queued:
         raise QueueFull(f"the queue of model {model!r} is full ({config.max_queued} waiting); retry later",
                         retry_after_s=1.0)
