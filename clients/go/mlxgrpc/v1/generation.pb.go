@@ -957,7 +957,8 @@ type SamplingParams struct {
 	// text. Unset: off.
 	Dry *DryParams `protobuf:"bytes,14,opt,name=dry,proto3" json:"dry,omitempty"`
 	// Mirostat v2: sample to hold the output's surprise near a target, instead of
-	// top-k, typical-p, top-p, min-p, top-n-sigma and XTC. Unset: off.
+	// top-k, typical-p, top-p, min-p, top-n-sigma and XTC (temperature still applies).
+	// Its state follows each token, so such a request does not speculate. Unset: off.
 	Mirostat *MirostatParams `protobuf:"bytes,15,opt,name=mirostat,proto3" json:"mirostat,omitempty"`
 	// Dynamic temperature: the temperature moves within temperature +- range with
 	// the distribution's entropy. Unset: a fixed temperature.
@@ -966,7 +967,7 @@ type SamplingParams struct {
 	SamplerOrder SamplerOrder `protobuf:"varint,17,opt,name=sampler_order,json=samplerOrder,proto3,enum=mlxgrpc.v1.SamplerOrder" json:"sampler_order,omitempty"`
 	// Texts never generated: a word's last token is banned wherever the output already
 	// ends with the rest of it (each word as written and with a leading space). At
-	// most 64 words of at most 16 tokens each.
+	// most 64 words, each at most 1024 characters and 16 tokens.
 	BadWords []string `protobuf:"bytes,18,rep,name=bad_words,json=badWords,proto3" json:"bad_words,omitempty"`
 	// Only these token ids may be generated (at most the vocabulary's size, each in
 	// [0, vocab_size)). Empty: any token.

@@ -489,7 +489,8 @@ export type SamplingParams = Message<"mlxgrpc.v1.SamplingParams"> & {
 
   /**
    * Mirostat v2: sample to hold the output's surprise near a target, instead of
-   * top-k, typical-p, top-p, min-p, top-n-sigma and XTC. Unset: off.
+   * top-k, typical-p, top-p, min-p, top-n-sigma and XTC (temperature still applies).
+   * Its state follows each token, so such a request does not speculate. Unset: off.
    *
    * @generated from field: mlxgrpc.v1.MirostatParams mirostat = 15;
    */
@@ -513,7 +514,7 @@ export type SamplingParams = Message<"mlxgrpc.v1.SamplingParams"> & {
   /**
    * Texts never generated: a word's last token is banned wherever the output already
    * ends with the rest of it (each word as written and with a leading space). At
-   * most 64 words of at most 16 tokens each.
+   * most 64 words, each at most 1024 characters and 16 tokens.
    *
    * @generated from field: repeated string bad_words = 18;
    */
