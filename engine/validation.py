@@ -268,6 +268,7 @@ MAX_BAD_WORDS = 64
 MAX_BAD_WORD_CHARS = 1024  # before tokenizing; each word's tokens (at most 16) are counted where it is tokenized
 MAX_DRY_BREAKERS = 16
 MAX_DRY_BREAKER_CHARS = 64
+MAX_DRY_WINDOW = 4096  # the most recent tokens DRY searches (penalty_last_n 0 asks for this many): a step's cost
 
 
 def _check_samplers(s: SamplingOptions, vocab_size: int) -> None:
@@ -288,8 +289,8 @@ def _check_samplers(s: SamplingOptions, vocab_size: int) -> None:
         _in_range("sampling.dry.base", d.base, 1)
         if d.allowed_length < 1:
             raise InvalidRequest("sampling.dry.allowed_length", "must be >= 1")
-        if d.penalty_last_n < 0:
-            raise InvalidRequest("sampling.dry.penalty_last_n", "must be >= 0")
+        if not 0 <= d.penalty_last_n <= MAX_DRY_WINDOW:
+            raise InvalidRequest("sampling.dry.penalty_last_n", f"must be in [0, {MAX_DRY_WINDOW}]")
         at_most("sampling.dry.sequence_breakers", len(d.sequence_breakers), MAX_DRY_BREAKERS, "breakers")
         if any(len(b) > MAX_DRY_BREAKER_CHARS for b in d.sequence_breakers):
             raise InvalidRequest("sampling.dry.sequence_breakers", f"each at most {MAX_DRY_BREAKER_CHARS} characters")

@@ -132,6 +132,7 @@ INVALID = [
     ("sampling.xtc.probability", gen_pb.SamplingParams(xtc=gen_pb.XtcParams(probability=1.5))),
     ("sampling.xtc.threshold", gen_pb.SamplingParams(xtc=gen_pb.XtcParams(probability=0.5, threshold=0.0))),
     ("sampling.dry.base", gen_pb.SamplingParams(dry=gen_pb.DryParams(multiplier=1.0, base=0.5))),
+    ("sampling.dry.penalty_last_n", gen_pb.SamplingParams(dry=gen_pb.DryParams(multiplier=1.0, penalty_last_n=4097))),
     ("sampling.dry.allowed_length", gen_pb.SamplingParams(dry=gen_pb.DryParams(multiplier=1.0, allowed_length=0))),
     ("sampling.dry.multiplier", gen_pb.SamplingParams(dry=gen_pb.DryParams(multiplier=float("nan")))),
     ("sampling.dry.sequence_breakers", gen_pb.SamplingParams(dry=gen_pb.DryParams(sequence_breakers=["x"] * 17))),

@@ -209,6 +209,17 @@ def test_dry_example_from_llama_cpp():
     assert dry.penalties(context, o, dry.breakers_by_head([(a,)])) == {c: 2.0, y: 2.0, b: 1.0}  # cut at 2
 
 
+def test_dry_searches_at_most_its_window():
+    """penalty_last_n 0 searches the last MAX_WINDOW tokens, so a step's cost stays bounded
+    whatever the context: a repeat that began further back is not seen."""
+    a, b, c = 1, 2, 3
+    o = DryOptions(multiplier=1.0, base=2.0, allowed_length=1)
+    context = [a, b, c] + [7] * (dry.MAX_WINDOW - 3) + [a, b]  # "a b" repeats from beyond the window
+    assert dry.penalties(context, o, {}) == {}
+    assert dry.penalties(context[-dry.MAX_WINDOW + 1:], o, {}) == {}
+    assert dry.penalties([a, b, c] + [7] * (dry.MAX_WINDOW - 6) + [a, b], o, {}) == {c: 2.0}  # within: seen
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 5), max_size=12),
        st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=3).map(tuple), max_size=4))

@@ -14,8 +14,10 @@ import math
 from typing import Mapping, Sequence
 
 from ...requests import DryOptions
+from ...validation import MAX_DRY_WINDOW
 
 Breakers = Mapping[int, tuple[tuple[int, ...], ...]]  # first token -> the tails after it
+MAX_WINDOW = MAX_DRY_WINDOW  # the most recent tokens searched (penalty_last_n 0 asks for this many)
 _FLOAT_MAX_LOG = 88.7228391  # log of float32's largest value: the exponent's clamp
 
 
@@ -29,7 +31,7 @@ def breakers_by_head(sequences: Sequence[Sequence[int]]) -> dict[int, tuple[tupl
 
 def penalties(tokens: Sequence[int], o: DryOptions, breakers: Breakers) -> dict[int, float]:
     """Token id -> the amount subtracted from its score, given the history ``tokens``."""
-    n = len(tokens) if o.penalty_last_n == 0 else min(len(tokens), o.penalty_last_n)
+    n = min(len(tokens), o.penalty_last_n or MAX_WINDOW)
     if o.multiplier == 0 or n <= o.allowed_length:
         return {}
     rev = list(tokens[len(tokens) - n:])[::-1]  # rev[i]: the token i places from the end

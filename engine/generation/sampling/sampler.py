@@ -55,8 +55,8 @@ class SamplingState:
         d = options.dry
         self._dry = d if d is not None and d.multiplier > 0 else None
         self._breakers = dry.breakers_by_head(tokens.breakers)
-        self._dry_window = d.penalty_last_n if d is not None else 0  # 0: the whole context
-        self._context = list(prompt[-self._dry_window:] if self._dry_window else prompt) if self._dry else []
+        self._dry_window = (d.penalty_last_n or dry.MAX_WINDOW) if d is not None else 0
+        self._context = list(prompt[-self._dry_window:]) if self._dry else []
         self._allowed: mx.array | None = None  # [V] bool, built on the engine thread
         self.mu = mirostat.initial_mu(options.mirostat) if options.mirostat is not None else 0.0
         self._surprises: dict[int, tuple[_Surprises, int]] = {}  # step -> its chosen token's surprise

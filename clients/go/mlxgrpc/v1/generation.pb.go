@@ -1204,8 +1204,8 @@ type DryParams struct {
 	Base *float32 `protobuf:"fixed32,2,opt,name=base,proto3,oneof" json:"base,omitempty"`
 	// Repetitions up to this many tokens are not penalized, >= 1. Unset: 2.
 	AllowedLength *int32 `protobuf:"varint,3,opt,name=allowed_length,json=allowedLength,proto3,oneof" json:"allowed_length,omitempty"`
-	// How many recent tokens are searched for repetitions, >= 0; 0 (the default) means
-	// the whole context.
+	// How many recent tokens are searched for repetitions, 0 to 4096; 0 (the default)
+	// means the whole context up to its last 4096 tokens (which bound a step's cost).
 	PenaltyLastN int32 `protobuf:"varint,4,opt,name=penalty_last_n,json=penaltyLastN,proto3" json:"penalty_last_n,omitempty"`
 	// Texts that end a repetition's search (at most 16, each at most 64 characters).
 	// Unset: "\n", ":", "\"" and "*", as llama.cpp. Set use_no_breakers for none.

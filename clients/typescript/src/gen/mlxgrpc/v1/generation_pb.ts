@@ -593,8 +593,8 @@ export type DryParams = Message<"mlxgrpc.v1.DryParams"> & {
   allowedLength?: number | undefined;
 
   /**
-   * How many recent tokens are searched for repetitions, >= 0; 0 (the default) means
-   * the whole context.
+   * How many recent tokens are searched for repetitions, 0 to 4096; 0 (the default)
+   * means the whole context up to its last 4096 tokens (which bound a step's cost).
    *
    * @generated from field: int32 penalty_last_n = 4;
    */
