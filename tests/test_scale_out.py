@@ -346,7 +346,6 @@ def test_a_killed_replica_fails_its_own_streams_and_the_survivor_serves_the_rest
     def stream(i: int) -> None:
         try:
             # long enough that the victim's streams are still running when it dies
-            # long enough that the victim's streams are still running when it dies
             events = list(cluster.gateway.stream_chat(chat(f"A long story about {TOPICS[i]}.", 3000), timeout=60))
             outcomes[i] = "ok" if any(e.get("choices") and e["choices"][0].get("finish_reason") == "length"
                                       for e in events) else "truncated"
@@ -357,10 +356,16 @@ def test_a_killed_replica_fails_its_own_streams_and_the_survivor_serves_the_rest
     for t in threads:
         t.start()
     deadline = time.monotonic() + 30
-    while not (victim.load().running_requests and survivor.load().running_requests):
+
+    def placed(load) -> int:  # running or waiting there: a stream the replica's death ends
+        return load.running_requests + load.waiting_requests
+
+    while True:  # every stream placed (none still on its way to a replica), on both replicas
+        on_victim, on_survivor = placed(victim.load()), placed(survivor.load())
+        if on_victim and on_survivor and on_victim + on_survivor == len(threads):
+            break
         assert time.monotonic() < deadline, "the streams did not spread over both replicas"
         time.sleep(0.05)
-    on_victim = victim.load().running_requests
     victim.kill()
     for t in threads:
         t.join(120)
