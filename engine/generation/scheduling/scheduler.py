@@ -170,11 +170,13 @@ class Scheduler:
         for seq, exc in failed:  # a row's own chunk failed: it ends alone
             log.error("request %s failed during prefill", seq.request_id, exc_info=exc)
             self._end(seq, FinishReason.ERROR, failure_message(exc))
-        for seq in done:
-            self._join(seq)
+        prompts = [self._join(seq) for seq in done]
         if self._decoding:
             forks = self._forks()
-            produced = self._decoder.step(self._batch, self._decoding, forks)
+            try:
+                produced = self._decoder.step(self._batch, self._decoding, forks)
+            finally:  # the joined rows' first tokens go out before their prompts are stored
+                self._store_prompts(prompts)
             self._fork(forks)
             self.generated_tokens += produced
             self.rate.add(produced)
@@ -255,17 +257,27 @@ class Scheduler:
                 log.exception("could not start request %s", seq.request_id)
                 self._end(seq, FinishReason.ERROR, failure_message(exc))
 
-    def _join(self, seq: SequenceState) -> None:
+    def _join(self, seq: SequenceState) -> tuple[SequenceState, int, list]:
+        """(seq, computed, its own caches): what ``_store_prompts`` stores after the step."""
         self._batch.join(seq.caches)  # the batch copies the row's KV
         if self._drafter is not None:
             self._drafter.join(seq)
-        if seq.computed > 0:
-            self.reuse.store(seq, seq.tokens[: seq.computed], seq.caches)
+        prompt = (seq, seq.computed, seq.caches)
         seq.caches = None
         seq.status = Status.DECODING
         self._decoding.append(seq)
         for sibling in seq.siblings:  # they fork at its first step
             sibling.start(seq.cached)
+        return prompt
+
+    def _store_prompts(self, prompts: list[tuple[SequenceState, int, list]]) -> None:
+        """Stores the prompt KV each joined row prefilled (it reached the batch as a copy), but
+        not a row that ended storable in its first step: it retires now, stored whole, and with
+        plain KV and no disk tier that longer entry would drop this one at once."""
+        whole = self.can_roll_back and (self.reuse.cache is None or self.reuse.cache.disk is None)
+        for seq, computed, caches in prompts:
+            if computed > 0 and not (whole and seq.finished and seq.storable):
+                self.reuse.store(seq, seq.tokens[:computed], caches)
 
     def _forks(self) -> list[tuple[int, SequenceState]]:
         """(row, sibling) of the rows taking their first step with siblings, now on their own."""
