@@ -4,7 +4,8 @@ A prompt chunk of a few hundred tokens takes seconds on a CPU; run as one lazy g
 it would keep a cancelled request's slot and memory that long. While a prefill chunk
 runs, each decoder layer's output is evaluated as soon as it is built and the engine
 thread is asked whether a Cancel for that request is waiting; if one is, the forward
-stops with ``Interrupted`` and the request ends, its half-written caches dropped.
+stops with ``Interrupted`` and the request ends, its half-written caches dropped. A layer
+is queued before the one ahead of it is waited for, so the CPU never idles between them.
 Outside prefill the layers run exactly as mlx-lm wrote them (lazy, nothing added).
 
 Each decoder layer gets the ``Checkpointed`` mixin (``engine.layering``, rank
@@ -36,6 +37,7 @@ class Interrupted(Exception):
 class LayerCheckpoints:
     def __init__(self, model: nn.Module):
         self._check: Callable[[], bool] | None = None
+        self._queued: mx.array | None = None  # the last layer output queued, not yet waited for
         self.layers_run = 0  # layers evaluated while armed (for tests and profiles)
         for layer in decoder_blocks(model):
             if not hasattr(layer, "_checkpoints"):
@@ -53,14 +55,17 @@ class LayerCheckpoints:
         try:
             yield
         finally:
-            self._check = None
+            self._check = self._queued = None
             with _arming:
                 Checkpointed.armed -= 1
 
     def after_layer(self, output) -> None:
         if self._check is None:
             return
-        mx.eval(output)
+        mx.async_eval(output)
+        if self._queued is not None:
+            mx.eval(self._queued)  # the layer ahead ends while this one waits its turn
+        self._queued = output
         self.layers_run += 1
         if self._check():
             raise Interrupted()
