@@ -112,3 +112,19 @@ async def test_fresh_session_ids_leave_nothing_behind(stub):
                 if s.traceback[0].filename.endswith(("caches/prefix.py", "caches/sessions.py",
                                                              "scheduling/reuse.py")))
     assert grown < 16 * 1024, f"{grown} bytes kept for 150 sessions"
+
+
+async def test_a_request_ending_in_its_first_step_stores_one_entry_that_serves_the_next(stub):
+    """Its prompt is stored as it retires, once and whole (prompt and token), not also before
+    its first step; the next request of the same prompt reuses it and answers the same."""
+    async def entries() -> int:
+        loads = (await stub.GetLoad(pb.GetLoadRequest())).models
+        return next(m.prefix_cache_entries for m in loads if m.model == "llama")
+
+    prompt = LONG_PROMPT + " The last boat was called the Heron."
+    before = await entries()
+    first = await generate(stub, request(prompt, model="llama", max_tokens=1))
+    assert await entries() == before + 1
+    again = await generate(stub, request(prompt, model="llama", max_tokens=1))
+    assert again.started.cached_tokens > 0 and again.token_ids == first.token_ids
+    assert await entries() == before + 1  # the hit's own store replaced its entry: still one
