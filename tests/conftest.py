@@ -29,7 +29,8 @@ TOOLS = "tools"  # the llama fixture with a Qwen-style tool and thinking templat
 
 
 # Modules that hold the service's plumbing (auth, budgets, limits, drain, logs, fuzzers of the
-# wire), not the model's numerics: marked "plumbing", which CI's kernels-off pass leaves out.
+# wire), not the model's numerics: marked "plumbing", which CI's kernels-off pass leaves out
+# (single long tests elsewhere carry @pytest.mark.plumbing themselves).
 PLUMBING = frozenset({
     "test_roles", "test_stream_budgets", "test_tenant_fuzz", "test_tenants_auth", "test_tenants_e2e",
     "test_tenancy", "test_tenancy_arrival", "test_ops_security", "test_ops_observability", "test_ops_records",

@@ -101,6 +101,7 @@ async def test_capabilities_match_behaviour(stub):
         assert not caps.HasField("media") and not caps.HasField("native_draft")
 
 
+@pytest.mark.plumbing  # the object cache's accounting, not numerics
 async def test_the_object_cache_counts_what_its_keys_hold(stub, server):
     """Each cached vector is keyed by its input and instruction: those bytes count
     against the cache's budget (a long instruction once added far more than counted)."""

@@ -112,6 +112,7 @@ def test_a_restarted_server_serves_its_disk_tier_with_the_same_tokens(fixture_mo
         replica.stop()
 
 
+@pytest.mark.plumbing  # the disk tier's files, not numerics
 def test_sigkill_during_writes_never_leaves_a_served_corrupt_entry(fixture_models, tmp_path, cache_dir):
     """Three times: requests storing distinct prompts, SIGKILL while writes are under way;
     every file the next start keeps is complete, and a hit equals a cold prefill."""

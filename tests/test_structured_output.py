@@ -40,6 +40,7 @@ def assert_completed(out) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.plumbing  # the grammar's work, not the kernels': the numerics run in the shorter tests
 @needs_smollm
 async def test_twenty_extractions_parse_and_validate_against_their_schemas(stub):
     outs = await asyncio.gather(*(generate(stub, smollm(text, gen_pb.ResponseFormat(json_schema=json.dumps(schema))))
