@@ -324,13 +324,15 @@ def test_embeddings_equal_our_embed(cluster):
 
 @pytest.fixture
 def pair(fixture_models, tmp_path):
-    """Two more llama replicas behind a round-robin gateway: streams spread whatever the prompts."""
+    """Two more llama replicas behind a round-robin gateway: streams spread whatever the prompts.
+    Gateway retries are off, so a replica's death reaches its streams' clients."""
     replicas = [Replica(f"pair{i}", fixture_models[MODEL], tmp_path) for i in range(2)]
     gateway = None
     try:
         for r in replicas:
             r.wait_until(r.serving, 120, "health SERVING")
-        gateway = Gateway(replicas, tmp_path, "round_robin", "--health-check-interval-secs", "1")
+        gateway = Gateway(replicas, tmp_path, "round_robin", "--health-check-interval-secs", "1",
+                          "--disable-retries")
         gateway.wait_until(gateway.ready, 60, "/readiness with both workers healthy")
         yield SimpleNamespace(replicas=replicas, gateway=gateway)
     finally:
@@ -342,11 +344,16 @@ def test_a_killed_replica_fails_its_own_streams_and_the_survivor_serves_the_rest
     cluster = pair
     victim, survivor = cluster.replicas
     outcomes: dict[int, str] = {}
+    streaming = threading.Semaphore(0)  # released once per stream at its first event
 
     def stream(i: int) -> None:
         try:
             # long enough that the victim's streams are still running when it dies
-            events = list(cluster.gateway.stream_chat(chat(f"A long story about {TOPICS[i]}.", 3000), timeout=60))
+            events = []
+            for event in cluster.gateway.stream_chat(chat(f"A long story about {TOPICS[i]}.", 3000), timeout=60):
+                if not events:
+                    streaming.release()
+                events.append(event)
             outcomes[i] = "ok" if any(e.get("choices") and e["choices"][0].get("finish_reason") == "length"
                                       for e in events) else "truncated"
         except (GatewayError, OSError) as exc:
@@ -366,6 +373,8 @@ def test_a_killed_replica_fails_its_own_streams_and_the_survivor_serves_the_rest
             break
         assert time.monotonic() < deadline, "the streams did not spread over both replicas"
         time.sleep(0.05)
+    for _ in threads:  # every stream under way: none can be placed again elsewhere
+        assert streaming.acquire(timeout=30), "a stream sent nothing"
     victim.kill()
     for t in threads:
         t.join(120)
