@@ -56,8 +56,7 @@ inline float unshift(int64_t k, int bits) {
 #if (defined(__AVX512BW__) && defined(__AVX512VL__)) || (defined(__AVX2__) && !defined(__AVX512F__))
 // kW codes of BITS (5 or 6) bits of a packed row from element k (k a multiple of kW), each
 // left at the bit it starts at in its two bytes: lane i holds code << ((k + i) * BITS % 8)
-// as a float (exact). Reads only the kW * BITS / 8 bytes that hold them (the last codes
-// end the buffer).
+// as a float (exact). Reads no byte outside the row (the last codes end the buffer).
 template <int BITS>
 inline vf unshifted_codes(const uint8_t* row, int64_t k) {
   static_assert(BITS == 5 || BITS == 6, "unshifted_codes: 5 or 6 bits");
@@ -73,11 +72,16 @@ inline vf unshifted_codes(const uint8_t* row, int64_t k) {
 #endif
   return (vf)_mm512_cvtepi32_ps(_mm512_and_si512(bytes, _mm512_load_si512(L.mask)));
 #else
-  int64_t raw = 0;
-  std::memcpy(&raw, row + k * BITS / 8, kBytes);
+  // One 8-byte load (the codes' kBytes and the bytes before them, or after them at a row's
+  // start: a row holds at least 8 bytes), shifted down to the codes: no partial copy,
+  // whose narrow stores would stall the broadcast that reads them back.
+  const int64_t before = k == 0 ? 0 : 8 - kBytes;
+  uint64_t raw;
+  std::memcpy(&raw, row + k * BITS / 8 - before, 8);
+  raw >>= 8 * before;
   const __m256i index = _mm256_load_si256(reinterpret_cast<const __m256i*>(L.index));
   const __m256i mask = _mm256_load_si256(reinterpret_cast<const __m256i*>(L.mask));
-  return (vf)_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi64x(raw), index), mask));
+  return (vf)_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi64x(int64_t(raw)), index), mask));
 #endif
 }
 
