@@ -65,7 +65,7 @@ def test_quantized_matmul_and_dequantize(K, M, N, groups, group, bits, lead, see
        residual=st.booleans(), prologue=st.sampled_from(["rms_norm", "silu_gate", "none"]),
        seed=st.integers(0, 2**16))
 def test_quantized_matmul_with_prologue_bias_and_residual(K, M, groups, bits, bias, residual, prologue, seed):
-    w, wq, scales, biases = quantized(48, groups * 64, 64, bits, seed)  # past 7 rows: tiles through the BLAS
+    w, wq, scales, biases = quantized(48, groups * 64, 64, bits, seed)  # past 12 rows: tiles through the BLAS
     deq = mx.dequantize(wq, scales, biases, 64, bits)
     x, b, r, norm, rows = product_inputs(K, groups * 64, 48, (M,), bias, residual, prologue, 1e-6)
     got = K.quantized_matmul(x, wq, scales, biases, 64, bits, b, r, norm, 1e-6, prologue == "silu_gate")
@@ -74,7 +74,7 @@ def test_quantized_matmul_with_prologue_bias_and_residual(K, M, groups, bits, bi
 
 
 @pytest.mark.parametrize("bits", [4, 5, 6, 8])
-@pytest.mark.parametrize("rows", [1, 5, 7, 64, 100])  # 1: integer dots; up to 7: codes to floats; more: tiles
+@pytest.mark.parametrize("rows", [1, 5, 12, 64, 100])  # 1: integer dots; up to 12: codes to floats; more: tiles
 def test_quantized_linear_module_uses_the_kernel(K, bits, rows):
     from engine.kernels.modules import KernelLinear
     from engine.layering import install
@@ -90,6 +90,24 @@ def test_quantized_linear_module_uses_the_kernel(K, bits, rows):
     within_quantization_tolerance(got.reshape(rows, 96), x.reshape(rows, 256), deq, layer.bias, bits)
     # and the same as mlx's own quantized matmul to the same order
     np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-5)
+
+
+@settings(max_examples=24, deadline=None)
+@given(N=st.integers(1, 600), groups=st.integers(1, 40), bits=st.sampled_from([4, 5, 6, 8]),
+       rows=st.integers(2, 12), seed=st.integers(0, 2**16))
+def test_a_rows_outputs_do_not_depend_on_how_many_rows_share_the_product(K, N, groups, bits, rows, seed):
+    """Up to 12 rows (a batched decode step, a draft's verification) every row runs the same
+    arithmetic however many share the call: each row's outputs equal, bit for bit, the same row
+    computed beside one other row (and alone, where one row does not take the integer path)."""
+    _, wq, scales, biases = quantized(N, groups * 32, 32, bits, seed)
+    x = mx.random.normal((rows, groups * 32))
+    together = np.array(K.quantized_matmul(x, wq, scales, biases, 32, bits))
+    for i in range(rows):
+        pair = np.array(K.quantized_matmul(x[mx.array([i, (i + 1) % rows])], wq, scales, biases, 32, bits))
+        np.testing.assert_array_equal(together[i], pair[0])
+        if bits not in K.int_matvec():
+            alone = np.array(K.quantized_matmul(x[i:i + 1], wq, scales, biases, 32, bits))
+            np.testing.assert_array_equal(together[i], alone[0])
 
 
 @pytest.mark.parametrize("bits", [2, 3])

@@ -21,7 +21,8 @@ namespace mlxk {
 namespace {
 
 constexpr int kMaxRows = 4;
-constexpr int kTiledRows = 7;  // more rows than this: tiles through the BLAS
+constexpr int kTiledRows = 12;  // more rows than this: tiles through the BLAS
+constexpr int kSliceBytes = 16 << 10;  // weight bytes a slice keeps in cache for every input row
 constexpr int kAheadBytes = 2048;  // how far ahead of the weights in use they are prefetched
 
 // kW bytes as kW floats, and kW bytes as their low and high nibbles. Written with
@@ -199,16 +200,24 @@ void rows_kernel(const QMat& w, const XPrep& xp, int m0, int n0, int n1, const O
   }
 }
 
+// Every input row against the weights a slice of rows at a time: the slice's bytes come
+// from memory once and stay in cache for each block of kMaxRows input rows. A row's
+// arithmetic is the same whatever else shares the call, so its outputs do not depend on
+// the row count up to kTiledRows.
 template <int BITS>
 void qmv(const QMat& w, const XPrep& xp, int rows, const Out& o) {
   int64_t grain = std::max<int64_t>(16, (1 << 16) / std::max(1, w.K));
-  parallel_for(w.N, grain, [&](int64_t n0, int64_t n1) {
-    for (int m = 0; m < rows; m += kMaxRows) {
-      switch (std::min(kMaxRows, rows - m)) {
-        case 1: rows_kernel<BITS, 1>(w, xp, m, int(n0), int(n1), o); break;
-        case 2: rows_kernel<BITS, 2>(w, xp, m, int(n0), int(n1), o); break;
-        case 3: rows_kernel<BITS, 3>(w, xp, m, int(n0), int(n1), o); break;
-        default: rows_kernel<BITS, 4>(w, xp, m, int(n0), int(n1), o); break;
+  const int slice = rows <= kMaxRows ? w.N : std::max(4, int(kSliceBytes * 8 / (int64_t(w.K) * BITS)) / 4 * 4);
+  parallel_for(w.N, grain, [&](int64_t a, int64_t b) {
+    for (int n0 = int(a); n0 < int(b); n0 += slice) {
+      const int n1 = std::min(int(b), n0 + slice);
+      for (int m = 0; m < rows; m += kMaxRows) {
+        switch (std::min(kMaxRows, rows - m)) {
+          case 1: rows_kernel<BITS, 1>(w, xp, m, n0, n1, o); break;
+          case 2: rows_kernel<BITS, 2>(w, xp, m, n0, n1, o); break;
+          case 3: rows_kernel<BITS, 3>(w, xp, m, n0, n1, o); break;
+          default: rows_kernel<BITS, 4>(w, xp, m, n0, n1, o); break;
+        }
       }
     }
   });
