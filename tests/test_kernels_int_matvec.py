@@ -60,7 +60,7 @@ def test_one_row_within_the_limbs_bound_of_float64(K, N, K_, group, half, bits):
     if K_ % group:
         pytest.skip("the group does not divide K")
     if bits not in K.int_matvec():
-        pytest.skip(f"{bits}-bit codes are unpacked by AVX-512 VBMI, which this build lacks")
+        pytest.skip(f"this build's integer path does not take {bits}-bit codes")
     wq, scales, biases, deq = _weights(N, K_, group, N + K_ + group, half, bits)
     x = mx.random.normal((1, K_)) * mx.exp(mx.random.normal((1, K_)))  # magnitudes spread within blocks
     got = K.quantized_matmul(x, wq, scales, biases, group, bits)
@@ -68,15 +68,21 @@ def test_one_row_within_the_limbs_bound_of_float64(K, N, K_, group, half, bits):
     assert not mx.array_equal(got, _float_kernel_row(K, x, wq, scales, biases, group, bits)).item()  # the path ran
 
 
-def test_largest_codes_and_limbs_stay_inside_32_bits(K):
-    """8-bit codes of 255 against values whose limbs all round to +-127: a chunk's combined
-    lane sum is then at its largest (4 * 255 * 127 * (2^14 + 2^7 + 1) < 2^31)."""
-    wq = mx.full((4, 64), 0xFFFFFFFF, dtype=mx.uint32)  # every code 255
+@pytest.mark.parametrize("bits", [4, 8])
+def test_largest_codes_and_limbs_stay_inside_32_bits(K, bits):
+    """Codes at their largest (255, or 15) against values whose limbs all round to +-127: a
+    chunk's combined lane sum is then at its largest (4 * 255 * 127 * (2^14 + 2^7 + 1) < 2^31),
+    and so is each 16-bit pair sum where AVX2 forms them (2 * 2 * 15 * 127 < 2^15)."""
+    if bits not in K.int_matvec():
+        pytest.skip(f"this build's integer path does not take {bits}-bit codes")
+    wq = mx.full((4, 256 * bits // 32), 0xFFFFFFFF, dtype=mx.uint32)  # every code at its largest
     scales, biases = mx.ones((4, 8)), mx.zeros((4, 8))
-    deq = mx.dequantize(wq, scales, biases, 32, 8)
+    deq = mx.dequantize(wq, scales, biases, 32, bits)
     for sign in (1.0, -1.0):
         x = mx.full((1, 256), sign * (1.0 - 2.0 ** -23))  # v = x / u just under 128 in every block
-        _within_bound(K.quantized_matmul(x, wq, scales, biases, 32, 8), x, deq)
+        got = K.quantized_matmul(x, wq, scales, biases, 32, bits)
+        _within_bound(got, x, deq)
+        assert not mx.array_equal(got, _float_kernel_row(K, x, wq, scales, biases, 32, bits)).item()
 
 
 def test_bias_residual_and_prologues_apply_as_on_the_float_path(K):

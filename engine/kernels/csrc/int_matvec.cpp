@@ -314,7 +314,7 @@ bool int_matvec(const QMat& w, const float* x, float* y, const float* bias, cons
   return true;
 }
 
-#else
+#elif !MLXK_INT_MATVEC_AVX2  // int_matvec_avx2.cpp has the AVX2 path
 
 bool int_matvec_built() {
   return false;
@@ -330,7 +330,9 @@ std::vector<int> int_matvec_bits() {
   if (!int_matvec_enabled()) {
     return {};
   }
-#if defined(__AVX512VBMI__)
+#if MLXK_INT_MATVEC_AVX2
+  return {4};
+#elif defined(__AVX512VBMI__)
   return {4, 5, 6, 8};
 #else
   return {4, 8};
