@@ -123,8 +123,12 @@ struct Limbs {
 // l * 8 / group of a row, worked out once per call.
 struct ScaleLanes {
   __m256i idx[2];
-  std::vector<int> first, valid;
-  ScaleLanes(const QMat& w, int chunks) : first(size_t(chunks)), valid(size_t(chunks)) {
+  int* first;  // in the calling thread's scratch, as Limbs
+  int* valid;
+  ScaleLanes(const QMat& w, int chunks) {
+    static thread_local std::vector<int> first_store, valid_store;
+    first = grown(first_store, size_t(chunks));
+    valid = grown(valid_store, size_t(chunks));
     const int spans = std::max(1, kPerChunk / w.group);  // groups a chunk spans (1: a group spans it)
     alignas(32) int32_t lanes[16];
     for (int l = 0; l < 16; ++l) {
