@@ -76,6 +76,10 @@ class Process:
                 raise TimeoutError(f"{self.name}: {what} not within {timeout:.0f}s:\n{self.log_tail()}")
             time.sleep(0.2)
 
+    def freeze(self) -> None:
+        """SIGSTOP: the process stops where it is, its connections open, until killed."""
+        self.proc.send_signal(signal.SIGSTOP)
+
     def kill(self) -> None:
         """SIGKILL: the process dies at once, mid-request."""
         if self.alive:
