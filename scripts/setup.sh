@@ -17,3 +17,5 @@ extras="test,kernels,tracing"
 # The CPU kernels (engine/kernels), compiled against the mlx just installed. Without a
 # compiler or CMake the server still runs, on MLX's own (slower) ops, and says so.
 .venv/bin/python -m engine.kernels.build || echo "setup: CPU kernels not built (see above); MLX's own ops will run" >&2
+# ggml's CPU backend for --numerics llama, from the pinned llama.cpp sdist (a few minutes).
+.venv/bin/python -m engine.kernels.ggml_build || echo "setup: ggml not built (see above); --numerics llama refused" >&2

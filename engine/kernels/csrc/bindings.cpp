@@ -103,6 +103,15 @@ NB_MODULE(_ext, m) {
       "eps"_a = 0.0f, "silu_gate"_a = false, nb::kw_only(), "stream"_a = nb::none(),
       "prologue(x) @ weight.T (+ bias) (+ residual) in one primitive; the prologue is RMSNorm "
       "with `norm` and `eps`, SiLU-gate of x's halves with `silu_gate`, or nothing.");
+  m.def("ggml_open", &mlxk::ggml_open, "bridge_library"_a,
+        "Opens ggml's CPU backend (through the bridge ggml_build.py makes) for the ggml_* ops; once per process.");
+  m.def("ggml_is_open", &mlxk::ggml_is_open, "Whether ggml_open succeeded.");
+  m.def("ggml_vec_dot_type", &mlxk::ggml_vec_dot_type, "type"_a,
+        "The ggml type a weight type's dot product takes its activations in.");
+  m.def("ggml_row_bytes", &mlxk::ggml_row_bytes, "type"_a, "K"_a, "Bytes of one row of K values of a ggml type.");
+  m.def("ggml_matmul", &mlxk::ggml_matmul, "x"_a, "w"_a, "type"_a, nb::kw_only(),
+        "stream"_a = nb::none(),
+        "x @ w.T by ggml's CPU backend: x's rows quantized to the weight type's vec_dot_type, ggml's kernels.");
   m.def("blas_available", &mlxk::blas_available, "Whether a CBLAS sgemm is loaded globally.");
   m.def("int_matvec", &mlxk::int_matvec_bits,
         "The code widths whose one-row quantized products take the integer-dot path (built with AVX-512 "

@@ -251,6 +251,25 @@ class KVPackWrite : public CpuPrimitive {
   int at_, group_, bits_;
 };
 
+// llama.cpp's numerics through ggml's CPU backend (ggml_products.cpp): ggml_open first.
+void ggml_open(const std::string& bridge_library);
+bool ggml_is_open();
+int ggml_vec_dot_type(int type);
+int64_t ggml_row_bytes(int type, int64_t K);
+// x [..., K] float32 @ w^T, w the weight's GGUF blocks [N, ggml_row_bytes(type, K)] of ggml type `type`.
+mx::array ggml_matmul(const mx::array& x, const mx::array& w, int type, mx::StreamOrDevice s = {});
+
+class GgmlMatmul : public CpuPrimitive {
+ public:
+  GgmlMatmul(mx::Stream stream, int type, int K) : CpuPrimitive(stream), type_(type), K_(K) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelGgmlMatmul"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  int type_, K_;
+};
+
 class Dequantize : public CpuPrimitive {
  public:
   Dequantize(mx::Stream stream, int group_size, int bits)
