@@ -79,6 +79,10 @@ class GenerationConfig:
                                  "stay quantized")
     dequantize: bool = setting(False, "hold quantized weights as floats of --dtype instead (several times the "
                                       "memory)")
+    numerics: str = setting("exact", "how a GGUF model's quantized products compute: exact (the dequantized "
+                                     "float product, the default) or llama (llama.cpp's: activations quantized "
+                                     "to 8 bits per block, ggml's integer dot products; faster, slightly "
+                                     "different answers)", choices=("exact", "llama"))
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     limits: Limits = field(default_factory=Limits)
     speculation: SpeculationConfig = field(default_factory=SpeculationConfig)

@@ -110,13 +110,13 @@ class GenerationEngine(LoadReports):
     def _load(self) -> LoadedModel:
         """Engine thread."""
         loaded = load_generation_model(self.source, name=self.name, dtype=self.config.dtype,
-                                       dequantize=self.config.dequantize)
+                                       dequantize=self.config.dequantize, numerics=self.config.numerics)
         self._facts = served_facts(loaded, self.config.scheduler.kv_bits)
         self._decode = calibrate_decode(loaded.model, self._facts)
         self._rolls_back = loaded.traits.can_roll_back
         if self.config.draft_model:
             draft = load_generation_model(self.config.draft_model, dtype=self.config.dtype,
-                                          dequantize=self.config.dequantize)
+                                          dequantize=self.config.dequantize, numerics=self.config.numerics)
             check_draft(loaded.tokenizer, draft.tokenizer, draft.traits.can_roll_back, (loaded.name, draft.name))
             self._facts = with_served_draft(self._facts, draft)
             self._draft = draft

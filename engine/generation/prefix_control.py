@@ -42,7 +42,7 @@ class PrefixControl:
             key = load_key(c.prefix_cache_key_file, state, c.prefix_cache_dir)
             try:
                 fingerprint = model_fingerprint(loaded.artifact, loaded.config, loaded.dtype, loaded.kernels,
-                                                c.kv_bits, state_dir=state)
+                                                c.kv_bits, numerics=loaded.numerics, state_dir=state)
             except NoWeights as exc:
                 log.warning("model %s: no disk tier for its prefix cache: %s", loaded.name, exc)
                 return None

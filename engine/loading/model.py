@@ -20,7 +20,9 @@ from .. import kernels
 from ..hardware.device import runtime_dtype
 from .compat import apply_batch_fixes
 from .windows import apply_windows
+from ..errors import UnsupportedModel
 from .gguf import prepare_gguf
+from .gguf_llama import NUMERICS, apply_llama_numerics
 from .traits import ModelTraits, traits_of
 from ..vision.model import VisionTower, is_vision_config, load_vision_model
 
@@ -43,6 +45,7 @@ class LoadedModel:
     artifact: Path
     dtype: str
     kernels: dict[str, int]  # CPU kernels put into the model, by kind
+    numerics: str  # "exact" or "llama" (engine.loading.gguf_llama)
 
     traits: ModelTraits  # what differs per architecture, read here and nowhere else
     vision: VisionTower | None = None  # a vision-language model's image side
@@ -77,9 +80,11 @@ def resolve_artifact(source: str | Path) -> Path:
 
 
 def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "auto",
-                          use_kernels: bool = True, dequantize: bool = False) -> LoadedModel:
+                          use_kernels: bool = True, dequantize: bool = False, numerics: str = "exact") -> LoadedModel:
     """Quantized weights stay quantized unless ``dequantize``; floating weights are cast
-    to the runtime dtype; CPU kernels go in unless ``use_kernels`` is False."""
+    to the runtime dtype; CPU kernels go in unless ``use_kernels`` is False; ``numerics``
+    "llama" computes a GGUF file's quantized products as llama.cpp does."""
+    gguf_file = _llama_numerics_source(source, numerics, dequantize, use_kernels)
     artifact = resolve_artifact(source)
     local = artifact / "config.json"
     config = json.loads(local.read_text()) if local.is_file() else None
@@ -105,12 +110,31 @@ def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "a
     if vision is not None:
         traits = replace(traits, media=("image",))
     apply_batch_fixes(model)
-    applied = kernels.apply_to_decoder(model, name) if use_kernels else {}
+    llama = apply_llama_numerics(model, gguf_file, config) if gguf_file is not None else {}
+    if llama:
+        log.info("llama numerics in %s (ggml's products): %s", name, ", ".join(f"{k} x{v}" for k, v in llama.items()))
+    applied = {**llama, **(kernels.apply_to_decoder(model, name) if use_kernels else {})}
     if use_kernels and vision is not None:
         applied = {**applied, **{f"tower {k}": v for k, v in kernels.apply_to_tower(vision.vlm, name).items()}}
     weight_dtype = _weight_dtype(model)  # after the kernels: they may hold scales in float16
     log.info("loaded %s from %s (%s, %s)", name, source, config.get("model_type"), weight_dtype)
-    return LoadedModel(name, model, tokenizer, config, str(source), artifact, weight_dtype, applied, traits, vision)
+    return LoadedModel(name, model, tokenizer, config, str(source), artifact, weight_dtype, applied, numerics,
+                       traits, vision)
+
+
+def _llama_numerics_source(source: str | Path, numerics: str, dequantize: bool, use_kernels: bool) -> Path | None:
+    """The GGUF file whose blocks llama numerics compute with; None for exact numerics."""
+    if numerics not in NUMERICS:
+        raise UnsupportedModel(f"numerics {numerics!r}: one of {', '.join(NUMERICS)}")
+    if numerics == "exact":
+        return None
+    path = Path(source).expanduser()
+    if not (path.is_file() and path.suffix == ".gguf"):
+        raise UnsupportedModel("llama numerics compute with a GGUF file's own blocks: the model must be a .gguf file")
+    if dequantize or not use_kernels or not kernels.enabled():
+        raise UnsupportedModel("llama numerics run on the CPU kernels with the weights quantized "
+                               "(not with --dequantize or the kernels off)")
+    return path
 
 
 def default_name(source: str | Path) -> str:

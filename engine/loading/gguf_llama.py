@@ -1,0 +1,91 @@
+"""llama.cpp's numerics for a GGUF model (``numerics="llama"``): its quantized linear layers
+hold the file's own blocks and compute through ggml's CPU backend (``kernels.ggml``).
+
+Invariant: every 2-D quantized tensor of the file that the model holds as a QuantizedLinear
+becomes a ``GgmlLinear`` of the same blocks (rows in the model's order); a tied output layer
+(a QuantizedEmbedding's ``as_linear``) multiplies by the blocks while lookups stay exact.
+Float tensors and stacked experts keep the exact path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx.utils import tree_unflatten
+
+from ..kernels import ggml
+from ..layering import KERNEL, install
+from .gguf import served_tensor_names
+from .gguf_arch import architecture, unpermute_qk
+from .gguf_file import read_gguf
+
+__all__ = ["NUMERICS", "GgmlLinear", "apply_llama_numerics"]
+
+NUMERICS = ("exact", "llama")
+_FLOAT = {"F32", "F16", "BF16"}
+
+
+class GgmlLinear(nn.Module):
+    """x @ W.T (+ bias) with W as GGUF blocks of ggml type ``ggml_type``: ggml's numerics."""
+
+    def __init__(self, blocks: mx.array, ggml_type: int, bias: mx.array | None = None):
+        super().__init__()
+        self.blocks = blocks
+        if bias is not None:
+            self.bias = bias
+        self.ggml_type = ggml_type
+        self.freeze()
+
+    def __call__(self, x: mx.array) -> mx.array:
+        y = ggml.matmul(x.astype(mx.float32), self["blocks"], self.ggml_type)
+        return y + self["bias"] if "bias" in self else y
+
+
+class GgmlHead:
+    """A tied output layer: ``as_linear`` by the file's blocks, lookups as before."""
+
+    RANK = KERNEL
+
+    def as_linear(self, x: mx.array) -> mx.array:
+        return ggml.matmul(x.astype(mx.float32), self._ggml_blocks, self._ggml_type)
+
+
+def apply_llama_numerics(model: nn.Module, gguf_path: Path, config: Mapping[str, Any]) -> dict[str, int]:
+    """Puts the file's blocks into ``model``'s quantized layers; counts by kind."""
+    ggml.open_backend()
+    file = read_gguf(gguf_path)
+    names = served_tensor_names(file, config)
+    arch = architecture(file.metadata)
+    heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
+    modules = dict(model.named_modules())
+    replaced: list[tuple[str, nn.Module]] = []
+    counts = {"ggml_linear": 0, "ggml_head": 0}
+    for tensor in file.tensors:
+        if tensor.type_name in _FLOAT or len(tensor.shape) != 2 or tensor.name not in names:
+            continue
+        path = names[tensor.name].removesuffix(".weight")
+        module = modules.get(path)
+        if not isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+            continue
+        blocks = np.asarray(tensor.data, dtype=np.uint8).reshape(tensor.shape[0], -1)
+        kind = tensor.base.rsplit(".", 1)[-1]
+        if arch.permuted_qk and kind in heads:
+            blocks = unpermute_qk(blocks, heads[kind])
+        if blocks.shape[1] != ggml.row_bytes(tensor.qtype, tensor.shape[1]):
+            continue  # not a layout ggml multiplies (cannot happen for a file ggml wrote)
+        held = mx.array(np.ascontiguousarray(blocks))
+        if isinstance(module, nn.QuantizedEmbedding):
+            module._ggml_blocks, module._ggml_type = held, int(tensor.qtype)
+            install(module, GgmlHead)
+            counts["ggml_head"] += 1
+        else:
+            replaced.append((path, GgmlLinear(held, int(tensor.qtype), module.get("bias"))))
+            counts["ggml_linear"] += 1
+    if replaced:
+        model.update_modules(tree_unflatten(replaced))
+    mx.eval(model.parameters())
+    return {k: v for k, v in counts.items() if v}
