@@ -17,7 +17,7 @@ from ..errors import UnsupportedModel
 from . import ext, status
 from .ggml_build import built
 
-__all__ = ["GgmlUnavailable", "open_backend", "matmul", "row_bytes", "vec_dot_type"]
+__all__ = ["GgmlUnavailable", "GgmlWeights", "open_backend", "matmul", "row_bytes", "vec_dot_type"]
 
 
 class GgmlUnavailable(UnsupportedModel):
@@ -46,6 +46,24 @@ def vec_dot_type(ggml_type: int) -> int:
 def row_bytes(ggml_type: int, columns: int) -> int:
     open_backend()
     return ext().ggml_row_bytes(ggml_type, columns)
+
+
+class GgmlWeights:
+    """A weight's GGUF blocks as ggml's CPU backend multiplies them: repacked into ggml's own
+    buffer where llama.cpp would place that type and shape there (``outside_bytes`` then
+    counts them; MLX holds nothing), else the blocks as an MLX array."""
+
+    def __init__(self, blocks: mx.array, ggml_type: int):
+        open_backend()
+        self.ggml_type = ggml_type
+        self.held = ext().ggml_hold(blocks, ggml_type)
+        self.blocks = None if self.held is not None else blocks
+        self.outside_bytes = self.held.bytes if self.held is not None else 0
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if self.held is not None:
+            return ext().ggml_matmul_held(x.astype(mx.float32), self.held)
+        return matmul(x.astype(mx.float32), self.blocks, self.ggml_type)
 
 
 def matmul(x: mx.array, blocks: mx.array, ggml_type: int) -> mx.array:

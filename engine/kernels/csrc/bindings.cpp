@@ -34,6 +34,10 @@ using Products = std::vector<std::tuple<int, int, bool>>;
 // What Python holds of a layer: a C++ reference count only, so the primitive that shares
 // it may drop the last one on MLX's stream thread without the GIL (a nanobind-made
 // shared_ptr would take the GIL there, while the main thread waits in eval holding it).
+struct GgmlHandle {
+  std::shared_ptr<const mlxk::GgmlWeight> weight;
+};
+
 struct LayerHandle {
   std::shared_ptr<const mlxk::LayerWeights> layer;
 };
@@ -109,6 +113,22 @@ NB_MODULE(_ext, m) {
   m.def("ggml_vec_dot_type", &mlxk::ggml_vec_dot_type, "type"_a,
         "The ggml type a weight type's dot product takes its activations in.");
   m.def("ggml_row_bytes", &mlxk::ggml_row_bytes, "type"_a, "K"_a, "Bytes of one row of K values of a ggml type.");
+  nb::class_<GgmlHandle>(m, "GgmlWeight", "A weight ggml holds repacked for its CPU kernels.")
+      .def_prop_ro("bytes", [](const GgmlHandle& h) { return h.weight->bytes; })
+      .def_prop_ro("shape", [](const GgmlHandle& h) { return std::make_tuple(h.weight->n, h.weight->k); });
+  m.def(
+      "ggml_hold",
+      [](const mx::array& w, int type) -> std::optional<GgmlHandle> {
+        auto held = mlxk::ggml_hold(w, type);
+        return held ? std::optional<GgmlHandle>(GgmlHandle{held}) : std::nullopt;
+      },
+      "w"_a, "type"_a,
+      "w's blocks repacked by ggml where its CPU backend repacks that type and shape (as llama.cpp places "
+      "weights), else None.");
+  m.def(
+      "ggml_matmul_held",
+      [](const mx::array& x, const GgmlHandle& w, mx::StreamOrDevice s) { return mlxk::ggml_matmul_held(x, w.weight, s); },
+      "x"_a, "w"_a, nb::kw_only(), "stream"_a = nb::none(), "x @ w.T for a weight ggml_hold gave.");
   m.def("ggml_matmul", &mlxk::ggml_matmul, "x"_a, "w"_a, "type"_a, nb::kw_only(),
         "stream"_a = nb::none(),
         "x @ w.T by ggml's CPU backend: x's rows quantized to the weight type's vec_dot_type, ggml's kernels.");

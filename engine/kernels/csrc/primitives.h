@@ -2,6 +2,7 @@
 // never builds them for another device). float32 inputs and outputs.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -259,15 +260,29 @@ int64_t ggml_row_bytes(int type, int64_t K);
 // x [..., K] float32 @ w^T, w the weight's GGUF blocks [N, ggml_row_bytes(type, K)] of ggml type `type`.
 mx::array ggml_matmul(const mx::array& x, const mx::array& w, int type, mx::StreamOrDevice s = {});
 
+// A weight ggml holds repacked for its CPU backend's kernels (released with the last owner).
+struct GgmlWeight {
+  void* handle;
+  int type;
+  int64_t n, k, bytes;
+  GgmlWeight(void* h, int t, int64_t n_, int64_t k_, int64_t b) : handle(h), type(t), n(n_), k(k_), bytes(b) {}
+  ~GgmlWeight();
+};
+// w's blocks repacked by ggml where its CPU backend repacks that type and shape; null elsewhere.
+std::shared_ptr<const GgmlWeight> ggml_hold(const mx::array& w, int type);
+mx::array ggml_matmul_held(const mx::array& x, const std::shared_ptr<const GgmlWeight>& w, mx::StreamOrDevice s = {});
+
 class GgmlMatmul : public CpuPrimitive {
  public:
-  GgmlMatmul(mx::Stream stream, int type, int K) : CpuPrimitive(stream), type_(type), K_(K) {}
+  GgmlMatmul(mx::Stream stream, int type, int K, std::shared_ptr<const GgmlWeight> held)
+      : CpuPrimitive(stream), type_(type), K_(K), held_(std::move(held)) {}
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   const char* name() const override { return "KernelGgmlMatmul"; }
   bool is_equivalent(const mx::Primitive& other) const override;
 
  private:
   int type_, K_;
+  std::shared_ptr<const GgmlWeight> held_;  // null: the weight is inputs[1]
 };
 
 class Dequantize : public CpuPrimitive {

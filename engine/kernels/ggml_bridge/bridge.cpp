@@ -1,14 +1,16 @@
 // A C surface over ggml's CPU backend for the kernels' llama numerics, built by
 // engine/kernels/ggml_build.py against the pinned ggml and opened by ggml_products.cpp.
-// One product is a one-node ggml graph (mul_mat) over the caller's memory, computed on one
-// persistent ggml threadpool: ggml picks its own kernels (tinyBLAS tiles, its chunked
-// vec_dot), exactly as llama.cpp's CPU backend does for the same tensors.
+// One product is a one-node ggml graph (mul_mat) computed on one persistent ggml threadpool;
+// weights are repacked into ggml's CPU_REPACK buffer where llama.cpp would place them there,
+// else read in place. ggml picks its kernels (repacked GEMV/GEMM, tinyBLAS, tiled K-quants,
+// its chunked vec_dot) exactly as llama.cpp's CPU backend does for the same tensors.
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
 
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
 
@@ -20,6 +22,53 @@ int g_threads = 1;
 std::vector<uint8_t> g_context;  // tensor and graph headers (no_alloc)
 std::vector<uint8_t> g_work;     // the quantized activations and ggml's scratch
 
+// A weight held by ggml in the layout its CPU backend repacks it into (CPU_REPACK).
+struct Held {
+  ggml_context* ctx;
+  ggml_backend_buffer_t buffer;
+  ggml_tensor* weights;
+};
+
+ggml_backend_dev_t cpu_device() {
+  return ggml_backend_reg_dev_get(ggml_backend_cpu_reg(), 0);
+}
+
+ggml_backend_buffer_type_t repack_type() {
+  static ggml_backend_buffer_type_t found = [] {
+    ggml_backend_reg_t reg = ggml_backend_cpu_reg();
+    auto extra = reinterpret_cast<ggml_backend_dev_get_extra_bufts_t>(
+        ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts"));
+    for (ggml_backend_buffer_type_t* t = extra ? extra(cpu_device()) : nullptr; t && *t; ++t) {
+      if (std::strcmp(ggml_backend_buft_name(*t), "CPU_REPACK") == 0) {
+        return *t;
+      }
+    }
+    return ggml_backend_buffer_type_t(nullptr);
+  }();
+  return found;
+}
+
+// Whether ggml's CPU backend would multiply `weights` from a repacked buffer (as llama.cpp
+// asks it when it places a model's weights).
+bool repacks(ggml_tensor* weights, int64_t k) {
+  ggml_backend_buffer_type_t buft = repack_type();
+  if (buft == nullptr) {
+    return false;
+  }
+  std::vector<uint8_t> mem(ggml_tensor_overhead() * 3 + 256);
+  ggml_init_params init = {mem.size(), mem.data(), true};
+  ggml_context* ctx = ggml_init(init);
+  ggml_tensor* rows = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, 8);
+  ggml_tensor* op = ggml_mul_mat(ctx, weights, rows);
+  ggml_backend_buffer_t probe = ggml_backend_buft_alloc_buffer(buft, 0);
+  weights->buffer = probe;
+  bool ok = ggml_backend_dev_supports_op(cpu_device(), op);
+  weights->buffer = nullptr;
+  ggml_backend_buffer_free(probe);
+  ggml_free(ctx);
+  return ok;
+}
+
 bool valid_type(int type) {
   return type >= 0 && type < GGML_TYPE_COUNT && ggml_get_type_traits_cpu(ggml_type(type))->vec_dot != nullptr &&
          ggml_get_type_traits(ggml_type(type))->blck_size > 0;
@@ -30,14 +79,11 @@ bool valid_type(int type) {
 extern "C" {
 
 // Once per process: ggml's tables and a threadpool of n_threads (no polling while idle).
-// ggml's tiled K-quant kernels serve every row count, not only batches of 8 or more: a
-// row's result then never depends on how many rows share the product.
 int mlxk_ggml_open(int n_threads) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_pool != nullptr) {
     return 0;
   }
-  setenv("GGML_CPU_TILED_MM_FORCE", "1", 1);  // read once, at ggml's first product
   ggml_cpu_init();
   g_threads = n_threads > 0 ? n_threads : 1;
   ggml_threadpool_params params = ggml_threadpool_params_default(g_threads);
@@ -60,8 +106,44 @@ int64_t mlxk_ggml_row_bytes(int type, int64_t k) {
   return int64_t(ggml_row_size(ggml_type(type), k));
 }
 
-// y [m, n] = x [m, k] @ w^T, w [n, row_bytes(type, k)] in ggml's blocks; 0 on success.
-int mlxk_ggml_matmul(int type, const void* w, int64_t n, int64_t k, const float* x, int64_t m, float* y) {
+// A copy of w [n, row_bytes(type, k)] repacked by ggml where its CPU backend repacks such
+// a weight (an opaque handle, its bytes in *bytes), or null where it does not.
+void* mlxk_ggml_hold(int type, const void* w, int64_t n, int64_t k, int64_t* bytes) {
+  if (!valid_type(type) || mlxk_ggml_row_bytes(type, k) < 0) {
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ggml_init_params init = {ggml_tensor_overhead() + 256, nullptr, true};
+  ggml_context* ctx = ggml_init(init);
+  ggml_tensor* weights = ggml_new_tensor_2d(ctx, ggml_type(type), k, n);
+  if (!repacks(weights, k)) {
+    ggml_free(ctx);
+    return nullptr;
+  }
+  ggml_backend_buffer_t buffer = ggml_backend_alloc_ctx_tensors_from_buft(ctx, repack_type());
+  if (buffer == nullptr) {
+    ggml_free(ctx);
+    return nullptr;
+  }
+  ggml_backend_tensor_set(weights, w, 0, ggml_nbytes(weights));
+  *bytes = int64_t(ggml_backend_buffer_get_size(buffer));
+  return new Held{ctx, buffer, weights};
+}
+
+void mlxk_ggml_release(void* held) {
+  auto* h = static_cast<Held*>(held);
+  if (h != nullptr) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    ggml_backend_buffer_free(h->buffer);
+    ggml_free(h->ctx);
+    delete h;
+  }
+}
+
+// y [m, n] = x [m, k] @ w^T, w [n, row_bytes(type, k)] in ggml's blocks, or held (then w
+// is the handle mlxk_ggml_hold gave); 0 on success.
+int mlxk_ggml_matmul(int type, const void* w, int64_t n, int64_t k, const float* x, int64_t m, float* y,
+                     int held) {
   if (!valid_type(type) || mlxk_ggml_row_bytes(type, k) < 0) {
     return -2;
   }
@@ -71,8 +153,10 @@ int mlxk_ggml_matmul(int type, const void* w, int64_t n, int64_t k, const float*
   }
   ggml_init_params init = {g_context.size(), g_context.data(), true};
   ggml_context* ctx = ggml_init(init);
-  ggml_tensor* weights = ggml_new_tensor_2d(ctx, ggml_type(type), k, n);
-  weights->data = const_cast<void*>(w);
+  ggml_tensor* weights = held ? static_cast<const Held*>(w)->weights : ggml_new_tensor_2d(ctx, ggml_type(type), k, n);
+  if (!held) {
+    weights->data = const_cast<void*>(w);
+  }
   ggml_tensor* rows = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, m);
   rows->data = const_cast<float*>(x);
   ggml_tensor* out = ggml_mul_mat(ctx, weights, rows);  // [n, m]: m rows of n values
