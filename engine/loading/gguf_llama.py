@@ -23,35 +23,41 @@ from .gguf import served_tensor_names
 from .gguf_arch import architecture, unpermute_qk
 from .gguf_file import read_gguf
 
-__all__ = ["NUMERICS", "GgmlLinear", "apply_llama_numerics"]
+__all__ = ["NUMERICS", "GgmlLinear", "apply_llama_numerics", "ggml_types"]
 
 NUMERICS = ("exact", "llama")
 _FLOAT = {"F32", "F16", "BF16"}
 
 
 class GgmlLinear(nn.Module):
-    """x @ W.T (+ bias) with W as GGUF blocks of ggml type ``ggml_type``: ggml's numerics."""
+    """x @ W.T (+ bias) with W a GGUF tensor of ggml type ``ggml_type``: ggml's numerics.
+    Its blocks are a parameter (``blocks``) unless ggml holds them repacked
+    (``outside_bytes``: memory facts count them)."""
 
     def __init__(self, blocks: mx.array, ggml_type: int, bias: mx.array | None = None):
         super().__init__()
-        self.blocks = blocks
+        self._weights = ggml.GgmlWeights(blocks, ggml_type)
+        if self._weights.blocks is not None:
+            self.blocks = self._weights.blocks
         if bias is not None:
             self.bias = bias
         self.ggml_type = ggml_type
+        self.outside_bytes = self._weights.outside_bytes
         self.freeze()
 
     def __call__(self, x: mx.array) -> mx.array:
-        y = ggml.matmul(x.astype(mx.float32), self["blocks"], self.ggml_type)
+        y = self._weights(x)
         return y + self["bias"] if "bias" in self else y
 
 
 class GgmlHead:
-    """A tied output layer: ``as_linear`` by the file's blocks, lookups as before."""
+    """A tied output layer: ``as_linear`` by the file's blocks (held by ggml, counted in
+    ``outside_bytes``), lookups as before."""
 
     RANK = KERNEL
 
     def as_linear(self, x: mx.array) -> mx.array:
-        return ggml.matmul(x.astype(mx.float32), self._ggml_blocks, self._ggml_type)
+        return self._ggml_weights(x)
 
 
 def apply_llama_numerics(model: nn.Module, gguf_path: Path, config: Mapping[str, Any]) -> dict[str, int]:
@@ -79,7 +85,9 @@ def apply_llama_numerics(model: nn.Module, gguf_path: Path, config: Mapping[str,
             continue  # not a layout ggml multiplies (cannot happen for a file ggml wrote)
         held = mx.array(np.ascontiguousarray(blocks))
         if isinstance(module, nn.QuantizedEmbedding):
-            module._ggml_blocks, module._ggml_type = held, int(tensor.qtype)
+            weights = ggml.GgmlWeights(held, int(tensor.qtype))
+            module._ggml_weights = weights
+            module.outside_bytes = weights.outside_bytes + (weights.blocks.nbytes if weights.blocks is not None else 0)
             install(module, GgmlHead)
             counts["ggml_head"] += 1
         else:
@@ -89,3 +97,11 @@ def apply_llama_numerics(model: nn.Module, gguf_path: Path, config: Mapping[str,
         model.update_modules(tree_unflatten(replaced))
     mx.eval(model.parameters())
     return {k: v for k, v in counts.items() if v}
+
+
+def ggml_types(model: nn.Module) -> str:
+    """The ggml types the model's GgmlLinear layers hold, e.g. "Q4_K/Q6_K"."""
+    import gguf  # noqa: PLC0415 - names only
+
+    kinds = {m.ggml_type for _, m in model.named_modules() if isinstance(m, GgmlLinear)}
+    return "/".join(sorted(gguf.GGMLQuantizationType(k).name for k in kinds))

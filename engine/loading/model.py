@@ -22,7 +22,7 @@ from .compat import apply_batch_fixes
 from .windows import apply_windows
 from ..errors import UnsupportedModel
 from .gguf import prepare_gguf
-from .gguf_llama import NUMERICS, apply_llama_numerics
+from .gguf_llama import NUMERICS, apply_llama_numerics, ggml_types
 from .traits import ModelTraits, traits_of
 from ..vision.model import VisionTower, is_vision_config, load_vision_model
 
@@ -117,6 +117,8 @@ def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "a
     if use_kernels and vision is not None:
         applied = {**applied, **{f"tower {k}": v for k, v in kernels.apply_to_tower(vision.vlm, name).items()}}
     weight_dtype = _weight_dtype(model)  # after the kernels: they may hold scales in float16
+    if llama:
+        weight_dtype = f"{ggml_types(model)} blocks by ggml (llama numerics); {weight_dtype}"
     log.info("loaded %s from %s (%s, %s)", name, source, config.get("model_type"), weight_dtype)
     return LoadedModel(name, model, tokenizer, config, str(source), artifact, weight_dtype, applied, numerics,
                        traits, vision)

@@ -166,6 +166,7 @@ def facts_from_model(model: nn.Module, config: Mapping[str, Any], make_caches=No
     ``blockwise_attention``: the model's attention runs in blocks of keys with an online
     softmax (the CPU kernels' attention), so no score matrix is ever whole."""
     weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+    weights += sum(getattr(m, "outside_bytes", 0) for _, m in model.named_modules())  # e.g. ggml's weights
     act_bytes = _activation_dtype_bytes(model)
     vocab = int(config_value(config, "vocab_size", default=0))
     step = KV_STEP
