@@ -1,8 +1,9 @@
 """llama numerics (``numerics="llama"``): a GGUF model's quantized products computed as
 llama.cpp computes them, by ggml's own CPU backend. Checked against a numpy reference of
-ggml's Q8_0 activation quantizer and the Q4_0/Q8_0 dot products, for row-count
-invariance on every block type, and on the embedded SmolLM2 GGUF against the float
-model run on activations rounded the way ggml rounds them."""
+ggml's Q8_0 activation quantizer and the Q4_0/Q8_0/Q4_1 dot products, for row-count
+invariance (the K-quants: llama.cpp's batched kernels, within float rounding), and on the
+embedded SmolLM2 GGUF's layers against numpy references. Weights go through
+``GgmlWeights``, as the model's layers hold them: repacked by ggml where llama.cpp repacks."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from tests.gguf_quantizers import quantize
 from tests.kernel_helpers import kernels_ext
 
 Q = gguf.GGMLQuantizationType
-TYPES = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+ROW_INVARIANT = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0]
+K_QUANTS = [Q.Q4_K, Q.Q5_K, Q.Q6_K]
+TYPES = ROW_INVARIANT + K_QUANTS
 
 
 @pytest.fixture(scope="module")
@@ -69,15 +72,31 @@ def test_products_equal_the_numpy_reference_of_ggmls_quantizer_and_integer_dots(
     assert np.all(np.abs(got - want) <= bound), np.abs(got - want).max()
 
 
-@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", ROW_INVARIANT, ids=lambda t: t.name)
 def test_a_rows_result_does_not_depend_on_how_many_rows_share_the_product(ggml, qtype):
     rng = np.random.default_rng(7)
-    w = mx.array(quantize(rng.standard_normal((40, 512)).astype(np.float32), qtype))
-    x = rng.standard_normal((9, 512)).astype(np.float32)
-    together = np.array(ggml.matmul(mx.array(x), w, int(qtype)))
-    for m in (0, 4, 8):
-        alone = np.array(ggml.matmul(mx.array(x[m:m + 1]), w, int(qtype)))
-        assert np.array_equal(alone[0], together[m])
+    weights = ggml.GgmlWeights(mx.array(quantize(rng.standard_normal((64, 512)).astype(np.float32), qtype)),
+                               int(qtype))
+    x = rng.standard_normal((17, 512)).astype(np.float32)
+    alone = np.array(weights(mx.array(x[:1])))[0]
+    for rows in range(2, 18):
+        assert np.array_equal(np.array(weights(mx.array(x[:rows])))[0], alone), rows
+
+
+@pytest.mark.parametrize("qtype", K_QUANTS, ids=lambda t: t.name)
+def test_k_quant_rows_sum_as_llama_cpps_batched_kernels_do(ggml, qtype):
+    """ggml multiplies a K-quant batch with other kernels than one row (repacked GEMMs from 4
+    rows, tiled ones from 8): the same integer sums, the float ones in another order."""
+    rng = np.random.default_rng(7)
+    weights = ggml.GgmlWeights(mx.array(quantize(rng.standard_normal((64, 512)).astype(np.float32), qtype)),
+                               int(qtype))
+    x = rng.standard_normal((17, 512)).astype(np.float32)
+    alone = np.array(weights(mx.array(x[:1])))[0]
+    for rows in range(2, 18):
+        got = np.array(weights(mx.array(x[:rows])))[0]
+        assert np.allclose(got, alone, rtol=1e-5, atol=1e-5 * np.abs(alone).max()), rows
+        if rows < 4:
+            assert np.array_equal(got, alone), rows
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
