@@ -33,7 +33,7 @@ def version() -> str:
 
 class LlamaServer:
     def __init__(self, model: Path, log_dir: Path, slots: int = 32, threads: int | None = None,
-                 context_per_slot: int = 512):
+                 context_per_slot: int = 512, extra: list[str] | None = None):
         from . import llamacpp
 
         self.port = free_port()
@@ -41,7 +41,7 @@ class LlamaServer:
         # -c is shared by the slots: each gets context_per_slot (prompt + tokens must fit)
         self.argv = [str(llamacpp.tool(llamacpp.SERVER)), "-m", str(model), "-np", str(slots), "-cb",
                      "-t", str(self.threads), "-c", str(slots * context_per_slot),
-                     "--host", "127.0.0.1", "--port", str(self.port)]
+                     "--host", "127.0.0.1", "--port", str(self.port), *(extra or [])]
         self.proc = Subprocess("llama-server", self.argv, log_dir)
 
     async def start(self, timeout: float = 600) -> None:
