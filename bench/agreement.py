@@ -56,25 +56,13 @@ def prompt_ids(file: Path) -> list[list[int]]:
 
 
 async def ours(file: Path, mode: str, prompts: list[list[int]], tokens: int, log_dir: Path) -> list[list[int]]:
-    from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
-    from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
-
     from .servers import OurServer
 
     server = OurServer(file, None, log_dir, max_active=1, extra=["--numerics", mode])
     try:
         await server.start(timeout=3600)
-        answers = []
-        for ids in prompts:  # one at a time: each alone, as llama-server's one slot runs them
-            req = pb.GenerateRequest(model="bench", tokens=gen_pb.TokenIds(ids=ids),
-                                     sampling=gen_pb.SamplingParams(temperature=0.0),
-                                     stopping=gen_pb.StoppingCriteria(max_tokens=tokens, ignore_eos=True))
-            out: list[int] = []
-            async for resp in server.stub.Generate(req):
-                if resp.WhichOneof("event") == "delta":
-                    out += list(resp.delta.token_ids)
-            answers.append(out)
-        return answers
+        # one at a time: each alone, as llama-server's one slot runs them
+        return [await server.greedy(ids, tokens) for ids in prompts]
     finally:
         await server.close()
 

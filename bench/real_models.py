@@ -200,22 +200,13 @@ async def check(file: Path, ids: list[int], tokens: int = 4) -> list[int]:
     their ids."""
     import tempfile
 
-    from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
-    from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
-
     from .servers import OurServer
 
     with tempfile.TemporaryDirectory(prefix="real-models-") as tmp:
         server = OurServer(file, None, Path(tmp), max_active=4)
         try:
             await server.start(timeout=3600)
-            req = pb.GenerateRequest(model="bench", tokens=gen_pb.TokenIds(ids=ids),
-                                     sampling=gen_pb.SamplingParams(temperature=0.0),
-                                     stopping=gen_pb.StoppingCriteria(max_tokens=tokens, ignore_eos=True))
-            out: list[int] = []
-            async for resp in server.stub.Generate(req):
-                if resp.WhichOneof("event") == "delta":
-                    out += list(resp.delta.token_ids)
+            out = await server.greedy(ids, tokens)
             if len(out) != tokens:
                 raise RuntimeError(f"{file.name}: {len(out)} tokens generated, {tokens} asked")
             return out

@@ -117,6 +117,17 @@ class OurServer:
                 r.done = now
         return r
 
+    async def greedy(self, ids: list[int], tokens: int) -> list[int]:
+        """The ids of ``tokens`` greedy tokens after ``ids`` (EOS ignored)."""
+        req = pb.GenerateRequest(model="bench", tokens=gen_pb.TokenIds(ids=ids),
+                                 sampling=gen_pb.SamplingParams(temperature=0.0),
+                                 stopping=gen_pb.StoppingCriteria(max_tokens=tokens, ignore_eos=True))
+        out: list[int] = []
+        async for resp in self.stub.Generate(req):
+            if resp.WhichOneof("event") == "delta":
+                out += list(resp.delta.token_ids)
+        return out
+
     async def embed(self, texts: list[str]) -> int:
         n = 0
         async for _ in self.stub.Embed(pb.EmbedRequest(model="embed", inputs=texts)):

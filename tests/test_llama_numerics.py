@@ -72,13 +72,18 @@ def test_products_equal_the_numpy_reference_of_ggmls_quantizer_and_integer_dots(
     assert np.all(np.abs(got - want) <= bound), np.abs(got - want).max()
 
 
-@pytest.mark.parametrize("qtype", ROW_INVARIANT, ids=lambda t: t.name)
-def test_a_rows_result_does_not_depend_on_how_many_rows_share_the_product(ggml, qtype):
+def _held_and_rows(ggml, qtype: Q):
+    """A 64 x 512 weight as the model's layers hold it, 17 rows of x, and row 0's result alone."""
     rng = np.random.default_rng(7)
     weights = ggml.GgmlWeights(mx.array(quantize(rng.standard_normal((64, 512)).astype(np.float32), qtype)),
                                int(qtype))
     x = rng.standard_normal((17, 512)).astype(np.float32)
-    alone = np.array(weights(mx.array(x[:1])))[0]
+    return weights, x, np.array(weights(mx.array(x[:1])))[0]
+
+
+@pytest.mark.parametrize("qtype", ROW_INVARIANT, ids=lambda t: t.name)
+def test_a_rows_result_does_not_depend_on_how_many_rows_share_the_product(ggml, qtype):
+    weights, x, alone = _held_and_rows(ggml, qtype)
     for rows in range(2, 18):
         assert np.array_equal(np.array(weights(mx.array(x[:rows])))[0], alone), rows
 
@@ -87,11 +92,7 @@ def test_a_rows_result_does_not_depend_on_how_many_rows_share_the_product(ggml, 
 def test_k_quant_rows_sum_as_llama_cpps_batched_kernels_do(ggml, qtype):
     """ggml multiplies a K-quant batch with other kernels than one row (repacked GEMMs from 4
     rows, tiled ones from 8): the same integer sums, the float ones in another order."""
-    rng = np.random.default_rng(7)
-    weights = ggml.GgmlWeights(mx.array(quantize(rng.standard_normal((64, 512)).astype(np.float32), qtype)),
-                               int(qtype))
-    x = rng.standard_normal((17, 512)).astype(np.float32)
-    alone = np.array(weights(mx.array(x[:1])))[0]
+    weights, x, alone = _held_and_rows(ggml, qtype)
     for rows in range(2, 18):
         got = np.array(weights(mx.array(x[:rows])))[0]
         assert np.allclose(got, alone, rtol=1e-5, atol=1e-5 * np.abs(alone).max()), rows
