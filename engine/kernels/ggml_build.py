@@ -51,7 +51,7 @@ def build(jobs: int | None = None, force: bool = False) -> Path:
         flags = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_CURL=OFF",
                  "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
                  "-DLLAMA_BUILD_SERVER=OFF",
-                 "-DGGML_OPENMP=OFF",  # only ggml's row functions are called: its threads never run
+                 "-DGGML_OPENMP=OFF",  # ggml's own threadpool: no second OpenMP runtime beside MKL's
                  "-DGGML_BUILD_TESTS=OFF", "-DGGML_BUILD_EXAMPLES=OFF", "-DGGML_BACKEND_DL=OFF",
                  "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN"]  # base found beside cpu
         build_dir = work / "build"
