@@ -1773,8 +1773,13 @@ type Usage struct {
 	DraftTokens int32 `protobuf:"varint,4,opt,name=draft_tokens,json=draftTokens,proto3" json:"draft_tokens,omitempty"`
 	// Of draft_tokens, those the output kept (each saved one step of the model).
 	AcceptedDraftTokens int32 `protobuf:"varint,5,opt,name=accepted_draft_tokens,json=acceptedDraftTokens,proto3" json:"accepted_draft_tokens,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Of draft_tokens, those taken from the request's prediction that the output kept.
+	AcceptedPredictionTokens int32 `protobuf:"varint,6,opt,name=accepted_prediction_tokens,json=acceptedPredictionTokens,proto3" json:"accepted_prediction_tokens,omitempty"`
+	// Of draft_tokens, those taken from the request's prediction that the output did
+	// not keep.
+	RejectedPredictionTokens int32 `protobuf:"varint,7,opt,name=rejected_prediction_tokens,json=rejectedPredictionTokens,proto3" json:"rejected_prediction_tokens,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
@@ -1842,6 +1847,20 @@ func (x *Usage) GetAcceptedDraftTokens() int32 {
 	return 0
 }
 
+func (x *Usage) GetAcceptedPredictionTokens() int32 {
+	if x != nil {
+		return x.AcceptedPredictionTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetRejectedPredictionTokens() int32 {
+	if x != nil {
+		return x.RejectedPredictionTokens
+	}
+	return 0
+}
+
 // Speculative decoding for one request: the model verifies several proposed tokens
 // in one step and keeps those it would have produced itself. It never changes the
 // output (greedy or seeded), only how fast it arrives. Models whose caches cannot roll
@@ -1901,6 +1920,92 @@ func (x *SpeculationOptions) GetNumDraftTokens() int32 {
 	return 0
 }
 
+// The expected output of a request, proposed as speculative drafts. Exactly one must
+// be set.
+type Prediction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Content:
+	//
+	//	*Prediction_Text
+	//	*Prediction_Tokens
+	Content       isPrediction_Content `protobuf_oneof:"content"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Prediction) Reset() {
+	*x = Prediction{}
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Prediction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Prediction) ProtoMessage() {}
+
+func (x *Prediction) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Prediction.ProtoReflect.Descriptor instead.
+func (*Prediction) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Prediction) GetContent() isPrediction_Content {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *Prediction) GetText() string {
+	if x != nil {
+		if x, ok := x.Content.(*Prediction_Text); ok {
+			return x.Text
+		}
+	}
+	return ""
+}
+
+func (x *Prediction) GetTokens() *TokenIds {
+	if x != nil {
+		if x, ok := x.Content.(*Prediction_Tokens); ok {
+			return x.Tokens
+		}
+	}
+	return nil
+}
+
+type isPrediction_Content interface {
+	isPrediction_Content()
+}
+
+type Prediction_Text struct {
+	// Text, tokenized with the model's tokenizer (no special tokens).
+	Text string `protobuf:"bytes,1,opt,name=text,proto3,oneof"`
+}
+
+type Prediction_Tokens struct {
+	// Token ids, used as they are.
+	Tokens *TokenIds `protobuf:"bytes,2,opt,name=tokens,proto3,oneof"`
+}
+
+func (*Prediction_Text) isPrediction_Content() {}
+
+func (*Prediction_Tokens) isPrediction_Content() {}
+
 // Where the time of a request went.
 type Timings struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1918,7 +2023,7 @@ type Timings struct {
 
 func (x *Timings) Reset() {
 	*x = Timings{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2035,7 @@ func (x *Timings) String() string {
 func (*Timings) ProtoMessage() {}
 
 func (x *Timings) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2048,7 @@ func (x *Timings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timings.ProtoReflect.Descriptor instead.
 func (*Timings) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{20}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Timings) GetQueueSeconds() float64 {
@@ -1985,7 +2090,7 @@ type ResponseFormat_Choice struct {
 
 func (x *ResponseFormat_Choice) Reset() {
 	*x = ResponseFormat_Choice{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[23]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2102,7 @@ func (x *ResponseFormat_Choice) String() string {
 func (*ResponseFormat_Choice) ProtoMessage() {}
 
 func (x *ResponseFormat_Choice) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[23]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,16 +2265,23 @@ const file_mlxgrpc_v1_generation_proto_rawDesc = "" +
 	"\fTokenLogprob\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\x05R\atokenId\x12\x18\n" +
 	"\alogprob\x18\x02 \x01(\x02R\alogprob\x129\n" +
-	"\ftop_logprobs\x18\x03 \x03(\v2\x16.mlxgrpc.v1.TopLogprobR\vtopLogprobs\"\xd5\x01\n" +
+	"\ftop_logprobs\x18\x03 \x03(\v2\x16.mlxgrpc.v1.TopLogprobR\vtopLogprobs\"\xd1\x02\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x05R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x05R\x10completionTokens\x12#\n" +
 	"\rcached_tokens\x18\x03 \x01(\x05R\fcachedTokens\x12!\n" +
 	"\fdraft_tokens\x18\x04 \x01(\x05R\vdraftTokens\x122\n" +
-	"\x15accepted_draft_tokens\x18\x05 \x01(\x05R\x13acceptedDraftTokens\"o\n" +
+	"\x15accepted_draft_tokens\x18\x05 \x01(\x05R\x13acceptedDraftTokens\x12<\n" +
+	"\x1aaccepted_prediction_tokens\x18\x06 \x01(\x05R\x18acceptedPredictionTokens\x12<\n" +
+	"\x1arejected_prediction_tokens\x18\a \x01(\x05R\x18rejectedPredictionTokens\"o\n" +
 	"\x12SpeculationOptions\x12/\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\x04mode\x12(\n" +
-	"\x10num_draft_tokens\x18\x02 \x01(\x05R\x0enumDraftTokens\"\xca\x01\n" +
+	"\x10num_draft_tokens\x18\x02 \x01(\x05R\x0enumDraftTokens\"]\n" +
+	"\n" +
+	"Prediction\x12\x14\n" +
+	"\x04text\x18\x01 \x01(\tH\x00R\x04text\x12.\n" +
+	"\x06tokens\x18\x02 \x01(\v2\x14.mlxgrpc.v1.TokenIdsH\x00R\x06tokensB\t\n" +
+	"\acontent\"\xca\x01\n" +
 	"\aTimings\x12#\n" +
 	"\rqueue_seconds\x18\x01 \x01(\x01R\fqueueSeconds\x12<\n" +
 	"\x1btime_to_first_token_seconds\x18\x02 \x01(\x01R\x17timeToFirstTokenSeconds\x127\n" +
@@ -2213,7 +2325,7 @@ func file_mlxgrpc_v1_generation_proto_rawDescGZIP() []byte {
 }
 
 var file_mlxgrpc_v1_generation_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_mlxgrpc_v1_generation_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_mlxgrpc_v1_generation_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_mlxgrpc_v1_generation_proto_goTypes = []any{
 	(ToolChoiceMode)(0),           // 0: mlxgrpc.v1.ToolChoiceMode
 	(SamplerOrder)(0),             // 1: mlxgrpc.v1.SamplerOrder
@@ -2239,10 +2351,11 @@ var file_mlxgrpc_v1_generation_proto_goTypes = []any{
 	(*TokenLogprob)(nil),          // 21: mlxgrpc.v1.TokenLogprob
 	(*Usage)(nil),                 // 22: mlxgrpc.v1.Usage
 	(*SpeculationOptions)(nil),    // 23: mlxgrpc.v1.SpeculationOptions
-	(*Timings)(nil),               // 24: mlxgrpc.v1.Timings
-	nil,                           // 25: mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
-	nil,                           // 26: mlxgrpc.v1.SamplingParams.LogitBiasEntry
-	(*ResponseFormat_Choice)(nil), // 27: mlxgrpc.v1.ResponseFormat.Choice
+	(*Prediction)(nil),            // 24: mlxgrpc.v1.Prediction
+	(*Timings)(nil),               // 25: mlxgrpc.v1.Timings
+	nil,                           // 26: mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
+	nil,                           // 27: mlxgrpc.v1.SamplingParams.LogitBiasEntry
+	(*ResponseFormat_Choice)(nil), // 28: mlxgrpc.v1.ResponseFormat.Choice
 }
 var file_mlxgrpc_v1_generation_proto_depIdxs = []int32{
 	6,  // 0: mlxgrpc.v1.ChatMessage.parts:type_name -> mlxgrpc.v1.ContentPart
@@ -2252,21 +2365,22 @@ var file_mlxgrpc_v1_generation_proto_depIdxs = []int32{
 	5,  // 4: mlxgrpc.v1.ChatMessages.messages:type_name -> mlxgrpc.v1.ChatMessage
 	8,  // 5: mlxgrpc.v1.ChatMessages.tools:type_name -> mlxgrpc.v1.Tool
 	11, // 6: mlxgrpc.v1.ChatMessages.tool_choice:type_name -> mlxgrpc.v1.ToolChoice
-	25, // 7: mlxgrpc.v1.ChatMessages.template_kwargs:type_name -> mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
-	26, // 8: mlxgrpc.v1.SamplingParams.logit_bias:type_name -> mlxgrpc.v1.SamplingParams.LogitBiasEntry
+	26, // 7: mlxgrpc.v1.ChatMessages.template_kwargs:type_name -> mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
+	27, // 8: mlxgrpc.v1.SamplingParams.logit_bias:type_name -> mlxgrpc.v1.SamplingParams.LogitBiasEntry
 	14, // 9: mlxgrpc.v1.SamplingParams.xtc:type_name -> mlxgrpc.v1.XtcParams
 	15, // 10: mlxgrpc.v1.SamplingParams.dry:type_name -> mlxgrpc.v1.DryParams
 	16, // 11: mlxgrpc.v1.SamplingParams.mirostat:type_name -> mlxgrpc.v1.MirostatParams
 	17, // 12: mlxgrpc.v1.SamplingParams.dynamic_temperature:type_name -> mlxgrpc.v1.DynamicTemperature
 	1,  // 13: mlxgrpc.v1.SamplingParams.sampler_order:type_name -> mlxgrpc.v1.SamplerOrder
-	27, // 14: mlxgrpc.v1.ResponseFormat.choice:type_name -> mlxgrpc.v1.ResponseFormat.Choice
+	28, // 14: mlxgrpc.v1.ResponseFormat.choice:type_name -> mlxgrpc.v1.ResponseFormat.Choice
 	20, // 15: mlxgrpc.v1.TokenLogprob.top_logprobs:type_name -> mlxgrpc.v1.TopLogprob
 	3,  // 16: mlxgrpc.v1.SpeculationOptions.mode:type_name -> mlxgrpc.v1.SpeculationMode
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	4,  // 17: mlxgrpc.v1.Prediction.tokens:type_name -> mlxgrpc.v1.TokenIds
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_generation_proto_init() }
@@ -2292,13 +2406,17 @@ func file_mlxgrpc_v1_generation_proto_init() {
 		(*ResponseFormat_Grammar)(nil),
 		(*ResponseFormat_Choice_)(nil),
 	}
+	file_mlxgrpc_v1_generation_proto_msgTypes[20].OneofWrappers = []any{
+		(*Prediction_Text)(nil),
+		(*Prediction_Tokens)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_generation_proto_rawDesc), len(file_mlxgrpc_v1_generation_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -185,8 +185,18 @@ type GenerateRequest struct {
 	// token (0 to 20). Unset: none. A prefix-cache hit is recomputed for them. Bounded
 	// by the server's --max-prompt-logprobs (prompt tokens x (1 + alternatives)).
 	PromptLogprobs *int32 `protobuf:"varint,17,opt,name=prompt_logprobs,json=promptLogprobs,proto3,oneof" json:"prompt_logprobs,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What the answer is expected to mostly repeat (a file being edited, a passage
+	// being corrected). Its tokens are proposed as speculative drafts wherever the
+	// output follows it, and after a mismatch from where the output rejoins it; the
+	// model verifies each as any draft, so the output is the same with or without a
+	// prediction (greedy or seeded), only faster where it matches. Usage reports the
+	// prediction tokens accepted and rejected. Needs a model that speculates
+	// (GetModelInfo: capabilities.speculation.external_tokens; elsewhere
+	// FAILED_PRECONDITION); with speculation.mode OFF it is INVALID_ARGUMENT. At most
+	// the server's --max-prediction-tokens tokens.
+	Prediction    *Prediction `protobuf:"bytes,18,opt,name=prediction,proto3" json:"prediction,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -349,6 +359,13 @@ func (x *GenerateRequest) GetPromptLogprobs() int32 {
 		return *x.PromptLogprobs
 	}
 	return 0
+}
+
+func (x *GenerateRequest) GetPrediction() *Prediction {
+	if x != nil {
+		return x.Prediction
+	}
+	return nil
 }
 
 type isGenerateRequest_Prompt interface {
@@ -3123,7 +3140,7 @@ var File_mlxgrpc_v1_inference_service_proto protoreflect.FileDescriptor
 const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\n" +
 	"\"mlxgrpc/v1/inference_service.proto\x12\n" +
-	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x16mlxgrpc/v1/model.proto\"\xd3\x05\n" +
+	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x16mlxgrpc/v1/model.proto\"\x8b\x06\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
@@ -3144,7 +3161,10 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\aadapter\x18\x0e \x01(\tR\aadapter\x12\x1a\n" +
 	"\bpriority\x18\x0f \x01(\x05R\bpriority\x12\f\n" +
 	"\x01n\x18\x10 \x01(\x05R\x01n\x12,\n" +
-	"\x0fprompt_logprobs\x18\x11 \x01(\x05H\x01R\x0epromptLogprobs\x88\x01\x01B\b\n" +
+	"\x0fprompt_logprobs\x18\x11 \x01(\x05H\x01R\x0epromptLogprobs\x88\x01\x01\x126\n" +
+	"\n" +
+	"prediction\x18\x12 \x01(\v2\x16.mlxgrpc.v1.PredictionR\n" +
+	"predictionB\b\n" +
 	"\x06promptB\x12\n" +
 	"\x10_prompt_logprobs\"\x92\x01\n" +
 	"\x11GenerationStarted\x12\x1d\n" +
@@ -3429,15 +3449,16 @@ var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(*StoppingCriteria)(nil),      // 44: mlxgrpc.v1.StoppingCriteria
 	(*SpeculationOptions)(nil),    // 45: mlxgrpc.v1.SpeculationOptions
 	(*ResponseFormat)(nil),        // 46: mlxgrpc.v1.ResponseFormat
-	(*TokenLogprob)(nil),          // 47: mlxgrpc.v1.TokenLogprob
-	(*ToolCallDelta)(nil),         // 48: mlxgrpc.v1.ToolCallDelta
-	(*ToolCall)(nil),              // 49: mlxgrpc.v1.ToolCall
-	(FinishReason)(0),             // 50: mlxgrpc.v1.FinishReason
-	(*Usage)(nil),                 // 51: mlxgrpc.v1.Usage
-	(*Timings)(nil),               // 52: mlxgrpc.v1.Timings
-	(*ModelInfo)(nil),             // 53: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),            // 54: mlxgrpc.v1.MemoryPlan
-	(*AdapterInfo)(nil),           // 55: mlxgrpc.v1.AdapterInfo
+	(*Prediction)(nil),            // 47: mlxgrpc.v1.Prediction
+	(*TokenLogprob)(nil),          // 48: mlxgrpc.v1.TokenLogprob
+	(*ToolCallDelta)(nil),         // 49: mlxgrpc.v1.ToolCallDelta
+	(*ToolCall)(nil),              // 50: mlxgrpc.v1.ToolCall
+	(FinishReason)(0),             // 51: mlxgrpc.v1.FinishReason
+	(*Usage)(nil),                 // 52: mlxgrpc.v1.Usage
+	(*Timings)(nil),               // 53: mlxgrpc.v1.Timings
+	(*ModelInfo)(nil),             // 54: mlxgrpc.v1.ModelInfo
+	(*MemoryPlan)(nil),            // 55: mlxgrpc.v1.MemoryPlan
+	(*AdapterInfo)(nil),           // 56: mlxgrpc.v1.AdapterInfo
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
 	41, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
@@ -3446,68 +3467,69 @@ var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
 	44, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
 	45, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
 	46, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
-	47, // 6: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
-	48, // 7: mlxgrpc.v1.TokenDelta.tool_call_deltas:type_name -> mlxgrpc.v1.ToolCallDelta
-	49, // 8: mlxgrpc.v1.TokenDelta.tool_calls:type_name -> mlxgrpc.v1.ToolCall
-	50, // 9: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
-	51, // 10: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
-	52, // 11: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
-	47, // 12: mlxgrpc.v1.PromptLogprobs.tokens:type_name -> mlxgrpc.v1.TokenLogprob
-	3,  // 13: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
-	4,  // 14: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
-	5,  // 15: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
-	6,  // 16: mlxgrpc.v1.GenerateResponse.prompt_logprobs:type_name -> mlxgrpc.v1.PromptLogprobs
-	0,  // 17: mlxgrpc.v1.EmbedRequest.truncate:type_name -> mlxgrpc.v1.Truncation
-	0,  // 18: mlxgrpc.v1.RerankRequest.truncate:type_name -> mlxgrpc.v1.Truncation
-	12, // 19: mlxgrpc.v1.RerankResponse.results:type_name -> mlxgrpc.v1.RerankResult
-	41, // 20: mlxgrpc.v1.PrefetchRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
-	42, // 21: mlxgrpc.v1.PrefetchRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
-	1,  // 22: mlxgrpc.v1.PrefetchResponse.tier:type_name -> mlxgrpc.v1.CacheTier
-	53, // 23: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
-	54, // 24: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
-	53, // 25: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
-	55, // 26: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	55, // 27: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	55, // 28: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
-	39, // 29: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
-	37, // 30: mlxgrpc.v1.GetLoadResponse.calls:type_name -> mlxgrpc.v1.CallLoad
-	38, // 31: mlxgrpc.v1.CallLoad.tenants:type_name -> mlxgrpc.v1.TenantCalls
-	40, // 32: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
-	2,  // 33: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
-	8,  // 34: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
-	10, // 35: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
-	17, // 36: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	19, // 37: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	21, // 38: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	23, // 39: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	25, // 40: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	27, // 41: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	29, // 42: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
-	31, // 43: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
-	33, // 44: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
-	35, // 45: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
-	13, // 46: mlxgrpc.v1.InferenceService.Prefetch:input_type -> mlxgrpc.v1.PrefetchRequest
-	15, // 47: mlxgrpc.v1.InferenceService.CloseSession:input_type -> mlxgrpc.v1.CloseSessionRequest
-	7,  // 48: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	9,  // 49: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	11, // 50: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
-	18, // 51: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	20, // 52: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	22, // 53: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	24, // 54: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	26, // 55: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	28, // 56: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	30, // 57: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
-	32, // 58: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
-	34, // 59: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
-	36, // 60: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
-	14, // 61: mlxgrpc.v1.InferenceService.Prefetch:output_type -> mlxgrpc.v1.PrefetchResponse
-	16, // 62: mlxgrpc.v1.InferenceService.CloseSession:output_type -> mlxgrpc.v1.CloseSessionResponse
-	48, // [48:63] is the sub-list for method output_type
-	33, // [33:48] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	47, // 6: mlxgrpc.v1.GenerateRequest.prediction:type_name -> mlxgrpc.v1.Prediction
+	48, // 7: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
+	49, // 8: mlxgrpc.v1.TokenDelta.tool_call_deltas:type_name -> mlxgrpc.v1.ToolCallDelta
+	50, // 9: mlxgrpc.v1.TokenDelta.tool_calls:type_name -> mlxgrpc.v1.ToolCall
+	51, // 10: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
+	52, // 11: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
+	53, // 12: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
+	48, // 13: mlxgrpc.v1.PromptLogprobs.tokens:type_name -> mlxgrpc.v1.TokenLogprob
+	3,  // 14: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
+	4,  // 15: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
+	5,  // 16: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
+	6,  // 17: mlxgrpc.v1.GenerateResponse.prompt_logprobs:type_name -> mlxgrpc.v1.PromptLogprobs
+	0,  // 18: mlxgrpc.v1.EmbedRequest.truncate:type_name -> mlxgrpc.v1.Truncation
+	0,  // 19: mlxgrpc.v1.RerankRequest.truncate:type_name -> mlxgrpc.v1.Truncation
+	12, // 20: mlxgrpc.v1.RerankResponse.results:type_name -> mlxgrpc.v1.RerankResult
+	41, // 21: mlxgrpc.v1.PrefetchRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	42, // 22: mlxgrpc.v1.PrefetchRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	1,  // 23: mlxgrpc.v1.PrefetchResponse.tier:type_name -> mlxgrpc.v1.CacheTier
+	54, // 24: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
+	55, // 25: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
+	54, // 26: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
+	56, // 27: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	56, // 28: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	56, // 29: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	39, // 30: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
+	37, // 31: mlxgrpc.v1.GetLoadResponse.calls:type_name -> mlxgrpc.v1.CallLoad
+	38, // 32: mlxgrpc.v1.CallLoad.tenants:type_name -> mlxgrpc.v1.TenantCalls
+	40, // 33: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
+	2,  // 34: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
+	8,  // 35: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
+	10, // 36: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
+	17, // 37: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	19, // 38: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	21, // 39: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	23, // 40: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	25, // 41: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	27, // 42: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	29, // 43: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
+	31, // 44: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
+	33, // 45: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
+	35, // 46: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
+	13, // 47: mlxgrpc.v1.InferenceService.Prefetch:input_type -> mlxgrpc.v1.PrefetchRequest
+	15, // 48: mlxgrpc.v1.InferenceService.CloseSession:input_type -> mlxgrpc.v1.CloseSessionRequest
+	7,  // 49: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	9,  // 50: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	11, // 51: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
+	18, // 52: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	20, // 53: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	22, // 54: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	24, // 55: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	26, // 56: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	28, // 57: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	30, // 58: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
+	32, // 59: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
+	34, // 60: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
+	36, // 61: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
+	14, // 62: mlxgrpc.v1.InferenceService.Prefetch:output_type -> mlxgrpc.v1.PrefetchResponse
+	16, // 63: mlxgrpc.v1.InferenceService.CloseSession:output_type -> mlxgrpc.v1.CloseSessionResponse
+	49, // [49:64] is the sub-list for method output_type
+	34, // [34:49] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_inference_service_proto_init() }

@@ -548,9 +548,9 @@ type SpeculationCapabilities struct {
 	Adapters bool `protobuf:"varint,1,opt,name=adapters,proto3" json:"adapters,omitempty"`
 	// Verification of requests that return logprobs.
 	Logprobs bool `protobuf:"varint,2,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
-	// Verification of externally supplied tokens.
+	// Verification of externally supplied tokens: GenerateRequest.prediction works.
 	ExternalTokens bool `protobuf:"varint,3,opt,name=external_tokens,json=externalTokens,proto3" json:"external_tokens,omitempty"`
-	// Verified grammar-constraint proposals.
+	// Tokens a structured-output grammar forces are proposed as drafts and verified.
 	GrammarProposals bool `protobuf:"varint,4,opt,name=grammar_proposals,json=grammarProposals,proto3" json:"grammar_proposals,omitempty"`
 	// The speculation modes requests to this model can use (empty: it does not
 	// speculate, e.g. its caches cannot roll back).

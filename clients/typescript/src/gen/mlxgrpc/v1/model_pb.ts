@@ -162,14 +162,14 @@ export type SpeculationCapabilities = Message<"mlxgrpc.v1.SpeculationCapabilitie
   logprobs: boolean;
 
   /**
-   * Verification of externally supplied tokens.
+   * Verification of externally supplied tokens: GenerateRequest.prediction works.
    *
    * @generated from field: bool external_tokens = 3;
    */
   externalTokens: boolean;
 
   /**
-   * Verified grammar-constraint proposals.
+   * Tokens a structured-output grammar forces are proposed as drafts and verified.
    *
    * @generated from field: bool grammar_proposals = 4;
    */
