@@ -72,6 +72,8 @@ class Usage:
     cached_tokens: int
     draft_tokens: int = 0  # drafts verified by speculative decoding
     accepted_draft_tokens: int = 0  # of those, the ones the output kept
+    accepted_prediction_tokens: int = 0  # drafts from the request's prediction the output kept
+    rejected_prediction_tokens: int = 0  # and those it did not
 
 
 @dataclass(frozen=True)

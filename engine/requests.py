@@ -188,6 +188,15 @@ class SpeculationOptions:
     num_draft_tokens: int = 0  # most drafts verified per step; 0: the server's default
 
 
+@dataclass(frozen=True)
+class Prediction:
+    """What the output is expected to mostly repeat: ``text`` (tokenized without special
+    tokens) or ``token_ids``. Its tokens are drafts; it never changes the output."""
+
+    text: str | None = None
+    token_ids: tuple[int, ...] = ()
+
+
 class FormatKind(enum.Enum):
 
     JSON_SCHEMA = "json_schema"
@@ -224,6 +233,7 @@ class GenerationRequest:
     priority: int = 0  # higher starts first among waiting requests (aged, so none starves)
     n: int = 1  # choices sharing one prompt prefill; choice i of a seeded request is seeded seed + i
     prompt_logprobs: int | None = None  # None: none; k: every prompt token's and k alternatives
+    prediction: Prediction | None = None  # drafts from the expected output
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ class Limits:
     max_prompt_logprobs: int = setting(65536, "cap on the values prompt_logprobs returns per request: prompt "
                                               "tokens x (1 + alternatives)")
     max_choices: int = setting(16, "cap on n, the choices one Generate samples from one prompt prefill")
+    max_prediction_tokens: int = setting(16384, "cap on the tokens of a request's prediction")
     max_request_id_length: int = 128  # characters, also for session ids and model names
     max_images: int = setting(16, "cap on images per request")
     max_image_bytes: int = setting(20 * 1024 * 1024, "cap on the encoded bytes of one image in a prompt")
@@ -94,6 +95,7 @@ class RequestCounts:
     template_kwargs_bytes: int = 0  # UTF-8 bytes of the values (JSON texts) together
     message_parts: tuple[int, int] = (0, 0)  # (most parts of one message, that message's index)
     message_tool_calls: tuple[int, int] = (0, 0)  # (most tool calls of one message, its index)
+    prediction_ids: int = 0
 
 
 def validate_request(request: GenerationRequest, vocab_size: int, limits: Limits, context_length: int) -> None:
@@ -145,6 +147,7 @@ def check_counts(counts: RequestCounts, limits: Limits) -> None:
     """Counts against limits already sized by ``Limits.for_context``."""
     at_most("tokens.ids", counts.prompt_ids, limits.max_prompt_tokens, "token ids")
     at_most("chat.messages", counts.chat_messages, limits.max_chat_messages, "messages")
+    at_most("prediction.tokens.ids", counts.prediction_ids, limits.max_prediction_tokens, "token ids")
     at_most("stopping.stop", counts.stop_strings, limits.max_stop_strings, "stop strings")
     at_most("stopping.stop_token_ids", counts.stop_token_ids, limits.max_stop_token_ids, "ids")
     at_most("sampling.logit_bias", counts.logit_bias, limits.max_logit_bias, "entries")
@@ -168,7 +171,8 @@ def counts_of(request: GenerationRequest) -> RequestCounts:
         logit_bias=len(request.sampling.logit_bias), tools=len(chat.tools) if chat else 0,
         template_kwargs=len(chat.template_kwargs) if chat else 0,
         message_parts=most((len(m.parts) for m in chat.messages) if chat else ()),
-        message_tool_calls=most((len(m.tool_calls) for m in chat.messages) if chat else ()))
+        message_tool_calls=most((len(m.tool_calls) for m in chat.messages) if chat else ()),
+        prediction_ids=len(request.prediction.token_ids) if request.prediction else 0)
 
 
 def most(counts: Iterable[int]) -> tuple[int, int]:

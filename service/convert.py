@@ -6,7 +6,7 @@ from engine.adapters.info import AdapterInfo
 from engine.description import MediaSupport, ModelDescription, ModelKind
 from engine.events import Delta, Event, FinishReason, Finished, PromptLogprobs, Started
 from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKind, GenerationRequest, RerankRequest,
-                             ImagePart, ResponseFormat, SpeculationMode, SpeculationOptions, StopOptions,
+                             ImagePart, Prediction, ResponseFormat, SpeculationMode, SpeculationOptions, StopOptions,
                              TextPart, TextPrompt, TokenPrompt, Tool, ToolCall, ToolChoiceMode)
 from engine.caches.tier import Prefetched, Tier
 from engine.errors import InvalidRequest
@@ -53,7 +53,17 @@ def generation_request(msg: pb.GenerateRequest, tenant: Tenant = ANONYMOUS) -> G
         top_logprobs=msg.top_logprobs, bypass_prefix_cache=msg.bypass_prefix_cache,
         speculation=_speculation(msg.speculation),
         response_format=_response_format(msg.response_format), adapter=msg.adapter, n=msg.n or 1,
-        prompt_logprobs=msg.prompt_logprobs if msg.HasField("prompt_logprobs") else None)
+        prompt_logprobs=msg.prompt_logprobs if msg.HasField("prompt_logprobs") else None,
+        prediction=_prediction(msg.prediction) if msg.HasField("prediction") else None)
+
+
+def _prediction(p: gen_pb.Prediction) -> Prediction:
+    which = p.WhichOneof("content")
+    if which == "text":
+        return Prediction(text=p.text)
+    if which == "tokens":
+        return Prediction(token_ids=tuple(p.tokens.ids))
+    raise InvalidRequest("prediction", "set one of text or tokens")
 
 
 def prefetch_request(msg: pb.PrefetchRequest, tenant: Tenant = ANONYMOUS) -> GenerationRequest:
@@ -90,7 +100,8 @@ def generation_counts(msg: pb.GenerateRequest | pb.PrefetchRequest) -> RequestCo
         template_kwargs=len(chat.template_kwargs) if chat else 0,
         template_kwargs_bytes=_json_bytes(chat.template_kwargs) if chat else 0,
         message_parts=most(len(m.parts) for m in chat.messages) if chat else (0, 0),
-        message_tool_calls=most(len(m.tool_calls) for m in chat.messages) if chat else (0, 0))
+        message_tool_calls=most(len(m.tool_calls) for m in chat.messages) if chat else (0, 0),
+        prediction_ids=len(msg.prediction.tokens.ids) if generate else 0)
 
 
 def _json_bytes(texts) -> int:
@@ -197,7 +208,9 @@ def _finished(e: Finished) -> pb.GenerationFinished:
         reason=_FINISH[e.reason], stop_sequence=e.stop_sequence,
         usage=gen_pb.Usage(prompt_tokens=e.usage.prompt_tokens, completion_tokens=e.usage.completion_tokens,
                            cached_tokens=e.usage.cached_tokens, draft_tokens=e.usage.draft_tokens,
-                           accepted_draft_tokens=e.usage.accepted_draft_tokens),
+                           accepted_draft_tokens=e.usage.accepted_draft_tokens,
+                           accepted_prediction_tokens=e.usage.accepted_prediction_tokens,
+                           rejected_prediction_tokens=e.usage.rejected_prediction_tokens),
         timings=gen_pb.Timings(queue_seconds=e.timings.queue_s,
                                time_to_first_token_seconds=e.timings.time_to_first_token_s,
                                decode_tokens_per_second=e.timings.decode_tokens_per_s,

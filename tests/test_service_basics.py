@@ -48,9 +48,9 @@ async def test_model_info_reports_facts(stub):
     assert not caps.HasField("media") and not caps.HasField("native_draft")
     assert caps.prefill.bounded_workspace
     # speculative verification covers logprobs, grammar-constrained rows and adapters
-    # (the target verifies with each row's adapter); external tokens are not verified (yet)
+    # (the target verifies with each row's adapter) and a request's prediction
     assert caps.speculation.logprobs and caps.speculation.grammar_proposals and caps.speculation.adapters
-    assert not caps.speculation.external_tokens
+    assert caps.speculation.external_tokens  # GenerateRequest.prediction
     assert info.graph.id == "mlx-lm/llama" and info.graph.backend.startswith("mlx-")
     assert info.dtype == "float32"
 

@@ -69,6 +69,8 @@ class SpeculationConfig:
                                "ngram = prompt lookup, draft = the model's --draft-model", flag="--speculation",
         choices=("off", "ngram", "draft"))
     num_draft_tokens: int = setting(4, "drafts verified per step by default (at most 8)")
+    prediction_draft_tokens: int = setting(16, "most tokens of a request's prediction verified per step "
+                                               "(a request's num_draft_tokens, when set, caps it)")
     max_draft_tokens: int = 8  # the most a request may ask for
 
 

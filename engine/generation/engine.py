@@ -30,7 +30,7 @@ from ..requests import FormatKind, GenerationRequest, ResponseFormat
 from ..tenancy import Tenant
 from ..validation import check_prompt_logprobs, check_token_ids, validate_request
 from .config import GenerationConfig
-from .factory import check_media, check_speculation, make_sequence
+from .factory import check_media, check_speculation, make_sequence, prediction_ids
 from .model_info import describe_generation, speculation_facts
 from .chat.choice import enforceable
 from .chat.plan import chat_tools, plan_chat
@@ -240,7 +240,8 @@ class GenerationEngine(LoadReports):
         self.breaker.refuse()
         validate_request(request, m.vocab_size, self.config.limits, m.context_length)
         check_media(request, m)
-        check_speculation(request, self.config.speculation, m.name, self._draft is not None)
+        check_speculation(request, self.config.speculation, m, self._draft is not None, self._rolls_back,
+                          self.config.limits)
         check_room(self._streams.sequences, self.config.scheduler, self.name, request.n)
         stream = self._streams.open(request.request_id or uuid.uuid4().hex, request.tenant, request.n)
         try:
@@ -256,6 +257,8 @@ class GenerationEngine(LoadReports):
         arrived, m = time.perf_counter(), self.loaded
         adapter = self.adapters.acquire(request.adapter, stream.closers)
         prompt, tools = await self.preparation.run(request.tenant, self._prepare, request)
+        predicted = (await self.preparation.run(request.tenant, prediction_ids, request, m.tokenizer,
+                                                self.config.limits) if request.prediction else ())
         check_prompt_logprobs(request, len(prompt.ids), self.config.limits)
         max_tokens = max_tokens_for(request, len(prompt.ids), m.context_length, self._budget,
                                     self.config.limits.max_tokens)
@@ -272,7 +275,8 @@ class GenerationEngine(LoadReports):
                                Timings(elapsed, 0.0, 0.0, elapsed), choice=choice)
             return
         seq, *siblings = (make_sequence(self.loaded, request, stream, prompt, max_tokens, arrived,
-                                        self.config.speculation, constraints[i], adapter=adapter, choice=i)
+                                        self.config.speculation, constraints[i], adapter=adapter, choice=i,
+                                        prediction=predicted)
                           for i in range(request.n))
         seq.siblings = siblings  # they fork from its prompt's KV (one prefill)
         self.breaker.refuse()  # nothing is submitted to a dead thread

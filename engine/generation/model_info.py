@@ -39,6 +39,6 @@ def speculation_facts(rolls_back: bool, draft_model: str, default: SpeculationMo
     if not rolls_back:
         return Speculation()
     modes = (SpeculationMode.NGRAM, SpeculationMode.DRAFT) if draft_model else (SpeculationMode.NGRAM,)
-    return Speculation(adapters=True, logprobs=True, grammar_proposals=grammar_proposals,
+    return Speculation(adapters=True, logprobs=True, external_tokens=True, grammar_proposals=grammar_proposals,
                        modes=(SpeculationMode.OFF, *modes),
                        default_mode=default if default in modes else SpeculationMode.OFF, draft_model=draft_model)

@@ -82,7 +82,7 @@ class Decoder:
             drops.append(len(d) - accepted)
             seq.computed += len(feeds[i]) - len(d) + accepted
             if d and seq.speculation is not None:
-                seq.speculation.acceptance.record(len(d), accepted)
+                seq.speculation.record(len(d), accepted)
         batch.rollback(drops)
         appended = 0
         for seq, (run, first) in zip(rows, runs):
@@ -107,15 +107,15 @@ class Decoder:
         """Each row's drafts (none for the rows in ``plain``)."""
         allowance = (step_allowance(len(rows), self._step_tokens, self._speculation_rows)
                      if self._can_roll_back else 0)
-        wanted = []
+        drafts, wanted = [], []  # wanted: drafts a draft model proposes instead
         for i, seq in enumerate(rows):
             spec = seq.speculation
             room = seq.rule.max_tokens - seq.num_output - 1  # drafts past the length cap are wasted
-            k = (min(spec.acceptance.wanted(), allowance, room)
-                 if spec is not None and allowance > 0 and i not in plain else 0)
-            wanted.append(max(k, 0))
-        drafts = [_row(seq, lambda: seq.speculation.propose(seq.tokens, k) if k else [], [], "drafting")
-                  for seq, k in zip(rows, wanted)]
+            cap = min(allowance, room) if spec is not None and i not in plain else 0
+            d, k = (_row(seq, lambda: spec.propose(seq.tokens, seq.prompt_len, cap), ([], 0), "drafting")
+                    if cap > 0 else ([], 0))
+            drafts.append(d)
+            wanted.append(k)
         if self._drafter is not None:
             drafts = self._drafter.propose(rows, [0 if s.finished else k for s, k in zip(rows, wanted)], drafts)
         return [_row(seq, lambda: d[: seq.constraint.valid_prefix(d)], [], "drafting")

@@ -151,9 +151,10 @@ class SequenceState:
             sibling.finish(reason, error=error)
 
     def usage(self) -> Usage:
-        spec = self.speculation.acceptance if self.speculation is not None else None
-        return Usage(self.prompt_len, self.num_output, self.cached,
-                     spec.proposed if spec else 0, spec.accepted if spec else 0)
+        spec, predicted = self.speculation, self.speculation and self.speculation.predicted
+        return Usage(self.prompt_len, self.num_output, self.cached, spec.proposed if spec else 0,
+                     spec.accepted if spec else 0, predicted.accepted if predicted else 0,
+                     predicted.proposed - predicted.accepted if predicted else 0)
 
 
 def _constrained_end(constraint: Constraint, token: int) -> dict[str, Any] | None:

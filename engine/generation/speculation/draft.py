@@ -72,7 +72,7 @@ class DraftModel:
             self._seen = [self._seen[i] for i in keep]
 
     def propose(self, rows: Sequence[SequenceState], wanted: Sequence[int], drafts: list[list[int]]) -> list[list[int]]:
-        """``drafts`` with DRAFT-mode rows' filled in (``wanted[i]`` for row ``i``)."""
+        """``drafts`` with DRAFT-mode rows' filled in (``wanted[i]`` for row ``i``; 0: its own)."""
         index = {id(seq): i for i, seq in enumerate(self._rows)}
         ks = [0] * len(self._rows)
         for seq, k in zip(rows, wanted):
@@ -82,7 +82,8 @@ class DraftModel:
         if not any(ks):
             return drafts
         out = self._draft(max(ks))
-        return [out[index[id(seq)]][: wanted[j]] if id(seq) in index else drafts[j] for j, seq in enumerate(rows)]
+        return [out[index[id(seq)]][: wanted[j]] if id(seq) in index and wanted[j] else drafts[j]
+                for j, seq in enumerate(rows)]
 
     def _draft(self, k: int) -> list[list[int]]:
         feeds = [seq.tokens[seen:] for seq, seen in zip(self._rows, self._seen)]

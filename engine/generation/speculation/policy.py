@@ -8,6 +8,7 @@ from typing import Sequence
 
 from ...requests import SpeculationMode
 from .ngram import NgramIndex
+from .prediction import PredictionDrafts
 
 _PAUSE_MAX = 64
 
@@ -51,14 +52,49 @@ class Acceptance:
 
 @dataclass
 class Speculation:
-    mode: SpeculationMode
+    """A row's draft sources: its prediction first, where it has one that the output
+    follows, else its mode's (n-gram or draft model), each with its own acceptance."""
+
+    mode: SpeculationMode  # OFF: the prediction alone
     acceptance: Acceptance
     ngram: NgramIndex | None = field(default=None)
+    prediction: PredictionDrafts | None = None
+    predicted: Acceptance | None = None  # the prediction's acceptance
+    source: Acceptance | None = None  # whose drafts the row feeds this step
 
     @classmethod
-    def create(cls, mode: SpeculationMode, max_drafts: int) -> "Speculation":
-        return cls(mode, Acceptance(max_drafts), NgramIndex() if mode is SpeculationMode.NGRAM else None)
+    def create(cls, mode: SpeculationMode, max_drafts: int, prediction: Sequence[int] = (),
+               prediction_drafts: int = 0) -> "Speculation":
+        return cls(mode, Acceptance(max_drafts), NgramIndex() if mode is SpeculationMode.NGRAM else None,
+                   PredictionDrafts(prediction) if prediction else None,
+                   Acceptance(prediction_drafts, rate=1.0) if prediction else None)
 
-    def propose(self, tokens: Sequence[int], k: int) -> list[int]:
-        """Up to ``k`` n-gram drafts from the sequence's own tokens."""
-        return self.ngram.propose(tokens, k) if self.ngram is not None else []
+    def propose(self, tokens: Sequence[int], output_from: int, cap: int) -> tuple[list[int], int]:
+        """(this step's drafts from the prediction or the n-gram index, how many a draft
+        model should propose instead); ``output_from``: where the output starts in
+        ``tokens``; ``cap``: the most the step allows."""
+        self.source = None
+        if self.prediction is not None and self.predicted is not None:
+            drafts = self.prediction.propose(tokens[output_from:], min(self.predicted.wanted(), cap))
+            if drafts:
+                self.source = self.predicted
+                return drafts, 0
+        k = min(self.acceptance.wanted(), cap) if self.mode is not SpeculationMode.OFF else 0
+        if k <= 0:
+            return [], 0
+        self.source = self.acceptance
+        if self.ngram is not None:
+            return self.ngram.propose(tokens, k), 0
+        return [], k
+
+    def record(self, proposed: int, accepted: int) -> None:
+        if self.source is not None:
+            self.source.record(proposed, accepted)
+
+    @property
+    def proposed(self) -> int:
+        return self.acceptance.proposed + (self.predicted.proposed if self.predicted else 0)
+
+    @property
+    def accepted(self) -> int:
+        return self.acceptance.accepted + (self.predicted.accepted if self.predicted else 0)

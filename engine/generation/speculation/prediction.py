@@ -1,0 +1,68 @@
+"""Drafts from a request's prediction of its output: the prediction's tokens after the
+point the output has reached in it. After a mismatch that point is lost until the
+output's last tokens occur in the prediction again (longest match first; the nearest
+at or after where it was lost, else the latest before; a one-token match only close
+ahead), so substitutions, insertions and deletions all rejoin it."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Sequence
+
+_MAX_N = 4  # the longest output suffix looked up
+_NEAR = 16  # how far ahead a one-token match may rejoin
+
+
+class PredictionDrafts:
+    def __init__(self, tokens: Sequence[int]):
+        self.tokens = tuple(tokens)
+        self._ends: dict[tuple[int, ...], list[int]] | None = None  # n-gram -> its end positions, ascending
+        self._at: int | None = 0  # where the next output token is expected; None: lost
+        self._lost_at = 0  # where it was last known
+        self._seen = 0  # output tokens followed so far
+
+    @property
+    def aligned(self) -> bool:
+        return self._at is not None
+
+    def propose(self, output: Sequence[int], k: int) -> list[int]:
+        """Up to ``k`` drafts to follow ``output`` (the sequence's generated tokens)."""
+        self._follow(output)
+        if k <= 0 or self._at is None:
+            return []
+        return list(self.tokens[self._at : self._at + k])
+
+    def _follow(self, output: Sequence[int]) -> None:
+        for i in range(self._seen, len(output)):
+            if self._at is not None and self._at < len(self.tokens) and self.tokens[self._at] == output[i]:
+                self._at += 1
+                continue
+            if self._at is not None:
+                self._lost_at, self._at = self._at, None
+            self._at = self._rejoin(output, i + 1)
+        self._seen = len(output)
+
+    def _rejoin(self, output: Sequence[int], end: int) -> int | None:
+        """Where the prediction continues after ``output[:end]``'s last tokens; None: nowhere."""
+        ends = self._index()
+        for n in range(min(_MAX_N, end), 0, -1):
+            found = ends.get(tuple(output[end - n : end]))
+            if not found:
+                continue
+            ahead = bisect_left(found, self._lost_at + 1)
+            if n == 1:
+                if ahead < len(found) and found[ahead] <= self._lost_at + _NEAR:
+                    return found[ahead]
+                continue
+            return found[ahead] if ahead < len(found) else found[-1]
+        return None
+
+    def _index(self) -> dict[tuple[int, ...], list[int]]:
+        """Built on the first mismatch: a prediction that is followed throughout needs none."""
+        if self._ends is None:
+            self._ends = {}
+            t = self.tokens
+            for end in range(1, len(t) + 1):
+                for n in range(1, min(_MAX_N, end) + 1):
+                    self._ends.setdefault(t[end - n : end], []).append(end)
+        return self._ends
