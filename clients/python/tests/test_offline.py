@@ -71,6 +71,27 @@ def test_generate_request_speculation():
         generate_request("a", speculation="fast")
 
 
+def test_generate_request_prediction():
+    assert not generate_request("a").HasField("prediction")
+    text = generate_request("a", prediction="def f():\n    return 1\n").prediction
+    assert (text.WhichOneof("content"), text.text) == ("text", "def f():\n    return 1\n")
+    for ids in ([5, 6, 7], (5, 6, 7), pb.TokenIds(ids=[5, 6, 7])):
+        tokens = generate_request("a", prediction=ids).prediction
+        assert tokens.WhichOneof("content") == "tokens" and list(tokens.tokens.ids) == [5, 6, 7]
+    assert generate_request("a", prediction="").prediction.WhichOneof("content") == "text"  # set, if empty
+    given = pb.Prediction(tokens=pb.TokenIds(ids=[1]))
+    assert generate_request("a", prediction=given).prediction == given
+    base = pb.GenerateRequest(text="x", prediction=pb.Prediction(text="old"))
+    assert generate_request(base).prediction.text == "old"
+    assert generate_request(base, prediction=[9]).prediction == pb.Prediction(tokens=pb.TokenIds(ids=[9]))
+    assert base.prediction.text == "old"  # the caller's message is left alone
+    req = generate_request("a", prediction="b", speculation="ngram", num_draft_tokens=8)
+    assert req.speculation.mode == pb.SPECULATION_MODE_NGRAM and req.prediction.text == "b"
+    for wrong in (b"bytes", [1, "2"], 3.5):
+        with pytest.raises(TypeError, match="prediction"):
+            generate_request("a", prediction=wrong)
+
+
 WEATHER = {"name": "get_weather", "description": "The weather in a city.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16}},
                           "required": ["city"]}}

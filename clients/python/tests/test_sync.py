@@ -209,6 +209,32 @@ def test_speculation_never_changes_the_output_and_reports_drafts(client, generat
     assert usage.completion_tokens == 32
 
 
+def test_prediction_never_changes_the_output_and_reports_its_tokens(client, generator):
+    if not generator.capabilities.speculation.external_tokens:
+        pytest.skip(f"{generator.name} does not verify predicted tokens")
+    plain = client.generate(COPY, max_tokens=24).collect()
+    assert plain.text, "no output to predict"
+    predicted = client.generate(COPY, max_tokens=24, prediction=plain.text).collect()
+    assert (predicted.token_ids, predicted.text) == (plain.token_ids, plain.text)
+    usage = predicted.finished.usage
+    assert usage.accepted_prediction_tokens > 0, usage
+    assert usage.accepted_prediction_tokens + usage.rejected_prediction_tokens <= usage.draft_tokens, usage
+    by_ids = client.generate(COPY, max_tokens=24, prediction=plain.token_ids).collect()
+    assert by_ids.token_ids == plain.token_ids
+    assert by_ids.finished.usage.accepted_prediction_tokens > 0, by_ids.finished.usage
+    assert (plain.finished.usage.accepted_prediction_tokens, plain.finished.usage.rejected_prediction_tokens) == (0, 0)
+
+
+def test_prediction_with_speculation_off_is_invalid(client, generator):
+    if not generator.capabilities.speculation.external_tokens:
+        pytest.skip(f"{generator.name} does not verify predicted tokens")
+    with pytest.raises(grpc.RpcError) as info:
+        client.generate(COPY, max_tokens=4, speculation="off", prediction=PASSAGE).collect()
+    details = error_details(info.value)
+    assert details.code == grpc.StatusCode.INVALID_ARGUMENT, details.message
+    assert [v.field for v in details.field_violations] == ["prediction"]
+
+
 def test_priority_never_changes_the_output(client, embedder):
     plain = client.generate("The quick brown fox", **exact(8)).collect()
     for priority in (10, -10):

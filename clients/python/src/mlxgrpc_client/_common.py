@@ -146,6 +146,7 @@ def generate_request(
     json_schema: Mapping[str, Any] | str | None = None,
     speculation: str | int | pb.SpeculationOptions | Mapping[str, Any] | None = None,
     num_draft_tokens: int | None = None,
+    prediction: str | Sequence[int] | pb.TokenIds | pb.Prediction | None = None,
     priority: int | None = None,
     tools: Sequence[pb.Tool | Mapping[str, Any]] | None = None,
     tool_choice: str | int | pb.ToolChoice | Mapping[str, Any] | None = None,
@@ -168,7 +169,11 @@ def generate_request(
     serialized to JSON); ``speculation`` takes a mode (``"off"``, ``"ngram"``, ``"draft"``,
     ``"unspecified"`` for the server's default, or a ``pb.SpeculationMode``), a
     ``pb.SpeculationOptions`` or a dict of its fields, and ``num_draft_tokens`` sets
-    ``speculation.num_draft_tokens``; ``priority`` (-100 to 100, default 0: higher starts
+    ``speculation.num_draft_tokens``; ``prediction`` is what the answer is expected to mostly
+    repeat (text, token ids as a sequence of ``int`` or ``pb.TokenIds``, or a
+    ``pb.Prediction``), proposed as speculative drafts: the same output, sooner where it
+    matches (usage's ``accepted_prediction_tokens`` and ``rejected_prediction_tokens``;
+    INVALID_ARGUMENT with ``speculation="off"``); ``priority`` (-100 to 100, default 0: higher starts
     first among waiting requests, and waiting raises it, so none starves); other keywords (``logprobs``, ``top_logprobs``,
     ``session_id``, ``n``, ``prompt_logprobs``, ...) are request fields. ``n`` answers share
     the prompt (:attr:`GenerationResult.choices`); ``prompt_logprobs=K`` returns the prompt
@@ -219,6 +224,8 @@ def generate_request(
         req.speculation.CopyFrom(_speculation(speculation))
     if num_draft_tokens is not None:
         req.speculation.num_draft_tokens = num_draft_tokens
+    if prediction is not None:
+        req.prediction.CopyFrom(_prediction(prediction))
     if priority is not None:
         req.priority = priority
     chat_options = (tools, tool_choice, parallel_tool_calls, enable_thinking, template_kwargs)
@@ -291,6 +298,20 @@ def _speculation(value: str | int | pb.SpeculationOptions | Mapping[str, Any]) -
             fields["mode"] = _speculation_mode(fields["mode"])
         return pb.SpeculationOptions(**fields)
     return pb.SpeculationOptions(mode=_speculation_mode(value))
+
+
+def _prediction(value: str | Sequence[int] | pb.TokenIds | pb.Prediction) -> pb.Prediction:
+    """The ``content`` oneof (``text`` or ``tokens``) of a text or token-id prediction."""
+    if isinstance(value, pb.Prediction):
+        return value
+    if isinstance(value, str):
+        return pb.Prediction(text=value)
+    if isinstance(value, pb.TokenIds):
+        return pb.Prediction(tokens=value)
+    if (isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray))
+            and all(isinstance(t, int) for t in value)):
+        return pb.Prediction(tokens=pb.TokenIds(ids=value))
+    raise TypeError(f"a prediction is text, token ids or a pb.Prediction, not {type(value).__name__}")
 
 
 #: What ``truncate=`` takes besides a ``pb.Truncation``: ``"end"`` cuts an input longer than
