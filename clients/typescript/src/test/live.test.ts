@@ -13,6 +13,7 @@ import {
   connect,
   cosineSimilarity,
   errorDetails,
+  prediction,
   speculation,
   type GenerateResponse,
   type MlxClient,
@@ -179,6 +180,47 @@ describe("live server", () => {
     assert.ok(usage, "finished with usage");
     assert.ok(usage.draftTokens >= usage.acceptedDraftTokens && usage.acceptedDraftTokens >= 0, JSON.stringify(usage));
     assert.equal(usage.completionTokens, 32);
+  });
+
+  liveTest("a prediction never changes the output; usage counts its tokens", async (t) => {
+    if (!generator.capabilities?.speculation?.externalTokens) {
+      return t.skip(`${generator.name} does not verify predicted tokens`);
+    }
+    const run = (predicted?: string | number[]) =>
+      client.generateText({
+        prompt: { case: "text", value: copyPrompt }, // no sampling: greedy
+        stopping: { maxTokens: 24 },
+        prediction: predicted === undefined ? undefined : prediction(predicted),
+      });
+    const plain = await run();
+    assert.ok(plain.text.length > 0, "no output to predict");
+    assert.equal(plain.finished?.usage?.acceptedPredictionTokens, 0);
+    assert.equal(plain.finished?.usage?.rejectedPredictionTokens, 0);
+    for (const predicted of [plain.text, plain.tokenIds]) {
+      const r = await run(predicted);
+      assert.deepEqual(r.tokenIds, plain.tokenIds);
+      assert.equal(r.text, plain.text);
+      const usage = r.finished?.usage;
+      assert.ok(usage, "finished with usage");
+      assert.ok(usage.acceptedPredictionTokens > 0, JSON.stringify(usage));
+      assert.ok(usage.acceptedPredictionTokens + usage.rejectedPredictionTokens <= usage.draftTokens, JSON.stringify(usage));
+    }
+  });
+
+  liveTest("a prediction with speculation off is INVALID_ARGUMENT", async (t) => {
+    if (!generator.capabilities?.speculation?.externalTokens) {
+      return t.skip(`${generator.name} does not verify predicted tokens`);
+    }
+    const err = await expectError(
+      client.generateText({
+        prompt: { case: "text", value: copyPrompt },
+        stopping: { maxTokens: 4 },
+        speculation: speculation("off"),
+        prediction: prediction(passage),
+      }),
+    );
+    assert.equal(err.code, Code.InvalidArgument, err.message);
+    assert.deepEqual(errorDetails(err).fieldViolations.map((v) => v.field), ["prediction"]);
   });
 
   liveTest("Tokenize then Detokenize round-trips a text", async () => {
