@@ -117,7 +117,7 @@ async def test_model_info_lists_the_formats(stub):
     kinds = ("JSON_SCHEMA", "JSON_OBJECT", "REGEX", "GRAMMAR", "CHOICE")
     assert list(info.capabilities.response_formats) == [
         model_pb.ResponseFormatKind.Value(f"RESPONSE_FORMAT_KIND_{k}") for k in kinds]
-    assert info.capabilities.speculation.grammar_proposals  # constrained rows' drafts are verified under masks
+    assert info.capabilities.speculation.grammar_proposals  # a format's forced tokens are proposed as drafts
     sliding = (await stub.GetModelInfo(pb.GetModelInfoRequest(model="sliding"))).info.capabilities
     assert sliding.response_formats and not sliding.speculation.grammar_proposals  # it cannot roll back
 

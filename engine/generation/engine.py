@@ -143,7 +143,8 @@ class GenerationEngine(LoadReports):
         m = self.loaded  # NotReady while loading
         formats = self._grammars.formats
         speculation = speculation_facts(self._rolls_back, self._draft.name if self._draft else "",
-                                        self.config.speculation.mode, bool(formats))
+                                        self.config.speculation.mode,
+                                        bool(formats) and self.config.speculation.grammar_proposals)
         chat = self._syntax.facts(enforced=bool(formats) and self._syntax.tool_calling and enforceable(self._syntax))
         return describe_generation(m, speculation, tuple(k.value for k in formats), chat,
                                    tuple(self.adapters.infos()), self.adapters.limit, self.config.scheduler.kv_bits)

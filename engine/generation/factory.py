@@ -111,4 +111,5 @@ def speculation_for(request: GenerationRequest, config: SpeculationConfig,
         mode = SpeculationMode.OFF
     if mode is SpeculationMode.OFF and not prediction:
         return None
-    return Speculation.create(mode, width, prediction, asked.num_draft_tokens or config.prediction_draft_tokens)
+    return Speculation.create(mode, width, prediction, asked.num_draft_tokens or config.prediction_draft_tokens,
+                              config.grammar_proposals and mode is not SpeculationMode.OFF)

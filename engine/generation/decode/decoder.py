@@ -112,7 +112,8 @@ class Decoder:
             spec = seq.speculation
             room = seq.rule.max_tokens - seq.num_output - 1  # drafts past the length cap are wasted
             cap = min(allowance, room) if spec is not None and i not in plain else 0
-            d, k = (_row(seq, lambda: spec.propose(seq.tokens, seq.prompt_len, cap), ([], 0), "drafting")
+            d, k = (_row(seq, lambda: spec.propose(seq.tokens, seq.prompt_len, cap, seq.constraint), ([], 0),
+                         "drafting")
                     if cap > 0 else ([], 0))
             drafts.append(d)
             wanted.append(k)

@@ -61,6 +61,13 @@ class Constraint:
             raise RuntimeError(f"the matcher could not roll back: {self.error}")
         self.consumed -= count
 
+    def forced(self, limit: int) -> list[int]:
+        """Up to ``limit`` tokens the grammar allows alone from here (llguidance's
+        canonical tokenization of its forced bytes); state unchanged."""
+        if limit <= 0 or self.matcher.is_stopped() or self.matcher.is_error():
+            return []
+        return self.matcher.compute_ff_tokens()[:limit]
+
     def valid_prefix(self, tokens: Sequence[int]) -> int:
         """How many leading ``tokens`` the grammar allows; state unchanged."""
         return self.matcher.validate_tokens(list(tokens))

@@ -8,9 +8,11 @@ from typing import Sequence
 
 from ...requests import SpeculationMode
 from .ngram import NgramIndex
+from ..grammar.constraint import Constraint
 from .prediction import PredictionDrafts
 
 _PAUSE_MAX = 64
+_FORCED_MAX = 16  # a grammar's forced tokens per step, before the step's own cap
 
 
 def step_allowance(rows: int, step_tokens: int, max_rows: int | None = None) -> int:
@@ -52,32 +54,41 @@ class Acceptance:
 
 @dataclass
 class Speculation:
-    """A row's draft sources: its prediction first, where it has one that the output
-    follows, else its mode's (n-gram or draft model), each with its own acceptance."""
+    """A row's draft sources, each with its own acceptance: its prediction where the
+    output follows it, else the tokens its grammar forces, else its mode's (n-gram or
+    draft model)."""
 
-    mode: SpeculationMode  # OFF: the prediction alone
+    mode: SpeculationMode  # OFF: the prediction and the grammar alone
     acceptance: Acceptance
     ngram: NgramIndex | None = field(default=None)
     prediction: PredictionDrafts | None = None
     predicted: Acceptance | None = None  # the prediction's acceptance
+    forced: Acceptance | None = None  # the grammar's; None: grammar proposals off
     source: Acceptance | None = None  # whose drafts the row feeds this step
 
     @classmethod
     def create(cls, mode: SpeculationMode, max_drafts: int, prediction: Sequence[int] = (),
-               prediction_drafts: int = 0) -> "Speculation":
+               prediction_drafts: int = 0, grammar_proposals: bool = False) -> "Speculation":
         return cls(mode, Acceptance(max_drafts), NgramIndex() if mode is SpeculationMode.NGRAM else None,
                    PredictionDrafts(prediction) if prediction else None,
-                   Acceptance(prediction_drafts, rate=1.0) if prediction else None)
+                   Acceptance(prediction_drafts, rate=1.0) if prediction else None,
+                   Acceptance(_FORCED_MAX, rate=1.0) if grammar_proposals else None)
 
-    def propose(self, tokens: Sequence[int], output_from: int, cap: int) -> tuple[list[int], int]:
-        """(this step's drafts from the prediction or the n-gram index, how many a draft
-        model should propose instead); ``output_from``: where the output starts in
-        ``tokens``; ``cap``: the most the step allows."""
+    def propose(self, tokens: Sequence[int], output_from: int, cap: int,
+                constraint: Constraint | None = None) -> tuple[list[int], int]:
+        """(this step's drafts from the prediction, the grammar or the n-gram index, how
+        many a draft model should propose instead); ``output_from``: where the output
+        starts in ``tokens``; ``cap``: the most the step allows."""
         self.source = None
         if self.prediction is not None and self.predicted is not None:
             drafts = self.prediction.propose(tokens[output_from:], min(self.predicted.wanted(), cap))
             if drafts:
                 self.source = self.predicted
+                return drafts, 0
+        if self.forced is not None and constraint is not None:
+            drafts = constraint.forced(min(self.forced.wanted(), cap))
+            if drafts:
+                self.source = self.forced
                 return drafts, 0
         k = min(self.acceptance.wanted(), cap) if self.mode is not SpeculationMode.OFF else 0
         if k <= 0:
@@ -93,8 +104,8 @@ class Speculation:
 
     @property
     def proposed(self) -> int:
-        return self.acceptance.proposed + (self.predicted.proposed if self.predicted else 0)
+        return sum(a.proposed for a in (self.acceptance, self.predicted, self.forced) if a is not None)
 
     @property
     def accepted(self) -> int:
-        return self.acceptance.accepted + (self.predicted.accepted if self.predicted else 0)
+        return sum(a.accepted for a in (self.acceptance, self.predicted, self.forced) if a is not None)
