@@ -52,5 +52,5 @@ MLXGRPC_ADDRESS=${ADDRESSES[0]} cargo test --locked -- --include-ignored
 for address in "${ADDRESSES[@]:1}"; do
   echo "== live tests against $address"
   MLXGRPC_ADDRESS=$address cargo test --locked --test live_generate --test live_calls --test retry_live --test live_priority \
-    --test live_tools --test live_rerank --test live_images -- --include-ignored
+    --test live_tools --test live_rerank --test live_images --test live_prediction -- --include-ignored
 done

@@ -8,7 +8,8 @@
 //! once), Embed results in input order, Rerank results most relevant first
 //! ([`Client::rerank`], [`pb::RerankRequest::new`], [`Truncation`]), adapter calls ([`Client::load_adapter`],
 //! [`Client::unload_adapter`], [`Client::list_adapters`]), the prefix cache
-//! ([`Client::prefetch`], [`pb::PrefetchRequest::text`], [`Client::close_session`]), builders for tools and the
+//! ([`Client::prefetch`], [`pb::PrefetchRequest::text`], [`Client::close_session`]), predicted
+//! outputs ([`pb::GenerateRequest::with_prediction`], [`pb::Prediction::text`]), builders for tools and the
 //! messages of an agent loop ([`pb::Tool::function`], [`pb::ToolChoice::required`],
 //! [`pb::ChatMessage::tool_result`], [`GenerationResult::assistant_message`]), images in
 //! chat messages ([`pb::ChatMessage::user_parts`], [`pb::ContentPart::image_file`],
@@ -48,6 +49,7 @@ mod client;
 mod errors;
 mod generation;
 mod images;
+mod prediction;
 mod prefix;
 mod priority;
 mod rerank;
