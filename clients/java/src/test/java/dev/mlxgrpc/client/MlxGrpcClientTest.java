@@ -26,8 +26,10 @@ import dev.mlxgrpc.v1.LoadAdapterResponse;
 import dev.mlxgrpc.v1.ModelInfo;
 import dev.mlxgrpc.v1.ModelKind;
 import dev.mlxgrpc.v1.ModelLoad;
+import dev.mlxgrpc.v1.Prediction;
 import dev.mlxgrpc.v1.SamplingParams;
 import dev.mlxgrpc.v1.SpeculationMode;
+import dev.mlxgrpc.v1.StoppingCriteria;
 import dev.mlxgrpc.v1.TokenLogprob;
 import dev.mlxgrpc.v1.TokenizeRequest;
 import dev.mlxgrpc.v1.TokenizeResponse;
@@ -210,6 +212,44 @@ class MlxGrpcClientTest {
     assertTrue(usage.getDraftTokens() >= usage.getAcceptedDraftTokens() && usage.getAcceptedDraftTokens() >= 0,
         usage.toString());
     assertEquals(32, usage.getCompletionTokens());
+  }
+
+  @Test
+  void aPredictionNeverChangesTheOutputAndCountsItsTokens() {
+    Assumptions.assumeTrue(server.generator.getCapabilities().getSpeculation().getExternalTokens(),
+        server.generator.getName() + " does not verify predicted tokens");
+    GenerateRequest copy = GenerateRequest.newBuilder() // greedy
+        .setText("Repeat exactly: " + PASSAGE + "\n" + PASSAGE + "\n")
+        .setStopping(StoppingCriteria.newBuilder().setMaxTokens(24))
+        .build();
+    GenerationResult plain = client.generateText(copy);
+    assertFalse(plain.text().isEmpty(), "no output to predict");
+    Usage plainUsage = plain.finished().orElseThrow().getUsage();
+    assertEquals(0, plainUsage.getAcceptedPredictionTokens());
+    assertEquals(0, plainUsage.getRejectedPredictionTokens());
+    for (Prediction prediction : List.of(Predictions.text(plain.text()), Predictions.tokens(plain.tokenIds()))) {
+      GenerationResult predicted = client.generateText(copy.toBuilder().setPrediction(prediction).build());
+      assertEquals(plain.tokenIds(), predicted.tokenIds(), prediction.toString());
+      assertEquals(plain.text(), predicted.text());
+      Usage usage = predicted.finished().orElseThrow().getUsage();
+      assertTrue(usage.getAcceptedPredictionTokens() > 0, usage.toString());
+      assertTrue(usage.getAcceptedPredictionTokens() + usage.getRejectedPredictionTokens() <= usage.getDraftTokens(),
+          usage.toString());
+    }
+  }
+
+  @Test
+  void aPredictionWithSpeculationOffIsInvalidArgument() {
+    Assumptions.assumeTrue(server.generator.getCapabilities().getSpeculation().getExternalTokens(),
+        server.generator.getName() + " does not verify predicted tokens");
+    GenerateRequest request = exact("Repeat exactly: " + PASSAGE + "\n", 4).toBuilder()
+        .setSpeculation(Speculation.off())
+        .setPrediction(Predictions.text(PASSAGE))
+        .build();
+    StatusRuntimeException e = assertThrows(StatusRuntimeException.class, () -> client.generateText(request));
+    ErrorDetails details = ErrorDetails.from(e);
+    assertEquals(Status.Code.INVALID_ARGUMENT, details.code(), details.message());
+    assertEquals(List.of("prediction"), details.violationFields());
   }
 
   @Test
