@@ -21,6 +21,70 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// The element type of packed embedding vectors.
+type EmbeddingType int32
+
+const (
+	// float32.
+	EmbeddingType_EMBEDDING_TYPE_UNSPECIFIED EmbeddingType = 0
+	// IEEE 754 single precision, 4 bytes a value.
+	EmbeddingType_EMBEDDING_TYPE_FLOAT32 EmbeddingType = 1
+	// IEEE 754 half precision, 2 bytes a value.
+	EmbeddingType_EMBEDDING_TYPE_FLOAT16 EmbeddingType = 2
+	// One signed byte a value: round(value / scale), scale = the vector's largest
+	// magnitude / 127 (PackedEmbeddings.scales), so value ~ int8 x scale.
+	EmbeddingType_EMBEDDING_TYPE_INT8 EmbeddingType = 3
+	// One bit a value, 1 where the value is above 0, 8 values a byte, the first in
+	// the most significant bit (sentence-transformers' "ubinary"); compare with the
+	// Hamming distance.
+	EmbeddingType_EMBEDDING_TYPE_UBINARY EmbeddingType = 4
+)
+
+// Enum value maps for EmbeddingType.
+var (
+	EmbeddingType_name = map[int32]string{
+		0: "EMBEDDING_TYPE_UNSPECIFIED",
+		1: "EMBEDDING_TYPE_FLOAT32",
+		2: "EMBEDDING_TYPE_FLOAT16",
+		3: "EMBEDDING_TYPE_INT8",
+		4: "EMBEDDING_TYPE_UBINARY",
+	}
+	EmbeddingType_value = map[string]int32{
+		"EMBEDDING_TYPE_UNSPECIFIED": 0,
+		"EMBEDDING_TYPE_FLOAT32":     1,
+		"EMBEDDING_TYPE_FLOAT16":     2,
+		"EMBEDDING_TYPE_INT8":        3,
+		"EMBEDDING_TYPE_UBINARY":     4,
+	}
+)
+
+func (x EmbeddingType) Enum() *EmbeddingType {
+	p := new(EmbeddingType)
+	*p = x
+	return p
+}
+
+func (x EmbeddingType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EmbeddingType) Descriptor() protoreflect.EnumDescriptor {
+	return file_mlxgrpc_v1_inference_service_proto_enumTypes[0].Descriptor()
+}
+
+func (EmbeddingType) Type() protoreflect.EnumType {
+	return &file_mlxgrpc_v1_inference_service_proto_enumTypes[0]
+}
+
+func (x EmbeddingType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EmbeddingType.Descriptor instead.
+func (EmbeddingType) EnumDescriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{0}
+}
+
 // What Embed and Rerank do with an input longer than the model's input limit.
 type Truncation int32
 
@@ -59,11 +123,11 @@ func (x Truncation) String() string {
 }
 
 func (Truncation) Descriptor() protoreflect.EnumDescriptor {
-	return file_mlxgrpc_v1_inference_service_proto_enumTypes[0].Descriptor()
+	return file_mlxgrpc_v1_inference_service_proto_enumTypes[1].Descriptor()
 }
 
 func (Truncation) Type() protoreflect.EnumType {
-	return &file_mlxgrpc_v1_inference_service_proto_enumTypes[0]
+	return &file_mlxgrpc_v1_inference_service_proto_enumTypes[1]
 }
 
 func (x Truncation) Number() protoreflect.EnumNumber {
@@ -72,7 +136,7 @@ func (x Truncation) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Truncation.Descriptor instead.
 func (Truncation) EnumDescriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{0}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{1}
 }
 
 // Where a prefetched prefix was found.
@@ -112,11 +176,11 @@ func (x CacheTier) String() string {
 }
 
 func (CacheTier) Descriptor() protoreflect.EnumDescriptor {
-	return file_mlxgrpc_v1_inference_service_proto_enumTypes[1].Descriptor()
+	return file_mlxgrpc_v1_inference_service_proto_enumTypes[2].Descriptor()
 }
 
 func (CacheTier) Type() protoreflect.EnumType {
-	return &file_mlxgrpc_v1_inference_service_proto_enumTypes[1]
+	return &file_mlxgrpc_v1_inference_service_proto_enumTypes[2]
 }
 
 func (x CacheTier) Number() protoreflect.EnumNumber {
@@ -125,7 +189,7 @@ func (x CacheTier) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CacheTier.Descriptor instead.
 func (CacheTier) EnumDescriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{1}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{2}
 }
 
 // A request to generate text.
@@ -842,7 +906,15 @@ type EmbedRequest struct {
 	Priority int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
 	// What to do with an input longer than the model's input limit (GetModelInfo's
 	// context_length): cut it (the default) or refuse the request.
-	Truncate      Truncation `protobuf:"varint,8,opt,name=truncate,proto3,enum=mlxgrpc.v1.Truncation" json:"truncate,omitempty"`
+	Truncate Truncation `protobuf:"varint,8,opt,name=truncate,proto3,enum=mlxgrpc.v1.Truncation" json:"truncate,omitempty"`
+	// Return the vectors packed: each response message carries up to 64 inputs'
+	// vectors as one byte string (EmbedResponse.packed) instead of one message per
+	// input with `embedding`. A call of 256 inputs is then at most 4 messages.
+	Packed bool `protobuf:"varint,9,opt,name=packed,proto3" json:"packed,omitempty"`
+	// The packed vectors' element type (unspecified: float32). Dimensions and
+	// normalization apply first, then the conversion. Types other than float32 need
+	// `packed`; without it they are INVALID_ARGUMENT.
+	EmbeddingType EmbeddingType `protobuf:"varint,10,opt,name=embedding_type,json=embeddingType,proto3,enum=mlxgrpc.v1.EmbeddingType" json:"embedding_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -933,6 +1005,20 @@ func (x *EmbedRequest) GetTruncate() Truncation {
 	return Truncation_TRUNCATION_UNSPECIFIED
 }
 
+func (x *EmbedRequest) GetPacked() bool {
+	if x != nil {
+		return x.Packed
+	}
+	return false
+}
+
+func (x *EmbedRequest) GetEmbeddingType() EmbeddingType {
+	if x != nil {
+		return x.EmbeddingType
+	}
+	return EmbeddingType_EMBEDDING_TYPE_UNSPECIFIED
+}
+
 // The embedding of one input.
 type EmbedResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -941,7 +1027,10 @@ type EmbedResponse struct {
 	// The vector.
 	Embedding []float32 `protobuf:"fixed32,2,rep,packed,name=embedding,proto3" json:"embedding,omitempty"`
 	// Tokens the input used (after truncation to the model's limit).
-	Tokens        int32 `protobuf:"varint,3,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	Tokens int32 `protobuf:"varint,3,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// Several inputs' vectors, when the request asked for packed (index, embedding
+	// and tokens are then unset).
+	Packed        *PackedEmbeddings `protobuf:"bytes,4,opt,name=packed,proto3" json:"packed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -997,6 +1086,105 @@ func (x *EmbedResponse) GetTokens() int32 {
 	return 0
 }
 
+func (x *EmbedResponse) GetPacked() *PackedEmbeddings {
+	if x != nil {
+		return x.Packed
+	}
+	return nil
+}
+
+// Several inputs' vectors in one message.
+type PackedEmbeddings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Positions in EmbedRequest.inputs, in the order of the vectors in data.
+	Indices []int32 `protobuf:"varint,1,rep,packed,name=indices,proto3" json:"indices,omitempty"`
+	// Tokens each input used (after truncation), in the same order.
+	Tokens []int32 `protobuf:"varint,2,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	// Values per vector.
+	Dimensions int32 `protobuf:"varint,3,opt,name=dimensions,proto3" json:"dimensions,omitempty"`
+	// The element type of data.
+	Type EmbeddingType `protobuf:"varint,4,opt,name=type,proto3,enum=mlxgrpc.v1.EmbeddingType" json:"type,omitempty"`
+	// The vectors one after another, little-endian: dimensions values each (ubinary:
+	// ceil(dimensions / 8) bytes each, the last byte's unused low bits zero).
+	Data []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	// INT8 only: each vector's scale, in the same order (value ~ int8 x scale).
+	Scales        []float32 `protobuf:"fixed32,6,rep,packed,name=scales,proto3" json:"scales,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PackedEmbeddings) Reset() {
+	*x = PackedEmbeddings{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PackedEmbeddings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PackedEmbeddings) ProtoMessage() {}
+
+func (x *PackedEmbeddings) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PackedEmbeddings.ProtoReflect.Descriptor instead.
+func (*PackedEmbeddings) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PackedEmbeddings) GetIndices() []int32 {
+	if x != nil {
+		return x.Indices
+	}
+	return nil
+}
+
+func (x *PackedEmbeddings) GetTokens() []int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *PackedEmbeddings) GetDimensions() int32 {
+	if x != nil {
+		return x.Dimensions
+	}
+	return 0
+}
+
+func (x *PackedEmbeddings) GetType() EmbeddingType {
+	if x != nil {
+		return x.Type
+	}
+	return EmbeddingType_EMBEDDING_TYPE_UNSPECIFIED
+}
+
+func (x *PackedEmbeddings) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *PackedEmbeddings) GetScales() []float32 {
+	if x != nil {
+		return x.Scales
+	}
+	return nil
+}
+
 // A request to score documents against a query.
 type RerankRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1020,7 +1208,7 @@ type RerankRequest struct {
 
 func (x *RerankRequest) Reset() {
 	*x = RerankRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1220,7 @@ func (x *RerankRequest) String() string {
 func (*RerankRequest) ProtoMessage() {}
 
 func (x *RerankRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1233,7 @@ func (x *RerankRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerankRequest.ProtoReflect.Descriptor instead.
 func (*RerankRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{8}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RerankRequest) GetModel() string {
@@ -1110,7 +1298,7 @@ type RerankResponse struct {
 
 func (x *RerankResponse) Reset() {
 	*x = RerankResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[9]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1310,7 @@ func (x *RerankResponse) String() string {
 func (*RerankResponse) ProtoMessage() {}
 
 func (x *RerankResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[9]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1323,7 @@ func (x *RerankResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerankResponse.ProtoReflect.Descriptor instead.
 func (*RerankResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{9}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RerankResponse) GetModel() string {
@@ -1168,7 +1356,7 @@ type RerankResult struct {
 
 func (x *RerankResult) Reset() {
 	*x = RerankResult{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1368,7 @@ func (x *RerankResult) String() string {
 func (*RerankResult) ProtoMessage() {}
 
 func (x *RerankResult) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1381,7 @@ func (x *RerankResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerankResult.ProtoReflect.Descriptor instead.
 func (*RerankResult) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{10}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RerankResult) GetIndex() int32 {
@@ -1242,7 +1430,7 @@ type PrefetchRequest struct {
 
 func (x *PrefetchRequest) Reset() {
 	*x = PrefetchRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1442,7 @@ func (x *PrefetchRequest) String() string {
 func (*PrefetchRequest) ProtoMessage() {}
 
 func (x *PrefetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[11]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1455,7 @@ func (x *PrefetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefetchRequest.ProtoReflect.Descriptor instead.
 func (*PrefetchRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{11}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PrefetchRequest) GetModel() string {
@@ -1366,7 +1554,7 @@ type PrefetchResponse struct {
 
 func (x *PrefetchResponse) Reset() {
 	*x = PrefetchResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1566,7 @@ func (x *PrefetchResponse) String() string {
 func (*PrefetchResponse) ProtoMessage() {}
 
 func (x *PrefetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1579,7 @@ func (x *PrefetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefetchResponse.ProtoReflect.Descriptor instead.
 func (*PrefetchResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{12}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PrefetchResponse) GetPromptTokens() int32 {
@@ -1428,7 +1616,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1628,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[13]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1641,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{13}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CloseSessionRequest) GetModel() string {
@@ -1481,7 +1669,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1681,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[14]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1694,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{14}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CloseSessionResponse) GetEntries() int32 {
@@ -1527,7 +1715,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1727,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[15]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1740,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{15}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelRequest) GetRequestId() string {
@@ -1574,7 +1762,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1774,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1787,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{16}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelResponse) GetCancelled() bool {
@@ -1620,7 +1808,7 @@ type GetModelInfoRequest struct {
 
 func (x *GetModelInfoRequest) Reset() {
 	*x = GetModelInfoRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1820,7 @@ func (x *GetModelInfoRequest) String() string {
 func (*GetModelInfoRequest) ProtoMessage() {}
 
 func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1833,7 @@ func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetModelInfoRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{17}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetModelInfoRequest) GetModel() string {
@@ -1666,7 +1854,7 @@ type GetModelInfoResponse struct {
 
 func (x *GetModelInfoResponse) Reset() {
 	*x = GetModelInfoResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1866,7 @@ func (x *GetModelInfoResponse) String() string {
 func (*GetModelInfoResponse) ProtoMessage() {}
 
 func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1879,7 @@ func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetModelInfoResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{18}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetModelInfoResponse) GetInfo() *ModelInfo {
@@ -1717,7 +1905,7 @@ type PlanMemoryRequest struct {
 
 func (x *PlanMemoryRequest) Reset() {
 	*x = PlanMemoryRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1917,7 @@ func (x *PlanMemoryRequest) String() string {
 func (*PlanMemoryRequest) ProtoMessage() {}
 
 func (x *PlanMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1930,7 @@ func (x *PlanMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanMemoryRequest.ProtoReflect.Descriptor instead.
 func (*PlanMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{19}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PlanMemoryRequest) GetModel() string {
@@ -1777,7 +1965,7 @@ type PlanMemoryResponse struct {
 
 func (x *PlanMemoryResponse) Reset() {
 	*x = PlanMemoryResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1977,7 @@ func (x *PlanMemoryResponse) String() string {
 func (*PlanMemoryResponse) ProtoMessage() {}
 
 func (x *PlanMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1990,7 @@ func (x *PlanMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanMemoryResponse.ProtoReflect.Descriptor instead.
 func (*PlanMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{20}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PlanMemoryResponse) GetPlan() *MemoryPlan {
@@ -1827,7 +2015,7 @@ type TokenizeRequest struct {
 
 func (x *TokenizeRequest) Reset() {
 	*x = TokenizeRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +2027,7 @@ func (x *TokenizeRequest) String() string {
 func (*TokenizeRequest) ProtoMessage() {}
 
 func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +2040,7 @@ func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeRequest.ProtoReflect.Descriptor instead.
 func (*TokenizeRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{21}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TokenizeRequest) GetModel() string {
@@ -1889,7 +2077,7 @@ type TokenizeResponse struct {
 
 func (x *TokenizeResponse) Reset() {
 	*x = TokenizeResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2089,7 @@ func (x *TokenizeResponse) String() string {
 func (*TokenizeResponse) ProtoMessage() {}
 
 func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2102,7 @@ func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
 func (*TokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{22}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TokenizeResponse) GetTokenIds() []int32 {
@@ -1946,7 +2134,7 @@ type DetokenizeRequest struct {
 
 func (x *DetokenizeRequest) Reset() {
 	*x = DetokenizeRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2146,7 @@ func (x *DetokenizeRequest) String() string {
 func (*DetokenizeRequest) ProtoMessage() {}
 
 func (x *DetokenizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2159,7 @@ func (x *DetokenizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetokenizeRequest.ProtoReflect.Descriptor instead.
 func (*DetokenizeRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{23}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DetokenizeRequest) GetModel() string {
@@ -2006,7 +2194,7 @@ type DetokenizeResponse struct {
 
 func (x *DetokenizeResponse) Reset() {
 	*x = DetokenizeResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2206,7 @@ func (x *DetokenizeResponse) String() string {
 func (*DetokenizeResponse) ProtoMessage() {}
 
 func (x *DetokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2219,7 @@ func (x *DetokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetokenizeResponse.ProtoReflect.Descriptor instead.
 func (*DetokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{24}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DetokenizeResponse) GetText() string {
@@ -2050,7 +2238,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2062,7 +2250,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2075,7 +2263,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{25}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{26}
 }
 
 // The served models.
@@ -2089,7 +2277,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2289,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2302,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{26}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListModelsResponse) GetModels() []*ModelInfo {
@@ -2143,7 +2331,7 @@ type LoadAdapterRequest struct {
 
 func (x *LoadAdapterRequest) Reset() {
 	*x = LoadAdapterRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2343,7 @@ func (x *LoadAdapterRequest) String() string {
 func (*LoadAdapterRequest) ProtoMessage() {}
 
 func (x *LoadAdapterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2356,7 @@ func (x *LoadAdapterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadAdapterRequest.ProtoReflect.Descriptor instead.
 func (*LoadAdapterRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{27}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LoadAdapterRequest) GetModel() string {
@@ -2206,7 +2394,7 @@ type LoadAdapterResponse struct {
 
 func (x *LoadAdapterResponse) Reset() {
 	*x = LoadAdapterResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2406,7 @@ func (x *LoadAdapterResponse) String() string {
 func (*LoadAdapterResponse) ProtoMessage() {}
 
 func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2419,7 @@ func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadAdapterResponse.ProtoReflect.Descriptor instead.
 func (*LoadAdapterResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{28}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LoadAdapterResponse) GetAdapter() *AdapterInfo {
@@ -2261,7 +2449,7 @@ type UnloadAdapterRequest struct {
 
 func (x *UnloadAdapterRequest) Reset() {
 	*x = UnloadAdapterRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2461,7 @@ func (x *UnloadAdapterRequest) String() string {
 func (*UnloadAdapterRequest) ProtoMessage() {}
 
 func (x *UnloadAdapterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2474,7 @@ func (x *UnloadAdapterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadAdapterRequest.ProtoReflect.Descriptor instead.
 func (*UnloadAdapterRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{29}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UnloadAdapterRequest) GetModel() string {
@@ -2314,7 +2502,7 @@ type UnloadAdapterResponse struct {
 
 func (x *UnloadAdapterResponse) Reset() {
 	*x = UnloadAdapterResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2514,7 @@ func (x *UnloadAdapterResponse) String() string {
 func (*UnloadAdapterResponse) ProtoMessage() {}
 
 func (x *UnloadAdapterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2527,7 @@ func (x *UnloadAdapterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadAdapterResponse.ProtoReflect.Descriptor instead.
 func (*UnloadAdapterResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{30}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UnloadAdapterResponse) GetAdapter() *AdapterInfo {
@@ -2360,7 +2548,7 @@ type ListAdaptersRequest struct {
 
 func (x *ListAdaptersRequest) Reset() {
 	*x = ListAdaptersRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2560,7 @@ func (x *ListAdaptersRequest) String() string {
 func (*ListAdaptersRequest) ProtoMessage() {}
 
 func (x *ListAdaptersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2573,7 @@ func (x *ListAdaptersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAdaptersRequest.ProtoReflect.Descriptor instead.
 func (*ListAdaptersRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{31}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListAdaptersRequest) GetModel() string {
@@ -2410,7 +2598,7 @@ type ListAdaptersResponse struct {
 
 func (x *ListAdaptersResponse) Reset() {
 	*x = ListAdaptersResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[32]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2422,7 +2610,7 @@ func (x *ListAdaptersResponse) String() string {
 func (*ListAdaptersResponse) ProtoMessage() {}
 
 func (x *ListAdaptersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[32]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2435,7 +2623,7 @@ func (x *ListAdaptersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAdaptersResponse.ProtoReflect.Descriptor instead.
 func (*ListAdaptersResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{32}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListAdaptersResponse) GetModel() string {
@@ -2470,7 +2658,7 @@ type GetLoadRequest struct {
 
 func (x *GetLoadRequest) Reset() {
 	*x = GetLoadRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[33]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2670,7 @@ func (x *GetLoadRequest) String() string {
 func (*GetLoadRequest) ProtoMessage() {}
 
 func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[33]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2683,7 @@ func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{33}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetLoadRequest) GetModel() string {
@@ -2521,7 +2709,7 @@ type GetLoadResponse struct {
 
 func (x *GetLoadResponse) Reset() {
 	*x = GetLoadResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2721,7 @@ func (x *GetLoadResponse) String() string {
 func (*GetLoadResponse) ProtoMessage() {}
 
 func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2734,7 @@ func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{34}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetLoadResponse) GetModels() []*ModelLoad {
@@ -2599,7 +2787,7 @@ type CallLoad struct {
 
 func (x *CallLoad) Reset() {
 	*x = CallLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2611,7 +2799,7 @@ func (x *CallLoad) String() string {
 func (*CallLoad) ProtoMessage() {}
 
 func (x *CallLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2624,7 +2812,7 @@ func (x *CallLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallLoad.ProtoReflect.Descriptor instead.
 func (*CallLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{35}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CallLoad) GetOpenRpcs() int32 {
@@ -2702,7 +2890,7 @@ type TenantCalls struct {
 
 func (x *TenantCalls) Reset() {
 	*x = TenantCalls{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[36]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2714,7 +2902,7 @@ func (x *TenantCalls) String() string {
 func (*TenantCalls) ProtoMessage() {}
 
 func (x *TenantCalls) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[36]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2727,7 +2915,7 @@ func (x *TenantCalls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantCalls.ProtoReflect.Descriptor instead.
 func (*TenantCalls) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{36}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TenantCalls) GetTenant() string {
@@ -2838,7 +3026,7 @@ type ModelLoad struct {
 
 func (x *ModelLoad) Reset() {
 	*x = ModelLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[37]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2850,7 +3038,7 @@ func (x *ModelLoad) String() string {
 func (*ModelLoad) ProtoMessage() {}
 
 func (x *ModelLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[37]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2863,7 +3051,7 @@ func (x *ModelLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelLoad.ProtoReflect.Descriptor instead.
 func (*ModelLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{37}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ModelLoad) GetModel() string {
@@ -3058,7 +3246,7 @@ type TenantLoad struct {
 
 func (x *TenantLoad) Reset() {
 	*x = TenantLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[38]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3258,7 @@ func (x *TenantLoad) String() string {
 func (*TenantLoad) ProtoMessage() {}
 
 func (x *TenantLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[38]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3271,7 @@ func (x *TenantLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLoad.ProtoReflect.Descriptor instead.
 func (*TenantLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{38}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TenantLoad) GetTenant() string {
@@ -3197,7 +3385,7 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\bfinished\x18\x03 \x01(\v2\x1e.mlxgrpc.v1.GenerationFinishedH\x00R\bfinished\x12E\n" +
 	"\x0fprompt_logprobs\x18\x05 \x01(\v2\x1a.mlxgrpc.v1.PromptLogprobsH\x00R\x0epromptLogprobs\x12!\n" +
 	"\fchoice_index\x18\x04 \x01(\x05R\vchoiceIndexB\a\n" +
-	"\x05event\"\x9e\x02\n" +
+	"\x05event\"\xf8\x02\n" +
 	"\fEmbedRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06inputs\x18\x02 \x03(\tR\x06inputs\x12 \n" +
@@ -3209,13 +3397,26 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x06 \x01(\tR\trequestId\x12\x1a\n" +
 	"\bpriority\x18\a \x01(\x05R\bpriority\x122\n" +
-	"\btruncate\x18\b \x01(\x0e2\x16.mlxgrpc.v1.TruncationR\btruncateB\f\n" +
+	"\btruncate\x18\b \x01(\x0e2\x16.mlxgrpc.v1.TruncationR\btruncate\x12\x16\n" +
+	"\x06packed\x18\t \x01(\bR\x06packed\x12@\n" +
+	"\x0eembedding_type\x18\n" +
+	" \x01(\x0e2\x19.mlxgrpc.v1.EmbeddingTypeR\rembeddingTypeB\f\n" +
 	"\n" +
-	"_normalize\"[\n" +
+	"_normalize\"\x91\x01\n" +
 	"\rEmbedResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x1c\n" +
 	"\tembedding\x18\x02 \x03(\x02R\tembedding\x12\x16\n" +
-	"\x06tokens\x18\x03 \x01(\x05R\x06tokens\"\xdd\x01\n" +
+	"\x06tokens\x18\x03 \x01(\x05R\x06tokens\x124\n" +
+	"\x06packed\x18\x04 \x01(\v2\x1c.mlxgrpc.v1.PackedEmbeddingsR\x06packed\"\xbf\x01\n" +
+	"\x10PackedEmbeddings\x12\x18\n" +
+	"\aindices\x18\x01 \x03(\x05R\aindices\x12\x16\n" +
+	"\x06tokens\x18\x02 \x03(\x05R\x06tokens\x12\x1e\n" +
+	"\n" +
+	"dimensions\x18\x03 \x01(\x05R\n" +
+	"dimensions\x12-\n" +
+	"\x04type\x18\x04 \x01(\x0e2\x19.mlxgrpc.v1.EmbeddingTypeR\x04type\x12\x12\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\x12\x16\n" +
+	"\x06scales\x18\x06 \x03(\x02R\x06scales\"\xdd\x01\n" +
 	"\rRerankRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
 	"\x05query\x18\x02 \x01(\tR\x05query\x12\x1c\n" +
@@ -3356,7 +3557,13 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x12in_flight_requests\x18\x04 \x01(\x05R\x10inFlightRequests\x12,\n" +
 	"\x12tokens_last_minute\x18\x05 \x01(\x03R\x10tokensLastMinute\x12)\n" +
 	"\x10generated_tokens\x18\x06 \x01(\x03R\x0fgeneratedTokens\x12)\n" +
-	"\x10refused_requests\x18\a \x01(\x03R\x0frefusedRequests*Q\n" +
+	"\x10refused_requests\x18\a \x01(\x03R\x0frefusedRequests*\x9c\x01\n" +
+	"\rEmbeddingType\x12\x1e\n" +
+	"\x1aEMBEDDING_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16EMBEDDING_TYPE_FLOAT32\x10\x01\x12\x1a\n" +
+	"\x16EMBEDDING_TYPE_FLOAT16\x10\x02\x12\x17\n" +
+	"\x13EMBEDDING_TYPE_INT8\x10\x03\x12\x1a\n" +
+	"\x16EMBEDDING_TYPE_UBINARY\x10\x04*Q\n" +
 	"\n" +
 	"Truncation\x12\x1a\n" +
 	"\x16TRUNCATION_UNSPECIFIED\x10\x00\x12\x12\n" +
@@ -3399,137 +3606,142 @@ func file_mlxgrpc_v1_inference_service_proto_rawDescGZIP() []byte {
 	return file_mlxgrpc_v1_inference_service_proto_rawDescData
 }
 
-var file_mlxgrpc_v1_inference_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_mlxgrpc_v1_inference_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
-	(Truncation)(0),               // 0: mlxgrpc.v1.Truncation
-	(CacheTier)(0),                // 1: mlxgrpc.v1.CacheTier
-	(*GenerateRequest)(nil),       // 2: mlxgrpc.v1.GenerateRequest
-	(*GenerationStarted)(nil),     // 3: mlxgrpc.v1.GenerationStarted
-	(*TokenDelta)(nil),            // 4: mlxgrpc.v1.TokenDelta
-	(*GenerationFinished)(nil),    // 5: mlxgrpc.v1.GenerationFinished
-	(*PromptLogprobs)(nil),        // 6: mlxgrpc.v1.PromptLogprobs
-	(*GenerateResponse)(nil),      // 7: mlxgrpc.v1.GenerateResponse
-	(*EmbedRequest)(nil),          // 8: mlxgrpc.v1.EmbedRequest
-	(*EmbedResponse)(nil),         // 9: mlxgrpc.v1.EmbedResponse
-	(*RerankRequest)(nil),         // 10: mlxgrpc.v1.RerankRequest
-	(*RerankResponse)(nil),        // 11: mlxgrpc.v1.RerankResponse
-	(*RerankResult)(nil),          // 12: mlxgrpc.v1.RerankResult
-	(*PrefetchRequest)(nil),       // 13: mlxgrpc.v1.PrefetchRequest
-	(*PrefetchResponse)(nil),      // 14: mlxgrpc.v1.PrefetchResponse
-	(*CloseSessionRequest)(nil),   // 15: mlxgrpc.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 16: mlxgrpc.v1.CloseSessionResponse
-	(*CancelRequest)(nil),         // 17: mlxgrpc.v1.CancelRequest
-	(*CancelResponse)(nil),        // 18: mlxgrpc.v1.CancelResponse
-	(*GetModelInfoRequest)(nil),   // 19: mlxgrpc.v1.GetModelInfoRequest
-	(*GetModelInfoResponse)(nil),  // 20: mlxgrpc.v1.GetModelInfoResponse
-	(*PlanMemoryRequest)(nil),     // 21: mlxgrpc.v1.PlanMemoryRequest
-	(*PlanMemoryResponse)(nil),    // 22: mlxgrpc.v1.PlanMemoryResponse
-	(*TokenizeRequest)(nil),       // 23: mlxgrpc.v1.TokenizeRequest
-	(*TokenizeResponse)(nil),      // 24: mlxgrpc.v1.TokenizeResponse
-	(*DetokenizeRequest)(nil),     // 25: mlxgrpc.v1.DetokenizeRequest
-	(*DetokenizeResponse)(nil),    // 26: mlxgrpc.v1.DetokenizeResponse
-	(*ListModelsRequest)(nil),     // 27: mlxgrpc.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),    // 28: mlxgrpc.v1.ListModelsResponse
-	(*LoadAdapterRequest)(nil),    // 29: mlxgrpc.v1.LoadAdapterRequest
-	(*LoadAdapterResponse)(nil),   // 30: mlxgrpc.v1.LoadAdapterResponse
-	(*UnloadAdapterRequest)(nil),  // 31: mlxgrpc.v1.UnloadAdapterRequest
-	(*UnloadAdapterResponse)(nil), // 32: mlxgrpc.v1.UnloadAdapterResponse
-	(*ListAdaptersRequest)(nil),   // 33: mlxgrpc.v1.ListAdaptersRequest
-	(*ListAdaptersResponse)(nil),  // 34: mlxgrpc.v1.ListAdaptersResponse
-	(*GetLoadRequest)(nil),        // 35: mlxgrpc.v1.GetLoadRequest
-	(*GetLoadResponse)(nil),       // 36: mlxgrpc.v1.GetLoadResponse
-	(*CallLoad)(nil),              // 37: mlxgrpc.v1.CallLoad
-	(*TenantCalls)(nil),           // 38: mlxgrpc.v1.TenantCalls
-	(*ModelLoad)(nil),             // 39: mlxgrpc.v1.ModelLoad
-	(*TenantLoad)(nil),            // 40: mlxgrpc.v1.TenantLoad
-	(*TokenIds)(nil),              // 41: mlxgrpc.v1.TokenIds
-	(*ChatMessages)(nil),          // 42: mlxgrpc.v1.ChatMessages
-	(*SamplingParams)(nil),        // 43: mlxgrpc.v1.SamplingParams
-	(*StoppingCriteria)(nil),      // 44: mlxgrpc.v1.StoppingCriteria
-	(*SpeculationOptions)(nil),    // 45: mlxgrpc.v1.SpeculationOptions
-	(*ResponseFormat)(nil),        // 46: mlxgrpc.v1.ResponseFormat
-	(*Prediction)(nil),            // 47: mlxgrpc.v1.Prediction
-	(*TokenLogprob)(nil),          // 48: mlxgrpc.v1.TokenLogprob
-	(*ToolCallDelta)(nil),         // 49: mlxgrpc.v1.ToolCallDelta
-	(*ToolCall)(nil),              // 50: mlxgrpc.v1.ToolCall
-	(FinishReason)(0),             // 51: mlxgrpc.v1.FinishReason
-	(*Usage)(nil),                 // 52: mlxgrpc.v1.Usage
-	(*Timings)(nil),               // 53: mlxgrpc.v1.Timings
-	(*ModelInfo)(nil),             // 54: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),            // 55: mlxgrpc.v1.MemoryPlan
-	(*AdapterInfo)(nil),           // 56: mlxgrpc.v1.AdapterInfo
+	(EmbeddingType)(0),            // 0: mlxgrpc.v1.EmbeddingType
+	(Truncation)(0),               // 1: mlxgrpc.v1.Truncation
+	(CacheTier)(0),                // 2: mlxgrpc.v1.CacheTier
+	(*GenerateRequest)(nil),       // 3: mlxgrpc.v1.GenerateRequest
+	(*GenerationStarted)(nil),     // 4: mlxgrpc.v1.GenerationStarted
+	(*TokenDelta)(nil),            // 5: mlxgrpc.v1.TokenDelta
+	(*GenerationFinished)(nil),    // 6: mlxgrpc.v1.GenerationFinished
+	(*PromptLogprobs)(nil),        // 7: mlxgrpc.v1.PromptLogprobs
+	(*GenerateResponse)(nil),      // 8: mlxgrpc.v1.GenerateResponse
+	(*EmbedRequest)(nil),          // 9: mlxgrpc.v1.EmbedRequest
+	(*EmbedResponse)(nil),         // 10: mlxgrpc.v1.EmbedResponse
+	(*PackedEmbeddings)(nil),      // 11: mlxgrpc.v1.PackedEmbeddings
+	(*RerankRequest)(nil),         // 12: mlxgrpc.v1.RerankRequest
+	(*RerankResponse)(nil),        // 13: mlxgrpc.v1.RerankResponse
+	(*RerankResult)(nil),          // 14: mlxgrpc.v1.RerankResult
+	(*PrefetchRequest)(nil),       // 15: mlxgrpc.v1.PrefetchRequest
+	(*PrefetchResponse)(nil),      // 16: mlxgrpc.v1.PrefetchResponse
+	(*CloseSessionRequest)(nil),   // 17: mlxgrpc.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 18: mlxgrpc.v1.CloseSessionResponse
+	(*CancelRequest)(nil),         // 19: mlxgrpc.v1.CancelRequest
+	(*CancelResponse)(nil),        // 20: mlxgrpc.v1.CancelResponse
+	(*GetModelInfoRequest)(nil),   // 21: mlxgrpc.v1.GetModelInfoRequest
+	(*GetModelInfoResponse)(nil),  // 22: mlxgrpc.v1.GetModelInfoResponse
+	(*PlanMemoryRequest)(nil),     // 23: mlxgrpc.v1.PlanMemoryRequest
+	(*PlanMemoryResponse)(nil),    // 24: mlxgrpc.v1.PlanMemoryResponse
+	(*TokenizeRequest)(nil),       // 25: mlxgrpc.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),      // 26: mlxgrpc.v1.TokenizeResponse
+	(*DetokenizeRequest)(nil),     // 27: mlxgrpc.v1.DetokenizeRequest
+	(*DetokenizeResponse)(nil),    // 28: mlxgrpc.v1.DetokenizeResponse
+	(*ListModelsRequest)(nil),     // 29: mlxgrpc.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),    // 30: mlxgrpc.v1.ListModelsResponse
+	(*LoadAdapterRequest)(nil),    // 31: mlxgrpc.v1.LoadAdapterRequest
+	(*LoadAdapterResponse)(nil),   // 32: mlxgrpc.v1.LoadAdapterResponse
+	(*UnloadAdapterRequest)(nil),  // 33: mlxgrpc.v1.UnloadAdapterRequest
+	(*UnloadAdapterResponse)(nil), // 34: mlxgrpc.v1.UnloadAdapterResponse
+	(*ListAdaptersRequest)(nil),   // 35: mlxgrpc.v1.ListAdaptersRequest
+	(*ListAdaptersResponse)(nil),  // 36: mlxgrpc.v1.ListAdaptersResponse
+	(*GetLoadRequest)(nil),        // 37: mlxgrpc.v1.GetLoadRequest
+	(*GetLoadResponse)(nil),       // 38: mlxgrpc.v1.GetLoadResponse
+	(*CallLoad)(nil),              // 39: mlxgrpc.v1.CallLoad
+	(*TenantCalls)(nil),           // 40: mlxgrpc.v1.TenantCalls
+	(*ModelLoad)(nil),             // 41: mlxgrpc.v1.ModelLoad
+	(*TenantLoad)(nil),            // 42: mlxgrpc.v1.TenantLoad
+	(*TokenIds)(nil),              // 43: mlxgrpc.v1.TokenIds
+	(*ChatMessages)(nil),          // 44: mlxgrpc.v1.ChatMessages
+	(*SamplingParams)(nil),        // 45: mlxgrpc.v1.SamplingParams
+	(*StoppingCriteria)(nil),      // 46: mlxgrpc.v1.StoppingCriteria
+	(*SpeculationOptions)(nil),    // 47: mlxgrpc.v1.SpeculationOptions
+	(*ResponseFormat)(nil),        // 48: mlxgrpc.v1.ResponseFormat
+	(*Prediction)(nil),            // 49: mlxgrpc.v1.Prediction
+	(*TokenLogprob)(nil),          // 50: mlxgrpc.v1.TokenLogprob
+	(*ToolCallDelta)(nil),         // 51: mlxgrpc.v1.ToolCallDelta
+	(*ToolCall)(nil),              // 52: mlxgrpc.v1.ToolCall
+	(FinishReason)(0),             // 53: mlxgrpc.v1.FinishReason
+	(*Usage)(nil),                 // 54: mlxgrpc.v1.Usage
+	(*Timings)(nil),               // 55: mlxgrpc.v1.Timings
+	(*ModelInfo)(nil),             // 56: mlxgrpc.v1.ModelInfo
+	(*MemoryPlan)(nil),            // 57: mlxgrpc.v1.MemoryPlan
+	(*AdapterInfo)(nil),           // 58: mlxgrpc.v1.AdapterInfo
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
-	41, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
-	42, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
-	43, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
-	44, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
-	45, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
-	46, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
-	47, // 6: mlxgrpc.v1.GenerateRequest.prediction:type_name -> mlxgrpc.v1.Prediction
-	48, // 7: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
-	49, // 8: mlxgrpc.v1.TokenDelta.tool_call_deltas:type_name -> mlxgrpc.v1.ToolCallDelta
-	50, // 9: mlxgrpc.v1.TokenDelta.tool_calls:type_name -> mlxgrpc.v1.ToolCall
-	51, // 10: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
-	52, // 11: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
-	53, // 12: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
-	48, // 13: mlxgrpc.v1.PromptLogprobs.tokens:type_name -> mlxgrpc.v1.TokenLogprob
-	3,  // 14: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
-	4,  // 15: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
-	5,  // 16: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
-	6,  // 17: mlxgrpc.v1.GenerateResponse.prompt_logprobs:type_name -> mlxgrpc.v1.PromptLogprobs
-	0,  // 18: mlxgrpc.v1.EmbedRequest.truncate:type_name -> mlxgrpc.v1.Truncation
-	0,  // 19: mlxgrpc.v1.RerankRequest.truncate:type_name -> mlxgrpc.v1.Truncation
-	12, // 20: mlxgrpc.v1.RerankResponse.results:type_name -> mlxgrpc.v1.RerankResult
-	41, // 21: mlxgrpc.v1.PrefetchRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
-	42, // 22: mlxgrpc.v1.PrefetchRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
-	1,  // 23: mlxgrpc.v1.PrefetchResponse.tier:type_name -> mlxgrpc.v1.CacheTier
-	54, // 24: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
-	55, // 25: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
-	54, // 26: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
-	56, // 27: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	56, // 28: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	56, // 29: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
-	39, // 30: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
-	37, // 31: mlxgrpc.v1.GetLoadResponse.calls:type_name -> mlxgrpc.v1.CallLoad
-	38, // 32: mlxgrpc.v1.CallLoad.tenants:type_name -> mlxgrpc.v1.TenantCalls
-	40, // 33: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
-	2,  // 34: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
-	8,  // 35: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
-	10, // 36: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
-	17, // 37: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	19, // 38: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	21, // 39: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	23, // 40: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	25, // 41: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	27, // 42: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	29, // 43: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
-	31, // 44: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
-	33, // 45: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
-	35, // 46: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
-	13, // 47: mlxgrpc.v1.InferenceService.Prefetch:input_type -> mlxgrpc.v1.PrefetchRequest
-	15, // 48: mlxgrpc.v1.InferenceService.CloseSession:input_type -> mlxgrpc.v1.CloseSessionRequest
-	7,  // 49: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	9,  // 50: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	11, // 51: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
-	18, // 52: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	20, // 53: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	22, // 54: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	24, // 55: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	26, // 56: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	28, // 57: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	30, // 58: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
-	32, // 59: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
-	34, // 60: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
-	36, // 61: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
-	14, // 62: mlxgrpc.v1.InferenceService.Prefetch:output_type -> mlxgrpc.v1.PrefetchResponse
-	16, // 63: mlxgrpc.v1.InferenceService.CloseSession:output_type -> mlxgrpc.v1.CloseSessionResponse
-	49, // [49:64] is the sub-list for method output_type
-	34, // [34:49] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	43, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	44, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	45, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
+	46, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
+	47, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
+	48, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
+	49, // 6: mlxgrpc.v1.GenerateRequest.prediction:type_name -> mlxgrpc.v1.Prediction
+	50, // 7: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
+	51, // 8: mlxgrpc.v1.TokenDelta.tool_call_deltas:type_name -> mlxgrpc.v1.ToolCallDelta
+	52, // 9: mlxgrpc.v1.TokenDelta.tool_calls:type_name -> mlxgrpc.v1.ToolCall
+	53, // 10: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
+	54, // 11: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
+	55, // 12: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
+	50, // 13: mlxgrpc.v1.PromptLogprobs.tokens:type_name -> mlxgrpc.v1.TokenLogprob
+	4,  // 14: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
+	5,  // 15: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
+	6,  // 16: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
+	7,  // 17: mlxgrpc.v1.GenerateResponse.prompt_logprobs:type_name -> mlxgrpc.v1.PromptLogprobs
+	1,  // 18: mlxgrpc.v1.EmbedRequest.truncate:type_name -> mlxgrpc.v1.Truncation
+	0,  // 19: mlxgrpc.v1.EmbedRequest.embedding_type:type_name -> mlxgrpc.v1.EmbeddingType
+	11, // 20: mlxgrpc.v1.EmbedResponse.packed:type_name -> mlxgrpc.v1.PackedEmbeddings
+	0,  // 21: mlxgrpc.v1.PackedEmbeddings.type:type_name -> mlxgrpc.v1.EmbeddingType
+	1,  // 22: mlxgrpc.v1.RerankRequest.truncate:type_name -> mlxgrpc.v1.Truncation
+	14, // 23: mlxgrpc.v1.RerankResponse.results:type_name -> mlxgrpc.v1.RerankResult
+	43, // 24: mlxgrpc.v1.PrefetchRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	44, // 25: mlxgrpc.v1.PrefetchRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	2,  // 26: mlxgrpc.v1.PrefetchResponse.tier:type_name -> mlxgrpc.v1.CacheTier
+	56, // 27: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
+	57, // 28: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
+	56, // 29: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
+	58, // 30: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	58, // 31: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	58, // 32: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	41, // 33: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
+	39, // 34: mlxgrpc.v1.GetLoadResponse.calls:type_name -> mlxgrpc.v1.CallLoad
+	40, // 35: mlxgrpc.v1.CallLoad.tenants:type_name -> mlxgrpc.v1.TenantCalls
+	42, // 36: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
+	3,  // 37: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
+	9,  // 38: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
+	12, // 39: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
+	19, // 40: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	21, // 41: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	23, // 42: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	25, // 43: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	27, // 44: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	29, // 45: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	31, // 46: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
+	33, // 47: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
+	35, // 48: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
+	37, // 49: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
+	15, // 50: mlxgrpc.v1.InferenceService.Prefetch:input_type -> mlxgrpc.v1.PrefetchRequest
+	17, // 51: mlxgrpc.v1.InferenceService.CloseSession:input_type -> mlxgrpc.v1.CloseSessionRequest
+	8,  // 52: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	10, // 53: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	13, // 54: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
+	20, // 55: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	22, // 56: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	24, // 57: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	26, // 58: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	28, // 59: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	30, // 60: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	32, // 61: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
+	34, // 62: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
+	36, // 63: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
+	38, // 64: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
+	16, // 65: mlxgrpc.v1.InferenceService.Prefetch:output_type -> mlxgrpc.v1.PrefetchResponse
+	18, // 66: mlxgrpc.v1.InferenceService.CloseSession:output_type -> mlxgrpc.v1.CloseSessionResponse
+	52, // [52:67] is the sub-list for method output_type
+	37, // [37:52] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_inference_service_proto_init() }
@@ -3552,7 +3764,7 @@ func file_mlxgrpc_v1_inference_service_proto_init() {
 		(*GenerateResponse_PromptLogprobs)(nil),
 	}
 	file_mlxgrpc_v1_inference_service_proto_msgTypes[6].OneofWrappers = []any{}
-	file_mlxgrpc_v1_inference_service_proto_msgTypes[11].OneofWrappers = []any{
+	file_mlxgrpc_v1_inference_service_proto_msgTypes[12].OneofWrappers = []any{
 		(*PrefetchRequest_Text)(nil),
 		(*PrefetchRequest_Tokens)(nil),
 		(*PrefetchRequest_Chat)(nil),
@@ -3562,8 +3774,8 @@ func file_mlxgrpc_v1_inference_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_inference_service_proto_rawDesc), len(file_mlxgrpc_v1_inference_service_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   39,
+			NumEnums:      3,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

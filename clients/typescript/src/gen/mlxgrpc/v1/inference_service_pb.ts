@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/inference_service.proto.
  */
 export const file_mlxgrpc_v1_inference_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIs0ECg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSMwoPcmVzcG9uc2VfZm9ybWF0GA0gASgLMhoubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdBIPCgdhZGFwdGVyGA4gASgJEhAKCHByaW9yaXR5GA8gASgFEgkKAW4YECABKAUSHAoPcHJvbXB0X2xvZ3Byb2JzGBEgASgFSAGIAQESKgoKcHJlZGljdGlvbhgSIAEoCzIWLm1seGdycGMudjEuUHJlZGljdGlvbkIICgZwcm9tcHRCEgoQX3Byb21wdF9sb2dwcm9icyJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSLLAQoKVG9rZW5EZWx0YRIRCgl0b2tlbl9pZHMYASADKAUSDAoEdGV4dBgCIAEoCRIqCghsb2dwcm9icxgDIAMoCzIYLm1seGdycGMudjEuVG9rZW5Mb2dwcm9iEhEKCXJlYXNvbmluZxgEIAEoCRIzChB0b29sX2NhbGxfZGVsdGFzGAUgAygLMhkubWx4Z3JwYy52MS5Ub29sQ2FsbERlbHRhEigKCnRvb2xfY2FsbHMYBiADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsIssBChJHZW5lcmF0aW9uRmluaXNoZWQSKAoGcmVhc29uGAEgASgOMhgubWx4Z3JwYy52MS5GaW5pc2hSZWFzb24SFQoNc3RvcF9zZXF1ZW5jZRgCIAEoCRIaCg1zdG9wX3Rva2VuX2lkGAMgASgFSACIAQESIAoFdXNhZ2UYBCABKAsyES5tbHhncnBjLnYxLlVzYWdlEiQKB3RpbWluZ3MYBSABKAsyEy5tbHhncnBjLnYxLlRpbWluZ3NCEAoOX3N0b3BfdG9rZW5faWQiOgoOUHJvbXB0TG9ncHJvYnMSKAoGdG9rZW5zGAEgAygLMhgubWx4Z3JwYy52MS5Ub2tlbkxvZ3Byb2Ii9wEKEEdlbmVyYXRlUmVzcG9uc2USMAoHc3RhcnRlZBgBIAEoCzIdLm1seGdycGMudjEuR2VuZXJhdGlvblN0YXJ0ZWRIABInCgVkZWx0YRgCIAEoCzIWLm1seGdycGMudjEuVG9rZW5EZWx0YUgAEjIKCGZpbmlzaGVkGAMgASgLMh4ubWx4Z3JwYy52MS5HZW5lcmF0aW9uRmluaXNoZWRIABI1Cg9wcm9tcHRfbG9ncHJvYnMYBSABKAsyGi5tbHhncnBjLnYxLlByb21wdExvZ3Byb2JzSAASFAoMY2hvaWNlX2luZGV4GAQgASgFQgcKBWV2ZW50IswBCgxFbWJlZFJlcXVlc3QSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEhMKC2luc3RydWN0aW9uGAMgASgJEhYKCW5vcm1hbGl6ZRgEIAEoCEgAiAEBEhIKCmRpbWVuc2lvbnMYBSABKAUSEgoKcmVxdWVzdF9pZBgGIAEoCRIQCghwcmlvcml0eRgHIAEoBRIoCgh0cnVuY2F0ZRgIIAEoDjIWLm1seGdycGMudjEuVHJ1bmNhdGlvbkIMCgpfbm9ybWFsaXplIkEKDUVtYmVkUmVzcG9uc2USDQoFaW5kZXgYASABKAUSEQoJZW1iZWRkaW5nGAIgAygCEg4KBnRva2VucxgDIAEoBSKfAQoNUmVyYW5rUmVxdWVzdBINCgVtb2RlbBgBIAEoCRINCgVxdWVyeRgCIAEoCRIRCglkb2N1bWVudHMYAyADKAkSDQoFdG9wX24YBCABKAUSKAoIdHJ1bmNhdGUYBSABKA4yFi5tbHhncnBjLnYxLlRydW5jYXRpb24SEgoKcmVxdWVzdF9pZBgGIAEoCRIQCghwcmlvcml0eRgHIAEoBSJKCg5SZXJhbmtSZXNwb25zZRINCgVtb2RlbBgBIAEoCRIpCgdyZXN1bHRzGAIgAygLMhgubWx4Z3JwYy52MS5SZXJhbmtSZXN1bHQiPAoMUmVyYW5rUmVzdWx0Eg0KBWluZGV4GAEgASgFEg0KBXNjb3JlGAIgASgCEg4KBnRva2VucxgDIAEoBSKxAQoPUHJlZmV0Y2hSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDgoEdGV4dBgDIAEoCUgAEiYKBnRva2VucxgEIAEoCzIULm1seGdycGMudjEuVG9rZW5JZHNIABIoCgRjaGF0GAUgASgLMhgubWx4Z3JwYy52MS5DaGF0TWVzc2FnZXNIABIPCgdhZGFwdGVyGAYgASgJQggKBnByb21wdCJlChBQcmVmZXRjaFJlc3BvbnNlEhUKDXByb21wdF90b2tlbnMYASABKAUSFQoNY2FjaGVkX3Rva2VucxgCIAEoBRIjCgR0aWVyGAMgASgOMhUubWx4Z3JwYy52MS5DYWNoZVRpZXIiOAoTQ2xvc2VTZXNzaW9uUmVxdWVzdBINCgVtb2RlbBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJIicKFENsb3NlU2Vzc2lvblJlc3BvbnNlEg8KB2VudHJpZXMYASABKAUiIwoNQ2FuY2VsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIiMKDkNhbmNlbFJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCCIkChNHZXRNb2RlbEluZm9SZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIjsKFEdldE1vZGVsSW5mb1Jlc3BvbnNlEiMKBGluZm8YASABKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbyJZChFQbGFuTWVtb3J5UmVxdWVzdBINCgVtb2RlbBgBIAEoCRIWCg5jb250ZXh0X3Rva2VucxgCIAEoAxIdChVtYXhfZ2VuZXJhdGlvbl90b2tlbnMYAyABKAMiOgoSUGxhbk1lbW9yeVJlc3BvbnNlEiQKBHBsYW4YASABKAsyFi5tbHhncnBjLnYxLk1lbW9yeVBsYW4iSgoPVG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBHRleHQYAiABKAkSGgoSYWRkX3NwZWNpYWxfdG9rZW5zGAMgASgIIjUKEFRva2VuaXplUmVzcG9uc2USEQoJdG9rZW5faWRzGAEgAygFEg4KBnRva2VucxgCIAMoCSJSChFEZXRva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIRCgl0b2tlbl9pZHMYAiADKAUSGwoTc2tpcF9zcGVjaWFsX3Rva2VucxgDIAEoCCIiChJEZXRva2VuaXplUmVzcG9uc2USDAoEdGV4dBgBIAEoCSITChFMaXN0TW9kZWxzUmVxdWVzdCI7ChJMaXN0TW9kZWxzUmVzcG9uc2USJQoGbW9kZWxzGAEgAygLMhUubWx4Z3JwYy52MS5Nb2RlbEluZm8iPwoSTG9hZEFkYXB0ZXJSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBG5hbWUYAiABKAkSDAoEcGF0aBgDIAEoCSJQChNMb2FkQWRhcHRlclJlc3BvbnNlEigKB2FkYXB0ZXIYASABKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvEg8KB2V2aWN0ZWQYAiADKAkiMwoUVW5sb2FkQWRhcHRlclJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEbmFtZRgCIAEoCSJBChVVbmxvYWRBZGFwdGVyUmVzcG9uc2USKAoHYWRhcHRlchgBIAEoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8iJAoTTGlzdEFkYXB0ZXJzUmVxdWVzdBINCgVtb2RlbBgBIAEoCSJmChRMaXN0QWRhcHRlcnNSZXNwb25zZRINCgVtb2RlbBgBIAEoCRIpCghhZGFwdGVycxgCIAMoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8SFAoMbWF4X2FkYXB0ZXJzGAMgASgFIh8KDkdldExvYWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJInUKD0dldExvYWRSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5tbHhncnBjLnYxLk1vZGVsTG9hZBIWCg51cHRpbWVfc2Vjb25kcxgCIAEoARIjCgVjYWxscxgDIAEoCzIULm1seGdycGMudjEuQ2FsbExvYWQi1wEKCENhbGxMb2FkEhEKCW9wZW5fcnBjcxgBIAEoBRIbChNtYXhfY29uY3VycmVudF9ycGNzGAIgASgFEhkKEWFub255bW91c19zdHJlYW1zGAMgASgFEh0KFW1heF9hbm9ueW1vdXNfc3RyZWFtcxgEIAEoBRIUCgxyZWZ1c2VkX3JwY3MYBSABKAMSIQoZcmVmdXNlZF9hbm9ueW1vdXNfc3RyZWFtcxgGIAEoAxIoCgd0ZW5hbnRzGAcgAygLMhcubWx4Z3JwYy52MS5UZW5hbnRDYWxscyKTAQoLVGVuYW50Q2FsbHMSDgoGdGVuYW50GAEgASgJEhQKDG9wZW5fc3RyZWFtcxgCIAEoBRITCgttYXhfc3RyZWFtcxgDIAEoBRIXCg9yZWZ1c2VkX3N0cmVhbXMYBCABKAMSFAoMbWF4X3ByaW9yaXR5GAUgASgFEhoKEnJlZnVzZWRfcHJpb3JpdGllcxgGIAEoAyLpBQoJTW9kZWxMb2FkEg0KBW1vZGVsGAEgASgJEhgKEHJ1bm5pbmdfcmVxdWVzdHMYAiABKAUSGAoQd2FpdGluZ19yZXF1ZXN0cxgDIAEoBRIcChRtYXhfcnVubmluZ19yZXF1ZXN0cxgEIAEoBRIWCg5rdl9jYWNoZV9ieXRlcxgFIAEoAxIWCg5yZXNlcnZlZF9ieXRlcxgGIAEoAxIbChNtZW1vcnlfYnVkZ2V0X2J5dGVzGAcgASgDEhwKFHByZWZpeF9jYWNoZV9lbnRyaWVzGAggASgFEhoKEnByZWZpeF9jYWNoZV9ieXRlcxgJIAEoAxIZChFwcmVmaXhfY2FjaGVfaGl0cxgKIAEoAxIbChNwcmVmaXhfY2FjaGVfbWlzc2VzGAsgASgDEh0KFXByZWZpeF9jYWNoZV9oaXRfcmF0ZRgMIAEoARIjChtnZW5lcmF0ZWRfdG9rZW5zX3Blcl9zZWNvbmQYDSABKAESGAoQZ2VuZXJhdGVkX3Rva2VucxgOIAEoAxInCgd0ZW5hbnRzGA8gAygLMhYubWx4Z3JwYy52MS5UZW5hbnRMb2FkEiAKGHByZWZpeF9jYWNoZV9tZW1vcnlfaGl0cxgQIAEoAxIeChZwcmVmaXhfY2FjaGVfZGlza19oaXRzGBEgASgDEiEKGXByZWZpeF9jYWNoZV9kaXNrX2VudHJpZXMYEiABKAUSHwoXcHJlZml4X2NhY2hlX2Rpc2tfYnl0ZXMYEyABKAMSIAoYcHJlZml4X2NhY2hlX2Rpc2tfd3JpdGVzGBQgASgDEiMKG3ByZWZpeF9jYWNoZV9kaXNrX2V2aWN0aW9ucxgVIAEoAxInCh9wcmVmaXhfY2FjaGVfZGlza19jb3JydXB0X2ZpbGVzGBYgASgDEhUKDW9wZW5fc2Vzc2lvbnMYFyABKAUSKAogcHJlZml4X2NhY2hlX2Rpc2tfZHJvcHBlZF93cml0ZXMYGCABKAMivAEKClRlbmFudExvYWQSDgoGdGVuYW50GAEgASgJEhgKEHJ1bm5pbmdfcmVxdWVzdHMYAiABKAUSGAoQd2FpdGluZ19yZXF1ZXN0cxgDIAEoBRIaChJpbl9mbGlnaHRfcmVxdWVzdHMYBCABKAUSGgoSdG9rZW5zX2xhc3RfbWludXRlGAUgASgDEhgKEGdlbmVyYXRlZF90b2tlbnMYBiABKAMSGAoQcmVmdXNlZF9yZXF1ZXN0cxgHIAEoAypRCgpUcnVuY2F0aW9uEhoKFlRSVU5DQVRJT05fVU5TUEVDSUZJRUQQABISCg5UUlVOQ0FUSU9OX0VORBABEhMKD1RSVU5DQVRJT05fTk9ORRACKlMKCUNhY2hlVGllchIaChZDQUNIRV9USUVSX1VOU1BFQ0lGSUVEEAASFQoRQ0FDSEVfVElFUl9NRU1PUlkQARITCg9DQUNIRV9USUVSX0RJU0sQAjL1CAoQSW5mZXJlbmNlU2VydmljZRJHCghHZW5lcmF0ZRIbLm1seGdycGMudjEuR2VuZXJhdGVSZXF1ZXN0GhwubWx4Z3JwYy52MS5HZW5lcmF0ZVJlc3BvbnNlMAESPgoFRW1iZWQSGC5tbHhncnBjLnYxLkVtYmVkUmVxdWVzdBoZLm1seGdycGMudjEuRW1iZWRSZXNwb25zZTABEj8KBlJlcmFuaxIZLm1seGdycGMudjEuUmVyYW5rUmVxdWVzdBoaLm1seGdycGMudjEuUmVyYW5rUmVzcG9uc2USPwoGQ2FuY2VsEhkubWx4Z3JwYy52MS5DYW5jZWxSZXF1ZXN0GhoubWx4Z3JwYy52MS5DYW5jZWxSZXNwb25zZRJRCgxHZXRNb2RlbEluZm8SHy5tbHhncnBjLnYxLkdldE1vZGVsSW5mb1JlcXVlc3QaIC5tbHhncnBjLnYxLkdldE1vZGVsSW5mb1Jlc3BvbnNlEksKClBsYW5NZW1vcnkSHS5tbHhncnBjLnYxLlBsYW5NZW1vcnlSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVzcG9uc2USRQoIVG9rZW5pemUSGy5tbHhncnBjLnYxLlRva2VuaXplUmVxdWVzdBocLm1seGdycGMudjEuVG9rZW5pemVSZXNwb25zZRJLCgpEZXRva2VuaXplEh0ubWx4Z3JwYy52MS5EZXRva2VuaXplUmVxdWVzdBoeLm1seGdycGMudjEuRGV0b2tlbml6ZVJlc3BvbnNlEksKCkxpc3RNb2RlbHMSHS5tbHhncnBjLnYxLkxpc3RNb2RlbHNSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVzcG9uc2USTgoLTG9hZEFkYXB0ZXISHi5tbHhncnBjLnYxLkxvYWRBZGFwdGVyUmVxdWVzdBofLm1seGdycGMudjEuTG9hZEFkYXB0ZXJSZXNwb25zZRJUCg1VbmxvYWRBZGFwdGVyEiAubWx4Z3JwYy52MS5VbmxvYWRBZGFwdGVyUmVxdWVzdBohLm1seGdycGMudjEuVW5sb2FkQWRhcHRlclJlc3BvbnNlElEKDExpc3RBZGFwdGVycxIfLm1seGdycGMudjEuTGlzdEFkYXB0ZXJzUmVxdWVzdBogLm1seGdycGMudjEuTGlzdEFkYXB0ZXJzUmVzcG9uc2USQgoHR2V0TG9hZBIaLm1seGdycGMudjEuR2V0TG9hZFJlcXVlc3QaGy5tbHhncnBjLnYxLkdldExvYWRSZXNwb25zZRJFCghQcmVmZXRjaBIbLm1seGdycGMudjEuUHJlZmV0Y2hSZXF1ZXN0GhwubWx4Z3JwYy52MS5QcmVmZXRjaFJlc3BvbnNlElEKDENsb3NlU2Vzc2lvbhIfLm1seGdycGMudjEuQ2xvc2VTZXNzaW9uUmVxdWVzdBogLm1seGdycGMudjEuQ2xvc2VTZXNzaW9uUmVzcG9uc2VCTgoOZGV2Lm1seGdycGMudjFCFUluZmVyZW5jZVNlcnZpY2VQcm90b1ABWiNtbHhncnBjLmRldi9nby9tbHhncnBjL3YxO21seGdycGN2MWIGcHJvdG8z", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
+  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIs0ECg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSMwoPcmVzcG9uc2VfZm9ybWF0GA0gASgLMhoubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdBIPCgdhZGFwdGVyGA4gASgJEhAKCHByaW9yaXR5GA8gASgFEgkKAW4YECABKAUSHAoPcHJvbXB0X2xvZ3Byb2JzGBEgASgFSAGIAQESKgoKcHJlZGljdGlvbhgSIAEoCzIWLm1seGdycGMudjEuUHJlZGljdGlvbkIICgZwcm9tcHRCEgoQX3Byb21wdF9sb2dwcm9icyJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSLLAQoKVG9rZW5EZWx0YRIRCgl0b2tlbl9pZHMYASADKAUSDAoEdGV4dBgCIAEoCRIqCghsb2dwcm9icxgDIAMoCzIYLm1seGdycGMudjEuVG9rZW5Mb2dwcm9iEhEKCXJlYXNvbmluZxgEIAEoCRIzChB0b29sX2NhbGxfZGVsdGFzGAUgAygLMhkubWx4Z3JwYy52MS5Ub29sQ2FsbERlbHRhEigKCnRvb2xfY2FsbHMYBiADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsIssBChJHZW5lcmF0aW9uRmluaXNoZWQSKAoGcmVhc29uGAEgASgOMhgubWx4Z3JwYy52MS5GaW5pc2hSZWFzb24SFQoNc3RvcF9zZXF1ZW5jZRgCIAEoCRIaCg1zdG9wX3Rva2VuX2lkGAMgASgFSACIAQESIAoFdXNhZ2UYBCABKAsyES5tbHhncnBjLnYxLlVzYWdlEiQKB3RpbWluZ3MYBSABKAsyEy5tbHhncnBjLnYxLlRpbWluZ3NCEAoOX3N0b3BfdG9rZW5faWQiOgoOUHJvbXB0TG9ncHJvYnMSKAoGdG9rZW5zGAEgAygLMhgubWx4Z3JwYy52MS5Ub2tlbkxvZ3Byb2Ii9wEKEEdlbmVyYXRlUmVzcG9uc2USMAoHc3RhcnRlZBgBIAEoCzIdLm1seGdycGMudjEuR2VuZXJhdGlvblN0YXJ0ZWRIABInCgVkZWx0YRgCIAEoCzIWLm1seGdycGMudjEuVG9rZW5EZWx0YUgAEjIKCGZpbmlzaGVkGAMgASgLMh4ubWx4Z3JwYy52MS5HZW5lcmF0aW9uRmluaXNoZWRIABI1Cg9wcm9tcHRfbG9ncHJvYnMYBSABKAsyGi5tbHhncnBjLnYxLlByb21wdExvZ3Byb2JzSAASFAoMY2hvaWNlX2luZGV4GAQgASgFQgcKBWV2ZW50Io8CCgxFbWJlZFJlcXVlc3QSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEhMKC2luc3RydWN0aW9uGAMgASgJEhYKCW5vcm1hbGl6ZRgEIAEoCEgAiAEBEhIKCmRpbWVuc2lvbnMYBSABKAUSEgoKcmVxdWVzdF9pZBgGIAEoCRIQCghwcmlvcml0eRgHIAEoBRIoCgh0cnVuY2F0ZRgIIAEoDjIWLm1seGdycGMudjEuVHJ1bmNhdGlvbhIOCgZwYWNrZWQYCSABKAgSMQoOZW1iZWRkaW5nX3R5cGUYCiABKA4yGS5tbHhncnBjLnYxLkVtYmVkZGluZ1R5cGVCDAoKX25vcm1hbGl6ZSJvCg1FbWJlZFJlc3BvbnNlEg0KBWluZGV4GAEgASgFEhEKCWVtYmVkZGluZxgCIAMoAhIOCgZ0b2tlbnMYAyABKAUSLAoGcGFja2VkGAQgASgLMhwubWx4Z3JwYy52MS5QYWNrZWRFbWJlZGRpbmdzIo4BChBQYWNrZWRFbWJlZGRpbmdzEg8KB2luZGljZXMYASADKAUSDgoGdG9rZW5zGAIgAygFEhIKCmRpbWVuc2lvbnMYAyABKAUSJwoEdHlwZRgEIAEoDjIZLm1seGdycGMudjEuRW1iZWRkaW5nVHlwZRIMCgRkYXRhGAUgASgMEg4KBnNjYWxlcxgGIAMoAiKfAQoNUmVyYW5rUmVxdWVzdBINCgVtb2RlbBgBIAEoCRINCgVxdWVyeRgCIAEoCRIRCglkb2N1bWVudHMYAyADKAkSDQoFdG9wX24YBCABKAUSKAoIdHJ1bmNhdGUYBSABKA4yFi5tbHhncnBjLnYxLlRydW5jYXRpb24SEgoKcmVxdWVzdF9pZBgGIAEoCRIQCghwcmlvcml0eRgHIAEoBSJKCg5SZXJhbmtSZXNwb25zZRINCgVtb2RlbBgBIAEoCRIpCgdyZXN1bHRzGAIgAygLMhgubWx4Z3JwYy52MS5SZXJhbmtSZXN1bHQiPAoMUmVyYW5rUmVzdWx0Eg0KBWluZGV4GAEgASgFEg0KBXNjb3JlGAIgASgCEg4KBnRva2VucxgDIAEoBSKxAQoPUHJlZmV0Y2hSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDgoEdGV4dBgDIAEoCUgAEiYKBnRva2VucxgEIAEoCzIULm1seGdycGMudjEuVG9rZW5JZHNIABIoCgRjaGF0GAUgASgLMhgubWx4Z3JwYy52MS5DaGF0TWVzc2FnZXNIABIPCgdhZGFwdGVyGAYgASgJQggKBnByb21wdCJlChBQcmVmZXRjaFJlc3BvbnNlEhUKDXByb21wdF90b2tlbnMYASABKAUSFQoNY2FjaGVkX3Rva2VucxgCIAEoBRIjCgR0aWVyGAMgASgOMhUubWx4Z3JwYy52MS5DYWNoZVRpZXIiOAoTQ2xvc2VTZXNzaW9uUmVxdWVzdBINCgVtb2RlbBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJIicKFENsb3NlU2Vzc2lvblJlc3BvbnNlEg8KB2VudHJpZXMYASABKAUiIwoNQ2FuY2VsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIiMKDkNhbmNlbFJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCCIkChNHZXRNb2RlbEluZm9SZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIjsKFEdldE1vZGVsSW5mb1Jlc3BvbnNlEiMKBGluZm8YASABKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbyJZChFQbGFuTWVtb3J5UmVxdWVzdBINCgVtb2RlbBgBIAEoCRIWCg5jb250ZXh0X3Rva2VucxgCIAEoAxIdChVtYXhfZ2VuZXJhdGlvbl90b2tlbnMYAyABKAMiOgoSUGxhbk1lbW9yeVJlc3BvbnNlEiQKBHBsYW4YASABKAsyFi5tbHhncnBjLnYxLk1lbW9yeVBsYW4iSgoPVG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBHRleHQYAiABKAkSGgoSYWRkX3NwZWNpYWxfdG9rZW5zGAMgASgIIjUKEFRva2VuaXplUmVzcG9uc2USEQoJdG9rZW5faWRzGAEgAygFEg4KBnRva2VucxgCIAMoCSJSChFEZXRva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIRCgl0b2tlbl9pZHMYAiADKAUSGwoTc2tpcF9zcGVjaWFsX3Rva2VucxgDIAEoCCIiChJEZXRva2VuaXplUmVzcG9uc2USDAoEdGV4dBgBIAEoCSITChFMaXN0TW9kZWxzUmVxdWVzdCI7ChJMaXN0TW9kZWxzUmVzcG9uc2USJQoGbW9kZWxzGAEgAygLMhUubWx4Z3JwYy52MS5Nb2RlbEluZm8iPwoSTG9hZEFkYXB0ZXJSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBG5hbWUYAiABKAkSDAoEcGF0aBgDIAEoCSJQChNMb2FkQWRhcHRlclJlc3BvbnNlEigKB2FkYXB0ZXIYASABKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvEg8KB2V2aWN0ZWQYAiADKAkiMwoUVW5sb2FkQWRhcHRlclJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEbmFtZRgCIAEoCSJBChVVbmxvYWRBZGFwdGVyUmVzcG9uc2USKAoHYWRhcHRlchgBIAEoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8iJAoTTGlzdEFkYXB0ZXJzUmVxdWVzdBINCgVtb2RlbBgBIAEoCSJmChRMaXN0QWRhcHRlcnNSZXNwb25zZRINCgVtb2RlbBgBIAEoCRIpCghhZGFwdGVycxgCIAMoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8SFAoMbWF4X2FkYXB0ZXJzGAMgASgFIh8KDkdldExvYWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJInUKD0dldExvYWRSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5tbHhncnBjLnYxLk1vZGVsTG9hZBIWCg51cHRpbWVfc2Vjb25kcxgCIAEoARIjCgVjYWxscxgDIAEoCzIULm1seGdycGMudjEuQ2FsbExvYWQi1wEKCENhbGxMb2FkEhEKCW9wZW5fcnBjcxgBIAEoBRIbChNtYXhfY29uY3VycmVudF9ycGNzGAIgASgFEhkKEWFub255bW91c19zdHJlYW1zGAMgASgFEh0KFW1heF9hbm9ueW1vdXNfc3RyZWFtcxgEIAEoBRIUCgxyZWZ1c2VkX3JwY3MYBSABKAMSIQoZcmVmdXNlZF9hbm9ueW1vdXNfc3RyZWFtcxgGIAEoAxIoCgd0ZW5hbnRzGAcgAygLMhcubWx4Z3JwYy52MS5UZW5hbnRDYWxscyKTAQoLVGVuYW50Q2FsbHMSDgoGdGVuYW50GAEgASgJEhQKDG9wZW5fc3RyZWFtcxgCIAEoBRITCgttYXhfc3RyZWFtcxgDIAEoBRIXCg9yZWZ1c2VkX3N0cmVhbXMYBCABKAMSFAoMbWF4X3ByaW9yaXR5GAUgASgFEhoKEnJlZnVzZWRfcHJpb3JpdGllcxgGIAEoAyLpBQoJTW9kZWxMb2FkEg0KBW1vZGVsGAEgASgJEhgKEHJ1bm5pbmdfcmVxdWVzdHMYAiABKAUSGAoQd2FpdGluZ19yZXF1ZXN0cxgDIAEoBRIcChRtYXhfcnVubmluZ19yZXF1ZXN0cxgEIAEoBRIWCg5rdl9jYWNoZV9ieXRlcxgFIAEoAxIWCg5yZXNlcnZlZF9ieXRlcxgGIAEoAxIbChNtZW1vcnlfYnVkZ2V0X2J5dGVzGAcgASgDEhwKFHByZWZpeF9jYWNoZV9lbnRyaWVzGAggASgFEhoKEnByZWZpeF9jYWNoZV9ieXRlcxgJIAEoAxIZChFwcmVmaXhfY2FjaGVfaGl0cxgKIAEoAxIbChNwcmVmaXhfY2FjaGVfbWlzc2VzGAsgASgDEh0KFXByZWZpeF9jYWNoZV9oaXRfcmF0ZRgMIAEoARIjChtnZW5lcmF0ZWRfdG9rZW5zX3Blcl9zZWNvbmQYDSABKAESGAoQZ2VuZXJhdGVkX3Rva2VucxgOIAEoAxInCgd0ZW5hbnRzGA8gAygLMhYubWx4Z3JwYy52MS5UZW5hbnRMb2FkEiAKGHByZWZpeF9jYWNoZV9tZW1vcnlfaGl0cxgQIAEoAxIeChZwcmVmaXhfY2FjaGVfZGlza19oaXRzGBEgASgDEiEKGXByZWZpeF9jYWNoZV9kaXNrX2VudHJpZXMYEiABKAUSHwoXcHJlZml4X2NhY2hlX2Rpc2tfYnl0ZXMYEyABKAMSIAoYcHJlZml4X2NhY2hlX2Rpc2tfd3JpdGVzGBQgASgDEiMKG3ByZWZpeF9jYWNoZV9kaXNrX2V2aWN0aW9ucxgVIAEoAxInCh9wcmVmaXhfY2FjaGVfZGlza19jb3JydXB0X2ZpbGVzGBYgASgDEhUKDW9wZW5fc2Vzc2lvbnMYFyABKAUSKAogcHJlZml4X2NhY2hlX2Rpc2tfZHJvcHBlZF93cml0ZXMYGCABKAMivAEKClRlbmFudExvYWQSDgoGdGVuYW50GAEgASgJEhgKEHJ1bm5pbmdfcmVxdWVzdHMYAiABKAUSGAoQd2FpdGluZ19yZXF1ZXN0cxgDIAEoBRIaChJpbl9mbGlnaHRfcmVxdWVzdHMYBCABKAUSGgoSdG9rZW5zX2xhc3RfbWludXRlGAUgASgDEhgKEGdlbmVyYXRlZF90b2tlbnMYBiABKAMSGAoQcmVmdXNlZF9yZXF1ZXN0cxgHIAEoAyqcAQoNRW1iZWRkaW5nVHlwZRIeChpFTUJFRERJTkdfVFlQRV9VTlNQRUNJRklFRBAAEhoKFkVNQkVERElOR19UWVBFX0ZMT0FUMzIQARIaChZFTUJFRERJTkdfVFlQRV9GTE9BVDE2EAISFwoTRU1CRURESU5HX1RZUEVfSU5UOBADEhoKFkVNQkVERElOR19UWVBFX1VCSU5BUlkQBCpRCgpUcnVuY2F0aW9uEhoKFlRSVU5DQVRJT05fVU5TUEVDSUZJRUQQABISCg5UUlVOQ0FUSU9OX0VORBABEhMKD1RSVU5DQVRJT05fTk9ORRACKlMKCUNhY2hlVGllchIaChZDQUNIRV9USUVSX1VOU1BFQ0lGSUVEEAASFQoRQ0FDSEVfVElFUl9NRU1PUlkQARITCg9DQUNIRV9USUVSX0RJU0sQAjL1CAoQSW5mZXJlbmNlU2VydmljZRJHCghHZW5lcmF0ZRIbLm1seGdycGMudjEuR2VuZXJhdGVSZXF1ZXN0GhwubWx4Z3JwYy52MS5HZW5lcmF0ZVJlc3BvbnNlMAESPgoFRW1iZWQSGC5tbHhncnBjLnYxLkVtYmVkUmVxdWVzdBoZLm1seGdycGMudjEuRW1iZWRSZXNwb25zZTABEj8KBlJlcmFuaxIZLm1seGdycGMudjEuUmVyYW5rUmVxdWVzdBoaLm1seGdycGMudjEuUmVyYW5rUmVzcG9uc2USPwoGQ2FuY2VsEhkubWx4Z3JwYy52MS5DYW5jZWxSZXF1ZXN0GhoubWx4Z3JwYy52MS5DYW5jZWxSZXNwb25zZRJRCgxHZXRNb2RlbEluZm8SHy5tbHhncnBjLnYxLkdldE1vZGVsSW5mb1JlcXVlc3QaIC5tbHhncnBjLnYxLkdldE1vZGVsSW5mb1Jlc3BvbnNlEksKClBsYW5NZW1vcnkSHS5tbHhncnBjLnYxLlBsYW5NZW1vcnlSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVzcG9uc2USRQoIVG9rZW5pemUSGy5tbHhncnBjLnYxLlRva2VuaXplUmVxdWVzdBocLm1seGdycGMudjEuVG9rZW5pemVSZXNwb25zZRJLCgpEZXRva2VuaXplEh0ubWx4Z3JwYy52MS5EZXRva2VuaXplUmVxdWVzdBoeLm1seGdycGMudjEuRGV0b2tlbml6ZVJlc3BvbnNlEksKCkxpc3RNb2RlbHMSHS5tbHhncnBjLnYxLkxpc3RNb2RlbHNSZXF1ZXN0Gh4ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVzcG9uc2USTgoLTG9hZEFkYXB0ZXISHi5tbHhncnBjLnYxLkxvYWRBZGFwdGVyUmVxdWVzdBofLm1seGdycGMudjEuTG9hZEFkYXB0ZXJSZXNwb25zZRJUCg1VbmxvYWRBZGFwdGVyEiAubWx4Z3JwYy52MS5VbmxvYWRBZGFwdGVyUmVxdWVzdBohLm1seGdycGMudjEuVW5sb2FkQWRhcHRlclJlc3BvbnNlElEKDExpc3RBZGFwdGVycxIfLm1seGdycGMudjEuTGlzdEFkYXB0ZXJzUmVxdWVzdBogLm1seGdycGMudjEuTGlzdEFkYXB0ZXJzUmVzcG9uc2USQgoHR2V0TG9hZBIaLm1seGdycGMudjEuR2V0TG9hZFJlcXVlc3QaGy5tbHhncnBjLnYxLkdldExvYWRSZXNwb25zZRJFCghQcmVmZXRjaBIbLm1seGdycGMudjEuUHJlZmV0Y2hSZXF1ZXN0GhwubWx4Z3JwYy52MS5QcmVmZXRjaFJlc3BvbnNlElEKDENsb3NlU2Vzc2lvbhIfLm1seGdycGMudjEuQ2xvc2VTZXNzaW9uUmVxdWVzdBogLm1seGdycGMudjEuQ2xvc2VTZXNzaW9uUmVzcG9uc2VCTgoOZGV2Lm1seGdycGMudjFCFUluZmVyZW5jZVNlcnZpY2VQcm90b1ABWiNtbHhncnBjLmRldi9nby9tbHhncnBjL3YxO21seGdycGN2MWIGcHJvdG8z", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
 
 /**
  * A request to generate text.
@@ -490,6 +490,24 @@ export type EmbedRequest = Message<"mlxgrpc.v1.EmbedRequest"> & {
    * @generated from field: mlxgrpc.v1.Truncation truncate = 8;
    */
   truncate: Truncation;
+
+  /**
+   * Return the vectors packed: each response message carries up to 64 inputs'
+   * vectors as one byte string (EmbedResponse.packed) instead of one message per
+   * input with `embedding`. A call of 256 inputs is then at most 4 messages.
+   *
+   * @generated from field: bool packed = 9;
+   */
+  packed: boolean;
+
+  /**
+   * The packed vectors' element type (unspecified: float32). Dimensions and
+   * normalization apply first, then the conversion. Types other than float32 need
+   * `packed`; without it they are INVALID_ARGUMENT.
+   *
+   * @generated from field: mlxgrpc.v1.EmbeddingType embedding_type = 10;
+   */
+  embeddingType: EmbeddingType;
 };
 
 /**
@@ -525,6 +543,14 @@ export type EmbedResponse = Message<"mlxgrpc.v1.EmbedResponse"> & {
    * @generated from field: int32 tokens = 3;
    */
   tokens: number;
+
+  /**
+   * Several inputs' vectors, when the request asked for packed (index, embedding
+   * and tokens are then unset).
+   *
+   * @generated from field: mlxgrpc.v1.PackedEmbeddings packed = 4;
+   */
+  packed?: PackedEmbeddings | undefined;
 };
 
 /**
@@ -533,6 +559,63 @@ export type EmbedResponse = Message<"mlxgrpc.v1.EmbedResponse"> & {
  */
 export const EmbedResponseSchema: GenMessage<EmbedResponse> = /*@__PURE__*/
   messageDesc(file_mlxgrpc_v1_inference_service, 7);
+
+/**
+ * Several inputs' vectors in one message.
+ *
+ * @generated from message mlxgrpc.v1.PackedEmbeddings
+ */
+export type PackedEmbeddings = Message<"mlxgrpc.v1.PackedEmbeddings"> & {
+  /**
+   * Positions in EmbedRequest.inputs, in the order of the vectors in data.
+   *
+   * @generated from field: repeated int32 indices = 1;
+   */
+  indices: number[];
+
+  /**
+   * Tokens each input used (after truncation), in the same order.
+   *
+   * @generated from field: repeated int32 tokens = 2;
+   */
+  tokens: number[];
+
+  /**
+   * Values per vector.
+   *
+   * @generated from field: int32 dimensions = 3;
+   */
+  dimensions: number;
+
+  /**
+   * The element type of data.
+   *
+   * @generated from field: mlxgrpc.v1.EmbeddingType type = 4;
+   */
+  type: EmbeddingType;
+
+  /**
+   * The vectors one after another, little-endian: dimensions values each (ubinary:
+   * ceil(dimensions / 8) bytes each, the last byte's unused low bits zero).
+   *
+   * @generated from field: bytes data = 5;
+   */
+  data: Uint8Array;
+
+  /**
+   * INT8 only: each vector's scale, in the same order (value ~ int8 x scale).
+   *
+   * @generated from field: repeated float scales = 6;
+   */
+  scales: number[];
+};
+
+/**
+ * Describes the message mlxgrpc.v1.PackedEmbeddings.
+ * Use `create(PackedEmbeddingsSchema)` to create a new message.
+ */
+export const PackedEmbeddingsSchema: GenMessage<PackedEmbeddings> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 8);
 
 /**
  * A request to score documents against a query.
@@ -595,7 +678,7 @@ export type RerankRequest = Message<"mlxgrpc.v1.RerankRequest"> & {
  * Use `create(RerankRequestSchema)` to create a new message.
  */
 export const RerankRequestSchema: GenMessage<RerankRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 8);
+  messageDesc(file_mlxgrpc_v1_inference_service, 9);
 
 /**
  * The documents' scores, most relevant first.
@@ -623,7 +706,7 @@ export type RerankResponse = Message<"mlxgrpc.v1.RerankResponse"> & {
  * Use `create(RerankResponseSchema)` to create a new message.
  */
 export const RerankResponseSchema: GenMessage<RerankResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 9);
+  messageDesc(file_mlxgrpc_v1_inference_service, 10);
 
 /**
  * One document's score.
@@ -659,7 +742,7 @@ export type RerankResult = Message<"mlxgrpc.v1.RerankResult"> & {
  * Use `create(RerankResultSchema)` to create a new message.
  */
 export const RerankResultSchema: GenMessage<RerankResult> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 10);
+  messageDesc(file_mlxgrpc_v1_inference_service, 11);
 
 /**
  * A request to prefetch a prompt's cached prefix into memory.
@@ -727,7 +810,7 @@ export type PrefetchRequest = Message<"mlxgrpc.v1.PrefetchRequest"> & {
  * Use `create(PrefetchRequestSchema)` to create a new message.
  */
 export const PrefetchRequestSchema: GenMessage<PrefetchRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 11);
+  messageDesc(file_mlxgrpc_v1_inference_service, 12);
 
 /**
  * The result of a Prefetch.
@@ -763,7 +846,7 @@ export type PrefetchResponse = Message<"mlxgrpc.v1.PrefetchResponse"> & {
  * Use `create(PrefetchResponseSchema)` to create a new message.
  */
 export const PrefetchResponseSchema: GenMessage<PrefetchResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 12);
+  messageDesc(file_mlxgrpc_v1_inference_service, 13);
 
 /**
  * A request to end a session's prefix-cache affinity.
@@ -791,7 +874,7 @@ export type CloseSessionRequest = Message<"mlxgrpc.v1.CloseSessionRequest"> & {
  * Use `create(CloseSessionRequestSchema)` to create a new message.
  */
 export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 13);
+  messageDesc(file_mlxgrpc_v1_inference_service, 14);
 
 /**
  * The result of a CloseSession.
@@ -812,7 +895,7 @@ export type CloseSessionResponse = Message<"mlxgrpc.v1.CloseSessionResponse"> & 
  * Use `create(CloseSessionResponseSchema)` to create a new message.
  */
 export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 14);
+  messageDesc(file_mlxgrpc_v1_inference_service, 15);
 
 /**
  * A request to cancel a Generate or Embed.
@@ -833,7 +916,7 @@ export type CancelRequest = Message<"mlxgrpc.v1.CancelRequest"> & {
  * Use `create(CancelRequestSchema)` to create a new message.
  */
 export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 15);
+  messageDesc(file_mlxgrpc_v1_inference_service, 16);
 
 /**
  * The result of a Cancel.
@@ -855,7 +938,7 @@ export type CancelResponse = Message<"mlxgrpc.v1.CancelResponse"> & {
  * Use `create(CancelResponseSchema)` to create a new message.
  */
 export const CancelResponseSchema: GenMessage<CancelResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 16);
+  messageDesc(file_mlxgrpc_v1_inference_service, 17);
 
 /**
  * A request for a model's description.
@@ -876,7 +959,7 @@ export type GetModelInfoRequest = Message<"mlxgrpc.v1.GetModelInfoRequest"> & {
  * Use `create(GetModelInfoRequestSchema)` to create a new message.
  */
 export const GetModelInfoRequestSchema: GenMessage<GetModelInfoRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 17);
+  messageDesc(file_mlxgrpc_v1_inference_service, 18);
 
 /**
  * A model's description.
@@ -897,7 +980,7 @@ export type GetModelInfoResponse = Message<"mlxgrpc.v1.GetModelInfoResponse"> & 
  * Use `create(GetModelInfoResponseSchema)` to create a new message.
  */
 export const GetModelInfoResponseSchema: GenMessage<GetModelInfoResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 18);
+  messageDesc(file_mlxgrpc_v1_inference_service, 19);
 
 /**
  * A request for a memory plan.
@@ -933,7 +1016,7 @@ export type PlanMemoryRequest = Message<"mlxgrpc.v1.PlanMemoryRequest"> & {
  * Use `create(PlanMemoryRequestSchema)` to create a new message.
  */
 export const PlanMemoryRequestSchema: GenMessage<PlanMemoryRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 19);
+  messageDesc(file_mlxgrpc_v1_inference_service, 20);
 
 /**
  * A memory plan.
@@ -954,7 +1037,7 @@ export type PlanMemoryResponse = Message<"mlxgrpc.v1.PlanMemoryResponse"> & {
  * Use `create(PlanMemoryResponseSchema)` to create a new message.
  */
 export const PlanMemoryResponseSchema: GenMessage<PlanMemoryResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 20);
+  messageDesc(file_mlxgrpc_v1_inference_service, 21);
 
 /**
  * A request to tokenize text.
@@ -989,7 +1072,7 @@ export type TokenizeRequest = Message<"mlxgrpc.v1.TokenizeRequest"> & {
  * Use `create(TokenizeRequestSchema)` to create a new message.
  */
 export const TokenizeRequestSchema: GenMessage<TokenizeRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 21);
+  messageDesc(file_mlxgrpc_v1_inference_service, 22);
 
 /**
  * Token ids of a text.
@@ -1017,7 +1100,7 @@ export type TokenizeResponse = Message<"mlxgrpc.v1.TokenizeResponse"> & {
  * Use `create(TokenizeResponseSchema)` to create a new message.
  */
 export const TokenizeResponseSchema: GenMessage<TokenizeResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 22);
+  messageDesc(file_mlxgrpc_v1_inference_service, 23);
 
 /**
  * A request to turn token ids into text.
@@ -1052,7 +1135,7 @@ export type DetokenizeRequest = Message<"mlxgrpc.v1.DetokenizeRequest"> & {
  * Use `create(DetokenizeRequestSchema)` to create a new message.
  */
 export const DetokenizeRequestSchema: GenMessage<DetokenizeRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 23);
+  messageDesc(file_mlxgrpc_v1_inference_service, 24);
 
 /**
  * The text of token ids.
@@ -1073,7 +1156,7 @@ export type DetokenizeResponse = Message<"mlxgrpc.v1.DetokenizeResponse"> & {
  * Use `create(DetokenizeResponseSchema)` to create a new message.
  */
 export const DetokenizeResponseSchema: GenMessage<DetokenizeResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 24);
+  messageDesc(file_mlxgrpc_v1_inference_service, 25);
 
 /**
  * A request to list the served models.
@@ -1088,7 +1171,7 @@ export type ListModelsRequest = Message<"mlxgrpc.v1.ListModelsRequest"> & {
  * Use `create(ListModelsRequestSchema)` to create a new message.
  */
 export const ListModelsRequestSchema: GenMessage<ListModelsRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 25);
+  messageDesc(file_mlxgrpc_v1_inference_service, 26);
 
 /**
  * The served models.
@@ -1109,7 +1192,7 @@ export type ListModelsResponse = Message<"mlxgrpc.v1.ListModelsResponse"> & {
  * Use `create(ListModelsResponseSchema)` to create a new message.
  */
 export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 26);
+  messageDesc(file_mlxgrpc_v1_inference_service, 27);
 
 /**
  * A request to load an adapter.
@@ -1148,7 +1231,7 @@ export type LoadAdapterRequest = Message<"mlxgrpc.v1.LoadAdapterRequest"> & {
  * Use `create(LoadAdapterRequestSchema)` to create a new message.
  */
 export const LoadAdapterRequestSchema: GenMessage<LoadAdapterRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 27);
+  messageDesc(file_mlxgrpc_v1_inference_service, 28);
 
 /**
  * The result of loading an adapter.
@@ -1177,7 +1260,7 @@ export type LoadAdapterResponse = Message<"mlxgrpc.v1.LoadAdapterResponse"> & {
  * Use `create(LoadAdapterResponseSchema)` to create a new message.
  */
 export const LoadAdapterResponseSchema: GenMessage<LoadAdapterResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 28);
+  messageDesc(file_mlxgrpc_v1_inference_service, 29);
 
 /**
  * A request to unload an adapter.
@@ -1205,7 +1288,7 @@ export type UnloadAdapterRequest = Message<"mlxgrpc.v1.UnloadAdapterRequest"> & 
  * Use `create(UnloadAdapterRequestSchema)` to create a new message.
  */
 export const UnloadAdapterRequestSchema: GenMessage<UnloadAdapterRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 29);
+  messageDesc(file_mlxgrpc_v1_inference_service, 30);
 
 /**
  * The result of unloading an adapter.
@@ -1226,7 +1309,7 @@ export type UnloadAdapterResponse = Message<"mlxgrpc.v1.UnloadAdapterResponse"> 
  * Use `create(UnloadAdapterResponseSchema)` to create a new message.
  */
 export const UnloadAdapterResponseSchema: GenMessage<UnloadAdapterResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 30);
+  messageDesc(file_mlxgrpc_v1_inference_service, 31);
 
 /**
  * A request to list a model's adapters.
@@ -1247,7 +1330,7 @@ export type ListAdaptersRequest = Message<"mlxgrpc.v1.ListAdaptersRequest"> & {
  * Use `create(ListAdaptersRequestSchema)` to create a new message.
  */
 export const ListAdaptersRequestSchema: GenMessage<ListAdaptersRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 31);
+  messageDesc(file_mlxgrpc_v1_inference_service, 32);
 
 /**
  * The adapters loaded on a model.
@@ -1282,7 +1365,7 @@ export type ListAdaptersResponse = Message<"mlxgrpc.v1.ListAdaptersResponse"> & 
  * Use `create(ListAdaptersResponseSchema)` to create a new message.
  */
 export const ListAdaptersResponseSchema: GenMessage<ListAdaptersResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 32);
+  messageDesc(file_mlxgrpc_v1_inference_service, 33);
 
 /**
  * A request for load figures.
@@ -1303,7 +1386,7 @@ export type GetLoadRequest = Message<"mlxgrpc.v1.GetLoadRequest"> & {
  * Use `create(GetLoadRequestSchema)` to create a new message.
  */
 export const GetLoadRequestSchema: GenMessage<GetLoadRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 33);
+  messageDesc(file_mlxgrpc_v1_inference_service, 34);
 
 /**
  * Load figures, one entry per generation model.
@@ -1339,7 +1422,7 @@ export type GetLoadResponse = Message<"mlxgrpc.v1.GetLoadResponse"> & {
  * Use `create(GetLoadResponseSchema)` to create a new message.
  */
 export const GetLoadResponseSchema: GenMessage<GetLoadResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 34);
+  messageDesc(file_mlxgrpc_v1_inference_service, 35);
 
 /**
  * The server's call limits (0: none) and what they count now.
@@ -1408,7 +1491,7 @@ export type CallLoad = Message<"mlxgrpc.v1.CallLoad"> & {
  * Use `create(CallLoadSchema)` to create a new message.
  */
 export const CallLoadSchema: GenMessage<CallLoad> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 35);
+  messageDesc(file_mlxgrpc_v1_inference_service, 36);
 
 /**
  * One tenant's calls against its own call limits.
@@ -1469,7 +1552,7 @@ export type TenantCalls = Message<"mlxgrpc.v1.TenantCalls"> & {
  * Use `create(TenantCallsSchema)` to create a new message.
  */
 export const TenantCallsSchema: GenMessage<TenantCalls> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 36);
+  messageDesc(file_mlxgrpc_v1_inference_service, 37);
 
 /**
  * How busy one generation model is, read from its engine thread when asked.
@@ -1660,7 +1743,7 @@ export type ModelLoad = Message<"mlxgrpc.v1.ModelLoad"> & {
  * Use `create(ModelLoadSchema)` to create a new message.
  */
 export const ModelLoadSchema: GenMessage<ModelLoad> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 37);
+  messageDesc(file_mlxgrpc_v1_inference_service, 38);
 
 /**
  * How much of one generation model one tenant uses.
@@ -1724,7 +1807,58 @@ export type TenantLoad = Message<"mlxgrpc.v1.TenantLoad"> & {
  * Use `create(TenantLoadSchema)` to create a new message.
  */
 export const TenantLoadSchema: GenMessage<TenantLoad> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 38);
+  messageDesc(file_mlxgrpc_v1_inference_service, 39);
+
+/**
+ * The element type of packed embedding vectors.
+ *
+ * @generated from enum mlxgrpc.v1.EmbeddingType
+ */
+export enum EmbeddingType {
+  /**
+   * float32.
+   *
+   * @generated from enum value: EMBEDDING_TYPE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * IEEE 754 single precision, 4 bytes a value.
+   *
+   * @generated from enum value: EMBEDDING_TYPE_FLOAT32 = 1;
+   */
+  FLOAT32 = 1,
+
+  /**
+   * IEEE 754 half precision, 2 bytes a value.
+   *
+   * @generated from enum value: EMBEDDING_TYPE_FLOAT16 = 2;
+   */
+  FLOAT16 = 2,
+
+  /**
+   * One signed byte a value: round(value / scale), scale = the vector's largest
+   * magnitude / 127 (PackedEmbeddings.scales), so value ~ int8 x scale.
+   *
+   * @generated from enum value: EMBEDDING_TYPE_INT8 = 3;
+   */
+  INT8 = 3,
+
+  /**
+   * One bit a value, 1 where the value is above 0, 8 values a byte, the first in
+   * the most significant bit (sentence-transformers' "ubinary"); compare with the
+   * Hamming distance.
+   *
+   * @generated from enum value: EMBEDDING_TYPE_UBINARY = 4;
+   */
+  UBINARY = 4,
+}
+
+/**
+ * Describes the enum mlxgrpc.v1.EmbeddingType.
+ */
+export const EmbeddingTypeSchema: GenEnum<EmbeddingType> = /*@__PURE__*/
+  enumDesc(file_mlxgrpc_v1_inference_service, 0);
 
 /**
  * What Embed and Rerank do with an input longer than the model's input limit.
@@ -1759,7 +1893,7 @@ export enum Truncation {
  * Describes the enum mlxgrpc.v1.Truncation.
  */
 export const TruncationSchema: GenEnum<Truncation> = /*@__PURE__*/
-  enumDesc(file_mlxgrpc_v1_inference_service, 0);
+  enumDesc(file_mlxgrpc_v1_inference_service, 1);
 
 /**
  * Where a prefetched prefix was found.
@@ -1793,7 +1927,7 @@ export enum CacheTier {
  * Describes the enum mlxgrpc.v1.CacheTier.
  */
 export const CacheTierSchema: GenEnum<CacheTier> = /*@__PURE__*/
-  enumDesc(file_mlxgrpc_v1_inference_service, 1);
+  enumDesc(file_mlxgrpc_v1_inference_service, 2);
 
 /**
  * Text generation and embeddings on MLX.

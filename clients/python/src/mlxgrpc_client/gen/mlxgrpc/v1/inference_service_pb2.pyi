@@ -9,6 +9,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class EmbeddingType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EMBEDDING_TYPE_UNSPECIFIED: _ClassVar[EmbeddingType]
+    EMBEDDING_TYPE_FLOAT32: _ClassVar[EmbeddingType]
+    EMBEDDING_TYPE_FLOAT16: _ClassVar[EmbeddingType]
+    EMBEDDING_TYPE_INT8: _ClassVar[EmbeddingType]
+    EMBEDDING_TYPE_UBINARY: _ClassVar[EmbeddingType]
+
 class Truncation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TRUNCATION_UNSPECIFIED: _ClassVar[Truncation]
@@ -20,6 +28,11 @@ class CacheTier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CACHE_TIER_UNSPECIFIED: _ClassVar[CacheTier]
     CACHE_TIER_MEMORY: _ClassVar[CacheTier]
     CACHE_TIER_DISK: _ClassVar[CacheTier]
+EMBEDDING_TYPE_UNSPECIFIED: EmbeddingType
+EMBEDDING_TYPE_FLOAT32: EmbeddingType
+EMBEDDING_TYPE_FLOAT16: EmbeddingType
+EMBEDDING_TYPE_INT8: EmbeddingType
+EMBEDDING_TYPE_UBINARY: EmbeddingType
 TRUNCATION_UNSPECIFIED: Truncation
 TRUNCATION_END: Truncation
 TRUNCATION_NONE: Truncation
@@ -130,7 +143,7 @@ class GenerateResponse(_message.Message):
     def __init__(self, started: _Optional[_Union[GenerationStarted, _Mapping]] = ..., delta: _Optional[_Union[TokenDelta, _Mapping]] = ..., finished: _Optional[_Union[GenerationFinished, _Mapping]] = ..., prompt_logprobs: _Optional[_Union[PromptLogprobs, _Mapping]] = ..., choice_index: _Optional[int] = ...) -> None: ...
 
 class EmbedRequest(_message.Message):
-    __slots__ = ("model", "inputs", "instruction", "normalize", "dimensions", "request_id", "priority", "truncate")
+    __slots__ = ("model", "inputs", "instruction", "normalize", "dimensions", "request_id", "priority", "truncate", "packed", "embedding_type")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +152,8 @@ class EmbedRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_TYPE_FIELD_NUMBER: _ClassVar[int]
     model: str
     inputs: _containers.RepeatedScalarFieldContainer[str]
     instruction: str
@@ -147,17 +162,37 @@ class EmbedRequest(_message.Message):
     request_id: str
     priority: int
     truncate: Truncation
-    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., instruction: _Optional[str] = ..., normalize: _Optional[bool] = ..., dimensions: _Optional[int] = ..., request_id: _Optional[str] = ..., priority: _Optional[int] = ..., truncate: _Optional[_Union[Truncation, str]] = ...) -> None: ...
+    packed: bool
+    embedding_type: EmbeddingType
+    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., instruction: _Optional[str] = ..., normalize: _Optional[bool] = ..., dimensions: _Optional[int] = ..., request_id: _Optional[str] = ..., priority: _Optional[int] = ..., truncate: _Optional[_Union[Truncation, str]] = ..., packed: _Optional[bool] = ..., embedding_type: _Optional[_Union[EmbeddingType, str]] = ...) -> None: ...
 
 class EmbedResponse(_message.Message):
-    __slots__ = ("index", "embedding", "tokens")
+    __slots__ = ("index", "embedding", "tokens", "packed")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     index: int
     embedding: _containers.RepeatedScalarFieldContainer[float]
     tokens: int
-    def __init__(self, index: _Optional[int] = ..., embedding: _Optional[_Iterable[float]] = ..., tokens: _Optional[int] = ...) -> None: ...
+    packed: PackedEmbeddings
+    def __init__(self, index: _Optional[int] = ..., embedding: _Optional[_Iterable[float]] = ..., tokens: _Optional[int] = ..., packed: _Optional[_Union[PackedEmbeddings, _Mapping]] = ...) -> None: ...
+
+class PackedEmbeddings(_message.Message):
+    __slots__ = ("indices", "tokens", "dimensions", "type", "data", "scales")
+    INDICES_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SCALES_FIELD_NUMBER: _ClassVar[int]
+    indices: _containers.RepeatedScalarFieldContainer[int]
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    dimensions: int
+    type: EmbeddingType
+    data: bytes
+    scales: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, indices: _Optional[_Iterable[int]] = ..., tokens: _Optional[_Iterable[int]] = ..., dimensions: _Optional[int] = ..., type: _Optional[_Union[EmbeddingType, str]] = ..., data: _Optional[bytes] = ..., scales: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class RerankRequest(_message.Message):
     __slots__ = ("model", "query", "documents", "top_n", "truncate", "request_id", "priority")
