@@ -9,6 +9,7 @@ from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKi
                              ImagePart, Prediction, ResponseFormat, SpeculationMode, SpeculationOptions, StopOptions,
                              TextPart, TextPrompt, TokenPrompt, Tool, ToolCall, ToolChoiceMode)
 from engine.caches.tier import Prefetched, Tier
+from engine.embedding.packing import EmbeddingType, pack
 from engine.errors import InvalidRequest
 from engine.tenancy import ANONYMOUS, Tenant
 from engine.validation import RequestCounts, most, parse_json
@@ -243,6 +244,31 @@ def _truncates(truncation: int) -> bool:
     if truncation not in pb.Truncation.values():
         raise InvalidRequest("truncate", f"unknown value {truncation}")
     return truncation != pb.TRUNCATION_NONE
+
+
+PACKED_PER_MESSAGE = 64  # vectors one packed EmbedResponse carries at most
+_EMBEDDING_TYPE = {pb.EMBEDDING_TYPE_UNSPECIFIED: EmbeddingType.FLOAT32, pb.EMBEDDING_TYPE_FLOAT32: EmbeddingType.FLOAT32,
+                   pb.EMBEDDING_TYPE_FLOAT16: EmbeddingType.FLOAT16, pb.EMBEDDING_TYPE_INT8: EmbeddingType.INT8,
+                   pb.EMBEDDING_TYPE_UBINARY: EmbeddingType.UBINARY}
+_EMBEDDING_TYPE_PB = {kind: value for value, kind in _EMBEDDING_TYPE.items() if value}
+
+
+def embedding_layout(msg: pb.EmbedRequest) -> EmbeddingType | None:
+    """The packed vectors' element type; None: one message per input, float32 values."""
+    kind = _EMBEDDING_TYPE.get(msg.embedding_type)
+    if kind is None:
+        raise InvalidRequest("embedding_type", f"unknown value {msg.embedding_type}")
+    if not msg.packed and kind is not EmbeddingType.FLOAT32:
+        raise InvalidRequest("embedding_type", "needs packed: true (a message per input carries float32 values)")
+    return kind if msg.packed else None
+
+
+def packed_response(results: list, kind: EmbeddingType) -> pb.EmbedResponse:
+    """``results``: (input index, the engine's EmbeddingResult) pairs, one message."""
+    packed = pack([r.vector for _, r in results], kind)
+    return pb.EmbedResponse(packed=pb.PackedEmbeddings(
+        indices=[i for i, _ in results], tokens=[r.tokens for _, r in results], dimensions=len(results[0][1].vector),
+        type=_EMBEDDING_TYPE_PB[kind], data=packed.data, scales=packed.scales))
 
 
 def embed_response(index: int, result) -> pb.EmbedResponse:

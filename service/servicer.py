@@ -53,8 +53,17 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         engine = self.models.embedder(request.model)
         at_most("inputs", len(request.inputs), engine.limits.max_embed_inputs, "inputs")
         tenant = current_identity().tenant
+        packed, kind = [], convert.embedding_layout(request)
         async for index, result in engine.embed(convert.embedding_request(request, tenant)):
-            yield convert.embed_response(index, result)
+            if kind is None:
+                yield convert.embed_response(index, result)
+                continue
+            packed.append((index, result))
+            if len(packed) == convert.PACKED_PER_MESSAGE:
+                yield convert.packed_response(packed, kind)
+                packed = []
+        if packed:
+            yield convert.packed_response(packed, kind)
 
     @mapped()
     async def Rerank(self, request: pb.RerankRequest, context: grpc.aio.ServicerContext):
