@@ -24,11 +24,25 @@ G "$ADDR" describe mlxgrpc.v1.GenerateRequest | has "Sampling"
 G -d '{"text": "1 2 3 1 2 3 1 2", "speculation": {"mode": "SPECULATION_MODE_NGRAM", "num_draft_tokens": 4},
         "stopping": {"max_tokens": 5, "ignore_eos": true}}' "$ADDR" $S/Generate | has FINISH_REASON_LENGTH
 G "$ADDR" describe mlxgrpc.v1.SpeculationOptions | has num_draft_tokens
+# The README's predicted output; a prediction with speculation off is refused by name
+G "$ADDR" describe mlxgrpc.v1.GenerateRequest | has "Prediction prediction"
+G -d '{"chat": {"messages": [{"role": "user", "content": "Replace cat with dog and repeat: the cat sat on the mat by the door."}]},
+  "prediction": {"text": "the cat sat on the mat by the door."},
+  "stopping": {"max_tokens": 32}}' "$ADDR" $S/Generate | has '"finished"'
+if G -d '{"text": "x", "prediction": {"text": "y"}, "speculation": {"mode": "SPECULATION_MODE_OFF"}}' \
+    "$ADDR" $S/Generate >"$OUT/prediction.txt" 2>&1; then
+  echo "a prediction with speculation off was accepted"; exit 1
+fi
+has InvalidArgument <"$OUT/prediction.txt"
 G "$ADDR" grpc.health.v1.Health/Check | has SERVING
 G -d '{}' "$ADDR" $S/GetModelInfo | has '"vocab_size": [1-9]'
 G -d '{"context_tokens": 8192}' "$ADDR" $S/PlanMemory | has '"max_safe_context"'
 G -d '{"text": "Hello, world"}' "$ADDR" $S/Tokenize | has '"token_ids"'
 G -d '{"inputs": ["A man is eating food.", "A man is eating bread."]}' "$ADDR" $S/Embed | grep -c '"embedding"' | has -x 2
+# packed (the README's example): one message with both vectors as int8 and their scales
+G -d '{"inputs": ["A man is eating food.", "A man is eating bread."],
+  "packed": true, "embedding_type": "EMBEDDING_TYPE_INT8"}' "$ADDR" $S/Embed >"$OUT/packed.json"
+has '"scales"' <"$OUT/packed.json" && grep -c '"packed"' "$OUT/packed.json" | has -x 1
 # truncate off: an input over the model's limit is refused, naming it
 if G -d "{\"inputs\": [\"short\", \"$(printf 'word %.0s' $(seq 600))\"], \"truncate\": \"TRUNCATION_NONE\"}" \
     "$ADDR" $S/Embed >"$OUT/truncate.txt" 2>&1; then

@@ -7,7 +7,8 @@ batch per call against many small concurrent calls.
 
 Starts ``mlx-grpc serve`` with the embedding model (default: the embedded all-MiniLM-L6-v2) and,
 each repetition, embeds the same number of distinct short sentences and ~240-token passages
-on every side, sides rotating: ours as one Embed call of 64 inputs at a time, ours as
+on every side, sides rotating: ours as one Embed call of 64 inputs at a time (a message per
+vector, and packed: float32 vectors by the message), ours as
 ``--clients`` concurrent clients each sending calls of 1 to 4 inputs (concurrent calls share
 forwards, so their aggregate should come near the big batch's), and, given ``--anchors``,
 sentence-transformers on torch and on ONNX Runtime in batches of 32, in their own process,
@@ -32,6 +33,7 @@ from .embedding_anchor import AnchorProcess, setup_anchors
 from .servers import OurServer
 
 BIG = "ours, one call of 64"
+PACKED = "ours, one packed call of 64"
 # Between sides: the side before may leave threads spinning (OpenMP, ONNX Runtime, MKL) that
 # would take cores from the next one.
 SETTLE_S = 0.5
@@ -45,15 +47,21 @@ def passages(n: int, salt: str) -> list[str]:
             for s in embedding_texts(n, salt)]
 
 
-async def big_batches(server: OurServer, texts: list[str], per_call: int = 64) -> tuple[float, np.ndarray]:
-    """(inputs per second, the vectors in input order)."""
+async def big_batches(server: OurServer, texts: list[str], per_call: int = 64,
+                      packed: bool = False) -> tuple[float, np.ndarray]:
+    """(inputs per second, the vectors in input order); ``packed``: float32 vectors by the message."""
     from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 
     vectors: list = [None] * len(texts)
     start = time.perf_counter()
     for i in range(0, len(texts), per_call):
-        async for r in server.stub.Embed(pb.EmbedRequest(model="embed", inputs=texts[i:i + per_call])):
-            vectors[i + r.index] = r.embedding
+        async for r in server.stub.Embed(pb.EmbedRequest(model="embed", inputs=texts[i:i + per_call], packed=packed)):
+            if packed:
+                block = np.frombuffer(r.packed.data, "<f4").reshape(len(r.packed.indices), r.packed.dimensions)
+                for index, row in zip(r.packed.indices, block):
+                    vectors[i + index] = row
+            else:
+                vectors[i + r.index] = r.embedding
     rate = len(texts) / (time.perf_counter() - start)
     return rate, np.array([list(v) for v in vectors], dtype=np.float32)
 
@@ -120,7 +128,7 @@ async def run(args) -> None:
         if args.soak:
             return report_soak(await soak(server, args.soak, args.clients))
         small = f"ours, {args.clients} clients x 1-4"
-        sides = [BIG, small] + (list(ANCHORS) if anchor else [])
+        sides = [BIG, PACKED, small] + (list(ANCHORS) if anchor else [])
         results: dict[tuple[str, str], Sample] = {}
         ours: dict[str, np.ndarray] = {}  # text -> our vector, for the cosine pass
         workloads = {"short sentences": lambda salt: embedding_texts(args.inputs, salt),
@@ -130,8 +138,8 @@ async def run(args) -> None:
                 for side in rotated(sides, rep):
                     texts = make(f"{rep}{sides.index(side)}")  # salts of one length: inputs alike on every side
                     await asyncio.sleep(SETTLE_S)
-                    if side == BIG:
-                        rate, vectors = await big_batches(server, texts)
+                    if side in (BIG, PACKED):
+                        rate, vectors = await big_batches(server, texts, packed=side == PACKED)
                         ours.update(zip(texts, vectors))
                     elif side == small:
                         rate = await small_clients(server, texts, args.clients)
@@ -162,15 +170,17 @@ def report(args, embedding: Path, workloads, sides, results, cosines, anchor_fac
     if anchor_facts:
         print("anchors: " + ", ".join(f"{k} {v}" for k, v in anchor_facts.items()) + "; batch 32, in-process")
     print()
-    extra = ["ours / best anchor"] if anchor_facts else []
-    print("| workload | " + " | ".join(sides) + " | " + " | ".join(["clients / one call", *extra]) + " |")
-    print("|---" * (len(sides) + 2 + len(extra)) + "|")
+    extra = ["ours / best anchor", "packed / best anchor"] if anchor_facts else []
+    print("| workload | " + " | ".join(sides) + " | " + " | ".join(["packed / one call", "clients / one call", *extra])
+          + " |")
+    print("|---" * (len(sides) + 3 + len(extra)) + "|")
     for workload in workloads:
         cells = [results[(workload, side)].fmt() for side in sides]
-        big, small = results[(workload, sides[0])].median, results[(workload, sides[1])].median
-        cells.append(ratio(small, big))
+        big, packed, small = (results[(workload, side)].median for side in sides[:3])
+        cells += [ratio(packed, big), ratio(small, big)]
         if anchor_facts:
-            cells.append(ratio(big, max(results[(workload, side)].median for side in ANCHORS)))
+            best = max(results[(workload, side)].median for side in ANCHORS)
+            cells += [ratio(big, best), ratio(packed, best)]
         print(f"| {workload} | " + " | ".join(cells) + " |")
     for side, (low, n) in cosines.items():
         print(f"\nlowest cosine, ours against {side}, over {n} inputs: {low:.7f}")

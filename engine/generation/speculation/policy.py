@@ -58,7 +58,7 @@ class Speculation:
     output follows it, else the tokens its grammar forces, else its mode's (n-gram or
     draft model)."""
 
-    mode: SpeculationMode  # OFF: the prediction and the grammar alone
+    mode: SpeculationMode  # OFF (the server's default mode is off): the prediction alone
     acceptance: Acceptance
     ngram: NgramIndex | None = field(default=None)
     prediction: PredictionDrafts | None = None
