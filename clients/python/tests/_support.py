@@ -10,6 +10,9 @@ import grpc
 from mlxgrpc_client import error_details, pb
 
 SIMILAR = ("A man is eating food.", "A man is eating a piece of bread.")
+#: Seventy short texts: a packed Embed of them is at most ceil(70 / 64) = 2 messages.
+SEVENTY = tuple(f"Note {i}: a short sentence about {topic}." for i, topic in enumerate(
+    ["rivers", "bread", "the stock market", "mountains", "music", "a cat", "rain", "trains", "chess", "the sea"] * 7))
 UNRELATED = "The stock market crashed today."
 #: A prompt and settings that keep a generation running until it is cancelled.
 LONG = dict(max_tokens=4000, stopping={"ignore_eos": True})

@@ -11,7 +11,7 @@ import pytest
 
 from mlxgrpc_client import error_details, pb
 
-from _support import LONG, SESSION_PROMPT, SIMILAR, UNRELATED, cosine, exact, over_long
+from _support import LONG, SESSION_PROMPT, SEVENTY, SIMILAR, UNRELATED, cosine, exact, over_long
 
 
 async def test_model_info_and_list_models(aclient, models, generator):
@@ -59,6 +59,19 @@ async def test_embed(aclient, embedder):
     assert all(math.isclose(math.sqrt(sum(x * x for x in r.embedding)), 1.0, abs_tol=1e-3) for r in responses)
     food, bread, stocks = (r.embedding for r in responses)
     assert cosine(food, bread) > cosine(food, stocks) + 0.2
+
+
+async def test_embed_packed_int8(aclient, embedder):
+    plain = await aclient.embed(SEVENTY, model=embedder.name)
+    int8 = await aclient.embed(SEVENTY, model=embedder.name, packed=True, embedding_type="int8")
+    assert int8.type == pb.EMBEDDING_TYPE_INT8 and len(int8) == 70 and int8.messages <= 2
+    assert int8.tokens == [r.tokens for r in plain]
+    assert min(cosine(q, r.embedding) for q, r in zip(int8.floats(), plain)) >= 0.999
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await aclient.embed(SIMILAR, model=embedder.name, embedding_type="ubinary")
+    details = error_details(info.value)
+    assert details.code == grpc.StatusCode.INVALID_ARGUMENT, details.message
+    assert [v.field for v in details.field_violations] == ["embedding_type"]
 
 
 async def test_embed_truncate_none_refuses_an_over_long_input(aclient, embedder):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 import subprocess
 import time
 from concurrent import futures
@@ -15,7 +16,7 @@ from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from mlxgrpc_client import (GenerationResult, aio, connect, embed_request, error_details, generate_request, pb,
+from mlxgrpc_client import (Embeddings, GenerationResult, aio, connect, embed_request, error_details, generate_request, pb,
                             prefetch_request, rerank_request)
 from mlxgrpc_client.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 
@@ -322,6 +323,14 @@ class _Recorder(pb_grpc.InferenceServiceServicer):
     def Embed(self, request, context):
         self.priorities.append(request.priority)
         self.requests.append(request)
+        if request.packed:  # two messages, the later inputs first (float32 value: the index)
+            order = list(range(len(request.inputs)))
+            for indices in (order[len(order) // 2:], order[:len(order) // 2]):
+                if indices:
+                    yield pb.EmbedResponse(packed=pb.PackedEmbeddings(
+                        indices=indices, tokens=[i + 1 for i in indices], dimensions=1,
+                        type=pb.EMBEDDING_TYPE_FLOAT32, data=struct.pack(f"<{len(indices)}f", *indices)))
+            return
         for i, _ in enumerate(request.inputs):
             yield pb.EmbedResponse(index=i, embedding=[1.0])
 
@@ -554,6 +563,28 @@ async def test_rerank_in_asyncio(recorder):
     assert (rerank.top_n, rerank.truncate, rerank.priority) == (1, pb.TRUNCATION_END, 3)
     assert embed.truncate == pb.TRUNCATION_NONE
     assert servicer.priorities == [3, 3]
+
+
+def test_packed_embed_over_the_wire(recorder):
+    servicer, address = recorder
+    with connect(address) as client:
+        got = client.embed(["a", "b", "c"], packed=True, embedding_type="float32", truncate="none")
+        plain = client.embed(["a", "b"])
+    assert isinstance(got, Embeddings) and got.messages == 2
+    assert [list(v) for v in got] == [[0.0], [1.0], [2.0]] and got.tokens == [1, 2, 3]
+    assert [r.index for r in plain] == [0, 1]  # without packed: the per-input responses, as before
+    packed, unpacked = servicer.requests
+    assert (packed.packed, packed.embedding_type, packed.truncate) == (
+        True, pb.EMBEDDING_TYPE_FLOAT32, pb.TRUNCATION_NONE)
+    assert (unpacked.packed, unpacked.embedding_type) == (False, pb.EMBEDDING_TYPE_UNSPECIFIED)
+
+
+async def test_packed_embed_in_asyncio(recorder):
+    servicer, address = recorder
+    async with aio.connect(address) as client:
+        got = await client.embed([str(i) for i in range(5)], packed=True)
+    assert [v[0] for v in got.vectors] == [0.0, 1.0, 2.0, 3.0, 4.0] and got.messages == 2
+    assert servicer.requests[0].packed
 
 
 def test_a_tenant_limit_is_retried_like_a_full_queue(recorder):

@@ -10,9 +10,9 @@ import uuid
 import grpc
 import pytest
 
-from mlxgrpc_client import connect, error_details, pb
+from mlxgrpc_client import Embeddings, connect, error_details, hamming, pb, unpack_bits
 
-from _support import LONG, SESSION_PROMPT, SIMILAR, UNRELATED, cosine, exact, over_long, release, saturate
+from _support import LONG, SESSION_PROMPT, SEVENTY, SIMILAR, UNRELATED, cosine, exact, over_long, release, saturate
 
 
 def test_model_info(client, generator, embedder):
@@ -282,6 +282,44 @@ def test_embed_truncate(client, embedder):
     assert details.code == grpc.StatusCode.INVALID_ARGUMENT, details.message
     assert [v.field for v in details.field_violations] == ["inputs[1]"]
     assert client.embed("short", model=embedder.name, truncate="none")[0].tokens > 0  # within the limit
+
+
+def test_embed_packed(client, embedder):
+    plain = client.embed(SEVENTY, model=embedder.name)
+    packed = client.embed(SEVENTY, model=embedder.name, packed=True)
+    assert isinstance(packed, Embeddings) and len(packed) == 70 and 1 <= packed.messages <= 2
+    assert (packed.type, packed.dimensions) == (pb.EMBEDDING_TYPE_FLOAT32, embedder.embedding_dimensions)
+    assert [list(v) for v in packed] == [list(r.embedding) for r in plain]  # the same float32 values
+    assert packed.tokens == [r.tokens for r in plain]
+
+    int8 = client.embed(SEVENTY, model=embedder.name, packed=True, embedding_type="int8")
+    assert int8.type == pb.EMBEDDING_TYPE_INT8 and len(int8.scales) == 70 and int8.messages <= 2
+    assert all(v.typecode == "b" and len(v) == embedder.embedding_dimensions for v in int8)
+    assert min(cosine(q, r.embedding) for q, r in zip(int8.floats(), plain)) >= 0.999
+
+    half = client.embed(SEVENTY, model=embedder.name, packed=True, embedding_type="float16")
+    assert half.type == pb.EMBEDDING_TYPE_FLOAT16
+    assert all(math.isclose(x, y, abs_tol=1e-3) for h, r in zip(half, plain) for x, y in zip(h, r.embedding))
+
+
+def test_embed_packed_ubinary(client, embedder):
+    # 100 dimensions: 13 bytes a vector, the last one's four low bits unused
+    plain = client.embed([*SIMILAR, UNRELATED], model=embedder.name, dimensions=100)
+    bits = client.embed([*SIMILAR, UNRELATED], model=embedder.name, dimensions=100, packed=True,
+                        embedding_type="ubinary")
+    assert (bits.type, bits.dimensions, bits.messages) == (pb.EMBEDDING_TYPE_UBINARY, 100, 1)
+    assert all(isinstance(v, bytes) and len(v) == 13 and v[-1] & 0x0F == 0 for v in bits)
+    assert [unpack_bits(v, 100) for v in bits] == [[int(x > 0) for x in r.embedding] for r in plain]
+    food, bread, stocks = bits
+    assert hamming(food, bread) < hamming(food, stocks)
+
+
+def test_embed_smaller_type_needs_packed(client, embedder):
+    with pytest.raises(grpc.RpcError) as info:
+        client.embed(SIMILAR, model=embedder.name, embedding_type="int8")
+    details = error_details(info.value)
+    assert details.code == grpc.StatusCode.INVALID_ARGUMENT, details.message
+    assert [v.field for v in details.field_violations] == ["embedding_type"]
 
 
 def test_invalid_temperature(client):

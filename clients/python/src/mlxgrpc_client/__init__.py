@@ -18,23 +18,29 @@ awaited; ``async for`` over ``generate``). Messages and enums live in
 from . import aio, pb
 from ._common import (Choice, ErrorDetails, GenerationResult, embed_request, error_details, generate_request, prefetch_request,
                       rerank_request)
+from ._embeddings import Embeddings, decode_packed, dequantize, hamming, unpack_bits
 from ._images import image_part, sniff_media_type
 from ._sync import Client, GenerateStream, connect
 
 __all__ = [
     "Choice",
     "Client",
+    "Embeddings",
     "ErrorDetails",
     "GenerateStream",
     "GenerationResult",
     "aio",
     "connect",
+    "decode_packed",
+    "dequantize",
     "embed_request",
     "error_details",
     "generate_request",
+    "hamming",
     "image_part",
     "pb",
     "prefetch_request",
     "rerank_request",
     "sniff_media_type",
+    "unpack_bits",
 ]

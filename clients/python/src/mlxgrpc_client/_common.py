@@ -15,6 +15,8 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from . import pb
+from ._embeddings import EmbeddingTypeArg
+from ._embeddings import embedding_type as embedding_type_value
 
 #: Marks "use the client's default deadline" (``None`` means no deadline).
 DEFAULT: Any = object()
@@ -341,11 +343,17 @@ def embed_request(
     request_id: str = "",
     priority: int = 0,
     truncate: Truncate | None = None,
+    packed: bool = False,
+    embedding_type: EmbeddingTypeArg | None = None,
 ) -> pb.EmbedRequest:
     """Builds an EmbedRequest; ``priority`` as in :func:`generate_request`; ``truncate``
     is what the server does with an input longer than the model's limit: ``"end"`` cuts
     it (the default: the response's ``tokens`` says how many were used), ``"none"``
-    refuses the request (INVALID_ARGUMENT naming the input), or a ``pb.Truncation``."""
+    refuses the request (INVALID_ARGUMENT naming the input), or a ``pb.Truncation``.
+    ``packed`` has the server send up to 64 vectors a message as bytes of
+    ``embedding_type``: ``"float32"`` (the default), ``"float16"``, ``"int8"`` or
+    ``"ubinary"`` (or a ``pb.EmbeddingType``); types other than float32 need ``packed``
+    (the server refuses them otherwise: INVALID_ARGUMENT naming ``embedding_type``)."""
     req = pb.EmbedRequest(
         model=model,
         inputs=[inputs] if isinstance(inputs, str) else list(inputs),
@@ -353,11 +361,14 @@ def embed_request(
         dimensions=dimensions,
         request_id=request_id,
         priority=priority,
+        packed=packed,
     )
     if normalize is not None:
         req.normalize = normalize
     if truncate is not None:
         req.truncate = _truncation(truncate)
+    if embedding_type is not None:
+        req.embedding_type = embedding_type_value(embedding_type)
     return req
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import grpc
 
 from . import _retry, pb
 from ._common import (DEFAULT, GenerationResult, PrefetchPrompt, Prompt, auth_metadata, channel_credentials,
                       default_priority, embed_request, generate_request, prefetch_request, rerank_request)
+from ._embeddings import Embeddings
+from ._embeddings import gather as gather_embeddings
 from ._retry import Attempts, OnRetry
 
 
@@ -130,15 +132,29 @@ class Client:
         """Cancels a running Generate, Embed or Rerank by id (the Cancel RPC). True if one was found."""
         return self._unary(self.stub.Cancel, pb.CancelRequest(request_id=request_id), timeout).cancelled
 
-    def embed(self, inputs: str | Sequence[str], *, timeout: Any = DEFAULT, **kwargs: Any) -> list[pb.EmbedResponse]:
+    @overload
+    def embed(self, inputs: str | Sequence[str], *, packed: Literal[True], timeout: Any = DEFAULT,
+              **kwargs: Any) -> Embeddings: ...
+
+    @overload
+    def embed(self, inputs: str | Sequence[str], *, packed: Literal[False] = False, timeout: Any = DEFAULT,
+              **kwargs: Any) -> list[pb.EmbedResponse]: ...
+
+    def embed(self, inputs: str | Sequence[str], *, timeout: Any = DEFAULT,
+              **kwargs: Any) -> list[pb.EmbedResponse] | Embeddings:
         """Embeds ``inputs``; one response per input, ordered by ``index``.
         Keywords: ``model``, ``instruction``, ``normalize``, ``dimensions``, ``request_id``,
         ``priority``, ``truncate`` (``"end"``: cut an over-long input, the default;
-        ``"none"``: refuse it with INVALID_ARGUMENT)."""
+        ``"none"``: refuse it with INVALID_ARGUMENT).
+
+        ``packed=True`` returns :class:`mlxgrpc_client.Embeddings` instead: the vectors in
+        input order, sent up to 64 a message, of ``embedding_type`` ``"float32"`` (the
+        default: ``array('f')`` each), ``"float16"`` (``array('f')``), ``"int8"``
+        (``array('b')`` and a scale each) or ``"ubinary"`` (``bytes`` of packed bits)."""
         req = embed_request(inputs, **kwargs)
         req.priority = req.priority or self.priority
         responses = self._unary(lambda r, **kw: list(self.stub.Embed(r, **kw)), req, timeout)
-        return sorted(responses, key=lambda r: r.index)
+        return gather_embeddings(req, responses)
 
     def rerank(self, query: str, documents: str | Sequence[str], *, timeout: Any = DEFAULT,
                **kwargs: Any) -> pb.RerankResponse:

@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import grpc
 
 from . import _retry, pb
 from ._common import (DEFAULT, GenerationResult, PrefetchPrompt, Prompt, auth_metadata, channel_credentials,
                       default_priority, embed_request, generate_request, prefetch_request, rerank_request)
+from ._embeddings import Embeddings
+from ._embeddings import gather as gather_embeddings
 from ._retry import Attempts, OnRetry
 
 
@@ -139,17 +141,26 @@ class AsyncClient:
         """Cancels a running Generate, Embed or Rerank by id (the Cancel RPC). True if one was found."""
         return (await self._unary(self.stub.Cancel, pb.CancelRequest(request_id=request_id), timeout)).cancelled
 
+    @overload
+    async def embed(self, inputs: str | Sequence[str], *, packed: Literal[True], timeout: Any = DEFAULT,
+                    **kwargs: Any) -> Embeddings: ...
+
+    @overload
+    async def embed(self, inputs: str | Sequence[str], *, packed: Literal[False] = False, timeout: Any = DEFAULT,
+                    **kwargs: Any) -> list[pb.EmbedResponse]: ...
+
     async def embed(self, inputs: str | Sequence[str], *, timeout: Any = DEFAULT,
-                    **kwargs: Any) -> list[pb.EmbedResponse]:
+                    **kwargs: Any) -> list[pb.EmbedResponse] | Embeddings:
         """Embeds ``inputs``; one response per input, ordered by ``index`` (keywords as in
-        :meth:`mlxgrpc_client.Client.embed`, ``truncate`` among them)."""
+        :meth:`mlxgrpc_client.Client.embed`, ``truncate`` among them); ``packed=True``
+        returns :class:`mlxgrpc_client.Embeddings`, in input order, of ``embedding_type``."""
         async def embed_all(request: pb.EmbedRequest, **kw: Any) -> list[pb.EmbedResponse]:
             return [r async for r in self.stub.Embed(request, **kw)]
 
         req = embed_request(inputs, **kwargs)
         req.priority = req.priority or self.priority
         responses = await self._unary(embed_all, req, timeout)
-        return sorted(responses, key=lambda r: r.index)
+        return gather_embeddings(req, responses)
 
     async def rerank(self, query: str, documents: str | Sequence[str], *, timeout: Any = DEFAULT,
                      **kwargs: Any) -> pb.RerankResponse:
