@@ -6,7 +6,7 @@
 // (TLS, bearer token, default deadline), retries of calls the server refused
 // for now with RetryInfo, Generate with a client-side request id as a
 // range-over-func iterator or collected at once, Embed collected in input
-// order, Rerank with the client's default priority, truncation constants
+// order, packed Embed decoded into slices (EmbedPacked, DecodeEmbeddings), Rerank with the client's default priority, truncation constants
 // (TruncationEnd, TruncationNone), adapter helpers (Adapters, LoadAdapterDir,
 // UnloadAdapterByName), prefix-cache helpers (PrefetchFor, CloseSessionByID) and
 // google.rpc error details.
@@ -147,7 +147,8 @@ func (c *Client) Close() error { return c.conn.Close() }
 // the model's limit is cut (Tokens says how many were used) unless
 // req.Truncate is TruncationNone: then the call fails with INVALID_ARGUMENT
 // naming the input. A refusal with RetryInfo before the first response is
-// retried like any other call.
+// retried like any other call. With req.Packed the responses are the server's
+// packed messages as they came: EmbedPacked decodes them.
 func (c *Client) Embed(ctx context.Context, req *pb.EmbedRequest, opts ...grpc.CallOption) ([]*pb.EmbedResponse, error) {
 	req = c.embedRequest(req)
 	ctx, cancel := c.callContext(ctx)
