@@ -3,12 +3,14 @@ model, and mlx-lm's own ``speculative_generate_step`` with the same draft.
 
     .venv/bin/python -m bench.speculation --markdown        # SmolLM2-135M f32, ~10 min
     .venv/bin/python -m bench.speculation --quick           # fewer prompts and tokens
+    .venv/bin/python -m bench.speculation --only grammar    # one workload (prediction, grammar)
 
 Workloads: copy-heavy (quote, extract or edit a passage given in the prompt) and free
-(open-ended chat), greedy. The draft model is the target itself unless ``--draft``
-names another with the same tokenizer: with itself every draft is accepted, so it
-measures the machinery's cost, not a realistic draft. Every mode must produce the
-same tokens as speculation off; the table says so.
+(open-ended chat), greedy; predicted outputs (``bench/spec_prediction.py``) and grammar
+proposals (``bench/spec_grammar.py``). The draft model is the target itself unless
+``--draft`` names another with the same tokenizer: with itself every draft is accepted,
+so it measures the machinery's cost, not a realistic draft. Every mode must produce
+the same tokens as speculation off; the tables say so.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from engine.requests import GenerationRequest, SpeculationMode, SpeculationOptio
 from .common import Sample, default_model, machine_facts, prepare_f32, ratio
 from .report import Report, Row
 from .run import log
+from .spec_grammar import grammar_rows
+from .spec_prediction import prediction_rows
 from .spec_prompts import COPY_TASKS, FREE_TASKS, copy_batch, free_batch
 
 MODES = (SpeculationMode.OFF, SpeculationMode.NGRAM, SpeculationMode.DRAFT)
@@ -89,6 +93,10 @@ async def run(args) -> Report:
                          "step tokens": str(args.step_tokens), "speculation rows": str(args.speculation_rows)})
     table = report.table("speculative decoding, 1 stream (decode tok/s, greedy)", "speculating", "off")
     tasks = [("copy", t) for t in COPY_TASKS[: args.prompts]] + [("free", t) for t in FREE_TASKS[: args.prompts]]
+    if args.only:
+        tasks, args.streams = [], 0
+        args.prediction_tokens = args.prediction_tokens if args.only == "prediction" else 0
+        args.extractions = args.extractions if args.only == "grammar" else 0
     ratios: dict[str, dict[str, list[float]]] = {}
     try:
         for kind, (name, messages) in tasks:
@@ -111,6 +119,10 @@ async def run(args) -> Report:
                              f"stream_generate; {lm_spec[2]} from the draft"))
         if args.streams:
             await batch_rows(eng, tok, args, report)
+        if args.prediction_tokens:
+            await prediction_rows(eng, tok, args.prediction_tokens, report)
+        if args.extractions:
+            await grammar_rows(eng, tok, report, args.extractions)
     finally:
         await eng.close()
     summary = report.table("summary (median ratio vs off, 1 stream)", "ratio", "")
@@ -150,12 +162,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=160, help="tokens generated per request")
     p.add_argument("--prompts", type=int, default=3, help="prompts per workload")
     p.add_argument("--streams", type=int, default=8, help="concurrent copy-heavy streams (0: skip)")
+    p.add_argument("--prediction-tokens", type=int, default=400,
+                   help="tokens per request of the predicted-outputs workload (0: skip)")
+    p.add_argument("--extractions", type=int, default=20,
+                   help="JSON Schema extractions of the grammar-proposals workload (0: skip)")
+    p.add_argument("--only", choices=("prediction", "grammar"),
+                   help="one workload alone: predicted outputs or grammar proposals")
     p.add_argument("--quick", action="store_true", help="one prompt per workload, 48 tokens, 4 streams")
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--out", help="also write the report to this file")
     args = p.parse_args(argv)
     if args.quick:
-        args.prompts, args.tokens, args.streams = 1, 48, 4
+        args.prompts, args.tokens, args.streams, args.prediction_tokens, args.extractions = 1, 48, 4, 64, 2
     started = time.perf_counter()
     report = asyncio.run(run(args))
     command = "python -m bench.speculation " + " ".join(sys.argv[1:] if argv is None else argv)

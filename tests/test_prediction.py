@@ -32,15 +32,20 @@ def follow(prediction: list[int], output: list[int], k: int = 4) -> list[list[in
 
 
 def test_drafts_follow_the_prediction_and_rejoin_it_after_each_kind_of_edit():
-    p = list(range(100, 120))
-    assert follow(p, p[:3])[3] == p[3:7]
+    p = list(range(100, 140))
+    assert follow(p, p[:3], 32)[3] == p[3:19]  # 2 ** 5 tokens followed, capped at 16
     sub = p[:5] + [7] + p[6:10]  # a substitution: lost at 7, rejoined by the next predicted token
-    assert follow(p, sub)[6] == [] and follow(p, sub)[7] == p[7:11]
+    assert follow(p, sub)[6] == [] and follow(p, sub)[7] == p[7:9] and follow(p, sub)[8] == p[8:12]
     ins = p[:5] + [1, 2, 3] + p[5:8]  # an insertion: rejoined where the prediction resumes
-    assert follow(p, ins)[8] == [] and follow(p, ins)[9] == p[6:10]
+    assert follow(p, ins)[8] == [] and follow(p, ins)[9] == p[6:8]
     dele = p[:5] + p[9:12]  # a deletion: the output jumps ahead in the prediction
-    assert follow(p, dele)[6] == p[10:14]
+    assert follow(p, dele)[6] == p[10:12]
     assert follow(p, p)[-1] == []  # the prediction is used up
+
+
+def test_drafts_double_with_the_tokens_followed():
+    p = list(range(100, 160))
+    assert [len(d) for d in follow(p, p[:6], 32)] == [4, 8, 16, 16, 16, 16, 16]
 
 
 def test_a_rejoin_prefers_the_longest_match_and_the_nearest_ahead():
@@ -89,7 +94,6 @@ async def test_an_edited_prediction_rejoins_and_never_changes_the_output(stub, e
     usage = out.finished.usage
     if edit != "text":  # a re-tokenized text may differ from the ids anywhere
         assert usage.accepted_prediction_tokens > cut, usage  # drafts continued after the edit
-        assert usage.rejected_prediction_tokens > 0 or edit == "insert"
 
 
 async def test_a_wrong_prediction_changes_nothing(stub):

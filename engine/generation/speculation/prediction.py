@@ -2,7 +2,9 @@
 point the output has reached in it. After a mismatch that point is lost until the
 output's last tokens occur in the prediction again (longest match first; the nearest
 at or after where it was lost, else the latest before; a one-token match only close
-ahead), so substitutions, insertions and deletions all rejoin it."""
+ahead), so substitutions, insertions and deletions all rejoin it. Drafts double with
+the tokens the output has followed at the current alignment (2 ** run, at most 16),
+so a chance match costs few drafts and a long agreement gets many."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Sequence
 
 _MAX_N = 4  # the longest output suffix looked up
 _NEAR = 16  # how far ahead a one-token match may rejoin
+_START_RUN = 2  # the output's start is taken as a two-token match with the prediction's
 
 
 class PredictionDrafts:
@@ -20,6 +23,7 @@ class PredictionDrafts:
         self._at: int | None = 0  # where the next output token is expected; None: lost
         self._lost_at = 0  # where it was last known
         self._seen = 0  # output tokens followed so far
+        self._run = _START_RUN  # tokens followed at the current alignment
 
     @property
     def aligned(self) -> bool:
@@ -30,20 +34,22 @@ class PredictionDrafts:
         self._follow(output)
         if k <= 0 or self._at is None:
             return []
-        return list(self.tokens[self._at : self._at + k])
+        return list(self.tokens[self._at : self._at + min(k, 2 ** min(self._run, 4))])
 
     def _follow(self, output: Sequence[int]) -> None:
         for i in range(self._seen, len(output)):
             if self._at is not None and self._at < len(self.tokens) and self.tokens[self._at] == output[i]:
                 self._at += 1
+                self._run += 1
                 continue
             if self._at is not None:
                 self._lost_at, self._at = self._at, None
-            self._at = self._rejoin(output, i + 1)
+            self._at, self._run = self._rejoin(output, i + 1)
         self._seen = len(output)
 
-    def _rejoin(self, output: Sequence[int], end: int) -> int | None:
-        """Where the prediction continues after ``output[:end]``'s last tokens; None: nowhere."""
+    def _rejoin(self, output: Sequence[int], end: int) -> tuple[int | None, int]:
+        """(where the prediction continues after ``output[:end]``'s last tokens, the
+        match's length); (None, 0): nowhere."""
         ends = self._index()
         for n in range(min(_MAX_N, end), 0, -1):
             found = ends.get(tuple(output[end - n : end]))
@@ -52,10 +58,10 @@ class PredictionDrafts:
             ahead = bisect_left(found, self._lost_at + 1)
             if n == 1:
                 if ahead < len(found) and found[ahead] <= self._lost_at + _NEAR:
-                    return found[ahead]
+                    return found[ahead], 1
                 continue
-            return found[ahead] if ahead < len(found) else found[-1]
-        return None
+            return (found[ahead] if ahead < len(found) else found[-1]), n
+        return None, 0
 
     def _index(self) -> dict[tuple[int, ...], list[int]]:
         """Built on the first mismatch: a prediction that is followed throughout needs none."""
