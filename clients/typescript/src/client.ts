@@ -14,7 +14,9 @@ import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-no
 import {
   InferenceService,
   type EmbedRequestSchema,
+  type EmbedRequest,
   type EmbedResponse,
+  type EmbeddingType,
   type GenerateRequestSchema,
   type ListAdaptersResponse,
   type LoadAdapterResponse,
@@ -25,11 +27,16 @@ import {
   type RerankResponse,
 } from "./gen/mlxgrpc/v1/inference_service_pb.js";
 import type { AdapterInfo, MemoryPlan, ModelInfo } from "./gen/mlxgrpc/v1/model_pb.js";
+import { decodeEmbeddings, embeddingType, type Embeddings, type EmbeddingTypeName } from "./embeddings.js";
 import { GenerateCall, type GenerateResult } from "./generate.js";
 import { Attempts, withRetry, type OnRetry } from "./retry.js";
 
 export type GenerateRequestInit = MessageInitShape<typeof GenerateRequestSchema>;
 export type EmbedRequestInit = MessageInitShape<typeof EmbedRequestSchema>;
+/** An EmbedRequest for embedPacked: `embeddingType` by name or EmbeddingType; `packed` is set for you. */
+export type PackedEmbedRequestInit = Omit<Exclude<EmbedRequestInit, EmbedRequest>, "$typeName" | "embeddingType" | "packed"> & {
+  embeddingType?: EmbeddingType | EmbeddingTypeName;
+};
 export type RerankRequestInit = MessageInitShape<typeof RerankRequestSchema>;
 export type PrefetchRequestInit = MessageInitShape<typeof PrefetchRequestSchema>;
 
@@ -159,7 +166,8 @@ export class MlxClient {
    * Embeds texts; the responses come back ordered by input index. An input longer than
    * the model's limit is cut (`truncate: Truncation.END`, the default; `tokens` says how
    * many were used) or, with `truncate: Truncation.NONE`, refused: INVALID_ARGUMENT
-   * naming the input.
+   * naming the input. With `packed: true` the responses are the server's packed
+   * messages as they came: embedPacked decodes them.
    */
   async embed(request: string[] | EmbedRequestInit, options?: CallOptions): Promise<EmbedResponse[]> {
     const given: EmbedRequestInit = Array.isArray(request) ? { inputs: request } : request;
@@ -170,6 +178,21 @@ export class MlxClient {
       return responses;
     }, options);
     return out.sort((a, b) => a.index - b.index);
+  }
+
+  /**
+   * Embeds texts packed: the server sends up to 64 inputs' vectors a message as bytes of
+   * `embeddingType` ("float32", the default, "float16", "int8" or "ubinary", or an
+   * EmbeddingType), and they come back decoded in input order (`Embeddings`:
+   * `Float32Array`s, `Int8Array`s with `scales`, or `Uint8Array`s of bits). The rest as
+   * for embed; a type other than float32 without packed is INVALID_ARGUMENT naming
+   * `embedding_type`, which embed lets you see.
+   */
+  async embedPacked(request: string[] | PackedEmbedRequestInit, options?: CallOptions): Promise<Embeddings> {
+    const given: PackedEmbedRequestInit = Array.isArray(request) ? { inputs: request } : request;
+    const { embeddingType: type, ...rest } = given;
+    const req: EmbedRequestInit = { ...rest, packed: true, ...(type === undefined ? {} : { embeddingType: embeddingType(type) }) };
+    return decodeEmbeddings(await this.embed(req, options), req.inputs?.length ?? 0);
   }
 
   /**

@@ -1,4 +1,5 @@
 export * from "./client.js";
+export * from "./embeddings.js";
 export * from "./errors.js";
 export * from "./formats.js";
 export * from "./generate.js";

@@ -6,15 +6,19 @@ import assert from "node:assert/strict";
 import {
   Code,
   ConnectError,
+  EmbeddingType,
   FinishReason,
   ModelKind,
   SpeculationMode,
   Truncation,
   connect,
   cosineSimilarity,
+  embeddingFloats,
   errorDetails,
+  hamming,
   prediction,
   speculation,
+  unpackBits,
   type GenerateResponse,
   type MlxClient,
   type ModelInfo,
@@ -43,6 +47,10 @@ const passage =
   "The lighthouse keeper climbed the narrow stairs every evening at dusk, lit the great lamp, " +
   "and wrote the names of the ships that passed in a worn leather book.";
 const copyPrompt = `Repeat exactly: ${passage}\n${passage}\n`;
+
+// Seventy short texts: a packed Embed of them is at most ceil(70 / 64) = 2 messages.
+const topics = ["rivers", "bread", "the stock market", "mountains", "music", "a cat", "rain", "trains", "chess", "the sea"];
+const seventy = Array.from({ length: 70 }, (_, i) => `Note ${i}: a short sentence about ${topics[i % topics.length]}.`);
 
 const long = { prompt: { case: "text" as const, value: "Once upon a time" }, stopping: exact(2000) };
 
@@ -268,6 +276,58 @@ describe("live server", () => {
     assert.match(d.message, new RegExp(`${embedder.contextLength}`), "says the limit");
     const [fits] = await client.embed({ inputs: inputs.slice(0, 1), truncate: Truncation.NONE });
     assert.ok(fits.tokens > 0 && fits.tokens < embedder.contextLength);
+  });
+
+  liveTest("packed Embed: float32 equals the per-input vectors in at most 2 messages, int8 and float16 close", async (t) => {
+    const embedder = served.embedder;
+    if (!embedder) return unavailable(t, "the server has no embedding model");
+    const model = embedder.name;
+    const plain = await client.embed({ model, inputs: seventy });
+    const packed = await client.embedPacked({ model, inputs: seventy });
+    assert.equal(packed.type, EmbeddingType.FLOAT32);
+    assert.equal(packed.vectors.length, 70);
+    assert.equal(packed.dimensions, embedder.embeddingDimensions);
+    assert.ok(packed.messages >= 1 && packed.messages <= 2, `${packed.messages} messages`);
+    assert.deepEqual(packed.vectors, plain.map((r) => Float32Array.from(r.embedding)), "the same float32 values");
+    assert.deepEqual(packed.tokens, plain.map((r) => r.tokens));
+
+    const int8 = await client.embedPacked({ model, inputs: seventy, embeddingType: "int8" });
+    assert.equal(int8.type, EmbeddingType.INT8);
+    assert.ok(int8.messages <= 2);
+    if (int8.type !== EmbeddingType.INT8) return;
+    assert.equal(int8.scales.length, 70);
+    embeddingFloats(int8).forEach((v, i) => {
+      const c = cosineSimilarity(v, plain[i].embedding);
+      assert.ok(c >= 0.999, `input ${i}: int8 cosine ${c}`);
+    });
+
+    const half = await client.embedPacked({ model, inputs: seventy, embeddingType: EmbeddingType.FLOAT16 });
+    assert.equal(half.type, EmbeddingType.FLOAT16);
+    (half.vectors as Float32Array[]).forEach((v, i) =>
+      v.forEach((x, j) => assert.ok(Math.abs(x - plain[i].embedding[j]) < 1e-3, `input ${i} value ${j}`)),
+    );
+
+    const err = await expectError(client.embed({ model, inputs: seventy.slice(0, 2), embeddingType: EmbeddingType.INT8 }));
+    const d = errorDetails(err);
+    assert.equal(d.code, Code.InvalidArgument, d.message);
+    assert.deepEqual(d.fieldViolations.map((v) => v.field), ["embedding_type"]);
+  });
+
+  liveTest("packed Embed ubinary: the signs of the float32 values, 100 dimensions in 13 bytes", async (t) => {
+    const embedder = served.embedder;
+    if (!embedder) return unavailable(t, "the server has no embedding model");
+    const inputs = ["A man is eating food.", "A man is eating a piece of bread.", "The stock market crashed today."];
+    const plain = await client.embed({ model: embedder.name, inputs, dimensions: 100 });
+    const bits = await client.embedPacked({ model: embedder.name, inputs, dimensions: 100, embeddingType: "ubinary" });
+    assert.deepEqual([bits.type, bits.dimensions, bits.messages], [EmbeddingType.UBINARY, 100, 1]);
+    const vectors = bits.vectors as Uint8Array[];
+    vectors.forEach((v, i) => {
+      assert.equal(v.length, 13);
+      assert.equal(v[12] & 0x0f, 0, "unused low bits zero");
+      assert.deepEqual(unpackBits(v, 100), Uint8Array.from(plain[i].embedding, (x) => (x > 0 ? 1 : 0)));
+    });
+    const [food, bread, stocks] = vectors;
+    assert.ok(hamming(food, bread) < hamming(food, stocks));
   });
 
   liveTest("invalid temperature: INVALID_ARGUMENT with BadRequest and ErrorInfo details", async () => {
