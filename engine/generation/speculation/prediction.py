@@ -8,8 +8,9 @@ so a chance match costs few drafts and a long agreement gets many."""
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from typing import Sequence
+
+import numpy as np
 
 _MAX_N = 4  # the longest output suffix looked up
 _NEAR = 16  # how far ahead a one-token match may rejoin
@@ -19,15 +20,11 @@ _START_RUN = 2  # the output's start is taken as a two-token match with the pred
 class PredictionDrafts:
     def __init__(self, tokens: Sequence[int]):
         self.tokens = tuple(tokens)
-        self._ends: dict[tuple[int, ...], list[int]] | None = None  # n-gram -> its end positions, ascending
+        self._array = np.asarray(self.tokens, dtype=np.int64)
         self._at: int | None = 0  # where the next output token is expected; None: lost
         self._lost_at = 0  # where it was last known
         self._seen = 0  # output tokens followed so far
         self._run = _START_RUN  # tokens followed at the current alignment
-
-    @property
-    def aligned(self) -> bool:
-        return self._at is not None
 
     def propose(self, output: Sequence[int], k: int) -> list[int]:
         """Up to ``k`` drafts to follow ``output`` (the sequence's generated tokens)."""
@@ -49,26 +46,19 @@ class PredictionDrafts:
 
     def _rejoin(self, output: Sequence[int], end: int) -> tuple[int | None, int]:
         """(where the prediction continues after ``output[:end]``'s last tokens, the
-        match's length); (None, 0): nowhere."""
-        ends = self._index()
-        for n in range(min(_MAX_N, end), 0, -1):
-            found = ends.get(tuple(output[end - n : end]))
-            if not found:
+        match's length); (None, 0): nowhere. A vectorized scan, no index to build."""
+        for n in range(min(_MAX_N, end, len(self._array)), 0, -1):
+            suffix = output[end - n : end]
+            hits = self._array[: len(self._array) - n + 1] == suffix[0]
+            for j in range(1, n):
+                hits &= self._array[j : len(self._array) - n + 1 + j] == suffix[j]
+            found = np.flatnonzero(hits) + n  # end positions, ascending
+            if not len(found):
                 continue
-            ahead = bisect_left(found, self._lost_at + 1)
+            ahead = int(np.searchsorted(found, self._lost_at + 1))
             if n == 1:
                 if ahead < len(found) and found[ahead] <= self._lost_at + _NEAR:
-                    return found[ahead], 1
+                    return int(found[ahead]), 1
                 continue
-            return (found[ahead] if ahead < len(found) else found[-1]), n
+            return int(found[ahead] if ahead < len(found) else found[-1]), n
         return None, 0
-
-    def _index(self) -> dict[tuple[int, ...], list[int]]:
-        """Built on the first mismatch: a prediction that is followed throughout needs none."""
-        if self._ends is None:
-            self._ends = {}
-            t = self.tokens
-            for end in range(1, len(t) + 1):
-                for n in range(1, min(_MAX_N, end) + 1):
-                    self._ends.setdefault(t[end - n : end], []).append(end)
-        return self._ends
