@@ -5,7 +5,8 @@
 //! raw stub lacks: connecting with TLS and a bearer token, a default deadline,
 //! retries of calls the server refused for now (RetryInfo), Generate as a
 //! [`Stream`] of events with a client-side id to cancel it by (or collected at
-//! once), Embed results in input order, Rerank results most relevant first
+//! once), Embed results in input order, packed embeddings decoded into vectors
+//! ([`Client::embed_packed`], [`pb::EmbedRequest::with_packed`], [`Embeddings`]), Rerank results most relevant first
 //! ([`Client::rerank`], [`pb::RerankRequest::new`], [`Truncation`]), adapter calls ([`Client::load_adapter`],
 //! [`Client::unload_adapter`], [`Client::list_adapters`]), the prefix cache
 //! ([`Client::prefetch`], [`pb::PrefetchRequest::text`], [`Client::close_session`]), predicted
@@ -46,6 +47,7 @@ use tonic::{Request, Status};
 
 mod adapters;
 mod client;
+mod embeddings;
 mod errors;
 mod generation;
 mod images;
@@ -56,6 +58,9 @@ mod rerank;
 mod retry;
 
 pub use client::Client;
+pub use embeddings::{
+    Embeddings, PackedError, Vectors, dequantize, f16_to_f32, hamming, unpack_bits,
+};
 pub use errors::{ErrorDetails, ErrorInfo, FieldViolation, RetryInfo, error_details};
 pub use generation::{Choice, Event, Generation, GenerationResult};
 pub use images::{ImageError, media_type, media_type_of};

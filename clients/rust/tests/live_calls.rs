@@ -1,11 +1,14 @@
 //! The other calls against a live server at MLXGRPC_ADDRESS (any server: the models come
 //! from ListModels): tokenizing, embeddings, error details, model info, the memory plan,
-//! load reports, bearer tokens, adapters, Embed's truncation, Prefetch and CloseSession.
+//! load reports, bearer tokens, adapters, Embed's truncation, packed embeddings, Prefetch
+//! and CloseSession.
 //! Skipped without the server (or its embedding model, its adapter), like tests/live_generate.rs.
 
 mod support;
 
-use mlx_grpc_client::{Code, ConnectOptions, Truncation, error_details, pb};
+use mlx_grpc_client::{
+    Code, ConnectOptions, Truncation, Vectors, dequantize, error_details, hamming, pb, unpack_bits,
+};
 use support::{exact, live, loaded_adapter, token, unavailable, with_adapter};
 
 fn norm(v: &[f32]) -> f32 {
@@ -131,6 +134,153 @@ async fn embed_truncation_none_refuses_a_long_input() {
         );
         assert!(resp[0].tokens < resp[1].tokens);
     }
+}
+
+/// Seventy short texts: a packed Embed of them is at most ceil(70 / 64) = 2 messages.
+fn seventy() -> Vec<String> {
+    let topics = [
+        "rivers",
+        "bread",
+        "the stock market",
+        "mountains",
+        "music",
+        "a cat",
+        "rain",
+        "trains",
+        "chess",
+        "the sea",
+    ];
+    (0..70)
+        .map(|i| {
+            format!(
+                "Note {i}: a short sentence about {}.",
+                topics[i % topics.len()]
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
+async fn packed_embeddings_match_the_per_input_ones() {
+    let Some(s) = live().await else { return };
+    let Some(embedder) = s
+        .embedder
+        .as_ref()
+        .or_else(|| unavailable("the server serves no embedding model"))
+    else {
+        return;
+    };
+    let request = pb::EmbedRequest::new(seventy()).with_model(&embedder.name);
+    let plain = s.client.embed(request.clone()).await.expect("embed");
+    let per_input: Vec<Vec<f32>> = plain.iter().map(|r| r.embedding.clone()).collect();
+
+    let packed = s
+        .client
+        .embed_packed(request.clone())
+        .await
+        .expect("embed packed float32");
+    assert_eq!(packed.len(), 70);
+    assert!(
+        (1..=2).contains(&packed.messages),
+        "{} messages",
+        packed.messages
+    );
+    assert_eq!(packed.dimensions, embedder.embedding_dimensions as usize);
+    assert_eq!(
+        packed.vectors,
+        Vectors::Float32(per_input.clone()),
+        "the same float32 values"
+    );
+    let tokens: Vec<i32> = plain.iter().map(|r| r.tokens).collect();
+    assert_eq!(packed.tokens, tokens);
+
+    let int8 = s
+        .client
+        .embed_packed(request.clone().with_packed(pb::EmbeddingType::Int8))
+        .await
+        .expect("embed packed int8");
+    assert_eq!(int8.embedding_type(), pb::EmbeddingType::Int8);
+    assert!(int8.messages <= 2);
+    let Vectors::Int8 { values, scales } = &int8.vectors else {
+        panic!("{:?}", int8.embedding_type())
+    };
+    assert_eq!((values.len(), scales.len()), (70, 70));
+    for (i, (v, s)) in values.iter().zip(scales).enumerate() {
+        let c = cosine(&dequantize(v, *s), &per_input[i]);
+        assert!(c >= 0.999, "input {i}: int8 cosine {c}");
+    }
+
+    let half = s
+        .client
+        .embed_packed(request.clone().with_packed(pb::EmbeddingType::Float16))
+        .await
+        .expect("embed packed float16");
+    let Vectors::Float16(half) = half.vectors else {
+        panic!("not float16")
+    };
+    for (i, (h, f)) in half.iter().zip(&per_input).enumerate() {
+        assert!(
+            h.iter().zip(f).all(|(x, y)| (x - y).abs() < 1e-3),
+            "input {i}: float16 far from float32"
+        );
+    }
+
+    let status = s
+        .client
+        .embed(
+            pb::EmbedRequest::new(["a", "b"])
+                .with_model(&embedder.name)
+                .with_embedding_type(pb::EmbeddingType::Int8),
+        )
+        .await
+        .expect_err("int8 without packed");
+    let details = error_details(&status);
+    assert_eq!(details.code, Code::InvalidArgument, "{status:?}");
+    let fields: Vec<&str> = details
+        .field_violations
+        .iter()
+        .map(|v| v.field.as_str())
+        .collect();
+    assert_eq!(fields, ["embedding_type"], "{status:?}");
+}
+
+#[tokio::test]
+#[ignore = "live: needs a server (MLXGRPC_ADDRESS=host:port cargo test -- --include-ignored)"]
+async fn packed_ubinary_embeddings_are_the_signs() {
+    let Some(s) = live().await else { return };
+    let Some(embedder) = s
+        .embedder
+        .as_ref()
+        .or_else(|| unavailable("the server serves no embedding model"))
+    else {
+        return;
+    };
+    // 100 dimensions: 13 bytes a vector, the last one's four low bits unused
+    let mut request = pb::EmbedRequest::new([
+        "A man is eating food.",
+        "A man is eating a piece of bread.",
+        "The stock market crashed today.",
+    ])
+    .with_model(&embedder.name);
+    request.dimensions = 100;
+    let plain = s.client.embed(request.clone()).await.expect("embed");
+    let e = s
+        .client
+        .embed_packed(request.with_packed(pb::EmbeddingType::Ubinary))
+        .await
+        .expect("embed packed ubinary");
+    assert_eq!((e.dimensions, e.messages), (100, 1));
+    let Vectors::Ubinary(bits) = &e.vectors else {
+        panic!("{:?}", e.embedding_type())
+    };
+    for (i, (b, r)) in bits.iter().zip(&plain).enumerate() {
+        assert_eq!(b.len(), 13);
+        assert_eq!(b[12] & 0x0f, 0, "unused low bits zero");
+        let signs: Vec<u8> = r.embedding.iter().map(|&x| u8::from(x > 0.0)).collect();
+        assert_eq!(unpack_bits(b, 100), signs, "input {i}");
+    }
+    assert!(hamming(&bits[0], &bits[1]) < hamming(&bits[0], &bits[2]));
 }
 
 #[tokio::test]
