@@ -1,26 +1,29 @@
 """Tool choice as constraints: REQUIRED and FUNCTION become an llguidance grammar of the
-model's own call syntax whose arguments follow each tool's schema; NONE bans the call
-marker's token; AUTO constrains nothing (calls are checked after the fact)."""
+model's own call syntax whose arguments follow each tool's schema (calls.py); NONE bans
+the call marker's token, or, where the marker is several ordinary tokens, constrains
+the output to text without it; AUTO constrains nothing (calls are checked after the
+fact). A marker of one token is that token in a grammar, else its text (special tokens
+by id)."""
 
 from __future__ import annotations
 
 import json
 
-from ...errors import Unsupported
+from ...errors import InvalidRequest, Unsupported
 from ...requests import ChatPrompt, ToolChoiceMode
-from ..grammar.formats import JSON_OPTIONS
+from .calls import calls_rules
 from .syntax import ChatSyntax, Marker
 from .tools import ToolSet
+from .values import Unwritable, excluding
 
-ENFORCED_PARSERS = ("json_tools", "mistral", "pythonic")
+ENFORCED_PARSERS = ("json_tools", "mistral", "pythonic", "qwen3_coder", "gemma4")
 BANNED = -1e9  # a logit bias no score overcomes
 
 
 def enforceable(syntax: ChatSyntax) -> bool:
-    """The grammar can write this model's calls: a known syntax with one-token markers."""
-    end = syntax.call_end
-    return (syntax.parser in ENFORCED_PARSERS and syntax.call_start.token is not None
-            and (end is None or not end.text or end.token is not None))
+    """The grammar can write this model's calls (whatever its markers' tokenization)."""
+    ends = syntax.parser == "mistral" or bool(syntax.call_end is not None and syntax.call_end.text)
+    return syntax.parser in ENFORCED_PARSERS and syntax.call_start is not None and ends
 
 
 def tool_grammar(prompt: ChatPrompt, tools: ToolSet, syntax: ChatSyntax, opens_reasoning: bool,
@@ -32,69 +35,54 @@ def tool_grammar(prompt: ChatPrompt, tools: ToolSet, syntax: ChatSyntax, opens_r
     if not enforceable(syntax):
         raise Unsupported(f"model {model!r} calls tools in a syntax ({syntax.parser or 'unknown'}) the grammar "
                           f"cannot enforce; tool_choice {prompt.tool_choice.value} needs one of "
-                          f"{', '.join(ENFORCED_PARSERS)} with single-token markers")
-    names = [prompt.function] if prompt.tool_choice is ToolChoiceMode.FUNCTION else [t.name for t in tools.tools]
-    calls = _CALLS[syntax.parser](names, tools, syntax, prompt.parallel_tool_calls)
+                          f"{', '.join(ENFORCED_PARSERS)}")
+    function = prompt.tool_choice is ToolChoiceMode.FUNCTION
+    names = [prompt.function] if function else [t.name for t in tools.tools]
+    try:
+        calls = calls_rules(syntax, names, tools, prompt.parallel_tool_calls)
+    except Unwritable as exc:
+        raise InvalidRequest("chat.tool_choice.function_name" if function else "chat.tools",
+                             f"no tool can be called in this model's {syntax.parser} syntax ({exc})") from None
     think = syntax.think_end if opens_reasoning and syntax.thinking else None
-    if think is not None and think.token is not None:
-        return f'start: thought? calls\nthought: THOUGHT? {_token(think)} "\\n\\n"?\nTHOUGHT: /(?s:.+)/\n{calls}'
+    if think is not None:
+        return "start: thought? calls\n" + _thought(think, syntax.call_start) + calls
     return "start: calls\n" + calls
 
 
+def none_grammar(prompt: ChatPrompt, syntax: ChatSyntax) -> str | None:
+    """NONE where the call marker is several ordinary tokens: any text without it (the
+    thinking markers' special tokens still allowed), else None."""
+    if not (prompt.tool_choice is ToolChoiceMode.NONE and needs_none_grammar(syntax)):
+        return None
+    marks = sorted({i for m in (syntax.think_start, syntax.think_end) if m is not None for i in m.special_ids})
+    text = f"TEXT: /(?s:.+)/ & {excluding((syntax.call_start.text,))}\n"
+    if not marks:
+        return "start: TEXT?\n" + text
+    return "start: TEXT? (mark TEXT?)*\nmark: " + " | ".join(f"<[{i}]>" for i in marks) + "\n" + text
+
+
+def needs_none_grammar(syntax: ChatSyntax) -> bool:
+    """NONE is a grammar on this model (no token of its call marker can be banned)."""
+    return syntax.tool_calling and syntax.call_start.plain
+
+
 def banned_tokens(prompt: ChatPrompt, syntax: ChatSyntax) -> dict[int, float]:
-    """NONE: the call marker's token may not be sampled."""
-    if prompt.tool_choice is ToolChoiceMode.NONE and syntax.tool_calling and syntax.call_start.token is not None:
-        return {syntax.call_start.token: BANNED}
-    return {}
+    """NONE: the call marker's token (or its first special token) may not be sampled."""
+    if prompt.tool_choice is not ToolChoiceMode.NONE or not syntax.tool_calling:
+        return {}
+    start = syntax.call_start
+    token = start.token if start.token is not None else next(iter(start.special_ids), None)
+    return {token: BANNED} if token is not None else {}
 
 
-def _token(marker: Marker) -> str:
-    return f"<[{marker.token}]>"
-
-
-def _closed(schema: dict) -> dict:
-    """Arguments take only the keys the schema names, unless it says otherwise."""
-    return schema if "additionalProperties" in schema else {**schema, "additionalProperties": False}
-
-
-def _object(name: str, tools: ToolSet) -> str:
-    schema = {"type": "object", "properties": {"name": {"const": name}, "arguments": _closed(tools.schemas[name])},
-              "required": ["name", "arguments"], "additionalProperties": False, "x-guidance": JSON_OPTIONS}
-    return "%json " + json.dumps(schema)
-
-
-def _repeat(rule: str, separator: str, parallel: bool) -> str:
-    return f'{rule} ({json.dumps(separator)} {rule})*' if parallel else rule
-
-
-def _json_tools(names, tools, syntax, parallel) -> str:
-    bodies = "\n".join(f"body{i}: {_object(n, tools)}" for i, n in enumerate(names))
-    either = " | ".join(f"body{i}" for i in range(len(names)))
-    return (f"calls: {_repeat('call', chr(10), parallel)}\n"
-            f'call: {_token(syntax.call_start)} "\\n" ({either}) "\\n" {_token(syntax.call_end)}\n{bodies}\n')
-
-
-def _mistral(names, tools, syntax, parallel) -> str:
-    bodies = "\n".join(f"body{i}: {_object(n, tools)}" for i, n in enumerate(names))
-    either = " | ".join(f"body{i}" for i in range(len(names)))
-    return (f'calls: {_token(syntax.call_start)} "[" {_repeat("call", ", ", parallel)} "]"\n'
-            f"call: {either}\n{bodies}\n")
-
-
-def _pythonic(names, tools, syntax, parallel) -> str:
-    """name(key=value, ...) with the required keyword arguments in schema order."""
-    rules = []
-    for i, name in enumerate(names):
-        schema = tools.schemas[name]
-        props = schema.get("properties", {})
-        keys = [key for key in props if key in set(schema.get("required", ()))]
-        args = ' ", " '.join(f'"{key}=" arg{i}_{j}' for j, key in enumerate(keys))
-        rules.append(f'fn{i}: {json.dumps(name + "(")} {args} ")"' if keys else f"fn{i}: {json.dumps(name + '()')}")
-        rules.extend(f"arg{i}_{j}: %json " + json.dumps({**props[key], "x-guidance": JSON_OPTIONS})
-                     for j, key in enumerate(keys))
-    either = " | ".join(f"fn{i}" for i in range(len(names)))
-    return (f'calls: {_token(syntax.call_start)} "[" {_repeat("call", ", ", parallel)} "]" '
-            f"{_token(syntax.call_end)}\ncall: {either}\n" + "\n".join(rules) + "\n")
-
-
-_CALLS = {"json_tools": _json_tools, "mistral": _mistral, "pythonic": _pythonic}
+def _thought(think: Marker, call: Marker) -> str:
+    """A finished thought: text, then the end marker. Its text holds neither the end
+    marker's text nor the call marker's (so a call is never read as thought)."""
+    head = think.parts[0] if think.token is None and think.parts else None
+    avoid = [p for p in call.parts[:1] if call.token is None and isinstance(p, str)]
+    if not isinstance(head, str):  # one token or a special token first: the thought's text stops at it
+        text = f"/(?s:.+)/{' & ' + excluding(avoid) if avoid else ''}"
+        return f'thought: THOUGHT? {think.lark} "\\n\\n"?\nTHOUGHT: {text}\n'
+    rest = " ".join(json.dumps(p) if isinstance(p, str) else f"<[{p}]>" for p in think.parts[1:])
+    return (f'thought: THOUGHT {rest} "\\n\\n"?\nTHOUGHT: THOUGHT_TEXT {json.dumps(head)}\n'
+            f"THOUGHT_TEXT: /(?s:.*)/ & {excluding([head, *avoid])}\n")

@@ -10,7 +10,7 @@ from typing import Iterator
 from ...errors import InvalidRequest
 from ...events import Delta, Event, FinishReason, Finished
 from ...requests import ChatPrompt, GenerationRequest, ToolChoiceMode
-from .choice import banned_tokens, tool_grammar
+from .choice import banned_tokens, needs_none_grammar, none_grammar, tool_grammar
 from .output import OutputSplitter, Split
 from .syntax import ChatSyntax
 from .tools import ToolSet, tool_set
@@ -33,12 +33,17 @@ def chat_tools(request: GenerationRequest, syntax: ChatSyntax, model: str) -> To
     if tools is not None and forced and request.response_format is not None:
         raise InvalidRequest("response_format", f"cannot be combined with tool_choice {prompt.tool_choice.value}: "
                                                 "the call is the output")
+    none = tools is not None and prompt.tool_choice is ToolChoiceMode.NONE and needs_none_grammar(syntax)
+    if none and request.response_format is not None:  # a row has one grammar
+        raise InvalidRequest("response_format", f"cannot be combined with tool_choice NONE on model {model!r}: its "
+                                                f"call marker {syntax.call_start.text!r} is several tokens, kept out "
+                                                "of the output by a grammar of its own")
     return tools
 
 
 @dataclass(frozen=True)
 class ChatPlan:
-    grammar: str | None  # Lark text forcing a call
+    grammar: str | None  # Lark text forcing a call (REQUIRED, FUNCTION) or keeping one out (NONE)
     splitter: OutputSplitter | None
 
     def relay(self, event: Event) -> Iterator[Event]:
@@ -62,7 +67,7 @@ class ChatPlan:
 
 def plan_chat(request: GenerationRequest, tools: ToolSet | None, syntax: ChatSyntax, opens_reasoning: bool,
               model: str) -> tuple[GenerationRequest, ChatPlan]:
-    """The request as it runs (NONE bans the call marker) and its plan."""
+    """The request as it runs (NONE bans the call marker's token) and its plan."""
     prompt = request.prompt
     if not isinstance(prompt, ChatPrompt):
         return request, ChatPlan(None, None)
@@ -70,7 +75,8 @@ def plan_chat(request: GenerationRequest, tools: ToolSet | None, syntax: ChatSyn
     if banned:
         sampling = dataclasses.replace(request.sampling, logit_bias={**request.sampling.logit_bias, **banned})
         request = dataclasses.replace(request, sampling=sampling)
-    grammar = tool_grammar(prompt, tools, syntax, opens_reasoning, model) if tools is not None else None
+    grammar = (tool_grammar(prompt, tools, syntax, opens_reasoning, model) or none_grammar(prompt, syntax)
+               if tools is not None else None)
     calls = tools if prompt.tool_choice is not ToolChoiceMode.NONE else None
     splits = syntax.thinking or calls is not None
     return request, ChatPlan(grammar, OutputSplitter(syntax, calls, in_reasoning=opens_reasoning) if splits else None)

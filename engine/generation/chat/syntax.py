@@ -3,16 +3,38 @@ the parser from the chat template or the vocabulary)."""
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ...description import ChatFacts
+
+GEMMA4_QUOTE = '<|"|>'  # gemma4's string delimiter
 
 
 @dataclass(frozen=True)
 class Marker:
     text: str
     token: int | None  # the one token that spells ``text``, if there is one
+    parts: tuple[str | int, ...] = ()  # ``text`` as runs of ordinary text and special token ids
+
+    @property
+    def lark(self) -> str:
+        """The marker in a Lark grammar: its one token, else its text (special tokens
+        by id; ordinary text however the tokenizer splits it)."""
+        if self.token is not None:
+            return f"<[{self.token}]>"
+        return " ".join(json.dumps(p) if isinstance(p, str) else f"<[{p}]>" for p in self.parts or (self.text,))
+
+    @property
+    def plain(self) -> bool:
+        """Several ordinary tokens: only a grammar over its text can keep it out."""
+        return self.token is None and all(isinstance(p, str) for p in self.parts or (self.text,))
+
+    @property
+    def special_ids(self) -> tuple[int, ...]:
+        return tuple(p for p in self.parts if isinstance(p, int))
 
 
 @dataclass(frozen=True)
@@ -23,6 +45,7 @@ class ChatSyntax:
     call_end: Marker | None = None  # text "" where a call runs to the end of the output
     think_start: Marker | None = None
     think_end: Marker | None = None
+    quote: Marker | None = None  # gemma4's string delimiter
 
     @property
     def tool_calling(self) -> bool:
@@ -46,17 +69,21 @@ class ChatSyntax:
 
 def chat_syntax(tokenizer) -> ChatSyntax:
     """What ``tokenizer`` (mlx-lm's TokenizerWrapper) says; empty for plain tokenizers."""
-    marker = lambda text: Marker(text, _single_token(tokenizer, text)) if text is not None else None
+    specials = _special_tokens(tokenizer)
+    marker = lambda text: Marker(text, _single_token(tokenizer, text), _parts(text, specials)) \
+        if text is not None else None
     parse = getattr(tokenizer, "tool_parser", None)
     start = getattr(tokenizer, "tool_call_start", None) if parse is not None else None
     think = getattr(tokenizer, "has_thinking", False)
+    parser = parse.__module__.rsplit(".", 1)[-1] if start is not None else ""
     return ChatSyntax(
-        parser=parse.__module__.rsplit(".", 1)[-1] if start is not None else "",
+        parser=parser,
         parse=parse if start is not None else None,
         call_start=marker(start) if start else None,
         call_end=marker(getattr(tokenizer, "tool_call_end", "") or "") if start else None,
         think_start=marker(tokenizer.think_start) if think else None,
-        think_end=marker(tokenizer.think_end) if think else None)
+        think_end=marker(tokenizer.think_end) if think else None,
+        quote=marker(GEMMA4_QUOTE) if parser == "gemma4" else None)
 
 
 def _single_token(tokenizer, text: str) -> int | None:
@@ -64,6 +91,32 @@ def _single_token(tokenizer, text: str) -> int | None:
         return None
     ids = tokenizer.encode(text, add_special_tokens=False)
     return ids[0] if len(ids) == 1 else None
+
+
+def _special_tokens(tokenizer) -> dict[str, int]:
+    """The added tokens marked special (the ones a grammar names by id, never as text)."""
+    try:
+        added = dict(getattr(tokenizer, "added_tokens_decoder", None) or {})
+    except Exception:  # noqa: BLE001 - a tokenizer without added tokens has no special ones
+        return {}
+    return {t.content: i for i, t in added.items() if getattr(t, "special", False) and t.content}
+
+
+def _parts(text: str, specials: dict[str, int]) -> tuple[str | int, ...]:
+    found = [s for s in specials if s in text]
+    if not found:
+        return (text,) if text else ()
+    pattern = re.compile("|".join(re.escape(s) for s in sorted(found, key=len, reverse=True)))
+    parts: list[str | int] = []
+    at = 0
+    for match in pattern.finditer(text):
+        if match.start() > at:
+            parts.append(text[at:match.start()])
+        parts.append(specials[match.group()])
+        at = match.end()
+    if at < len(text):
+        parts.append(text[at:])
+    return tuple(parts)
 
 
 def _text(marker: Marker | None) -> str:
