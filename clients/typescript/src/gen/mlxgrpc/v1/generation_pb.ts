@@ -283,8 +283,9 @@ export const ToolCallDeltaSchema: GenMessage<ToolCallDelta> = /*@__PURE__*/
 /**
  * Tool choice. REQUIRED and FUNCTION constrain the output (as response_format does) to
  * the model's own call syntax with arguments that validate against each tool's
- * schema; AUTO constrains calls the same way once the model starts one (where the
- * model's call marker is a single token) and checks them after the fact otherwise.
+ * schema, whatever the tokenization of its call markers; NONE keeps the call marker
+ * out of the output; AUTO constrains nothing and checks calls after the fact
+ * (GetModelInfo: capabilities.chat.tool_choice_enforced says where the grammar runs).
  *
  * @generated from message mlxgrpc.v1.ToolChoice
  */

@@ -175,7 +175,10 @@ export type GenerateRequest = Message<"mlxgrpc.v1.GenerateRequest"> & {
    * output follows it, and after a mismatch from where the output rejoins it; the
    * model verifies each as any draft, so the output is the same with or without a
    * prediction (greedy or seeded), only faster where it matches. Usage reports the
-   * prediction tokens accepted and rejected. Needs a model that speculates
+   * prediction tokens accepted and rejected. Drafts are verified only in decode steps
+   * of at most the server's --speculation-rows rows (default 1), so it speeds up a
+   * request that decodes alone, not n > 1 choices or a busy batch; mirostat requests
+   * do not speculate. An empty prediction is no prediction. Needs a model that speculates
    * (GetModelInfo: capabilities.speculation.external_tokens; elsewhere
    * FAILED_PRECONDITION); with speculation.mode OFF it is INVALID_ARGUMENT. At most
    * the server's --max-prediction-tokens tokens.
