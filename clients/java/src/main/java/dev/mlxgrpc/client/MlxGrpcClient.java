@@ -5,6 +5,7 @@ import dev.mlxgrpc.v1.CancelRequest;
 import dev.mlxgrpc.v1.CloseSessionRequest;
 import dev.mlxgrpc.v1.EmbedRequest;
 import dev.mlxgrpc.v1.EmbedResponse;
+import dev.mlxgrpc.v1.EmbeddingType;
 import dev.mlxgrpc.v1.GenerateRequest;
 import dev.mlxgrpc.v1.GenerateResponse;
 import dev.mlxgrpc.v1.GetLoadRequest;
@@ -187,7 +188,8 @@ public final class MlxGrpcClient implements AutoCloseable {
    * priority 0 gets the client's default. An input longer than the model's limit is cut ({@code
    * setTruncate(Truncation.TRUNCATION_END)}, the default; {@code getTokens()} says how many were
    * used) or, with {@code Truncation.TRUNCATION_NONE}, refused: INVALID_ARGUMENT naming the input
-   * ({@code inputs[i]}).
+   * ({@code inputs[i]}). With {@code packed} the responses are the server's packed messages as
+   * they came: {@link #embedPacked(EmbedRequest)} decodes them.
    */
   public List<EmbedResponse> embed(EmbedRequest given) {
     EmbedRequest request = Priority.orDefault(given, priority);
@@ -205,6 +207,24 @@ public final class MlxGrpcClient implements AutoCloseable {
   /** Embeds {@code inputs} with the default embedding model, sorted by input order. */
   public List<EmbedResponse> embed(String... inputs) {
     return embed(EmbedRequest.newBuilder().addAllInputs(List.of(inputs)).build());
+  }
+
+  /**
+   * Embeds the request's inputs packed ({@code packed} is set for you): the server sends up to 64
+   * inputs' vectors a message as bytes of the request's {@code embeddingType} (FLOAT32, the
+   * default, FLOAT16, INT8 with a scale per vector, or UBINARY, a bit per value), decoded into
+   * {@link Embeddings} in input order. The rest as for {@link #embed(EmbedRequest)}; a type other
+   * than float32 without {@code packed} (through {@code embed}) is INVALID_ARGUMENT naming {@code
+   * embedding_type}. A response that does not decode is an IllegalArgumentException.
+   */
+  public Embeddings embedPacked(EmbedRequest request) {
+    EmbedRequest packed = request.getPacked() ? request : request.toBuilder().setPacked(true).build();
+    return Embeddings.decode(embed(packed), packed.getInputsCount());
+  }
+
+  /** Embeds {@code inputs} packed as {@code type} with the default embedding model. */
+  public Embeddings embedPacked(EmbeddingType type, String... inputs) {
+    return embedPacked(EmbedRequest.newBuilder().addAllInputs(List.of(inputs)).setEmbeddingType(type).build());
   }
 
   /**

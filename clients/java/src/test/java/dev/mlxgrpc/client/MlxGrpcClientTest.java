@@ -1,6 +1,7 @@
 package dev.mlxgrpc.client;
 
 import static dev.mlxgrpc.client.LiveServer.exact;
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
@@ -15,6 +16,7 @@ import dev.mlxgrpc.v1.ChatMessages;
 import dev.mlxgrpc.v1.DetokenizeRequest;
 import dev.mlxgrpc.v1.EmbedRequest;
 import dev.mlxgrpc.v1.EmbedResponse;
+import dev.mlxgrpc.v1.EmbeddingType;
 import dev.mlxgrpc.v1.FinishReason;
 import dev.mlxgrpc.v1.GenerateRequest;
 import dev.mlxgrpc.v1.GenerateResponse;
@@ -321,6 +323,104 @@ class MlxGrpcClientTest {
     double similar = Example.cosine(out.get(0).getEmbeddingList(), out.get(1).getEmbeddingList());
     double unrelated = Example.cosine(out.get(0).getEmbeddingList(), out.get(2).getEmbeddingList());
     assertTrue(similar > unrelated + 0.2, "similar " + similar + ", unrelated " + unrelated);
+  }
+
+  /** Seventy short texts: a packed Embed of them is at most ceil(70 / 64) = 2 messages. */
+  private static List<String> seventy() {
+    String[] topics = {"rivers", "bread", "the stock market", "mountains", "music", "a cat", "rain", "trains",
+        "chess", "the sea"};
+    List<String> out = new ArrayList<>();
+    for (int i = 0; i < 70; i++) {
+      out.add("Note " + i + ": a short sentence about " + topics[i % topics.length] + ".");
+    }
+    return out;
+  }
+
+  private static double cosine(float[] a, List<Float> b) {
+    double dot = 0;
+    double na = 0;
+    double nb = 0;
+    for (int i = 0; i < a.length; i++) {
+      dot += a[i] * b.get(i);
+      na += a[i] * a[i];
+      nb += b.get(i) * b.get(i);
+    }
+    return dot / Math.sqrt(na * nb);
+  }
+
+  private static float[] floats(List<Float> values) {
+    float[] out = new float[values.size()];
+    for (int i = 0; i < out.length; i++) {
+      out[i] = values.get(i);
+    }
+    return out;
+  }
+
+  @Test
+  void packedEmbeddingsMatchThePerInputOnes() {
+    if (server.embedder.isEmpty()) {
+      LiveServer.unavailable("the server serves no embedding model");
+    }
+    ModelInfo embedder = server.embedder.get();
+    EmbedRequest request = EmbedRequest.newBuilder().setModel(embedder.getName()).addAllInputs(seventy()).build();
+    List<EmbedResponse> plain = client.embed(request);
+
+    Embeddings packed = client.embedPacked(request);
+    assertEquals(EmbeddingType.EMBEDDING_TYPE_FLOAT32, packed.type());
+    assertEquals(70, packed.size());
+    assertTrue(packed.messages() >= 1 && packed.messages() <= 2, packed.messages() + " messages");
+    assertEquals(embedder.getEmbeddingDimensions(), packed.dimensions());
+    for (int i = 0; i < 70; i++) {
+      assertArrayEquals(floats(plain.get(i).getEmbeddingList()), packed.float32()[i], "input " + i + ": the same float32 values");
+      assertEquals(plain.get(i).getTokens(), packed.tokens()[i]);
+    }
+
+    Embeddings int8 = client.embedPacked(request.toBuilder().setEmbeddingType(EmbeddingType.EMBEDDING_TYPE_INT8).build());
+    assertEquals(EmbeddingType.EMBEDDING_TYPE_INT8, int8.type());
+    assertTrue(int8.messages() <= 2);
+    assertEquals(70, int8.scales().length);
+    float[][] dequantized = int8.floats();
+    for (int i = 0; i < 70; i++) {
+      double c = cosine(dequantized[i], plain.get(i).getEmbeddingList());
+      assertTrue(c >= 0.999, "input " + i + ": int8 cosine " + c);
+    }
+
+    Embeddings half = client.embedPacked(request.toBuilder().setEmbeddingType(EmbeddingType.EMBEDDING_TYPE_FLOAT16).build());
+    assertEquals(EmbeddingType.EMBEDDING_TYPE_FLOAT16, half.type());
+    for (int i = 0; i < 70; i++) {
+      assertArrayEquals(floats(plain.get(i).getEmbeddingList()), half.float32()[i], 1e-3f, "input " + i);
+    }
+
+    StatusRuntimeException e = assertThrows(StatusRuntimeException.class, () -> client.embed(EmbedRequest.newBuilder()
+        .setModel(embedder.getName()).addInputs("a").addInputs("b").setEmbeddingType(EmbeddingType.EMBEDDING_TYPE_INT8).build()));
+    ErrorDetails details = ErrorDetails.from(e);
+    assertEquals(Status.Code.INVALID_ARGUMENT, details.code(), details.message());
+    assertEquals(List.of("embedding_type"), details.violationFields());
+  }
+
+  @Test
+  void packedUbinaryEmbeddingsAreTheSigns() {
+    if (server.embedder.isEmpty()) {
+      LiveServer.unavailable("the server serves no embedding model");
+    }
+    // 100 dimensions: 13 bytes a vector, the last one's four low bits unused
+    EmbedRequest request = EmbedRequest.newBuilder().setModel(server.embedder.get().getName()).setDimensions(100)
+        .addAllInputs(List.of("A man is eating food.", "A man is eating a piece of bread.", "The stock market crashed today."))
+        .build();
+    List<EmbedResponse> plain = client.embed(request);
+    Embeddings e = client.embedPacked(request.toBuilder().setEmbeddingType(EmbeddingType.EMBEDDING_TYPE_UBINARY).build());
+    assertEquals(List.of(EmbeddingType.EMBEDDING_TYPE_UBINARY, 100, 1), List.of(e.type(), e.dimensions(), e.messages()));
+    byte[][] bits = e.ubinary();
+    for (int i = 0; i < bits.length; i++) {
+      assertEquals(13, bits[i].length);
+      assertEquals(0, bits[i][12] & 0x0f, "unused low bits zero");
+      byte[] signs = new byte[100];
+      for (int k = 0; k < 100; k++) {
+        signs[k] = (byte) (plain.get(i).getEmbedding(k) > 0 ? 1 : 0);
+      }
+      assertArrayEquals(signs, Embeddings.unpackBits(bits[i], 100), "input " + i);
+    }
+    assertTrue(Embeddings.hamming(bits[0], bits[1]) < Embeddings.hamming(bits[0], bits[2]));
   }
 
   @Test
