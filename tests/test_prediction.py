@@ -28,7 +28,7 @@ def predicted(ids=None, text=None) -> gen_pb.Prediction:
 def follow(prediction: list[int], output: list[int], k: int = 4) -> list[list[int]]:
     """What ``PredictionDrafts`` proposes after each prefix of ``output``."""
     drafts = PredictionDrafts(prediction)
-    return [drafts.propose(output[:i], k) for i in range(len(output) + 1)]
+    return [drafts.propose([0, 0, *output[:i]], 2, k) for i in range(len(output) + 1)]  # after a prompt
 
 
 def test_drafts_follow_the_prediction_and_rejoin_it_after_each_kind_of_edit():

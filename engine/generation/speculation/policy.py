@@ -81,7 +81,7 @@ class Speculation:
         starts in ``tokens``; ``cap``: the most the step allows."""
         self.source = None
         if self.prediction is not None and self.predicted is not None:
-            drafts = self.prediction.propose(tokens[output_from:], min(self.predicted.wanted(), cap))
+            drafts = self.prediction.propose(tokens, output_from, min(self.predicted.wanted(), cap))
             if drafts:
                 self.source = self.predicted
                 return drafts, 0

@@ -26,29 +26,29 @@ class PredictionDrafts:
         self._seen = 0  # output tokens followed so far
         self._run = _START_RUN  # tokens followed at the current alignment
 
-    def propose(self, output: Sequence[int], k: int) -> list[int]:
-        """Up to ``k`` drafts to follow ``output`` (the sequence's generated tokens)."""
-        self._follow(output)
+    def propose(self, tokens: Sequence[int], start: int, k: int) -> list[int]:
+        """Up to ``k`` drafts to follow the output, ``tokens[start:]`` (not copied)."""
+        self._follow(tokens, start)
         if k <= 0 or self._at is None:
             return []
         return list(self.tokens[self._at : self._at + min(k, 2 ** min(self._run, 4))])
 
-    def _follow(self, output: Sequence[int]) -> None:
-        for i in range(self._seen, len(output)):
-            if self._at is not None and self._at < len(self.tokens) and self.tokens[self._at] == output[i]:
+    def _follow(self, tokens: Sequence[int], start: int) -> None:
+        for i in range(start + self._seen, len(tokens)):
+            if self._at is not None and self._at < len(self.tokens) and self.tokens[self._at] == tokens[i]:
                 self._at += 1
                 self._run += 1
                 continue
             if self._at is not None:
                 self._lost_at, self._at = self._at, None
-            self._at, self._run = self._rejoin(output, i + 1)
-        self._seen = len(output)
+            self._at, self._run = self._rejoin(tokens, start, i + 1)
+        self._seen = len(tokens) - start
 
-    def _rejoin(self, output: Sequence[int], end: int) -> tuple[int | None, int]:
-        """(where the prediction continues after ``output[:end]``'s last tokens, the
+    def _rejoin(self, tokens: Sequence[int], start: int, end: int) -> tuple[int | None, int]:
+        """(where the prediction continues after the output up to ``tokens[end - 1]``, the
         match's length); (None, 0): nowhere. A vectorized scan, no index to build."""
-        for n in range(min(_MAX_N, end, len(self._array)), 0, -1):
-            suffix = output[end - n : end]
+        for n in range(min(_MAX_N, end - start, len(self._array)), 0, -1):
+            suffix = tokens[end - n : end]
             hits = self._array[: len(self._array) - n + 1] == suffix[0]
             for j in range(1, n):
                 hits &= self._array[j : len(self._array) - n + 1 + j] == suffix[j]
