@@ -139,3 +139,22 @@ async def test_constrained_rows_with_adapters_keep_their_tokens_in_every_specula
         assert tuned.token_ids != base.token_ids  # the adapter is applied under the mask
     finally:
         await stub.UnloadAdapter(pb.UnloadAdapterRequest(model=SELF_DRAFTED, name="tone"))
+
+
+async def test_a_prediction_with_an_adapter_keeps_the_adapters_tokens(stub, fixture_adapters, adapter_oracle):
+    """A row's prediction is verified by the model with the row's adapter: a prediction of
+    the base model's output (wrong for the adapter) and one of the adapter's own output
+    both leave the adapter's tokens as mlx-lm gives them, one request at a time so the
+    drafts are verified."""
+    await stub.LoadAdapter(pb.LoadAdapterRequest(model=SELF_DRAFTED, name="tone", path=str(fixture_adapters["tone"])))
+    try:
+        for prompt in ADAPTER_PROMPTS:
+            want = adapter_oracle[("llama", "tone")][prompt]
+            for guess in (adapter_oracle[("llama", "")][prompt], want):
+                out = await generate(stub, request(ORACLE_PROMPTS[prompt], model=SELF_DRAFTED, adapter="tone",
+                                                   max_tokens=ORACLE_TOKENS[prompt],
+                                                   prediction=gen_pb.Prediction(tokens=gen_pb.TokenIds(ids=guess))))
+                assert out.token_ids == want, prompt
+            assert out.finished.usage.accepted_prediction_tokens > 0
+    finally:
+        await stub.UnloadAdapter(pb.UnloadAdapterRequest(model=SELF_DRAFTED, name="tone"))
