@@ -77,3 +77,23 @@ async def test_the_capability_says_where_proposals_run(engines):
     on, off = engines
     assert on.describe().capabilities.speculation.grammar_proposals
     assert not off.describe().capabilities.speculation.grammar_proposals
+
+
+def test_a_long_forced_literal_is_drafted_from_a_prefix(fixture_models):
+    """A grammar forcing 70 KB is tokenized only in its first bytes: the drafts are a
+    prefix of llguidance's own tokenization of the whole forced text."""
+    from llguidance import LLMatcher
+
+    from engine.generation.grammar.compiler import grammar_tokenizer
+    from engine.generation.grammar.constraint import Constraint, GrammarStats
+    from engine.loading.model import load_generation_model
+
+    m = load_generation_model(str(fixture_models["llama"]))
+    tok = grammar_tokenizer(m.tokenizer._tokenizer, m.vocab_size, frozenset(m.eos_ids))
+    literal = " ".join(f"word{i}" for i in range(8000))
+    matcher = LLMatcher(tok, LLMatcher.grammar_from_lark(f"start: {json.dumps(literal)}\n"), log_level=0)
+    whole = matcher.deep_copy().compute_ff_tokens()
+    constraint = Constraint(matcher, frozenset(m.eos_ids), GrammarStats(), tok)
+    drafts = constraint.forced(16)
+    assert 0 < len(drafts) <= 16 and drafts == whole[: len(drafts)]
+    assert constraint.valid_prefix(drafts) == len(drafts)

@@ -79,7 +79,7 @@ class Grammars:
             self.stats.rejected += 1
             raise InvalidRequest(field_name(fmt), compiled.error)
         self.stats.requests[fmt.kind.value] += 1
-        return Constraint(compiled.matcher.deep_copy(), self._stop_tokens, self.stats)
+        return Constraint(compiled.matcher.deep_copy(), self._stop_tokens, self.stats, self.tokenizer)
 
     def unsupported(self) -> Unsupported:
         return Unsupported("this model's tokenizer cannot drive a grammar; response_format is not supported")

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from llguidance import LLMatcher
+from llguidance import LLMatcher, LLTokenizer
 
 
 @dataclass
@@ -22,11 +22,16 @@ class GrammarStats:
         self.masked_tokens += sites
 
 
+_FORCED_BYTES = 256  # forced bytes tokenized for drafts at most: a long forced literal costs no more
+
+
 class Constraint:
-    def __init__(self, matcher: LLMatcher, stop_tokens: frozenset[int], stats: GrammarStats):
+    def __init__(self, matcher: LLMatcher, stop_tokens: frozenset[int], stats: GrammarStats,
+                 tokenizer: LLTokenizer):
         self.matcher = matcher
         self.stop_tokens = stop_tokens
         self.stats = stats
+        self.tokenizer = tokenizer
         self.consumed = 0
 
     @property
@@ -62,11 +67,19 @@ class Constraint:
         self.consumed -= count
 
     def forced(self, limit: int) -> list[int]:
-        """Up to ``limit`` tokens the grammar allows alone from here (llguidance's
-        canonical tokenization of its forced bytes); state unchanged."""
+        """Up to ``limit`` tokens for the bytes the grammar allows alone from here
+        (llguidance's canonical tokenization); state unchanged. Past ``_FORCED_BYTES``
+        only a prefix is tokenized and its last token, which the bytes after it could
+        change, is dropped: the cost is bounded whatever the grammar forces."""
         if limit <= 0 or self.matcher.is_stopped() or self.matcher.is_error():
             return []
-        return self.matcher.compute_ff_tokens()[:limit]
+        forced = self.matcher.compute_ff_bytes()
+        if not forced:
+            return []
+        if len(forced) <= _FORCED_BYTES:
+            return self.matcher.compute_ff_tokens()[:limit]
+        ids = self.tokenizer.tokenize_bytes(forced[:_FORCED_BYTES])
+        return ids[: min(limit, len(ids) - 1)]
 
     def valid_prefix(self, tokens: Sequence[int]) -> int:
         """How many leading ``tokens`` the grammar allows; state unchanged."""
