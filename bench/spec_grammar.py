@@ -10,10 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import tempfile
-import time
 from pathlib import Path
 
-from engine.events import Delta, Finished
 from engine.generation.config import GenerationConfig
 from engine.generation.engine import GenerationEngine
 from engine.requests import (ChatMessage, ChatPrompt, FormatKind, GenerationRequest, ResponseFormat, SpeculationMode,
@@ -23,6 +21,7 @@ from tests.structured_prompts import EXTRACTIONS
 from .common import ratio
 from .report import Report, Row
 from .run import log
+from .spec_timed import timed
 
 SYSTEM = "Extract the information from the user's text as JSON."
 
@@ -33,20 +32,6 @@ def tool_call(city: str) -> GenerationRequest:
     prompt = ChatPrompt((ChatMessage("user", f"What is the weather in {city} this week?"),), tools=TOOLS,
                         tool_choice=ToolChoiceMode.REQUIRED, enable_thinking=False)
     return GenerationRequest(prompt, stopping=StopOptions(max_tokens=96), bypass_prefix_cache=True)
-
-
-async def timed(engine: GenerationEngine, req: GenerationRequest, mode: SpeculationMode):
-    """(tokens, seconds from the first token to the last, usage) of one request."""
-    req = dataclasses.replace(req, speculation=SpeculationOptions(mode))
-    out, first, last, usage = [], 0.0, 0.0, None
-    async for ev in engine.generate(req):
-        if isinstance(ev, Delta) and ev.token_ids:
-            last = time.perf_counter()
-            first = first or last
-            out += ev.token_ids
-        elif isinstance(ev, Finished):
-            usage = ev.usage
-    return out, last - first, usage
 
 
 async def compare(engine: GenerationEngine, requests: list[GenerationRequest], rounds: int, report: Report,
@@ -67,13 +52,13 @@ async def compare(engine: GenerationEngine, requests: list[GenerationRequest], r
             want = None
             for _ in range(rounds):
                 for side, (eng, mode) in sides.items():
-                    out, took, usage = await timed(eng, req, mode)
-                    want = out if want is None else want
-                    same = same and out == want
-                    tokens[side] += len(out) - 1
-                    seconds[side] += took
-                    drafted[side][0] += usage.draft_tokens
-                    drafted[side][1] += usage.accepted_draft_tokens
+                    r = await timed(eng, dataclasses.replace(req, speculation=SpeculationOptions(mode)))
+                    want = r.tokens if want is None else want
+                    same = same and r.tokens == want
+                    tokens[side] += len(r.tokens) - 1
+                    seconds[side] += r.seconds
+                    drafted[side][0] += r.usage.draft_tokens
+                    drafted[side][1] += r.usage.accepted_draft_tokens
     finally:
         await plain.close()
     rate = {side: tokens[side] / seconds[side] if seconds[side] else float("nan") for side in sides}

@@ -8,9 +8,7 @@ must give the unspeculated tokens."""
 from __future__ import annotations
 
 import random
-import time
 
-from engine.events import Delta, Finished
 from engine.generation.engine import GenerationEngine
 from engine.requests import GenerationRequest, Prediction, SpeculationMode, SpeculationOptions, StopOptions, TokenPrompt
 
@@ -18,6 +16,7 @@ from .common import ratio
 from .report import Report, Row
 from .run import log
 from .spec_prompts import CODE, GARDEN, HARBOUR
+from .spec_timed import timed
 
 PASSAGE = HARBOUR + " " + GARDEN
 TASKS = [
@@ -32,18 +31,10 @@ TASKS = [
 async def predicted(engine: GenerationEngine, ids: list[int], tokens: int, prediction: Prediction | None,
                     mode: SpeculationMode = SpeculationMode.DEFAULT):
     """(tokens, decode tok/s, usage) for one greedy request."""
-    req = GenerationRequest(TokenPrompt(tuple(ids)), stopping=StopOptions(max_tokens=tokens), prediction=prediction,
-                            speculation=SpeculationOptions(mode), bypass_prefix_cache=True)
-    out, first, last, usage = [], 0.0, 0.0, None
-    async for ev in engine.generate(req):
-        if isinstance(ev, Delta) and ev.token_ids:
-            last = time.perf_counter()
-            first = first or last
-            out += ev.token_ids
-        elif isinstance(ev, Finished):
-            usage = ev.usage
-    rate = (len(out) - 1) / (last - first) if len(out) > 1 and last > first else float("nan")
-    return out, rate, usage
+    r = await timed(engine, GenerationRequest(TokenPrompt(tuple(ids)), stopping=StopOptions(max_tokens=tokens),
+                                              prediction=prediction, speculation=SpeculationOptions(mode),
+                                              bypass_prefix_cache=True))
+    return r.tokens, r.rate, r.usage
 
 
 def edited(tokens: list[int], every: int, vocab: int, seed: int = 5) -> list[int]:

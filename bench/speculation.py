@@ -28,7 +28,6 @@ import sys
 import time
 
 import engine  # noqa: F401  - BLAS before mlx
-from engine.events import Delta, Finished
 from engine.generation.config import GenerationConfig, SchedulerConfig
 from engine.generation.engine import GenerationEngine
 from engine.requests import GenerationRequest, SpeculationMode, SpeculationOptions, StopOptions, TokenPrompt
@@ -39,24 +38,16 @@ from .run import log
 from .spec_grammar import grammar_rows
 from .spec_prediction import prediction_rows
 from .spec_prompts import COPY_TASKS, FREE_TASKS, copy_batch, free_batch
+from .spec_timed import timed
 
 MODES = (SpeculationMode.OFF, SpeculationMode.NGRAM, SpeculationMode.DRAFT)
 
 
 async def ours(engine: GenerationEngine, ids: list[int], tokens: int, mode: SpeculationMode, k: int):
     """(tokens, decode tok/s, drafts, accepted) for one greedy request."""
-    req = GenerationRequest(TokenPrompt(tuple(ids)), stopping=StopOptions(max_tokens=tokens),
-                            speculation=SpeculationOptions(mode, k), bypass_prefix_cache=True)
-    out, first, last, usage = [], 0.0, 0.0, None
-    async for ev in engine.generate(req):
-        if isinstance(ev, Delta) and ev.token_ids:
-            last = time.perf_counter()
-            first = first or last
-            out += ev.token_ids
-        elif isinstance(ev, Finished):
-            usage = ev.usage
-    rate = (len(out) - 1) / (last - first) if len(out) > 1 and last > first else float("nan")
-    return out, rate, usage.draft_tokens, usage.accepted_draft_tokens
+    r = await timed(engine, GenerationRequest(TokenPrompt(tuple(ids)), stopping=StopOptions(max_tokens=tokens),
+                                              speculation=SpeculationOptions(mode, k), bypass_prefix_cache=True))
+    return r.tokens, r.rate, r.usage.draft_tokens, r.usage.accepted_draft_tokens
 
 
 def mlx_lm(model, draft, tokenizer, ids: list[int], tokens: int, k: int | None):
