@@ -35,11 +35,11 @@ def test_drafts_follow_the_prediction_and_rejoin_it_after_each_kind_of_edit():
     p = list(range(100, 140))
     assert follow(p, p[:3], 32)[3] == p[3:19]  # 2 ** 5 tokens followed, capped at 16
     sub = p[:5] + [7] + p[6:10]  # a substitution: lost at 7, rejoined by the next predicted token
-    assert follow(p, sub)[6] == [] and follow(p, sub)[7] == p[7:9] and follow(p, sub)[8] == p[8:12]
+    assert follow(p, sub)[7] == [] and follow(p, sub)[8] == p[8:12]  # a one-token rejoin drafts once confirmed
     ins = p[:5] + [1, 2, 3] + p[5:8]  # an insertion: rejoined where the prediction resumes
-    assert follow(p, ins)[8] == [] and follow(p, ins)[9] == p[6:8]
+    assert follow(p, ins)[9] == [] and follow(p, ins)[10] == p[7:11]
     dele = p[:5] + p[9:12]  # a deletion: the output jumps ahead in the prediction
-    assert follow(p, dele)[6] == p[10:12]
+    assert follow(p, dele)[6] == [] and follow(p, dele)[7] == p[11:15]
     assert follow(p, p)[-1] == []  # the prediction is used up
 
 

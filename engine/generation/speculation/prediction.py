@@ -3,8 +3,9 @@ point the output has reached in it. After a mismatch that point is lost until th
 output's last tokens occur in the prediction again (longest match first; the nearest
 at or after where it was lost, else the latest before; a one-token match only close
 ahead), so substitutions, insertions and deletions all rejoin it. Drafts double with
-the tokens the output has followed at the current alignment (2 ** run, at most 16),
-so a chance match costs few drafts and a long agreement gets many."""
+the tokens the output has followed at the current alignment (2 ** run, at most 16;
+none while only one token has), so a chance match costs few drafts and a long
+agreement gets many; meanwhile the row's other sources draft."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 _MAX_N = 4  # the longest output suffix looked up
 _NEAR = 16  # how far ahead a one-token match may rejoin
 _START_RUN = 2  # the output's start is taken as a two-token match with the prediction's
+_CONFIRMED = 2  # a one-token rejoin drafts once the next token follows it too
 
 
 class PredictionDrafts:
@@ -29,7 +31,7 @@ class PredictionDrafts:
     def propose(self, tokens: Sequence[int], start: int, k: int) -> list[int]:
         """Up to ``k`` drafts to follow the output, ``tokens[start:]`` (not copied)."""
         self._follow(tokens, start)
-        if k <= 0 or self._at is None:
+        if k <= 0 or self._at is None or self._run < _CONFIRMED:
             return []
         return list(self.tokens[self._at : self._at + min(k, 2 ** min(self._run, 4))])
 
