@@ -22,6 +22,7 @@ const (
 	InferenceService_Generate_FullMethodName      = "/mlxgrpc.v1.InferenceService/Generate"
 	InferenceService_Embed_FullMethodName         = "/mlxgrpc.v1.InferenceService/Embed"
 	InferenceService_Rerank_FullMethodName        = "/mlxgrpc.v1.InferenceService/Rerank"
+	InferenceService_Classify_FullMethodName      = "/mlxgrpc.v1.InferenceService/Classify"
 	InferenceService_Cancel_FullMethodName        = "/mlxgrpc.v1.InferenceService/Cancel"
 	InferenceService_GetModelInfo_FullMethodName  = "/mlxgrpc.v1.InferenceService/GetModelInfo"
 	InferenceService_PlanMemory_FullMethodName    = "/mlxgrpc.v1.InferenceService/PlanMemory"
@@ -60,8 +61,13 @@ type InferenceServiceClient interface {
 	// BERT-family sequence classifier that reads the query and one document together).
 	// Returns the documents' scores, most relevant first.
 	Rerank(ctx context.Context, in *RerankRequest, opts ...grpc.CallOption) (*RerankResponse, error)
-	// Cancels a queued or running Generate, Embed or Rerank by its request id. Request ids are
-	// scoped to the caller's tenant: a caller cancels only its own tenant's requests.
+	// Classifies texts with a sequence classifier (a BERT-family *ForSequenceClassification
+	// model: more than one label, or a reranker's one label). Returns every input's label
+	// scores, in input order.
+	Classify(ctx context.Context, in *ClassifyRequest, opts ...grpc.CallOption) (*ClassifyResponse, error)
+	// Cancels a queued or running Generate, Embed, Rerank or Classify by its request id.
+	// Request ids are scoped to the caller's tenant: a caller cancels only its own
+	// tenant's requests.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
 	// Describes a model: its graph, capabilities, context and vocabulary.
 	GetModelInfo(ctx context.Context, in *GetModelInfoRequest, opts ...grpc.CallOption) (*GetModelInfoResponse, error)
@@ -157,6 +163,16 @@ func (c *inferenceServiceClient) Rerank(ctx context.Context, in *RerankRequest, 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RerankResponse)
 	err := c.cc.Invoke(ctx, InferenceService_Rerank_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inferenceServiceClient) Classify(ctx context.Context, in *ClassifyRequest, opts ...grpc.CallOption) (*ClassifyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClassifyResponse)
+	err := c.cc.Invoke(ctx, InferenceService_Classify_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -307,8 +323,13 @@ type InferenceServiceServer interface {
 	// BERT-family sequence classifier that reads the query and one document together).
 	// Returns the documents' scores, most relevant first.
 	Rerank(context.Context, *RerankRequest) (*RerankResponse, error)
-	// Cancels a queued or running Generate, Embed or Rerank by its request id. Request ids are
-	// scoped to the caller's tenant: a caller cancels only its own tenant's requests.
+	// Classifies texts with a sequence classifier (a BERT-family *ForSequenceClassification
+	// model: more than one label, or a reranker's one label). Returns every input's label
+	// scores, in input order.
+	Classify(context.Context, *ClassifyRequest) (*ClassifyResponse, error)
+	// Cancels a queued or running Generate, Embed, Rerank or Classify by its request id.
+	// Request ids are scoped to the caller's tenant: a caller cancels only its own
+	// tenant's requests.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
 	// Describes a model: its graph, capabilities, context and vocabulary.
 	GetModelInfo(context.Context, *GetModelInfoRequest) (*GetModelInfoResponse, error)
@@ -370,6 +391,9 @@ func (UnimplementedInferenceServiceServer) Embed(*EmbedRequest, grpc.ServerStrea
 }
 func (UnimplementedInferenceServiceServer) Rerank(context.Context, *RerankRequest) (*RerankResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Rerank not implemented")
+}
+func (UnimplementedInferenceServiceServer) Classify(context.Context, *ClassifyRequest) (*ClassifyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Classify not implemented")
 }
 func (UnimplementedInferenceServiceServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
@@ -464,6 +488,24 @@ func _InferenceService_Rerank_Handler(srv interface{}, ctx context.Context, dec 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(InferenceServiceServer).Rerank(ctx, req.(*RerankRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _InferenceService_Classify_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClassifyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).Classify(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_Classify_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).Classify(ctx, req.(*ClassifyRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -694,6 +736,10 @@ var InferenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Rerank",
 			Handler:    _InferenceService_Rerank_Handler,
+		},
+		{
+			MethodName: "Classify",
+			Handler:    _InferenceService_Classify_Handler,
 		},
 		{
 			MethodName: "Cancel",

@@ -672,7 +672,10 @@ type GraphCapabilities struct {
 	// What chat prompts support beyond messages: tools and thinking.
 	Chat *ChatCapabilities `protobuf:"bytes,12,opt,name=chat,proto3" json:"chat,omitempty"`
 	// The model scores a query against documents (Rerank works).
-	Rerank        bool `protobuf:"varint,13,opt,name=rerank,proto3" json:"rerank,omitempty"`
+	Rerank bool `protobuf:"varint,13,opt,name=rerank,proto3" json:"rerank,omitempty"`
+	// The model scores a text's labels (Classify works): a sequence classifier, or a
+	// reranker with its one label.
+	Classify      bool `protobuf:"varint,14,opt,name=classify,proto3" json:"classify,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -794,6 +797,13 @@ func (x *GraphCapabilities) GetChat() *ChatCapabilities {
 func (x *GraphCapabilities) GetRerank() bool {
 	if x != nil {
 		return x.Rerank
+	}
+	return false
+}
+
+func (x *GraphCapabilities) GetClassify() bool {
+	if x != nil {
+		return x.Classify
 	}
 	return false
 }
@@ -1416,7 +1426,7 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x05modes\x18\x05 \x03(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\x05modes\x12>\n" +
 	"\fdefault_mode\x18\x06 \x01(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\vdefaultMode\x12\x1f\n" +
 	"\vdraft_model\x18\a \x01(\tR\n" +
-	"draftModel\"\x87\x05\n" +
+	"draftModel\"\xa3\x05\n" +
 	"\x11GraphCapabilities\x12/\n" +
 	"\x06method\x18\x01 \x01(\x0e2\x17.mlxgrpc.v1.GraphMethodR\x06method\x12.\n" +
 	"\x05media\x18\x02 \x01(\v2\x18.mlxgrpc.v1.MediaSupportR\x05media\x12'\n" +
@@ -1435,7 +1445,8 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"generation\x12I\n" +
 	"\x10response_formats\x18\v \x03(\x0e2\x1e.mlxgrpc.v1.ResponseFormatKindR\x0fresponseFormats\x120\n" +
 	"\x04chat\x18\f \x01(\v2\x1c.mlxgrpc.v1.ChatCapabilitiesR\x04chat\x12\x16\n" +
-	"\x06rerank\x18\r \x01(\bR\x06rerank\"\xa2\x02\n" +
+	"\x06rerank\x18\r \x01(\bR\x06rerank\x12\x1a\n" +
+	"\bclassify\x18\x0e \x01(\bR\bclassify\"\xa2\x02\n" +
 	"\x10ChatCapabilities\x12!\n" +
 	"\ftool_calling\x18\x01 \x01(\bR\vtoolCalling\x12\x1f\n" +
 	"\vtool_parser\x18\x02 \x01(\tR\n" +

@@ -58,6 +58,11 @@ class InferenceServiceStub:
                 request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.RerankRequest.SerializeToString,
                 response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.RerankResponse.FromString,
                 _registered_method=True)
+        self.Classify = channel.unary_unary(
+                '/mlxgrpc.v1.InferenceService/Classify',
+                request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ClassifyRequest.SerializeToString,
+                response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ClassifyResponse.FromString,
+                _registered_method=True)
         self.Cancel = channel.unary_unary(
                 '/mlxgrpc.v1.InferenceService/Cancel',
                 request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.CancelRequest.SerializeToString,
@@ -157,9 +162,19 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Classify(self, request, context):
+        """Classifies texts with a sequence classifier (a BERT-family *ForSequenceClassification
+        model: more than one label, or a reranker's one label). Returns every input's label
+        scores, in input order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Cancel(self, request, context):
-        """Cancels a queued or running Generate, Embed or Rerank by its request id. Request ids are
-        scoped to the caller's tenant: a caller cancels only its own tenant's requests.
+        """Cancels a queued or running Generate, Embed, Rerank or Classify by its request id.
+        Request ids are scoped to the caller's tenant: a caller cancels only its own
+        tenant's requests.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -279,6 +294,11 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.Rerank,
                     request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.RerankRequest.FromString,
                     response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.RerankResponse.SerializeToString,
+            ),
+            'Classify': grpc.unary_unary_rpc_method_handler(
+                    servicer.Classify,
+                    request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ClassifyRequest.FromString,
+                    response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ClassifyResponse.SerializeToString,
             ),
             'Cancel': grpc.unary_unary_rpc_method_handler(
                     servicer.Cancel,
@@ -431,6 +451,33 @@ class InferenceService:
             '/mlxgrpc.v1.InferenceService/Rerank',
             mlxgrpc_dot_v1_dot_inference__service__pb2.RerankRequest.SerializeToString,
             mlxgrpc_dot_v1_dot_inference__service__pb2.RerankResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Classify(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxgrpc.v1.InferenceService/Classify',
+            mlxgrpc_dot_v1_dot_inference__service__pb2.ClassifyRequest.SerializeToString,
+            mlxgrpc_dot_v1_dot_inference__service__pb2.ClassifyResponse.FromString,
             options,
             channel_credentials,
             insecure,

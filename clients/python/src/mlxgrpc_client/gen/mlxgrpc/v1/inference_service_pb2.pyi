@@ -230,6 +230,48 @@ class RerankResult(_message.Message):
     tokens: int
     def __init__(self, index: _Optional[int] = ..., score: _Optional[float] = ..., tokens: _Optional[int] = ...) -> None: ...
 
+class ClassifyRequest(_message.Message):
+    __slots__ = ("model", "inputs", "top_k", "truncate", "request_id", "priority")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    inputs: _containers.RepeatedScalarFieldContainer[str]
+    top_k: int
+    truncate: Truncation
+    request_id: str
+    priority: int
+    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., top_k: _Optional[int] = ..., truncate: _Optional[_Union[Truncation, str]] = ..., request_id: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
+
+class ClassifyResponse(_message.Message):
+    __slots__ = ("model", "results")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    results: _containers.RepeatedCompositeFieldContainer[Classification]
+    def __init__(self, model: _Optional[str] = ..., results: _Optional[_Iterable[_Union[Classification, _Mapping]]] = ...) -> None: ...
+
+class Classification(_message.Message):
+    __slots__ = ("index", "labels", "tokens")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    labels: _containers.RepeatedCompositeFieldContainer[LabelScore]
+    tokens: int
+    def __init__(self, index: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., tokens: _Optional[int] = ...) -> None: ...
+
+class LabelScore(_message.Message):
+    __slots__ = ("label", "score")
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    label: str
+    score: float
+    def __init__(self, label: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
+
 class PrefetchRequest(_message.Message):
     __slots__ = ("model", "session_id", "text", "tokens", "chat", "adapter")
     MODEL_FIELD_NUMBER: _ClassVar[int]
