@@ -75,6 +75,7 @@ class Capabilities:
     response_formats: tuple[str, ...] = ()  # structured-output formats Generate accepts ("json_schema", ...)
     chat: ChatFacts = field(default_factory=ChatFacts)
     rerank: bool = False  # the model scores query-document pairs (a cross-encoder)
+    classify: bool = False  # the model scores labels for a text (a sequence classifier, rerankers included)
 
 
 @dataclass(frozen=True)

@@ -160,6 +160,12 @@ class EngineDead(EngineError):
         self.retry_after_s = retry_after_s
 
 
+class RequestCancelled(EngineError):
+    """The request was cancelled by a Cancel call while its caller still waited (CANCELLED)."""
+
+    reason = "REQUEST_CANCELLED"
+
+
 class AdapterRootUnset(EngineError):
     """API adapter loads need an adapter root, and none is set (FAILED_PRECONDITION)."""
 

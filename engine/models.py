@@ -62,18 +62,25 @@ class ModelSet:
         return self._ready(engine)
 
     def embedder(self, name: str) -> EmbeddingEngine:
-        """The named embedding model, or the first that embeds (rerankers do not)."""
-        return self._pooled(name, reranker=False)
+        """The named embedding model, or the first that embeds (rerankers and classifiers do not)."""
+        return self._pooled(name, "embeds", "embedding", "pooled embedding")
 
     def reranker(self, name: str) -> EmbeddingEngine:
         """The named reranking model (a cross-encoder), or the first one served."""
-        return self._pooled(name, reranker=True)
+        return self._pooled(name, "reranks", "reranking", "reranking")
 
-    def _pooled(self, name: str, *, reranker: bool) -> EmbeddingEngine:
-        what = "reranking" if reranker else "embedding"
+    def classifier(self, name: str) -> EmbeddingEngine:
+        """The named classifying model (a sequence classifier or a reranker), or the first classifier
+        served with more than one label, else the first reranker."""
+        if not name and (labelled := [e for e in self.embedding if e.ready and e.classifies and not e.reranks]):
+            return labelled[0]
+        return self._pooled(name, "classifies", "classification", "classification")
+
+    def _pooled(self, name: str, does: str, what: str, operation: str) -> EmbeddingEngine:
+        """``does``: the EmbeddingEngine property that says the model serves the call."""
         if not name:
             loading = [e for e in self.embedding if not e.ready]
-            served = [e for e in self.embedding if e.ready and e.reranks == reranker]
+            served = [e for e in self.embedding if e.ready and getattr(e, does)]
             if not served and loading:
                 return self._ready(loading[0])
             if not served:
@@ -81,9 +88,9 @@ class ModelSet:
             return served[0]
         engine = self._find(name)
         if not isinstance(engine, EmbeddingEngine):
-            others = ", ".join(e.name for e in self.embedding if e.ready and e.reranks == reranker)
-            raise Unsupported(f"model {name!r} has no {'reranking' if reranker else 'pooled embedding'} "
-                              f"operation; use a {what} model ({others or 'none served'})")
+            others = ", ".join(e.name for e in self.embedding if e.ready and getattr(e, does))
+            raise Unsupported(f"model {name!r} has no {operation} operation; use a {what} model "
+                              f"({others or 'none served'})")
         return self._ready(engine)
 
     def any(self, name: str) -> Engine:

@@ -271,3 +271,29 @@ class RerankScore:
     index: int  # in RerankRequest.documents
     score: float  # the model's relevance logit
     tokens: int  # of the query and document together, after truncation
+
+
+@dataclass(frozen=True)
+class ClassifyRequest:
+    """Texts to classify with a sequence classifier (or a reranker: its one label)."""
+
+    inputs: tuple[str, ...]
+    model: str = ""
+    request_id: str = ""
+    top_k: int = 0  # 0: every label
+    truncate: bool = True  # cut an input over the model's limit (False: refuse)
+    tenant: Tenant = ANONYMOUS
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class LabelScore:
+    label: str
+    score: float  # softmax probability, or the sigmoid of the label's logit
+
+
+@dataclass(frozen=True)
+class Classification:
+    index: int  # in ClassifyRequest.inputs
+    labels: tuple[LabelScore, ...]  # highest first (ties: label order), at most top_k
+    tokens: int  # of the input, after truncation

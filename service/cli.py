@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeatable; default: the embedded SmolLM2-135M-Instruct")
     s.add_argument("--embedding-model", action="append", type=_model_spec, metavar="[NAME=]DIR",
                    help="embedding model directory (BERT-family, or a decoder for last-token pooling), or a "
-                        "cross-encoder (BertForSequenceClassification, one label) served for Rerank; repeatable; "
+                        "BERT sequence classifier (*ForSequenceClassification): with one label a cross-encoder "
+                        "served for Rerank and Classify, with more served for Classify; repeatable; "
                         "default: the embedded all-MiniLM-L6-v2")
     s.add_argument("--no-embedding", action="store_true", help="serve no embedding model")
     models = s.add_argument_group("generation models: weights, memory, adapters")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from engine.adapters.info import AdapterInfo
 from engine.description import MediaSupport, ModelDescription, ModelKind
 from engine.events import Delta, Event, FinishReason, Finished, PromptLogprobs, Started
-from engine.requests import (ChatMessage, ChatPrompt, EmbeddingRequest, FormatKind, GenerationRequest, RerankRequest,
-                             ImagePart, Prediction, ResponseFormat, SpeculationMode, SpeculationOptions, StopOptions,
-                             TextPart, TextPrompt, TokenPrompt, Tool, ToolCall, ToolChoiceMode)
+from engine.requests import (ChatMessage, ChatPrompt, ClassifyRequest, EmbeddingRequest, FormatKind, GenerationRequest,
+                             ImagePart, Prediction, RerankRequest, ResponseFormat, SpeculationMode, SpeculationOptions,
+                             StopOptions, TextPart, TextPrompt, TokenPrompt, Tool, ToolCall, ToolChoiceMode)
 from engine.caches.tier import Prefetched, Tier
 from engine.embedding.packing import EmbeddingType, pack
 from engine.errors import InvalidRequest
@@ -240,6 +240,18 @@ def rerank_response(model: str, scores) -> pb.RerankResponse:
                                                    for s in scores])
 
 
+def classify_request(msg: pb.ClassifyRequest, tenant: Tenant = ANONYMOUS) -> ClassifyRequest:
+    return ClassifyRequest(inputs=tuple(msg.inputs), model=msg.model, request_id=msg.request_id, top_k=msg.top_k,
+                           truncate=_truncates(msg.truncate), tenant=tenant, priority=msg.priority)
+
+
+def classify_response(model: str, results) -> pb.ClassifyResponse:
+    """``results``: the engine's Classification list, in input order."""
+    return pb.ClassifyResponse(model=model, results=[
+        pb.Classification(index=r.index, tokens=r.tokens,
+                          labels=[pb.LabelScore(label=s.label, score=s.score) for s in r.labels]) for r in results])
+
+
 def _truncates(truncation: int) -> bool:
     if truncation not in pb.Truncation.values():
         raise InvalidRequest("truncate", f"unknown value {truncation}")
@@ -299,7 +311,7 @@ def model_info(d: ModelDescription, sources: bool = True) -> model_pb.ModelInfo:
                 modes=[_SPECULATION_PB[m] for m in c.speculation.modes],
                 default_mode=_SPECULATION_PB[c.speculation.default_mode],
                 draft_model=c.speculation.draft_model),
-            generation=c.generation, rerank=c.rerank, media=_media(c.media),
+            generation=c.generation, rerank=c.rerank, classify=c.classify, media=_media(c.media),
             response_formats=[model_pb.ResponseFormatKind.Value(f"RESPONSE_FORMAT_KIND_{f.upper()}")
                               for f in c.response_formats],
             chat=model_pb.ChatCapabilities(

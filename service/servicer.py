@@ -74,6 +74,14 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         return self._sendable(convert.rerank_response(engine.name, scores))
 
     @mapped()
+    async def Classify(self, request: pb.ClassifyRequest, context: grpc.aio.ServicerContext):
+        check_ids(self.limits, model=request.model, request_id=request.request_id)
+        engine = self.models.classifier(request.model)
+        at_most("inputs", len(request.inputs), engine.limits.max_embed_inputs, "inputs")
+        results = await engine.classify(convert.classify_request(request, current_identity().tenant))
+        return self._sendable(convert.classify_response(engine.name, results))
+
+    @mapped()
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext):
         if not request.request_id:
             raise InvalidRequest("request_id", "is required")

@@ -56,6 +56,7 @@ _CODES: list[tuple[type[errors.EngineError], grpc.StatusCode]] = [
     (errors.AdapterMismatch, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.AdapterCapacity, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.AdapterRootUnset, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.RequestCancelled, grpc.StatusCode.CANCELLED),
 ]
 
 

@@ -26,6 +26,8 @@ MINILM = "minilm"
 DECODER_EMBEDDER = "qwen3-embed"  # the qwen3 fixture served with last-token pooling
 SELF_DRAFTED = "llama-drafted"  # the llama fixture with itself as draft model
 TOOLS = "tools"  # the llama fixture with a Qwen-style tool and thinking template (tools-qwen)
+# the sequence-classifier fixtures (tests.fixtures.cross_encoder), served by these names
+RERANKER, CLASSIFIER, MULTI_CLASSIFIER = "reranker", "classifier", "classifier-multi"
 
 
 # Modules that hold the service's plumbing (auth, budgets, limits, drain, logs, fuzzers of the
@@ -60,6 +62,16 @@ def chat_models(tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("chat-models")
     return {family: build_chat_model(family, root / family) for family in FAMILIES}
+
+
+@pytest.fixture(scope="session")
+def classifier_models(tmp_path_factory) -> dict[str, Path]:
+    """The one-label cross-encoder and the three-label classifiers (single- and multi-label), by served name."""
+    from tests.fixtures.cross_encoder import build_classifier, build_cross_encoder
+
+    root = tmp_path_factory.mktemp("classifiers")
+    return {RERANKER: build_cross_encoder(root / RERANKER), CLASSIFIER: build_classifier(root / CLASSIFIER),
+            MULTI_CLASSIFIER: build_classifier(root / MULTI_CLASSIFIER, multi_label=True)}
 
 
 @pytest.fixture(scope="session")
@@ -113,10 +125,10 @@ def monkeypatch_session():
 
 
 @pytest_asyncio.fixture(scope="session")
-async def server(fixture_models, chat_models, oracle, logprob_reference, decoder_embedding_reference, gguf_cache,
-                 tmp_path_factory):
+async def server(fixture_models, chat_models, classifier_models, oracle, logprob_reference,
+                 decoder_embedding_reference, gguf_cache, tmp_path_factory):
     """One live server for the session: every fixture model (llama is the default), the tool-capable "tools",
-    the embedded SmolLM2 and MiniLM when installed. Small prefill chunks and tick
+    the reranker and the classifiers, the embedded SmolLM2 and MiniLM when installed. Small prefill chunks and tick
     budgets so short prompts exercise chunked prefill and mixed ticks. Its adapter
     root is the session's temporary directory (the fixture adapters lie under it)."""
     from engine.loading.embedded import default_embedding_model, default_generation_model
@@ -140,6 +152,7 @@ async def server(fixture_models, chat_models, oracle, logprob_reference, decoder
         generation.append(GenerationEngine(str(default_generation_model()), name=SMOLLM))
     embedding = [EmbeddingEngine(default_embedding_model(), name=MINILM)] if HAS_MINILM else []
     embedding.append(EmbeddingEngine(fixture_models["qwen3"], name=DECODER_EMBEDDER))
+    embedding += [EmbeddingEngine(path, name=name) for name, path in classifier_models.items()]
     models = ModelSet(generation, embedding)
     health_servicer = health.aio.HealthServicer()
     # loopback callers hold the admin role here (adapters, KV events, FlushCache, paths): no tokens

@@ -8,7 +8,8 @@ import pytest
 
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import model_pb2
-from tests.conftest import DECODER_EMBED_TEXTS, DECODER_EMBEDDER, HAS_MINILM, MINILM
+from tests.conftest import (CLASSIFIER, DECODER_EMBED_TEXTS, DECODER_EMBEDDER, HAS_MINILM, MINILM, MULTI_CLASSIFIER,
+                            RERANKER)
 
 needs_minilm = pytest.mark.skipif(not HAS_MINILM, reason="needs the embedded MiniLM")
 
@@ -80,12 +81,17 @@ async def test_capabilities_match_behaviour(stub):
     models = (await stub.ListModels(pb.ListModelsRequest())).models
     for info in models:
         caps = info.capabilities
-        embed_works = generate_works = True
+        embed_works = generate_works = classify_works = True
         try:
             await embed(stub, ["probe"], model=info.name)
         except grpc.aio.AioRpcError as err:
             assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
             embed_works = False
+        try:
+            await stub.Classify(pb.ClassifyRequest(model=info.name, inputs=["probe"]))
+        except grpc.aio.AioRpcError as err:
+            assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+            classify_works = False
         call = stub.Generate(pb.GenerateRequest(model=info.name, text="probe"))
         try:
             assert (await call.read()).WhichOneof("event") == "started"
@@ -95,8 +101,10 @@ async def test_capabilities_match_behaviour(stub):
             generate_works = False
         assert caps.embeddings == embed_works, info.name
         assert caps.generation == generate_works, info.name
+        assert caps.classify == classify_works, info.name
         assert (info.embedding_dimensions > 0) == embed_works
-        assert (info.kind == model_pb2.MODEL_KIND_EMBEDDING) == (info.name in (MINILM, DECODER_EMBEDDER))
+        assert (info.kind == model_pb2.MODEL_KIND_EMBEDDING) == (
+            info.name in (MINILM, DECODER_EMBEDDER, RERANKER, CLASSIFIER, MULTI_CLASSIFIER))
         assert not caps.compiled_decode and not caps.sparse_attention and not caps.hidden_layer_taps
         assert not caps.HasField("media") and not caps.HasField("native_draft")
 

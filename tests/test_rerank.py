@@ -3,19 +3,15 @@ independently in numpy; truncation on Rerank and Embed; the errors of each wrong
 
 from __future__ import annotations
 
-import math
-
 import grpc
-import numpy as np
 import pytest
 import pytest_asyncio
-from safetensors.numpy import load_file
-from tokenizers import Tokenizer
 
 from engine.embedding.engine import EmbeddingEngine
 from engine.models import ModelSet
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
+from tests import bert_reference
 from tests.fixtures.cross_encoder import POSITIONS, build_cross_encoder
 from tests.helpers import details
 from tests.test_ops_security import extra_server
@@ -43,40 +39,8 @@ async def stub(reranker_dir, fixture_models):
 
 def numpy_scores(model_dir, query: str, documents) -> list[float]:
     """The classifier's logits, BERT written out in numpy from the checkpoint and tokenizer.json."""
-    w = load_file(str(model_dir / "model.safetensors"))
-    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    tok.enable_truncation(max_length=POSITIONS)
-    heads = 4
-
-    def norm(x, p):
-        m, v = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-        return (x - m) / np.sqrt(v + 1e-12) * w[p + ".weight"] + w[p + ".bias"]
-
-    def lin(x, p):
-        return x @ w[p + ".weight"].T + w[p + ".bias"]
-
-    def gelu(x):
-        return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
-
-    out = []
-    for doc in documents:
-        enc = tok.encode(query, doc)
-        ids, types = np.array(enc.ids), np.array(enc.type_ids)
-        h = w["bert.embeddings.word_embeddings.weight"][ids] + w["bert.embeddings.position_embeddings.weight"][
-            np.arange(len(ids))] + w["bert.embeddings.token_type_embeddings.weight"][types]
-        h = norm(h, "bert.embeddings.LayerNorm")
-        for i in range(2):
-            p = f"bert.encoder.layer.{i}."
-            q, k, v = (lin(h, p + f"attention.self.{n}").reshape(len(ids), heads, -1).transpose(1, 0, 2)
-                       for n in ("query", "key", "value"))
-            att = q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1])
-            att = np.exp(att - att.max(-1, keepdims=True))
-            ctx = (att / att.sum(-1, keepdims=True) @ v).transpose(1, 0, 2).reshape(len(ids), -1)
-            h = norm(h + lin(ctx, p + "attention.output.dense"), p + "attention.output.LayerNorm")
-            h = norm(h + lin(gelu(lin(h, p + "intermediate.dense")), p + "output.dense"), p + "output.LayerNorm")
-        pooled = np.tanh(lin(h[0], "bert.pooler.dense"))
-        out.append(float(lin(pooled, "classifier")[0]))
-    return out
+    tok = bert_reference.tokenizer(model_dir)
+    return [float(row[0]) for row in bert_reference.logits(model_dir, [tok.encode(query, doc) for doc in documents])]
 
 
 async def test_scores_match_the_model_computed_independently_most_relevant_first(stub, reranker_dir):

@@ -15,37 +15,25 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import AsyncIterator
 
-from .. import kernels
 from .admission import AdmissionClosed, AdmissionPool, AdmissionRejected
 from .batcher import Batcher
-from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
-from ..hardware.device import backend_name, blas_name, end_thread
+from ..description import ModelDescription
+from ..hardware.device import end_thread
 from .pooling import EmbeddingModel, EmbeddingResult
-from .cross_encoder import CrossEncoderModel, is_cross_encoder
-from .decoder import DecoderEmbeddingModel
-from ..errors import DuplicateRequestId, EngineDead, InvalidRequest, NotReady, QueueFull, TenantLimit, Unsupported
+from .checks import check_classify, check_embed, check_rerank
+from .classifier import SequenceClassifier
+from .cross_encoder import CrossEncoderModel
+from .kinds import describe_model, load_embedder
+from ..errors import (DuplicateRequestId, EngineDead, InvalidRequest, NotReady, QueueFull, RequestCancelled,
+                      TenantLimit, Unsupported, echo)
 from ..liveness import Breaker, Heartbeat, Pending, fail, settle
 from ..caches.objects import ObjectCache
 from ..loading.tokenizer_files import folder_files
-from ..requests import EmbeddingRequest, RerankRequest, RerankScore
+from ..requests import (Classification, ClassifyRequest, EmbeddingRequest, LabelScore, RerankRequest,
+                        RerankScore)
 from ..preparation import Preparation
 from ..tenancy import Tenant
-from ..validation import Limits, at_most, check_ids, check_priority, check_text_bytes
-
-
-def load_embedder(model_dir: Path) -> EmbeddingModel:
-    """A BERT encoder (a cross-encoder when it classifies), or else an mlx-lm decoder with
-    last-token pooling; CPU kernels put in."""
-    config = json.loads((model_dir / "config.json").read_text())
-    if config.get("model_type") == "bert":
-        model = (CrossEncoderModel if is_cross_encoder(config) else EmbeddingModel).load(model_dir)
-        if kernels.apply_to_encoder(model.encoder, model.name):
-            model.max_batch_size = max(model.max_batch_size, kernels.PACKED_BATCH_SIZE)
-            model.max_batch_tokens = max(kernels.PACKED_BATCH_TOKENS, model.max_length)
-        return model
-    model = DecoderEmbeddingModel.load(model_dir)
-    kernels.apply_to_decoder(model.model, model.name)
-    return model
+from ..validation import Limits
 
 
 def _cache_key(request: EmbeddingRequest, item: str | tuple[int, ...]) -> str:
@@ -66,6 +54,7 @@ class EmbeddingEngine:
         self._pool = AdmissionPool(max_active, max_queued, aging_s=priority_aging_s)
         self._model: EmbeddingModel | None = None
         self._running: dict[tuple[str, str], asyncio.Task] = {}  # by (tenant name, request id)
+        self._cancelled: set[tuple[str, str]] = set()  # of _running: cancelled by a Cancel call
         self._per_tenant: dict[str, int] = {}  # requests open per tenant name
         self.preparation = Preparation.of(limits)  # a ModelSet shares one among its engines
         self._heartbeat, self._pending, self._died = Heartbeat(), Pending(), ""
@@ -84,9 +73,19 @@ class EmbeddingEngine:
         return self._model is not None and not self._pool.closed and not self.breaker.broken
 
     @property
+    def embeds(self) -> bool:
+        """The model pools embeddings (Embed); False while loading."""
+        return self._model is not None and not isinstance(self._model, SequenceClassifier)
+
+    @property
     def reranks(self) -> bool:
-        """The model is a cross-encoder (Rerank, not Embed); False while loading."""
+        """The model is a cross-encoder (Rerank and Classify, not Embed); False while loading."""
         return isinstance(self._model, CrossEncoderModel)
+
+    @property
+    def classifies(self) -> bool:
+        """The model is a sequence classifier, a reranker included (Classify); False while loading."""
+        return isinstance(self._model, SequenceClassifier)
 
     @property
     def model(self) -> EmbeddingModel:
@@ -101,23 +100,7 @@ class EmbeddingEngine:
         self._executor.shutdown(wait=not self.breaker.broken)  # queued jobs finish; a stuck one is left
 
     def describe(self) -> ModelDescription:
-        m = self.model
-        reranker = isinstance(m, CrossEncoderModel)
-        if isinstance(m, DecoderEmbeddingModel):
-            graph = GraphDescriptor(f"mlx-lm/{m.model_type}+last-token-pooling", backend_name(),
-                                    "mlx-lm/forward-v1", "stateless", self.source)
-        elif reranker:
-            graph = GraphDescriptor("mlx-grpc/bert-cross-encoder", backend_name(), "encoder-forward-v1",
-                                    "stateless", self.source)
-        else:
-            graph = GraphDescriptor("mlx-grpc/bert-encoder", backend_name(), "encoder-forward-v1",
-                                    "stateless", self.source)
-        return ModelDescription(
-            name=self.name, kind=ModelKind.EMBEDDING, descriptor=graph,
-            capabilities=Capabilities(embeddings=not reranker, generation=False, rerank=reranker),
-            context_length=m.max_length, vocab_size=m.vocab_size, eos_token_ids=(),
-            has_chat_template=False, dtype="float32", blas=blas_name(),
-            embedding_dimensions=0 if reranker else m.hidden_size, source=self.source)
+        return describe_model(self.model, self.name, self.source)
 
     @property
     def queued(self) -> int:
@@ -136,18 +119,22 @@ class EmbeddingEngine:
         return self._results.size
 
     def cancel(self, request_id: str, tenant: str = "") -> bool:
-        task = self._running.get((tenant, request_id))
+        slot = (tenant, request_id)
+        task = self._running.get(slot)
         if task is None:
             return False
-        task.cancel()
+        if slot not in self._cancelled:
+            self._cancelled.add(slot)
+            task.cancel()
         return True
 
     async def embed(self, request: EmbeddingRequest) -> AsyncIterator[tuple[int, EmbeddingResult]]:
         """Yields (input index, result) as batches complete."""
         model = self.model
-        if isinstance(model, CrossEncoderModel):
-            raise Unsupported(f"model {self.name!r} is a reranker (a cross-encoder); call Rerank")
-        self._validate(request, model)
+        if isinstance(model, SequenceClassifier):
+            raise Unsupported(f"model {self.name!r} is a " + ("reranker (a cross-encoder); call Rerank or Classify"
+                              if isinstance(model, CrossEncoderModel) else "sequence classifier; call Classify"))
+        check_embed(self.limits, request, model)
         async with self._admitted(request.request_id, request.tenant, request.priority):
             keys = [_cache_key(request, item) for item in request.token_ids or request.inputs]
             missing = []
@@ -170,8 +157,9 @@ class EmbeddingEngine:
         """Every document's score (or the ``top_n`` highest), most relevant first."""
         model = self.model
         if not isinstance(model, CrossEncoderModel):
-            raise Unsupported(f"model {self.name!r} is an embedding model, not a reranker; call Embed")
-        self._validate_rerank(request, model)
+            call = "Classify" if isinstance(model, SequenceClassifier) else "Embed"
+            raise Unsupported(f"model {self.name!r} is not a reranker (a cross-encoder with one label); call {call}")
+        check_rerank(self.limits, request, model)
         async with self._admitted(request.request_id, request.tenant, request.priority):
             ids, cut = await self.preparation.run(request.tenant, model.encode_pairs, request.query,
                                                   request.documents)
@@ -183,9 +171,29 @@ class EmbeddingEngine:
         scores.sort(key=lambda s: (-s.score, s.index))
         return scores[:request.top_n] if request.top_n else scores
 
+    async def classify(self, request: ClassifyRequest) -> list[Classification]:
+        """Every input's label scores (or the ``top_k`` highest, highest first), in input order."""
+        model = self.model
+        if not isinstance(model, SequenceClassifier):
+            raise Unsupported(f"model {self.name!r} is an embedding model, not a classifier; call Embed")
+        check_classify(self.limits, request, model)
+        async with self._admitted(request.request_id, request.tenant, request.priority):
+            ids, cut = await self.preparation.run(request.tenant, model.encode, request.inputs)
+            if cut and not request.truncate:
+                raise InvalidRequest(f"inputs[{cut[0]}]", f"is longer than the model's input limit of "
+                                                          f"{model.max_length} tokens (truncate is off)")
+            out: list[Classification | None] = [None] * len(ids)
+            async for index, result in self._batcher.embed(model, ids, normalize=False, dimensions=None):
+                scores = model.scores(result.vector)
+                order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:request.top_k or None]
+                out[index] = Classification(index, tuple(LabelScore(model.labels[i], float(scores[i]))
+                                                         for i in order), result.tokens)
+        return out  # type: ignore[return-value]
+
     @contextlib.asynccontextmanager
     async def _admitted(self, request_id: str, tenant: Tenant, priority: int):
-        """Holds an admission lease for a request, its id registered for Cancel."""
+        """Holds an admission lease for a request, its id registered for Cancel: a Cancel call
+        ends it with RequestCancelled (the caller's own cancellation stays a CancelledError)."""
         slot = (tenant.name, request_id or uuid.uuid4().hex)
         if slot in self._running:
             raise DuplicateRequestId(f"request id {slot[1]!r} is already running")
@@ -206,7 +214,14 @@ class EmbeddingEngine:
                 raise NotReady("the server is shutting down") from None
             with lease:
                 yield
+        except asyncio.CancelledError:
+            if slot not in self._cancelled:
+                raise  # the caller went away
+            if (uncancel := getattr(asyncio.current_task(), "uncancel", None)) is not None:
+                uncancel()
+            raise RequestCancelled(f"request {echo(slot[1])} was cancelled by a Cancel call") from None
         finally:
+            self._cancelled.discard(slot)
             self._running.pop(slot, None)
             self._per_tenant[tenant.name] -= 1
             if not self._per_tenant[tenant.name]:
@@ -255,34 +270,6 @@ class EmbeddingEngine:
         if 0 < stall_timeout_s < stalled:
             return f"its engine thread made no progress for {stalled:.1f}s with work pending"
         return ""
-
-    def _validate(self, request: EmbeddingRequest, model: EmbeddingModel) -> None:
-        limits = self.limits.for_context(model.max_length)
-        check_ids(limits, request_id=request.request_id)
-        check_priority(request.priority)
-        if request.inputs and request.token_ids:
-            raise InvalidRequest("inputs", "give texts or token ids, not both")
-        if not request.inputs and not request.token_ids:
-            raise InvalidRequest("inputs", "at least one input is required")
-        at_most("inputs", len(request.inputs or request.token_ids), limits.max_embed_inputs, "inputs")
-        for i, text in enumerate(request.inputs):
-            check_text_bytes(f"inputs[{i}]", (text,), limits.max_embed_input_bytes)
-        check_text_bytes("instruction", (request.instruction,), limits.max_embed_input_bytes)
-        if request.dimensions < 0 or request.dimensions > model.hidden_size:
-            raise InvalidRequest("dimensions", f"must be between 0 and {model.hidden_size}")
-
-    def _validate_rerank(self, request: RerankRequest, model: CrossEncoderModel) -> None:
-        limits = self.limits.for_context(model.max_length)
-        check_ids(limits, request_id=request.request_id)
-        check_priority(request.priority)
-        if not request.documents:
-            raise InvalidRequest("documents", "at least one document is required")
-        at_most("documents", len(request.documents), limits.max_embed_inputs, "documents")
-        check_text_bytes("query", (request.query,), limits.max_embed_input_bytes)
-        for i, text in enumerate(request.documents):
-            check_text_bytes(f"documents[{i}]", (text,), limits.max_embed_input_bytes)
-        if request.top_n < 0:
-            raise InvalidRequest("top_n", "must be 0 (every document) or more")
 
     def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
         return self.model.tokenize(text, add_special_tokens)

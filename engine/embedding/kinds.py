@@ -1,0 +1,55 @@
+"""The pooled model a directory holds (an embedding encoder or decoder, a sequence classifier,
+a one-label cross-encoder) and how each kind describes itself.
+
+Invariant: a ``*ForSequenceClassification`` BERT with one label is a reranker (Rerank and
+Classify), with more labels a classifier (Classify only); every other model embeds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .. import kernels
+from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
+from ..hardware.device import backend_name, blas_name
+from .classifier import SequenceClassifier, is_sequence_classifier, label_names
+from .cross_encoder import CrossEncoderModel
+from .decoder import DecoderEmbeddingModel
+from .pooling import EmbeddingModel
+
+
+def load_embedder(model_dir: Path) -> EmbeddingModel:
+    """A BERT encoder (a sequence classifier when it classifies: a cross-encoder with one label),
+    or else an mlx-lm decoder with last-token pooling; CPU kernels put in."""
+    config = json.loads((model_dir / "config.json").read_text())
+    if config.get("model_type") == "bert":
+        kind = EmbeddingModel
+        if is_sequence_classifier(config):
+            kind = CrossEncoderModel if len(label_names(config)) == 1 else SequenceClassifier
+        model = kind.load(model_dir)
+        if kernels.apply_to_encoder(model.encoder, model.name):
+            model.max_batch_size = max(model.max_batch_size, kernels.PACKED_BATCH_SIZE)
+            model.max_batch_tokens = max(kernels.PACKED_BATCH_TOKENS, model.max_length)
+        return model
+    model = DecoderEmbeddingModel.load(model_dir)
+    kernels.apply_to_decoder(model.model, model.name)
+    return model
+
+
+def describe_model(m: EmbeddingModel, name: str, source: str) -> ModelDescription:
+    reranker, classifier = isinstance(m, CrossEncoderModel), isinstance(m, SequenceClassifier)
+    if isinstance(m, DecoderEmbeddingModel):
+        graph_id, abi = f"mlx-lm/{m.model_type}+last-token-pooling", "mlx-lm/forward-v1"
+    else:
+        graph_id = ("mlx-grpc/bert-cross-encoder" if reranker else "mlx-grpc/bert-classifier" if classifier
+                    else "mlx-grpc/bert-encoder")
+        abi = "encoder-forward-v1"
+    return ModelDescription(
+        name=name, kind=ModelKind.EMBEDDING,
+        descriptor=GraphDescriptor(graph_id, backend_name(), abi, "stateless", source),
+        capabilities=Capabilities(embeddings=not classifier, generation=False, rerank=reranker,
+                                  classify=classifier),
+        context_length=m.max_length, vocab_size=m.vocab_size, eos_token_ids=(),
+        has_chat_template=False, dtype="float32", blas=blas_name(),
+        embedding_dimensions=0 if classifier else m.hidden_size, source=source)
