@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Starts two live servers the way a user would: the default one (bash scripts/serve.sh: the
 # embedded SmolLM2 + MiniLM) and the test fixture ("llama", the tool-capable "tools", the
-# image-taking "vision", MiniLM and the cross-encoder "reranker"), each with an adapter. Every client's agent example runs against the "tools" model.
+# image-taking "vision", MiniLM, the cross-encoder "reranker" and the sequence classifiers
+# "classifier" and "classifier-multi"), each with an adapter. Every client's agent example
+# runs against the "tools" model.
 # Then the grpcurl checks (reflection only, no proto files) against both, every client's
 # ci.sh (example against the default server, tests against both), and every README's
 # outside-consumer recipe. Both servers take a tokens file, as a shared server would: every
@@ -40,6 +42,8 @@ DEFAULT_PID=$!
 .venv/bin/mlx-grpc serve --host 127.0.0.1 --port "$FIXTURE_PORT" --model "llama=$WORK/models/llama" \
   --model "tools=$WORK/models/tools-qwen" --model "vision=$WORK/models/llava" \
   --embedding-model "all-minilm-l6-v2=$MINILM" --embedding-model "reranker=$WORK/models/reranker" \
+  --embedding-model "classifier=$WORK/models/classifier" \
+  --embedding-model "classifier-multi=$WORK/models/classifier-multi" \
   --adapter-root "$WORK" --adapter "tone=$WORK/models/adapters/tone" \
   --max-active 4 --max-queued 16 --grace 5 --auth-token-file "$WORK/client-tokens" >"$WORK/fixture.log" 2>&1 &
 FIXTURE_PID=$!

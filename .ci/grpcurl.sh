@@ -185,5 +185,16 @@ if G -d '{}' "$ADDR" $S/ListModels | has '"name": "reranker"'; then
     "def add(a, b): return a + b", "Mountains rise above the valleys."], "top_n": 2}' "$ADDR" $S/Rerank \
     | grep -c '"score"' | has -x 2
 fi
+# Classify (the README's example), on a server with a model named "classifier": two inputs, top_k 2
+if G -d '{}' "$ADDR" $S/ListModels | has '"name": "classifier"'; then
+  G -d '{"model": "classifier"}' "$ADDR" $S/GetModelInfo | has '"classify": true'
+  G -d '{"model": "classifier", "top_k": 2,
+    "inputs": ["I loved this film.", "The service was slow and the food cold."]}' "$ADDR" $S/Classify \
+    | grep -c '"score"' | has -x 4
+  if G -d '{"model": "classifier", "inputs": ["x"], "top_k": -1}' "$ADDR" $S/Classify 2>"$OUT/classify.txt"; then
+    echo "a negative top_k was accepted"; exit 1
+  fi
+  has InvalidArgument <"$OUT/classify.txt"
+fi
 set +x
 echo "grpcurl checks passed against $ADDR"
