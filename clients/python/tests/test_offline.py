@@ -16,8 +16,8 @@ from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from mlxgrpc_client import (Embeddings, GenerationResult, aio, connect, embed_request, error_details, generate_request, pb,
-                            prefetch_request, rerank_request)
+from mlxgrpc_client import (Embeddings, GenerationResult, aio, classify_request, connect, embed_request, error_details,
+                            generate_request, pb, prefetch_request, rerank_request)
 from mlxgrpc_client.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 
 
@@ -267,6 +267,20 @@ def test_rerank_request():
     assert (plain.model, plain.top_n, plain.request_id, plain.priority) == ("", 0, "", 0)  # the server's defaults
 
 
+def test_classify_request():
+    req = classify_request(["I loved it.", "Too slow."], model="classifier", top_k=2, truncate="none",
+                           request_id="c-1", priority=-5)
+    assert (req.model, list(req.inputs), req.top_k) == ("classifier", ["I loved it.", "Too slow."], 2)
+    assert (req.truncate, req.request_id, req.priority) == (pb.TRUNCATION_NONE, "c-1", -5)
+    assert list(classify_request("one text").inputs) == ["one text"]  # not its characters
+    plain = classify_request(t for t in ("a", "b"))
+    assert list(plain.inputs) == ["a", "b"]
+    assert (plain.model, plain.top_k, plain.truncate, plain.request_id, plain.priority) == (
+        "", 0, pb.TRUNCATION_UNSPECIFIED, "", 0)  # the server's defaults
+    with pytest.raises(ValueError, match="unknown truncation"):
+        classify_request("a", truncate="middle")
+
+
 def test_prefetch_request():
     assert prefetch_request("hi").text == "hi"
     assert list(prefetch_request([1, 2, 3]).tokens.ids) == [1, 2, 3]
@@ -346,6 +360,21 @@ class _Recorder(pb_grpc.InferenceServiceServicer):
                    for i in order]
         return pb.RerankResponse(model=request.model or "reranker",
                                  results=results[:request.top_n] if request.top_n else results)
+
+    def Classify(self, request, context):
+        self.priorities.append(request.priority)
+        self.requests.append(request)
+        if self.refusals > 0:
+            self.refusals -= 1
+            context.abort_with_status(self.refusal)
+        # Two labels per input: "long" scores its length / 10, "short" the rest of 1.
+        results = []
+        for i, text in enumerate(request.inputs):
+            long = min(len(text) / 10, 1.0)
+            labels = sorted([pb.LabelScore(label="long", score=long), pb.LabelScore(label="short", score=1 - long)],
+                            key=lambda s: -s.score)
+            results.append(pb.Classification(index=i, labels=labels[:request.top_k or None], tokens=len(text) + 2))
+        return pb.ClassifyResponse(model=request.model or "classifier", results=results)
 
     def Prefetch(self, request, context):
         self.seen.append((dict(context.invocation_metadata()), context.time_remaining()))
@@ -525,6 +554,34 @@ def test_rerank_over_the_wire(recorder):
         "q", ["bb", "a", "cccc"], pb.TRUNCATION_NONE, "r-1")
     assert (second.model, second.top_n) == ("other", 2)
     assert servicer.priorities == [-20, -20, 7]  # the client's default, unless the request has its own
+
+
+def test_classify_over_the_wire(recorder):
+    servicer, address = recorder
+    servicer.refusals = 1  # refused once with RetryInfo: retried like the other unary calls
+    retries = []
+    with connect(address, priority=-20, on_retry=lambda d, delay: retries.append(delay)) as client:
+        reply = client.classify(["0123456789ab", "abc"], truncate="none", request_id="c-1")
+        top = client.classify("abc", model="other", top_k=1, priority=7)
+    assert isinstance(reply, pb.ClassifyResponse) and reply.model == "classifier"
+    assert [r.index for r in reply.results] == [0, 1] and [r.tokens for r in reply.results] == [14, 5]
+    assert [(s.label, round(s.score, 3)) for s in reply.results[1].labels] == [("short", 0.7), ("long", 0.3)]
+    assert top.model == "other" and [s.label for s in top.results[0].labels] == ["short"]
+    assert retries == [0.2]
+    first, again, second = servicer.requests
+    assert first == again  # the same request, its id included, for every attempt
+    assert (list(first.inputs), first.truncate, first.request_id) == (["0123456789ab", "abc"], pb.TRUNCATION_NONE, "c-1")
+    assert (second.model, second.top_k, list(second.inputs)) == ("other", 1, ["abc"])
+    assert servicer.priorities == [-20, -20, 7]  # the client's default, unless the request has its own
+
+
+async def test_classify_in_asyncio(recorder):
+    servicer, address = recorder
+    async with aio.connect(address, priority=3) as client:
+        reply = await client.classify(["a", "0123456789"], top_k=1, truncate=pb.TRUNCATION_END)
+    assert [[s.label for s in r.labels] for r in reply.results] == [["short"], ["long"]]
+    (request,) = servicer.requests
+    assert (request.top_k, request.truncate, request.priority) == (1, pb.TRUNCATION_END, 3)
 
 
 def test_prefetch_and_close_session_over_the_wire(recorder):

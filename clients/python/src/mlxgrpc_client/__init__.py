@@ -16,8 +16,8 @@ awaited; ``async for`` over ``generate``). Messages and enums live in
 """
 
 from . import aio, pb
-from ._common import (Choice, ErrorDetails, GenerationResult, embed_request, error_details, generate_request, prefetch_request,
-                      rerank_request)
+from ._common import (Choice, ErrorDetails, GenerationResult, classify_request, embed_request, error_details,
+                      generate_request, prefetch_request, rerank_request)
 from ._embeddings import Embeddings, decode_packed, dequantize, hamming, unpack_bits
 from ._images import image_part, sniff_media_type
 from ._sync import Client, GenerateStream, connect
@@ -30,6 +30,7 @@ __all__ = [
     "GenerateStream",
     "GenerationResult",
     "aio",
+    "classify_request",
     "connect",
     "decode_packed",
     "dequantize",

@@ -43,7 +43,8 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
-#: The range of GenerateRequest.priority, EmbedRequest.priority and RerankRequest.priority.
+#: The range of GenerateRequest.priority, EmbedRequest.priority, RerankRequest.priority and
+#: ClassifyRequest.priority.
 MAX_PRIORITY = 100
 
 
@@ -392,6 +393,31 @@ def rerank_request(
         query=query,
         documents=[documents] if isinstance(documents, str) else list(documents),
         top_n=top_n,
+        request_id=request_id,
+        priority=priority,
+    )
+    if truncate is not None:
+        req.truncate = _truncation(truncate)
+    return req
+
+
+def classify_request(
+    inputs: str | Sequence[str],
+    *,
+    model: str = "",
+    top_k: int = 0,
+    truncate: Truncate | None = None,
+    request_id: str = "",
+    priority: int = 0,
+) -> pb.ClassifyRequest:
+    """Builds a ClassifyRequest: each of ``inputs`` classified on its own by a sequence
+    classifier (``model`` empty: the server's first classifier, else its first reranker).
+    ``top_k`` keeps only each input's highest scored labels (0: all); ``truncate`` and
+    ``priority`` as in :func:`embed_request`."""
+    req = pb.ClassifyRequest(
+        model=model,
+        inputs=[inputs] if isinstance(inputs, str) else list(inputs),
+        top_k=top_k,
         request_id=request_id,
         priority=priority,
     )

@@ -11,7 +11,8 @@ import grpc
 
 from . import _retry, pb
 from ._common import (DEFAULT, GenerationResult, PrefetchPrompt, Prompt, auth_metadata, channel_credentials,
-                      default_priority, embed_request, generate_request, prefetch_request, rerank_request)
+                      classify_request, default_priority, embed_request, generate_request, prefetch_request,
+                      rerank_request)
 from ._embeddings import Embeddings
 from ._embeddings import gather as gather_embeddings
 from ._retry import Attempts, OnRetry
@@ -109,7 +110,7 @@ class Client:
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.on_retry = on_retry
-        #: The priority of Generate, Embed and Rerank requests that leave theirs at 0.
+        #: The priority of Generate, Embed, Rerank and Classify requests that leave theirs at 0.
         self.priority = default_priority(priority)
 
     def _attempts(self, timeout: Any) -> Attempts:
@@ -129,7 +130,8 @@ class Client:
         return GenerateStream(start, attempts, req.request_id)
 
     def cancel(self, request_id: str, *, timeout: Any = DEFAULT) -> bool:
-        """Cancels a running Generate, Embed or Rerank by id (the Cancel RPC). True if one was found."""
+        """Cancels a running Generate, Embed, Rerank or Classify by id (the Cancel RPC). True if one
+        was found (a cancelled Rerank or Classify then raises CANCELLED)."""
         return self._unary(self.stub.Cancel, pb.CancelRequest(request_id=request_id), timeout).cancelled
 
     @overload
@@ -167,6 +169,18 @@ class Client:
         req = rerank_request(query, documents, **kwargs)
         req.priority = req.priority or self.priority
         return self._unary(self.stub.Rerank, req, timeout)
+
+    def classify(self, inputs: str | Sequence[str], *, timeout: Any = DEFAULT, **kwargs: Any) -> pb.ClassifyResponse:
+        """Classifies each of ``inputs`` with a sequence classifier. The response has the
+        ``model`` and one ``pb.Classification`` per input, in input order: its ``index``,
+        ``tokens`` and ``labels`` (``pb.LabelScore``: ``label``, ``score``), highest first;
+        scores are softmax probabilities (single-label models) or each label's sigmoid
+        (multi-label, and a reranker's one label). Keywords: ``model``, ``top_k`` (0: every
+        label), ``truncate`` (``"end"`` or ``"none"``), ``request_id``, ``priority``; see
+        :func:`mlxgrpc_client.classify_request`."""
+        req = classify_request(inputs, **kwargs)
+        req.priority = req.priority or self.priority
+        return self._unary(self.stub.Classify, req, timeout)
 
     def model_info(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ModelInfo:
         """Describes ``model`` (empty: the default generation model)."""
@@ -265,7 +279,7 @@ def connect(
     call (``None``: none). A call refused with RESOURCE_EXHAUSTED or UNAVAILABLE and a
     RetryInfo is tried again after the server's delay, ``max_attempts`` times in all
     (1: never), within its deadline; ``on_retry(details, delay)`` hears of each retry.
-    ``priority`` (-100 to 100) is that of every Generate, Embed and Rerank request that leaves
+    ``priority`` (-100 to 100) is that of every Generate, Embed, Rerank and Classify request that leaves
     its own at 0 (e.g. a batch job's low priority).
     ``options`` are grpc channel options.
     """

@@ -12,7 +12,8 @@ import grpc
 
 from . import _retry, pb
 from ._common import (DEFAULT, GenerationResult, PrefetchPrompt, Prompt, auth_metadata, channel_credentials,
-                      default_priority, embed_request, generate_request, prefetch_request, rerank_request)
+                      classify_request, default_priority, embed_request, generate_request, prefetch_request,
+                      rerank_request)
 from ._embeddings import Embeddings
 from ._embeddings import gather as gather_embeddings
 from ._retry import Attempts, OnRetry
@@ -118,7 +119,7 @@ class AsyncClient:
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.on_retry = on_retry
-        #: The priority of Generate, Embed and Rerank requests that leave theirs at 0.
+        #: The priority of Generate, Embed, Rerank and Classify requests that leave theirs at 0.
         self.priority = default_priority(priority)
 
     def _attempts(self, timeout: Any) -> Attempts:
@@ -138,7 +139,8 @@ class AsyncClient:
         return GenerateStream(start, attempts, req.request_id)
 
     async def cancel(self, request_id: str, *, timeout: Any = DEFAULT) -> bool:
-        """Cancels a running Generate, Embed or Rerank by id (the Cancel RPC). True if one was found."""
+        """Cancels a running Generate, Embed, Rerank or Classify by id (the Cancel RPC). True if one
+        was found."""
         return (await self._unary(self.stub.Cancel, pb.CancelRequest(request_id=request_id), timeout)).cancelled
 
     @overload
@@ -169,6 +171,14 @@ class AsyncClient:
         req = rerank_request(query, documents, **kwargs)
         req.priority = req.priority or self.priority
         return await self._unary(self.stub.Rerank, req, timeout)
+
+    async def classify(self, inputs: str | Sequence[str], *, timeout: Any = DEFAULT,
+                       **kwargs: Any) -> pb.ClassifyResponse:
+        """Classifies each of ``inputs``; results in input order, labels highest first (see
+        :meth:`mlxgrpc_client.Client.classify` for the keywords)."""
+        req = classify_request(inputs, **kwargs)
+        req.priority = req.priority or self.priority
+        return await self._unary(self.stub.Classify, req, timeout)
 
     async def model_info(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ModelInfo:
         return (await self._unary(self.stub.GetModelInfo, pb.GetModelInfoRequest(model=model), timeout)).info
