@@ -6,7 +6,8 @@
 // (TLS, bearer token, default deadline), retries of calls the server refused
 // for now with RetryInfo, Generate with a client-side request id as a
 // range-over-func iterator or collected at once, Embed collected in input
-// order, packed Embed decoded into slices (EmbedPacked, DecodeEmbeddings), Rerank with the client's default priority, truncation constants
+// order, packed Embed decoded into slices (EmbedPacked, DecodeEmbeddings), Rerank and
+// Classify with the client's default priority, truncation constants
 // (TruncationEnd, TruncationNone), adapter helpers (Adapters, LoadAdapterDir,
 // UnloadAdapterByName), prefix-cache helpers (PrefetchFor, CloseSessionByID) and
 // google.rpc error details.
@@ -100,7 +101,7 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // Client is a connection to an mlx-grpc server. The embedded generated client
 // gives direct access to every RPC (Cancel, Tokenize, ListModels, ...);
-// Generate, Embed and Rerank are overridden by the friendlier forms below.
+// Generate, Embed, Rerank and Classify are overridden by the friendlier forms below.
 type Client struct {
 	pb.InferenceServiceClient
 	conn     *grpc.ClientConn
@@ -186,8 +187,9 @@ func (c *Client) callContext(ctx context.Context) (context.Context, context.Canc
 	return context.WithTimeout(ctx, c.timeout)
 }
 
-// CancelByID cancels a running or queued Generate, Embed or Rerank by its request id
-// (Generation.RequestID). It reports whether such a request was found.
+// CancelByID cancels a running or queued Generate, Embed, Rerank or Classify by its
+// request id (Generation.RequestID). It reports whether such a request was found (a
+// cancelled Embed, Rerank or Classify then ends with codes.Canceled).
 func (c *Client) CancelByID(ctx context.Context, requestID string) (bool, error) {
 	r, err := c.InferenceServiceClient.Cancel(ctx, &pb.CancelRequest{RequestId: requestID})
 	return r.GetCancelled(), err

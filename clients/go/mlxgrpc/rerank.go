@@ -8,8 +8,9 @@ import (
 	pb "mlxgrpc.dev/go/mlxgrpc/v1"
 )
 
-// What Embed and Rerank do with an input longer than the model's input limit
-// (GetModelInfo's ContextLength): EmbedRequest.Truncate and RerankRequest.Truncate.
+// What Embed, Rerank and Classify do with an input longer than the model's input limit
+// (GetModelInfo's ContextLength): EmbedRequest.Truncate, RerankRequest.Truncate and
+// ClassifyRequest.Truncate.
 const (
 	TruncationDefault = pb.Truncation_TRUNCATION_UNSPECIFIED // the server's default: TruncationEnd
 	// TruncationEnd keeps the tokens that fit, from the start (a reranked pair cuts
