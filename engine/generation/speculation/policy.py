@@ -55,8 +55,9 @@ class Acceptance:
 @dataclass
 class Speculation:
     """A row's draft sources, each with its own acceptance: its prediction where the
-    output follows it, else the tokens its grammar forces, else its mode's (n-gram or
-    draft model)."""
+    output follows it, the tokens its grammar forces, its mode's (n-gram or draft model).
+    A step takes the offer with the most tokens expected to be accepted (its drafts x its
+    recent acceptance rate); a draft model drafts only where no other source has any."""
 
     mode: SpeculationMode  # OFF (the server's default mode is off): the prediction alone
     acceptance: Acceptance
@@ -76,27 +77,30 @@ class Speculation:
 
     def propose(self, tokens: Sequence[int], output_from: int, cap: int,
                 constraint: Constraint | None = None) -> tuple[list[int], int]:
-        """(this step's drafts from the prediction, the grammar or the n-gram index, how
-        many a draft model should propose instead); ``output_from``: where the output
-        starts in ``tokens``; ``cap``: the most the step allows."""
+        """(this step's drafts: of the prediction's, the grammar's and the n-gram index's,
+        those with the most tokens expected to be accepted; how many a draft model should
+        propose instead, when none has any); ``output_from``: where the output starts in
+        ``tokens``; ``cap``: the most the step allows."""
         self.source = None
+        offers: list[tuple[float, Acceptance, list[int]]] = []
         if self.prediction is not None and self.predicted is not None:
             drafts = self.prediction.propose(tokens, output_from, min(self.predicted.wanted(), cap))
-            if drafts:
-                self.source = self.predicted
-                return drafts, 0
+            rate = max(self.predicted.rate, self.prediction.confidence)  # a long run is evidence too
+            offers.append((rate * len(drafts), self.predicted, drafts))
         if self.forced is not None and constraint is not None:
             drafts = constraint.forced(min(self.forced.wanted(), cap))
-            if drafts:
-                self.source = self.forced
-                return drafts, 0
+            offers.append((self.forced.rate * len(drafts), self.forced, drafts))
         k = min(self.acceptance.wanted(), cap) if self.mode is not SpeculationMode.OFF else 0
-        if k <= 0:
-            return [], 0
-        self.source = self.acceptance
-        if self.ngram is not None:
-            return self.ngram.propose(tokens, k), 0
-        return [], k
+        if k > 0 and self.ngram is not None:
+            offers.append((self.acceptance.rate * k, self.acceptance, self.ngram.propose(tokens, k)))
+        best = max((offer for offer in offers if offer[2]), key=lambda offer: offer[0], default=None)
+        if best is not None:
+            self.source = best[1]
+            return best[2], 0
+        if k > 0 and self.ngram is None:  # a draft model's
+            self.source = self.acceptance
+            return [], k
+        return [], 0
 
     def record(self, proposed: int, accepted: int) -> None:
         if self.source is not None:

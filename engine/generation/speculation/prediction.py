@@ -28,6 +28,11 @@ class PredictionDrafts:
         self._seen = 0  # output tokens followed so far
         self._run = _START_RUN  # tokens followed at the current alignment
 
+    @property
+    def confidence(self) -> float:
+        """How likely the next token follows the prediction, from the current run alone."""
+        return self._run / (self._run + 2) if self._at is not None else 0.0
+
     def propose(self, tokens: Sequence[int], start: int, k: int) -> list[int]:
         """Up to ``k`` drafts to follow the output, ``tokens[start:]`` (not copied)."""
         self._follow(tokens, start)
