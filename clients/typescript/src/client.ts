@@ -13,6 +13,8 @@ import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-no
 
 import {
   InferenceService,
+  type ClassifyRequestSchema,
+  type ClassifyResponse,
   type EmbedRequestSchema,
   type EmbedRequest,
   type EmbedResponse,
@@ -38,6 +40,7 @@ export type PackedEmbedRequestInit = Omit<Exclude<EmbedRequestInit, EmbedRequest
   embeddingType?: EmbeddingType | EmbeddingTypeName;
 };
 export type RerankRequestInit = MessageInitShape<typeof RerankRequestSchema>;
+export type ClassifyRequestInit = MessageInitShape<typeof ClassifyRequestSchema>;
 export type PrefetchRequestInit = MessageInitShape<typeof PrefetchRequestSchema>;
 
 export interface ConnectOptions {
@@ -60,7 +63,7 @@ export interface ConnectOptions {
   /** Hears of each retry: the refusal's details and the delay. */
   onRetry?: OnRetry;
   /**
-   * The priority (-100 to 100) of every Generate, Embed and Rerank request that leaves its own
+   * The priority (-100 to 100) of every Generate, Embed, Rerank and Classify request that leaves its own
    * `priority` at 0, e.g. a batch job's low one. Higher starts first among waiting
    * requests; waiting raises a request's priority, so none starves.
    */
@@ -69,7 +72,7 @@ export interface ConnectOptions {
   interceptors?: Interceptor[];
 }
 
-/** The range of the priority of Generate, Embed and Rerank requests: -MAX_PRIORITY to MAX_PRIORITY. */
+/** The range of the priority of Generate, Embed, Rerank and Classify requests: -MAX_PRIORITY to MAX_PRIORITY. */
 export const MAX_PRIORITY = 100;
 
 /** Connects to an mlx-grpc server at "host:port" (or an http:// / https:// URL). */
@@ -124,7 +127,7 @@ export class MlxClient {
     readonly raw: Client<typeof InferenceService>,
     private readonly sessionManager?: Http2SessionManager,
     readonly retry: RetrySettings = { maxAttempts: 3 },
-    /** The priority of Generate, Embed and Rerank requests that leave theirs at 0 (ConnectOptions.priority). */
+    /** The priority of Generate, Embed, Rerank and Classify requests that leave theirs at 0 (ConnectOptions.priority). */
     readonly priority = 0,
   ) {}
 
@@ -157,7 +160,7 @@ export class MlxClient {
     return this.generate(request, options).collect();
   }
 
-  /** Cancels a queued or running Generate, Embed or Rerank by request id; false if none was running. */
+  /** Cancels a queued or running Generate, Embed, Rerank or Classify by request id; false if none was running. */
   async cancel(requestId: string, options?: CallOptions): Promise<boolean> {
     return (await this.unary((o) => this.raw.cancel({ requestId }, o), options)).cancelled;
   }
@@ -206,6 +209,20 @@ export class MlxClient {
   async rerank(request: RerankRequestInit, options?: CallOptions): Promise<RerankResponse> {
     const req = { ...request, priority: request.priority || this.priority };
     return this.unary((o) => this.raw.rerank(req, o), options);
+  }
+
+  /**
+   * Classifies texts with a sequence classifier (`capabilities.classify`; empty `model`: the
+   * server's first classifier, else its first reranker): one result per input, in input
+   * order, each the input's `index`, its `tokens` and its `labels` (`label`, `score`),
+   * highest first. Scores are softmax probabilities for a single-label classifier (an
+   * input's sum to 1) and each label's sigmoid for a multi-label one or a reranker.
+   * `topK` keeps only each input's highest scored labels (0: all); `truncate` as for embed.
+   */
+  async classify(request: string[] | ClassifyRequestInit, options?: CallOptions): Promise<ClassifyResponse> {
+    const given: ClassifyRequestInit = Array.isArray(request) ? { inputs: request } : request;
+    const req = { ...given, priority: given.priority || this.priority };
+    return this.unary((o) => this.raw.classify(req, o), options);
   }
 
   /** Describes a model (empty name: the default generation model). */

@@ -33,12 +33,15 @@ export interface Served {
   embedder?: ModelInfo;
   /** The model named "reranker" when it reranks (the fixture server's cross-encoder). */
   reranker?: ModelInfo;
+  /** The model named "classifier" when it classifies (the fixture server's three-label classifier). */
+  classifier?: ModelInfo;
   all: ModelInfo[];
 }
 
 /**
  * The default generation model (listed first), the first embedding model that embeds (a
- * reranker is an embedding-kind model that does not) and the model named "reranker".
+ * reranker or a classifier is an embedding-kind model that does not) and the models named
+ * "reranker" and "classifier".
  */
 export async function discover(client: MlxClient): Promise<Served> {
   const all = await client.listModels();
@@ -47,6 +50,7 @@ export async function discover(client: MlxClient): Promise<Served> {
     generator: all.find((m) => m.kind === ModelKind.GENERATION),
     embedder: all.find((m) => m.kind === ModelKind.EMBEDDING && m.capabilities?.embeddings),
     reranker: all.find((m) => m.name === "reranker" && m.capabilities?.rerank),
+    classifier: all.find((m) => m.name === "classifier" && m.capabilities?.classify),
   };
 }
 
