@@ -16,7 +16,7 @@ pub struct Client {
     pub(crate) raw: RawClient,
     pub(crate) timeout: Option<Duration>,
     pub(crate) retry: RetryPolicy,
-    /// Of Generate, Embed and Rerank requests that set none ([`crate::ConnectOptions::with_priority`]).
+    /// Of Generate, Embed, Rerank and Classify requests that set none ([`crate::ConnectOptions::with_priority`]).
     pub(crate) priority: i32,
 }
 
@@ -91,9 +91,9 @@ impl Client {
         self.generate(request).collect().await
     }
 
-    /// Cancels a running Generate, Embed or Rerank through the Cancel RPC. Returns whether
-    /// the server found it; a Generate stream then ends with a `FINISH_REASON_CANCELLED`
-    /// event.
+    /// Cancels a running Generate, Embed, Rerank or Classify through the Cancel RPC. Returns
+    /// whether the server found it; a Generate stream then ends with a
+    /// `FINISH_REASON_CANCELLED` event, the others with `Code::Cancelled`.
     pub async fn cancel(&self, request_id: impl Into<String>) -> Result<bool, Status> {
         let req = pb::CancelRequest {
             request_id: request_id.into(),

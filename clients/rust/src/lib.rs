@@ -7,7 +7,9 @@
 //! [`Stream`] of events with a client-side id to cancel it by (or collected at
 //! once), Embed results in input order, packed embeddings decoded into vectors
 //! ([`Client::embed_packed`], [`pb::EmbedRequest::with_packed`], [`Embeddings`]), Rerank results most relevant first
-//! ([`Client::rerank`], [`pb::RerankRequest::new`], [`Truncation`]), adapter calls ([`Client::load_adapter`],
+//! ([`Client::rerank`], [`pb::RerankRequest::new`], [`Truncation`]), each text's labels scored by a
+//! sequence classifier ([`Client::classify`], [`pb::ClassifyRequest::new`], [`Classifications`]),
+//! adapter calls ([`Client::load_adapter`],
 //! [`Client::unload_adapter`], [`Client::list_adapters`]), the prefix cache
 //! ([`Client::prefetch`], [`pb::PrefetchRequest::text`], [`Client::close_session`]), predicted
 //! outputs ([`pb::GenerateRequest::with_prediction`], [`pb::Prediction::text`]), builders for tools and the
@@ -46,6 +48,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Status};
 
 mod adapters;
+mod classify;
 mod client;
 mod embeddings;
 mod errors;
@@ -57,6 +60,7 @@ mod priority;
 mod rerank;
 mod retry;
 
+pub use classify::{Classifications, ClassifiedText, ScoredLabel};
 pub use client::Client;
 pub use embeddings::{
     Embeddings, PackedError, Vectors, dequantize, f16_to_f32, hamming, unpack_bits,
@@ -184,7 +188,7 @@ pub struct ConnectOptions {
     pub max_attempts: u32,
     /// Hears of each retry: the refusal and the delay.
     pub on_retry: Option<RetryObserver>,
-    /// The priority of Generate, Embed and Rerank requests that set none (see `with_priority`).
+    /// The priority of Generate, Embed, Rerank and Classify requests that set none (see `with_priority`).
     pub priority: i32,
 }
 
