@@ -2,6 +2,8 @@ package dev.mlxgrpc.client;
 
 import dev.mlxgrpc.v1.AdapterInfo;
 import dev.mlxgrpc.v1.CancelRequest;
+import dev.mlxgrpc.v1.ClassifyRequest;
+import dev.mlxgrpc.v1.ClassifyResponse;
 import dev.mlxgrpc.v1.CloseSessionRequest;
 import dev.mlxgrpc.v1.EmbedRequest;
 import dev.mlxgrpc.v1.EmbedResponse;
@@ -174,9 +176,10 @@ public final class MlxGrpcClient implements AutoCloseable {
   }
 
   /**
-   * Cancels a running or queued Generate, Embed or Rerank by its request id (the Cancel RPC). Returns
-   * whether the server found and cancelled it; a cancelled Generate stream then ends with a
-   * {@code finished} event whose reason is {@code FINISH_REASON_CANCELLED}.
+   * Cancels a running or queued Generate, Embed, Rerank or Classify by its request id (the Cancel
+   * RPC). Returns whether the server found and cancelled it; a cancelled Generate stream then ends
+   * with a {@code finished} event whose reason is {@code FINISH_REASON_CANCELLED}, the others with
+   * CANCELLED.
    */
   public boolean cancel(String requestId) {
     CancelRequest request = CancelRequest.newBuilder().setRequestId(requestId).build();
@@ -246,6 +249,27 @@ public final class MlxGrpcClient implements AutoCloseable {
   /** Scores {@code documents} against {@code query} with the server's first reranking model. */
   public RerankResponse rerank(String query, List<String> documents) {
     return rerank(RerankRequest.newBuilder().setQuery(query).addAllDocuments(documents).build());
+  }
+
+  /**
+   * Scores the labels of each of the request's inputs with a sequence classifier (a model with
+   * {@code getCapabilities().getClassify()}; an empty model selects the server's first classifier,
+   * else its first reranker). The response's {@code getResultsList()} has one result per input, in
+   * input order: {@code getIndex()}, {@code getTokens()} and {@code getLabelsList()} ({@code
+   * getLabel()}, {@code getScore()}), highest first. Scores are softmax probabilities for a
+   * single-label classifier (an input's sum to 1) and each label's sigmoid for a multi-label one
+   * or a reranker. {@code setTopK(k)} keeps each input's {@code k} highest (0: all); {@code
+   * setTruncate} as for {@link #embed(EmbedRequest)}. A request with priority 0 gets the client's
+   * default.
+   */
+  public ClassifyResponse classify(ClassifyRequest given) {
+    ClassifyRequest request = Priority.orDefault(given, priority);
+    return unary(stub -> stub.classify(request));
+  }
+
+  /** Classifies {@code inputs} with the server's first classifying model. */
+  public ClassifyResponse classify(List<String> inputs) {
+    return classify(ClassifyRequest.newBuilder().addAllInputs(inputs).build());
   }
 
   /** Describes {@code model}; an empty name selects the default generation model. */
@@ -429,7 +453,7 @@ public final class MlxGrpcClient implements AutoCloseable {
     }
 
     /**
-     * The priority (-100 to 100) of every Generate, Embed and Rerank request that leaves its own at 0,
+     * The priority (-100 to 100) of every Generate, Embed, Rerank and Classify request that leaves its own at 0,
      * e.g. a batch job's low one; see {@link Priority}.
      */
     public Builder priority(int priority) {

@@ -522,8 +522,8 @@ class MlxGrpcClientTest {
       if (m.getKind() != ModelKind.MODEL_KIND_EMBEDDING) {
         continue;
       }
-      if (m.getCapabilities().getRerank()) {
-        assertFalse(m.getCapabilities().getEmbeddings(), m.getName() + ": a reranker does not embed");
+      if (m.getCapabilities().getRerank() || m.getCapabilities().getClassify()) {
+        assertFalse(m.getCapabilities().getEmbeddings(), m.getName() + ": a reranker or classifier does not embed");
       } else {
         assertTrue(m.getEmbeddingDimensions() > 0 && m.getCapabilities().getEmbeddings(), m.getName());
       }
