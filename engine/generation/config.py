@@ -71,8 +71,8 @@ class SpeculationConfig:
     num_draft_tokens: int = setting(4, "drafts verified per step by default (at most 8)")
     prediction_draft_tokens: int = setting(16, "most tokens of a request's prediction verified per step "
                                                "(a request's num_draft_tokens, when set, caps it)")
-    grammar_proposals: bool = setting(True, "propose the tokens a response format or forced tool call allows "
-                                            "alone as drafts (output never changes)")
+    grammar_proposals: bool = setting(True, "do not propose the tokens a response format or forced tool call "
+                                            "allows alone as drafts (the output is the same either way)")
     max_draft_tokens: int = 8  # the most a request may ask for
 
 
