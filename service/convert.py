@@ -1,15 +1,15 @@
-"""Protobuf <-> engine conversion, in one place. No logic beyond translation."""
+"""Protobuf <-> engine conversion for generation, models and adapters (the pooling tasks'
+in pooling_convert.py). No logic beyond translation."""
 
 from __future__ import annotations
 
 from engine.adapters.info import AdapterInfo
 from engine.description import MediaSupport, ModelDescription, ModelKind
 from engine.events import Delta, Event, FinishReason, Finished, PromptLogprobs, Started
-from engine.requests import (ChatMessage, ChatPrompt, ClassifyRequest, EmbeddingRequest, FormatKind, GenerationRequest,
-                             ImagePart, Prediction, RerankRequest, ResponseFormat, SpeculationMode, SpeculationOptions,
-                             StopOptions, TextPart, TextPrompt, TokenPrompt, Tool, ToolCall, ToolChoiceMode)
+from engine.requests import (ChatMessage, ChatPrompt, FormatKind, GenerationRequest, ImagePart, Prediction,
+                             ResponseFormat, SpeculationMode, SpeculationOptions, StopOptions, TextPart, TextPrompt,
+                             TokenPrompt, Tool, ToolCall, ToolChoiceMode)
 from engine.caches.tier import Prefetched, Tier
-from engine.embedding.packing import EmbeddingType, pack
 from engine.errors import InvalidRequest
 from engine.tenancy import ANONYMOUS, Tenant
 from engine.validation import RequestCounts, most, parse_json
@@ -219,73 +219,6 @@ def _finished(e: Finished) -> pb.GenerationFinished:
     if e.stop_token_id is not None:
         msg.stop_token_id = e.stop_token_id
     return msg
-
-
-def embedding_request(msg: pb.EmbedRequest, tenant: Tenant = ANONYMOUS) -> EmbeddingRequest:
-    return EmbeddingRequest(tenant=tenant, priority=msg.priority,
-        inputs=tuple(msg.inputs), model=msg.model, request_id=msg.request_id,
-        instruction=msg.instruction, normalize=msg.normalize if msg.HasField("normalize") else True,
-        dimensions=msg.dimensions, truncate=_truncates(msg.truncate))
-
-
-def rerank_request(msg: pb.RerankRequest, tenant: Tenant = ANONYMOUS) -> RerankRequest:
-    return RerankRequest(query=msg.query, documents=tuple(msg.documents), model=msg.model,
-                         request_id=msg.request_id, top_n=msg.top_n, truncate=_truncates(msg.truncate),
-                         tenant=tenant, priority=msg.priority)
-
-
-def rerank_response(model: str, scores) -> pb.RerankResponse:
-    """``scores``: the engine's RerankScore list, in order."""
-    return pb.RerankResponse(model=model, results=[pb.RerankResult(index=s.index, score=s.score, tokens=s.tokens)
-                                                   for s in scores])
-
-
-def classify_request(msg: pb.ClassifyRequest, tenant: Tenant = ANONYMOUS) -> ClassifyRequest:
-    return ClassifyRequest(inputs=tuple(msg.inputs), model=msg.model, request_id=msg.request_id, top_k=msg.top_k,
-                           truncate=_truncates(msg.truncate), tenant=tenant, priority=msg.priority)
-
-
-def classify_response(model: str, results) -> pb.ClassifyResponse:
-    """``results``: the engine's Classification list, in input order."""
-    return pb.ClassifyResponse(model=model, results=[
-        pb.Classification(index=r.index, tokens=r.tokens,
-                          labels=[pb.LabelScore(label=s.label, score=s.score) for s in r.labels]) for r in results])
-
-
-def _truncates(truncation: int) -> bool:
-    if truncation not in pb.Truncation.values():
-        raise InvalidRequest("truncate", f"unknown value {truncation}")
-    return truncation != pb.TRUNCATION_NONE
-
-
-PACKED_PER_MESSAGE = 64  # vectors one packed EmbedResponse carries at most
-_EMBEDDING_TYPE = {pb.EMBEDDING_TYPE_UNSPECIFIED: EmbeddingType.FLOAT32, pb.EMBEDDING_TYPE_FLOAT32: EmbeddingType.FLOAT32,
-                   pb.EMBEDDING_TYPE_FLOAT16: EmbeddingType.FLOAT16, pb.EMBEDDING_TYPE_INT8: EmbeddingType.INT8,
-                   pb.EMBEDDING_TYPE_UBINARY: EmbeddingType.UBINARY}
-_EMBEDDING_TYPE_PB = {kind: value for value, kind in _EMBEDDING_TYPE.items() if value}
-
-
-def embedding_layout(msg: pb.EmbedRequest) -> EmbeddingType | None:
-    """The packed vectors' element type; None: one message per input, float32 values."""
-    kind = _EMBEDDING_TYPE.get(msg.embedding_type)
-    if kind is None:
-        raise InvalidRequest("embedding_type", f"unknown value {msg.embedding_type}")
-    if not msg.packed and kind is not EmbeddingType.FLOAT32:
-        raise InvalidRequest("embedding_type", "needs packed: true (a message per input carries float32 values)")
-    return kind if msg.packed else None
-
-
-def packed_response(results: list, kind: EmbeddingType) -> pb.EmbedResponse:
-    """``results``: (input index, the engine's EmbeddingResult) pairs, one message."""
-    packed = pack([r.vector for _, r in results], kind)
-    return pb.EmbedResponse(packed=pb.PackedEmbeddings(
-        indices=[i for i, _ in results], tokens=[r.tokens for _, r in results], dimensions=len(results[0][1].vector),
-        type=_EMBEDDING_TYPE_PB[kind], data=packed.data, scales=packed.scales))
-
-
-def embed_response(index: int, result) -> pb.EmbedResponse:
-    """One input's vector (``result``: the engine's EmbeddingResult)."""
-    return pb.EmbedResponse(index=index, embedding=result.vector.tolist(), tokens=result.tokens)
 
 
 def model_info(d: ModelDescription, sources: bool = True) -> model_pb.ModelInfo:

@@ -16,7 +16,7 @@ from engine.errors import InvalidRequest
 from engine.models import ModelSet, sized_limits, text_limit
 from engine.validation import Limits, at_most, check_counts, check_ids, check_text_bytes
 
-from . import convert
+from . import convert, pooling_convert
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .identity import current_identity
@@ -53,33 +53,33 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         engine = self.models.embedder(request.model)
         at_most("inputs", len(request.inputs), engine.limits.max_embed_inputs, "inputs")
         tenant = current_identity().tenant
-        packed, kind = [], convert.embedding_layout(request)
-        async for index, result in engine.embed(convert.embedding_request(request, tenant)):
+        packed, kind = [], pooling_convert.embedding_layout(request)
+        async for index, result in engine.embed(pooling_convert.embedding_request(request, tenant)):
             if kind is None:
-                yield convert.embed_response(index, result)
+                yield pooling_convert.embed_response(index, result)
                 continue
             packed.append((index, result))
-            if len(packed) == convert.PACKED_PER_MESSAGE:
-                yield convert.packed_response(packed, kind)
+            if len(packed) == pooling_convert.PACKED_PER_MESSAGE:
+                yield pooling_convert.packed_response(packed, kind)
                 packed = []
         if packed:
-            yield convert.packed_response(packed, kind)
+            yield pooling_convert.packed_response(packed, kind)
 
     @mapped()
     async def Rerank(self, request: pb.RerankRequest, context: grpc.aio.ServicerContext):
         check_ids(self.limits, model=request.model, request_id=request.request_id)
         engine = self.models.reranker(request.model)
         at_most("documents", len(request.documents), engine.limits.max_embed_inputs, "documents")
-        scores = await engine.rerank(convert.rerank_request(request, current_identity().tenant))
-        return self._sendable(convert.rerank_response(engine.name, scores))
+        scores = await engine.rerank(pooling_convert.rerank_request(request, current_identity().tenant))
+        return self._sendable(pooling_convert.rerank_response(engine.name, scores))
 
     @mapped()
     async def Classify(self, request: pb.ClassifyRequest, context: grpc.aio.ServicerContext):
         check_ids(self.limits, model=request.model, request_id=request.request_id)
         engine = self.models.classifier(request.model)
         at_most("inputs", len(request.inputs), engine.limits.max_embed_inputs, "inputs")
-        results = await engine.classify(convert.classify_request(request, current_identity().tenant))
-        return self._sendable(convert.classify_response(engine.name, results))
+        results = await engine.classify(pooling_convert.classify_request(request, current_identity().tenant))
+        return self._sendable(pooling_convert.classify_response(engine.name, results))
 
     @mapped()
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext):

@@ -240,7 +240,7 @@ async def test_counts_are_checked_before_the_request_is_converted(harness, monke
         raise AssertionError("converted before its counts were checked")
 
     monkeypatch.setattr("service.convert.generation_request", unreachable)
-    monkeypatch.setattr("service.convert.embedding_request", unreachable)
+    monkeypatch.setattr("service.pooling_convert.embedding_request", unreachable)
     for request_, field in ((gen(chat=chat(300_000)), "chat.messages"),
                             (gen(stopping=gen_pb.StoppingCriteria(stop=[""] * 300_000)), "stopping.stop"),
                             (gen(tokens=gen_pb.TokenIds(ids=[1] * 300_000)), "tokens.ids")):

@@ -167,7 +167,7 @@ async def test_priority_is_validated():
         validate_request(ask(priority=101), 640, Limits(), 4096)
     assert err.value.field == "priority"
     validate_request(ask(priority=-100), 640, Limits(), 4096)
-    from service import convert
+    from service import convert, pooling_convert
 
     assert convert.generation_request(pb.GenerateRequest(text="x", priority=7), B).priority == 7
-    assert convert.embedding_request(pb.EmbedRequest(inputs=["x"], priority=-3), B).tenant == B
+    assert pooling_convert.embedding_request(pb.EmbedRequest(inputs=["x"], priority=-3), B).tenant == B
