@@ -37,6 +37,14 @@ class Speculation:
 
 
 @dataclass(frozen=True)
+class NativeDraft:
+    """A draft head the model's own checkpoint carries and the server loaded."""
+
+    kind: str  # "mtp"
+    num_draft_tokens: int  # the most drafts one step chains
+
+
+@dataclass(frozen=True)
 class ChatFacts:
     """Tool calling and thinking as the tokenizer and template define them."""
 
@@ -68,7 +76,7 @@ class Capabilities:
     sparse_attention: bool = False
     embeddings: bool = False
     hidden_layer_taps: bool = False
-    native_draft: None = None
+    native_draft: NativeDraft | None = None
     prefill_bounded_workspace: bool = False
     speculation: Speculation = field(default_factory=Speculation)
     generation: bool = True

@@ -13,7 +13,8 @@ import mlx.nn as nn
 
 KERNEL = 0  # a faster computation of the module's own output (innermost)
 ADAPTER = 1  # adds each row's low-rank delta to the output
-CHECKPOINT = 2  # evaluates the output and may stop the forward (outermost)
+CHECKPOINT = 2  # evaluates the output and may stop the forward
+TAP = 3  # records the output for a draft head that reads it (outermost)
 
 _classes: dict[tuple[type, tuple[type, ...]], type] = {}
 

@@ -236,6 +236,9 @@ def model_info(d: ModelDescription, sources: bool = True) -> model_pb.ModelInfo:
             else model_pb.GRAPH_METHOD_DENOISING,
             compiled_decode=c.compiled_decode, sparse_attention=c.sparse_attention,
             embeddings=c.embeddings, hidden_layer_taps=c.hidden_layer_taps,
+            native_draft=(model_pb.NativeDraft(kind=c.native_draft.kind,
+                                               num_draft_tokens=c.native_draft.num_draft_tokens)
+                          if c.native_draft is not None else None),
             prefill=model_pb.PrefillCapabilities(bounded_workspace=c.prefill_bounded_workspace),
             speculation=model_pb.SpeculationCapabilities(
                 adapters=c.speculation.adapters, logprobs=c.speculation.logprobs,

@@ -12,7 +12,7 @@ from typing import AsyncIterator
 from ..adapters.bank import AdapterBank
 from ..adapters.control import Adapters
 from ..adapters.source import AdapterLimits
-from ..description import ModelDescription
+from ..description import ModelDescription, NativeDraft
 from ..errors import EngineFailure, InvalidRequest, NotReady
 from ..events import Event, FinishReason, Finished, Timings, Usage
 from ..hardware.machine import usable_memory
@@ -22,7 +22,7 @@ from ..loading.tokenizer_files import tokenizer_files
 from ..memory.budget import MemoryBudget
 from ..memory.calibration import calibrate_decode
 from ..caches.blocks import BlockLedger
-from ..memory.served import served_facts, with_served_draft
+from ..memory.served import served_facts, with_served_draft, with_served_head
 from ..memory.plan import MemoryPlan
 from ..memory.planner import Planner
 from ..preparation import Preparation
@@ -42,6 +42,9 @@ from .prompts import EncodedPrompt, PromptEncoder
 from .refusals import check_fits, check_room, max_tokens_for
 from .scheduling.scheduler import Scheduler
 from .speculation.draft import DraftModel, check_draft
+from .speculation.head_drafter import HeadDrafter
+from .speculation.heads import MTP, DraftHead, load_head
+from .speculation.taps import tappable
 from .streams import Stream, Streams
 from .ledgers import Tenants
 from .scheduling.worker import PlanMemory, Worker
@@ -60,6 +63,7 @@ class GenerationEngine(LoadReports):
         self.config = config
         self._loaded: LoadedModel | None = None
         self._draft: LoadedModel | None = None
+        self._head: DraftHead | None = None  # a draft head instead: MTP layers or an EAGLE-3 head
         self._rolls_back = False
         self._prompts: PromptEncoder | None = None
         self._budget: MemoryBudget | None = None  # the loop reads only its fixed facts
@@ -115,6 +119,10 @@ class GenerationEngine(LoadReports):
         self._decode = calibrate_decode(loaded.model, self._facts)
         self._rolls_back = loaded.traits.can_roll_back
         if self.config.draft_model:
+            self._head = load_head(self.config.draft_model, loaded)
+        if self._head is not None:
+            self._facts = with_served_head(self._facts, self._head)
+        elif self.config.draft_model:
             draft = load_generation_model(self.config.draft_model, dtype=self.config.dtype,
                                           dequantize=self.config.dequantize, numerics=self.config.numerics)
             check_draft(loaded.tokenizer, draft.tokenizer, draft.traits.can_roll_back, (loaded.name, draft.name))
@@ -130,8 +138,9 @@ class GenerationEngine(LoadReports):
 
     def _scheduler(self, loaded: LoadedModel) -> Scheduler:
         tokenizer = loaded.tokenizer
-        drafter = (DraftModel(self._draft.model, self.config.scheduler.prefill_chunk)
-                   if self._draft is not None else None)
+        drafter = (DraftModel(self._draft.model, self.config.scheduler.prefill_chunk) if self._draft is not None
+                   else HeadDrafter(loaded.model, self._head, self.config.scheduler.prefill_chunk)
+                   if self._head is not None else None)
         return Scheduler(loaded.model, self.config.scheduler, lambda i: tokenizer.decode([i]),
                          budget=self._budget, namespace=loaded.name, interrupt=self._worker.stop_requested,
                          rolls_back=loaded.traits.can_roll_back, drafter=drafter,
@@ -142,12 +151,19 @@ class GenerationEngine(LoadReports):
     def describe(self) -> ModelDescription:
         m = self.loaded  # NotReady while loading
         formats = self._grammars.formats
-        speculation = speculation_facts(self._rolls_back, self._draft.name if self._draft else "",
+        speculation = speculation_facts(self._rolls_back, self._draft_name,
                                         self.config.speculation.mode,
                                         bool(formats) and self.config.speculation.grammar_proposals)
         chat = self._syntax.facts(enforced=bool(formats) and self._syntax.tool_calling and enforceable(self._syntax))
+        native = (NativeDraft(MTP, self.config.speculation.max_draft_tokens)
+                  if self._head is not None and self._head.kind == MTP else None)
         return describe_generation(m, speculation, tuple(k.value for k in formats), chat,
-                                   tuple(self.adapters.infos()), self.adapters.limit, self.config.scheduler.kv_bits)
+                                   tuple(self.adapters.infos()), self.adapters.limit, self.config.scheduler.kv_bits,
+                                   taps=self._rolls_back and tappable(m.model), native_draft=native)
+
+    @property
+    def _draft_name(self) -> str:
+        return self._draft.name if self._draft else self._head.name if self._head else ""
 
     async def plan_memory(self, context_tokens: int, max_generation_tokens: int = 0) -> MemoryPlan:
         """The memory plan for ``context_tokens`` (0: the model's context length)."""
@@ -241,7 +257,7 @@ class GenerationEngine(LoadReports):
         self.breaker.refuse()
         validate_request(request, m.vocab_size, self.config.limits, m.context_length)
         check_media(request, m)
-        check_speculation(request, self.config.speculation, m, self._draft is not None, self._rolls_back,
+        check_speculation(request, self.config.speculation, m, bool(self._draft_name), self._rolls_back,
                           self.config.limits)
         check_room(self._streams.sequences, self.config.scheduler, self.name, request.n)
         stream = self._streams.open(request.request_id or uuid.uuid4().hex, request.tenant, request.n)

@@ -5,19 +5,23 @@ from __future__ import annotations
 
 from ..adapters.info import AdapterInfo
 from ..description import (Capabilities, ChatFacts, GraphDescriptor, MediaSupport, ModelDescription, ModelKind,
-                           Speculation)
+                           NativeDraft, Speculation)
 from ..hardware.device import backend_name, blas_name
 from ..loading.model import LoadedModel
 from ..requests import SpeculationMode
 
 
 def describe_generation(m: LoadedModel, speculation: Speculation, response_formats: tuple[str, ...], chat: ChatFacts,
-                        adapters: tuple[AdapterInfo, ...], max_adapters: int, kv_bits: int = 0) -> ModelDescription:
+                        adapters: tuple[AdapterInfo, ...], max_adapters: int, kv_bits: int = 0, *,
+                        taps: bool = False, native_draft: NativeDraft | None = None) -> ModelDescription:
+    """``taps``: the model's hidden layers can feed a draft head; ``native_draft``: the
+    head its checkpoint carries, when it is loaded."""
     return ModelDescription(
         name=m.name, kind=ModelKind.GENERATION,
         descriptor=GraphDescriptor(f"mlx-lm/{m.model_type}", backend_name(), "mlx-lm/forward-v1",
                                    "mlx-lm/kv-cache-v1", str(m.artifact)),
         capabilities=Capabilities(prefill_bounded_workspace=True, speculation=speculation,
+                                  hidden_layer_taps=taps, native_draft=native_draft,
                                   response_formats=response_formats, chat=chat,
                                   media=MediaSupport(m.vision.media_input) if m.vision is not None else None),
         context_length=m.context_length, vocab_size=m.vocab_size,

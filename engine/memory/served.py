@@ -27,3 +27,8 @@ def served_facts(loaded: LoadedModel, kv_bits: int = 0) -> ModelMemoryFacts:
 def with_served_draft(facts: ModelMemoryFacts, draft: LoadedModel) -> ModelMemoryFacts:
     """``facts`` with a draft model's weights, caches (float KV) and workspace added."""
     return with_draft(facts, facts_from_model(draft.model, draft.config, blockwise_attention=blockwise_attention(draft)))
+
+
+def with_served_head(facts: ModelMemoryFacts, head) -> ModelMemoryFacts:
+    """``facts`` with a draft head's weights (its one layer's KV is a row's own, and small)."""
+    return replace(facts, weights_bytes=facts.weights_bytes + sum(v.nbytes for _, v in tree_flatten(head.parameters())))

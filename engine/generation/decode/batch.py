@@ -50,8 +50,9 @@ class Batch:
         self._settle()
         return [c.extract(index) for c in self.caches or ()]
 
-    def forward(self, feeds: Sequence[Sequence[int]]) -> mx.array:
-        """Scores [B, K, V], K the longest feed; row ``i``'s valid at ``[0, len(feeds[i]))``."""
+    def forward(self, feeds: Sequence[Sequence[int]], **extra: mx.array) -> mx.array:
+        """Scores [B, K, V], K the longest feed; row ``i``'s valid at ``[0, len(feeds[i]))``;
+        ``extra``: the model's other inputs, padded as the feeds are."""
         lengths = [len(f) for f in feeds]
         if len(feeds) != self.size or min(lengths) < 1:
             raise ValueError("one feed of at least one token per row is required")
@@ -64,7 +65,7 @@ class Batch:
         if ragged:
             for cache in others:
                 cache.prepare(lengths=lengths, right_padding=padding)
-        scores = self._model(inputs, cache=self.caches)
+        scores = self._model(inputs, cache=self.caches, **extra)
         if ragged:
             for cache in others:
                 cache.finalize()

@@ -56,8 +56,9 @@ class Decoder:
         first site. Returns the number of tokens appended."""
         drafts = self._drafts(rows, {r for r, _ in forks})
         feeds = [seq.pending + d for seq, d in zip(rows, drafts)]
-        with self._route(rows):  # drafts are verified by the adapted model
-            scores = batch.forward(feeds)
+        capture = getattr(self._drafter, "capturing", None)
+        with self._route(rows), (capture(rows) if capture is not None else nullcontext()):
+            scores = batch.forward(feeds)  # drafts are verified by the adapted model
         sites = _Sites.of(feeds, drafts)
         fork_sites = len(sites.rows)  # the forks' sites follow the rows'
         sites.rows.extend(r for r, _ in forks)

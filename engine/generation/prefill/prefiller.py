@@ -28,6 +28,8 @@ from ...vision.encoded import EncodedImages
 from ...vision.model import VisionTower
 
 Route = Callable[[list[SequenceState]], AbstractContextManager]
+# Around a prompt forward: (its sequences, where each one's tokens start, each one's left padding).
+Observe = Callable[[list[SequenceState], list[int], list[int]], AbstractContextManager]
 log = logging.getLogger("engine.generation.prefill.prefiller")
 
 
@@ -38,8 +40,10 @@ def unrouted(_seqs: list[SequenceState]) -> AbstractContextManager:
 class Prefiller:
     def __init__(self, model: nn.Module, config: SchedulerConfig, reuse: PrefixReuse, plain_kv: bool,
                  interrupt: Callable[[str], bool] | None = None, route: Route = unrouted,
-                 vision: VisionTower | None = None, *, token_text: Callable[[int], str]):
+                 vision: VisionTower | None = None, *, token_text: Callable[[int], str],
+                 observe: Observe | None = None):
         self._model = model
+        self._observe = observe or (lambda _seqs, _starts, _pads: nullcontext())
         self._token_text = token_text  # an alternative's text, for prompt logprobs
         self.images = EncodedImages(vision, config.image_cache_bytes) if vision is not None else None
         self._route = route
@@ -89,8 +93,9 @@ class Prefiller:
                 tokens = mx.array(seq.tokens[step.start : step.end], dtype=mx.int32)[None]
                 embeddings = (seq.images.embeddings(self._model, self.images, tokens, step.start)
                               if seq.images is not None and seq.images.covers(step.start, step.end) else None)
-                scored = self._forward(tokens, seq.caches, [seq], embeddings,
-                                       scored=(step.start, step.end) if seq.prompt_logprobs is not None else None)
+                with self._observe([seq], [step.start], [0]):
+                    scored = self._forward(tokens, seq.caches, [seq], embeddings, scored=(
+                        (step.start, step.end) if seq.prompt_logprobs is not None else None))
                 if scored is not None:
                     prompt_logprobs.keep(seq, scored, step.start, step.end, self._token_text)
             except Interrupted:
@@ -163,7 +168,8 @@ class Prefiller:
         pads = [width - n for n in lengths]
         ids = [[0] * p + seq.tokens[:n] for seq, p, n in zip(group, pads, lengths)]
         caches = [batch_cache(pads, like) for like in group[0].caches]
-        self._forward(mx.array(ids, dtype=mx.int32), caches, group)
+        with self._observe(group, [0] * len(group), pads):
+            self._forward(mx.array(ids, dtype=mx.int32), caches, group)
         for i, (seq, n) in enumerate(zip(group, lengths)):
             seq.caches = [c.extract(i) for c in caches]
             seq.computed = n

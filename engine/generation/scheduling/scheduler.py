@@ -88,7 +88,7 @@ class Scheduler:
         positions = vision is not None and vision.media_input == "embeddings+positions"
         self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt,
                                     mrope.prefill_route(self._route) if positions else self._route, vision=vision,
-                                    token_text=token_text)
+                                    token_text=token_text, observe=getattr(drafter, "prefilling", None))
         self._drafter = drafter
         self._decoder = Decoder(token_text, can_roll_back=self.can_roll_back, step_tokens=config.step_tokens,
                                 speculation_rows=config.speculation_rows, drafter=drafter,
