@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_settings(speculation, SpeculationConfig)
     speculation.add_argument("--draft-model", action="append", type=_model_spec, metavar="[MODEL=]SOURCE",
                              help="a draft model with the same tokenizer for the served MODEL (default: the "
-                                  "first); repeatable")
+                                  "first); 'mtp': the MTP layer the model's own checkpoint carries; an EAGLE-3 "
+                                  "head directory: a head reading the model's hidden layers; repeatable")
     add_settings(s.add_argument_group("request limits"), Limits)
     add_settings(s.add_argument_group("structured output"), GrammarLimits)
     server = s.add_argument_group("server")

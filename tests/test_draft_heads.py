@@ -54,7 +54,8 @@ async def run(engine, prompt: str, mode=DRAFT, *, k: int = 4, tokens: int = 32, 
     """(tokens per choice, usage, deltas)."""
     req = GenerationRequest(TextPrompt(prompt), stopping=StopOptions(max_tokens=tokens), n=n,
                             speculation=SpeculationOptions(mode, k),
-                            sampling=SamplingOptions(temperature=0.9, seed=seed) if seed is not None else SamplingOptions())
+                            sampling=SamplingOptions(temperature=0.9, seed=seed) if seed is not None
+                            else SamplingOptions())
     ids: dict[int, list[int]] = {}
     usage, deltas = None, 0
     async for ev in engine.generate(req):
@@ -117,12 +118,26 @@ async def test_the_capabilities_say_which_head_is_loaded(engines, fixture_models
     info = model_info(engines["mimo"].describe())
     assert info.capabilities.native_draft.kind == "mtp" and info.capabilities.hidden_layer_taps
     assert not model_info(engines["eagle3"].describe()).capabilities.HasField("native_draft")
-    plain = GenerationEngine(str(fixture_models["sliding"]), name="sliding")
-    await plain.start()
+    sliding = GenerationEngine(str(fixture_models["sliding"]), name="sliding")
+    await sliding.start()
     try:  # caches that cannot roll back: nothing can verify what a head drafts
-        assert not plain.describe().capabilities.hidden_layer_taps
+        assert not sliding.describe().capabilities.hidden_layer_taps
     finally:
-        await plain.close()
+        await sliding.close()
+
+
+async def test_memory_plans_count_the_head_weights_and_its_cache(engines, heads):
+    bare = GenerationEngine(str(heads["mimo"]), name="bare")
+    await bare.start()
+    try:
+        without, with_head = await bare.plan_memory(1024), await engines["mimo"].plan_memory(1024)
+    finally:
+        await bare.close()
+    import mlx.core as mx
+
+    mtp = [v for k, v in mx.load(str(heads["mimo"] / "model.safetensors")).items() if k.startswith("model.mtp_layers.")]
+    assert with_head.weights_bytes - without.weights_bytes == sum(v.nbytes for v in mtp)
+    assert with_head.kv_bytes > without.kv_bytes
 
 
 def _edited(src, dst, **changes):

@@ -30,5 +30,10 @@ def with_served_draft(facts: ModelMemoryFacts, draft: LoadedModel) -> ModelMemor
 
 
 def with_served_head(facts: ModelMemoryFacts, head) -> ModelMemoryFacts:
-    """``facts`` with a draft head's weights (its one layer's KV is a row's own, and small)."""
-    return replace(facts, weights_bytes=facts.weights_bytes + sum(v.nbytes for _, v in tree_flatten(head.parameters())))
+    """``facts`` with a draft head's weights and its one attention layer's float KV."""
+    keys = head.attention.k_proj.weight
+    per_token = 2 * keys.shape[0] * keys.dtype.size
+    return replace(facts, weights_bytes=facts.weights_bytes + sum(v.nbytes for _, v in tree_flatten(head.parameters())),
+                   kv_bytes_per_token_per_layer=(*facts.kv_bytes_per_token_per_layer, per_token),
+                   window_per_layer=(*facts.window_per_layer, None),
+                   state_bytes_per_layer=(*facts.state_bytes_per_layer, 0) if facts.state_bytes_per_layer else ())

@@ -47,6 +47,11 @@ class DraftHead(nn.Module):
     def make_cache(self) -> list[KVCache]:
         return [KVCache()]
 
+    @property
+    def attention(self) -> nn.Module:
+        """The head's one attention layer (its KV is what a row's head cache holds)."""
+        raise NotImplementedError
+
     def features(self, sink: dict[object, mx.array]) -> mx.array:
         raise NotImplementedError
 
@@ -75,6 +80,10 @@ class MtpHead(DraftHead):
 
     def features(self, sink: dict[object, mx.array]) -> mx.array:
         return sink[FINAL]
+
+    @property
+    def attention(self) -> nn.Module:
+        return self.self_attn
 
     def __call__(self, ids: mx.array, cache=None, hidden: mx.array | None = None) -> mx.array:
         e = self.token_layernorm(self._embed(ids))
@@ -113,6 +122,10 @@ class Eagle3Head(DraftHead):
 
     def to_target(self, ids: mx.array) -> mx.array:
         return ids + self.d2t[ids]
+
+    @property
+    def attention(self) -> nn.Module:
+        return self.midlayer.self_attn
 
     def __call__(self, ids: mx.array, cache=None, hidden: mx.array | None = None) -> mx.array:
         out = self.midlayer(self._embed(ids), hidden, cache[0] if cache else None)
