@@ -3,11 +3,12 @@ model, and mlx-lm's own ``speculative_generate_step`` with the same draft.
 
     .venv/bin/python -m bench.speculation --markdown        # SmolLM2-135M f32, ~10 min
     .venv/bin/python -m bench.speculation --quick           # fewer prompts and tokens
-    .venv/bin/python -m bench.speculation --only grammar    # one workload (prediction, grammar)
+    .venv/bin/python -m bench.speculation --only grammar    # one workload (prediction, grammar, heads)
 
 Workloads: copy-heavy (quote, extract or edit a passage given in the prompt) and free
-(open-ended chat), greedy; predicted outputs (``bench/spec_prediction.py``) and grammar
-proposals (``bench/spec_grammar.py``). The draft model is the target itself unless
+(open-ended chat), greedy; predicted outputs (``bench/spec_prediction.py``), grammar
+proposals (``bench/spec_grammar.py``) and an EAGLE-3 draft head trained here
+(``bench/spec_heads.py``; the first run trains it, about 20 minutes more). The draft model is the target itself unless
 ``--draft`` names another with the same tokenizer: with itself every draft is accepted,
 so it measures the machinery's cost, not a realistic draft. Every mode must produce
 the same tokens as speculation off; the tables say so.
@@ -26,6 +27,7 @@ import argparse
 import asyncio
 import sys
 import time
+from pathlib import Path
 
 import engine  # noqa: F401  - BLAS before mlx
 from engine.generation.config import GenerationConfig, SchedulerConfig
@@ -36,6 +38,7 @@ from .common import Sample, default_model, machine_facts, prepare_f32, ratio
 from .report import Report, Row
 from .run import log
 from .spec_grammar import grammar_rows
+from .spec_heads import head_rows
 from .spec_prediction import prediction_rows
 from .spec_prompts import COPY_TASKS, FREE_TASKS, copy_batch, free_batch
 from .spec_timed import timed
@@ -88,6 +91,7 @@ async def run(args) -> Report:
         tasks, args.streams = [], 0
         args.prediction_tokens = args.prediction_tokens if args.only == "prediction" else 0
         args.extractions = args.extractions if args.only == "grammar" else 0
+        args.heads = args.heads and args.only == "heads"
     ratios: dict[str, dict[str, list[float]]] = {}
     try:
         for kind, (name, messages) in tasks:
@@ -114,6 +118,10 @@ async def run(args) -> Report:
             await prediction_rows(eng, tok, args.prediction_tokens, report)
         if args.extractions:
             await grammar_rows(eng, tok, report, args.extractions)
+        if args.heads:
+            await head_rows(model_dir, report, tokens=args.tokens, k=args.head_k, prompts=args.prompts,
+                            head=Path(args.head) if args.head else None, train_minutes=args.train_minutes,
+                            train_prompts=args.train_prompts)
     finally:
         await eng.close()
     summary = report.table("summary (median ratio vs off, 1 stream)", "ratio", "")
@@ -157,14 +165,21 @@ def main(argv: list[str] | None = None) -> int:
                    help="tokens per request of the predicted-outputs workload (0: skip)")
     p.add_argument("--extractions", type=int, default=20,
                    help="JSON Schema extractions of the grammar-proposals workload (0: skip)")
-    p.add_argument("--only", choices=("prediction", "grammar"),
-                   help="one workload alone: predicted outputs or grammar proposals")
+    p.add_argument("--head", help="an EAGLE-3 head directory for the target (default: the one "
+                                  "bench.draft_head_train writes, trained first when missing)")
+    p.add_argument("--head-k", type=int, default=4, help="drafts per step asked of the head")
+    p.add_argument("--train-minutes", type=float, default=10.0, help="training time when a head is trained")
+    p.add_argument("--train-prompts", type=int, default=240, help="chat prompts answered to train a head")
+    p.add_argument("--no-heads", dest="heads", action="store_false", help="skip the draft-head rows")
+    p.add_argument("--only", choices=("prediction", "grammar", "heads"),
+                   help="one workload alone: predicted outputs, grammar proposals or draft heads")
     p.add_argument("--quick", action="store_true", help="one prompt per workload, 48 tokens, 4 streams")
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--out", help="also write the report to this file")
     args = p.parse_args(argv)
     if args.quick:
         args.prompts, args.tokens, args.streams, args.prediction_tokens, args.extractions = 1, 48, 4, 64, 2
+        args.train_minutes, args.train_prompts = 1.0, 24
     started = time.perf_counter()
     report = asyncio.run(run(args))
     command = "python -m bench.speculation " + " ".join(sys.argv[1:] if argv is None else argv)
