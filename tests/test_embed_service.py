@@ -105,7 +105,9 @@ async def test_capabilities_match_behaviour(stub):
         assert (info.embedding_dimensions > 0) == embed_works
         assert (info.kind == model_pb2.MODEL_KIND_EMBEDDING) == (
             info.name in (MINILM, DECODER_EMBEDDER, RERANKER, CLASSIFIER, MULTI_CLASSIFIER))
-        assert not caps.compiled_decode and not caps.sparse_attention and not caps.hidden_layer_taps
+        assert not caps.compiled_decode and not caps.sparse_attention
+        # a generation model's layers feed a draft head wherever its drafts can be verified
+        assert caps.hidden_layer_taps == (generate_works and bool(caps.speculation.modes)), info.name
         assert not caps.HasField("media") and not caps.HasField("native_draft")
 
 

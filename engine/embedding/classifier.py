@@ -61,6 +61,8 @@ class ClassifierHead(nn.Module):
 class SequenceClassifier(EmbeddingModel):
     """Its rows' "vectors" are the logits, one per label (``hidden_size`` is the label count)."""
 
+    classifies = True
+
     def __init__(self, encoder, tokenizer: Tokenizer, head: ClassifierHead, labels: tuple[str, ...],
                  function: str, **kwargs):
         super().__init__(encoder, tokenizer, pooling="cls", **kwargs)

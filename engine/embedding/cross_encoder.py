@@ -18,6 +18,8 @@ from .pooling import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS
 
 
 class CrossEncoderModel(SequenceClassifier):
+    reranks = True
+
     def __init__(self, encoder, tokenizer: Tokenizer, head: ClassifierHead, labels: tuple[str, ...] = ("LABEL_0",),
                  function: str = SIGMOID, **kwargs):
         super().__init__(encoder, tokenizer, head, labels, function, **kwargs)

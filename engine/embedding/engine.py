@@ -21,8 +21,6 @@ from ..description import ModelDescription
 from ..hardware.device import end_thread
 from .pooling import EmbeddingModel, EmbeddingResult
 from .checks import check_classify, check_embed, check_rerank
-from .classifier import SequenceClassifier
-from .cross_encoder import CrossEncoderModel
 from .kinds import describe_model, load_embedder
 from ..errors import (DuplicateRequestId, EngineDead, InvalidRequest, NotReady, QueueFull, RequestCancelled,
                       TenantLimit, Unsupported, echo)
@@ -75,17 +73,17 @@ class EmbeddingEngine:
     @property
     def embeds(self) -> bool:
         """The model pools embeddings (Embed); False while loading."""
-        return self._model is not None and not isinstance(self._model, SequenceClassifier)
+        return self._model is not None and not self._model.classifies
 
     @property
     def reranks(self) -> bool:
         """The model is a cross-encoder (Rerank and Classify, not Embed); False while loading."""
-        return isinstance(self._model, CrossEncoderModel)
+        return self._model is not None and self._model.reranks
 
     @property
     def classifies(self) -> bool:
         """The model is a sequence classifier, a reranker included (Classify); False while loading."""
-        return isinstance(self._model, SequenceClassifier)
+        return self._model is not None and self._model.classifies
 
     @property
     def model(self) -> EmbeddingModel:
@@ -131,9 +129,9 @@ class EmbeddingEngine:
     async def embed(self, request: EmbeddingRequest) -> AsyncIterator[tuple[int, EmbeddingResult]]:
         """Yields (input index, result) as batches complete."""
         model = self.model
-        if isinstance(model, SequenceClassifier):
-            raise Unsupported(f"model {self.name!r} is a " + ("reranker (a cross-encoder); call Rerank or Classify"
-                              if isinstance(model, CrossEncoderModel) else "sequence classifier; call Classify"))
+        if model.classifies:
+            raise Unsupported(f"model {self.name!r} is a " + ("reranker; call Rerank or Classify"
+                              if model.reranks else "sequence classifier; call Classify"))
         check_embed(self.limits, request, model)
         async with self._admitted(request.request_id, request.tenant, request.priority):
             keys = [_cache_key(request, item) for item in request.token_ids or request.inputs]
@@ -156,9 +154,10 @@ class EmbeddingEngine:
     async def rerank(self, request: RerankRequest) -> list[RerankScore]:
         """Every document's score (or the ``top_n`` highest), most relevant first."""
         model = self.model
-        if not isinstance(model, CrossEncoderModel):
-            call = "Classify" if isinstance(model, SequenceClassifier) else "Embed"
-            raise Unsupported(f"model {self.name!r} is not a reranker (a cross-encoder with one label); call {call}")
+        if not model.reranks:
+            call = "Classify" if model.classifies else "Embed"
+            raise Unsupported(f"model {self.name!r} is not a reranker (a cross-encoder or a yes/no decoder); "
+                              f"call {call}")
         check_rerank(self.limits, request, model)
         async with self._admitted(request.request_id, request.tenant, request.priority):
             ids, cut = await self.preparation.run(request.tenant, model.encode_pairs, request.query,
@@ -174,7 +173,7 @@ class EmbeddingEngine:
     async def classify(self, request: ClassifyRequest) -> list[Classification]:
         """Every input's label scores (or the ``top_k`` highest, highest first), in input order."""
         model = self.model
-        if not isinstance(model, SequenceClassifier):
+        if not model.classifies:
             raise Unsupported(f"model {self.name!r} is an embedding model, not a classifier; call Embed")
         check_classify(self.limits, request, model)
         async with self._admitted(request.request_id, request.tenant, request.priority):

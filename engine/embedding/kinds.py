@@ -1,8 +1,10 @@
 """The pooled model a directory holds (an embedding encoder or decoder, a sequence classifier,
-a one-label cross-encoder) and how each kind describes itself.
+a one-label cross-encoder, a decoder classifier or yes/no reranker) and how each kind
+describes itself.
 
 Invariant: a ``*ForSequenceClassification`` BERT with one label is a reranker (Rerank and
-Classify), with more labels a classifier (Classify only); every other model embeds.
+Classify), with more labels a classifier (Classify only); a decoder classifier likewise,
+and a decoder with ``classifier_from_token`` is a reranker; every other model embeds.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ..hardware.device import backend_name, blas_name
 from .classifier import SequenceClassifier, is_sequence_classifier, label_names
 from .cross_encoder import CrossEncoderModel
 from .decoder import DecoderEmbeddingModel
+from .decoder_classifier import DecoderClassifier, is_decoder_classifier
 from .pooling import EmbeddingModel
 
 
@@ -32,15 +35,16 @@ def load_embedder(model_dir: Path) -> EmbeddingModel:
             model.max_batch_size = max(model.max_batch_size, kernels.PACKED_BATCH_SIZE)
             model.max_batch_tokens = max(kernels.PACKED_BATCH_TOKENS, model.max_length)
         return model
-    model = DecoderEmbeddingModel.load(model_dir)
+    model = (DecoderClassifier if is_decoder_classifier(config) else DecoderEmbeddingModel).load(model_dir)
     kernels.apply_to_decoder(model.model, model.name)
     return model
 
 
 def describe_model(m: EmbeddingModel, name: str, source: str) -> ModelDescription:
-    reranker, classifier = isinstance(m, CrossEncoderModel), isinstance(m, SequenceClassifier)
+    reranker, classifier = m.reranks, m.classifies
     if isinstance(m, DecoderEmbeddingModel):
-        graph_id, abi = f"mlx-lm/{m.model_type}+last-token-pooling", "mlx-lm/forward-v1"
+        head = "+yes-no-scoring" if reranker else "+sequence-classification" if classifier else "+last-token-pooling"
+        graph_id, abi = f"mlx-lm/{m.model_type}{head}", "mlx-lm/forward-v1"
     else:
         graph_id = ("mlx-grpc/bert-cross-encoder" if reranker else "mlx-grpc/bert-classifier" if classifier
                     else "mlx-grpc/bert-encoder")

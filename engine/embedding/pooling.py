@@ -49,6 +49,8 @@ def l2_normalize(v: np.ndarray, eps: float = 1e-12) -> np.ndarray:
 
 
 class EmbeddingModel:
+    classifies = False  # its rows are label logits (Classify), not vectors
+    reranks = False  # it scores (query, document) pairs (Rerank)
 
     def __init__(
         self,

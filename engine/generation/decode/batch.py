@@ -72,6 +72,12 @@ class Batch:
             self._padding = padding
         return scores
 
+    def forward_one(self, ids: mx.array, **extra: mx.array) -> mx.array:
+        """Scores [B, 1, V] for one token per row held as an array [B] (no host read);
+        only for caches that take a token without padding (plain KV)."""
+        self._settle()
+        return self._model(ids[:, None], cache=self.caches, **extra)
+
     def rollback(self, counts: Sequence[int]) -> None:
         """Drops the last ``counts[i]`` positions of row ``i`` and the step's padding."""
         if len(counts) != self.size or min(counts, default=0) < 0:

@@ -119,23 +119,21 @@ class HeadDrafter:
             feeds.append([t for _, t in pairs] or [0])
             hidden.append(mx.stack(vectors + [vectors[-1]] * (width - len(vectors))))
         self._pairs = [[] for _ in self._rows]
-        out: list[list[int]] = [[] for _ in self._rows]
         scores = self._batch.forward(feeds, hidden=mx.stack(hidden))
         if k == 0:
             mx.eval([c.state for c in self._batch.caches])
             self._batch.rollback(placeholders)
-            return out
-        last = mx.array([len(f) - 1 for f in feeds], dtype=mx.int32)
+            return [[] for _ in self._rows]
         rows = mx.arange(len(feeds))
-        for j in range(k):
-            chosen = self._head.to_target(mx.argmax(scores[rows, last], axis=-1))
-            state = self._head.out[rows, last][:, None]
-            mx.eval(chosen, state)
-            for i, token in enumerate(chosen.tolist()):
-                out[i].append(token)
-            if j + 1 < k:
-                scores = self._batch.forward([[o[-1]] for o in out], hidden=state)
-                last = mx.zeros((len(feeds),), dtype=mx.int32)
+        last = mx.array([len(f) - 1 for f in feeds], dtype=mx.int32)
+        chosen = [self._head.to_target(mx.argmax(scores[rows, last], axis=-1))]
+        for _ in range(k - 1):  # chained on the device: one host read for all k
+            state = self._head.out[rows, last if len(chosen) == 1 else 0][:, None]
+            scores = self._batch.forward_one(chosen[-1], hidden=state)
+            chosen.append(self._head.to_target(mx.argmax(scores[:, 0], axis=-1)))
+        drafted = mx.stack(chosen, axis=1)
+        mx.eval(drafted)
+        out = drafted.tolist()
         self._batch.rollback([(k - 1) + p for p in placeholders])
         return out
 
