@@ -1,7 +1,7 @@
 """Trains a small EAGLE-3 draft head for the embedded SmolLM2 on its own greedy outputs
 (self-distillation), and writes it as a head directory ``--draft-model`` takes.
 
-    .venv/bin/python -m bench.draft_head_train                 # ~20 CPU minutes
+    .venv/bin/python -m bench.draft_head_train                 # ~35 minutes on 2 cores
     .venv/bin/python -m bench.draft_head_train --minutes 2 --prompts 96   # a quick one
 
 1. Data: the target answers a few hundred chat prompts greedily (topics x instructions,

@@ -28,7 +28,7 @@ async def head_rows(model_dir: Path, report: Report, *, tokens: int, k: int, pro
                     train_prompts: int = 240) -> None:
     head = head or head_dir(model_dir)
     if not (head / "model.safetensors").is_file():
-        log(f"draft head: none at {head}; training one (about {train_minutes + 10:.0f} minutes)")
+        log(f"draft head: none at {head}; training one (about {train_minutes + 25:.0f} minutes)")
         train(model_dir, head, n_prompts=train_prompts, tokens=160, minutes=train_minutes, draft_vocab=8192)
     facts = json.loads((head / "training.json").read_text()) if (head / "training.json").is_file() else {}
     report.facts["draft head"] = f"{head.name}: " + ", ".join(f"{k} {v}" for k, v in facts.items())

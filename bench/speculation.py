@@ -8,7 +8,7 @@ model, and mlx-lm's own ``speculative_generate_step`` with the same draft.
 Workloads: copy-heavy (quote, extract or edit a passage given in the prompt) and free
 (open-ended chat), greedy; predicted outputs (``bench/spec_prediction.py``), grammar
 proposals (``bench/spec_grammar.py``) and an EAGLE-3 draft head trained here
-(``bench/spec_heads.py``; the first run trains it, about 20 minutes more). The draft model is the target itself unless
+(``bench/spec_heads.py``; the first run trains it, about 35 minutes more). The draft model is the target itself unless
 ``--draft`` names another with the same tokenizer: with itself every draft is accepted,
 so it measures the machinery's cost, not a realistic draft. Every mode must produce
 the same tokens as speculation off; the tables say so.

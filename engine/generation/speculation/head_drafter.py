@@ -1,8 +1,9 @@
 """Drafts from a head that reads the target's hidden states (heads.py), in a ``Batch``
-of its own. The target's prompt and verifying forwards are captured: a row joins with
-its head cache prefilled with its prompt's pairs (the hidden state at each position,
-the next token), and after each step gains the pairs of the positions the target
-verified; the chained drafts' own entries are rolled back. Positions a cached prefix
+of its own. The target's prompt and verifying forwards are captured: each prompt chunk's
+pairs (the hidden state at each position, the next token) go into the sequence's head
+cache as it prefills, so a row joins with its prompt read; after each step it gains the
+pairs of the positions the target verified; the chained drafts' own entries are rolled
+back. Positions a cached prefix
 restored have no hidden states: the head attends over the others."""
 
 from __future__ import annotations
@@ -34,9 +35,8 @@ class HeadDrafter:
         self._before: dict[int, int] = {}  # id(row) -> its computed tokens before this step
         self._index: dict[int, int] = {}  # id(row) -> its index in the step's target batch
         self._sink: dict[object, mx.array] | None = None
-        # a prompt's pairs captured while it prefills, until it joins: (hidden [n, H], next tokens)
-        self._prompts: weakref.WeakKeyDictionary[SequenceState, list[tuple[mx.array, list[int]]]] = \
-            weakref.WeakKeyDictionary()
+        # a prefilling sequence's head cache, until it joins
+        self._prompts: weakref.WeakKeyDictionary[SequenceState, list] = weakref.WeakKeyDictionary()
 
     @staticmethod
     def serves(seq: SequenceState) -> bool:
@@ -48,7 +48,8 @@ class HeadDrafter:
 
     @contextmanager
     def prefilling(self, seqs: list[SequenceState], starts: list[int], pads: list[int]) -> Iterator[None]:
-        """Around a prompt forward (left-padded by ``pads``): keeps the served sequences' pairs."""
+        """Around a prompt forward (left-padded by ``pads``): the served sequences' pairs go
+        into their own head caches at once (held until they join; only the KV is kept)."""
         if not any(self.serves(s) for s in seqs):
             yield
             return
@@ -57,21 +58,20 @@ class HeadDrafter:
         features = self._head.features(sink)
         width = features.shape[1]
         for i, (seq, start, pad) in enumerate(zip(seqs, starts, pads)):
-            if self.serves(seq):
-                n = width - pad
-                self._prompts.setdefault(seq, []).append((features[i, pad:], seq.tokens[start + 1 : start + n + 1]))
-
-    def join(self, seq: SequenceState) -> None:
-        """Adds the row, its head cache prefilled with its prompt's pairs."""
-        if not self.serves(seq):
-            return
-        caches = self._head.make_cache()
-        for hidden, tokens in self._prompts.pop(seq, ()):
+            if not self.serves(seq):
+                continue
+            caches = self._prompts.setdefault(seq, self._head.make_cache())
+            tokens = seq.tokens[start + 1 : start + width - pad + 1]
             for at in range(0, len(tokens), self._chunk):
                 ids = mx.array(tokens[at : at + self._chunk], dtype=mx.int32)[None]
-                self._head(ids, cache=caches, hidden=hidden[None, at : at + self._chunk])
+                self._head(ids, cache=caches, hidden=features[i : i + 1, pad + at : pad + at + self._chunk])
                 mx.eval([c.state for c in caches])
-        self._batch.join(caches)
+
+    def join(self, seq: SequenceState) -> None:
+        """Adds the row with its head cache (its prompt's pairs, where it prefilled here)."""
+        if not self.serves(seq):
+            return
+        self._batch.join(self._prompts.pop(seq, None) or self._head.make_cache())
         self._rows.append(seq)
         self._pairs.append([])
 
