@@ -46,6 +46,15 @@ def score_function(config: dict, labels: int) -> str:
                            f"problem_type is single_label_classification or multi_label_classification)")
 
 
+def label_scores(logits: np.ndarray, function: str) -> np.ndarray:
+    """One row's logits as scores (float32, label order): their softmax, or each one's sigmoid."""
+    x = logits.astype(np.float64)
+    if function == SOFTMAX:
+        e = np.exp(x - x.max())
+        return (e / e.sum()).astype(np.float32)
+    return (0.5 * (1.0 + np.tanh(0.5 * x))).astype(np.float32)  # the sigmoid, without overflow
+
+
 class ClassifierHead(nn.Module):
     """HF's pooler (dense + tanh over [CLS]) and classifier (one output per label)."""
 
@@ -98,11 +107,7 @@ class SequenceClassifier(EmbeddingModel):
 
     def scores(self, logits: np.ndarray) -> np.ndarray:
         """Each label's score from one row's logits (float32, label order)."""
-        x = logits.astype(np.float64)
-        if self.function == SOFTMAX:
-            e = np.exp(x - x.max())
-            return (e / e.sum()).astype(np.float32)
-        return (0.5 * (1.0 + np.tanh(0.5 * x))).astype(np.float32)  # the sigmoid, without overflow
+        return label_scores(logits, self.function)
 
     def _segment_start(self, row: list[int]) -> int:
         return len(row)  # a single text: segment 0 throughout

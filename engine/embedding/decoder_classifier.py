@@ -20,7 +20,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import UnsupportedModel
-from .classifier import SIGMOID, SOFTMAX, label_names, score_function
+from .classifier import SIGMOID, label_names, label_scores, score_function
 from .decoder import DecoderEmbeddingModel
 
 FROM_TOKEN = "classifier_from_token"
@@ -84,11 +84,7 @@ class DecoderClassifier(DecoderEmbeddingModel):
         return len(self.labels)
 
     def scores(self, logits: np.ndarray) -> np.ndarray:
-        x = logits.astype(np.float64)
-        if self.function == SOFTMAX:
-            e = np.exp(x - x.max())
-            return (e / e.sum()).astype(np.float32)
-        return (0.5 * (1.0 + np.tanh(0.5 * x))).astype(np.float32)
+        return label_scores(logits, self.function)
 
     def encode(self, texts: Sequence[str], instruction: str | None = None) -> tuple[list[list[int]], list[int]]:
         ids = [list(self.tokenizer.encode(t)) for t in texts]
