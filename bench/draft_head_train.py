@@ -44,6 +44,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
+from mlx.utils import tree_flatten
 
 from .run import log
 
@@ -257,10 +258,11 @@ def train(model_dir: Path, out_dir: Path, *, n_prompts: int, tokens: int, minute
 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(head_config, indent=2))
-    weights = {k: v for k, v in _flat(head.parameters()).items()}
+    weights = dict(tree_flatten(head.parameters()))
     weights["d2t"] = mx.array(np.array(keep) - np.arange(len(keep)), dtype=mx.int64)
     mx.save_safetensors(str(out_dir / "model.safetensors"), weights, metadata={"format": "pt"})
-    facts = {"answers": len(data) - len(docs), "answer tokens": generated, "documentation chats": len(docs), "draft vocabulary": len(keep),
+    facts = {"answers": len(data) - len(docs), "answer tokens": generated, "documentation chats": len(docs),
+             "draft vocabulary": len(keep),
              "labels it covers": f"{covered:.1%}", "steps": step,
              "final loss": f"{sum(losses[-25:]) / max(1, len(losses[-25:])):.3f}",
              "tapped layers": list(layers), "seconds": round(time.perf_counter() - started)}
@@ -312,12 +314,6 @@ def documentation(tokenizer, count: int, max_tokens: int = 320, seed: int = 0) -
         chat = [{"role": "user", "content": f"What does {name} in Python do?"}, {"role": "assistant", "content": doc}]
         out.append(tokenizer.apply_chat_template(chat)[:max_tokens])
     return out
-
-
-def _flat(params) -> dict[str, mx.array]:
-    from mlx.utils import tree_flatten
-
-    return dict(tree_flatten(params))
 
 
 def head_dir(model_dir: Path) -> Path:

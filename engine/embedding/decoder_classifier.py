@@ -40,7 +40,6 @@ class DecoderClassifier(DecoderEmbeddingModel):
                  config: dict[str, Any], reranks: bool, name: str = ""):
         super().__init__(model, tokenizer, tokenizer.eos_token_id or 0, config=config, name=name)
         self.score, self.labels, self.function, self.reranks = score, labels, function, reranks
-        self.pooling = "last-token"
 
     @classmethod
     def load(cls, model_dir: Path, **_: Any) -> "DecoderClassifier":

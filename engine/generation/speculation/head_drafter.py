@@ -15,9 +15,9 @@ from typing import Iterator, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from ...requests import SpeculationMode
 from ..decode.batch import Batch
 from ..sequence.state import SequenceState
+from .draft import DraftModel
 from .heads import DraftHead
 from .taps import Taps
 
@@ -38,9 +38,7 @@ class HeadDrafter:
         # a prefilling sequence's head cache, until it joins
         self._prompts: weakref.WeakKeyDictionary[SequenceState, list] = weakref.WeakKeyDictionary()
 
-    @staticmethod
-    def serves(seq: SequenceState) -> bool:
-        return seq.speculation is not None and seq.speculation.mode is SpeculationMode.DRAFT
+    serves = staticmethod(DraftModel.serves)  # DRAFT-mode rows, as for a draft model
 
     @property
     def nbytes(self) -> int:

@@ -14,6 +14,7 @@ from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx.utils import tree_flatten
 from mlx_lm.models import llama
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
@@ -166,7 +167,7 @@ def _safetensors(directory: Path) -> dict[str, mx.array]:
 
 
 def _finish(head: DraftHead, weights: dict[str, mx.array], dtype: mx.Dtype, what: str) -> DraftHead:
-    own = dict(_flat(head.parameters()))
+    own = dict(tree_flatten(head.parameters()))
     missing, extra = own.keys() - weights.keys(), weights.keys() - own.keys()
     if missing or extra:
         raise HeadMismatch(f"{what}: weights do not match the head "
@@ -179,12 +180,6 @@ def _finish(head: DraftHead, weights: dict[str, mx.array], dtype: mx.Dtype, what
     mx.eval(head.parameters())
     head.eval()
     return head
-
-
-def _flat(tree, prefix: str = ""):
-    from mlx.utils import tree_flatten  # noqa: PLC0415
-
-    return tree_flatten(tree, prefix=prefix)
 
 
 def _dtype(target: nn.Module) -> mx.Dtype:
