@@ -85,7 +85,8 @@ func (EmbeddingType) EnumDescriptor() ([]byte, []int) {
 	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{0}
 }
 
-// What Embed, Rerank and Classify do with an input longer than the model's input limit.
+// What Embed, Rerank, Classify and EmbedSparse do with an input longer than the model's
+// input limit.
 type Truncation int32
 
 const (
@@ -1677,6 +1678,228 @@ func (x *LabelScore) GetScore() float32 {
 	return 0
 }
 
+// A request to embed texts as sparse vectors.
+type EmbedSparseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sparse embedding model to use (GraphCapabilities.sparse_embeddings); empty
+	// selects the server's first one.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The texts to embed (at least one), each on its own.
+	Inputs []string `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	// Keep only the k highest weights per input; 0 keeps every nonzero one.
+	TopK int32 `protobuf:"varint,3,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
+	// What to do with an input longer than the model's input limit.
+	Truncate Truncation `protobuf:"varint,4,opt,name=truncate,proto3,enum=mlxgrpc.v1.Truncation" json:"truncate,omitempty"`
+	// A client-chosen id used by Cancel and logs. Empty: the server assigns one.
+	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Scheduling priority, -100 to 100 (default 0), as GenerateRequest.priority.
+	Priority      int32 `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedSparseRequest) Reset() {
+	*x = EmbedSparseRequest{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedSparseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedSparseRequest) ProtoMessage() {}
+
+func (x *EmbedSparseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedSparseRequest.ProtoReflect.Descriptor instead.
+func (*EmbedSparseRequest) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *EmbedSparseRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *EmbedSparseRequest) GetInputs() []string {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *EmbedSparseRequest) GetTopK() int32 {
+	if x != nil {
+		return x.TopK
+	}
+	return 0
+}
+
+func (x *EmbedSparseRequest) GetTruncate() Truncation {
+	if x != nil {
+		return x.Truncate
+	}
+	return Truncation_TRUNCATION_UNSPECIFIED
+}
+
+func (x *EmbedSparseRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *EmbedSparseRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+// The inputs' sparse vectors.
+type EmbedSparseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model that embedded them.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// One vector per input, in the order of EmbedSparseRequest.inputs.
+	Embeddings    []*SparseEmbedding `protobuf:"bytes,2,rep,name=embeddings,proto3" json:"embeddings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedSparseResponse) Reset() {
+	*x = EmbedSparseResponse{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedSparseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedSparseResponse) ProtoMessage() {}
+
+func (x *EmbedSparseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedSparseResponse.ProtoReflect.Descriptor instead.
+func (*EmbedSparseResponse) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *EmbedSparseResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *EmbedSparseResponse) GetEmbeddings() []*SparseEmbedding {
+	if x != nil {
+		return x.Embeddings
+	}
+	return nil
+}
+
+// One input's sparse vector over the model's vocabulary: SPLADE's weight of a token
+// is the largest log(1 + relu(logit)) the masked-language-model head gives it at any
+// of the input's positions. Tokens not listed weigh 0.
+type SparseEmbedding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Position of the input in EmbedSparseRequest.inputs.
+	Index int32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The vocabulary ids with a nonzero weight (or the top_k heaviest), ascending.
+	TokenIds []int32 `protobuf:"varint,2,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	// Their weights, in the same order, each above 0.
+	Weights []float32 `protobuf:"fixed32,3,rep,packed,name=weights,proto3" json:"weights,omitempty"`
+	// Tokens the input used (after truncation).
+	Tokens        int32 `protobuf:"varint,4,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SparseEmbedding) Reset() {
+	*x = SparseEmbedding{}
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SparseEmbedding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SparseEmbedding) ProtoMessage() {}
+
+func (x *SparseEmbedding) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SparseEmbedding.ProtoReflect.Descriptor instead.
+func (*SparseEmbedding) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SparseEmbedding) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SparseEmbedding) GetTokenIds() []int32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
+func (x *SparseEmbedding) GetWeights() []float32 {
+	if x != nil {
+		return x.Weights
+	}
+	return nil
+}
+
+func (x *SparseEmbedding) GetTokens() int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
 // A request to prefetch a prompt's cached prefix into memory.
 type PrefetchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1702,7 +1925,7 @@ type PrefetchRequest struct {
 
 func (x *PrefetchRequest) Reset() {
 	*x = PrefetchRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +1937,7 @@ func (x *PrefetchRequest) String() string {
 func (*PrefetchRequest) ProtoMessage() {}
 
 func (x *PrefetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[16]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +1950,7 @@ func (x *PrefetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefetchRequest.ProtoReflect.Descriptor instead.
 func (*PrefetchRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{16}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PrefetchRequest) GetModel() string {
@@ -1826,7 +2049,7 @@ type PrefetchResponse struct {
 
 func (x *PrefetchResponse) Reset() {
 	*x = PrefetchResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +2061,7 @@ func (x *PrefetchResponse) String() string {
 func (*PrefetchResponse) ProtoMessage() {}
 
 func (x *PrefetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[17]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +2074,7 @@ func (x *PrefetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefetchResponse.ProtoReflect.Descriptor instead.
 func (*PrefetchResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{17}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PrefetchResponse) GetPromptTokens() int32 {
@@ -1888,7 +2111,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2123,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[18]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2136,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{18}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CloseSessionRequest) GetModel() string {
@@ -1941,7 +2164,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2176,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2189,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{19}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CloseSessionResponse) GetEntries() int32 {
@@ -1976,7 +2199,7 @@ func (x *CloseSessionResponse) GetEntries() int32 {
 	return 0
 }
 
-// A request to cancel a Generate, Embed, Rerank or Classify.
+// A request to cancel a Generate, Embed, Rerank, Classify or EmbedSparse.
 type CancelRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The request id to cancel.
@@ -1987,7 +2210,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1999,7 +2222,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2012,7 +2235,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{20}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelRequest) GetRequestId() string {
@@ -2034,7 +2257,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +2269,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[21]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +2282,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{21}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelResponse) GetCancelled() bool {
@@ -2080,7 +2303,7 @@ type GetModelInfoRequest struct {
 
 func (x *GetModelInfoRequest) Reset() {
 	*x = GetModelInfoRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2315,7 @@ func (x *GetModelInfoRequest) String() string {
 func (*GetModelInfoRequest) ProtoMessage() {}
 
 func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[22]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2328,7 @@ func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetModelInfoRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{22}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetModelInfoRequest) GetModel() string {
@@ -2126,7 +2349,7 @@ type GetModelInfoResponse struct {
 
 func (x *GetModelInfoResponse) Reset() {
 	*x = GetModelInfoResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2361,7 @@ func (x *GetModelInfoResponse) String() string {
 func (*GetModelInfoResponse) ProtoMessage() {}
 
 func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[23]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2374,7 @@ func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetModelInfoResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{23}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetModelInfoResponse) GetInfo() *ModelInfo {
@@ -2177,7 +2400,7 @@ type PlanMemoryRequest struct {
 
 func (x *PlanMemoryRequest) Reset() {
 	*x = PlanMemoryRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2412,7 @@ func (x *PlanMemoryRequest) String() string {
 func (*PlanMemoryRequest) ProtoMessage() {}
 
 func (x *PlanMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[24]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2425,7 @@ func (x *PlanMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanMemoryRequest.ProtoReflect.Descriptor instead.
 func (*PlanMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{24}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PlanMemoryRequest) GetModel() string {
@@ -2237,7 +2460,7 @@ type PlanMemoryResponse struct {
 
 func (x *PlanMemoryResponse) Reset() {
 	*x = PlanMemoryResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2472,7 @@ func (x *PlanMemoryResponse) String() string {
 func (*PlanMemoryResponse) ProtoMessage() {}
 
 func (x *PlanMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[25]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2485,7 @@ func (x *PlanMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanMemoryResponse.ProtoReflect.Descriptor instead.
 func (*PlanMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{25}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PlanMemoryResponse) GetPlan() *MemoryPlan {
@@ -2287,7 +2510,7 @@ type TokenizeRequest struct {
 
 func (x *TokenizeRequest) Reset() {
 	*x = TokenizeRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2522,7 @@ func (x *TokenizeRequest) String() string {
 func (*TokenizeRequest) ProtoMessage() {}
 
 func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[26]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2535,7 @@ func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeRequest.ProtoReflect.Descriptor instead.
 func (*TokenizeRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{26}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TokenizeRequest) GetModel() string {
@@ -2349,7 +2572,7 @@ type TokenizeResponse struct {
 
 func (x *TokenizeResponse) Reset() {
 	*x = TokenizeResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2584,7 @@ func (x *TokenizeResponse) String() string {
 func (*TokenizeResponse) ProtoMessage() {}
 
 func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[27]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2597,7 @@ func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
 func (*TokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{27}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TokenizeResponse) GetTokenIds() []int32 {
@@ -2406,7 +2629,7 @@ type DetokenizeRequest struct {
 
 func (x *DetokenizeRequest) Reset() {
 	*x = DetokenizeRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2641,7 @@ func (x *DetokenizeRequest) String() string {
 func (*DetokenizeRequest) ProtoMessage() {}
 
 func (x *DetokenizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[28]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2654,7 @@ func (x *DetokenizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetokenizeRequest.ProtoReflect.Descriptor instead.
 func (*DetokenizeRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{28}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DetokenizeRequest) GetModel() string {
@@ -2466,7 +2689,7 @@ type DetokenizeResponse struct {
 
 func (x *DetokenizeResponse) Reset() {
 	*x = DetokenizeResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2478,7 +2701,7 @@ func (x *DetokenizeResponse) String() string {
 func (*DetokenizeResponse) ProtoMessage() {}
 
 func (x *DetokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[29]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2491,7 +2714,7 @@ func (x *DetokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetokenizeResponse.ProtoReflect.Descriptor instead.
 func (*DetokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{29}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DetokenizeResponse) GetText() string {
@@ -2510,7 +2733,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +2745,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[30]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +2758,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{30}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{33}
 }
 
 // The served models.
@@ -2549,7 +2772,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +2784,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[31]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +2797,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{31}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListModelsResponse) GetModels() []*ModelInfo {
@@ -2603,7 +2826,7 @@ type LoadAdapterRequest struct {
 
 func (x *LoadAdapterRequest) Reset() {
 	*x = LoadAdapterRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[32]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2615,7 +2838,7 @@ func (x *LoadAdapterRequest) String() string {
 func (*LoadAdapterRequest) ProtoMessage() {}
 
 func (x *LoadAdapterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[32]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2628,7 +2851,7 @@ func (x *LoadAdapterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadAdapterRequest.ProtoReflect.Descriptor instead.
 func (*LoadAdapterRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{32}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LoadAdapterRequest) GetModel() string {
@@ -2666,7 +2889,7 @@ type LoadAdapterResponse struct {
 
 func (x *LoadAdapterResponse) Reset() {
 	*x = LoadAdapterResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[33]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2901,7 @@ func (x *LoadAdapterResponse) String() string {
 func (*LoadAdapterResponse) ProtoMessage() {}
 
 func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[33]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2914,7 @@ func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadAdapterResponse.ProtoReflect.Descriptor instead.
 func (*LoadAdapterResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{33}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LoadAdapterResponse) GetAdapter() *AdapterInfo {
@@ -2721,7 +2944,7 @@ type UnloadAdapterRequest struct {
 
 func (x *UnloadAdapterRequest) Reset() {
 	*x = UnloadAdapterRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +2956,7 @@ func (x *UnloadAdapterRequest) String() string {
 func (*UnloadAdapterRequest) ProtoMessage() {}
 
 func (x *UnloadAdapterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[34]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +2969,7 @@ func (x *UnloadAdapterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadAdapterRequest.ProtoReflect.Descriptor instead.
 func (*UnloadAdapterRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{34}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UnloadAdapterRequest) GetModel() string {
@@ -2774,7 +2997,7 @@ type UnloadAdapterResponse struct {
 
 func (x *UnloadAdapterResponse) Reset() {
 	*x = UnloadAdapterResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +3009,7 @@ func (x *UnloadAdapterResponse) String() string {
 func (*UnloadAdapterResponse) ProtoMessage() {}
 
 func (x *UnloadAdapterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[35]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +3022,7 @@ func (x *UnloadAdapterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadAdapterResponse.ProtoReflect.Descriptor instead.
 func (*UnloadAdapterResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{35}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *UnloadAdapterResponse) GetAdapter() *AdapterInfo {
@@ -2820,7 +3043,7 @@ type ListAdaptersRequest struct {
 
 func (x *ListAdaptersRequest) Reset() {
 	*x = ListAdaptersRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[36]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +3055,7 @@ func (x *ListAdaptersRequest) String() string {
 func (*ListAdaptersRequest) ProtoMessage() {}
 
 func (x *ListAdaptersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[36]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +3068,7 @@ func (x *ListAdaptersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAdaptersRequest.ProtoReflect.Descriptor instead.
 func (*ListAdaptersRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{36}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListAdaptersRequest) GetModel() string {
@@ -2870,7 +3093,7 @@ type ListAdaptersResponse struct {
 
 func (x *ListAdaptersResponse) Reset() {
 	*x = ListAdaptersResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[37]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2882,7 +3105,7 @@ func (x *ListAdaptersResponse) String() string {
 func (*ListAdaptersResponse) ProtoMessage() {}
 
 func (x *ListAdaptersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[37]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2895,7 +3118,7 @@ func (x *ListAdaptersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAdaptersResponse.ProtoReflect.Descriptor instead.
 func (*ListAdaptersResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{37}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListAdaptersResponse) GetModel() string {
@@ -2930,7 +3153,7 @@ type GetLoadRequest struct {
 
 func (x *GetLoadRequest) Reset() {
 	*x = GetLoadRequest{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[38]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3165,7 @@ func (x *GetLoadRequest) String() string {
 func (*GetLoadRequest) ProtoMessage() {}
 
 func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[38]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3178,7 @@ func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadRequest) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{38}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetLoadRequest) GetModel() string {
@@ -2981,7 +3204,7 @@ type GetLoadResponse struct {
 
 func (x *GetLoadResponse) Reset() {
 	*x = GetLoadResponse{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[39]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2993,7 +3216,7 @@ func (x *GetLoadResponse) String() string {
 func (*GetLoadResponse) ProtoMessage() {}
 
 func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[39]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3006,7 +3229,7 @@ func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadResponse) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{39}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetLoadResponse) GetModels() []*ModelLoad {
@@ -3059,7 +3282,7 @@ type CallLoad struct {
 
 func (x *CallLoad) Reset() {
 	*x = CallLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[40]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3071,7 +3294,7 @@ func (x *CallLoad) String() string {
 func (*CallLoad) ProtoMessage() {}
 
 func (x *CallLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[40]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3084,7 +3307,7 @@ func (x *CallLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallLoad.ProtoReflect.Descriptor instead.
 func (*CallLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{40}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CallLoad) GetOpenRpcs() int32 {
@@ -3162,7 +3385,7 @@ type TenantCalls struct {
 
 func (x *TenantCalls) Reset() {
 	*x = TenantCalls{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[41]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3397,7 @@ func (x *TenantCalls) String() string {
 func (*TenantCalls) ProtoMessage() {}
 
 func (x *TenantCalls) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[41]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3410,7 @@ func (x *TenantCalls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantCalls.ProtoReflect.Descriptor instead.
 func (*TenantCalls) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{41}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TenantCalls) GetTenant() string {
@@ -3298,7 +3521,7 @@ type ModelLoad struct {
 
 func (x *ModelLoad) Reset() {
 	*x = ModelLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[42]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3310,7 +3533,7 @@ func (x *ModelLoad) String() string {
 func (*ModelLoad) ProtoMessage() {}
 
 func (x *ModelLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[42]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3323,7 +3546,7 @@ func (x *ModelLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelLoad.ProtoReflect.Descriptor instead.
 func (*ModelLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{42}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ModelLoad) GetModel() string {
@@ -3518,7 +3741,7 @@ type TenantLoad struct {
 
 func (x *TenantLoad) Reset() {
 	*x = TenantLoad{}
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[43]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3530,7 +3753,7 @@ func (x *TenantLoad) String() string {
 func (*TenantLoad) ProtoMessage() {}
 
 func (x *TenantLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[43]
+	mi := &file_mlxgrpc_v1_inference_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3543,7 +3766,7 @@ func (x *TenantLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLoad.ProtoReflect.Descriptor instead.
 func (*TenantLoad) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{43}
+	return file_mlxgrpc_v1_inference_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TenantLoad) GetTenant() string {
@@ -3723,7 +3946,25 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\n" +
 	"LabelScore\x12\x14\n" +
 	"\x05label\x18\x01 \x01(\tR\x05label\x12\x14\n" +
-	"\x05score\x18\x02 \x01(\x02R\x05score\"\xe0\x01\n" +
+	"\x05score\x18\x02 \x01(\x02R\x05score\"\xc6\x01\n" +
+	"\x12EmbedSparseRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
+	"\x06inputs\x18\x02 \x03(\tR\x06inputs\x12\x13\n" +
+	"\x05top_k\x18\x03 \x01(\x05R\x04topK\x122\n" +
+	"\btruncate\x18\x04 \x01(\x0e2\x16.mlxgrpc.v1.TruncationR\btruncate\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x12\x1a\n" +
+	"\bpriority\x18\x06 \x01(\x05R\bpriority\"h\n" +
+	"\x13EmbedSparseResponse\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12;\n" +
+	"\n" +
+	"embeddings\x18\x02 \x03(\v2\x1b.mlxgrpc.v1.SparseEmbeddingR\n" +
+	"embeddings\"v\n" +
+	"\x0fSparseEmbedding\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x1b\n" +
+	"\ttoken_ids\x18\x02 \x03(\x05R\btokenIds\x12\x18\n" +
+	"\aweights\x18\x03 \x03(\x02R\aweights\x12\x16\n" +
+	"\x06tokens\x18\x04 \x01(\x05R\x06tokens\"\xe0\x01\n" +
 	"\x0fPrefetchRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
@@ -3863,12 +4104,14 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\tCacheTier\x12\x1a\n" +
 	"\x16CACHE_TIER_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CACHE_TIER_MEMORY\x10\x01\x12\x13\n" +
-	"\x0fCACHE_TIER_DISK\x10\x022\xbc\t\n" +
+	"\x0fCACHE_TIER_DISK\x10\x022\x8c\n" +
+	"\n" +
 	"\x10InferenceService\x12G\n" +
 	"\bGenerate\x12\x1b.mlxgrpc.v1.GenerateRequest\x1a\x1c.mlxgrpc.v1.GenerateResponse0\x01\x12>\n" +
 	"\x05Embed\x12\x18.mlxgrpc.v1.EmbedRequest\x1a\x19.mlxgrpc.v1.EmbedResponse0\x01\x12?\n" +
 	"\x06Rerank\x12\x19.mlxgrpc.v1.RerankRequest\x1a\x1a.mlxgrpc.v1.RerankResponse\x12E\n" +
-	"\bClassify\x12\x1b.mlxgrpc.v1.ClassifyRequest\x1a\x1c.mlxgrpc.v1.ClassifyResponse\x12?\n" +
+	"\bClassify\x12\x1b.mlxgrpc.v1.ClassifyRequest\x1a\x1c.mlxgrpc.v1.ClassifyResponse\x12N\n" +
+	"\vEmbedSparse\x12\x1e.mlxgrpc.v1.EmbedSparseRequest\x1a\x1f.mlxgrpc.v1.EmbedSparseResponse\x12?\n" +
 	"\x06Cancel\x12\x19.mlxgrpc.v1.CancelRequest\x1a\x1a.mlxgrpc.v1.CancelResponse\x12Q\n" +
 	"\fGetModelInfo\x12\x1f.mlxgrpc.v1.GetModelInfoRequest\x1a .mlxgrpc.v1.GetModelInfoResponse\x12K\n" +
 	"\n" +
@@ -3899,7 +4142,7 @@ func file_mlxgrpc_v1_inference_service_proto_rawDescGZIP() []byte {
 }
 
 var file_mlxgrpc_v1_inference_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_mlxgrpc_v1_inference_service_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(EmbeddingType)(0),            // 0: mlxgrpc.v1.EmbeddingType
 	(Truncation)(0),               // 1: mlxgrpc.v1.Truncation
@@ -3920,66 +4163,69 @@ var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(*ClassifyResponse)(nil),      // 16: mlxgrpc.v1.ClassifyResponse
 	(*Classification)(nil),        // 17: mlxgrpc.v1.Classification
 	(*LabelScore)(nil),            // 18: mlxgrpc.v1.LabelScore
-	(*PrefetchRequest)(nil),       // 19: mlxgrpc.v1.PrefetchRequest
-	(*PrefetchResponse)(nil),      // 20: mlxgrpc.v1.PrefetchResponse
-	(*CloseSessionRequest)(nil),   // 21: mlxgrpc.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 22: mlxgrpc.v1.CloseSessionResponse
-	(*CancelRequest)(nil),         // 23: mlxgrpc.v1.CancelRequest
-	(*CancelResponse)(nil),        // 24: mlxgrpc.v1.CancelResponse
-	(*GetModelInfoRequest)(nil),   // 25: mlxgrpc.v1.GetModelInfoRequest
-	(*GetModelInfoResponse)(nil),  // 26: mlxgrpc.v1.GetModelInfoResponse
-	(*PlanMemoryRequest)(nil),     // 27: mlxgrpc.v1.PlanMemoryRequest
-	(*PlanMemoryResponse)(nil),    // 28: mlxgrpc.v1.PlanMemoryResponse
-	(*TokenizeRequest)(nil),       // 29: mlxgrpc.v1.TokenizeRequest
-	(*TokenizeResponse)(nil),      // 30: mlxgrpc.v1.TokenizeResponse
-	(*DetokenizeRequest)(nil),     // 31: mlxgrpc.v1.DetokenizeRequest
-	(*DetokenizeResponse)(nil),    // 32: mlxgrpc.v1.DetokenizeResponse
-	(*ListModelsRequest)(nil),     // 33: mlxgrpc.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),    // 34: mlxgrpc.v1.ListModelsResponse
-	(*LoadAdapterRequest)(nil),    // 35: mlxgrpc.v1.LoadAdapterRequest
-	(*LoadAdapterResponse)(nil),   // 36: mlxgrpc.v1.LoadAdapterResponse
-	(*UnloadAdapterRequest)(nil),  // 37: mlxgrpc.v1.UnloadAdapterRequest
-	(*UnloadAdapterResponse)(nil), // 38: mlxgrpc.v1.UnloadAdapterResponse
-	(*ListAdaptersRequest)(nil),   // 39: mlxgrpc.v1.ListAdaptersRequest
-	(*ListAdaptersResponse)(nil),  // 40: mlxgrpc.v1.ListAdaptersResponse
-	(*GetLoadRequest)(nil),        // 41: mlxgrpc.v1.GetLoadRequest
-	(*GetLoadResponse)(nil),       // 42: mlxgrpc.v1.GetLoadResponse
-	(*CallLoad)(nil),              // 43: mlxgrpc.v1.CallLoad
-	(*TenantCalls)(nil),           // 44: mlxgrpc.v1.TenantCalls
-	(*ModelLoad)(nil),             // 45: mlxgrpc.v1.ModelLoad
-	(*TenantLoad)(nil),            // 46: mlxgrpc.v1.TenantLoad
-	(*TokenIds)(nil),              // 47: mlxgrpc.v1.TokenIds
-	(*ChatMessages)(nil),          // 48: mlxgrpc.v1.ChatMessages
-	(*SamplingParams)(nil),        // 49: mlxgrpc.v1.SamplingParams
-	(*StoppingCriteria)(nil),      // 50: mlxgrpc.v1.StoppingCriteria
-	(*SpeculationOptions)(nil),    // 51: mlxgrpc.v1.SpeculationOptions
-	(*ResponseFormat)(nil),        // 52: mlxgrpc.v1.ResponseFormat
-	(*Prediction)(nil),            // 53: mlxgrpc.v1.Prediction
-	(*TokenLogprob)(nil),          // 54: mlxgrpc.v1.TokenLogprob
-	(*ToolCallDelta)(nil),         // 55: mlxgrpc.v1.ToolCallDelta
-	(*ToolCall)(nil),              // 56: mlxgrpc.v1.ToolCall
-	(FinishReason)(0),             // 57: mlxgrpc.v1.FinishReason
-	(*Usage)(nil),                 // 58: mlxgrpc.v1.Usage
-	(*Timings)(nil),               // 59: mlxgrpc.v1.Timings
-	(*ModelInfo)(nil),             // 60: mlxgrpc.v1.ModelInfo
-	(*MemoryPlan)(nil),            // 61: mlxgrpc.v1.MemoryPlan
-	(*AdapterInfo)(nil),           // 62: mlxgrpc.v1.AdapterInfo
+	(*EmbedSparseRequest)(nil),    // 19: mlxgrpc.v1.EmbedSparseRequest
+	(*EmbedSparseResponse)(nil),   // 20: mlxgrpc.v1.EmbedSparseResponse
+	(*SparseEmbedding)(nil),       // 21: mlxgrpc.v1.SparseEmbedding
+	(*PrefetchRequest)(nil),       // 22: mlxgrpc.v1.PrefetchRequest
+	(*PrefetchResponse)(nil),      // 23: mlxgrpc.v1.PrefetchResponse
+	(*CloseSessionRequest)(nil),   // 24: mlxgrpc.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 25: mlxgrpc.v1.CloseSessionResponse
+	(*CancelRequest)(nil),         // 26: mlxgrpc.v1.CancelRequest
+	(*CancelResponse)(nil),        // 27: mlxgrpc.v1.CancelResponse
+	(*GetModelInfoRequest)(nil),   // 28: mlxgrpc.v1.GetModelInfoRequest
+	(*GetModelInfoResponse)(nil),  // 29: mlxgrpc.v1.GetModelInfoResponse
+	(*PlanMemoryRequest)(nil),     // 30: mlxgrpc.v1.PlanMemoryRequest
+	(*PlanMemoryResponse)(nil),    // 31: mlxgrpc.v1.PlanMemoryResponse
+	(*TokenizeRequest)(nil),       // 32: mlxgrpc.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),      // 33: mlxgrpc.v1.TokenizeResponse
+	(*DetokenizeRequest)(nil),     // 34: mlxgrpc.v1.DetokenizeRequest
+	(*DetokenizeResponse)(nil),    // 35: mlxgrpc.v1.DetokenizeResponse
+	(*ListModelsRequest)(nil),     // 36: mlxgrpc.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),    // 37: mlxgrpc.v1.ListModelsResponse
+	(*LoadAdapterRequest)(nil),    // 38: mlxgrpc.v1.LoadAdapterRequest
+	(*LoadAdapterResponse)(nil),   // 39: mlxgrpc.v1.LoadAdapterResponse
+	(*UnloadAdapterRequest)(nil),  // 40: mlxgrpc.v1.UnloadAdapterRequest
+	(*UnloadAdapterResponse)(nil), // 41: mlxgrpc.v1.UnloadAdapterResponse
+	(*ListAdaptersRequest)(nil),   // 42: mlxgrpc.v1.ListAdaptersRequest
+	(*ListAdaptersResponse)(nil),  // 43: mlxgrpc.v1.ListAdaptersResponse
+	(*GetLoadRequest)(nil),        // 44: mlxgrpc.v1.GetLoadRequest
+	(*GetLoadResponse)(nil),       // 45: mlxgrpc.v1.GetLoadResponse
+	(*CallLoad)(nil),              // 46: mlxgrpc.v1.CallLoad
+	(*TenantCalls)(nil),           // 47: mlxgrpc.v1.TenantCalls
+	(*ModelLoad)(nil),             // 48: mlxgrpc.v1.ModelLoad
+	(*TenantLoad)(nil),            // 49: mlxgrpc.v1.TenantLoad
+	(*TokenIds)(nil),              // 50: mlxgrpc.v1.TokenIds
+	(*ChatMessages)(nil),          // 51: mlxgrpc.v1.ChatMessages
+	(*SamplingParams)(nil),        // 52: mlxgrpc.v1.SamplingParams
+	(*StoppingCriteria)(nil),      // 53: mlxgrpc.v1.StoppingCriteria
+	(*SpeculationOptions)(nil),    // 54: mlxgrpc.v1.SpeculationOptions
+	(*ResponseFormat)(nil),        // 55: mlxgrpc.v1.ResponseFormat
+	(*Prediction)(nil),            // 56: mlxgrpc.v1.Prediction
+	(*TokenLogprob)(nil),          // 57: mlxgrpc.v1.TokenLogprob
+	(*ToolCallDelta)(nil),         // 58: mlxgrpc.v1.ToolCallDelta
+	(*ToolCall)(nil),              // 59: mlxgrpc.v1.ToolCall
+	(FinishReason)(0),             // 60: mlxgrpc.v1.FinishReason
+	(*Usage)(nil),                 // 61: mlxgrpc.v1.Usage
+	(*Timings)(nil),               // 62: mlxgrpc.v1.Timings
+	(*ModelInfo)(nil),             // 63: mlxgrpc.v1.ModelInfo
+	(*MemoryPlan)(nil),            // 64: mlxgrpc.v1.MemoryPlan
+	(*AdapterInfo)(nil),           // 65: mlxgrpc.v1.AdapterInfo
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
-	47, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
-	48, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
-	49, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
-	50, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
-	51, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
-	52, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
-	53, // 6: mlxgrpc.v1.GenerateRequest.prediction:type_name -> mlxgrpc.v1.Prediction
-	54, // 7: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
-	55, // 8: mlxgrpc.v1.TokenDelta.tool_call_deltas:type_name -> mlxgrpc.v1.ToolCallDelta
-	56, // 9: mlxgrpc.v1.TokenDelta.tool_calls:type_name -> mlxgrpc.v1.ToolCall
-	57, // 10: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
-	58, // 11: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
-	59, // 12: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
-	54, // 13: mlxgrpc.v1.PromptLogprobs.tokens:type_name -> mlxgrpc.v1.TokenLogprob
+	50, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	51, // 1: mlxgrpc.v1.GenerateRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	52, // 2: mlxgrpc.v1.GenerateRequest.sampling:type_name -> mlxgrpc.v1.SamplingParams
+	53, // 3: mlxgrpc.v1.GenerateRequest.stopping:type_name -> mlxgrpc.v1.StoppingCriteria
+	54, // 4: mlxgrpc.v1.GenerateRequest.speculation:type_name -> mlxgrpc.v1.SpeculationOptions
+	55, // 5: mlxgrpc.v1.GenerateRequest.response_format:type_name -> mlxgrpc.v1.ResponseFormat
+	56, // 6: mlxgrpc.v1.GenerateRequest.prediction:type_name -> mlxgrpc.v1.Prediction
+	57, // 7: mlxgrpc.v1.TokenDelta.logprobs:type_name -> mlxgrpc.v1.TokenLogprob
+	58, // 8: mlxgrpc.v1.TokenDelta.tool_call_deltas:type_name -> mlxgrpc.v1.ToolCallDelta
+	59, // 9: mlxgrpc.v1.TokenDelta.tool_calls:type_name -> mlxgrpc.v1.ToolCall
+	60, // 10: mlxgrpc.v1.GenerationFinished.reason:type_name -> mlxgrpc.v1.FinishReason
+	61, // 11: mlxgrpc.v1.GenerationFinished.usage:type_name -> mlxgrpc.v1.Usage
+	62, // 12: mlxgrpc.v1.GenerationFinished.timings:type_name -> mlxgrpc.v1.Timings
+	57, // 13: mlxgrpc.v1.PromptLogprobs.tokens:type_name -> mlxgrpc.v1.TokenLogprob
 	4,  // 14: mlxgrpc.v1.GenerateResponse.started:type_name -> mlxgrpc.v1.GenerationStarted
 	5,  // 15: mlxgrpc.v1.GenerateResponse.delta:type_name -> mlxgrpc.v1.TokenDelta
 	6,  // 16: mlxgrpc.v1.GenerateResponse.finished:type_name -> mlxgrpc.v1.GenerationFinished
@@ -3993,56 +4239,60 @@ var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
 	1,  // 24: mlxgrpc.v1.ClassifyRequest.truncate:type_name -> mlxgrpc.v1.Truncation
 	17, // 25: mlxgrpc.v1.ClassifyResponse.results:type_name -> mlxgrpc.v1.Classification
 	18, // 26: mlxgrpc.v1.Classification.labels:type_name -> mlxgrpc.v1.LabelScore
-	47, // 27: mlxgrpc.v1.PrefetchRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
-	48, // 28: mlxgrpc.v1.PrefetchRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
-	2,  // 29: mlxgrpc.v1.PrefetchResponse.tier:type_name -> mlxgrpc.v1.CacheTier
-	60, // 30: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
-	61, // 31: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
-	60, // 32: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
-	62, // 33: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	62, // 34: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	62, // 35: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
-	45, // 36: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
-	43, // 37: mlxgrpc.v1.GetLoadResponse.calls:type_name -> mlxgrpc.v1.CallLoad
-	44, // 38: mlxgrpc.v1.CallLoad.tenants:type_name -> mlxgrpc.v1.TenantCalls
-	46, // 39: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
-	3,  // 40: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
-	9,  // 41: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
-	12, // 42: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
-	15, // 43: mlxgrpc.v1.InferenceService.Classify:input_type -> mlxgrpc.v1.ClassifyRequest
-	23, // 44: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	25, // 45: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	27, // 46: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	29, // 47: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	31, // 48: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	33, // 49: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	35, // 50: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
-	37, // 51: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
-	39, // 52: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
-	41, // 53: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
-	19, // 54: mlxgrpc.v1.InferenceService.Prefetch:input_type -> mlxgrpc.v1.PrefetchRequest
-	21, // 55: mlxgrpc.v1.InferenceService.CloseSession:input_type -> mlxgrpc.v1.CloseSessionRequest
-	8,  // 56: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	10, // 57: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	13, // 58: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
-	16, // 59: mlxgrpc.v1.InferenceService.Classify:output_type -> mlxgrpc.v1.ClassifyResponse
-	24, // 60: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	26, // 61: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	28, // 62: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	30, // 63: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	32, // 64: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	34, // 65: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	36, // 66: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
-	38, // 67: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
-	40, // 68: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
-	42, // 69: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
-	20, // 70: mlxgrpc.v1.InferenceService.Prefetch:output_type -> mlxgrpc.v1.PrefetchResponse
-	22, // 71: mlxgrpc.v1.InferenceService.CloseSession:output_type -> mlxgrpc.v1.CloseSessionResponse
-	56, // [56:72] is the sub-list for method output_type
-	40, // [40:56] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	1,  // 27: mlxgrpc.v1.EmbedSparseRequest.truncate:type_name -> mlxgrpc.v1.Truncation
+	21, // 28: mlxgrpc.v1.EmbedSparseResponse.embeddings:type_name -> mlxgrpc.v1.SparseEmbedding
+	50, // 29: mlxgrpc.v1.PrefetchRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
+	51, // 30: mlxgrpc.v1.PrefetchRequest.chat:type_name -> mlxgrpc.v1.ChatMessages
+	2,  // 31: mlxgrpc.v1.PrefetchResponse.tier:type_name -> mlxgrpc.v1.CacheTier
+	63, // 32: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
+	64, // 33: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
+	63, // 34: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
+	65, // 35: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	65, // 36: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	65, // 37: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	48, // 38: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
+	46, // 39: mlxgrpc.v1.GetLoadResponse.calls:type_name -> mlxgrpc.v1.CallLoad
+	47, // 40: mlxgrpc.v1.CallLoad.tenants:type_name -> mlxgrpc.v1.TenantCalls
+	49, // 41: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
+	3,  // 42: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
+	9,  // 43: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
+	12, // 44: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
+	15, // 45: mlxgrpc.v1.InferenceService.Classify:input_type -> mlxgrpc.v1.ClassifyRequest
+	19, // 46: mlxgrpc.v1.InferenceService.EmbedSparse:input_type -> mlxgrpc.v1.EmbedSparseRequest
+	26, // 47: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	28, // 48: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	30, // 49: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	32, // 50: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	34, // 51: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	36, // 52: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	38, // 53: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
+	40, // 54: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
+	42, // 55: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
+	44, // 56: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
+	22, // 57: mlxgrpc.v1.InferenceService.Prefetch:input_type -> mlxgrpc.v1.PrefetchRequest
+	24, // 58: mlxgrpc.v1.InferenceService.CloseSession:input_type -> mlxgrpc.v1.CloseSessionRequest
+	8,  // 59: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	10, // 60: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	13, // 61: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
+	16, // 62: mlxgrpc.v1.InferenceService.Classify:output_type -> mlxgrpc.v1.ClassifyResponse
+	20, // 63: mlxgrpc.v1.InferenceService.EmbedSparse:output_type -> mlxgrpc.v1.EmbedSparseResponse
+	27, // 64: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	29, // 65: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	31, // 66: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	33, // 67: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	35, // 68: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	37, // 69: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	39, // 70: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
+	41, // 71: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
+	43, // 72: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
+	45, // 73: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
+	23, // 74: mlxgrpc.v1.InferenceService.Prefetch:output_type -> mlxgrpc.v1.PrefetchResponse
+	25, // 75: mlxgrpc.v1.InferenceService.CloseSession:output_type -> mlxgrpc.v1.CloseSessionResponse
+	59, // [59:76] is the sub-list for method output_type
+	42, // [42:59] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_inference_service_proto_init() }
@@ -4065,7 +4315,7 @@ func file_mlxgrpc_v1_inference_service_proto_init() {
 		(*GenerateResponse_PromptLogprobs)(nil),
 	}
 	file_mlxgrpc_v1_inference_service_proto_msgTypes[6].OneofWrappers = []any{}
-	file_mlxgrpc_v1_inference_service_proto_msgTypes[16].OneofWrappers = []any{
+	file_mlxgrpc_v1_inference_service_proto_msgTypes[19].OneofWrappers = []any{
 		(*PrefetchRequest_Text)(nil),
 		(*PrefetchRequest_Tokens)(nil),
 		(*PrefetchRequest_Chat)(nil),
@@ -4076,7 +4326,7 @@ func file_mlxgrpc_v1_inference_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_inference_service_proto_rawDesc), len(file_mlxgrpc_v1_inference_service_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   44,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const (
 	InferenceService_Embed_FullMethodName         = "/mlxgrpc.v1.InferenceService/Embed"
 	InferenceService_Rerank_FullMethodName        = "/mlxgrpc.v1.InferenceService/Rerank"
 	InferenceService_Classify_FullMethodName      = "/mlxgrpc.v1.InferenceService/Classify"
+	InferenceService_EmbedSparse_FullMethodName   = "/mlxgrpc.v1.InferenceService/EmbedSparse"
 	InferenceService_Cancel_FullMethodName        = "/mlxgrpc.v1.InferenceService/Cancel"
 	InferenceService_GetModelInfo_FullMethodName  = "/mlxgrpc.v1.InferenceService/GetModelInfo"
 	InferenceService_PlanMemory_FullMethodName    = "/mlxgrpc.v1.InferenceService/PlanMemory"
@@ -65,9 +66,12 @@ type InferenceServiceClient interface {
 	// model: more than one label, or a reranker's one label). Returns every input's label
 	// scores, in input order.
 	Classify(ctx context.Context, in *ClassifyRequest, opts ...grpc.CallOption) (*ClassifyResponse, error)
-	// Cancels a queued or running Generate, Embed, Rerank or Classify by its request id.
-	// Request ids are scoped to the caller's tenant: a caller cancels only its own
-	// tenant's requests.
+	// Embeds texts as sparse vocabulary-weight vectors with a SPLADE model (a BERT-family
+	// *ForMaskedLM checkpoint). Returns every input's nonzero weights, in input order.
+	EmbedSparse(ctx context.Context, in *EmbedSparseRequest, opts ...grpc.CallOption) (*EmbedSparseResponse, error)
+	// Cancels a queued or running Generate, Embed, Rerank, Classify or EmbedSparse by its
+	// request id. Request ids are scoped to the caller's tenant: a caller cancels only its
+	// own tenant's requests.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
 	// Describes a model: its graph, capabilities, context and vocabulary.
 	GetModelInfo(ctx context.Context, in *GetModelInfoRequest, opts ...grpc.CallOption) (*GetModelInfoResponse, error)
@@ -173,6 +177,16 @@ func (c *inferenceServiceClient) Classify(ctx context.Context, in *ClassifyReque
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ClassifyResponse)
 	err := c.cc.Invoke(ctx, InferenceService_Classify_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inferenceServiceClient) EmbedSparse(ctx context.Context, in *EmbedSparseRequest, opts ...grpc.CallOption) (*EmbedSparseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EmbedSparseResponse)
+	err := c.cc.Invoke(ctx, InferenceService_EmbedSparse_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -327,9 +341,12 @@ type InferenceServiceServer interface {
 	// model: more than one label, or a reranker's one label). Returns every input's label
 	// scores, in input order.
 	Classify(context.Context, *ClassifyRequest) (*ClassifyResponse, error)
-	// Cancels a queued or running Generate, Embed, Rerank or Classify by its request id.
-	// Request ids are scoped to the caller's tenant: a caller cancels only its own
-	// tenant's requests.
+	// Embeds texts as sparse vocabulary-weight vectors with a SPLADE model (a BERT-family
+	// *ForMaskedLM checkpoint). Returns every input's nonzero weights, in input order.
+	EmbedSparse(context.Context, *EmbedSparseRequest) (*EmbedSparseResponse, error)
+	// Cancels a queued or running Generate, Embed, Rerank, Classify or EmbedSparse by its
+	// request id. Request ids are scoped to the caller's tenant: a caller cancels only its
+	// own tenant's requests.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
 	// Describes a model: its graph, capabilities, context and vocabulary.
 	GetModelInfo(context.Context, *GetModelInfoRequest) (*GetModelInfoResponse, error)
@@ -394,6 +411,9 @@ func (UnimplementedInferenceServiceServer) Rerank(context.Context, *RerankReques
 }
 func (UnimplementedInferenceServiceServer) Classify(context.Context, *ClassifyRequest) (*ClassifyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Classify not implemented")
+}
+func (UnimplementedInferenceServiceServer) EmbedSparse(context.Context, *EmbedSparseRequest) (*EmbedSparseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EmbedSparse not implemented")
 }
 func (UnimplementedInferenceServiceServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
@@ -506,6 +526,24 @@ func _InferenceService_Classify_Handler(srv interface{}, ctx context.Context, de
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(InferenceServiceServer).Classify(ctx, req.(*ClassifyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _InferenceService_EmbedSparse_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EmbedSparseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).EmbedSparse(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_EmbedSparse_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).EmbedSparse(ctx, req.(*EmbedSparseRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -740,6 +778,10 @@ var InferenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Classify",
 			Handler:    _InferenceService_Classify_Handler,
+		},
+		{
+			MethodName: "EmbedSparse",
+			Handler:    _InferenceService_EmbedSparse_Handler,
 		},
 		{
 			MethodName: "Cancel",

@@ -675,9 +675,12 @@ type GraphCapabilities struct {
 	Rerank bool `protobuf:"varint,13,opt,name=rerank,proto3" json:"rerank,omitempty"`
 	// The model scores a text's labels (Classify works): a sequence classifier, or a
 	// reranker with its one label.
-	Classify      bool `protobuf:"varint,14,opt,name=classify,proto3" json:"classify,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Classify bool `protobuf:"varint,14,opt,name=classify,proto3" json:"classify,omitempty"`
+	// The model embeds texts as sparse vocabulary-weight vectors (EmbedSparse works): a
+	// SPLADE model. The vectors' width is ModelInfo.vocab_size.
+	SparseEmbeddings bool `protobuf:"varint,15,opt,name=sparse_embeddings,json=sparseEmbeddings,proto3" json:"sparse_embeddings,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GraphCapabilities) Reset() {
@@ -804,6 +807,13 @@ func (x *GraphCapabilities) GetRerank() bool {
 func (x *GraphCapabilities) GetClassify() bool {
 	if x != nil {
 		return x.Classify
+	}
+	return false
+}
+
+func (x *GraphCapabilities) GetSparseEmbeddings() bool {
+	if x != nil {
+		return x.SparseEmbeddings
 	}
 	return false
 }
@@ -1426,7 +1436,7 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x05modes\x18\x05 \x03(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\x05modes\x12>\n" +
 	"\fdefault_mode\x18\x06 \x01(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\vdefaultMode\x12\x1f\n" +
 	"\vdraft_model\x18\a \x01(\tR\n" +
-	"draftModel\"\xa3\x05\n" +
+	"draftModel\"\xd0\x05\n" +
 	"\x11GraphCapabilities\x12/\n" +
 	"\x06method\x18\x01 \x01(\x0e2\x17.mlxgrpc.v1.GraphMethodR\x06method\x12.\n" +
 	"\x05media\x18\x02 \x01(\v2\x18.mlxgrpc.v1.MediaSupportR\x05media\x12'\n" +
@@ -1446,7 +1456,8 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x10response_formats\x18\v \x03(\x0e2\x1e.mlxgrpc.v1.ResponseFormatKindR\x0fresponseFormats\x120\n" +
 	"\x04chat\x18\f \x01(\v2\x1c.mlxgrpc.v1.ChatCapabilitiesR\x04chat\x12\x16\n" +
 	"\x06rerank\x18\r \x01(\bR\x06rerank\x12\x1a\n" +
-	"\bclassify\x18\x0e \x01(\bR\bclassify\"\xa2\x02\n" +
+	"\bclassify\x18\x0e \x01(\bR\bclassify\x12+\n" +
+	"\x11sparse_embeddings\x18\x0f \x01(\bR\x10sparseEmbeddings\"\xa2\x02\n" +
 	"\x10ChatCapabilities\x12!\n" +
 	"\ftool_calling\x18\x01 \x01(\bR\vtoolCalling\x12\x1f\n" +
 	"\vtool_parser\x18\x02 \x01(\tR\n" +

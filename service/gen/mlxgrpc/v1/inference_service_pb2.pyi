@@ -272,6 +272,42 @@ class LabelScore(_message.Message):
     score: float
     def __init__(self, label: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
 
+class EmbedSparseRequest(_message.Message):
+    __slots__ = ("model", "inputs", "top_k", "truncate", "request_id", "priority")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    inputs: _containers.RepeatedScalarFieldContainer[str]
+    top_k: int
+    truncate: Truncation
+    request_id: str
+    priority: int
+    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., top_k: _Optional[int] = ..., truncate: _Optional[_Union[Truncation, str]] = ..., request_id: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
+
+class EmbedSparseResponse(_message.Message):
+    __slots__ = ("model", "embeddings")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    embeddings: _containers.RepeatedCompositeFieldContainer[SparseEmbedding]
+    def __init__(self, model: _Optional[str] = ..., embeddings: _Optional[_Iterable[_Union[SparseEmbedding, _Mapping]]] = ...) -> None: ...
+
+class SparseEmbedding(_message.Message):
+    __slots__ = ("index", "token_ids", "weights", "tokens")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    weights: _containers.RepeatedScalarFieldContainer[float]
+    tokens: int
+    def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., weights: _Optional[_Iterable[float]] = ..., tokens: _Optional[int] = ...) -> None: ...
+
 class PrefetchRequest(_message.Message):
     __slots__ = ("model", "session_id", "text", "tokens", "chat", "adapter")
     MODEL_FIELD_NUMBER: _ClassVar[int]

@@ -63,6 +63,11 @@ class InferenceServiceStub:
                 request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ClassifyRequest.SerializeToString,
                 response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ClassifyResponse.FromString,
                 _registered_method=True)
+        self.EmbedSparse = channel.unary_unary(
+                '/mlxgrpc.v1.InferenceService/EmbedSparse',
+                request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedSparseRequest.SerializeToString,
+                response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedSparseResponse.FromString,
+                _registered_method=True)
         self.Cancel = channel.unary_unary(
                 '/mlxgrpc.v1.InferenceService/Cancel',
                 request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.CancelRequest.SerializeToString,
@@ -171,10 +176,18 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EmbedSparse(self, request, context):
+        """Embeds texts as sparse vocabulary-weight vectors with a SPLADE model (a BERT-family
+        *ForMaskedLM checkpoint). Returns every input's nonzero weights, in input order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Cancel(self, request, context):
-        """Cancels a queued or running Generate, Embed, Rerank or Classify by its request id.
-        Request ids are scoped to the caller's tenant: a caller cancels only its own
-        tenant's requests.
+        """Cancels a queued or running Generate, Embed, Rerank, Classify or EmbedSparse by its
+        request id. Request ids are scoped to the caller's tenant: a caller cancels only its
+        own tenant's requests.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -299,6 +312,11 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.Classify,
                     request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ClassifyRequest.FromString,
                     response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ClassifyResponse.SerializeToString,
+            ),
+            'EmbedSparse': grpc.unary_unary_rpc_method_handler(
+                    servicer.EmbedSparse,
+                    request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedSparseRequest.FromString,
+                    response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedSparseResponse.SerializeToString,
             ),
             'Cancel': grpc.unary_unary_rpc_method_handler(
                     servicer.Cancel,
@@ -478,6 +496,33 @@ class InferenceService:
             '/mlxgrpc.v1.InferenceService/Classify',
             mlxgrpc_dot_v1_dot_inference__service__pb2.ClassifyRequest.SerializeToString,
             mlxgrpc_dot_v1_dot_inference__service__pb2.ClassifyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EmbedSparse(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxgrpc.v1.InferenceService/EmbedSparse',
+            mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedSparseRequest.SerializeToString,
+            mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedSparseResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/inference_service.proto.
  */
 export const file_mlxgrpc_v1_inference_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIs0ECg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSMwoPcmVzcG9uc2VfZm9ybWF0GA0gASgLMhoubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdBIPCgdhZGFwdGVyGA4gASgJEhAKCHByaW9yaXR5GA8gASgFEgkKAW4YECABKAUSHAoPcHJvbXB0X2xvZ3Byb2JzGBEgASgFSAGIAQESKgoKcHJlZGljdGlvbhgSIAEoCzIWLm1seGdycGMudjEuUHJlZGljdGlvbkIICgZwcm9tcHRCEgoQX3Byb21wdF9sb2dwcm9icyJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSLLAQoKVG9rZW5EZWx0YRIRCgl0b2tlbl9pZHMYASADKAUSDAoEdGV4dBgCIAEoCRIqCghsb2dwcm9icxgDIAMoCzIYLm1seGdycGMudjEuVG9rZW5Mb2dwcm9iEhEKCXJlYXNvbmluZxgEIAEoCRIzChB0b29sX2NhbGxfZGVsdGFzGAUgAygLMhkubWx4Z3JwYy52MS5Ub29sQ2FsbERlbHRhEigKCnRvb2xfY2FsbHMYBiADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsIssBChJHZW5lcmF0aW9uRmluaXNoZWQSKAoGcmVhc29uGAEgASgOMhgubWx4Z3JwYy52MS5GaW5pc2hSZWFzb24SFQoNc3RvcF9zZXF1ZW5jZRgCIAEoCRIaCg1zdG9wX3Rva2VuX2lkGAMgASgFSACIAQESIAoFdXNhZ2UYBCABKAsyES5tbHhncnBjLnYxLlVzYWdlEiQKB3RpbWluZ3MYBSABKAsyEy5tbHhncnBjLnYxLlRpbWluZ3NCEAoOX3N0b3BfdG9rZW5faWQiOgoOUHJvbXB0TG9ncHJvYnMSKAoGdG9rZW5zGAEgAygLMhgubWx4Z3JwYy52MS5Ub2tlbkxvZ3Byb2Ii9wEKEEdlbmVyYXRlUmVzcG9uc2USMAoHc3RhcnRlZBgBIAEoCzIdLm1seGdycGMudjEuR2VuZXJhdGlvblN0YXJ0ZWRIABInCgVkZWx0YRgCIAEoCzIWLm1seGdycGMudjEuVG9rZW5EZWx0YUgAEjIKCGZpbmlzaGVkGAMgASgLMh4ubWx4Z3JwYy52MS5HZW5lcmF0aW9uRmluaXNoZWRIABI1Cg9wcm9tcHRfbG9ncHJvYnMYBSABKAsyGi5tbHhncnBjLnYxLlByb21wdExvZ3Byb2JzSAASFAoMY2hvaWNlX2luZGV4GAQgASgFQgcKBWV2ZW50Io8CCgxFbWJlZFJlcXVlc3QSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEhMKC2luc3RydWN0aW9uGAMgASgJEhYKCW5vcm1hbGl6ZRgEIAEoCEgAiAEBEhIKCmRpbWVuc2lvbnMYBSABKAUSEgoKcmVxdWVzdF9pZBgGIAEoCRIQCghwcmlvcml0eRgHIAEoBRIoCgh0cnVuY2F0ZRgIIAEoDjIWLm1seGdycGMudjEuVHJ1bmNhdGlvbhIOCgZwYWNrZWQYCSABKAgSMQoOZW1iZWRkaW5nX3R5cGUYCiABKA4yGS5tbHhncnBjLnYxLkVtYmVkZGluZ1R5cGVCDAoKX25vcm1hbGl6ZSJvCg1FbWJlZFJlc3BvbnNlEg0KBWluZGV4GAEgASgFEhEKCWVtYmVkZGluZxgCIAMoAhIOCgZ0b2tlbnMYAyABKAUSLAoGcGFja2VkGAQgASgLMhwubWx4Z3JwYy52MS5QYWNrZWRFbWJlZGRpbmdzIo4BChBQYWNrZWRFbWJlZGRpbmdzEg8KB2luZGljZXMYASADKAUSDgoGdG9rZW5zGAIgAygFEhIKCmRpbWVuc2lvbnMYAyABKAUSJwoEdHlwZRgEIAEoDjIZLm1seGdycGMudjEuRW1iZWRkaW5nVHlwZRIMCgRkYXRhGAUgASgMEg4KBnNjYWxlcxgGIAMoAiKfAQoNUmVyYW5rUmVxdWVzdBINCgVtb2RlbBgBIAEoCRINCgVxdWVyeRgCIAEoCRIRCglkb2N1bWVudHMYAyADKAkSDQoFdG9wX24YBCABKAUSKAoIdHJ1bmNhdGUYBSABKA4yFi5tbHhncnBjLnYxLlRydW5jYXRpb24SEgoKcmVxdWVzdF9pZBgGIAEoCRIQCghwcmlvcml0eRgHIAEoBSJKCg5SZXJhbmtSZXNwb25zZRINCgVtb2RlbBgBIAEoCRIpCgdyZXN1bHRzGAIgAygLMhgubWx4Z3JwYy52MS5SZXJhbmtSZXN1bHQiPAoMUmVyYW5rUmVzdWx0Eg0KBWluZGV4GAEgASgFEg0KBXNjb3JlGAIgASgCEg4KBnRva2VucxgDIAEoBSKPAQoPQ2xhc3NpZnlSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEg4KBmlucHV0cxgCIAMoCRINCgV0b3BfaxgDIAEoBRIoCgh0cnVuY2F0ZRgEIAEoDjIWLm1seGdycGMudjEuVHJ1bmNhdGlvbhISCgpyZXF1ZXN0X2lkGAUgASgJEhAKCHByaW9yaXR5GAYgASgFIk4KEENsYXNzaWZ5UmVzcG9uc2USDQoFbW9kZWwYASABKAkSKwoHcmVzdWx0cxgCIAMoCzIaLm1seGdycGMudjEuQ2xhc3NpZmljYXRpb24iVwoOQ2xhc3NpZmljYXRpb24SDQoFaW5kZXgYASABKAUSJgoGbGFiZWxzGAIgAygLMhYubWx4Z3JwYy52MS5MYWJlbFNjb3JlEg4KBnRva2VucxgDIAEoBSIqCgpMYWJlbFNjb3JlEg0KBWxhYmVsGAEgASgJEg0KBXNjb3JlGAIgASgCIrEBCg9QcmVmZXRjaFJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIOCgR0ZXh0GAMgASgJSAASJgoGdG9rZW5zGAQgASgLMhQubWx4Z3JwYy52MS5Ub2tlbklkc0gAEigKBGNoYXQYBSABKAsyGC5tbHhncnBjLnYxLkNoYXRNZXNzYWdlc0gAEg8KB2FkYXB0ZXIYBiABKAlCCAoGcHJvbXB0ImUKEFByZWZldGNoUmVzcG9uc2USFQoNcHJvbXB0X3Rva2VucxgBIAEoBRIVCg1jYWNoZWRfdG9rZW5zGAIgASgFEiMKBHRpZXIYAyABKA4yFS5tbHhncnBjLnYxLkNhY2hlVGllciI4ChNDbG9zZVNlc3Npb25SZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkiJwoUQ2xvc2VTZXNzaW9uUmVzcG9uc2USDwoHZW50cmllcxgBIAEoBSIjCg1DYW5jZWxSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkiIwoOQ2FuY2VsUmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIIiQKE0dldE1vZGVsSW5mb1JlcXVlc3QSDQoFbW9kZWwYASABKAkiOwoUR2V0TW9kZWxJbmZvUmVzcG9uc2USIwoEaW5mbxgBIAEoCzIVLm1seGdycGMudjEuTW9kZWxJbmZvIlkKEVBsYW5NZW1vcnlSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhYKDmNvbnRleHRfdG9rZW5zGAIgASgDEh0KFW1heF9nZW5lcmF0aW9uX3Rva2VucxgDIAEoAyI6ChJQbGFuTWVtb3J5UmVzcG9uc2USJAoEcGxhbhgBIAEoCzIWLm1seGdycGMudjEuTWVtb3J5UGxhbiJKCg9Ub2tlbml6ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEdGV4dBgCIAEoCRIaChJhZGRfc3BlY2lhbF90b2tlbnMYAyABKAgiNQoQVG9rZW5pemVSZXNwb25zZRIRCgl0b2tlbl9pZHMYASADKAUSDgoGdG9rZW5zGAIgAygJIlIKEURldG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhEKCXRva2VuX2lkcxgCIAMoBRIbChNza2lwX3NwZWNpYWxfdG9rZW5zGAMgASgIIiIKEkRldG9rZW5pemVSZXNwb25zZRIMCgR0ZXh0GAEgASgJIhMKEUxpc3RNb2RlbHNSZXF1ZXN0IjsKEkxpc3RNb2RlbHNSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbyI/ChJMb2FkQWRhcHRlclJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEbmFtZRgCIAEoCRIMCgRwYXRoGAMgASgJIlAKE0xvYWRBZGFwdGVyUmVzcG9uc2USKAoHYWRhcHRlchgBIAEoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8SDwoHZXZpY3RlZBgCIAMoCSIzChRVbmxvYWRBZGFwdGVyUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIMCgRuYW1lGAIgASgJIkEKFVVubG9hZEFkYXB0ZXJSZXNwb25zZRIoCgdhZGFwdGVyGAEgASgLMhcubWx4Z3JwYy52MS5BZGFwdGVySW5mbyIkChNMaXN0QWRhcHRlcnNSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJImYKFExpc3RBZGFwdGVyc1Jlc3BvbnNlEg0KBW1vZGVsGAEgASgJEikKCGFkYXB0ZXJzGAIgAygLMhcubWx4Z3JwYy52MS5BZGFwdGVySW5mbxIUCgxtYXhfYWRhcHRlcnMYAyABKAUiHwoOR2V0TG9hZFJlcXVlc3QSDQoFbW9kZWwYASABKAkidQoPR2V0TG9hZFJlc3BvbnNlEiUKBm1vZGVscxgBIAMoCzIVLm1seGdycGMudjEuTW9kZWxMb2FkEhYKDnVwdGltZV9zZWNvbmRzGAIgASgBEiMKBWNhbGxzGAMgASgLMhQubWx4Z3JwYy52MS5DYWxsTG9hZCLXAQoIQ2FsbExvYWQSEQoJb3Blbl9ycGNzGAEgASgFEhsKE21heF9jb25jdXJyZW50X3JwY3MYAiABKAUSGQoRYW5vbnltb3VzX3N0cmVhbXMYAyABKAUSHQoVbWF4X2Fub255bW91c19zdHJlYW1zGAQgASgFEhQKDHJlZnVzZWRfcnBjcxgFIAEoAxIhChlyZWZ1c2VkX2Fub255bW91c19zdHJlYW1zGAYgASgDEigKB3RlbmFudHMYByADKAsyFy5tbHhncnBjLnYxLlRlbmFudENhbGxzIpMBCgtUZW5hbnRDYWxscxIOCgZ0ZW5hbnQYASABKAkSFAoMb3Blbl9zdHJlYW1zGAIgASgFEhMKC21heF9zdHJlYW1zGAMgASgFEhcKD3JlZnVzZWRfc3RyZWFtcxgEIAEoAxIUCgxtYXhfcHJpb3JpdHkYBSABKAUSGgoScmVmdXNlZF9wcmlvcml0aWVzGAYgASgDIukFCglNb2RlbExvYWQSDQoFbW9kZWwYASABKAkSGAoQcnVubmluZ19yZXF1ZXN0cxgCIAEoBRIYChB3YWl0aW5nX3JlcXVlc3RzGAMgASgFEhwKFG1heF9ydW5uaW5nX3JlcXVlc3RzGAQgASgFEhYKDmt2X2NhY2hlX2J5dGVzGAUgASgDEhYKDnJlc2VydmVkX2J5dGVzGAYgASgDEhsKE21lbW9yeV9idWRnZXRfYnl0ZXMYByABKAMSHAoUcHJlZml4X2NhY2hlX2VudHJpZXMYCCABKAUSGgoScHJlZml4X2NhY2hlX2J5dGVzGAkgASgDEhkKEXByZWZpeF9jYWNoZV9oaXRzGAogASgDEhsKE3ByZWZpeF9jYWNoZV9taXNzZXMYCyABKAMSHQoVcHJlZml4X2NhY2hlX2hpdF9yYXRlGAwgASgBEiMKG2dlbmVyYXRlZF90b2tlbnNfcGVyX3NlY29uZBgNIAEoARIYChBnZW5lcmF0ZWRfdG9rZW5zGA4gASgDEicKB3RlbmFudHMYDyADKAsyFi5tbHhncnBjLnYxLlRlbmFudExvYWQSIAoYcHJlZml4X2NhY2hlX21lbW9yeV9oaXRzGBAgASgDEh4KFnByZWZpeF9jYWNoZV9kaXNrX2hpdHMYESABKAMSIQoZcHJlZml4X2NhY2hlX2Rpc2tfZW50cmllcxgSIAEoBRIfChdwcmVmaXhfY2FjaGVfZGlza19ieXRlcxgTIAEoAxIgChhwcmVmaXhfY2FjaGVfZGlza193cml0ZXMYFCABKAMSIwobcHJlZml4X2NhY2hlX2Rpc2tfZXZpY3Rpb25zGBUgASgDEicKH3ByZWZpeF9jYWNoZV9kaXNrX2NvcnJ1cHRfZmlsZXMYFiABKAMSFQoNb3Blbl9zZXNzaW9ucxgXIAEoBRIoCiBwcmVmaXhfY2FjaGVfZGlza19kcm9wcGVkX3dyaXRlcxgYIAEoAyK8AQoKVGVuYW50TG9hZBIOCgZ0ZW5hbnQYASABKAkSGAoQcnVubmluZ19yZXF1ZXN0cxgCIAEoBRIYChB3YWl0aW5nX3JlcXVlc3RzGAMgASgFEhoKEmluX2ZsaWdodF9yZXF1ZXN0cxgEIAEoBRIaChJ0b2tlbnNfbGFzdF9taW51dGUYBSABKAMSGAoQZ2VuZXJhdGVkX3Rva2VucxgGIAEoAxIYChByZWZ1c2VkX3JlcXVlc3RzGAcgASgDKpwBCg1FbWJlZGRpbmdUeXBlEh4KGkVNQkVERElOR19UWVBFX1VOU1BFQ0lGSUVEEAASGgoWRU1CRURESU5HX1RZUEVfRkxPQVQzMhABEhoKFkVNQkVERElOR19UWVBFX0ZMT0FUMTYQAhIXChNFTUJFRERJTkdfVFlQRV9JTlQ4EAMSGgoWRU1CRURESU5HX1RZUEVfVUJJTkFSWRAEKlEKClRydW5jYXRpb24SGgoWVFJVTkNBVElPTl9VTlNQRUNJRklFRBAAEhIKDlRSVU5DQVRJT05fRU5EEAESEwoPVFJVTkNBVElPTl9OT05FEAIqUwoJQ2FjaGVUaWVyEhoKFkNBQ0hFX1RJRVJfVU5TUEVDSUZJRUQQABIVChFDQUNIRV9USUVSX01FTU9SWRABEhMKD0NBQ0hFX1RJRVJfRElTSxACMrwJChBJbmZlcmVuY2VTZXJ2aWNlEkcKCEdlbmVyYXRlEhsubWx4Z3JwYy52MS5HZW5lcmF0ZVJlcXVlc3QaHC5tbHhncnBjLnYxLkdlbmVyYXRlUmVzcG9uc2UwARI+CgVFbWJlZBIYLm1seGdycGMudjEuRW1iZWRSZXF1ZXN0GhkubWx4Z3JwYy52MS5FbWJlZFJlc3BvbnNlMAESPwoGUmVyYW5rEhkubWx4Z3JwYy52MS5SZXJhbmtSZXF1ZXN0GhoubWx4Z3JwYy52MS5SZXJhbmtSZXNwb25zZRJFCghDbGFzc2lmeRIbLm1seGdycGMudjEuQ2xhc3NpZnlSZXF1ZXN0GhwubWx4Z3JwYy52MS5DbGFzc2lmeVJlc3BvbnNlEj8KBkNhbmNlbBIZLm1seGdycGMudjEuQ2FuY2VsUmVxdWVzdBoaLm1seGdycGMudjEuQ2FuY2VsUmVzcG9uc2USUQoMR2V0TW9kZWxJbmZvEh8ubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXF1ZXN0GiAubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXNwb25zZRJLCgpQbGFuTWVtb3J5Eh0ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVxdWVzdBoeLm1seGdycGMudjEuUGxhbk1lbW9yeVJlc3BvbnNlEkUKCFRva2VuaXplEhsubWx4Z3JwYy52MS5Ub2tlbml6ZVJlcXVlc3QaHC5tbHhncnBjLnYxLlRva2VuaXplUmVzcG9uc2USSwoKRGV0b2tlbml6ZRIdLm1seGdycGMudjEuRGV0b2tlbml6ZVJlcXVlc3QaHi5tbHhncnBjLnYxLkRldG9rZW5pemVSZXNwb25zZRJLCgpMaXN0TW9kZWxzEh0ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLm1seGdycGMudjEuTGlzdE1vZGVsc1Jlc3BvbnNlEk4KC0xvYWRBZGFwdGVyEh4ubWx4Z3JwYy52MS5Mb2FkQWRhcHRlclJlcXVlc3QaHy5tbHhncnBjLnYxLkxvYWRBZGFwdGVyUmVzcG9uc2USVAoNVW5sb2FkQWRhcHRlchIgLm1seGdycGMudjEuVW5sb2FkQWRhcHRlclJlcXVlc3QaIS5tbHhncnBjLnYxLlVubG9hZEFkYXB0ZXJSZXNwb25zZRJRCgxMaXN0QWRhcHRlcnMSHy5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1JlcXVlc3QaIC5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1Jlc3BvbnNlEkIKB0dldExvYWQSGi5tbHhncnBjLnYxLkdldExvYWRSZXF1ZXN0GhsubWx4Z3JwYy52MS5HZXRMb2FkUmVzcG9uc2USRQoIUHJlZmV0Y2gSGy5tbHhncnBjLnYxLlByZWZldGNoUmVxdWVzdBocLm1seGdycGMudjEuUHJlZmV0Y2hSZXNwb25zZRJRCgxDbG9zZVNlc3Npb24SHy5tbHhncnBjLnYxLkNsb3NlU2Vzc2lvblJlcXVlc3QaIC5tbHhncnBjLnYxLkNsb3NlU2Vzc2lvblJlc3BvbnNlQk4KDmRldi5tbHhncnBjLnYxQhVJbmZlcmVuY2VTZXJ2aWNlUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
+  fileDesc("CiJtbHhncnBjL3YxL2luZmVyZW5jZV9zZXJ2aWNlLnByb3RvEgptbHhncnBjLnYxIs0ECg9HZW5lcmF0ZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg4KBHRleHQYBCABKAlIABImCgZ0b2tlbnMYBSABKAsyFC5tbHhncnBjLnYxLlRva2VuSWRzSAASKAoEY2hhdBgGIAEoCzIYLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzSAASLAoIc2FtcGxpbmcYByABKAsyGi5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zEi4KCHN0b3BwaW5nGAggASgLMhwubWx4Z3JwYy52MS5TdG9wcGluZ0NyaXRlcmlhEhAKCGxvZ3Byb2JzGAkgASgIEhQKDHRvcF9sb2dwcm9icxgKIAEoBRIbChNieXBhc3NfcHJlZml4X2NhY2hlGAsgASgIEjMKC3NwZWN1bGF0aW9uGAwgASgLMh4ubWx4Z3JwYy52MS5TcGVjdWxhdGlvbk9wdGlvbnMSMwoPcmVzcG9uc2VfZm9ybWF0GA0gASgLMhoubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdBIPCgdhZGFwdGVyGA4gASgJEhAKCHByaW9yaXR5GA8gASgFEgkKAW4YECABKAUSHAoPcHJvbXB0X2xvZ3Byb2JzGBEgASgFSAGIAQESKgoKcHJlZGljdGlvbhgSIAEoCzIWLm1seGdycGMudjEuUHJlZGljdGlvbkIICgZwcm9tcHRCEgoQX3Byb21wdF9sb2dwcm9icyJkChFHZW5lcmF0aW9uU3RhcnRlZBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhUKDXByb21wdF90b2tlbnMYAyABKAUSFQoNY2FjaGVkX3Rva2VucxgEIAEoBSLLAQoKVG9rZW5EZWx0YRIRCgl0b2tlbl9pZHMYASADKAUSDAoEdGV4dBgCIAEoCRIqCghsb2dwcm9icxgDIAMoCzIYLm1seGdycGMudjEuVG9rZW5Mb2dwcm9iEhEKCXJlYXNvbmluZxgEIAEoCRIzChB0b29sX2NhbGxfZGVsdGFzGAUgAygLMhkubWx4Z3JwYy52MS5Ub29sQ2FsbERlbHRhEigKCnRvb2xfY2FsbHMYBiADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsIssBChJHZW5lcmF0aW9uRmluaXNoZWQSKAoGcmVhc29uGAEgASgOMhgubWx4Z3JwYy52MS5GaW5pc2hSZWFzb24SFQoNc3RvcF9zZXF1ZW5jZRgCIAEoCRIaCg1zdG9wX3Rva2VuX2lkGAMgASgFSACIAQESIAoFdXNhZ2UYBCABKAsyES5tbHhncnBjLnYxLlVzYWdlEiQKB3RpbWluZ3MYBSABKAsyEy5tbHhncnBjLnYxLlRpbWluZ3NCEAoOX3N0b3BfdG9rZW5faWQiOgoOUHJvbXB0TG9ncHJvYnMSKAoGdG9rZW5zGAEgAygLMhgubWx4Z3JwYy52MS5Ub2tlbkxvZ3Byb2Ii9wEKEEdlbmVyYXRlUmVzcG9uc2USMAoHc3RhcnRlZBgBIAEoCzIdLm1seGdycGMudjEuR2VuZXJhdGlvblN0YXJ0ZWRIABInCgVkZWx0YRgCIAEoCzIWLm1seGdycGMudjEuVG9rZW5EZWx0YUgAEjIKCGZpbmlzaGVkGAMgASgLMh4ubWx4Z3JwYy52MS5HZW5lcmF0aW9uRmluaXNoZWRIABI1Cg9wcm9tcHRfbG9ncHJvYnMYBSABKAsyGi5tbHhncnBjLnYxLlByb21wdExvZ3Byb2JzSAASFAoMY2hvaWNlX2luZGV4GAQgASgFQgcKBWV2ZW50Io8CCgxFbWJlZFJlcXVlc3QSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEhMKC2luc3RydWN0aW9uGAMgASgJEhYKCW5vcm1hbGl6ZRgEIAEoCEgAiAEBEhIKCmRpbWVuc2lvbnMYBSABKAUSEgoKcmVxdWVzdF9pZBgGIAEoCRIQCghwcmlvcml0eRgHIAEoBRIoCgh0cnVuY2F0ZRgIIAEoDjIWLm1seGdycGMudjEuVHJ1bmNhdGlvbhIOCgZwYWNrZWQYCSABKAgSMQoOZW1iZWRkaW5nX3R5cGUYCiABKA4yGS5tbHhncnBjLnYxLkVtYmVkZGluZ1R5cGVCDAoKX25vcm1hbGl6ZSJvCg1FbWJlZFJlc3BvbnNlEg0KBWluZGV4GAEgASgFEhEKCWVtYmVkZGluZxgCIAMoAhIOCgZ0b2tlbnMYAyABKAUSLAoGcGFja2VkGAQgASgLMhwubWx4Z3JwYy52MS5QYWNrZWRFbWJlZGRpbmdzIo4BChBQYWNrZWRFbWJlZGRpbmdzEg8KB2luZGljZXMYASADKAUSDgoGdG9rZW5zGAIgAygFEhIKCmRpbWVuc2lvbnMYAyABKAUSJwoEdHlwZRgEIAEoDjIZLm1seGdycGMudjEuRW1iZWRkaW5nVHlwZRIMCgRkYXRhGAUgASgMEg4KBnNjYWxlcxgGIAMoAiKfAQoNUmVyYW5rUmVxdWVzdBINCgVtb2RlbBgBIAEoCRINCgVxdWVyeRgCIAEoCRIRCglkb2N1bWVudHMYAyADKAkSDQoFdG9wX24YBCABKAUSKAoIdHJ1bmNhdGUYBSABKA4yFi5tbHhncnBjLnYxLlRydW5jYXRpb24SEgoKcmVxdWVzdF9pZBgGIAEoCRIQCghwcmlvcml0eRgHIAEoBSJKCg5SZXJhbmtSZXNwb25zZRINCgVtb2RlbBgBIAEoCRIpCgdyZXN1bHRzGAIgAygLMhgubWx4Z3JwYy52MS5SZXJhbmtSZXN1bHQiPAoMUmVyYW5rUmVzdWx0Eg0KBWluZGV4GAEgASgFEg0KBXNjb3JlGAIgASgCEg4KBnRva2VucxgDIAEoBSKPAQoPQ2xhc3NpZnlSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEg4KBmlucHV0cxgCIAMoCRINCgV0b3BfaxgDIAEoBRIoCgh0cnVuY2F0ZRgEIAEoDjIWLm1seGdycGMudjEuVHJ1bmNhdGlvbhISCgpyZXF1ZXN0X2lkGAUgASgJEhAKCHByaW9yaXR5GAYgASgFIk4KEENsYXNzaWZ5UmVzcG9uc2USDQoFbW9kZWwYASABKAkSKwoHcmVzdWx0cxgCIAMoCzIaLm1seGdycGMudjEuQ2xhc3NpZmljYXRpb24iVwoOQ2xhc3NpZmljYXRpb24SDQoFaW5kZXgYASABKAUSJgoGbGFiZWxzGAIgAygLMhYubWx4Z3JwYy52MS5MYWJlbFNjb3JlEg4KBnRva2VucxgDIAEoBSIqCgpMYWJlbFNjb3JlEg0KBWxhYmVsGAEgASgJEg0KBXNjb3JlGAIgASgCIpIBChJFbWJlZFNwYXJzZVJlcXVlc3QSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEg0KBXRvcF9rGAMgASgFEigKCHRydW5jYXRlGAQgASgOMhYubWx4Z3JwYy52MS5UcnVuY2F0aW9uEhIKCnJlcXVlc3RfaWQYBSABKAkSEAoIcHJpb3JpdHkYBiABKAUiVQoTRW1iZWRTcGFyc2VSZXNwb25zZRINCgVtb2RlbBgBIAEoCRIvCgplbWJlZGRpbmdzGAIgAygLMhsubWx4Z3JwYy52MS5TcGFyc2VFbWJlZGRpbmciVAoPU3BhcnNlRW1iZWRkaW5nEg0KBWluZGV4GAEgASgFEhEKCXRva2VuX2lkcxgCIAMoBRIPCgd3ZWlnaHRzGAMgAygCEg4KBnRva2VucxgEIAEoBSKxAQoPUHJlZmV0Y2hSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDgoEdGV4dBgDIAEoCUgAEiYKBnRva2VucxgEIAEoCzIULm1seGdycGMudjEuVG9rZW5JZHNIABIoCgRjaGF0GAUgASgLMhgubWx4Z3JwYy52MS5DaGF0TWVzc2FnZXNIABIPCgdhZGFwdGVyGAYgASgJQggKBnByb21wdCJlChBQcmVmZXRjaFJlc3BvbnNlEhUKDXByb21wdF90b2tlbnMYASABKAUSFQoNY2FjaGVkX3Rva2VucxgCIAEoBRIjCgR0aWVyGAMgASgOMhUubWx4Z3JwYy52MS5DYWNoZVRpZXIiOAoTQ2xvc2VTZXNzaW9uUmVxdWVzdBINCgVtb2RlbBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJIicKFENsb3NlU2Vzc2lvblJlc3BvbnNlEg8KB2VudHJpZXMYASABKAUiIwoNQ2FuY2VsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIiMKDkNhbmNlbFJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCCIkChNHZXRNb2RlbEluZm9SZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIjsKFEdldE1vZGVsSW5mb1Jlc3BvbnNlEiMKBGluZm8YASABKAsyFS5tbHhncnBjLnYxLk1vZGVsSW5mbyJZChFQbGFuTWVtb3J5UmVxdWVzdBINCgVtb2RlbBgBIAEoCRIWCg5jb250ZXh0X3Rva2VucxgCIAEoAxIdChVtYXhfZ2VuZXJhdGlvbl90b2tlbnMYAyABKAMiOgoSUGxhbk1lbW9yeVJlc3BvbnNlEiQKBHBsYW4YASABKAsyFi5tbHhncnBjLnYxLk1lbW9yeVBsYW4iSgoPVG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBHRleHQYAiABKAkSGgoSYWRkX3NwZWNpYWxfdG9rZW5zGAMgASgIIjUKEFRva2VuaXplUmVzcG9uc2USEQoJdG9rZW5faWRzGAEgAygFEg4KBnRva2VucxgCIAMoCSJSChFEZXRva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIRCgl0b2tlbl9pZHMYAiADKAUSGwoTc2tpcF9zcGVjaWFsX3Rva2VucxgDIAEoCCIiChJEZXRva2VuaXplUmVzcG9uc2USDAoEdGV4dBgBIAEoCSITChFMaXN0TW9kZWxzUmVxdWVzdCI7ChJMaXN0TW9kZWxzUmVzcG9uc2USJQoGbW9kZWxzGAEgAygLMhUubWx4Z3JwYy52MS5Nb2RlbEluZm8iPwoSTG9hZEFkYXB0ZXJSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBG5hbWUYAiABKAkSDAoEcGF0aBgDIAEoCSJQChNMb2FkQWRhcHRlclJlc3BvbnNlEigKB2FkYXB0ZXIYASABKAsyFy5tbHhncnBjLnYxLkFkYXB0ZXJJbmZvEg8KB2V2aWN0ZWQYAiADKAkiMwoUVW5sb2FkQWRhcHRlclJlcXVlc3QSDQoFbW9kZWwYASABKAkSDAoEbmFtZRgCIAEoCSJBChVVbmxvYWRBZGFwdGVyUmVzcG9uc2USKAoHYWRhcHRlchgBIAEoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8iJAoTTGlzdEFkYXB0ZXJzUmVxdWVzdBINCgVtb2RlbBgBIAEoCSJmChRMaXN0QWRhcHRlcnNSZXNwb25zZRINCgVtb2RlbBgBIAEoCRIpCghhZGFwdGVycxgCIAMoCzIXLm1seGdycGMudjEuQWRhcHRlckluZm8SFAoMbWF4X2FkYXB0ZXJzGAMgASgFIh8KDkdldExvYWRSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJInUKD0dldExvYWRSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5tbHhncnBjLnYxLk1vZGVsTG9hZBIWCg51cHRpbWVfc2Vjb25kcxgCIAEoARIjCgVjYWxscxgDIAEoCzIULm1seGdycGMudjEuQ2FsbExvYWQi1wEKCENhbGxMb2FkEhEKCW9wZW5fcnBjcxgBIAEoBRIbChNtYXhfY29uY3VycmVudF9ycGNzGAIgASgFEhkKEWFub255bW91c19zdHJlYW1zGAMgASgFEh0KFW1heF9hbm9ueW1vdXNfc3RyZWFtcxgEIAEoBRIUCgxyZWZ1c2VkX3JwY3MYBSABKAMSIQoZcmVmdXNlZF9hbm9ueW1vdXNfc3RyZWFtcxgGIAEoAxIoCgd0ZW5hbnRzGAcgAygLMhcubWx4Z3JwYy52MS5UZW5hbnRDYWxscyKTAQoLVGVuYW50Q2FsbHMSDgoGdGVuYW50GAEgASgJEhQKDG9wZW5fc3RyZWFtcxgCIAEoBRITCgttYXhfc3RyZWFtcxgDIAEoBRIXCg9yZWZ1c2VkX3N0cmVhbXMYBCABKAMSFAoMbWF4X3ByaW9yaXR5GAUgASgFEhoKEnJlZnVzZWRfcHJpb3JpdGllcxgGIAEoAyLpBQoJTW9kZWxMb2FkEg0KBW1vZGVsGAEgASgJEhgKEHJ1bm5pbmdfcmVxdWVzdHMYAiABKAUSGAoQd2FpdGluZ19yZXF1ZXN0cxgDIAEoBRIcChRtYXhfcnVubmluZ19yZXF1ZXN0cxgEIAEoBRIWCg5rdl9jYWNoZV9ieXRlcxgFIAEoAxIWCg5yZXNlcnZlZF9ieXRlcxgGIAEoAxIbChNtZW1vcnlfYnVkZ2V0X2J5dGVzGAcgASgDEhwKFHByZWZpeF9jYWNoZV9lbnRyaWVzGAggASgFEhoKEnByZWZpeF9jYWNoZV9ieXRlcxgJIAEoAxIZChFwcmVmaXhfY2FjaGVfaGl0cxgKIAEoAxIbChNwcmVmaXhfY2FjaGVfbWlzc2VzGAsgASgDEh0KFXByZWZpeF9jYWNoZV9oaXRfcmF0ZRgMIAEoARIjChtnZW5lcmF0ZWRfdG9rZW5zX3Blcl9zZWNvbmQYDSABKAESGAoQZ2VuZXJhdGVkX3Rva2VucxgOIAEoAxInCgd0ZW5hbnRzGA8gAygLMhYubWx4Z3JwYy52MS5UZW5hbnRMb2FkEiAKGHByZWZpeF9jYWNoZV9tZW1vcnlfaGl0cxgQIAEoAxIeChZwcmVmaXhfY2FjaGVfZGlza19oaXRzGBEgASgDEiEKGXByZWZpeF9jYWNoZV9kaXNrX2VudHJpZXMYEiABKAUSHwoXcHJlZml4X2NhY2hlX2Rpc2tfYnl0ZXMYEyABKAMSIAoYcHJlZml4X2NhY2hlX2Rpc2tfd3JpdGVzGBQgASgDEiMKG3ByZWZpeF9jYWNoZV9kaXNrX2V2aWN0aW9ucxgVIAEoAxInCh9wcmVmaXhfY2FjaGVfZGlza19jb3JydXB0X2ZpbGVzGBYgASgDEhUKDW9wZW5fc2Vzc2lvbnMYFyABKAUSKAogcHJlZml4X2NhY2hlX2Rpc2tfZHJvcHBlZF93cml0ZXMYGCABKAMivAEKClRlbmFudExvYWQSDgoGdGVuYW50GAEgASgJEhgKEHJ1bm5pbmdfcmVxdWVzdHMYAiABKAUSGAoQd2FpdGluZ19yZXF1ZXN0cxgDIAEoBRIaChJpbl9mbGlnaHRfcmVxdWVzdHMYBCABKAUSGgoSdG9rZW5zX2xhc3RfbWludXRlGAUgASgDEhgKEGdlbmVyYXRlZF90b2tlbnMYBiABKAMSGAoQcmVmdXNlZF9yZXF1ZXN0cxgHIAEoAyqcAQoNRW1iZWRkaW5nVHlwZRIeChpFTUJFRERJTkdfVFlQRV9VTlNQRUNJRklFRBAAEhoKFkVNQkVERElOR19UWVBFX0ZMT0FUMzIQARIaChZFTUJFRERJTkdfVFlQRV9GTE9BVDE2EAISFwoTRU1CRURESU5HX1RZUEVfSU5UOBADEhoKFkVNQkVERElOR19UWVBFX1VCSU5BUlkQBCpRCgpUcnVuY2F0aW9uEhoKFlRSVU5DQVRJT05fVU5TUEVDSUZJRUQQABISCg5UUlVOQ0FUSU9OX0VORBABEhMKD1RSVU5DQVRJT05fTk9ORRACKlMKCUNhY2hlVGllchIaChZDQUNIRV9USUVSX1VOU1BFQ0lGSUVEEAASFQoRQ0FDSEVfVElFUl9NRU1PUlkQARITCg9DQUNIRV9USUVSX0RJU0sQAjKMCgoQSW5mZXJlbmNlU2VydmljZRJHCghHZW5lcmF0ZRIbLm1seGdycGMudjEuR2VuZXJhdGVSZXF1ZXN0GhwubWx4Z3JwYy52MS5HZW5lcmF0ZVJlc3BvbnNlMAESPgoFRW1iZWQSGC5tbHhncnBjLnYxLkVtYmVkUmVxdWVzdBoZLm1seGdycGMudjEuRW1iZWRSZXNwb25zZTABEj8KBlJlcmFuaxIZLm1seGdycGMudjEuUmVyYW5rUmVxdWVzdBoaLm1seGdycGMudjEuUmVyYW5rUmVzcG9uc2USRQoIQ2xhc3NpZnkSGy5tbHhncnBjLnYxLkNsYXNzaWZ5UmVxdWVzdBocLm1seGdycGMudjEuQ2xhc3NpZnlSZXNwb25zZRJOCgtFbWJlZFNwYXJzZRIeLm1seGdycGMudjEuRW1iZWRTcGFyc2VSZXF1ZXN0Gh8ubWx4Z3JwYy52MS5FbWJlZFNwYXJzZVJlc3BvbnNlEj8KBkNhbmNlbBIZLm1seGdycGMudjEuQ2FuY2VsUmVxdWVzdBoaLm1seGdycGMudjEuQ2FuY2VsUmVzcG9uc2USUQoMR2V0TW9kZWxJbmZvEh8ubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXF1ZXN0GiAubWx4Z3JwYy52MS5HZXRNb2RlbEluZm9SZXNwb25zZRJLCgpQbGFuTWVtb3J5Eh0ubWx4Z3JwYy52MS5QbGFuTWVtb3J5UmVxdWVzdBoeLm1seGdycGMudjEuUGxhbk1lbW9yeVJlc3BvbnNlEkUKCFRva2VuaXplEhsubWx4Z3JwYy52MS5Ub2tlbml6ZVJlcXVlc3QaHC5tbHhncnBjLnYxLlRva2VuaXplUmVzcG9uc2USSwoKRGV0b2tlbml6ZRIdLm1seGdycGMudjEuRGV0b2tlbml6ZVJlcXVlc3QaHi5tbHhncnBjLnYxLkRldG9rZW5pemVSZXNwb25zZRJLCgpMaXN0TW9kZWxzEh0ubWx4Z3JwYy52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLm1seGdycGMudjEuTGlzdE1vZGVsc1Jlc3BvbnNlEk4KC0xvYWRBZGFwdGVyEh4ubWx4Z3JwYy52MS5Mb2FkQWRhcHRlclJlcXVlc3QaHy5tbHhncnBjLnYxLkxvYWRBZGFwdGVyUmVzcG9uc2USVAoNVW5sb2FkQWRhcHRlchIgLm1seGdycGMudjEuVW5sb2FkQWRhcHRlclJlcXVlc3QaIS5tbHhncnBjLnYxLlVubG9hZEFkYXB0ZXJSZXNwb25zZRJRCgxMaXN0QWRhcHRlcnMSHy5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1JlcXVlc3QaIC5tbHhncnBjLnYxLkxpc3RBZGFwdGVyc1Jlc3BvbnNlEkIKB0dldExvYWQSGi5tbHhncnBjLnYxLkdldExvYWRSZXF1ZXN0GhsubWx4Z3JwYy52MS5HZXRMb2FkUmVzcG9uc2USRQoIUHJlZmV0Y2gSGy5tbHhncnBjLnYxLlByZWZldGNoUmVxdWVzdBocLm1seGdycGMudjEuUHJlZmV0Y2hSZXNwb25zZRJRCgxDbG9zZVNlc3Npb24SHy5tbHhncnBjLnYxLkNsb3NlU2Vzc2lvblJlcXVlc3QaIC5tbHhncnBjLnYxLkNsb3NlU2Vzc2lvblJlc3BvbnNlQk4KDmRldi5tbHhncnBjLnYxQhVJbmZlcmVuY2VTZXJ2aWNlUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw", [file_mlxgrpc_v1_generation, file_mlxgrpc_v1_model]);
 
 /**
  * A request to generate text.
@@ -899,6 +899,135 @@ export const LabelScoreSchema: GenMessage<LabelScore> = /*@__PURE__*/
   messageDesc(file_mlxgrpc_v1_inference_service, 15);
 
 /**
+ * A request to embed texts as sparse vectors.
+ *
+ * @generated from message mlxgrpc.v1.EmbedSparseRequest
+ */
+export type EmbedSparseRequest = Message<"mlxgrpc.v1.EmbedSparseRequest"> & {
+  /**
+   * The sparse embedding model to use (GraphCapabilities.sparse_embeddings); empty
+   * selects the server's first one.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * The texts to embed (at least one), each on its own.
+   *
+   * @generated from field: repeated string inputs = 2;
+   */
+  inputs: string[];
+
+  /**
+   * Keep only the k highest weights per input; 0 keeps every nonzero one.
+   *
+   * @generated from field: int32 top_k = 3;
+   */
+  topK: number;
+
+  /**
+   * What to do with an input longer than the model's input limit.
+   *
+   * @generated from field: mlxgrpc.v1.Truncation truncate = 4;
+   */
+  truncate: Truncation;
+
+  /**
+   * A client-chosen id used by Cancel and logs. Empty: the server assigns one.
+   *
+   * @generated from field: string request_id = 5;
+   */
+  requestId: string;
+
+  /**
+   * Scheduling priority, -100 to 100 (default 0), as GenerateRequest.priority.
+   *
+   * @generated from field: int32 priority = 6;
+   */
+  priority: number;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.EmbedSparseRequest.
+ * Use `create(EmbedSparseRequestSchema)` to create a new message.
+ */
+export const EmbedSparseRequestSchema: GenMessage<EmbedSparseRequest> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 16);
+
+/**
+ * The inputs' sparse vectors.
+ *
+ * @generated from message mlxgrpc.v1.EmbedSparseResponse
+ */
+export type EmbedSparseResponse = Message<"mlxgrpc.v1.EmbedSparseResponse"> & {
+  /**
+   * The model that embedded them.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * One vector per input, in the order of EmbedSparseRequest.inputs.
+   *
+   * @generated from field: repeated mlxgrpc.v1.SparseEmbedding embeddings = 2;
+   */
+  embeddings: SparseEmbedding[];
+};
+
+/**
+ * Describes the message mlxgrpc.v1.EmbedSparseResponse.
+ * Use `create(EmbedSparseResponseSchema)` to create a new message.
+ */
+export const EmbedSparseResponseSchema: GenMessage<EmbedSparseResponse> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 17);
+
+/**
+ * One input's sparse vector over the model's vocabulary: SPLADE's weight of a token
+ * is the largest log(1 + relu(logit)) the masked-language-model head gives it at any
+ * of the input's positions. Tokens not listed weigh 0.
+ *
+ * @generated from message mlxgrpc.v1.SparseEmbedding
+ */
+export type SparseEmbedding = Message<"mlxgrpc.v1.SparseEmbedding"> & {
+  /**
+   * Position of the input in EmbedSparseRequest.inputs.
+   *
+   * @generated from field: int32 index = 1;
+   */
+  index: number;
+
+  /**
+   * The vocabulary ids with a nonzero weight (or the top_k heaviest), ascending.
+   *
+   * @generated from field: repeated int32 token_ids = 2;
+   */
+  tokenIds: number[];
+
+  /**
+   * Their weights, in the same order, each above 0.
+   *
+   * @generated from field: repeated float weights = 3;
+   */
+  weights: number[];
+
+  /**
+   * Tokens the input used (after truncation).
+   *
+   * @generated from field: int32 tokens = 4;
+   */
+  tokens: number;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.SparseEmbedding.
+ * Use `create(SparseEmbeddingSchema)` to create a new message.
+ */
+export const SparseEmbeddingSchema: GenMessage<SparseEmbedding> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_inference_service, 18);
+
+/**
  * A request to prefetch a prompt's cached prefix into memory.
  *
  * @generated from message mlxgrpc.v1.PrefetchRequest
@@ -964,7 +1093,7 @@ export type PrefetchRequest = Message<"mlxgrpc.v1.PrefetchRequest"> & {
  * Use `create(PrefetchRequestSchema)` to create a new message.
  */
 export const PrefetchRequestSchema: GenMessage<PrefetchRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 16);
+  messageDesc(file_mlxgrpc_v1_inference_service, 19);
 
 /**
  * The result of a Prefetch.
@@ -1000,7 +1129,7 @@ export type PrefetchResponse = Message<"mlxgrpc.v1.PrefetchResponse"> & {
  * Use `create(PrefetchResponseSchema)` to create a new message.
  */
 export const PrefetchResponseSchema: GenMessage<PrefetchResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 17);
+  messageDesc(file_mlxgrpc_v1_inference_service, 20);
 
 /**
  * A request to end a session's prefix-cache affinity.
@@ -1028,7 +1157,7 @@ export type CloseSessionRequest = Message<"mlxgrpc.v1.CloseSessionRequest"> & {
  * Use `create(CloseSessionRequestSchema)` to create a new message.
  */
 export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 18);
+  messageDesc(file_mlxgrpc_v1_inference_service, 21);
 
 /**
  * The result of a CloseSession.
@@ -1049,10 +1178,10 @@ export type CloseSessionResponse = Message<"mlxgrpc.v1.CloseSessionResponse"> & 
  * Use `create(CloseSessionResponseSchema)` to create a new message.
  */
 export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 19);
+  messageDesc(file_mlxgrpc_v1_inference_service, 22);
 
 /**
- * A request to cancel a Generate, Embed, Rerank or Classify.
+ * A request to cancel a Generate, Embed, Rerank, Classify or EmbedSparse.
  *
  * @generated from message mlxgrpc.v1.CancelRequest
  */
@@ -1070,7 +1199,7 @@ export type CancelRequest = Message<"mlxgrpc.v1.CancelRequest"> & {
  * Use `create(CancelRequestSchema)` to create a new message.
  */
 export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 20);
+  messageDesc(file_mlxgrpc_v1_inference_service, 23);
 
 /**
  * The result of a Cancel.
@@ -1092,7 +1221,7 @@ export type CancelResponse = Message<"mlxgrpc.v1.CancelResponse"> & {
  * Use `create(CancelResponseSchema)` to create a new message.
  */
 export const CancelResponseSchema: GenMessage<CancelResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 21);
+  messageDesc(file_mlxgrpc_v1_inference_service, 24);
 
 /**
  * A request for a model's description.
@@ -1113,7 +1242,7 @@ export type GetModelInfoRequest = Message<"mlxgrpc.v1.GetModelInfoRequest"> & {
  * Use `create(GetModelInfoRequestSchema)` to create a new message.
  */
 export const GetModelInfoRequestSchema: GenMessage<GetModelInfoRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 22);
+  messageDesc(file_mlxgrpc_v1_inference_service, 25);
 
 /**
  * A model's description.
@@ -1134,7 +1263,7 @@ export type GetModelInfoResponse = Message<"mlxgrpc.v1.GetModelInfoResponse"> & 
  * Use `create(GetModelInfoResponseSchema)` to create a new message.
  */
 export const GetModelInfoResponseSchema: GenMessage<GetModelInfoResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 23);
+  messageDesc(file_mlxgrpc_v1_inference_service, 26);
 
 /**
  * A request for a memory plan.
@@ -1170,7 +1299,7 @@ export type PlanMemoryRequest = Message<"mlxgrpc.v1.PlanMemoryRequest"> & {
  * Use `create(PlanMemoryRequestSchema)` to create a new message.
  */
 export const PlanMemoryRequestSchema: GenMessage<PlanMemoryRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 24);
+  messageDesc(file_mlxgrpc_v1_inference_service, 27);
 
 /**
  * A memory plan.
@@ -1191,7 +1320,7 @@ export type PlanMemoryResponse = Message<"mlxgrpc.v1.PlanMemoryResponse"> & {
  * Use `create(PlanMemoryResponseSchema)` to create a new message.
  */
 export const PlanMemoryResponseSchema: GenMessage<PlanMemoryResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 25);
+  messageDesc(file_mlxgrpc_v1_inference_service, 28);
 
 /**
  * A request to tokenize text.
@@ -1226,7 +1355,7 @@ export type TokenizeRequest = Message<"mlxgrpc.v1.TokenizeRequest"> & {
  * Use `create(TokenizeRequestSchema)` to create a new message.
  */
 export const TokenizeRequestSchema: GenMessage<TokenizeRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 26);
+  messageDesc(file_mlxgrpc_v1_inference_service, 29);
 
 /**
  * Token ids of a text.
@@ -1254,7 +1383,7 @@ export type TokenizeResponse = Message<"mlxgrpc.v1.TokenizeResponse"> & {
  * Use `create(TokenizeResponseSchema)` to create a new message.
  */
 export const TokenizeResponseSchema: GenMessage<TokenizeResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 27);
+  messageDesc(file_mlxgrpc_v1_inference_service, 30);
 
 /**
  * A request to turn token ids into text.
@@ -1289,7 +1418,7 @@ export type DetokenizeRequest = Message<"mlxgrpc.v1.DetokenizeRequest"> & {
  * Use `create(DetokenizeRequestSchema)` to create a new message.
  */
 export const DetokenizeRequestSchema: GenMessage<DetokenizeRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 28);
+  messageDesc(file_mlxgrpc_v1_inference_service, 31);
 
 /**
  * The text of token ids.
@@ -1310,7 +1439,7 @@ export type DetokenizeResponse = Message<"mlxgrpc.v1.DetokenizeResponse"> & {
  * Use `create(DetokenizeResponseSchema)` to create a new message.
  */
 export const DetokenizeResponseSchema: GenMessage<DetokenizeResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 29);
+  messageDesc(file_mlxgrpc_v1_inference_service, 32);
 
 /**
  * A request to list the served models.
@@ -1325,7 +1454,7 @@ export type ListModelsRequest = Message<"mlxgrpc.v1.ListModelsRequest"> & {
  * Use `create(ListModelsRequestSchema)` to create a new message.
  */
 export const ListModelsRequestSchema: GenMessage<ListModelsRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 30);
+  messageDesc(file_mlxgrpc_v1_inference_service, 33);
 
 /**
  * The served models.
@@ -1346,7 +1475,7 @@ export type ListModelsResponse = Message<"mlxgrpc.v1.ListModelsResponse"> & {
  * Use `create(ListModelsResponseSchema)` to create a new message.
  */
 export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 31);
+  messageDesc(file_mlxgrpc_v1_inference_service, 34);
 
 /**
  * A request to load an adapter.
@@ -1385,7 +1514,7 @@ export type LoadAdapterRequest = Message<"mlxgrpc.v1.LoadAdapterRequest"> & {
  * Use `create(LoadAdapterRequestSchema)` to create a new message.
  */
 export const LoadAdapterRequestSchema: GenMessage<LoadAdapterRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 32);
+  messageDesc(file_mlxgrpc_v1_inference_service, 35);
 
 /**
  * The result of loading an adapter.
@@ -1414,7 +1543,7 @@ export type LoadAdapterResponse = Message<"mlxgrpc.v1.LoadAdapterResponse"> & {
  * Use `create(LoadAdapterResponseSchema)` to create a new message.
  */
 export const LoadAdapterResponseSchema: GenMessage<LoadAdapterResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 33);
+  messageDesc(file_mlxgrpc_v1_inference_service, 36);
 
 /**
  * A request to unload an adapter.
@@ -1442,7 +1571,7 @@ export type UnloadAdapterRequest = Message<"mlxgrpc.v1.UnloadAdapterRequest"> & 
  * Use `create(UnloadAdapterRequestSchema)` to create a new message.
  */
 export const UnloadAdapterRequestSchema: GenMessage<UnloadAdapterRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 34);
+  messageDesc(file_mlxgrpc_v1_inference_service, 37);
 
 /**
  * The result of unloading an adapter.
@@ -1463,7 +1592,7 @@ export type UnloadAdapterResponse = Message<"mlxgrpc.v1.UnloadAdapterResponse"> 
  * Use `create(UnloadAdapterResponseSchema)` to create a new message.
  */
 export const UnloadAdapterResponseSchema: GenMessage<UnloadAdapterResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 35);
+  messageDesc(file_mlxgrpc_v1_inference_service, 38);
 
 /**
  * A request to list a model's adapters.
@@ -1484,7 +1613,7 @@ export type ListAdaptersRequest = Message<"mlxgrpc.v1.ListAdaptersRequest"> & {
  * Use `create(ListAdaptersRequestSchema)` to create a new message.
  */
 export const ListAdaptersRequestSchema: GenMessage<ListAdaptersRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 36);
+  messageDesc(file_mlxgrpc_v1_inference_service, 39);
 
 /**
  * The adapters loaded on a model.
@@ -1519,7 +1648,7 @@ export type ListAdaptersResponse = Message<"mlxgrpc.v1.ListAdaptersResponse"> & 
  * Use `create(ListAdaptersResponseSchema)` to create a new message.
  */
 export const ListAdaptersResponseSchema: GenMessage<ListAdaptersResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 37);
+  messageDesc(file_mlxgrpc_v1_inference_service, 40);
 
 /**
  * A request for load figures.
@@ -1540,7 +1669,7 @@ export type GetLoadRequest = Message<"mlxgrpc.v1.GetLoadRequest"> & {
  * Use `create(GetLoadRequestSchema)` to create a new message.
  */
 export const GetLoadRequestSchema: GenMessage<GetLoadRequest> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 38);
+  messageDesc(file_mlxgrpc_v1_inference_service, 41);
 
 /**
  * Load figures, one entry per generation model.
@@ -1576,7 +1705,7 @@ export type GetLoadResponse = Message<"mlxgrpc.v1.GetLoadResponse"> & {
  * Use `create(GetLoadResponseSchema)` to create a new message.
  */
 export const GetLoadResponseSchema: GenMessage<GetLoadResponse> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 39);
+  messageDesc(file_mlxgrpc_v1_inference_service, 42);
 
 /**
  * The server's call limits (0: none) and what they count now.
@@ -1645,7 +1774,7 @@ export type CallLoad = Message<"mlxgrpc.v1.CallLoad"> & {
  * Use `create(CallLoadSchema)` to create a new message.
  */
 export const CallLoadSchema: GenMessage<CallLoad> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 40);
+  messageDesc(file_mlxgrpc_v1_inference_service, 43);
 
 /**
  * One tenant's calls against its own call limits.
@@ -1706,7 +1835,7 @@ export type TenantCalls = Message<"mlxgrpc.v1.TenantCalls"> & {
  * Use `create(TenantCallsSchema)` to create a new message.
  */
 export const TenantCallsSchema: GenMessage<TenantCalls> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 41);
+  messageDesc(file_mlxgrpc_v1_inference_service, 44);
 
 /**
  * How busy one generation model is, read from its engine thread when asked.
@@ -1897,7 +2026,7 @@ export type ModelLoad = Message<"mlxgrpc.v1.ModelLoad"> & {
  * Use `create(ModelLoadSchema)` to create a new message.
  */
 export const ModelLoadSchema: GenMessage<ModelLoad> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 42);
+  messageDesc(file_mlxgrpc_v1_inference_service, 45);
 
 /**
  * How much of one generation model one tenant uses.
@@ -1961,7 +2090,7 @@ export type TenantLoad = Message<"mlxgrpc.v1.TenantLoad"> & {
  * Use `create(TenantLoadSchema)` to create a new message.
  */
 export const TenantLoadSchema: GenMessage<TenantLoad> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_inference_service, 43);
+  messageDesc(file_mlxgrpc_v1_inference_service, 46);
 
 /**
  * The element type of packed embedding vectors.
@@ -2015,7 +2144,8 @@ export const EmbeddingTypeSchema: GenEnum<EmbeddingType> = /*@__PURE__*/
   enumDesc(file_mlxgrpc_v1_inference_service, 0);
 
 /**
- * What Embed, Rerank and Classify do with an input longer than the model's input limit.
+ * What Embed, Rerank, Classify and EmbedSparse do with an input longer than the model's
+ * input limit.
  *
  * @generated from enum mlxgrpc.v1.Truncation
  */
@@ -2144,9 +2274,20 @@ export const InferenceService: GenService<{
     output: typeof ClassifyResponseSchema;
   },
   /**
-   * Cancels a queued or running Generate, Embed, Rerank or Classify by its request id.
-   * Request ids are scoped to the caller's tenant: a caller cancels only its own
-   * tenant's requests.
+   * Embeds texts as sparse vocabulary-weight vectors with a SPLADE model (a BERT-family
+   * *ForMaskedLM checkpoint). Returns every input's nonzero weights, in input order.
+   *
+   * @generated from rpc mlxgrpc.v1.InferenceService.EmbedSparse
+   */
+  embedSparse: {
+    methodKind: "unary";
+    input: typeof EmbedSparseRequestSchema;
+    output: typeof EmbedSparseResponseSchema;
+  },
+  /**
+   * Cancels a queued or running Generate, Embed, Rerank, Classify or EmbedSparse by its
+   * request id. Request ids are scoped to the caller's tenant: a caller cancels only its
+   * own tenant's requests.
    *
    * @generated from rpc mlxgrpc.v1.InferenceService.Cancel
    */
