@@ -1,4 +1,5 @@
-"""Plain request types of the engine's API (no protobuf, no tensors)."""
+"""Plain request types of the engine's API (no protobuf, no tensors); the pooling tasks' types
+(Embed, Rerank, Classify) live in ``pooling_requests`` and are named here too."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence, Union
 
+from .pooling_requests import (Classification, ClassifyRequest, EmbeddingRequest, LabelScore,  # noqa: F401
+                               RerankRequest, RerankScore)
 from .tenancy import ANONYMOUS, Tenant
 
 
@@ -234,66 +237,3 @@ class GenerationRequest:
     n: int = 1  # choices sharing one prompt prefill; choice i of a seeded request is seeded seed + i
     prompt_logprobs: int | None = None  # None: none; k: every prompt token's and k alternatives
     prediction: Prediction | None = None  # drafts from the expected output
-
-
-@dataclass(frozen=True)
-class EmbeddingRequest:
-    """Texts in ``inputs``, or inputs already tokenized (special tokens included) in ``token_ids``."""
-
-    inputs: tuple[str, ...]
-    token_ids: tuple[tuple[int, ...], ...] = ()
-    model: str = ""
-    request_id: str = ""
-    instruction: str = ""
-    normalize: bool = True
-    dimensions: int = 0
-    tenant: Tenant = ANONYMOUS
-    priority: int = 0
-    truncate: bool = True  # cut an input over the model's limit (False: refuse the request)
-
-
-@dataclass(frozen=True)
-class RerankRequest:
-    """Documents to score against ``query`` with a cross-encoder."""
-
-    query: str
-    documents: tuple[str, ...]
-    model: str = ""
-    request_id: str = ""
-    top_n: int = 0  # 0: every document
-    truncate: bool = True  # cut a pair over the model's limit, the longer side first (False: refuse)
-    tenant: Tenant = ANONYMOUS
-    priority: int = 0
-
-
-@dataclass(frozen=True)
-class RerankScore:
-    index: int  # in RerankRequest.documents
-    score: float  # the model's relevance logit
-    tokens: int  # of the query and document together, after truncation
-
-
-@dataclass(frozen=True)
-class ClassifyRequest:
-    """Texts to classify with a sequence classifier (or a reranker: its one label)."""
-
-    inputs: tuple[str, ...]
-    model: str = ""
-    request_id: str = ""
-    top_k: int = 0  # 0: every label
-    truncate: bool = True  # cut an input over the model's limit (False: refuse)
-    tenant: Tenant = ANONYMOUS
-    priority: int = 0
-
-
-@dataclass(frozen=True)
-class LabelScore:
-    label: str
-    score: float  # softmax probability, or the sigmoid of the label's logit
-
-
-@dataclass(frozen=True)
-class Classification:
-    index: int  # in ClassifyRequest.inputs
-    labels: tuple[LabelScore, ...]  # highest first (ties: label order), at most top_k
-    tokens: int  # of the input, after truncation

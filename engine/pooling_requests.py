@@ -1,0 +1,72 @@
+"""Plain request and result types of the pooling tasks: Embed, Rerank and Classify
+(no protobuf, no tensors)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .tenancy import ANONYMOUS, Tenant
+
+
+@dataclass(frozen=True)
+class EmbeddingRequest:
+    """Texts in ``inputs``, or inputs already tokenized (special tokens included) in ``token_ids``."""
+
+    inputs: tuple[str, ...]
+    token_ids: tuple[tuple[int, ...], ...] = ()
+    model: str = ""
+    request_id: str = ""
+    instruction: str = ""
+    normalize: bool = True
+    dimensions: int = 0
+    tenant: Tenant = ANONYMOUS
+    priority: int = 0
+    truncate: bool = True  # cut an input over the model's limit (False: refuse the request)
+
+
+@dataclass(frozen=True)
+class RerankRequest:
+    """Documents to score against ``query`` with a cross-encoder."""
+
+    query: str
+    documents: tuple[str, ...]
+    model: str = ""
+    request_id: str = ""
+    top_n: int = 0  # 0: every document
+    truncate: bool = True  # cut a pair over the model's limit, the longer side first (False: refuse)
+    tenant: Tenant = ANONYMOUS
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class RerankScore:
+    index: int  # in RerankRequest.documents
+    score: float  # the model's relevance logit
+    tokens: int  # of the query and document together, after truncation
+
+
+@dataclass(frozen=True)
+class ClassifyRequest:
+    """Texts to classify with a sequence classifier (or a reranker: its one label)."""
+
+    inputs: tuple[str, ...]
+    model: str = ""
+    request_id: str = ""
+    top_k: int = 0  # 0: every label
+    truncate: bool = True  # cut an input over the model's limit (False: refuse)
+    tenant: Tenant = ANONYMOUS
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class LabelScore:
+    label: str
+    score: float  # softmax probability, or the sigmoid of the label's logit
+
+
+@dataclass(frozen=True)
+class Classification:
+    index: int  # in ClassifyRequest.inputs
+    labels: tuple[LabelScore, ...]  # highest first (ties: label order), at most top_k
+    tokens: int  # of the input, after truncation
+
