@@ -42,9 +42,25 @@ def build_models(args: argparse.Namespace) -> ModelSet:
     embedding = []
     if not args.no_embedding:
         specs = args.embedding_model or [(DEFAULT_EMBEDDING_NAME, str(default_embedding_model()))]
-        embedding = [EmbeddingEngine(source, name=name, limits=limits, priority_aging_s=config.scheduler.priority_aging_s)
-                     for name, source in specs]
+        names = [name or default_name(source) for name, source in specs]
+        precisions = precision_by_model(args.embed_precision, names)
+        aging = config.scheduler.priority_aging_s
+        embedding = [EmbeddingEngine(source, name=name, limits=limits, priority_aging_s=aging,
+                                     precision=precisions[name], force_precision=args.embed_precision_force)
+                     for name, (_, source) in zip(names, specs)]
     return ModelSet(generation, embedding)
+
+
+def precision_by_model(specs: list[tuple[str, str]], names: list[str]) -> dict[str, str]:
+    """--embed-precision [MODEL=]PRECISION -> {embedding model name: precision} (default f32)."""
+    out = dict.fromkeys(names, "f32")
+    for model, precision in specs:
+        if model and model not in out:
+            raise SystemExit(f"--embed-precision {model}={precision}: no embedding model is called {model!r} "
+                             f"(served: {', '.join(names)})")
+        for name in [model] if model else names:
+            out[name] = precision
+    return out
 
 
 def adapters_by_model(specs: list[tuple[str, str, str]], names: list[str]) -> dict[str, tuple]:

@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 
+from engine.embedding.precision import PRECISIONS
 from engine.loading.embedded import default_embedding_model, default_generation_model
 from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
 from engine.generation.grammar.formats import GrammarLimits
@@ -22,6 +23,14 @@ from .flags import add_settings, from_args
 from .bearer_tokens import ENV_VAR, load_table
 from .tls import server_credentials
 from .watchdog import EXIT_ENGINE_BROKEN
+
+
+def _precision_spec(text: str) -> tuple[str, str]:
+    """[MODEL=]PRECISION."""
+    model, _, precision = text.rpartition("=")
+    if precision not in PRECISIONS:
+        raise argparse.ArgumentTypeError(f"{text!r}: the precision is one of {', '.join(PRECISIONS)}")
+    return model, precision
 
 
 def _model_spec(text: str) -> tuple[str, str]:
@@ -56,9 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--embedding-model", action="append", type=_model_spec, metavar="[NAME=]DIR",
                    help="embedding model directory (BERT-family, or a decoder for last-token pooling), or a "
                         "BERT sequence classifier (*ForSequenceClassification): with one label a cross-encoder "
-                        "served for Rerank and Classify, with more served for Classify; repeatable; "
-                        "default: the embedded all-MiniLM-L6-v2")
+                        "served for Rerank and Classify, with more served for Classify; or a SPLADE model "
+                        "(BERT *ForMaskedLM) served for EmbedSparse; repeatable; default: the embedded "
+                        "all-MiniLM-L6-v2")
     s.add_argument("--no-embedding", action="store_true", help="serve no embedding model")
+    s.add_argument("--embed-precision", action="append", type=_precision_spec, default=[], metavar="[MODEL=]PRECISION",
+                   help="a BERT embedding model's matmul precision: f32 (the default), bf16 or int8 (8-bit blocks "
+                        "of weights and inputs); bf16 runs where the CPU has AVX-512 BF16, int8 where it has "
+                        "AVX-512 VNNI or AVX-VNNI, float32 elsewhere (logged at start; GetModelInfo's dtype says what "
+                        "runs); without MODEL= every embedding model; repeatable")
+    s.add_argument("--embed-precision-force", action="store_true",
+                   help="run --embed-precision's bf16 or int8 products even on a CPU without those instructions "
+                        "(slower than float32 there: for checking their accuracy)")
     models = s.add_argument_group("generation models: weights, memory, adapters")
     add_settings(models, GenerationConfig)
     models.add_argument("--adapter", action="append", type=_adapter_spec, default=[], metavar="[MODEL:]NAME=DIR",

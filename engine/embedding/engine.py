@@ -44,8 +44,9 @@ def _cache_key(request: EmbeddingRequest, item: str | tuple[int, ...]) -> str:
 class EmbeddingEngine:
     def __init__(self, source: str | Path, *, name: str = "", max_active: int = 64,
                  max_queued: int = 256, limits: Limits = Limits(), priority_aging_s: float = 5.0,
-                 batch_wait_s: float = 0.002):
+                 batch_wait_s: float = 0.002, precision: str = "f32", force_precision: bool = False):
         self.source = str(source)
+        self._precision = (precision, force_precision)  # requested; the model says what runs
         self.name = name or Path(self.source).name.lower()
         self.limits = limits
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"engine-embed-{self.name}")
@@ -64,7 +65,7 @@ class EmbeddingEngine:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._model = await loop.run_in_executor(self._executor, load_embedder, Path(self.source))
+        self._model = await loop.run_in_executor(self._executor, load_embedder, Path(self.source), *self._precision)
 
     @property
     def ready(self) -> bool:

@@ -10,6 +10,7 @@ and a decoder with ``classifier_from_token`` is a reranker; every other model em
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from .. import kernels
@@ -20,24 +21,55 @@ from .cross_encoder import CrossEncoderModel
 from .decoder import DecoderEmbeddingModel
 from .decoder_classifier import DecoderClassifier, is_decoder_classifier
 from .pooling import EmbeddingModel
+from .precision import Precision, choose
+
+log = logging.getLogger("engine.embedding")
 
 
-def load_embedder(model_dir: Path) -> EmbeddingModel:
+def load_embedder(model_dir: Path, precision: str = "f32", force_precision: bool = False) -> EmbeddingModel:
     """A BERT encoder (a sequence classifier when it classifies: a cross-encoder with one label),
-    or else an mlx-lm decoder with last-token pooling; CPU kernels put in."""
+    or else an mlx-lm decoder with last-token pooling; CPU kernels put in, and the encoder's
+    products in ``precision`` where it runs (see ``precision.choose``)."""
     config = json.loads((model_dir / "config.json").read_text())
     if config.get("model_type") == "bert":
         kind = EmbeddingModel
         if is_sequence_classifier(config):
             kind = CrossEncoderModel if len(label_names(config)) == 1 else SequenceClassifier
         model = kind.load(model_dir)
-        if kernels.apply_to_encoder(model.encoder, model.name):
+        packed = bool(kernels.apply_to_encoder(model.encoder, model.name))
+        if packed:
             model.max_batch_size = max(model.max_batch_size, kernels.PACKED_BATCH_SIZE)
             model.max_batch_tokens = max(kernels.PACKED_BATCH_TOKENS, model.max_length)
+        model.precision = _set_precision(model, precision, force_precision, packed)
         return model
     model = (DecoderClassifier if is_decoder_classifier(config) else DecoderEmbeddingModel).load(model_dir)
     kernels.apply_to_decoder(model.model, model.name)
+    model.precision = _announced(model.name, choose(precision, encoder_widths=None, kernels=None))
     return model
+
+
+def _set_precision(model: EmbeddingModel, requested: str, force: bool, packed: bool) -> Precision:
+    from ..kernels import encoder as packed_encoder, ggml  # noqa: PLC0415 (only with the kernels)
+
+    cfg = model.encoder.config
+    why = None if packed else "the CPU kernels are off" if not kernels.enabled() else "the encoder is not packed"
+    if why is None and requested != "f32":
+        try:
+            ggml.open_backend()
+        except ggml.GgmlUnavailable as exc:
+            why = str(exc)
+    chosen = choose(requested, encoder_widths=(cfg.hidden_size, cfg.intermediate_size), kernels=why, force=force)
+    if chosen.ggml_type is not None:
+        packed_encoder.set_products(model.encoder, chosen.ggml_type)
+    return _announced(model.name, chosen)
+
+
+def _announced(name: str, chosen: Precision) -> Precision:
+    if chosen.reason:
+        log.warning("%s: %s", name, chosen.reason)
+    elif chosen.running != "f32":
+        log.info("%s: %s products (ggml)", name, chosen.running)
+    return chosen
 
 
 def describe_model(m: EmbeddingModel, name: str, source: str) -> ModelDescription:
@@ -55,5 +87,5 @@ def describe_model(m: EmbeddingModel, name: str, source: str) -> ModelDescriptio
         capabilities=Capabilities(embeddings=not classifier, generation=False, rerank=reranker,
                                   classify=classifier),
         context_length=m.max_length, vocab_size=m.vocab_size, eos_token_ids=(),
-        has_chat_template=False, dtype="float32", blas=blas_name(),
+        has_chat_template=False, dtype=m.precision.dtype, blas=blas_name(),
         embedding_dimensions=0 if classifier else m.hidden_size, source=source)

@@ -17,6 +17,7 @@ from tokenizers import Tokenizer
 
 from engine.embedding.encoder import EncoderModel, load_encoder
 from engine.embedding.folder import pooling_mode, trained_length
+from engine.embedding.precision import F32, Precision
 
 __all__ = [
     "EmbeddingModel",
@@ -51,6 +52,7 @@ def l2_normalize(v: np.ndarray, eps: float = 1e-12) -> np.ndarray:
 class EmbeddingModel:
     classifies = False  # its rows are label logits (Classify), not vectors
     reranks = False  # it scores (query, document) pairs (Rerank)
+    precision: Precision = F32  # what its products run in (load_embedder sets it)
 
     def __init__(
         self,

@@ -1,7 +1,10 @@
 """The kernels in the BERT encoder, with no work spent on padding (tokens packed to [N, hidden]).
 
-Invariant: each packed sequence attends only its own keys, and padded positions come back
-as zeros, so pooling is unchanged; other masks take the encoder's own forward.
+Invariants: each packed sequence attends only its own keys, and padded positions come back
+as zeros, so pooling is unchanged; other masks take the encoder's own forward. A layer's four
+products are float32 through the kernels' linear unless ``set_products`` puts ggml's in (bfloat16
+or 8-bit blocks, ggml quantizing the activations to match); the float weights stay for the
+encoder's own forward.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import mlx.nn as nn
 import numpy as np
 
 from . import ext
+from .ggml import GgmlWeights
 from ..layering import KERNEL, install
 from .modules import swap_leaf_modules
 
@@ -42,14 +46,48 @@ def _prefix_lengths(input_ids: mx.array, attention_mask: mx.array | None) -> lis
     return [int(n) for n in lengths]
 
 
-class _FusedQKV:
-    """The query, key and value projections of one layer as one (not a parameter)."""
+class _Linear:
+    """x @ weight.T + bias (+ residual), float32."""
 
-    def __init__(self, attn: nn.Module):
-        parts = (attn.query, attn.key, attn.value)
-        self.weight = mx.concatenate([p.weight for p in parts], axis=0)
-        self.bias = mx.concatenate([p.bias for p in parts], axis=0) if all("bias" in p for p in parts) else None
-        mx.eval(self.weight, self.bias) if self.bias is not None else mx.eval(self.weight)
+    def __init__(self, weight: mx.array, bias: mx.array | None):
+        self.weight, self.bias = weight, bias
+
+    def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
+        return ext().linear(x, self.weight, self.bias, residual)
+
+
+class _GgmlLinear:
+    """The same product by ggml's CPU backend on the weight converted to one of its types."""
+
+    def __init__(self, linear: _Linear, ggml_type: int):
+        import gguf.quants  # noqa: PLC0415 (numpy conversions, only when a precision asks)
+
+        blocks = gguf.quants.quantize(np.array(linear.weight, dtype=np.float32), gguf.GGMLQuantizationType(ggml_type))
+        self.product, self.bias = GgmlWeights(mx.array(blocks), ggml_type), linear.bias
+
+    def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
+        y = self.product(x)
+        y = y if self.bias is None else y + self.bias
+        return y if residual is None else y + residual
+
+
+def _products(layer: nn.Module) -> tuple[_Linear, _Linear, _Linear, _Linear]:
+    """The layer's query-key-value, attention output, intermediate and output products."""
+    attn = layer.attention["self"]
+    parts = (attn.query, attn.key, attn.value)
+    qkv = mx.concatenate([p.weight for p in parts], axis=0)
+    bias = mx.concatenate([p.bias for p in parts], axis=0) if all("bias" in p for p in parts) else None
+    mx.eval(qkv, bias) if bias is not None else mx.eval(qkv)
+    dense = (layer.attention.output.dense, layer.intermediate.dense, layer.output.dense)
+    return (_Linear(qkv, bias), *(_Linear(d.weight, d.get("bias")) for d in dense))
+
+
+def set_products(encoder: nn.Module, ggml_type: int | None) -> None:
+    """Every layer's products in float32 (None) or ggml's ``ggml_type`` (e.g. BF16, Q8_0)."""
+    for layer in encoder.encoder.layer:
+        products = _products(layer)
+        layer._kernel_products = products if ggml_type is None else tuple(_GgmlLinear(p, ggml_type)
+                                                                          for p in products)
 
 
 _NO_ROPE = None
@@ -82,24 +120,19 @@ def _layer(layer: nn.Module, h: mx.array, segments: mx.array, act: str) -> mx.ar
     global _NO_ROPE
     K = ext()
     attn = layer.attention["self"]
-    qkv = attn._kernel_qkv
+    qkv, attn_out, intermediate, output = layer._kernel_products
     if _NO_ROPE is None:
         _NO_ROPE = (mx.zeros((0,), dtype=mx.float32), mx.zeros((1,), dtype=mx.int32))
-    heads = K.qkv_rope(K.linear(h, qkv.weight, qkv.bias), attn.num_heads, attn.num_heads, attn.head_dim, 0,
-                       False, 1.0, *_NO_ROPE)
+    heads = K.qkv_rope(qkv(h), attn.num_heads, attn.num_heads, attn.head_dim, 0, False, 1.0, *_NO_ROPE)
     a = K.attention(*heads, attn.scale, False, 0, None, True, segments)
-    out = layer.attention.output
-    a = out.LayerNorm(K.linear(a, out.dense.weight, out.dense.get("bias"), h))
-    inner = K.linear(a, layer.intermediate.dense.weight, layer.intermediate.dense.get("bias"))
+    a = layer.attention.output.LayerNorm(attn_out(a, h))
+    inner = intermediate(a)
     inner = K.gelu(inner, _GELU[act]) if act in _GELU else layer.intermediate._act(inner)
-    last = layer.output
-    return last.LayerNorm(K.linear(inner, last.dense.weight, last.dense.get("bias"), a))
+    return layer.output.LayerNorm(output(inner, a))
 
 
 def apply(encoder: nn.Module) -> dict[str, int]:
-    for layer in encoder.encoder.layer:
-        attn = layer.attention["self"]
-        attn._kernel_qkv = _FusedQKV(attn)
+    set_products(encoder, None)
     counts = swap_leaf_modules(encoder)
     install(encoder, KernelEncoder)
     counts["packed_encoder"] = 1
