@@ -3,8 +3,9 @@
     python -m bench.fuzz [--messages 100000] [--seed 0] [--max-minutes 0] [--concurrency 8] [--model DIR]
 
 Starts a server with small limits over the llama fixture (or ``--model``), the qwen3
-fixture as embedding model and the classifier fixture as "classify", a tokens file with acme and beta (inference), ops (admin) and a
-router where that role exists; acme plants its canary prompts, beta probes its prefix cache
+fixture as embedding model, the classifier fixture as "classify" and the SPLADE fixture as
+"sparse", a tokens file with acme and beta (inference), ops (admin) and a router where that
+role exists; acme plants its canary prompts, beta probes its prefix cache
 with them, then beta (and callers without a valid token) send ``--messages`` fuzzed calls of
 every RPC of InferenceService, VllmEngine and MlxEngine (tests/rpc_strategies.py) while acme
 keeps generating. Prints the calls sent, the status histogram, INTERNAL/UNKNOWN answers, leaks
@@ -38,7 +39,7 @@ from .common import cpu_model
 from tests.cluster import REPO, Process
 from tests.rpc_strategies import Sizes, calls, rpcs
 
-MODEL, EMBEDDER, CLASSIFIER = "llama", "embed", "classify"
+MODEL, EMBEDDER, CLASSIFIER, SPARSE = "llama", "embed", "classify", "sparse"
 SIZES = Sizes(repeat=6, depth=5, huge=(300, 5_000, 60_000, 400_000))
 LIMIT_FLAGS = ["--max-tokens", "8", "--max-prompt-tokens", "160", "--max-prompt-bytes", "4096",
                "--max-chat-messages", "8", "--max-stop-strings", "4", "--max-logit-bias", "16",
@@ -56,10 +57,11 @@ def log(message: str) -> None:
     print(f"[fuzz] {message}", file=sys.stderr, flush=True)
 
 
-def start_server(root: Path, model: Path, embedder: Path, classifier: Path, tokens: Path) -> tuple[Process, str]:
+def start_server(root: Path, model: Path, embedder: Path, classifier: Path, splade: Path,
+                 tokens: Path) -> tuple[Process, str]:
     argv = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", "0",
             "--model", f"{MODEL}={model}", "--embedding-model", f"{EMBEDDER}={embedder}",
-            "--embedding-model", f"{CLASSIFIER}={classifier}",
+            "--embedding-model", f"{CLASSIFIER}={classifier}", "--embedding-model", f"{SPARSE}={splade}",
             "--auth-token-file", str(tokens), "--no-access-log", "--grace", "1", *LIMIT_FLAGS]
     server = Process("server", argv, root, cwd=REPO)
     port: list[int] = []
@@ -78,15 +80,17 @@ def start_server(root: Path, model: Path, embedder: Path, classifier: Path, toke
 def run(args: argparse.Namespace, root: Path) -> int:
     from tests.fixtures.cross_encoder import build_classifier
     from tests.fixtures.models import build_model
+    from tests.fixtures.splade import build_splade
 
     model = Path(args.model).resolve() if args.model else build_model("llama", root / "models" / "llama")
     embedder = build_model("qwen3", root / "models" / "qwen3")
     classifier = build_classifier(root / "models" / CLASSIFIER)
+    splade = build_splade(root / "models" / SPARSE)
     tokens = harness.tokens_file(root / "tokens")
     log(f"starting the server on {model}")
-    server, address = start_server(root, model, embedder, classifier, tokens)
+    server, address = start_server(root, model, embedder, classifier, splade, tokens)
     tally = harness.Tally()
-    paths = [str(model), str(embedder), str(classifier), str(tokens), str(root)]
+    paths = [str(model), str(embedder), str(classifier), str(splade), str(tokens), str(root)]
     deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes else None
     try:
         with grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 << 20)]) as channel:

@@ -84,6 +84,7 @@ class Capabilities:
     chat: ChatFacts = field(default_factory=ChatFacts)
     rerank: bool = False  # the model scores query-document pairs (a cross-encoder)
     classify: bool = False  # the model scores labels for a text (a sequence classifier, rerankers included)
+    sparse_embeddings: bool = False  # the model weighs the vocabulary for a text (a SPLADE model)
 
 
 @dataclass(frozen=True)

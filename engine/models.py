@@ -76,6 +76,10 @@ class ModelSet:
             return labelled[0]
         return self._pooled(name, "classifies", "classification", "classification")
 
+    def sparse_embedder(self, name: str) -> EmbeddingEngine:
+        """The named sparse embedding model (a SPLADE model), or the first one served."""
+        return self._pooled(name, "embeds_sparse", "sparse embedding", "sparse embedding")
+
     def _pooled(self, name: str, does: str, what: str, operation: str) -> EmbeddingEngine:
         """``does``: the EmbeddingEngine property that says the model serves the call."""
         if not name:

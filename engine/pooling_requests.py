@@ -1,9 +1,11 @@
-"""Plain request and result types of the pooling tasks: Embed, Rerank and Classify
-(no protobuf, no tensors)."""
+"""Plain request and result types of the pooling tasks: Embed, Rerank, Classify and EmbedSparse
+(no protobuf, no tensors; a sparse vector's arrays are numpy, read-only)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from .tenancy import ANONYMOUS, Tenant
 
@@ -70,3 +72,23 @@ class Classification:
     labels: tuple[LabelScore, ...]  # highest first (ties: label order), at most top_k
     tokens: int  # of the input, after truncation
 
+
+@dataclass(frozen=True)
+class EmbedSparseRequest:
+    """Texts to embed as sparse vocabulary-weight vectors with a SPLADE model."""
+
+    inputs: tuple[str, ...]
+    model: str = ""
+    request_id: str = ""
+    top_k: int = 0  # 0: every nonzero weight
+    truncate: bool = True  # cut an input over the model's limit (False: refuse)
+    tenant: Tenant = ANONYMOUS
+    priority: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class SparseEmbedding:
+    index: int  # in EmbedSparseRequest.inputs
+    token_ids: np.ndarray  # int32 vocabulary ids, ascending; at most top_k
+    weights: np.ndarray  # float32, each > 0, in the order of token_ids
+    tokens: int  # of the input, after truncation

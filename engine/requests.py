@@ -1,5 +1,5 @@
 """Plain request types of the engine's API (no protobuf, no tensors); the pooling tasks' types
-(Embed, Rerank, Classify) live in ``pooling_requests`` and are named here too."""
+(Embed, Rerank, Classify, EmbedSparse) live in ``pooling_requests`` and are named here too."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence, Union
 
-from .pooling_requests import (Classification, ClassifyRequest, EmbeddingRequest, LabelScore,  # noqa: F401
-                               RerankRequest, RerankScore)
+from .pooling_requests import (Classification, ClassifyRequest, EmbeddingRequest, EmbedSparseRequest,  # noqa: F401
+                               LabelScore, RerankRequest, RerankScore, SparseEmbedding)
 from .tenancy import ANONYMOUS, Tenant
 
 

@@ -46,10 +46,10 @@ class Limits:
     max_image_bytes: int = setting(20 * 1024 * 1024, "cap on the encoded bytes of one image in a prompt")
     max_image_pixels: int = setting(4096 * 4096, "cap on the pixels (width x height) of one image, read from "
                                                  "its header before anything is decoded")
-    max_embed_inputs: int = setting(256, "cap on inputs per Embed and per Classify, documents per Rerank")
+    max_embed_inputs: int = setting(256, "cap on inputs per Embed, Classify and EmbedSparse, documents per Rerank")
     max_embed_input_bytes: int = setting(
-        0, f"cap on UTF-8 bytes of each Embed and Classify input, Embed instruction, Rerank query and document "
-           f"(0: {BYTES_PER_TOKEN} per token of the embedding model's input length)")
+        0, f"cap on UTF-8 bytes of each Embed, Classify and EmbedSparse input, Embed instruction, Rerank query "
+           f"and document (0: {BYTES_PER_TOKEN} per token of the embedding model's input length)")
     max_tools: int = setting(256, "cap on tools per chat (chat.tools)")
     max_message_parts: int = setting(256, "cap on content parts per chat message")
     max_tool_calls: int = setting(128, "cap on tool calls per chat message")
@@ -62,8 +62,8 @@ class Limits:
                                                "strings) in one request, counted on its wire bytes before it is "
                                                "parsed (requests over 64 KiB)")
     prep_threads: int = setting(4, "threads that tokenize and render chat templates (Generate's and Prefetch's "
-                                   "prompts, Tokenize, Detokenize, Embed's, Rerank's and Classify's inputs), apart "
-                                   "from the event loop's default executor")
+                                   "prompts, Tokenize, Detokenize, Embed's, Rerank's, Classify's and EmbedSparse's "
+                                   "inputs), apart from the event loop's default executor")
     prep_queue: int = setting(64, "preparation jobs that may wait for a --prep-threads thread; beyond it "
                                   "RESOURCE_EXHAUSTED (PREPARATION_FULL) with a retry delay")
     prep_tenant_share: int = setting(0, "preparation jobs one tenant may hold (running or waiting) at once; beyond "

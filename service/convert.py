@@ -247,7 +247,8 @@ def model_info(d: ModelDescription, sources: bool = True) -> model_pb.ModelInfo:
                 modes=[_SPECULATION_PB[m] for m in c.speculation.modes],
                 default_mode=_SPECULATION_PB[c.speculation.default_mode],
                 draft_model=c.speculation.draft_model),
-            generation=c.generation, rerank=c.rerank, classify=c.classify, media=_media(c.media),
+            generation=c.generation, rerank=c.rerank, classify=c.classify, sparse_embeddings=c.sparse_embeddings,
+            media=_media(c.media),
             response_formats=[model_pb.ResponseFormatKind.Value(f"RESPONSE_FORMAT_KIND_{f.upper()}")
                               for f in c.response_formats],
             chat=model_pb.ChatCapabilities(

@@ -1,11 +1,11 @@
 """Protobuf <-> engine conversion for the pooling tasks: Embed (per input or packed),
-Rerank and Classify. No logic beyond translation."""
+Rerank, Classify and EmbedSparse. No logic beyond translation."""
 
 from __future__ import annotations
 
 from engine.embedding.packing import EmbeddingType, pack
 from engine.errors import InvalidRequest
-from engine.requests import ClassifyRequest, EmbeddingRequest, RerankRequest
+from engine.requests import ClassifyRequest, EmbeddingRequest, EmbedSparseRequest, RerankRequest
 from engine.tenancy import ANONYMOUS, Tenant
 
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
@@ -40,6 +40,19 @@ def classify_response(model: str, results) -> pb.ClassifyResponse:
     return pb.ClassifyResponse(model=model, results=[
         pb.Classification(index=r.index, tokens=r.tokens,
                           labels=[pb.LabelScore(label=s.label, score=s.score) for s in r.labels]) for r in results])
+
+
+def embed_sparse_request(msg: pb.EmbedSparseRequest, tenant: Tenant = ANONYMOUS) -> EmbedSparseRequest:
+    return EmbedSparseRequest(inputs=tuple(msg.inputs), model=msg.model, request_id=msg.request_id,
+                              top_k=msg.top_k, truncate=_truncates(msg.truncate), tenant=tenant,
+                              priority=msg.priority)
+
+
+def embed_sparse_response(model: str, results) -> pb.EmbedSparseResponse:
+    """``results``: the engine's SparseEmbedding list, in input order."""
+    return pb.EmbedSparseResponse(model=model, embeddings=[
+        pb.SparseEmbedding(index=r.index, token_ids=r.token_ids.tolist(), weights=r.weights.tolist(),
+                           tokens=r.tokens) for r in results])
 
 
 def _truncates(truncation: int) -> bool:

@@ -82,6 +82,14 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         return self._sendable(pooling_convert.classify_response(engine.name, results))
 
     @mapped()
+    async def EmbedSparse(self, request: pb.EmbedSparseRequest, context: grpc.aio.ServicerContext):
+        check_ids(self.limits, model=request.model, request_id=request.request_id)
+        engine = self.models.sparse_embedder(request.model)
+        at_most("inputs", len(request.inputs), engine.limits.max_embed_inputs, "inputs")
+        results = await engine.embed_sparse(pooling_convert.embed_sparse_request(request, current_identity().tenant))
+        return self._sendable(pooling_convert.embed_sparse_response(engine.name, results))
+
+    @mapped()
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext):
         if not request.request_id:
             raise InvalidRequest("request_id", "is required")

@@ -52,6 +52,7 @@ def static_caps(limits: Limits) -> dict[str, tuple[int, str]]:
         "mlxgrpc.v1.EmbedRequest.inputs": (limits.max_embed_inputs, "inputs"),
         "mlxgrpc.v1.RerankRequest.documents": (limits.max_embed_inputs, "documents"),
         "mlxgrpc.v1.ClassifyRequest.inputs": (limits.max_embed_inputs, "inputs"),
+        "mlxgrpc.v1.EmbedSparseRequest.inputs": (limits.max_embed_inputs, "inputs"),
         "mlxgrpc.v1.ResponseFormat.Choice.options": (GrammarLimits.max_options, "options"),
     }
     for contract in ("vllm.grpc.engine", "mlx.grpc.engine"):

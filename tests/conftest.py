@@ -28,6 +28,7 @@ SELF_DRAFTED = "llama-drafted"  # the llama fixture with itself as draft model
 TOOLS = "tools"  # the llama fixture with a Qwen-style tool and thinking template (tools-qwen)
 # the sequence-classifier fixtures (tests.fixtures.cross_encoder), served by these names
 RERANKER, CLASSIFIER, MULTI_CLASSIFIER = "reranker", "classifier", "classifier-multi"
+SPLADE = "splade"  # the SPLADE fixture (tests.fixtures.splade)
 
 
 # Modules that hold the service's plumbing (auth, budgets, limits, drain, logs, fuzzers of the
@@ -72,6 +73,14 @@ def classifier_models(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("classifiers")
     return {RERANKER: build_cross_encoder(root / RERANKER), CLASSIFIER: build_classifier(root / CLASSIFIER),
             MULTI_CLASSIFIER: build_classifier(root / MULTI_CLASSIFIER, multi_label=True)}
+
+
+@pytest.fixture(scope="session")
+def splade_model(tmp_path_factory) -> Path:
+    """The SPLADE fixture (a BertForMaskedLM), served as SPLADE."""
+    from tests.fixtures.splade import build_splade
+
+    return build_splade(tmp_path_factory.mktemp("splade") / SPLADE)
 
 
 @pytest.fixture(scope="session")
@@ -125,7 +134,7 @@ def monkeypatch_session():
 
 
 @pytest_asyncio.fixture(scope="session")
-async def server(fixture_models, chat_models, classifier_models, oracle, logprob_reference,
+async def server(fixture_models, chat_models, classifier_models, splade_model, oracle, logprob_reference,
                  decoder_embedding_reference, gguf_cache, tmp_path_factory):
     """One live server for the session: every fixture model (llama is the default), the tool-capable "tools",
     the reranker and the classifiers, the embedded SmolLM2 and MiniLM when installed. Small prefill chunks and tick
@@ -153,6 +162,7 @@ async def server(fixture_models, chat_models, classifier_models, oracle, logprob
     embedding = [EmbeddingEngine(default_embedding_model(), name=MINILM)] if HAS_MINILM else []
     embedding.append(EmbeddingEngine(fixture_models["qwen3"], name=DECODER_EMBEDDER))
     embedding += [EmbeddingEngine(path, name=name) for name, path in classifier_models.items()]
+    embedding.append(EmbeddingEngine(splade_model, name=SPLADE))
     models = ModelSet(generation, embedding)
     health_servicer = health.aio.HealthServicer()
     # loopback callers hold the admin role here (adapters, KV events, FlushCache, paths): no tokens

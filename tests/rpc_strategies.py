@@ -119,7 +119,7 @@ def hints(sizes: Sizes, vocab: int = 640) -> dict[str, st.SearchStrategy]:
     small = st.integers(0, 12)
     json = _json_text(sizes)
     return {
-        "model": st.sampled_from(["", "llama", "embed", "classify", "llama:none", "no-such-model"]),
+        "model": st.sampled_from(["", "llama", "embed", "classify", "sparse", "llama:none", "no-such-model"]),
         "request_id": st.sampled_from(SHARED_REQUEST_IDS), "request_ids": st.lists(st.sampled_from(SHARED_REQUEST_IDS),
                                                                                    max_size=3),
         "session_id": st.sampled_from(SHARED_SESSION_IDS),
@@ -311,7 +311,8 @@ def tampered(draw, encoded: bytes) -> bytes:
     return encoded + extra
 
 
-def plausible_bases(model: str = "llama", embedder: str = "embed", classifier: str = "classify") -> dict[str, object]:
+def plausible_bases(model: str = "llama", embedder: str = "embed", classifier: str = "classify",
+                    sparse: str = "sparse") -> dict[str, object]:
     """RPC name -> a request that passes validation, for ``on_top_of`` to change one field of."""
     from smg_grpc_proto.generated import common_pb2  # noqa: F401 - registers the shared messages
 
@@ -326,6 +327,7 @@ def plausible_bases(model: str = "llama", embedder: str = "embed", classifier: s
         "InferenceService/Embed": pb.EmbedRequest(model=embedder, inputs=["Hello"]),
         "InferenceService/Rerank": pb.RerankRequest(model=embedder, query="boats", documents=["a harbour"]),
         "InferenceService/Classify": pb.ClassifyRequest(model=classifier, inputs=["a harbour", "boats"]),
+        "InferenceService/EmbedSparse": pb.EmbedSparseRequest(model=sparse, inputs=["a harbour", "boats"]),
         "InferenceService/Tokenize": pb.TokenizeRequest(model=model, text="Hello"),
         "InferenceService/Detokenize": pb.DetokenizeRequest(model=model, token_ids=ids),
         "InferenceService/Prefetch": pb.PrefetchRequest(model=model, text="Hello there"),

@@ -9,7 +9,7 @@ import pytest
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import model_pb2
 from tests.conftest import (CLASSIFIER, DECODER_EMBED_TEXTS, DECODER_EMBEDDER, HAS_MINILM, MINILM, MULTI_CLASSIFIER,
-                            RERANKER)
+                            RERANKER, SPLADE)
 
 needs_minilm = pytest.mark.skipif(not HAS_MINILM, reason="needs the embedded MiniLM")
 
@@ -81,7 +81,7 @@ async def test_capabilities_match_behaviour(stub):
     models = (await stub.ListModels(pb.ListModelsRequest())).models
     for info in models:
         caps = info.capabilities
-        embed_works = generate_works = classify_works = True
+        embed_works = generate_works = classify_works = sparse_works = True
         try:
             await embed(stub, ["probe"], model=info.name)
         except grpc.aio.AioRpcError as err:
@@ -92,6 +92,11 @@ async def test_capabilities_match_behaviour(stub):
         except grpc.aio.AioRpcError as err:
             assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
             classify_works = False
+        try:
+            await stub.EmbedSparse(pb.EmbedSparseRequest(model=info.name, inputs=["probe"]))
+        except grpc.aio.AioRpcError as err:
+            assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+            sparse_works = False
         call = stub.Generate(pb.GenerateRequest(model=info.name, text="probe"))
         try:
             assert (await call.read()).WhichOneof("event") == "started"
@@ -102,9 +107,10 @@ async def test_capabilities_match_behaviour(stub):
         assert caps.embeddings == embed_works, info.name
         assert caps.generation == generate_works, info.name
         assert caps.classify == classify_works, info.name
+        assert caps.sparse_embeddings == sparse_works, info.name
         assert (info.embedding_dimensions > 0) == embed_works
         assert (info.kind == model_pb2.MODEL_KIND_EMBEDDING) == (
-            info.name in (MINILM, DECODER_EMBEDDER, RERANKER, CLASSIFIER, MULTI_CLASSIFIER))
+            info.name in (MINILM, DECODER_EMBEDDER, RERANKER, CLASSIFIER, MULTI_CLASSIFIER, SPLADE))
         assert not caps.compiled_decode and not caps.sparse_attention
         # a generation model's layers feed a draft head wherever its drafts can be verified
         assert caps.hidden_layer_taps == (generate_works and bool(caps.speculation.modes)), info.name

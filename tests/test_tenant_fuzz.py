@@ -4,7 +4,8 @@ hits, never cancels acme's requests, never gets INTERNAL or UNKNOWN, and the ser
 afterwards (tests/tenant_fuzz_harness.py says what counts as a finding).
 
 A server of its own with small limits over the llama fixture (and the qwen3 fixture as an
-embedding model, the three-label classifier fixture as "classify"), a tokens file with acme, beta, ops (admin) and, where the role exists, a router;
+embedding model, the three-label classifier fixture as "classify", the SPLADE fixture as
+"sparse"), a tokens file with acme, beta, ops (admin) and, where the role exists, a router;
 a seeded hypothesis run on a worker thread while the test's event loop serves. The long run is
 ``python -m bench.fuzz``.
 """
@@ -28,6 +29,7 @@ from service.bearer_tokens import load_table
 from service.server import ServerOptions, create_server, set_health
 from tests import tenant_fuzz_harness as harness
 from tests.fixtures.cross_encoder import build_classifier
+from tests.fixtures.splade import build_splade
 from tests.rpc_strategies import Sizes, calls, rpcs
 
 # the server's engine threads run in this process: hypothesis notices their use of `random`
@@ -48,18 +50,19 @@ async def tenant_server(fixture_models, tmp_path_factory):
     root = tmp_path_factory.mktemp("tenant-fuzz")
     tokens = harness.tokens_file(root / "tokens")
     config = GenerationConfig(limits=LIMITS, scheduler=SchedulerConfig(max_active=4, max_queued=16, prefill_chunk=16))
-    classifier = build_classifier(root / "classify")
+    classifier, splade = build_classifier(root / "classify"), build_splade(root / "sparse")
     models = ModelSet([GenerationEngine(str(fixture_models["llama"]), name=MODEL, config=config)],
                       [EmbeddingEngine(fixture_models["qwen3"], name="embed", limits=LIMITS),
-                       EmbeddingEngine(classifier, name="classify", limits=LIMITS)])
+                       EmbeddingEngine(classifier, name="classify", limits=LIMITS),
+                       EmbeddingEngine(splade, name="sparse", limits=LIMITS)])
     await models.start()
     health_servicer = health.aio.HealthServicer()
     options = ServerOptions(auth_table=load_table(tokens, {}), limits=LIMITS, access_log=False)
     srv, port = await create_server("127.0.0.1:0", models, options=options, health_servicer=health_servicer)
     await srv.start()
     await set_health(health_servicer, True)
-    paths = [str(fixture_models["llama"]), str(fixture_models["qwen3"]), str(classifier), str(tokens),
-             str(tmp_path_factory.getbasetemp())]
+    paths = [str(fixture_models["llama"]), str(fixture_models["qwen3"]), str(classifier), str(splade),
+             str(tokens), str(tmp_path_factory.getbasetemp())]
     yield {"address": f"127.0.0.1:{port}", "paths": paths}
     await srv.stop(0.5)
     await models.close()

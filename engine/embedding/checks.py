@@ -1,4 +1,4 @@
-"""Validation of Embed, Rerank and Classify requests against the engine's limits and its model.
+"""Validation of Embed, Rerank, Classify and EmbedSparse requests against the engine's limits and its model.
 
 Invariant: every check runs before admission, so a refused request never holds a slot.
 """
@@ -6,7 +6,7 @@ Invariant: every check runs before admission, so a refused request never holds a
 from __future__ import annotations
 
 from ..errors import InvalidRequest
-from ..requests import ClassifyRequest, EmbeddingRequest, RerankRequest
+from ..requests import ClassifyRequest, EmbeddingRequest, EmbedSparseRequest, RerankRequest
 from ..validation import Limits, at_most, check_ids, check_priority, check_text_bytes
 from .pooling import EmbeddingModel
 
@@ -42,6 +42,19 @@ def check_rerank(limits: Limits, request: RerankRequest, model: EmbeddingModel) 
 
 
 def check_classify(limits: Limits, request: ClassifyRequest, model: EmbeddingModel) -> None:
+    _check_texts(limits, request, model)
+    if request.top_k < 0:
+        raise InvalidRequest("top_k", "must be 0 (every label) or more")
+
+
+def check_embed_sparse(limits: Limits, request: EmbedSparseRequest, model: EmbeddingModel) -> None:
+    _check_texts(limits, request, model)
+    if request.top_k < 0:
+        raise InvalidRequest("top_k", "must be 0 (every nonzero weight) or more")
+
+
+def _check_texts(limits: Limits, request: ClassifyRequest | EmbedSparseRequest, model: EmbeddingModel) -> None:
+    """The id, priority and ``inputs`` (texts, each on its own) of a Classify or EmbedSparse."""
     limits = limits.for_context(model.max_length)
     check_ids(limits, request_id=request.request_id)
     check_priority(request.priority)
@@ -50,5 +63,3 @@ def check_classify(limits: Limits, request: ClassifyRequest, model: EmbeddingMod
     at_most("inputs", len(request.inputs), limits.max_embed_inputs, "inputs")
     for i, text in enumerate(request.inputs):
         check_text_bytes(f"inputs[{i}]", (text,), limits.max_embed_input_bytes)
-    if request.top_k < 0:
-        raise InvalidRequest("top_k", "must be 0 (every label) or more")

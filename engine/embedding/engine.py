@@ -20,15 +20,16 @@ from .batcher import Batcher
 from ..description import ModelDescription
 from ..hardware.device import end_thread
 from .pooling import EmbeddingModel, EmbeddingResult
-from .checks import check_classify, check_embed, check_rerank
+from .checks import check_classify, check_embed, check_embed_sparse, check_rerank
 from .kinds import describe_model, load_embedder
+from .sparse import nonzero_weights
 from ..errors import (DuplicateRequestId, EngineDead, InvalidRequest, NotReady, QueueFull, RequestCancelled,
                       TenantLimit, Unsupported, echo)
 from ..liveness import Breaker, Heartbeat, Pending, fail, settle
 from ..caches.objects import ObjectCache
 from ..loading.tokenizer_files import folder_files
-from ..requests import (Classification, ClassifyRequest, EmbeddingRequest, LabelScore, RerankRequest,
-                        RerankScore)
+from ..requests import (Classification, ClassifyRequest, EmbeddingRequest, EmbedSparseRequest, LabelScore,
+                        RerankRequest, RerankScore, SparseEmbedding)
 from ..preparation import Preparation
 from ..tenancy import Tenant
 from ..validation import Limits
@@ -39,6 +40,13 @@ def _cache_key(request: EmbeddingRequest, item: str | tuple[int, ...]) -> str:
     under the tenant's cache namespace: a tenant never hits another's entry."""
     return json.dumps([request.tenant.namespace, request.instruction, request.normalize, request.dimensions,
                        request.truncate, item])
+
+
+def _calls(model: EmbeddingModel) -> str:
+    """The calls ``model`` answers, for an error that names the right one."""
+    if model.sparse:
+        return "EmbedSparse"
+    return "Rerank or Classify" if model.reranks else "Classify" if model.classifies else "Embed"
 
 
 class EmbeddingEngine:
@@ -74,7 +82,7 @@ class EmbeddingEngine:
     @property
     def embeds(self) -> bool:
         """The model pools embeddings (Embed); False while loading."""
-        return self._model is not None and not self._model.classifies
+        return self._model is not None and not self._model.classifies and not self._model.sparse
 
     @property
     def reranks(self) -> bool:
@@ -85,6 +93,11 @@ class EmbeddingEngine:
     def classifies(self) -> bool:
         """The model is a sequence classifier, a reranker included (Classify); False while loading."""
         return self._model is not None and self._model.classifies
+
+    @property
+    def embeds_sparse(self) -> bool:
+        """The model is a SPLADE sparse encoder (EmbedSparse); False while loading."""
+        return self._model is not None and self._model.sparse
 
     @property
     def model(self) -> EmbeddingModel:
@@ -130,9 +143,8 @@ class EmbeddingEngine:
     async def embed(self, request: EmbeddingRequest) -> AsyncIterator[tuple[int, EmbeddingResult]]:
         """Yields (input index, result) as batches complete."""
         model = self.model
-        if model.classifies:
-            raise Unsupported(f"model {self.name!r} is a " + ("reranker; call Rerank or Classify"
-                              if model.reranks else "sequence classifier; call Classify"))
+        if model.classifies or model.sparse:
+            raise Unsupported(f"model {self.name!r} does not pool embeddings; call {_calls(model)}")
         check_embed(self.limits, request, model)
         async with self._admitted(request.request_id, request.tenant, request.priority):
             keys = [_cache_key(request, item) for item in request.token_ids or request.inputs]
@@ -156,9 +168,8 @@ class EmbeddingEngine:
         """Every document's score (or the ``top_n`` highest), most relevant first."""
         model = self.model
         if not model.reranks:
-            call = "Classify" if model.classifies else "Embed"
             raise Unsupported(f"model {self.name!r} is not a reranker (a cross-encoder or a yes/no decoder); "
-                              f"call {call}")
+                              f"call {_calls(model)}")
         check_rerank(self.limits, request, model)
         async with self._admitted(request.request_id, request.tenant, request.priority):
             ids, cut = await self.preparation.run(request.tenant, model.encode_pairs, request.query,
@@ -175,13 +186,10 @@ class EmbeddingEngine:
         """Every input's label scores (or the ``top_k`` highest, highest first), in input order."""
         model = self.model
         if not model.classifies:
-            raise Unsupported(f"model {self.name!r} is an embedding model, not a classifier; call Embed")
+            raise Unsupported(f"model {self.name!r} is not a classifier; call {_calls(model)}")
         check_classify(self.limits, request, model)
         async with self._admitted(request.request_id, request.tenant, request.priority):
-            ids, cut = await self.preparation.run(request.tenant, model.encode, request.inputs)
-            if cut and not request.truncate:
-                raise InvalidRequest(f"inputs[{cut[0]}]", f"is longer than the model's input limit of "
-                                                          f"{model.max_length} tokens (truncate is off)")
+            ids = await self._texts(model, request.tenant, request.inputs, request.truncate)
             out: list[Classification | None] = [None] * len(ids)
             async for index, result in self._batcher.embed(model, ids, normalize=False, dimensions=None):
                 scores = model.scores(result.vector)
@@ -189,6 +197,29 @@ class EmbeddingEngine:
                 out[index] = Classification(index, tuple(LabelScore(model.labels[i], float(scores[i]))
                                                          for i in order), result.tokens)
         return out  # type: ignore[return-value]
+
+    async def embed_sparse(self, request: EmbedSparseRequest) -> list[SparseEmbedding]:
+        """Every input's nonzero SPLADE weights (or the ``top_k`` heaviest), ids ascending, in input order."""
+        model = self.model
+        if not model.sparse:
+            raise Unsupported(f"model {self.name!r} is not a sparse (SPLADE) model; call {_calls(model)}")
+        check_embed_sparse(self.limits, request, model)
+        async with self._admitted(request.request_id, request.tenant, request.priority):
+            ids = await self._texts(model, request.tenant, request.inputs, request.truncate)
+            out: list[SparseEmbedding | None] = [None] * len(ids)
+            async for index, result in self._batcher.embed(model, ids, normalize=False, dimensions=None):
+                out[index] = SparseEmbedding(index, *nonzero_weights(result.vector, request.top_k), result.tokens)
+        return out  # type: ignore[return-value]
+
+    async def _texts(self, model: EmbeddingModel, tenant: Tenant, texts: tuple[str, ...],
+                     truncate: bool) -> list[list[int]]:
+        """Token ids per text (tokenized off the engine thread); one over the input limit refused
+        unless ``truncate``."""
+        ids, cut = await self.preparation.run(tenant, model.encode, texts)
+        if cut and not truncate:
+            raise InvalidRequest(f"inputs[{cut[0]}]", f"is longer than the model's input limit of "
+                                                      f"{model.max_length} tokens (truncate is off)")
+        return ids
 
     @contextlib.asynccontextmanager
     async def _admitted(self, request_id: str, tenant: Tenant, priority: int):

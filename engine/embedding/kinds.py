@@ -1,10 +1,11 @@
 """The pooled model a directory holds (an embedding encoder or decoder, a sequence classifier,
-a one-label cross-encoder, a decoder classifier or yes/no reranker) and how each kind
-describes itself.
+a one-label cross-encoder, a decoder classifier or yes/no reranker, a SPLADE sparse encoder)
+and how each kind describes itself.
 
 Invariant: a ``*ForSequenceClassification`` BERT with one label is a reranker (Rerank and
 Classify), with more labels a classifier (Classify only); a decoder classifier likewise,
-and a decoder with ``classifier_from_token`` is a reranker; every other model embeds.
+and a decoder with ``classifier_from_token`` is a reranker; a ``*ForMaskedLM`` BERT is a
+SPLADE model (EmbedSparse only); every other model embeds.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .cross_encoder import CrossEncoderModel
 from .decoder import DecoderEmbeddingModel
 from .decoder_classifier import DecoderClassifier, is_decoder_classifier
 from .pooling import EmbeddingModel
+from .sparse import SparseEncoder, is_masked_lm
 from .precision import Precision, choose
 
 log = logging.getLogger("engine.embedding")
@@ -35,6 +37,8 @@ def load_embedder(model_dir: Path, precision: str = "f32", force_precision: bool
         kind = EmbeddingModel
         if is_sequence_classifier(config):
             kind = CrossEncoderModel if len(label_names(config)) == 1 else SequenceClassifier
+        elif is_masked_lm(config):
+            kind = SparseEncoder
         model = kind.load(model_dir)
         packed = bool(kernels.apply_to_encoder(model.encoder, model.name))
         if packed:
@@ -73,19 +77,19 @@ def _announced(name: str, chosen: Precision) -> Precision:
 
 
 def describe_model(m: EmbeddingModel, name: str, source: str) -> ModelDescription:
-    reranker, classifier = m.reranks, m.classifies
+    reranker, classifier, sparse = m.reranks, m.classifies, m.sparse
     if isinstance(m, DecoderEmbeddingModel):
         head = "+yes-no-scoring" if reranker else "+sequence-classification" if classifier else "+last-token-pooling"
         graph_id, abi = f"mlx-lm/{m.model_type}{head}", "mlx-lm/forward-v1"
     else:
         graph_id = ("mlx-grpc/bert-cross-encoder" if reranker else "mlx-grpc/bert-classifier" if classifier
-                    else "mlx-grpc/bert-encoder")
+                    else "mlx-grpc/bert-splade" if sparse else "mlx-grpc/bert-encoder")
         abi = "encoder-forward-v1"
     return ModelDescription(
         name=name, kind=ModelKind.EMBEDDING,
         descriptor=GraphDescriptor(graph_id, backend_name(), abi, "stateless", source),
-        capabilities=Capabilities(embeddings=not classifier, generation=False, rerank=reranker,
-                                  classify=classifier),
+        capabilities=Capabilities(embeddings=not (classifier or sparse), generation=False, rerank=reranker,
+                                  classify=classifier, sparse_embeddings=sparse),
         context_length=m.max_length, vocab_size=m.vocab_size, eos_token_ids=(),
         has_chat_template=False, dtype=m.precision.dtype, blas=blas_name(),
-        embedding_dimensions=0 if classifier else m.hidden_size, source=source)
+        embedding_dimensions=0 if classifier or sparse else m.hidden_size, source=source)

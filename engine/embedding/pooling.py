@@ -52,6 +52,7 @@ def l2_normalize(v: np.ndarray, eps: float = 1e-12) -> np.ndarray:
 class EmbeddingModel:
     classifies = False  # its rows are label logits (Classify), not vectors
     reranks = False  # it scores (query, document) pairs (Rerank)
+    sparse = False  # its rows are SPLADE weights over the vocabulary (EmbedSparse), not vectors
     precision: Precision = F32  # what its products run in (load_embedder sets it)
 
     def __init__(
