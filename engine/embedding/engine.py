@@ -1,7 +1,8 @@
 """The embedding engine's asyncio facade.
 
-Invariants: all MLX work runs on one dedicated thread; request ids and cached results are
-scoped by tenant (results by its cache namespace); a stalled or dead job breaks the engine, failing waiters with ``EngineDead``.
+Invariants: all MLX work runs on one dedicated thread; request ids (``slots``) and cached
+results are scoped by tenant (results by its cache namespace); a stalled or dead job breaks the
+engine, failing waiters with ``EngineDead``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import sys
-import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import AsyncIterator
@@ -22,9 +22,9 @@ from ..hardware.device import end_thread
 from .pooling import EmbeddingModel, EmbeddingResult
 from .checks import check_classify, check_embed, check_embed_sparse, check_rerank
 from .kinds import describe_model, load_embedder
+from .slots import Slots
 from .sparse import nonzero_weights
-from ..errors import (DuplicateRequestId, EngineDead, InvalidRequest, NotReady, QueueFull, RequestCancelled,
-                      TenantLimit, Unsupported, echo)
+from ..errors import EngineDead, InvalidRequest, NotReady, QueueFull, Unsupported
 from ..liveness import Breaker, Heartbeat, Pending, fail, settle
 from ..caches.objects import ObjectCache
 from ..loading.tokenizer_files import folder_files
@@ -60,9 +60,8 @@ class EmbeddingEngine:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"engine-embed-{self.name}")
         self._pool = AdmissionPool(max_active, max_queued, aging_s=priority_aging_s)
         self._model: EmbeddingModel | None = None
-        self._running: dict[tuple[str, str], asyncio.Task] = {}  # by (tenant name, request id)
-        self._cancelled: set[tuple[str, str]] = set()  # of _running: cancelled by a Cancel call
-        self._per_tenant: dict[str, int] = {}  # requests open per tenant name
+        self._slots = Slots(self.name)  # request ids for Cancel, tenants' requests in flight
+        self._running = self._slots.running
         self.preparation = Preparation.of(limits)  # a ModelSet shares one among its engines
         self._heartbeat, self._pending, self._died = Heartbeat(), Pending(), ""
         self._batcher = Batcher(self._on_thread, batch_wait_s)  # requests in the pool share forwards
@@ -131,14 +130,7 @@ class EmbeddingEngine:
         return self._results.size
 
     def cancel(self, request_id: str, tenant: str = "") -> bool:
-        slot = (tenant, request_id)
-        task = self._running.get(slot)
-        if task is None:
-            return False
-        if slot not in self._cancelled:
-            self._cancelled.add(slot)
-            task.cancel()
-        return True
+        return self._slots.cancel(request_id, tenant)
 
     async def embed(self, request: EmbeddingRequest) -> AsyncIterator[tuple[int, EmbeddingResult]]:
         """Yields (input index, result) as batches complete."""
@@ -225,18 +217,7 @@ class EmbeddingEngine:
     async def _admitted(self, request_id: str, tenant: Tenant, priority: int):
         """Holds an admission lease for a request, its id registered for Cancel: a Cancel call
         ends it with RequestCancelled (the caller's own cancellation stays a CancelledError)."""
-        slot = (tenant.name, request_id or uuid.uuid4().hex)
-        if slot in self._running:
-            raise DuplicateRequestId(f"request id {slot[1]!r} is already running")
-        held = self._per_tenant.get(tenant.name, 0)
-        if tenant.max_in_flight and held >= tenant.max_in_flight:
-            who = repr(tenant.name) if tenant.name else "anonymous"
-            raise TenantLimit(f"tenant {who} has {held} requests in flight on model {self.name!r}; its "
-                              f"max_in_flight is {tenant.max_in_flight}; retry later", tenant=tenant.name,
-                              limit="max_in_flight", value=tenant.max_in_flight)
-        self._running[slot] = asyncio.current_task()  # type: ignore[assignment]
-        self._per_tenant[tenant.name] = held + 1
-        try:
+        async with self._slots.held(request_id, tenant):
             try:
                 lease = await self._pool.acquire(priority, tenant.name)
             except AdmissionRejected:
@@ -245,18 +226,6 @@ class EmbeddingEngine:
                 raise NotReady("the server is shutting down") from None
             with lease:
                 yield
-        except asyncio.CancelledError:
-            if slot not in self._cancelled:
-                raise  # the caller went away
-            if (uncancel := getattr(asyncio.current_task(), "uncancel", None)) is not None:
-                uncancel()
-            raise RequestCancelled(f"request {echo(slot[1])} was cancelled by a Cancel call") from None
-        finally:
-            self._cancelled.discard(slot)
-            self._running.pop(slot, None)
-            self._per_tenant[tenant.name] -= 1
-            if not self._per_tenant[tenant.name]:
-                del self._per_tenant[tenant.name]
 
     @staticmethod
     async def _token_ids(model: EmbeddingModel, request: EmbeddingRequest, indices: list[int],
@@ -314,19 +283,8 @@ class EmbeddingEngine:
         return await self._prepared(tenant, self.detokenize, ids, skip_special_tokens)
 
     async def _prepared(self, tenant: Tenant, fn, *args):
-        held = self._per_tenant.get(tenant.name, 0)
-        if tenant.max_in_flight and held >= tenant.max_in_flight:
-            who = repr(tenant.name) if tenant.name else "anonymous"
-            raise TenantLimit(f"tenant {who} has {held} requests in flight on model {self.name!r}; its "
-                              f"max_in_flight is {tenant.max_in_flight}; retry later", tenant=tenant.name,
-                              limit="max_in_flight", value=tenant.max_in_flight)
-        self._per_tenant[tenant.name] = held + 1
-        try:
+        with self._slots.counted(tenant):
             return await self.preparation.run(tenant, fn, *args)
-        finally:
-            self._per_tenant[tenant.name] -= 1
-            if not self._per_tenant[tenant.name]:
-                del self._per_tenant[tenant.name]
 
     def tokenizer_files(self) -> dict[str, bytes]:
         """What a router needs to tokenize as this model does, by file name; blocking."""
