@@ -1,5 +1,6 @@
 """The anchors' side of ``python -m bench.embeddings``: sentence-transformers on torch and on
-ONNX Runtime, run by the anchors' own Python (never this project's environment).
+ONNX Runtime (float32, and the same model quantized to int8 by ONNX Runtime's dynamic quantizer
+for this CPU's instructions), run by the anchors' own Python (never this project's environment).
 
     python -m bench.embeddings --setup-anchors DIR    # a venv with torch, sentence-transformers[onnx]
 
@@ -21,7 +22,8 @@ import time
 from pathlib import Path
 
 PACKAGES = ["torch", "sentence-transformers[onnx]>=5,<6"]
-BACKENDS = ("torch", "onnx")
+BACKENDS = ("torch", "onnx", "onnx-int8")
+QUANTIZED: dict[str, str] = {}  # the int8 model's quantization config, for the report
 
 
 def _models(model_dir: Path, threads: int) -> dict:
@@ -36,9 +38,25 @@ def _models(model_dir: Path, threads: int) -> dict:
     models = {"torch": SentenceTransformer(str(model_dir), device="cpu", backend="torch"),
               "onnx": SentenceTransformer(str(work / "model"), device="cpu", backend="onnx",
                                           model_kwargs={"provider": "CPUExecutionProvider"})}
+    models["onnx-int8"] = _quantized(models["onnx"], work / "model")
     for model in models.values():
         model.encode(["warm-up"] * 32, batch_size=32)
     return models
+
+
+def _quantized(onnx_model, folder: Path):
+    """The ONNX model quantized to int8 by ONNX Runtime's dynamic quantizer (through
+    sentence-transformers), configured for AVX-512 VNNI where the CPU has it, else AVX2."""
+    from sentence_transformers import SentenceTransformer, export_dynamic_quantized_onnx_model
+
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    config = "avx512_vnni" if " avx512_vnni" in flags else "avx2"
+    export_dynamic_quantized_onnx_model(onnx_model, config, str(folder))
+    written = next((folder / "onnx").glob(f"model_*int8_{config}.onnx"))  # qint8 or quint8, as the config says
+    QUANTIZED["onnx_int8"] = written.stem.removeprefix("model_")
+    return SentenceTransformer(str(folder), device="cpu", backend="onnx",
+                               model_kwargs={"provider": "CPUExecutionProvider",
+                                             "file_name": f"onnx/{written.name}"})
 
 
 # -- the bench's end (this project's Python) ----------------------------------------------
@@ -96,7 +114,7 @@ def main() -> None:
 
     setup = json.loads(sys.stdin.readline())
     models = _models(Path(setup["model"]), int(setup.get("threads", 2)))
-    facts = {"torch": torch.__version__, "threads": torch.get_num_threads()}
+    facts = {"torch": torch.__version__, "threads": torch.get_num_threads(), **QUANTIZED}
     try:
         import onnxruntime
         import sentence_transformers

@@ -8,13 +8,16 @@ batch per call against many small concurrent calls.
 Starts ``mlx-grpc serve`` with the embedding model (default: the embedded all-MiniLM-L6-v2) and,
 each repetition, embeds the same number of distinct short sentences and ~240-token passages
 on every side, sides rotating: ours as one Embed call of 64 inputs at a time (a message per
-vector, and packed: float32 vectors by the message), ours as
+vector, and packed: float32 vectors by the message; and packed again from the same model served
+with ``--embed-precision bf16`` and ``int8``, which run float32 on a CPU without AVX-512 BF16 or
+VNNI unless ``--force-precision``; GetModelInfo's dtype labels what ran), ours as
 ``--clients`` concurrent clients each sending calls of 1 to 4 inputs (concurrent calls share
 forwards, so their aggregate should come near the big batch's), and, given ``--anchors``,
-sentence-transformers on torch and on ONNX Runtime in batches of 32, in their own process,
-on the same model files. Inputs are distinct per repetition and side: the server's object
-cache never answers. Every input ours embedded in one call is embedded by the anchors too,
-untimed, and the lowest cosine is printed.
+sentence-transformers on torch, on ONNX Runtime and on ONNX Runtime int8 (its dynamic
+quantizer) in batches of 32, in their own process, on the same model files. Inputs are
+distinct per repetition and side: the server's object cache never answers. Every input ours
+embedded in one call is embedded by the anchors and by our other precisions too, untimed, and
+the lowest cosines are printed.
 """
 
 from __future__ import annotations
@@ -37,7 +40,10 @@ PACKED = "ours, one packed call of 64"
 # Between sides: the side before may leave threads spinning (OpenMP, ONNX Runtime, MKL) that
 # would take cores from the next one.
 SETTLE_S = 0.5
-ANCHORS = {"sentence-transformers torch": "torch", "sentence-transformers ONNX Runtime": "onnx"}
+ANCHORS = {"sentence-transformers torch": "torch", "sentence-transformers ONNX Runtime": "onnx",
+           "ONNX Runtime int8": "onnx-int8"}
+F32_ANCHORS = ("sentence-transformers torch", "sentence-transformers ONNX Runtime")
+PRECISIONS = {"bf16": "embed-bf16", "int8": "embed-int8"}  # --embed-precision: the served model's name
 
 PASSAGE_WORDS = 150  # ~240 tokens of MiniLM's vocabulary
 
@@ -48,14 +54,14 @@ def passages(n: int, salt: str) -> list[str]:
 
 
 async def big_batches(server: OurServer, texts: list[str], per_call: int = 64,
-                      packed: bool = False) -> tuple[float, np.ndarray]:
+                      packed: bool = False, model: str = "embed") -> tuple[float, np.ndarray]:
     """(inputs per second, the vectors in input order); ``packed``: float32 vectors by the message."""
     from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 
     vectors: list = [None] * len(texts)
     start = time.perf_counter()
     for i in range(0, len(texts), per_call):
-        async for r in server.stub.Embed(pb.EmbedRequest(model="embed", inputs=texts[i:i + per_call], packed=packed)):
+        async for r in server.stub.Embed(pb.EmbedRequest(model=model, inputs=texts[i:i + per_call], packed=packed)):
             if packed:
                 block = np.frombuffer(r.packed.data, "<f4").reshape(len(r.packed.indices), r.packed.dimensions)
                 for index, row in zip(r.packed.indices, block):
@@ -120,7 +126,8 @@ async def run(args) -> None:
     embedding = Path(args.embedding_model) if args.embedding_model else default_embedding_model()
     log_dir = Path(tempfile.mkdtemp(prefix="bench-embeddings-"))
     anchor = AnchorProcess(Path(args.anchors), embedding) if args.anchors else None
-    server = OurServer(default_generation_model(), embedding, log_dir)
+    extra = [] if args.soak else precision_flags(embedding, args.force_precision)
+    server = OurServer(default_generation_model(), embedding, log_dir, extra=extra)
     await server.start()
     try:
         await server.embed(embedding_texts(64, "warm-up"))
@@ -128,7 +135,10 @@ async def run(args) -> None:
         if args.soak:
             return report_soak(await soak(server, args.soak, args.clients))
         small = f"ours, {args.clients} clients x 1-4"
-        sides = [BIG, PACKED, small] + (list(ANCHORS) if anchor else [])
+        precision_sides = {f"ours packed, {p} ({await dtype(server, m)})": m for p, m in PRECISIONS.items()}
+        for model in precision_sides.values():
+            await big_batches(server, embedding_texts(64, "warm-up") + passages(16, "warm-up"), model=model)
+        sides = [BIG, PACKED, small, *precision_sides] + (list(ANCHORS) if anchor else [])
         results: dict[tuple[str, str], Sample] = {}
         ours: dict[str, np.ndarray] = {}  # text -> our vector, for the cosine pass
         workloads = {"short sentences": lambda salt: embedding_texts(args.inputs, salt),
@@ -143,16 +153,42 @@ async def run(args) -> None:
                         ours.update(zip(texts, vectors))
                     elif side == small:
                         rate = await small_clients(server, texts, args.clients)
+                    elif side in precision_sides:
+                        rate, _ = await big_batches(server, texts, packed=True, model=precision_sides[side])
                     else:
                         rate, _ = anchor.encode(ANCHORS[side], texts)
                     results.setdefault((workload, side), Sample()).add(rate)
                     print(f"[embeddings] rep {rep} {workload}, {side}: {rate:.1f} inputs/s", flush=True)
         cosines = {side: min_cosine(anchor, backend, ours) for side, backend in ANCHORS.items()} if anchor else {}
+        for side, model in precision_sides.items():
+            cosines[side] = await precision_cosine(server, model, ours)
     finally:
         await server.close()
         if anchor:
             anchor.close()
     report(args, embedding, workloads, sides, results, cosines, anchor.facts if anchor else None)
+
+
+def precision_flags(embedding: Path, force: bool) -> list[str]:
+    """The same model served again under each precision's name."""
+    flags = []
+    for precision, model in PRECISIONS.items():
+        flags += ["--embedding-model", f"{model}={embedding}", "--embed-precision", f"{model}={precision}"]
+    return flags + (["--embed-precision-force"] if force else [])
+
+
+async def dtype(server: OurServer, model: str) -> str:
+    """What the served model's products run in (GetModelInfo's dtype)."""
+    from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
+
+    return (await server.stub.GetModelInfo(pb.GetModelInfoRequest(model=model))).info.dtype
+
+
+async def precision_cosine(server: OurServer, model: str, ours: dict[str, np.ndarray]) -> tuple[float, int]:
+    """The lowest cosine between ``model``'s vector and our float32 one over every text ours embedded."""
+    texts = list(ours)
+    _, theirs = await big_batches(server, texts, packed=True, model=model)
+    return float((np.stack([ours[t] for t in texts]) * theirs).sum(axis=1).min()), len(texts)
 
 
 def min_cosine(anchor: AnchorProcess, backend: str, ours: dict[str, np.ndarray]) -> tuple[float, int]:
@@ -170,20 +206,24 @@ def report(args, embedding: Path, workloads, sides, results, cosines, anchor_fac
     if anchor_facts:
         print("anchors: " + ", ".join(f"{k} {v}" for k, v in anchor_facts.items()) + "; batch 32, in-process")
     print()
-    extra = ["ours / best anchor", "packed / best anchor"] if anchor_facts else []
+    bf16, int8 = sides[3:5]
+    extra = (["ours / best f32 anchor", "packed / best f32 anchor", "bf16 / best f32 anchor",
+              "int8 / best f32 anchor", "int8 / ONNX Runtime int8"] if anchor_facts else [])
     print("| workload | " + " | ".join(sides) + " | " + " | ".join(["packed / one call", "clients / one call", *extra])
           + " |")
     print("|---" * (len(sides) + 3 + len(extra)) + "|")
     for workload in workloads:
         cells = [results[(workload, side)].fmt() for side in sides]
-        big, packed, small = (results[(workload, side)].median for side in sides[:3])
+        big, packed, small, b16, i8 = (results[(workload, side)].median for side in sides[:5])
         cells += [ratio(packed, big), ratio(small, big)]
         if anchor_facts:
-            best = max(results[(workload, side)].median for side in ANCHORS)
-            cells += [ratio(big, best), ratio(packed, best)]
+            best = max(results[(workload, side)].median for side in F32_ANCHORS)
+            cells += [ratio(big, best), ratio(packed, best), ratio(b16, best), ratio(i8, best),
+                      ratio(i8, results[(workload, "ONNX Runtime int8")].median)]
         print(f"| {workload} | " + " | ".join(cells) + " |")
     for side, (low, n) in cosines.items():
-        print(f"\nlowest cosine, ours against {side}, over {n} inputs: {low:.7f}")
+        against = f"{side} against ours (float32)" if side in (bf16, int8) else f"ours against {side}"
+        print(f"\nlowest cosine, {against}, over {n} inputs: {low:.7f}")
     if not anchor_facts:
         print("\n(no anchors: --setup-anchors DIR once, then --anchors DIR/bin/python)")
 
@@ -205,6 +245,9 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3, help="repetitions (each runs every side once)")
     p.add_argument("--soak", type=int, default=0, metavar="CALLS",
                    help="instead: this many calls of mixed lengths, the server's RSS every tenth of them")
+    p.add_argument("--force-precision", action="store_true",
+                   help="run the bf16 and int8 sides' products even where the CPU lacks their instructions "
+                        "(--embed-precision-force: slower than float32 there)")
     p.add_argument("--anchors", metavar="PYTHON",
                    help="the Python of a venv holding sentence-transformers[onnx] and torch (see --setup-anchors)")
     p.add_argument("--setup-anchors", metavar="DIR",
