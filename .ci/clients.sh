@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Starts two live servers the way a user would: the default one (bash scripts/serve.sh: the
 # embedded SmolLM2 + MiniLM) and the test fixture ("llama", the tool-capable "tools", the
-# image-taking "vision", MiniLM, the cross-encoder "reranker" and the sequence classifiers
-# "classifier" and "classifier-multi"), each with an adapter. Every client's agent example
+# image-taking "vision", MiniLM, the cross-encoder "reranker", the sequence classifiers
+# "classifier" and "classifier-multi" and the SPLADE model "splade"), each with an adapter. Every client's agent example
 # runs against the "tools" model.
 # Then the grpcurl checks (reflection only, no proto files) against both, every client's
 # ci.sh (example against the default server, tests against both), and every README's
@@ -44,6 +44,7 @@ DEFAULT_PID=$!
   --embedding-model "all-minilm-l6-v2=$MINILM" --embedding-model "reranker=$WORK/models/reranker" \
   --embedding-model "classifier=$WORK/models/classifier" \
   --embedding-model "classifier-multi=$WORK/models/classifier-multi" \
+  --embedding-model "splade=$WORK/models/splade" \
   --adapter-root "$WORK" --adapter "tone=$WORK/models/adapters/tone" \
   --max-active 4 --max-queued 16 --grace 5 --auth-token-file "$WORK/client-tokens" >"$WORK/fixture.log" 2>&1 &
 FIXTURE_PID=$!

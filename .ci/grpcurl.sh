@@ -196,5 +196,16 @@ if G -d '{}' "$ADDR" $S/ListModels | has '"name": "classifier"'; then
   fi
   has InvalidArgument <"$OUT/classify.txt"
 fi
+# EmbedSparse (the README's example), on a server with a model named "splade": two inputs, top_k 16
+if G -d '{}' "$ADDR" $S/ListModels | has '"name": "splade"'; then
+  G -d '{"model": "splade"}' "$ADDR" $S/GetModelInfo | has '"sparse_embeddings": true'
+  G -d '{"model": "splade", "top_k": 16,
+    "inputs": ["Where do rivers flow?", "Rivers flow into lakes and oceans."]}' "$ADDR" $S/EmbedSparse \
+    | grep -c '"token_ids"' | has -x 2
+  if G -d '{"model": "splade", "inputs": ["x"], "top_k": -1}' "$ADDR" $S/EmbedSparse 2>"$OUT/sparse.txt"; then
+    echo "a negative top_k was accepted"; exit 1
+  fi
+  has InvalidArgument <"$OUT/sparse.txt"
+fi
 set +x
 echo "grpcurl checks passed against $ADDR"
