@@ -20,6 +20,7 @@ from ._common import (Choice, ErrorDetails, GenerationResult, classify_request, 
                       generate_request, prefetch_request, rerank_request)
 from ._embeddings import Embeddings, decode_packed, dequantize, hamming, unpack_bits
 from ._images import image_part, sniff_media_type
+from ._sparse import SparseEmbeddings, SparseVector, embed_sparse_request
 from ._sync import Client, GenerateStream, connect
 
 __all__ = [
@@ -29,12 +30,15 @@ __all__ = [
     "ErrorDetails",
     "GenerateStream",
     "GenerationResult",
+    "SparseEmbeddings",
+    "SparseVector",
     "aio",
     "classify_request",
     "connect",
     "decode_packed",
     "dequantize",
     "embed_request",
+    "embed_sparse_request",
     "error_details",
     "generate_request",
     "hamming",

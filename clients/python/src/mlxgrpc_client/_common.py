@@ -43,8 +43,8 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
-#: The range of GenerateRequest.priority, EmbedRequest.priority, RerankRequest.priority and
-#: ClassifyRequest.priority.
+#: The range of GenerateRequest.priority, EmbedRequest.priority, RerankRequest.priority,
+#: ClassifyRequest.priority and EmbedSparseRequest.priority.
 MAX_PRIORITY = 100
 
 

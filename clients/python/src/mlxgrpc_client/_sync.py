@@ -14,6 +14,7 @@ from ._common import (DEFAULT, GenerationResult, PrefetchPrompt, Prompt, auth_me
                       classify_request, default_priority, embed_request, generate_request, prefetch_request,
                       rerank_request)
 from ._embeddings import Embeddings
+from ._sparse import SparseEmbeddings, embed_sparse_request
 from ._embeddings import gather as gather_embeddings
 from ._retry import Attempts, OnRetry
 
@@ -110,7 +111,7 @@ class Client:
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.on_retry = on_retry
-        #: The priority of Generate, Embed, Rerank and Classify requests that leave theirs at 0.
+        #: The priority of Generate, Embed, Rerank, Classify and EmbedSparse requests that leave theirs at 0.
         self.priority = default_priority(priority)
 
     def _attempts(self, timeout: Any) -> Attempts:
@@ -130,8 +131,8 @@ class Client:
         return GenerateStream(start, attempts, req.request_id)
 
     def cancel(self, request_id: str, *, timeout: Any = DEFAULT) -> bool:
-        """Cancels a running Generate, Embed, Rerank or Classify by id (the Cancel RPC). True if one
-        was found (a cancelled Rerank or Classify then raises CANCELLED)."""
+        """Cancels a running Generate, Embed, Rerank, Classify or EmbedSparse by id (the Cancel RPC).
+        True if one was found (a cancelled Rerank, Classify or EmbedSparse then raises CANCELLED)."""
         return self._unary(self.stub.Cancel, pb.CancelRequest(request_id=request_id), timeout).cancelled
 
     @overload
@@ -181,6 +182,17 @@ class Client:
         req = classify_request(inputs, **kwargs)
         req.priority = req.priority or self.priority
         return self._unary(self.stub.Classify, req, timeout)
+
+    def embed_sparse(self, inputs: str | Sequence[str], *, timeout: Any = DEFAULT, **kwargs: Any) -> SparseEmbeddings:
+        """Embeds each of ``inputs`` as a sparse vector with a SPLADE model
+        (``capabilities.sparse_embeddings``). Returns the ``model`` and a ``SparseVector`` per
+        input, in input order: its ``index``, ``tokens``, ``token_ids`` (vocabulary ids,
+        ascending) and their ``weights``. Keywords: ``model``, ``top_k`` (0: every nonzero
+        weight), ``truncate`` (``"end"`` or ``"none"``), ``request_id``, ``priority``; see
+        :func:`mlxgrpc_client.embed_sparse_request`."""
+        req = embed_sparse_request(inputs, **kwargs)
+        req.priority = req.priority or self.priority
+        return SparseEmbeddings.of(self._unary(self.stub.EmbedSparse, req, timeout))
 
     def model_info(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ModelInfo:
         """Describes ``model`` (empty: the default generation model)."""
@@ -279,7 +291,7 @@ def connect(
     call (``None``: none). A call refused with RESOURCE_EXHAUSTED or UNAVAILABLE and a
     RetryInfo is tried again after the server's delay, ``max_attempts`` times in all
     (1: never), within its deadline; ``on_retry(details, delay)`` hears of each retry.
-    ``priority`` (-100 to 100) is that of every Generate, Embed, Rerank and Classify request that leaves
+    ``priority`` (-100 to 100) is that of every Generate, Embed, Rerank, Classify and EmbedSparse request that leaves
     its own at 0 (e.g. a batch job's low priority).
     ``options`` are grpc channel options.
     """

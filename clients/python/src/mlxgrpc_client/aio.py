@@ -15,6 +15,7 @@ from ._common import (DEFAULT, GenerationResult, PrefetchPrompt, Prompt, auth_me
                       classify_request, default_priority, embed_request, generate_request, prefetch_request,
                       rerank_request)
 from ._embeddings import Embeddings
+from ._sparse import SparseEmbeddings, embed_sparse_request
 from ._embeddings import gather as gather_embeddings
 from ._retry import Attempts, OnRetry
 
@@ -119,7 +120,7 @@ class AsyncClient:
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.on_retry = on_retry
-        #: The priority of Generate, Embed, Rerank and Classify requests that leave theirs at 0.
+        #: The priority of Generate, Embed, Rerank, Classify and EmbedSparse requests that leave theirs at 0.
         self.priority = default_priority(priority)
 
     def _attempts(self, timeout: Any) -> Attempts:
@@ -139,8 +140,8 @@ class AsyncClient:
         return GenerateStream(start, attempts, req.request_id)
 
     async def cancel(self, request_id: str, *, timeout: Any = DEFAULT) -> bool:
-        """Cancels a running Generate, Embed, Rerank or Classify by id (the Cancel RPC). True if one
-        was found."""
+        """Cancels a running Generate, Embed, Rerank, Classify or EmbedSparse by id (the Cancel RPC).
+        True if one was found."""
         return (await self._unary(self.stub.Cancel, pb.CancelRequest(request_id=request_id), timeout)).cancelled
 
     @overload
@@ -179,6 +180,14 @@ class AsyncClient:
         req = classify_request(inputs, **kwargs)
         req.priority = req.priority or self.priority
         return await self._unary(self.stub.Classify, req, timeout)
+
+    async def embed_sparse(self, inputs: str | Sequence[str], *, timeout: Any = DEFAULT,
+                           **kwargs: Any) -> SparseEmbeddings:
+        """Embeds each of ``inputs`` as a sparse vector; one ``SparseVector`` per input, in input
+        order (see :meth:`mlxgrpc_client.Client.embed_sparse` for the keywords)."""
+        req = embed_sparse_request(inputs, **kwargs)
+        req.priority = req.priority or self.priority
+        return SparseEmbeddings.of(await self._unary(self.stub.EmbedSparse, req, timeout))
 
     async def model_info(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ModelInfo:
         return (await self._unary(self.stub.GetModelInfo, pb.GetModelInfoRequest(model=model), timeout)).info
