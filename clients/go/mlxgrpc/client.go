@@ -7,7 +7,8 @@
 // for now with RetryInfo, Generate with a client-side request id as a
 // range-over-func iterator or collected at once, Embed collected in input
 // order, packed Embed decoded into slices (EmbedPacked, DecodeEmbeddings), Rerank and
-// Classify with the client's default priority, truncation constants
+// Classify with the client's default priority, EmbedSparse as SparseVectors in input
+// order, truncation constants
 // (TruncationEnd, TruncationNone), adapter helpers (Adapters, LoadAdapterDir,
 // UnloadAdapterByName), prefix-cache helpers (PrefetchFor, CloseSessionByID) and
 // google.rpc error details.
@@ -101,7 +102,8 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // Client is a connection to an mlx-grpc server. The embedded generated client
 // gives direct access to every RPC (Cancel, Tokenize, ListModels, ...);
-// Generate, Embed, Rerank and Classify are overridden by the friendlier forms below.
+// Generate, Embed, Rerank, Classify and EmbedSparse are overridden by the friendlier
+// forms below.
 type Client struct {
 	pb.InferenceServiceClient
 	conn     *grpc.ClientConn
@@ -187,9 +189,10 @@ func (c *Client) callContext(ctx context.Context) (context.Context, context.Canc
 	return context.WithTimeout(ctx, c.timeout)
 }
 
-// CancelByID cancels a running or queued Generate, Embed, Rerank or Classify by its
-// request id (Generation.RequestID). It reports whether such a request was found (a
-// cancelled Embed, Rerank or Classify then ends with codes.Canceled).
+// CancelByID cancels a running or queued Generate, Embed, Rerank, Classify or
+// EmbedSparse by its request id (Generation.RequestID). It reports whether such a
+// request was found (a cancelled Embed, Rerank, Classify or EmbedSparse then ends
+// with codes.Canceled).
 func (c *Client) CancelByID(ctx context.Context, requestID string) (bool, error) {
 	r, err := c.InferenceServiceClient.Cancel(ctx, &pb.CancelRequest{RequestId: requestID})
 	return r.GetCancelled(), err

@@ -9,12 +9,13 @@ import (
 )
 
 // MaxPriority bounds GenerateRequest.Priority, EmbedRequest.Priority,
-// RerankRequest.Priority and ClassifyRequest.Priority (-MaxPriority to
-// MaxPriority; 0, the default, is the server's normal level).
+// RerankRequest.Priority, ClassifyRequest.Priority and EmbedSparseRequest.Priority
+// (-MaxPriority to MaxPriority; 0, the default, is the server's normal level).
 const MaxPriority = 100
 
-// WithPriority sets the priority of every Generate, Embed, Rerank and Classify request
-// of this client that leaves its own Priority at 0 (a batch job's low priority, say).
+// WithPriority sets the priority of every Generate, Embed, Rerank, Classify and
+// EmbedSparse request of this client that leaves its own Priority at 0 (a batch job's
+// low priority, say).
 // Higher starts first among waiting requests; waiting raises a request's
 // priority, so none starves; the output never changes. A request picks its own
 // with req.Priority.
@@ -56,4 +57,8 @@ func (c *Client) rerankRequest(req *pb.RerankRequest) *pb.RerankRequest {
 
 func (c *Client) classifyRequest(req *pb.ClassifyRequest) *pb.ClassifyRequest {
 	return withPriority(req, c.priority, func(r *pb.ClassifyRequest, p int32) { r.Priority = p })
+}
+
+func (c *Client) embedSparseRequest(req *pb.EmbedSparseRequest) *pb.EmbedSparseRequest {
+	return withPriority(req, c.priority, func(r *pb.EmbedSparseRequest, p int32) { r.Priority = p })
 }

@@ -8,9 +8,9 @@ import (
 	pb "mlxgrpc.dev/go/mlxgrpc/v1"
 )
 
-// What Embed, Rerank and Classify do with an input longer than the model's input limit
-// (GetModelInfo's ContextLength): EmbedRequest.Truncate, RerankRequest.Truncate and
-// ClassifyRequest.Truncate.
+// What Embed, Rerank, Classify and EmbedSparse do with an input longer than the
+// model's input limit (GetModelInfo's ContextLength): EmbedRequest.Truncate,
+// RerankRequest.Truncate, ClassifyRequest.Truncate and EmbedSparseRequest.Truncate.
 const (
 	TruncationDefault = pb.Truncation_TRUNCATION_UNSPECIFIED // the server's default: TruncationEnd
 	// TruncationEnd keeps the tokens that fit, from the start (a reranked pair cuts
