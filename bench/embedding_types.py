@@ -2,9 +2,11 @@
 project's own documentation sentences embedded once as float32 and as float16, int8 and
 ubinary (the same vectors converted by the server), then, for each query sentence, its
 10 nearest neighbours among the others by cosine (ubinary: Hamming distance) compared
-with float32's: the mean overlap, and the response bytes per vector.
+with float32's: the mean overlap, and the response bytes per vector. The same for the float32
+vectors of the model served with ``--embed-precision bf16`` and ``int8`` (its products in
+those precisions where the CPU runs them, or with ``--force-precision``).
 
-    python -m bench.embedding_types [--dimensions 0] [--queries 200]
+    python -m bench.embedding_types [--dimensions 0] [--queries 200] [--force-precision]
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .common import machine_facts
+from .embeddings import PRECISIONS, dtype, precision_flags
 from .servers import OurServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +48,8 @@ def corpus(limit: int) -> list[str]:
     return list(seen)[:limit]
 
 
-async def vectors(server: OurServer, texts: list[str], kind: str, dimensions: int) -> tuple[np.ndarray, int]:
+async def vectors(server: OurServer, texts: list[str], kind: str, dimensions: int,
+                  model: str = "embed") -> tuple[np.ndarray, int]:
     """[texts, dims] (ubinary: bytes) and the packed data's bytes."""
     from engine.embedding.packing import EmbeddingType, unpack
     from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
@@ -53,7 +57,7 @@ async def vectors(server: OurServer, texts: list[str], kind: str, dimensions: in
     out, size = [None] * len(texts), 0
     for start in range(0, len(texts), 64):
         async for r in server.stub.Embed(pb.EmbedRequest(
-                model="embed", inputs=texts[start:start + 64], packed=True, dimensions=dimensions,
+                model=model, inputs=texts[start:start + 64], packed=True, dimensions=dimensions,
                 embedding_type=pb.EmbeddingType.Value(f"EMBEDDING_TYPE_{kind}"))):
             p, size = r.packed, size + len(r.packed.data)
             if kind == "UBINARY":
@@ -80,10 +84,14 @@ async def run(args) -> None:
     from engine.loading.embedded import default_embedding_model, default_generation_model
 
     texts = corpus(args.corpus)
-    server = OurServer(default_generation_model(), default_embedding_model(), Path(tempfile.mkdtemp()))
+    server = OurServer(default_generation_model(), default_embedding_model(), Path(tempfile.mkdtemp()),
+                       extra=precision_flags(default_embedding_model(), args.force_precision))
     await server.start()
     try:
         blocks = {kind: await vectors(server, texts, kind, args.dimensions) for kind in TYPES}
+        for precision, model in PRECISIONS.items():
+            label = f"float32 vectors, {precision} products ({await dtype(server, model)})"
+            blocks[label] = await vectors(server, texts, "FLOAT32", args.dimensions, model)
     finally:
         await server.close()
     exact = neighbours(blocks["FLOAT32"][0], args.queries, 10, False)
@@ -92,11 +100,12 @@ async def run(args) -> None:
           f"{dims} dimensions\n")
     print("| type | bytes a vector | top-10 overlap with float32 (mean) | lowest |")
     print("|---|---|---|---|")
-    for kind in TYPES:
+    for kind in blocks:
         block, size = blocks[kind]
         found = neighbours(block, args.queries, 10, kind == "UBINARY")
         overlap = np.array([len(set(a) & set(b)) / 10 for a, b in zip(found, exact)])
-        print(f"| {kind.lower()} | {size / len(texts):.0f} | {overlap.mean():.3f} | {overlap.min():.1f} |")
+        name = kind.lower() if kind in TYPES else kind
+        print(f"| {name} | {size / len(texts):.0f} | {overlap.mean():.3f} | {overlap.min():.1f} |")
 
 
 def main() -> None:
@@ -105,6 +114,8 @@ def main() -> None:
     p.add_argument("--corpus", type=int, default=2000, help="documentation sentences embedded (at most)")
     p.add_argument("--queries", type=int, default=200, help="sentences whose neighbours are compared")
     p.add_argument("--dimensions", type=int, default=0, help="Matryoshka dimensions (0: whole vectors)")
+    p.add_argument("--force-precision", action="store_true",
+                   help="run the bf16 and int8 products even where the CPU lacks their instructions")
     asyncio.run(run(p.parse_args()))
 
 
