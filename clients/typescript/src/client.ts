@@ -31,6 +31,7 @@ import {
 import type { AdapterInfo, MemoryPlan, ModelInfo } from "./gen/mlxgrpc/v1/model_pb.js";
 import { decodeEmbeddings, embeddingType, type Embeddings, type EmbeddingTypeName } from "./embeddings.js";
 import { GenerateCall, type GenerateResult } from "./generate.js";
+import { sparseEmbeddings, type EmbedSparseRequestInit, type SparseEmbeddings } from "./sparse.js";
 import { Attempts, withRetry, type OnRetry } from "./retry.js";
 
 export type GenerateRequestInit = MessageInitShape<typeof GenerateRequestSchema>;
@@ -63,7 +64,7 @@ export interface ConnectOptions {
   /** Hears of each retry: the refusal's details and the delay. */
   onRetry?: OnRetry;
   /**
-   * The priority (-100 to 100) of every Generate, Embed, Rerank and Classify request that leaves its own
+   * The priority (-100 to 100) of every Generate, Embed, Rerank, Classify and EmbedSparse request that leaves its own
    * `priority` at 0, e.g. a batch job's low one. Higher starts first among waiting
    * requests; waiting raises a request's priority, so none starves.
    */
@@ -72,7 +73,7 @@ export interface ConnectOptions {
   interceptors?: Interceptor[];
 }
 
-/** The range of the priority of Generate, Embed, Rerank and Classify requests: -MAX_PRIORITY to MAX_PRIORITY. */
+/** The range of the priority of Generate, Embed, Rerank, Classify and EmbedSparse requests: -MAX_PRIORITY to MAX_PRIORITY. */
 export const MAX_PRIORITY = 100;
 
 /** Connects to an mlx-grpc server at "host:port" (or an http:// / https:// URL). */
@@ -127,7 +128,7 @@ export class MlxClient {
     readonly raw: Client<typeof InferenceService>,
     private readonly sessionManager?: Http2SessionManager,
     readonly retry: RetrySettings = { maxAttempts: 3 },
-    /** The priority of Generate, Embed, Rerank and Classify requests that leave theirs at 0 (ConnectOptions.priority). */
+    /** The priority of Generate, Embed, Rerank, Classify and EmbedSparse requests that leave theirs at 0 (ConnectOptions.priority). */
     readonly priority = 0,
   ) {}
 
@@ -160,7 +161,7 @@ export class MlxClient {
     return this.generate(request, options).collect();
   }
 
-  /** Cancels a queued or running Generate, Embed, Rerank or Classify by request id; false if none was running. */
+  /** Cancels a queued or running Generate, Embed, Rerank, Classify or EmbedSparse by request id; false if none was running. */
   async cancel(requestId: string, options?: CallOptions): Promise<boolean> {
     return (await this.unary((o) => this.raw.cancel({ requestId }, o), options)).cancelled;
   }
@@ -223,6 +224,18 @@ export class MlxClient {
     const given: ClassifyRequestInit = Array.isArray(request) ? { inputs: request } : request;
     const req = { ...given, priority: given.priority || this.priority };
     return this.unary((o) => this.raw.classify(req, o), options);
+  }
+
+  /**
+   * Embeds texts as sparse vectors with a SPLADE model (`capabilities.sparseEmbeddings`; empty
+   * `model`: the server's first): one SparseVector per input, in input order, each the input's
+   * `index`, its `tokens`, `tokenIds` (vocabulary ids, ascending) and their `weights`. `topK`
+   * keeps only each input's heaviest weights (0: every nonzero one); `truncate` as for embed.
+   */
+  async embedSparse(request: string[] | EmbedSparseRequestInit, options?: CallOptions): Promise<SparseEmbeddings> {
+    const given: EmbedSparseRequestInit = Array.isArray(request) ? { inputs: request } : request;
+    const req = { ...given, priority: given.priority || this.priority };
+    return sparseEmbeddings(await this.unary((o) => this.raw.embedSparse(req, o), options));
   }
 
   /** Describes a model (empty name: the default generation model). */

@@ -4,6 +4,7 @@ export * from "./errors.js";
 export * from "./formats.js";
 export * from "./generate.js";
 export * from "./images.js";
+export * from "./sparse.js";
 export * from "./speculation.js";
 export * from "./tools.js";
 export { Attempts, type OnRetry } from "./retry.js";

@@ -477,8 +477,8 @@ describe("live server", () => {
       const again = await client.getModelInfo(m.name);
       assert.equal(again.kind, m.kind);
       if (m.kind !== ModelKind.EMBEDDING) continue;
-      if (again.capabilities?.rerank || again.capabilities?.classify) {
-        assert.equal(again.capabilities.embeddings, false, `${m.name}: a reranker or classifier does not embed`);
+      if (again.capabilities?.rerank || again.capabilities?.classify || again.capabilities?.sparseEmbeddings) {
+        assert.equal(again.capabilities.embeddings, false, `${m.name}: a reranker, classifier or SPLADE model does not embed`);
       } else {
         assert.ok(again.embeddingDimensions > 0 && again.capabilities?.embeddings, m.name);
       }

@@ -35,13 +35,15 @@ export interface Served {
   reranker?: ModelInfo;
   /** The model named "classifier" when it classifies (the fixture server's three-label classifier). */
   classifier?: ModelInfo;
+  /** The model named "splade" when it gives sparse embeddings (the fixture server's SPLADE model). */
+  splade?: ModelInfo;
   all: ModelInfo[];
 }
 
 /**
  * The default generation model (listed first), the first embedding model that embeds (a
- * reranker or a classifier is an embedding-kind model that does not) and the models named
- * "reranker" and "classifier".
+ * reranker, a classifier or a SPLADE model is an embedding-kind model that does not) and the
+ * models named "reranker", "classifier" and "splade".
  */
 export async function discover(client: MlxClient): Promise<Served> {
   const all = await client.listModels();
@@ -51,6 +53,7 @@ export async function discover(client: MlxClient): Promise<Served> {
     embedder: all.find((m) => m.kind === ModelKind.EMBEDDING && m.capabilities?.embeddings),
     reranker: all.find((m) => m.name === "reranker" && m.capabilities?.rerank),
     classifier: all.find((m) => m.name === "classifier" && m.capabilities?.classify),
+    splade: all.find((m) => m.name === "splade" && m.capabilities?.sparseEmbeddings),
   };
 }
 
