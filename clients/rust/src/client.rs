@@ -16,7 +16,8 @@ pub struct Client {
     pub(crate) raw: RawClient,
     pub(crate) timeout: Option<Duration>,
     pub(crate) retry: RetryPolicy,
-    /// Of Generate, Embed, Rerank and Classify requests that set none ([`crate::ConnectOptions::with_priority`]).
+    /// Of Generate, Embed, Rerank, Classify and EmbedSparse requests that set none
+    /// ([`crate::ConnectOptions::with_priority`]).
     pub(crate) priority: i32,
 }
 
@@ -91,7 +92,7 @@ impl Client {
         self.generate(request).collect().await
     }
 
-    /// Cancels a running Generate, Embed, Rerank or Classify through the Cancel RPC. Returns
+    /// Cancels a running Generate, Embed, Rerank, Classify or EmbedSparse through the Cancel RPC. Returns
     /// whether the server found it; a Generate stream then ends with a
     /// `FINISH_REASON_CANCELLED` event, the others with `Code::Cancelled`.
     pub async fn cancel(&self, request_id: impl Into<String>) -> Result<bool, Status> {

@@ -9,6 +9,8 @@
 //! ([`Client::embed_packed`], [`pb::EmbedRequest::with_packed`], [`Embeddings`]), Rerank results most relevant first
 //! ([`Client::rerank`], [`pb::RerankRequest::new`], [`Truncation`]), each text's labels scored by a
 //! sequence classifier ([`Client::classify`], [`pb::ClassifyRequest::new`], [`Classifications`]),
+//! sparse vectors from a SPLADE model ([`Client::embed_sparse`], [`pb::EmbedSparseRequest::new`],
+//! [`SparseEmbeddings`]),
 //! adapter calls ([`Client::load_adapter`],
 //! [`Client::unload_adapter`], [`Client::list_adapters`]), the prefix cache
 //! ([`Client::prefetch`], [`pb::PrefetchRequest::text`], [`Client::close_session`]), predicted
@@ -59,6 +61,7 @@ mod prefix;
 mod priority;
 mod rerank;
 mod retry;
+mod sparse;
 
 pub use classify::{Classifications, ClassifiedText, ScoredLabel};
 pub use client::Client;
@@ -71,6 +74,7 @@ pub use images::{ImageError, media_type, media_type_of};
 pub use priority::MAX_PRIORITY;
 pub use rerank::{RankedDocument, Ranking, Truncation};
 pub use retry::RetryObserver;
+pub use sparse::{SparseEmbeddings, SparseVector};
 pub use tokio_stream::{Stream, StreamExt};
 pub use tonic::Code;
 
@@ -188,7 +192,8 @@ pub struct ConnectOptions {
     pub max_attempts: u32,
     /// Hears of each retry: the refusal and the delay.
     pub on_retry: Option<RetryObserver>,
-    /// The priority of Generate, Embed, Rerank and Classify requests that set none (see `with_priority`).
+    /// The priority of Generate, Embed, Rerank, Classify and EmbedSparse requests that set none (see
+    /// `with_priority`).
     pub priority: i32,
 }
 

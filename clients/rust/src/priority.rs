@@ -1,16 +1,17 @@
 //! Request priority: a client's default ([`ConnectOptions::with_priority`]) fills the
-//! Generate, Embed, Rerank and Classify requests that leave `priority` at 0; a request's own wins.
+//! Generate, Embed, Rerank, Classify and EmbedSparse requests that leave `priority` at 0; a
+//! request's own wins.
 
 use tonic::Request;
 
 use crate::{Client, ConnectOptions, pb};
 
-/// The range of `GenerateRequest.priority`, `EmbedRequest.priority`, `RerankRequest.priority`
-/// and `ClassifyRequest.priority`: `-MAX_PRIORITY..=MAX_PRIORITY`.
+/// The range of `GenerateRequest.priority`, `EmbedRequest.priority`, `RerankRequest.priority`,
+/// `ClassifyRequest.priority` and `EmbedSparseRequest.priority`: `-MAX_PRIORITY..=MAX_PRIORITY`.
 pub const MAX_PRIORITY: i32 = 100;
 
 impl ConnectOptions {
-    /// The priority (`-100..=100`) of every Generate, Embed, Rerank and Classify request that leaves
+    /// The priority (`-100..=100`) of every Generate, Embed, Rerank, Classify and EmbedSparse request that leaves
     /// its own at 0, e.g. a batch job's low one. Higher starts first among waiting
     /// requests; waiting raises a request's priority, so none starves; the output
     /// never changes. Out of range, [`Client::connect`] fails with
@@ -45,6 +46,12 @@ impl Prioritized for pb::RerankRequest {
 }
 
 impl Prioritized for pb::ClassifyRequest {
+    fn priority_mut(&mut self) -> &mut i32 {
+        &mut self.priority
+    }
+}
+
+impl Prioritized for pb::EmbedSparseRequest {
     fn priority_mut(&mut self) -> &mut i32 {
         &mut self.priority
     }
@@ -126,6 +133,14 @@ mod tests {
         let own = classify.clone().with_priority(7);
         assert_eq!(low.classify_request(own).get_ref().priority, 7);
         assert_eq!(client(0).classify_request(classify).get_ref().priority, 0);
+        let sparse = pb::EmbedSparseRequest::new(["a"]);
+        assert_eq!(
+            low.embed_sparse_request(sparse.clone()).get_ref().priority,
+            -20
+        );
+        let own = sparse.clone().with_priority(7);
+        assert_eq!(low.embed_sparse_request(own).get_ref().priority, 7);
+        assert_eq!(client(0).embed_sparse_request(sparse).get_ref().priority, 0);
     }
 
     #[tokio::test]

@@ -19,7 +19,7 @@ use tonic::{IntoRequest, Request, Status};
 
 use crate::{Client, pb};
 
-/// What Embed, Rerank and Classify do with an input longer than the model's input limit
+/// What Embed, Rerank, Classify and EmbedSparse do with an input longer than the model's input limit
 /// (`ModelInfo::context_length`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Truncation {
