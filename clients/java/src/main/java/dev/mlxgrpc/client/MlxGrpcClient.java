@@ -6,6 +6,7 @@ import dev.mlxgrpc.v1.ClassifyRequest;
 import dev.mlxgrpc.v1.ClassifyResponse;
 import dev.mlxgrpc.v1.CloseSessionRequest;
 import dev.mlxgrpc.v1.EmbedRequest;
+import dev.mlxgrpc.v1.EmbedSparseRequest;
 import dev.mlxgrpc.v1.EmbedResponse;
 import dev.mlxgrpc.v1.EmbeddingType;
 import dev.mlxgrpc.v1.GenerateRequest;
@@ -176,7 +177,7 @@ public final class MlxGrpcClient implements AutoCloseable {
   }
 
   /**
-   * Cancels a running or queued Generate, Embed, Rerank or Classify by its request id (the Cancel
+   * Cancels a running or queued Generate, Embed, Rerank, Classify or EmbedSparse by its request id (the Cancel
    * RPC). Returns whether the server found and cancelled it; a cancelled Generate stream then ends
    * with a {@code finished} event whose reason is {@code FINISH_REASON_CANCELLED}, the others with
    * CANCELLED.
@@ -270,6 +271,25 @@ public final class MlxGrpcClient implements AutoCloseable {
   /** Classifies {@code inputs} with the server's first classifying model. */
   public ClassifyResponse classify(List<String> inputs) {
     return classify(ClassifyRequest.newBuilder().addAllInputs(inputs).build());
+  }
+
+  /**
+   * Embeds each of the request's inputs as a sparse vector over the vocabulary of a SPLADE model (a
+   * model with {@code getCapabilities().getSparseEmbeddings()}: a BERT {@code *ForMaskedLM}
+   * checkpoint; an empty model selects the server's first). The answer has the model and one {@link
+   * SparseEmbeddings.Vector} per input, in input order: its index, tokens, {@code tokenIds}
+   * (vocabulary ids, ascending) and their {@code weights}. {@code setTopK(k)} keeps each input's
+   * {@code k} heaviest (0: every nonzero one); {@code setTruncate} as for {@link
+   * #embed(EmbedRequest)}. A request with priority 0 gets the client's default.
+   */
+  public SparseEmbeddings embedSparse(EmbedSparseRequest given) {
+    EmbedSparseRequest request = Priority.orDefault(given, priority);
+    return SparseEmbeddings.of(unary(stub -> stub.embedSparse(request)));
+  }
+
+  /** Embeds {@code inputs} as sparse vectors with the server's first SPLADE model. */
+  public SparseEmbeddings embedSparse(List<String> inputs) {
+    return embedSparse(EmbedSparseRequest.newBuilder().addAllInputs(inputs).build());
   }
 
   /** Describes {@code model}; an empty name selects the default generation model. */
@@ -453,7 +473,8 @@ public final class MlxGrpcClient implements AutoCloseable {
     }
 
     /**
-     * The priority (-100 to 100) of every Generate, Embed, Rerank and Classify request that leaves its own at 0,
+     * The priority (-100 to 100) of every Generate, Embed, Rerank, Classify and EmbedSparse request that leaves its
+     * own at 0,
      * e.g. a batch job's low one; see {@link Priority}.
      */
     public Builder priority(int priority) {

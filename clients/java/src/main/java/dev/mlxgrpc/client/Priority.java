@@ -2,12 +2,13 @@ package dev.mlxgrpc.client;
 
 import dev.mlxgrpc.v1.ClassifyRequest;
 import dev.mlxgrpc.v1.EmbedRequest;
+import dev.mlxgrpc.v1.EmbedSparseRequest;
 import dev.mlxgrpc.v1.GenerateRequest;
 import dev.mlxgrpc.v1.RerankRequest;
 
 /**
  * Request priority: {@code GenerateRequest.priority}, {@code EmbedRequest.priority}, {@code
- * RerankRequest.priority} and {@code ClassifyRequest.priority}, from {@code -MAX} to {@code MAX} (default 0). Higher starts first among
+ * RerankRequest.priority}, {@code ClassifyRequest.priority} and {@code EmbedSparseRequest.priority}, from {@code -MAX} to {@code MAX} (default 0). Higher starts first among
  * waiting requests; waiting raises a request's priority, so none starves; the output never
  * changes. A client's default
  * ({@link MlxGrpcClient.Builder#priority(int)}) fills the requests that leave theirs at 0.
@@ -38,6 +39,10 @@ public final class Priority {
   }
 
   static ClassifyRequest orDefault(ClassifyRequest request, int priority) {
+    return request.getPriority() != 0 || priority == 0 ? request : request.toBuilder().setPriority(priority).build();
+  }
+
+  static EmbedSparseRequest orDefault(EmbedSparseRequest request, int priority) {
     return request.getPriority() != 0 || priority == 0 ? request : request.toBuilder().setPriority(priority).build();
   }
 }

@@ -24,12 +24,17 @@ final class LiveServer implements AutoCloseable {
   final List<ModelInfo> models;
   /** The default generation model (listed first). */
   final ModelInfo generator;
-  /** The first embedding model that embeds (a reranker or a classifier is an embedding-kind model that does not). */
+  /**
+   * The first embedding model that embeds (a reranker, a classifier or a SPLADE model is an embedding-kind model
+   * that does not).
+   */
   final Optional<ModelInfo> embedder;
   /** The model named "reranker" when it reranks (the fixture server's cross-encoder). */
   final Optional<ModelInfo> reranker;
   /** The model named "classifier" when it classifies (the fixture server's three-label classifier). */
   final Optional<ModelInfo> classifier;
+  /** The model named "splade" when it gives sparse embeddings (the fixture server's SPLADE model). */
+  final Optional<ModelInfo> splade;
 
   private LiveServer(String address) {
     this.address = address;
@@ -44,6 +49,8 @@ final class LiveServer implements AutoCloseable {
         .filter(m -> m.getName().equals("reranker") && m.getCapabilities().getRerank()).findFirst();
     this.classifier = models.stream()
         .filter(m -> m.getName().equals("classifier") && m.getCapabilities().getClassify()).findFirst();
+    this.splade = models.stream()
+        .filter(m -> m.getName().equals("splade") && m.getCapabilities().getSparseEmbeddings()).findFirst();
   }
 
   /** The live server's bearer token, $MLXGRPC_TOKEN (null: unset or empty, a server without tokens). */

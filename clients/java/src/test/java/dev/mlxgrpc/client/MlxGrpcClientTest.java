@@ -522,8 +522,10 @@ class MlxGrpcClientTest {
       if (m.getKind() != ModelKind.MODEL_KIND_EMBEDDING) {
         continue;
       }
-      if (m.getCapabilities().getRerank() || m.getCapabilities().getClassify()) {
-        assertFalse(m.getCapabilities().getEmbeddings(), m.getName() + ": a reranker or classifier does not embed");
+      if (m.getCapabilities().getRerank() || m.getCapabilities().getClassify()
+          || m.getCapabilities().getSparseEmbeddings()) {
+        assertFalse(m.getCapabilities().getEmbeddings(),
+            m.getName() + ": a reranker, classifier or SPLADE model does not embed");
       } else {
         assertTrue(m.getEmbeddingDimensions() > 0 && m.getCapabilities().getEmbeddings(), m.getName());
       }
