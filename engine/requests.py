@@ -7,8 +7,16 @@ import enum
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence, Union
 
-from .pooling_requests import (Classification, ClassifyRequest, EmbeddingRequest, EmbedSparseRequest,  # noqa: F401
-                               LabelScore, RerankRequest, RerankScore, SparseEmbedding)
+from .pooling_requests import (  # noqa: F401 - re-exported: the engine's request types in one module
+    Classification,
+    ClassifyRequest,
+    EmbeddingRequest,
+    EmbedSparseRequest,
+    LabelScore,
+    RerankRequest,
+    RerankScore,
+    SparseEmbedding,
+)
 from .tenancy import ANONYMOUS, Tenant
 
 

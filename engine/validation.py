@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from .errors import InvalidRequest
+from .requests import ChatPrompt, GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
 from .settings import setting
 from .tenancy import MAX_PRIORITY
 from .vision.images import check_images
-from .requests import ChatPrompt, GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
 
 # Text bytes allowed per token of context where a byte limit is left at 0.
 BYTES_PER_TOKEN = 32

@@ -19,11 +19,11 @@ from grpc_reflection.v1alpha import reflection
 
 from engine.tenancy import ANONYMOUS
 
+from .bearer_tokens import TokenTable
 from .calls import current_call
 from .handlers import FACTORIES, HEALTH_SERVICE, Malformed, behavior_of, is_probe, rejecting, split_method
 from .identity import ADMIN, INFERENCE, NOBODY, ROUTER, Identity, set_identity
 from .status import ADMIN_ROLE_REQUIRED, ROUTER_ROLE_REQUIRED, status_of
-from .bearer_tokens import TokenTable
 
 REFLECTION_SERVICES = (reflection.SERVICE_NAME, "grpc.reflection.v1.ServerReflection")
 ADMIN_METHODS = frozenset({

@@ -10,17 +10,17 @@ import os
 import sys
 
 from engine.embedding.precision import PRECISIONS
-from engine.loading.embedded import default_embedding_model, default_generation_model
 from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
 from engine.generation.grammar.formats import GrammarLimits
+from engine.loading.embedded import default_embedding_model, default_generation_model
 from engine.validation import Limits
 
+from . import tracing
 from .access_log import configure_logging
 from .assembly import adapters_by_model, build_limits, build_models  # noqa: F401 - part of the CLI's API
-from .server import ServerOptions, exposure, serve
-from . import tracing
-from .flags import add_settings, from_args
 from .bearer_tokens import ENV_VAR, load_table
+from .flags import add_settings, from_args
+from .server import ServerOptions, exposure, serve
 from .tls import server_credentials
 from .watchdog import EXIT_ENGINE_BROKEN
 
@@ -94,9 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     server = s.add_argument_group("server")
     add_settings(server, ServerOptions)
     server.add_argument("--auth-token-file", metavar="PATH",
-                        help=f"require 'authorization: Bearer <token>' with a token from this file, one per line: "
-                             f"TOKEN [TENANT [ROLE [key=value ...]]] (ROLE inference, router or admin); tokens may also "
-                             f"come from ${ENV_VAR} (comma-separated; tenant default, role inference)")
+                        help="require 'authorization: Bearer <token>' with a token from this file, one per line: "
+                             "TOKEN [TENANT [ROLE [key=value ...]]] (ROLE inference, router or admin); "
+                             f"tokens may also come from ${ENV_VAR} (comma-separated; tenant default, role inference)")
     server.add_argument("--tls-cert", metavar="PEM", help="server certificate chain: serve TLS")
     server.add_argument("--tls-key", metavar="PEM", help="server private key")
     server.add_argument("--tls-client-ca", metavar="PEM", help="CA for client certificates: require them (mutual TLS)")

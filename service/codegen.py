@@ -23,9 +23,8 @@ _IMPORT = re.compile(r"^from mlxgrpc\.v1 import ", re.MULTILINE)
 
 def generate(out: Path, package: str = PACKAGE) -> None:
     """Writes the generated package (with ``__init__.py`` files) under ``out``."""
-    from grpc_tools import protoc  # a development dependency only
-
     import grpc_tools
+    from grpc_tools import protoc  # a development dependency only
 
     protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.rglob("*.proto"))
     include = Path(grpc_tools.__file__).parent / "_proto"

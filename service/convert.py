@@ -4,13 +4,28 @@ in pooling_convert.py). No logic beyond translation."""
 from __future__ import annotations
 
 from engine.adapters.info import AdapterInfo
-from engine.description import MediaSupport, ModelDescription, ModelKind
-from engine.events import Delta, Event, FinishReason, Finished, PromptLogprobs, Started
-from engine.requests import (ChatMessage, ChatPrompt, FormatKind, GenerationRequest, ImagePart, Prediction,
-                             ResponseFormat, SpeculationMode, SpeculationOptions, StopOptions, TextPart, TextPrompt,
-                             TokenPrompt, Tool, ToolCall, ToolChoiceMode)
 from engine.caches.tier import Prefetched, Tier
+from engine.description import MediaSupport, ModelDescription, ModelKind
 from engine.errors import InvalidRequest
+from engine.events import Delta, Event, Finished, FinishReason, PromptLogprobs, Started
+from engine.requests import (
+    ChatMessage,
+    ChatPrompt,
+    FormatKind,
+    GenerationRequest,
+    ImagePart,
+    Prediction,
+    ResponseFormat,
+    SpeculationMode,
+    SpeculationOptions,
+    StopOptions,
+    TextPart,
+    TextPrompt,
+    TokenPrompt,
+    Tool,
+    ToolCall,
+    ToolChoiceMode,
+)
 from engine.tenancy import ANONYMOUS, Tenant
 from engine.validation import RequestCounts, most, parse_json
 
@@ -274,8 +289,8 @@ def _media(m: MediaSupport | None) -> model_pb.MediaSupport | None:
 def adapter_info(a: AdapterInfo, sources: bool = True) -> model_pb.AdapterInfo:
     return model_pb.AdapterInfo(
         name=a.name, kind=_ADAPTER_KIND.get(a.fine_tune_type, model_pb.ADAPTER_KIND_UNSPECIFIED), rank=a.rank,
-        scale=a.scale, layers=a.layers, bytes=a.nbytes, source=a.source if sources else "", active_requests=a.active_requests,
-        unloading=a.unloading)
+        scale=a.scale, layers=a.layers, bytes=a.nbytes, source=a.source if sources else "",
+        active_requests=a.active_requests, unloading=a.unloading)
 
 
 def memory_plan(p) -> model_pb.MemoryPlan:

@@ -16,8 +16,17 @@ from typing import Any, Callable, Iterator
 import grpc
 
 from .calls import CallRecord, Observer, code_name, follow, serving
-from .handlers import (FACTORIES, HEALTH_SERVICE, STOPPING_METHODS, Malformed, behavior_of, is_probe, rejecting,
-                       split_method, tolerant)
+from .handlers import (
+    FACTORIES,
+    HEALTH_SERVICE,
+    STOPPING_METHODS,
+    Malformed,
+    behavior_of,
+    is_probe,
+    rejecting,
+    split_method,
+    tolerant,
+)
 from .status import status_of
 
 log = logging.getLogger("service.interceptors")
@@ -155,5 +164,5 @@ class ObservingInterceptor(grpc.aio.ServerInterceptor):
             for o in self.observers:
                 try:
                     o.on_end(call)
-                except Exception:  # noqa: BLE001 - observation never fails a call
+                except Exception:  # observation never fails a call
                     log.exception("observer failed")

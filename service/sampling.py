@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from engine.errors import InvalidRequest
-from engine.requests import (DRY_BREAKERS, DryOptions, DynamicTemperature, MirostatOptions, SamplerOrder,
-                             SamplingOptions, XtcOptions)
+from engine.requests import (
+    DRY_BREAKERS,
+    DryOptions,
+    DynamicTemperature,
+    MirostatOptions,
+    SamplerOrder,
+    SamplingOptions,
+    XtcOptions,
+)
 
 from .gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 

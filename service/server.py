@@ -22,21 +22,23 @@ from engine.models import ModelSet
 from engine.settings import setting
 from engine.validation import Limits
 
+from . import tracing
 from .access_log import AccessLog
 from .auth import AuthInterceptor, is_loopback_host
+from .bearer_tokens import TokenTable
 from .budgets import BudgetInterceptor, CallBudgets
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .interceptors import DrainInterceptor, ObservingInterceptor, ServerState
-from . import tracing
 from .metrics import Metrics
 from .servicer import InferenceServicer
 from .status import MAX_MESSAGE_BYTES, status_of
 from .watchdog import BROKEN_GRACE_S, EXIT_ENGINE_BROKEN, watch
-from .bearer_tokens import TokenTable
-from .worker.servicer import SERVICE_NAME as WORKER_SERVICE_NAME, WorkerServicer
-from .worker.vllm import SERVICE_NAME as VLLM_SERVICE_NAME, VllmWorkerServicer
 from .wire_budget import WireBudgetInterceptor
+from .worker.servicer import SERVICE_NAME as WORKER_SERVICE_NAME
+from .worker.servicer import WorkerServicer
+from .worker.vllm import SERVICE_NAME as VLLM_SERVICE_NAME
+from .worker.vllm import VllmWorkerServicer
 
 log = logging.getLogger("service.server")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["InferenceService"].full_name

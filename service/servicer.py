@@ -17,10 +17,10 @@ from engine.models import ModelSet, sized_limits, text_limit
 from engine.validation import Limits, at_most, check_counts, check_ids, check_text_bytes
 
 from . import convert, pooling_convert
+from .budgets import CallBudgets
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .identity import current_identity
-from .budgets import CallBudgets
 from .load_report import call_load, model_load
 from .status import MAX_MESSAGE_BYTES, ResponseTooLarge, mapped
 

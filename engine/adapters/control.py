@@ -19,6 +19,7 @@ from .info import AdapterInfo
 from .reads import Reads
 from .source import AdapterFiles, AdapterLimits, read_files
 
+
 class Loaded(NamedTuple):
     info: AdapterInfo
     evicted: list[str]  # adapters unloaded to make room, least recently used first

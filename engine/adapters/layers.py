@@ -16,6 +16,7 @@ from ..layering import ADAPTER, install, uninstall
 from .fit import LayerPart
 from .routing import Layout, Routing
 
+
 @dataclass(frozen=True)
 class Member:
     key: str

@@ -28,8 +28,7 @@ from typing import Callable, Sequence
 
 from ..hardware.device import end_thread
 from .disk_files import Foreign, is_plain, private_dir
-from .disk_format import (SUFFIX, TEMP_SUFFIX, BadEntry, HostEntry, read_entry, read_meta, write_entry,
-                          writer_alive)
+from .disk_format import SUFFIX, TEMP_SUFFIX, BadEntry, HostEntry, read_entry, read_meta, write_entry, writer_alive
 from .disk_index import DiskEntry, DiskIndex
 from .disk_key import entry_name, namespace_tag
 
@@ -269,7 +268,7 @@ class DiskTier:
                 self._writing = True
             try:
                 self._write_one(key, entry)
-            except Exception:  # noqa: BLE001 - a failed write loses an entry, never the server
+            except Exception:  # a failed write loses an entry, never the server
                 log.warning("could not write a prefix cache entry of %d tokens", len(entry.tokens), exc_info=True)
                 with self._lock:
                     self.dropped += 1

@@ -58,7 +58,7 @@ def check_kv_bits(model: nn.Module, bits: int, name: str) -> None:
         return  # no plain KV layer: nothing to quantize
     try:
         mx.eval(model(mx.array([[0]], dtype=mx.int32), cache=caches))
-    except Exception as exc:  # noqa: BLE001 - reported as the model's, with the cause
+    except Exception as exc:  # reported as the model's, with the cause
         raise UnsupportedModel(f"model {name!r} cannot hold its KV in {bits} bits: {exc}") from exc
 
 

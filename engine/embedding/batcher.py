@@ -69,7 +69,7 @@ class Batcher:
                 continue
             try:
                 pooled = await self._run(lambda: model._forward([item.ids for item in batch]))
-            except BaseException as exc:  # noqa: BLE001 - every waiter of the batch hears of it
+            except BaseException as exc:  # every waiter of the batch hears of it
                 for item in batch:
                     item.results.put_nowait(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
                 if not isinstance(exc, Exception):

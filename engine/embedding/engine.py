@@ -15,24 +15,32 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import AsyncIterator
 
-from .admission import AdmissionClosed, AdmissionPool, AdmissionRejected
-from .batcher import Batcher
-from ..description import ModelDescription
-from ..hardware.device import end_thread
-from .pooling import EmbeddingModel, EmbeddingResult
-from .checks import check_classify, check_embed, check_embed_sparse, check_rerank
-from .kinds import describe_model, load_embedder
-from .slots import Slots
-from .sparse import nonzero_weights
-from ..errors import EngineDead, InvalidRequest, NotReady, QueueFull, Unsupported
-from ..liveness import Breaker, Heartbeat, Pending, fail, settle
 from ..caches.objects import ObjectCache
+from ..description import ModelDescription
+from ..errors import EngineDead, InvalidRequest, NotReady, QueueFull, Unsupported
+from ..hardware.device import end_thread
+from ..liveness import Breaker, Heartbeat, Pending, fail, settle
 from ..loading.tokenizer_files import folder_files
-from ..requests import (Classification, ClassifyRequest, EmbeddingRequest, EmbedSparseRequest, LabelScore,
-                        RerankRequest, RerankScore, SparseEmbedding)
 from ..preparation import Preparation
+from ..requests import (
+    Classification,
+    ClassifyRequest,
+    EmbeddingRequest,
+    EmbedSparseRequest,
+    LabelScore,
+    RerankRequest,
+    RerankScore,
+    SparseEmbedding,
+)
 from ..tenancy import Tenant
 from ..validation import Limits
+from .admission import AdmissionClosed, AdmissionPool, AdmissionRejected
+from .batcher import Batcher
+from .checks import check_classify, check_embed, check_embed_sparse, check_rerank
+from .kinds import describe_model, load_embedder
+from .pooling import EmbeddingModel, EmbeddingResult
+from .slots import Slots
+from .sparse import nonzero_weights
 
 
 def _cache_key(request: EmbeddingRequest, item: str | tuple[int, ...]) -> str:

@@ -22,8 +22,8 @@ from .cross_encoder import CrossEncoderModel
 from .decoder import DecoderEmbeddingModel
 from .decoder_classifier import DecoderClassifier, is_decoder_classifier
 from .pooling import EmbeddingModel
-from .sparse import SparseEncoder, is_masked_lm
 from .precision import Precision, choose
+from .sparse import SparseEncoder, is_masked_lm
 
 log = logging.getLogger("engine.embedding")
 
@@ -53,7 +53,9 @@ def load_embedder(model_dir: Path, precision: str = "f32", force_precision: bool
 
 
 def _set_precision(model: EmbeddingModel, requested: str, force: bool, packed: bool) -> Precision:
-    from ..kernels import encoder as packed_encoder, ggml  # noqa: PLC0415 (only with the kernels)
+    # Only with the kernels.
+    from ..kernels import encoder as packed_encoder
+    from ..kernels import ggml
 
     cfg = model.encoder.config
     why = None if packed else "the CPU kernels are off" if not kernels.enabled() else "the encoder is not packed"

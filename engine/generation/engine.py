@@ -12,46 +12,46 @@ from typing import AsyncIterator
 from ..adapters.bank import AdapterBank
 from ..adapters.control import Adapters
 from ..adapters.source import AdapterLimits
+from ..caches.blocks import BlockLedger
+from ..caches.disk import DiskTier
+from ..caches.tier import Prefetched
 from ..description import ModelDescription, NativeDraft
 from ..errors import EngineFailure, InvalidRequest, NotReady
-from ..events import Event, FinishReason, Finished, Timings, Usage
+from ..events import Event, Finished, FinishReason, Timings, Usage
 from ..hardware.machine import usable_memory
 from ..liveness import Breaker
 from ..loading.model import LoadedModel, default_name, load_generation_model
 from ..loading.tokenizer_files import tokenizer_files
 from ..memory.budget import MemoryBudget
 from ..memory.calibration import calibrate_decode
-from ..caches.blocks import BlockLedger
-from ..memory.served import served_facts, with_served_draft, with_served_head
 from ..memory.plan import MemoryPlan
 from ..memory.planner import Planner
+from ..memory.served import served_facts, with_served_draft, with_served_head
 from ..preparation import Preparation
 from ..requests import FormatKind, GenerationRequest, ResponseFormat
 from ..tenancy import Tenant
 from ..validation import check_prompt_logprobs, check_token_ids, validate_request
-from .config import GenerationConfig
-from .factory import check_media, check_speculation, make_sequence, prediction_ids
-from .model_info import describe_generation, speculation_facts
 from .chat.choice import enforceable
 from .chat.plan import chat_tools, plan_chat
 from .chat.syntax import ChatSyntax, chat_syntax
 from .chat.tools import ToolSet
+from .config import GenerationConfig
+from .factory import check_media, check_speculation, make_sequence, prediction_ids
 from .grammar.compiler import Grammars, grammar_tokenizer
 from .grammar.formats import check_format, field_name
+from .ledgers import Tenants
+from .model_info import describe_generation, speculation_facts
+from .prefix_control import PrefixControl
 from .prompts import EncodedPrompt, PromptEncoder
 from .refusals import check_fits, check_room, max_tokens_for
+from .reports import LoadReports
 from .scheduling.scheduler import Scheduler
+from .scheduling.worker import PlanMemory, Worker
 from .speculation.draft import DraftModel, check_draft
 from .speculation.head_drafter import HeadDrafter
 from .speculation.heads import MTP, DraftHead, load_head
 from .speculation.taps import tappable
 from .streams import Stream, Streams
-from .ledgers import Tenants
-from .scheduling.worker import PlanMemory, Worker
-from .prefix_control import PrefixControl
-from .reports import LoadReports
-from ..caches.disk import DiskTier
-from ..caches.tier import Prefetched
 
 log = logging.getLogger("engine.generation.engine")
 

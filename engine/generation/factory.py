@@ -6,20 +6,20 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import InvalidRequest, Unsupported
-from ..validation import BYTES_PER_TOKEN, Limits, at_most, check_text_bytes, check_token_ids
 from ..loading.model import LoadedModel
 from ..requests import ChatPrompt, GenerationRequest, SamplingOptions, SpeculationMode
+from ..validation import BYTES_PER_TOKEN, Limits, at_most, check_text_bytes, check_token_ids
+from ..vision.splice import ImageRows
 from .config import SpeculationConfig
-from .sequence.delivery import Delivery, IncrementalDetokenizer
 from .grammar.constraint import Constraint
 from .prompts import EncodedPrompt
 from .sampling.sampler import SamplingState
 from .sampling.words import sampling_tokens
+from .sequence.delivery import Delivery, IncrementalDetokenizer
 from .sequence.state import PrefixOptions, SequenceState
-from .speculation.policy import Speculation
 from .sequence.stopping import StopStringMatcher, TokenStopRule
+from .speculation.policy import Speculation
 from .streams import Stream
-from ..vision.splice import ImageRows
 
 
 def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream, prompt: EncodedPrompt,

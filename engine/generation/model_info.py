@@ -4,8 +4,16 @@ the engine does with this model as loaded."""
 from __future__ import annotations
 
 from ..adapters.info import AdapterInfo
-from ..description import (Capabilities, ChatFacts, GraphDescriptor, MediaSupport, ModelDescription, ModelKind,
-                           NativeDraft, Speculation)
+from ..description import (
+    Capabilities,
+    ChatFacts,
+    GraphDescriptor,
+    MediaSupport,
+    ModelDescription,
+    ModelKind,
+    NativeDraft,
+    Speculation,
+)
 from ..hardware.device import backend_name, blas_name
 from ..loading.model import LoadedModel
 from ..requests import SpeculationMode
@@ -32,7 +40,7 @@ def describe_generation(m: LoadedModel, speculation: Speculation, response_forma
 
 def kv_dtype(m: LoadedModel) -> str:
     """The dtype the model's activations, and so its float KV, run in."""
-    from ..memory.facts import activation_dtype  # noqa: PLC0415
+    from ..memory.facts import activation_dtype
 
     return str(activation_dtype(m.model)).split(".")[-1]
 

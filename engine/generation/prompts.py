@@ -11,9 +11,9 @@ from ..errors import InvalidRequest, Unsupported
 from ..loading.model import LoadedModel
 from ..requests import ChatPrompt, GenerationRequest, ImagePart, TextPrompt, TokenPrompt
 from ..validation import Limits, check_token_ids
+from ..vision.prompt import PromptImage, expand_images
 from .chat.syntax import ChatSyntax
 from .chat.tools import ToolSet
-from ..vision.prompt import PromptImage, expand_images
 
 
 @dataclass(frozen=True)

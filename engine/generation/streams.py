@@ -9,7 +9,7 @@ import itertools
 from typing import Callable
 
 from ..errors import DuplicateRequestId
-from ..events import Delta, Event, FinishReason, Finished, Started, Timings, Usage
+from ..events import Delta, Event, Finished, FinishReason, Started, Timings, Usage
 from ..tenancy import ANONYMOUS, Tenant
 from .ledgers import Tenants
 

@@ -157,7 +157,7 @@ def _first_candidate_name() -> str:
 
 def _dist_file(distribution: str, stem: str) -> Path | None:
     """An installed distribution's shortest-named shared library starting with ``stem``."""
-    from importlib import metadata  # noqa: PLC0415 - only when preloading
+    from importlib import metadata  # only when preloading
 
     try:
         files = metadata.distribution(distribution).files or []

@@ -34,7 +34,7 @@ def blas_name() -> str:
     if not on_cpu():
         return "none (gpu)"
     announce_blas()
-    from .. import kernels  # noqa: PLC0415 - kernels imports mlx after the BLAS preload
+    from .. import kernels  # kernels imports mlx after the BLAS preload
 
     return f"{blas.active()}; {kernels.status().describe()}"
 

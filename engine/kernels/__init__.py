@@ -13,8 +13,8 @@ from types import ModuleType
 
 import mlx.core as mx
 
-__all__ = ["ENV_VAR", "PACKED_BATCH_SIZE", "PACKED_BATCH_TOKENS", "KernelStatus", "status", "enabled", "ext", "announce", "apply_to_decoder",
-           "apply_to_encoder"]
+__all__ = ["ENV_VAR", "PACKED_BATCH_SIZE", "PACKED_BATCH_TOKENS", "KernelStatus", "status", "enabled", "ext",
+           "announce", "apply_to_decoder", "apply_to_encoder"]
 
 log = logging.getLogger("engine.kernels")
 
@@ -89,7 +89,7 @@ def apply_to_decoder(model, name: str = "") -> dict[str, int]:
     announce()
     if not enabled():
         return {}
-    from .decoder import apply  # noqa: PLC0415 - needs the module loaded
+    from .decoder import apply  # needs the module loaded
 
     return _report(name, apply(model))
 
@@ -99,7 +99,7 @@ def apply_to_encoder(encoder, name: str = "") -> dict[str, int]:
     announce()
     if not enabled():
         return {}
-    from .encoder import apply  # noqa: PLC0415
+    from .encoder import apply
 
     return _report(name, apply(encoder))
 
@@ -109,7 +109,7 @@ def apply_to_tower(vlm, name: str = "") -> dict[str, int]:
     announce()
     if not enabled():
         return {}
-    from .vision import apply  # noqa: PLC0415
+    from .vision import apply
 
     return _report(f"{name} vision tower" if name else "vision tower", apply(vlm))
 
@@ -121,13 +121,13 @@ def _report(name: str, counts: dict[str, int]) -> dict[str, int]:
 
 
 def _load() -> tuple[ModuleType | None, KernelStatus]:
-    from .build import stale_reason  # noqa: PLC0415 - not at import: `python -m engine.kernels.build`
+    from .build import stale_reason  # not at import: `python -m engine.kernels.build`
 
     stale = stale_reason()
     if stale is not None:
         return None, KernelStatus(False, f"{stale}; run `python -m engine.kernels.build`")
     try:
-        from . import _ext  # noqa: PLC0415 - optional, built in place
+        from . import _ext  # optional, built in place
     except ImportError as exc:
         return None, KernelStatus(False, f"the module does not load ({exc}); "
                                          "run `python -m engine.kernels.build --force`")

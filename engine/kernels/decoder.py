@@ -14,9 +14,9 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import activations, base
 
+from ..layering import KERNEL, install
 from . import ext, ops
 from .fused import fuse_blocks
-from ..layering import KERNEL, install
 from .modules import swap_leaf_modules
 
 _active = contextvars.ContextVar("mlx_grpc_kernels_active", default=False)

@@ -13,9 +13,9 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from ..layering import KERNEL, install
 from . import ext
 from .ggml import GgmlWeights
-from ..layering import KERNEL, install
 from .modules import swap_leaf_modules
 
 _GELU = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True}
@@ -60,7 +60,7 @@ class _GgmlLinear:
     """The same product by ggml's CPU backend on the weight converted to one of its types."""
 
     def __init__(self, linear: _Linear, ggml_type: int):
-        import gguf.quants  # noqa: PLC0415 (numpy conversions, only when a precision asks)
+        import gguf.quants  # numpy conversions, only when a precision asks
 
         blocks = gguf.quants.quantize(np.array(linear.weight, dtype=np.float32), gguf.GGMLQuantizationType(ggml_type))
         self.product, self.bias = GgmlWeights(mx.array(blocks), ggml_type), linear.bias

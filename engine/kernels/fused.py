@@ -12,9 +12,9 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import scaled_dot_product_attention
 
-from . import ext, kv_append, ops, whole_layer
 from ..layering import KERNEL, install
 from ..loading.traits import FUSED_FAMILIES
+from . import ext, kv_append, ops, whole_layer
 
 # (module, class) of the stock blocks whose __call__ these reproduce.
 ATTENTION = {(f"mlx_lm.models.{f}", "Attention") for f in FUSED_FAMILIES}

@@ -14,8 +14,8 @@ import contextvars
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import ext, ops
 from ..layering import KERNEL, install
+from . import ext, ops
 from .decoder import Marked
 from .modules import swap_leaf_modules
 

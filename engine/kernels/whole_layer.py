@@ -11,7 +11,6 @@ from __future__ import annotations
 import operator
 
 import mlx.core as mx
-import mlx.nn as nn
 
 from . import ext, kv_append, ops
 

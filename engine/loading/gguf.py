@@ -23,8 +23,8 @@ import numpy as np
 
 from ..caches.fingerprint import WeightDigests
 from ..errors import UnsupportedModel
-from .gguf_blocks import UnsupportedTensorType, supported_types, to_affine
 from .gguf_arch import architecture, permute_qk, unpermute_qk
+from .gguf_blocks import UnsupportedTensorType, supported_types, to_affine
 from .gguf_config import CONFIG_TENSORS, build_config
 from .gguf_file import GGUFFile, GGUFTensor, read_gguf
 from .gguf_names import tensor_names

@@ -101,7 +101,7 @@ def apply_llama_numerics(model: nn.Module, gguf_path: Path, config: Mapping[str,
 
 def ggml_types(model: nn.Module) -> str:
     """The ggml types the model's GgmlLinear layers hold, e.g. "Q4_K/Q6_K"."""
-    import gguf  # noqa: PLC0415 - names only
+    import gguf  # names only
 
     kinds = {m.ggml_type for _, m in model.named_modules() if isinstance(m, GgmlLinear)}
     return "/".join(sorted(gguf.GGMLQuantizationType(k).name for k in kinds))

@@ -17,14 +17,14 @@ import mlx_lm
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from .. import kernels
-from ..hardware.device import runtime_dtype
-from .compat import apply_batch_fixes
-from .windows import apply_windows
 from ..errors import UnsupportedModel
+from ..hardware.device import runtime_dtype
+from ..vision.model import VisionTower, is_vision_config, load_vision_model
+from .compat import apply_batch_fixes
 from .gguf import prepare_gguf
 from .gguf_llama import NUMERICS, apply_llama_numerics, ggml_types
 from .traits import ModelTraits, traits_of
-from ..vision.model import VisionTower, is_vision_config, load_vision_model
+from .windows import apply_windows
 
 log = logging.getLogger("engine.loading.model")
 

@@ -43,7 +43,7 @@ class DecodeCalibration:
 
 def measure_decode_step(model: nn.Module, *, context: int = _CONTEXT, steps: int = 8, warmup: int = 2) -> float:
     """Median seconds of one greedy single-token step at ``context`` tokens of cache."""
-    from mlx_lm.models.cache import make_prompt_cache  # noqa: PLC0415
+    from mlx_lm.models.cache import make_prompt_cache
 
     caches = make_prompt_cache(model)
     mx.eval(model(mx.zeros((1, context), dtype=mx.int32), cache=caches))
@@ -66,7 +66,7 @@ def calibrate_decode(model: nn.Module, facts: ModelMemoryFacts) -> DecodeCalibra
         with _LOCK:
             bandwidth = measure_matvec_bandwidth()
             step = measure_decode_step(model)
-    except Exception:  # noqa: BLE001 - an architecture needing other inputs: no calibration
+    except Exception:  # an architecture needing other inputs: no calibration
         log.warning("decode calibration failed; PlanMemory predicts from bandwidth alone", exc_info=True)
         return None
     read = facts.weights_bytes + kv_read_bytes(facts, _CONTEXT)

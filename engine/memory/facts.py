@@ -114,7 +114,7 @@ def _activation_dtype_bytes(model: nn.Module) -> int:
 
 def _probe_caches(model: nn.Module, make_caches=None) -> tuple[list[int], list[int | None], list[int], int, int, int]:
     """Per-token bytes, windows, state bytes, activation size, vocabulary and step."""
-    from mlx_lm.models.cache import make_prompt_cache  # noqa: PLC0415
+    from mlx_lm.models.cache import make_prompt_cache
 
     caches = (make_caches or make_prompt_cache)(model)
     logits = model(mx.array([[0]], dtype=mx.int32), cache=caches)
@@ -149,7 +149,7 @@ def _probe_caches(model: nn.Module, make_caches=None) -> tuple[list[int], list[i
 
 def _config_caches(model: nn.Module, config: Mapping[str, Any], act_bytes: int) -> tuple[list[int], list[int | None]]:
     """Fallback: ``2 x kv_heads x head_dim x bytes`` per token."""
-    from mlx_lm.models.cache import make_prompt_cache  # noqa: PLC0415
+    from mlx_lm.models.cache import make_prompt_cache
 
     heads = int(config_value(config, "num_attention_heads", "n_head", default=1))
     kv_heads = int(config_value(config, "num_key_value_heads", "n_kv_heads", default=heads))

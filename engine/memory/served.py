@@ -26,7 +26,8 @@ def served_facts(loaded: LoadedModel, kv_bits: int = 0) -> ModelMemoryFacts:
 
 def with_served_draft(facts: ModelMemoryFacts, draft: LoadedModel) -> ModelMemoryFacts:
     """``facts`` with a draft model's weights, caches (float KV) and workspace added."""
-    return with_draft(facts, facts_from_model(draft.model, draft.config, blockwise_attention=blockwise_attention(draft)))
+    draft_facts = facts_from_model(draft.model, draft.config, blockwise_attention=blockwise_attention(draft))
+    return with_draft(facts, draft_facts)
 
 
 def with_served_head(facts: ModelMemoryFacts, head) -> ModelMemoryFacts:

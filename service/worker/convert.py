@@ -13,7 +13,7 @@ from typing import Mapping
 
 from engine.description import ModelDescription
 from engine.errors import InvalidRequest
-from engine.events import Delta, Event, FinishReason, Finished, PromptLogprobs, Started, TokenLogprob
+from engine.events import Delta, Event, Finished, FinishReason, PromptLogprobs, Started, TokenLogprob
 from engine.requests import GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
 from engine.validation import RequestCounts
 
@@ -160,7 +160,8 @@ def model_info(message: type, d: ModelDescription, files: Mapping[str, bytes], m
     tokenizer with GetTokenizer when no such path exists where it runs)."""
     config = json.loads(files.get("config.json", b"{}"))
     return message(
-        model_path=d.source if path else d.name, is_generation=d.capabilities.generation, max_context_length=d.context_length,
+        model_path=d.source if path else d.name, is_generation=d.capabilities.generation,
+        max_context_length=d.context_length,
         vocab_size=d.vocab_size, served_model_name=d.name, model_type=str(config.get("model_type", "")),
         architectures=[str(a) for a in config.get("architectures") or ()],
         eos_token_ids=d.eos_token_ids, pad_token_id=_token_id(config, "pad_token_id"),

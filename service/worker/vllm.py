@@ -18,8 +18,8 @@ from smg_grpc_proto import vllm_engine_pb2_grpc as vllm_grpc
 from smg_grpc_proto.generated import common_pb2
 
 from engine.caches.blocks import CacheCleared, EventBatch
-from engine.generation.engine import GenerationEngine
 from engine.events import Delta, Finished
+from engine.generation.engine import GenerationEngine
 from engine.models import sized_limits
 from engine.validation import check_counts, check_ids
 

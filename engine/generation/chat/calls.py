@@ -31,7 +31,10 @@ def calls_rules(syntax: ChatSyntax, names: list[str], tools: ToolSet, parallel: 
     if not bodies:
         raise Unwritable(why)
     start, end = syntax.call_start.lark, syntax.call_end.lark if syntax.call_end.text else ""
-    more = lambda separator: f" ({json.dumps(separator)} call)*" if parallel else ""
+
+    def more(separator: str) -> str:
+        return f" ({json.dumps(separator)} call)*" if parallel else ""
+
     calls, call = {  # parallel calls as each syntax's template writes them
         "json_tools": ("call" + more("\n"), f'{start} "\\n" body "\\n" {end}'),
         "mistral": (f'{start} "[" call{more(", ")} "]"', "body"),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ...errors import InvalidRequest
-from ...events import Delta, Event, FinishReason, Finished
+from ...events import Delta, Event, Finished, FinishReason
 from ...requests import ChatPrompt, GenerationRequest, ToolChoiceMode
 from .choice import banned_tokens, needs_none_grammar, none_grammar, tool_grammar
 from .output import OutputSplitter, Split

@@ -70,8 +70,10 @@ class ChatSyntax:
 def chat_syntax(tokenizer) -> ChatSyntax:
     """What ``tokenizer`` (mlx-lm's TokenizerWrapper) says; empty for plain tokenizers."""
     specials = _special_tokens(tokenizer)
-    marker = lambda text: Marker(text, _single_token(tokenizer, text), _parts(text, specials)) \
-        if text is not None else None
+
+    def marker(text: str | None) -> Marker | None:
+        return Marker(text, _single_token(tokenizer, text), _parts(text, specials)) if text is not None else None
+
     parse = getattr(tokenizer, "tool_parser", None)
     start = getattr(tokenizer, "tool_call_start", None) if parse is not None else None
     think = getattr(tokenizer, "has_thinking", False)

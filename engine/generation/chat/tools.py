@@ -55,7 +55,8 @@ def tool_set(prompt: ChatPrompt, syntax: ChatSyntax, model: str) -> ToolSet | No
     schemas: dict[str, dict] = {}
     for i, tool in enumerate(prompt.tools):
         if not _NAME.fullmatch(tool.name):
-            raise InvalidRequest(f"chat.tools[{i}].name", "must be 1 to 64 characters of A-Z, a-z, 0-9, '_', '-' and '.'")
+            raise InvalidRequest(f"chat.tools[{i}].name",
+                                 "must be 1 to 64 characters of A-Z, a-z, 0-9, '_', '-' and '.'")
         if tool.name in schemas:
             raise InvalidRequest(f"chat.tools[{i}].name", f"{tool.name!r} is given twice")
         schemas[tool.name] = _schema(tool.parameters, f"chat.tools[{i}].parameters_json_schema")

@@ -12,12 +12,12 @@ from typing import Callable, Sequence
 
 import mlx.core as mx
 
-from .batch import Batch
 from ..grammar.masks import site_masks
 from ..sampling.logprobs import LogprobArrays, logprobs, to_events
 from ..sampling.sampler import choose
 from ..sequence.state import SequenceState, end_row
 from ..speculation.policy import step_allowance
+from .batch import Batch
 
 
 @dataclass(frozen=True)

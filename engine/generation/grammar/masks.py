@@ -11,8 +11,12 @@ from typing import Sequence
 import mlx.core as mx
 import numpy as np
 from llguidance import LLExecutor, LLMatcher
-from llguidance.numpy import (allocate_token_bitmask, fill_next_token_bitmask, fill_next_token_bitmask_par,
-                              fill_next_token_bitmask_par_with_draft_tokens)
+from llguidance.numpy import (
+    allocate_token_bitmask,
+    fill_next_token_bitmask,
+    fill_next_token_bitmask_par,
+    fill_next_token_bitmask_par_with_draft_tokens,
+)
 
 from .constraint import Constraint
 

@@ -26,7 +26,6 @@ import mlx.nn as nn
 from ...layering import CHECKPOINT, install
 from ...loading.traits import decoder_blocks
 
-
 _arming = threading.Lock()  # engines of several models arm from their own threads
 
 

@@ -14,18 +14,16 @@ from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import BatchKVCache
 
 from ...caches.quantized_kv import batch_cache
-
+from ...vision.encoded import EncodedImages
+from ...vision.model import VisionTower
 from ..config import SchedulerConfig
+from ..scheduling.reuse import PrefixReuse
+from ..sequence.state import SequenceState
 from . import prompt_logprobs
 from .interrupt import Interrupted, LayerCheckpoints
 from .steps import StepKind, next_prefill_step
-from ..scheduling.reuse import PrefixReuse
-from ..sequence.state import SequenceState
-from ...vision.encoded import EncodedImages
-from ...vision.model import VisionTower
 
 Route = Callable[[list[SequenceState]], AbstractContextManager]
 # Around a prompt forward: (its sequences, where each one's tokens start, each one's left padding).
@@ -69,7 +67,7 @@ class Prefiller:
                     budget -= self._together(group)
                 except Interrupted:
                     interrupted += self._take_cancelled(queue, group)
-                except Exception:  # noqa: BLE001 - each of them again, alone
+                except Exception:  # each of them again, alone
                     log.exception("a shared prefill of %d prompts failed; prefilling them one by one", len(group))
                     self._alone.update(group)
                 continue

@@ -5,8 +5,9 @@ Position ``p``'s scores give prompt token ``p + 1``; prefill runs positions ``0 
 last prompt token is the batch's to feed), so its chunks cover tokens ``1 .. n-1`` exactly once,
 in order. Each chunk's scores [chunk, V] are reduced to (logprob, top-k) per position in the same
 evaluation as the chunk's KV and read to host records right away: no [prompt, vocab] array is
-kept, and a scored chunk is at most ``SCORED_CHUNK`` positions. A request asking for them prefills alone and from its first token (a cached prefix holds
-KV, not scores); its records are sent once, when its prefill ends, after its Started."""
+kept, and a scored chunk is at most ``SCORED_CHUNK`` positions. A request asking for them prefills
+alone and from its first token (a cached prefix holds KV, not scores); its records are sent once,
+when its prefill ends, after its Started."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from typing import Callable
 import mlx.core as mx
 
 from ..sampling.logprobs import LogprobArrays, logprobs, to_events
-
 from ..sequence.state import SequenceState
 
 __all__ = ["LogprobArrays", "SCORED_CHUNK", "chunk_scores", "keep", "send"]

@@ -16,10 +16,10 @@ from typing import Protocol, Sequence
 import mlx.core as mx
 import numpy as np
 
+from ...requests import SamplerOrder, SamplingOptions
 from . import dry, mirostat
 from .truncation import temperature, truncate
 from .words import SamplingTokens, banned
-from ...requests import SamplerOrder, SamplingOptions
 
 _MASK = 0xFFFFFFFFFFFFFFFF
 _XTC_STREAM = 0x5851F42D4C957F2D  # mixed into the seed for XTC's draws

@@ -10,8 +10,8 @@ import time
 from typing import Callable
 
 from ...memory.budget import MemoryBudget
-from .fairness import FairQueue
 from ..sequence.state import SequenceState
+from .fairness import FairQueue
 
 
 class Admission:

@@ -80,7 +80,7 @@ class PrefixReuse:
             caches = caches() if callable(caches) else caches
             self.cache.put(self.key(seq, tokens), caches, self._namespace(seq),
                            session_of(seq.tenant.name, seq.prefix.session))
-        except Exception:  # noqa: BLE001 - a cache entry is never worth a request
+        except Exception:  # a cache entry is never worth a request
             log.warning("dropped a prefix cache entry of %d tokens", len(tokens), exc_info=True)
 
     def peek(self, tokens, namespace: str, session: str) -> int:
@@ -102,7 +102,7 @@ class PrefixReuse:
             return
         try:
             self.cache.persist()
-        except Exception:  # noqa: BLE001 - shutting down: entries are a bonus
+        except Exception:  # shutting down: entries are a bonus
             log.warning("could not queue the prefix cache for the disk tier", exc_info=True)
 
     def flush(self) -> int:

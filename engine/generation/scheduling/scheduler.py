@@ -18,22 +18,32 @@ from ...caches.prefix import PrefixCache
 from ...caches.quantized_kv import make_caches
 from ...caches.sessions import Sessions
 from ...events import FinishReason
+from ...loading.traits import can_roll_back
 from ...memory.budget import MemoryBudget
 from ...memory.planner import Planner
-from .admission import Admission
-from .throughput import TokenRate
-from ...loading.traits import can_roll_back
-from ..decode.batch import Batch
-from ..config import SchedulerConfig
-from ..decode.decoder import Decoder
-from ..prefill.prefiller import Prefiller, unrouted
 from ...vision import mrope
 from ...vision.model import VisionTower
-from .reuse import PrefixReuse, disk_namespace
+from ..config import SchedulerConfig
+from ..decode.batch import Batch
+from ..decode.decoder import Decoder
+from ..prefill.prefiller import Prefiller, unrouted
 from ..sequence.state import SequenceState, Status, failure_message
 from ..speculation.draft import DraftModel
-from .worker import (CloseSession, FlushPrefixCache, InstallPrefix, LoadAdapter, PeekPrefix, PlanMemory, Probe,
-                     Query, Stats, UnloadAdapter)
+from .admission import Admission
+from .reuse import PrefixReuse, disk_namespace
+from .throughput import TokenRate
+from .worker import (
+    CloseSession,
+    FlushPrefixCache,
+    InstallPrefix,
+    LoadAdapter,
+    PeekPrefix,
+    PlanMemory,
+    Probe,
+    Query,
+    Stats,
+    UnloadAdapter,
+)
 
 log = logging.getLogger("engine.generation.scheduling.scheduler")
 
@@ -227,7 +237,7 @@ class Scheduler:
         while (seq := self.admission.next_ready()) is not None:
             try:
                 self._start(seq)
-            except Exception as exc:  # noqa: BLE001 - fail this request, keep serving
+            except Exception as exc:  # fail this request, keep serving
                 log.exception("could not start request %s", seq.request_id)
                 self._end(seq, FinishReason.ERROR, f"engine failure: {type(exc).__name__}")
 
@@ -253,7 +263,7 @@ class Scheduler:
             seq, future = item
             try:
                 self._start(seq, read=future.result() or False)  # False: the read failed; take from memory
-            except Exception as exc:  # noqa: BLE001 - fail this request, keep serving
+            except Exception as exc:  # fail this request, keep serving
                 log.exception("could not start request %s", seq.request_id)
                 self._end(seq, FinishReason.ERROR, failure_message(exc))
 

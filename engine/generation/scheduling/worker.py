@@ -217,7 +217,7 @@ class Worker(Generic[T]):
             self.heartbeat.beat()
             try:
                 scheduler.tick()
-            except Exception as exc:  # noqa: BLE001 - one bad tick must not kill the thread
+            except Exception as exc:  # one bad tick must not kill the thread
                 log.exception("engine tick failed; failing running requests")
                 scheduler.fail_running(f"engine failure: {type(exc).__name__}")
 
@@ -228,7 +228,7 @@ class Worker(Generic[T]):
         self._pending.fail_all(EngineDead(f"the engine thread died ({self.died})"))
         try:
             scheduler.shutdown(message, FinishReason.ERROR)
-        except BaseException:  # noqa: BLE001 - the event loop's watchdog ends those streams
+        except BaseException:  # the event loop's watchdog ends those streams
             log.exception("could not fail the requests of a dead engine thread")
         while True:  # sequences submitted but never read
             try:
@@ -238,7 +238,7 @@ class Worker(Generic[T]):
             if isinstance(item, Submit):
                 try:
                     item.sequence.finish(FinishReason.ERROR, error=message)
-                except BaseException:  # noqa: BLE001
+                except BaseException:
                     log.exception("could not fail a request of a dead engine thread")
 
     def _drain(self, scheduler) -> bool:

@@ -11,9 +11,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Sequence
 
-from ...events import Delta, Event, FinishReason, Finished, PromptLogprobs, Started, Timings, TokenLogprob, Usage
+from ...events import Delta, Event, Finished, FinishReason, PromptLogprobs, Started, Timings, TokenLogprob, Usage
 from .stopping import StopStringMatcher
-
 
 _CONTEXT = 4  # prompt tokens kept so the first output token decodes with its left context
 MAX_PENDING = 8  # tokens held back behind a trailing U+FFFD before the stable part is emitted

@@ -13,10 +13,10 @@ from typing import Any, Sequence
 
 from ...events import FinishReason, TokenLogprob, Usage
 from ...tenancy import ANONYMOUS, Tenant
-from .delivery import Delivery
 from ..grammar.constraint import Constraint
 from ..sampling.sampler import SamplingState
 from ..speculation.policy import Speculation
+from .delivery import Delivery
 from .stopping import TokenStop, TokenStopRule
 
 
@@ -179,6 +179,6 @@ def end_row(seq: SequenceState, exc: BaseException, during: str) -> None:
     log.error("request %s failed during %s; ending it alone", seq.request_id, during, exc_info=exc)
     try:
         seq.finish(FinishReason.ERROR, error=failure_message(exc))
-    except Exception:  # noqa: BLE001 - its delivery is what broke; it still leaves the batch
+    except Exception:  # its delivery is what broke; it still leaves the batch
         log.exception("request %s: its Finished event could not be sent", seq.request_id)
         seq.status, seq.finish_reason = Status.FINISHED, FinishReason.ERROR

@@ -68,7 +68,7 @@ class MtpHead(DraftHead):
     tap_final = True
 
     def __init__(self, args, embed: Callable[[mx.array], mx.array], output: Callable[[mx.array], mx.array]):
-        from mlx_lm.models import mimo  # noqa: PLC0415 - the architecture the layer comes from
+        from mlx_lm.models import mimo  # the architecture the layer comes from
 
         super().__init__(embed)
         object.__setattr__(self, "_output", output)

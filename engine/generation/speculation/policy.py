@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ...requests import SpeculationMode
-from .ngram import NgramIndex
 from ..grammar.constraint import Constraint
+from .ngram import NgramIndex
 from .prediction import PredictionDrafts
 
 _PAUSE_MAX = 64
