@@ -130,7 +130,7 @@ class AccessLog(Observer):
     def on_end(self, call: CallRecord) -> None:
         if not self.logger.isEnabledFor(logging.INFO):
             return
-        left_out = 0
+        left_out: int | None = 0
         if call.code in FLOOD_CODES:
             left_out = self.floods.admit((call.method[:FIELD_CHARS], call.code, call.tenant), time.monotonic())
             if left_out is None:

@@ -121,7 +121,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         method = details.method
         role = needed_role(method)
         if not self.table:
-            if handler is not None and not self.admin_loopback and not holds(self.anonymous, role):
+            if handler is not None and role is not None and not self.admin_loopback and not holds(self.anonymous, role):
                 return self._identified(rejecting(handler, self._denied[role]), method, self.anonymous)
             return self._identified(handler, method, None) if handler else None
         token = bearer_token(details.invocation_metadata)
@@ -131,7 +131,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 return self._identified(handler, method, NOBODY) if handler else None
             # an unknown method is UNAUTHENTICATED too: nothing is revealed before auth
             return rejecting(handler, self._missing if token is None else self._invalid)
-        if handler is not None and not holds(identity, role):
+        if handler is not None and role is not None and not holds(identity, role):
             handler = rejecting(handler, self._denied[role])
         return self._identified(handler, method, identity) if handler else None
 
@@ -162,22 +162,24 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             """The request, once the caller is known to hold the method's role."""
             identity = who(context)
             if deferred:
-                if not holds(identity, role):
+                if role is not None and not holds(identity, role):
                     await context.abort_with_status(self._denied[role])
                 request = await self._parsed(parse, request, method, context)
             return request
 
         if inspect.isasyncgenfunction(inner):
-            async def behavior(request: Any, context: grpc.aio.ServicerContext):
+            async def streaming(request: Any, context: grpc.aio.ServicerContext):
                 request = await checked(request, context)
                 async with contextlib.aclosing(inner(request, context)) as responses:
                     async for response in responses:
                         yield response
+            behavior: Callable[..., Any] = streaming
         else:
-            async def behavior(request: Any, context: grpc.aio.ServicerContext):
+            async def unary(request: Any, context: grpc.aio.ServicerContext):
                 request = await checked(request, context)
                 result = inner(request, context)
                 return await result if inspect.isawaitable(result) else result
+            behavior = unary
 
         factory = FACTORIES[(handler.request_streaming, handler.response_streaming)]
         return factory(behavior, request_deserializer=_Unparsed if deferred else parse,

@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from engine.tenancy import MAX_PRIORITY, Tenant
 
@@ -84,7 +84,7 @@ class _Line:
 def parse_lines(lines: list[tuple[int, str]], source: str) -> TokenTable:
     """``(line number, text)`` pairs (number 0: from the environment) -> the table."""
     parsed = [_parse(f"{source}:{n}" if n else f"${ENV_VAR}", text) for n, text in lines]
-    settings: dict[str, dict[str, tuple[object, str]]] = {}
+    settings: dict[str, dict[str, tuple[Any, str]]] = {}  # Tenant fields of several types
     for line in parsed:
         mine = settings.setdefault(line.tenant, {})
         for key, value in line.settings.items():
@@ -97,18 +97,18 @@ def parse_lines(lines: list[tuple[int, str]], source: str) -> TokenTable:
     identities: dict[bytes, Identity] = {}
     seen: dict[bytes, str] = {}
     for line in parsed:
-        key, identity = digest(line.token), Identity(tenants[line.tenant], line.role)
-        if key in identities and identities[key] != identity:
-            raise ValueError(f"{line.where}: this token is also on {seen[key]} with another tenant or role")
-        identities[key] = identity
-        seen.setdefault(key, line.where)
+        hashed, identity = digest(line.token), Identity(tenants[line.tenant], line.role)
+        if hashed in identities and identities[hashed] != identity:
+            raise ValueError(f"{line.where}: this token is also on {seen[hashed]} with another tenant or role")
+        identities[hashed] = identity
+        seen.setdefault(hashed, line.where)
     return TokenTable(identities)
 
 
 def _parse(where: str, text: str) -> _Line:
     parts = text.split()
     token, rest = parts[0], parts[1:]
-    positional = []
+    positional: list[str] = []
     while rest and "=" not in rest[0] and len(positional) < 2:
         positional.append(rest.pop(0))
     tenant = positional[0] if positional else DEFAULT_TENANT

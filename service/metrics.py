@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -125,7 +126,7 @@ class Metrics(Observer):
             ProcessCollector(registry=r)
         except Exception:  # noqa: BLE001 - platforms without /proc
             pass
-        self._http = None
+        self._http: tuple[WSGIServer, threading.Thread] | None = None
         self._lock = threading.Lock()
 
     def watch_calls(self, budgets) -> None:

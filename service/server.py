@@ -27,6 +27,7 @@ from .access_log import AccessLog
 from .auth import AuthInterceptor, is_loopback_host
 from .bearer_tokens import TokenTable
 from .budgets import BudgetInterceptor, CallBudgets
+from .calls import Observer
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from .interceptors import DrainInterceptor, ObservingInterceptor, ServerState
@@ -139,7 +140,7 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
     budgets = call_budgets(options)
     if metrics is not None:
         metrics.watch_calls(budgets)
-    observers = [o for o in (metrics, AccessLog() if options.access_log else None) if o is not None]
+    observers: list[Observer] = [o for o in (metrics, AccessLog() if options.access_log else None) if o is not None]
     interceptors: list[grpc.aio.ServerInterceptor] = [
         ObservingInterceptor(state, observers), *tracing.interceptors(options),
         AuthInterceptor(token_table(options), open_reflection=options.auth_open_reflection,
@@ -239,7 +240,7 @@ async def serve(address: str, models: ModelSet, options: ServerOptions = ServerO
     await server.start()
     log.info("listening on port %d%s; loading %s", port, " (TLS)" if credentials else "",
              ", ".join(models.names()))
-    if metrics is not None:
+    if metrics is not None and options.metrics_port is not None:
         log.info("metrics on http://%s:%d/metrics", options.metrics_host,
                  metrics.serve_http(options.metrics_port, options.metrics_host))
     stop, force = asyncio.Event(), asyncio.Event()

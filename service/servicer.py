@@ -62,7 +62,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             if len(packed) == pooling_convert.PACKED_PER_MESSAGE:
                 yield pooling_convert.packed_response(packed, kind)
                 packed = []
-        if packed:
+        if packed and kind is not None:
             yield pooling_convert.packed_response(packed, kind)
 
     @mapped()

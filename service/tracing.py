@@ -211,7 +211,7 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
 
 def attributes(call: CallRecord) -> dict[str, Any]:
     """The span attributes of what the call did (those it never learned are left out)."""
-    found = {"gen_ai.request.model": call.model, "mlxgrpc.request_id": call.request_id,
+    found: dict[str, Any] = {"gen_ai.request.model": call.model, "mlxgrpc.request_id": call.request_id,
              "mlxgrpc.tenant": call.tenant, "mlxgrpc.adapter": call.adapter,
              "gen_ai.usage.input_tokens": call.prompt_tokens, "gen_ai.usage.output_tokens": call.completion_tokens,
              "mlxgrpc.cached_tokens": call.cached_tokens, "mlxgrpc.finish_reason": call.finish_reason}

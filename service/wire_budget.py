@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import inspect
 from dataclasses import dataclass
-from typing import Callable, Generator, Mapping
+from typing import Any, Callable, Generator, Mapping
 
 import grpc
 from google.protobuf import descriptor_pool
@@ -177,7 +177,7 @@ class WireBudget:
                     count = counts.get(number, 0)
                     counts[number] = count + 1
                     if field.cap is not None and count >= field.cap[0]:
-                        return self._over(field, path)
+                        return self._over(field.name, field.cap, path)
                     if size:  # an empty one holds nothing to walk
                         stack.append((field, start, pos, path, count))
                     continue
@@ -197,7 +197,7 @@ class WireBudget:
             if field is not None and field.repeated:
                 count = counts[number] = counts.get(number, 0) + 1
                 if field.cap is not None and count > field.cap[0]:
-                    return self._over(field, path)
+                    return self._over(field.name, field.cap, path)
         walk.left = left
         return None
 
@@ -215,11 +215,11 @@ class WireBudget:
             return Overflow(_path(path, field.name), f"at most {self.max_numbers} numbers in one request's "
                                                      "repeated number fields (--max-request-numbers)")
         count = counts[field.number] = counts.get(field.number, 0) + values
-        return self._over(field, path) if field.cap is not None and count > field.cap[0] else None
+        return self._over(field.name, field.cap, path) if field.cap is not None and count > field.cap[0] else None
 
     @staticmethod
-    def _over(field: _Field, path: tuple) -> Overflow:
-        return Overflow(_path(path, field.name), f"at most {field.cap[0]} {field.cap[1]}")
+    def _over(name: str, cap: tuple[int, str], path: tuple) -> Overflow:
+        return Overflow(_path(path, name), f"at most {cap[0]} {cap[1]}")
 
 
 def _path(path: tuple, last: str = "") -> str:
@@ -373,16 +373,18 @@ class WireBudgetInterceptor(grpc.aio.ServerInterceptor):
             return request
 
         if inspect.isasyncgenfunction(inner):
-            async def behavior(request, context: grpc.aio.ServicerContext):
+            async def streaming(request, context: grpc.aio.ServicerContext):
                 request = await ready(request, context)
                 async with contextlib.aclosing(inner(request, context)) as responses:
                     async for response in responses:
                         yield response
+            behavior: Callable[..., Any] = streaming
         else:
-            async def behavior(request, context: grpc.aio.ServicerContext):
+            async def unary(request, context: grpc.aio.ServicerContext):
                 request = await ready(request, context)
                 result = inner(request, context)
                 return await result if inspect.isawaitable(result) else result
+            behavior = unary
 
         factory = FACTORIES[(handler.request_streaming, handler.response_streaming)]
         return factory(behavior, request_deserializer=deferred(parse), response_serializer=handler.response_serializer)
