@@ -181,13 +181,14 @@ def _header(f, size: int, key: bytes) -> tuple[dict[str, str], dict[str, Any], i
 def to_host(caches: list[Any], namespace: str, tokens: list[int], fingerprint: str) -> HostEntry:
     """Engine thread: the caches' state as host buffers (evaluated arrays are read, not copied)."""
     import mlx.core as mx
-    from mlx.utils import tree_flatten
+
+    from ..mlx_typed import flatten
 
     classes, leaves, tensors, lazy = [], [], [], []
     for cache in caches:
         classes.append(type(cache).__name__)
         mine = []
-        for path, leaf in tree_flatten(cache.state):
+        for path, leaf in flatten(cache.state):
             if isinstance(leaf, mx.array):
                 stored = leaf.view(mx.uint16) if leaf.dtype == mx.bfloat16 else leaf
                 lazy.append(stored)
@@ -234,9 +235,10 @@ def from_host(entry: HostEntry) -> list[Any]:
 
 def _arrays(cache: Any) -> list[Any]:
     import mlx.core as mx
-    from mlx.utils import tree_flatten
 
-    return [leaf for _, leaf in tree_flatten(cache.state) if isinstance(leaf, mx.array)]
+    from ..mlx_typed import flatten
+
+    return [leaf for _, leaf in flatten(cache.state) if isinstance(leaf, mx.array)]
 
 
 def writer_alive(temp_name: str) -> bool:

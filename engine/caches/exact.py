@@ -11,8 +11,10 @@ import resource
 from typing import Any
 
 import mlx.core as mx
-from mlx.utils import tree_flatten, tree_map
+from mlx.utils import tree_map
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
+
+from ..mlx_typed import flatten
 
 _PAGE = resource.getpagesize()
 
@@ -35,7 +37,7 @@ def exact(caches: list[Any]) -> list[Any]:
 
 
 def arrays(caches: list[Any]) -> list[mx.array]:
-    return [leaf for _, leaf in tree_flatten([c.state for c in caches]) if isinstance(leaf, mx.array)]
+    return [leaf for _, leaf in flatten([c.state for c in caches]) if isinstance(leaf, mx.array)]
 
 
 def buffer_bytes(caches: list[Any]) -> int:

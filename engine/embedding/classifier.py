@@ -17,6 +17,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from ..errors import UnsupportedModel
+from ..mlx_typed import load_arrays
 from .encoder import load_encoder
 from .pooling import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, EmbeddingModel
 
@@ -86,7 +87,7 @@ class SequenceClassifier(EmbeddingModel):
         function = score_function(config, len(labels))
         weights = {}
         for f in sorted(model_dir.glob("*.safetensors")):
-            weights.update(mx.load(str(f)))
+            weights.update(load_arrays(str(f)))
         rows = weights["classifier.weight"].shape[0]
         if rows != len(labels):
             raise UnsupportedModel(f"{model_dir.name}: the classifier has {rows} outputs, the config names "

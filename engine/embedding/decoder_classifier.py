@@ -43,21 +43,22 @@ class DecoderClassifier(DecoderEmbeddingModel):
 
     @classmethod
     def load(cls, model_dir: Path, **_: Any) -> "DecoderClassifier":
-        from mlx.utils import tree_flatten
         from mlx_lm.tokenizer_utils import load as load_tokenizer
         from mlx_lm.utils import load_model
 
         from engine.hardware.device import runtime_dtype
 
+        from ..mlx_typed import flatten, load_arrays
+
         model_dir = Path(model_dir)
         config = json.loads((model_dir / "config.json").read_text())
         weights: dict[str, mx.array] = {}
         for f in sorted(model_dir.glob("*.safetensors")):
-            weights.update(mx.load(str(f)))
+            weights.update(load_arrays(str(f)))
         model, _ = load_model(model_dir, strict=False)
         if (dtype := runtime_dtype("auto")) is not None:
             model.set_dtype(dtype)
-        missing = sorted(k for k, _ in tree_flatten(model.model.parameters()) if f"model.{k}" not in weights)
+        missing = sorted(k for k, _ in flatten(model.model.parameters()) if f"model.{k}" not in weights)
         if missing:
             raise UnsupportedModel(f"{model_dir.name}: the backbone's weights are incomplete (missing "
                                    f"{missing[:3]})")

@@ -14,6 +14,8 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
+from ..mlx_typed import load_arrays
+
 __all__ = ["BertConfig", "EncoderModel", "load_encoder", "sanitize_bert_weights"]
 
 
@@ -252,7 +254,7 @@ def load_encoder(model_dir: Path) -> EncoderModel:
         raise FileNotFoundError(f"no *.safetensors weights in {model_dir}")
     weights: dict[str, mx.array] = {}
     for f in files:
-        weights.update(mx.load(str(f)))
+        weights.update(load_arrays(str(f)))
     weights = sanitize_bert_weights(weights)
     model = EncoderModel(config)
     # strict: every encoder parameter must be present, and no unknown tensors.

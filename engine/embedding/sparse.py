@@ -17,6 +17,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from ..errors import UnsupportedModel
+from ..mlx_typed import load_arrays
 from .encoder import _ACTIVATIONS, load_encoder
 from .folder import trained_length
 from .pooling import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, EmbeddingModel
@@ -89,7 +90,7 @@ class SparseEncoder(EmbeddingModel):
         model_dir = Path(model_dir)
         weights: dict[str, mx.array] = {}
         for f in sorted(model_dir.glob("*.safetensors")):
-            weights.update(mx.load(str(f)))
+            weights.update(load_arrays(str(f)))
         encoder = load_encoder(model_dir)
         cfg = encoder.config
         head = MaskedLMHead(cfg.hidden_size, cfg.vocab_size, cfg.hidden_act, cfg.layer_norm_eps)

@@ -35,9 +35,9 @@ def _model(config: Mapping[str, Any]):
 
 
 def _shapes(model) -> dict[str, tuple[int, ...]]:
-    from mlx.utils import tree_flatten
+    from ..mlx_typed import flatten
 
-    return {name: tuple(value.shape) for name, value in tree_flatten(model.parameters())}
+    return {name: tuple(value.shape) for name, value in flatten(model.parameters())}
 
 
 def model_parameters(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:

@@ -156,9 +156,9 @@ def _read_config(artifact: Path) -> dict[str, Any]:
 
 def _weight_dtype(model: nn.Module) -> str:
     """E.g. "float32", or "q4/q8 affine (5.63 bits per weight), float32"."""
-    from mlx.utils import tree_flatten
+    from ..mlx_typed import flatten
 
-    dtypes = {str(v.dtype).split(".")[-1] for _, v in tree_flatten(model.parameters())}
+    dtypes = {str(v.dtype).split(".")[-1] for _, v in flatten(model.parameters())}
     floating = "/".join(sorted(d for d in dtypes if "float" in d)) or "unknown"
     quantized = [m for _, m in model.named_modules() if "scales" in m and hasattr(m, "bits")]
     if not quantized:

@@ -9,9 +9,9 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten
 
 from ..loading.traits import config_value
+from ..mlx_typed import flatten
 
 __all__ = ["KV_STEP", "ModelMemoryFacts", "facts_from_model"]
 
@@ -93,14 +93,14 @@ def _state_arrays(cache: Any) -> list[mx.array]:
         state = cache.state
     except Exception:  # noqa: BLE001 - an empty cache may refuse to give its state
         return []
-    return [v for _, v in tree_flatten(state) if isinstance(v, mx.array)]
+    return [v for _, v in flatten(state) if isinstance(v, mx.array)]
 
 
 def activation_dtype(model: nn.Module) -> mx.Dtype:
     """The floating dtype most parameters hold (quantized models: their scales): what
     activations, and float KV, run in."""
     counts: dict[mx.Dtype, int] = {}
-    for _, v in tree_flatten(model.parameters()):
+    for _, v in flatten(model.parameters()):
         if mx.issubdtype(v.dtype, mx.floating):
             counts[v.dtype] = counts.get(v.dtype, 0) + v.size
     if not counts:
@@ -165,7 +165,7 @@ def facts_from_model(model: nn.Module, config: Mapping[str, Any], make_caches=No
     """``make_caches(model)``: the caches requests get (default: mlx-lm's ``make_prompt_cache``);
     ``blockwise_attention``: the model's attention runs in blocks of keys with an online
     softmax (the CPU kernels' attention), so no score matrix is ever whole."""
-    weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+    weights = sum(v.nbytes for _, v in flatten(model.parameters()))
     weights += sum(getattr(m, "outside_bytes", 0) for _, m in model.named_modules())  # e.g. ggml's weights
     act_bytes = _activation_dtype_bytes(model)
     vocab = int(config_value(config, "vocab_size", default=0))

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mlx.utils import tree_flatten
-
 from ..caches.quantized_kv import check_kv_bits, make_caches
 from ..loading.model import LoadedModel
+from ..mlx_typed import flatten
 from .facts import ModelMemoryFacts, blockwise_attention, facts_from_model, with_draft
 
 
@@ -20,7 +19,7 @@ def served_facts(loaded: LoadedModel, kv_bits: int = 0) -> ModelMemoryFacts:
                              blockwise_attention=blockwise_attention(loaded))
     if loaded.vision is None:
         return facts
-    tower = sum(v.nbytes for _, v in tree_flatten(loaded.vision.vlm.parameters()))
+    tower = sum(v.nbytes for _, v in flatten(loaded.vision.vlm.parameters()))
     return replace(facts, weights_bytes=facts.weights_bytes + tower)  # an image's tokens are prompt tokens
 
 
@@ -34,7 +33,7 @@ def with_served_head(facts: ModelMemoryFacts, head) -> ModelMemoryFacts:
     """``facts`` with a draft head's weights and its one attention layer's float KV."""
     keys = head.attention.k_proj.weight
     per_token = 2 * keys.shape[0] * keys.dtype.size
-    return replace(facts, weights_bytes=facts.weights_bytes + sum(v.nbytes for _, v in tree_flatten(head.parameters())),
+    return replace(facts, weights_bytes=facts.weights_bytes + sum(v.nbytes for _, v in flatten(head.parameters())),
                    kv_bytes_per_token_per_layer=(*facts.kv_bytes_per_token_per_layer, per_token),
                    window_per_layer=(*facts.window_per_layer, None),
                    state_bytes_per_layer=(*facts.state_bytes_per_layer, 0) if facts.state_bytes_per_layer else ())

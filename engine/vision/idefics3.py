@@ -90,14 +90,14 @@ def _grid_text(processor) -> Callable[[int, int], str]:
 
 def load_idefics3(vlm, processor, path: Path, config: dict[str, Any]):
     """(mlx-lm llama, tokenizer, Idefics3Tower) from mlx-vlm's loaded model."""
-    from mlx.utils import tree_flatten
+    from ..mlx_typed import flatten
 
     text_config = text_config_of(vlm)
     raw = config.get("text_config") or {}
     if raw.get("head_dim") not in (None, text_config["head_dim"]):
         raise UnsupportedModel(f"{config['model_type']} with head_dim {raw['head_dim']} != hidden / heads "
                                "is not served (mlx-vlm's text model derives it)")
-    weights = untie(language_weights(dict(tree_flatten(vlm.language_model.parameters()))))
+    weights = untie(language_weights(dict(flatten(vlm.language_model.parameters()))))
     text_config["tie_word_embeddings"] = "lm_head.weight" not in weights
     config["text_config"] = {**raw, **text_config}  # what traits read: what is served
     text = text_model(text_config, weights)

@@ -104,7 +104,8 @@ class VisionTower:
 def load_vision_model(path: Path, config: Mapping[str, Any]):
     """(mlx-lm text model, tokenizer, VisionTower) for the directory ``path``."""
     import mlx_vlm
-    from mlx.utils import tree_flatten
+
+    from ..mlx_typed import flatten
 
     mode = (config.get("quantization") or {}).get("mode", "affine")
     if "quantization_config" in config and "quantization" not in config or mode != "affine":
@@ -125,7 +126,7 @@ def load_vision_model(path: Path, config: Mapping[str, Any]):
     else:
         text_config = dict(config["text_config"])
         text_config.setdefault("vocab_size", config.get("vocab_size"))
-    weights = dict(tree_flatten(vlm.language_model.parameters()))
+    weights = dict(flatten(vlm.language_model.parameters()))
     if gemma:
         from .gemma3 import untie
         weights = untie(weights)

@@ -90,11 +90,11 @@ def sections_of(vlm) -> list[int]:
 
 def load_qwen_vl(vlm, processor, path: Path, config: dict[str, Any]):
     """(mlx-lm qwen2 / qwen3 with M-RoPE, tokenizer, QwenVLTower) from mlx-vlm's loaded model."""
-    from mlx.utils import tree_flatten
+    from ..mlx_typed import flatten
 
     model_type = config["model_type"]
     text_config = text_config_of(vlm, model_type)
-    weights = untie(dict(tree_flatten(vlm.language_model.parameters())))
+    weights = untie(dict(flatten(vlm.language_model.parameters())))
     text_config["tie_word_embeddings"] = "lm_head.weight" not in weights
     config["text_config"] = {**(config.get("text_config") or {}), **text_config}  # what traits read
     text = text_model(text_config, weights)

@@ -14,12 +14,12 @@ from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten
 from mlx_lm.models import llama
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
 from ...loading.model import LoadedModel
+from ...mlx_typed import flatten, load_arrays
 from .taps import FINAL
 
 MTP = "mtp"  # --draft-model's word for the checkpoint's own MTP layers
@@ -162,12 +162,12 @@ def _target_parts(target: nn.Module) -> tuple[Callable, Callable]:
 def _safetensors(directory: Path) -> dict[str, mx.array]:
     weights: dict[str, mx.array] = {}
     for file in sorted(directory.glob("*.safetensors")):
-        weights.update(mx.load(str(file)))
+        weights.update(load_arrays(str(file)))
     return weights
 
 
 def _finish(head: DraftHead, weights: dict[str, mx.array], dtype: mx.Dtype, what: str) -> DraftHead:
-    own = dict(tree_flatten(head.parameters()))
+    own = dict(flatten(head.parameters()))
     missing, extra = own.keys() - weights.keys(), weights.keys() - own.keys()
     if missing or extra:
         raise HeadMismatch(f"{what}: weights do not match the head "

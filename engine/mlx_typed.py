@@ -1,0 +1,19 @@
+"""Typed views of mlx calls whose generated (nanobind) stubs are looser than what the calls return
+here: the type checker sees the precise type, the call itself is mlx's, unchanged."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+
+
+def flatten(tree: Any) -> list[tuple[str, Any]]:
+    """``tree_flatten(tree)``: (path, leaf) pairs (its stub also allows the dict of a ``destination``)."""
+    return cast(list[tuple[str, Any]], tree_flatten(tree))
+
+
+def load_arrays(path: str) -> dict[str, mx.array]:
+    """``mx.load`` of a .safetensors or .npz file: its arrays by name (the stub allows one array, or metadata)."""
+    return cast(dict[str, mx.array], mx.load(path))
