@@ -16,7 +16,10 @@
 
 use tonic::{IntoRequest, Request, Status};
 
-use crate::{Client, Truncation, pb};
+use crate::pooling_builders::pooling_builders;
+use crate::{Client, pb};
+
+pooling_builders!(pb::ClassifyRequest, model: "The classifying model (empty: the server's first classifier, else its first reranker).", truncate: "What to do with an input longer than the model's input limit.");
 
 impl pb::ClassifyRequest {
     /// Classifies `inputs` (at least one) with the default classifying model; the
@@ -28,33 +31,9 @@ impl pb::ClassifyRequest {
         }
     }
 
-    /// The classifying model (empty: the server's first classifier, else its first reranker).
-    pub fn with_model(mut self, model: impl Into<String>) -> Self {
-        self.model = model.into();
-        self
-    }
-
     /// Return only each input's `top_k` highest scored labels (0: all of them).
     pub fn with_top_k(mut self, top_k: i32) -> Self {
         self.top_k = top_k;
-        self
-    }
-
-    /// What to do with an input longer than the model's input limit.
-    pub fn with_truncate(mut self, truncate: Truncation) -> Self {
-        self.set_truncate(truncate.into());
-        self
-    }
-
-    /// A client-chosen id for Cancel and logs (empty: the server assigns one).
-    pub fn with_request_id(mut self, request_id: impl Into<String>) -> Self {
-        self.request_id = request_id.into();
-        self
-    }
-
-    /// Scheduling priority, `-100..=100` (0: the client's default).
-    pub fn with_priority(mut self, priority: i32) -> Self {
-        self.priority = priority;
         self
     }
 }
@@ -140,7 +119,7 @@ impl Client {
     /// `model` selects the server's first classifier, else its first reranker), results
     /// in input order. Retried like the other unary calls; a request without a priority
     /// gets the client's default. A model that does not classify is
-    /// FAILED_PRECONDITION; an input over the limit under [`Truncation::None`] is
+    /// FAILED_PRECONDITION; an input over the limit under [`Truncation::None`](crate::Truncation::None) is
     /// INVALID_ARGUMENT.
     pub async fn classify(
         &self,
@@ -166,6 +145,7 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Truncation;
 
     #[test]
     fn builders_set_the_fields() {

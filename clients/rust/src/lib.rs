@@ -56,6 +56,7 @@ mod embeddings;
 mod errors;
 mod generation;
 mod images;
+mod pooling_builders;
 mod prediction;
 mod prefix;
 mod priority;

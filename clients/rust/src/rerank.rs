@@ -17,7 +17,12 @@
 
 use tonic::{IntoRequest, Request, Status};
 
+use crate::pooling_builders::pooling_builders;
 use crate::{Client, pb};
+
+pooling_builders!(pb::EmbedRequest, model: "The embedding model (empty: the server's default one).", truncate: "What to do with an input longer than the model's input limit.");
+
+pooling_builders!(pb::RerankRequest, model: "The reranking model (empty: the server's default one).", truncate: "What to do with a query and document longer together than the model's input limit.");
 
 /// What Embed, Rerank, Classify and EmbedSparse do with an input longer than the model's input limit
 /// (`ModelInfo::context_length`).
@@ -49,30 +54,6 @@ impl pb::EmbedRequest {
             ..Default::default()
         }
     }
-
-    /// The embedding model (empty: the server's default one).
-    pub fn with_model(mut self, model: impl Into<String>) -> Self {
-        self.model = model.into();
-        self
-    }
-
-    /// What to do with an input longer than the model's input limit.
-    pub fn with_truncate(mut self, truncate: Truncation) -> Self {
-        self.set_truncate(truncate.into());
-        self
-    }
-
-    /// A client-chosen id for Cancel and logs (empty: the server assigns one).
-    pub fn with_request_id(mut self, request_id: impl Into<String>) -> Self {
-        self.request_id = request_id.into();
-        self
-    }
-
-    /// Scheduling priority, `-100..=100` (0: the client's default).
-    pub fn with_priority(mut self, priority: i32) -> Self {
-        self.priority = priority;
-        self
-    }
 }
 
 impl pb::RerankRequest {
@@ -89,33 +70,9 @@ impl pb::RerankRequest {
         }
     }
 
-    /// The reranking model (empty: the server's default one).
-    pub fn with_model(mut self, model: impl Into<String>) -> Self {
-        self.model = model.into();
-        self
-    }
-
     /// Return only the `top_n` highest scored documents (0: all of them).
     pub fn with_top_n(mut self, top_n: i32) -> Self {
         self.top_n = top_n;
-        self
-    }
-
-    /// What to do with a query and document longer together than the model's input limit.
-    pub fn with_truncate(mut self, truncate: Truncation) -> Self {
-        self.set_truncate(truncate.into());
-        self
-    }
-
-    /// A client-chosen id for Cancel and logs (empty: the server assigns one).
-    pub fn with_request_id(mut self, request_id: impl Into<String>) -> Self {
-        self.request_id = request_id.into();
-        self
-    }
-
-    /// Scheduling priority, `-100..=100` (0: the client's default).
-    pub fn with_priority(mut self, priority: i32) -> Self {
-        self.priority = priority;
         self
     }
 }

@@ -21,7 +21,10 @@ use std::collections::HashMap;
 
 use tonic::{IntoRequest, Request, Status};
 
-use crate::{Client, Truncation, pb};
+use crate::pooling_builders::pooling_builders;
+use crate::{Client, pb};
+
+pooling_builders!(pb::EmbedSparseRequest, model: "The SPLADE model (empty: the server's first).", truncate: "What to do with an input longer than the model's input limit.");
 
 impl pb::EmbedSparseRequest {
     /// Embeds `inputs` (at least one) with the default SPLADE model; the `with_*` methods
@@ -33,33 +36,9 @@ impl pb::EmbedSparseRequest {
         }
     }
 
-    /// The SPLADE model (empty: the server's first).
-    pub fn with_model(mut self, model: impl Into<String>) -> Self {
-        self.model = model.into();
-        self
-    }
-
     /// Keep only each input's `top_k` heaviest weights (0: every nonzero one).
     pub fn with_top_k(mut self, top_k: i32) -> Self {
         self.top_k = top_k;
-        self
-    }
-
-    /// What to do with an input longer than the model's input limit.
-    pub fn with_truncate(mut self, truncate: Truncation) -> Self {
-        self.set_truncate(truncate.into());
-        self
-    }
-
-    /// A client-chosen id for Cancel and logs (empty: the server assigns one).
-    pub fn with_request_id(mut self, request_id: impl Into<String>) -> Self {
-        self.request_id = request_id.into();
-        self
-    }
-
-    /// Scheduling priority, `-100..=100` (0: the client's default).
-    pub fn with_priority(mut self, priority: i32) -> Self {
-        self.priority = priority;
         self
     }
 }
@@ -157,7 +136,7 @@ impl Client {
     /// `model` selects the server's first), vectors in input order. Retried like the other
     /// unary calls; a request without a priority gets the client's default. A model that
     /// is not a SPLADE model is FAILED_PRECONDITION; an input over the limit under
-    /// [`Truncation::None`] is INVALID_ARGUMENT.
+    /// [`Truncation::None`](crate::Truncation::None) is INVALID_ARGUMENT.
     pub async fn embed_sparse(
         &self,
         request: impl IntoRequest<pb::EmbedSparseRequest>,
@@ -183,6 +162,7 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Truncation;
 
     #[test]
     fn builders_set_the_fields() {
