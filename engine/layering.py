@@ -38,11 +38,11 @@ def uninstall(module: nn.Module, mixin: type) -> None:
 
 def only_kernels(module: nn.Module) -> bool:
     """Whether nothing but kernels changes what the module computes."""
-    return all(m.RANK == KERNEL for m in layers_of(module)[1])
+    return all(m.RANK == KERNEL for m in layers_of(module)[1])  # type: ignore[attr-defined]  # mixins declare RANK
 
 
 def _set(module: nn.Module, base: type, mixins: tuple[type, ...]) -> None:
-    mixins = tuple(sorted(mixins, key=lambda m: -m.RANK))
+    mixins = tuple(sorted(mixins, key=lambda m: -m.RANK))  # type: ignore[attr-defined]  # mixins declare RANK
     if not mixins:
         module.__class__ = base
         return

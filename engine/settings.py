@@ -10,7 +10,7 @@ from typing import Any
 
 
 def setting(default: Any, help: str, *, flag: str | None = None, metavar: str | None = None,
-            type: type | None = None, choices: tuple[str, ...] | None = None) -> Any:
+            type: type | None = None, choices: tuple[Any, ...] | None = None) -> Any:
     """A dataclass field with ``default``, settable as ``flag``; an empty ``help`` shares another field's flag."""
     return dataclasses.field(default=default, metadata={"help": help, "flag": flag, "metavar": metavar,
                                                          "type": type, "choices": choices})

@@ -39,9 +39,10 @@ def inside_root(path: str, root: str | None, field: str = "path") -> Place:
     real_root = os.path.realpath(root)
     relative = path
     if os.path.isabs(path):
-        relative = _relative_to(os.path.normpath(path), (os.path.normpath(os.path.abspath(root)), real_root))
-        if relative is None:
+        inside = _relative_to(os.path.normpath(path), (os.path.normpath(os.path.abspath(root)), real_root))
+        if inside is None:
             raise InvalidRequest(field, f"{echo(path)} lies outside the adapter root; give a path relative to it")
+        relative = inside
     relative = os.path.normpath(relative)
     shown = "" if relative == "." else relative.replace(os.sep, "/")
     return _place(os.path.join(real_root, relative), real_root, shown or ".", path, field)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from ..errors import AdapterCapacity
 from ..hardware.device import end_thread
@@ -38,7 +38,7 @@ class Reads:
 
         def work() -> None:
             try:
-                outcome = (True, fn())
+                outcome: tuple[bool, Any] = (True, fn())  # (True, the result) or (False, the error)
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting call
                 outcome = (False, exc)
             finally:

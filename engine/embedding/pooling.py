@@ -190,13 +190,13 @@ class EmbeddingModel:
         """Inputs already tokenized, checked: each must fit ``max_length`` and the vocabulary.
         Trailing padding (a tokenizer that pads to a fixed length) is dropped: it is never part
         of an input."""
-        ids_list = [list(_unpadded(ids, getattr(self, "_pad_id", None))) for ids in ids_list]
-        for i, ids in enumerate(ids_list):
+        unpadded = [list(_unpadded(ids, getattr(self, "_pad_id", None))) for ids in ids_list]
+        for i, ids in enumerate(unpadded):
             if not 1 <= len(ids) <= self.max_length:
                 raise ValueError(f"input[{i}] must hold 1 to {self.max_length} token ids, got {len(ids)}")
             if (bad := next((t for t in ids if not 0 <= t < self.vocab_size), None)) is not None:
                 raise ValueError(f"input[{i}] holds token id {bad}, outside the vocabulary of {self.vocab_size}")
-        return ids_list
+        return unpadded
 
     def encode(self, texts: Sequence[str], instruction: str | None = None) -> tuple[list[list[int]], list[int]]:
         """Token ids per text, as ``embed`` feeds them (special tokens, instruction), cut to the

@@ -84,7 +84,7 @@ class PrefixControl:
         tier = Tier.MEMORY if covered else Tier.NONE
         disk = self.disk
         found = disk.find(disk_namespace, ids) if disk is not None and disk_namespace is not None else None
-        if found is not None and found[1] > covered:
+        if found is not None and disk is not None and found[1] > covered:
             entry = await asyncio.wrap_future(disk.read_async(found[0]))
             if entry is not None:
                 await asyncio.wrap_future(self._ask(InstallPrefix(entry, namespace, session)))

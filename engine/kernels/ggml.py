@@ -63,6 +63,7 @@ class GgmlWeights:
     def __call__(self, x: mx.array) -> mx.array:
         if self.held is not None:
             return ext().ggml_matmul_held(x.astype(mx.float32), self.held)
+        assert self.blocks is not None  # kept whenever nothing is held
         return matmul(x.astype(mx.float32), self.blocks, self.ggml_type)
 
 

@@ -147,8 +147,8 @@ def _fit_model_args(get: Getter, config: dict[str, Any], prefix: str) -> None:
     if "use_parallel_residual" in fields and get("use_parallel_residual") is not None:
         config["use_parallel_residual"] = bool(get("use_parallel_residual"))
     for key, names in _EXPERT_FIELDS.items():  # an MoE model's sizes, where its ModelArgs has a field
-        if (name := next((n for n in names if n in fields), None)) and name not in config and get(key) is not None:
-            config[name] = int(get(key))
+        if (expert := next((n for n in names if n in fields), None)) and expert not in config and get(key) is not None:
+            config[expert] = int(get(key))
     if "partial_rotary_factor" not in config and (dims := get("rope.dimension_count")) is not None:
         head_dim = config["head_dim"]
         if dims != head_dim:

@@ -6,7 +6,7 @@ change only by attribute swap in ``set_resident``, so the event loop may read th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ..hardware.machine import usable_memory
 from .facts import ModelMemoryFacts
@@ -54,7 +54,7 @@ class MemoryBudget:
         idle = self.fixed_room
         return idle - self.committed_bytes, idle
 
-    def cost(self, tokens: Sequence[int]) -> int:
+    def cost(self, tokens: Iterable[int]) -> int:
         """Bytes beyond weights and reserve that requests of these contexts need together."""
         tokens = list(tokens)
         if not tokens:

@@ -74,7 +74,7 @@ def untie(weights: dict[str, mx.array]) -> dict[str, mx.array]:
     def same(name: str) -> bool:
         head, embed = weights.get(f"lm_head.{name}"), weights.get(f"model.embed_tokens.{name}")
         return head is None and embed is None or (head is not None and embed is not None and (
-            head is embed or mx.array_equal(head, embed).item()))
+            head is embed or bool(mx.array_equal(head, embed).item())))
 
     if "lm_head.weight" in weights and all(same(n) for n in ("weight", "scales", "biases")):
         weights = {k: v for k, v in weights.items() if not k.startswith("lm_head.")}

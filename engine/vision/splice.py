@@ -18,7 +18,7 @@ positions that are not the image's.
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from typing import Any, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -30,7 +30,7 @@ from .prompt import PromptImage
 
 def token_embedding(model: nn.Module) -> nn.Module:
     """The text model's input embedding (mlx-lm's ``model.embed_tokens``)."""
-    inner = getattr(model, "model", None) or getattr(model, "language_model", None)
+    inner: Any = getattr(model, "model", None) or getattr(model, "language_model", None)
     return inner.embed_tokens
 
 

@@ -78,6 +78,7 @@ class Grammars:
         if compiled.error:
             self.stats.rejected += 1
             raise InvalidRequest(field_name(fmt), compiled.error)
+        assert compiled.matcher is not None  # None only with an error
         self.stats.requests[fmt.kind.value] += 1
         return Constraint(compiled.matcher.deep_copy(), self._stop_tokens, self.stats, self.tokenizer)
 
@@ -122,6 +123,7 @@ class Grammars:
         return compiled
 
     def _compile(self, text: str) -> Compiled:
+        assert self.tokenizer is not None  # constrain refuses formats without one
         matcher = LLMatcher(self.tokenizer, text, log_level=0, limits=self.limits.parser_limits())
         if not matcher.is_error():
             matcher.compute_bitmask()  # builds the lexer's first states here, not on the engine thread

@@ -27,12 +27,14 @@ def chunk_scores(logits: mx.array, seq: SequenceState, start: int, end: int) -> 
     """Lazy: ``logits`` [1, end - start, V] of positions ``start .. end-1`` against prompt tokens
     ``start+1 .. end``."""
     targets = mx.array(seq.tokens[start + 1 : end + 1], dtype=mx.int32)
+    assert seq.prompt_logprobs is not None  # only sequences that asked are scored
     return logprobs(logits[0], targets, seq.prompt_logprobs)
 
 
 def keep(seq: SequenceState, arrays: LogprobArrays, start: int, end: int, token_text: Callable[[int], str]) -> None:
     """Appends the chunk's records (``arrays`` evaluated) to the sequence's."""
     k = seq.prompt_logprobs
+    assert k is not None  # only sequences that asked are scored
     seq.prompt_records += to_events(arrays, seq.tokens[start + 1 : end + 1], [k] * (end - start), token_text)
 
 

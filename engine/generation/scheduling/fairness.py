@@ -44,7 +44,9 @@ class FairQueue:
 
     def remove(self, seq: SequenceState) -> bool:
         t = self._tenants.get(seq.tenant.name)
-        for i, entry in enumerate(t.waiting if t is not None else ()):
+        if t is None:
+            return False
+        for i, entry in enumerate(t.waiting):
             if entry[3] is seq:
                 del t.waiting[i]
                 self._size -= 1
