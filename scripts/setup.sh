@@ -6,9 +6,9 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-extras="test,kernels,tracing"
+extras="test,lint,kernels,tracing"
 # The Linux CPU wheel of MLX; on Apple silicon plain `mlx` brings Metal.
-[ "$(uname -s)" = "Linux" ] && extras="cpu,test,kernels,tracing"
+[ "$(uname -s)" = "Linux" ] && extras="cpu,test,lint,kernels,tracing"
 # Intel MKL from PyPI for MLX's CPU matmuls (engine/hardware/blas.py): ~20x prefill, ~2x decode.
 [ "$(uname -s)" = "Linux" ] && [ "$(uname -m)" = "x86_64" ] && extras="${extras},blas"
 .venv/bin/python -m pip install -q -e ".[${extras}]"
