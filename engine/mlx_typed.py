@@ -17,3 +17,26 @@ def flatten(tree: Any) -> list[tuple[str, Any]]:
 def load_arrays(path: str) -> dict[str, mx.array]:
     """``mx.load`` of a .safetensors or .npz file: its arrays by name (the stub allows one array, or metadata)."""
     return cast(dict[str, mx.array], mx.load(path))
+
+
+# ``array.tolist()`` is typed as a recursive union of scalars and lists; these name the
+# shape the caller already knows (the array's ndim and dtype), and read it the same way.
+
+def int_list(a: mx.array) -> list[int]:
+    """``a.tolist()`` of a 1-d integer array."""
+    return cast(list[int], a.tolist())
+
+
+def float_list(a: mx.array) -> list[float]:
+    """``a.tolist()`` of a 1-d floating-point array."""
+    return cast(list[float], a.tolist())
+
+
+def int_rows(a: mx.array) -> list[list[int]]:
+    """``a.tolist()`` of a 2-d integer array."""
+    return cast(list[list[int]], a.tolist())
+
+
+def float_rows(a: mx.array) -> list[list[float]]:
+    """``a.tolist()`` of a 2-d floating-point array."""
+    return cast(list[list[float]], a.tolist())

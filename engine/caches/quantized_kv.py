@@ -16,6 +16,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import BatchKVCache, KVCache, QuantizedKVCache, make_prompt_cache
 
+from ..mlx_typed import int_list
+
 KV_BITS = (4, 8)
 STEP = 256
 
@@ -66,7 +68,7 @@ def batch_cache(left_padding: Sequence[int], like: Any) -> BatchKVCache:
     """An empty batch cache for rows of ``like``'s kind."""
     if isinstance(like, QuantizedKVCache):
         return BatchQuantizedKVCache(left_padding, like.bits)
-    return BatchKVCache(left_padding)
+    return BatchKVCache(list(left_padding))
 
 
 def _width(dim: int, bits: int) -> int:
@@ -75,6 +77,10 @@ def _width(dim: int, bits: int) -> int:
 
 class QuantizedRowCache(QuantizedKVCache):
     """One row's quantized KV; the group size follows the head size at the first update."""
+
+    # (codes, scales, biases) once written (mlx-lm's __init__ sets them to None, all it declares)
+    keys: tuple[mx.array, mx.array, mx.array] | None  # type: ignore[assignment]  # mlx-lm infers None
+    values: tuple[mx.array, mx.array, mx.array] | None  # type: ignore[assignment]  # mlx-lm infers None
 
     def __init__(self, group_size: int = 0, bits: int = 8):
         super().__init__(group_size=group_size or 64, bits=bits)
@@ -112,10 +118,19 @@ def unpack(x: mx.array, dim: int, bits: int, group: int) -> tuple[mx.array, mx.a
     return x[..., :w], x[..., w : w + g].view(mx.float32), x[..., w + g :].view(mx.float32)
 
 
+def _contiguous(parts: tuple[mx.array, mx.array, mx.array]) -> tuple[mx.array, mx.array, mx.array]:
+    codes, scales, biases = parts
+    return mx.contiguous(codes), mx.contiguous(scales), mx.contiguous(biases)
+
+
 class BatchQuantizedKVCache(BatchKVCache):
     """mlx-lm's ``BatchKVCache`` whose keys and values are each one packed uint32 buffer
     (``pack``), so every batch operation it inherits works on them as they are, and a
     decode step writes each in place with one primitive. Float32 activations only."""
+
+    # packed, once written (mlx-lm's __init__ sets them to None, all it declares)
+    keys: mx.array | None  # type: ignore[assignment]  # mlx-lm infers None
+    values: mx.array | None  # type: ignore[assignment]  # mlx-lm infers None
 
     def __init__(self, left_padding: Sequence[int], bits: int = 8, group_size: int = 0, dims=(0, 0)):
         super().__init__(list(left_padding))
@@ -163,6 +178,7 @@ class BatchQuantizedKVCache(BatchKVCache):
     def parts(self) -> tuple[tuple, tuple, int]:
         """(keys, values) as (codes, scales, biases) views of the whole buffers, and how many
         positions hold data: what the attention kernel reads."""
+        assert self.keys is not None and self.values is not None  # read after the first update
         dk, dv = self.dims
         return (unpack(self.keys, dk, self.bits, self.group_size), unpack(self.values, dv, self.bits, self.group_size),
                 self._idx)
@@ -175,12 +191,13 @@ class BatchQuantizedKVCache(BatchKVCache):
     def extract(self, idx: int) -> QuantizedRowCache:
         cache = QuantizedRowCache(self.group_size, self.bits)
         mx.eval(self.left_padding)
-        padding = self.left_padding.tolist()[idx]
+        padding = int_list(self.left_padding)[idx]
+        assert self.keys is not None and self.values is not None  # a row is extracted once written
         dk, dv = self.dims
         row_k = self.keys[idx : idx + 1, :, padding : self._idx]
         row_v = self.values[idx : idx + 1, :, padding : self._idx]
-        cache.keys = tuple(mx.contiguous(x) for x in unpack(row_k, dk, self.bits, self.group_size))
-        cache.values = tuple(mx.contiguous(x) for x in unpack(row_v, dv, self.bits, self.group_size))
+        cache.keys = _contiguous(unpack(row_k, dk, self.bits, self.group_size))
+        cache.values = _contiguous(unpack(row_v, dv, self.bits, self.group_size))
         cache.offset = self._idx - padding
         return cache
 
@@ -192,13 +209,14 @@ class BatchQuantizedKVCache(BatchKVCache):
         if width == 0:
             return cls([0] * len(caches), bits)
         like = next(c for c in caches if c.keys is not None)
+        assert like.keys is not None and like.values is not None  # written together
         dims = (like.keys[0].shape[-1] * 32 // bits, like.values[0].shape[-1] * 32 // bits)
         out = cls([width - n for n in lengths], bits, like.group_size, dims)
         B, H = len(caches), like.keys[0].shape[1]
         out.keys = mx.zeros((B, H, width, out._packed(dims[0])), dtype=mx.uint32)
         out.values = mx.zeros((B, H, width, out._packed(dims[1])), dtype=mx.uint32)
         for i, (n, c) in enumerate(zip(lengths, caches)):
-            if n:
+            if n and c.keys is not None and c.values is not None:  # n > 0: written
                 out.keys[i : i + 1, :, width - n :] = pack(tuple(x[..., :n, :] for x in c.keys))
                 out.values[i : i + 1, :, width - n :] = pack(tuple(x[..., :n, :] for x in c.values))
         out.offset += width

@@ -61,7 +61,7 @@ class Batch:
         padding = [width - n for n in lengths]
         ragged = any(padding)
         inputs = mx.array([list(f) + [0] * p for f, p in zip(feeds, padding)], dtype=mx.int32)
-        others = [c for c in self.caches if not isinstance(c, BatchKVCache)]
+        others = [c for c in self.caches or () if not isinstance(c, BatchKVCache)]
         if ragged:
             for cache in others:
                 cache.prepare(lengths=lengths, right_padding=padding)
@@ -82,7 +82,7 @@ class Batch:
         """Drops the last ``counts[i]`` positions of row ``i`` and the step's padding."""
         if len(counts) != self.size or min(counts, default=0) < 0:
             raise ValueError("one non-negative count per row is required")
-        if any(counts) and not all(isinstance(c, BatchKVCache) for c in self.caches):
+        if any(counts) and not all(isinstance(c, BatchKVCache) for c in self.caches or ()):
             raise RuntimeError("this model's caches cannot roll back")
         self._drop(counts)
 
@@ -97,7 +97,7 @@ class Batch:
             return
         shared = min(drops)
         rest = [n - shared for n in drops]
-        for cache in self.caches:
+        for cache in self.caches or ():
             if not isinstance(cache, BatchKVCache):
                 continue
             if shared:

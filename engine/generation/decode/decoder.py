@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import AbstractSet, Callable, Sequence
 
 import mlx.core as mx
 
+from ...events import TokenLogprob
+from ...mlx_typed import int_list
 from ..grammar.masks import site_masks
 from ..sampling.logprobs import LogprobArrays, logprobs, to_events
 from ..sampling.sampler import choose
@@ -30,7 +32,9 @@ class _Sites:
 
     @classmethod
     def of(cls, feeds: Sequence[Sequence[int]], drafts: Sequence[Sequence[int]]) -> "_Sites":
-        rows, positions, firsts = [], [], []
+        rows: list[int] = []
+        positions: list[int] = []
+        firsts: list[int] = []
         for i, (feed, d) in enumerate(zip(feeds, drafts)):
             firsts.append(len(rows))
             start = len(feed) - len(d) - 1
@@ -74,7 +78,7 @@ class Decoder:
                            site_scores.shape[-1], [*drafts, *([] for _ in forks)])
         chosen = choose(site_scores, states, steps, extras, masks)
         records = self._logprobs(rows, sites, site_scores, chosen)
-        tokens = chosen.tolist()
+        tokens = int_list(chosen)
         runs, drops = [], []
         for i, (seq, d) in enumerate(zip(rows, drafts)):
             mine = tokens[sites.firsts[i] : sites.firsts[i] + len(d) + 1]
@@ -104,7 +108,7 @@ class Decoder:
             self._drafter.settle(rows)
         return appended
 
-    def _drafts(self, rows: Sequence[SequenceState], plain: set[int] = frozenset()) -> list[list[int]]:
+    def _drafts(self, rows: Sequence[SequenceState], plain: AbstractSet[int] = frozenset()) -> list[list[int]]:
         """Each row's drafts (none for the rows in ``plain``)."""
         allowance = (step_allowance(len(rows), self._step_tokens, self._speculation_rows)
                      if self._can_roll_back else 0)
@@ -113,17 +117,19 @@ class Decoder:
             spec = seq.speculation
             room = seq.rule.max_tokens - seq.num_output - 1  # drafts past the length cap are wasted
             cap = min(allowance, room) if spec is not None and i not in plain else 0
-            d, k = (_row(seq, lambda: spec.propose(seq.tokens, seq.prompt_len, cap, seq.constraint), ([], 0),
-                         "drafting")
-                    if cap > 0 else ([], 0))
+            if spec is not None and cap > 0:
+                propose = spec.propose
+                d, k = _row(seq, lambda: propose(seq.tokens, seq.prompt_len, cap, seq.constraint), ([], 0),
+                            "drafting")
+            else:
+                d, k = [], 0
             drafts.append(d)
             wanted.append(k)
         if self._drafter is not None:
             drafts = self._drafter.propose(rows, [0 if s.finished else k for s, k in zip(rows, wanted)], drafts)
-        return [_row(seq, lambda: d[: seq.constraint.valid_prefix(d)], [], "drafting")
-                if d and seq.constraint is not None else d for seq, d in zip(rows, drafts)]
+        return [_valid_prefix(seq, d) for seq, d in zip(rows, drafts)]
 
-    def _logprobs(self, rows, sites: _Sites, site_scores: mx.array, chosen: mx.array) -> dict[int, object]:
+    def _logprobs(self, rows, sites: _Sites, site_scores: mx.array, chosen: mx.array) -> dict[int, TokenLogprob]:
         """Records by site for the rows that asked, read with ``chosen`` in one eval."""
         wanted = [i for i, r in enumerate(sites.rows) if rows[r].top_logprobs is not None]
         if not wanted:
@@ -133,11 +139,11 @@ class Decoder:
         index = mx.array(wanted, dtype=mx.int32)
         arrays = logprobs(site_scores[index], chosen[index], max(tops))
         mx.eval(chosen, arrays.chosen, *(a for a in (arrays.top_ids, arrays.top_values) if a is not None))
-        values = chosen.tolist()
+        values = int_list(chosen)
         try:
             return dict(zip(wanted, to_events(arrays, [values[i] for i in wanted], tops, self._token_text)))
         except Exception:  # noqa: BLE001 - find the rows whose records fail, one row at a time
-            records = {}
+            records: dict[int, TokenLogprob] = {}
             for r in dict.fromkeys(sites.rows[i] for i in wanted):
                 mine = [j for j, i in enumerate(wanted) if sites.rows[i] == r]
                 index = mx.array(mine, dtype=mx.int32)
@@ -147,6 +153,14 @@ class Decoder:
                                                          [tops[j] for j in mine], self._token_text), (), "logprobs")
                 records.update(zip((wanted[j] for j in mine), events))
             return records
+
+
+def _valid_prefix(seq: SequenceState, drafts: list[int]) -> list[int]:
+    """The drafts the row's grammar accepts, all of them without one."""
+    constraint = seq.constraint
+    if not drafts or constraint is None:
+        return drafts
+    return _row(seq, lambda: drafts[: constraint.valid_prefix(drafts)], [], "drafting")
 
 
 def _row(seq: SequenceState, work: Callable[[], object], failed: object, during: str):

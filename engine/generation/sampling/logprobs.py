@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 import mlx.core as mx
 
 from ...events import TokenLogprob, TopLogprob
+from ...mlx_typed import float_list, float_rows, int_rows
 
 
 @dataclass(frozen=True)
@@ -43,13 +44,13 @@ def logprobs(scores: mx.array, chosen: mx.array, top_n: int) -> LogprobArrays:
 def to_events(arrays: LogprobArrays, chosen: Sequence[int], tops: Sequence[int],
               token_text: Callable[[int], str]) -> list[TokenLogprob]:
     """Host-side records, keeping ``tops[i]`` alternatives for site ``i``."""
-    values = arrays.chosen.tolist()
-    ids = arrays.top_ids.tolist() if arrays.top_ids is not None else None
-    top_values = arrays.top_values.tolist() if arrays.top_values is not None else None
+    values = float_list(arrays.chosen)
+    ids = int_rows(arrays.top_ids) if arrays.top_ids is not None else None
+    top_values = float_rows(arrays.top_values) if arrays.top_values is not None else None
     out = []
     for i, (token, value, n) in enumerate(zip(chosen, values, tops)):
-        top = ()
-        if n and ids is not None:
+        top: tuple[TopLogprob, ...] = ()
+        if n and ids is not None and top_values is not None:  # both or neither (logprobs())
             top = tuple(TopLogprob(t, v, token_text(t)) for t, v in zip(ids[i][:n], top_values[i][:n]))
         out.append(TokenLogprob(token, value, top))
     return out

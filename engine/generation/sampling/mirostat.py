@@ -28,7 +28,7 @@ def truncate(scores: mx.array, mus: Sequence[float]) -> tuple[mx.array, mx.array
     """(scores with the too-surprising ids removed, log2 of the renormalized truncated
     distribution) for rows [n, V] already scaled by temperature."""
     logp = scores - mx.logsumexp(scores, axis=-1, keepdims=True)
-    mu = mx.array(mus, dtype=mx.float32)[:, None]
+    mu = mx.array(list(mus), dtype=mx.float32)[:, None]
     keep = (-logp / _LN2 <= mu) | (scores >= scores.max(axis=-1, keepdims=True))
     kept = mx.where(keep, scores, NEG_INF)
     return kept, (kept - mx.logsumexp(kept, axis=-1, keepdims=True)) / _LN2

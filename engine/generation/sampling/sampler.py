@@ -16,6 +16,7 @@ from typing import Protocol, Sequence
 import mlx.core as mx
 import numpy as np
 
+from ...mlx_typed import float_list
 from ...requests import SamplerOrder, SamplingOptions
 from . import dry, mirostat
 from .truncation import temperature, truncate
@@ -84,6 +85,7 @@ class SamplingState:
                 del self._context[: len(self._context) - self._dry_window]
         pending = self._surprises.pop(step, None)
         if pending is not None:
+            assert self.options.mirostat is not None  # chose() is called for mirostat rows only
             self.mu = mirostat.updated_mu(self.mu, self.options.mirostat, pending[0].at(pending[1]))
         self._surprises.clear()
 
@@ -115,8 +117,8 @@ class SamplingState:
                                                                 self._breakers)):
             scores = scores.at[mx.array(list(amounts), dtype=mx.int32)].subtract(
                 mx.array(list(amounts.values()), dtype=mx.float32))
-        if self._words and (ids := banned(self._words, self._output + list(extra) if extra else self._output)):
-            scores[mx.array(sorted(ids), dtype=mx.int32)] = float("-inf")
+        if self._words and (words := banned(self._words, self._output + list(extra) if extra else self._output)):
+            scores[mx.array(sorted(words), dtype=mx.int32)] = float("-inf")
         if o.allowed_token_ids:
             if self._allowed is None:
                 allowed = np.zeros(scores.shape[-1], dtype=bool)
@@ -130,11 +132,12 @@ class _Surprises:
     """One batch's surprises of the chosen tokens [m], evaluated with them; read once."""
 
     def __init__(self, values: mx.array):
-        self._array, self._values = values, None
+        self._array = values
+        self._values: list[float] | None = None
 
     def at(self, row: int) -> float:
         if self._values is None:
-            self._values = self._array.tolist()
+            self._values = float_list(self._array)
         return self._values[row]
 
 
@@ -182,8 +185,8 @@ def _sample(scores: mx.array, states: Sequence[SamplingState], steps: Sequence[i
             miro = (rows, index, log2p)
         else:
             parts.append((index, truncate(scores[index], part, [xtc[i] for i in rows])))
-    for index, part in parts:
-        scores[index] = part
+    for index, kept_scores in parts:
+        scores[index] = kept_scores
     drawn = _draw(scores, uniforms)
     if miro is not None:
         rows, index, log2p = miro

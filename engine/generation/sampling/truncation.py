@@ -21,11 +21,11 @@ NEG_INF = float("-inf")
 
 
 def _column(values: Sequence[float]) -> mx.array:
-    return mx.array(values, dtype=mx.float32)[:, None]
+    return mx.array(list(values), dtype=mx.float32)[:, None]
 
 
 def _rows(flags: Sequence[bool]) -> mx.array:
-    return mx.array(flags)[:, None]
+    return mx.array(list(flags))[:, None]
 
 
 def _log_softmax(scores: mx.array) -> tuple[mx.array, mx.array]:
@@ -50,10 +50,10 @@ def temperature(scores: mx.array, options: Sequence[SamplingOptions]) -> mx.arra
     temps = _column([o.temperature for o in options])
     if not any(_dynamic(o) for o in options):
         return scores / temps
-    low = _column([max(0.0, o.temperature - o.dynamic_temperature.range) if _dynamic(o) else 0.0
-                   for o in options])
-    high = _column([o.temperature + o.dynamic_temperature.range if _dynamic(o) else 0.0 for o in options])
-    exponent = _column([o.dynamic_temperature.exponent if _dynamic(o) else 1.0 for o in options])
+    dyn = [o.dynamic_temperature if _dynamic(o) else None for o in options]
+    low = _column([max(0.0, o.temperature - d.range) if d is not None else 0.0 for o, d in zip(options, dyn)])
+    high = _column([o.temperature + d.range if d is not None else 0.0 for o, d in zip(options, dyn)])
+    exponent = _column([d.exponent if d is not None else 1.0 for d in dyn])
     count = mx.sum(scores > NEG_INF, axis=-1, keepdims=True).astype(mx.float32)
     logp, p = _log_softmax(scores)
     normalized = _entropy(logp, p) / mx.log(mx.maximum(count, 2.0))
@@ -137,7 +137,7 @@ def xtc(scores: mx.array, options: Sequence[SamplingOptions], uniforms: Sequence
     if not any(active):
         return scores
     p = mx.softmax(scores, axis=-1)
-    above = p >= _column([o.xtc.threshold if a else 2.0 for o, a in zip(options, active)])
+    above = p >= _column([o.xtc.threshold if a and o.xtc is not None else 2.0 for o, a in zip(options, active)])
     least = mx.min(mx.where(above, p, float("inf")), axis=-1, keepdims=True)
     many = mx.sum(above, axis=-1, keepdims=True) >= 2
     return mx.where(_rows(active) & many & above & (p > least), NEG_INF, scores)

@@ -9,6 +9,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
+from ...mlx_typed import int_list
 from ...requests import SpeculationMode
 from ..decode.batch import Batch
 from ..sequence.state import SequenceState
@@ -97,7 +98,7 @@ class DraftModel:
         for j in range(k):
             scores = self._batch.forward(feeds)
             last = mx.array([len(f) - 1 for f in feeds], dtype=mx.int32)
-            chosen = mx.argmax(scores[mx.arange(len(feeds)), last], axis=-1).tolist()
+            chosen = int_list(mx.argmax(scores[mx.arange(len(feeds)), last], axis=-1))
             for i, token in enumerate(chosen):
                 if not idle[i]:
                     out[i].append(token)

@@ -15,6 +15,7 @@ from typing import Iterator, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
+from ...mlx_typed import int_rows
 from ..decode.batch import Batch
 from ..sequence.state import SequenceState
 from .draft import DraftModel
@@ -69,7 +70,7 @@ class HeadDrafter:
         """Adds the row with its head cache (its prompt's pairs, where it prefilled here)."""
         if not self.serves(seq):
             return
-        self._batch.join(self._prompts.pop(seq, None) or self._head.make_cache())
+        self._batch.join(self._prompts.pop(seq, []) or self._head.make_cache())
         self._rows.append(seq)
         self._pairs.append([])
 
@@ -119,7 +120,7 @@ class HeadDrafter:
         self._pairs = [[] for _ in self._rows]
         scores = self._batch.forward(feeds, hidden=mx.stack(hidden))
         if k == 0:
-            mx.eval([c.state for c in self._batch.caches])
+            mx.eval([c.state for c in self._batch.caches or ()])
             self._batch.rollback(placeholders)
             return [[] for _ in self._rows]
         rows = mx.arange(len(feeds))
@@ -131,7 +132,7 @@ class HeadDrafter:
             chosen.append(self._head.to_target(mx.argmax(scores[:, 0], axis=-1)))
         drafted = mx.stack(chosen, axis=1)
         mx.eval(drafted)
-        out = drafted.tolist()
+        out = int_rows(drafted)
         self._batch.rollback([(k - 1) + p for p in placeholders])
         return out
 
