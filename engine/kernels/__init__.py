@@ -6,6 +6,7 @@ otherwise (or with ``MLX_GRPC_KERNELS=off``) mlx's own ops run and ``status()`` 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from dataclasses import dataclass
@@ -127,13 +128,14 @@ def _load() -> tuple[ModuleType | None, KernelStatus]:
     if stale is not None:
         return None, KernelStatus(False, f"{stale}; run `python -m engine.kernels.build`")
     try:
-        from . import _ext  # optional, built in place
+        _ext = importlib.import_module(f"{__name__}._ext")  # optional, built in place (no type information)
     except ImportError as exc:
         return None, KernelStatus(False, f"the module does not load ({exc}); "
                                          "run `python -m engine.kernels.build --force`")
-    if _ext.mlx_version != mx.__version__.split(".dev")[0]:
+    running: str = mx.__version__  # type: ignore[attr-defined]  # mlx.core's stub omits __version__
+    if _ext.mlx_version != running.split(".dev")[0]:
         return None, KernelStatus(False, f"built against mlx {_ext.mlx_version}, running "
-                                         f"{mx.__version__}; rebuild")
+                                         f"{running}; rebuild")
     problem = _self_test(_ext)
     if problem:
         return None, KernelStatus(False, problem)

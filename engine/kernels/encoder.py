@@ -9,6 +9,8 @@ encoder's own forward.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
@@ -20,8 +22,13 @@ from .modules import swap_leaf_modules
 
 _GELU = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True}
 
+if TYPE_CHECKING:  # the class the mixin is installed on (``apply``), as the checker sees its ``self``
+    from ..embedding.encoder import EncoderModel as _EncoderHost
+else:  # at run time a plain mixin
+    _EncoderHost = object
 
-class KernelEncoder:
+
+class KernelEncoder(_EncoderHost):
     RANK = KERNEL
 
     def __call__(self, input_ids: mx.array, attention_mask: mx.array | None = None,
@@ -79,7 +86,8 @@ def _products(layer: nn.Module) -> tuple[_Linear, _Linear, _Linear, _Linear]:
     bias = mx.concatenate([p.bias for p in parts], axis=0) if all("bias" in p for p in parts) else None
     mx.eval(qkv, bias) if bias is not None else mx.eval(qkv)
     dense = (layer.attention.output.dense, layer.intermediate.dense, layer.output.dense)
-    return (_Linear(qkv, bias), *(_Linear(d.weight, d.get("bias")) for d in dense))
+    attn_out, intermediate, output = (_Linear(d.weight, d.get("bias")) for d in dense)
+    return _Linear(qkv, bias), attn_out, intermediate, output
 
 
 def set_products(encoder: nn.Module, ggml_type: int | None) -> None:

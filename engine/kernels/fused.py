@@ -7,6 +7,7 @@ and otherwise stay separate layers whose outputs are concatenated."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -15,6 +16,11 @@ from mlx_lm.models.base import scaled_dot_product_attention
 from ..layering import KERNEL, install
 from ..loading.traits import FUSED_FAMILIES
 from . import ext, kv_append, ops, whole_layer
+
+if TYPE_CHECKING:  # the class FusedBlock is installed on (a Llama-family TransformerBlock), as the checker sees it
+    _BlockHost = nn.Module
+else:  # at run time a plain mixin
+    _BlockHost = object
 
 # (module, class) of the stock blocks whose __call__ these reproduce.
 ATTENTION = {(f"mlx_lm.models.{f}", "Attention") for f in FUSED_FAMILIES}
@@ -160,7 +166,7 @@ class FusedMLP(nn.Module):
         return _project(self["down_proj"], gate_up, residual, silu_gate=True)
 
 
-class FusedBlock:
+class FusedBlock(_BlockHost):
     """A Llama-family TransformerBlock in four linear primitives (norms as prologues, residuals inside)."""
 
     RANK = KERNEL

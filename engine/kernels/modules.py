@@ -4,6 +4,8 @@ where the kernel does not apply."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -12,8 +14,17 @@ from . import ext, half_scales, ops
 
 F32 = mx.float32
 
+if TYPE_CHECKING:  # the classes each mixin is installed on (``install``), as the checker sees its ``self``
+    _RMSNormHost = nn.RMSNorm
+    _LayerNormHost = nn.LayerNorm
+    _RoPEHost = nn.RoPE  # or mlx-lm's Llama3RoPE, called the same way
+    _LinearHost = nn.Linear  # or nn.QuantizedLinear, called the same way
+    _EmbeddingHost = nn.QuantizedEmbedding  # or nn.Embedding, whose calls it shares
+else:  # at run time they are plain mixins
+    _RMSNormHost = _LayerNormHost = _RoPEHost = _LinearHost = _EmbeddingHost = object
 
-class KernelRMSNorm:
+
+class KernelRMSNorm(_RMSNormHost):
     RANK = KERNEL
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -22,7 +33,7 @@ class KernelRMSNorm:
         return ext().rms_norm(x, self["weight"], self.eps)
 
 
-class KernelLayerNorm:
+class KernelLayerNorm(_LayerNormHost):
     RANK = KERNEL
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -31,10 +42,11 @@ class KernelLayerNorm:
         return ext().layer_norm(x, self.get("weight"), self.get("bias"), self.eps)
 
 
-class KernelRoPE:
+class KernelRoPE(_RoPEHost):
     """Needs ``_kernel_rope`` (an ops.RopeSpec) set on the instance."""
 
     RANK = KERNEL
+    _kernel_rope: ops.RopeSpec
 
     def __call__(self, x: mx.array, offset=0) -> mx.array:
         if x.dtype != F32 or x.ndim not in (3, 4):
@@ -42,7 +54,7 @@ class KernelRoPE:
         return self._kernel_rope(x, offset)
 
 
-class KernelLinear:
+class KernelLinear(_LinearHost):
     """nn.Linear and nn.QuantizedLinear."""
 
     RANK = KERNEL
@@ -54,7 +66,7 @@ class KernelLinear:
         return half_scales.stock_matmul(self, x) if _halved(self) else super().__call__(x)
 
 
-class KernelEmbedding:
+class KernelEmbedding(_EmbeddingHost):
     """nn.Embedding and nn.QuantizedEmbedding used as the output layer."""
 
     RANK = KERNEL

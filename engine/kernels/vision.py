@@ -10,6 +10,7 @@ keeps MLX's own function.
 from __future__ import annotations
 
 import contextvars
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -21,6 +22,11 @@ from .modules import swap_leaf_modules
 
 _active = contextvars.ContextVar("mlx_grpc_tower_kernels_active", default=False)
 
+if TYPE_CHECKING:  # the class KernelGELU is installed on (``install``), as the checker sees its ``self``
+    _GELUHost = nn.GELU
+else:  # at run time a plain mixin
+    _GELUHost = object
+
 
 class KernelTower(Marked):
     """The vision tower: marks its forward as one whose attention may use the kernels."""
@@ -28,7 +34,7 @@ class KernelTower(Marked):
     MARK = _active
 
 
-class KernelGELU:
+class KernelGELU(_GELUHost):
     """nn.GELU, exact or tanh-approximated (not installed on ``fast``: the kernels have no sigmoid form)."""
 
     RANK = KERNEL

@@ -46,7 +46,8 @@ def _watched(block, parts: tuple) -> tuple[list, list, list, list, list]:
     """What a plan is made of, as (dicts, keys, values, leaves, classes): every module and
     array ``_parts`` reads (or its absence), and each leaf's class, compared by identity."""
     attn, mlp = block["self_attn"], block["mlp"]
-    dicts, keys = [], []
+    dicts: list[dict] = []
+    keys: list[str] = []
     for d, names in ((block, _BLOCK_KEYS), (attn, _ATTN_KEYS), (mlp, _MLP_KEYS)):
         dicts += [d] * len(names)
         keys += names
@@ -77,9 +78,10 @@ def _make(block, parts: tuple):
     norms, *groups = parts
     if any(n["weight"].dtype != F32 for n in norms) or not all(ops.plain_layer(x) for g in groups for x in g):
         return None
-    qkv, (o,), gate_up, (down,) = [[ops.product(layer) for layer in g] for g in groups]
-    if any(p is None for p in (*qkv, o, *gate_up, down)):
+    products = _all_present([[ops.product(layer) for layer in g] for g in groups])
+    if products is None:
         return None
+    qkv, (o,), gate_up, (down,) = products
     attn = block["self_attn"]
     rope, qk_norm = attn._rope, len(norms) == 4
     weights = [norms[0]["weight"]]
@@ -96,12 +98,20 @@ def _make(block, parts: tuple):
         float(norms[2].eps) if qk_norm else 0.0, rope.dims, rope.traditional, float(rope.scale), float(attn.scale))
 
 
+def _all_present(groups: list[list[ops.Product | None]]) -> list[list[ops.Product]] | None:
+    """``groups`` where every product is there (None: one is not)."""
+    present = [[p for p in g if p is not None] for g in groups]
+    return present if all(len(p) == len(g) for p, g in zip(present, groups)) else None
+
+
 def call(block, x: mx.array, mask, cache) -> mx.array | None:
     """block(x, mask, cache) as one primitive, or None where that does not apply."""
     if x.dtype != F32 or x.ndim != 3 or cache is None or not kv_append.has_room(cache, x.shape[1]):
         return None
     taken = ops.kernel_mask(mask)
-    layer = plan(block) if taken is not None else None
+    if taken is None:
+        return None
+    layer = plan(block)
     if layer is None:
         return None
     L = x.shape[1]

@@ -6,6 +6,8 @@ inputs the module refused before; one row computes exactly as mlx-lm does.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -13,8 +15,13 @@ from ..layering import KERNEL, install
 
 __all__ = ["apply_batch_fixes"]
 
+if TYPE_CHECKING:  # the class the mixin is installed on (``install``), as the checker sees its ``self``
+    from mlx_lm.models.gemma2 import Attention as _AttentionHost
+else:  # at run time a plain mixin
+    _AttentionHost = object
 
-class GroupedHeadsMask:
+
+class GroupedHeadsMask(_AttentionHost):
     """Gemma 2's attention groups its query heads as (batch, kv heads, repeats, L, D) and
     applies the mask to those scores: a batch's (batch, 1, L, K) mask gains the group axis."""
 

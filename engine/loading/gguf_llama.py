@@ -10,7 +10,7 @@ Float tensors and stacked experts keep the exact path.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -22,6 +22,11 @@ from ..layering import KERNEL, install
 from .gguf import served_tensor_names
 from .gguf_arch import architecture, unpermute_qk
 from .gguf_file import read_gguf
+
+if TYPE_CHECKING:  # the class GgmlHead is installed on, as the checker sees its ``self``
+    _HeadHost = nn.QuantizedEmbedding
+else:  # at run time a plain mixin
+    _HeadHost = object
 
 __all__ = ["NUMERICS", "GgmlLinear", "apply_llama_numerics", "ggml_types"]
 
@@ -50,11 +55,12 @@ class GgmlLinear(nn.Module):
         return y + self["bias"] if "bias" in self else y
 
 
-class GgmlHead:
+class GgmlHead(_HeadHost):
     """A tied output layer: ``as_linear`` by the file's blocks (held by ggml, counted in
     ``outside_bytes``), lookups as before."""
 
     RANK = KERNEL
+    _ggml_weights: ggml.GgmlWeights  # set before it is installed
 
     def as_linear(self, x: mx.array) -> mx.array:
         return self._ggml_weights(x)

@@ -10,7 +10,7 @@ window every output is mlx-lm's own.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -21,21 +21,31 @@ from ..layering import KERNEL, install
 
 __all__ = ["apply_windows"]
 
+if TYPE_CHECKING:  # the classes the mixins are installed on (``install``), as the checker sees their ``self``
+    from mlx_lm.models import gemma2
 
-class Gemma2Caches:
+    _ModelHost = gemma2.Model
+    _InnerHost = gemma2.GemmaModel
+else:  # at run time they are plain mixins
+    _ModelHost = _InnerHost = object
+
+
+class Gemma2Caches(_ModelHost):
     """The top-level model's caches: a rotating window for each local layer."""
 
     RANK = KERNEL
+    model: Gemma2Windows  # installed together (apply_windows)
 
     def make_cache(self) -> list[Any]:
         window = self.model._window
         return [RotatingKVCache(max_size=window) if i % 2 == 0 else KVCache() for i in range(len(self.layers))]
 
 
-class Gemma2Windows:
+class Gemma2Windows(_InnerHost):
     """GemmaModel.__call__ with the local layers' windowed mask."""
 
     RANK = KERNEL
+    _window: int  # set before it is installed
 
     def __call__(self, inputs: mx.array, cache=None):
         h = self.embed_tokens(inputs)
@@ -53,7 +63,8 @@ def apply_windows(model: nn.Module, config: Mapping[str, Any]) -> bool:
     """Installs Gemma 2's window where the model is mlx-lm's gemma2 with one; whether it did."""
     inner = getattr(model, "model", None)
     window = config.get("sliding_window")
-    if (type(inner).__module__, type(inner).__name__) != ("mlx_lm.models.gemma2", "GemmaModel") or not window:
+    if (inner is None or (type(inner).__module__, type(inner).__name__) != ("mlx_lm.models.gemma2", "GemmaModel")
+            or not window):
         return False
     inner._window = int(window)
     install(inner, Gemma2Windows)
