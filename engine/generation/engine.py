@@ -16,14 +16,15 @@ from ..caches.blocks import BlockLedger
 from ..caches.disk import DiskTier
 from ..caches.tier import Prefetched
 from ..description import ModelDescription, NativeDraft
-from ..errors import EngineFailure, InvalidRequest, NotReady
+from ..errors import EngineDead, EngineFailure, InvalidRequest, NotReady
 from ..events import Event, Finished, FinishReason, Timings, Usage
 from ..hardware.machine import usable_memory
 from ..liveness import Breaker
 from ..loading.model import LoadedModel, default_name, load_generation_model
 from ..loading.tokenizer_files import tokenizer_files
 from ..memory.budget import MemoryBudget
-from ..memory.calibration import calibrate_decode
+from ..memory.calibration import DecodeCalibration, calibrate_decode
+from ..memory.facts import ModelMemoryFacts
 from ..memory.plan import MemoryPlan
 from ..memory.planner import Planner
 from ..memory.served import served_facts, with_served_draft, with_served_head
@@ -67,10 +68,10 @@ class GenerationEngine(LoadReports):
         self._rolls_back = False
         self._prompts: PromptEncoder | None = None
         self._budget: MemoryBudget | None = None  # the loop reads only its fixed facts
-        self._facts = None
+        self._facts: ModelMemoryFacts | None = None
         self._grammars: Grammars | None = None
         self._syntax = ChatSyntax()
-        self._decode = None  # the decode rate calibrated at load
+        self._decode: DecodeCalibration | None = None  # the decode rate calibrated at load
         self._tenants = Tenants(self.name)
         self.preparation = Preparation.of(config.limits)  # a ModelSet shares one among its engines
         self._streams = Streams(self._tenants)
@@ -83,8 +84,12 @@ class GenerationEngine(LoadReports):
                                  limits=AdapterLimits(config.max_adapter_rank, config.max_adapter_bytes),
                                  room=lambda: self._budget.fixed_room if self._budget is not None else None)
         self.prefix = PrefixControl(self._worker.ask, self.adapters, config.scheduler, config.limits)
-        self.breaker = Breaker(lambda: self.name, self._worker.fault, lambda error: (
-            self._streams.fail_submitted(error.message), self._worker.give_up(error)))
+        self.breaker = Breaker(lambda: self.name, self._worker.fault, self._fail_all)
+
+    def _fail_all(self, error: EngineDead) -> None:
+        """The breaker's ending: every submitted stream fails, then the worker gives up."""
+        self._streams.fail_submitted(error.message)
+        self._worker.give_up(error)
 
     async def start(self) -> None:
         self._loaded = await asyncio.wrap_future(self._worker.start())
@@ -102,6 +107,17 @@ class GenerationEngine(LoadReports):
             raise NotReady(f"model {self.name or self.source!r} is still loading")
         return self._loaded
 
+    def _loaded_prompts(self) -> PromptEncoder:
+        """The prompt encoder (NotReady while loading)."""
+        self.loaded
+        assert self._prompts is not None  # start() sets it with the model
+        return self._prompts
+
+    def _loaded_grammars(self) -> Grammars:
+        """The model's grammars; its callers hold ``self.loaded``."""
+        assert self._grammars is not None  # _load sets them before the model is ``loaded``
+        return self._grammars
+
     async def close(self) -> None:
         """Ends open requests (CANCELLED) and stops the thread."""
         self._closing = True
@@ -115,20 +131,20 @@ class GenerationEngine(LoadReports):
         """Engine thread."""
         loaded = load_generation_model(self.source, name=self.name, dtype=self.config.dtype,
                                        dequantize=self.config.dequantize, numerics=self.config.numerics)
-        self._facts = served_facts(loaded, self.config.scheduler.kv_bits)
-        self._decode = calibrate_decode(loaded.model, self._facts)
+        self._facts = facts = served_facts(loaded, self.config.scheduler.kv_bits)
+        self._decode = calibrate_decode(loaded.model, facts)
         self._rolls_back = loaded.traits.can_roll_back
         if self.config.draft_model:
             self._head = load_head(self.config.draft_model, loaded)
         if self._head is not None:
-            self._facts = with_served_head(self._facts, self._head)
+            self._facts = facts = with_served_head(facts, self._head)
         elif self.config.draft_model:
             draft = load_generation_model(self.config.draft_model, dtype=self.config.dtype,
                                           dequantize=self.config.dequantize, numerics=self.config.numerics)
             check_draft(loaded.tokenizer, draft.tokenizer, draft.traits.can_roll_back, (loaded.name, draft.name))
-            self._facts = with_served_draft(self._facts, draft)
+            self._facts = facts = with_served_draft(facts, draft)
             self._draft = draft
-        self._budget = MemoryBudget(self._facts, usable=self.config.memory_limit_bytes,
+        self._budget = MemoryBudget(facts, usable=self.config.memory_limit_bytes,
                                     reserve_bytes=self.config.memory_reserve_bytes,
                                     prefill_chunk=self.config.scheduler.prefill_chunk)
         self._grammars = Grammars(grammar_tokenizer(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids),
@@ -150,7 +166,7 @@ class GenerationEngine(LoadReports):
 
     def describe(self) -> ModelDescription:
         m = self.loaded  # NotReady while loading
-        formats = self._grammars.formats
+        formats = self._loaded_grammars().formats
         speculation = speculation_facts(self._rolls_back, self._draft_name,
                                         self.config.speculation.mode,
                                         bool(formats) and self.config.speculation.grammar_proposals)
@@ -232,13 +248,11 @@ class GenerationEngine(LoadReports):
 
     @property
     def max_prompt_tokens(self) -> int:
-        self.loaded
-        return self._prompts.max_prompt_tokens
+        return self._loaded_prompts().max_prompt_tokens
 
     def encode_prompt(self, request: GenerationRequest, tools: ToolSet | None = None) -> EncodedPrompt:
         """The prompt's token ids (chats rendered with the template and ``tools``); blocking."""
-        self.loaded
-        return self._prompts.encode(request, tools)
+        return self._loaded_prompts().encode(request, tools)
 
     def cancel(self, request_id: str, tenant: str = "") -> bool:
         """False if ``tenant`` (a Tenant.name) runs no request of this id."""
@@ -321,19 +335,20 @@ class GenerationEngine(LoadReports):
     async def _constraint(self, request: GenerationRequest, tool_grammar: str | None):
         """The response format's matcher, or the one forcing a tool call."""
         if request.response_format is not None:
-            return await self._grammars.constrain(request.response_format)
+            return await self._loaded_grammars().constrain(request.response_format)
         if tool_grammar is None:
             return None
         try:
-            return await self._grammars.constrain(ResponseFormat(FormatKind.GRAMMAR, tool_grammar))
+            return await self._loaded_grammars().constrain(ResponseFormat(FormatKind.GRAMMAR, tool_grammar))
         except InvalidRequest as exc:  # the tools' schemas, not a grammar the caller wrote
             raise InvalidRequest("chat.tools", exc.description) from exc
 
     def _prepare(self, request: GenerationRequest) -> tuple[EncodedPrompt, ToolSet | None]:
         """The format's limits and the tools first (cheap), then the prompt's ids; blocking."""
         if request.response_format is not None:
-            if self._grammars.tokenizer is None:
-                raise self._grammars.unsupported()
-            check_format(request.response_format, self._grammars.limits)
+            grammars = self._loaded_grammars()
+            if grammars.tokenizer is None:
+                raise grammars.unsupported()
+            check_format(request.response_format, grammars.limits)
         tools = chat_tools(request, self._syntax, self.loaded.name)
         return self.encode_prompt(request, tools), tools

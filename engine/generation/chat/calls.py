@@ -30,7 +30,8 @@ def calls_rules(syntax: ChatSyntax, names: list[str], tools: ToolSet, parallel: 
         lines += rules.lines
     if not bodies:
         raise Unwritable(why)
-    start, end = syntax.call_start.lark, syntax.call_end.lark if syntax.call_end.text else ""
+    start_marker, end_marker = syntax.call_markers()
+    start, end = start_marker.lark, end_marker.lark if end_marker.text else ""
 
     def more(separator: str) -> str:
         return f" ({json.dumps(separator)} call)*" if parallel else ""
@@ -66,7 +67,7 @@ def _pythonic(rules: Rules, name: str, schema: dict, syntax: ChatSyntax) -> str:
 def _qwen3_coder(rules: Rules, name: str, schema: dict, syntax: ChatSyntax) -> str:
     """<function=NAME> then <parameter=KEY>, the value on lines of its own, </parameter>
     per required key: strings raw (never "null", which reads back as None), others JSON."""
-    avoid = ("</parameter>", syntax.call_end.text)
+    avoid = ("</parameter>", syntax.call_markers()[1].text)
     params = []
     for key, prop in required_keys(schema):
         if not re.fullmatch(r"[^\s<>]+", key):
@@ -95,7 +96,8 @@ def _gemma4(rules: Rules, name: str, schema: dict, syntax: ChatSyntax) -> str:
     """call:NAME{key:value,...}."""
     if not re.fullmatch(r"[\w-]+", name):
         raise Unwritable("the name cannot be written in this syntax")
-    values = Gemma4Values(rules, syntax.quote, (syntax.call_end.text,))
+    assert syntax.quote is not None  # chat_syntax sets it for gemma4
+    values = Gemma4Values(rules, syntax.quote, (syntax.call_markers()[1].text,))
     return f'{json.dumps("call:" + name)} {values.object({**schema, "type": "object"})}'
 
 

@@ -45,7 +45,7 @@ def tool_grammar(prompt: ChatPrompt, tools: ToolSet, syntax: ChatSyntax, opens_r
                              f"no tool can be called in this model's {syntax.parser} syntax ({exc})") from None
     think = syntax.think_end if opens_reasoning and syntax.thinking else None
     if think is not None:
-        return "start: thought? calls\n" + _thought(think, syntax.call_start) + calls
+        return "start: thought? calls\n" + _thought(think, syntax.call_markers()[0]) + calls
     return "start: calls\n" + calls
 
 
@@ -55,7 +55,7 @@ def none_grammar(prompt: ChatPrompt, syntax: ChatSyntax) -> str | None:
     if not (prompt.tool_choice is ToolChoiceMode.NONE and needs_none_grammar(syntax)):
         return None
     marks = sorted({i for m in (syntax.think_start, syntax.think_end) if m is not None for i in m.special_ids})
-    text = f"TEXT: /(?s:.+)/ & {excluding((syntax.call_start.text,))}\n"
+    text = f"TEXT: /(?s:.+)/ & {excluding((syntax.call_markers()[0].text,))}\n"
     if not marks:
         return "start: TEXT?\n" + text
     return "start: TEXT? (mark TEXT?)*\nmark: " + " | ".join(f"<[{i}]>" for i in marks) + "\n" + text
@@ -63,14 +63,14 @@ def none_grammar(prompt: ChatPrompt, syntax: ChatSyntax) -> str | None:
 
 def needs_none_grammar(syntax: ChatSyntax) -> bool:
     """NONE is a grammar on this model (no token of its call marker can be banned)."""
-    return syntax.tool_calling and syntax.call_start.plain
+    return syntax.tool_calling and syntax.call_markers()[0].plain
 
 
 def banned_tokens(prompt: ChatPrompt, syntax: ChatSyntax) -> dict[int, float]:
     """NONE: the call marker's token (or its first special token) may not be sampled."""
     if prompt.tool_choice is not ToolChoiceMode.NONE or not syntax.tool_calling:
         return {}
-    start = syntax.call_start
+    start = syntax.call_markers()[0]
     token = start.token if start.token is not None else next(iter(start.special_ids), None)
     return {token: BANNED} if token is not None else {}
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ...events import ToolCallDelta
 from ...requests import ToolCall
-from .syntax import ChatSyntax
+from .syntax import ChatSyntax, Marker
 from .tools import ToolSet
 
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
@@ -41,9 +41,9 @@ class OutputSplitter:
         self._syntax = syntax
         self._tools = tools
         self._state = _State.REASONING if in_reasoning and syntax.thinking else _State.ANSWER
-        self._opening = {m.text: _State.REASONING for m in (syntax.think_start,) if syntax.thinking}
+        self._opening: dict[str, _State] = {syntax.think_markers()[0].text: _State.REASONING} if syntax.thinking else {}
         if tools is not None and syntax.tool_calling:
-            self._opening[syntax.call_start.text] = _State.CALL
+            self._opening[syntax.call_markers()[0].text] = _State.CALL
         self._pending = ""
         self._call = ""  # the open call's text between its markers
         self._call_id = ""
@@ -75,7 +75,8 @@ class OutputSplitter:
             self._pending, self._strip = stripped, False
         if self._state is _State.CALL:
             return self._in_call(out, final)
-        markers = self._opening if self._state is _State.ANSWER else {self._syntax.think_end.text: _State.ANSWER}
+        markers = (self._opening if self._state is _State.ANSWER
+                   else {self._syntax.think_markers()[1].text: _State.ANSWER})  # REASONING: it thinks
         p = self._pending
         found = min(((p.find(m), m) for m in markers if m in p), default=None)
         if found is None:
@@ -98,7 +99,8 @@ class OutputSplitter:
             out.text += text
 
     def _in_call(self, out: Split, final: bool) -> bool:
-        end = self._syntax.call_end.text
+        start, end_marker, _ = self._in_call_syntax()
+        end = end_marker.text
         text = self._call + self._pending
         at = text.find(end) if end else -1
         if at < 0:
@@ -108,13 +110,19 @@ class OutputSplitter:
                 return False
             if end:  # cut short: the markup is returned as it was written
                 self._state = _State.ANSWER
-                out.text += self._syntax.call_start.text + self._call
+                out.text += start.text + self._call
                 return False
         else:
             self._call, self._pending = text[:at], text[at + len(end):]
         self._close(out)
         self._state, self._strip = _State.ANSWER, True
         return True
+
+    def _in_call_syntax(self) -> tuple[Marker, Marker, ToolSet]:
+        """The call markers and the tools: a call opens only with both (``__init__``)."""
+        assert self._tools is not None
+        start, end = self._syntax.call_markers()
+        return start, end, self._tools
 
     def _stream(self, out: Split, held: int) -> None:
         """JSON calls stream their name, then their arguments' text as it grows (less
@@ -132,9 +140,10 @@ class OutputSplitter:
             self._streamed = ready
 
     def _close(self, out: Split) -> None:
-        calls = _parsed(self._syntax, self._call, self._tools)
+        start, end, tools = self._in_call_syntax()
+        calls = _parsed(self._syntax, self._call, tools)
         if calls is None:
-            out.text += self._syntax.call_start.text + self._call + self._syntax.call_end.text
+            out.text += start.text + self._call + end.text
             return
         streamed = self._streamed >= 0 and len(calls) == 1
         for name, arguments, model_id in calls:
@@ -153,12 +162,15 @@ class OutputSplitter:
 def _parsed(syntax: ChatSyntax, text: str, tools: ToolSet) -> list[tuple[str, dict, str]] | None:
     """(name, arguments, id the model wrote) per call, or None unless every call parses,
     names a tool and has valid arguments."""
+    parse = syntax.parse
+    if parse is None:  # no tool calling: nothing is a call
+        return None
     try:
-        parsed = syntax.parse(text if not syntax.json_calls else text.strip(), tools.template_tools())
+        parsed = parse(text if not syntax.json_calls else text.strip(), tools.template_tools())
     except Exception:  # noqa: BLE001 - any parser failure means "not a call"
         return None
     items = parsed if isinstance(parsed, list) else [parsed]
-    calls = []
+    calls: list[tuple[str, dict, str]] = []
     for item in items:
         if not isinstance(item, dict):
             return None
@@ -170,7 +182,8 @@ def _parsed(syntax: ChatSyntax, text: str, tools: ToolSet) -> list[tuple[str, di
                 return None
         if not isinstance(name, str) or not tools.valid(name, arguments):
             return None
-        calls.append((name, arguments, item.get("id") if isinstance(item.get("id"), str) else ""))
+        model_id = item.get("id")
+        calls.append((name, arguments, model_id if isinstance(model_id, str) else ""))
     return calls or None
 
 

@@ -35,8 +35,9 @@ def chat_tools(request: GenerationRequest, syntax: ChatSyntax, model: str) -> To
                                                 "the call is the output")
     none = tools is not None and prompt.tool_choice is ToolChoiceMode.NONE and needs_none_grammar(syntax)
     if none and request.response_format is not None:  # a row has one grammar
+        marker = syntax.call_markers()[0].text
         raise InvalidRequest("response_format", f"cannot be combined with tool_choice NONE on model {model!r}: its "
-                                                f"call marker {syntax.call_start.text!r} is several tokens, kept out "
+                                                f"call marker {marker!r} is several tokens, kept out "
                                                 "of the output by a grammar of its own")
     return tools
 

@@ -55,6 +55,18 @@ class ChatSyntax:
     def thinking(self) -> bool:
         return self.think_start is not None and self.think_end is not None
 
+    def call_markers(self) -> tuple[Marker, Marker]:
+        """(call_start, call_end): set together, where the model calls tools (``tool_calling``)."""
+        if self.call_start is None or self.call_end is None:
+            raise ValueError("this model's chat syntax has no tool calls")
+        return self.call_start, self.call_end
+
+    def think_markers(self) -> tuple[Marker, Marker]:
+        """(think_start, think_end), where the model thinks (``thinking``)."""
+        if self.think_start is None or self.think_end is None:
+            raise ValueError("this model's chat syntax has no reasoning markers")
+        return self.think_start, self.think_end
+
     @property
     def json_calls(self) -> bool:
         """Calls are one JSON object each: {"name": ..., "arguments": {...}} between the markers."""

@@ -74,17 +74,22 @@ class Rules:
         """A local $ref's target ({} for any other)."""
         if ref != "#" and not ref.startswith("#/"):
             return {}
-        target = self.root
+        target: object = self.root
         for key in ref[2:].split("/") if ref.startswith("#/") else ():
             target = target.get(key.replace("~1", "/").replace("~0", "~")) if isinstance(target, dict) else None
         return target if isinstance(target, dict) else {}
 
 def required_keys(schema: dict) -> list[tuple[str, dict]]:
     """The required keys in the schema's order, with their schemas ({}: any)."""
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    found = schema.get("properties")
+    props: dict = found if isinstance(found, dict) else {}
     required = [k for k in schema.get("required", ()) if isinstance(k, str)]
     keys = [k for k in props if k in required] + [k for k in required if k not in props]
-    return [(k, props.get(k) if isinstance(props.get(k), dict) else {}) for k in keys]
+    out: list[tuple[str, dict]] = []
+    for k in keys:
+        prop = props.get(k)
+        out.append((k, prop if isinstance(prop, dict) else {}))
+    return out
 
 
 def raw_choices(values, avoid: tuple[str, ...], not_null: bool) -> str:

@@ -10,7 +10,7 @@ import logging
 import weakref
 from collections import deque
 from contextlib import AbstractContextManager, nullcontext
-from typing import Callable
+from typing import Callable, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -25,14 +25,20 @@ from . import prompt_logprobs
 from .interrupt import Interrupted, LayerCheckpoints
 from .steps import StepKind, next_prefill_step
 
-Route = Callable[[list[SequenceState]], AbstractContextManager]
+Route = Callable[[Sequence[SequenceState]], AbstractContextManager]
 # Around a prompt forward: (its sequences, where each one's tokens start, each one's left padding).
 Observe = Callable[[list[SequenceState], list[int], list[int]], AbstractContextManager]
 log = logging.getLogger("engine.generation.prefill.prefiller")
 
 
-def unrouted(_seqs: list[SequenceState]) -> AbstractContextManager:
+def unrouted(_seqs: Sequence[SequenceState]) -> AbstractContextManager:
     return nullcontext()
+
+
+def _own_caches(seq: SequenceState) -> list:
+    """A prefilling sequence's own caches (the scheduler gives it them when it starts)."""
+    assert seq.caches is not None
+    return seq.caches
 
 
 class Prefiller:
@@ -92,7 +98,7 @@ class Prefiller:
                 embeddings = (seq.images.embeddings(self._model, self.images, tokens, step.start)
                               if seq.images is not None and seq.images.covers(step.start, step.end) else None)
                 with self._observe([seq], [step.start], [0]):
-                    scored = self._forward(tokens, seq.caches, [seq], embeddings, scored=(
+                    scored = self._forward(tokens, _own_caches(seq), [seq], embeddings, scored=(
                         (step.start, step.end) if seq.prompt_logprobs is not None else None))
                 if scored is not None:
                     prompt_logprobs.keep(seq, scored, step.start, step.end, self._token_text)
@@ -106,7 +112,7 @@ class Prefiller:
             self.computed_tokens += step.size
             budget -= step.size
             if step.snapshot:
-                self._reuse.store(seq, seq.tokens[: step.end], copy.deepcopy(seq.caches))
+                self._reuse.store(seq, seq.tokens[: step.end], copy.deepcopy(_own_caches(seq)))
         return done, interrupted, failed
 
     def _forward(self, tokens: mx.array, caches: list, seqs: list[SequenceState],
@@ -116,11 +122,12 @@ class Prefiller:
         chunk's) replace the tokens' own. ``scored`` (one sequence's chunk ``[start, end)``):
         its positions' prompt logprobs too, evaluated with the KV (else the scores stay unbuilt)."""
         extra = {"input_embeddings": embeddings} if embeddings is not None else {}
+        interrupt = self._interrupt
         with self._route(seqs):
-            if self.checkpoints is None:
+            if self.checkpoints is None or interrupt is None:  # both or neither (__init__)
                 logits = self._model(tokens, cache=caches, **extra)
             else:
-                with self.checkpoints.armed(lambda: any(self._interrupt(s.request_id) for s in seqs)):
+                with self.checkpoints.armed(lambda: any(interrupt(s.request_id) for s in seqs)):
                     logits = self._model(tokens, cache=caches, **extra)
             arrays = prompt_logprobs.chunk_scores(logits, seqs[0], *scored) if scored is not None else None
             mx.eval([c.state for c in caches], *(arrays.arrays if arrays is not None else ()))
@@ -128,7 +135,9 @@ class Prefiller:
 
     def _take_cancelled(self, queue: deque[SequenceState], seqs: list[SequenceState]) -> list[SequenceState]:
         """Removes those of ``seqs`` whose Cancel is waiting; the others redo their step."""
-        cancelled = [s for s in seqs if self._interrupt(s.request_id)]
+        interrupt = self._interrupt
+        assert interrupt is not None  # Interrupted is raised by the checkpoints, made with it
+        cancelled = [s for s in seqs if interrupt(s.request_id)]
         for seq in cancelled:
             queue.remove(seq)
         return cancelled
@@ -165,7 +174,7 @@ class Prefiller:
         width = max(lengths)
         pads = [width - n for n in lengths]
         ids = [[0] * p + seq.tokens[:n] for seq, p, n in zip(group, pads, lengths)]
-        caches = [batch_cache(pads, like) for like in group[0].caches]
+        caches = [batch_cache(pads, like) for like in _own_caches(group[0])]
         with self._observe(group, [0] * len(group), pads):
             self._forward(mx.array(ids, dtype=mx.int32), caches, group)
         for i, (seq, n) in enumerate(zip(group, lengths)):

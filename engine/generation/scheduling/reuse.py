@@ -59,26 +59,29 @@ class PrefixReuse:
     def read_ahead(self, seq: SequenceState, min_tokens: int = 1) -> Future | None:
         """A read of the disk tier's entry for ``seq`` started on the tier's reader thread, when
         that entry covers more than memory; its result goes to ``take``."""
-        if not self.takes(seq) or self.cache.disk is None:
+        cache = self.cache
+        if not self.takes(seq) or cache is None or cache.disk is None:  # takes(): a cache
             return None
-        entry = self.cache.disk_candidate(self.key(seq, seq.prompt), self._namespace(seq), min_tokens)
-        return self.cache.disk.read_async(entry) if entry is not None else None
+        entry = cache.disk_candidate(self.key(seq, seq.prompt), self._namespace(seq), min_tokens)
+        return cache.disk.read_async(entry) if entry is not None else None
 
     def take(self, seq: SequenceState, min_tokens: int = 1, read=None) -> tuple[int, list[Any] | None]:
         """(cached tokens, owned caches), or (0, None) on a miss or a hit under ``min_tokens``."""
-        if not self.takes(seq):
+        cache = self.cache
+        if not self.takes(seq) or cache is None:  # takes(): a cache
             return 0, None
-        hit = self.cache.take(self.key(seq, seq.prompt), self._namespace(seq), min_tokens,
+        hit = cache.take(self.key(seq, seq.prompt), self._namespace(seq), min_tokens,
                               session_of(seq.tenant.name, seq.prefix.session), read)
         return (len(hit.tokens), hit.caches) if hit is not None else (0, None)
 
     def store(self, seq: SequenceState, tokens: Sequence[int], caches: list[Any] | Callable[[], list[Any]]) -> None:
         """``caches`` (or a function making them) cover exactly ``tokens``."""
-        if not self.applies(seq) or len(tokens) <= seq.cached:
+        cache = self.cache
+        if not self.applies(seq) or cache is None or len(tokens) <= seq.cached:  # applies(): a cache
             return
         try:
             caches = caches() if callable(caches) else caches
-            self.cache.put(self.key(seq, tokens), caches, self._namespace(seq),
+            cache.put(self.key(seq, tokens), caches, self._namespace(seq),
                            session_of(seq.tenant.name, seq.prefix.session))
         except Exception:  # a cache entry is never worth a request
             log.warning("dropped a prefix cache entry of %d tokens", len(tokens), exc_info=True)

@@ -3,6 +3,7 @@ prefill, decode (see docs/ARCHITECTURE.md). Every started sequence is released o
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -29,6 +30,7 @@ from ..decode.decoder import Decoder
 from ..prefill.prefiller import Prefiller, unrouted
 from ..sequence.state import SequenceState, Status, failure_message
 from ..speculation.draft import DraftModel
+from ..speculation.head_drafter import HeadDrafter
 from .admission import Admission
 from .reuse import PrefixReuse, disk_namespace
 from .throughput import TokenRate
@@ -76,7 +78,7 @@ class SchedulerStats:
 class Scheduler:
     def __init__(self, model: nn.Module, config: SchedulerConfig, token_text: Callable[[int], str], *,
                  budget: MemoryBudget | None = None, namespace: str = "", rolls_back: bool | None = None,
-                 interrupt: Callable[[str], bool] | None = None, drafter: DraftModel | None = None,
+                 interrupt: Callable[[str], bool] | None = None, drafter: DraftModel | HeadDrafter | None = None,
                  adapters: AdapterBank | None = None, planner: Planner | None = None,
                  ledger: BlockLedger | None = None, disk: DiskTier | None = None,
                  vision: VisionTower | None = None):
@@ -152,11 +154,15 @@ class Scheduler:
             case Stats():
                 return self.stats()
             case PlanMemory(context_tokens=context, max_generation_tokens=generation):
+                assert self._planner is not None and budget is not None  # the engine's scheduler has both
                 return self._planner.plan(budget, context, generation)
             case LoadAdapter(name=name, files=files, evict=evict, field=field):
+                assert self.adapters is not None  # the engine's scheduler has a bank
                 return self.adapters.load(name, files, evict=list(evict), budget=budget, field=field)
             case UnloadAdapter(key=key):
-                return self.adapters.unload(key, budget)
+                assert self.adapters is not None
+                self.adapters.unload(key, budget)
+                return None
             case FlushPrefixCache():
                 return self.reuse.flush()
             case PeekPrefix(tokens=tokens, namespace=ns, session=session):
@@ -269,10 +275,12 @@ class Scheduler:
 
     def _join(self, seq: SequenceState) -> tuple[SequenceState, int, list]:
         """(seq, computed, its own caches): what ``_store_prompts`` stores after the step."""
-        self._batch.join(seq.caches)  # the batch copies the row's KV
+        caches = seq.caches
+        assert caches is not None  # a row joins prefilled, with its own caches
+        self._batch.join(caches)  # the batch copies the row's KV
         if self._drafter is not None:
             self._drafter.join(seq)
-        prompt = (seq, seq.computed, seq.caches)
+        prompt = (seq, seq.computed, caches)
         seq.caches = None
         seq.status = Status.DECODING
         self._decoding.append(seq)
@@ -330,7 +338,7 @@ class Scheduler:
         for i, seq in enumerate(self._decoding):
             if seq.finished:
                 if seq.storable:
-                    self.reuse.store(seq, seq.tokens[: seq.computed], lambda i=i: self._batch.extract(i))
+                    self.reuse.store(seq, seq.tokens[: seq.computed], functools.partial(self._batch.extract, i))
                 self.admission.release(seq)
         self._batch.keep(keep)
         self._decoding = [self._decoding[i] for i in keep]
