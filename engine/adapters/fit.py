@@ -160,15 +160,22 @@ def _combined(parts: list[tuple[Target, LayerPart]]) -> list[LayerPart]:
         if group[0][0].columns is None:
             out.append(group[0][1])
             continue
-        group.sort(key=lambda tp: tp[0].columns)
-        first = group[0][1]
+        placed: list[tuple[tuple[int, int], LayerPart]] = []
+        for target, part in group:
+            assert target.columns is not None  # a fused layer's parts each have their columns
+            placed.append((target.columns, part))
+        placed.sort(key=lambda cp: cp[0])
+        first = placed[0][1]
         width = dims(first.module)[1]
-        a = mx.concatenate([p.a for _, p in group], axis=1)
-        b = mx.concatenate([_spread(p.b, t.columns, width) for t, p in group], axis=0)
+        a = mx.concatenate([p.a for _, p in placed], axis=1)
+        b = mx.concatenate([_spread(p.b, columns, width) for columns, p in placed], axis=0)
         gain = None
         if first.gain is not None:
-            gain = mx.prod(mx.concatenate([_spread(p.gain[None], t.columns, width, fill=1.0) for t, p in group]),
-                           axis=0)
+            spread = []
+            for columns, p in placed:
+                assert p.gain is not None  # one adapter: DoRA on all its parts or none
+                spread.append(_spread(p.gain[None], columns, width, fill=1.0))
+            gain = mx.prod(mx.concatenate(spread), axis=0)
         out.append(LayerPart(first.path, first.module, a, b, first.scale, gain, targets=len(group)))
     return out
 
@@ -194,6 +201,7 @@ def _dora_gain(module: nn.Module, columns: tuple[int, int] | None, a: mx.array, 
     weight = module.weight
     if isinstance(module, nn.QuantizedLinear):
         dtype = _dtype(module)
+        assert module.biases is not None  # DoRA on a quantized layer: affine (scales and biases) only
         weight = mx.dequantize(weight, module.scales.astype(dtype), module.biases.astype(dtype),
                                group_size=module.group_size, bits=module.bits, mode=module.mode)
     if columns is not None:

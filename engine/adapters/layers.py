@@ -60,15 +60,18 @@ class LayerStack:
         start = sum(m.rank for m in self.members[:at])
         end = start + self.members[at].rank
         if self.members[at].dora:
+            gains = self.gains
+            assert gains is not None  # a DoRA member has its row
             row = 1 + sum(m.dora for m in self.members[:at])
-            self.gains = mx.concatenate([self.gains[:row], self.gains[row + 1:]]) if len(self.gains) > 2 else None
+            self.gains = mx.concatenate([gains[:row], gains[row + 1:]]) if len(gains) > 2 else None
         del self.members[at]
         if not self.members:
             _uninstall(self.module)
             self.a_cat = self.b_cat = None
         else:
-            self.a_cat = mx.concatenate([self.a_cat[:, :start], self.a_cat[:, end:]], axis=1)
-            self.b_cat = mx.concatenate([self.b_cat[:start], self.b_cat[end:]], axis=0)
+            a_cat, b_cat = self._cats()
+            self.a_cat = mx.concatenate([a_cat[:, :start], a_cat[:, end:]], axis=1)
+            self.b_cat = mx.concatenate([b_cat[:start], b_cat[end:]], axis=0)
         self._relayout()
 
     def apply(self, x: mx.array, y: mx.array) -> mx.array:
@@ -76,18 +79,24 @@ class LayerStack:
         mask = self.routing.mask(self.layout, x.dtype)
         if mask is None:
             return y
-        y = mx.addmm(y, (x @ self.a_cat) * _per_row(mask, x), self.b_cat)
+        a_cat, b_cat = self._cats()
+        y = mx.addmm(y, (x @ a_cat) * _per_row(mask, x), b_cat)
         if self.gains is not None and (rows := self.routing.index(self.dora_keys)) is not None:
             y = y * _per_row(self.gains[rows], x)
             if self.bias_fix is not None:
                 y = y + _per_row(self.bias_fix[rows], x)
         return y
 
+    def _cats(self) -> tuple[mx.array, mx.array]:
+        """(A_cat, B_cat), set while the stack has members."""
+        assert self.a_cat is not None and self.b_cat is not None
+        return self.a_cat, self.b_cat
+
     def _relayout(self) -> None:
         self.layout = tuple((m.key, m.rank, m.scale) for m in self.members)
         self.dora_keys = tuple(m.key for m in self.members if m.dora)
-        has_bias = self.gains is not None and "bias" in self.module
-        self.bias_fix = (1 - self.gains) * self.module.bias if has_bias else None
+        gains = self.gains
+        self.bias_fix = (1 - gains) * self.module.bias if gains is not None and "bias" in self.module else None
         mx.eval([a for a in (self.a_cat, self.b_cat, self.gains, self.bias_fix) if a is not None])
 
 

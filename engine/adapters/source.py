@@ -7,12 +7,13 @@ tensor data is read; no message repeats a server path or an OS error's file name
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, TypeGuard
 
 from ..errors import DoesNotFit, InvalidRequest, echo
 from . import safetensors
@@ -117,7 +118,7 @@ class _open:
     def __init__(self, place: Place, path: Path, label: str, field: str):
         self.place, self.path, self.label, self.field = place, path, label, field
 
-    def __enter__(self) -> tuple[BinaryIO, int]:
+    def __enter__(self) -> tuple[io.FileIO, int]:
         flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
             fd = os.open(self.path, flags)
@@ -137,13 +138,13 @@ class _open:
         self.file.close()
 
 
-def _read(f: BinaryIO, offset: int, n: int, label: str, field: str) -> bytes:
+def _read(f: io.FileIO, offset: int, n: int, label: str, field: str) -> bytes:
     buf = bytearray(n)
     _fill(f, offset, memoryview(buf), label, field)
     return bytes(buf)
 
 
-def _fill(f: BinaryIO, offset: int, view: memoryview, label: str, field: str) -> None:
+def _fill(f: io.FileIO, offset: int, view: memoryview, label: str, field: str) -> None:
     try:
         f.seek(offset)
         got = 0
@@ -156,7 +157,7 @@ def _fill(f: BinaryIO, offset: int, view: memoryview, label: str, field: str) ->
         raise InvalidRequest(field, f"cannot read {label}: {exc.strerror or 'read failed'}") from None
 
 
-def _readinto(f: BinaryIO, view: memoryview) -> int:
+def _readinto(f: io.FileIO, view: memoryview) -> int:
     return f.readinto(view)
 
 
@@ -184,5 +185,5 @@ def _settings(config: Any, field: str) -> tuple[str, int, int, float, tuple[str,
     return kind, int(num_layers), int(rank), float(scale), tuple(keys) if keys is not None else None
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)

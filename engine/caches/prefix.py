@@ -10,7 +10,7 @@ when the disk tier keeps only evicted entries. ``nbytes`` counts memory only. En
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
 
@@ -90,16 +90,17 @@ class PrefixCache:
     def disk_candidate(self, prompt: Sequence[int], ns: str, min_tokens: int = 1) -> DiskEntry | None:
         """The disk tier's entry for ``prompt`` when it covers more than memory does (to read
         off this thread, then pass to ``take``); None otherwise."""
-        disk_ns = self.disk_namespace(ns) if self.disk is not None else None
-        if disk_ns is None or len(prompt) < 2:
+        disk = self.disk
+        disk_ns = self.disk_namespace(ns) if disk is not None else None
+        if disk is None or disk_ns is None or len(prompt) < 2:
             return None
-        found = self.disk.find(disk_ns, prompt)
+        found = disk.find(disk_ns, prompt)
         if found is None or found[1] < max(min_tokens, 1) or found[1] <= self.covered(prompt, ns):
             return None
         return found[0]
 
     def take(self, prompt: Sequence[int], ns: str, min_tokens: int = 1, session: str = "",
-             read: HostEntry | bool | None = None) -> PrefixHit | None:
+             read: HostEntry | Literal[False] | None = None) -> PrefixHit | None:
         """The longest cached prefix of ``prompt`` (never all of it), caller-owned; None under ``min_tokens``.
         ``read``: a disk entry read for this prompt (else the disk tier is read here, on this thread)."""
         self.sessions.touch(session)
@@ -138,13 +139,14 @@ class PrefixCache:
 
     def _from_disk(self, tokens: list[int], ns: str, in_memory: int) -> PrefixHit | None:
         """The disk tier's entry when it covers more than memory does (read here, on this thread)."""
-        disk_ns = self.disk_namespace(ns) if self.disk is not None else None
-        if disk_ns is None:
+        disk = self.disk
+        disk_ns = self.disk_namespace(ns) if disk is not None else None
+        if disk is None or disk_ns is None:
             return None
-        found = self.disk.find(disk_ns, tokens)
+        found = disk.find(disk_ns, tokens)
         if found is None or found[1] <= in_memory:
             return None
-        return self._from_read(tokens, self.disk.read(found[0]), in_memory)
+        return self._from_read(tokens, disk.read(found[0]), in_memory)
 
     @staticmethod
     def _from_read(tokens: list[int], host: HostEntry | None, in_memory: int) -> PrefixHit | None:
@@ -234,8 +236,12 @@ class PrefixCache:
     def _spill(self, key: Key, caches: list[Any]) -> None:
         disk_ns = self.disk_namespace(key[0])
         self._spilled.add(key)
-        if disk_ns is not None and not self.disk.contains(disk_ns, key[1]):
-            self.disk.write(to_host(caches, disk_ns, list(key[1]), self.disk.fingerprint))
+        if disk_ns is None:
+            return
+        disk = self.disk
+        assert disk is not None  # spilled only with a disk tier
+        if not disk.contains(disk_ns, key[1]):
+            disk.write(to_host(caches, disk_ns, list(key[1]), disk.fingerprint))
 
     def _publish(self) -> None:
         if self.ledger is None:

@@ -8,11 +8,19 @@ import asyncio
 import dataclasses
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .grammar.constraint import GrammarStats
 from .ledgers import TenantStats
 from .scheduling.scheduler import SchedulerStats
 from .scheduling.worker import Stats
+
+if TYPE_CHECKING:
+    from ..loading.model import LoadedModel
+    from .grammar.compiler import Grammars
+    from .ledgers import Tenants
+    from .scheduling.worker import Worker
+    from .streams import Streams
 
 
 @dataclass(frozen=True)
@@ -24,6 +32,11 @@ class EngineStats(SchedulerStats):
 
 class LoadReports:
     """A mixin of ``GenerationEngine``: it reads the engine's worker, streams, tenants and grammars."""
+
+    _worker: Worker[LoadedModel]
+    _streams: Streams
+    _tenants: Tenants
+    _grammars: Grammars | None
 
     def scheduler_stats(self) -> Future[SchedulerStats]:
         """The engine thread's snapshot, as a future any thread may wait on."""
