@@ -3,10 +3,14 @@ here: the type checker sees the precise type, the call itself is mlx's, unchange
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import mlx.core as mx
+import mlx.nn as nn
 from mlx.utils import tree_flatten
+
+if TYPE_CHECKING:
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 
 def flatten(tree: Any) -> list[tuple[str, Any]]:
@@ -17,6 +21,14 @@ def flatten(tree: Any) -> list[tuple[str, Any]]:
 def load_arrays(path: str) -> dict[str, mx.array]:
     """``mx.load`` of a .safetensors or .npz file: its arrays by name (the stub allows one array, or metadata)."""
     return cast(dict[str, mx.array], mx.load(path))
+
+
+def load_lm(path: str) -> tuple[nn.Module, TokenizerWrapper]:
+    """``mlx_lm.load(path)``: (model, tokenizer) (its annotation also allows the config, which
+    it returns only when asked)."""
+    import mlx_lm  # not at import: most users of this module never load a model
+
+    return cast("tuple[nn.Module, TokenizerWrapper]", mlx_lm.load(path))
 
 
 # ``array.tolist()`` is typed as a recursive union of scalars and lists; these name the

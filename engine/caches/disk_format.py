@@ -184,7 +184,8 @@ def to_host(caches: list[Any], namespace: str, tokens: list[int], fingerprint: s
 
     from ..mlx_typed import flatten
 
-    classes, leaves, tensors, lazy = [], [], [], []
+    classes, leaves, lazy = [], [], []
+    tensors: list[tuple[str, tuple[int, ...], mx.array]] = []
     for cache in caches:
         classes.append(type(cache).__name__)
         mine = []
@@ -193,17 +194,18 @@ def to_host(caches: list[Any], namespace: str, tokens: list[int], fingerprint: s
                 stored = leaf.view(mx.uint16) if leaf.dtype == mx.bfloat16 else leaf
                 lazy.append(stored)
                 mine.append([path, "array", len(tensors)])
-                tensors.append([_ST_DTYPES[str(leaf.dtype).split(".")[-1]], tuple(leaf.shape), stored])
+                tensors.append((_ST_DTYPES[str(leaf.dtype).split(".")[-1]], tuple(leaf.shape), stored))
             elif leaf is None or isinstance(leaf, (bool, int, float, str)):
                 mine.append([path, "value", leaf])
             else:
                 raise TypeError(f"{type(cache).__name__} holds state of type {type(leaf).__name__}")
         leaves.append(mine)
     mx.eval(lazy)
-    for t in tensors:
-        view = memoryview(t[2])  # the buffer protocol: no copy
-        t[2] = view if view.c_contiguous else np.ascontiguousarray(view)
-    return HostEntry(namespace, list(tokens), fingerprint, classes, leaves, [tuple(t) for t in tensors])
+    host = []
+    for dtype, shape, stored in tensors:
+        view = memoryview(stored)  # type: ignore[arg-type]  # buffer protocol, no copy (missing from mlx.core stub)
+        host.append((dtype, shape, view if view.c_contiguous else np.ascontiguousarray(view)))
+    return HostEntry(namespace, list(tokens), fingerprint, classes, leaves, host)
 
 
 def from_host(entry: HostEntry) -> list[Any]:

@@ -77,11 +77,10 @@ class DecoderEmbeddingModel(EmbeddingModel):
     @classmethod
     def load(cls, model_dir: Path, *, terminator: str | None = None, dtype: str = "auto",
              **kwargs: Any) -> "DecoderEmbeddingModel":
-        import mlx_lm
-
         from engine.hardware.device import runtime_dtype
+        from engine.mlx_typed import load_lm
 
-        model, tokenizer = mlx_lm.load(str(model_dir))
+        model, tokenizer = load_lm(str(model_dir))
         target = runtime_dtype(dtype)
         if target is not None:
             model.set_dtype(target)

@@ -34,7 +34,7 @@ def load_embedder(model_dir: Path, precision: str = "f32", force_precision: bool
     products in ``precision`` where it runs (see ``precision.choose``)."""
     config = json.loads((model_dir / "config.json").read_text())
     if config.get("model_type") == "bert":
-        kind = EmbeddingModel
+        kind: type[EmbeddingModel] = EmbeddingModel
         if is_sequence_classifier(config):
             kind = CrossEncoderModel if len(label_names(config)) == 1 else SequenceClassifier
         elif is_masked_lm(config):

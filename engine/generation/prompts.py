@@ -37,7 +37,8 @@ class PromptEncoder:
 
     def encode(self, request: GenerationRequest, tools: ToolSet | None = None) -> EncodedPrompt:
         m, prompt = self._model, request.prompt
-        snapshot_at, opens_reasoning, images = None, False, ()
+        snapshot_at, opens_reasoning = None, False
+        images: tuple[PromptImage, ...] = ()
         if isinstance(prompt, TokenPrompt):
             ids, field_name = list(prompt.ids), "tokens.ids"
             check_token_ids(field_name, ids, m.vocab_size)
@@ -47,7 +48,8 @@ class PromptEncoder:
         elif isinstance(prompt, ChatPrompt):
             text, field_name = self._chat(prompt, tools), "chat.messages"
             opens_reasoning = self._opens_reasoning(text)
-            if prompt.has_images:  # checked for a vision model by the facade
+            if prompt.has_images:
+                assert m.vision is not None  # checked for a vision model by the facade
                 ids, images = expand_images(text, m.tokenizer, prompt, m.vision, self._limits)
             else:
                 ids = m.tokenizer.encode(text, add_special_tokens=False)
@@ -98,8 +100,10 @@ class PromptEncoder:
             raise InvalidRequest("chat.messages", f"the chat template rejected the messages: {exc}") from exc
 
     def _opens_reasoning(self, text: str) -> bool:
-        syntax = self._syntax
-        return syntax.thinking and text.rfind(syntax.think_start.text) > text.rfind(syntax.think_end.text)
+        if not self._syntax.thinking:
+            return False
+        start, end = self._syntax.think_markers()
+        return text.rfind(start.text) > text.rfind(end.text)
 
 
 def _messages(prompt: ChatPrompt, as_parts: bool = False) -> list[dict]:

@@ -13,12 +13,12 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-import mlx_lm
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from .. import kernels
 from ..errors import UnsupportedModel
 from ..hardware.device import runtime_dtype
+from ..mlx_typed import load_lm
 from ..vision.model import VisionTower, is_vision_config, load_vision_model
 from .compat import apply_batch_fixes
 from .gguf import prepare_gguf
@@ -92,7 +92,7 @@ def load_generation_model(source: str | Path, *, name: str = "", dtype: str = "a
     if config is not None and is_vision_config(config):
         model, tokenizer, vision = load_vision_model(artifact, config)
     else:
-        model, tokenizer = mlx_lm.load(str(artifact))
+        model, tokenizer = load_lm(str(artifact))
         config = config if config is not None else _read_config(artifact)
     target = runtime_dtype(dtype)
     if target is not None:

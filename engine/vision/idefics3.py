@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -37,7 +37,7 @@ _TEXT_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "rms_
 class Idefics3Tower(VisionTower):
     tile_tokens: int = 0  # image_seq_len: one tile's run
     # (rows, cols) -> the processor's text for an image of that grid (0, 0: the global view alone)
-    grid_text: Callable[[int, int], str] | None = None
+    grid_text: Callable[[int, int], str] = field(kw_only=True)
 
     def process(self, image) -> ProcessedImage:
         out = self.processor([[image]], return_row_col_info=True)

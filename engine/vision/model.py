@@ -101,7 +101,7 @@ class VisionTower:
         return vlm.multi_modal_projector(mx.concatenate(chosen, axis=-1))
 
 
-def load_vision_model(path: Path, config: Mapping[str, Any]):
+def load_vision_model(path: Path, config: dict[str, Any]):
     """(mlx-lm text model, tokenizer, VisionTower) for the directory ``path``."""
     import mlx_vlm
 

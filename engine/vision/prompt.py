@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import InvalidRequest
 from ..requests import ChatPrompt
 from .images import decode, image_parts
-from .model import VisionTower
+from .model import ProcessedImage, VisionTower
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,6 +79,11 @@ def expand_images(text: str, tokenizer, prompt: ChatPrompt, tower: VisionTower, 
     return out, tuple(images)
 
 
+def _text_of(image: ProcessedImage) -> str:
+    assert image.text is not None  # a tower with placeholder text gives each image its text
+    return image.text
+
+
 def _check_count(found: int, images: int) -> None:
     if found != images:
         raise InvalidRequest("chat.messages", f"the rendered prompt holds {found} image placeholders for "
@@ -93,7 +98,7 @@ def _expand_text(text: str, tokenizer, prompt: ChatPrompt, tower: VisionTower, l
     if tower.markers is not None and tower.markers.search(text):
         raise InvalidRequest("chat.messages", "the prompt holds an image marker typed as text")
     processed = [tower.process(decode(f"{field}.data", part, limits)) for field, part in parts]
-    expanded = pieces[0] + "".join(p.text + piece for p, piece in zip(processed, pieces[1:]))
+    expanded = pieces[0] + "".join(_text_of(p) + piece for p, piece in zip(processed, pieces[1:]))
     ids = tokenizer.encode(expanded, add_special_tokens=False)
     runs = _runs(ids, tower.image_token_id)
     images: list[PromptImage] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llguidance import LLMatcher, LLParserLimits
 
@@ -13,7 +14,10 @@ from ...requests import FormatKind, ResponseFormat
 from ...settings import setting
 from ...validation import json_depth as nesting_depth
 
-JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions  # in its stub only
+
+JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,10 @@ def grammar_text(fmt: ResponseFormat, limits: GrammarLimits) -> str:
     """The llguidance grammar for ``fmt``; raises as ``check_format``."""
     field, schema = field_name(fmt), check_format(fmt, limits)
     if fmt.kind is FormatKind.JSON_SCHEMA:
-        return LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
+        assert schema is not None  # check_format's parsed document
+        return LLMatcher.grammar_from_json_schema(
+            schema,  # type: ignore[arg-type]  # llguidance takes a boolean schema too; its stub says str | dict
+            defaults=JSON_OPTIONS)
     if fmt.kind is FormatKind.JSON_OBJECT:
         return LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)
     if fmt.kind is FormatKind.REGEX:

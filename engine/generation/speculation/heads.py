@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -129,6 +129,7 @@ class Eagle3Head(DraftHead):
         return self.midlayer.self_attn
 
     def __call__(self, ids: mx.array, cache=None, hidden: mx.array | None = None) -> mx.array:
+        assert hidden is not None  # the head reads the target's features (HeadDrafter passes them)
         out = self.midlayer(self._embed(ids), hidden, cache[0] if cache else None)
         object.__setattr__(self, "out", out)
         return self.lm_head(self.norm(out))
@@ -141,9 +142,11 @@ class _Eagle3Layer(nn.Module):
         self.input_layernorm, self.hidden_norm = nn.RMSNorm(h, eps=eps), nn.RMSNorm(h, eps=eps)
         self.self_attn = llama.Attention(args)
         attn = self.self_attn
+        kv_heads = attn.n_kv_heads
+        assert kv_heads is not None  # ModelArgs.__post_init__ fills num_key_value_heads
         attn.q_proj = nn.Linear(2 * h, attn.n_heads * attn.head_dim, bias=args.attention_bias)
-        attn.k_proj = nn.Linear(2 * h, attn.n_kv_heads * attn.head_dim, bias=args.attention_bias)
-        attn.v_proj = nn.Linear(2 * h, attn.n_kv_heads * attn.head_dim, bias=args.attention_bias)
+        attn.k_proj = nn.Linear(2 * h, kv_heads * attn.head_dim, bias=args.attention_bias)
+        attn.v_proj = nn.Linear(2 * h, kv_heads * attn.head_dim, bias=args.attention_bias)
         self.post_attention_layernorm = nn.RMSNorm(h, eps=eps)
         self.mlp = llama.MLP(args)
 
@@ -166,7 +169,10 @@ def _safetensors(directory: Path) -> dict[str, mx.array]:
     return weights
 
 
-def _finish(head: DraftHead, weights: dict[str, mx.array], dtype: mx.Dtype, what: str) -> DraftHead:
+_Head = TypeVar("_Head", bound=DraftHead)
+
+
+def _finish(head: _Head, weights: dict[str, mx.array], dtype: mx.Dtype, what: str) -> _Head:
     own = dict(flatten(head.parameters()))
     missing, extra = own.keys() - weights.keys(), weights.keys() - own.keys()
     if missing or extra:
