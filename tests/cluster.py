@@ -190,11 +190,15 @@ class Gateway(Process):
         super().__init__(name, argv, log_dir, cwd=log_dir)
 
     def ready(self) -> bool:
+        return self.healthy_workers() == len(self.replicas)
+
+    def healthy_workers(self) -> int | None:
+        """The workers the gateway's health checks hold healthy (None: no answer)."""
         try:
             status, body = self.request("GET", "/readiness", timeout=2)
-        except OSError:
-            return False
-        return status == 200 and json.loads(body).get("healthy_workers") == len(self.replicas)
+            return int(json.loads(body).get("healthy_workers", 0)) if status in (200, 503) else None
+        except (OSError, ValueError):
+            return None
 
     def request(self, method: str, path: str, body: dict | None = None, timeout: float = 60) -> tuple[int, str]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
