@@ -30,16 +30,16 @@ MAX_BYTES = 4 << 20
 
 
 class Counted:
-    """Counts the queries one engine's engine thread is asked."""
+    """Counts the controls one engine's adapters ask its engine thread."""
 
     def __init__(self, engine):
-        self.calls, inner = 0, engine._worker.ask
+        self.calls, inner = 0, engine.adapters._engine_ask
 
-        def ask(query):
+        def ask(control):
             self.calls += 1
-            return inner(query)
+            return inner(control)
 
-        engine._worker.ask = ask
+        engine.adapters._engine_ask = ask
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -153,8 +153,10 @@ async def test_adapters_given_at_start_show_no_server_path(guarded):
     rooted = await listed(guarded["stub"], "rooted")
     assert (rooted["outside"].source, rooted["inside"].source) == ("small", "boot/qv")
     assert (await listed(guarded["stub"], "unrooted"))["tone"].source == "tone"
+    before = guarded["counts"]["rooted"].calls
     again = await guarded["stub"].LoadAdapter(pb.LoadAdapterRequest(model="rooted", name="again", path="boot/qv"))
     assert again.adapter.source == "boot/qv"  # what ListAdapters shows loads again
+    assert guarded["counts"]["rooted"].calls == before + 1  # the count the refusals compare sees a load
     await guarded["stub"].UnloadAdapter(pb.UnloadAdapterRequest(model="rooted", name="again"))
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from tests.helpers import details, generate, request
 from tests.oracle import ORACLE_PROMPTS, ORACLE_TOKENS
+from tests.probe import probe
 from tests.test_cancellation import read_rest, read_until_delta, settled
 
 
@@ -30,8 +31,8 @@ async def test_failed_decode_step_ends_the_stream_with_internal(stub, server, or
     engine = server["models"].generator("sliding")
     call = stub.Generate(request("Hello", model="sliding", max_tokens=2000))
     await read_until_delta(call)
-    scheduler_batch = await asyncio.wrap_future(engine._worker.probe(lambda s: s._batch))
-    await asyncio.wrap_future(engine._worker.probe(_fail_next(scheduler_batch, "forward")))
+    scheduler_batch = await asyncio.wrap_future(probe(engine, lambda s: s._batch))
+    await asyncio.wrap_future(probe(engine, _fail_next(scheduler_batch, "forward")))
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await read_rest(call)
     assert err.value.code() == grpc.StatusCode.INTERNAL
@@ -45,7 +46,7 @@ async def test_failed_decode_step_ends_the_stream_with_internal(stub, server, or
 
 async def test_failed_admission_on_the_engine_thread_fails_only_that_request(stub, server):
     engine = server["models"].generator("qwen3")
-    await asyncio.wrap_future(engine._worker.probe(lambda s: _fail_next(s, "_start")(s)))
+    await asyncio.wrap_future(probe(engine, lambda s: _fail_next(s, "_start")(s)))
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await generate(stub, request("Hello", model="qwen3", max_tokens=4))
     assert err.value.code() == grpc.StatusCode.INTERNAL
@@ -56,10 +57,10 @@ async def test_failed_admission_on_the_engine_thread_fails_only_that_request(stu
 
 async def test_a_failure_while_storing_a_prefix_drops_the_entry_not_the_request(stub, server, oracle):
     engine = server["models"].generator("lfm2")
-    cache = await asyncio.wrap_future(engine._worker.probe(lambda s: s.prefix_cache))
+    cache = await asyncio.wrap_future(probe(engine, lambda s: s.prefix_cache))
     entries = len(cache)
     for _ in range(3):  # fail every store this request makes: at join and at finish
-        await asyncio.wrap_future(engine._worker.probe(_fail_next(cache, "put")))
+        await asyncio.wrap_future(probe(engine, _fail_next(cache, "put")))
         name = "digits"
         out = await generate(stub, request(ORACLE_PROMPTS[name], model="lfm2", max_tokens=ORACLE_TOKENS[name]))
         assert out.token_ids == oracle["lfm2"][name]

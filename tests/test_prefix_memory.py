@@ -36,6 +36,7 @@ from engine.caches.prefix import PrefixCache
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from tests.conftest import HAS_SMOLLM
+from tests.probe import probe
 from tests.test_cancellation import settled
 
 STORMS = int(os.environ.get("MLXGRPC_STORMS", "3"))
@@ -200,7 +201,7 @@ async def test_cancel_storms_keep_memory_flat_and_the_cache_holds_what_it_counts
 
     async def after(label: str, requests: int) -> dict[str, int]:
         await settled(server, STORM_MODEL, timeout=120)
-        memory = await asyncio.wrap_future(engine._worker.probe(_memory))
+        memory = await asyncio.wrap_future(probe(engine, _memory))
         memory["rss"] = process.memory_info().rss
         print(f"{label} ({requests} requests, {time.monotonic() - started:.0f} s): "
               f"rss {memory['rss'] / 2**20:.0f} MiB, mlx active {memory['active'] / 2**20:.1f} MiB, "

@@ -14,6 +14,7 @@ import pytest
 
 from tests.helpers import generate, request
 from tests.oracle import ORACLE_PROMPTS, ORACLE_TOKENS
+from tests.probe import probe
 from tests.test_cancellation import settled
 
 
@@ -27,7 +28,7 @@ async def held(engine):
         entered.set()
         release.wait(30)
 
-    future = engine._worker.probe(hold)
+    future = probe(engine, hold)
     await asyncio.to_thread(entered.wait, 30)
     try:
         yield
@@ -60,7 +61,7 @@ def patch_started(engine, target: str, patch):
                 patch(seq)
                 del scheduler._start  # the class's own again
         scheduler._start = start
-    return asyncio.wrap_future(engine._worker.probe(install))
+    return asyncio.wrap_future(probe(engine, install))
 
 
 async def test_a_row_whose_delivery_fails_ends_alone(stub, server, oracle):

@@ -13,7 +13,7 @@ import pytest
 import engine.adapters.reads as reads
 import engine.caches.disk as disk
 import engine.embedding.engine as embedding
-import engine.generation.scheduling.worker as worker
+import engine.serving.thread as worker
 from engine.embedding.engine import EmbeddingEngine
 from engine.events import Finished
 from engine.generation.config import GenerationConfig, SchedulerConfig

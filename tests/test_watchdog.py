@@ -23,6 +23,7 @@ from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from service.server import ServerOptions, create_server, guard_engines, serve, set_health
 from service.watchdog import EXIT_ENGINE_BROKEN
 from tests.helpers import details, generate, request
+from tests.probe import probe
 from tests.test_cancellation import read_until_delta
 from tests.test_ops_drain import read_all
 
@@ -100,7 +101,7 @@ async def test_a_dead_engine_thread_answers_every_caller(fixture_models):
         stub = pb_grpc.InferenceServiceStub(channel)
         calls = await open_streams(stub, 3)
         release, entered = threading.Event(), threading.Event()
-        dying = engine._worker.probe(blocking(release, entered, Fault()))
+        dying = probe(engine, blocking(release, entered, Fault()))
         await asyncio.to_thread(entered.wait, 30)
         others = await pending_calls(stub)
         await asyncio.sleep(0.2)  # they reach the engine thread's inbox
@@ -130,7 +131,7 @@ async def test_a_stalled_engine_thread_answers_every_caller(fixture_models):
         try:
             stub = pb_grpc.InferenceServiceStub(channel)
             calls = await open_streams(stub, 3)
-            engine._worker.probe(blocking(release, entered))  # stuck, with streams running
+            probe(engine, blocking(release, entered))  # stuck, with streams running
             await asyncio.to_thread(entered.wait, 30)
             others = await pending_calls(stub)
             ends = await answered(calls, others)
@@ -195,7 +196,7 @@ async def test_serve_exits_non_zero_when_an_engine_dies(fixture_models):
         await asyncio.sleep(0.01)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         calls = await open_streams(pb_grpc.InferenceServiceStub(channel), 1)
-        engine._worker.probe(die)
+        probe(engine, die)
         ends = await answered(calls, [])
     assert ends[0][2] == grpc.StatusCode.UNAVAILABLE and ends[0][3]["ErrorInfo"].reason == "ENGINE_DEAD"
     assert await asyncio.wait_for(serving, 30) == EXIT_ENGINE_BROKEN

@@ -8,16 +8,62 @@ new request and completes only once the requests using the adapter finish.
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import Future
-from typing import Callable, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol, TypeVar
 
 from ..errors import InvalidRequest
-from ..generation.scheduling.worker import LoadAdapter, Query, UnloadAdapter
+from ..serving.protocol import Asks, Control
 from . import paths
 from .catalog import Catalog, Entry
 from .info import AdapterInfo
 from .reads import Reads
 from .source import AdapterFiles, AdapterLimits, read_files
+
+if TYPE_CHECKING:
+    from ..memory.budget import MemoryBudget
+    from .bank import AdapterBank
+
+
+T = TypeVar("T")
+
+
+class HoldsAdapters(Protocol):
+    """An engine thread's scheduler, as the adapter controls read it."""
+
+    @property
+    def adapters(self) -> AdapterBank | None: ...
+    @property
+    def budget(self) -> MemoryBudget | None: ...
+
+
+def _bank(scheduler: HoldsAdapters) -> AdapterBank:
+    if scheduler.adapters is None:
+        raise RuntimeError("this engine thread holds no adapters")
+    return scheduler.adapters
+
+
+@dataclass(frozen=True)
+class LoadAdapter(Control[HoldsAdapters, AdapterInfo]):
+    """Installs an adapter's arrays (read off the thread), then unloads ``evict`` (chosen to make room)."""
+
+    name: str
+    files: AdapterFiles
+    evict: tuple[str, ...]
+    field: str
+
+    def answer(self, scheduler: HoldsAdapters) -> AdapterInfo:
+        return _bank(scheduler).load(self.name, self.files, evict=list(self.evict), budget=scheduler.budget,
+                                     field=self.field)
+
+
+@dataclass(frozen=True)
+class UnloadAdapter(Control[HoldsAdapters, None]):
+    """Removes an adapter no request uses; its memory returns to the budget."""
+
+    key: str
+
+    def answer(self, scheduler: HoldsAdapters) -> None:
+        _bank(scheduler).unload(self.key, scheduler.budget)
 
 
 class Loaded(NamedTuple):
@@ -30,7 +76,7 @@ MAX_NAME = 64
 
 
 class Adapters:
-    def __init__(self, ask: Callable[[Query], Future], model: str, limit: int, *, root: str | None = None,
+    def __init__(self, ask: Asks, model: str, limit: int, *, root: str | None = None,
                  limits: AdapterLimits = AdapterLimits(), room: Callable[[], int | None] = lambda: None):
         """``ask(query)``: the engine thread's answer; ``room()``: the model's fixed free bytes (or None)."""
         self._engine_ask = ask
@@ -112,8 +158,8 @@ class Adapters:
         finally:
             self._unloading.pop(entry.info.name, None)
 
-    async def _ask(self, query):
-        return await asyncio.wrap_future(self._engine_ask(query))
+    async def _ask(self, control: Control[Any, T]) -> T:
+        return await asyncio.wrap_future(self._engine_ask(control))
 
 
 def check_name(name: str, field: str) -> None:

@@ -7,7 +7,8 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import AsyncIterator
+from concurrent.futures import Future
+from typing import AsyncIterator, TypeVar
 
 from ..adapters.bank import AdapterBank
 from ..adapters.control import Adapters
@@ -26,10 +27,12 @@ from ..memory.budget import MemoryBudget
 from ..memory.calibration import DecodeCalibration, calibrate_decode
 from ..memory.facts import ModelMemoryFacts
 from ..memory.plan import MemoryPlan
-from ..memory.planner import Planner
+from ..memory.planner import PlanMemory, Planner
 from ..memory.served import served_facts, with_served_draft, with_served_head
 from ..preparation import Preparation
 from ..requests import FormatKind, GenerationRequest, ResponseFormat
+from ..serving.protocol import Control
+from ..serving.thread import EngineThread
 from ..tenancy import Tenant
 from ..validation import check_prompt_logprobs, check_token_ids, validate_request
 from .chat.choice import enforceable
@@ -47,7 +50,7 @@ from .prompts import EncodedPrompt, PromptEncoder
 from .refusals import check_fits, check_room, max_tokens_for
 from .reports import LoadReports
 from .scheduling.scheduler import Scheduler
-from .scheduling.worker import PlanMemory, Worker
+from .sequence.state import SequenceState
 from .speculation.draft import DraftModel, check_draft
 from .speculation.head_drafter import HeadDrafter
 from .speculation.heads import MTP, DraftHead, load_head
@@ -55,6 +58,7 @@ from .speculation.taps import tappable
 from .streams import Stream, Streams
 
 log = logging.getLogger("engine.generation.engine")
+T = TypeVar("T")
 
 
 class GenerationEngine(LoadReports):
@@ -78,21 +82,27 @@ class GenerationEngine(LoadReports):
         self._closing = False
         self._machine_total = usable_memory()[1]
         self.blocks = BlockLedger()  # the prefix cache's blocks, for routers
-        self._worker: Worker[LoadedModel] = Worker(self.name, self._load, self._scheduler)
-        self.adapters = Adapters(self._worker.ask, self.name, config.max_adapters,
+        self._thread: EngineThread[LoadedModel, SequenceState, Scheduler] = EngineThread(
+            self.name, self._load, self._scheduler)
+        self.adapters = Adapters(self._thread.ask, self.name, config.max_adapters,
                                  root=config.adapter_root,
                                  limits=AdapterLimits(config.max_adapter_rank, config.max_adapter_bytes),
                                  room=lambda: self._budget.fixed_room if self._budget is not None else None)
-        self.prefix = PrefixControl(self._worker.ask, self.adapters, config.scheduler, config.limits)
-        self.breaker = Breaker(lambda: self.name, self._worker.fault, self._fail_all)
+        self.prefix = PrefixControl(self._thread.ask, self.adapters, config.scheduler, config.limits)
+        self.breaker = Breaker(lambda: self.name, self._thread.fault, self._fail_all)
+
+    def control(self, control: Control[Scheduler, T]) -> Future[T]:
+        """``control.answer(scheduler)`` on the engine thread between ticks; a future of the
+        answer (the way every operation but a request reaches the thread)."""
+        return self._thread.ask(control)
 
     def _fail_all(self, error: EngineDead) -> None:
-        """The breaker's ending: every submitted stream fails, then the worker gives up."""
+        """The breaker's ending: every submitted stream fails, then the thread gives up."""
         self._streams.fail_submitted(error.message)
-        self._worker.give_up(error)
+        self._thread.give_up(error)
 
     async def start(self) -> None:
-        self._loaded = await asyncio.wrap_future(self._worker.start())
+        self._loaded = await asyncio.wrap_future(self._thread.start())
         self._prompts = PromptEncoder(self._loaded, self.config.limits, self._syntax)
         self.name = self._tenants.model = self._loaded.name
         await self.adapters.load_all(self.config.adapters)
@@ -122,7 +132,7 @@ class GenerationEngine(LoadReports):
         """Ends open requests (CANCELLED) and stops the thread."""
         self._closing = True
         self.adapters.close()
-        await asyncio.to_thread(self._worker.stop)
+        await asyncio.to_thread(self._thread.stop)
         await self.prefix.close()  # the shutdown queued what memory held: let it land
         if self._grammars is not None:
             self._grammars.close()
@@ -158,7 +168,7 @@ class GenerationEngine(LoadReports):
                    else HeadDrafter(loaded.model, self._head, self.config.scheduler.prefill_chunk)
                    if self._head is not None else None)
         return Scheduler(loaded.model, self.config.scheduler, lambda i: tokenizer.decode([i]),
-                         budget=self._budget, namespace=loaded.name, interrupt=self._worker.stop_requested,
+                         budget=self._budget, namespace=loaded.name, interrupt=self._thread.stop_requested,
                          rolls_back=loaded.traits.can_roll_back, drafter=drafter,
                          adapters=AdapterBank(loaded.model, loaded.name),
                          planner=Planner(self._decode, self._machine_total, loaded.context_length),
@@ -186,7 +196,7 @@ class GenerationEngine(LoadReports):
         context = context_tokens or self.loaded.context_length
         if max_generation_tokens > context:
             raise InvalidRequest("max_generation_tokens", "must not exceed context_tokens")
-        return await asyncio.wrap_future(self._worker.ask(PlanMemory(context, max_generation_tokens)))
+        return await asyncio.wrap_future(self.control(PlanMemory(context, max_generation_tokens)))
 
     @property
     def disk(self) -> DiskTier | None:
@@ -261,7 +271,7 @@ class GenerationEngine(LoadReports):
             return False
         stream.cancel_requested = True
         if stream.submitted:
-            self._worker.cancel(stream.key)
+            self._thread.cancel(stream.key)
         return True
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
@@ -282,7 +292,7 @@ class GenerationEngine(LoadReports):
             if not stream.submitted:
                 self._streams.abandon(stream)
             elif not stream.finished:
-                self._worker.cancel(stream.key)  # the consumer left early
+                self._thread.cancel(stream.key)  # the consumer left early
 
     async def _run(self, request: GenerationRequest, stream: Stream) -> AsyncIterator[Event]:
         arrived, m = time.perf_counter(), self.loaded
@@ -312,7 +322,7 @@ class GenerationEngine(LoadReports):
         seq.siblings = siblings  # they fork from its prompt's KV (one prefill)
         self.breaker.refuse()  # nothing is submitted to a dead thread
         self._streams.submitted(stream, len(prompt.ids))
-        self._worker.submit(seq)
+        self._thread.submit(seq)
         ended: set[int] = set()
         while True:
             event = await stream.events.get()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import Future
 from typing import Awaitable, Callable
 
 from ..adapters.control import Adapters
@@ -17,17 +16,25 @@ from ..caches.tier import Prefetched, Tier
 from ..errors import InvalidRequest, Unsupported
 from ..loading.model import LoadedModel, cache_root
 from ..requests import GenerationRequest
+from ..serving.protocol import Asks
 from ..validation import Limits, check_ids
 from .config import SchedulerConfig
 from .prompts import EncodedPrompt
-from .scheduling.reuse import disk_namespace, namespace_of, session_of
-from .scheduling.worker import CloseSession, FlushPrefixCache, InstallPrefix, PeekPrefix, Query
+from .scheduling.reuse import (
+    CloseSession,
+    FlushPrefixCache,
+    InstallPrefix,
+    PeekPrefix,
+    disk_namespace,
+    namespace_of,
+    session_of,
+)
 
 log = logging.getLogger("engine.generation.prefix")
 
 
 class PrefixControl:
-    def __init__(self, ask: Callable[[Query], Future], adapters: Adapters, config: SchedulerConfig, limits: Limits):
+    def __init__(self, ask: Asks, adapters: Adapters, config: SchedulerConfig, limits: Limits):
         self._ask = ask
         self._adapters = adapters
         self._config = config

@@ -12,14 +12,15 @@ from typing import TYPE_CHECKING
 
 from .grammar.constraint import GrammarStats
 from .ledgers import TenantStats
-from .scheduling.scheduler import SchedulerStats
-from .scheduling.worker import Stats
+from .scheduling.scheduler import SchedulerStats, Stats
 
 if TYPE_CHECKING:
     from ..loading.model import LoadedModel
+    from ..serving.thread import EngineThread
     from .grammar.compiler import Grammars
     from .ledgers import Tenants
-    from .scheduling.worker import Worker
+    from .scheduling.scheduler import Scheduler
+    from .sequence.state import SequenceState
     from .streams import Streams
 
 
@@ -31,16 +32,16 @@ class EngineStats(SchedulerStats):
 
 
 class LoadReports:
-    """A mixin of ``GenerationEngine``: it reads the engine's worker, streams, tenants and grammars."""
+    """A mixin of ``GenerationEngine``: it reads the engine's thread, streams, tenants and grammars."""
 
-    _worker: Worker[LoadedModel]
+    _thread: EngineThread[LoadedModel, SequenceState, Scheduler]
     _streams: Streams
     _tenants: Tenants
     _grammars: Grammars | None
 
     def scheduler_stats(self) -> Future[SchedulerStats]:
         """The engine thread's snapshot, as a future any thread may wait on."""
-        return self._worker.ask(Stats())
+        return self._thread.ask(Stats())
 
     async def stats(self) -> EngineStats:
         snapshot = await asyncio.wrap_future(self.scheduler_stats())

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from ...caches.prefix import PrefixCache
+from ...serving.protocol import Control
 from ..sequence.state import SequenceState
+
+if TYPE_CHECKING:
+    from ...caches.disk_format import HostEntry
 
 log = logging.getLogger("engine.generation.scheduling.reuse")
 
@@ -93,7 +98,7 @@ class PrefixReuse:
         self.cache.sessions.touch(session)
         return self.cache.covered(tokens, namespace)
 
-    def install(self, entry, namespace: str, session: str) -> int:
+    def install(self, entry: HostEntry, namespace: str, session: str) -> int:
         return self.cache.install(entry, namespace, session) if self.cache is not None else 0
 
     def close_session(self, session: str) -> int:
@@ -115,3 +120,52 @@ class PrefixReuse:
         entries = len(self.cache)
         self.cache.clear()
         return entries
+
+
+class Reuses(Protocol):
+    """An engine thread's scheduler, as the prefix cache's controls read it."""
+
+    @property
+    def reuse(self) -> PrefixReuse: ...
+
+
+@dataclass(frozen=True)
+class FlushPrefixCache(Control[Reuses, int]):
+    """Drops every prefix-cache entry (running requests keep their own caches); answers how many."""
+
+    def answer(self, scheduler: Reuses) -> int:
+        return scheduler.reuse.flush()
+
+
+@dataclass(frozen=True)
+class PeekPrefix(Control[Reuses, int]):
+    """Answers the prompt tokens the memory tier covers now (a prefetch's first look); touches the session."""
+
+    tokens: tuple[int, ...]
+    namespace: str
+    session: str
+
+    def answer(self, scheduler: Reuses) -> int:
+        return scheduler.reuse.peek(self.tokens, self.namespace, self.session)
+
+
+@dataclass(frozen=True)
+class InstallPrefix(Control[Reuses, int]):
+    """Puts an entry read from the disk tier (off the thread) into memory; answers its tokens."""
+
+    entry: HostEntry
+    namespace: str  # the memory tier's (the entry's own is the disk tier's)
+    session: str
+
+    def answer(self, scheduler: Reuses) -> int:
+        return scheduler.reuse.install(self.entry, self.namespace, self.session)
+
+
+@dataclass(frozen=True)
+class CloseSession(Control[Reuses, int]):
+    """Ends a session's affinity; answers how many entries it held."""
+
+    session: str
+
+    def answer(self, scheduler: Reuses) -> int:
+        return scheduler.reuse.close_session(self.session)

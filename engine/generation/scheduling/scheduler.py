@@ -22,6 +22,7 @@ from ...events import FinishReason
 from ...loading.traits import can_roll_back
 from ...memory.budget import MemoryBudget
 from ...memory.planner import Planner
+from ...serving.protocol import Control
 from ...vision import mrope
 from ...vision.model import VisionTower
 from ..config import SchedulerConfig
@@ -34,18 +35,6 @@ from ..speculation.head_drafter import HeadDrafter
 from .admission import Admission
 from .reuse import PrefixReuse, disk_namespace
 from .throughput import TokenRate
-from .worker import (
-    CloseSession,
-    FlushPrefixCache,
-    InstallPrefix,
-    LoadAdapter,
-    PeekPrefix,
-    PlanMemory,
-    Probe,
-    Query,
-    Stats,
-    UnloadAdapter,
-)
 
 log = logging.getLogger("engine.generation.scheduling.scheduler")
 
@@ -75,6 +64,14 @@ class SchedulerStats:
     recent_tokens_per_s: float  # generated over the last ``throughput.WINDOW_S`` seconds
 
 
+@dataclass(frozen=True)
+class Stats(Control["Scheduler", SchedulerStats]):
+    """The scheduler's snapshot."""
+
+    def answer(self, scheduler: Scheduler) -> SchedulerStats:
+        return scheduler.stats()
+
+
 class Scheduler:
     def __init__(self, model: nn.Module, config: SchedulerConfig, token_text: Callable[[int], str], *,
                  budget: MemoryBudget | None = None, namespace: str = "", rolls_back: bool | None = None,
@@ -86,7 +83,7 @@ class Scheduler:
         self.adapters = adapters
         self._route = adapters.routed if adapters is not None else unrouted
         self._config = config
-        self._planner = planner
+        self.planner = planner
         cache = (PrefixCache(config.prefix_cache_bytes, config.prefix_cache_entries, ledger, disk=disk,
                              spill_all=config.prefix_cache_disk_policy == "all",
                              disk_namespace=lambda ns: disk_namespace(ns, self._adapter_digest),
@@ -148,32 +145,9 @@ class Scheduler:
                 found = True
         return found
 
-    def answer(self, query: Query) -> object:
-        budget = self.admission.budget
-        match query:
-            case Stats():
-                return self.stats()
-            case PlanMemory(context_tokens=context, max_generation_tokens=generation):
-                assert self._planner is not None and budget is not None  # the engine's scheduler has both
-                return self._planner.plan(budget, context, generation)
-            case LoadAdapter(name=name, files=files, evict=evict, field=field):
-                assert self.adapters is not None  # the engine's scheduler has a bank
-                return self.adapters.load(name, files, evict=list(evict), budget=budget, field=field)
-            case UnloadAdapter(key=key):
-                assert self.adapters is not None
-                self.adapters.unload(key, budget)
-                return None
-            case FlushPrefixCache():
-                return self.reuse.flush()
-            case PeekPrefix(tokens=tokens, namespace=ns, session=session):
-                return self.reuse.peek(tokens, ns, session)
-            case InstallPrefix(entry=entry, namespace=ns, session=session):
-                return self.reuse.install(entry, ns, session)
-            case CloseSession(session=session):
-                return self.reuse.close_session(session)
-            case Probe(fn=fn):
-                return fn(self)
-        raise TypeError(f"not a query: {query!r}")
+    @property
+    def budget(self) -> MemoryBudget | None:
+        return self.admission.budget
 
     def tick(self) -> None:
         self._prune()

@@ -1,6 +1,6 @@
-"""The engine thread: owns a model, its caches, its sequences and all MLX work for it.
-Other threads reach it only by typed messages; anything escaping its loop kills it,
-and it then ends everything it holds."""
+"""The engine thread: owns a model, its caches, its requests and all MLX work for them.
+Other threads reach it only by the messages of ``protocol``; anything escaping its loop
+kills it, and it then ends everything it holds."""
 
 from __future__ import annotations
 
@@ -10,122 +10,53 @@ import threading
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, Protocol, TypeVar
 
-from ...adapters.source import AdapterFiles
-from ...errors import EngineDead
-from ...events import FinishReason
-from ...hardware.device import end_thread
-from ...liveness import Heartbeat, Pending, settle
-from ..sequence.state import SequenceState
+from ..errors import EngineDead
+from ..events import FinishReason
+from ..hardware.device import end_thread
+from ..liveness import Heartbeat, Pending, settle
+from .protocol import Cancel, Control, Shutdown, Submit
 
-log = logging.getLogger("engine.generation.scheduling.worker")
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Submit:
-    sequence: SequenceState
+log = logging.getLogger("engine.serving.thread")
+L = TypeVar("L")  # what load() gives
+W = TypeVar("W", bound="Work")  # a request's state on the thread
+S = TypeVar("S", bound="Core[Any]")  # the scheduler that ticks
+R = TypeVar("R")
+W_in = TypeVar("W_in", contravariant=True)
 
 
-@dataclass(frozen=True)
-class Cancel:
-    """End this request, whatever state it is in."""
-
-    request_id: str
+class Work(Protocol):
+    def finish(self, reason: FinishReason, *, error: str = ...) -> None: ...
 
 
-@dataclass(frozen=True)
-class Stats:
-    """Asks for ``SchedulerStats``."""
+class Core(Protocol[W_in]):
+    """What the thread drives between messages."""
 
-
-@dataclass(frozen=True)
-class PlanMemory:
-    """0: the model's context length."""
-
-    context_tokens: int
-    max_generation_tokens: int = 0
-
-
-@dataclass(frozen=True)
-class LoadAdapter:
-    """Installs an adapter's arrays (read off the thread), then unloads ``evict`` (chosen to make room)."""
-
-    name: str
-    files: AdapterFiles
-    evict: tuple[str, ...]
-    field: str
-
-
-@dataclass(frozen=True)
-class UnloadAdapter:
-    """Removes an adapter no request uses; its memory returns to the budget."""
-
-    key: str
-
-
-@dataclass(frozen=True)
-class FlushPrefixCache:
-    """Drops every prefix-cache entry (running requests keep their own caches); answers how many."""
-
-
-@dataclass(frozen=True)
-class PeekPrefix:
-    """Answers the prompt tokens the memory tier covers now (a prefetch's first look); touches the session."""
-
-    tokens: tuple[int, ...]
-    namespace: str
-    session: str
-
-
-@dataclass(frozen=True)
-class InstallPrefix:
-    """Puts an entry read from the disk tier (off the thread) into memory; answers its tokens."""
-
-    entry: object  # a HostEntry
-    namespace: str  # the memory tier's (the entry's own is the disk tier's)
-    session: str
-
-
-@dataclass(frozen=True)
-class CloseSession:
-    """Ends a session's affinity; answers how many entries it held."""
-
-    session: str
-
-
-@dataclass(frozen=True)
-class Probe:
-    """Tests only: runs ``fn(scheduler)`` between ticks."""
-
-    fn: Callable[[object], object]
-
-
-@dataclass(frozen=True)
-class Shutdown:
-    pass
-
-
-Query = (Stats | PlanMemory | LoadAdapter | UnloadAdapter | FlushPrefixCache | PeekPrefix | InstallPrefix
-         | CloseSession | Probe)
+    @property
+    def idle(self) -> bool: ...
+    def submit(self, work: W_in) -> None: ...
+    def cancel(self, request_id: str) -> bool: ...
+    def tick(self) -> None: ...
+    def fail_running(self, message: str) -> None: ...
+    def shutdown(self, message: str, reason: FinishReason = ...) -> None: ...
 
 
 @dataclass(frozen=True)
 class _Asked:
-    query: Query
+    control: Control[Any, Any]
     future: Future
 
 
-class Worker(Generic[T]):
+class EngineThread(Generic[L, W, S]):
     """Runs ``load()`` then a loop of ``scheduler.tick()`` on its own thread."""
 
-    def __init__(self, name: str, load: Callable[[], T], make_scheduler: Callable[[T], object]):
+    def __init__(self, name: str, load: Callable[[], L], make_scheduler: Callable[[L], S]):
         self._load = load
         self._make_scheduler = make_scheduler
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._early: deque = deque()  # messages read ahead by ``stop_requested``, in order
-        self.ready: Future[T] = Future()
+        self.ready: Future[L] = Future()
         self.heartbeat = Heartbeat()
         self.died = ""  # why the thread died, once it has
         self._pending = Pending()
@@ -134,25 +65,22 @@ class Worker(Generic[T]):
         self._abandoned = False  # given up for broken: stop() does not wait for it
         self._thread = threading.Thread(target=self._run, name=f"engine-{name}", daemon=True)
 
-    def start(self) -> Future[T]:
+    def start(self) -> Future[L]:
         self._thread.start()
         return self.ready
 
-    def submit(self, sequence: SequenceState) -> None:
-        self._inbox.put(Submit(sequence))
+    def submit(self, work: W) -> None:
+        self._inbox.put(Submit(work))
 
     def cancel(self, request_id: str) -> None:
         self._inbox.put(Cancel(request_id))
 
-    def ask(self, query: Query) -> Future:
-        """The scheduler answers ``query`` between ticks; a future of the answer."""
-        future = self._pending.track(Future())
+    def ask(self, control: Control[S, R]) -> Future[R]:
+        """``control.answer(scheduler)`` between ticks; a future of the answer."""
+        future: Future[R] = self._pending.track(Future())
         if not future.done():
-            self._inbox.put(_Asked(query, future))
+            self._inbox.put(_Asked(control, future))
         return future
-
-    def probe(self, fn: Callable[[object], object]) -> Future:
-        return self.ask(Probe(fn))
 
     def fault(self, stall_timeout_s: float = 0.0) -> str:
         """Why the thread no longer serves (stalled: past ``stall_timeout_s`` > 0); "" if it does."""
@@ -208,7 +136,7 @@ class Worker(Generic[T]):
         except BaseException as exc:  # noqa: BLE001 - the thread ends: say so, end what it holds
             self._die(scheduler, exc)
 
-    def _loop(self, scheduler) -> None:
+    def _loop(self, scheduler: S) -> None:
         while True:
             self.heartbeat.beat()
             if not self._drain(scheduler):
@@ -221,7 +149,7 @@ class Worker(Generic[T]):
                 log.exception("engine tick failed; failing running requests")
                 scheduler.fail_running(f"engine failure: {type(exc).__name__}")
 
-    def _die(self, scheduler, exc: BaseException) -> None:
+    def _die(self, scheduler: S, exc: BaseException) -> None:
         self.died = type(exc).__name__
         log.critical("the engine thread died; failing every request it holds", exc_info=exc)
         message = f"engine failure: {self.died}"
@@ -237,11 +165,11 @@ class Worker(Generic[T]):
                 break
             if isinstance(item, Submit):
                 try:
-                    item.sequence.finish(FinishReason.ERROR, error=message)
+                    item.work.finish(FinishReason.ERROR, error=message)
                 except BaseException:
                     log.exception("could not fail a request of a dead engine thread")
 
-    def _drain(self, scheduler) -> bool:
+    def _drain(self, scheduler: S) -> bool:
         """Blocks while idle; False means shut down."""
         while True:
             idle = scheduler.idle and not self._early
@@ -255,8 +183,8 @@ class Worker(Generic[T]):
             if isinstance(message, Shutdown):
                 return False
             if isinstance(message, Submit):
-                scheduler.submit(message.sequence)
+                scheduler.submit(message.work)
             elif isinstance(message, Cancel):
                 scheduler.cancel(message.request_id)
             elif isinstance(message, _Asked):
-                settle(message.future, lambda: scheduler.answer(message.query))
+                settle(message.future, lambda: message.control.answer(scheduler))
