@@ -63,6 +63,8 @@ class DecoderEmbeddingModel(EmbeddingModel):
     """Batched last-token pooling over an mlx-lm decoder; right padding is never attended by a
     causal model, so each row's last real position is exact."""
 
+    tokenizer: Any  # mlx-lm's (a Hugging Face tokenizer), not a tokenizers.Tokenizer
+
     def __init__(self, model: Any, tokenizer: Any, terminator_id: int, *, config: dict[str, Any],
                  max_batch_size: int = 16, max_batch_tokens: int = 8192, name: str = ""):
         self.model, self.tokenizer, self.terminator_id = model, tokenizer, int(terminator_id)

@@ -63,6 +63,7 @@ class DecoderClassifier(DecoderEmbeddingModel):
             raise UnsupportedModel(f"{model_dir.name}: the backbone's weights are incomplete (missing "
                                    f"{missing[:3]})")
         tokenizer = load_tokenizer(model_dir)
+        labels: tuple[str, ...]
         if FROM_TOKEN in config:
             score, labels = _from_tokens(model, tokenizer, config[FROM_TOKEN], weights, model_dir.name), ("yes",)
         else:

@@ -54,6 +54,15 @@ class EmbeddingModel:
     reranks = False  # it scores (query, document) pairs (Rerank)
     sparse = False  # its rows are SPLADE weights over the vocabulary (EmbedSparse), not vectors
     precision: Precision = F32  # what its products run in (load_embedder sets it)
+    labels: tuple[str, ...] = ()  # a classifier's label names, in logit order
+
+    def scores(self, logits: np.ndarray) -> np.ndarray:
+        """A classifier's label scores for one input's logits."""
+        raise TypeError(f"{type(self).__name__} classifies nothing")
+
+    def encode_pairs(self, query: str, documents: Sequence[str]) -> tuple[list[list[int]], list[int]]:
+        """A reranker's input ids per (query, document) pair; the indices of the pairs cut."""
+        raise TypeError(f"{type(self).__name__} scores no pairs")
 
     def __init__(
         self,

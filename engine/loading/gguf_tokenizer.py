@@ -138,7 +138,7 @@ def build_tokenizer(vocab: GGUFVocab) -> Tokenizer:
         raise UnsupportedModel(f"GGUF tokenizer model {vocab.model!r} is not served: "
                                "'gpt2' (byte-level BPE) and 'llama' (SentencePiece) are")
     ids = {text: i for i, text in enumerate(vocab.tokens)}
-    merges = [tuple(merge.split(" ", 1)) for merge in vocab.merges]
+    merges = [_merge_pair(merge) for merge in vocab.merges]
     tokenizer = Tokenizer(models.BPE(vocab=ids, merges=merges, fuse_unk=False))
     tokenizer.pre_tokenizer = pre_tokenizer_for(vocab.pre)
     tokenizer.decoder = decoders.ByteLevel()
@@ -178,3 +178,11 @@ def tokenizer_config(vocab: GGUFVocab, model_max_length: int) -> dict[str, Any]:
     if vocab.chat_template:
         config["chat_template"] = vocab.chat_template
     return config
+
+
+def _merge_pair(merge: str) -> tuple[str, str]:
+    """A BPE merge as written in the file ("a b") as its pair."""
+    left, space, right = merge.partition(" ")
+    if not space:
+        raise UnsupportedModel(f"GGUF tokenizer merge {merge[:40]!r} is not two tokens joined by a space")
+    return left, right
