@@ -81,7 +81,7 @@ async def test_unset_max_tokens_is_capped_to_what_memory_allows(tight_engine):
     finished = events[-1]
     assert isinstance(finished, Finished)
     used = finished.usage.prompt_tokens + finished.usage.completion_tokens
-    assert 600 <= used <= tight_engine._budget.max_context
+    assert 600 <= used <= tight_engine.served.budget.max_context
 
 
 async def test_short_for_now_waits_instead_of_failing(tight_engine):

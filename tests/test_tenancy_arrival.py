@@ -46,7 +46,7 @@ async def test_requests_count_from_arrival_and_a_busy_compile_pool_is_overload(e
     max_active + max_queued open at once and wait; three are refused at once; the
     five then find no free compile thread (overload, not a bad format)."""
     gate = threading.Event()
-    engine._grammars._pool.submit(gate.wait)  # holds the compile thread
+    engine.served.grammars._pool.submit(gate.wait)  # holds the compile thread
     try:
         outcomes = await asyncio.gather(*(outcome(engine, json_object(Tenant(f"t{i}"))) for i in range(8)))
     finally:
@@ -62,7 +62,7 @@ async def test_format_limits_are_checked_before_the_prompt_is_tokenized(engine, 
     tokenized = []
     encode = engine.encode_prompt
     monkeypatch.setattr(engine, "encode_prompt", lambda r, tools=None: tokenized.append(r) or encode(r, tools))
-    huge = ResponseFormat(FormatKind.REGEX, text="a" * (engine._grammars.limits.max_bytes + 1))
+    huge = ResponseFormat(FormatKind.REGEX, text="a" * (engine.served.grammars.limits.max_bytes + 1))
     with pytest.raises(InvalidRequest) as err:
         await run(engine, ask(response_format=huge))
     assert err.value.field == "response_format.regex" and tokenized == []
@@ -70,8 +70,8 @@ async def test_format_limits_are_checked_before_the_prompt_is_tokenized(engine, 
 
 async def test_a_chat_over_the_prompt_limit_is_rendered_once(engine, monkeypatch):
     rendered = []
-    template = engine._prompts._template
-    monkeypatch.setattr(engine._prompts, "_template", lambda *a: rendered.append(a) or template(*a))
+    template = engine.served.prompts._template
+    monkeypatch.setattr(engine.served.prompts, "_template", lambda *a: rendered.append(a) or template(*a))
     long_chat = ChatPrompt((ChatMessage("user", "word " * 200), ChatMessage("assistant", "word " * 200),
                             ChatMessage("user", "and?")))
     with pytest.raises(InvalidRequest) as err:

@@ -15,12 +15,27 @@ from typing import Any, Callable, Literal, Sequence
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
 
 from .blocks import BlockLedger
-from .disk import DiskEntry, DiskTier
+from .disk import DiskEntry, DiskStats, DiskTier
 from .disk_format import HostEntry, from_host, to_host
 from .exact import buffer_bytes, exact
 from .sessions import Sessions
 
 Key = tuple[str, tuple[int, ...]]  # (namespace, tokens)
+NO_DISK = DiskStats(0, 0, 0, 0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class PrefixFigures:
+    """What the load reports say of a prefix cache (all zeros with none)."""
+
+    entries: int = 0
+    nbytes: int = 0
+    hits: int = 0
+    misses: int = 0
+    memory_hits: int = 0
+    disk_hits: int = 0
+    disk: DiskStats = NO_DISK
+    open_sessions: int = 0
 
 
 @dataclass
@@ -71,6 +86,10 @@ class PrefixCache:
 
     def __len__(self) -> int:
         return len(self._lru)
+
+    def figures(self) -> PrefixFigures:
+        return PrefixFigures(len(self), self.nbytes, self.hits, self.misses, self.memory_hits, self.disk_hits,
+                             self.disk.stats() if self.disk is not None else NO_DISK, len(self.sessions))
 
     def covered(self, prompt: Sequence[int], ns: str) -> int:
         """Tokens of ``prompt`` a ``take`` would serve from memory now (nothing is copied)."""

@@ -21,14 +21,10 @@ from ..errors import EngineDead, EngineFailure, InvalidRequest, NotReady
 from ..events import Event, Finished, FinishReason, Timings, Usage
 from ..hardware.machine import usable_memory
 from ..liveness import Breaker
-from ..loading.model import LoadedModel, default_name, load_generation_model
+from ..loading.model import LoadedModel, default_name
 from ..loading.tokenizer_files import tokenizer_files
-from ..memory.budget import MemoryBudget
-from ..memory.calibration import DecodeCalibration, calibrate_decode
-from ..memory.facts import ModelMemoryFacts
 from ..memory.plan import MemoryPlan
 from ..memory.planner import PlanMemory, Planner
-from ..memory.served import served_facts, with_served_draft, with_served_head
 from ..preparation import Preparation
 from ..requests import FormatKind, GenerationRequest, ResponseFormat
 from ..serving.protocol import Control
@@ -37,23 +33,22 @@ from ..tenancy import Tenant
 from ..validation import check_prompt_logprobs, check_token_ids, validate_request
 from .chat.choice import enforceable
 from .chat.plan import chat_tools, plan_chat
-from .chat.syntax import ChatSyntax, chat_syntax
 from .chat.tools import ToolSet
 from .config import GenerationConfig
 from .factory import check_media, check_speculation, make_sequence, prediction_ids
-from .grammar.compiler import Grammars, grammar_tokenizer
 from .grammar.formats import check_format, field_name
 from .ledgers import Tenants
+from .loaded import Loaded, load_engine
 from .model_info import describe_generation, speculation_facts
 from .prefix_control import PrefixControl
-from .prompts import EncodedPrompt, PromptEncoder
+from .prompts import EncodedPrompt
 from .refusals import check_fits, check_room, max_tokens_for
 from .reports import LoadReports
 from .scheduling.scheduler import Scheduler
 from .sequence.state import SequenceState
-from .speculation.draft import DraftModel, check_draft
+from .speculation.draft import DraftModel
 from .speculation.head_drafter import HeadDrafter
-from .speculation.heads import MTP, DraftHead, load_head
+from .speculation.heads import MTP
 from .speculation.taps import tappable
 from .streams import Stream, Streams
 
@@ -66,28 +61,19 @@ class GenerationEngine(LoadReports):
         self.source = source
         self.name = name or default_name(source)
         self.config = config
-        self._loaded: LoadedModel | None = None
-        self._draft: LoadedModel | None = None
-        self._head: DraftHead | None = None  # a draft head instead: MTP layers or an EAGLE-3 head
-        self._rolls_back = False
-        self._prompts: PromptEncoder | None = None
-        self._budget: MemoryBudget | None = None  # the loop reads only its fixed facts
-        self._facts: ModelMemoryFacts | None = None
-        self._grammars: Grammars | None = None
-        self._syntax = ChatSyntax()
-        self._decode: DecodeCalibration | None = None  # the decode rate calibrated at load
+        self._served: Loaded | None = None  # the engine thread's load, once it has published it
         self._tenants = Tenants(self.name)
         self.preparation = Preparation.of(config.limits)  # a ModelSet shares one among its engines
         self._streams = Streams(self._tenants)
         self._closing = False
         self._machine_total = usable_memory()[1]
         self.blocks = BlockLedger()  # the prefix cache's blocks, for routers
-        self._thread: EngineThread[LoadedModel, SequenceState, Scheduler] = EngineThread(
+        self._thread: EngineThread[Loaded, SequenceState, Scheduler] = EngineThread(
             self.name, self._load, self._scheduler)
         self.adapters = Adapters(self._thread.ask, self.name, config.max_adapters,
                                  root=config.adapter_root,
                                  limits=AdapterLimits(config.max_adapter_rank, config.max_adapter_bytes),
-                                 room=lambda: self._budget.fixed_room if self._budget is not None else None)
+                                 room=lambda: self._served.budget.fixed_room if self._served is not None else None)
         self.prefix = PrefixControl(self._thread.ask, self.adapters, config.scheduler, config.limits)
         self.breaker = Breaker(lambda: self.name, self._thread.fault, self._fail_all)
 
@@ -102,31 +88,25 @@ class GenerationEngine(LoadReports):
         self._thread.give_up(error)
 
     async def start(self) -> None:
-        self._loaded = await asyncio.wrap_future(self._thread.start())
-        self._prompts = PromptEncoder(self._loaded, self.config.limits, self._syntax)
-        self.name = self._tenants.model = self._loaded.name
+        served = await asyncio.wrap_future(self._thread.start())
+        self._served, self.name = served, served.model.name
+        self._tenants.model = served.model.name
         await self.adapters.load_all(self.config.adapters)
 
     @property
     def ready(self) -> bool:
-        return self._loaded is not None and not self._closing and not self.breaker.broken
+        return self._served is not None and not self._closing and not self.breaker.broken
+
+    @property
+    def served(self) -> Loaded:
+        """What the model's load gave (NotReady while loading)."""
+        if self._served is None:
+            raise NotReady(f"model {self.name or self.source!r} is still loading")
+        return self._served
 
     @property
     def loaded(self) -> LoadedModel:
-        if self._loaded is None:
-            raise NotReady(f"model {self.name or self.source!r} is still loading")
-        return self._loaded
-
-    def _loaded_prompts(self) -> PromptEncoder:
-        """The prompt encoder (NotReady while loading)."""
-        self.loaded
-        assert self._prompts is not None  # start() sets it with the model
-        return self._prompts
-
-    def _loaded_grammars(self) -> Grammars:
-        """The model's grammars; its callers hold ``self.loaded``."""
-        assert self._grammars is not None  # _load sets them before the model is ``loaded``
-        return self._grammars
+        return self.served.model
 
     async def close(self) -> None:
         """Ends open requests (CANCELLED) and stops the thread."""
@@ -134,62 +114,38 @@ class GenerationEngine(LoadReports):
         self.adapters.close()
         await asyncio.to_thread(self._thread.stop)
         await self.prefix.close()  # the shutdown queued what memory held: let it land
-        if self._grammars is not None:
-            self._grammars.close()
+        if self._served is not None:
+            self._served.grammars.close()
 
-    def _load(self) -> LoadedModel:
+    def _load(self) -> Loaded:
         """Engine thread."""
-        loaded = load_generation_model(self.source, name=self.name, dtype=self.config.dtype,
-                                       dequantize=self.config.dequantize, numerics=self.config.numerics)
-        self._facts = facts = served_facts(loaded, self.config.scheduler.kv_bits)
-        self._decode = calibrate_decode(loaded.model, facts)
-        self._rolls_back = loaded.traits.can_roll_back
-        if self.config.draft_model:
-            self._head = load_head(self.config.draft_model, loaded)
-        if self._head is not None:
-            self._facts = facts = with_served_head(facts, self._head)
-        elif self.config.draft_model:
-            draft = load_generation_model(self.config.draft_model, dtype=self.config.dtype,
-                                          dequantize=self.config.dequantize, numerics=self.config.numerics)
-            check_draft(loaded.tokenizer, draft.tokenizer, draft.traits.can_roll_back, (loaded.name, draft.name))
-            self._facts = facts = with_served_draft(facts, draft)
-            self._draft = draft
-        self._budget = MemoryBudget(facts, usable=self.config.memory_limit_bytes,
-                                    reserve_bytes=self.config.memory_reserve_bytes,
-                                    prefill_chunk=self.config.scheduler.prefill_chunk)
-        self._grammars = Grammars(grammar_tokenizer(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids),
-                                  self.config.grammar)
-        self._syntax = chat_syntax(loaded.tokenizer)
-        return loaded
+        return load_engine(self.source, self.name, self.config)
 
-    def _scheduler(self, loaded: LoadedModel) -> Scheduler:
-        tokenizer = loaded.tokenizer
-        drafter = (DraftModel(self._draft.model, self.config.scheduler.prefill_chunk) if self._draft is not None
-                   else HeadDrafter(loaded.model, self._head, self.config.scheduler.prefill_chunk)
-                   if self._head is not None else None)
+    def _scheduler(self, served: Loaded) -> Scheduler:
+        """Engine thread."""
+        loaded, tokenizer = served.model, served.model.tokenizer
+        drafter = (DraftModel(served.draft.model, self.config.scheduler.prefill_chunk) if served.draft is not None
+                   else HeadDrafter(loaded.model, served.head, self.config.scheduler.prefill_chunk)
+                   if served.head is not None else None)
         return Scheduler(loaded.model, self.config.scheduler, lambda i: tokenizer.decode([i]),
-                         budget=self._budget, namespace=loaded.name, interrupt=self._thread.stop_requested,
+                         budget=served.budget, namespace=loaded.name, interrupt=self._thread.stop_requested,
                          rolls_back=loaded.traits.can_roll_back, drafter=drafter,
                          adapters=AdapterBank(loaded.model, loaded.name),
-                         planner=Planner(self._decode, self._machine_total, loaded.context_length),
+                         planner=Planner(served.decode, self._machine_total, loaded.context_length),
                          ledger=self.blocks, disk=self.prefix.open_disk(loaded), vision=loaded.vision)
 
     def describe(self) -> ModelDescription:
-        m = self.loaded  # NotReady while loading
-        formats = self._loaded_grammars().formats
-        speculation = speculation_facts(self._rolls_back, self._draft_name,
+        served = self.served  # NotReady while loading
+        m, formats, syntax, head = served.model, served.grammars.formats, served.syntax, served.head
+        speculation = speculation_facts(served.rolls_back, served.draft_name,
                                         self.config.speculation.mode,
                                         bool(formats) and self.config.speculation.grammar_proposals)
-        chat = self._syntax.facts(enforced=bool(formats) and self._syntax.tool_calling and enforceable(self._syntax))
+        chat = syntax.facts(enforced=bool(formats) and syntax.tool_calling and enforceable(syntax))
         native = (NativeDraft(MTP, self.config.speculation.max_draft_tokens)
-                  if self._head is not None and self._head.kind == MTP else None)
+                  if head is not None and head.kind == MTP else None)
         return describe_generation(m, speculation, tuple(k.value for k in formats), chat,
                                    tuple(self.adapters.infos()), self.adapters.limit, self.config.scheduler.kv_bits,
-                                   taps=self._rolls_back and tappable(m.model), native_draft=native)
-
-    @property
-    def _draft_name(self) -> str:
-        return self._draft.name if self._draft else self._head.name if self._head else ""
+                                   taps=served.rolls_back and tappable(m.model), native_draft=native)
 
     async def plan_memory(self, context_tokens: int, max_generation_tokens: int = 0) -> MemoryPlan:
         """The memory plan for ``context_tokens`` (0: the model's context length)."""
@@ -241,7 +197,7 @@ class GenerationEngine(LoadReports):
     @property
     def kv_bytes_per_token(self) -> int:
         """KV bytes one token of context holds, over every layer (0 before the model loads)."""
-        return sum(self._facts.kv_bytes_per_token_per_layer) if self._facts is not None else 0
+        return sum(self._served.facts.kv_bytes_per_token_per_layer) if self._served is not None else 0
 
     def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
         tok = self.loaded.tokenizer
@@ -258,11 +214,11 @@ class GenerationEngine(LoadReports):
 
     @property
     def max_prompt_tokens(self) -> int:
-        return self._loaded_prompts().max_prompt_tokens
+        return self.served.prompts.max_prompt_tokens
 
     def encode_prompt(self, request: GenerationRequest, tools: ToolSet | None = None) -> EncodedPrompt:
         """The prompt's token ids (chats rendered with the template and ``tools``); blocking."""
-        return self._loaded_prompts().encode(request, tools)
+        return self.served.prompts.encode(request, tools)
 
     def cancel(self, request_id: str, tenant: str = "") -> bool:
         """False if ``tenant`` (a Tenant.name) runs no request of this id."""
@@ -275,13 +231,14 @@ class GenerationEngine(LoadReports):
         return True
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
-        m = self.loaded
+        served = self.served
+        m = served.model
         if self._closing:
             raise NotReady("the server is shutting down", retry_after_s=1.0)
         self.breaker.refuse()
         validate_request(request, m.vocab_size, self.config.limits, m.context_length)
         check_media(request, m)
-        check_speculation(request, self.config.speculation, m, bool(self._draft_name), self._rolls_back,
+        check_speculation(request, self.config.speculation, m, bool(served.draft_name), served.rolls_back,
                           self.config.limits)
         check_room(self._streams.sequences, self.config.scheduler, self.name, request.n)
         stream = self._streams.open(request.request_id or uuid.uuid4().hex, request.tenant, request.n)
@@ -295,18 +252,19 @@ class GenerationEngine(LoadReports):
                 self._thread.cancel(stream.key)  # the consumer left early
 
     async def _run(self, request: GenerationRequest, stream: Stream) -> AsyncIterator[Event]:
-        arrived, m = time.perf_counter(), self.loaded
+        arrived, served = time.perf_counter(), self.served
+        m, budget, syntax = served.model, served.budget, served.syntax
         adapter = self.adapters.acquire(request.adapter, stream.closers)
         prompt, tools = await self.preparation.run(request.tenant, self._prepare, request)
         predicted = (await self.preparation.run(request.tenant, prediction_ids, request, m.tokenizer,
                                                 self.config.limits) if request.prediction else ())
         check_prompt_logprobs(request, len(prompt.ids), self.config.limits)
-        max_tokens = max_tokens_for(request, len(prompt.ids), m.context_length, self._budget,
+        max_tokens = max_tokens_for(request, len(prompt.ids), m.context_length, budget,
                                     self.config.limits.max_tokens)
-        check_fits(self._budget, len(prompt.ids) + max_tokens, request.n)
+        check_fits(budget, len(prompt.ids) + max_tokens, request.n)
         asked = request
-        request, chat = plan_chat(asked, tools, self._syntax, prompt.opens_reasoning, m.name)
-        chats = [chat, *(plan_chat(asked, tools, self._syntax, prompt.opens_reasoning, m.name)[1]
+        request, chat = plan_chat(asked, tools, syntax, prompt.opens_reasoning, m.name)
+        chats = [chat, *(plan_chat(asked, tools, syntax, prompt.opens_reasoning, m.name)[1]
                          for _ in range(1, request.n))]  # each choice splits its own output
         constraints = [await self._constraint(request, chat.grammar) for _ in range(request.n)]
         if stream.cancel_requested:
@@ -315,7 +273,7 @@ class GenerationEngine(LoadReports):
                 yield Finished(FinishReason.CANCELLED, Usage(len(prompt.ids), 0, 0),
                                Timings(elapsed, 0.0, 0.0, elapsed), choice=choice)
             return
-        seq, *siblings = (make_sequence(self.loaded, request, stream, prompt, max_tokens, arrived,
+        seq, *siblings = (make_sequence(m, request, stream, prompt, max_tokens, arrived,
                                         self.config.speculation, constraints[i], adapter=adapter, choice=i,
                                         prediction=predicted)
                           for i in range(request.n))
@@ -345,20 +303,20 @@ class GenerationEngine(LoadReports):
     async def _constraint(self, request: GenerationRequest, tool_grammar: str | None):
         """The response format's matcher, or the one forcing a tool call."""
         if request.response_format is not None:
-            return await self._loaded_grammars().constrain(request.response_format)
+            return await self.served.grammars.constrain(request.response_format)
         if tool_grammar is None:
             return None
         try:
-            return await self._loaded_grammars().constrain(ResponseFormat(FormatKind.GRAMMAR, tool_grammar))
+            return await self.served.grammars.constrain(ResponseFormat(FormatKind.GRAMMAR, tool_grammar))
         except InvalidRequest as exc:  # the tools' schemas, not a grammar the caller wrote
             raise InvalidRequest("chat.tools", exc.description) from exc
 
     def _prepare(self, request: GenerationRequest) -> tuple[EncodedPrompt, ToolSet | None]:
         """The format's limits and the tools first (cheap), then the prompt's ids; blocking."""
         if request.response_format is not None:
-            grammars = self._loaded_grammars()
+            grammars = self.served.grammars
             if grammars.tokenizer is None:
                 raise grammars.unsupported()
             check_format(request.response_format, grammars.limits)
-        tools = chat_tools(request, self._syntax, self.loaded.name)
+        tools = chat_tools(request, self.served.syntax, self.loaded.name)
         return self.encode_prompt(request, tools), tools

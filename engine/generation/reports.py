@@ -15,10 +15,9 @@ from .ledgers import TenantStats
 from .scheduling.scheduler import SchedulerStats, Stats
 
 if TYPE_CHECKING:
-    from ..loading.model import LoadedModel
     from ..serving.thread import EngineThread
-    from .grammar.compiler import Grammars
     from .ledgers import Tenants
+    from .loaded import Loaded
     from .scheduling.scheduler import Scheduler
     from .sequence.state import SequenceState
     from .streams import Streams
@@ -32,12 +31,12 @@ class EngineStats(SchedulerStats):
 
 
 class LoadReports:
-    """A mixin of ``GenerationEngine``: it reads the engine's thread, streams, tenants and grammars."""
+    """A mixin of ``GenerationEngine``: it reads the engine's thread, streams, tenants and what its load gave."""
 
-    _thread: EngineThread[LoadedModel, SequenceState, Scheduler]
+    _thread: EngineThread[Loaded, SequenceState, Scheduler]
     _streams: Streams
     _tenants: Tenants
-    _grammars: Grammars | None
+    _served: Loaded | None
 
     def scheduler_stats(self) -> Future[SchedulerStats]:
         """The engine thread's snapshot, as a future any thread may wait on."""
@@ -56,7 +55,7 @@ class LoadReports:
     @property
     def grammar_stats(self) -> GrammarStats | None:
         """None before the model loads."""
-        return self._grammars.stats if self._grammars is not None else None
+        return self._served.grammars.stats if self._served is not None else None
 
     @property
     def active(self) -> int:

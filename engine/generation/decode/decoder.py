@@ -18,6 +18,7 @@ from ..grammar.masks import site_masks
 from ..sampling.logprobs import LogprobArrays, logprobs, to_events
 from ..sampling.sampler import choose
 from ..sequence.state import SequenceState, end_row
+from ..speculation.drafter import Drafter, NoDrafter
 from ..speculation.policy import step_allowance
 from .batch import Batch
 
@@ -45,7 +46,7 @@ class _Sites:
 
 class Decoder:
     def __init__(self, token_text: Callable[[int], str], *, can_roll_back: bool = False, step_tokens: int = 16,
-                 speculation_rows: int | None = None, drafter=None,
+                 speculation_rows: int | None = None, drafter: Drafter = NoDrafter(),
                  route: Callable[[Sequence[SequenceState]], AbstractContextManager] | None = None):
         self._token_text = token_text
         self._route = route or (lambda _rows: nullcontext())
@@ -60,8 +61,7 @@ class Decoder:
         first site. Returns the number of tokens appended."""
         drafts = self._drafts(rows, {r for r, _ in forks})
         feeds = [seq.pending + d for seq, d in zip(rows, drafts)]
-        capture = getattr(self._drafter, "capturing", None)
-        with self._route(rows), (capture(rows) if capture is not None else nullcontext()):
+        with self._route(rows), self._drafter.capturing(rows):
             scores = batch.forward(feeds)  # drafts are verified by the adapted model
         sites = _Sites.of(feeds, drafts)
         fork_sites = len(sites.rows)  # the forks' sites follow the rows'
@@ -104,8 +104,7 @@ class Decoder:
                 appended += seq.accept([tokens[j]], [records[j]] if j in records else ())
             except Exception as exc:  # noqa: BLE001
                 end_row(seq, exc, "delivery")
-        if self._drafter is not None:
-            self._drafter.settle(rows)
+        self._drafter.settle(rows)
         return appended
 
     def _drafts(self, rows: Sequence[SequenceState], plain: AbstractSet[int] = frozenset()) -> list[list[int]]:
@@ -125,8 +124,7 @@ class Decoder:
                 d, k = [], 0
             drafts.append(d)
             wanted.append(k)
-        if self._drafter is not None:
-            drafts = self._drafter.propose(rows, [0 if s.finished else k for s, k in zip(rows, wanted)], drafts)
+        drafts = self._drafter.propose(rows, [0 if s.finished else k for s, k in zip(rows, wanted)], drafts)
         return [_valid_prefix(seq, d) for seq, d in zip(rows, drafts)]
 
     def _logprobs(self, rows, sites: _Sites, site_scores: mx.array, chosen: mx.array) -> dict[int, TokenLogprob]:

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
-from ...caches.prefix import PrefixCache
+from ...caches.prefix import PrefixCache, PrefixFigures
 from ...serving.protocol import Control
 from ..sequence.state import SequenceState
 
@@ -112,6 +112,9 @@ class PrefixReuse:
             self.cache.persist()
         except Exception:  # shutting down: entries are a bonus
             log.warning("could not queue the prefix cache for the disk tier", exc_info=True)
+
+    def figures(self) -> PrefixFigures:
+        return self.cache.figures() if self.cache is not None else PrefixFigures()
 
     def flush(self) -> int:
         """Drops every entry; returns how many there were."""

@@ -30,8 +30,7 @@ from ..decode.batch import Batch
 from ..decode.decoder import Decoder
 from ..prefill.prefiller import Prefiller, unrouted
 from ..sequence.state import SequenceState, Status, failure_message
-from ..speculation.draft import DraftModel
-from ..speculation.head_drafter import HeadDrafter
+from ..speculation.drafter import Drafter, NoDrafter
 from .admission import Admission
 from .reuse import PrefixReuse, disk_namespace
 from .throughput import TokenRate
@@ -39,7 +38,6 @@ from .throughput import TokenRate
 log = logging.getLogger("engine.generation.scheduling.scheduler")
 
 
-NO_DISK = DiskStats(0, 0, 0, 0, 0, 0, 0)
 
 
 @dataclass(frozen=True)
@@ -75,7 +73,7 @@ class Stats(Control["Scheduler", SchedulerStats]):
 class Scheduler:
     def __init__(self, model: nn.Module, config: SchedulerConfig, token_text: Callable[[int], str], *,
                  budget: MemoryBudget | None = None, namespace: str = "", rolls_back: bool | None = None,
-                 interrupt: Callable[[str], bool] | None = None, drafter: DraftModel | HeadDrafter | None = None,
+                 interrupt: Callable[[str], bool] | None = None, drafter: Drafter | None = None,
                  adapters: AdapterBank | None = None, planner: Planner | None = None,
                  ledger: BlockLedger | None = None, disk: DiskTier | None = None,
                  vision: VisionTower | None = None):
@@ -95,12 +93,12 @@ class Scheduler:
         self._batch = Batch(model)
         self.can_roll_back = can_roll_back(model) if rolls_back is None else rolls_back
         positions = vision is not None and vision.media_input == "embeddings+positions"
+        self._drafter: Drafter = drafter if drafter is not None else NoDrafter()
         self._prefiller = Prefiller(model, config, self.reuse, self.can_roll_back, interrupt,
                                     mrope.prefill_route(self._route) if positions else self._route, vision=vision,
-                                    token_text=token_text, observe=getattr(drafter, "prefilling", None))
-        self._drafter = drafter
+                                    token_text=token_text, observe=self._drafter.prefilling)
         self._decoder = Decoder(token_text, can_roll_back=self.can_roll_back, step_tokens=config.step_tokens,
-                                speculation_rows=config.speculation_rows, drafter=drafter,
+                                speculation_rows=config.speculation_rows, drafter=self._drafter,
                                 route=mrope.decode_route(self._route) if positions else self._route)
         self._prefilling: deque[SequenceState] = deque()
         self._decoding: list[SequenceState] = []
@@ -181,8 +179,7 @@ class Scheduler:
         self._reading = []
         self._decoding = []
         self._batch.keep([])
-        if self._drafter is not None:
-            self._drafter.retain([])
+        self._drafter.retain([])
 
     def shutdown(self, message: str, reason: FinishReason = FinishReason.CANCELLED) -> None:
         """Ends everything, waiting sequences included (CANCELLED; ERROR when the thread dies);
@@ -194,22 +191,17 @@ class Scheduler:
             seq.finish(reason, error=message)
 
     def stats(self) -> SchedulerStats:
-        cache, budget = self.reuse.cache, self.admission.budget
+        prefix, budget = self.reuse.figures(), self.admission.budget
         prefill_bytes = sum(c.nbytes for seq in self._prefilling for c in seq.caches or ())
         return SchedulerStats(
             waiting=self.admission.waiting, running=self.admission.running,
             reserved=self.admission.reserved, rows=len(self._prefilling) + self._batch.size,
-            kv_bytes=self._batch.nbytes + prefill_bytes + (self._drafter.nbytes if self._drafter else 0),
+            kv_bytes=self._batch.nbytes + prefill_bytes + self._drafter.nbytes,
             reserved_bytes=budget.committed_bytes if budget is not None else 0,
             budget_bytes=budget.budget_bytes if budget is not None else None,
-            prefix_entries=len(cache) if cache is not None else 0,
-            prefix_bytes=cache.nbytes if cache is not None else 0,
-            prefix_hits=cache.hits if cache is not None else 0,
-            prefix_misses=cache.misses if cache is not None else 0,
-            prefix_memory_hits=cache.memory_hits if cache is not None else 0,
-            prefix_disk_hits=cache.disk_hits if cache is not None else 0,
-            prefix_disk=cache.disk.stats() if cache is not None and cache.disk is not None else NO_DISK,
-            open_sessions=len(cache.sessions) if cache is not None else 0,
+            prefix_entries=prefix.entries, prefix_bytes=prefix.nbytes, prefix_hits=prefix.hits,
+            prefix_misses=prefix.misses, prefix_memory_hits=prefix.memory_hits, prefix_disk_hits=prefix.disk_hits,
+            prefix_disk=prefix.disk, open_sessions=prefix.open_sessions,
             generated_tokens=self.generated_tokens, prompt_tokens_computed=self._prefiller.computed_tokens,
             recent_tokens_per_s=self.rate.per_second())
 
@@ -252,8 +244,7 @@ class Scheduler:
         caches = seq.caches
         assert caches is not None  # a row joins prefilled, with its own caches
         self._batch.join(caches)  # the batch copies the row's KV
-        if self._drafter is not None:
-            self._drafter.join(seq)
+        self._drafter.join(seq)
         prompt = (seq, seq.computed, caches)
         seq.caches = None
         seq.status = Status.DECODING
@@ -292,8 +283,7 @@ class Scheduler:
             if i not in copies:
                 copies[i] = self._batch.extract(i)
             self._batch.join(copies[i])
-            if self._drafter is not None:
-                self._drafter.join(sibling)
+            self._drafter.join(sibling)
             sibling.status = Status.DECODING
             self._decoding.append(sibling)
         self._forking = []
@@ -316,8 +306,7 @@ class Scheduler:
                 self.admission.release(seq)
         self._batch.keep(keep)
         self._decoding = [self._decoding[i] for i in keep]
-        if self._drafter is not None:
-            self._drafter.retain(self._decoding)
+        self._drafter.retain(self._decoding)
 
     def _end(self, seq: SequenceState, reason: FinishReason, error: str = "") -> None:
         seq.finish(reason, error=error)

@@ -3,6 +3,7 @@ own; after each step it rolls back to what each sequence took."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Sequence
 
 import mlx.core as mx
@@ -51,6 +52,13 @@ class DraftModel:
     @property
     def nbytes(self) -> int:
         return self._batch.nbytes
+
+    def prefilling(self, seqs: list[SequenceState], starts: list[int], pads: list[int]
+                   ) -> AbstractContextManager[None]:
+        return nullcontext()  # the draft reads a prompt when its row joins
+
+    def capturing(self, rows: Sequence[SequenceState]) -> AbstractContextManager[None]:
+        return nullcontext()  # the draft runs its own forwards
 
     def join(self, seq: SequenceState) -> None:
         """Prefills the draft's caches with what the target has computed."""
