@@ -21,6 +21,7 @@ from .vision.images import check_images
 BYTES_PER_TOKEN = 32
 MAX_PROMPT_ALTERNATIVES = 20  # prompt_logprobs: most alternatives per prompt token
 MAX_JSON_DEPTH = 64  # nesting of JSON a request carries as text (template_kwargs, structural tags, schemas)
+MAX_EXACT_INT = 2**53 - 1  # the seed's bound on counts and positions (exact in a float64)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,11 @@ class RequestCounts:
     message_parts: tuple[int, int] = (0, 0)  # (most parts of one message, that message's index)
     message_tool_calls: tuple[int, int] = (0, 0)  # (most tool calls of one message, its index)
     prediction_ids: int = 0
+
+
+def is_exact_int(value: object) -> bool:
+    """A real ``int`` (not ``bool`` or ``float``) within +-MAX_EXACT_INT."""
+    return isinstance(value, int) and not isinstance(value, bool) and -MAX_EXACT_INT <= value <= MAX_EXACT_INT
 
 
 def validate_request(request: GenerationRequest, vocab_size: int, limits: Limits, context_length: int) -> None:

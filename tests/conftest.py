@@ -112,7 +112,7 @@ def decoder_embedding_reference(fixture_models) -> list[list[float]]:
     embedding convention), computed directly with mlx-lm before the server starts."""
     import mlx_lm
 
-    from engine.embedding.decoder import decoder_embed, embedding_terminator_id
+    from engine.embedding.last_token import decoder_embed, embedding_terminator_id
 
     model, tokenizer = mlx_lm.load(str(fixture_models["qwen3"]))
     terminator = embedding_terminator_id(tokenizer, tokenizer.eos_token)

@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 
 from engine.errors import DoesNotFit, InvalidRequest, TenantLimit
-from engine.generation.refusals import check_room
+from engine.generation.refusals import check_queue_room
 from engine.events import Delta, Finished, FinishReason, PromptLogprobs, Started
 from engine.generation.config import GenerationConfig, SchedulerConfig
 from engine.generation.engine import GenerationEngine
@@ -251,7 +251,7 @@ async def test_a_tenant_counts_every_choice(engine):
     with pytest.raises(InvalidRequest, match="max_queued of 2"):
         await events_of(engine, ask(3, tenant=Tenant("queue", max_queued=2)))
     with pytest.raises(InvalidRequest, match="admits at once"):  # beyond --max-active + --max-queued
-        check_room(0, SchedulerConfig(max_active=2, max_queued=1), "m", 4)
+        check_queue_room(0, SchedulerConfig(max_active=2, max_queued=1), "m", 4)
     busy = [asyncio.create_task(events_of(engine, ask(2, tenant=tenant, max_tokens=40)))]
     while not [t for t in (await engine.stats()).tenants if t.tenant == "two" and t.in_flight]:
         await asyncio.sleep(0.01)

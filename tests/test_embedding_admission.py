@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from engine.embedding.admission import AdmissionClosed, AdmissionPool, AdmissionRejected, Lease
+from engine.embedding.admission_pool import AdmissionClosed, AdmissionPool, AdmissionRejected, Lease
 
 
 async def settle(ticks: int = 5) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from engine.embedding.admission import AdmissionPool, Lease
+from engine.embedding.admission_pool import AdmissionPool, Lease
 from tests.test_embedding_admission import acquire_now, settle
 
 

@@ -124,7 +124,7 @@ def test_cancel_in_every_state_frees_everything(llama):
     scheduler.submit(sequence(tokenizer, log, "prefilling", long_prompt, 5))
     scheduler.submit(sequence(tokenizer, log, "waiting", [5, 6, 7], 5))
     run(scheduler, until=lambda: len(log.tokens("decoding")) >= 3)
-    states = {s.request_id: s.status for s in (*scheduler._prefilling, *scheduler._decoding)}
+    states = {s.key: s.status for s in (*scheduler._prefilling, *scheduler._decoding)}
     assert states == {"decoding": Status.DECODING, "prefilling": Status.PREFILLING}
     assert scheduler.stats().waiting == 1
     for rid in ("waiting", "prefilling", "decoding"):
@@ -218,8 +218,8 @@ def test_a_burst_sharing_a_short_preamble_keeps_its_batched_prefill(llama):
     log = Log()
     scheduler = Scheduler(model, config, lambda i: tokenizer.decode([i]))
     groups: list[int] = []
-    together = scheduler._prefiller._together
-    scheduler._prefiller._together = lambda group: groups.append(len(group)) or together(group)
+    together = scheduler._prefiller._prefill_group
+    scheduler._prefiller._prefill_group = lambda group: groups.append(len(group)) or together(group)
     scheduler.submit(sequence(tokenizer, log, "first", first, 4))
     run(scheduler)  # stored in the prefix cache: prompt and output
     for rid, prompt in burst.items():

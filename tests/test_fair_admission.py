@@ -72,7 +72,7 @@ def test_aging_starts_a_low_priority_request_while_higher_ones_keep_arriving(lla
             now[0] += 1.0
         started = log.kinds(Started)
         for seq in list(scheduler.admission.queue):
-            scheduler.cancel(seq.request_id)
+            scheduler.cancel(seq.key)
         run(scheduler)
         settled(scheduler)
         return "low" in started, started.index("low") if "low" in started else -1

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import UnsupportedModel
 from .classifier import SIGMOID, label_names, label_scores, score_function
-from .decoder import DecoderEmbeddingModel
+from .last_token import DecoderEmbeddingModel
 
 FROM_TOKEN = "classifier_from_token"
 

@@ -34,7 +34,7 @@ from ..requests import (
 )
 from ..tenancy import Tenant
 from ..validation import Limits
-from .admission import AdmissionClosed, AdmissionPool, AdmissionRejected
+from .admission_pool import AdmissionClosed, AdmissionPool, AdmissionRejected
 from .batcher import Batcher
 from .checks import check_classify, check_embed, check_embed_sparse, check_rerank
 from .kinds import describe_model, load_embedder

@@ -19,8 +19,8 @@ from ..description import Capabilities, GraphDescriptor, ModelDescription, Model
 from ..hardware.device import backend_name, blas_name
 from .classifier import SequenceClassifier, is_sequence_classifier, label_names
 from .cross_encoder import CrossEncoderModel
-from .decoder import DecoderEmbeddingModel
 from .decoder_classifier import DecoderClassifier, is_decoder_classifier
+from .last_token import DecoderEmbeddingModel
 from .pooling import EmbeddingModel
 from .precision import Precision, choose
 from .sparse import SparseEncoder, is_masked_lm

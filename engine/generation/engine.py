@@ -31,8 +31,8 @@ from ..serving.protocol import Control
 from ..serving.thread import EngineThread
 from ..tenancy import Tenant
 from ..validation import check_prompt_logprobs, check_token_ids, validate_request
+from .chat.chat_plan import chat_tools, plan_chat
 from .chat.choice import enforceable
-from .chat.plan import chat_tools, plan_chat
 from .chat.tools import ToolSet
 from .config import GenerationConfig
 from .factory import check_media, check_speculation, make_sequence, prediction_ids
@@ -42,7 +42,7 @@ from .loaded import Loaded, load_engine
 from .model_info import describe_generation, speculation_facts
 from .prefix_control import PrefixControl
 from .prompts import EncodedPrompt
-from .refusals import check_fits, check_room, max_tokens_for
+from .refusals import check_ever_fits, check_queue_room, max_tokens_for
 from .reports import LoadReports
 from .scheduling.scheduler import Scheduler
 from .sequence.state import SequenceState
@@ -240,7 +240,7 @@ class GenerationEngine(LoadReports):
         check_media(request, m)
         check_speculation(request, self.config.speculation, m, bool(served.draft_name), served.rolls_back,
                           self.config.limits)
-        check_room(self._streams.sequences, self.config.scheduler, self.name, request.n)
+        check_queue_room(self._streams.sequences, self.config.scheduler, self.name, request.n)
         stream = self._streams.open(request.request_id or uuid.uuid4().hex, request.tenant, request.n)
         try:
             async for event in self._run(request, stream):
@@ -261,7 +261,7 @@ class GenerationEngine(LoadReports):
         check_prompt_logprobs(request, len(prompt.ids), self.config.limits)
         max_tokens = max_tokens_for(request, len(prompt.ids), m.context_length, budget,
                                     self.config.limits.max_tokens)
-        check_fits(budget, len(prompt.ids) + max_tokens, request.n)
+        check_ever_fits(budget, len(prompt.ids) + max_tokens, request.n)
         asked = request
         request, chat = plan_chat(asked, tools, syntax, prompt.opens_reasoning, m.name)
         chats = [chat, *(plan_chat(asked, tools, syntax, prompt.opens_reasoning, m.name)[1]

@@ -34,7 +34,7 @@ def make_sequence(model: LoadedModel, request: GenerationRequest, stream: Stream
                         choice)
     wants_logprobs = request.logprobs or request.top_logprobs > 0
     return SequenceState(
-        request_id=stream.key, tokens=ids, prompt_len=len(ids), context_tokens=len(ids) + max_tokens,
+        key=stream.key, tokens=ids, prompt_len=len(ids), context_tokens=len(ids) + max_tokens,
         rule=rule, sampling=SamplingState(choice_sampling(request.sampling, choice), ids, sampling_tokens(
             request.sampling, lambda text: model.tokenizer.encode(text, add_special_tokens=False))),
         delivery=delivery,

@@ -9,7 +9,7 @@ from ..requests import GenerationRequest
 from .config import SchedulerConfig
 
 
-def check_room(open_requests: int, config: SchedulerConfig, model: str, choices: int = 1) -> None:
+def check_queue_room(open_requests: int, config: SchedulerConfig, model: str, choices: int = 1) -> None:
     """QueueFull when ``open_requests`` (sequences: a request of n choices counts n) and ``choices``
     more would pass ``max_active + max_queued``; InvalidRequest when ``choices`` alone would."""
     if choices > config.max_active + config.max_queued:  # never admitted, however long it waits
@@ -20,7 +20,7 @@ def check_room(open_requests: int, config: SchedulerConfig, model: str, choices:
                         retry_after_s=1.0)
 
 
-def check_fits(budget: MemoryBudget | None, context_tokens: int, choices: int = 1) -> None:
+def check_ever_fits(budget: MemoryBudget | None, context_tokens: int, choices: int = 1) -> None:
     """DoesNotFit (with the plan's figures) for a context that never fits memory (``choices`` of it)."""
     if budget is not None and not budget.would_ever_fit(context_tokens, choices):
         which = f"a context of {context_tokens} tokens" if choices == 1 else (

@@ -90,7 +90,7 @@ def apply_to_decoder(model, name: str = "") -> dict[str, int]:
     announce()
     if not enabled():
         return {}
-    from .decoder import apply  # needs the module loaded
+    from .lm_models import apply  # needs the module loaded
 
     return _report(name, apply(model))
 

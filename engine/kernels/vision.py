@@ -17,7 +17,7 @@ import mlx.nn as nn
 
 from ..layering import KERNEL, install
 from . import ext, ops
-from .decoder import Marked
+from .lm_models import Marked
 from .modules import swap_leaf_modules
 
 _active = contextvars.ContextVar("mlx_grpc_tower_kernels_active", default=False)

@@ -24,9 +24,9 @@ class Submit(Generic[W]):
 
 @dataclass(frozen=True)
 class Cancel:
-    """End this request, whatever state it is in."""
+    """End this request (its engine-side key), whatever state it is in."""
 
-    request_id: str
+    key: str
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ class Core(Protocol[W_in]):
     @property
     def idle(self) -> bool: ...
     def submit(self, work: W_in) -> None: ...
-    def cancel(self, request_id: str) -> bool: ...
+    def cancel(self, key: str) -> bool: ...
     def tick(self) -> None: ...
     def fail_running(self, message: str) -> None: ...
     def shutdown(self, message: str, reason: FinishReason = ...) -> None: ...
@@ -72,8 +72,8 @@ class EngineThread(Generic[L, W, S]):
     def submit(self, work: W) -> None:
         self._inbox.put(Submit(work))
 
-    def cancel(self, request_id: str) -> None:
-        self._inbox.put(Cancel(request_id))
+    def cancel(self, key: str) -> None:
+        self._inbox.put(Cancel(key))
 
     def ask(self, control: Control[S, R]) -> Future[R]:
         """``control.answer(scheduler)`` between ticks; a future of the answer."""
@@ -98,15 +98,15 @@ class EngineThread(Generic[L, W, S]):
         self._abandoned = True
         self._pending.fail_all(error)
 
-    def stop_requested(self, request_id: str) -> bool:
-        """Engine thread: a Cancel of ``request_id`` or a Shutdown is waiting (messages read
+    def stop_requested(self, key: str) -> bool:
+        """Engine thread: a Cancel of ``key`` or a Shutdown is waiting (messages read
         ahead are handled in order at the next drain)."""
         while True:
             try:
                 self._early.append(self._inbox.get_nowait())
             except queue.Empty:
                 break
-        return any(isinstance(m, Shutdown) or (isinstance(m, Cancel) and m.request_id == request_id)
+        return any(isinstance(m, Shutdown) or (isinstance(m, Cancel) and m.key == key)
                    for m in self._early)
 
     def stop(self, timeout: float | None = 30.0) -> None:
@@ -185,6 +185,6 @@ class EngineThread(Generic[L, W, S]):
             if isinstance(message, Submit):
                 scheduler.submit(message.work)
             elif isinstance(message, Cancel):
-                scheduler.cancel(message.request_id)
+                scheduler.cancel(message.key)
             elif isinstance(message, _Asked):
                 settle(message.future, lambda: message.control.answer(scheduler))

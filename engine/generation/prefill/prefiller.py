@@ -56,7 +56,7 @@ class Prefiller:
         self._plain_kv = plain_kv  # only then may short prompts share a forward
         self._interrupt = interrupt
         self.checkpoints = LayerCheckpoints(model) if interrupt is not None else None
-        self._alone: weakref.WeakSet[SequenceState] = weakref.WeakSet()  # after a shared forward failed
+        self._failed_in_a_group: weakref.WeakSet[SequenceState] = weakref.WeakSet()  # after a shared forward failed
         self.computed_tokens = 0  # prompt tokens run through the model, over all requests
 
     def run(self, queue: deque[SequenceState], budget: int
@@ -67,15 +67,15 @@ class Prefiller:
         interrupted: list[SequenceState] = []
         failed: list[tuple[SequenceState, Exception]] = []
         while queue and budget > 0:
-            group = self._short_fresh(queue, budget)
+            group = self._fresh_short_group(queue, budget)
             if len(group) >= 2:
                 try:
-                    budget -= self._together(group)
+                    budget -= self._prefill_group(group)
                 except Interrupted:
                     interrupted += self._take_cancelled(queue, group)
                 except Exception:  # each of them again, alone
                     log.exception("a shared prefill of %d prompts failed; prefilling them one by one", len(group))
-                    self._alone.update(group)
+                    self._failed_in_a_group.update(group)
                 continue
             seq = queue[0]
             snapshot_at = seq.prefix.snapshot_at if self._reuse.applies(seq) else None
@@ -127,7 +127,7 @@ class Prefiller:
             if self.checkpoints is None or interrupt is None:  # both or neither (__init__)
                 logits = self._model(tokens, cache=caches, **extra)
             else:
-                with self.checkpoints.armed(lambda: any(interrupt(s.request_id) for s in seqs)):
+                with self.checkpoints.armed(lambda: any(interrupt(s.key) for s in seqs)):
                     logits = self._model(tokens, cache=caches, **extra)
             arrays = prompt_logprobs.chunk_scores(logits, seqs[0], *scored) if scored is not None else None
             mx.eval([c.state for c in caches], *(arrays.arrays if arrays is not None else ()))
@@ -137,7 +137,7 @@ class Prefiller:
         """Removes those of ``seqs`` whose Cancel is waiting; the others redo their step."""
         interrupt = self._interrupt
         assert interrupt is not None  # Interrupted is raised by the checkpoints, made with it
-        cancelled = [s for s in seqs if interrupt(s.request_id)]
+        cancelled = [s for s in seqs if interrupt(s.key)]
         for seq in cancelled:
             queue.remove(seq)
         return cancelled
@@ -150,7 +150,7 @@ class Prefiller:
             return (n + 1) // 2
         return 1
 
-    def _short_fresh(self, queue: deque[SequenceState], budget: int) -> list[SequenceState]:
+    def _fresh_short_group(self, queue: deque[SequenceState], budget: int) -> list[SequenceState]:
         """Leading sequences: fresh, fitting one chunk, no snapshot boundary inside."""
         if not self._plain_kv:
             return []
@@ -159,7 +159,7 @@ class Prefiller:
         for seq in queue:
             n = seq.prompt_len - 1
             boundary = seq.prefix.snapshot_at
-            if (len(group) >= self._config.prefill_batch or seq.computed != 0 or n < 1 or seq in self._alone
+            if (len(group) >= self._config.prefill_batch or seq.computed != 0 or n < 1 or seq in self._failed_in_a_group
                     or seq.images is not None or seq.prompt_logprobs is not None
                     or n > self._config.prefill_chunk or used + n > budget
                     or (boundary is not None and 0 < boundary < n)):
@@ -168,7 +168,7 @@ class Prefiller:
             used += n
         return group
 
-    def _together(self, group: list[SequenceState]) -> int:
+    def _prefill_group(self, group: list[SequenceState]) -> int:
         """One left-padded forward; each sequence gets its own caches back."""
         lengths = [seq.prompt_len - 1 for seq in group]
         width = max(lengths)

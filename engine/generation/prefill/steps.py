@@ -6,15 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["MAX_SAFE_INTEGER", "PrefillStep", "StepKind", "next_prefill_step"]
+from ...validation import is_exact_int
 
-#: JavaScript's ``Number.MAX_SAFE_INTEGER``; positions beyond it are rejected.
-MAX_SAFE_INTEGER = 2**53 - 1
-
-
-def _is_safe_integer(value: object) -> bool:
-    """``Number.isSafeInteger``: a real ``int`` (not ``bool`` or ``float``)."""
-    return isinstance(value, int) and not isinstance(value, bool) and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+__all__ = ["PrefillStep", "StepKind", "next_prefill_step"]
 
 
 class StepKind(str, Enum):
@@ -52,15 +46,15 @@ def next_prefill_step(
     before ``position``, or at ``length``, is ignored.
     """
     if (
-        not _is_safe_integer(length)
-        or not _is_safe_integer(position)
-        or not _is_safe_integer(chunk_size)
+        not is_exact_int(length)
+        or not is_exact_int(position)
+        or not is_exact_int(chunk_size)
         or chunk_size < 1
         or position < 0
         or position >= length
     ):
         raise ValueError("invalid prefill position or chunk size")
-    if snapshot_at is not None and (not _is_safe_integer(snapshot_at) or snapshot_at < 0 or snapshot_at > length):
+    if snapshot_at is not None and (not is_exact_int(snapshot_at) or snapshot_at < 0 or snapshot_at > length):
         raise ValueError("invalid prefill snapshot boundary")
 
     if snapshot_at is not None and position < snapshot_at < length:

@@ -47,8 +47,8 @@ class Admission:
     def enqueue(self, seq: SequenceState) -> None:
         self.queue.push(seq)
 
-    def withdraw(self, request_id: str) -> SequenceState | None:
-        seq = self.queue.find(request_id)
+    def withdraw(self, key: str) -> SequenceState | None:
+        seq = self.queue.find(key)
         if seq is None:
             return None
         self.queue.remove(seq)

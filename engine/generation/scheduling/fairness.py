@@ -54,8 +54,8 @@ class FairQueue:
                 return True
         return False
 
-    def find(self, request_id: str) -> SequenceState | None:
-        return next((seq for seq in self if seq.request_id == request_id), None)
+    def find(self, key: str) -> SequenceState | None:
+        return next((seq for seq in self if seq.key == key), None)
 
     def __iter__(self):
         entries = [e for t in self._tenants.values() for e in t.waiting]

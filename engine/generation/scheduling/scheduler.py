@@ -27,7 +27,7 @@ from ...vision import mrope
 from ...vision.model import VisionTower
 from ..config import SchedulerConfig
 from ..decode.batch import Batch
-from ..decode.decoder import Decoder
+from ..decode.step import Decoder
 from ..prefill.prefiller import Prefiller, unrouted
 from ..sequence.state import SequenceState, Status, failure_message
 from ..speculation.drafter import Drafter, NoDrafter
@@ -121,24 +121,24 @@ class Scheduler:
     def submit(self, seq: SequenceState) -> None:
         self.admission.enqueue(seq)
 
-    def cancel(self, request_id: str) -> bool:
+    def cancel(self, key: str) -> bool:
         """False if this scheduler does not hold the request."""
-        if (seq := self.admission.withdraw(request_id)) is not None:
+        if (seq := self.admission.withdraw(key)) is not None:
             seq.finish(FinishReason.CANCELLED)
             return True
         for seq in self._prefilling:
-            if seq.request_id == request_id:
+            if seq.key == key:
                 self._prefilling.remove(seq)
                 self._end(seq, FinishReason.CANCELLED)
                 return True
         for item in self._reading:
-            if item[0].request_id == request_id:
+            if item[0].key == key:
                 self._reading.remove(item)
                 self._end(item[0], FinishReason.CANCELLED)
                 return True
         found = False
         for seq in self._decoding:  # every choice of the request
-            if seq.request_id == request_id:
+            if seq.key == key:
                 seq.cancelled = True  # leaves the batch at the next prune
                 found = True
         return found
@@ -156,7 +156,7 @@ class Scheduler:
         for seq in interrupted:
             self._end(seq, FinishReason.CANCELLED)
         for seq, exc in failed:  # a row's own chunk failed: it ends alone
-            log.error("request %s failed during prefill", seq.request_id, exc_info=exc)
+            log.error("request %s failed during prefill", seq.delivery.request_id, exc_info=exc)
             self._end(seq, FinishReason.ERROR, failure_message(exc))
         prompts = [self._join(seq) for seq in done]
         if self._decoding:
@@ -210,7 +210,7 @@ class Scheduler:
             try:
                 self._start(seq)
             except Exception as exc:  # fail this request, keep serving
-                log.exception("could not start request %s", seq.request_id)
+                log.exception("could not start request %s", seq.delivery.request_id)
                 self._end(seq, FinishReason.ERROR, f"engine failure: {type(exc).__name__}")
 
     def _start(self, seq: SequenceState, read=None) -> None:
@@ -236,7 +236,7 @@ class Scheduler:
             try:
                 self._start(seq, read=future.result() or False)  # False: the read failed; take from memory
             except Exception as exc:  # fail this request, keep serving
-                log.exception("could not start request %s", seq.request_id)
+                log.exception("could not start request %s", seq.delivery.request_id)
                 self._end(seq, FinishReason.ERROR, failure_message(exc))
 
     def _join(self, seq: SequenceState) -> tuple[SequenceState, int, list]:

@@ -79,8 +79,8 @@ class Delivery:
         """The prompt's logprobs (tokens 1 to n-1), once, after Started and before any Delta."""
         self._sink(PromptLogprobs(tuple(tokens), first_token_id))
 
-    def chosen(self) -> None:
-        """The first call stops the TTFT clock."""
+    def mark_token(self) -> None:
+        """A token was chosen: the first call stops the TTFT clock."""
         if not self.first_token_at:
             self.first_token_at = time.perf_counter()
 

@@ -36,7 +36,7 @@ class PrefixOptions:
 
 @dataclass(eq=False)
 class SequenceState:
-    request_id: str
+    key: str  # the engine thread's id of its request: id, tenant and a serial (Streams.open)
     tokens: list[int]
     prompt_len: int
     context_tokens: int  # prompt + most output: what memory is held for
@@ -86,8 +86,8 @@ class SequenceState:
 
     @property
     def memory_key(self) -> str:
-        """The key of its memory reservation (its choices share ``request_id``)."""
-        return self.request_id if self.choice == 0 else f"{self.request_id}\x1f#{self.choice}"
+        """The key of its memory reservation (its choices share ``key``)."""
+        return self.key if self.choice == 0 else f"{self.key}\x1f#{self.choice}"
 
     @property
     def finished(self) -> bool:
@@ -110,7 +110,7 @@ class SequenceState:
         text: list[str] = []
         end: dict[str, Any] | None = None
         for i, token in enumerate(chosen):
-            self.delivery.chosen()
+            self.delivery.mark_token()
             count = self.num_output + 1
             if self.constraint is not None and (end := _constrained_end(self.constraint, token)) is not None:
                 break
@@ -176,9 +176,9 @@ def failure_message(exc: BaseException) -> str:
 
 def end_row(seq: SequenceState, exc: BaseException, during: str) -> None:
     """A row's own failure ends that sequence alone with ERROR; the others go on."""
-    log.error("request %s failed during %s; ending it alone", seq.request_id, during, exc_info=exc)
+    log.error("request %s failed during %s; ending it alone", seq.delivery.request_id, during, exc_info=exc)
     try:
         seq.finish(FinishReason.ERROR, error=failure_message(exc))
     except Exception:  # its delivery is what broke; it still leaves the batch
-        log.exception("request %s: its Finished event could not be sent", seq.request_id)
+        log.exception("request %s: its Finished event could not be sent", seq.delivery.request_id)
         seq.status, seq.finish_reason = Status.FINISHED, FinishReason.ERROR

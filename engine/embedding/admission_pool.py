@@ -13,13 +13,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Callable
 
+from ..validation import is_exact_int
+
 __all__ = ["AdmissionClosed", "AdmissionPool", "AdmissionRejected", "Lease"]
-
-_MAX_SAFE_INTEGER = 2**53 - 1
-
-
-def _is_safe_integer(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _MAX_SAFE_INTEGER
 
 
 class AdmissionRejected(Exception):
@@ -84,7 +80,7 @@ class AdmissionPool:
     """Fair reservations; ``capacity >= 1``, ``max_queued >= 0`` (0: never wait), else ValueError."""
 
     def __init__(self, capacity: int, max_queued: int = 64, aging_s: float = 5.0) -> None:
-        if not _is_safe_integer(capacity) or capacity < 1 or not _is_safe_integer(max_queued) or max_queued < 0:
+        if not is_exact_int(capacity) or capacity < 1 or not is_exact_int(max_queued) or max_queued < 0:
             raise ValueError("invalid admission capacity")
         self._capacity = capacity
         self._max_queued = max_queued
