@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from engine.embedding.config import EmbeddingConfig
 from engine.embedding.engine import EmbeddingEngine
 from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
 from engine.generation.engine import GenerationEngine
@@ -44,9 +45,9 @@ def build_models(args: argparse.Namespace) -> ModelSet:
         specs = args.embedding_model or [(DEFAULT_EMBEDDING_NAME, str(default_embedding_model()))]
         names = [name or default_name(source) for name, source in specs]
         precisions = precision_by_model(args.embed_precision, names)
-        aging = config.scheduler.priority_aging_s
-        embedding = [EmbeddingEngine(source, name=name, limits=limits, priority_aging_s=aging,
-                                     precision=precisions[name], force_precision=args.embed_precision_force)
+        embed = from_args(EmbeddingConfig, args, force_precision=args.embed_precision_force)
+        embedding = [EmbeddingEngine(source, name=name, limits=limits,
+                                     config=replace(embed, precision=precisions[name]))
                      for name, (_, source) in zip(names, specs)]
     return ModelSet(generation, embedding)
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
+from engine.embedding.config import EmbeddingConfig
 from engine.embedding.engine import EmbeddingEngine
 from engine.loading.embedded import default_embedding_model
 from engine.requests import EmbeddingRequest
@@ -29,7 +30,7 @@ async def engine(request, fixture_models):
     if request.param == "encoder" and not HAS_MINILM:
         pytest.skip("the embedded MiniLM is not installed")
     source = default_embedding_model() if request.param == "encoder" else fixture_models["qwen3"]
-    e = EmbeddingEngine(source, name=f"batched-{request.param}", batch_wait_s=0.01)
+    e = EmbeddingEngine(source, name=f"batched-{request.param}", config=EmbeddingConfig(batch_wait_s=0.01))
     await e.start()
     yield e
     await e.close()

@@ -8,6 +8,7 @@ import enum
 
 import pytest
 
+from engine.embedding.config import EmbeddingConfig
 from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
 from engine.generation.grammar.formats import GrammarLimits
 from engine.requests import SpeculationMode
@@ -56,3 +57,9 @@ def test_every_flag_reaches_its_field(cls):
         owner = next(f for f in settings_of(cls) if f.metadata["help"] and flag_of(f) == flag_of(
             next(g for g in dataclasses.fields(cls) if g.name == name)))
         assert getattr(built, name) == getattr(built, owner.name)
+
+
+def test_embedding_engines_take_the_shared_priority_aging_flag():
+    args = cli.build_parser().parse_args(["serve", "--priority-aging", "2.5"])
+    assert from_args(EmbeddingConfig, args).priority_aging_s == 2.5 == from_args(SchedulerConfig, args).priority_aging_s
+    assert from_args(EmbeddingConfig, cli.build_parser().parse_args(["serve"])) == EmbeddingConfig()

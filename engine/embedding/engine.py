@@ -37,6 +37,7 @@ from ..validation import Limits
 from .admission_pool import AdmissionClosed, AdmissionPool, AdmissionRejected
 from .batcher import Batcher
 from .checks import check_classify, check_embed, check_embed_sparse, check_rerank
+from .config import EmbeddingConfig
 from .kinds import describe_model, load_embedder
 from .pooling import EmbeddingModel, EmbeddingResult
 from .slots import Slots
@@ -58,29 +59,30 @@ def _calls(model: EmbeddingModel) -> str:
 
 
 class EmbeddingEngine:
-    def __init__(self, source: str | Path, *, name: str = "", max_active: int = 64,
-                 max_queued: int = 256, limits: Limits = Limits(), priority_aging_s: float = 5.0,
-                 batch_wait_s: float = 0.002, precision: str = "f32", force_precision: bool = False):
+    def __init__(self, source: str | Path, *, name: str = "", limits: Limits = Limits(),
+                 config: EmbeddingConfig = EmbeddingConfig()):
         self.source = str(source)
-        self._precision = (precision, force_precision)  # requested; the model says what runs
+        self.config = config
         self.name = name or Path(self.source).name.lower()
         self.limits = limits
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"engine-embed-{self.name}")
-        self._pool = AdmissionPool(max_active, max_queued, aging_s=priority_aging_s)
+        self._pool = AdmissionPool(config.max_active, config.max_queued, aging_s=config.priority_aging_s)
         self._model: EmbeddingModel | None = None
         self._slots = Slots(self.name)  # request ids for Cancel, tenants' requests in flight
         self._running = self._slots.running
         self.preparation = Preparation.of(limits)  # a ModelSet shares one among its engines
         self._heartbeat, self._pending, self._died = Heartbeat(), Pending(), ""
-        self._batcher = Batcher(self._on_thread, batch_wait_s)  # requests in the pool share forwards
+        self._batcher = Batcher(self._on_thread, config.batch_wait_s)  # requests in the pool share forwards
         self.breaker = Breaker(lambda: self.name, self._fault, self._pending.fail_all)
         # Vectors are immutable once made; keys hold the inputs, so they count too.
         self._results: ObjectCache[EmbeddingResult] = ObjectCache(
-            max_entries=4096, max_size=64 << 20, size_of=lambda r: r.vector.nbytes, key_size=sys.getsizeof)
+            max_entries=config.result_cache_entries, max_size=config.result_cache_bytes,
+            size_of=lambda r: r.vector.nbytes, key_size=sys.getsizeof)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._model = await loop.run_in_executor(self._executor, load_embedder, Path(self.source), *self._precision)
+        self._model = await loop.run_in_executor(self._executor, load_embedder, Path(self.source),
+                                                 self.config.precision, self.config.force_precision)
 
     @property
     def ready(self) -> bool:
