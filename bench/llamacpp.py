@@ -28,6 +28,7 @@ from pathlib import Path
 from engine.kernels.ggml_build import SDIST  # the one pin: ggml for --numerics llama comes from it too
 TOOLS = ("llama-bench", "llama-quantize")
 SERVER = "llama-server"  # for bench/real_size.py: built with the tools, checked apart
+PERPLEXITY = "llama-perplexity"  # for bench/fidelity.py: likewise
 EMBEDDED_KIND = "Q4_1"  # the type of the embedded SmolLM2 file
 
 
@@ -47,6 +48,10 @@ def built() -> bool:
 
 def server_built() -> bool:
     return tool(SERVER).is_file()
+
+
+def perplexity_built() -> bool:
+    return tool(PERPLEXITY).is_file()
 
 
 def build(jobs: int | None = None) -> None:
@@ -70,7 +75,7 @@ def build(jobs: int | None = None) -> None:
              "-DLLAMA_BUILD_SERVER=ON"]
     subprocess.run(["cmake", "-S", str(source / "llama.cpp"), "-B", str(home / "build"), *flags], check=True)
     subprocess.run(["cmake", "--build", str(home / "build"), "-j", str(jobs or os.cpu_count() or 1),
-                    "--target", *TOOLS, SERVER], check=True)
+                    "--target", *TOOLS, SERVER, PERPLEXITY], check=True)
 
 
 def gguf(kind: str) -> Path:
