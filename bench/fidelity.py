@@ -153,11 +153,13 @@ def theirs(file: Path, base: Path, n_ctx: int, threads: int, extra: list[str]) -
 
 
 def gguf_file(name: str) -> Path:
-    from engine.loading.embedded import default_generation_model
+    """``embedded``: the embedded SmolLM2 file; ``embedded-TYPE``: it as TYPE (llama-quantize);
+    a type alone: the 1B-shaped file of bench/real_models.py."""
+    from . import llamacpp, real_models
 
-    from . import real_models
-
-    return default_generation_model() if name == "embedded" else real_models.make("1b", name, 0, log)
+    if name == "embedded" or name.startswith("embedded-"):
+        return llamacpp.gguf(name.removeprefix("embedded").removeprefix("-") or llamacpp.EMBEDDED_KIND)
+    return real_models.make("1b", name, 0, log)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m bench.fidelity", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--files", default="embedded,Q4_0", help="embedded, or 1B-shaped GGUF types (random weights)")
+    p.add_argument("--files", default="embedded,Q4_0",
+                   help="embedded (its Q4_1 file), embedded-TYPE (it as F32, Q8_0, ...), or a 1B-shaped GGUF type "
+                        "(random weights)")
     p.add_argument("--ctx", type=int, default=512, help="tokens per chunk (the second half of each is scored)")
     p.add_argument("--chunks", type=int, default=8, help="chunks of text (8 x 255 = 2,040 scored positions)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
