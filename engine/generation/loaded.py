@@ -59,7 +59,8 @@ def load_engine(source: str, name: str, config: GenerationConfig) -> Loaded:
         facts = with_served_draft(facts, draft)
     budget = MemoryBudget(facts, usable=config.memory_limit_bytes, reserve_bytes=config.memory_reserve_bytes,
                           prefill_chunk=config.scheduler.prefill_chunk)
-    grammars = Grammars(grammar_tokenizer(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids), config.grammar)
     syntax = chat_syntax(loaded.tokenizer)
+    # Last: its compile pool is closed by the engine only once this load has returned.
+    grammars = Grammars(grammar_tokenizer(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids), config.grammar)
     return Loaded(loaded, facts, budget, grammars, syntax, PromptEncoder(loaded, config.limits, syntax), decode,
                   draft, head)
