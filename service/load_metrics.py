@@ -11,7 +11,7 @@ from concurrent.futures import wait
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from engine.generation.ledgers import TenantStats
+from engine.serving.admission import TenantStats
 
 from .load_report import model_load
 
@@ -97,7 +97,7 @@ class LoadCollector:
 
     def _tenant_families(self):
         rows = []
-        for engine in (e for e in self.models.generation if e.ready):
+        for engine in (e for e in (*self.models.generation, *self.models.embedding) if e.ready):
             seen = {t.tenant: t for t in engine.tenant_stats()}
             for name in self.tenants:
                 seen.setdefault(name, TenantStats(name, 0, 0, 0, 0, 0, 0))

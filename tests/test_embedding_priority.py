@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from engine.embedding.admission_pool import AdmissionPool, Lease
+from engine.tenancy import Tenant
 from tests.test_embedding_admission import acquire_now, settle
 
 
@@ -14,7 +15,7 @@ async def grant_order(pool: AdmissionPool, asks: list[tuple[str, int, str]], bet
     holder = acquire_now(pool)
     tasks: dict[str, asyncio.Task[Lease]] = {}
     for name, priority, tenant in asks:
-        tasks[name] = asyncio.create_task(pool.acquire(priority, tenant))
+        tasks[name] = asyncio.create_task(pool.acquire(priority, Tenant(tenant)))
         await settle()
         if between is not None:
             between()

@@ -99,75 +99,33 @@ async def test_embedding_ids_and_max_in_flight_are_per_tenant(fixture_models):
         await embedder.close()
 
 
-async def test_the_servicer_runs_generate_as_the_callers_tenant(engine):
-    from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
-
-    servicer = InferenceServicer(ModelSet([engine], []))
-    set_identity(Identity(Tenant("served")))
+async def test_embeddings_pass_the_same_gate_as_generation(fixture_models):
+    """tokens_per_minute charges the tokens an embedding reads; max_queued counts requests
+    waiting for a batch slot; both refuse with the gate's TenantLimit, per tenant."""
+    from engine.embedding.config import EmbeddingConfig
+    embedder = EmbeddingEngine(fixture_models["qwen3"], name="embed-gate", config=EmbeddingConfig(max_active=1))
+    await embedder.start()
+    metered, queued = Tenant("metered", tokens_per_minute=40), Tenant("queued", max_queued=1)
     try:
-        request = pb.GenerateRequest(model=NAME, text="Hi", stopping=gen_pb.StoppingCriteria(max_tokens=2,
-                                                                                             ignore_eos=True))
-        replies = [reply async for reply in servicer.Generate(request, None)]
+        first = [r async for r in embedder.embed(EmbeddingRequest(inputs=("one two three four five",),
+                                                                  tenant=metered))]
+        used = next(t.tokens_last_minute for t in embedder.tenant_stats() if t.tenant == "metered")
+        assert used == first[0][1].tokens > 0  # what it read, charged once
+        with pytest.raises(TenantLimit) as err:
+            for _ in range(4):  # each reads new text; the window fills
+                [r async for r in embedder.embed(EmbeddingRequest(inputs=(f"{_} six seven eight",), tenant=metered))]
+        assert err.value.metadata["limit"] == "tokens_per_minute"
+        assert [r async for r in embedder.embed(EmbeddingRequest(inputs=("nine",), tenant=B))]  # others unharmed
+        holder = embedder.embed(EmbeddingRequest(inputs=("a held slot",), tenant=B))
+        await holder.__anext__()  # holds the one batch slot until closed
+        waiting = asyncio.ensure_future(embedder.embed(EmbeddingRequest(inputs=("w",), tenant=queued)).__anext__())
+        await asyncio.sleep(0.05)
+        with pytest.raises(TenantLimit) as err:
+            await embedder.embed(EmbeddingRequest(inputs=("v",), tenant=queued)).__anext__()
+        assert err.value.metadata["limit"] == "max_queued"
+        await holder.aclose()
+        assert (await waiting)[1].tokens > 0
+        stats = {t.tenant: t for t in embedder.tenant_stats()}
+        assert stats["queued"].refused == 1 and stats["metered"].refused == 1
     finally:
-        set_identity(Identity())
-    assert replies[-1].finished.usage.completion_tokens == 2
-    assert tenant_of(engine, "served").generated_tokens == 2
-
-
-# limits --------------------------------------------------------------------------
-async def test_max_in_flight_refuses_at_once_and_spares_other_tenants(engine):
-    capped = Tenant("capped", max_in_flight=1)
-    held = Held(engine, ask(tenant=capped, max_tokens=LONG, request_id="held"))
-    await held.started()
-    with pytest.raises(TenantLimit) as err:
-        await run(engine, ask(tenant=capped))
-    assert err.value.metadata["tenant"] == "capped" and err.value.metadata["limit"] == "max_in_flight"
-    status = to_status(err.value)
-    assert status.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "'capped'" in status.details
-    other = Held(engine, ask(tenant=B))  # waits its turn
-    await queued_behind(engine, 1)
-    assert engine.cancel("held", "capped")
-    assert (await other.task)[-1].reason is FinishReason.LENGTH
-    await held.task
-    assert tenant_of(engine, "capped").refused == 1
-
-
-async def test_max_queued_counts_requests_not_started(engine):
-    queued = Tenant("queued", max_queued=1)
-    busy = Held(engine, ask(tenant=B, max_tokens=LONG, request_id="busy"))
-    await busy.started()
-    waiting = Held(engine, ask(tenant=queued))
-    await queued_behind(engine, 1)
-    with pytest.raises(TenantLimit) as err:
-        await run(engine, ask(tenant=queued))
-    assert err.value.metadata["limit"] == "max_queued"
-    assert engine.cancel("busy", "b")
-    await asyncio.gather(busy.task, waiting.task)
-
-
-async def test_tokens_per_minute_counts_prompt_and_generated_tokens(engine):
-    metered = Tenant("metered", tokens_per_minute=20)
-    prompt = TokenPrompt(tuple(range(10, 20)))
-    done = await run(engine, ask(prompt, tenant=metered, max_tokens=5))
-    assert done[-1].usage.completion_tokens == 5
-    stats = tenant_of(engine, "metered")
-    assert (stats.tokens_last_minute, stats.generated_tokens, stats.in_flight) == (15, 5, 0)
-    with pytest.raises(TenantLimit) as err:  # 15 used + a 10-token prompt > 20
-        await run(engine, ask(prompt, tenant=metered))
-    assert err.value.metadata["limit"] == "tokens_per_minute"
-    assert 0 < err.value.retry_after_s <= 60
-    assert to_status(err.value).code == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert tenant_of(engine, "metered").refused == 1
-
-
-async def test_priority_is_validated():
-    from engine.validation import validate_request
-
-    with pytest.raises(InvalidRequest) as err:
-        validate_request(ask(priority=101), 640, Limits(), 4096)
-    assert err.value.field == "priority"
-    validate_request(ask(priority=-100), 640, Limits(), 4096)
-    from service import convert, pooling_convert
-
-    assert convert.generation_request(pb.GenerateRequest(text="x", priority=7), B).priority == 7
-    assert pooling_convert.embedding_request(pb.EmbedRequest(inputs=["x"], priority=-3), B).tenant == B
+        await embedder.close()

@@ -1,4 +1,4 @@
-"""Admission reservations for asyncio: at most ``capacity`` leases, priority with aging, tenants in turn.
+"""Admission reservations for asyncio: at most ``capacity`` leases, in the shared fair order.
 
 Invariants: a full queue rejects at once; a released lease goes straight to the
 next live waiter (no newcomer overtakes); cancellation never leaks capacity.
@@ -8,11 +8,12 @@ Not thread-safe: one event loop only.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Callable
 
+from ..serving.fair_queue import FairQueue
+from ..tenancy import ANONYMOUS, Tenant
 from ..validation import is_exact_int
 
 __all__ = ["AdmissionClosed", "AdmissionPool", "AdmissionRejected", "Lease"]
@@ -32,24 +33,22 @@ class AdmissionClosed(Exception):
         super().__init__("admission is closed")
 
 
-@dataclass(order=True)
+@dataclass(eq=False)
 class _Waiter:
-    key: float  # arrived - priority * aging_s: the order within a tenant
-    n: int  # arrival
-    arrived: float = field(compare=False)
-    priority: int = field(compare=False)
-    tenant: str = field(compare=False)
-    future: asyncio.Future = field(compare=False)
+    tenant: Tenant
+    priority: int
+    future: asyncio.Future = field(repr=False)
 
 
 class Lease:
     """One unit of a pool's capacity; ``release()`` is idempotent (also on ``with`` exit)."""
 
-    __slots__ = ("_pool", "_released")
+    __slots__ = ("_pool", "_released", "_queued")
 
-    def __init__(self, pool: AdmissionPool) -> None:
+    def __init__(self, pool: AdmissionPool, queued: _Waiter | None = None) -> None:
         self._pool = pool
         self._released = False
+        self._queued = queued  # the waiter it was granted to, if it waited
 
     @property
     def released(self) -> bool:
@@ -59,7 +58,7 @@ class Lease:
         if self._released:
             return
         self._released = True
-        self._pool._release()
+        self._pool._release(self._queued)
 
     def __enter__(self) -> Lease:
         return self
@@ -77,7 +76,8 @@ class Lease:
 
 
 class AdmissionPool:
-    """Fair reservations; ``capacity >= 1``, ``max_queued >= 0`` (0: never wait), else ValueError."""
+    """Fair reservations; ``capacity >= 1``, ``max_queued >= 0`` (0: never wait), else ValueError.
+    Waiters are ordered by the shared ``FairQueue`` (tenants take turns, weighted)."""
 
     def __init__(self, capacity: int, max_queued: int = 64, aging_s: float = 5.0) -> None:
         if not is_exact_int(capacity) or capacity < 1 or not is_exact_int(max_queued) or max_queued < 0:
@@ -86,13 +86,8 @@ class AdmissionPool:
         self._max_queued = max_queued
         self._active = 0
         self._closed = False
-        self._aging_s = aging_s
         self.clock: Callable[[], float] | None = None  # None: the running loop's time
-        self._arrivals = itertools.count()
-        self._grants = itertools.count()
-        self._served: dict[str, int] = {}  # tenant -> when it was last granted a waiter's lease
-        # A done future is a cancelled waiter not yet pruned.
-        self._waiting: list[_Waiter] = []
+        self._waiting: FairQueue[_Waiter] = FairQueue(aging_s, self._now)
 
     @property
     def capacity(self) -> int:
@@ -120,71 +115,51 @@ class AdmissionPool:
         if self._closed:
             raise AdmissionClosed()
         if self._active < self._capacity:
-            return self._lease()
+            self._active += 1
+            return Lease(self)
         return None
 
-    async def acquire(self, priority: int = 0, tenant: str = "") -> Lease:
+    async def acquire(self, priority: int = 0, tenant: Tenant = ANONYMOUS) -> Lease:
         """Wait for a lease; raises ``AdmissionClosed``, or ``AdmissionRejected`` at once when the queue is full."""
         lease = self.try_acquire()
         if lease is not None:
             return lease
         if self.queued >= self._max_queued:
             raise AdmissionRejected()
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[Lease] = loop.create_future()
-        now = self._now()
-        key = now - priority * self._aging_s if self._aging_s > 0 else -priority
-        self._waiting.append(_Waiter(key, next(self._arrivals), now, priority, tenant, waiter))
+        waiter = _Waiter(tenant, priority, asyncio.get_running_loop().create_future())
+        self._waiting.push(waiter)
         try:
-            return await waiter
+            return await waiter.future
         except BaseException:  # CancelledError, or anything thrown into the wait
-            if waiter.done() and not waiter.cancelled():
-                if waiter.exception() is None:
-                    waiter.result().release()
+            if waiter.future.done() and not waiter.future.cancelled():
+                if waiter.future.exception() is None:
+                    waiter.future.result().release()
             else:
-                waiter.cancel()
-                self._prune()
+                waiter.future.cancel()
+                self._waiting.remove(waiter)
             raise
 
     def close(self) -> None:
         """Reject every waiter and all later acquires with ``AdmissionClosed``."""
         self._closed = True
-        waiting, self._waiting = self._waiting, []
-        for waiter in waiting:
+        for waiter in self._waiting.drain():
             if not waiter.future.done():
                 waiter.future.set_exception(AdmissionClosed())
 
-    def _lease(self) -> Lease:
-        self._active += 1
-        return Lease(self)
-
-    def _release(self) -> None:
+    def _release(self, queued: _Waiter | None) -> None:
         self._active -= 1
+        if queued is not None:
+            self._waiting.finished(queued)
         self._prune()
-        if self._waiting:
-            waiter = self._next()
-            self._waiting.remove(waiter)
-            self._served[waiter.tenant] = next(self._grants)
-            waiter.future.set_result(self._lease())
+        if (waiter := self._waiting.choose()) is not None:
+            self._waiting.started(waiter)
+            self._active += 1
+            waiter.future.set_result(Lease(self, waiter))
 
-    def _next(self) -> _Waiter:
-        heads: dict[str, _Waiter] = {}
-        for w in self._waiting:
-            if w.tenant not in heads or w < heads[w.tenant]:
-                heads[w.tenant] = w
-        top = max(w.priority for w in heads.values())
-        now = self._now()
-        level = (lambda w: w.priority) if self._aging_s <= 0 else (
-            lambda w: w.priority + (now - w.arrived) / self._aging_s)
-        candidates = [w for w in heads.values() if level(w) >= top]
-        return min(candidates, key=lambda w: (self._served.get(w.tenant, -1), w.n))
+    def _prune(self) -> None:
+        """Drops waiters cancelled whose tasks have not resumed yet."""
+        for waiter in [w for w in self._waiting if w.future.done()]:
+            self._waiting.remove(waiter)
 
     def _now(self) -> float:
         return self.clock() if self.clock is not None else asyncio.get_running_loop().time()
-
-    def _prune(self) -> None:
-        if any(w.future.done() for w in self._waiting):
-            self._waiting = [w for w in self._waiting if not w.future.done()]
-        live = {w.tenant for w in self._waiting}
-        if len(self._served) > len(live):  # forget tenants with nobody waiting
-            self._served = {t: n for t, n in self._served.items() if t in live}

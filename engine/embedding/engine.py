@@ -32,6 +32,7 @@ from ..requests import (
     RerankScore,
     SparseEmbedding,
 )
+from ..serving.admission import TenantStats
 from ..tenancy import Tenant
 from ..validation import Limits
 from .admission_pool import AdmissionClosed, AdmissionPool, AdmissionRejected
@@ -139,6 +140,10 @@ class EmbeddingEngine:
     def cache_bytes(self) -> int:
         return self._results.size
 
+    def tenant_stats(self) -> tuple[TenantStats, ...]:
+        """Each tenant's share of this model; any thread may call it."""
+        return self._slots.tenants.snapshot()
+
     def cancel(self, request_id: str, tenant: str = "") -> bool:
         return self._slots.cancel(request_id, tenant)
 
@@ -148,7 +153,7 @@ class EmbeddingEngine:
         if model.classifies or model.sparse:
             raise Unsupported(f"model {self.name!r} does not pool embeddings; call {_calls(model)}")
         check_embed(self.limits, request, model)
-        async with self._admitted(request.request_id, request.tenant, request.priority):
+        async with self._admitted(request.request_id, request.tenant, request.priority) as seat:
             keys = [_cache_key(request, item) for item in request.token_ids or request.inputs]
             missing = []
             for index, key in enumerate(keys):
@@ -160,6 +165,7 @@ class EmbeddingEngine:
             if not missing:
                 return
             ids = await self._token_ids(model, request, missing, self.preparation)
+            seat.charge(sum(map(len, ids)))
             async for position, result in self._batcher.embed(model, ids, normalize=request.normalize,
                                                               dimensions=request.dimensions or None):
                 result.vector.flags.writeable = False  # shared through the cache from now on
@@ -173,12 +179,13 @@ class EmbeddingEngine:
             raise Unsupported(f"model {self.name!r} is not a reranker (a cross-encoder or a yes/no decoder); "
                               f"call {_calls(model)}")
         check_rerank(self.limits, request, model)
-        async with self._admitted(request.request_id, request.tenant, request.priority):
+        async with self._admitted(request.request_id, request.tenant, request.priority) as seat:
             ids, cut = await self.preparation.run(request.tenant, model.encode_pairs, request.query,
                                                   request.documents)
             if cut and not request.truncate:
                 raise InvalidRequest(f"documents[{cut[0]}]", f"with the query, it is longer than the model's input "
                                                              f"limit of {model.max_length} tokens (truncate is off)")
+            seat.charge(sum(map(len, ids)))
             scores = [RerankScore(index, float(result.vector[0]), result.tokens) async for index, result
                       in self._batcher.embed(model, ids, normalize=False, dimensions=None)]
         scores.sort(key=lambda s: (-s.score, s.index))
@@ -190,8 +197,9 @@ class EmbeddingEngine:
         if not model.classifies:
             raise Unsupported(f"model {self.name!r} is not a classifier; call {_calls(model)}")
         check_classify(self.limits, request, model)
-        async with self._admitted(request.request_id, request.tenant, request.priority):
+        async with self._admitted(request.request_id, request.tenant, request.priority) as seat:
             ids = await self._texts(model, request.tenant, request.inputs, request.truncate)
+            seat.charge(sum(map(len, ids)))
             out: list[Classification | None] = [None] * len(ids)
             async for index, result in self._batcher.embed(model, ids, normalize=False, dimensions=None):
                 scores = model.scores(result.vector)
@@ -206,8 +214,9 @@ class EmbeddingEngine:
         if not model.sparse:
             raise Unsupported(f"model {self.name!r} is not a sparse (SPLADE) model; call {_calls(model)}")
         check_embed_sparse(self.limits, request, model)
-        async with self._admitted(request.request_id, request.tenant, request.priority):
+        async with self._admitted(request.request_id, request.tenant, request.priority) as seat:
             ids = await self._texts(model, request.tenant, request.inputs, request.truncate)
+            seat.charge(sum(map(len, ids)))
             out: list[SparseEmbedding | None] = [None] * len(ids)
             async for index, result in self._batcher.embed(model, ids, normalize=False, dimensions=None):
                 out[index] = SparseEmbedding(index, *nonzero_weights(result.vector, request.top_k), result.tokens)
@@ -227,15 +236,16 @@ class EmbeddingEngine:
     async def _admitted(self, request_id: str, tenant: Tenant, priority: int):
         """Holds an admission lease for a request, its id registered for Cancel: a Cancel call
         ends it with RequestCancelled (the caller's own cancellation stays a CancelledError)."""
-        async with self._slots.held(request_id, tenant):
+        async with self._slots.held(request_id, tenant) as seat:
             try:
-                lease = await self._pool.acquire(priority, tenant.name)
+                lease = await self._pool.acquire(priority, tenant)
             except AdmissionRejected:
                 raise QueueFull("the embedding queue is full; retry later") from None
             except AdmissionClosed:
                 raise NotReady("the server is shutting down") from None
             with lease:
-                yield
+                seat.begin()
+                yield seat
 
     @staticmethod
     async def _token_ids(model: EmbeddingModel, request: EmbeddingRequest, indices: list[int],

@@ -1,5 +1,5 @@
-"""The requests one embedding engine holds, by (tenant name, request id): what Cancel finds, and
-each tenant's count against its ``max_in_flight``.
+"""The requests one embedding engine holds, by (tenant name, request id): what Cancel finds;
+each is counted at the shared tenant gate (``serving.admission``).
 
 Invariants: a request id is held once per tenant, from before admission to the request's end;
 a tenant's count covers its held requests and its preparation jobs (Tokenize, Detokenize); a
@@ -13,21 +13,39 @@ import asyncio
 import contextlib
 import uuid
 
-from ..errors import DuplicateRequestId, RequestCancelled, TenantLimit, echo
+from typing import Iterator
+
+from ..errors import DuplicateRequestId, RequestCancelled, echo
+from ..serving.admission import Tenants
 from ..tenancy import Tenant
+
+
+class Seat:
+    """A request counted at the gate: ``begin`` once it holds a batch slot, ``charge`` the
+    tokens it reads."""
+
+    def __init__(self, tenants: Tenants, tenant: Tenant):
+        self._tenants, self._tenant = tenants, tenant
+        self.began = False
+
+    def begin(self) -> None:
+        self._tenants.began(self._tenant.name)
+        self.began = True
+
+    def charge(self, tokens: int) -> None:
+        self._tenants.charge(self._tenant, tokens)
 
 
 class Slots:
     def __init__(self, model: str):
-        self.model = model  # the engine's name, for TenantLimit's message
+        self.tenants = Tenants(model)  # the gate: every tenant limit, counted here
         self.running: dict[tuple[str, str], asyncio.Task] = {}  # by (tenant name, request id)
         self._cancelled: set[tuple[str, str]] = set()  # of running: cancelled by a Cancel call
-        self._per_tenant: dict[str, int] = {}  # requests open per tenant name
 
     @property
     def idle(self) -> bool:
         """No request is held and no tenant counted."""
-        return not self.running and not self._per_tenant
+        return not self.running and not any(t.in_flight for t in self.tenants.snapshot())
 
     def cancel(self, request_id: str, tenant: str = "") -> bool:
         slot = (tenant, request_id)
@@ -46,10 +64,10 @@ class Slots:
         slot = (tenant.name, request_id or uuid.uuid4().hex)
         if slot in self.running:
             raise DuplicateRequestId(f"request id {slot[1]!r} is already running")
-        with self.counted(tenant):
+        with self.counted(tenant) as seat:
             self.running[slot] = asyncio.current_task()  # type: ignore[assignment]
             try:
-                yield
+                yield seat
             except asyncio.CancelledError:
                 if slot not in self._cancelled:
                     raise  # the caller went away
@@ -61,19 +79,12 @@ class Slots:
                 self.running.pop(slot, None)
 
     @contextlib.contextmanager
-    def counted(self, tenant: Tenant):
-        """One more of ``tenant``'s requests in flight while the block runs; TenantLimit at its
-        ``max_in_flight``."""
-        held = self._per_tenant.get(tenant.name, 0)
-        if tenant.max_in_flight and held >= tenant.max_in_flight:
-            who = repr(tenant.name) if tenant.name else "anonymous"
-            raise TenantLimit(f"tenant {who} has {held} requests in flight on model {self.model!r}; its "
-                              f"max_in_flight is {tenant.max_in_flight}; retry later", tenant=tenant.name,
-                              limit="max_in_flight", value=tenant.max_in_flight)
-        self._per_tenant[tenant.name] = held + 1
+    def counted(self, tenant: Tenant) -> Iterator[Seat]:
+        """One more of ``tenant``'s requests in flight while the block runs; TenantLimit at
+        any of its limits."""
+        self.tenants.admit(tenant)
+        seat = Seat(self.tenants, tenant)
         try:
-            yield
+            yield seat
         finally:
-            self._per_tenant[tenant.name] -= 1
-            if not self._per_tenant[tenant.name]:
-                del self._per_tenant[tenant.name]
+            self.tenants.closed(tenant.name, False, seat.began)

@@ -37,7 +37,7 @@ from .chat.tools import ToolSet
 from .config import GenerationConfig
 from .factory import check_media, check_speculation, make_sequence, prediction_ids
 from .grammar.formats import check_format, field_name
-from .ledgers import Tenants
+from ..serving.admission import Tenants
 from .loaded import Loaded, load_engine
 from .model_info import describe_generation, speculation_facts
 from .prefix_control import PrefixControl

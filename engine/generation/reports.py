@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .grammar.constraint import GrammarStats
-from .ledgers import TenantStats
+from ..serving.admission import TenantStats
 from .scheduling.scheduler import SchedulerStats, Stats
 
 if TYPE_CHECKING:
     from ..serving.thread import EngineThread
-    from .ledgers import Tenants
+    from ..serving.admission import Tenants
     from .loaded import Loaded
     from .scheduling.scheduler import Scheduler
     from .sequence.state import SequenceState

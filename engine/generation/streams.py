@@ -11,7 +11,7 @@ from typing import Callable
 from ..errors import DuplicateRequestId
 from ..events import Delta, Event, Finished, FinishReason, Started, Timings, Usage
 from ..tenancy import ANONYMOUS, Tenant
-from .ledgers import Tenants
+from ..serving.admission import Tenants
 
 
 class Stream:

@@ -10,8 +10,8 @@ import time
 from typing import Callable
 
 from ...memory.budget import MemoryBudget
+from ...serving.fair_queue import FairQueue
 from ..sequence.state import SequenceState
-from .fairness import FairQueue
 
 
 class Admission:
@@ -24,7 +24,7 @@ class Admission:
         self.capacity = capacity
         self.headroom = headroom
         self.budget = budget
-        self.queue = FairQueue(aging_s, clock)
+        self.queue: FairQueue[SequenceState] = FairQueue(aging_s, clock, cost=lambda seq: seq.context_tokens)
         self._running: set[SequenceState] = set()
         self._pinned: SequenceState | None = None  # chosen, waiting for memory
 
@@ -48,7 +48,7 @@ class Admission:
         self.queue.push(seq)
 
     def withdraw(self, key: str) -> SequenceState | None:
-        seq = self.queue.find(key)
+        seq = next((s for s in self.queue if s.key == key), None)
         if seq is None:
             return None
         self.queue.remove(seq)

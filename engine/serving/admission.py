@@ -1,6 +1,8 @@
-"""Per-tenant bookkeeping of one model. The event loop mutates; ``snapshot`` may be read
-from any thread. Ledgers are never dropped (tenants come from configuration). A request of
-n choices counts as n requests (in flight, waiting, running); its prompt is charged once."""
+"""The one gate of a model's tenant limits (``max_in_flight``, ``max_queued``,
+``tokens_per_minute``), for every model kind: per-tenant ledgers. The event loop mutates;
+``snapshot`` may be read from any thread. Ledgers are never dropped (tenants come from
+configuration). A request of n choices counts as n requests (in flight, waiting, running);
+its prompt is charged once."""
 
 from __future__ import annotations
 
@@ -97,6 +99,22 @@ class Tenants:
                              wait)
             ledger.charge(prompt_tokens, now)
             ledger.waiting += count
+
+    def charge(self, tenant: Tenant, tokens: int) -> None:
+        """Charges ``tokens`` of input read after the request began (an embedding's), or
+        raises TenantLimit if they would pass ``tokens_per_minute``."""
+        with self._lock:
+            ledger, limit, now = self._ledgers[tenant.name], tenant.tokens_per_minute, self._clock()
+            if limit and ledger.used(now) + tokens > limit:
+                wait = ledger.frees_in(tokens, limit, now) if tokens <= limit else WINDOW_S
+                self._refuse(ledger, "tokens_per_minute", limit,
+                             f"{ledger.used(now)} tokens in the last minute and {tokens} more to read", wait)
+            ledger.charge(tokens, now)
+
+    def began(self, name: str) -> None:
+        """A request admitted without a submitted prompt (an embedding's) holds its slot."""
+        with self._lock:
+            self._ledgers[name].running += 1
 
     def started(self, name: str, count: int = 1) -> None:
         with self._lock:
