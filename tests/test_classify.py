@@ -23,6 +23,7 @@ from tests import bert_reference
 from tests.conftest import CLASSIFIER, DECODER_EMBEDDER, MULTI_CLASSIFIER, RERANKER
 from tests.fixtures.cross_encoder import LABELS, MULTI_LABELS, POSITIONS
 from tests.helpers import details
+from tests.probe import probe
 
 TEXTS = ("Rivers flow into lakes and oceans.", "def add(a, b): return a + b",
          "The assistant answered the question politely.", "Mountains rise above the valleys; forests cover them.",
@@ -182,12 +183,12 @@ async def test_a_tenant_cancels_only_its_own_classify_and_the_access_log_names_i
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
     engine = server["models"].classifier(CLASSIFIER)
     gate = threading.Event()
-    engine._executor.submit(gate.wait, 30)  # the engine thread is busy: the request waits for its forward
+    probe(engine, lambda core: gate.wait(30))  # the engine thread is busy: the request waits for its forward
     try:
         call = tenant_stub.Classify(pb.ClassifyRequest(model=CLASSIFIER, inputs=list(TEXTS), request_id="shared"),
                                     metadata=bearer("tok-alpha"))
         for _ in range(500):
-            if ("alpha", "shared") in engine._running:
+            if engine.holds("shared", "alpha"):
                 break
             await asyncio.sleep(0.01)
         refused = await tenant_stub.Cancel(pb.CancelRequest(request_id="shared"), metadata=bearer("tok-beta"))

@@ -85,4 +85,4 @@ async def test_a_cancelled_request_leaves_the_queue_and_the_others_finish(engine
 async def test_a_finished_request_frees_its_id(engine):
     for _ in range(2):  # the same id again once the first call ended
         assert len(await embed(engine, texts_of(2), request_id="reused")) == len(texts_of(2))
-    assert engine._slots.idle
+    assert engine.idle

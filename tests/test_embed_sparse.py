@@ -29,6 +29,7 @@ from tests.conftest import CLASSIFIER, DECODER_EMBEDDER, SPLADE
 from tests.fixtures.cross_encoder import POSITIONS
 from tests.fixtures.splade import build_splade
 from tests.helpers import details
+from tests.probe import probe
 
 TEXTS = ("Rivers flow into lakes and oceans.", "def add(a, b): return a + b",
          "The assistant answered the question politely.", "Mountains rise above the valleys; forests cover them.",
@@ -217,12 +218,12 @@ async def test_a_tenant_cancels_only_its_own_embed_sparse_and_the_access_log_nam
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
     engine = server["models"].sparse_embedder(SPLADE)
     gate = threading.Event()
-    engine._executor.submit(gate.wait, 30)  # the engine thread is busy: the request waits for its forward
+    probe(engine, lambda core: gate.wait(30))  # the engine thread is busy: the request waits for its forward
     try:
         call = tenant_stub.EmbedSparse(pb.EmbedSparseRequest(model=SPLADE, inputs=list(TEXTS), request_id="shared"),
                                        metadata=bearer("tok-alpha"))
         for _ in range(500):
-            if ("alpha", "shared") in engine._running:
+            if engine.holds("shared", "alpha"):
                 break
             await asyncio.sleep(0.01)
         refused = await tenant_stub.Cancel(pb.CancelRequest(request_id="shared"), metadata=bearer("tok-beta"))

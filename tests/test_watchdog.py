@@ -175,6 +175,28 @@ async def test_a_stalled_embedding_thread_answers_its_caller(fixture_models):
             release.set()
 
 
+async def test_a_dead_embedding_thread_answers_its_caller_and_refuses_the_next(fixture_models):
+    engine = EmbeddingEngine(fixture_models["qwen3"], name="embedder")
+    async with guarded_server(ModelSet([], [engine]), stall_timeout_s=0) as (channel, guard):
+        stub = pb_grpc.InferenceServiceStub(channel)
+
+        def dies(*args, **kwargs):
+            raise Fault()
+        engine.model._forward = dies
+        call = asyncio.create_task(read_embed(stub.Embed(pb.EmbedRequest(model="embedder", inputs=["fatal"]))))
+        await asyncio.wait([call], timeout=ANSWERED_S)
+        assert call.done()
+        assert_engine_dead(call.exception())
+        assert "died: Fault" in (await asyncio.wait_for(guard, ANSWERED_S))["embedder"]
+        assert not engine.ready
+        try:
+            await read_embed(stub.Embed(pb.EmbedRequest(model="embedder", inputs=["after"])))
+        except grpc.aio.AioRpcError as err:
+            assert err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND), err
+        else:
+            raise AssertionError("a dead embedding engine answered")
+
+
 async def read_embed(call):
     return [reply async for reply in call]
 

@@ -1,8 +1,9 @@
 """The embedding engine's asyncio facade.
 
-Invariants: all MLX work runs on one dedicated thread; request ids (``slots``) and cached
-results are scoped by tenant (results by its cache namespace); a stalled or dead job breaks the
-engine, failing waiters with ``EngineDead``.
+Invariants: all MLX work runs on the model's ``EngineThread`` (the one every model kind
+shares), reached only by controls; request ids (``slots``) and cached results are scoped by
+tenant (results by its cache namespace); a stalled or dead thread breaks the engine, failing
+waiters with ``EngineDead``.
 """
 
 from __future__ import annotations
@@ -11,15 +12,14 @@ import asyncio
 import contextlib
 import json
 import sys
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
-from typing import AsyncIterator
+from typing import Any, AsyncIterator, Callable, TypeVar
 
 from ..caches.objects import ObjectCache
 from ..description import ModelDescription
-from ..errors import EngineDead, InvalidRequest, NotReady, QueueFull, Unsupported
-from ..hardware.device import end_thread
-from ..liveness import Breaker, Heartbeat, Pending, fail, settle
+from ..errors import InvalidRequest, NotReady, QueueFull, Unsupported
+from ..liveness import Breaker
 from ..loading.tokenizer_files import folder_files
 from ..preparation import Preparation
 from ..requests import (
@@ -33,16 +33,22 @@ from ..requests import (
     SparseEmbedding,
 )
 from ..serving.admission import TenantStats
+from ..serving.protocol import Control
+from ..serving.thread import EngineThread
 from ..tenancy import Tenant
 from ..validation import Limits
 from .admission_pool import AdmissionClosed, AdmissionPool, AdmissionRejected
 from .batcher import Batcher
 from .checks import check_classify, check_embed, check_embed_sparse, check_rerank
 from .config import EmbeddingConfig
+from .core import EmbeddingCore, Forward
 from .kinds import describe_model, load_embedder
 from .pooling import EmbeddingModel, EmbeddingResult
 from .slots import Slots
 from .sparse import nonzero_weights
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def _cache_key(request: EmbeddingRequest, item: str | tuple[int, ...]) -> str:
@@ -66,24 +72,37 @@ class EmbeddingEngine:
         self.config = config
         self.name = name or Path(self.source).name.lower()
         self.limits = limits
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"engine-embed-{self.name}")
+        self._thread: EngineThread[EmbeddingModel, Any, EmbeddingCore] = EngineThread(
+            f"embed-{self.name}", self._load, EmbeddingCore)
         self._pool = AdmissionPool(config.max_active, config.max_queued, aging_s=config.priority_aging_s)
         self._model: EmbeddingModel | None = None
         self._slots = Slots(self.name)  # request ids for Cancel, tenants' requests in flight
-        self._running = self._slots.running
         self.preparation = Preparation.of(limits)  # a ModelSet shares one among its engines
-        self._heartbeat, self._pending, self._died = Heartbeat(), Pending(), ""
         self._batcher = Batcher(self._on_thread, config.batch_wait_s)  # requests in the pool share forwards
-        self.breaker = Breaker(lambda: self.name, self._fault, self._pending.fail_all)
+        self.breaker = Breaker(lambda: self.name, self._thread.fault, self._thread.give_up)
         # Vectors are immutable once made; keys hold the inputs, so they count too.
         self._results: ObjectCache[EmbeddingResult] = ObjectCache(
             max_entries=config.result_cache_entries, max_size=config.result_cache_bytes,
             size_of=lambda r: r.vector.nbytes, key_size=sys.getsizeof)
 
+    def _load(self) -> EmbeddingModel:
+        return load_embedder(Path(self.source), self.config.precision, self.config.force_precision)
+
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._model = await loop.run_in_executor(self._executor, load_embedder, Path(self.source),
-                                                 self.config.precision, self.config.force_precision)
+        self._model = await asyncio.wrap_future(self._thread.start())
+
+    def control(self, control: Control[EmbeddingCore, T]) -> Future[T]:
+        """``control.answer(core)`` on the engine thread, after the work queued before it."""
+        return self._thread.ask(control)
+
+    @property
+    def idle(self) -> bool:
+        """No request is open and no tenant counted."""
+        return self._slots.idle
+
+    def holds(self, request_id: str, tenant: str = "") -> bool:
+        """``tenant``'s request ``request_id`` is open here (what Cancel would find)."""
+        return self._slots.holds(request_id, tenant)
 
     @property
     def ready(self) -> bool:
@@ -117,9 +136,7 @@ class EmbeddingEngine:
 
     async def close(self) -> None:
         self._pool.close()
-        if not self.breaker.broken:
-            self._executor.submit(end_thread)  # queued last: the thread's streams go before it does
-        self._executor.shutdown(wait=not self.breaker.broken)  # queued jobs finish; a stuck one is left
+        await asyncio.to_thread(self._thread.stop)  # queued forwards finish first; a broken thread is left
 
     def describe(self) -> ModelDescription:
         return describe_model(self.model, self.name, self.source)
@@ -263,33 +280,10 @@ class EmbeddingEngine:
                                                                f"{model.max_length} tokens (truncate is off)")
         return ids
 
-    async def _on_thread(self, fn):
+    async def _on_thread(self, fn: Callable[[], R]) -> R:
         """``fn()`` run on the engine thread; EngineDead once the engine is broken."""
         self.breaker.refuse()
-        future = self._pending.track(Future())
-        self._executor.submit(self._job, future, fn)
-        return await asyncio.wrap_future(future)
-
-    def _job(self, future: Future, fn) -> None:
-        if future.done():  # failed by the breaker before it ran
-            return
-        self._heartbeat.beat()
-        try:
-            settle(future, fn)
-        except BaseException as exc:
-            self._died = type(exc).__name__
-            fail(future, EngineDead(f"the embedding thread died ({self._died})"))
-            raise
-        finally:
-            self._heartbeat.rest()
-
-    def _fault(self, stall_timeout_s: float) -> str:
-        if self._died:
-            return f"its engine thread died: {self._died}"
-        stalled = self._heartbeat.stalled_for()
-        if 0 < stall_timeout_s < stalled:
-            return f"its engine thread made no progress for {stalled:.1f}s with work pending"
-        return ""
+        return await asyncio.wrap_future(self._thread.ask(Forward(fn)))
 
     def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
         return self.model.tokenize(text, add_special_tokens)

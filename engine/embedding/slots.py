@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-
 from typing import Iterator
 
 from ..errors import DuplicateRequestId, RequestCancelled, echo
@@ -46,6 +45,9 @@ class Slots:
     def idle(self) -> bool:
         """No request is held and no tenant counted."""
         return not self.running and not any(t.in_flight for t in self.tenants.snapshot())
+
+    def holds(self, request_id: str, tenant: str = "") -> bool:
+        return (tenant, request_id) in self.running
 
     def cancel(self, request_id: str, tenant: str = "") -> bool:
         slot = (tenant, request_id)

@@ -27,6 +27,7 @@ from ..memory.plan import MemoryPlan
 from ..memory.planner import PlanMemory, Planner
 from ..preparation import Preparation
 from ..requests import FormatKind, GenerationRequest, ResponseFormat
+from ..serving.admission import Tenants
 from ..serving.protocol import Control
 from ..serving.thread import EngineThread
 from ..tenancy import Tenant
@@ -37,7 +38,6 @@ from .chat.tools import ToolSet
 from .config import GenerationConfig
 from .factory import check_media, check_speculation, make_sequence, prediction_ids
 from .grammar.formats import check_format, field_name
-from ..serving.admission import Tenants
 from .loaded import Loaded, load_engine
 from .model_info import describe_generation, speculation_facts
 from .prefix_control import PrefixControl

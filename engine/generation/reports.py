@@ -10,13 +10,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .grammar.constraint import GrammarStats
 from ..serving.admission import TenantStats
+from .grammar.constraint import GrammarStats
 from .scheduling.scheduler import SchedulerStats, Stats
 
 if TYPE_CHECKING:
-    from ..serving.thread import EngineThread
     from ..serving.admission import Tenants
+    from ..serving.thread import EngineThread
     from .loaded import Loaded
     from .scheduling.scheduler import Scheduler
     from .sequence.state import SequenceState

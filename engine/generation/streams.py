@@ -10,8 +10,8 @@ from typing import Callable
 
 from ..errors import DuplicateRequestId
 from ..events import Delta, Event, Finished, FinishReason, Started, Timings, Usage
-from ..tenancy import ANONYMOUS, Tenant
 from ..serving.admission import Tenants
+from ..tenancy import ANONYMOUS, Tenant
 
 
 class Stream:
