@@ -26,13 +26,13 @@ import asyncio
 import time
 from pathlib import Path
 
-import engine  # noqa: F401  - BLAS before mlx
 import mlx.core as mx
 
-from engine.generation.config import GenerationConfig, SchedulerConfig
-from engine.generation.engine import GenerationEngine
-from engine.requests import GenerationRequest, StopOptions, TextPrompt
+import engine  # noqa: F401  - BLAS before mlx
 from engine.events import Delta
+from engine.generation.config import GenerationConfig, SchedulerConfig
+from engine.generation.frontend.engine import GenerationEngine
+from engine.requests import GenerationRequest, StopOptions, TextPrompt
 
 from .common import Sample, default_model, machine_facts, prepare_f32, ratio, stream_prompt
 
@@ -100,7 +100,7 @@ def step_times(model_dir: Path, dirs: list[Path], steps: int) -> dict[str, Sampl
     from mlx_lm.models.cache import make_prompt_cache
 
     from engine.adapters.bank import AdapterBank
-    from engine.generation.decode.batch import Batch
+    from engine.generation.core.decode.batch import Batch
 
     model, _ = mlx_lm.load(str(model_dir))
     bank = AdapterBank(model, "bench")

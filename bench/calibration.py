@@ -24,7 +24,7 @@ from .common import default_model, machine_facts
 async def trial(source: str, tokens: int) -> tuple[float, float, list[float]]:
     """(predicted tok/s, median measured tok/s, the three measured rates)."""
     from engine.events import Finished
-    from engine.generation.engine import GenerationEngine
+    from engine.generation.frontend.engine import GenerationEngine
     from engine.requests import GenerationRequest, StopOptions, TextPrompt
 
     model = GenerationEngine(source, name="calibrated")

@@ -39,12 +39,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import engine  # noqa: F401  - BLAS before mlx
 import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten
+
+import engine  # noqa: F401  - BLAS before mlx
 
 from .run import log
 
@@ -78,9 +79,15 @@ async def answers(model_dir: Path, chats: list[list[dict]], tokens: int,
     at ``temperature`` (chat ``i`` seeded ``i``)."""
     from engine.events import Delta
     from engine.generation.config import GenerationConfig, SchedulerConfig
-    from engine.generation.engine import GenerationEngine
-    from engine.requests import (GenerationRequest, SamplingOptions, SpeculationMode, SpeculationOptions, StopOptions,
-                                 TokenPrompt)
+    from engine.generation.frontend.engine import GenerationEngine
+    from engine.requests import (
+        GenerationRequest,
+        SamplingOptions,
+        SpeculationMode,
+        SpeculationOptions,
+        StopOptions,
+        TokenPrompt,
+    )
 
     eng = GenerationEngine(str(model_dir), name="teacher", config=GenerationConfig(
         dtype="float32", scheduler=SchedulerConfig(max_active=16)))
@@ -107,7 +114,7 @@ def tap_features(model: nn.Module, seqs: list[list[int]], layers: tuple[int, ...
                  ) -> list[tuple[mx.array, list[int]]]:
     """Per sequence: the tapped layers' outputs joined [T, len(layers) * H] (float16), and
     the target's greedy choice after each position (the labels: what it would generate)."""
-    from engine.generation.speculation.taps import Taps
+    from engine.generation.core.speculation.taps import Taps
 
     taps = Taps(model, layers)
     out = []
@@ -183,9 +190,9 @@ def collate(batch, t2d: dict[int, int]):
 def train(model_dir: Path, out_dir: Path, *, n_prompts: int, tokens: int, minutes: float, draft_vocab: int,
           n_docs: int = 600, seed: int = 0) -> dict:
     from mlx_lm import load
-
-    from engine.generation.speculation.heads import Eagle3Head
     from mlx_lm.models import llama
+
+    from engine.generation.core.speculation.heads import Eagle3Head
 
     rng = random.Random(seed)
     started = time.perf_counter()

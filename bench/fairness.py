@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import random
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -155,7 +155,7 @@ async def measure(args, model_dir: Path, log_dir: Path, report: Report) -> None:
     max_queued = args.max_queued if args.max_queued >= 0 else args.flood + 16
     if args.inproc:
         from engine.generation.config import GenerationConfig, SchedulerConfig
-        from engine.generation.engine import GenerationEngine
+        from engine.generation.frontend.engine import GenerationEngine
 
         server = GenerationEngine(str(model_dir), name="bench", config=GenerationConfig(
             scheduler=SchedulerConfig(max_active=args.max_active, max_queued=max_queued)))

@@ -9,17 +9,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import engine  # noqa: F401  - BLAS before mlx
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from engine.generation.config import GenerationConfig, SpeculationConfig
-from engine.generation.engine import GenerationEngine
-from engine.loading.model import LoadedModel
-from engine.requests import SpeculationMode, GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
+import engine  # noqa: F401  - BLAS before mlx
 from engine.events import Delta, Finished, Started
-from engine.generation.config import SchedulerConfig
-
+from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
+from engine.generation.frontend.engine import GenerationEngine
+from engine.loading.model import LoadedModel
+from engine.requests import GenerationRequest, SamplingOptions, SpeculationMode, StopOptions, TextPrompt, TokenPrompt
 
 # -- physical limit ------------------------------------------------------------------------
 

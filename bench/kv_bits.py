@@ -28,7 +28,7 @@ from .report import Report, Row
 
 async def _engine(model: Path, bits: int, memory_limit: int | None = None):
     from engine.generation.config import GenerationConfig, SchedulerConfig
-    from engine.generation.engine import GenerationEngine
+    from engine.generation.frontend.engine import GenerationEngine
 
     config = GenerationConfig(memory_limit_bytes=memory_limit, memory_reserve_bytes=0 if memory_limit else None,
                               scheduler=SchedulerConfig(kv_bits=bits, prefix_cache_bytes=0))

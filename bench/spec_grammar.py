@@ -13,9 +13,19 @@ import tempfile
 from pathlib import Path
 
 from engine.generation.config import GenerationConfig
-from engine.generation.engine import GenerationEngine
-from engine.requests import (ChatMessage, ChatPrompt, FormatKind, GenerationRequest, ResponseFormat, SpeculationMode,
-                             SpeculationOptions, StopOptions, TokenPrompt, ToolChoiceMode)
+from engine.generation.frontend.engine import GenerationEngine
+from engine.requests import (
+    ChatMessage,
+    ChatPrompt,
+    FormatKind,
+    GenerationRequest,
+    ResponseFormat,
+    SpeculationMode,
+    SpeculationOptions,
+    StopOptions,
+    TokenPrompt,
+    ToolChoiceMode,
+)
 from tests.structured_prompts import EXTRACTIONS
 
 from .common import ratio

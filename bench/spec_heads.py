@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from engine.generation.config import GenerationConfig, SchedulerConfig
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.requests import GenerationRequest, SpeculationMode, SpeculationOptions, StopOptions, TokenPrompt
 
 from .common import ratio

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.requests import GenerationRequest, Prediction, SpeculationMode, SpeculationOptions, StopOptions, TokenPrompt
 
 from .common import ratio

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from engine.events import Delta, Finished, Usage
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.requests import GenerationRequest
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import engine  # noqa: F401  - BLAS before mlx
 from engine.generation.config import GenerationConfig, SchedulerConfig
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.requests import GenerationRequest, SpeculationMode, SpeculationOptions, StopOptions, TokenPrompt
 
 from .common import Sample, default_model, machine_facts, prepare_f32, ratio

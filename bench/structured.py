@@ -31,13 +31,13 @@ import json
 import sys
 import time
 
-import engine  # noqa: F401  - BLAS before mlx
 import mlx.core as mx
 import numpy as np
 
+import engine  # noqa: F401  - BLAS before mlx
 from engine.events import Delta, Finished
 from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.generation.grammar.compiler import Grammars, grammar_tokenizer
 from engine.generation.grammar.masks import SiteMasks
 from engine.requests import FormatKind, GenerationRequest, ResponseFormat, SpeculationMode, StopOptions, TokenPrompt

@@ -32,12 +32,19 @@ import time
 from pathlib import Path
 
 import engine  # noqa: F401  - BLAS before mlx
-
 from engine.events import Delta, Finished
 from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
-from engine.generation.engine import GenerationEngine
-from engine.requests import (ChatMessage, ChatPrompt, GenerationRequest, SamplingOptions, StopOptions, Tool,
-                             SpeculationMode, ToolChoiceMode)
+from engine.generation.frontend.engine import GenerationEngine
+from engine.requests import (
+    ChatMessage,
+    ChatPrompt,
+    GenerationRequest,
+    SamplingOptions,
+    SpeculationMode,
+    StopOptions,
+    Tool,
+    ToolChoiceMode,
+)
 
 from .common import Sample, machine_facts, ratio
 from .report import Report, Row

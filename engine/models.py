@@ -8,7 +8,7 @@ from typing import Union
 from .description import ModelDescription
 from .embedding.engine import EmbeddingEngine
 from .errors import ModelNotFound, NotReady, Unsupported
-from .generation.engine import GenerationEngine
+from .generation.frontend.engine import GenerationEngine
 from .preparation import Preparation
 from .validation import Limits
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from engine.embedding.config import EmbeddingConfig
 from engine.embedding.engine import EmbeddingEngine
 from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.generation.grammar.formats import GrammarLimits
 from engine.loading.embedded import default_embedding_model, default_generation_model
 from engine.loading.model import default_name

@@ -10,11 +10,11 @@ import dataclasses
 import importlib.util
 from pathlib import Path
 
-import engine  # noqa: F401 - first: loads the optimized BLAS before anything imports mlx
 import grpc
 import pytest
 import pytest_asyncio
 
+import engine  # noqa: F401 - first: loads the optimized BLAS before anything imports mlx
 from tests.fixtures.models import build_all
 from tests.oracle import ORACLE_PROMPTS, first_step_logprobs, greedy_reference
 
@@ -140,13 +140,14 @@ async def server(fixture_models, chat_models, classifier_models, splade_model, o
     the reranker and the classifiers, the embedded SmolLM2 and MiniLM when installed. Small prefill chunks and tick
     budgets so short prompts exercise chunked prefill and mixed ticks. Its adapter
     root is the session's temporary directory (the fixture adapters lie under it)."""
-    from engine.loading.embedded import default_embedding_model, default_generation_model
+    from grpc_health.v1 import health
+
     from engine.embedding.engine import EmbeddingEngine
     from engine.generation.config import GenerationConfig, SchedulerConfig
-    from engine.generation.engine import GenerationEngine
+    from engine.generation.frontend.engine import GenerationEngine
+    from engine.loading.embedded import default_embedding_model, default_generation_model
     from engine.models import ModelSet
     from service.server import ServerOptions, create_server, set_health
-    from grpc_health.v1 import health
 
     config = GenerationConfig(scheduler=SchedulerConfig(max_active=8, max_queued=16, prefill_chunk=8,
                                                         tick_tokens=24, min_prefill_tokens=4,
@@ -212,7 +213,7 @@ async def adapter_server(fixture_models, fixture_adapters, adapter_oracle, tmp_p
     and whose lfm2 starts with "hybrid"; with Prometheus metrics. Its adapter root is
     the session's temporary directory, as the session server's."""
     from engine.generation.config import GenerationConfig, SchedulerConfig
-    from engine.generation.engine import GenerationEngine
+    from engine.generation.frontend.engine import GenerationEngine
     from engine.models import ModelSet
     from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
     from service.metrics import Metrics

@@ -73,7 +73,7 @@ def served_greedy(model_dir: Path, name: str, prompts: list[list[int]], tokens: 
 
     from engine.events import Delta
     from engine.generation.config import GenerationConfig
-    from engine.generation.engine import GenerationEngine
+    from engine.generation.frontend.engine import GenerationEngine
     from engine.requests import GenerationRequest, SamplingOptions, StopOptions, TokenPrompt
 
     async def run() -> list[list[int]]:

@@ -13,7 +13,7 @@ import pytest_asyncio
 
 from engine.events import Started
 from engine.generation.config import GenerationConfig, SchedulerConfig
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.generation.grammar.formats import GrammarLimits
 from engine.requests import GenerationRequest, StopOptions, TextPrompt
 from engine.tenancy import Tenant

@@ -45,7 +45,7 @@ class Counted:
 @pytest_asyncio.fixture(scope="module")
 async def guarded(fixture_models, fixture_adapters, adapter_oracle, tmp_path_factory):
     from engine.generation.config import GenerationConfig, SchedulerConfig
-    from engine.generation.engine import GenerationEngine
+    from engine.generation.frontend.engine import GenerationEngine
     from engine.models import ModelSet
     from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
     from service.server import ServerOptions, create_server

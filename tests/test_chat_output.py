@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.generation.chat.output import OutputSplitter
-from engine.generation.chat.syntax import ChatSyntax, Marker
-from engine.generation.chat.tools import tool_set
+from engine.generation.frontend.chat.output import OutputSplitter
+from engine.generation.frontend.chat.syntax import ChatSyntax, Marker
+from engine.generation.frontend.chat.tools import tool_set
 from engine.requests import ChatMessage, ChatPrompt, Tool
 
 WEATHER = json.dumps({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},

@@ -15,14 +15,25 @@ import pytest
 import pytest_asyncio
 
 from engine.errors import DoesNotFit, InvalidRequest, TenantLimit
-from engine.generation.refusals import check_queue_room
 from engine.events import Delta, Finished, FinishReason, PromptLogprobs, Started
 from engine.generation.config import GenerationConfig, SchedulerConfig
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
+from engine.generation.frontend.refusals import check_queue_room
 from engine.memory.budget import MemoryBudget
 from engine.memory.facts import facts_from_model
-from engine.requests import (ChatMessage, ChatPrompt, FormatKind, GenerationRequest, ResponseFormat,
-                             SamplingOptions, StopOptions, TextPrompt, TokenPrompt, Tool, ToolChoiceMode)
+from engine.requests import (
+    ChatMessage,
+    ChatPrompt,
+    FormatKind,
+    GenerationRequest,
+    ResponseFormat,
+    SamplingOptions,
+    StopOptions,
+    TextPrompt,
+    TokenPrompt,
+    Tool,
+    ToolChoiceMode,
+)
 from engine.tenancy import Tenant
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from engine.generation.sequence.delivery import MAX_PENDING, IncrementalDetokenizer
+from engine.generation.core.sequence.delivery import MAX_PENDING, IncrementalDetokenizer
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,16 @@ import pytest_asyncio
 
 from engine.events import Delta, Finished
 from engine.generation.config import GenerationConfig, SpeculationConfig
-from engine.generation.engine import GenerationEngine
-from engine.generation.speculation.heads import HeadMismatch
-from engine.requests import (GenerationRequest, SamplingOptions, SpeculationMode, SpeculationOptions, StopOptions,
-                             TextPrompt)
+from engine.generation.core.speculation.heads import HeadMismatch
+from engine.generation.frontend.engine import GenerationEngine
+from engine.requests import (
+    GenerationRequest,
+    SamplingOptions,
+    SpeculationMode,
+    SpeculationOptions,
+    StopOptions,
+    TextPrompt,
+)
 from service.convert import model_info
 from tests.fixtures.draft_heads import build_eagle3, build_mimo
 from tests.oracle import ORACLE_PROMPTS

@@ -13,7 +13,7 @@ import mlx_lm
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from engine.generation.decode.batch import Batch
+from engine.generation.core.decode.batch import Batch
 from engine.loading.traits import can_roll_back
 
 PROMPTS = [[5, 17, 42, 99, 7, 300, 12, 8, 64, 140, 141, 142, 143, 144, 145, 146, 147, 148, 149, 150],

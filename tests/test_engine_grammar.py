@@ -15,16 +15,15 @@ from llguidance.numpy import apply_token_bitmask_inplace
 from tokenizers import Tokenizer
 
 from engine.errors import InvalidRequest
-from engine.events import Delta, FinishReason, Finished
-from engine.generation.sequence.delivery import Delivery
-from engine.generation.sequence.delivery import IncrementalDetokenizer
+from engine.events import Delta, Finished, FinishReason
+from engine.generation.core.sampling.sampler import SamplingState, choose
+from engine.generation.core.sequence.delivery import Delivery, IncrementalDetokenizer
+from engine.generation.core.sequence.state import SequenceState
+from engine.generation.core.sequence.stopping import StopStringMatcher, TokenStopRule
+from engine.generation.grammar import masks as masks_module
 from engine.generation.grammar.compiler import Grammars, grammar_tokenizer
 from engine.generation.grammar.formats import GrammarLimits
-from engine.generation.grammar import masks as masks_module
 from engine.generation.grammar.masks import SiteMasks, bias, site_masks
-from engine.generation.sampling.sampler import SamplingState, choose
-from engine.generation.sequence.state import SequenceState
-from engine.generation.sequence.stopping import StopStringMatcher, TokenStopRule
 from engine.requests import FormatKind, ResponseFormat, SamplingOptions
 
 V = 640  # the fixture vocabulary

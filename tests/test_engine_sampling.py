@@ -11,7 +11,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from engine.generation.sampling.sampler import SamplingState, _mask, choose, draw_uniform
+from engine.generation.core.sampling.sampler import SamplingState, _mask, choose, draw_uniform
 from engine.requests import SamplingOptions
 
 V = 300

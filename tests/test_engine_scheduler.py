@@ -9,14 +9,13 @@ import time
 import mlx_lm
 import pytest
 
-from engine.events import Delta, FinishReason, Finished, Started
+from engine.events import Delta, Finished, FinishReason, Started
 from engine.generation.config import SchedulerConfig
-from engine.generation.sequence.delivery import Delivery
-from engine.generation.sequence.delivery import IncrementalDetokenizer
-from engine.generation.sampling.sampler import SamplingState
-from engine.generation.scheduling.scheduler import Scheduler
-from engine.generation.sequence.state import SequenceState, Status
-from engine.generation.sequence.stopping import StopStringMatcher, TokenStopRule
+from engine.generation.core.sampling.sampler import SamplingState
+from engine.generation.core.scheduling.scheduler import Scheduler
+from engine.generation.core.sequence.delivery import Delivery, IncrementalDetokenizer
+from engine.generation.core.sequence.state import SequenceState, Status
+from engine.generation.core.sequence.stopping import StopStringMatcher, TokenStopRule
 from engine.memory.budget import MemoryBudget
 from engine.memory.facts import facts_from_model
 from engine.requests import SamplingOptions

@@ -10,12 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from engine.events import Delta, FinishReason, Finished, Started
-from engine.generation.sequence.delivery import Delivery
-from engine.generation.sequence.delivery import IncrementalDetokenizer
-from engine.generation.sampling.sampler import SamplingState
-from engine.generation.sequence.state import SequenceState, Status
-from engine.generation.sequence.stopping import StopStringMatcher, TokenStopRule
+from engine.events import Delta, Finished, FinishReason, Started
+from engine.generation.core.sampling.sampler import SamplingState
+from engine.generation.core.sequence.delivery import Delivery, IncrementalDetokenizer
+from engine.generation.core.sequence.state import SequenceState, Status
+from engine.generation.core.sequence.stopping import StopStringMatcher, TokenStopRule
 from engine.requests import SamplingOptions
 
 EOS = 0

@@ -10,7 +10,7 @@ import pytest
 
 from engine.events import FinishReason, Started
 from engine.generation.config import SchedulerConfig
-from engine.generation.scheduling.scheduler import Scheduler
+from engine.generation.core.scheduling.scheduler import Scheduler
 from engine.memory.budget import MemoryBudget
 from engine.tenancy import Tenant
 from tests.oracle import ORACLE_PROMPTS, ORACLE_TOKENS

@@ -12,9 +12,17 @@ import pytest_asyncio
 
 from engine.events import Delta, Finished
 from engine.generation.config import GenerationConfig, SpeculationConfig
-from engine.generation.engine import GenerationEngine
-from engine.requests import (FormatKind, GenerationRequest, ResponseFormat, SamplingOptions, SpeculationMode,
-                             SpeculationOptions, StopOptions, TextPrompt)
+from engine.generation.frontend.engine import GenerationEngine
+from engine.requests import (
+    FormatKind,
+    GenerationRequest,
+    ResponseFormat,
+    SamplingOptions,
+    SpeculationMode,
+    SpeculationOptions,
+    StopOptions,
+    TextPrompt,
+)
 from tests.structured_prompts import EXTRACTIONS
 
 SCHEMAS = [schema for schema, _ in EXTRACTIONS[::5]]  # one of each kind

@@ -16,7 +16,7 @@ from engine.caches.quantized_kv import BatchQuantizedKVCache, QuantizedRowCache,
 from engine.errors import UnsupportedModel
 from engine.events import Finished, Started
 from engine.generation.config import GenerationConfig, SchedulerConfig
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.requests import GenerationRequest, StopOptions, TokenPrompt
 
 needs_kernels = pytest.mark.skipif(not kernels.enabled(), reason="the CPU kernels are off or not built")

@@ -13,7 +13,7 @@ import pytest
 from engine import kernels
 from engine.adapters.bank import AdapterBank
 from engine.adapters.layers import Adapted
-from engine.generation.prefill.interrupt import Checkpointed, LayerCheckpoints
+from engine.generation.core.prefill.interrupt import Checkpointed, LayerCheckpoints
 from engine.kernels.modules import KernelLinear
 from engine.layering import install, layers_of, only_kernels, uninstall
 from engine.loading.model import load_generation_model

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.embedding.engine import EmbeddingEngine
-from engine.generation.engine import GenerationConfig, GenerationEngine
-from engine.generation.scheduling.scheduler import SchedulerConfig
+from engine.generation.core.scheduling.scheduler import SchedulerConfig
+from engine.generation.frontend.engine import GenerationConfig, GenerationEngine
 from engine.models import ModelSet
 from engine.validation import Limits
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb

@@ -8,7 +8,7 @@ import asyncio
 import grpc
 import pytest
 
-from engine.generation.scheduling.throughput import TokenRate
+from engine.generation.core.scheduling.throughput import TokenRate
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from tests.conftest import FIXTURE_KINDS
 from tests.helpers import generate, request

@@ -12,12 +12,11 @@ import pytest
 
 from engine.errors import DoesNotFit
 from engine.events import Finished, Started
-from engine.generation.config import GenerationConfig
-from engine.generation.engine import GenerationEngine
+from engine.generation.config import GenerationConfig, SchedulerConfig
+from engine.generation.frontend.engine import GenerationEngine
 from engine.memory.budget import MemoryBudget
 from engine.memory.facts import facts_from_model
 from engine.requests import GenerationRequest, StopOptions, TokenPrompt
-from engine.generation.config import SchedulerConfig
 from service.status import to_status
 
 CHUNK = 8

@@ -11,7 +11,7 @@ import random
 import grpc
 import pytest
 
-from engine.generation.speculation.prediction import PredictionDrafts
+from engine.generation.core.speculation.prediction import PredictionDrafts
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from tests.helpers import details, generate, request

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.generation.prefill.steps import PrefillStep, StepKind, next_prefill_step
+from engine.generation.core.prefill.steps import PrefillStep, StepKind, next_prefill_step
 
 
 def plan_prefill(length: int, chunk_size: int, tail_split: bool, snapshot_at: int | None = None,

@@ -17,10 +17,10 @@ from engine.caches.disk import DiskTier
 from engine.caches.disk_format import SUFFIX, from_host, to_host
 from engine.caches.prefix import PrefixCache
 from engine.caches.sessions import Sessions
+from engine.caches.tier import Tier
 from engine.events import Finished, Started
 from engine.generation.config import GenerationConfig, SchedulerConfig
-from engine.generation.engine import GenerationEngine
-from engine.caches.tier import Tier
+from engine.generation.frontend.engine import GenerationEngine
 from engine.requests import GenerationRequest, StopOptions, TokenPrompt
 
 PROMPT = tuple(range(40, 40 + 300))  # long enough for several prefill chunks

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.models import ModelSet
 from engine.preparation import Preparation, PreparationFull
 from engine.requests import GenerationRequest, StopOptions, TextPrompt

@@ -14,7 +14,7 @@ from smg_grpc_proto import vllm_engine_pb2 as vllm_pb
 from smg_grpc_proto import vllm_engine_pb2_grpc as vllm_grpc
 
 from engine.generation.config import GenerationConfig, SchedulerConfig
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.models import ModelSet
 from service.bearer_tokens import load_table
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb

@@ -108,7 +108,7 @@ async def test_a_row_whose_prefill_fails_ends_alone(stub, server, caplog):
                "Keels groan"]
     await patch_started(engine, "prefill-0", lambda seq: setattr(seq, "tokens", _FaultyTokens(seq.tokens)))
     reqs = [request(p, max_tokens=10, request_id=f"prefill-{i}") for i, p in enumerate(prompts)]
-    with caplog.at_level(logging.ERROR, logger="engine.generation.prefill.prefiller"):
+    with caplog.at_level(logging.ERROR, logger="engine.generation.core.prefill.prefiller"):
         async with held(engine):  # the faulty one first: it leads the shared forward of short prompts
             tasks = await submit_in_order(stub, engine, reqs)
         results = await asyncio.gather(*tasks, return_exceptions=True)

@@ -14,11 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.generation.sampling import dry, mirostat, truncation
-from engine.generation.sampling.sampler import SamplingState, choose, draw_uniform, xtc_uniform
-from engine.generation.sampling.words import SamplingTokens, banned
-from engine.requests import (DryOptions, DynamicTemperature, MirostatOptions, SamplerOrder, SamplingOptions,
-                             XtcOptions)
+from engine.generation.core.sampling import dry, mirostat, truncation
+from engine.generation.core.sampling.sampler import SamplingState, choose, draw_uniform, xtc_uniform
+from engine.generation.core.sampling.words import SamplingTokens, banned
+from engine.requests import DryOptions, DynamicTemperature, MirostatOptions, SamplerOrder, SamplingOptions, XtcOptions
 from tests import llama_samplers as ref
 
 V = 96

@@ -8,8 +8,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from engine.generation.engine import GenerationConfig, GenerationEngine
-from engine.generation.scheduling.scheduler import SchedulerConfig
+from engine.generation.core.scheduling.scheduler import SchedulerConfig
+from engine.generation.frontend.engine import GenerationConfig, GenerationEngine
 from engine.models import ModelSet
 from engine.validation import BYTES_PER_TOKEN, Limits
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb

@@ -14,10 +14,10 @@ import grpc
 import pytest
 
 from engine.generation.config import GenerationConfig
-from engine.generation.engine import GenerationEngine
-from engine.generation.speculation.draft import DraftMismatch
-from engine.generation.speculation.ngram import NgramIndex
-from engine.generation.speculation.policy import Acceptance, step_allowance
+from engine.generation.core.speculation.draft import DraftMismatch
+from engine.generation.core.speculation.ngram import NgramIndex
+from engine.generation.core.speculation.policy import Acceptance, step_allowance
+from engine.generation.frontend.engine import GenerationEngine
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from tests.conftest import HAS_SMOLLM, SELF_DRAFTED, SMOLLM

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from engine.embedding.engine import EmbeddingEngine
-from engine.generation.engine import GenerationConfig, GenerationEngine
-from engine.generation.scheduling.scheduler import SchedulerConfig
+from engine.generation.core.scheduling.scheduler import SchedulerConfig
+from engine.generation.frontend.engine import GenerationConfig, GenerationEngine
 from engine.models import ModelSet
 from engine.validation import Limits
 from service.bearer_tokens import load_table

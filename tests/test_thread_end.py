@@ -12,12 +12,11 @@ import pytest
 
 import engine.adapters.reads as reads
 import engine.caches.disk as disk
-import engine.embedding.engine as embedding
 import engine.serving.thread as worker
 from engine.embedding.engine import EmbeddingEngine
 from engine.events import Finished
 from engine.generation.config import GenerationConfig, SchedulerConfig
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.hardware.device import end_thread
 from engine.requests import EmbeddingRequest, GenerationRequest, StopOptions, TokenPrompt
 
@@ -31,7 +30,7 @@ def ended(monkeypatch) -> list[str]:
         names.append(threading.current_thread().name)
         end_thread()
 
-    for module in (worker, disk, embedding, reads):
+    for module in (worker, disk, reads):  # every engine thread, embeddings' too, is serving.thread's
         monkeypatch.setattr(module, "end_thread", recording)
     return names
 

@@ -18,10 +18,10 @@ from llguidance import LLMatcher
 from mlx_lm.tokenizer_utils import load as load_tokenizer
 
 from engine.errors import InvalidRequest
-from engine.generation.chat.choice import banned_tokens, enforceable, none_grammar, tool_grammar
-from engine.generation.chat.output import OutputSplitter
-from engine.generation.chat.syntax import ChatSyntax, Marker, chat_syntax
-from engine.generation.chat.tools import tool_set
+from engine.generation.frontend.chat.choice import banned_tokens, enforceable, none_grammar, tool_grammar
+from engine.generation.frontend.chat.output import OutputSplitter
+from engine.generation.frontend.chat.syntax import ChatSyntax, Marker, chat_syntax
+from engine.generation.frontend.chat.tools import tool_set
 from engine.generation.grammar.compiler import grammar_tokenizer
 from engine.requests import ChatMessage, ChatPrompt, Tool, ToolChoiceMode
 

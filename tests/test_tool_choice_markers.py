@@ -13,9 +13,18 @@ import pytest
 
 from engine.errors import InvalidRequest
 from engine.events import Delta, Finished, FinishReason
-from engine.generation.engine import GenerationEngine
-from engine.requests import (ChatMessage, ChatPrompt, FormatKind, GenerationRequest, ResponseFormat,
-                             SamplingOptions, StopOptions, Tool, ToolChoiceMode)
+from engine.generation.frontend.engine import GenerationEngine
+from engine.requests import (
+    ChatMessage,
+    ChatPrompt,
+    FormatKind,
+    GenerationRequest,
+    ResponseFormat,
+    SamplingOptions,
+    StopOptions,
+    Tool,
+    ToolChoiceMode,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

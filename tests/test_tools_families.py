@@ -11,12 +11,20 @@ import jsonschema
 import pytest
 
 from engine.events import Delta, Finished, FinishReason
-from engine.generation.chat.output import OutputSplitter
-from engine.generation.chat.syntax import chat_syntax
-from engine.generation.chat.tools import tool_set
-from engine.generation.engine import GenerationEngine
-from engine.requests import (ChatMessage, ChatPrompt, GenerationRequest, SamplingOptions, StopOptions, Tool,
-                             ToolCall, ToolChoiceMode)
+from engine.generation.frontend.chat.output import OutputSplitter
+from engine.generation.frontend.chat.syntax import chat_syntax
+from engine.generation.frontend.chat.tools import tool_set
+from engine.generation.frontend.engine import GenerationEngine
+from engine.requests import (
+    ChatMessage,
+    ChatPrompt,
+    GenerationRequest,
+    SamplingOptions,
+    StopOptions,
+    Tool,
+    ToolCall,
+    ToolChoiceMode,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from engine.generation.config import GenerationConfig, SchedulerConfig
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.models import ModelSet
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
@@ -21,8 +21,14 @@ from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from tests.fixtures.vision_models import build_llava
 from tests.helpers import generate
 from tests.test_ops_security import extra_server
-from tests.vision_helpers import (GRADIENT, assert_plan_counts_checkpoint_once, image_chat, image_part, matches,
-                                  vlm_reference)
+from tests.vision_helpers import (
+    GRADIENT,
+    assert_plan_counts_checkpoint_once,
+    image_chat,
+    image_part,
+    matches,
+    vlm_reference,
+)
 
 MAX_TOKENS = 16
 QUESTION = "What is in the picture?"

@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 
 from engine.generation.config import GenerationConfig, SchedulerConfig
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.models import ModelSet
 from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 from tests.fixtures.vision_models import IMAGE_SIZE, build_llava
@@ -98,8 +98,9 @@ async def test_each_model_encodes_its_own_and_zero_bytes_turns_the_cache_off(ser
 
 @pytest.fixture(scope="module")
 def tower(llava_dir):
-    from engine.vision.model import load_vision_model
     import json
+
+    from engine.vision.model import load_vision_model
 
     return load_vision_model(llava_dir, json.loads((llava_dir / "config.json").read_text()))[2]
 

@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 
 from engine.generation.config import GenerationConfig
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.models import ModelSet
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
@@ -27,8 +27,19 @@ from service.gen.mlxgrpc.v1 import model_pb2 as model_pb
 from tests.fixtures.vision_models import FAKE, GLOBAL_IMG, IMAGE_TOKEN, SMOL_TILE_TOKENS, build_smolvlm
 from tests.helpers import generate
 from tests.test_ops_security import extra_server
-from tests.vision_helpers import (GRADIENT, assert_plan_counts_checkpoint_once, case_chat, case_references, encoded,
-                                  image_chat, image_part, matches, vision_server, vlm_chat_reference, vlm_reference)
+from tests.vision_helpers import (
+    GRADIENT,
+    assert_plan_counts_checkpoint_once,
+    case_chat,
+    case_references,
+    encoded,
+    image_chat,
+    image_part,
+    matches,
+    vision_server,
+    vlm_chat_reference,
+    vlm_reference,
+)
 
 MAX_TOKENS = 12
 # tiles (a 2 x 2 grid, 1 x 2, or the grid of a small square) plus the global view

@@ -16,7 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from engine.embedding.engine import EmbeddingEngine
 from engine.generation.config import GenerationConfig, SchedulerConfig
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.models import ModelSet
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc

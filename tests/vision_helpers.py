@@ -122,7 +122,7 @@ async def vision_server(model_dir: Path, name: str, *others: tuple[Path, str], *
     import grpc
 
     from engine.generation.config import GenerationConfig, SchedulerConfig
-    from engine.generation.engine import GenerationEngine
+    from engine.generation.frontend.engine import GenerationEngine
     from engine.models import ModelSet
     from service.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
     from tests.test_ops_security import extra_server

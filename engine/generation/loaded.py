@@ -13,12 +13,12 @@ from ..memory.budget import MemoryBudget
 from ..memory.calibration import DecodeCalibration, calibrate_decode
 from ..memory.facts import ModelMemoryFacts
 from ..memory.served import served_facts, with_served_draft, with_served_head
-from .chat.syntax import ChatSyntax, chat_syntax
 from .config import GenerationConfig
+from .core.speculation.draft import check_draft
+from .core.speculation.heads import DraftHead, load_head
+from .frontend.chat.syntax import ChatSyntax, chat_syntax
+from .frontend.prompts import PromptEncoder
 from .grammar.compiler import Grammars, grammar_tokenizer
-from .prompts import PromptEncoder
-from .speculation.draft import check_draft
-from .speculation.heads import DraftHead, load_head
 
 
 @dataclass(frozen=True)

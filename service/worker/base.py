@@ -15,7 +15,7 @@ from types import ModuleType
 import grpc
 
 from engine.errors import EngineError, Unsupported
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.models import Engine, ModelSet
 from engine.validation import Limits, at_most
 

@@ -19,7 +19,7 @@ from smg_grpc_proto.generated import common_pb2
 
 from engine.caches.blocks import CacheCleared, EventBatch
 from engine.events import Delta, Finished
-from engine.generation.engine import GenerationEngine
+from engine.generation.frontend.engine import GenerationEngine
 from engine.models import sized_limits
 from engine.validation import check_counts, check_ids
 
