@@ -79,7 +79,7 @@ def test_output_equals_mlx_lm_and_order_is_fifo(llama, oracle):
     scheduler = Scheduler(model, CONFIG, lambda i: tokenizer.decode([i]))
     names = list(ORACLE_PROMPTS)
     for name in names:
-        scheduler.submit(sequence(tokenizer, log, name, ORACLE_PROMPTS[name], ORACLE_TOKENS[name]))
+        scheduler.enqueue(sequence(tokenizer, log, name, ORACLE_PROMPTS[name], ORACLE_TOKENS[name]))
     peak = 0
     while not scheduler.idle:
         scheduler.tick()
@@ -101,9 +101,9 @@ def test_memory_budget_waits_without_overtaking(llama):
     log = Log()
     scheduler = Scheduler(model, CONFIG, lambda i: tokenizer.decode([i]), budget=budget)
     prompt = list(range(10, 20))
-    scheduler.submit(sequence(tokenizer, log, "a", prompt, 290))
-    scheduler.submit(sequence(tokenizer, log, "b", prompt, 290))
-    scheduler.submit(sequence(tokenizer, log, "small", prompt, 2))  # would fit beside "a", but may not overtake
+    scheduler.enqueue(sequence(tokenizer, log, "a", prompt, 290))
+    scheduler.enqueue(sequence(tokenizer, log, "b", prompt, 290))
+    scheduler.enqueue(sequence(tokenizer, log, "small", prompt, 2))  # would fit beside "a", but may not overtake
     run(scheduler, until=lambda: len(log.tokens("a")) >= 5)
     stats = scheduler.stats()
     assert log.kinds(Started) == ["a"] and (stats.running, stats.waiting, stats.reserved) == (1, 2, 1)
@@ -119,9 +119,9 @@ def test_cancel_in_every_state_frees_everything(llama):
     config = SchedulerConfig(max_active=2, prefill_chunk=4, tick_tokens=8, min_prefill_tokens=4, prefix_cache_bytes=0)
     scheduler = Scheduler(model, config, lambda i: tokenizer.decode([i]))
     long_prompt = list(range(10, 90))  # 20 chunks of prefill
-    scheduler.submit(sequence(tokenizer, log, "decoding", [5, 6, 7], 500))
-    scheduler.submit(sequence(tokenizer, log, "prefilling", long_prompt, 5))
-    scheduler.submit(sequence(tokenizer, log, "waiting", [5, 6, 7], 5))
+    scheduler.enqueue(sequence(tokenizer, log, "decoding", [5, 6, 7], 500))
+    scheduler.enqueue(sequence(tokenizer, log, "prefilling", long_prompt, 5))
+    scheduler.enqueue(sequence(tokenizer, log, "waiting", [5, 6, 7], 5))
     run(scheduler, until=lambda: len(log.tokens("decoding")) >= 3)
     states = {s.key: s.status for s in (*scheduler._prefilling, *scheduler._decoding)}
     assert states == {"decoding": Status.DECODING, "prefilling": Status.PREFILLING}
@@ -147,7 +147,7 @@ def test_rows_join_and_leave_while_others_decode(llama, oracle):
     while pending or not scheduler.idle:
         if pending and len(log.events) % 3 == 0:  # arrivals spread over the run
             name = pending.pop(0)
-            scheduler.submit(sequence(tokenizer, log, name, ORACLE_PROMPTS[name], ORACLE_TOKENS[name]))
+            scheduler.enqueue(sequence(tokenizer, log, name, ORACLE_PROMPTS[name], ORACLE_TOKENS[name]))
         scheduler.tick()
         sizes.append(scheduler._batch.size)
     assert len(set(sizes)) > 2  # the batch grew and shrank
@@ -163,7 +163,7 @@ def test_prefix_reuse_gives_the_same_output(llama):
     scheduler = Scheduler(model, config, lambda i: tokenizer.decode([i]))
     prompt = ORACLE_PROMPTS["long"]
     for rid in ("first", "second"):
-        scheduler.submit(sequence(tokenizer, log, rid, prompt, 10))
+        scheduler.enqueue(sequence(tokenizer, log, rid, prompt, 10))
         run(scheduler)
     started = dict((rid, e) for rid, e in log.events if isinstance(e, Started))
     assert started["first"].cached_tokens == 0 and started["second"].cached_tokens > 0
@@ -181,16 +181,16 @@ def test_a_cancel_waiting_during_a_prefill_chunk_stops_it_between_layers(llama, 
                              prefix_cache_bytes=0, prefill_batch=1)
     scheduler = Scheduler(model, config, lambda i: tokenizer.decode([i]), interrupt=lambda rid: rid in waiting)
     checkpoints = scheduler._prefiller.checkpoints
-    scheduler.submit(sequence(tokenizer, log, "neighbour", [5, 6, 7], 40))
+    scheduler.enqueue(sequence(tokenizer, log, "neighbour", [5, 6, 7], 40))
     run(scheduler, until=lambda: len(log.tokens("neighbour")) >= 2)
     before = checkpoints.layers_run
-    scheduler.submit(sequence(tokenizer, log, "victim", list(range(10, 200)), 5))
+    scheduler.enqueue(sequence(tokenizer, log, "victim", list(range(10, 200)), 5))
     waiting.add("victim")
     scheduler.tick()
     assert log.finish("victim").reason is FinishReason.CANCELLED
     assert checkpoints.layers_run == before + 1  # stopped after its first layer, not at the chunk's end
     assert log.tokens("victim") == [] and scheduler.stats().running == 1
-    scheduler.submit(sequence(tokenizer, log, "short", ORACLE_PROMPTS["medium"], ORACLE_TOKENS["medium"]))
+    scheduler.enqueue(sequence(tokenizer, log, "short", ORACLE_PROMPTS["medium"], ORACLE_TOKENS["medium"]))
     run(scheduler)
     assert log.tokens("short") == oracle["llama"]["medium"]  # later prefills run normally
     assert log.finish("neighbour").reason is FinishReason.LENGTH and len(log.tokens("neighbour")) == 40
@@ -210,7 +210,7 @@ def test_a_burst_sharing_a_short_preamble_keeps_its_batched_prefill(llama):
     def alone(prompt) -> list[int]:
         log = Log()
         scheduler = Scheduler(model, SchedulerConfig(prefix_cache_bytes=0), lambda i: tokenizer.decode([i]))
-        scheduler.submit(sequence(tokenizer, log, "x", prompt, 4))
+        scheduler.enqueue(sequence(tokenizer, log, "x", prompt, 4))
         run(scheduler)
         return log.tokens("x")
 
@@ -219,11 +219,11 @@ def test_a_burst_sharing_a_short_preamble_keeps_its_batched_prefill(llama):
     groups: list[int] = []
     together = scheduler._prefiller._prefill_group
     scheduler._prefiller._prefill_group = lambda group: groups.append(len(group)) or together(group)
-    scheduler.submit(sequence(tokenizer, log, "first", first, 4))
+    scheduler.enqueue(sequence(tokenizer, log, "first", first, 4))
     run(scheduler)  # stored in the prefix cache: prompt and output
     for rid, prompt in burst.items():
-        scheduler.submit(sequence(tokenizer, log, rid, prompt, 4))
-    scheduler.submit(sequence(tokenizer, log, "again", first, 4))
+        scheduler.enqueue(sequence(tokenizer, log, rid, prompt, 4))
+    scheduler.enqueue(sequence(tokenizer, log, "again", first, 4))
     run(scheduler)
     assert groups == [4]  # the burst in one forward; "again" alone, from its hit
     assert {rid: log.finish(rid).usage.cached_tokens for rid in burst} == {rid: 0 for rid in burst}

@@ -29,7 +29,7 @@ def scheduler_for(llama, config=BASE, **kw) -> Scheduler:
 def submit(scheduler, llama, log, rid, tenant=A, priority=0, prompt=(5, 6, 7), max_tokens=3):
     seq = sequence(llama[1], log, rid, list(prompt), max_tokens)
     seq.tenant, seq.priority = tenant, priority
-    scheduler.submit(seq)
+    scheduler.enqueue(seq)
     return seq
 
 

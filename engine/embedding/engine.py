@@ -217,13 +217,13 @@ class EmbeddingEngine:
         async with self._admitted(request.request_id, request.tenant, request.priority) as seat:
             ids = await self._texts(model, request.tenant, request.inputs, request.truncate)
             seat.charge(sum(map(len, ids)))
-            out: list[Classification | None] = [None] * len(ids)
+            out: dict[int, Classification] = {}
             async for index, result in self._batcher.embed(model, ids, normalize=False, dimensions=None):
                 scores = model.scores(result.vector)
                 order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:request.top_k or None]
                 out[index] = Classification(index, tuple(LabelScore(model.labels[i], float(scores[i]))
                                                          for i in order), result.tokens)
-        return out  # type: ignore[return-value]
+        return [out[i] for i in range(len(ids))]  # every input answered, or KeyError
 
     async def embed_sparse(self, request: EmbedSparseRequest) -> list[SparseEmbedding]:
         """Every input's nonzero SPLADE weights (or the ``top_k`` heaviest), ids ascending, in input order."""
@@ -234,10 +234,10 @@ class EmbeddingEngine:
         async with self._admitted(request.request_id, request.tenant, request.priority) as seat:
             ids = await self._texts(model, request.tenant, request.inputs, request.truncate)
             seat.charge(sum(map(len, ids)))
-            out: list[SparseEmbedding | None] = [None] * len(ids)
+            out: dict[int, SparseEmbedding] = {}
             async for index, result in self._batcher.embed(model, ids, normalize=False, dimensions=None):
                 out[index] = SparseEmbedding(index, *nonzero_weights(result.vector, request.top_k), result.tokens)
-        return out  # type: ignore[return-value]
+        return [out[i] for i in range(len(ids))]  # every input answered, or KeyError
 
     async def _texts(self, model: EmbeddingModel, tenant: Tenant, texts: tuple[str, ...],
                      truncate: bool) -> list[list[int]]:

@@ -237,12 +237,12 @@ class EmbeddingModel:
         dimensions: int | None = None,
     ) -> list[EmbeddingResult]:
         """Embed ``texts``; results in input order."""
-        out: list[EmbeddingResult | None] = [None] * len(texts)
+        out: dict[int, EmbeddingResult] = {}
         for i, res in self.embed_batches(
             texts, instruction=instruction, normalize=normalize, dimensions=dimensions
         ):
             out[i] = res
-        return out  # type: ignore[return-value]
+        return [out[i] for i in range(len(texts))]  # every text answered, or KeyError
 
     def count_tokens(self, texts: Sequence[str], *, instruction: str | None = None) -> list[int]:
         """Token counts ``embed`` would report, without running the encoder."""

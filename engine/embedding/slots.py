@@ -67,7 +67,9 @@ class Slots:
         if slot in self.running:
             raise DuplicateRequestId(f"request id {slot[1]!r} is already running")
         with self.counted(tenant) as seat:
-            self.running[slot] = asyncio.current_task()  # type: ignore[assignment]
+            task = asyncio.current_task()
+            assert task is not None  # an async context manager runs in a task
+            self.running[slot] = task
             try:
                 yield seat
             except asyncio.CancelledError:

@@ -10,11 +10,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Callable, Generic, Protocol, TypeVar
 
-W = TypeVar("W")  # the work a Submit carries (a generation's SequenceState)
+from ..events import Event
+
+W = TypeVar("W")  # the work a Submit carries (a generation's CoreRequest): plain data
 S = TypeVar("S", contravariant=True)  # the engine thread's scheduler, as a control reads it
 R = TypeVar("R", covariant=True)  # a control's answer
+
+
+Outbox = Callable[[Event], None]
+"""Where a request's events leave the engine thread: the only way back (the frontend's
+``Stream.sink``, which hands each event to the event loop)."""
 
 
 @dataclass(frozen=True)

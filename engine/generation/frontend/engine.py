@@ -1,5 +1,6 @@
-"""The generation engine's asyncio facade: validate, refuse at once, tokenize, submit.
-It never touches MLX; a submitted ``SequenceState`` belongs to the engine thread."""
+"""The generation engine's asyncio facade: validate, refuse at once, tokenize, submit a
+``CoreRequest`` (plain data), relay its events. It never touches MLX; the sequences built
+from a submitted request belong to the engine thread."""
 
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ from ...serving.thread import EngineThread
 from ...tenancy import Tenant
 from ...validation import check_prompt_logprobs, check_token_ids, validate_request
 from ..config import GenerationConfig
+from ..core.request import CoreRequest
+from ..core.sampling.words import SamplingTokens, sampling_tokens
 from ..core.scheduling.scheduler import Scheduler
-from ..core.sequence.state import SequenceState
 from ..core.speculation.draft import DraftModel
 from ..core.speculation.head_drafter import HeadDrafter
 from ..core.speculation.heads import MTP
@@ -44,9 +46,9 @@ from ..loaded import Loaded, load_engine
 from .chat.chat_plan import chat_tools, plan_chat
 from .chat.choice import enforceable
 from .chat.tools import ToolSet
-from .factory import check_media, check_speculation, make_sequence, prediction_ids
 from .model_info import describe_generation, speculation_facts
 from .prefix_control import PrefixControl
+from .prepare import check_media, check_speculation, prediction_ids
 from .prompts import EncodedPrompt
 from .refusals import check_ever_fits, check_queue_room, max_tokens_for
 from .reports import LoadReports
@@ -68,7 +70,7 @@ class GenerationEngine(LoadReports):
         self._closing = False
         self._machine_total = usable_memory()[1]
         self.blocks = BlockLedger()  # the prefix cache's blocks, for routers
-        self._thread: EngineThread[Loaded, SequenceState, Scheduler] = EngineThread(
+        self._thread: EngineThread[Loaded, CoreRequest, Scheduler] = EngineThread(
             self.name, self._load, self._scheduler)
         self.adapters = Adapters(self._thread.ask, self.name, config.max_adapters,
                                  root=config.adapter_root,
@@ -255,7 +257,7 @@ class GenerationEngine(LoadReports):
         arrived, served = time.perf_counter(), self.served
         m, budget, syntax = served.model, served.budget, served.syntax
         adapter = self.adapters.acquire(request.adapter, stream.closers)
-        prompt, tools = await self.preparation.run(request.tenant, self._prepare, request)
+        prompt, tools, words = await self.preparation.run(request.tenant, self._prepare_generate, request)
         predicted = (await self.preparation.run(request.tenant, prediction_ids, request, m.tokenizer,
                                                 self.config.limits) if request.prediction else ())
         check_prompt_logprobs(request, len(prompt.ids), self.config.limits)
@@ -273,14 +275,11 @@ class GenerationEngine(LoadReports):
                 yield Finished(FinishReason.CANCELLED, Usage(len(prompt.ids), 0, 0),
                                Timings(elapsed, 0.0, 0.0, elapsed), choice=choice)
             return
-        seq, *siblings = (make_sequence(m, request, stream, prompt, max_tokens, arrived,
-                                        self.config.speculation, constraints[i], adapter=adapter, choice=i,
-                                        prediction=predicted)
-                          for i in range(request.n))
-        seq.siblings = siblings  # they fork from its prompt's KV (one prefill)
+        core = CoreRequest(stream.key, stream.request_id, request, prompt, max_tokens, arrived, m, stream.sink,
+                           self.config.speculation, words, tuple(constraints), adapter, predicted)
         self.breaker.refuse()  # nothing is submitted to a dead thread
         self._streams.submitted(stream, len(prompt.ids))
-        self._thread.submit(seq)
+        self._thread.submit(core)
         ended: set[int] = set()
         while True:
             event = await stream.events.get()
@@ -310,6 +309,13 @@ class GenerationEngine(LoadReports):
             return await self.served.grammars.constrain(ResponseFormat(FormatKind.GRAMMAR, tool_grammar))
         except InvalidRequest as exc:  # the tools' schemas, not a grammar the caller wrote
             raise InvalidRequest("chat.tools", exc.description) from exc
+
+    def _prepare_generate(self, request: GenerationRequest) -> tuple[EncodedPrompt, ToolSet | None, SamplingTokens]:
+        """``_prepare``, and the texts the sampler reads (bad words, DRY's breakers) tokenized."""
+        prompt, tools = self._prepare(request)
+        tokenizer = self.loaded.tokenizer
+        return prompt, tools, sampling_tokens(request.sampling,
+                                              lambda text: tokenizer.encode(text, add_special_tokens=False))
 
     def _prepare(self, request: GenerationRequest) -> tuple[EncodedPrompt, ToolSet | None]:
         """The format's limits and the tools first (cheap), then the prompt's ids; blocking."""

@@ -5,23 +5,15 @@ prompt limit passed."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from ...errors import InvalidRequest, Unsupported
 from ...loading.model import LoadedModel
 from ...requests import ChatPrompt, GenerationRequest, ImagePart, TextPrompt, TokenPrompt
 from ...validation import Limits, check_token_ids
 from ...vision.prompt import PromptImage, expand_images
+from ..core.request import EncodedPrompt
 from .chat.syntax import ChatSyntax
 from .chat.tools import ToolSet
-
-
-@dataclass(frozen=True)
-class EncodedPrompt:
-    ids: list[int]
-    snapshot_at: int | None = None  # end of a chat's history inside ``ids``
-    opens_reasoning: bool = False  # the generation prompt left the model's thinking open
-    images: tuple[PromptImage, ...] = ()  # an image chat's runs of image positions in ``ids``
 
 
 class PromptEncoder:

@@ -17,8 +17,8 @@ from ..grammar.constraint import GrammarStats
 if TYPE_CHECKING:
     from ...serving.admission import Tenants
     from ...serving.thread import EngineThread
+    from ..core.request import CoreRequest
     from ..core.scheduling.scheduler import Scheduler
-    from ..core.sequence.state import SequenceState
     from ..loaded import Loaded
     from .streams import Streams
 
@@ -33,7 +33,7 @@ class EngineStats(SchedulerStats):
 class LoadReports:
     """A mixin of ``GenerationEngine``: it reads the engine's thread, streams, tenants and what its load gave."""
 
-    _thread: EngineThread[Loaded, SequenceState, Scheduler]
+    _thread: EngineThread[Loaded, CoreRequest, Scheduler]
     _streams: Streams
     _tenants: Tenants
     _served: Loaded | None

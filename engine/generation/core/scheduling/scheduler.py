@@ -29,6 +29,7 @@ from ...config import SchedulerConfig
 from ..decode.batch import Batch
 from ..decode.step import Decoder
 from ..prefill.prefiller import Prefiller, unrouted
+from ..request import CoreRequest
 from ..sequence.state import SequenceState, Status, failure_message
 from ..speculation.drafter import Drafter, NoDrafter
 from .admission import Admission
@@ -118,7 +119,19 @@ class Scheduler:
     def idle(self) -> bool:
         return not self.admission.waiting and not self._prefilling and not self._decoding and not self._reading
 
-    def submit(self, seq: SequenceState) -> None:
+    def submit(self, request: CoreRequest) -> None:
+        """A request off the inbox: its sequences built here, then queued for admission; a
+        request that cannot be built ends alone (ERROR), never the thread."""
+        try:
+            seq = request.sequences()
+        except Exception as exc:
+            log.exception("request %s could not be built", request.request_id)
+            request.finish(FinishReason.ERROR, error=f"engine failure: {type(exc).__name__}")
+            return
+        self.enqueue(seq)
+
+    def enqueue(self, seq: SequenceState) -> None:
+        """A built sequence (its siblings with it) waits for admission."""
         self.admission.enqueue(seq)
 
     def cancel(self, key: str) -> bool:
