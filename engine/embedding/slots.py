@@ -14,8 +14,8 @@ import contextlib
 import uuid
 from typing import Iterator
 
-from ..errors import DuplicateRequestId, RequestCancelled, echo
-from ..serving.admission import Tenants
+from ..errors import RequestCancelled, echo
+from ..serving.admission import OpenRequests, Tenants
 from ..tenancy import Tenant
 
 
@@ -38,7 +38,7 @@ class Seat:
 class Slots:
     def __init__(self, model: str):
         self.tenants = Tenants(model)  # the gate: every tenant limit, counted here
-        self.running: dict[tuple[str, str], asyncio.Task] = {}  # by (tenant name, request id)
+        self.running: OpenRequests[asyncio.Task] = OpenRequests()
         self._cancelled: set[tuple[str, str]] = set()  # of running: cancelled by a Cancel call
 
     @property
@@ -51,7 +51,7 @@ class Slots:
 
     def cancel(self, request_id: str, tenant: str = "") -> bool:
         slot = (tenant, request_id)
-        task = self.running.get(slot)
+        task = self.running.get(*slot)
         if task is None:
             return False
         if slot not in self._cancelled:
@@ -64,23 +64,21 @@ class Slots:
         """The current task holds ``request_id`` (a fresh one when empty) and counts in its tenant's
         requests while the block runs."""
         slot = (tenant.name, request_id or uuid.uuid4().hex)
-        if slot in self.running:
-            raise DuplicateRequestId(f"request id {slot[1]!r} is already running")
-        with self.counted(tenant) as seat:
-            task = asyncio.current_task()
-            assert task is not None  # an async context manager runs in a task
-            self.running[slot] = task
-            try:
+        task = asyncio.current_task()
+        assert task is not None  # an async context manager runs in a task
+        self.running.hold(*slot, task)  # DuplicateRequestId
+        try:
+            with self.counted(tenant) as seat:
                 yield seat
-            except asyncio.CancelledError:
-                if slot not in self._cancelled:
-                    raise  # the caller went away
-                if (uncancel := getattr(asyncio.current_task(), "uncancel", None)) is not None:
-                    uncancel()
-                raise RequestCancelled(f"request {echo(slot[1])} was cancelled by a Cancel call") from None
-            finally:
-                self._cancelled.discard(slot)
-                self.running.pop(slot, None)
+        except asyncio.CancelledError:
+            if slot not in self._cancelled:
+                raise  # the caller went away
+            if (uncancel := getattr(asyncio.current_task(), "uncancel", None)) is not None:
+                uncancel()
+            raise RequestCancelled(f"request {echo(slot[1])} was cancelled by a Cancel call") from None
+        finally:
+            self._cancelled.discard(slot)
+            self.running.release(*slot, task)
 
     @contextlib.contextmanager
     def counted(self, tenant: Tenant) -> Iterator[Seat]:

@@ -1,5 +1,6 @@
-"""The one gate of a model's tenant limits (``max_in_flight``, ``max_queued``,
-``tokens_per_minute``), for every model kind: per-tenant ledgers. The event loop mutates;
+"""The one gate of a model's requests, for every model kind: their ids (``OpenRequests``:
+one per tenant) and its tenant limits (``max_in_flight``, ``max_queued``,
+``tokens_per_minute``: per-tenant ledgers). The event loop mutates;
 ``snapshot`` may be read from any thread. Ledgers are never dropped (tenants come from
 configuration). A request of n choices counts as n requests (in flight, waiting, running);
 its prompt is charged once."""
@@ -10,12 +11,47 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Generic, Iterator, TypeVar
 
-from ..errors import InvalidRequest, TenantLimit
+from ..errors import DuplicateRequestId, InvalidRequest, TenantLimit
 from ..tenancy import Tenant
 
 WINDOW_S = 60.0
+T = TypeVar("T")
+
+
+class OpenRequests(Generic[T]):
+    """A model's open requests by (tenant name, request id): what Cancel finds; an id is
+    held once per tenant. Event loop only."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str, str], T] = {}
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self._open
+
+    def values(self) -> Iterator[T]:
+        return iter(list(self._open.values()))
+
+    def get(self, tenant: str, request_id: str) -> T | None:
+        return self._open.get((tenant, request_id))
+
+    def hold(self, tenant: str, request_id: str, holder: T) -> None:
+        """DuplicateRequestId if ``tenant`` already holds ``request_id``."""
+        if (tenant, request_id) in self._open:
+            raise DuplicateRequestId(f"request id {request_id!r} is already running",
+                                     metadata={"request_id": request_id})
+        self._open[(tenant, request_id)] = holder
+
+    def release(self, tenant: str, request_id: str, holder: T) -> bool:
+        """Drops the id if ``holder`` still holds it."""
+        if self._open.get((tenant, request_id)) is not holder:
+            return False
+        del self._open[(tenant, request_id)]
+        return True
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,8 @@ import asyncio
 import itertools
 from typing import Callable
 
-from ...errors import DuplicateRequestId
 from ...events import Delta, Event, Finished, FinishReason, Started, Timings, Usage
-from ...serving.admission import Tenants
+from ...serving.admission import OpenRequests, Tenants
 from ...tenancy import ANONYMOUS, Tenant
 
 
@@ -53,7 +52,7 @@ class Stream:
 
 class Streams:
     def __init__(self, tenants: Tenants | None = None) -> None:
-        self._open: dict[tuple[str, str], Stream] = {}
+        self._open: OpenRequests[Stream] = OpenRequests()
         self._serial = itertools.count()
         self.tenants = tenants if tenants is not None else Tenants("")
         self.in_flight = 0
@@ -68,17 +67,18 @@ class Streams:
         return sum(s.choices for s in self._open.values())
 
     def get(self, request_id: str, tenant: str = "") -> Stream | None:
-        return self._open.get((tenant, request_id))
+        return self._open.get(tenant, request_id)
 
     def open(self, request_id: str, tenant: Tenant = ANONYMOUS, choices: int = 1) -> Stream:
         """Counted in flight from now; raises DuplicateRequestId or TenantLimit."""
-        if (tenant.name, request_id) in self._open:
-            raise DuplicateRequestId(f"request id {request_id!r} is already running",
-                                     metadata={"request_id": request_id})
-        self.tenants.admit(tenant, choices)
         key = f"{request_id}\x1f{tenant.name}\x1f{next(self._serial)}"
         stream = Stream(request_id, asyncio.get_running_loop(), self._on_event, tenant, key, choices)
-        self._open[(tenant.name, request_id)] = stream
+        self._open.hold(tenant.name, request_id, stream)
+        try:
+            self.tenants.admit(tenant, choices)
+        except BaseException:
+            self._open.release(tenant.name, request_id, stream)
+            raise
         return stream
 
     def submitted(self, stream: Stream, prompt_tokens: int) -> None:
@@ -88,7 +88,7 @@ class Streams:
         self.in_flight += stream.choices
 
     def abandon(self, stream: Stream) -> None:
-        if not stream.submitted and self._open.pop((stream.tenant.name, stream.request_id), None) is stream:
+        if not stream.submitted and self._open.release(stream.tenant.name, stream.request_id, stream):
             self.tenants.closed(stream.tenant.name, False, False, stream.choices)
             stream.close()
 
@@ -115,5 +115,5 @@ class Streams:
             if len(stream.ended) < stream.choices:
                 return
             stream.finished = True
-            self._open.pop((name, stream.request_id), None)
+            self._open.release(name, stream.request_id, stream)
             stream.close()
