@@ -46,9 +46,9 @@ async def test_concurrent_requests_share_forwards_and_get_their_own_vectors(engi
     # each request alone, through the model's own per-request batching (never through the engine,
     # whose object cache would then answer the shared run)
     alone = [dict(enumerate(r.vector for r in engine.model.embed(list(texts)))) for texts in requests]
-    before = engine._batcher.forwards
+    before = engine.forwards
     together = await asyncio.gather(*(embed(engine, texts) for texts in requests))
-    forwards = engine._batcher.forwards - before
+    forwards = engine.forwards - before
     assert forwards < len(requests) / 2, forwards  # 16 requests, 40 inputs
     for got, want, texts in zip(together, alone, requests):
         assert sorted(got) == list(range(len(texts)))
@@ -78,11 +78,26 @@ async def test_a_cancelled_request_leaves_the_queue_and_the_others_finish(engine
     await asyncio.gather(first, *others)
     with pytest.raises(asyncio.CancelledError):
         await doomed
-    assert not engine._batcher._pending
+    assert engine.idle
     assert all(len(t.result()) == len(texts_of(i)) for t, i in zip(others, range(6, 9)))
 
 
 async def test_a_finished_request_frees_its_id(engine):
     for _ in range(2):  # the same id again once the first call ended
         assert len(await embed(engine, texts_of(2), request_id="reused")) == len(texts_of(2))
+    assert engine.idle
+
+
+async def test_a_fault_outside_the_forward_fails_its_waiters_and_the_engine_serves_on(engine, monkeypatch):
+    import engine.embedding.batcher as batcher
+    real = batcher._result
+
+    def faulty(row, item):
+        raise RuntimeError("a fault after the forward")
+
+    monkeypatch.setattr(batcher, "_result", faulty)
+    with pytest.raises(RuntimeError):
+        await asyncio.wait_for(embed(engine, texts_of(3)), 30)  # answered, never left waiting
+    monkeypatch.setattr(batcher, "_result", real)
+    assert len(await embed(engine, texts_of(4))) == len(texts_of(4))
     assert engine.idle

@@ -41,10 +41,10 @@ async def submit_in_order(stub, engine, requests) -> list[asyncio.Task]:
     """Starts one Generate per request, each submitted before the next is sent."""
     tasks = []
     for req in requests:
-        before = engine._streams.in_flight
+        before = engine.queued + engine.active  # submitted, as the event loop heard
         tasks.append(asyncio.create_task(generate(stub, req)))
         for _ in range(1000):
-            if engine._streams.in_flight > before:
+            if engine.queued + engine.active > before:
                 break
             await asyncio.sleep(0.01)
     return tasks

@@ -3,7 +3,8 @@
 Invariants: one forward runs at a time; what arrives meanwhile waits for the next, which takes
 pending inputs oldest first up to the model's batch size and token budget; a request's results
 and their indices do not depend on what it was batched with; a cancelled request's inputs
-leave the queue (or their results are dropped).
+leave the queue (or their results are dropped); whatever fails, forward or driver, every
+waiter it holds hears of it.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ class Batcher:
         self.forwards = 0  # forwards run, for stats and tests
         self.rows = 0  # inputs embedded by them
 
+    @property
+    def pending(self) -> int:
+        """Inputs waiting for a forward."""
+        return len(self._pending)
+
     async def embed(self, model: EmbeddingModel, ids_list: Sequence[list[int]], *, normalize: bool,
                     dimensions: int | None) -> AsyncIterator[tuple[int, EmbeddingResult]]:
         """(position in ``ids_list``, result) as the forwards that hold them finish."""
@@ -62,23 +68,30 @@ class Batcher:
             self._pending = collections.deque(i for i in self._pending if id(i) not in live)
 
     async def _drive(self, model: EmbeddingModel) -> None:
-        while self._pending:
-            await self._fill(model)
-            batch = self._take(model)
-            if not batch:
-                continue
-            try:
-                pooled = await self._run(lambda: model._forward([item.ids for item in batch]))
-            except BaseException as exc:  # every waiter of the batch hears of it
-                for item in batch:
-                    item.results.put_nowait(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
-                if not isinstance(exc, Exception):
-                    raise
-                continue
-            self.forwards += 1
-            self.rows += len(batch)
-            for item, row in zip(batch, pooled):
-                item.results.put_nowait((item.index, _result(row, item)))
+        batch: list[_Item] = []
+        try:
+            while self._pending:
+                await self._fill(model)
+                batch = self._take(model)
+                if not batch:
+                    continue
+                try:
+                    pooled = await self._run(lambda: model._forward([item.ids for item in batch]))
+                except BaseException as exc:  # every waiter of the batch hears of it
+                    _fail(batch, exc)
+                    batch = []
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                self.forwards += 1
+                self.rows += len(batch)
+                for item, row in zip(batch, pooled):
+                    item.results.put_nowait((item.index, _result(row, item)))
+                batch = []
+        except BaseException as exc:  # a fault of the driver itself: no waiter is left waiting
+            _fail([*batch, *self._pending], exc)
+            self._pending.clear()
+            raise
 
     async def _fill(self, model: EmbeddingModel) -> None:
         """Waits (at most ``wait_s`` from the oldest input) while the next forward has room."""
@@ -103,6 +116,11 @@ class Batcher:
             batch.append(self._pending.popleft())
             longest = longest_next
         return batch
+
+
+def _fail(items: Sequence[_Item], exc: BaseException) -> None:
+    for item in items:
+        item.results.put_nowait(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
 
 
 def _result(row: np.ndarray, item: _Item) -> EmbeddingResult:

@@ -97,8 +97,13 @@ class EmbeddingEngine:
 
     @property
     def idle(self) -> bool:
-        """No request is open and no tenant counted."""
-        return self._slots.idle
+        """No request is open, no tenant counted and no input waits for a forward."""
+        return self._slots.idle and not self._batcher.pending
+
+    @property
+    def forwards(self) -> int:
+        """Shared forwards run since start (each holds the inputs of one or more requests)."""
+        return self._batcher.forwards
 
     def holds(self, request_id: str, tenant: str = "") -> bool:
         """``tenant``'s request ``request_id`` is open here (what Cancel would find)."""
