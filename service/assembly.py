@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from engine.config import EngineConfig
 from engine.embedding.config import EmbeddingConfig
 from engine.embedding.engine import EmbeddingEngine
 from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
@@ -26,11 +27,20 @@ def build_limits(args: argparse.Namespace) -> Limits:
     return from_args(Limits, args)
 
 
-def build_models(args: argparse.Namespace) -> ModelSet:
+def build_config(args: argparse.Namespace) -> EngineConfig:
+    """The config tree from the parsed flags (each section's ``setting`` fields)."""
     limits = build_limits(args)
-    config = from_args(GenerationConfig, args, limits=limits, grammar=from_args(GrammarLimits, args),
-                       scheduler=from_args(SchedulerConfig, args),
-                       speculation=from_args(SpeculationConfig, args))
+    return EngineConfig(
+        limits=limits,
+        generation=from_args(GenerationConfig, args, limits=limits, grammar=from_args(GrammarLimits, args),
+                             scheduler=from_args(SchedulerConfig, args),
+                             speculation=from_args(SpeculationConfig, args)),
+        embedding=from_args(EmbeddingConfig, args, force_precision=args.embed_precision_force))
+
+
+def build_models(args: argparse.Namespace) -> ModelSet:
+    tree = build_config(args)
+    limits, config = tree.limits, tree.generation
     specs = args.model or [(DEFAULT_GENERATION_NAME, str(default_generation_model()))]
     names = [name or default_name(source) for name, source in specs]
     adapters = adapters_by_model(args.adapter, names)
@@ -45,9 +55,8 @@ def build_models(args: argparse.Namespace) -> ModelSet:
         specs = args.embedding_model or [(DEFAULT_EMBEDDING_NAME, str(default_embedding_model()))]
         names = [name or default_name(source) for name, source in specs]
         precisions = precision_by_model(args.embed_precision, names)
-        embed = from_args(EmbeddingConfig, args, force_precision=args.embed_precision_force)
         embedding = [EmbeddingEngine(source, name=name, limits=limits,
-                                     config=replace(embed, precision=precisions[name]))
+                                     config=replace(tree.embedding, precision=precisions[name]))
                      for name, (_, source) in zip(names, specs)]
     return ModelSet(generation, embedding)
 

@@ -9,11 +9,11 @@ import logging
 import os
 import sys
 
+from engine.config import SECTIONS
+from engine.embedding.config import EmbeddingConfig
 from engine.embedding.precision import PRECISIONS
-from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
-from engine.generation.grammar.formats import GrammarLimits
+from engine.generation.config import GenerationConfig, SpeculationConfig
 from engine.loading.embedded import default_embedding_model, default_generation_model
-from engine.validation import Limits
 
 from . import tracing
 from .access_log import configure_logging
@@ -69,28 +69,28 @@ def build_parser() -> argparse.ArgumentParser:
                         "(BERT *ForMaskedLM) served for EmbedSparse; repeatable; default: the embedded "
                         "all-MiniLM-L6-v2")
     s.add_argument("--no-embedding", action="store_true", help="serve no embedding model")
-    s.add_argument("--embed-precision", action="append", type=_precision_spec, default=[], metavar="[MODEL=]PRECISION",
-                   help="a BERT embedding model's matmul precision: f32 (the default), bf16 or int8 (8-bit blocks "
-                        "of weights and inputs); bf16 runs where the CPU has AVX-512 BF16, int8 where it has "
-                        "AVX-512 VNNI or AVX-VNNI, float32 elsewhere (logged at start; GetModelInfo's dtype says what "
-                        "runs); without MODEL= every embedding model; repeatable")
-    s.add_argument("--embed-precision-force", action="store_true",
-                   help="run --embed-precision's bf16 or int8 products even on a CPU without those instructions "
-                        "(slower than float32 there: for checking their accuracy)")
-    models = s.add_argument_group("generation models: weights, memory, adapters")
-    add_settings(models, GenerationConfig)
+    groups = {cls: s.add_argument_group(title) for title, cls in SECTIONS}  # the config tree's flags
+    for cls, group in groups.items():
+        add_settings(group, cls)
+    embedding = groups[EmbeddingConfig]
+    embedding.add_argument("--embed-precision", action="append", type=_precision_spec, default=[],
+                           metavar="[MODEL=]PRECISION",
+                           help="a BERT embedding model's matmul precision: f32 (the default), bf16 or int8 (8-bit "
+                                "blocks of weights and inputs); bf16 runs where the CPU has AVX-512 BF16, int8 where "
+                                "it has AVX-512 VNNI or AVX-VNNI, float32 elsewhere (logged at start; GetModelInfo's "
+                                "dtype says what runs); without MODEL= every embedding model; repeatable")
+    embedding.add_argument("--embed-precision-force", action="store_true",
+                           help="run --embed-precision's bf16 or int8 products even on a CPU without those "
+                                "instructions (slower than float32 there: for checking their accuracy)")
+    models = groups[GenerationConfig]
     models.add_argument("--adapter", action="append", type=_adapter_spec, default=[], metavar="[MODEL:]NAME=DIR",
                         help="LoRA/DoRA adapter directory (as mlx_lm.lora writes it) loaded at start for the "
                              "default generation model, or MODEL; requests select it by NAME; repeatable")
-    add_settings(s.add_argument_group("scheduling"), SchedulerConfig)
-    speculation = s.add_argument_group("speculative decoding")
-    add_settings(speculation, SpeculationConfig)
+    speculation = groups[SpeculationConfig]
     speculation.add_argument("--draft-model", action="append", type=_model_spec, metavar="[MODEL=]SOURCE",
                              help="a draft model with the same tokenizer for the served MODEL (default: the "
                                   "first); 'mtp': the MTP layer the model's own checkpoint carries; an EAGLE-3 "
                                   "head directory: a head reading the model's hidden layers; repeatable")
-    add_settings(s.add_argument_group("request limits"), Limits)
-    add_settings(s.add_argument_group("structured output"), GrammarLimits)
     server = s.add_argument_group("server")
     add_settings(server, ServerOptions)
     server.add_argument("--auth-token-file", metavar="PATH",

@@ -8,17 +8,17 @@ import enum
 
 import pytest
 
+from engine.config import SECTIONS, EngineConfig
 from engine.embedding.config import EmbeddingConfig
-from engine.generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
-from engine.generation.grammar.formats import GrammarLimits
+from engine.generation.config import SchedulerConfig
 from engine.requests import SpeculationMode
 from engine.settings import flag_of, settings_of
-from engine.validation import Limits
 from service import cli
-from service.server import ServerOptions
+from service.assembly import build_config
 from service.flags import from_args
+from service.server import ServerOptions
 
-CLASSES = (GenerationConfig, SchedulerConfig, SpeculationConfig, GrammarLimits, Limits, ServerOptions)
+CLASSES = (*(cls for _, cls in SECTIONS if cls is not EmbeddingConfig), ServerOptions)  # its one flag: below
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
@@ -63,3 +63,12 @@ def test_embedding_engines_take_the_shared_priority_aging_flag():
     args = cli.build_parser().parse_args(["serve", "--priority-aging", "2.5"])
     assert from_args(EmbeddingConfig, args).priority_aging_s == 2.5 == from_args(SchedulerConfig, args).priority_aging_s
     assert from_args(EmbeddingConfig, cli.build_parser().parse_args(["serve"])) == EmbeddingConfig()
+
+
+def test_the_command_line_reads_back_into_one_config_tree():
+    parse = cli.build_parser().parse_args
+    assert build_config(parse(["serve"])) == EngineConfig()  # every section's defaults are its flags'
+    tree = build_config(parse(["serve", "--max-active", "3", "--priority-aging", "2.5", "--max-choices", "4"]))
+    assert tree.generation.scheduler.max_active == 3
+    assert tree.generation.scheduler.priority_aging_s == tree.embedding.priority_aging_s == 2.5  # one aging
+    assert tree.limits.max_choices == tree.generation.limits.max_choices == 4  # one Limits for every kind
