@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sys
 from concurrent.futures import Future
 from pathlib import Path
@@ -42,6 +41,7 @@ from .batcher import Batcher
 from .checks import check_classify, check_embed, check_embed_sparse, check_rerank
 from .config import EmbeddingConfig
 from .core import EmbeddingCore, Forward
+from .inputs import cache_key, calls_of, input_ids, text_ids
 from .kinds import describe_model, load_embedder
 from .pooling import EmbeddingModel, EmbeddingResult
 from .slots import Slots
@@ -49,20 +49,6 @@ from .sparse import nonzero_weights
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-def _cache_key(request: EmbeddingRequest, item: str | tuple[int, ...]) -> str:
-    """Everything that determines the vector of ``item`` (a text or token ids), or its refusal,
-    under the tenant's cache namespace: a tenant never hits another's entry."""
-    return json.dumps([request.tenant.namespace, request.instruction, request.normalize, request.dimensions,
-                       request.truncate, item])
-
-
-def _calls(model: EmbeddingModel) -> str:
-    """The calls ``model`` answers, for an error that names the right one."""
-    if model.sparse:
-        return "EmbedSparse"
-    return "Rerank or Classify" if model.reranks else "Classify" if model.classifies else "Embed"
 
 
 class EmbeddingEngine:
@@ -173,10 +159,10 @@ class EmbeddingEngine:
         """Yields (input index, result) as batches complete."""
         model = self.model
         if model.classifies or model.sparse:
-            raise Unsupported(f"model {self.name!r} does not pool embeddings; call {_calls(model)}")
+            raise Unsupported(f"model {self.name!r} does not pool embeddings; call {calls_of(model)}")
         check_embed(self.limits, request, model)
         async with self._admitted(request.request_id, request.tenant, request.priority) as seat:
-            keys = [_cache_key(request, item) for item in request.token_ids or request.inputs]
+            keys = [cache_key(request, item) for item in request.token_ids or request.inputs]
             missing = []
             for index, key in enumerate(keys):
                 if (hit := self._results.take(key)) is None:
@@ -186,7 +172,7 @@ class EmbeddingEngine:
                     yield index, result
             if not missing:
                 return
-            ids = await self._token_ids(model, request, missing, self.preparation)
+            ids = await input_ids(model, request, missing, self.preparation)
             seat.charge(sum(map(len, ids)))
             async for position, result in self._batcher.embed(model, ids, normalize=request.normalize,
                                                               dimensions=request.dimensions or None):
@@ -199,7 +185,7 @@ class EmbeddingEngine:
         model = self.model
         if not model.reranks:
             raise Unsupported(f"model {self.name!r} is not a reranker (a cross-encoder or a yes/no decoder); "
-                              f"call {_calls(model)}")
+                              f"call {calls_of(model)}")
         check_rerank(self.limits, request, model)
         async with self._admitted(request.request_id, request.tenant, request.priority) as seat:
             ids, cut = await self.preparation.run(request.tenant, model.encode_pairs, request.query,
@@ -217,10 +203,10 @@ class EmbeddingEngine:
         """Every input's label scores (or the ``top_k`` highest, highest first), in input order."""
         model = self.model
         if not model.classifies:
-            raise Unsupported(f"model {self.name!r} is not a classifier; call {_calls(model)}")
+            raise Unsupported(f"model {self.name!r} is not a classifier; call {calls_of(model)}")
         check_classify(self.limits, request, model)
         async with self._admitted(request.request_id, request.tenant, request.priority) as seat:
-            ids = await self._texts(model, request.tenant, request.inputs, request.truncate)
+            ids = await text_ids(self.preparation, model, request.tenant, request.inputs, request.truncate)
             seat.charge(sum(map(len, ids)))
             out: dict[int, Classification] = {}
             async for index, result in self._batcher.embed(model, ids, normalize=False, dimensions=None):
@@ -234,25 +220,15 @@ class EmbeddingEngine:
         """Every input's nonzero SPLADE weights (or the ``top_k`` heaviest), ids ascending, in input order."""
         model = self.model
         if not model.sparse:
-            raise Unsupported(f"model {self.name!r} is not a sparse (SPLADE) model; call {_calls(model)}")
+            raise Unsupported(f"model {self.name!r} is not a sparse (SPLADE) model; call {calls_of(model)}")
         check_embed_sparse(self.limits, request, model)
         async with self._admitted(request.request_id, request.tenant, request.priority) as seat:
-            ids = await self._texts(model, request.tenant, request.inputs, request.truncate)
+            ids = await text_ids(self.preparation, model, request.tenant, request.inputs, request.truncate)
             seat.charge(sum(map(len, ids)))
             out: dict[int, SparseEmbedding] = {}
             async for index, result in self._batcher.embed(model, ids, normalize=False, dimensions=None):
                 out[index] = SparseEmbedding(index, *nonzero_weights(result.vector, request.top_k), result.tokens)
         return [out[i] for i in range(len(ids))]  # every input answered, or KeyError
-
-    async def _texts(self, model: EmbeddingModel, tenant: Tenant, texts: tuple[str, ...],
-                     truncate: bool) -> list[list[int]]:
-        """Token ids per text (tokenized off the engine thread); one over the input limit refused
-        unless ``truncate``."""
-        ids, cut = await self.preparation.run(tenant, model.encode, texts)
-        if cut and not truncate:
-            raise InvalidRequest(f"inputs[{cut[0]}]", f"is longer than the model's input limit of "
-                                                      f"{model.max_length} tokens (truncate is off)")
-        return ids
 
     @contextlib.asynccontextmanager
     async def _admitted(self, request_id: str, tenant: Tenant, priority: int):
@@ -268,22 +244,6 @@ class EmbeddingEngine:
             with lease:
                 seat.begin()
                 yield seat
-
-    @staticmethod
-    async def _token_ids(model: EmbeddingModel, request: EmbeddingRequest, indices: list[int],
-                         preparation: Preparation) -> list[list[int]]:
-        """The inputs at ``indices`` as the forward takes them (tokenized off the engine thread)."""
-        if request.token_ids:
-            try:
-                return model.prepare_ids([request.token_ids[i] for i in indices])
-            except ValueError as exc:
-                raise InvalidRequest("token_ids", str(exc)) from None
-        texts = [request.inputs[i] for i in indices]
-        ids, cut = await preparation.run(request.tenant, model.encode, texts, request.instruction or None)
-        if cut and not request.truncate:
-            raise InvalidRequest(f"inputs[{indices[cut[0]]}]", f"is longer than the model's input limit of "
-                                                               f"{model.max_length} tokens (truncate is off)")
-        return ids
 
     async def _on_thread(self, fn: Callable[[], R]) -> R:
         """``fn()`` run on the engine thread; EngineDead once the engine is broken."""
