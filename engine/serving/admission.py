@@ -127,25 +127,22 @@ class Tenants:
     def submit(self, tenant: Tenant, prompt_tokens: int, count: int = 1) -> None:
         """Charges the prompt, or raises TenantLimit."""
         with self._lock:
-            ledger, limit, now = self._ledgers[tenant.name], tenant.tokens_per_minute, self._clock()
-            if limit and ledger.used(now) + prompt_tokens > limit:
-                wait = ledger.frees_in(prompt_tokens, limit, now) if prompt_tokens <= limit else WINDOW_S
-                self._refuse(ledger, "tokens_per_minute", limit,
-                             f"{ledger.used(now)} tokens in the last minute and a {prompt_tokens}-token prompt",
-                             wait)
-            ledger.charge(prompt_tokens, now)
-            ledger.waiting += count
+            self._charge(tenant, prompt_tokens, f"a {prompt_tokens}-token prompt")
+            self._ledgers[tenant.name].waiting += count
 
     def charge(self, tenant: Tenant, tokens: int) -> None:
         """Charges ``tokens`` of input read after the request began (an embedding's), or
         raises TenantLimit if they would pass ``tokens_per_minute``."""
         with self._lock:
-            ledger, limit, now = self._ledgers[tenant.name], tenant.tokens_per_minute, self._clock()
-            if limit and ledger.used(now) + tokens > limit:
-                wait = ledger.frees_in(tokens, limit, now) if tokens <= limit else WINDOW_S
-                self._refuse(ledger, "tokens_per_minute", limit,
-                             f"{ledger.used(now)} tokens in the last minute and {tokens} more to read", wait)
-            ledger.charge(tokens, now)
+            self._charge(tenant, tokens, f"{tokens} more to read")
+
+    def _charge(self, tenant: Tenant, tokens: int, what: str) -> None:
+        ledger, limit, now = self._ledgers[tenant.name], tenant.tokens_per_minute, self._clock()
+        if limit and ledger.used(now) + tokens > limit:
+            wait = ledger.frees_in(tokens, limit, now) if tokens <= limit else WINDOW_S
+            self._refuse(ledger, "tokens_per_minute", limit, f"{ledger.used(now)} tokens in the last minute and {what}",
+                         wait)
+        ledger.charge(tokens, now)
 
     def began(self, name: str) -> None:
         """A request admitted without a submitted prompt (an embedding's) holds its slot."""

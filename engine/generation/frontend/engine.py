@@ -166,12 +166,7 @@ class GenerationEngine(LoadReports):
 
     async def prefetch(self, request: GenerationRequest) -> Prefetched:
         """Brings the longest stored prefix of ``request``'s prompt into memory (``PrefixControl``)."""
-        m = self.loaded
-        if self._closing:
-            raise NotReady("the server is shutting down", retry_after_s=1.0)
-        self.breaker.refuse()
-        validate_request(request, m.vocab_size, self.config.limits, m.context_length)
-        check_media(request, m)
+        m = self._checked(request)
         return await self.prepared(request.tenant, self.prefix.prefetch, m, request,
                                    lambda r: self.preparation.run(r.tenant, self._prepare, r))
 
@@ -232,14 +227,20 @@ class GenerationEngine(LoadReports):
             self._thread.cancel(stream.key)
         return True
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
-        served = self.served
-        m = served.model
+    def _checked(self, request: GenerationRequest) -> LoadedModel:
+        """What Generate and Prefetch refuse alike before any work: a closing or broken model,
+        an invalid request, media the model does not take. The loaded model."""
+        m = self.loaded
         if self._closing:
             raise NotReady("the server is shutting down", retry_after_s=1.0)
         self.breaker.refuse()
         validate_request(request, m.vocab_size, self.config.limits, m.context_length)
         check_media(request, m)
+        return m
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        served = self.served
+        m = self._checked(request)
         check_speculation(request, self.config.speculation, m, bool(served.draft_name), served.rolls_back,
                           self.config.limits)
         check_queue_room(self._streams.sequences, self.config.scheduler, self.name, request.n)
