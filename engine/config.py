@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from .embedding.config import EmbeddingConfig
 from .generation.config import GenerationConfig, SchedulerConfig, SpeculationConfig
 from .generation.grammar.formats import GrammarLimits
+from .residency.config import ResidencyConfig
 from .validation import Limits
 
 
@@ -17,6 +18,7 @@ class EngineConfig:
     limits: Limits = field(default_factory=Limits)  # per request, every model kind
     generation: GenerationConfig = field(default_factory=GenerationConfig)  # its scheduler, speculation, grammar
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    residency: ResidencyConfig = field(default_factory=ResidencyConfig)  # models loaded at run time
 
 
 SECTIONS: tuple[tuple[str, type], ...] = (
@@ -26,5 +28,6 @@ SECTIONS: tuple[tuple[str, type], ...] = (
     ("request limits", Limits),
     ("structured output", GrammarLimits),
     ("embedding models", EmbeddingConfig),
+    ("models at run time", ResidencyConfig),
 )
 """The flag groups of ``mlx-grpc serve`` that the config tree declares, in help order."""

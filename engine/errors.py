@@ -170,3 +170,31 @@ class AdapterRootUnset(EngineError):
     """API adapter loads need an adapter root, and none is set (FAILED_PRECONDITION)."""
 
     reason = "ADAPTER_ROOT_UNSET"
+
+
+class ModelExists(EngineError):
+    """A model of this name is served, or being loaded (ALREADY_EXISTS)."""
+
+    reason = "MODEL_EXISTS"
+
+
+class ModelRootUnset(EngineError):
+    """API model loads need a model root, and none is set (FAILED_PRECONDITION)."""
+
+    reason = "MODEL_ROOT_UNSET"
+
+
+class ModelHeld(EngineError):
+    """The model may not be unloaded now: it is loading, or a worker contract serves it (FAILED_PRECONDITION)."""
+
+    reason = "MODEL_HELD"
+
+
+class NoRoomForModel(EngineError):
+    """Every resident model that could make room is in use or pinned (RESOURCE_EXHAUSTED)."""
+
+    reason = "NO_ROOM_FOR_MODEL"
+
+    def __init__(self, message: str, *, metadata: dict[str, str] | None = None, retry_after_s: float = 1.0):
+        super().__init__(message, metadata={**(metadata or {}), "retry_after_s": f"{retry_after_s:g}"})
+        self.retry_after_s = retry_after_s

@@ -10,6 +10,7 @@ from .embedding.engine import EmbeddingEngine
 from .errors import ModelNotFound, NotReady, Unsupported
 from .generation.frontend.engine import GenerationEngine
 from .preparation import Preparation
+from .residency.lifecycle import Lifecycle
 from .validation import Limits
 
 Engine = Union[GenerationEngine, EmbeddingEngine]
@@ -19,21 +20,49 @@ class ModelSet:
     """Resolves request model names; the first model of each kind is its default."""
 
     def __init__(self, generation: list[GenerationEngine], embedding: list[EmbeddingEngine],
-                 preparation: Preparation | None = None):
+                 preparation: Preparation | None = None, lifecycle: Lifecycle | None = None):
+        from .residency.residency import Residency  # it serves this set
+
         self.generation = list(generation)
         self.embedding = list(embedding)
         # one preparation pool (tokenizing, chat rendering) for every engine: its bounds are the server's
         self.preparation = preparation or (self.all[0].preparation if self.all else Preparation())
         for engine in self.all:
             engine.preparation = self.preparation
+        self._leaving: list[Engine] = []  # unloading: not served, their requests still cancellable
+        self.residency = Residency(self, lifecycle or Lifecycle())
 
     async def start(self) -> None:
-        """Loads every model (concurrently; each on its own engine thread)."""
+        """Loads every model (concurrently; each on its own engine thread), then the catalog's pinned ones."""
         await asyncio.gather(*(e.start() for e in self.all))
+        await self.residency.start()
 
     async def close(self) -> None:
-        await asyncio.gather(*(e.close() for e in self.all), return_exceptions=True)
+        await self.residency.close()
+        await asyncio.gather(*(e.close() for e in [*self.all, *self._leaving]), return_exceptions=True)
         self.preparation.close()
+
+    def share(self, engine: Engine) -> None:
+        """Gives a model loaded at run time the set's preparation pool (before it starts)."""
+        engine.preparation = self.preparation
+
+    def add(self, engine: Engine) -> None:
+        """Serves a model loaded at run time (after the command line's of its kind)."""
+        if isinstance(engine, GenerationEngine):
+            self.generation.append(engine)
+        else:
+            self.embedding.append(engine)
+
+    def retire(self, engine: Engine) -> None:
+        """Stops serving ``engine`` to new requests; Cancel still finds its open ones."""
+        kind = self.generation if isinstance(engine, GenerationEngine) else self.embedding
+        if engine in kind:
+            kind.remove(engine)  # type: ignore[arg-type]
+            self._leaving.append(engine)
+
+    def forget(self, engine: Engine) -> None:
+        if engine in self._leaving:
+            self._leaving.remove(engine)
 
     @property
     def all(self) -> list[Engine]:
@@ -111,7 +140,7 @@ class ModelSet:
     def cancel(self, request_id: str, tenant: str = "") -> bool:
         """Cancels ``tenant``'s request ``request_id``."""
 
-        return any(e.cancel(request_id, tenant) for e in self.all)
+        return any(e.cancel(request_id, tenant) for e in [*self.all, *self._leaving])
 
     def _find(self, name: str) -> Engine:
         for engine in self.all:

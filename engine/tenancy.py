@@ -21,6 +21,7 @@ class Tenant:
     cache_namespace: str = ""  # prefix-cache namespace; "" is the tenant's own (its name)
     max_streams: int | None = None  # streaming calls open at once; None: the server's default (a flag)
     max_priority: int = MAX_PRIORITY  # the highest priority its requests may carry
+    max_keep_alive_s: float | None = None  # the longest keep-alive its requests may ask; None: the server's
 
     @property
     def namespace(self) -> str:

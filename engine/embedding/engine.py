@@ -62,6 +62,7 @@ class EmbeddingEngine:
             f"embed-{self.name}", self._load, EmbeddingCore)
         self._pool = AdmissionPool(config.max_active, config.max_queued, aging_s=config.priority_aging_s)
         self._model: EmbeddingModel | None = None
+        self.weights_bytes = 0  # of the encoder in memory, once loaded
         self._slots = Slots(self.name)  # request ids for Cancel, tenants' requests in flight
         self.preparation = Preparation.of(limits)  # a ModelSet shares one among its engines
         self._batcher = Batcher(self._on_thread, config.batch_wait_s)  # requests in the pool share forwards
@@ -72,7 +73,9 @@ class EmbeddingEngine:
             size_of=lambda r: r.vector.nbytes, key_size=sys.getsizeof)
 
     def _load(self) -> EmbeddingModel:
-        return load_embedder(Path(self.source), self.config.precision, self.config.force_precision)
+        model = load_embedder(Path(self.source), self.config.precision, self.config.force_precision)
+        self.weights_bytes = model.weights_bytes()
+        return model
 
     async def start(self) -> None:
         self._model = await asyncio.wrap_future(self._thread.start())

@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 from tokenizers import Tokenizer
 
 from engine.embedding.encoder import EncoderModel, load_encoder
 from engine.embedding.folder import pooling_mode, trained_length
 from engine.embedding.precision import F32, Precision
+from engine.mlx_typed import flatten
 
 __all__ = [
     "EmbeddingModel",
@@ -55,6 +57,14 @@ class EmbeddingModel:
     sparse = False  # its rows are SPLADE weights over the vocabulary (EmbedSparse), not vectors
     precision: Precision = F32  # what its products run in (load_embedder sets it)
     labels: tuple[str, ...] = ()  # a classifier's label names, in logit order
+
+    def weights_bytes(self) -> int:
+        """Bytes of the arrays of every module it holds (an encoder, a decoder, a head), each once."""
+        seen: dict[int, int] = {}
+        for value in vars(self).values():
+            if isinstance(value, nn.Module):
+                seen.update((id(a), a.nbytes) for _, a in flatten(value.parameters()))
+        return sum(seen.values())
 
     def scores(self, logits: np.ndarray) -> np.ndarray:
         """A classifier's label scores for one input's logits."""

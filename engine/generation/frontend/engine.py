@@ -100,6 +100,11 @@ class GenerationEngine(LoadReports):
         return self._served is not None and not self._closing and not self.breaker.broken
 
     @property
+    def weights_bytes(self) -> int:
+        """Bytes of the weights in memory (a draft's or head's included); 0 before the load."""
+        return self._served.facts.weights_bytes if self._served is not None else 0
+
+    @property
     def served(self) -> Loaded:
         """What the model's load gave (NotReady while loading)."""
         if self._served is None:
