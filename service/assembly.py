@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from typing import Callable
 
 from engine.config import EngineConfig
 from engine.embedding.config import EmbeddingConfig
@@ -15,6 +16,9 @@ from engine.loading.embedded import default_embedding_model, default_generation_
 from engine.loading.model import default_name
 from engine.models import ModelSet
 from engine.requests import SpeculationMode
+from engine.residency.catalog import Catalog, ModelSpec, read_catalog
+from engine.residency.config import ResidencyConfig
+from engine.residency.lifecycle import Lifecycle
 from engine.validation import Limits
 
 from .flags import from_args
@@ -35,7 +39,8 @@ def build_config(args: argparse.Namespace) -> EngineConfig:
         generation=from_args(GenerationConfig, args, limits=limits, grammar=from_args(GrammarLimits, args),
                              scheduler=from_args(SchedulerConfig, args),
                              speculation=from_args(SpeculationConfig, args)),
-        embedding=from_args(EmbeddingConfig, args, force_precision=args.embed_precision_force))
+        embedding=from_args(EmbeddingConfig, args, force_precision=args.embed_precision_force),
+        residency=from_args(ResidencyConfig, args))
 
 
 def build_models(args: argparse.Namespace) -> ModelSet:
@@ -58,7 +63,34 @@ def build_models(args: argparse.Namespace) -> ModelSet:
         embedding = [EmbeddingEngine(source, name=name, limits=limits,
                                      config=replace(tree.embedding, precision=precisions[name]))
                      for name, (_, source) in zip(names, specs)]
-    return ModelSet(generation, embedding)
+    return ModelSet(generation, embedding, lifecycle=lifecycle(tree))
+
+
+def lifecycle(tree: EngineConfig) -> Lifecycle:
+    """How the server loads models at run time: its flags, its catalog, and the engine factory."""
+    config = tree.residency
+    catalog = read_catalog(config.model_catalog, config.model_root) if config.model_catalog else Catalog()
+    return Lifecycle(engine_factory(tree), config.model_root, catalog, config.models_memory_limit,
+                     config.max_keep_alive_s)
+
+
+def engine_factory(tree: EngineConfig) -> Callable[[ModelSpec], GenerationEngine | EmbeddingEngine]:
+    """Builds a model loaded at run time with the server's settings and its own options."""
+
+    def make(spec: ModelSpec) -> GenerationEngine | EmbeddingEngine:
+        options = spec.options
+        limits = tree.limits
+        if options.context_length:
+            limits = replace(limits, max_prompt_tokens=options.context_length)
+        if spec.kind == "embedding":
+            return EmbeddingEngine(spec.source, name=spec.name, limits=limits, config=tree.embedding)
+        config = tree.generation
+        scheduler = replace(config.scheduler, kv_bits=options.kv_bits) if options.kv_bits else config.scheduler
+        return GenerationEngine(spec.source, name=spec.name, config=replace(
+            config, dtype=options.dtype or config.dtype, limits=limits, scheduler=scheduler, adapters=(),
+            draft_model=options.draft_model or None))
+
+    return make
 
 
 def precision_by_model(specs: list[tuple[str, str]], names: list[str]) -> dict[str, str]:

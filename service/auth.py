@@ -29,6 +29,8 @@ REFLECTION_SERVICES = (reflection.SERVICE_NAME, "grpc.reflection.v1.ServerReflec
 ADMIN_METHODS = frozenset({
     "/mlxgrpc.v1.InferenceService/LoadAdapter",
     "/mlxgrpc.v1.InferenceService/UnloadAdapter",
+    "/mlxgrpc.v1.InferenceService/LoadModel",
+    "/mlxgrpc.v1.InferenceService/UnloadModel",
 })
 # A gateway's methods (the admin role may call them too).
 ROUTER_METHODS = frozenset({

@@ -22,7 +22,7 @@ ENV_VAR = "MLXGRPC_AUTH_TOKENS"
 DEFAULT_TENANT = "default"
 NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _INT_KEYS = ("max_in_flight", "max_queued", "tokens_per_minute", "max_streams")
-KEYS = ("weight", *_INT_KEYS, "max_priority", "cache_namespace")
+KEYS = ("weight", *_INT_KEYS, "max_priority", "cache_namespace", "max_keep_alive_s")
 
 
 def digest(token: str) -> bytes:
@@ -147,6 +147,14 @@ def _value(where: str, key: str, value: str) -> object:
         if not value.isdigit() or not value.isascii() or int(value) > MAX_PRIORITY:
             raise ValueError(f"{where}: max_priority must be an integer from 0 to {MAX_PRIORITY}, got {value[:80]!r}")
         return int(value)
+    if key == "max_keep_alive_s":
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"{where}: max_keep_alive_s must be a number of seconds >= 0, got {value[:80]!r}")
+        return seconds
     if key == "cache_namespace":
         if not NAME.fullmatch(value):
             raise ValueError(f"{where}: cache_namespace {value[:80]!r} is not a name of 1-64 characters "

@@ -166,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--max-adapter-rank and --max-adapter-bytes must be at least 1")
     if args.adapter_root is not None and not os.path.isdir(args.adapter_root):
         parser.error("--adapter-root must be an existing directory")
+    if args.model_root is not None and not os.path.isdir(args.model_root):
+        parser.error("--model-root must be an existing directory")
+    if args.model_catalog is not None and not os.path.isfile(args.model_catalog):
+        parser.error("--model-catalog must be an existing file")
+    if args.models_memory_limit is not None and args.models_memory_limit < 1:
+        parser.error("--models-memory-limit must be at least 1")
     try:
         models = build_models(args)
     except ValueError as exc:

@@ -11,7 +11,7 @@ import threading
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .call_metrics import CallCollector
 from .calls import EMBED, UNKNOWN, CallRecord, Observer, method_labels
@@ -49,6 +49,28 @@ class EngineCollector:
         yield active
         yield ready
         yield from _adapter_families(self.models)
+        yield from _residency_families(self.models.residency)
+
+
+def _residency_families(residency):
+    """Every model the residency knows (loaded or not): its state, bytes and last load time."""
+    state = GaugeMetricFamily("mlxgrpc_model_state", "1 for the model's state (loading, ready, unloading, unloaded)",
+                              labels=["model", "state"])
+    resident = GaugeMetricFamily("mlxgrpc_model_resident_bytes", "Bytes of the model's weights in memory",
+                                 labels=["model"])
+    seconds = GaugeMetricFamily("mlxgrpc_model_load_seconds", "Seconds the model's last load took", labels=["model"])
+    for slot in residency.slots.values():
+        state.add_metric([slot.name, slot.state], 1.0)
+        resident.add_metric([slot.name], slot.resident_bytes)
+        if slot.load_seconds:
+            seconds.add_metric([slot.name], slot.load_seconds)
+    yield state
+    yield resident
+    yield seconds
+    yield CounterMetricFamily("mlxgrpc_model_loads", "Models loaded (at start, by LoadModel, on demand)",
+                              value=residency.loads)
+    yield CounterMetricFamily("mlxgrpc_model_unloads", "Models unloaded (by UnloadModel, for room, once idle)",
+                              value=residency.unloads)
 
 
 def _adapter_families(models):

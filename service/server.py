@@ -154,6 +154,10 @@ async def create_server(address: str, models: ModelSet, *, options: ServerOption
     servicer = InferenceServicer(models, options.limits, options.max_message_bytes, budgets=budgets)
     pb_grpc.add_InferenceServiceServicer_to_server(servicer, server)
     contracts = worker_contracts(options)
+    if contracts:  # the worker contracts' model stays loaded (SMG knows a worker by its one model)
+        worker_model = options.smg_worker_model.partition(":")[0] or (models.generation[0].name
+                                                                       if models.generation else "")
+        models.residency.held = frozenset({worker_model} - {""})
     worker_args = (models, state, options.limits, options.max_message_bytes, options.smg_worker_model)
     if VLLM_SERVICE_NAME in contracts:
         vllm_grpc.add_VllmEngineServicer_to_server(VllmWorkerServicer(*worker_args), server)

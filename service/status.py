@@ -57,6 +57,10 @@ _CODES: list[tuple[type[errors.EngineError], grpc.StatusCode]] = [
     (errors.AdapterCapacity, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.AdapterRootUnset, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.RequestCancelled, grpc.StatusCode.CANCELLED),
+    (errors.ModelExists, grpc.StatusCode.ALREADY_EXISTS),
+    (errors.ModelRootUnset, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.ModelHeld, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.NoRoomForModel, grpc.StatusCode.RESOURCE_EXHAUSTED),
 ]
 
 
