@@ -10,8 +10,9 @@
 // Classify with the client's default priority, EmbedSparse as SparseVectors in input
 // order, truncation constants
 // (TruncationEnd, TruncationNone), adapter helpers (Adapters, LoadAdapterDir,
-// UnloadAdapterByName), prefix-cache helpers (PrefetchFor, CloseSessionByID) and
-// google.rpc error details.
+// UnloadAdapterByName), prefix-cache helpers (PrefetchFor, CloseSessionByID), models
+// loaded and unloaded at run time (LoadModel with its progress, LoadModelProgress,
+// UnloadModel, ModelStatuses, KeepAlive) and google.rpc error details.
 package mlxgrpc
 
 import (
@@ -102,8 +103,8 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // Client is a connection to an mlx-grpc server. The embedded generated client
 // gives direct access to every RPC (Cancel, Tokenize, ListModels, ...);
-// Generate, Embed, Rerank, Classify and EmbedSparse are overridden by the friendlier
-// forms below.
+// Generate, Embed, Rerank, Classify, EmbedSparse, LoadModel and UnloadModel are
+// overridden by the friendlier forms below.
 type Client struct {
 	pb.InferenceServiceClient
 	conn     *grpc.ClientConn

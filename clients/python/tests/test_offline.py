@@ -17,7 +17,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from mlxgrpc_client import (Embeddings, GenerationResult, aio, classify_request, connect, embed_request, error_details,
-                            generate_request, pb, prefetch_request, rerank_request)
+                            generate_request, load_model_request, pb, prefetch_request, rerank_request)
 from mlxgrpc_client.gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
 
 
@@ -242,6 +242,33 @@ def test_priority_on_generate_and_embed_requests():
     assert embed_request(["a", "b"], priority=-100).priority == -100
 
 
+def test_keep_alive_on_generate_and_embed_requests():
+    assert not generate_request("a").HasField("keep_alive_seconds")  # unset: the catalog's keep_alive
+    assert not embed_request("a").HasField("keep_alive_seconds")
+    zero = generate_request("a", keep_alive=0)
+    assert zero.HasField("keep_alive_seconds") and zero.keep_alive_seconds == 0.0  # unloaded once idle
+    assert generate_request("a", keep_alive=90.5).keep_alive_seconds == 90.5
+    assert generate_request(pb.GenerateRequest(text="x", keep_alive_seconds=5), keep_alive=-1).keep_alive_seconds == -1
+    req = embed_request(["a", "b"], keep_alive=300)
+    assert req.HasField("keep_alive_seconds") and req.keep_alive_seconds == 300.0
+
+
+def test_load_model_request():
+    req = load_model_request("m", "models/m", kind="embedding", dtype="float16", kv_bits=8, draft_model="d",
+                             context_length=2048, keep_alive=60)
+    assert (req.name, req.source, req.kind) == ("m", "models/m", pb.MODEL_KIND_EMBEDDING)
+    assert req.options == pb.ModelOptions(dtype="float16", kv_bits=8, draft_model="d", context_length=2048)
+    assert req.HasField("keep_alive_seconds") and req.keep_alive_seconds == 60.0
+    plain = load_model_request("catalog-entry")
+    assert (plain.source, plain.kind, plain.options) == ("", pb.MODEL_KIND_GENERATION, pb.ModelOptions())
+    assert not plain.HasField("keep_alive_seconds")  # kept until unloaded
+    assert load_model_request("m", "x", kind=pb.MODEL_KIND_EMBEDDING).kind == pb.MODEL_KIND_EMBEDDING
+    assert load_model_request("m", "x", kind="MODEL_KIND_GENERATION").kind == pb.MODEL_KIND_GENERATION
+    assert load_model_request("m", "x", keep_alive=-1).keep_alive_seconds == -1
+    with pytest.raises(ValueError, match="generation, embedding"):
+        load_model_request("m", "x", kind="vision")
+
+
 def test_truncate_on_embed_and_rerank_requests():
     assert not embed_request("a").truncate  # TRUNCATION_UNSPECIFIED: the server cuts (END)
     for value, want in (("end", pb.TRUNCATION_END), ("NONE", pb.TRUNCATION_NONE),
@@ -391,6 +418,42 @@ class _Recorder(pb_grpc.InferenceServiceServicer):
     def GetModelInfo(self, request, context):
         self.seen.append((dict(context.invocation_metadata()), context.time_remaining()))
         return pb.GetModelInfoResponse(info=pb.ModelInfo(name=request.model or "default"))
+
+    LOAD_STAGES = (pb.LOAD_STAGE_RESOLVING, pb.LOAD_STAGE_PLANNING, pb.LOAD_STAGE_READING,
+                   pb.LOAD_STAGE_READING, pb.LOAD_STAGE_WARMING, pb.LOAD_STAGE_SERVING)
+
+    def LoadModel(self, request, context):
+        """The steps of a load; source "partial" ends after RESOLVING, without SERVING."""
+        self.seen.append((dict(context.invocation_metadata()), context.time_remaining()))
+        self.requests.append(request)
+        if self.refusals > 0:
+            self.refusals -= 1
+            context.abort_with_status(self.refusal)
+        for i, stage in enumerate(self.LOAD_STAGES):
+            step = pb.LoadModelResponse(stage=stage, elapsed_seconds=0.1 * i)
+            if stage == pb.LOAD_STAGE_PLANNING:
+                step.evicted.append("idle-one")
+            if stage == pb.LOAD_STAGE_READING:
+                step.done, step.total = (5 if i == 2 else 10), 10
+            if stage == pb.LOAD_STAGE_SERVING:
+                step.model.CopyFrom(pb.ModelInfo(name=request.name, kind=request.kind))
+            yield step
+            if request.source == "partial":
+                return
+
+    def UnloadModel(self, request, context):
+        self.requests.append(request)
+        if self.refusals > 0:
+            self.refusals -= 1
+            context.abort_with_status(self.refusal)
+        return pb.UnloadModelResponse(name=request.name, freed_bytes=1234, state=pb.MODEL_STATE_UNLOADED)
+
+    def ListModels(self, request, context):
+        return pb.ListModelsResponse(
+            models=[pb.ModelInfo(name="ready")],
+            statuses=[pb.ModelStatus(name="ready", state=pb.MODEL_STATE_READY, resident_bytes=10),
+                      pb.ModelStatus(name="lazy", state=pb.MODEL_STATE_UNLOADED, on_demand=True,
+                                     keep_alive_seconds=30)])
 
     def Cancel(self, request, context):
         self.cancels.append(request.request_id)
@@ -690,6 +753,67 @@ async def test_unary_calls_retry_in_asyncio(recorder):
             await client.cancel("x")
     assert time.monotonic() - started >= 2.0
     assert len(servicer.cancels) == 2
+
+
+def test_load_unload_and_statuses_over_the_wire(recorder):
+    servicer, address = recorder
+    servicer.refusals = 1  # refused once with RetryInfo before any step: retried
+    retries, steps = [], []
+    with connect(address, token="adm", timeout=30, on_retry=lambda d, delay: retries.append(delay)) as client:
+        info = client.load_model("m", "dir/m", kind="embedding", context_length=512, keep_alive=0,
+                                 on_progress=steps.append)
+        unloaded = client.unload_model("m", cancel_requests=True)
+        kept = client.unload_model("m")
+        statuses = client.model_statuses()
+        assert [m.name for m in client.list_models()] == ["ready"]
+    assert isinstance(info, pb.ModelInfo) and (info.name, info.kind) == ("m", pb.MODEL_KIND_EMBEDDING)
+    assert [s.stage for s in steps] == list(_Recorder.LOAD_STAGES)
+    assert list(steps[1].evicted) == ["idle-one"] and (steps[2].done, steps[2].total) == (5, 10)
+    assert retries == [0.2]
+    first, again, unload, unload_kept = servicer.requests
+    assert first == again and (first.name, first.source, first.kind) == ("m", "dir/m", pb.MODEL_KIND_EMBEDDING)
+    assert first.options.context_length == 512 and first.HasField("keep_alive_seconds")
+    assert (unload.name, unload.cancel_requests, unload_kept.cancel_requests) == ("m", True, False)
+    assert (unloaded.name, unloaded.freed_bytes, unloaded.state) == ("m", 1234, pb.MODEL_STATE_UNLOADED)
+    assert [(s.name, s.state) for s in statuses] == [("ready", pb.MODEL_STATE_READY), ("lazy", pb.MODEL_STATE_UNLOADED)]
+    assert statuses[1].on_demand and statuses[1].keep_alive_seconds == 30
+    meta, remaining = servicer.seen[0]
+    assert meta["authorization"] == "Bearer adm" and 20 < remaining < 31
+
+
+def test_load_model_progress_and_a_stream_without_serving(recorder):
+    servicer, address = recorder
+    with connect(address) as client:
+        stages = [s.stage for s in client.load_model_progress("m", "dir/m")]
+        assert stages == list(_Recorder.LOAD_STAGES)
+        with pytest.raises(RuntimeError, match="without SERVING"):
+            client.load_model("m", "partial")
+        for _ in client.load_model_progress("m", "dir/m"):
+            break  # leaving early cancels the call
+    assert [r.source for r in servicer.requests] == ["dir/m", "partial", "dir/m"]
+
+
+async def test_load_unload_and_statuses_in_asyncio(recorder):
+    servicer, address = recorder
+    servicer.refusals = 1
+    heard = []
+
+    async def on_progress(step):
+        heard.append(step.stage)
+
+    async with aio.connect(address) as client:
+        info = await client.load_model("a", "dir/a", on_progress=on_progress)
+        stages = [s.stage async for s in client.load_model_progress("b", "dir/b", keep_alive=-1)]
+        with pytest.raises(RuntimeError, match="without SERVING"):
+            await client.load_model("c", "partial", on_progress=lambda step: heard.append(step.stage))
+        unloaded = await client.unload_model("a", cancel_requests=True)
+        statuses = await client.model_statuses()
+    assert info.name == "a" and heard == [*_Recorder.LOAD_STAGES, pb.LOAD_STAGE_RESOLVING]
+    assert stages == list(_Recorder.LOAD_STAGES)
+    assert (unloaded.name, unloaded.state) == ("a", pb.MODEL_STATE_UNLOADED)
+    assert [s.name for s in statuses] == ["ready", "lazy"]
+    first, again, b, c, unload = servicer.requests
+    assert first == again and b.keep_alive_seconds == -1 and c.source == "partial" and unload.cancel_requests
 
 
 def test_image_part_from_bytes_and_path(tmp_path):

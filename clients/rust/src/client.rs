@@ -28,7 +28,7 @@ impl Client {
         self.raw.clone()
     }
 
-    fn attempts<T: Clone>(&self, request: impl IntoRequest<T>) -> Attempts<T> {
+    pub(crate) fn attempts<T: Clone>(&self, request: impl IntoRequest<T>) -> Attempts<T> {
         Attempts::new(request, &self.retry, self.timeout)
     }
 
@@ -157,7 +157,8 @@ impl Client {
             .ok_or_else(|| Status::internal("GetModelInfo returned no info"))
     }
 
-    /// Every served model, the default generation model first.
+    /// Every ready model, the default generation model first ([`Client::model_statuses`]
+    /// also lists those loading, unloading or unloaded).
     pub async fn list_models(&self) -> Result<Vec<pb::ModelInfo>, Status> {
         let r = self
             .unary(pb::ListModelsRequest {}, |mut raw, r| async move {

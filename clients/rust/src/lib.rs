@@ -12,7 +12,9 @@
 //! sparse vectors from a SPLADE model ([`Client::embed_sparse`], [`pb::EmbedSparseRequest::new`],
 //! [`SparseEmbeddings`]),
 //! adapter calls ([`Client::load_adapter`],
-//! [`Client::unload_adapter`], [`Client::list_adapters`]), the prefix cache
+//! [`Client::unload_adapter`], [`Client::list_adapters`]), models at run time
+//! ([`Client::load_model`] with its progress, [`pb::LoadModelRequest::new`],
+//! [`Client::unload_model`], [`Client::model_statuses`]), the prefix cache
 //! ([`Client::prefetch`], [`pb::PrefetchRequest::text`], [`Client::close_session`]), predicted
 //! outputs ([`pb::GenerateRequest::with_prediction`], [`pb::Prediction::text`]), builders for tools and the
 //! messages of an agent loop ([`pb::Tool::function`], [`pb::ToolChoice::required`],
@@ -56,6 +58,7 @@ mod embeddings;
 mod errors;
 mod generation;
 mod images;
+mod models;
 mod pooling_builders;
 mod prediction;
 mod prefix;

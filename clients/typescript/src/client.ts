@@ -28,11 +28,18 @@ import {
   type RerankRequestSchema,
   type RerankResponse,
 } from "./gen/mlxgrpc/v1/inference_service_pb.js";
+import type {
+  LoadModelRequestSchema,
+  LoadModelResponse,
+  ModelStatus,
+  UnloadModelResponse,
+} from "./gen/mlxgrpc/v1/lifecycle_pb.js";
+import { LoadStage } from "./gen/mlxgrpc/v1/lifecycle_pb.js";
 import type { AdapterInfo, MemoryPlan, ModelInfo } from "./gen/mlxgrpc/v1/model_pb.js";
 import { decodeEmbeddings, embeddingType, type Embeddings, type EmbeddingTypeName } from "./embeddings.js";
 import { GenerateCall, type GenerateResult } from "./generate.js";
 import { sparseEmbeddings, type EmbedSparseRequestInit, type SparseEmbeddings } from "./sparse.js";
-import { Attempts, withRetry, type OnRetry } from "./retry.js";
+import { Attempts, withRetry, withStreamRetry, type OnRetry } from "./retry.js";
 
 export type GenerateRequestInit = MessageInitShape<typeof GenerateRequestSchema>;
 export type EmbedRequestInit = MessageInitShape<typeof EmbedRequestSchema>;
@@ -43,6 +50,9 @@ export type PackedEmbedRequestInit = Omit<Exclude<EmbedRequestInit, EmbedRequest
 export type RerankRequestInit = MessageInitShape<typeof RerankRequestSchema>;
 export type ClassifyRequestInit = MessageInitShape<typeof ClassifyRequestSchema>;
 export type PrefetchRequestInit = MessageInitShape<typeof PrefetchRequestSchema>;
+export type LoadModelRequestInit = MessageInitShape<typeof LoadModelRequestSchema>;
+/** Hears of each step of a model load (loadModel); a returned promise is awaited before the next. */
+export type OnLoadProgress = (step: LoadModelResponse) => void | Promise<void>;
 
 export interface ConnectOptions {
   /**
@@ -245,9 +255,70 @@ export class MlxClient {
     return res.info;
   }
 
-  /** Every served model, the default generation model first. */
+  /** Every ready model, the default generation model first. */
   async listModels(options?: CallOptions): Promise<ModelInfo[]> {
     return (await this.unary((o) => this.raw.listModels({}, o), options)).models;
+  }
+
+  /**
+   * Every model this caller may use, with its `state` (`ModelState.LOADING`, `READY`,
+   * `UNLOADING`, or `UNLOADED`: a catalog model its first request loads), `onDemand`,
+   * `pinned`, `keepAliveSeconds` and `aliases`; for the admin role also `residentBytes`,
+   * `idleSeconds`, `requests` and `loadSeconds` (ListModels' statuses: the ready models
+   * first, in listModels' order).
+   */
+  async modelStatuses(options?: CallOptions): Promise<ModelStatus[]> {
+    return (await this.unary((o) => this.raw.listModels({}, o), options)).statuses;
+  }
+
+  /**
+   * Starts loading a model (the LoadModel RPC; admin role) and streams its steps: `stage`
+   * RESOLVING, PLANNING (with the idle models `evicted` to make room), READING and
+   * CONVERTING (`done` of `total`), WARMING, and last SERVING with the `model`; each with
+   * `elapsedSeconds`. A refusal with RetryInfo before the first step is retried; leaving
+   * the loop early or aborting `options.signal` cancels the call, which abandons the load.
+   */
+  loadModelProgress(request: LoadModelRequestInit, options: CallOptions = {}): AsyncGenerator<LoadModelResponse, void, undefined> {
+    return withStreamRetry(
+      (timeoutMs, signal) => this.raw.loadModel(request, { ...options, signal, timeoutMs }),
+      this.attempts(options),
+      options.signal,
+    );
+  }
+
+  /**
+   * Loads the model at `source` (a directory with config.json and safetensors, or a .gguf
+   * file, relative to the server's --model-root; empty with a catalog model's `name`: that
+   * entry) as `name`, with `kind` (default generation), `options` (`dtype`, `kvBits`,
+   * `draftModel`, `contextLength`) and `keepAliveSeconds` (how long it stays loaded once
+   * idle: 0 unloads it once idle, negative keeps it until unloadModel; unset: kept), and
+   * resolves to its ModelInfo once it serves. `onProgress` hears of each step (see
+   * loadModelProgress). Needs the admin role (PERMISSION_DENIED, ADMIN_ROLE_REQUIRED); a
+   * source outside the root is INVALID_ARGUMENT, a name in use ALREADY_EXISTS, a model that
+   * can never fit OUT_OF_RANGE. A stream that ends without SERVING rejects (Code.Internal).
+   */
+  async loadModel(request: LoadModelRequestInit, onProgress?: OnLoadProgress, options?: CallOptions): Promise<ModelInfo> {
+    let last: LoadModelResponse | undefined;
+    for await (const step of this.loadModelProgress(request, options)) {
+      last = step;
+      await onProgress?.(step);
+    }
+    if (last?.stage !== LoadStage.SERVING || !last.model) {
+      const stage = last ? LoadStage[last.stage] : "no step";
+      throw new ConnectError(`LoadModel of "${request.name ?? ""}" ended without SERVING (last: ${stage})`, Code.Internal);
+    }
+    return last.model;
+  }
+
+  /**
+   * Unloads a model (admin role): new requests for it are UNAVAILABLE, its running ones
+   * finish (with `cancelRequests`, they are cancelled: their streams end with
+   * FinishReason.CANCELLED), then its memory is freed. Resolves
+   * to its `name`, the `freedBytes` and its `state` now (a catalog model stays listed,
+   * ModelState.UNLOADED).
+   */
+  async unloadModel(name: string, { cancelRequests = false }: { cancelRequests?: boolean } = {}, options?: CallOptions): Promise<UnloadModelResponse> {
+    return this.unary((o) => this.raw.unloadModel({ name, cancelRequests }, o), options);
   }
 
   /** The memory plan of a model for a context (0: the model's context length). */

@@ -77,3 +77,50 @@ export async function withRetry<T>(
     }
   }
 }
+
+/**
+ * The messages of a server stream opened by `start(timeoutMs, signal)`, retried as
+ * `attempts` allows before its first message arrived. Leaving the loop early (break,
+ * return, throw) or aborting `signal` cancels the call.
+ */
+export async function* withStreamRetry<T>(
+  start: (timeoutMs: number | undefined, signal: AbortSignal) => AsyncIterable<T>,
+  attempts: Attempts,
+  signal?: AbortSignal,
+): AsyncGenerator<T, void, undefined> {
+  const controller = new AbortController();
+  const both = signal ? AbortSignal.any([signal, controller.signal]) : controller.signal;
+  let received = false;
+  let it: AsyncIterator<T> | undefined;
+  let open = false; // a call is open and the consumer left while it was
+  try {
+    for (;;) {
+      it = start(attempts.timeoutMs(), both)[Symbol.asyncIterator]();
+      try {
+        for (;;) {
+          open = false;
+          const result = await it.next();
+          if (result.done) return;
+          received = true;
+          open = true;
+          yield result.value;
+        }
+      } catch (err) {
+        const delay = received ? undefined : attempts.delayAfter(err);
+        if (delay === undefined) throw err;
+        await sleep(delay, both);
+      }
+    }
+  } finally {
+    if (open && it) {
+      controller.abort(new ConnectError("stream closed by the client", Code.Canceled));
+      // Connect's stream iterator has no return(): reading on after the abort drains
+      // the call until it rejects with CANCELLED, which clears its deadline timer.
+      try {
+        while (!(await it.next()).done);
+      } catch {
+        // expected: the aborted call rejects
+      }
+    }
+  }
+}

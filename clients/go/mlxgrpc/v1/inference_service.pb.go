@@ -262,9 +262,12 @@ type GenerateRequest struct {
 	// (GetModelInfo: capabilities.speculation.external_tokens; elsewhere
 	// FAILED_PRECONDITION); with speculation.mode OFF it is INVALID_ARGUMENT. At most
 	// the server's --max-prediction-tokens tokens.
-	Prediction    *Prediction `protobuf:"bytes,18,opt,name=prediction,proto3" json:"prediction,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Prediction *Prediction `protobuf:"bytes,18,opt,name=prediction,proto3" json:"prediction,omitempty"`
+	// Seconds an on-demand (catalog) model stays loaded once idle after this request,
+	// as EmbedRequest.keep_alive_seconds.
+	KeepAliveSeconds *float64 `protobuf:"fixed64,19,opt,name=keep_alive_seconds,json=keepAliveSeconds,proto3,oneof" json:"keep_alive_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -434,6 +437,13 @@ func (x *GenerateRequest) GetPrediction() *Prediction {
 		return x.Prediction
 	}
 	return nil
+}
+
+func (x *GenerateRequest) GetKeepAliveSeconds() float64 {
+	if x != nil && x.KeepAliveSeconds != nil {
+		return *x.KeepAliveSeconds
+	}
+	return 0
 }
 
 type isGenerateRequest_Prompt interface {
@@ -908,6 +918,10 @@ type EmbedRequest struct {
 	RequestId string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Scheduling priority, -100 to 100 (default 0), as GenerateRequest.priority.
 	Priority int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Seconds an on-demand (catalog) model stays loaded once idle after this request,
+	// at most the tenant's max_keep_alive_s; 0 unloads it once idle. Unset: the
+	// catalog's keep_alive. Ignored for models not in the catalog and for pinned ones.
+	KeepAliveSeconds *float64 `protobuf:"fixed64,11,opt,name=keep_alive_seconds,json=keepAliveSeconds,proto3,oneof" json:"keep_alive_seconds,omitempty"`
 	// What to do with an input longer than the model's input limit (GetModelInfo's
 	// context_length): cut it (the default) or refuse the request.
 	Truncate Truncation `protobuf:"varint,8,opt,name=truncate,proto3,enum=mlxgrpc.v1.Truncation" json:"truncate,omitempty"`
@@ -998,6 +1012,13 @@ func (x *EmbedRequest) GetRequestId() string {
 func (x *EmbedRequest) GetPriority() int32 {
 	if x != nil {
 		return x.Priority
+	}
+	return 0
+}
+
+func (x *EmbedRequest) GetKeepAliveSeconds() float64 {
+	if x != nil && x.KeepAliveSeconds != nil {
+		return *x.KeepAliveSeconds
 	}
 	return 0
 }
@@ -2764,8 +2785,11 @@ func (*ListModelsRequest) Descriptor() ([]byte, []int) {
 // The served models.
 type ListModelsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// One entry per model, the default generation model first.
-	Models        []*ModelInfo `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
+	// One entry per ready model, the default generation model first.
+	Models []*ModelInfo `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
+	// Every model the caller may use (catalog models only if its tenant may load them),
+	// with its state, in the order of `models`, then those not ready.
+	Statuses      []*ModelStatus `protobuf:"bytes,2,rep,name=statuses,proto3" json:"statuses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2803,6 +2827,13 @@ func (*ListModelsResponse) Descriptor() ([]byte, []int) {
 func (x *ListModelsResponse) GetModels() []*ModelInfo {
 	if x != nil {
 		return x.Models
+	}
+	return nil
+}
+
+func (x *ListModelsResponse) GetStatuses() []*ModelStatus {
+	if x != nil {
+		return x.Statuses
 	}
 	return nil
 }
@@ -3197,7 +3228,11 @@ type GetLoadResponse struct {
 	UptimeSeconds float64 `protobuf:"fixed64,2,opt,name=uptime_seconds,json=uptimeSeconds,proto3" json:"uptime_seconds,omitempty"`
 	// The calls open now against the server's call limits, and the calls those
 	// limits refused since it started.
-	Calls         *CallLoad `protobuf:"bytes,3,opt,name=calls,proto3" json:"calls,omitempty"`
+	Calls *CallLoad `protobuf:"bytes,3,opt,name=calls,proto3" json:"calls,omitempty"`
+	// Models loaded since the server started (at start, by LoadModel, on demand).
+	ModelLoads int64 `protobuf:"varint,4,opt,name=model_loads,json=modelLoads,proto3" json:"model_loads,omitempty"`
+	// Models unloaded since the server started (by UnloadModel, for room, once idle).
+	ModelUnloads  int64 `protobuf:"varint,5,opt,name=model_unloads,json=modelUnloads,proto3" json:"model_unloads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3251,6 +3286,20 @@ func (x *GetLoadResponse) GetCalls() *CallLoad {
 		return x.Calls
 	}
 	return nil
+}
+
+func (x *GetLoadResponse) GetModelLoads() int64 {
+	if x != nil {
+		return x.ModelLoads
+	}
+	return 0
+}
+
+func (x *GetLoadResponse) GetModelUnloads() int64 {
+	if x != nil {
+		return x.ModelUnloads
+	}
+	return 0
 }
 
 // The server's call limits (0: none) and what they count now.
@@ -3515,8 +3564,10 @@ type ModelLoad struct {
 	// bytes are bounded), the entry alone exceeds --prefix-cache-disk-bytes, or the
 	// write failed (the log says why). The entries stay in memory.
 	PrefixCacheDiskDroppedWrites int64 `protobuf:"varint,24,opt,name=prefix_cache_disk_dropped_writes,json=prefixCacheDiskDroppedWrites,proto3" json:"prefix_cache_disk_dropped_writes,omitempty"`
-	unknownFields                protoimpl.UnknownFields
-	sizeCache                    protoimpl.SizeCache
+	// Bytes of the model's weights in memory (admin and router roles; 0 for others).
+	ResidentBytes int64 `protobuf:"varint,25,opt,name=resident_bytes,json=residentBytes,proto3" json:"resident_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelLoad) Reset() {
@@ -3717,6 +3768,13 @@ func (x *ModelLoad) GetPrefixCacheDiskDroppedWrites() int64 {
 	return 0
 }
 
+func (x *ModelLoad) GetResidentBytes() int64 {
+	if x != nil {
+		return x.ResidentBytes
+	}
+	return 0
+}
+
 // How much of one generation model one tenant uses.
 type TenantLoad struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3823,7 +3881,7 @@ var File_mlxgrpc_v1_inference_service_proto protoreflect.FileDescriptor
 const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\n" +
 	"\"mlxgrpc/v1/inference_service.proto\x12\n" +
-	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x16mlxgrpc/v1/model.proto\"\x8b\x06\n" +
+	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x1amlxgrpc/v1/lifecycle.proto\x1a\x16mlxgrpc/v1/model.proto\"\xd5\x06\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
@@ -3847,9 +3905,11 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x0fprompt_logprobs\x18\x11 \x01(\x05H\x01R\x0epromptLogprobs\x88\x01\x01\x126\n" +
 	"\n" +
 	"prediction\x18\x12 \x01(\v2\x16.mlxgrpc.v1.PredictionR\n" +
-	"predictionB\b\n" +
+	"prediction\x121\n" +
+	"\x12keep_alive_seconds\x18\x13 \x01(\x01H\x02R\x10keepAliveSeconds\x88\x01\x01B\b\n" +
 	"\x06promptB\x12\n" +
-	"\x10_prompt_logprobs\"\x92\x01\n" +
+	"\x10_prompt_logprobsB\x15\n" +
+	"\x13_keep_alive_seconds\"\x92\x01\n" +
 	"\x11GenerationStarted\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -3880,7 +3940,7 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\bfinished\x18\x03 \x01(\v2\x1e.mlxgrpc.v1.GenerationFinishedH\x00R\bfinished\x12E\n" +
 	"\x0fprompt_logprobs\x18\x05 \x01(\v2\x1a.mlxgrpc.v1.PromptLogprobsH\x00R\x0epromptLogprobs\x12!\n" +
 	"\fchoice_index\x18\x04 \x01(\x05R\vchoiceIndexB\a\n" +
-	"\x05event\"\xf8\x02\n" +
+	"\x05event\"\xc2\x03\n" +
 	"\fEmbedRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06inputs\x18\x02 \x03(\tR\x06inputs\x12 \n" +
@@ -3891,13 +3951,15 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"dimensions\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x06 \x01(\tR\trequestId\x12\x1a\n" +
-	"\bpriority\x18\a \x01(\x05R\bpriority\x122\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriority\x121\n" +
+	"\x12keep_alive_seconds\x18\v \x01(\x01H\x01R\x10keepAliveSeconds\x88\x01\x01\x122\n" +
 	"\btruncate\x18\b \x01(\x0e2\x16.mlxgrpc.v1.TruncationR\btruncate\x12\x16\n" +
 	"\x06packed\x18\t \x01(\bR\x06packed\x12@\n" +
 	"\x0eembedding_type\x18\n" +
 	" \x01(\x0e2\x19.mlxgrpc.v1.EmbeddingTypeR\rembeddingTypeB\f\n" +
 	"\n" +
-	"_normalize\"\x91\x01\n" +
+	"_normalizeB\x15\n" +
+	"\x13_keep_alive_seconds\"\x91\x01\n" +
 	"\rEmbedResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x1c\n" +
 	"\tembedding\x18\x02 \x03(\x02R\tembedding\x12\x16\n" +
@@ -4012,9 +4074,10 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x13skip_special_tokens\x18\x03 \x01(\bR\x11skipSpecialTokens\"(\n" +
 	"\x12DetokenizeResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\"\x13\n" +
-	"\x11ListModelsRequest\"C\n" +
+	"\x11ListModelsRequest\"x\n" +
 	"\x12ListModelsResponse\x12-\n" +
-	"\x06models\x18\x01 \x03(\v2\x15.mlxgrpc.v1.ModelInfoR\x06models\"R\n" +
+	"\x06models\x18\x01 \x03(\v2\x15.mlxgrpc.v1.ModelInfoR\x06models\x123\n" +
+	"\bstatuses\x18\x02 \x03(\v2\x17.mlxgrpc.v1.ModelStatusR\bstatuses\"R\n" +
 	"\x12LoadAdapterRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -4034,11 +4097,14 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\badapters\x18\x02 \x03(\v2\x17.mlxgrpc.v1.AdapterInfoR\badapters\x12!\n" +
 	"\fmax_adapters\x18\x03 \x01(\x05R\vmaxAdapters\"&\n" +
 	"\x0eGetLoadRequest\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\"\x93\x01\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\"\xd9\x01\n" +
 	"\x0fGetLoadResponse\x12-\n" +
 	"\x06models\x18\x01 \x03(\v2\x15.mlxgrpc.v1.ModelLoadR\x06models\x12%\n" +
 	"\x0euptime_seconds\x18\x02 \x01(\x01R\ruptimeSeconds\x12*\n" +
-	"\x05calls\x18\x03 \x01(\v2\x14.mlxgrpc.v1.CallLoadR\x05calls\"\xca\x02\n" +
+	"\x05calls\x18\x03 \x01(\v2\x14.mlxgrpc.v1.CallLoadR\x05calls\x12\x1f\n" +
+	"\vmodel_loads\x18\x04 \x01(\x03R\n" +
+	"modelLoads\x12#\n" +
+	"\rmodel_unloads\x18\x05 \x01(\x03R\fmodelUnloads\"\xca\x02\n" +
 	"\bCallLoad\x12\x1b\n" +
 	"\topen_rpcs\x18\x01 \x01(\x05R\bopenRpcs\x12.\n" +
 	"\x13max_concurrent_rpcs\x18\x02 \x01(\x05R\x11maxConcurrentRpcs\x12+\n" +
@@ -4054,7 +4120,7 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"maxStreams\x12'\n" +
 	"\x0frefused_streams\x18\x04 \x01(\x03R\x0erefusedStreams\x12!\n" +
 	"\fmax_priority\x18\x05 \x01(\x05R\vmaxPriority\x12-\n" +
-	"\x12refused_priorities\x18\x06 \x01(\x03R\x11refusedPriorities\"\xbc\t\n" +
+	"\x12refused_priorities\x18\x06 \x01(\x03R\x11refusedPriorities\"\xe3\t\n" +
 	"\tModelLoad\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12)\n" +
 	"\x10running_requests\x18\x02 \x01(\x05R\x0frunningRequests\x12)\n" +
@@ -4080,7 +4146,8 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\x1bprefix_cache_disk_evictions\x18\x15 \x01(\x03R\x18prefixCacheDiskEvictions\x12D\n" +
 	"\x1fprefix_cache_disk_corrupt_files\x18\x16 \x01(\x03R\x1bprefixCacheDiskCorruptFiles\x12#\n" +
 	"\ropen_sessions\x18\x17 \x01(\x05R\fopenSessions\x12F\n" +
-	" prefix_cache_disk_dropped_writes\x18\x18 \x01(\x03R\x1cprefixCacheDiskDroppedWrites\"\xac\x02\n" +
+	" prefix_cache_disk_dropped_writes\x18\x18 \x01(\x03R\x1cprefixCacheDiskDroppedWrites\x12%\n" +
+	"\x0eresident_bytes\x18\x19 \x01(\x03R\rresidentBytes\"\xac\x02\n" +
 	"\n" +
 	"TenantLoad\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12)\n" +
@@ -4104,8 +4171,7 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\tCacheTier\x12\x1a\n" +
 	"\x16CACHE_TIER_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CACHE_TIER_MEMORY\x10\x01\x12\x13\n" +
-	"\x0fCACHE_TIER_DISK\x10\x022\x8c\n" +
-	"\n" +
+	"\x0fCACHE_TIER_DISK\x10\x022\xa8\v\n" +
 	"\x10InferenceService\x12G\n" +
 	"\bGenerate\x12\x1b.mlxgrpc.v1.GenerateRequest\x1a\x1c.mlxgrpc.v1.GenerateResponse0\x01\x12>\n" +
 	"\x05Embed\x12\x18.mlxgrpc.v1.EmbedRequest\x1a\x19.mlxgrpc.v1.EmbedResponse0\x01\x12?\n" +
@@ -4120,7 +4186,9 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\n" +
 	"Detokenize\x12\x1d.mlxgrpc.v1.DetokenizeRequest\x1a\x1e.mlxgrpc.v1.DetokenizeResponse\x12K\n" +
 	"\n" +
-	"ListModels\x12\x1d.mlxgrpc.v1.ListModelsRequest\x1a\x1e.mlxgrpc.v1.ListModelsResponse\x12N\n" +
+	"ListModels\x12\x1d.mlxgrpc.v1.ListModelsRequest\x1a\x1e.mlxgrpc.v1.ListModelsResponse\x12J\n" +
+	"\tLoadModel\x12\x1c.mlxgrpc.v1.LoadModelRequest\x1a\x1d.mlxgrpc.v1.LoadModelResponse0\x01\x12N\n" +
+	"\vUnloadModel\x12\x1e.mlxgrpc.v1.UnloadModelRequest\x1a\x1f.mlxgrpc.v1.UnloadModelResponse\x12N\n" +
 	"\vLoadAdapter\x12\x1e.mlxgrpc.v1.LoadAdapterRequest\x1a\x1f.mlxgrpc.v1.LoadAdapterResponse\x12T\n" +
 	"\rUnloadAdapter\x12 .mlxgrpc.v1.UnloadAdapterRequest\x1a!.mlxgrpc.v1.UnloadAdapterResponse\x12Q\n" +
 	"\fListAdapters\x12\x1f.mlxgrpc.v1.ListAdaptersRequest\x1a .mlxgrpc.v1.ListAdaptersResponse\x12B\n" +
@@ -4209,7 +4277,12 @@ var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(*Timings)(nil),               // 62: mlxgrpc.v1.Timings
 	(*ModelInfo)(nil),             // 63: mlxgrpc.v1.ModelInfo
 	(*MemoryPlan)(nil),            // 64: mlxgrpc.v1.MemoryPlan
-	(*AdapterInfo)(nil),           // 65: mlxgrpc.v1.AdapterInfo
+	(*ModelStatus)(nil),           // 65: mlxgrpc.v1.ModelStatus
+	(*AdapterInfo)(nil),           // 66: mlxgrpc.v1.AdapterInfo
+	(*LoadModelRequest)(nil),      // 67: mlxgrpc.v1.LoadModelRequest
+	(*UnloadModelRequest)(nil),    // 68: mlxgrpc.v1.UnloadModelRequest
+	(*LoadModelResponse)(nil),     // 69: mlxgrpc.v1.LoadModelResponse
+	(*UnloadModelResponse)(nil),   // 70: mlxgrpc.v1.UnloadModelResponse
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
 	50, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
@@ -4247,52 +4320,57 @@ var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
 	63, // 32: mlxgrpc.v1.GetModelInfoResponse.info:type_name -> mlxgrpc.v1.ModelInfo
 	64, // 33: mlxgrpc.v1.PlanMemoryResponse.plan:type_name -> mlxgrpc.v1.MemoryPlan
 	63, // 34: mlxgrpc.v1.ListModelsResponse.models:type_name -> mlxgrpc.v1.ModelInfo
-	65, // 35: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	65, // 36: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
-	65, // 37: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
-	48, // 38: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
-	46, // 39: mlxgrpc.v1.GetLoadResponse.calls:type_name -> mlxgrpc.v1.CallLoad
-	47, // 40: mlxgrpc.v1.CallLoad.tenants:type_name -> mlxgrpc.v1.TenantCalls
-	49, // 41: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
-	3,  // 42: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
-	9,  // 43: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
-	12, // 44: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
-	15, // 45: mlxgrpc.v1.InferenceService.Classify:input_type -> mlxgrpc.v1.ClassifyRequest
-	19, // 46: mlxgrpc.v1.InferenceService.EmbedSparse:input_type -> mlxgrpc.v1.EmbedSparseRequest
-	26, // 47: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	28, // 48: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	30, // 49: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	32, // 50: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	34, // 51: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	36, // 52: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	38, // 53: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
-	40, // 54: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
-	42, // 55: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
-	44, // 56: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
-	22, // 57: mlxgrpc.v1.InferenceService.Prefetch:input_type -> mlxgrpc.v1.PrefetchRequest
-	24, // 58: mlxgrpc.v1.InferenceService.CloseSession:input_type -> mlxgrpc.v1.CloseSessionRequest
-	8,  // 59: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	10, // 60: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	13, // 61: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
-	16, // 62: mlxgrpc.v1.InferenceService.Classify:output_type -> mlxgrpc.v1.ClassifyResponse
-	20, // 63: mlxgrpc.v1.InferenceService.EmbedSparse:output_type -> mlxgrpc.v1.EmbedSparseResponse
-	27, // 64: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	29, // 65: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	31, // 66: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	33, // 67: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	35, // 68: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	37, // 69: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	39, // 70: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
-	41, // 71: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
-	43, // 72: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
-	45, // 73: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
-	23, // 74: mlxgrpc.v1.InferenceService.Prefetch:output_type -> mlxgrpc.v1.PrefetchResponse
-	25, // 75: mlxgrpc.v1.InferenceService.CloseSession:output_type -> mlxgrpc.v1.CloseSessionResponse
-	59, // [59:76] is the sub-list for method output_type
-	42, // [42:59] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	65, // 35: mlxgrpc.v1.ListModelsResponse.statuses:type_name -> mlxgrpc.v1.ModelStatus
+	66, // 36: mlxgrpc.v1.LoadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	66, // 37: mlxgrpc.v1.UnloadAdapterResponse.adapter:type_name -> mlxgrpc.v1.AdapterInfo
+	66, // 38: mlxgrpc.v1.ListAdaptersResponse.adapters:type_name -> mlxgrpc.v1.AdapterInfo
+	48, // 39: mlxgrpc.v1.GetLoadResponse.models:type_name -> mlxgrpc.v1.ModelLoad
+	46, // 40: mlxgrpc.v1.GetLoadResponse.calls:type_name -> mlxgrpc.v1.CallLoad
+	47, // 41: mlxgrpc.v1.CallLoad.tenants:type_name -> mlxgrpc.v1.TenantCalls
+	49, // 42: mlxgrpc.v1.ModelLoad.tenants:type_name -> mlxgrpc.v1.TenantLoad
+	3,  // 43: mlxgrpc.v1.InferenceService.Generate:input_type -> mlxgrpc.v1.GenerateRequest
+	9,  // 44: mlxgrpc.v1.InferenceService.Embed:input_type -> mlxgrpc.v1.EmbedRequest
+	12, // 45: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
+	15, // 46: mlxgrpc.v1.InferenceService.Classify:input_type -> mlxgrpc.v1.ClassifyRequest
+	19, // 47: mlxgrpc.v1.InferenceService.EmbedSparse:input_type -> mlxgrpc.v1.EmbedSparseRequest
+	26, // 48: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	28, // 49: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	30, // 50: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	32, // 51: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	34, // 52: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	36, // 53: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	67, // 54: mlxgrpc.v1.InferenceService.LoadModel:input_type -> mlxgrpc.v1.LoadModelRequest
+	68, // 55: mlxgrpc.v1.InferenceService.UnloadModel:input_type -> mlxgrpc.v1.UnloadModelRequest
+	38, // 56: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
+	40, // 57: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
+	42, // 58: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
+	44, // 59: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
+	22, // 60: mlxgrpc.v1.InferenceService.Prefetch:input_type -> mlxgrpc.v1.PrefetchRequest
+	24, // 61: mlxgrpc.v1.InferenceService.CloseSession:input_type -> mlxgrpc.v1.CloseSessionRequest
+	8,  // 62: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	10, // 63: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	13, // 64: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
+	16, // 65: mlxgrpc.v1.InferenceService.Classify:output_type -> mlxgrpc.v1.ClassifyResponse
+	20, // 66: mlxgrpc.v1.InferenceService.EmbedSparse:output_type -> mlxgrpc.v1.EmbedSparseResponse
+	27, // 67: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	29, // 68: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	31, // 69: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	33, // 70: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	35, // 71: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	37, // 72: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	69, // 73: mlxgrpc.v1.InferenceService.LoadModel:output_type -> mlxgrpc.v1.LoadModelResponse
+	70, // 74: mlxgrpc.v1.InferenceService.UnloadModel:output_type -> mlxgrpc.v1.UnloadModelResponse
+	39, // 75: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
+	41, // 76: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
+	43, // 77: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
+	45, // 78: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
+	23, // 79: mlxgrpc.v1.InferenceService.Prefetch:output_type -> mlxgrpc.v1.PrefetchResponse
+	25, // 80: mlxgrpc.v1.InferenceService.CloseSession:output_type -> mlxgrpc.v1.CloseSessionResponse
+	62, // [62:81] is the sub-list for method output_type
+	43, // [43:62] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_inference_service_proto_init() }
@@ -4301,6 +4379,7 @@ func file_mlxgrpc_v1_inference_service_proto_init() {
 		return
 	}
 	file_mlxgrpc_v1_generation_proto_init()
+	file_mlxgrpc_v1_lifecycle_proto_init()
 	file_mlxgrpc_v1_model_proto_init()
 	file_mlxgrpc_v1_inference_service_proto_msgTypes[0].OneofWrappers = []any{
 		(*GenerateRequest_Text)(nil),

@@ -30,6 +30,8 @@ const (
 	InferenceService_Tokenize_FullMethodName      = "/mlxgrpc.v1.InferenceService/Tokenize"
 	InferenceService_Detokenize_FullMethodName    = "/mlxgrpc.v1.InferenceService/Detokenize"
 	InferenceService_ListModels_FullMethodName    = "/mlxgrpc.v1.InferenceService/ListModels"
+	InferenceService_LoadModel_FullMethodName     = "/mlxgrpc.v1.InferenceService/LoadModel"
+	InferenceService_UnloadModel_FullMethodName   = "/mlxgrpc.v1.InferenceService/UnloadModel"
 	InferenceService_LoadAdapter_FullMethodName   = "/mlxgrpc.v1.InferenceService/LoadAdapter"
 	InferenceService_UnloadAdapter_FullMethodName = "/mlxgrpc.v1.InferenceService/UnloadAdapter"
 	InferenceService_ListAdapters_FullMethodName  = "/mlxgrpc.v1.InferenceService/ListAdapters"
@@ -81,8 +83,25 @@ type InferenceServiceClient interface {
 	Tokenize(ctx context.Context, in *TokenizeRequest, opts ...grpc.CallOption) (*TokenizeResponse, error)
 	// Turns token ids back into text.
 	Detokenize(ctx context.Context, in *DetokenizeRequest, opts ...grpc.CallOption) (*DetokenizeResponse, error)
-	// Lists the models this server serves.
+	// Lists the models this server serves: each ready model's description, and every
+	// model the caller may use with its state (loading, ready, unloading, or unloaded
+	// until its first request). Figures on memory and use only for the admin role.
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
+	// Loads a model at run time, from the server's --model-root or its catalog, and
+	// streams the load's steps; the last message is SERVING with the model. It loads
+	// only if it fits (by its files' size) beside the resident models under the
+	// server's --models-memory-limit, unloading the least recently used idle model
+	// first; pinned models and models in use are never unloaded. A model that can
+	// never fit is OUT_OF_RANGE with the figures; no room because every resident model
+	// is in use is RESOURCE_EXHAUSTED with RetryInfo; a name in use ALREADY_EXISTS; a
+	// source outside the root INVALID_ARGUMENT before anything is read. Cancelling the
+	// call abandons the load. Needs the admin role (as LoadAdapter).
+	LoadModel(ctx context.Context, in *LoadModelRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LoadModelResponse], error)
+	// Unloads a model: new requests for it are UNAVAILABLE, its requests finish (or
+	// are cancelled, when asked), then its weights, KV cache and prefix cache's memory
+	// tier are freed (the disk tier keeps its files). A catalog model stays listed,
+	// UNLOADED. If the call ends first, the unload still completes. Needs the admin role.
+	UnloadModel(ctx context.Context, in *UnloadModelRequest, opts ...grpc.CallOption) (*UnloadModelResponse, error)
 	// Loads a LoRA or DoRA adapter (a directory as mlx_lm.lora writes it, on the server)
 	// for a generation model, under a name that GenerateRequest.adapter then selects.
 	// A directory that is no adapter is INVALID_ARGUMENT; an adapter that does not fit
@@ -253,6 +272,35 @@ func (c *inferenceServiceClient) ListModels(ctx context.Context, in *ListModelsR
 	return out, nil
 }
 
+func (c *inferenceServiceClient) LoadModel(ctx context.Context, in *LoadModelRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LoadModelResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &InferenceService_ServiceDesc.Streams[2], InferenceService_LoadModel_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LoadModelRequest, LoadModelResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type InferenceService_LoadModelClient = grpc.ServerStreamingClient[LoadModelResponse]
+
+func (c *inferenceServiceClient) UnloadModel(ctx context.Context, in *UnloadModelRequest, opts ...grpc.CallOption) (*UnloadModelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnloadModelResponse)
+	err := c.cc.Invoke(ctx, InferenceService_UnloadModel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *inferenceServiceClient) LoadAdapter(ctx context.Context, in *LoadAdapterRequest, opts ...grpc.CallOption) (*LoadAdapterResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(LoadAdapterResponse)
@@ -356,8 +404,25 @@ type InferenceServiceServer interface {
 	Tokenize(context.Context, *TokenizeRequest) (*TokenizeResponse, error)
 	// Turns token ids back into text.
 	Detokenize(context.Context, *DetokenizeRequest) (*DetokenizeResponse, error)
-	// Lists the models this server serves.
+	// Lists the models this server serves: each ready model's description, and every
+	// model the caller may use with its state (loading, ready, unloading, or unloaded
+	// until its first request). Figures on memory and use only for the admin role.
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
+	// Loads a model at run time, from the server's --model-root or its catalog, and
+	// streams the load's steps; the last message is SERVING with the model. It loads
+	// only if it fits (by its files' size) beside the resident models under the
+	// server's --models-memory-limit, unloading the least recently used idle model
+	// first; pinned models and models in use are never unloaded. A model that can
+	// never fit is OUT_OF_RANGE with the figures; no room because every resident model
+	// is in use is RESOURCE_EXHAUSTED with RetryInfo; a name in use ALREADY_EXISTS; a
+	// source outside the root INVALID_ARGUMENT before anything is read. Cancelling the
+	// call abandons the load. Needs the admin role (as LoadAdapter).
+	LoadModel(*LoadModelRequest, grpc.ServerStreamingServer[LoadModelResponse]) error
+	// Unloads a model: new requests for it are UNAVAILABLE, its requests finish (or
+	// are cancelled, when asked), then its weights, KV cache and prefix cache's memory
+	// tier are freed (the disk tier keeps its files). A catalog model stays listed,
+	// UNLOADED. If the call ends first, the unload still completes. Needs the admin role.
+	UnloadModel(context.Context, *UnloadModelRequest) (*UnloadModelResponse, error)
 	// Loads a LoRA or DoRA adapter (a directory as mlx_lm.lora writes it, on the server)
 	// for a generation model, under a name that GenerateRequest.adapter then selects.
 	// A directory that is no adapter is INVALID_ARGUMENT; an adapter that does not fit
@@ -432,6 +497,12 @@ func (UnimplementedInferenceServiceServer) Detokenize(context.Context, *Detokeni
 }
 func (UnimplementedInferenceServiceServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListModels not implemented")
+}
+func (UnimplementedInferenceServiceServer) LoadModel(*LoadModelRequest, grpc.ServerStreamingServer[LoadModelResponse]) error {
+	return status.Error(codes.Unimplemented, "method LoadModel not implemented")
+}
+func (UnimplementedInferenceServiceServer) UnloadModel(context.Context, *UnloadModelRequest) (*UnloadModelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnloadModel not implemented")
 }
 func (UnimplementedInferenceServiceServer) LoadAdapter(context.Context, *LoadAdapterRequest) (*LoadAdapterResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LoadAdapter not implemented")
@@ -656,6 +727,35 @@ func _InferenceService_ListModels_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _InferenceService_LoadModel_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(LoadModelRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(InferenceServiceServer).LoadModel(m, &grpc.GenericServerStream[LoadModelRequest, LoadModelResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type InferenceService_LoadModelServer = grpc.ServerStreamingServer[LoadModelResponse]
+
+func _InferenceService_UnloadModel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnloadModelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).UnloadModel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_UnloadModel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).UnloadModel(ctx, req.(*UnloadModelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _InferenceService_LoadAdapter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(LoadAdapterRequest)
 	if err := dec(in); err != nil {
@@ -808,6 +908,10 @@ var InferenceService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _InferenceService_ListModels_Handler,
 		},
 		{
+			MethodName: "UnloadModel",
+			Handler:    _InferenceService_UnloadModel_Handler,
+		},
+		{
 			MethodName: "LoadAdapter",
 			Handler:    _InferenceService_LoadAdapter_Handler,
 		},
@@ -841,6 +945,11 @@ var InferenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Embed",
 			Handler:       _InferenceService_Embed_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "LoadModel",
+			Handler:       _InferenceService_LoadModel_Handler,
 			ServerStreams: true,
 		},
 	},

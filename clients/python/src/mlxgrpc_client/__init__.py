@@ -17,7 +17,7 @@ awaited; ``async for`` over ``generate``). Messages and enums live in
 
 from . import aio, pb
 from ._common import (Choice, ErrorDetails, GenerationResult, classify_request, embed_request, error_details,
-                      generate_request, prefetch_request, rerank_request)
+                      generate_request, load_model_request, prefetch_request, rerank_request)
 from ._embeddings import Embeddings, decode_packed, dequantize, hamming, unpack_bits
 from ._images import image_part, sniff_media_type
 from ._sparse import SparseEmbeddings, SparseVector, embed_sparse_request
@@ -43,6 +43,7 @@ __all__ = [
     "generate_request",
     "hamming",
     "image_part",
+    "load_model_request",
     "pb",
     "prefetch_request",
     "rerank_request",

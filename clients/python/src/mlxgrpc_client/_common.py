@@ -156,6 +156,7 @@ def generate_request(
     parallel_tool_calls: bool | None = None,
     enable_thinking: bool | None = None,
     template_kwargs: Mapping[str, Any] | None = None,
+    keep_alive: float | None = None,
     **fields: Any,
 ) -> pb.GenerateRequest:
     """Builds a GenerateRequest.
@@ -177,7 +178,9 @@ def generate_request(
     ``pb.Prediction``), proposed as speculative drafts: the same output, sooner where it
     matches (usage's ``accepted_prediction_tokens`` and ``rejected_prediction_tokens``;
     INVALID_ARGUMENT with ``speculation="off"``); ``priority`` (-100 to 100, default 0: higher starts
-    first among waiting requests, and waiting raises it, so none starves); other keywords (``logprobs``, ``top_logprobs``,
+    first among waiting requests, and waiting raises it, so none starves); ``keep_alive``
+    (``keep_alive_seconds``): seconds an on-demand (catalog) model stays loaded once idle after
+    this request (0: unloaded once idle; ``None``: the catalog's setting); other keywords (``logprobs``, ``top_logprobs``,
     ``session_id``, ``n``, ``prompt_logprobs``, ...) are request fields. ``n`` answers share
     the prompt (:attr:`GenerationResult.choices`); ``prompt_logprobs=K`` returns the prompt
     tokens' log probabilities with K alternatives (:attr:`GenerationResult.prompt_logprobs`).
@@ -231,6 +234,8 @@ def generate_request(
         req.prediction.CopyFrom(_prediction(prediction))
     if priority is not None:
         req.priority = priority
+    if keep_alive is not None:
+        req.keep_alive_seconds = keep_alive
     chat_options = (tools, tool_choice, parallel_tool_calls, enable_thinking, template_kwargs)
     if any(v is not None for v in chat_options):
         if req.WhichOneof("prompt") != "chat":
@@ -346,6 +351,7 @@ def embed_request(
     truncate: Truncate | None = None,
     packed: bool = False,
     embedding_type: EmbeddingTypeArg | None = None,
+    keep_alive: float | None = None,
 ) -> pb.EmbedRequest:
     """Builds an EmbedRequest; ``priority`` as in :func:`generate_request`; ``truncate``
     is what the server does with an input longer than the model's limit: ``"end"`` cuts
@@ -354,7 +360,8 @@ def embed_request(
     ``packed`` has the server send up to 64 vectors a message as bytes of
     ``embedding_type``: ``"float32"`` (the default), ``"float16"``, ``"int8"`` or
     ``"ubinary"`` (or a ``pb.EmbeddingType``); types other than float32 need ``packed``
-    (the server refuses them otherwise: INVALID_ARGUMENT naming ``embedding_type``)."""
+    (the server refuses them otherwise: INVALID_ARGUMENT naming ``embedding_type``).
+    ``keep_alive`` (``keep_alive_seconds``) as in :func:`generate_request`."""
     req = pb.EmbedRequest(
         model=model,
         inputs=[inputs] if isinstance(inputs, str) else list(inputs),
@@ -370,7 +377,59 @@ def embed_request(
         req.truncate = _truncation(truncate)
     if embedding_type is not None:
         req.embedding_type = embedding_type_value(embedding_type)
+    if keep_alive is not None:
+        req.keep_alive_seconds = keep_alive
     return req
+
+
+def _model_kind(kind: str | int) -> int:
+    if isinstance(kind, int):
+        return kind
+    name = kind.upper()
+    try:
+        return pb.ModelKind.Value(name if name.startswith("MODEL_KIND_") else f"MODEL_KIND_{name}")
+    except ValueError:
+        choices = ", ".join(n.removeprefix("MODEL_KIND_").lower() for n in pb.ModelKind.keys())
+        raise ValueError(f"unknown model kind {kind!r} (one of {choices})") from None
+
+
+def load_model_request(
+    name: str,
+    source: str = "",
+    *,
+    kind: str | int = "generation",
+    dtype: str = "",
+    kv_bits: int = 0,
+    draft_model: str = "",
+    context_length: int = 0,
+    keep_alive: float | None = None,
+) -> pb.LoadModelRequest:
+    """Builds a LoadModelRequest: the model at ``source`` (a directory or a ``.gguf`` file,
+    relative to the server's ``--model-root``; empty with the name of a catalog model: that
+    entry) loaded as ``name``. ``kind`` is ``"generation"`` (the default), ``"embedding"`` or a
+    ``pb.ModelKind``; ``dtype`` (``"auto"``, ``"float32"``, ``"float16"``, ``"bfloat16"``),
+    ``kv_bits`` (0, 8 or 4), ``draft_model`` (relative to the root as ``source``) and
+    ``context_length`` are its ``options``, each left at its zero value for the server's
+    setting; ``keep_alive`` (``keep_alive_seconds``) is how long it stays loaded once idle
+    (0: unloaded once idle, negative: until :meth:`unload_model`; ``None``: kept)."""
+    req = pb.LoadModelRequest(
+        name=name,
+        source=source,
+        kind=_model_kind(kind),
+        options=pb.ModelOptions(dtype=dtype, kv_bits=kv_bits, draft_model=draft_model,
+                                context_length=context_length),
+    )
+    if keep_alive is not None:
+        req.keep_alive_seconds = keep_alive
+    return req
+
+
+def loaded_model(last: pb.LoadModelResponse | None, name: str) -> pb.ModelInfo:
+    """The model of a LoadModel stream's last message, which must be SERVING."""
+    if last is None or last.stage != pb.LOAD_STAGE_SERVING or not last.HasField("model"):
+        stage = "no message" if last is None else pb.LoadStage.Name(last.stage)
+        raise RuntimeError(f"LoadModel of {name!r} ended without SERVING (last: {stage})")
+    return last.model
 
 
 def rerank_request(

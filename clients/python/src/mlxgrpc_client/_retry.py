@@ -10,7 +10,7 @@ request id. ``max_attempts`` counts the first attempt: 1 turns retrying off.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Optional
 
 import grpc
@@ -76,3 +76,44 @@ async def acall(fn: Callable[[Optional[float]], Any], attempts: Attempts) -> Any
             if delay is None:
                 raise
             await asyncio.sleep(delay)
+
+
+def stream(start: Callable[[Optional[float]], Any], attempts: Attempts) -> Iterator[Any]:
+    """The messages of ``start(timeout)`` (a server-streaming call), retried as ``attempts``
+    allows before the first message arrived. Closing the iterator early cancels the call."""
+    received = False
+    while True:
+        call = start(attempts.timeout())
+        try:
+            for message in call:
+                received = True
+                yield message
+            return
+        except grpc.RpcError as err:
+            delay = None if received else attempts.delay_after(err)
+            if delay is None:
+                raise
+        finally:
+            call.cancel()  # nothing when the call has ended
+        time.sleep(delay)
+
+
+async def astream(start: Callable[[Optional[float]], Any], attempts: Attempts) -> AsyncIterator[Any]:
+    """:func:`stream` for grpc.aio."""
+    import asyncio  # noqa: PLC0415
+
+    received = False
+    while True:
+        call = start(attempts.timeout())
+        try:
+            async for message in call:
+                received = True
+                yield message
+            return
+        except grpc.RpcError as err:
+            delay = None if received else attempts.delay_after(err)
+            if delay is None:
+                raise
+        finally:
+            call.cancel()
+        await asyncio.sleep(delay)

@@ -11,8 +11,8 @@ import grpc
 
 from . import _retry, pb
 from ._common import (DEFAULT, GenerationResult, PrefetchPrompt, Prompt, auth_metadata, channel_credentials,
-                      classify_request, default_priority, embed_request, generate_request, prefetch_request,
-                      rerank_request)
+                      classify_request, default_priority, embed_request, generate_request, load_model_request,
+                      loaded_model, prefetch_request, rerank_request)
 from ._embeddings import Embeddings
 from ._sparse import SparseEmbeddings, embed_sparse_request
 from ._embeddings import gather as gather_embeddings
@@ -147,8 +147,9 @@ class Client:
               **kwargs: Any) -> list[pb.EmbedResponse] | Embeddings:
         """Embeds ``inputs``; one response per input, ordered by ``index``.
         Keywords: ``model``, ``instruction``, ``normalize``, ``dimensions``, ``request_id``,
-        ``priority``, ``truncate`` (``"end"``: cut an over-long input, the default;
-        ``"none"``: refuse it with INVALID_ARGUMENT).
+        ``priority``, ``keep_alive`` (seconds an on-demand model stays loaded once idle),
+        ``truncate`` (``"end"``: cut an over-long input, the default; ``"none"``: refuse it
+        with INVALID_ARGUMENT).
 
         ``packed=True`` returns :class:`mlxgrpc_client.Embeddings` instead: the vectors in
         input order, sent up to 64 a message, of ``embedding_type`` ``"float32"`` (the
@@ -199,8 +200,64 @@ class Client:
         return self._unary(self.stub.GetModelInfo, pb.GetModelInfoRequest(model=model), timeout).info
 
     def list_models(self, *, timeout: Any = DEFAULT) -> list[pb.ModelInfo]:
-        """Every served model, the default generation model first."""
+        """Every ready model, the default generation model first."""
         return list(self._unary(self.stub.ListModels, pb.ListModelsRequest(), timeout).models)
+
+    def model_statuses(self, *, timeout: Any = DEFAULT) -> list[pb.ModelStatus]:
+        """Every model this caller may use and where it stands (ListModels' ``statuses``): its
+        ``name``, ``kind``, ``state`` (``pb.MODEL_STATE_LOADING``, ``READY``, ``UNLOADING``, or
+        ``UNLOADED``: a catalog model its first request loads), ``on_demand``, ``pinned``,
+        ``keep_alive_seconds``, ``aliases``; for the admin role also ``resident_bytes``,
+        ``idle_seconds``, ``requests`` and ``load_seconds``. Ready models first, in
+        :meth:`list_models`' order."""
+        return list(self._unary(self.stub.ListModels, pb.ListModelsRequest(), timeout).statuses)
+
+    def load_model_progress(self, name: str, source: str = "", *, timeout: Any = DEFAULT,
+                            **kwargs: Any) -> Iterator[pb.LoadModelResponse]:
+        """Starts loading a model (the LoadModel RPC; admin role) and yields its steps as they
+        come: ``pb.LoadModelResponse`` with the ``stage`` (``pb.LOAD_STAGE_RESOLVING``,
+        ``PLANNING`` with the models ``evicted`` to make room, ``READING`` and ``CONVERTING``
+        with ``done`` of ``total``, ``WARMING``, and last ``SERVING`` with the ``model``) and
+        ``elapsed_seconds``. The keywords are those of :func:`mlxgrpc_client.load_model_request`.
+        A refusal with RetryInfo before the first step is retried; closing the iterator early
+        cancels the call, which abandons the load."""
+        req = load_model_request(name, source, **kwargs)
+        return _retry.stream(lambda t: self.stub.LoadModel(req, timeout=t, metadata=self.metadata),
+                             self._attempts(timeout))
+
+    def load_model(self, name: str, source: str = "", *, kind: str | int = "generation", dtype: str = "",
+                   kv_bits: int = 0, draft_model: str = "", context_length: int = 0,
+                   keep_alive: float | None = None,
+                   on_progress: Callable[[pb.LoadModelResponse], Any] | None = None,
+                   timeout: Any = DEFAULT) -> pb.ModelInfo:
+        """Loads the model at ``source`` (relative to the server's ``--model-root``; empty: the
+        catalog entry ``name``) as ``name`` and returns its ``pb.ModelInfo`` once it serves.
+        ``on_progress`` is called with each step (see :meth:`load_model_progress`); the other
+        keywords are those of :func:`mlxgrpc_client.load_model_request`. Needs the admin role
+        (PERMISSION_DENIED ``ADMIN_ROLE_REQUIRED``); a source outside the root is
+        INVALID_ARGUMENT, a name in use ALREADY_EXISTS, a model that can never fit OUT_OF_RANGE.
+        A stream that ends without SERVING raises ``RuntimeError``."""
+        last = None
+        steps = self.load_model_progress(name, source, kind=kind, dtype=dtype, kv_bits=kv_bits,
+                                         draft_model=draft_model, context_length=context_length,
+                                         keep_alive=keep_alive, timeout=timeout)
+        try:
+            for last in steps:
+                if on_progress is not None:
+                    on_progress(last)
+        finally:
+            steps.close()  # on_progress raised: the call is cancelled
+        return loaded_model(last, name)
+
+    def unload_model(self, name: str, cancel_requests: bool = False, *,
+                     timeout: Any = DEFAULT) -> pb.UnloadModelResponse:
+        """Unloads model ``name`` (admin role): new requests for it are UNAVAILABLE, its running
+        requests finish (``cancel_requests=True``: are cancelled, their streams ending with
+        ``FINISH_REASON_CANCELLED``), then its memory is freed.
+        The response has the ``name``, ``freed_bytes`` and its ``state`` now (a catalog model
+        stays listed, ``pb.MODEL_STATE_UNLOADED``)."""
+        req = pb.UnloadModelRequest(name=name, cancel_requests=cancel_requests)
+        return self._unary(self.stub.UnloadModel, req, timeout)
 
     def tokenize(self, text: str, *, model: str = "", add_special_tokens: bool = False,
                  timeout: Any = DEFAULT) -> pb.TokenizeResponse:

@@ -4,6 +4,7 @@ with ``await`` on unary calls and ``async for`` over streams."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal, overload
@@ -12,8 +13,8 @@ import grpc
 
 from . import _retry, pb
 from ._common import (DEFAULT, GenerationResult, PrefetchPrompt, Prompt, auth_metadata, channel_credentials,
-                      classify_request, default_priority, embed_request, generate_request, prefetch_request,
-                      rerank_request)
+                      classify_request, default_priority, embed_request, generate_request, load_model_request,
+                      loaded_model, prefetch_request, rerank_request)
 from ._embeddings import Embeddings
 from ._sparse import SparseEmbeddings, embed_sparse_request
 from ._embeddings import gather as gather_embeddings
@@ -194,6 +195,47 @@ class AsyncClient:
 
     async def list_models(self, *, timeout: Any = DEFAULT) -> list[pb.ModelInfo]:
         return list((await self._unary(self.stub.ListModels, pb.ListModelsRequest(), timeout)).models)
+
+    async def model_statuses(self, *, timeout: Any = DEFAULT) -> list[pb.ModelStatus]:
+        """Every model this caller may use and its ``state`` (see
+        :meth:`mlxgrpc_client.Client.model_statuses`)."""
+        return list((await self._unary(self.stub.ListModels, pb.ListModelsRequest(), timeout)).statuses)
+
+    def load_model_progress(self, name: str, source: str = "", *, timeout: Any = DEFAULT,
+                            **kwargs: Any) -> AsyncIterator[pb.LoadModelResponse]:
+        """Starts loading a model; ``async for`` the ``pb.LoadModelResponse`` steps, the last
+        SERVING with the model (see :meth:`mlxgrpc_client.Client.load_model_progress`)."""
+        req = load_model_request(name, source, **kwargs)
+        return _retry.astream(lambda t: self.stub.LoadModel(req, timeout=t, metadata=self.metadata),
+                              self._attempts(timeout))
+
+    async def load_model(self, name: str, source: str = "", *, kind: str | int = "generation", dtype: str = "",
+                         kv_bits: int = 0, draft_model: str = "", context_length: int = 0,
+                         keep_alive: float | None = None,
+                         on_progress: Callable[[pb.LoadModelResponse], Any] | None = None,
+                         timeout: Any = DEFAULT) -> pb.ModelInfo:
+        """Loads the model at ``source`` as ``name`` and returns its ``pb.ModelInfo`` once it
+        serves; ``on_progress`` (a function or a coroutine function) hears of each step (see
+        :meth:`mlxgrpc_client.Client.load_model`)."""
+        last = None
+        steps = self.load_model_progress(name, source, kind=kind, dtype=dtype, kv_bits=kv_bits,
+                                         draft_model=draft_model, context_length=context_length,
+                                         keep_alive=keep_alive, timeout=timeout)
+        try:
+            async for last in steps:
+                if on_progress is not None:
+                    heard = on_progress(last)
+                    if inspect.isawaitable(heard):
+                        await heard
+        finally:
+            await steps.aclose()
+        return loaded_model(last, name)
+
+    async def unload_model(self, name: str, cancel_requests: bool = False, *,
+                           timeout: Any = DEFAULT) -> pb.UnloadModelResponse:
+        """Unloads model ``name`` (see :meth:`mlxgrpc_client.Client.unload_model`)."""
+        req = pb.UnloadModelRequest(name=name, cancel_requests=cancel_requests)
+        return await self._unary(self.stub.UnloadModel, req, timeout)
 
     async def tokenize(self, text: str, *, model: str = "", add_special_tokens: bool = False,
                        timeout: Any = DEFAULT) -> pb.TokenizeResponse:

@@ -1,4 +1,5 @@
 from mlxgrpc_client.gen.mlxgrpc.v1 import generation_pb2 as _generation_pb2
+from mlxgrpc_client.gen.mlxgrpc.v1 import lifecycle_pb2 as _lifecycle_pb2
 from mlxgrpc_client.gen.mlxgrpc.v1 import model_pb2 as _model_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -41,7 +42,7 @@ CACHE_TIER_MEMORY: CacheTier
 CACHE_TIER_DISK: CacheTier
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "request_id", "session_id", "text", "tokens", "chat", "sampling", "stopping", "logprobs", "top_logprobs", "bypass_prefix_cache", "speculation", "response_format", "adapter", "priority", "n", "prompt_logprobs", "prediction")
+    __slots__ = ("model", "request_id", "session_id", "text", "tokens", "chat", "sampling", "stopping", "logprobs", "top_logprobs", "bypass_prefix_cache", "speculation", "response_format", "adapter", "priority", "n", "prompt_logprobs", "prediction", "keep_alive_seconds")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +61,7 @@ class GenerateRequest(_message.Message):
     N_FIELD_NUMBER: _ClassVar[int]
     PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     PREDICTION_FIELD_NUMBER: _ClassVar[int]
+    KEEP_ALIVE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     model: str
     request_id: str
     session_id: str
@@ -78,7 +80,8 @@ class GenerateRequest(_message.Message):
     n: int
     prompt_logprobs: int
     prediction: _generation_pb2.Prediction
-    def __init__(self, model: _Optional[str] = ..., request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., text: _Optional[str] = ..., tokens: _Optional[_Union[_generation_pb2.TokenIds, _Mapping]] = ..., chat: _Optional[_Union[_generation_pb2.ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[_generation_pb2.SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[_generation_pb2.StoppingCriteria, _Mapping]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., bypass_prefix_cache: _Optional[bool] = ..., speculation: _Optional[_Union[_generation_pb2.SpeculationOptions, _Mapping]] = ..., response_format: _Optional[_Union[_generation_pb2.ResponseFormat, _Mapping]] = ..., adapter: _Optional[str] = ..., priority: _Optional[int] = ..., n: _Optional[int] = ..., prompt_logprobs: _Optional[int] = ..., prediction: _Optional[_Union[_generation_pb2.Prediction, _Mapping]] = ...) -> None: ...
+    keep_alive_seconds: float
+    def __init__(self, model: _Optional[str] = ..., request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., text: _Optional[str] = ..., tokens: _Optional[_Union[_generation_pb2.TokenIds, _Mapping]] = ..., chat: _Optional[_Union[_generation_pb2.ChatMessages, _Mapping]] = ..., sampling: _Optional[_Union[_generation_pb2.SamplingParams, _Mapping]] = ..., stopping: _Optional[_Union[_generation_pb2.StoppingCriteria, _Mapping]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., bypass_prefix_cache: _Optional[bool] = ..., speculation: _Optional[_Union[_generation_pb2.SpeculationOptions, _Mapping]] = ..., response_format: _Optional[_Union[_generation_pb2.ResponseFormat, _Mapping]] = ..., adapter: _Optional[str] = ..., priority: _Optional[int] = ..., n: _Optional[int] = ..., prompt_logprobs: _Optional[int] = ..., prediction: _Optional[_Union[_generation_pb2.Prediction, _Mapping]] = ..., keep_alive_seconds: _Optional[float] = ...) -> None: ...
 
 class GenerationStarted(_message.Message):
     __slots__ = ("request_id", "model", "prompt_tokens", "cached_tokens")
@@ -143,7 +146,7 @@ class GenerateResponse(_message.Message):
     def __init__(self, started: _Optional[_Union[GenerationStarted, _Mapping]] = ..., delta: _Optional[_Union[TokenDelta, _Mapping]] = ..., finished: _Optional[_Union[GenerationFinished, _Mapping]] = ..., prompt_logprobs: _Optional[_Union[PromptLogprobs, _Mapping]] = ..., choice_index: _Optional[int] = ...) -> None: ...
 
 class EmbedRequest(_message.Message):
-    __slots__ = ("model", "inputs", "instruction", "normalize", "dimensions", "request_id", "priority", "truncate", "packed", "embedding_type")
+    __slots__ = ("model", "inputs", "instruction", "normalize", "dimensions", "request_id", "priority", "keep_alive_seconds", "truncate", "packed", "embedding_type")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +154,7 @@ class EmbedRequest(_message.Message):
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    KEEP_ALIVE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_FIELD_NUMBER: _ClassVar[int]
     PACKED_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -161,10 +165,11 @@ class EmbedRequest(_message.Message):
     dimensions: int
     request_id: str
     priority: int
+    keep_alive_seconds: float
     truncate: Truncation
     packed: bool
     embedding_type: EmbeddingType
-    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., instruction: _Optional[str] = ..., normalize: _Optional[bool] = ..., dimensions: _Optional[int] = ..., request_id: _Optional[str] = ..., priority: _Optional[int] = ..., truncate: _Optional[_Union[Truncation, str]] = ..., packed: _Optional[bool] = ..., embedding_type: _Optional[_Union[EmbeddingType, str]] = ...) -> None: ...
+    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., instruction: _Optional[str] = ..., normalize: _Optional[bool] = ..., dimensions: _Optional[int] = ..., request_id: _Optional[str] = ..., priority: _Optional[int] = ..., keep_alive_seconds: _Optional[float] = ..., truncate: _Optional[_Union[Truncation, str]] = ..., packed: _Optional[bool] = ..., embedding_type: _Optional[_Union[EmbeddingType, str]] = ...) -> None: ...
 
 class EmbedResponse(_message.Message):
     __slots__ = ("index", "embedding", "tokens", "packed")
@@ -427,10 +432,12 @@ class ListModelsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListModelsResponse(_message.Message):
-    __slots__ = ("models",)
+    __slots__ = ("models", "statuses")
     MODELS_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[_model_pb2.ModelInfo]
-    def __init__(self, models: _Optional[_Iterable[_Union[_model_pb2.ModelInfo, _Mapping]]] = ...) -> None: ...
+    statuses: _containers.RepeatedCompositeFieldContainer[_lifecycle_pb2.ModelStatus]
+    def __init__(self, models: _Optional[_Iterable[_Union[_model_pb2.ModelInfo, _Mapping]]] = ..., statuses: _Optional[_Iterable[_Union[_lifecycle_pb2.ModelStatus, _Mapping]]] = ...) -> None: ...
 
 class LoadAdapterRequest(_message.Message):
     __slots__ = ("model", "name", "path")
@@ -487,14 +494,18 @@ class GetLoadRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class GetLoadResponse(_message.Message):
-    __slots__ = ("models", "uptime_seconds", "calls")
+    __slots__ = ("models", "uptime_seconds", "calls", "model_loads", "model_unloads")
     MODELS_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CALLS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_LOADS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_UNLOADS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[ModelLoad]
     uptime_seconds: float
     calls: CallLoad
-    def __init__(self, models: _Optional[_Iterable[_Union[ModelLoad, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ..., calls: _Optional[_Union[CallLoad, _Mapping]] = ...) -> None: ...
+    model_loads: int
+    model_unloads: int
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelLoad, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ..., calls: _Optional[_Union[CallLoad, _Mapping]] = ..., model_loads: _Optional[int] = ..., model_unloads: _Optional[int] = ...) -> None: ...
 
 class CallLoad(_message.Message):
     __slots__ = ("open_rpcs", "max_concurrent_rpcs", "anonymous_streams", "max_anonymous_streams", "refused_rpcs", "refused_anonymous_streams", "tenants")
@@ -531,7 +542,7 @@ class TenantCalls(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., open_streams: _Optional[int] = ..., max_streams: _Optional[int] = ..., refused_streams: _Optional[int] = ..., max_priority: _Optional[int] = ..., refused_priorities: _Optional[int] = ...) -> None: ...
 
 class ModelLoad(_message.Message):
-    __slots__ = ("model", "running_requests", "waiting_requests", "max_running_requests", "kv_cache_bytes", "reserved_bytes", "memory_budget_bytes", "prefix_cache_entries", "prefix_cache_bytes", "prefix_cache_hits", "prefix_cache_misses", "prefix_cache_hit_rate", "generated_tokens_per_second", "generated_tokens", "tenants", "prefix_cache_memory_hits", "prefix_cache_disk_hits", "prefix_cache_disk_entries", "prefix_cache_disk_bytes", "prefix_cache_disk_writes", "prefix_cache_disk_evictions", "prefix_cache_disk_corrupt_files", "open_sessions", "prefix_cache_disk_dropped_writes")
+    __slots__ = ("model", "running_requests", "waiting_requests", "max_running_requests", "kv_cache_bytes", "reserved_bytes", "memory_budget_bytes", "prefix_cache_entries", "prefix_cache_bytes", "prefix_cache_hits", "prefix_cache_misses", "prefix_cache_hit_rate", "generated_tokens_per_second", "generated_tokens", "tenants", "prefix_cache_memory_hits", "prefix_cache_disk_hits", "prefix_cache_disk_entries", "prefix_cache_disk_bytes", "prefix_cache_disk_writes", "prefix_cache_disk_evictions", "prefix_cache_disk_corrupt_files", "open_sessions", "prefix_cache_disk_dropped_writes", "resident_bytes")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
@@ -556,6 +567,7 @@ class ModelLoad(_message.Message):
     PREFIX_CACHE_DISK_CORRUPT_FILES_FIELD_NUMBER: _ClassVar[int]
     OPEN_SESSIONS_FIELD_NUMBER: _ClassVar[int]
     PREFIX_CACHE_DISK_DROPPED_WRITES_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_BYTES_FIELD_NUMBER: _ClassVar[int]
     model: str
     running_requests: int
     waiting_requests: int
@@ -580,7 +592,8 @@ class ModelLoad(_message.Message):
     prefix_cache_disk_corrupt_files: int
     open_sessions: int
     prefix_cache_disk_dropped_writes: int
-    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., max_running_requests: _Optional[int] = ..., kv_cache_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., prefix_cache_entries: _Optional[int] = ..., prefix_cache_bytes: _Optional[int] = ..., prefix_cache_hits: _Optional[int] = ..., prefix_cache_misses: _Optional[int] = ..., prefix_cache_hit_rate: _Optional[float] = ..., generated_tokens_per_second: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., tenants: _Optional[_Iterable[_Union[TenantLoad, _Mapping]]] = ..., prefix_cache_memory_hits: _Optional[int] = ..., prefix_cache_disk_hits: _Optional[int] = ..., prefix_cache_disk_entries: _Optional[int] = ..., prefix_cache_disk_bytes: _Optional[int] = ..., prefix_cache_disk_writes: _Optional[int] = ..., prefix_cache_disk_evictions: _Optional[int] = ..., prefix_cache_disk_corrupt_files: _Optional[int] = ..., open_sessions: _Optional[int] = ..., prefix_cache_disk_dropped_writes: _Optional[int] = ...) -> None: ...
+    resident_bytes: int
+    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., max_running_requests: _Optional[int] = ..., kv_cache_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., prefix_cache_entries: _Optional[int] = ..., prefix_cache_bytes: _Optional[int] = ..., prefix_cache_hits: _Optional[int] = ..., prefix_cache_misses: _Optional[int] = ..., prefix_cache_hit_rate: _Optional[float] = ..., generated_tokens_per_second: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., tenants: _Optional[_Iterable[_Union[TenantLoad, _Mapping]]] = ..., prefix_cache_memory_hits: _Optional[int] = ..., prefix_cache_disk_hits: _Optional[int] = ..., prefix_cache_disk_entries: _Optional[int] = ..., prefix_cache_disk_bytes: _Optional[int] = ..., prefix_cache_disk_writes: _Optional[int] = ..., prefix_cache_disk_evictions: _Optional[int] = ..., prefix_cache_disk_corrupt_files: _Optional[int] = ..., open_sessions: _Optional[int] = ..., prefix_cache_disk_dropped_writes: _Optional[int] = ..., resident_bytes: _Optional[int] = ...) -> None: ...
 
 class TenantLoad(_message.Message):
     __slots__ = ("tenant", "running_requests", "waiting_requests", "in_flight_requests", "tokens_last_minute", "generated_tokens", "refused_requests")

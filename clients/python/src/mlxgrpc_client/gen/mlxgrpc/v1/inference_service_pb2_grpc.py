@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from mlxgrpc_client.gen.mlxgrpc.v1 import inference_service_pb2 as mlxgrpc_dot_v1_dot_inference__service__pb2
+from mlxgrpc_client.gen.mlxgrpc.v1 import lifecycle_pb2 as mlxgrpc_dot_v1_dot_lifecycle__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -97,6 +98,16 @@ class InferenceServiceStub:
                 '/mlxgrpc.v1.InferenceService/ListModels',
                 request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsResponse.FromString,
+                _registered_method=True)
+        self.LoadModel = channel.unary_stream(
+                '/mlxgrpc.v1.InferenceService/LoadModel',
+                request_serializer=mlxgrpc_dot_v1_dot_lifecycle__pb2.LoadModelRequest.SerializeToString,
+                response_deserializer=mlxgrpc_dot_v1_dot_lifecycle__pb2.LoadModelResponse.FromString,
+                _registered_method=True)
+        self.UnloadModel = channel.unary_unary(
+                '/mlxgrpc.v1.InferenceService/UnloadModel',
+                request_serializer=mlxgrpc_dot_v1_dot_lifecycle__pb2.UnloadModelRequest.SerializeToString,
+                response_deserializer=mlxgrpc_dot_v1_dot_lifecycle__pb2.UnloadModelResponse.FromString,
                 _registered_method=True)
         self.LoadAdapter = channel.unary_unary(
                 '/mlxgrpc.v1.InferenceService/LoadAdapter',
@@ -222,7 +233,34 @@ class InferenceServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListModels(self, request, context):
-        """Lists the models this server serves.
+        """Lists the models this server serves: each ready model's description, and every
+        model the caller may use with its state (loading, ready, unloading, or unloaded
+        until its first request). Figures on memory and use only for the admin role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LoadModel(self, request, context):
+        """Loads a model at run time, from the server's --model-root or its catalog, and
+        streams the load's steps; the last message is SERVING with the model. It loads
+        only if it fits (by its files' size) beside the resident models under the
+        server's --models-memory-limit, unloading the least recently used idle model
+        first; pinned models and models in use are never unloaded. A model that can
+        never fit is OUT_OF_RANGE with the figures; no room because every resident model
+        is in use is RESOURCE_EXHAUSTED with RetryInfo; a name in use ALREADY_EXISTS; a
+        source outside the root INVALID_ARGUMENT before anything is read. Cancelling the
+        call abandons the load. Needs the admin role (as LoadAdapter).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnloadModel(self, request, context):
+        """Unloads a model: new requests for it are UNAVAILABLE, its requests finish (or
+        are cancelled, when asked), then its weights, KV cache and prefix cache's memory
+        tier are freed (the disk tier keeps its files). A catalog model stays listed,
+        UNLOADED. If the call ends first, the unload still completes. Needs the admin role.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -347,6 +385,16 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsRequest.FromString,
                     response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'LoadModel': grpc.unary_stream_rpc_method_handler(
+                    servicer.LoadModel,
+                    request_deserializer=mlxgrpc_dot_v1_dot_lifecycle__pb2.LoadModelRequest.FromString,
+                    response_serializer=mlxgrpc_dot_v1_dot_lifecycle__pb2.LoadModelResponse.SerializeToString,
+            ),
+            'UnloadModel': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnloadModel,
+                    request_deserializer=mlxgrpc_dot_v1_dot_lifecycle__pb2.UnloadModelRequest.FromString,
+                    response_serializer=mlxgrpc_dot_v1_dot_lifecycle__pb2.UnloadModelResponse.SerializeToString,
             ),
             'LoadAdapter': grpc.unary_unary_rpc_method_handler(
                     servicer.LoadAdapter,
@@ -685,6 +733,60 @@ class InferenceService:
             '/mlxgrpc.v1.InferenceService/ListModels',
             mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsRequest.SerializeToString,
             mlxgrpc_dot_v1_dot_inference__service__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadModel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mlxgrpc.v1.InferenceService/LoadModel',
+            mlxgrpc_dot_v1_dot_lifecycle__pb2.LoadModelRequest.SerializeToString,
+            mlxgrpc_dot_v1_dot_lifecycle__pb2.LoadModelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnloadModel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxgrpc.v1.InferenceService/UnloadModel',
+            mlxgrpc_dot_v1_dot_lifecycle__pb2.UnloadModelRequest.SerializeToString,
+            mlxgrpc_dot_v1_dot_lifecycle__pb2.UnloadModelResponse.FromString,
             options,
             channel_credentials,
             insecure,

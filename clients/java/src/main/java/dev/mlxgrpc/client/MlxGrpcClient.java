@@ -21,23 +21,32 @@ import dev.mlxgrpc.v1.ListAdaptersResponse;
 import dev.mlxgrpc.v1.ListModelsRequest;
 import dev.mlxgrpc.v1.LoadAdapterRequest;
 import dev.mlxgrpc.v1.LoadAdapterResponse;
+import dev.mlxgrpc.v1.LoadModelRequest;
+import dev.mlxgrpc.v1.LoadModelResponse;
+import dev.mlxgrpc.v1.LoadStage;
 import dev.mlxgrpc.v1.MemoryPlan;
 import dev.mlxgrpc.v1.ModelInfo;
 import dev.mlxgrpc.v1.ModelLoad;
+import dev.mlxgrpc.v1.ModelStatus;
 import dev.mlxgrpc.v1.PlanMemoryRequest;
 import dev.mlxgrpc.v1.PrefetchRequest;
 import dev.mlxgrpc.v1.PrefetchResponse;
 import dev.mlxgrpc.v1.RerankRequest;
 import dev.mlxgrpc.v1.RerankResponse;
 import dev.mlxgrpc.v1.UnloadAdapterRequest;
+import dev.mlxgrpc.v1.UnloadModelRequest;
+import dev.mlxgrpc.v1.UnloadModelResponse;
 import io.grpc.Channel;
+import io.grpc.Context;
 import io.grpc.Deadline;
 import io.grpc.ManagedChannel;
+import io.grpc.Status;
 import io.grpc.stub.StreamObserver;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.Iterator;
 import java.util.List;
 import java.util.Objects;
 import java.util.UUID;
@@ -45,6 +54,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BiConsumer;
+import java.util.function.Consumer;
 import java.util.function.Function;
 
 /**
@@ -310,7 +320,10 @@ public final class MlxGrpcClient implements AutoCloseable {
     return unary(stub -> stub.getLoad(request)).getModelsList();
   }
 
-  /** Every served model, the default generation model first. */
+  /**
+   * Every ready model, the default generation model first ({@link #modelStatuses()} also lists
+   * those loading, unloading or unloaded).
+   */
   public List<ModelInfo> listModels() {
     return unary(stub -> stub.listModels(ListModelsRequest.getDefaultInstance())).getModelsList();
   }
@@ -403,6 +416,91 @@ public final class MlxGrpcClient implements AutoCloseable {
     ListAdaptersRequest request =
         ListAdaptersRequest.newBuilder().setModel(model == null ? "" : model).build();
     return unary(stub -> stub.listAdapters(request));
+  }
+
+  /**
+   * Loads a model at run time (admin role) and returns it once it serves. Each progress message
+   * goes to {@code onProgress} (may be null) as it arrives: {@code LOAD_STAGE_RESOLVING}, {@code
+   * PLANNING} ({@code getEvictedList()}: the models unloaded to make room), {@code READING} and
+   * {@code CONVERTING} ({@code getDone()} of {@code getTotal()}), {@code WARMING}, and last {@code
+   * SERVING} with the model. The source is relative to the server's {@code --model-root} (a
+   * source outside it is INVALID_ARGUMENT); {@code setKind}, {@code setOptions} (dtype, KV-cache
+   * bits, draft model, context length) and {@code setKeepAliveSeconds} (0: unloaded once idle,
+   * negative: kept until {@link #unloadModel}) are optional. A refusal with RetryInfo before the
+   * first message (no room while every resident model is in use: RESOURCE_EXHAUSTED) is retried;
+   * a name in use is ALREADY_EXISTS, a model that can never fit OUT_OF_RANGE. A stream that ends
+   * without SERVING is INTERNAL. An exception from {@code onProgress} cancels the call, which
+   * abandons the load, and is thrown.
+   */
+  public ModelInfo loadModel(LoadModelRequest request, Consumer<LoadModelResponse> onProgress) {
+    Deadline deadline = deadline();
+    Context.CancellableContext context = Context.current().withCancellation();
+    Context previous = context.attach();
+    try {
+      Iterator<LoadModelResponse> progress =
+          retry.call(
+              () -> {
+                Iterator<LoadModelResponse> messages = blockingStub(deadline).loadModel(request);
+                messages.hasNext(); // the first message, or the refusal: only that is retried
+                return messages;
+              },
+              deadline);
+      LoadModelResponse last = null;
+      while (progress.hasNext()) {
+        last = progress.next();
+        if (onProgress != null) {
+          onProgress.accept(last);
+        }
+      }
+      return served(last);
+    } finally {
+      context.detach(previous);
+      context.cancel(null);
+    }
+  }
+
+  /**
+   * Loads {@code source} (relative to the server's {@code --model-root}) as the generation model
+   * {@code name} with the server's settings; see {@link #loadModel(LoadModelRequest, Consumer)}.
+   */
+  public ModelInfo loadModel(String name, String source) {
+    return loadModel(LoadModelRequest.newBuilder().setName(name).setSource(source).build(), null);
+  }
+
+  /** The model of a LoadModel stream's last message, which must be SERVING with it. */
+  static ModelInfo served(LoadModelResponse last) {
+    if (last == null) {
+      throw Status.INTERNAL.withDescription("LoadModel ended without a progress message").asRuntimeException();
+    }
+    if (last.getStage() != LoadStage.LOAD_STAGE_SERVING || !last.hasModel()) {
+      throw Status.INTERNAL
+          .withDescription("LoadModel ended at stage " + last.getStage() + " without serving the model")
+          .asRuntimeException();
+    }
+    return last.getModel();
+  }
+
+  /**
+   * Unloads model {@code name} (admin role): new requests for it are UNAVAILABLE, its requests
+   * finish (or, with {@code cancelRequests}, end CANCELLED), then its memory is freed. The
+   * response has {@code getFreedBytes()} and the model's {@code getState()} after ({@code
+   * MODEL_STATE_UNLOADED} for a catalog model, which its next request loads again).
+   */
+  public UnloadModelResponse unloadModel(String name, boolean cancelRequests) {
+    UnloadModelRequest request =
+        UnloadModelRequest.newBuilder().setName(name).setCancelRequests(cancelRequests).build();
+    return unary(stub -> stub.unloadModel(request));
+  }
+
+  /**
+   * Every model the caller may use with its {@code getState()} ({@code MODEL_STATE_LOADING},
+   * {@code READY}, {@code UNLOADING}, or {@code UNLOADED} until its first request), the ready ones
+   * first in {@link #listModels()}' order: ListModels' statuses. The figures on memory and use
+   * ({@code getResidentBytes()}, {@code getIdleSeconds()}, {@code getRequests()}, {@code
+   * getLoadSeconds()}) are 0 without the admin role.
+   */
+  public List<ModelStatus> modelStatuses() {
+    return unary(stub -> stub.listModels(ListModelsRequest.getDefaultInstance())).getStatusesList();
   }
 
   @Override
