@@ -45,7 +45,7 @@ DEFAULT_PID=$!
   --embedding-model "classifier=$WORK/models/classifier" \
   --embedding-model "classifier-multi=$WORK/models/classifier-multi" \
   --embedding-model "splade=$WORK/models/splade" \
-  --adapter-root "$WORK" --adapter "tone=$WORK/models/adapters/tone" \
+  --adapter-root "$WORK" --adapter "tone=$WORK/models/adapters/tone" --model-root "$WORK/models" \
   --max-active 4 --max-queued 16 --grace 5 --auth-token-file "$WORK/client-tokens" >"$WORK/fixture.log" 2>&1 &
 FIXTURE_PID=$!
 printf 'ci-app app inference\nci-router gateway router\nci-ops ops admin\n' >"$WORK/tokens"

@@ -135,6 +135,23 @@ if G -d '{"text": "x", "adapter": "no-such-adapter"}' "$ADDR" $S/Generate 2>"$OU
 fi
 grep -q NotFound "$OUT/err.txt" && grep -q "no-such-adapter. is not loaded" "$OUT/err.txt"
 
+# Models at run time (the README's examples), on a server with a model root holding the
+# fixture's "llama" directory: load it under another name (progress to SERVING), list its
+# state, generate, unload; a source leaving the root is INVALID_ARGUMENT.
+G "$ADDR" describe $S | has "rpc LoadModel"
+if G -d '{}' "$ADDR" $S/ListModels | has '"name": "llama"'; then
+  G -d '{"name": "by-grpcurl", "source": "llama", "keep_alive_seconds": 600}' "$ADDR" $S/LoadModel >"$OUT/load.json"
+  grep -q LOAD_STAGE_READING "$OUT/load.json" && grep -q LOAD_STAGE_SERVING "$OUT/load.json"
+  G -d '{}' "$ADDR" $S/ListModels | has MODEL_STATE_READY
+  G -d '{"model": "by-grpcurl", "text": "Hello", "stopping": {"max_tokens": 3, "ignore_eos": true}}' \
+    "$ADDR" $S/Generate | has FINISH_REASON_LENGTH
+  G -d '{"name": "by-grpcurl"}' "$ADDR" $S/UnloadModel | has MODEL_STATE_UNLOADED
+  if G -d '{"name": "escape", "source": "../llama"}' "$ADDR" $S/LoadModel 2>"$OUT/err.txt"; then
+    exit 1
+  fi
+  grep -q InvalidArgument "$OUT/err.txt"
+fi
+
 # Tools and reasoning (the README's examples), on a server with a model named "tools" (the
 # fixture server's: random weights, so its calls come from tool choice REQUIRED, the grammar)
 if G -d '{}' "$ADDR" $S/ListModels | has '"name": "tools"'; then
