@@ -1,6 +1,7 @@
 """The engine thread: owns a model, its caches, its requests and all MLX work for them.
 Other threads reach it only by the messages of ``protocol``; anything escaping its loop
-kills it, and it then ends everything it holds."""
+kills it, and it then ends everything it holds. It runs on a host thread (``hosts``),
+which the next engine reuses once it ends."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from ..errors import EngineDead
 from ..events import FinishReason
-from ..hardware.device import end_thread
 from ..liveness import Heartbeat, Pending, settle
+from . import hosts
 from .protocol import Cancel, Control, Shutdown, Submit
 
 log = logging.getLogger("engine.serving.thread")
@@ -63,11 +64,16 @@ class EngineThread(Generic[L, W, S]):
         self._serving = False
         self._stopping = False
         self._abandoned = False  # given up for broken: stop() does not wait for it
-        self._thread = threading.Thread(target=self._run, name=f"engine-{name}", daemon=True)
+        self._name = f"engine-{name}"
+        self._done: threading.Event | None = None  # set once the thread's work has ended
 
     def start(self) -> Future[L]:
-        self._thread.start()
+        self._done = hosts.run(self._name, self._serve)
         return self.ready
+
+    @property
+    def _ended(self) -> bool:
+        return self._done is not None and self._done.is_set()
 
     def submit(self, work: W) -> None:
         self._inbox.put(Submit(work))
@@ -86,7 +92,7 @@ class EngineThread(Generic[L, W, S]):
         """Why the thread no longer serves (stalled: past ``stall_timeout_s`` > 0); "" if it does."""
         if self.died:
             return f"its engine thread died: {self.died}"
-        if self._serving and not self._stopping and not self._thread.is_alive():
+        if self._serving and not self._stopping and self._ended:
             return "its engine thread ended"
         stalled = self.heartbeat.stalled_for()
         if 0 < stall_timeout_s < stalled:
@@ -112,14 +118,8 @@ class EngineThread(Generic[L, W, S]):
     def stop(self, timeout: float | None = 30.0) -> None:
         self._stopping = True
         self._inbox.put(Shutdown())
-        if self._thread.is_alive() and not self._abandoned:
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        try:
-            self._serve()
-        finally:
-            end_thread()
+        if self._done is not None and not self._abandoned:
+            self._done.wait(timeout)
 
     def _serve(self) -> None:
         try:
