@@ -7,6 +7,7 @@ part (the engine thread commits to it, the event loop reads only its fixed facts
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from ..loading.model import LoadedModel, load_generation_model
 from ..memory.budget import MemoryBudget
@@ -61,6 +62,7 @@ def load_engine(source: str, name: str, config: GenerationConfig) -> Loaded:
                           prefill_chunk=config.scheduler.prefill_chunk)
     syntax = chat_syntax(loaded.tokenizer)
     # Last: its compile pool is closed by the engine only once this load has returned.
-    grammars = Grammars(grammar_tokenizer(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids), config.grammar)
+    grammars = Grammars(None, config.grammar, build=partial(grammar_tokenizer, loaded.tokenizer, loaded.vocab_size,
+                                                            loaded.eos_ids))
     return Loaded(loaded, facts, budget, grammars, syntax, PromptEncoder(loaded, config.limits, syntax), decode,
                   draft, head)

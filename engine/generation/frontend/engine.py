@@ -327,7 +327,7 @@ class GenerationEngine(LoadReports):
         """The format's limits and the tools first (cheap), then the prompt's ids; blocking."""
         if request.response_format is not None:
             grammars = self.served.grammars
-            if grammars.tokenizer is None:
+            if not grammars.available:
                 raise grammars.unsupported()
             check_format(request.response_format, grammars.limits)
         tools = chat_tools(request, self.served.syntax, self.loaded.name)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
 
 from llguidance import LLMatcher, LLTokenizer
 
@@ -43,23 +45,47 @@ def grammar_tokenizer(tokenizer, vocab_size: int, eos_ids: frozenset[int]) -> LL
 
 
 class Grammars:
-    def __init__(self, tokenizer: LLTokenizer | None, limits: GrammarLimits = GrammarLimits()):
-        self.tokenizer = tokenizer
+    """``build``: makes the tokenizer on first use instead (on the compile pool; building one
+    holds the interpreter for a few hundred milliseconds, which a model that never sees a
+    format should not cost the other models' streams)."""
+
+    def __init__(self, tokenizer: LLTokenizer | None, limits: GrammarLimits = GrammarLimits(), *,
+                 build: Callable[[], LLTokenizer | None] | None = None):
+        self._tokenizer = tokenizer
+        self._build = build
+        self._building = threading.Lock()
         self.limits = limits
         self.stats = GrammarStats()
-        self._stop_tokens = frozenset(tokenizer.eos_tokens) if tokenizer is not None else frozenset()
         self._cache: ObjectCache[Compiled] = ObjectCache(limits.cache_entries)
         self._pool = ThreadPoolExecutor(limits.compile_threads, thread_name_prefix="grammar")
         self._pending = 0  # event loop only
 
     @property
+    def available(self) -> bool:
+        """Whether formats can be served (a tokenizer still to build counts as one)."""
+        return self._build is not None or self._tokenizer is not None
+
+    @property
+    def tokenizer(self) -> LLTokenizer | None:
+        """The tokenizer, built now if it is not yet: blocking, never on the loop or an engine thread."""
+        if self._build is not None:
+            with self._building:
+                if self._build is not None:
+                    self._tokenizer, self._build = self._build(), None
+        return self._tokenizer
+
+    @property
     def formats(self) -> tuple[FormatKind, ...]:
-        return tuple(FormatKind) if self.tokenizer is not None else ()
+        return tuple(FormatKind) if self.available else ()
 
     async def constrain(self, fmt: ResponseFormat) -> Constraint:
         """A new row constraint; InvalidRequest naming the field when the format is
         invalid, over its limits or too slow to compile; CompilerBusy when the pool is."""
-        if self.tokenizer is None:
+        if not self.available:
+            raise self.unsupported()
+        tokenizer = self._tokenizer if self._build is None else await asyncio.get_running_loop().run_in_executor(
+            self._pool, lambda: self.tokenizer)
+        if tokenizer is None:
             raise self.unsupported()
         limits = self.limits
         if self._pending >= limits.compile_threads + limits.compile_queue:
@@ -80,7 +106,7 @@ class Grammars:
             raise InvalidRequest(field_name(fmt), compiled.error)
         assert compiled.matcher is not None  # None only with an error
         self.stats.requests[fmt.kind.value] += 1
-        return Constraint(compiled.matcher.deep_copy(), self._stop_tokens, self.stats, self.tokenizer)
+        return Constraint(compiled.matcher.deep_copy(), frozenset(tokenizer.eos_tokens), self.stats, tokenizer)
 
     def unsupported(self) -> Unsupported:
         return Unsupported("this model's tokenizer cannot drive a grammar; response_format is not supported")
