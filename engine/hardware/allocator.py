@@ -16,7 +16,7 @@ import ctypes.util
 import logging
 import os
 
-__all__ = ["ENV_VAR", "retain_freed_memory"]
+__all__ = ["ENV_VAR", "release_freed_memory", "retain_freed_memory"]
 
 log = logging.getLogger("engine.hardware.allocator")
 
@@ -51,3 +51,13 @@ def retain_freed_memory() -> int:
             and mallopt(_M_TRIM_THRESHOLD, mib << 20)):
         _applied = mib << 20
     return _applied
+
+
+def release_freed_memory() -> bool:
+    """Gives the heap's freed memory back to the system now (glibc's ``malloc_trim``), as after a
+    model unloads; False where the C library has no such call."""
+    name = ctypes.util.find_library("c")
+    try:
+        return bool(name and ctypes.CDLL(name).malloc_trim(0))
+    except (OSError, AttributeError):  # not glibc
+        return False

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import AsyncIterator
 
-NICENESS = 10
+NICENESS = 19
 
 
 def converted(gguf: Path) -> bool:

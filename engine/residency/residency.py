@@ -19,6 +19,7 @@ import time
 from typing import AsyncIterator, Callable
 
 from ..errors import DoesNotFit, ModelHeld, ModelNotFound, NoRoomForModel, NotReady
+from ..hardware.allocator import release_freed_memory
 from ..hardware.machine import usable_memory
 from ..models import Engine, ModelSet
 from .catalog import ModelSpec
@@ -226,9 +227,10 @@ def _kind(engine: Engine) -> str:
 
 
 def _free_memory() -> None:
-    """Returns what the unloaded model held to the system (MLX's buffer cache included)."""
+    """Returns what the unloaded model held to the system (MLX's buffer cache and the heap included)."""
     import mlx.core as mx
 
     gc.collect()
     mx.clear_cache()
+    release_freed_memory()  # what the heap keeps for the next forward, the model's share included
 
