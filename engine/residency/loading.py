@@ -164,7 +164,7 @@ class LoadSteps:
                     shown = time.monotonic()
 
     def _dropped(self, slot: Slot) -> None:
-        slot.engine, slot.resident_bytes = None, 0
+        slot.engine, slot.resident_bytes, slot.progress = None, 0, []  # "serving" held the engine
         if slot.spec.on_demand:
             slot.state = UNLOADED
         else:
