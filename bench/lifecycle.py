@@ -88,7 +88,7 @@ async def load_beside_streams(server, args, cache: Path, rows: list[Row]) -> Non
             shutil.rmtree(converted)
     gaps: list[tuple[float, float]] = []
     errors: list[str] = []
-    streams = [asyncio.create_task(stream(stub, "bench", 100_000, gaps, errors)) for _ in range(args.streams)]
+    streams = [asyncio.create_task(stream(stub, "bench", 2000, gaps, errors)) for _ in range(args.streams)]
     await asyncio.sleep(2.0)  # every stream decoding
     quiet_from = time.perf_counter()
     await asyncio.sleep(args.window)

@@ -83,10 +83,6 @@ class Grammars:
         invalid, over its limits or too slow to compile; CompilerBusy when the pool is."""
         if not self.available:
             raise self.unsupported()
-        tokenizer = self._tokenizer if self._build is None else await asyncio.get_running_loop().run_in_executor(
-            self._pool, lambda: self.tokenizer)
-        if tokenizer is None:
-            raise self.unsupported()
         limits = self.limits
         if self._pending >= limits.compile_threads + limits.compile_queue:
             raise self._busy(f"{self._pending - limits.compile_threads} formats already wait to compile")
@@ -101,6 +97,9 @@ class Grammars:
         except InvalidRequest:
             self.stats.rejected += 1
             raise
+        tokenizer = self._tokenizer  # built by the first compile
+        if tokenizer is None:
+            raise self.unsupported()
         if compiled.error:
             self.stats.rejected += 1
             raise InvalidRequest(field_name(fmt), compiled.error)
@@ -149,8 +148,10 @@ class Grammars:
         return compiled
 
     def _compile(self, text: str) -> Compiled:
-        assert self.tokenizer is not None  # constrain refuses formats without one
-        matcher = LLMatcher(self.tokenizer, text, log_level=0, limits=self.limits.parser_limits())
+        tokenizer = self.tokenizer  # the first compile builds it
+        if tokenizer is None:  # it could not be built: constrain says unsupported
+            return Compiled(None, "unsupported")
+        matcher = LLMatcher(tokenizer, text, log_level=0, limits=self.limits.parser_limits())
         if not matcher.is_error():
             matcher.compute_bitmask()  # builds the lexer's first states here, not on the engine thread
         if matcher.is_error():
