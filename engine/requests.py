@@ -43,13 +43,22 @@ class ImagePart:
     media_type: str
 
 
-Part = Union[TextPart, ImagePart]
+@dataclass(frozen=True)
+class VideoPart:
+    """An encoded video (MP4, QuickTime, WebM, Matroska or AVI) as the client sent it."""
+
+    data: bytes
+    media_type: str
+
+
+MediaPart = Union[ImagePart, VideoPart]
+Part = Union[TextPart, ImagePart, VideoPart]
 
 
 @dataclass(frozen=True)
 class ChatMessage:
     """``content`` is the message's text; ``parts``, when set, the same text with images
-    in their order (``content`` then joins the text parts)."""
+    and videos in their order (``content`` then joins the text parts)."""
 
     role: str
     content: str
@@ -61,6 +70,11 @@ class ChatMessage:
     @property
     def images(self) -> tuple[ImagePart, ...]:
         return tuple(p for p in self.parts if isinstance(p, ImagePart))
+
+    @property
+    def media(self) -> tuple[MediaPart, ...]:
+        """Images and videos, in order."""
+        return tuple(p for p in self.parts if isinstance(p, (ImagePart, VideoPart)))
 
 
 @dataclass(frozen=True)
@@ -106,8 +120,13 @@ class ChatPrompt:
     template_kwargs: Mapping[str, object] = field(default_factory=dict)
 
     @property
-    def has_images(self) -> bool:
-        return any(m.images for m in self.messages)
+    def has_media(self) -> bool:
+        """Any image or video part."""
+        return any(m.media for m in self.messages)
+
+    @property
+    def has_videos(self) -> bool:
+        return any(isinstance(p, VideoPart) for m in self.messages for p in m.parts)
 
 
 Prompt = Union[TextPrompt, TokenPrompt, ChatPrompt]

@@ -16,6 +16,7 @@ from .requests import ChatPrompt, GenerationRequest, SamplingOptions, StopOption
 from .settings import setting
 from .tenancy import MAX_PRIORITY
 from .vision.images import check_images
+from .vision.video import check_videos
 
 # Text bytes allowed per token of context where a byte limit is left at 0.
 BYTES_PER_TOKEN = 32
@@ -47,6 +48,16 @@ class Limits:
     max_image_bytes: int = setting(20 * 1024 * 1024, "cap on the encoded bytes of one image in a prompt")
     max_image_pixels: int = setting(4096 * 4096, "cap on the pixels (width x height) of one image, read from "
                                                  "its header before anything is decoded")
+    max_videos: int = setting(4, "cap on videos per request")
+    max_video_bytes: int = setting(64 * 1024 * 1024, "cap on the encoded bytes of one video in a prompt")
+    max_video_seconds: float = setting(600.0, "cap on one video's duration (frames / frame rate), read from its "
+                                              "header before any frame is decoded", metavar="SECONDS")
+    max_video_pixels: int = setting(1920 * 1080, "cap on the pixels (width x height) of one video frame, read "
+                                                 "from its header")
+    max_video_frames: int = setting(32, "cap on the frames sampled from one video (the model's own cap applies "
+                                        "too); each pair of frames costs one frame's tokens")
+    video_fps: float = setting(0.0, "frames per second sampled from a video (0: the model's own, 2 for the "
+                                    "Qwen-VL families), at most --max-video-frames", metavar="FPS")
     max_embed_inputs: int = setting(256, "cap on inputs per Embed, Classify and EmbedSparse, documents per Rerank")
     max_embed_input_bytes: int = setting(
         0, f"cap on UTF-8 bytes of each Embed, Classify and EmbedSparse input, Embed instruction, Rerank query "
@@ -111,8 +122,9 @@ def validate_request(request: GenerationRequest, vocab_size: int, limits: Limits
     check_counts(counts_of(request), limits)
     check_priority(request.priority)
     _check_prompt_bytes(request.prompt, limits)
-    if isinstance(request.prompt, ChatPrompt) and request.prompt.has_images:
+    if isinstance(request.prompt, ChatPrompt) and request.prompt.has_media:
         check_images(request.prompt, limits)
+        check_videos(request.prompt, limits)
     if request.top_logprobs < 0 or request.top_logprobs > limits.max_top_logprobs:
         raise InvalidRequest("top_logprobs", f"must be between 0 and {limits.max_top_logprobs}")
     check_prompt_logprobs(request, len(request.prompt.ids) if isinstance(request.prompt, TokenPrompt) else None,
@@ -131,8 +143,8 @@ def check_prompt_logprobs(request: GenerationRequest, prompt_tokens: int | None,
         return
     if not 0 <= k <= MAX_PROMPT_ALTERNATIVES:
         raise InvalidRequest("prompt_logprobs", f"must be between 0 and {MAX_PROMPT_ALTERNATIVES}")
-    if isinstance(request.prompt, ChatPrompt) and request.prompt.has_images:
-        raise InvalidRequest("prompt_logprobs", "is not supported for prompts with images")
+    if isinstance(request.prompt, ChatPrompt) and request.prompt.has_media:
+        raise InvalidRequest("prompt_logprobs", "is not supported for prompts with images or videos")
     if prompt_tokens is not None and prompt_tokens * (1 + k) > limits.max_prompt_logprobs:
         raise InvalidRequest("prompt_logprobs", f"{prompt_tokens} prompt tokens x {1 + k} values exceed the "
                                                 f"server's limit of {limits.max_prompt_logprobs}")

@@ -14,6 +14,7 @@ from engine.requests import (
     FormatKind,
     GenerationRequest,
     ImagePart,
+    Part,
     Prediction,
     ResponseFormat,
     SpeculationMode,
@@ -25,6 +26,7 @@ from engine.requests import (
     Tool,
     ToolCall,
     ToolChoiceMode,
+    VideoPart,
 )
 from engine.tenancy import ANONYMOUS, Tenant
 from engine.validation import RequestCounts, most, parse_json
@@ -158,16 +160,18 @@ def _message(i: int, m: gen_pb.ChatMessage) -> ChatMessage:
     return ChatMessage(m.role, content, tool_calls=tuple(ToolCall(t.id, t.name, t.arguments_json)
                                                          for t in m.tool_calls),
                        tool_call_id=m.tool_call_id, reasoning=m.reasoning,
-                       parts=parts if any(isinstance(p, ImagePart) for p in parts) else ())
+                       parts=parts if any(not isinstance(p, TextPart) for p in parts) else ())
 
 
-def _part(field: str, p: gen_pb.ContentPart) -> TextPart | ImagePart:
+def _part(field: str, p: gen_pb.ContentPart) -> Part:
     which = p.WhichOneof("part")
     if which == "text":
         return TextPart(p.text)
     if which == "image":
         return ImagePart(p.image.data, p.image.media_type)
-    raise InvalidRequest(field, "set text or image")
+    if which == "video":
+        return VideoPart(p.video.data, p.video.media_type)
+    raise InvalidRequest(field, "set text, image or video")
 
 
 def _json_value(field: str, text: str) -> object:

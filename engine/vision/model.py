@@ -8,9 +8,10 @@ thread); ``features`` runs MLX and belongs to the engine thread and returns what
 written at the image's positions in place of the token embeddings; an image becomes
 the runs of image-token positions ``process`` names (one run of ``tokens_for(pixels)``
 positions, or one run per tile: idefics3), and ``features`` gives one row per position of
-those runs, in order. Families: llava here, gemma3 in ``vision/gemma3.py``, idefics3 and
-smolvlm in ``vision/idefics3.py``, qwen2_5_vl and qwen3_vl (multi-axis positions) in
-``vision/qwen_vl.py``.
+those runs, in order. A video (``video`` set: Qwen2.5-VL) is one run of positions over
+its (time, height, width) grid, like an image of many frames. Families: llava here,
+gemma3 in ``vision/gemma3.py``, idefics3 and smolvlm in ``vision/idefics3.py``,
+qwen2_5_vl and qwen3_vl (multi-axis positions) in ``vision/qwen_vl.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import mlx.nn as nn
 import numpy as np
 
 from ..errors import UnsupportedModel
+from .video import Sampling
 
 # model types served with images (llava: an mlx-lm llama/qwen2 text side; idefics3/smolvlm: llama;
 # qwen2_5_vl / qwen3_vl: qwen2 / qwen3 with M-RoPE)
@@ -47,6 +49,16 @@ class ProcessedImage:
     text: str | None
     runs: tuple[int, ...]
     grid: tuple[int, int, int] | None = None
+
+
+@dataclass(frozen=True)
+class VideoInput:
+    """How a model takes video: its video processor, the placeholder token a video's run of
+    positions holds, and how frames are sampled."""
+
+    processor: Any
+    token_id: int
+    sampling: Sampling
 
 
 @dataclass
@@ -74,11 +86,16 @@ class VisionTower:
     # How the model takes images (GraphCapabilities.media.input): "embeddings" spliced into the
     # forward, or "embeddings+positions" where the image's positions are multi-axis (M-RoPE).
     media_input: str = "embeddings"
+    video: VideoInput | None = None  # None: the model takes no video (GraphCapabilities.media.video)
 
     def process(self, image) -> ProcessedImage:
         """``image`` (RGB PIL) as the prompt holds it (plain numpy work, any thread)."""
         pixels = self.pixels([image])
         return ProcessedImage(pixels, self.image_text, (self.tokens_for(pixels),))
+
+    def process_video(self, frames: np.ndarray) -> ProcessedImage:
+        """``frames`` ([n, 3, height, width] uint8 RGB) as the prompt holds the video."""
+        raise NotImplementedError(f"{type(self).__name__} takes no video")
 
     def pixels(self, images: list) -> np.ndarray:
         """[n, channels, height, width] float32 from RGB PIL images."""

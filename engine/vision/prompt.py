@@ -1,11 +1,12 @@
-"""An image chat's token ids: each image's placeholder, as the chat template renders it,
+"""An image chat's token ids: each image's (and video's) placeholder, as the chat template renders it,
 expanded to the image's runs of image-token positions (llava: the placeholder token in
 the ids, one run; gemma3, idefics3: the placeholder in the text, replaced by the
 processor's own text for that image before tokenizing, as its processor does; an
 idefics3 image is one run per tile, with the processor's markers between them).
 
-Invariants: the placeholders in the rendered prompt are exactly the request's images, in
-order, and every image-token id of the result lies in one of its image's runs, whose
+Invariants: the placeholders in the rendered prompt are exactly the request's images and
+videos, in order, each of its own kind (a video is one run, on the models that take
+video), and every image-token id of the result lies in one of its image's runs, whose
 lengths are the ones the image was processed to (a placeholder, image token or marker
 typed as text, or a template that drops one, is refused); an image's span runs from its
 first run's start to its last run's end and never reaches the prompt's last token, which
@@ -17,13 +18,15 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
 from ..errors import InvalidRequest
-from ..requests import ChatPrompt
+from ..requests import ChatPrompt, ImagePart, MediaPart, VideoPart
 from .images import decode, image_parts
 from .model import ProcessedImage, VisionTower
+from .video import decode as decode_video
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,7 +35,7 @@ class PromptImage:
 
     start: int
     length: int  # the span: first run's start to last run's end
-    pixels: np.ndarray  # what the tower reads for this one image (leading axis 1)
+    pixels: np.ndarray  # what the tower reads for this one image (leading axis 1) or video (its frame pairs)
     digest: bytes  # SHA-256 of the encoded image: what the prefix cache keys its positions by
     # (offset in the span, length) of each run of feature positions; () is one run: the span
     runs: tuple[tuple[int, int], ...] = ()
@@ -54,29 +57,50 @@ class PromptImage:
 
 def expand_images(text: str, tokenizer, prompt: ChatPrompt, tower: VisionTower, limits
                   ) -> tuple[list[int], tuple[PromptImage, ...]]:
-    """(token ids of the rendered ``text`` with its images' runs, the runs); decodes and
-    processes every image (blocking)."""
+    """(token ids of the rendered ``text`` with its images' and videos' runs, the runs);
+    decodes and processes every image and video (blocking)."""
     if tower.placeholder_text is not None:
         return _expand_text(text, tokenizer, prompt, tower, limits)
     ids = tokenizer.encode(text, add_special_tokens=False)
-    parts = list(image_parts(prompt))
-    marks = [i for i, t in enumerate(ids) if t == tower.image_token_id]
+    parts = list(media_parts(prompt))
+    kinds: dict[int, type] = {tower.image_token_id: ImagePart}
+    if tower.video is not None:
+        kinds[tower.video.token_id] = VideoPart
+    marks = [i for i, t in enumerate(ids) if t in kinds]
     _check_count(len(marks), len(parts))
     out: list[int] = []
     images: list[PromptImage] = []
     last = 0
     for mark, (field, part) in zip(marks, parts):
-        processed = tower.process(decode(f"{field}.data", part, limits))
+        if not isinstance(part, kinds[ids[mark]]):
+            raise InvalidRequest("chat.messages", "the rendered prompt's image and video placeholders are not in "
+                                                  "the order of the parts (is one typed as text?)")
+        processed = _processed(field, part, tower, limits)
         (n,) = processed.runs
         out += ids[last:mark]
         images.append(PromptImage(len(out), n, processed.pixels, hashlib.sha256(part.data).digest(),
                                   grid=processed.grid))
-        out += [tower.image_token_id] * n
+        out += [ids[mark]] * n
         last = mark + 1
     out += ids[last:]
     if images and images[-1].end >= len(out):
         raise InvalidRequest("chat.messages", "the prompt must not end with an image")
     return out, tuple(images)
+
+
+def media_parts(prompt: ChatPrompt) -> Iterator[tuple[str, MediaPart]]:
+    """Each image and video of ``prompt`` with its field path, in prompt order."""
+    for i, message in enumerate(prompt.messages):
+        for j, part in enumerate(message.parts):
+            if isinstance(part, (ImagePart, VideoPart)):
+                yield f"chat.messages[{i}].parts[{j}].{'video' if isinstance(part, VideoPart) else 'image'}", part
+
+
+def _processed(field: str, part: MediaPart, tower: VisionTower, limits) -> ProcessedImage:
+    if isinstance(part, ImagePart):
+        return tower.process(decode(f"{field}.data", part, limits))
+    assert tower.video is not None
+    return tower.process_video(decode_video(field, part, limits, tower.video.sampling))
 
 
 def _text_of(image: ProcessedImage) -> str:
@@ -86,8 +110,8 @@ def _text_of(image: ProcessedImage) -> str:
 
 def _check_count(found: int, images: int) -> None:
     if found != images:
-        raise InvalidRequest("chat.messages", f"the rendered prompt holds {found} image placeholders for "
-                                              f"{images} images (is an image token typed as text?)")
+        raise InvalidRequest("chat.messages", f"the rendered prompt holds {found} image and video placeholders for "
+                                              f"{images} images and videos (is an image token typed as text?)")
 
 
 def _expand_text(text: str, tokenizer, prompt: ChatPrompt, tower: VisionTower, limits

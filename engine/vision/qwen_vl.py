@@ -13,7 +13,10 @@ h * w / merge^2 image tokens; its features are the tower's merged patches (windo
 attention in Qwen2.5-VL's, the patch merger), written at the run unscaled, and in
 Qwen3-VL the DeepStack mergers' outputs after them (added after the first k decoder
 blocks: ``mrope.DeepStackBlock``); its positions are the merged grid's
-(``mrope.prompt_positions``); the prompt is attended causally.
+(``mrope.prompt_positions``); the prompt is attended causally. A video (Qwen2.5-VL) is the video processor's patches of
+its sampled frames on a (t, h, w) grid (t: frame pairs), expanded from ``<|video_pad|>``
+to one run of t * h * w / merge^2 tokens, its time index the frame pair's (mlx-vlm's
+``get_rope_index``: no seconds scaling).
 """
 
 from __future__ import annotations
@@ -28,12 +31,15 @@ import numpy as np
 from ..errors import UnsupportedModel
 from . import mrope
 from .gemma3 import untie
-from .model import ProcessedImage, VisionTower, text_model, tokenizer_for
+from .model import ProcessedImage, VideoInput, VisionTower, text_model, tokenizer_for
+from .video import Sampling
 
 _TEXT_FIELDS = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads", "rms_norm_eps",
                 "vocab_size", "num_key_value_heads", "max_position_embeddings", "rope_theta", "tie_word_embeddings")
 # model type -> (mlx-lm model type of its text side, M-RoPE style, text fields besides _TEXT_FIELDS)
 FAMILIES = {"qwen2_5_vl": ("qwen2", "chunked", ()), "qwen3_vl": ("qwen3", "interleaved", ("head_dim",))}
+# families served with video (Qwen3-VL's timestamped frames are not)
+VIDEO = ("qwen2_5_vl",)
 
 
 @dataclass
@@ -50,18 +56,27 @@ class QwenVLTower(VisionTower):
         grid = (1, h // self.merge, w // self.merge)
         return ProcessedImage(pixels, None, (grid[1] * grid[2],), grid)
 
+    def process_video(self, frames: np.ndarray) -> ProcessedImage:
+        assert self.video is not None
+        out = self.video.processor(videos=[frames])
+        patches = np.asarray(out["pixel_values_videos"], dtype=np.float32)
+        t, h, w = (int(v) for v in np.asarray(out["video_grid_thw"])[0])
+        if h % self.merge or w % self.merge or t * h * w != patches.shape[0]:
+            raise ValueError(f"the processor gave a {t} x {h} x {w} grid for {patches.shape[0]} patches")
+        grid = (t, h // self.merge, w // self.merge)
+        return ProcessedImage(patches.reshape(t, h, w, patches.shape[-1]), None, (t * grid[1] * grid[2],), grid)
+
     def tokens_for(self, pixels: np.ndarray) -> int:
-        return pixels.shape[1] * pixels.shape[2] // self.merge ** 2
+        return pixels.shape[0] * pixels.shape[1] * pixels.shape[2] // self.merge ** 2
 
     def features(self, pixels: np.ndarray) -> mx.array:
-        """[1, tokens, text hidden] for one image's ``pixels`` [1, h, w, patch values]."""
+        """[1, tokens, text hidden] for one image's ``pixels`` [1, h, w, patch values], or one
+        video's [t, h, w, patch values] (t: its frames over the temporal patch)."""
         tower = self.vlm.vision_tower
-        n, h, w, values = pixels.shape
-        if n != 1:
-            raise ValueError("the tower takes one image at a time")
+        t, h, w, values = pixels.shape
         self.encoded += 1
-        x = mx.array(pixels.reshape(h * w, values)).astype(tower.patch_embed.proj.weight.dtype)
-        out = tower(x, mx.array([[1, h, w]]), output_hidden_states=False)
+        x = mx.array(pixels.reshape(t * h * w, values)).astype(tower.patch_embed.proj.weight.dtype)
+        out = tower(x, mx.array([[t, h, w]]), output_hidden_states=False)
         if isinstance(out, tuple):  # qwen3_vl: (features, DeepStack features), each [tokens, text hidden]
             features, deepstack = out
             out = mx.concatenate([features, *deepstack], axis=-1)
@@ -117,4 +132,25 @@ def load_qwen_vl(vlm, processor, path: Path, config: dict[str, Any]):
         raise UnsupportedModel(f"the processor's patches ({image.patch_size} px, merged {image.merge_size}) are "
                                f"not the tower's ({vision.patch_size} px, merged {vision.spatial_merge_size})")
     return text, tokenizer, QwenVLTower(vlm, image, image_id, int(vision.patch_size), 0,
-                                        media_input="embeddings+positions", merge=int(vision.spatial_merge_size))
+                                        media_input="embeddings+positions", merge=int(vision.spatial_merge_size),
+                                        video=video_input(vlm, processor) if model_type in VIDEO else None)
+
+
+def video_input(vlm, processor) -> VideoInput | None:
+    """The model's video processor, token and sampling (mlx-vlm's defaults for it)."""
+    from mlx_vlm.utils import resolve_video_sampling
+
+    video, vision = getattr(processor, "video_processor", None), vlm.config.vision_config
+    if video is None or getattr(vlm.config, "video_token_id", None) is None:
+        return None
+    if video.merge_size != vision.spatial_merge_size or video.patch_size != vision.patch_size \
+            or video.temporal_patch_size != vision.temporal_patch_size:
+        raise UnsupportedModel(f"the video processor's patches ({video.patch_size} px x {video.temporal_patch_size} "
+                               f"frames, merged {video.merge_size}) are not the tower's")
+    s = resolve_video_sampling(processor, {})  # the processor's own, then mlx-vlm's defaults: all set
+    assert s.fps is not None and s.min_frames is not None and s.max_frames is not None and s.frame_factor
+    sampling = Sampling(float(s.fps), int(s.min_frames), int(s.max_frames), int(s.frame_factor))
+    if sampling.frame_factor % video.temporal_patch_size:
+        raise UnsupportedModel(f"frames sampled in multiples of {sampling.frame_factor} for a temporal patch of "
+                               f"{video.temporal_patch_size}")
+    return VideoInput(video, int(vlm.config.video_token_id), sampling)

@@ -12,11 +12,17 @@ from ..config import SpeculationConfig
 
 
 def check_media(request: GenerationRequest, model: LoadedModel) -> None:
-    """Images go to vision-language models only (FAILED_PRECONDITION elsewhere)."""
+    """Images go to vision-language models only, videos to those that take video
+    (FAILED_PRECONDITION elsewhere)."""
     prompt = request.prompt
-    if isinstance(prompt, ChatPrompt) and prompt.has_images and model.vision is None:
-        raise Unsupported(f"model {model.name!r} does not take images; send text only, or use a "
+    if not isinstance(prompt, ChatPrompt) or not prompt.has_media:
+        return
+    if model.vision is None:
+        raise Unsupported(f"model {model.name!r} does not take images or videos; send text only, or use a "
                           "vision-language model")
+    if prompt.has_videos and model.vision.video is None:
+        raise Unsupported(f"model {model.name!r} does not take videos (GetModelInfo's capabilities.media.video); "
+                          "send its frames as images, or use a model that takes video")
 
 
 def check_speculation(request: GenerationRequest, config: SpeculationConfig, model: LoadedModel, has_draft: bool,

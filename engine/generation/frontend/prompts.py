@@ -8,7 +8,7 @@ import json
 
 from ...errors import InvalidRequest, Unsupported
 from ...loading.model import LoadedModel
-from ...requests import ChatPrompt, GenerationRequest, ImagePart, TextPrompt, TokenPrompt
+from ...requests import ChatPrompt, GenerationRequest, ImagePart, TextPrompt, TokenPrompt, VideoPart
 from ...validation import Limits, check_token_ids
 from ...vision.prompt import PromptImage, expand_images
 from ..core.request import EncodedPrompt
@@ -40,7 +40,7 @@ class PromptEncoder:
         elif isinstance(prompt, ChatPrompt):
             text, field_name = self._chat(prompt, tools), "chat.messages"
             opens_reasoning = self._opens_reasoning(text)
-            if prompt.has_images:
+            if prompt.has_media:
                 assert m.vision is not None  # checked for a vision model by the facade
                 ids, images = expand_images(text, m.tokenizer, prompt, m.vision, self._limits)
             else:
@@ -106,8 +106,9 @@ def _messages(prompt: ChatPrompt, as_parts: bool = False) -> list[dict]:
 
 def _message(x, as_parts: bool = False) -> dict:
     message: dict = {"role": x.role, "content": x.content}
-    if x.images:  # parts in order, as multimodal templates read them
-        message["content"] = [{"type": "image"} if isinstance(p, ImagePart) else {"type": "text", "text": p.text}
+    if x.media:  # parts in order, as multimodal templates read them
+        message["content"] = [{"type": "image"} if isinstance(p, ImagePart) else
+                              {"type": "video"} if isinstance(p, VideoPart) else {"type": "text", "text": p.text}
                               for p in x.parts]
     elif as_parts:
         message["content"] = [{"type": "text", "text": x.content}]
