@@ -195,6 +195,27 @@ if G -d '{}' "$ADDR" $S/ListModels | has '"name": "vision"'; then
   fi
   grep -q InvalidArgument "$OUT/err.txt" && grep -q "parts\[0\].image" "$OUT/err.txt"
 fi
+# A video in a chat message (the README's example), on a server with a model named "video"
+# (the fixture's Qwen2.5-VL); a mislabelled video is INVALID_ARGUMENT naming the part, and a
+# video to "vision" (images only) FAILED_PRECONDITION
+if G -d '{}' "$ADDR" $S/ListModels | has '"name": "video"'; then
+  G -d '{"model": "video"}' "$ADDR" $S/GetModelInfo | has '"video": true'
+  VIDEO=$(base64 -w0 clients/testdata/clip.mp4)
+  G -d '{"model": "video", "chat": {"messages": [{"role": "user", "parts": [
+    {"video": {"data": "'"$VIDEO"'", "media_type": "video/mp4"}},
+    {"text": "What happens in the video?"}]}]},
+    "stopping": {"max_tokens": 8}}' "$ADDR" $S/Generate | has FINISH_REASON_LENGTH
+  if G -d '{"model": "video", "chat": {"messages": [{"role": "user", "parts": [
+      {"video": {"data": "'"$VIDEO"'", "media_type": "video/webm"}}]}]}}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
+    exit 1
+  fi
+  grep -q InvalidArgument "$OUT/err.txt" && grep -q "parts\[0\].video.media_type" "$OUT/err.txt"
+  if G -d '{"model": "vision", "chat": {"messages": [{"role": "user", "parts": [
+      {"video": {"data": "'"$VIDEO"'", "media_type": "video/mp4"}}]}]}}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
+    exit 1
+  fi
+  grep -q FailedPrecondition "$OUT/err.txt"
+fi
 # Rerank (the README's example), on a server with a model named "reranker"
 if G -d '{}' "$ADDR" $S/ListModels | has '"name": "reranker"'; then
   G -d '{"model": "reranker"}' "$ADDR" $S/GetModelInfo | has '"rerank": true'

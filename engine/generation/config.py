@@ -33,8 +33,8 @@ class SchedulerConfig:
                                       "bytes of KV kept for prefix reuse per model (0 turns the prefix cache off)")
     prefix_cache_entries: int = 64
     image_cache_bytes: int = setting(
-        64 << 20, "bytes of encoded images (the vision projector's output, keyed by the image's bytes) kept per "
-                  "vision-language model, so a repeated image skips the vision tower (0: off)")
+        64 << 20, "bytes of encoded images and videos (the vision projector's output, keyed by the file's bytes) "
+                  "kept per vision-language model, so a repeated image or video skips the vision tower (0: off)")
     kv_bits: int = setting(0, "hold attention KV in this many bits (8 or 4: MLX affine groups along the head; "
                               "0: the model's float dtype); memory plans and admission count the quantized "
                               "bytes; sliding-window and recurrent layers stay as they are", choices=(0, 8, 4))

@@ -416,6 +416,7 @@ type ContentPart struct {
 	//
 	//	*ContentPart_Text
 	//	*ContentPart_Image
+	//	*ContentPart_Video
 	Part          isContentPart_Part `protobuf_oneof:"part"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -476,6 +477,15 @@ func (x *ContentPart) GetImage() *Image {
 	return nil
 }
 
+func (x *ContentPart) GetVideo() *Video {
+	if x != nil {
+		if x, ok := x.Part.(*ContentPart_Video); ok {
+			return x.Video
+		}
+	}
+	return nil
+}
+
 type isContentPart_Part interface {
 	isContentPart_Part()
 }
@@ -490,9 +500,17 @@ type ContentPart_Image struct {
 	Image *Image `protobuf:"bytes,2,opt,name=image,proto3,oneof"`
 }
 
+type ContentPart_Video struct {
+	// A video, placed in the prompt where the part stands; only models whose
+	// GraphCapabilities.media.video is true take one (FAILED_PRECONDITION elsewhere).
+	Video *Video `protobuf:"bytes,3,opt,name=video,proto3,oneof"`
+}
+
 func (*ContentPart_Text) isContentPart_Part() {}
 
 func (*ContentPart_Image) isContentPart_Part() {}
+
+func (*ContentPart_Video) isContentPart_Part() {}
 
 // An encoded image file, checked before it is decoded: a media type that does not
 // match the bytes, a truncated or undecodable file, too many bytes or pixels, or too
@@ -552,6 +570,69 @@ func (x *Image) GetMediaType() string {
 	return ""
 }
 
+// An encoded video file, checked from its container's header before any frame is
+// decoded: a media type that does not match the bytes, too many bytes, a duration, frame
+// rate or frame size over the server's limits, too many videos in one request, or a
+// file that ends before a sampled frame (truncated) are INVALID_ARGUMENT (the limits are
+// in docs/OPERATIONS.md). The server samples its frames (by default 2 per second, at
+// most 32, in pairs) as the model's processor does; each pair of frames costs the tokens
+// of one image of the frame's size.
+type Video struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file's bytes: MP4 or QuickTime, WebM or Matroska, or AVI, with a video stream
+	// FFmpeg decodes (H.264, HEVC, VP8, VP9, AV1, MPEG-4 and the like).
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// The file's media type: "video/mp4", "video/quicktime", "video/webm",
+	// "video/x-matroska" or "video/x-msvideo".
+	MediaType     string `protobuf:"bytes,2,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Video) Reset() {
+	*x = Video{}
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Video) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Video) ProtoMessage() {}
+
+func (x *Video) ProtoReflect() protoreflect.Message {
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Video.ProtoReflect.Descriptor instead.
+func (*Video) Descriptor() ([]byte, []int) {
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Video) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *Video) GetMediaType() string {
+	if x != nil {
+		return x.MediaType
+	}
+	return ""
+}
+
 // A function the model may call. The template shows it to the model; a call it makes
 // comes back in TokenDelta.tool_calls.
 type Tool struct {
@@ -571,7 +652,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[4]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +664,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[4]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +677,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{4}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Tool) GetName() string {
@@ -636,7 +717,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +729,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[5]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +742,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{5}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ToolCall) GetId() string {
@@ -704,7 +785,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +797,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[6]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +810,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{6}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -777,7 +858,7 @@ type ToolChoice struct {
 
 func (x *ToolChoice) Reset() {
 	*x = ToolChoice{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +870,7 @@ func (x *ToolChoice) String() string {
 func (*ToolChoice) ProtoMessage() {}
 
 func (x *ToolChoice) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[7]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +883,7 @@ func (x *ToolChoice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
 func (*ToolChoice) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{7}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ToolChoice) GetMode() ToolChoiceMode {
@@ -843,7 +924,7 @@ type ChatMessages struct {
 
 func (x *ChatMessages) Reset() {
 	*x = ChatMessages{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +936,7 @@ func (x *ChatMessages) String() string {
 func (*ChatMessages) ProtoMessage() {}
 
 func (x *ChatMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[8]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +949,7 @@ func (x *ChatMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatMessages.ProtoReflect.Descriptor instead.
 func (*ChatMessages) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{8}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ChatMessages) GetMessages() []*ChatMessage {
@@ -979,7 +1060,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[9]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1072,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[9]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1085,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{9}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -1154,7 +1235,7 @@ type XtcParams struct {
 
 func (x *XtcParams) Reset() {
 	*x = XtcParams{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1247,7 @@ func (x *XtcParams) String() string {
 func (*XtcParams) ProtoMessage() {}
 
 func (x *XtcParams) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[10]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1260,7 @@ func (x *XtcParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use XtcParams.ProtoReflect.Descriptor instead.
 func (*XtcParams) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{10}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *XtcParams) GetProbability() float32 {
@@ -1219,7 +1300,7 @@ type DryParams struct {
 
 func (x *DryParams) Reset() {
 	*x = DryParams{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[11]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1312,7 @@ func (x *DryParams) String() string {
 func (*DryParams) ProtoMessage() {}
 
 func (x *DryParams) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[11]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1325,7 @@ func (x *DryParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DryParams.ProtoReflect.Descriptor instead.
 func (*DryParams) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{11}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DryParams) GetMultiplier() float32 {
@@ -1302,7 +1383,7 @@ type MirostatParams struct {
 
 func (x *MirostatParams) Reset() {
 	*x = MirostatParams{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1395,7 @@ func (x *MirostatParams) String() string {
 func (*MirostatParams) ProtoMessage() {}
 
 func (x *MirostatParams) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[12]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1408,7 @@ func (x *MirostatParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MirostatParams.ProtoReflect.Descriptor instead.
 func (*MirostatParams) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{12}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MirostatParams) GetTau() float32 {
@@ -1357,7 +1438,7 @@ type DynamicTemperature struct {
 
 func (x *DynamicTemperature) Reset() {
 	*x = DynamicTemperature{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[13]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1450,7 @@ func (x *DynamicTemperature) String() string {
 func (*DynamicTemperature) ProtoMessage() {}
 
 func (x *DynamicTemperature) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[13]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1463,7 @@ func (x *DynamicTemperature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DynamicTemperature.ProtoReflect.Descriptor instead.
 func (*DynamicTemperature) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{13}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DynamicTemperature) GetRange() float32 {
@@ -1420,7 +1501,7 @@ type StoppingCriteria struct {
 
 func (x *StoppingCriteria) Reset() {
 	*x = StoppingCriteria{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[14]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1513,7 @@ func (x *StoppingCriteria) String() string {
 func (*StoppingCriteria) ProtoMessage() {}
 
 func (x *StoppingCriteria) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[14]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1526,7 @@ func (x *StoppingCriteria) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoppingCriteria.ProtoReflect.Descriptor instead.
 func (*StoppingCriteria) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{14}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StoppingCriteria) GetMaxTokens() int32 {
@@ -1509,7 +1590,7 @@ type ResponseFormat struct {
 
 func (x *ResponseFormat) Reset() {
 	*x = ResponseFormat{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[15]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1602,7 @@ func (x *ResponseFormat) String() string {
 func (*ResponseFormat) ProtoMessage() {}
 
 func (x *ResponseFormat) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[15]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1615,7 @@ func (x *ResponseFormat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseFormat.ProtoReflect.Descriptor instead.
 func (*ResponseFormat) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{15}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ResponseFormat) GetFormat() isResponseFormat_Format {
@@ -1647,7 +1728,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[16]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +1740,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[16]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +1753,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{16}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TopLogprob) GetTokenId() int32 {
@@ -1712,7 +1793,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[17]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +1805,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[17]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +1818,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{17}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TokenLogprob) GetTokenId() int32 {
@@ -1785,7 +1866,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[18]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1878,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[18]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +1891,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{18}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Usage) GetPromptTokens() int32 {
@@ -1879,7 +1960,7 @@ type SpeculationOptions struct {
 
 func (x *SpeculationOptions) Reset() {
 	*x = SpeculationOptions{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +1972,7 @@ func (x *SpeculationOptions) String() string {
 func (*SpeculationOptions) ProtoMessage() {}
 
 func (x *SpeculationOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[19]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +1985,7 @@ func (x *SpeculationOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpeculationOptions.ProtoReflect.Descriptor instead.
 func (*SpeculationOptions) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{19}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SpeculationOptions) GetMode() SpeculationMode {
@@ -1936,7 +2017,7 @@ type Prediction struct {
 
 func (x *Prediction) Reset() {
 	*x = Prediction{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2029,7 @@ func (x *Prediction) String() string {
 func (*Prediction) ProtoMessage() {}
 
 func (x *Prediction) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[20]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2042,7 @@ func (x *Prediction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Prediction.ProtoReflect.Descriptor instead.
 func (*Prediction) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{20}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Prediction) GetContent() isPrediction_Content {
@@ -2024,7 +2105,7 @@ type Timings struct {
 
 func (x *Timings) Reset() {
 	*x = Timings{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[21]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2117,7 @@ func (x *Timings) String() string {
 func (*Timings) ProtoMessage() {}
 
 func (x *Timings) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[21]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2130,7 @@ func (x *Timings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timings.ProtoReflect.Descriptor instead.
 func (*Timings) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{21}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Timings) GetQueueSeconds() float64 {
@@ -2091,7 +2172,7 @@ type ResponseFormat_Choice struct {
 
 func (x *ResponseFormat_Choice) Reset() {
 	*x = ResponseFormat_Choice{}
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[24]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2184,7 @@ func (x *ResponseFormat_Choice) String() string {
 func (*ResponseFormat_Choice) ProtoMessage() {}
 
 func (x *ResponseFormat_Choice) ProtoReflect() protoreflect.Message {
-	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[24]
+	mi := &file_mlxgrpc_v1_generation_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2197,7 @@ func (x *ResponseFormat_Choice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseFormat_Choice.ProtoReflect.Descriptor instead.
 func (*ResponseFormat_Choice) Descriptor() ([]byte, []int) {
-	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{15, 0}
+	return file_mlxgrpc_v1_generation_proto_rawDescGZIP(), []int{16, 0}
 }
 
 func (x *ResponseFormat_Choice) GetOptions() []string {
@@ -2142,12 +2223,17 @@ const file_mlxgrpc_v1_generation_proto_rawDesc = "" +
 	"tool_calls\x18\x04 \x03(\v2\x14.mlxgrpc.v1.ToolCallR\ttoolCalls\x12 \n" +
 	"\ftool_call_id\x18\x05 \x01(\tR\n" +
 	"toolCallId\x12\x1c\n" +
-	"\treasoning\x18\x06 \x01(\tR\treasoning\"V\n" +
+	"\treasoning\x18\x06 \x01(\tR\treasoning\"\x81\x01\n" +
 	"\vContentPart\x12\x14\n" +
 	"\x04text\x18\x01 \x01(\tH\x00R\x04text\x12)\n" +
-	"\x05image\x18\x02 \x01(\v2\x11.mlxgrpc.v1.ImageH\x00R\x05imageB\x06\n" +
+	"\x05image\x18\x02 \x01(\v2\x11.mlxgrpc.v1.ImageH\x00R\x05image\x12)\n" +
+	"\x05video\x18\x03 \x01(\v2\x11.mlxgrpc.v1.VideoH\x00R\x05videoB\x06\n" +
 	"\x04part\":\n" +
 	"\x05Image\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1d\n" +
+	"\n" +
+	"media_type\x18\x02 \x01(\tR\tmediaType\":\n" +
+	"\x05Video\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1d\n" +
 	"\n" +
 	"media_type\x18\x02 \x01(\tR\tmediaType\"r\n" +
@@ -2326,7 +2412,7 @@ func file_mlxgrpc_v1_generation_proto_rawDescGZIP() []byte {
 }
 
 var file_mlxgrpc_v1_generation_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_mlxgrpc_v1_generation_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_mlxgrpc_v1_generation_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_mlxgrpc_v1_generation_proto_goTypes = []any{
 	(ToolChoiceMode)(0),           // 0: mlxgrpc.v1.ToolChoiceMode
 	(SamplerOrder)(0),             // 1: mlxgrpc.v1.SamplerOrder
@@ -2336,52 +2422,54 @@ var file_mlxgrpc_v1_generation_proto_goTypes = []any{
 	(*ChatMessage)(nil),           // 5: mlxgrpc.v1.ChatMessage
 	(*ContentPart)(nil),           // 6: mlxgrpc.v1.ContentPart
 	(*Image)(nil),                 // 7: mlxgrpc.v1.Image
-	(*Tool)(nil),                  // 8: mlxgrpc.v1.Tool
-	(*ToolCall)(nil),              // 9: mlxgrpc.v1.ToolCall
-	(*ToolCallDelta)(nil),         // 10: mlxgrpc.v1.ToolCallDelta
-	(*ToolChoice)(nil),            // 11: mlxgrpc.v1.ToolChoice
-	(*ChatMessages)(nil),          // 12: mlxgrpc.v1.ChatMessages
-	(*SamplingParams)(nil),        // 13: mlxgrpc.v1.SamplingParams
-	(*XtcParams)(nil),             // 14: mlxgrpc.v1.XtcParams
-	(*DryParams)(nil),             // 15: mlxgrpc.v1.DryParams
-	(*MirostatParams)(nil),        // 16: mlxgrpc.v1.MirostatParams
-	(*DynamicTemperature)(nil),    // 17: mlxgrpc.v1.DynamicTemperature
-	(*StoppingCriteria)(nil),      // 18: mlxgrpc.v1.StoppingCriteria
-	(*ResponseFormat)(nil),        // 19: mlxgrpc.v1.ResponseFormat
-	(*TopLogprob)(nil),            // 20: mlxgrpc.v1.TopLogprob
-	(*TokenLogprob)(nil),          // 21: mlxgrpc.v1.TokenLogprob
-	(*Usage)(nil),                 // 22: mlxgrpc.v1.Usage
-	(*SpeculationOptions)(nil),    // 23: mlxgrpc.v1.SpeculationOptions
-	(*Prediction)(nil),            // 24: mlxgrpc.v1.Prediction
-	(*Timings)(nil),               // 25: mlxgrpc.v1.Timings
-	nil,                           // 26: mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
-	nil,                           // 27: mlxgrpc.v1.SamplingParams.LogitBiasEntry
-	(*ResponseFormat_Choice)(nil), // 28: mlxgrpc.v1.ResponseFormat.Choice
+	(*Video)(nil),                 // 8: mlxgrpc.v1.Video
+	(*Tool)(nil),                  // 9: mlxgrpc.v1.Tool
+	(*ToolCall)(nil),              // 10: mlxgrpc.v1.ToolCall
+	(*ToolCallDelta)(nil),         // 11: mlxgrpc.v1.ToolCallDelta
+	(*ToolChoice)(nil),            // 12: mlxgrpc.v1.ToolChoice
+	(*ChatMessages)(nil),          // 13: mlxgrpc.v1.ChatMessages
+	(*SamplingParams)(nil),        // 14: mlxgrpc.v1.SamplingParams
+	(*XtcParams)(nil),             // 15: mlxgrpc.v1.XtcParams
+	(*DryParams)(nil),             // 16: mlxgrpc.v1.DryParams
+	(*MirostatParams)(nil),        // 17: mlxgrpc.v1.MirostatParams
+	(*DynamicTemperature)(nil),    // 18: mlxgrpc.v1.DynamicTemperature
+	(*StoppingCriteria)(nil),      // 19: mlxgrpc.v1.StoppingCriteria
+	(*ResponseFormat)(nil),        // 20: mlxgrpc.v1.ResponseFormat
+	(*TopLogprob)(nil),            // 21: mlxgrpc.v1.TopLogprob
+	(*TokenLogprob)(nil),          // 22: mlxgrpc.v1.TokenLogprob
+	(*Usage)(nil),                 // 23: mlxgrpc.v1.Usage
+	(*SpeculationOptions)(nil),    // 24: mlxgrpc.v1.SpeculationOptions
+	(*Prediction)(nil),            // 25: mlxgrpc.v1.Prediction
+	(*Timings)(nil),               // 26: mlxgrpc.v1.Timings
+	nil,                           // 27: mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
+	nil,                           // 28: mlxgrpc.v1.SamplingParams.LogitBiasEntry
+	(*ResponseFormat_Choice)(nil), // 29: mlxgrpc.v1.ResponseFormat.Choice
 }
 var file_mlxgrpc_v1_generation_proto_depIdxs = []int32{
 	6,  // 0: mlxgrpc.v1.ChatMessage.parts:type_name -> mlxgrpc.v1.ContentPart
-	9,  // 1: mlxgrpc.v1.ChatMessage.tool_calls:type_name -> mlxgrpc.v1.ToolCall
+	10, // 1: mlxgrpc.v1.ChatMessage.tool_calls:type_name -> mlxgrpc.v1.ToolCall
 	7,  // 2: mlxgrpc.v1.ContentPart.image:type_name -> mlxgrpc.v1.Image
-	0,  // 3: mlxgrpc.v1.ToolChoice.mode:type_name -> mlxgrpc.v1.ToolChoiceMode
-	5,  // 4: mlxgrpc.v1.ChatMessages.messages:type_name -> mlxgrpc.v1.ChatMessage
-	8,  // 5: mlxgrpc.v1.ChatMessages.tools:type_name -> mlxgrpc.v1.Tool
-	11, // 6: mlxgrpc.v1.ChatMessages.tool_choice:type_name -> mlxgrpc.v1.ToolChoice
-	26, // 7: mlxgrpc.v1.ChatMessages.template_kwargs:type_name -> mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
-	27, // 8: mlxgrpc.v1.SamplingParams.logit_bias:type_name -> mlxgrpc.v1.SamplingParams.LogitBiasEntry
-	14, // 9: mlxgrpc.v1.SamplingParams.xtc:type_name -> mlxgrpc.v1.XtcParams
-	15, // 10: mlxgrpc.v1.SamplingParams.dry:type_name -> mlxgrpc.v1.DryParams
-	16, // 11: mlxgrpc.v1.SamplingParams.mirostat:type_name -> mlxgrpc.v1.MirostatParams
-	17, // 12: mlxgrpc.v1.SamplingParams.dynamic_temperature:type_name -> mlxgrpc.v1.DynamicTemperature
-	1,  // 13: mlxgrpc.v1.SamplingParams.sampler_order:type_name -> mlxgrpc.v1.SamplerOrder
-	28, // 14: mlxgrpc.v1.ResponseFormat.choice:type_name -> mlxgrpc.v1.ResponseFormat.Choice
-	20, // 15: mlxgrpc.v1.TokenLogprob.top_logprobs:type_name -> mlxgrpc.v1.TopLogprob
-	3,  // 16: mlxgrpc.v1.SpeculationOptions.mode:type_name -> mlxgrpc.v1.SpeculationMode
-	4,  // 17: mlxgrpc.v1.Prediction.tokens:type_name -> mlxgrpc.v1.TokenIds
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	8,  // 3: mlxgrpc.v1.ContentPart.video:type_name -> mlxgrpc.v1.Video
+	0,  // 4: mlxgrpc.v1.ToolChoice.mode:type_name -> mlxgrpc.v1.ToolChoiceMode
+	5,  // 5: mlxgrpc.v1.ChatMessages.messages:type_name -> mlxgrpc.v1.ChatMessage
+	9,  // 6: mlxgrpc.v1.ChatMessages.tools:type_name -> mlxgrpc.v1.Tool
+	12, // 7: mlxgrpc.v1.ChatMessages.tool_choice:type_name -> mlxgrpc.v1.ToolChoice
+	27, // 8: mlxgrpc.v1.ChatMessages.template_kwargs:type_name -> mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
+	28, // 9: mlxgrpc.v1.SamplingParams.logit_bias:type_name -> mlxgrpc.v1.SamplingParams.LogitBiasEntry
+	15, // 10: mlxgrpc.v1.SamplingParams.xtc:type_name -> mlxgrpc.v1.XtcParams
+	16, // 11: mlxgrpc.v1.SamplingParams.dry:type_name -> mlxgrpc.v1.DryParams
+	17, // 12: mlxgrpc.v1.SamplingParams.mirostat:type_name -> mlxgrpc.v1.MirostatParams
+	18, // 13: mlxgrpc.v1.SamplingParams.dynamic_temperature:type_name -> mlxgrpc.v1.DynamicTemperature
+	1,  // 14: mlxgrpc.v1.SamplingParams.sampler_order:type_name -> mlxgrpc.v1.SamplerOrder
+	29, // 15: mlxgrpc.v1.ResponseFormat.choice:type_name -> mlxgrpc.v1.ResponseFormat.Choice
+	21, // 16: mlxgrpc.v1.TokenLogprob.top_logprobs:type_name -> mlxgrpc.v1.TopLogprob
+	3,  // 17: mlxgrpc.v1.SpeculationOptions.mode:type_name -> mlxgrpc.v1.SpeculationMode
+	4,  // 18: mlxgrpc.v1.Prediction.tokens:type_name -> mlxgrpc.v1.TokenIds
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_generation_proto_init() }
@@ -2392,22 +2480,23 @@ func file_mlxgrpc_v1_generation_proto_init() {
 	file_mlxgrpc_v1_generation_proto_msgTypes[2].OneofWrappers = []any{
 		(*ContentPart_Text)(nil),
 		(*ContentPart_Image)(nil),
+		(*ContentPart_Video)(nil),
 	}
-	file_mlxgrpc_v1_generation_proto_msgTypes[8].OneofWrappers = []any{}
 	file_mlxgrpc_v1_generation_proto_msgTypes[9].OneofWrappers = []any{}
 	file_mlxgrpc_v1_generation_proto_msgTypes[10].OneofWrappers = []any{}
 	file_mlxgrpc_v1_generation_proto_msgTypes[11].OneofWrappers = []any{}
 	file_mlxgrpc_v1_generation_proto_msgTypes[12].OneofWrappers = []any{}
 	file_mlxgrpc_v1_generation_proto_msgTypes[13].OneofWrappers = []any{}
 	file_mlxgrpc_v1_generation_proto_msgTypes[14].OneofWrappers = []any{}
-	file_mlxgrpc_v1_generation_proto_msgTypes[15].OneofWrappers = []any{
+	file_mlxgrpc_v1_generation_proto_msgTypes[15].OneofWrappers = []any{}
+	file_mlxgrpc_v1_generation_proto_msgTypes[16].OneofWrappers = []any{
 		(*ResponseFormat_JsonSchema)(nil),
 		(*ResponseFormat_JsonObject)(nil),
 		(*ResponseFormat_Regex)(nil),
 		(*ResponseFormat_Grammar)(nil),
 		(*ResponseFormat_Choice_)(nil),
 	}
-	file_mlxgrpc_v1_generation_proto_msgTypes[20].OneofWrappers = []any{
+	file_mlxgrpc_v1_generation_proto_msgTypes[21].OneofWrappers = []any{
 		(*Prediction_Text)(nil),
 		(*Prediction_Tokens)(nil),
 	}
@@ -2417,7 +2506,7 @@ func file_mlxgrpc_v1_generation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlxgrpc_v1_generation_proto_rawDesc), len(file_mlxgrpc_v1_generation_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

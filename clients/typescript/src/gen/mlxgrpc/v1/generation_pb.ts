@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file mlxgrpc/v1/generation.proto.
  */
 export const file_mlxgrpc_v1_generation: GenFile = /*@__PURE__*/
-  fileDesc("ChttbHhncnBjL3YxL2dlbmVyYXRpb24ucHJvdG8SCm1seGdycGMudjEiFwoIVG9rZW5JZHMSCwoDaWRzGAEgAygFIqcBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSJgoFcGFydHMYAyADKAsyFy5tbHhncnBjLnYxLkNvbnRlbnRQYXJ0EigKCnRvb2xfY2FsbHMYBCADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgFIAEoCRIRCglyZWFzb25pbmcYBiABKAkiSQoLQ29udGVudFBhcnQSDgoEdGV4dBgBIAEoCUgAEiIKBWltYWdlGAIgASgLMhEubWx4Z3JwYy52MS5JbWFnZUgAQgYKBHBhcnQiKQoFSW1hZ2USDAoEZGF0YRgBIAEoDBISCgptZWRpYV90eXBlGAIgASgJIkkKBFRvb2wSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIeChZwYXJhbWV0ZXJzX2pzb25fc2NoZW1hGAMgASgJIjwKCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFgoOYXJndW1lbnRzX2pzb24YAyABKAkiUAoNVG9vbENhbGxEZWx0YRINCgVpbmRleBgBIAEoBRIKCgJpZBgCIAEoCRIMCgRuYW1lGAMgASgJEhYKDmFyZ3VtZW50c19qc29uGAQgASgJIk0KClRvb2xDaG9pY2USKAoEbW9kZRgBIAEoDjIaLm1seGdycGMudjEuVG9vbENob2ljZU1vZGUSFQoNZnVuY3Rpb25fbmFtZRgCIAEoCSLxAgoMQ2hhdE1lc3NhZ2VzEikKCG1lc3NhZ2VzGAEgAygLMhcubWx4Z3JwYy52MS5DaGF0TWVzc2FnZRIfCgV0b29scxgCIAMoCzIQLm1seGdycGMudjEuVG9vbBIrCgt0b29sX2Nob2ljZRgDIAEoCzIWLm1seGdycGMudjEuVG9vbENob2ljZRIgChNwYXJhbGxlbF90b29sX2NhbGxzGAQgASgISACIAQESHAoPZW5hYmxlX3RoaW5raW5nGAUgASgISAGIAQESRQoPdGVtcGxhdGVfa3dhcmdzGAYgAygLMiwubWx4Z3JwYy52MS5DaGF0TWVzc2FnZXMuVGVtcGxhdGVLd2FyZ3NFbnRyeRo1ChNUZW1wbGF0ZUt3YXJnc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCFgoUX3BhcmFsbGVsX3Rvb2xfY2FsbHNCEgoQX2VuYWJsZV90aGlua2luZyLeBQoOU2FtcGxpbmdQYXJhbXMSGAoLdGVtcGVyYXR1cmUYASABKAJIAIgBARISCgV0b3BfcBgCIAEoAkgBiAEBEg0KBXRvcF9rGAMgASgFEg0KBW1pbl9wGAQgASgCEh8KEnJlcGV0aXRpb25fcGVuYWx0eRgFIAEoAkgCiAEBEh8KF3JlcGV0aXRpb25fY29udGV4dF9zaXplGAYgASgFEhgKEHByZXNlbmNlX3BlbmFsdHkYByABKAISGQoRZnJlcXVlbmN5X3BlbmFsdHkYCCABKAISPQoKbG9naXRfYmlhcxgJIAMoCzIpLm1seGdycGMudjEuU2FtcGxpbmdQYXJhbXMuTG9naXRCaWFzRW50cnkSEQoEc2VlZBgKIAEoBEgDiAEBEhYKCXR5cGljYWxfcBgLIAEoAkgEiAEBEhMKC3RvcF9uX3NpZ21hGAwgASgCEiIKA3h0YxgNIAEoCzIVLm1seGdycGMudjEuWHRjUGFyYW1zEiIKA2RyeRgOIAEoCzIVLm1seGdycGMudjEuRHJ5UGFyYW1zEiwKCG1pcm9zdGF0GA8gASgLMhoubWx4Z3JwYy52MS5NaXJvc3RhdFBhcmFtcxI7ChNkeW5hbWljX3RlbXBlcmF0dXJlGBAgASgLMh4ubWx4Z3JwYy52MS5EeW5hbWljVGVtcGVyYXR1cmUSLwoNc2FtcGxlcl9vcmRlchgRIAEoDjIYLm1seGdycGMudjEuU2FtcGxlck9yZGVyEhEKCWJhZF93b3JkcxgSIAMoCRIZChFhbGxvd2VkX3Rva2VuX2lkcxgTIAMoBRowCg5Mb2dpdEJpYXNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAI6AjgBQg4KDF90ZW1wZXJhdHVyZUIICgZfdG9wX3BCFQoTX3JlcGV0aXRpb25fcGVuYWx0eUIHCgVfc2VlZEIMCgpfdHlwaWNhbF9wIkYKCVh0Y1BhcmFtcxITCgtwcm9iYWJpbGl0eRgBIAEoAhIWCgl0aHJlc2hvbGQYAiABKAJIAIgBAUIMCgpfdGhyZXNob2xkIrcBCglEcnlQYXJhbXMSEgoKbXVsdGlwbGllchgBIAEoAhIRCgRiYXNlGAIgASgCSACIAQESGwoOYWxsb3dlZF9sZW5ndGgYAyABKAVIAYgBARIWCg5wZW5hbHR5X2xhc3RfbhgEIAEoBRIZChFzZXF1ZW5jZV9icmVha2VycxgFIAMoCRIXCg91c2Vfbm9fYnJlYWtlcnMYBiABKAhCBwoFX2Jhc2VCEQoPX2FsbG93ZWRfbGVuZ3RoIkQKDk1pcm9zdGF0UGFyYW1zEhAKA3RhdRgBIAEoAkgAiAEBEhAKA2V0YRgCIAEoAkgBiAEBQgYKBF90YXVCBgoEX2V0YSJHChJEeW5hbWljVGVtcGVyYXR1cmUSDQoFcmFuZ2UYASABKAISFQoIZXhwb25lbnQYAiABKAJIAIgBAUILCglfZXhwb25lbnQiiAEKEFN0b3BwaW5nQ3JpdGVyaWESFwoKbWF4X3Rva2VucxgBIAEoBUgAiAEBEhIKCm1pbl90b2tlbnMYAiABKAUSDAoEc3RvcBgDIAMoCRIWCg5zdG9wX3Rva2VuX2lkcxgEIAMoBRISCgppZ25vcmVfZW9zGAUgASgIQg0KC19tYXhfdG9rZW5zIrwBCg5SZXNwb25zZUZvcm1hdBIVCgtqc29uX3NjaGVtYRgBIAEoCUgAEhUKC2pzb25fb2JqZWN0GAIgASgISAASDwoFcmVnZXgYAyABKAlIABIRCgdncmFtbWFyGAQgASgJSAASMwoGY2hvaWNlGAUgASgLMiEubWx4Z3JwYy52MS5SZXNwb25zZUZvcm1hdC5DaG9pY2VIABoZCgZDaG9pY2USDwoHb3B0aW9ucxgBIAMoCUIICgZmb3JtYXQiPQoKVG9wTG9ncHJvYhIQCgh0b2tlbl9pZBgBIAEoBRIPCgdsb2dwcm9iGAIgASgCEgwKBHRleHQYAyABKAkiXwoMVG9rZW5Mb2dwcm9iEhAKCHRva2VuX2lkGAEgASgFEg8KB2xvZ3Byb2IYAiABKAISLAoMdG9wX2xvZ3Byb2JzGAMgAygLMhYubWx4Z3JwYy52MS5Ub3BMb2dwcm9iIs0BCgVVc2FnZRIVCg1wcm9tcHRfdG9rZW5zGAEgASgFEhkKEWNvbXBsZXRpb25fdG9rZW5zGAIgASgFEhUKDWNhY2hlZF90b2tlbnMYAyABKAUSFAoMZHJhZnRfdG9rZW5zGAQgASgFEh0KFWFjY2VwdGVkX2RyYWZ0X3Rva2VucxgFIAEoBRIiChphY2NlcHRlZF9wcmVkaWN0aW9uX3Rva2VucxgGIAEoBRIiChpyZWplY3RlZF9wcmVkaWN0aW9uX3Rva2VucxgHIAEoBSJZChJTcGVjdWxhdGlvbk9wdGlvbnMSKQoEbW9kZRgBIAEoDjIbLm1seGdycGMudjEuU3BlY3VsYXRpb25Nb2RlEhgKEG51bV9kcmFmdF90b2tlbnMYAiABKAUiTwoKUHJlZGljdGlvbhIOCgR0ZXh0GAEgASgJSAASJgoGdG9rZW5zGAIgASgLMhQubWx4Z3JwYy52MS5Ub2tlbklkc0gAQgkKB2NvbnRlbnQifgoHVGltaW5ncxIVCg1xdWV1ZV9zZWNvbmRzGAEgASgBEiMKG3RpbWVfdG9fZmlyc3RfdG9rZW5fc2Vjb25kcxgCIAEoARIgChhkZWNvZGVfdG9rZW5zX3Blcl9zZWNvbmQYAyABKAESFQoNdG90YWxfc2Vjb25kcxgEIAEoASqmAQoOVG9vbENob2ljZU1vZGUSIAocVE9PTF9DSE9JQ0VfTU9ERV9VTlNQRUNJRklFRBAAEhkKFVRPT0xfQ0hPSUNFX01PREVfQVVUTxABEhkKFVRPT0xfQ0hPSUNFX01PREVfTk9ORRACEh0KGVRPT0xfQ0hPSUNFX01PREVfUkVRVUlSRUQQAxIdChlUT09MX0NIT0lDRV9NT0RFX0ZVTkNUSU9OEAQqZQoMU2FtcGxlck9yZGVyEh0KGVNBTVBMRVJfT1JERVJfVU5TUEVDSUZJRUQQABIZChVTQU1QTEVSX09SREVSX0RFRkFVTFQQARIbChdTQU1QTEVSX09SREVSX0xMQU1BX0NQUBACKsoBCgxGaW5pc2hSZWFzb24SHQoZRklOSVNIX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKFEZJTklTSF9SRUFTT05fTEVOR1RIEAESFgoSRklOSVNIX1JFQVNPTl9TVE9QEAISFQoRRklOSVNIX1JFQVNPTl9FT1MQAxIbChdGSU5JU0hfUkVBU09OX0NBTkNFTExFRBAEEhcKE0ZJTklTSF9SRUFTT05fRVJST1IQBRIcChhGSU5JU0hfUkVBU09OX1RPT0xfQ0FMTFMQBiqFAQoPU3BlY3VsYXRpb25Nb2RlEiAKHFNQRUNVTEFUSU9OX01PREVfVU5TUEVDSUZJRUQQABIYChRTUEVDVUxBVElPTl9NT0RFX09GRhABEhoKFlNQRUNVTEFUSU9OX01PREVfTkdSQU0QAhIaChZTUEVDVUxBVElPTl9NT0RFX0RSQUZUEANCSAoOZGV2Lm1seGdycGMudjFCD0dlbmVyYXRpb25Qcm90b1ABWiNtbHhncnBjLmRldi9nby9tbHhncnBjL3YxO21seGdycGN2MWIGcHJvdG8z");
+  fileDesc("ChttbHhncnBjL3YxL2dlbmVyYXRpb24ucHJvdG8SCm1seGdycGMudjEiFwoIVG9rZW5JZHMSCwoDaWRzGAEgAygFIqcBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSJgoFcGFydHMYAyADKAsyFy5tbHhncnBjLnYxLkNvbnRlbnRQYXJ0EigKCnRvb2xfY2FsbHMYBCADKAsyFC5tbHhncnBjLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgFIAEoCRIRCglyZWFzb25pbmcYBiABKAkibQoLQ29udGVudFBhcnQSDgoEdGV4dBgBIAEoCUgAEiIKBWltYWdlGAIgASgLMhEubWx4Z3JwYy52MS5JbWFnZUgAEiIKBXZpZGVvGAMgASgLMhEubWx4Z3JwYy52MS5WaWRlb0gAQgYKBHBhcnQiKQoFSW1hZ2USDAoEZGF0YRgBIAEoDBISCgptZWRpYV90eXBlGAIgASgJIikKBVZpZGVvEgwKBGRhdGEYASABKAwSEgoKbWVkaWFfdHlwZRgCIAEoCSJJCgRUb29sEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSHgoWcGFyYW1ldGVyc19qc29uX3NjaGVtYRgDIAEoCSI8CghUb29sQ2FsbBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEhYKDmFyZ3VtZW50c19qc29uGAMgASgJIlAKDVRvb2xDYWxsRGVsdGESDQoFaW5kZXgYASABKAUSCgoCaWQYAiABKAkSDAoEbmFtZRgDIAEoCRIWCg5hcmd1bWVudHNfanNvbhgEIAEoCSJNCgpUb29sQ2hvaWNlEigKBG1vZGUYASABKA4yGi5tbHhncnBjLnYxLlRvb2xDaG9pY2VNb2RlEhUKDWZ1bmN0aW9uX25hbWUYAiABKAki8QIKDENoYXRNZXNzYWdlcxIpCghtZXNzYWdlcxgBIAMoCzIXLm1seGdycGMudjEuQ2hhdE1lc3NhZ2USHwoFdG9vbHMYAiADKAsyEC5tbHhncnBjLnYxLlRvb2wSKwoLdG9vbF9jaG9pY2UYAyABKAsyFi5tbHhncnBjLnYxLlRvb2xDaG9pY2USIAoTcGFyYWxsZWxfdG9vbF9jYWxscxgEIAEoCEgAiAEBEhwKD2VuYWJsZV90aGlua2luZxgFIAEoCEgBiAEBEkUKD3RlbXBsYXRlX2t3YXJncxgGIAMoCzIsLm1seGdycGMudjEuQ2hhdE1lc3NhZ2VzLlRlbXBsYXRlS3dhcmdzRW50cnkaNQoTVGVtcGxhdGVLd2FyZ3NFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhYKFF9wYXJhbGxlbF90b29sX2NhbGxzQhIKEF9lbmFibGVfdGhpbmtpbmci3gUKDlNhbXBsaW5nUGFyYW1zEhgKC3RlbXBlcmF0dXJlGAEgASgCSACIAQESEgoFdG9wX3AYAiABKAJIAYgBARINCgV0b3BfaxgDIAEoBRINCgVtaW5fcBgEIAEoAhIfChJyZXBldGl0aW9uX3BlbmFsdHkYBSABKAJIAogBARIfChdyZXBldGl0aW9uX2NvbnRleHRfc2l6ZRgGIAEoBRIYChBwcmVzZW5jZV9wZW5hbHR5GAcgASgCEhkKEWZyZXF1ZW5jeV9wZW5hbHR5GAggASgCEj0KCmxvZ2l0X2JpYXMYCSADKAsyKS5tbHhncnBjLnYxLlNhbXBsaW5nUGFyYW1zLkxvZ2l0Qmlhc0VudHJ5EhEKBHNlZWQYCiABKARIA4gBARIWCgl0eXBpY2FsX3AYCyABKAJIBIgBARITCgt0b3Bfbl9zaWdtYRgMIAEoAhIiCgN4dGMYDSABKAsyFS5tbHhncnBjLnYxLlh0Y1BhcmFtcxIiCgNkcnkYDiABKAsyFS5tbHhncnBjLnYxLkRyeVBhcmFtcxIsCghtaXJvc3RhdBgPIAEoCzIaLm1seGdycGMudjEuTWlyb3N0YXRQYXJhbXMSOwoTZHluYW1pY190ZW1wZXJhdHVyZRgQIAEoCzIeLm1seGdycGMudjEuRHluYW1pY1RlbXBlcmF0dXJlEi8KDXNhbXBsZXJfb3JkZXIYESABKA4yGC5tbHhncnBjLnYxLlNhbXBsZXJPcmRlchIRCgliYWRfd29yZHMYEiADKAkSGQoRYWxsb3dlZF90b2tlbl9pZHMYEyADKAUaMAoOTG9naXRCaWFzRW50cnkSCwoDa2V5GAEgASgFEg0KBXZhbHVlGAIgASgCOgI4AUIOCgxfdGVtcGVyYXR1cmVCCAoGX3RvcF9wQhUKE19yZXBldGl0aW9uX3BlbmFsdHlCBwoFX3NlZWRCDAoKX3R5cGljYWxfcCJGCglYdGNQYXJhbXMSEwoLcHJvYmFiaWxpdHkYASABKAISFgoJdGhyZXNob2xkGAIgASgCSACIAQFCDAoKX3RocmVzaG9sZCK3AQoJRHJ5UGFyYW1zEhIKCm11bHRpcGxpZXIYASABKAISEQoEYmFzZRgCIAEoAkgAiAEBEhsKDmFsbG93ZWRfbGVuZ3RoGAMgASgFSAGIAQESFgoOcGVuYWx0eV9sYXN0X24YBCABKAUSGQoRc2VxdWVuY2VfYnJlYWtlcnMYBSADKAkSFwoPdXNlX25vX2JyZWFrZXJzGAYgASgIQgcKBV9iYXNlQhEKD19hbGxvd2VkX2xlbmd0aCJECg5NaXJvc3RhdFBhcmFtcxIQCgN0YXUYASABKAJIAIgBARIQCgNldGEYAiABKAJIAYgBAUIGCgRfdGF1QgYKBF9ldGEiRwoSRHluYW1pY1RlbXBlcmF0dXJlEg0KBXJhbmdlGAEgASgCEhUKCGV4cG9uZW50GAIgASgCSACIAQFCCwoJX2V4cG9uZW50IogBChBTdG9wcGluZ0NyaXRlcmlhEhcKCm1heF90b2tlbnMYASABKAVIAIgBARISCgptaW5fdG9rZW5zGAIgASgFEgwKBHN0b3AYAyADKAkSFgoOc3RvcF90b2tlbl9pZHMYBCADKAUSEgoKaWdub3JlX2VvcxgFIAEoCEINCgtfbWF4X3Rva2VucyK8AQoOUmVzcG9uc2VGb3JtYXQSFQoLanNvbl9zY2hlbWEYASABKAlIABIVCgtqc29uX29iamVjdBgCIAEoCEgAEg8KBXJlZ2V4GAMgASgJSAASEQoHZ3JhbW1hchgEIAEoCUgAEjMKBmNob2ljZRgFIAEoCzIhLm1seGdycGMudjEuUmVzcG9uc2VGb3JtYXQuQ2hvaWNlSAAaGQoGQ2hvaWNlEg8KB29wdGlvbnMYASADKAlCCAoGZm9ybWF0Ij0KClRvcExvZ3Byb2ISEAoIdG9rZW5faWQYASABKAUSDwoHbG9ncHJvYhgCIAEoAhIMCgR0ZXh0GAMgASgJIl8KDFRva2VuTG9ncHJvYhIQCgh0b2tlbl9pZBgBIAEoBRIPCgdsb2dwcm9iGAIgASgCEiwKDHRvcF9sb2dwcm9icxgDIAMoCzIWLm1seGdycGMudjEuVG9wTG9ncHJvYiLNAQoFVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoBRIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoBRIVCg1jYWNoZWRfdG9rZW5zGAMgASgFEhQKDGRyYWZ0X3Rva2VucxgEIAEoBRIdChVhY2NlcHRlZF9kcmFmdF90b2tlbnMYBSABKAUSIgoaYWNjZXB0ZWRfcHJlZGljdGlvbl90b2tlbnMYBiABKAUSIgoacmVqZWN0ZWRfcHJlZGljdGlvbl90b2tlbnMYByABKAUiWQoSU3BlY3VsYXRpb25PcHRpb25zEikKBG1vZGUYASABKA4yGy5tbHhncnBjLnYxLlNwZWN1bGF0aW9uTW9kZRIYChBudW1fZHJhZnRfdG9rZW5zGAIgASgFIk8KClByZWRpY3Rpb24SDgoEdGV4dBgBIAEoCUgAEiYKBnRva2VucxgCIAEoCzIULm1seGdycGMudjEuVG9rZW5JZHNIAEIJCgdjb250ZW50In4KB1RpbWluZ3MSFQoNcXVldWVfc2Vjb25kcxgBIAEoARIjCht0aW1lX3RvX2ZpcnN0X3Rva2VuX3NlY29uZHMYAiABKAESIAoYZGVjb2RlX3Rva2Vuc19wZXJfc2Vjb25kGAMgASgBEhUKDXRvdGFsX3NlY29uZHMYBCABKAEqpgEKDlRvb2xDaG9pY2VNb2RlEiAKHFRPT0xfQ0hPSUNFX01PREVfVU5TUEVDSUZJRUQQABIZChVUT09MX0NIT0lDRV9NT0RFX0FVVE8QARIZChVUT09MX0NIT0lDRV9NT0RFX05PTkUQAhIdChlUT09MX0NIT0lDRV9NT0RFX1JFUVVJUkVEEAMSHQoZVE9PTF9DSE9JQ0VfTU9ERV9GVU5DVElPThAEKmUKDFNhbXBsZXJPcmRlchIdChlTQU1QTEVSX09SREVSX1VOU1BFQ0lGSUVEEAASGQoVU0FNUExFUl9PUkRFUl9ERUZBVUxUEAESGwoXU0FNUExFUl9PUkRFUl9MTEFNQV9DUFAQAirKAQoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBABEhYKEkZJTklTSF9SRUFTT05fU1RPUBACEhUKEUZJTklTSF9SRUFTT05fRU9TEAMSGwoXRklOSVNIX1JFQVNPTl9DQU5DRUxMRUQQBBIXChNGSU5JU0hfUkVBU09OX0VSUk9SEAUSHAoYRklOSVNIX1JFQVNPTl9UT09MX0NBTExTEAYqhQEKD1NwZWN1bGF0aW9uTW9kZRIgChxTUEVDVUxBVElPTl9NT0RFX1VOU1BFQ0lGSUVEEAASGAoUU1BFQ1VMQVRJT05fTU9ERV9PRkYQARIaChZTUEVDVUxBVElPTl9NT0RFX05HUkFNEAISGgoWU1BFQ1VMQVRJT05fTU9ERV9EUkFGVBADQkgKDmRldi5tbHhncnBjLnYxQg9HZW5lcmF0aW9uUHJvdG9QAVojbWx4Z3JwYy5kZXYvZ28vbWx4Z3JwYy92MTttbHhncnBjdjFiBnByb3RvMw");
 
 /**
  * A list of token ids, used where a prompt is given as tokens.
@@ -120,6 +120,15 @@ export type ContentPart = Message<"mlxgrpc.v1.ContentPart"> & {
      */
     value: Image;
     case: "image";
+  } | {
+    /**
+     * A video, placed in the prompt where the part stands; only models whose
+     * GraphCapabilities.media.video is true take one (FAILED_PRECONDITION elsewhere).
+     *
+     * @generated from field: mlxgrpc.v1.Video video = 3;
+     */
+    value: Video;
+    case: "video";
   } | { case: undefined; value?: undefined };
 };
 
@@ -162,6 +171,42 @@ export const ImageSchema: GenMessage<Image> = /*@__PURE__*/
   messageDesc(file_mlxgrpc_v1_generation, 3);
 
 /**
+ * An encoded video file, checked from its container's header before any frame is
+ * decoded: a media type that does not match the bytes, too many bytes, a duration, frame
+ * rate or frame size over the server's limits, too many videos in one request, or a
+ * file that ends before a sampled frame (truncated) are INVALID_ARGUMENT (the limits are
+ * in docs/OPERATIONS.md). The server samples its frames (by default 2 per second, at
+ * most 32, in pairs) as the model's processor does; each pair of frames costs the tokens
+ * of one image of the frame's size.
+ *
+ * @generated from message mlxgrpc.v1.Video
+ */
+export type Video = Message<"mlxgrpc.v1.Video"> & {
+  /**
+   * The file's bytes: MP4 or QuickTime, WebM or Matroska, or AVI, with a video stream
+   * FFmpeg decodes (H.264, HEVC, VP8, VP9, AV1, MPEG-4 and the like).
+   *
+   * @generated from field: bytes data = 1;
+   */
+  data: Uint8Array;
+
+  /**
+   * The file's media type: "video/mp4", "video/quicktime", "video/webm",
+   * "video/x-matroska" or "video/x-msvideo".
+   *
+   * @generated from field: string media_type = 2;
+   */
+  mediaType: string;
+};
+
+/**
+ * Describes the message mlxgrpc.v1.Video.
+ * Use `create(VideoSchema)` to create a new message.
+ */
+export const VideoSchema: GenMessage<Video> = /*@__PURE__*/
+  messageDesc(file_mlxgrpc_v1_generation, 4);
+
+/**
  * A function the model may call. The template shows it to the model; a call it makes
  * comes back in TokenDelta.tool_calls.
  *
@@ -198,7 +243,7 @@ export type Tool = Message<"mlxgrpc.v1.Tool"> & {
  * Use `create(ToolSchema)` to create a new message.
  */
 export const ToolSchema: GenMessage<Tool> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 4);
+  messageDesc(file_mlxgrpc_v1_generation, 5);
 
 /**
  * A call of a tool: in output, one the model made; in input, one an assistant message made.
@@ -234,7 +279,7 @@ export type ToolCall = Message<"mlxgrpc.v1.ToolCall"> & {
  * Use `create(ToolCallSchema)` to create a new message.
  */
 export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 5);
+  messageDesc(file_mlxgrpc_v1_generation, 6);
 
 /**
  * A piece of a tool call while it streams. The pieces of one call share its index; the
@@ -278,7 +323,7 @@ export type ToolCallDelta = Message<"mlxgrpc.v1.ToolCallDelta"> & {
  * Use `create(ToolCallDeltaSchema)` to create a new message.
  */
 export const ToolCallDeltaSchema: GenMessage<ToolCallDelta> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 6);
+  messageDesc(file_mlxgrpc_v1_generation, 7);
 
 /**
  * Tool choice. REQUIRED and FUNCTION constrain the output (as response_format does) to
@@ -310,7 +355,7 @@ export type ToolChoice = Message<"mlxgrpc.v1.ToolChoice"> & {
  * Use `create(ToolChoiceSchema)` to create a new message.
  */
 export const ToolChoiceSchema: GenMessage<ToolChoice> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 7);
+  messageDesc(file_mlxgrpc_v1_generation, 8);
 
 /**
  * A conversation to render with the model's chat template.
@@ -369,7 +414,7 @@ export type ChatMessages = Message<"mlxgrpc.v1.ChatMessages"> & {
  * Use `create(ChatMessagesSchema)` to create a new message.
  */
 export const ChatMessagesSchema: GenMessage<ChatMessages> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 8);
+  messageDesc(file_mlxgrpc_v1_generation, 9);
 
 /**
  * How the next token is chosen from the model's scores. Every field is optional;
@@ -535,7 +580,7 @@ export type SamplingParams = Message<"mlxgrpc.v1.SamplingParams"> & {
  * Use `create(SamplingParamsSchema)` to create a new message.
  */
 export const SamplingParamsSchema: GenMessage<SamplingParams> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 9);
+  messageDesc(file_mlxgrpc_v1_generation, 10);
 
 /**
  * Exclude Top Choices (XTC), as llama.cpp's sampler.
@@ -564,7 +609,7 @@ export type XtcParams = Message<"mlxgrpc.v1.XtcParams"> & {
  * Use `create(XtcParamsSchema)` to create a new message.
  */
 export const XtcParamsSchema: GenMessage<XtcParams> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 10);
+  messageDesc(file_mlxgrpc_v1_generation, 11);
 
 /**
  * Don't Repeat Yourself (DRY), as llama.cpp's sampler.
@@ -622,7 +667,7 @@ export type DryParams = Message<"mlxgrpc.v1.DryParams"> & {
  * Use `create(DryParamsSchema)` to create a new message.
  */
 export const DryParamsSchema: GenMessage<DryParams> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 11);
+  messageDesc(file_mlxgrpc_v1_generation, 12);
 
 /**
  * Mirostat v2, as llama.cpp's sampler.
@@ -650,7 +695,7 @@ export type MirostatParams = Message<"mlxgrpc.v1.MirostatParams"> & {
  * Use `create(MirostatParamsSchema)` to create a new message.
  */
 export const MirostatParamsSchema: GenMessage<MirostatParams> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 12);
+  messageDesc(file_mlxgrpc_v1_generation, 13);
 
 /**
  * Dynamic temperature, as llama.cpp's sampler.
@@ -678,7 +723,7 @@ export type DynamicTemperature = Message<"mlxgrpc.v1.DynamicTemperature"> & {
  * Use `create(DynamicTemperatureSchema)` to create a new message.
  */
 export const DynamicTemperatureSchema: GenMessage<DynamicTemperature> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 13);
+  messageDesc(file_mlxgrpc_v1_generation, 14);
 
 /**
  * When generation ends.
@@ -729,7 +774,7 @@ export type StoppingCriteria = Message<"mlxgrpc.v1.StoppingCriteria"> & {
  * Use `create(StoppingCriteriaSchema)` to create a new message.
  */
 export const StoppingCriteriaSchema: GenMessage<StoppingCriteria> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 14);
+  messageDesc(file_mlxgrpc_v1_generation, 15);
 
 /**
  * Structured output: the generated text is constrained, token by token, to a format.
@@ -801,7 +846,7 @@ export type ResponseFormat = Message<"mlxgrpc.v1.ResponseFormat"> & {
  * Use `create(ResponseFormatSchema)` to create a new message.
  */
 export const ResponseFormatSchema: GenMessage<ResponseFormat> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 15);
+  messageDesc(file_mlxgrpc_v1_generation, 16);
 
 /**
  * A list of allowed outputs.
@@ -822,7 +867,7 @@ export type ResponseFormat_Choice = Message<"mlxgrpc.v1.ResponseFormat.Choice"> 
  * Use `create(ResponseFormat_ChoiceSchema)` to create a new message.
  */
 export const ResponseFormat_ChoiceSchema: GenMessage<ResponseFormat_Choice> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 15, 0);
+  messageDesc(file_mlxgrpc_v1_generation, 16, 0);
 
 /**
  * An alternative token and its log probability.
@@ -857,7 +902,7 @@ export type TopLogprob = Message<"mlxgrpc.v1.TopLogprob"> & {
  * Use `create(TopLogprobSchema)` to create a new message.
  */
 export const TopLogprobSchema: GenMessage<TopLogprob> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 16);
+  messageDesc(file_mlxgrpc_v1_generation, 17);
 
 /**
  * The log probability of a generated (or prompt) token and, if requested, its top
@@ -893,7 +938,7 @@ export type TokenLogprob = Message<"mlxgrpc.v1.TokenLogprob"> & {
  * Use `create(TokenLogprobSchema)` to create a new message.
  */
 export const TokenLogprobSchema: GenMessage<TokenLogprob> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 17);
+  messageDesc(file_mlxgrpc_v1_generation, 18);
 
 /**
  * Token counts of a request.
@@ -957,7 +1002,7 @@ export type Usage = Message<"mlxgrpc.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 18);
+  messageDesc(file_mlxgrpc_v1_generation, 19);
 
 /**
  * Speculative decoding for one request: the model verifies several proposed tokens
@@ -989,7 +1034,7 @@ export type SpeculationOptions = Message<"mlxgrpc.v1.SpeculationOptions"> & {
  * Use `create(SpeculationOptionsSchema)` to create a new message.
  */
 export const SpeculationOptionsSchema: GenMessage<SpeculationOptions> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 19);
+  messageDesc(file_mlxgrpc_v1_generation, 20);
 
 /**
  * The expected output of a request, proposed as speculative drafts. Exactly one must
@@ -1025,7 +1070,7 @@ export type Prediction = Message<"mlxgrpc.v1.Prediction"> & {
  * Use `create(PredictionSchema)` to create a new message.
  */
 export const PredictionSchema: GenMessage<Prediction> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 20);
+  messageDesc(file_mlxgrpc_v1_generation, 21);
 
 /**
  * Where the time of a request went.
@@ -1067,7 +1112,7 @@ export type Timings = Message<"mlxgrpc.v1.Timings"> & {
  * Use `create(TimingsSchema)` to create a new message.
  */
 export const TimingsSchema: GenMessage<Timings> = /*@__PURE__*/
-  messageDesc(file_mlxgrpc_v1_generation, 21);
+  messageDesc(file_mlxgrpc_v1_generation, 22);
 
 /**
  * Which tools the model may or must call.
