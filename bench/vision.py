@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.vision --markdown    # real-sized random LLaVA, ~5 min here
     .venv/bin/python -m bench.vision --quick       # the tests' tiny LLaVA, 2 requests (CI smoke)
     .venv/bin/python -m bench.vision --model DIR   # any llava directory
+    .venv/bin/python -m bench.vision --video ...   # videos on Qwen2.5-VL (bench/video.py)
 
 Two figures, both measured on the same model in the same run:
 
@@ -257,6 +258,11 @@ async def measure(args, model_dir: Path, log_dir: Path, report: Report) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--video" in argv:  # videos: bench/video.py
+        from .video import main as video_main
+
+        return video_main([a for a in argv if a != "--video"])
     p = argparse.ArgumentParser(prog="python -m bench.vision", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="a llava directory (default: the real-sized random one, built once)")
@@ -290,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             "requests": f"{args.requests} x one {IMAGE_SIDE}x{IMAGE_SIDE} PNG (distinct per request), "
                         f"{args.tokens} tokens each, greedy"})
         asyncio.run(measure(args, model_dir, Path(tmp), report))
-    command = "python -m bench.vision " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m bench.vision " + " ".join(argv)
     report.publish(command, started, args.markdown, args.out)
     return 0
 
