@@ -836,3 +836,37 @@ def test_image_part_from_bytes_and_path(tmp_path):
     parts = chat.messages[0].parts
     assert [p.WhichOneof("part") for p in parts] == ["image", "text"]
     assert parts[1].text == "What is in the picture?"
+
+
+def test_video_part_from_bytes_and_path(tmp_path):
+    from pathlib import Path
+
+    from mlxgrpc_client import sniff_video_media_type, video_part
+
+    clip = Path(__file__).resolve().parents[2] / "testdata" / "clip.mp4"
+    data = clip.read_bytes()
+    from_path = video_part(clip)
+    assert (from_path.video.data, from_path.video.media_type) == (data, "video/mp4")
+    assert video_part(str(clip)) == from_path == video_part(data)
+    # an ISO base media file's first box: ftyp (QuickTime when its brand is "qt  "), moov, mdat, wide, free
+    assert sniff_video_media_type(b"\0\0\0\x14ftypisom\0\0\x02\0") == "video/mp4"
+    assert sniff_video_media_type(b"\0\0\0\x14ftypqt  \0\0\x02\0") == "video/quicktime"
+    for box in (b"moov", b"mdat", b"wide", b"free"):
+        assert sniff_video_media_type(b"\0\0\0\x08" + box) == "video/mp4"
+    ebml = b"\x1a\x45\xdf\xa3\x9f\x42\x86\x81\x01\x42\xf7\x81\x01\x42\x82\x84"
+    assert video_part(ebml + b"webm\x42\x87").video.media_type == "video/webm"
+    assert video_part(ebml + b"matroska").video.media_type == "video/x-matroska"
+    assert video_part(ebml + bytes(60) + b"webm").video.media_type == "video/x-matroska"  # past the first 64 bytes
+    assert video_part(b"RIFF\0\0\0\0AVI LIST").video.media_type == "video/x-msvideo"
+    assert video_part(b"anything", "video/webm").video.media_type == "video/webm"  # the caller's word
+    for other in (b"hello", b"RIFF\0\0\0\0WEBPVP8 ", b"\x89PNG\r\n\x1a\n", b""):
+        with pytest.raises(ValueError):
+            sniff_video_media_type(other)
+    gif = tmp_path / "photo.gif"
+    gif.write_bytes(b"GIF89a...")
+    with pytest.raises(ValueError):
+        video_part(gif)  # an image is no video
+    chat = generate_request([{"role": "user", "parts": [from_path, "What happens in the video?"]}]).chat
+    parts = chat.messages[0].parts
+    assert [p.WhichOneof("part") for p in parts] == ["video", "text"]
+    assert parts[0].video.data == data and parts[1].text == "What happens in the video?"

@@ -22,6 +22,7 @@ from ._embeddings import Embeddings, decode_packed, dequantize, hamming, unpack_
 from ._images import image_part, sniff_media_type
 from ._sparse import SparseEmbeddings, SparseVector, embed_sparse_request
 from ._sync import Client, GenerateStream, connect
+from ._videos import sniff_video_media_type, video_part
 
 __all__ = [
     "Choice",
@@ -48,5 +49,7 @@ __all__ = [
     "prefetch_request",
     "rerank_request",
     "sniff_media_type",
+    "sniff_video_media_type",
     "unpack_bits",
+    "video_part",
 ]
