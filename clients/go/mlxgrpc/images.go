@@ -73,7 +73,8 @@ func ImageFile(path string) (*pb.ContentPart, error) {
 	return ImagePart(data, mediaType), nil
 }
 
-// UserMessage is a "user" message of parts, in order (TextPart, ImagePart, ImageFile):
+// UserMessage is a "user" message of parts, in order (TextPart, ImagePart, ImageFile,
+// VideoPart, VideoFile):
 //
 //	image, err := mlxgrpc.ImageFile("photo.png")
 //	msg := mlxgrpc.UserMessage(image, mlxgrpc.TextPart("Describe the image."))
