@@ -1,9 +1,12 @@
-// Images in chat messages: a message's content can be parts (text and images, in order)
-// instead of `content` (not both). A model that takes images (ModelInfo
+// Images and videos in chat messages: a message's content can be parts (text, images and
+// videos, in order) instead of `content` (not both). A model that takes images (ModelInfo
 // capabilities.media set) reads them; any other refuses an image with
-// FAILED_PRECONDITION (ErrorInfo reason UNSUPPORTED_OPERATION). An image whose media type
-// does not match its bytes, a truncated one or one too large is INVALID_ARGUMENT with a
-// BadRequest field violation.
+// FAILED_PRECONDITION (ErrorInfo reason UNSUPPORTED_OPERATION). A model that takes videos
+// (capabilities.media.video true) samples frames from them (by default 2 a second, at most
+// 32); any other refuses a video the same way. An image or video whose media type does not
+// match its bytes, a truncated one or one too large (a video also: too long, too high a
+// frame rate or frame size, more than 4 of them) is INVALID_ARGUMENT with a BadRequest
+// field violation naming the part.
 import { readFile } from "node:fs/promises";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 
@@ -12,12 +15,17 @@ import type { ChatMessageInit } from "./tools.js";
 
 export type ContentPartInit = MessageInitShape<typeof ContentPartSchema>;
 
-/** The media types of the images the server takes. */
+/** The media types of the images and videos the server takes. */
 export const MediaType = {
   PNG: "image/png",
   JPEG: "image/jpeg",
   WEBP: "image/webp",
   GIF: "image/gif",
+  MP4: "video/mp4",
+  QUICKTIME: "video/quicktime",
+  WEBM: "video/webm",
+  MATROSKA: "video/x-matroska",
+  AVI: "video/x-msvideo",
 } as const;
 
 /** Bytes that do not start like a PNG, JPEG, WebP or GIF file (`mediaTypeOf`, `imageFile`). */
@@ -26,6 +34,15 @@ export class UnknownImageTypeError extends Error {
     const bytes = Array.from(head.subarray(0, 12), (b) => b.toString(16).padStart(2, "0")).join(" ");
     super(`${what}: not a PNG, JPEG, WebP or GIF image (first bytes ${bytes || "none"})`);
     this.name = "UnknownImageTypeError";
+  }
+}
+
+/** Bytes that do not start like an MP4, QuickTime, WebM, Matroska or AVI file (`videoMediaTypeOf`, `videoFile`). */
+export class UnknownVideoTypeError extends Error {
+  constructor(what: string, head: Uint8Array) {
+    const bytes = Array.from(head.subarray(0, 12), (b) => b.toString(16).padStart(2, "0")).join(" ");
+    super(`${what}: not an MP4, QuickTime, WebM, Matroska or AVI video (first bytes ${bytes || "none"})`);
+    this.name = "UnknownVideoTypeError";
   }
 }
 
@@ -46,6 +63,26 @@ export function mediaTypeOf(data: Uint8Array, what = "image"): string {
   throw new UnknownImageTypeError(what, data);
 }
 
+const ISO_BOXES = ["ftyp", "moov", "mdat", "wide", "free"];
+
+/**
+ * The media type of an encoded video from its signature: an ISO base media box ("ftyp",
+ * "moov", "mdat", "wide" or "free") at offset 4 is MP4, or QuickTime when it is "ftyp" of
+ * brand "qt  "; EBML 1A 45 DF A3 is WebM when "webm" occurs in the first 64 bytes, else
+ * Matroska; "RIFF" then "AVI " at offset 8 is AVI. Throws UnknownVideoTypeError otherwise.
+ */
+export function videoMediaTypeOf(data: Uint8Array, what = "video"): string {
+  if (ISO_BOXES.some((box) => startsWith(data, box, 4))) {
+    return startsWith(data, "ftyp", 4) && startsWith(data, "qt  ", 8) ? MediaType.QUICKTIME : MediaType.MP4;
+  }
+  if (startsWith(data, [0x1a, 0x45, 0xdf, 0xa3])) {
+    const head = data.subarray(0, 64);
+    return head.some((_, i) => startsWith(head, "webm", i)) ? MediaType.WEBM : MediaType.MATROSKA;
+  }
+  if (startsWith(data, "RIFF") && startsWith(data, "AVI ", 8)) return MediaType.AVI;
+  throw new UnknownVideoTypeError(what, data);
+}
+
 /** A message part of text. */
 export function textPart(text: string): ContentPartInit {
   return { part: { case: "text", value: text } };
@@ -62,11 +99,23 @@ export async function imageFile(path: string): Promise<ContentPartInit> {
   return imagePart(data, mediaTypeOf(data, path));
 }
 
+/** A message part of an encoded video's bytes with its media type (`MediaType.MP4`, ...), sent as given. */
+export function videoPart(data: Uint8Array, mediaType: string): ContentPartInit {
+  return { part: { case: "video", value: { data, mediaType } } };
+}
+
+/** A message part of the video file at `path`, its media type detected from its signature (`videoMediaTypeOf`). */
+export async function videoFile(path: string): Promise<ContentPartInit> {
+  const data = new Uint8Array(await readFile(path));
+  return videoPart(data, videoMediaTypeOf(data, path));
+}
+
 /**
- * A "user" message of parts in order, each a part (`imagePart`, `imageFile`, `textPart`) or
- * a string (a text part):
+ * A "user" message of parts in order, each a part (`imagePart`, `imageFile`, `videoPart`,
+ * `videoFile`, `textPart`) or a string (a text part):
  *
  *     chatPrompt([userMessage(await imageFile("photo.png"), "Describe the image.")])
+ *     chatPrompt([userMessage(await videoFile("clip.mp4"), "What happens in the video?")])
  */
 export function userMessage(...parts: (ContentPartInit | string)[]): ChatMessageInit {
   return { role: "user", parts: parts.map((p) => (typeof p === "string" ? textPart(p) : p)) };

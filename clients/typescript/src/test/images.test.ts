@@ -1,8 +1,11 @@
-// Images: signature detection and the parts a user message is built of (offline); against
-// a live server with a model named "vision" (the test fixture's tiny vision-language
-// model), an image refused by the text-only "llama" and by a media type that does not
-// match its bytes, and streamed text for one on "vision". A server without a model named
-// "vision" (the default one never has it) skips the live ones, even under MLXGRPC_REQUIRE_LIVE=1.
+// Images and videos: signature detection and the parts a user message is built of
+// (offline); against a live server with a model named "vision" (the test fixture's tiny
+// vision-language model), an image refused by the text-only "llama" and by a media type
+// that does not match its bytes, and streamed text for one on "vision"; with a model named
+// "video" (the fixture's tiny Qwen2.5-VL), its capabilities, a clip's frames in the prompt,
+// a media type that does not match the clip and the clip refused by "vision". A server
+// without a model named "vision" or "video" (the default one never has them) skips those
+// live tests, even under MLXGRPC_REQUIRE_LIVE=1.
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, readFile, writeFile } from "node:fs/promises";
@@ -18,6 +21,7 @@ import {
   FinishReason,
   MediaType,
   UnknownImageTypeError,
+  UnknownVideoTypeError,
   chatPrompt,
   connect,
   errorDetails,
@@ -26,6 +30,9 @@ import {
   mediaTypeOf,
   textPart,
   userMessage,
+  videoFile,
+  videoMediaTypeOf,
+  videoPart,
   type ChatMessageInit,
   type MlxClient,
 } from "../index.js";
@@ -33,6 +40,9 @@ import { address, discover, liveTest, token } from "./support.js";
 
 /** clients/testdata/gradient.png (a 64x64 RGB PNG), from dist/test/. */
 const GRADIENT = fileURLToPath(new URL("../../../testdata/gradient.png", import.meta.url));
+
+/** clients/testdata/clip.mp4 (a 3-second MPEG-4 clip), from dist/test/. */
+const CLIP = fileURLToPath(new URL("../../../testdata/clip.mp4", import.meta.url));
 
 const bytes = (s: string) => Uint8Array.from(s, (c) => c.charCodeAt(0));
 const SIGNATURES: Record<string, Uint8Array> = {
@@ -50,6 +60,40 @@ test("mediaTypeOf detects PNG, JPEG, GIF and WebP by signature, and refuses anyt
   assert.throws(() => mediaTypeOf(bytes("hello"), "notes.txt"), /notes\.txt: not a PNG, JPEG, WebP or GIF image \(first bytes 68 65 6c 6c 6f\)/);
 });
 
+const VIDEO_SIGNATURES: Record<string, Uint8Array> = {
+  [MediaType.MP4]: bytes("\0\0\0\x1cftypisom\0\0\x02\0"),
+  [MediaType.QUICKTIME]: bytes("\0\0\0\x14ftypqt  \0\0\x02\0"),
+  [MediaType.WEBM]: bytes("\x1a\x45\xdf\xa3\x9f\x42\x86\x81\x01\x42\x82\x84webm\x42\x87"),
+  [MediaType.MATROSKA]: bytes("\x1a\x45\xdf\xa3\xa3\x42\x86\x81\x01\x42\x82\x88matroska"),
+  [MediaType.AVI]: bytes("RIFF\x24\0\0\0AVI LIST"),
+};
+
+test("videoMediaTypeOf detects MP4, QuickTime, WebM, Matroska and AVI by signature, and refuses anything else", () => {
+  for (const [type, data] of Object.entries(VIDEO_SIGNATURES)) assert.equal(videoMediaTypeOf(data), type);
+  // Any of the ISO base media boxes at offset 4 is MP4; only an "ftyp" of brand "qt  " is QuickTime.
+  for (const box of ["moov", "mdat", "wide", "free"]) {
+    assert.equal(videoMediaTypeOf(bytes(`\0\0\0\x08${box}qt  `)), MediaType.MP4, box);
+  }
+  assert.equal(videoMediaTypeOf(bytes("\0\0\0\x14ftypmp42")), MediaType.MP4);
+  // "webm" counts within the first 64 bytes only.
+  const late = new Uint8Array(72);
+  late.set([0x1a, 0x45, 0xdf, 0xa3]);
+  late.set(bytes("webm"), 64);
+  assert.equal(videoMediaTypeOf(late), MediaType.MATROSKA);
+  late.set(bytes("webm"), 60);
+  assert.equal(videoMediaTypeOf(late), MediaType.WEBM);
+  const others = ["", "hello, world", "RIFF\x24\0\0\0WEBPVP8 ", "RIFF\x24\0\0\0AVI", "\0\0\0\x1cfty", "\x1a\x45\xdf"];
+  for (const other of [...others, "\x89PNG\r\n\x1a\n\0\0\0\rIHDR"]) {
+    assert.throws(() => videoMediaTypeOf(bytes(other)), UnknownVideoTypeError, JSON.stringify(other));
+  }
+  // Videos are not images, nor images videos.
+  for (const data of Object.values(VIDEO_SIGNATURES)) assert.throws(() => mediaTypeOf(data), UnknownImageTypeError);
+  assert.throws(
+    () => videoMediaTypeOf(bytes("hello"), "notes.txt"),
+    /notes\.txt: not an MP4, QuickTime, WebM, Matroska or AVI video \(first bytes 68 65 6c 6c 6f\)/,
+  );
+});
+
 test("imageFile reads a file and detects its media type; an unknown file is an error", async () => {
   const dir = await mkdtemp(join(tmpdir(), "mlxgrpc-images-"));
   for (const [type, data] of Object.entries(SIGNATURES)) {
@@ -62,6 +106,20 @@ test("imageFile reads a file and detects its media type; an unknown file is an e
   await assert.rejects(imageFile(join(dir, "missing.png")), { code: "ENOENT" });
   const gradient = await imageFile(GRADIENT);
   assert.equal(gradient.part?.case === "image" && gradient.part.value.mediaType, MediaType.PNG);
+});
+
+test("videoFile reads a file and detects its media type; an unknown file is an error", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "mlxgrpc-videos-"));
+  for (const [type, data] of Object.entries(VIDEO_SIGNATURES)) {
+    const path = join(dir, `video-${type.slice(6)}`);
+    await writeFile(path, data);
+    assert.deepEqual(await videoFile(path), { part: { case: "video", value: { data, mediaType: type } } });
+  }
+  await writeFile(join(dir, "notes.txt"), "not a video");
+  await assert.rejects(videoFile(join(dir, "notes.txt")), UnknownVideoTypeError);
+  await assert.rejects(videoFile(join(dir, "missing.mp4")), { code: "ENOENT" });
+  const clip = await videoFile(CLIP);
+  assert.equal(clip.part?.case === "video" && clip.part.value.mediaType, MediaType.MP4);
 });
 
 test("userMessage keeps the parts in order, each with its oneof case", () => {
@@ -81,6 +139,27 @@ test("userMessage keeps the parts in order, each with its oneof case", () => {
   assert.equal(wire.content, "");
   assert.deepEqual(wire.parts.map((p) => p.part.case), ["text", "image", "text", "image"]);
   assert.deepEqual(wire.parts[1].part.value, create(ChatMessageSchema, msg).parts[1].part.value);
+});
+
+test("userMessage takes video parts beside text and images", () => {
+  const mp4 = VIDEO_SIGNATURES[MediaType.MP4];
+  const png = SIGNATURES[MediaType.PNG];
+  const msg = userMessage(videoPart(mp4, MediaType.MP4), imagePart(png, MediaType.PNG), "What happens?");
+  assert.deepEqual(msg, {
+    role: "user",
+    parts: [
+      { part: { case: "video", value: { data: mp4, mediaType: "video/mp4" } } },
+      { part: { case: "image", value: { data: png, mediaType: "image/png" } } },
+      { part: { case: "text", value: "What happens?" } },
+    ],
+  });
+  const wire = fromBinary(ChatMessageSchema, toBinary(ChatMessageSchema, create(ChatMessageSchema, msg)));
+  assert.equal(wire.content, "");
+  assert.deepEqual(wire.parts.map((p) => p.part.case), ["video", "image", "text"]);
+  const video = wire.parts[0].part;
+  assert.ok(video.case === "video");
+  assert.deepEqual(video.value.data, mp4);
+  assert.equal(video.value.mediaType, MediaType.MP4);
 });
 
 // Live: the fixture's "vision" and text-only "llama" models.
@@ -154,6 +233,102 @@ liveTest("PNG bytes declared image/jpeg: INVALID_ARGUMENT with a field violation
     const d = errorDetails(await expectError(client.generateText(describeRequest("vision", message))));
     assert.equal(d.code, Code.InvalidArgument, d.message);
     assert.ok(d.fieldViolations.length >= 1, "a BadRequest field violation");
+  } finally {
+    client.close();
+  }
+});
+
+// Live: the fixture's "video" model (a tiny Qwen2.5-VL) and "vision" (images only).
+
+const NO_VIDEO_MODEL = 'the server has no model named "video" (the fixture server\'s video-taking Qwen2.5-VL; the default server never has one)';
+
+/** A client when the server has a model named "video"; skips the test (even under MLXGRPC_REQUIRE_LIVE) otherwise. */
+async function videoClient(t: TestContext): Promise<{ client: MlxClient; served: string[] } | undefined> {
+  const client = connect(address!, { token, timeoutMs: 120_000 });
+  const served = (await discover(client)).all.map((m) => m.name);
+  if (served.includes("video")) return { client, served };
+  client.close();
+  t.skip(NO_VIDEO_MODEL);
+  return undefined;
+}
+
+const QUESTION = "What happens in the video?";
+
+liveTest("model info: video takes videos, vision does not", async (t) => {
+  const live = await videoClient(t);
+  if (!live) return;
+  const { client, served } = live;
+  try {
+    const info = await client.getModelInfo("video");
+    assert.equal(info.capabilities?.media?.video, true, "video: capabilities.media.video");
+    if (served.includes("vision")) {
+      const vision = await client.getModelInfo("vision");
+      assert.ok(vision.capabilities?.media, "vision: capabilities.media set");
+      assert.equal(vision.capabilities?.media?.video, false, "vision: capabilities.media.video");
+    }
+  } finally {
+    client.close();
+  }
+});
+
+liveTest("a video to the video model: streamed tokens, FinishReason.LENGTH, the frames in the prompt", async (t) => {
+  const live = await videoClient(t);
+  if (!live) return;
+  const { client } = live;
+  try {
+    const message = userMessage(await videoFile(CLIP), QUESTION);
+    let tokens = 0;
+    let promptTokens = 0;
+    let reason = FinishReason.UNSPECIFIED;
+    for await (const res of client.generate(describeRequest("video", message))) {
+      if (res.event.case === "started") promptTokens = res.event.value.promptTokens;
+      else if (res.event.case === "delta") tokens += res.event.value.tokenIds.length;
+      else if (res.event.case === "finished") reason = res.event.value.reason;
+    }
+    assert.ok(tokens >= 1, `${tokens} tokens`);
+    assert.equal(reason, FinishReason.LENGTH);
+    const textOnly = await client.generateText(describeRequest("video", userMessage(QUESTION)));
+    const without = textOnly.started?.promptTokens ?? 0;
+    assert.ok(without > 0, "prompt_tokens without the video");
+    // 3 seconds at 2 frames a second: 3 pairs of frames, each at least one <|video_pad|>
+    // (the fixture's processor makes each pair one merged patch), between <|vision_start|>
+    // and <|vision_end|>.
+    assert.ok(promptTokens >= without + 5, `${promptTokens} prompt tokens with the video, ${without} without`);
+  } finally {
+    client.close();
+  }
+});
+
+liveTest("MP4 bytes declared video/webm: INVALID_ARGUMENT naming the part's media_type", async (t) => {
+  const live = await videoClient(t);
+  if (!live) return;
+  const { client } = live;
+  try {
+    const clip = new Uint8Array(await readFile(CLIP));
+    const message = userMessage(videoPart(clip, MediaType.WEBM), QUESTION);
+    const d = errorDetails(await expectError(client.generateText(describeRequest("video", message))));
+    assert.equal(d.code, Code.InvalidArgument, d.message);
+    const fields = d.fieldViolations.map((v) => v.field);
+    assert.ok(fields.some((f) => f.endsWith(".video.media_type")), `field violations: ${JSON.stringify(fields)}`);
+  } finally {
+    client.close();
+  }
+});
+
+liveTest("a video to the image-only vision model: FAILED_PRECONDITION, UNSUPPORTED_OPERATION", async (t) => {
+  const live = await videoClient(t);
+  if (!live) return;
+  const { client, served } = live;
+  try {
+    if (!served.includes("vision")) {
+      t.skip(NO_VISION_MODEL);
+      return;
+    }
+    const message = userMessage(await videoFile(CLIP), QUESTION);
+    const err = await expectError(client.generateText(describeRequest("vision", message)));
+    const d = errorDetails(err);
+    assert.equal(d.code, Code.FailedPrecondition, String(err));
+    assert.equal(d.errorInfo?.reason, "UNSUPPORTED_OPERATION");
   } finally {
     client.close();
   }
