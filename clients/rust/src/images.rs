@@ -1,5 +1,5 @@
-//! Images in chat messages: a [`pb::ChatMessage`]'s content can be `parts` (text and
-//! images, in order) instead of `content` (not both).
+//! Images in chat messages: a [`pb::ChatMessage`]'s content can be `parts` (text, images
+//! and videos, in order; see [`crate::video_media_type_of`]) instead of `content` (not both).
 //!
 //! [`pb::ContentPart::image_file`] reads an image file and detects its media type from
 //! its signature ([`media_type_of`]); [`pb::ContentPart::image`] takes bytes you already
@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use crate::pb;
 use crate::pb::content_part::Part;
 
-/// The media types of the images the server takes.
+/// The media types of the images and videos the server takes.
 pub mod media_type {
     /// PNG (`89 50 4E 47`).
     pub const PNG: &str = "image/png";
@@ -36,6 +36,16 @@ pub mod media_type {
     pub const WEBP: &str = "image/webp";
     /// GIF (`GIF8`); the server reads its first frame.
     pub const GIF: &str = "image/gif";
+    /// MP4 (an ISO base media box, `ftyp`, `moov`, `mdat`, `wide` or `free`, at offset 4).
+    pub const MP4: &str = "video/mp4";
+    /// QuickTime (`ftyp` at offset 4 with the brand `qt  `).
+    pub const QUICKTIME: &str = "video/quicktime";
+    /// WebM (EBML `1A 45 DF A3` with the doctype `webm`).
+    pub const WEBM: &str = "video/webm";
+    /// Matroska (EBML `1A 45 DF A3`, any other doctype).
+    pub const MATROSKA: &str = "video/x-matroska";
+    /// AVI (`RIFF`, the size, `AVI `).
+    pub const AVI: &str = "video/x-msvideo";
 }
 
 /// Why an image file could not become a message part.
@@ -122,7 +132,8 @@ impl pb::ContentPart {
 
 impl pb::ChatMessage {
     /// A "user" message of `parts` in order ([`pb::ContentPart::text`],
-    /// [`pb::ContentPart::image`], [`pb::ContentPart::image_file`]); `content` stays empty.
+    /// [`pb::ContentPart::image`], [`pb::ContentPart::image_file`],
+    /// [`pb::ContentPart::video`], [`pb::ContentPart::video_file`]); `content` stays empty.
     pub fn user_parts(parts: impl IntoIterator<Item = pb::ContentPart>) -> Self {
         Self {
             role: "user".into(),

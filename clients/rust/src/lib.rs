@@ -20,7 +20,8 @@
 //! messages of an agent loop ([`pb::Tool::function`], [`pb::ToolChoice::required`],
 //! [`pb::ChatMessage::tool_result`], [`GenerationResult::assistant_message`]), images in
 //! chat messages ([`pb::ChatMessage::user_parts`], [`pb::ContentPart::image_file`],
-//! [`pb::ContentPart::image`], [`media_type_of`]), and [`error_details`]
+//! [`pb::ContentPart::image`], [`media_type_of`]), videos in them ([`pb::ContentPart::video_file`],
+//! [`pb::ContentPart::video`], [`video_media_type_of`]), and [`error_details`]
 //! for the google.rpc details the server attaches to errors. Everything else is
 //! reachable through [`Client::raw`].
 //!
@@ -66,6 +67,7 @@ mod priority;
 mod rerank;
 mod retry;
 mod sparse;
+mod videos;
 
 pub use classify::{Classifications, ClassifiedText, ScoredLabel};
 pub use client::Client;
@@ -81,6 +83,7 @@ pub use retry::RetryObserver;
 pub use sparse::{SparseEmbeddings, SparseVector};
 pub use tokio_stream::{Stream, StreamExt};
 pub use tonic::Code;
+pub use videos::{VideoError, video_media_type_of};
 
 /// Generated protobuf messages and the raw tonic client of `mlxgrpc.v1`.
 pub mod pb {
