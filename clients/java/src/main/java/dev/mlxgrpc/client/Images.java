@@ -12,9 +12,9 @@ import java.util.HexFormat;
 import java.util.List;
 
 /**
- * Images in chat messages: a {@link ChatMessage}'s content can be parts (text and images, in
- * order) instead of {@code content} (not both). A model that takes images (its {@code
- * capabilities.media} is set) reads them; any other refuses an image with
+ * Images in chat messages: a {@link ChatMessage}'s content can be parts (text, images and videos,
+ * {@link Videos}, in order) instead of {@code content} (not both). A model that takes images (its
+ * {@code capabilities.media} is set) reads them; any other refuses an image with
  * FAILED_PRECONDITION (ErrorInfo reason {@code UNSUPPORTED_OPERATION}). An image whose media type
  * does not match its bytes, a truncated one or one too large is INVALID_ARGUMENT with a BadRequest
  * field violation ({@link ErrorDetails#violationFields()}).
@@ -75,7 +75,8 @@ public final class Images {
     throw new UnknownImageTypeException(what, data);
   }
 
-  private static boolean startsWith(byte[] data, int at, int... signature) {
+  /** Whether {@code data} holds {@code signature} (byte values) at offset {@code at}. */
+  static boolean startsWith(byte[] data, int at, int... signature) {
     if (data.length < at + signature.length) {
       return false;
     }
@@ -116,7 +117,7 @@ public final class Images {
     return image(data, mediaType(data, path.toString()));
   }
 
-  /** A "user" message of {@code parts} in order ({@link #text}, {@link #image}). */
+  /** A "user" message of {@code parts} in order ({@link #text}, {@link #image}, {@link Videos#video}). */
   public static ChatMessage user(ContentPart... parts) {
     return user(Arrays.asList(parts));
   }
