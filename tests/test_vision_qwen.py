@@ -157,11 +157,11 @@ async def test_the_image_token_typed_as_text_is_refused(served, reference, text)
     assert matches((await generate(stub, case_request(0))).token_ids, reference[0])
 
 
-async def test_model_info_says_its_images_come_with_positions(served, family):
+async def test_model_info_says_its_images_come_with_positions(served):
     stub, _ = served
     info = (await stub.GetModelInfo(pb.GetModelInfoRequest(model="qwen"))).info
     assert info.capabilities.media.input == model_pb.MEDIA_INPUT_EMBEDDINGS_POSITIONS
-    assert info.capabilities.media.video == (family == "qwen2_5_vl")  # tests/test_vision_video.py
+    assert info.capabilities.media.video  # both families take video: tests/test_vision_video.py
 
 
 @pytest.mark.parametrize("chunk", [3, 8, 1000])

@@ -1,8 +1,9 @@
-"""Qwen2.5-VL with videos, through a live server: greedy output equals mlx-vlm's own
+"""Qwen2.5-VL and Qwen3-VL with videos, through a live server: greedy output equals mlx-vlm's own
 video path (its ``load_video`` sampling from the file, its processor, its model) on the
 tiny fixture, alone and inside a batch of eight mixing video, image and text rows with
 prefill chunks of 8 falling inside the videos' runs; the
-prompt's multi-axis positions equal mlx-vlm's ``get_rope_index`` with a video and an image
+prompt's ids (Qwen3-VL: a "<t.t seconds>" block per pair of frames) and multi-axis
+positions equal mlx-vlm's processor's and ``get_rope_index``'s with a video and an image
 (mlx-vlm's qwen2_5_vl encodes either a prompt's images or its videos, not both, so a
 prompt holding both is checked by its positions, not by its tokens); the frames decoded
 from memory are the ones mlx-vlm's loader reads from the file; a
@@ -24,6 +25,7 @@ import pytest_asyncio
 
 from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
 from service.gen.mlxgrpc.v1 import inference_service_pb2 as pb
+from tests.fixtures.vision_models import build_llava
 from tests.fixtures.vision_qwen import VIDEO_PAD, build_qwen2_5_vl, build_qwen3_vl
 from tests.helpers import details, generate
 from tests.video_files import avi, claiming_frames, clip, truncated
@@ -75,9 +77,17 @@ def mlx_vlm_inputs(processor, tmp_path, text: str, videos: tuple[str, ...], imag
     return prepare_inputs(processor, images=pictures, videos=paths or None, prompts=prompt)
 
 
+BUILD = {"qwen2_5_vl": build_qwen2_5_vl, "qwen3_vl": build_qwen3_vl}
+
+
+@pytest.fixture(scope="module", params=list(BUILD))
+def family(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def qwen_dir(tmp_path_factory):
-    return build_qwen2_5_vl(tmp_path_factory.mktemp("video-qwen") / "qwen")
+def qwen_dir(tmp_path_factory, family):
+    return BUILD[family](tmp_path_factory.mktemp(f"video-{family}") / "qwen")
 
 
 @pytest.fixture(scope="module")
@@ -106,33 +116,41 @@ def reference(qwen_dir, tmp_path_factory):
 
 @pytest_asyncio.fixture(scope="module")
 async def served(qwen_dir, reference, tmp_path_factory):
-    qwen3 = build_qwen3_vl(tmp_path_factory.mktemp("video-qwen3") / "qwen3")
-    async with vision_server(qwen_dir, "qwen", (qwen3, "qwen3")) as (stub, engine):
+    llava = build_llava(tmp_path_factory.mktemp("video-llava") / "llava")
+    async with vision_server(qwen_dir, "qwen", (llava, "llava")) as (stub, engine):
         yield stub, engine.loaded.vision
 
 
-def test_video_positions_are_mlx_vlms(qwen_dir, tmp_path):
-    """A video and an image between text: the [3, L] positions and the shift equal
-    mlx-vlm's get_rope_index on its processor's ids and grids."""
+@pytest.mark.parametrize("names", [(("square",), ("green-gif",)), (("mjpeg", "slow"), ())])
+def test_video_ids_and_positions_are_mlx_vlms(qwen_dir, tmp_path, names):
+    """Videos (and an image) between text: the prompt's ids, [3, L] positions and shift
+    equal mlx-vlm's processor's ids and get_rope_index on its grids."""
     import mlx.core as mx
     import mlx_vlm
 
+    from engine.loading.model import load_generation_model
+    from engine.requests import ChatMessage, ChatPrompt, ImagePart, TextPart, VideoPart
+    from engine.validation import Limits
     from engine.vision.mrope import prompt_positions
-    from engine.vision.prompt import PromptImage
+    from engine.vision.prompt import expand_images
 
+    videos, images = names
     vlm, processor = mlx_vlm.load(str(qwen_dir))
-    inputs = mlx_vlm_inputs(processor, tmp_path, "Compare them.", ("square",), ("green-gif",))
-    want, delta = vlm.language_model.get_rope_index(inputs["input_ids"], inputs["image_grid_thw"],
+    inputs = mlx_vlm_inputs(processor, tmp_path, "Compare them.", videos, images)
+    want, delta = vlm.language_model.get_rope_index(inputs["input_ids"], inputs.get("image_grid_thw"),
                                                     inputs["video_grid_thw"])
-    ids = inputs["input_ids"][0].tolist()
-    spans = []
-    for token, thw in ((processor.tokenizer.convert_tokens_to_ids(VIDEO_PAD), inputs["video_grid_thw"]),
-                       (processor.image_token_id, inputs["image_grid_thw"])):
-        t, h, w = (int(v) for v in np.array(thw)[0])
-        start = ids.index(token)
-        spans.append(PromptImage(start, t * h * w // 4, np.zeros(1), b"", grid=(t, h // 2, w // 2)))
+    content = [{"type": "video"}] * len(videos) + [{"type": "image"}] * len(images) + \
+        [{"type": "text", "text": "Compare them."}]
+    text = processor.tokenizer.apply_chat_template([{"role": "user", "content": content}],
+                                                   add_generation_prompt=True, tokenize=False)
+    loaded = load_generation_model(qwen_dir, use_kernels=False)
+    parts = (*(VideoPart(VIDEOS[v], VIDEO_MEDIA[v]) for v in videos), *(ImagePart(IMAGES[n], MEDIA[n]) for n in images),
+             TextPart("Compare them."))
+    prompt = ChatPrompt(messages=(ChatMessage("user", "Compare them.", parts=parts),))
+    ids, spans = expand_images(text, loaded.tokenizer, prompt, loaded.vision, Limits())
+    assert ids == inputs["input_ids"][0].tolist()
     assert spans[0].grid[0] > 1  # the video's frames make more than one time step
-    got, shift = prompt_positions(len(ids), sorted(spans, key=lambda s: s.start))
+    got, shift = prompt_positions(len(ids), spans)
     np.testing.assert_array_equal(got, np.array(want[:, 0, :]))
     assert shift == int(mx.array(delta).item())
 
@@ -147,6 +165,7 @@ def test_frames_are_mlx_vlms(qwen_dir, tmp_path):
     from engine.vision.video import decode
 
     tower = load_generation_model(qwen_dir, use_kernels=False).vision
+    assert tower is not None
     assert tower.video is not None
     for name in VIDEOS:
         path = tmp_path / f"{name}{SUFFIX[VIDEO_MEDIA[name]]}"
@@ -155,8 +174,9 @@ def test_frames_are_mlx_vlms(qwen_dir, tmp_path):
         s = tower.video.sampling
         want, _ = load_video(str(path), VideoSampling(fps=s.fps, min_frames=s.min_frames, max_frames=s.max_frames,
                                                       frame_factor=s.frame_factor))
-        got = decode("v", VideoPart(VIDEOS[name], VIDEO_MEDIA[name]), Limits(), s)
+        got, times = decode("v", VideoPart(VIDEOS[name], VIDEO_MEDIA[name]), Limits(), s)
         np.testing.assert_array_equal(got, want)
+        assert len(times) == len(got) and times[0] == 0 and all(np.diff(times) > 0)
 
 
 async def test_video_chat_alone_equals_mlx_vlm(served, reference):
@@ -180,10 +200,12 @@ async def test_the_prompt_holds_the_video_s_tokens(served, qwen_dir, tmp_path):
 
     stub, _ = served
     _, processor = mlx_vlm.load(str(qwen_dir))
-    t, h, w = (int(v) for v in np.array(mlx_vlm_inputs(processor, tmp_path, "x", ("square",), ())["video_grid_thw"])[0])
+    with_video_ids = mlx_vlm_inputs(processor, tmp_path, "Hello there", ("square",), ())["input_ids"]
+    text_only_ids = mlx_vlm_inputs(processor, tmp_path, "Hello there", (), ())["input_ids"]
     with_video = await generate(stub, chat("Hello there", video_part("square"), max_tokens=1))
     text_only = await generate(stub, chat("Hello there", max_tokens=1))
-    assert with_video.started.prompt_tokens - text_only.started.prompt_tokens == t * h * w // 4 + 2
+    assert with_video.started.prompt_tokens == with_video_ids.shape[-1]
+    assert text_only.started.prompt_tokens == text_only_ids.shape[-1] < with_video_ids.shape[-1]
 
 
 async def test_a_repeated_video_runs_no_tower(served, reference):
@@ -199,8 +221,8 @@ async def test_a_repeated_video_runs_no_tower(served, reference):
 async def test_model_info_says_it_takes_video(served):
     stub, _ = served
     qwen = (await stub.GetModelInfo(pb.GetModelInfoRequest(model="qwen"))).info
-    qwen3 = (await stub.GetModelInfo(pb.GetModelInfoRequest(model="qwen3"))).info
-    assert qwen.capabilities.media.video and not qwen3.capabilities.media.video
+    llava = (await stub.GetModelInfo(pb.GetModelInfoRequest(model="llava"))).info
+    assert qwen.capabilities.media.video and not llava.capabilities.media.video
 
 
 FIELD = "chat.messages[0].parts[0].video"
@@ -246,7 +268,7 @@ async def test_too_many_videos_are_refused(served):
 async def test_a_video_to_a_model_without_video_is_failed_precondition(served):
     stub, _ = served
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await generate(stub, chat("What happens?", video_part("square"), model="qwen3"))
+        await generate(stub, chat("What happens?", video_part("square"), model="llava"))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "does not take videos" in err.value.details()
 

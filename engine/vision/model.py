@@ -59,6 +59,10 @@ class VideoInput:
     processor: Any
     token_id: int
     sampling: Sampling
+    # Qwen3-VL: the text a video's placeholder renders as ("<|vision_start|><|video_pad|>
+    # <|vision_end|>"), replaced before tokenizing by one "<t.t seconds>" block per pair of
+    # frames; None: the placeholder token is expanded to one run in the ids (Qwen2.5-VL)
+    wrapped: str | None = None
 
 
 @dataclass
@@ -93,8 +97,9 @@ class VisionTower:
         pixels = self.pixels([image])
         return ProcessedImage(pixels, self.image_text, (self.tokens_for(pixels),))
 
-    def process_video(self, frames: np.ndarray) -> ProcessedImage:
-        """``frames`` ([n, 3, height, width] uint8 RGB) as the prompt holds the video."""
+    def process_video(self, frames: np.ndarray, times: np.ndarray) -> ProcessedImage:
+        """``frames`` ([n, 3, height, width] uint8 RGB, at ``times`` seconds) as the prompt
+        holds the video."""
         raise NotImplementedError(f"{type(self).__name__} takes no video")
 
     def pixels(self, images: list) -> np.ndarray:

@@ -33,21 +33,36 @@ STYLES = ("chunked", "interleaved")
 
 def prompt_positions(length: int, images: Sequence) -> tuple[np.ndarray, int]:
     """([3, length] int32 positions, the shift past the prompt) for a prompt of ``length``
-    tokens whose ``images`` (start, length and ``grid`` = (t, h, w) merged) are in order."""
+    tokens whose ``images`` (start, length and ``grid`` = (t, h, w) merged) are in order;
+    an image of t runs (a Qwen3-VL video: a block per pair of frames, text between) is t
+    images of (1, h, w), as mlx-vlm splits its grid."""
     out = np.empty((3, length), dtype=np.int64)
     cursor, next_pos = 0, 0
-    for img in images:
-        t, h, w = img.grid
-        if t * h * w != img.length:
-            raise ValueError(f"an image's grid {img.grid} does not fill its {img.length} positions")
-        out[:, cursor:img.start] = next_pos + np.arange(img.start - cursor)
-        base = next_pos + img.start - cursor
+    for start, end, (t, h, w) in _blocks(images):
+        if t * h * w != end - start:
+            raise ValueError(f"an image's grid {(t, h, w)} does not fill its {end - start} positions")
+        out[:, cursor:start] = next_pos + np.arange(start - cursor)
+        base = next_pos + start - cursor
         tt, hh, ww = np.meshgrid(np.arange(t), np.arange(h), np.arange(w), indexing="ij")
-        out[:, img.start:img.end] = base + np.stack([tt.ravel(), hh.ravel(), ww.ravel()])
+        out[:, start:end] = base + np.stack([tt.ravel(), hh.ravel(), ww.ravel()])
         next_pos = base + max(t, h, w)
-        cursor = img.end
+        cursor = end
     out[:, cursor:] = next_pos + np.arange(length - cursor)
     return out.astype(np.int32), int(next_pos - cursor)
+
+
+def _blocks(images: Sequence):
+    """(start, end, grid) of each run of multi-axis positions."""
+    for img in images:
+        runs = img.feature_runs
+        if len(runs) == 1:
+            yield img.start + runs[0][0], img.start + runs[0][0] + runs[0][1], img.grid
+            continue
+        t, h, w = img.grid
+        if len(runs) != t:
+            raise ValueError(f"an image of {len(runs)} runs for a grid of {t} frames")
+        for offset, n in runs:
+            yield img.start + offset, img.start + offset + n, (1, h, w)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ span in the prefix cache.
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -61,31 +62,68 @@ def expand_images(text: str, tokenizer, prompt: ChatPrompt, tower: VisionTower, 
     decodes and processes every image and video (blocking)."""
     if tower.placeholder_text is not None:
         return _expand_text(text, tokenizer, prompt, tower, limits)
-    ids = tokenizer.encode(text, add_special_tokens=False)
     parts = list(media_parts(prompt))
+    processed: list[ProcessedImage | None] = [None] * len(parts)
+    if tower.video is not None and tower.video.wrapped is not None:  # videos expanded in the text (Qwen3-VL)
+        text = _expand_videos(text, parts, processed, tower, limits)
+    ids = tokenizer.encode(text, add_special_tokens=False)
     kinds: dict[int, type] = {tower.image_token_id: ImagePart}
     if tower.video is not None:
         kinds[tower.video.token_id] = VideoPart
-    marks = [i for i, t in enumerate(ids) if t in kinds]
-    _check_count(len(marks), len(parts))
+    marks = deque(i for i, t in enumerate(ids) if t in kinds)  # every image and video token
+    _check_count(len(marks) - sum(sum(p.runs) - 1 for p in processed if p is not None), len(parts))
     out: list[int] = []
     images: list[PromptImage] = []
-    last = 0
-    for mark, (field, part) in zip(marks, parts):
-        if not isinstance(part, kinds[ids[mark]]):
+    i = 0
+    for k, (field, part) in enumerate(parts):
+        mark = marks[0]
+        token = ids[mark]
+        if not isinstance(part, kinds[token]):
             raise InvalidRequest("chat.messages", "the rendered prompt's image and video placeholders are not in "
                                                   "the order of the parts (is one typed as text?)")
-        processed = _processed(field, part, tower, limits)
-        (n,) = processed.runs
-        out += ids[last:mark]
-        images.append(PromptImage(len(out), n, processed.pixels, hashlib.sha256(part.data).digest(),
-                                  grid=processed.grid))
-        out += [ids[mark]] * n
-        last = mark + 1
-    out += ids[last:]
+        p = processed[k] or _processed(field, part, tower, limits)
+        out += ids[i:mark]
+        digest = hashlib.sha256(part.data).digest()
+        if p.text is None:  # one placeholder token, expanded to the item's run here
+            marks.popleft()
+            (n,) = p.runs
+            images.append(PromptImage(len(out), n, p.pixels, digest, grid=p.grid))
+            out += [token] * n
+            i = mark + 1
+            continue
+        spans = []  # expanded in the text: the item's runs of tokens follow, in order
+        for n in p.runs:
+            first = marks[0] if marks else -1
+            if [marks.popleft() for _ in range(min(n, len(marks)))] != list(range(first, first + n)) \
+                    or ids[first] != token or (marks and marks[0] == first + n):
+                raise InvalidRequest("chat.messages", "the prompt's video tokens do not form the video's runs "
+                                                      "(is a video token typed as text?)")
+            spans.append((first - mark, n))
+        end = mark + spans[-1][0] + spans[-1][1]
+        images.append(PromptImage(len(out), end - mark, p.pixels, digest, tuple(spans), grid=p.grid))
+        out += ids[mark:end]
+        i = end
+    out += ids[i:]
     if images and images[-1].end >= len(out):
         raise InvalidRequest("chat.messages", "the prompt must not end with an image")
     return out, tuple(images)
+
+
+def _expand_videos(text: str, parts, processed: list, tower: VisionTower, limits) -> str:
+    """``text`` with each video's wrapped placeholder replaced by its processed text;
+    fills ``processed`` for the videos."""
+    assert tower.video is not None and tower.video.wrapped is not None
+    pieces = text.split(tower.video.wrapped)
+    videos = [k for k, (_, part) in enumerate(parts) if isinstance(part, VideoPart)]
+    if len(pieces) - 1 != len(videos):
+        raise InvalidRequest("chat.messages", f"the rendered prompt holds {len(pieces) - 1} video placeholders "
+                                              f"for {len(videos)} videos (is a video token typed as text?)")
+    texts = []
+    for k in videos:
+        field, part = parts[k]
+        processed[k] = p = _processed(field, part, tower, limits)
+        texts.append(_text_of(p))
+    return pieces[0] + "".join(t + piece for t, piece in zip(texts, pieces[1:]))
 
 
 def media_parts(prompt: ChatPrompt) -> Iterator[tuple[str, MediaPart]]:
@@ -100,7 +138,7 @@ def _processed(field: str, part: MediaPart, tower: VisionTower, limits) -> Proce
     if isinstance(part, ImagePart):
         return tower.process(decode(f"{field}.data", part, limits))
     assert tower.video is not None
-    return tower.process_video(decode_video(field, part, limits, tower.video.sampling))
+    return tower.process_video(*decode_video(field, part, limits, tower.video.sampling))
 
 
 def _text_of(image: ProcessedImage) -> str:

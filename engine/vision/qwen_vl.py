@@ -38,8 +38,10 @@ _TEXT_FIELDS = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_at
                 "vocab_size", "num_key_value_heads", "max_position_embeddings", "rope_theta", "tie_word_embeddings")
 # model type -> (mlx-lm model type of its text side, M-RoPE style, text fields besides _TEXT_FIELDS)
 FAMILIES = {"qwen2_5_vl": ("qwen2", "chunked", ()), "qwen3_vl": ("qwen3", "interleaved", ("head_dim",))}
-# families served with video (Qwen3-VL's timestamped frames are not)
-VIDEO = ("qwen2_5_vl",)
+# families served with video; Qwen3-VL's videos carry a "<t.t seconds>" marker per pair of frames
+VIDEO = ("qwen2_5_vl", "qwen3_vl")
+TIMESTAMPED = ("qwen3_vl",)
+VISION_START, VISION_END = "<|vision_start|>", "<|vision_end|>"
 
 
 @dataclass
@@ -56,15 +58,21 @@ class QwenVLTower(VisionTower):
         grid = (1, h // self.merge, w // self.merge)
         return ProcessedImage(pixels, None, (grid[1] * grid[2],), grid)
 
-    def process_video(self, frames: np.ndarray) -> ProcessedImage:
-        assert self.video is not None
-        out = self.video.processor(videos=[frames])
+    def process_video(self, frames: np.ndarray, times: np.ndarray) -> ProcessedImage:
+        video = self.video
+        assert video is not None
+        out = video.processor(videos=[frames])
         patches = np.asarray(out["pixel_values_videos"], dtype=np.float32)
         t, h, w = (int(v) for v in np.asarray(out["video_grid_thw"])[0])
         if h % self.merge or w % self.merge or t * h * w != patches.shape[0]:
             raise ValueError(f"the processor gave a {t} x {h} x {w} grid for {patches.shape[0]} patches")
         grid = (t, h // self.merge, w // self.merge)
-        return ProcessedImage(patches.reshape(t, h, w, patches.shape[-1]), None, (t * grid[1] * grid[2],), grid)
+        pixels = patches.reshape(t, h, w, patches.shape[-1])
+        per_frame = grid[1] * grid[2]
+        if video.wrapped is None:
+            return ProcessedImage(pixels, None, (t * per_frame,), grid)
+        text = timestamped(video.wrapped, times, video.processor.temporal_patch_size, t, per_frame)
+        return ProcessedImage(pixels, text, (per_frame,) * t, grid)
 
     def tokens_for(self, pixels: np.ndarray) -> int:
         return pixels.shape[0] * pixels.shape[1] * pixels.shape[2] // self.merge ** 2
@@ -81,6 +89,19 @@ class QwenVLTower(VisionTower):
             features, deepstack = out
             out = mx.concatenate([features, *deepstack], axis=-1)
         return out[None]
+
+
+def timestamped(wrapped: str, times: np.ndarray, pair: int, groups: int, per_frame: int) -> str:
+    """Qwen3-VL's text for a video of ``groups`` groups of ``pair`` frames (the last frame
+    repeated to fill the last group): each group's "<t.t seconds>" (the mean of its first
+    and last frame's time) then its vision block of ``per_frame`` video tokens, as
+    mlx-vlm's processor renders it."""
+    video = wrapped[len(VISION_START): -len(VISION_END)]
+    padded = list(times) + [times[-1]] * (-len(times) % pair)
+    if len(padded) != groups * pair:
+        raise ValueError(f"{len(times)} frames for {groups} groups of {pair}")
+    return "".join(f"<{(padded[g * pair] + padded[g * pair + pair - 1]) / 2:.1f} seconds>" + VISION_START
+                   + video * per_frame + VISION_END for g in range(groups))
 
 
 def text_config_of(vlm, model_type: str) -> dict[str, Any]:
@@ -133,10 +154,11 @@ def load_qwen_vl(vlm, processor, path: Path, config: dict[str, Any]):
                                f"not the tower's ({vision.patch_size} px, merged {vision.spatial_merge_size})")
     return text, tokenizer, QwenVLTower(vlm, image, image_id, int(vision.patch_size), 0,
                                         media_input="embeddings+positions", merge=int(vision.spatial_merge_size),
-                                        video=video_input(vlm, processor) if model_type in VIDEO else None)
+                                        video=video_input(vlm, processor, model_type in TIMESTAMPED)
+                                        if model_type in VIDEO else None)
 
 
-def video_input(vlm, processor) -> VideoInput | None:
+def video_input(vlm, processor, timestamps: bool) -> VideoInput | None:
     """The model's video processor, token and sampling (mlx-vlm's defaults for it)."""
     from mlx_vlm.utils import resolve_video_sampling
 
@@ -153,4 +175,10 @@ def video_input(vlm, processor) -> VideoInput | None:
     if sampling.frame_factor % video.temporal_patch_size:
         raise UnsupportedModel(f"frames sampled in multiples of {sampling.frame_factor} for a temporal patch of "
                                f"{video.temporal_patch_size}")
-    return VideoInput(video, int(vlm.config.video_token_id), sampling)
+    wrapped = None
+    if timestamps:
+        wrapped = f"{VISION_START}{processor.video_token}{VISION_END}"
+        if getattr(processor, "vision_start_token", VISION_START) != VISION_START or \
+                getattr(processor, "vision_end_token", VISION_END) != VISION_END:
+            raise UnsupportedModel("the processor's vision markers are not Qwen's")
+    return VideoInput(video, int(vlm.config.video_token_id), sampling, wrapped)

@@ -153,8 +153,9 @@ def frame_indices(header: Header, sampling: Sampling) -> np.ndarray:
     return np.linspace(0, header.frames - 1, n).round().astype(int)
 
 
-def decode(field: str, part: VideoPart, limits, sampling: Sampling) -> np.ndarray:
-    """[frames, 3, height, width] uint8 RGB: the sampled frames (blocking work)."""
+def decode(field: str, part: VideoPart, limits, sampling: Sampling) -> tuple[np.ndarray, np.ndarray]:
+    """([frames, 3, height, width] uint8 RGB, each frame's time in seconds): the sampled
+    frames (blocking work)."""
     import cv2
 
     data = f"{field}.data"
@@ -175,4 +176,4 @@ def decode(field: str, part: VideoPart, limits, sampling: Sampling) -> np.ndarra
                 raise InvalidRequest(data, f"could not be decoded: frame {index} of the {header.frames} its header "
                                            "names is missing (a truncated file?)")
             out.append(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB))
-    return np.transpose(np.stack(out, axis=0), (0, 3, 1, 2))
+    return np.transpose(np.stack(out, axis=0), (0, 3, 1, 2)), indices / header.fps
