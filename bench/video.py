@@ -78,14 +78,26 @@ def bench_model(size: str) -> Path:
     _, tower, text, sections = SIZES[size]
     target = cache_root() / "bench" / f"qwen2_5_vl-{size}-random"
     if (target / "preprocessor_config.json").is_file():
-        return target
+        return _real_pixels(target)
     log(f"building {target} (random weights, once)")
     tmp = target.with_name(target.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     build_qwen2_5_vl(tmp, text=ModelSpec(model_type="llama", extra_config={"rope_theta": 1e6}, **text),
-                     vision=tower, vocab_size=VOCAB, max_side=16, sections=sections)
+                     vision=tower, vocab_size=VOCAB, sections=sections)
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
+    return _real_pixels(target)
+
+
+def _real_pixels(target: Path) -> Path:
+    """Qwen2.5-VL's own pixel bounds in the processor files (min 56 x 56, max 12,845,056: for a
+    video the bound of all its frames together), so 8 frames of 448 x 448 keep their size."""
+    import json
+
+    path = target / "preprocessor_config.json"
+    config = json.loads(path.read_text())
+    if (config.get("min_pixels"), config.get("max_pixels")) != (3136, 12845056):
+        path.write_text(json.dumps({**config, "min_pixels": 3136, "max_pixels": 12845056}, indent=2))
     return target
 
 

@@ -17,6 +17,18 @@ from .errors import EngineDead
 log = logging.getLogger("engine.liveness")
 
 
+_bound = threading.local()  # the heartbeat of the engine thread running on this thread, if any
+
+
+def still_working() -> None:
+    """Engine-thread work that runs long (a video's tower, a transcription's windows) calls
+    this between its pieces, so the watchdog sees progress rather than a stall; elsewhere
+    it does nothing."""
+    heartbeat = getattr(_bound, "heartbeat", None)
+    if heartbeat is not None:
+        heartbeat.beat()
+
+
 class Heartbeat:
     """When the thread's current iteration began; waiting for work (idle) is never a stall."""
 
@@ -30,6 +42,14 @@ class Heartbeat:
 
     def rest(self) -> None:
         self._idle = True
+
+    def bind(self) -> None:
+        """``still_working`` on this thread beats this heartbeat until ``unbind``."""
+        _bound.heartbeat = self
+
+    @staticmethod
+    def unbind() -> None:
+        _bound.heartbeat = None
 
     def stalled_for(self) -> float:
         """Seconds busy on the current iteration (0 while idle)."""

@@ -122,6 +122,13 @@ class EngineThread(Generic[L, W, S]):
             self._done.wait(timeout)
 
     def _serve(self) -> None:
+        self.heartbeat.bind()
+        try:
+            self._serve_bound()
+        finally:
+            self.heartbeat.unbind()
+
+    def _serve_bound(self) -> None:
         try:
             loaded = self._load()
             scheduler = self._make_scheduler(loaded)

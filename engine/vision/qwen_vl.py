@@ -16,7 +16,8 @@ blocks: ``mrope.DeepStackBlock``); its positions are the merged grid's
 (``mrope.prompt_positions``); the prompt is attended causally. A video (Qwen2.5-VL) is the video processor's patches of
 its sampled frames on a (t, h, w) grid (t: frame pairs), expanded from ``<|video_pad|>``
 to one run of t * h * w / merge^2 tokens, its time index the frame pair's (mlx-vlm's
-``get_rope_index``: no seconds scaling).
+``get_rope_index``: no seconds scaling); the tower encodes it a pair of frames at a time
+(its attention never crosses frames, so the features are the whole video's).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import UnsupportedModel
+from ..liveness import still_working
 from . import mrope
 from .gemma3 import untie
 from .model import ProcessedImage, VideoInput, VisionTower, text_model, tokenizer_for
@@ -83,12 +85,18 @@ class QwenVLTower(VisionTower):
         tower = self.vlm.vision_tower
         t, h, w, values = pixels.shape
         self.encoded += 1
-        x = mx.array(pixels.reshape(t * h * w, values)).astype(tower.patch_embed.proj.weight.dtype)
-        out = tower(x, mx.array([[t, h, w]]), output_hidden_states=False)
-        if isinstance(out, tuple):  # qwen3_vl: (features, DeepStack features), each [tokens, text hidden]
-            features, deepstack = out
-            out = mx.concatenate([features, *deepstack], axis=-1)
-        return out[None]
+        groups = []
+        for frame in range(t):  # each pair of frames on its own: the towers attend within a frame only
+            x = mx.array(pixels[frame].reshape(h * w, values)).astype(tower.patch_embed.proj.weight.dtype)
+            out = tower(x, mx.array([[1, h, w]]), output_hidden_states=False)
+            if isinstance(out, tuple):  # qwen3_vl: (features, DeepStack features), each [tokens, text hidden]
+                features, deepstack = out
+                out = mx.concatenate([features, *deepstack], axis=-1)
+            if t > 1:
+                mx.eval(out)
+                still_working()  # a long video's tower is many steps' work: the watchdog sees it move
+            groups.append(out)
+        return mx.concatenate(groups, axis=0)[None]
 
 
 def timestamped(wrapped: str, times: np.ndarray, pair: int, groups: int, per_frame: int) -> str:
