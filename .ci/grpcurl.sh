@@ -216,6 +216,19 @@ if G -d '{}' "$ADDR" $S/ListModels | has '"name": "video"'; then
   fi
   grep -q FailedPrecondition "$OUT/err.txt"
 fi
+# Transcribe (the README's example), on a server with a speech model named "whisper"; a
+# mislabelled file is INVALID_ARGUMENT naming audio.media_type
+if G -d '{}' "$ADDR" $S/ListModels | has '"name": "whisper"'; then
+  G -d '{"model": "whisper"}' "$ADDR" $S/GetModelInfo | has '"transcription": true'
+  AUDIO=$(base64 -w0 clients/testdata/speech.wav)
+  G -d '{"model": "whisper", "audio": {"data": "'"$AUDIO"'", "media_type": "audio/wav"}}' \
+    "$ADDR" $S/Transcribe | has '"finished"'
+  if G -d '{"model": "whisper", "audio": {"data": "'"$AUDIO"'", "media_type": "audio/mpeg"}}' \
+      "$ADDR" $S/Transcribe 2>"$OUT/err.txt"; then
+    exit 1
+  fi
+  grep -q InvalidArgument "$OUT/err.txt" && grep -q "audio.media_type" "$OUT/err.txt"
+fi
 # Rerank (the README's example), on a server with a model named "reranker"
 if G -d '{}' "$ADDR" $S/ListModels | has '"name": "reranker"'; then
   G -d '{"model": "reranker"}' "$ADDR" $S/GetModelInfo | has '"rerank": true'

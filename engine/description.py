@@ -12,6 +12,7 @@ from .requests import SpeculationMode
 class ModelKind(enum.Enum):
     GENERATION = "generation"
     EMBEDDING = "embedding"
+    SPEECH = "speech"
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class Capabilities:
     rerank: bool = False  # the model scores query-document pairs (a cross-encoder)
     classify: bool = False  # the model scores labels for a text (a sequence classifier, rerankers included)
     sparse_embeddings: bool = False  # the model weighs the vocabulary for a text (a SPLADE model)
+    transcription: bool = False  # the model turns speech into text (Transcribe)
 
 
 @dataclass(frozen=True)

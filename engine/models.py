@@ -1,4 +1,4 @@
-"""The set of served models: generation engines and embedding engines by name."""
+"""The set of served models: generation, embedding and speech engines by name."""
 
 from __future__ import annotations
 
@@ -11,20 +11,23 @@ from .errors import ModelNotFound, NotReady, Unsupported
 from .generation.frontend.engine import GenerationEngine
 from .preparation import Preparation
 from .residency.lifecycle import Lifecycle
+from .speech.engine import SpeechEngine
 from .validation import Limits
 
-Engine = Union[GenerationEngine, EmbeddingEngine]
+Engine = Union[GenerationEngine, EmbeddingEngine, SpeechEngine]
 
 
 class ModelSet:
     """Resolves request model names; the first model of each kind is its default."""
 
     def __init__(self, generation: list[GenerationEngine], embedding: list[EmbeddingEngine],
-                 preparation: Preparation | None = None, lifecycle: Lifecycle | None = None):
+                 preparation: Preparation | None = None, lifecycle: Lifecycle | None = None,
+                 speech: list[SpeechEngine] | None = None):
         from .residency.residency import Residency  # it serves this set
 
         self.generation = list(generation)
         self.embedding = list(embedding)
+        self.speech = list(speech or ())
         # one preparation pool (tokenizing, chat rendering) for every engine: its bounds are the server's
         self.preparation = preparation or (self.all[0].preparation if self.all else Preparation())
         for engine in self.all:
@@ -48,17 +51,19 @@ class ModelSet:
 
     def add(self, engine: Engine) -> None:
         """Serves a model loaded at run time (after the command line's of its kind)."""
-        if isinstance(engine, GenerationEngine):
-            self.generation.append(engine)
-        else:
-            self.embedding.append(engine)
+        self._kind_of(engine).append(engine)
 
     def retire(self, engine: Engine) -> None:
         """Stops serving ``engine`` to new requests; Cancel still finds its open ones."""
-        kind = self.generation if isinstance(engine, GenerationEngine) else self.embedding
+        kind = self._kind_of(engine)
         if engine in kind:
-            kind.remove(engine)  # type: ignore[arg-type]
+            kind.remove(engine)
             self._leaving.append(engine)
+
+    def _kind_of(self, engine: Engine) -> list:
+        if isinstance(engine, GenerationEngine):
+            return self.generation
+        return self.speech if isinstance(engine, SpeechEngine) else self.embedding
 
     def forget(self, engine: Engine) -> None:
         if engine in self._leaving:
@@ -66,7 +71,7 @@ class ModelSet:
 
     @property
     def all(self) -> list[Engine]:
-        return [*self.generation, *self.embedding]
+        return [*self.generation, *self.embedding, *self.speech]
 
     @property
     def ready(self) -> bool:
@@ -87,7 +92,21 @@ class ModelSet:
             return self._ready(self.generation[0])
         engine = self._find(name)
         if not isinstance(engine, GenerationEngine):
-            raise Unsupported(f"model {name!r} is an embedding model; it cannot generate text")
+            kind = "a speech" if isinstance(engine, SpeechEngine) else "an embedding"
+            raise Unsupported(f"model {name!r} is {kind} model; it cannot generate text")
+        return self._ready(engine)
+
+    def transcriber(self, name: str) -> SpeechEngine:
+        """The named speech model, or the first one served."""
+        if not name:
+            if not self.speech:
+                raise Unsupported("this server serves no speech model; start it with --speech-model")
+            return self._ready(self.speech[0])
+        engine = self._find(name)
+        if not isinstance(engine, SpeechEngine):
+            others = ", ".join(e.name for e in self.speech)
+            raise Unsupported(f"model {name!r} does not transcribe speech; use a speech model "
+                              f"({others or 'none served'})")
         return self._ready(engine)
 
     def embedder(self, name: str) -> EmbeddingEngine:

@@ -19,6 +19,8 @@ from engine.requests import SpeculationMode
 from engine.residency.catalog import Catalog, ModelSpec, read_catalog
 from engine.residency.config import ResidencyConfig
 from engine.residency.lifecycle import Lifecycle
+from engine.speech.config import SpeechConfig
+from engine.speech.engine import SpeechEngine
 from engine.validation import Limits
 
 from .flags import from_args
@@ -63,7 +65,10 @@ def build_models(args: argparse.Namespace) -> ModelSet:
         embedding = [EmbeddingEngine(source, name=name, limits=limits,
                                      config=replace(tree.embedding, precision=precisions[name]))
                      for name, (_, source) in zip(names, specs)]
-    return ModelSet(generation, embedding, lifecycle=lifecycle(tree))
+    speech = [SpeechEngine(source, name=name or default_name(source), limits=limits,
+                           config=SpeechConfig(priority_aging_s=tree.embedding.priority_aging_s))
+              for name, source in args.speech_model or ()]
+    return ModelSet(generation, embedding, lifecycle=lifecycle(tree), speech=speech)
 
 
 def lifecycle(tree: EngineConfig) -> Lifecycle:

@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(BERT *ForMaskedLM) served for EmbedSparse; repeatable; default: the embedded "
                         "all-MiniLM-L6-v2")
     s.add_argument("--no-embedding", action="store_true", help="serve no embedding model")
+    s.add_argument("--speech-model", action="append", type=_model_spec, metavar="[NAME=]DIR",
+                   help="speech-to-text model directory (Whisper: mlx-audio's layout or Hugging Face's, with its "
+                        "processor files) served for Transcribe; repeatable; default: none")
     groups = {cls: s.add_argument_group(title) for title, cls in SECTIONS}  # the config tree's flags
     for cls, group in groups.items():
         add_settings(group, cls)

@@ -59,7 +59,7 @@ _SPECULATION = {
 }
 _SPECULATION_PB = {mode: value for value, mode in _SPECULATION.items()}
 _KIND = {ModelKind.GENERATION: model_pb.MODEL_KIND_GENERATION,
-         ModelKind.EMBEDDING: model_pb.MODEL_KIND_EMBEDDING}
+         ModelKind.EMBEDDING: model_pb.MODEL_KIND_EMBEDDING, ModelKind.SPEECH: model_pb.MODEL_KIND_SPEECH}
 _ADAPTER_KIND = {"lora": model_pb.ADAPTER_KIND_LORA, "dora": model_pb.ADAPTER_KIND_DORA}
 
 
@@ -267,6 +267,7 @@ def model_info(d: ModelDescription, sources: bool = True) -> model_pb.ModelInfo:
                 default_mode=_SPECULATION_PB[c.speculation.default_mode],
                 draft_model=c.speculation.draft_model),
             generation=c.generation, rerank=c.rerank, classify=c.classify, sparse_embeddings=c.sparse_embeddings,
+            transcription=c.transcription,
             media=_media(c.media),
             response_formats=[model_pb.ResponseFormatKind.Value(f"RESPONSE_FORMAT_KIND_{f.upper()}")
                               for f in c.response_formats],

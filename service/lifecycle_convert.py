@@ -64,10 +64,14 @@ def progress(event: LoadProgress, admin: bool) -> lpb.LoadModelResponse:
     return out
 
 
+_STATUS_KINDS = {"generation": mpb.MODEL_KIND_GENERATION, "embedding": mpb.MODEL_KIND_EMBEDDING,
+                 "speech": mpb.MODEL_KIND_SPEECH}
+
+
 def status(slot: Slot, aliases: list[str], admin: bool) -> lpb.ModelStatus:
     out = lpb.ModelStatus(name=slot.name, state=STATES[slot.state], on_demand=slot.spec.on_demand,
                           pinned=slot.spec.pinned, aliases=aliases,
-                          kind=mpb.MODEL_KIND_EMBEDDING if slot.spec.kind == "embedding" else mpb.MODEL_KIND_GENERATION)
+                          kind=_STATUS_KINDS[slot.spec.kind])
     if slot.keep_alive_s is not None:
         out.keep_alive_seconds = slot.keep_alive_s
     if admin:

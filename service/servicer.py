@@ -17,7 +17,7 @@ from engine.errors import InvalidRequest
 from engine.models import ModelSet, sized_limits, text_limit
 from engine.validation import Limits, at_most, check_counts, check_ids, check_text_bytes
 
-from . import convert, lifecycle_convert, pooling_convert
+from . import convert, lifecycle_convert, pooling_convert, speech_convert
 from .budgets import CallBudgets
 from .gen.mlxgrpc.v1 import inference_service_pb2 as pb
 from .gen.mlxgrpc.v1 import inference_service_pb2_grpc as pb_grpc
@@ -93,6 +93,15 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             results = await engine.embed_sparse(
                 pooling_convert.embed_sparse_request(request, current_identity().tenant))
         return self._sendable(pooling_convert.embed_sparse_response(engine.name, results))
+
+    @mapped()
+    async def Transcribe(self, request, context: grpc.aio.ServicerContext):
+        check_ids(self.limits, model=request.model, request_id=request.request_id)
+        async with self._using(request.model, self.models.transcriber, context) as (engine, _):
+            transcription = speech_convert.transcription_request(request, current_identity().tenant)
+            async for event in engine.transcribe(transcription):
+                for response in speech_convert.responses(event, engine.name):
+                    yield response
 
     @mapped()
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext):

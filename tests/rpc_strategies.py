@@ -312,11 +312,13 @@ def tampered(draw, encoded: bytes) -> bytes:
 
 
 def plausible_bases(model: str = "llama", embedder: str = "embed", classifier: str = "classify",
-                    sparse: str = "sparse") -> dict[str, object]:
+                    sparse: str = "sparse", speech: str = "speech") -> dict[str, object]:
     """RPC name -> a request that passes validation, for ``on_top_of`` to change one field of."""
     from smg_grpc_proto.generated import common_pb2  # noqa: F401 - registers the shared messages
 
     from service.gen.mlxgrpc.v1 import generation_pb2 as gen_pb
+    from service.gen.mlxgrpc.v1 import speech_pb2 as speech_pb
+    from tests.fixtures.whisper import wav
 
     pb, v, m = inference_service_pb2, vllm_engine_pb2, mlx_engine_pb2
     ids = [5, 6, 7, 8, 9, 10]
@@ -328,6 +330,8 @@ def plausible_bases(model: str = "llama", embedder: str = "embed", classifier: s
         "InferenceService/Rerank": pb.RerankRequest(model=embedder, query="boats", documents=["a harbour"]),
         "InferenceService/Classify": pb.ClassifyRequest(model=classifier, inputs=["a harbour", "boats"]),
         "InferenceService/EmbedSparse": pb.EmbedSparseRequest(model=sparse, inputs=["a harbour", "boats"]),
+        "InferenceService/Transcribe": speech_pb.TranscribeRequest(
+            model=speech, audio=speech_pb.Audio(data=wav(0.5), media_type="audio/wav")),
         "InferenceService/Tokenize": pb.TokenizeRequest(model=model, text="Hello"),
         "InferenceService/Detokenize": pb.DetokenizeRequest(model=model, token_ids=ids),
         "InferenceService/Prefetch": pb.PrefetchRequest(model=model, text="Hello there"),

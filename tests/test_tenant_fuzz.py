@@ -5,7 +5,7 @@ afterwards (tests/tenant_fuzz_harness.py says what counts as a finding).
 
 A server of its own with small limits over the llama fixture (and the qwen3 fixture as an
 embedding model, the three-label classifier fixture as "classify", the SPLADE fixture as
-"sparse"), a tokens file with acme, beta, ops (admin) and, where the role exists, a router;
+"sparse", the Whisper fixture as "speech"), a tokens file with acme, beta, ops (admin) and, where the role exists, a router;
 a seeded hypothesis run on a worker thread while the test's event loop serves. The long run is
 ``python -m bench.fuzz``.
 """
@@ -24,12 +24,14 @@ from engine.embedding.engine import EmbeddingEngine
 from engine.generation.core.scheduling.scheduler import SchedulerConfig
 from engine.generation.frontend.engine import GenerationConfig, GenerationEngine
 from engine.models import ModelSet
+from engine.speech.engine import SpeechEngine
 from engine.validation import Limits
 from service.bearer_tokens import load_table
 from service.server import ServerOptions, create_server, set_health
 from tests import tenant_fuzz_harness as harness
 from tests.fixtures.cross_encoder import build_classifier
 from tests.fixtures.splade import build_splade
+from tests.fixtures.whisper import build_whisper
 from tests.rpc_strategies import Sizes, calls, rpcs
 
 # the server's engine threads run in this process: hypothesis notices their use of `random`
@@ -54,7 +56,8 @@ async def tenant_server(fixture_models, tmp_path_factory):
     models = ModelSet([GenerationEngine(str(fixture_models["llama"]), name=MODEL, config=config)],
                       [EmbeddingEngine(fixture_models["qwen3"], name="embed", limits=LIMITS),
                        EmbeddingEngine(classifier, name="classify", limits=LIMITS),
-                       EmbeddingEngine(splade, name="sparse", limits=LIMITS)])
+                       EmbeddingEngine(splade, name="sparse", limits=LIMITS)],
+                      speech=[SpeechEngine(build_whisper(root / "speech"), name="speech", limits=LIMITS)])
     await models.start()
     health_servicer = health.aio.HealthServicer()
     options = ServerOptions(auth_table=load_table(tokens, {}), limits=LIMITS, access_log=False)

@@ -223,7 +223,7 @@ class Residency(LoadSteps):
 
 
 def _kind(engine: Engine) -> str:
-    return "generation" if hasattr(engine, "generate") else "embedding"
+    return "generation" if hasattr(engine, "generate") else "speech" if hasattr(engine, "transcribe") else "embedding"
 
 
 def _free_memory() -> None:

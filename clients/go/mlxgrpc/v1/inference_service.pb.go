@@ -3881,7 +3881,7 @@ var File_mlxgrpc_v1_inference_service_proto protoreflect.FileDescriptor
 const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\n" +
 	"\"mlxgrpc/v1/inference_service.proto\x12\n" +
-	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x1amlxgrpc/v1/lifecycle.proto\x1a\x16mlxgrpc/v1/model.proto\"\xd5\x06\n" +
+	"mlxgrpc.v1\x1a\x1bmlxgrpc/v1/generation.proto\x1a\x1amlxgrpc/v1/lifecycle.proto\x1a\x16mlxgrpc/v1/model.proto\x1a\x17mlxgrpc/v1/speech.proto\"\xd5\x06\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
@@ -4171,13 +4171,15 @@ const file_mlxgrpc_v1_inference_service_proto_rawDesc = "" +
 	"\tCacheTier\x12\x1a\n" +
 	"\x16CACHE_TIER_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CACHE_TIER_MEMORY\x10\x01\x12\x13\n" +
-	"\x0fCACHE_TIER_DISK\x10\x022\xa8\v\n" +
+	"\x0fCACHE_TIER_DISK\x10\x022\xf7\v\n" +
 	"\x10InferenceService\x12G\n" +
 	"\bGenerate\x12\x1b.mlxgrpc.v1.GenerateRequest\x1a\x1c.mlxgrpc.v1.GenerateResponse0\x01\x12>\n" +
 	"\x05Embed\x12\x18.mlxgrpc.v1.EmbedRequest\x1a\x19.mlxgrpc.v1.EmbedResponse0\x01\x12?\n" +
 	"\x06Rerank\x12\x19.mlxgrpc.v1.RerankRequest\x1a\x1a.mlxgrpc.v1.RerankResponse\x12E\n" +
 	"\bClassify\x12\x1b.mlxgrpc.v1.ClassifyRequest\x1a\x1c.mlxgrpc.v1.ClassifyResponse\x12N\n" +
-	"\vEmbedSparse\x12\x1e.mlxgrpc.v1.EmbedSparseRequest\x1a\x1f.mlxgrpc.v1.EmbedSparseResponse\x12?\n" +
+	"\vEmbedSparse\x12\x1e.mlxgrpc.v1.EmbedSparseRequest\x1a\x1f.mlxgrpc.v1.EmbedSparseResponse\x12M\n" +
+	"\n" +
+	"Transcribe\x12\x1d.mlxgrpc.v1.TranscribeRequest\x1a\x1e.mlxgrpc.v1.TranscribeResponse0\x01\x12?\n" +
 	"\x06Cancel\x12\x19.mlxgrpc.v1.CancelRequest\x1a\x1a.mlxgrpc.v1.CancelResponse\x12Q\n" +
 	"\fGetModelInfo\x12\x1f.mlxgrpc.v1.GetModelInfoRequest\x1a .mlxgrpc.v1.GetModelInfoResponse\x12K\n" +
 	"\n" +
@@ -4279,10 +4281,12 @@ var file_mlxgrpc_v1_inference_service_proto_goTypes = []any{
 	(*MemoryPlan)(nil),            // 64: mlxgrpc.v1.MemoryPlan
 	(*ModelStatus)(nil),           // 65: mlxgrpc.v1.ModelStatus
 	(*AdapterInfo)(nil),           // 66: mlxgrpc.v1.AdapterInfo
-	(*LoadModelRequest)(nil),      // 67: mlxgrpc.v1.LoadModelRequest
-	(*UnloadModelRequest)(nil),    // 68: mlxgrpc.v1.UnloadModelRequest
-	(*LoadModelResponse)(nil),     // 69: mlxgrpc.v1.LoadModelResponse
-	(*UnloadModelResponse)(nil),   // 70: mlxgrpc.v1.UnloadModelResponse
+	(*TranscribeRequest)(nil),     // 67: mlxgrpc.v1.TranscribeRequest
+	(*LoadModelRequest)(nil),      // 68: mlxgrpc.v1.LoadModelRequest
+	(*UnloadModelRequest)(nil),    // 69: mlxgrpc.v1.UnloadModelRequest
+	(*TranscribeResponse)(nil),    // 70: mlxgrpc.v1.TranscribeResponse
+	(*LoadModelResponse)(nil),     // 71: mlxgrpc.v1.LoadModelResponse
+	(*UnloadModelResponse)(nil),   // 72: mlxgrpc.v1.UnloadModelResponse
 }
 var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
 	50, // 0: mlxgrpc.v1.GenerateRequest.tokens:type_name -> mlxgrpc.v1.TokenIds
@@ -4333,41 +4337,43 @@ var file_mlxgrpc_v1_inference_service_proto_depIdxs = []int32{
 	12, // 45: mlxgrpc.v1.InferenceService.Rerank:input_type -> mlxgrpc.v1.RerankRequest
 	15, // 46: mlxgrpc.v1.InferenceService.Classify:input_type -> mlxgrpc.v1.ClassifyRequest
 	19, // 47: mlxgrpc.v1.InferenceService.EmbedSparse:input_type -> mlxgrpc.v1.EmbedSparseRequest
-	26, // 48: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
-	28, // 49: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
-	30, // 50: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
-	32, // 51: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
-	34, // 52: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
-	36, // 53: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
-	67, // 54: mlxgrpc.v1.InferenceService.LoadModel:input_type -> mlxgrpc.v1.LoadModelRequest
-	68, // 55: mlxgrpc.v1.InferenceService.UnloadModel:input_type -> mlxgrpc.v1.UnloadModelRequest
-	38, // 56: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
-	40, // 57: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
-	42, // 58: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
-	44, // 59: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
-	22, // 60: mlxgrpc.v1.InferenceService.Prefetch:input_type -> mlxgrpc.v1.PrefetchRequest
-	24, // 61: mlxgrpc.v1.InferenceService.CloseSession:input_type -> mlxgrpc.v1.CloseSessionRequest
-	8,  // 62: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
-	10, // 63: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
-	13, // 64: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
-	16, // 65: mlxgrpc.v1.InferenceService.Classify:output_type -> mlxgrpc.v1.ClassifyResponse
-	20, // 66: mlxgrpc.v1.InferenceService.EmbedSparse:output_type -> mlxgrpc.v1.EmbedSparseResponse
-	27, // 67: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
-	29, // 68: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
-	31, // 69: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
-	33, // 70: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
-	35, // 71: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
-	37, // 72: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
-	69, // 73: mlxgrpc.v1.InferenceService.LoadModel:output_type -> mlxgrpc.v1.LoadModelResponse
-	70, // 74: mlxgrpc.v1.InferenceService.UnloadModel:output_type -> mlxgrpc.v1.UnloadModelResponse
-	39, // 75: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
-	41, // 76: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
-	43, // 77: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
-	45, // 78: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
-	23, // 79: mlxgrpc.v1.InferenceService.Prefetch:output_type -> mlxgrpc.v1.PrefetchResponse
-	25, // 80: mlxgrpc.v1.InferenceService.CloseSession:output_type -> mlxgrpc.v1.CloseSessionResponse
-	62, // [62:81] is the sub-list for method output_type
-	43, // [43:62] is the sub-list for method input_type
+	67, // 48: mlxgrpc.v1.InferenceService.Transcribe:input_type -> mlxgrpc.v1.TranscribeRequest
+	26, // 49: mlxgrpc.v1.InferenceService.Cancel:input_type -> mlxgrpc.v1.CancelRequest
+	28, // 50: mlxgrpc.v1.InferenceService.GetModelInfo:input_type -> mlxgrpc.v1.GetModelInfoRequest
+	30, // 51: mlxgrpc.v1.InferenceService.PlanMemory:input_type -> mlxgrpc.v1.PlanMemoryRequest
+	32, // 52: mlxgrpc.v1.InferenceService.Tokenize:input_type -> mlxgrpc.v1.TokenizeRequest
+	34, // 53: mlxgrpc.v1.InferenceService.Detokenize:input_type -> mlxgrpc.v1.DetokenizeRequest
+	36, // 54: mlxgrpc.v1.InferenceService.ListModels:input_type -> mlxgrpc.v1.ListModelsRequest
+	68, // 55: mlxgrpc.v1.InferenceService.LoadModel:input_type -> mlxgrpc.v1.LoadModelRequest
+	69, // 56: mlxgrpc.v1.InferenceService.UnloadModel:input_type -> mlxgrpc.v1.UnloadModelRequest
+	38, // 57: mlxgrpc.v1.InferenceService.LoadAdapter:input_type -> mlxgrpc.v1.LoadAdapterRequest
+	40, // 58: mlxgrpc.v1.InferenceService.UnloadAdapter:input_type -> mlxgrpc.v1.UnloadAdapterRequest
+	42, // 59: mlxgrpc.v1.InferenceService.ListAdapters:input_type -> mlxgrpc.v1.ListAdaptersRequest
+	44, // 60: mlxgrpc.v1.InferenceService.GetLoad:input_type -> mlxgrpc.v1.GetLoadRequest
+	22, // 61: mlxgrpc.v1.InferenceService.Prefetch:input_type -> mlxgrpc.v1.PrefetchRequest
+	24, // 62: mlxgrpc.v1.InferenceService.CloseSession:input_type -> mlxgrpc.v1.CloseSessionRequest
+	8,  // 63: mlxgrpc.v1.InferenceService.Generate:output_type -> mlxgrpc.v1.GenerateResponse
+	10, // 64: mlxgrpc.v1.InferenceService.Embed:output_type -> mlxgrpc.v1.EmbedResponse
+	13, // 65: mlxgrpc.v1.InferenceService.Rerank:output_type -> mlxgrpc.v1.RerankResponse
+	16, // 66: mlxgrpc.v1.InferenceService.Classify:output_type -> mlxgrpc.v1.ClassifyResponse
+	20, // 67: mlxgrpc.v1.InferenceService.EmbedSparse:output_type -> mlxgrpc.v1.EmbedSparseResponse
+	70, // 68: mlxgrpc.v1.InferenceService.Transcribe:output_type -> mlxgrpc.v1.TranscribeResponse
+	27, // 69: mlxgrpc.v1.InferenceService.Cancel:output_type -> mlxgrpc.v1.CancelResponse
+	29, // 70: mlxgrpc.v1.InferenceService.GetModelInfo:output_type -> mlxgrpc.v1.GetModelInfoResponse
+	31, // 71: mlxgrpc.v1.InferenceService.PlanMemory:output_type -> mlxgrpc.v1.PlanMemoryResponse
+	33, // 72: mlxgrpc.v1.InferenceService.Tokenize:output_type -> mlxgrpc.v1.TokenizeResponse
+	35, // 73: mlxgrpc.v1.InferenceService.Detokenize:output_type -> mlxgrpc.v1.DetokenizeResponse
+	37, // 74: mlxgrpc.v1.InferenceService.ListModels:output_type -> mlxgrpc.v1.ListModelsResponse
+	71, // 75: mlxgrpc.v1.InferenceService.LoadModel:output_type -> mlxgrpc.v1.LoadModelResponse
+	72, // 76: mlxgrpc.v1.InferenceService.UnloadModel:output_type -> mlxgrpc.v1.UnloadModelResponse
+	39, // 77: mlxgrpc.v1.InferenceService.LoadAdapter:output_type -> mlxgrpc.v1.LoadAdapterResponse
+	41, // 78: mlxgrpc.v1.InferenceService.UnloadAdapter:output_type -> mlxgrpc.v1.UnloadAdapterResponse
+	43, // 79: mlxgrpc.v1.InferenceService.ListAdapters:output_type -> mlxgrpc.v1.ListAdaptersResponse
+	45, // 80: mlxgrpc.v1.InferenceService.GetLoad:output_type -> mlxgrpc.v1.GetLoadResponse
+	23, // 81: mlxgrpc.v1.InferenceService.Prefetch:output_type -> mlxgrpc.v1.PrefetchResponse
+	25, // 82: mlxgrpc.v1.InferenceService.CloseSession:output_type -> mlxgrpc.v1.CloseSessionResponse
+	63, // [63:83] is the sub-list for method output_type
+	43, // [43:63] is the sub-list for method input_type
 	43, // [43:43] is the sub-list for extension type_name
 	43, // [43:43] is the sub-list for extension extendee
 	0,  // [0:43] is the sub-list for field type_name
@@ -4381,6 +4387,7 @@ func file_mlxgrpc_v1_inference_service_proto_init() {
 	file_mlxgrpc_v1_generation_proto_init()
 	file_mlxgrpc_v1_lifecycle_proto_init()
 	file_mlxgrpc_v1_model_proto_init()
+	file_mlxgrpc_v1_speech_proto_init()
 	file_mlxgrpc_v1_inference_service_proto_msgTypes[0].OneofWrappers = []any{
 		(*GenerateRequest_Text)(nil),
 		(*GenerateRequest_Tokens)(nil),

@@ -24,6 +24,7 @@ const (
 	InferenceService_Rerank_FullMethodName        = "/mlxgrpc.v1.InferenceService/Rerank"
 	InferenceService_Classify_FullMethodName      = "/mlxgrpc.v1.InferenceService/Classify"
 	InferenceService_EmbedSparse_FullMethodName   = "/mlxgrpc.v1.InferenceService/EmbedSparse"
+	InferenceService_Transcribe_FullMethodName    = "/mlxgrpc.v1.InferenceService/Transcribe"
 	InferenceService_Cancel_FullMethodName        = "/mlxgrpc.v1.InferenceService/Cancel"
 	InferenceService_GetModelInfo_FullMethodName  = "/mlxgrpc.v1.InferenceService/GetModelInfo"
 	InferenceService_PlanMemory_FullMethodName    = "/mlxgrpc.v1.InferenceService/PlanMemory"
@@ -71,9 +72,13 @@ type InferenceServiceClient interface {
 	// Embeds texts as sparse vocabulary-weight vectors with a SPLADE model (a BERT-family
 	// *ForMaskedLM checkpoint). Returns every input's nonzero weights, in input order.
 	EmbedSparse(ctx context.Context, in *EmbedSparseRequest, opts ...grpc.CallOption) (*EmbedSparseResponse, error)
-	// Cancels a queued or running Generate, Embed, Rerank, Classify or EmbedSparse by its
-	// request id. Request ids are scoped to the caller's tenant: a caller cancels only its
-	// own tenant's requests.
+	// Transcribes speech with a speech model (a Whisper-class model served with
+	// --speech-model): a `started` event, the transcript's segments with their times, then
+	// `finished` with the whole text and its language. Decoding is greedy.
+	Transcribe(ctx context.Context, in *TranscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TranscribeResponse], error)
+	// Cancels a queued or running Generate, Embed, Rerank, Classify, EmbedSparse or
+	// Transcribe by its request id. Request ids are scoped to the caller's tenant: a caller
+	// cancels only its own tenant's requests.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
 	// Describes a model: its graph, capabilities, context and vocabulary.
 	GetModelInfo(ctx context.Context, in *GetModelInfoRequest, opts ...grpc.CallOption) (*GetModelInfoResponse, error)
@@ -212,6 +217,25 @@ func (c *inferenceServiceClient) EmbedSparse(ctx context.Context, in *EmbedSpars
 	return out, nil
 }
 
+func (c *inferenceServiceClient) Transcribe(ctx context.Context, in *TranscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TranscribeResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &InferenceService_ServiceDesc.Streams[2], InferenceService_Transcribe_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[TranscribeRequest, TranscribeResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type InferenceService_TranscribeClient = grpc.ServerStreamingClient[TranscribeResponse]
+
 func (c *inferenceServiceClient) Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CancelResponse)
@@ -274,7 +298,7 @@ func (c *inferenceServiceClient) ListModels(ctx context.Context, in *ListModelsR
 
 func (c *inferenceServiceClient) LoadModel(ctx context.Context, in *LoadModelRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LoadModelResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &InferenceService_ServiceDesc.Streams[2], InferenceService_LoadModel_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &InferenceService_ServiceDesc.Streams[3], InferenceService_LoadModel_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -392,9 +416,13 @@ type InferenceServiceServer interface {
 	// Embeds texts as sparse vocabulary-weight vectors with a SPLADE model (a BERT-family
 	// *ForMaskedLM checkpoint). Returns every input's nonzero weights, in input order.
 	EmbedSparse(context.Context, *EmbedSparseRequest) (*EmbedSparseResponse, error)
-	// Cancels a queued or running Generate, Embed, Rerank, Classify or EmbedSparse by its
-	// request id. Request ids are scoped to the caller's tenant: a caller cancels only its
-	// own tenant's requests.
+	// Transcribes speech with a speech model (a Whisper-class model served with
+	// --speech-model): a `started` event, the transcript's segments with their times, then
+	// `finished` with the whole text and its language. Decoding is greedy.
+	Transcribe(*TranscribeRequest, grpc.ServerStreamingServer[TranscribeResponse]) error
+	// Cancels a queued or running Generate, Embed, Rerank, Classify, EmbedSparse or
+	// Transcribe by its request id. Request ids are scoped to the caller's tenant: a caller
+	// cancels only its own tenant's requests.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
 	// Describes a model: its graph, capabilities, context and vocabulary.
 	GetModelInfo(context.Context, *GetModelInfoRequest) (*GetModelInfoResponse, error)
@@ -479,6 +507,9 @@ func (UnimplementedInferenceServiceServer) Classify(context.Context, *ClassifyRe
 }
 func (UnimplementedInferenceServiceServer) EmbedSparse(context.Context, *EmbedSparseRequest) (*EmbedSparseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EmbedSparse not implemented")
+}
+func (UnimplementedInferenceServiceServer) Transcribe(*TranscribeRequest, grpc.ServerStreamingServer[TranscribeResponse]) error {
+	return status.Error(codes.Unimplemented, "method Transcribe not implemented")
 }
 func (UnimplementedInferenceServiceServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
@@ -618,6 +649,17 @@ func _InferenceService_EmbedSparse_Handler(srv interface{}, ctx context.Context,
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _InferenceService_Transcribe_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(TranscribeRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(InferenceServiceServer).Transcribe(m, &grpc.GenericServerStream[TranscribeRequest, TranscribeResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type InferenceService_TranscribeServer = grpc.ServerStreamingServer[TranscribeResponse]
 
 func _InferenceService_Cancel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CancelRequest)
@@ -945,6 +987,11 @@ var InferenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Embed",
 			Handler:       _InferenceService_Embed_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Transcribe",
+			Handler:       _InferenceService_Transcribe_Handler,
 			ServerStreams: true,
 		},
 		{

@@ -206,6 +206,8 @@ const (
 	ModelKind_MODEL_KIND_GENERATION ModelKind = 1
 	// An encoder that only embeds text.
 	ModelKind_MODEL_KIND_EMBEDDING ModelKind = 2
+	// A speech model that transcribes audio (Transcribe).
+	ModelKind_MODEL_KIND_SPEECH ModelKind = 3
 )
 
 // Enum value maps for ModelKind.
@@ -214,11 +216,13 @@ var (
 		0: "MODEL_KIND_UNSPECIFIED",
 		1: "MODEL_KIND_GENERATION",
 		2: "MODEL_KIND_EMBEDDING",
+		3: "MODEL_KIND_SPEECH",
 	}
 	ModelKind_value = map[string]int32{
 		"MODEL_KIND_UNSPECIFIED": 0,
 		"MODEL_KIND_GENERATION":  1,
 		"MODEL_KIND_EMBEDDING":   2,
+		"MODEL_KIND_SPEECH":      3,
 	}
 )
 
@@ -679,8 +683,10 @@ type GraphCapabilities struct {
 	// The model embeds texts as sparse vocabulary-weight vectors (EmbedSparse works): a
 	// SPLADE model. The vectors' width is ModelInfo.vocab_size.
 	SparseEmbeddings bool `protobuf:"varint,15,opt,name=sparse_embeddings,json=sparseEmbeddings,proto3" json:"sparse_embeddings,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The model turns speech into text (Transcribe works): a Whisper-class model.
+	Transcription bool `protobuf:"varint,16,opt,name=transcription,proto3" json:"transcription,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GraphCapabilities) Reset() {
@@ -814,6 +820,13 @@ func (x *GraphCapabilities) GetClassify() bool {
 func (x *GraphCapabilities) GetSparseEmbeddings() bool {
 	if x != nil {
 		return x.SparseEmbeddings
+	}
+	return false
+}
+
+func (x *GraphCapabilities) GetTranscription() bool {
+	if x != nil {
+		return x.Transcription
 	}
 	return false
 }
@@ -1436,7 +1449,7 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x05modes\x18\x05 \x03(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\x05modes\x12>\n" +
 	"\fdefault_mode\x18\x06 \x01(\x0e2\x1b.mlxgrpc.v1.SpeculationModeR\vdefaultMode\x12\x1f\n" +
 	"\vdraft_model\x18\a \x01(\tR\n" +
-	"draftModel\"\xd0\x05\n" +
+	"draftModel\"\xf6\x05\n" +
 	"\x11GraphCapabilities\x12/\n" +
 	"\x06method\x18\x01 \x01(\x0e2\x17.mlxgrpc.v1.GraphMethodR\x06method\x12.\n" +
 	"\x05media\x18\x02 \x01(\v2\x18.mlxgrpc.v1.MediaSupportR\x05media\x12'\n" +
@@ -1457,7 +1470,8 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\x04chat\x18\f \x01(\v2\x1c.mlxgrpc.v1.ChatCapabilitiesR\x04chat\x12\x16\n" +
 	"\x06rerank\x18\r \x01(\bR\x06rerank\x12\x1a\n" +
 	"\bclassify\x18\x0e \x01(\bR\bclassify\x12+\n" +
-	"\x11sparse_embeddings\x18\x0f \x01(\bR\x10sparseEmbeddings\"\xa2\x02\n" +
+	"\x11sparse_embeddings\x18\x0f \x01(\bR\x10sparseEmbeddings\x12$\n" +
+	"\rtranscription\x18\x10 \x01(\bR\rtranscription\"\xa2\x02\n" +
 	"\x10ChatCapabilities\x12!\n" +
 	"\ftool_calling\x18\x01 \x01(\bR\vtoolCalling\x12\x1f\n" +
 	"\vtool_parser\x18\x02 \x01(\tR\n" +
@@ -1539,11 +1553,12 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	" RESPONSE_FORMAT_KIND_JSON_OBJECT\x10\x02\x12\x1e\n" +
 	"\x1aRESPONSE_FORMAT_KIND_REGEX\x10\x03\x12 \n" +
 	"\x1cRESPONSE_FORMAT_KIND_GRAMMAR\x10\x04\x12\x1f\n" +
-	"\x1bRESPONSE_FORMAT_KIND_CHOICE\x10\x05*\\\n" +
+	"\x1bRESPONSE_FORMAT_KIND_CHOICE\x10\x05*s\n" +
 	"\tModelKind\x12\x1a\n" +
 	"\x16MODEL_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15MODEL_KIND_GENERATION\x10\x01\x12\x18\n" +
-	"\x14MODEL_KIND_EMBEDDING\x10\x02*Y\n" +
+	"\x14MODEL_KIND_EMBEDDING\x10\x02\x12\x15\n" +
+	"\x11MODEL_KIND_SPEECH\x10\x03*Y\n" +
 	"\vAdapterKind\x12\x1c\n" +
 	"\x18ADAPTER_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ADAPTER_KIND_LORA\x10\x01\x12\x15\n" +

@@ -35,6 +35,7 @@ class ModelKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_KIND_UNSPECIFIED: _ClassVar[ModelKind]
     MODEL_KIND_GENERATION: _ClassVar[ModelKind]
     MODEL_KIND_EMBEDDING: _ClassVar[ModelKind]
+    MODEL_KIND_SPEECH: _ClassVar[ModelKind]
 
 class AdapterKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -57,6 +58,7 @@ RESPONSE_FORMAT_KIND_CHOICE: ResponseFormatKind
 MODEL_KIND_UNSPECIFIED: ModelKind
 MODEL_KIND_GENERATION: ModelKind
 MODEL_KIND_EMBEDDING: ModelKind
+MODEL_KIND_SPEECH: ModelKind
 ADAPTER_KIND_UNSPECIFIED: AdapterKind
 ADAPTER_KIND_LORA: AdapterKind
 ADAPTER_KIND_DORA: AdapterKind
@@ -116,7 +118,7 @@ class SpeculationCapabilities(_message.Message):
     def __init__(self, adapters: _Optional[bool] = ..., logprobs: _Optional[bool] = ..., external_tokens: _Optional[bool] = ..., grammar_proposals: _Optional[bool] = ..., modes: _Optional[_Iterable[_Union[_generation_pb2.SpeculationMode, str]]] = ..., default_mode: _Optional[_Union[_generation_pb2.SpeculationMode, str]] = ..., draft_model: _Optional[str] = ...) -> None: ...
 
 class GraphCapabilities(_message.Message):
-    __slots__ = ("method", "media", "compiled_decode", "sparse_attention", "embeddings", "hidden_layer_taps", "native_draft", "prefill", "speculation", "generation", "response_formats", "chat", "rerank", "classify", "sparse_embeddings")
+    __slots__ = ("method", "media", "compiled_decode", "sparse_attention", "embeddings", "hidden_layer_taps", "native_draft", "prefill", "speculation", "generation", "response_formats", "chat", "rerank", "classify", "sparse_embeddings", "transcription")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     MEDIA_FIELD_NUMBER: _ClassVar[int]
     COMPILED_DECODE_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +134,7 @@ class GraphCapabilities(_message.Message):
     RERANK_FIELD_NUMBER: _ClassVar[int]
     CLASSIFY_FIELD_NUMBER: _ClassVar[int]
     SPARSE_EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    TRANSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     method: GraphMethod
     media: MediaSupport
     compiled_decode: bool
@@ -147,7 +150,8 @@ class GraphCapabilities(_message.Message):
     rerank: bool
     classify: bool
     sparse_embeddings: bool
-    def __init__(self, method: _Optional[_Union[GraphMethod, str]] = ..., media: _Optional[_Union[MediaSupport, _Mapping]] = ..., compiled_decode: _Optional[bool] = ..., sparse_attention: _Optional[bool] = ..., embeddings: _Optional[bool] = ..., hidden_layer_taps: _Optional[bool] = ..., native_draft: _Optional[_Union[NativeDraft, _Mapping]] = ..., prefill: _Optional[_Union[PrefillCapabilities, _Mapping]] = ..., speculation: _Optional[_Union[SpeculationCapabilities, _Mapping]] = ..., generation: _Optional[bool] = ..., response_formats: _Optional[_Iterable[_Union[ResponseFormatKind, str]]] = ..., chat: _Optional[_Union[ChatCapabilities, _Mapping]] = ..., rerank: _Optional[bool] = ..., classify: _Optional[bool] = ..., sparse_embeddings: _Optional[bool] = ...) -> None: ...
+    transcription: bool
+    def __init__(self, method: _Optional[_Union[GraphMethod, str]] = ..., media: _Optional[_Union[MediaSupport, _Mapping]] = ..., compiled_decode: _Optional[bool] = ..., sparse_attention: _Optional[bool] = ..., embeddings: _Optional[bool] = ..., hidden_layer_taps: _Optional[bool] = ..., native_draft: _Optional[_Union[NativeDraft, _Mapping]] = ..., prefill: _Optional[_Union[PrefillCapabilities, _Mapping]] = ..., speculation: _Optional[_Union[SpeculationCapabilities, _Mapping]] = ..., generation: _Optional[bool] = ..., response_formats: _Optional[_Iterable[_Union[ResponseFormatKind, str]]] = ..., chat: _Optional[_Union[ChatCapabilities, _Mapping]] = ..., rerank: _Optional[bool] = ..., classify: _Optional[bool] = ..., sparse_embeddings: _Optional[bool] = ..., transcription: _Optional[bool] = ...) -> None: ...
 
 class ChatCapabilities(_message.Message):
     __slots__ = ("tool_calling", "tool_parser", "tool_call_start", "tool_call_end", "tool_choice_enforced", "reasoning_start", "reasoning_end")

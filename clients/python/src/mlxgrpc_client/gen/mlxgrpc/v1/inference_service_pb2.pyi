@@ -1,6 +1,7 @@
 from mlxgrpc_client.gen.mlxgrpc.v1 import generation_pb2 as _generation_pb2
 from mlxgrpc_client.gen.mlxgrpc.v1 import lifecycle_pb2 as _lifecycle_pb2
 from mlxgrpc_client.gen.mlxgrpc.v1 import model_pb2 as _model_pb2
+from mlxgrpc_client.gen.mlxgrpc.v1 import speech_pb2 as _speech_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor

@@ -5,6 +5,7 @@ import warnings
 
 from mlxgrpc_client.gen.mlxgrpc.v1 import inference_service_pb2 as mlxgrpc_dot_v1_dot_inference__service__pb2
 from mlxgrpc_client.gen.mlxgrpc.v1 import lifecycle_pb2 as mlxgrpc_dot_v1_dot_lifecycle__pb2
+from mlxgrpc_client.gen.mlxgrpc.v1 import speech_pb2 as mlxgrpc_dot_v1_dot_speech__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -68,6 +69,11 @@ class InferenceServiceStub:
                 '/mlxgrpc.v1.InferenceService/EmbedSparse',
                 request_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedSparseRequest.SerializeToString,
                 response_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedSparseResponse.FromString,
+                _registered_method=True)
+        self.Transcribe = channel.unary_stream(
+                '/mlxgrpc.v1.InferenceService/Transcribe',
+                request_serializer=mlxgrpc_dot_v1_dot_speech__pb2.TranscribeRequest.SerializeToString,
+                response_deserializer=mlxgrpc_dot_v1_dot_speech__pb2.TranscribeResponse.FromString,
                 _registered_method=True)
         self.Cancel = channel.unary_unary(
                 '/mlxgrpc.v1.InferenceService/Cancel',
@@ -195,10 +201,19 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Transcribe(self, request, context):
+        """Transcribes speech with a speech model (a Whisper-class model served with
+        --speech-model): a `started` event, the transcript's segments with their times, then
+        `finished` with the whole text and its language. Decoding is greedy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Cancel(self, request, context):
-        """Cancels a queued or running Generate, Embed, Rerank, Classify or EmbedSparse by its
-        request id. Request ids are scoped to the caller's tenant: a caller cancels only its
-        own tenant's requests.
+        """Cancels a queued or running Generate, Embed, Rerank, Classify, EmbedSparse or
+        Transcribe by its request id. Request ids are scoped to the caller's tenant: a caller
+        cancels only its own tenant's requests.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -355,6 +370,11 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.EmbedSparse,
                     request_deserializer=mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedSparseRequest.FromString,
                     response_serializer=mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedSparseResponse.SerializeToString,
+            ),
+            'Transcribe': grpc.unary_stream_rpc_method_handler(
+                    servicer.Transcribe,
+                    request_deserializer=mlxgrpc_dot_v1_dot_speech__pb2.TranscribeRequest.FromString,
+                    response_serializer=mlxgrpc_dot_v1_dot_speech__pb2.TranscribeResponse.SerializeToString,
             ),
             'Cancel': grpc.unary_unary_rpc_method_handler(
                     servicer.Cancel,
@@ -571,6 +591,33 @@ class InferenceService:
             '/mlxgrpc.v1.InferenceService/EmbedSparse',
             mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedSparseRequest.SerializeToString,
             mlxgrpc_dot_v1_dot_inference__service__pb2.EmbedSparseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Transcribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mlxgrpc.v1.InferenceService/Transcribe',
+            mlxgrpc_dot_v1_dot_speech__pb2.TranscribeRequest.SerializeToString,
+            mlxgrpc_dot_v1_dot_speech__pb2.TranscribeResponse.FromString,
             options,
             channel_credentials,
             insecure,

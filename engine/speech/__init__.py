@@ -1,0 +1,1 @@
+"""Speech to text: Whisper-class models served by Transcribe (mlx-audio's model classes)."""
