@@ -8,7 +8,8 @@
 // range-over-func iterator or collected at once, Embed collected in input
 // order, packed Embed decoded into slices (EmbedPacked, DecodeEmbeddings), Rerank and
 // Classify with the client's default priority, EmbedSparse as SparseVectors in input
-// order, truncation constants
+// order, Transcribe (speech to text) as an iterator of its events or collected into a
+// Transcript, with AudioFile and AudioData building its audio, truncation constants
 // (TruncationEnd, TruncationNone), adapter helpers (Adapters, LoadAdapterDir,
 // UnloadAdapterByName), prefix-cache helpers (PrefetchFor, CloseSessionByID), models
 // loaded and unloaded at run time (LoadModel with its progress, LoadModelProgress,
@@ -103,8 +104,9 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // Client is a connection to an mlx-grpc server. The embedded generated client
 // gives direct access to every RPC (Cancel, Tokenize, ListModels, ...);
-// Generate, Embed, Rerank, Classify, EmbedSparse, LoadModel and UnloadModel are
-// overridden by the friendlier forms below.
+// Generate, Embed, Rerank, Classify, EmbedSparse, Transcribe, LoadModel and
+// UnloadModel are overridden by the friendlier forms below (the generated ones stay
+// reachable as c.InferenceServiceClient.Transcribe, ...).
 type Client struct {
 	pb.InferenceServiceClient
 	conn     *grpc.ClientConn
@@ -190,10 +192,11 @@ func (c *Client) callContext(ctx context.Context) (context.Context, context.Canc
 	return context.WithTimeout(ctx, c.timeout)
 }
 
-// CancelByID cancels a running or queued Generate, Embed, Rerank, Classify or
-// EmbedSparse by its request id (Generation.RequestID). It reports whether such a
-// request was found (a cancelled Embed, Rerank, Classify or EmbedSparse then ends
-// with codes.Canceled).
+// CancelByID cancels a running or queued Generate, Embed, Rerank, Classify,
+// EmbedSparse or Transcribe by its request id (Generation.RequestID,
+// Transcription.RequestID). It reports whether such a request was found (a cancelled
+// Embed, Rerank, Classify or EmbedSparse, or a queued Transcribe, then ends with
+// codes.Canceled).
 func (c *Client) CancelByID(ctx context.Context, requestID string) (bool, error) {
 	r, err := c.InferenceServiceClient.Cancel(ctx, &pb.CancelRequest{RequestId: requestID})
 	return r.GetCancelled(), err

@@ -9,13 +9,14 @@ import (
 )
 
 // MaxPriority bounds GenerateRequest.Priority, EmbedRequest.Priority,
-// RerankRequest.Priority, ClassifyRequest.Priority and EmbedSparseRequest.Priority
-// (-MaxPriority to MaxPriority; 0, the default, is the server's normal level).
+// RerankRequest.Priority, ClassifyRequest.Priority, EmbedSparseRequest.Priority and
+// TranscribeRequest.Priority (-MaxPriority to MaxPriority; 0, the default, is the
+// server's normal level).
 const MaxPriority = 100
 
-// WithPriority sets the priority of every Generate, Embed, Rerank, Classify and
-// EmbedSparse request of this client that leaves its own Priority at 0 (a batch job's
-// low priority, say).
+// WithPriority sets the priority of every Generate, Embed, Rerank, Classify,
+// EmbedSparse and Transcribe request of this client that leaves its own Priority at 0
+// (a batch job's low priority, say).
 // Higher starts first among waiting requests; waiting raises a request's
 // priority, so none starves; the output never changes. A request picks its own
 // with req.Priority.
@@ -61,4 +62,8 @@ func (c *Client) classifyRequest(req *pb.ClassifyRequest) *pb.ClassifyRequest {
 
 func (c *Client) embedSparseRequest(req *pb.EmbedSparseRequest) *pb.EmbedSparseRequest {
 	return withPriority(req, c.priority, func(r *pb.EmbedSparseRequest, p int32) { r.Priority = p })
+}
+
+func (c *Client) transcribeRequest(req *pb.TranscribeRequest) *pb.TranscribeRequest {
+	return withPriority(req, c.priority, func(r *pb.TranscribeRequest, p int32) { r.Priority = p })
 }
