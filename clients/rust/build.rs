@@ -11,6 +11,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "mlxgrpc/v1/generation.proto",
         "mlxgrpc/v1/model.proto",
         "mlxgrpc/v1/lifecycle.proto",
+        "mlxgrpc/v1/speech.proto",
         "mlxgrpc/v1/inference_service.proto",
     ]
     .map(|p| proto_root.join(p));

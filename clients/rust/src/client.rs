@@ -16,7 +16,7 @@ pub struct Client {
     pub(crate) raw: RawClient,
     pub(crate) timeout: Option<Duration>,
     pub(crate) retry: RetryPolicy,
-    /// Of Generate, Embed, Rerank, Classify and EmbedSparse requests that set none
+    /// Of Generate, Embed, Rerank, Classify, EmbedSparse and Transcribe requests that set none
     /// ([`crate::ConnectOptions::with_priority`]).
     pub(crate) priority: i32,
 }
@@ -92,7 +92,7 @@ impl Client {
         self.generate(request).collect().await
     }
 
-    /// Cancels a running Generate, Embed, Rerank, Classify or EmbedSparse through the Cancel RPC. Returns
+    /// Cancels a running Generate, Embed, Rerank, Classify, EmbedSparse or Transcribe through the Cancel RPC. Returns
     /// whether the server found it; a Generate stream then ends with a
     /// `FINISH_REASON_CANCELLED` event, the others with `Code::Cancelled`.
     pub async fn cancel(&self, request_id: impl Into<String>) -> Result<bool, Status> {
@@ -203,7 +203,7 @@ impl Client {
     }
 }
 
-fn new_request_id() -> String {
+pub(crate) fn new_request_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use crate::pb;
 use crate::pb::content_part::Part;
 
-/// The media types of the images and videos the server takes.
+/// The media types of the images, videos and audio the server takes.
 pub mod media_type {
     /// PNG (`89 50 4E 47`).
     pub const PNG: &str = "image/png";
@@ -46,6 +46,14 @@ pub mod media_type {
     pub const MATROSKA: &str = "video/x-matroska";
     /// AVI (`RIFF`, the size, `AVI `).
     pub const AVI: &str = "video/x-msvideo";
+    /// WAV (`RIFF`, the size, `WAVE`): PCM or IEEE float.
+    pub const WAV: &str = "audio/wav";
+    /// MP3 (`ID3`, or an MPEG frame sync: `FF`, then a byte whose top three bits are set).
+    pub const MP3: &str = "audio/mpeg";
+    /// FLAC (`fLaC`).
+    pub const FLAC: &str = "audio/flac";
+    /// Ogg Vorbis (`OggS`).
+    pub const OGG: &str = "audio/ogg";
 }
 
 /// Why an image file could not become a message part.

@@ -21,7 +21,9 @@
 //! [`pb::ChatMessage::tool_result`], [`GenerationResult::assistant_message`]), images in
 //! chat messages ([`pb::ChatMessage::user_parts`], [`pb::ContentPart::image_file`],
 //! [`pb::ContentPart::image`], [`media_type_of`]), videos in them ([`pb::ContentPart::video_file`],
-//! [`pb::ContentPart::video`], [`video_media_type_of`]), and [`error_details`]
+//! [`pb::ContentPart::video`], [`video_media_type_of`]), speech to text ([`Client::transcribe`],
+//! [`Client::transcribe_stream`], [`pb::TranscribeRequest::new`], [`pb::Audio::file`],
+//! [`audio_media_type_of`], [`Transcript`]), and [`error_details`]
 //! for the google.rpc details the server attaches to errors. Everything else is
 //! reachable through [`Client::raw`].
 //!
@@ -67,6 +69,7 @@ mod priority;
 mod rerank;
 mod retry;
 mod sparse;
+mod speech;
 mod videos;
 
 pub use classify::{Classifications, ClassifiedText, ScoredLabel};
@@ -81,6 +84,7 @@ pub use priority::MAX_PRIORITY;
 pub use rerank::{RankedDocument, Ranking, Truncation};
 pub use retry::RetryObserver;
 pub use sparse::{SparseEmbeddings, SparseVector};
+pub use speech::{AudioError, Transcript, Transcription, TranscriptionEvent, audio_media_type_of};
 pub use tokio_stream::{Stream, StreamExt};
 pub use tonic::Code;
 pub use videos::{VideoError, video_media_type_of};
@@ -199,7 +203,7 @@ pub struct ConnectOptions {
     pub max_attempts: u32,
     /// Hears of each retry: the refusal and the delay.
     pub on_retry: Option<RetryObserver>,
-    /// The priority of Generate, Embed, Rerank, Classify and EmbedSparse requests that set none (see
+    /// The priority of Generate, Embed, Rerank, Classify, EmbedSparse and Transcribe requests that set none (see
     /// `with_priority`).
     pub priority: i32,
 }

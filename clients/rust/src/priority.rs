@@ -1,5 +1,5 @@
 //! Request priority: a client's default ([`ConnectOptions::with_priority`]) fills the
-//! Generate, Embed, Rerank, Classify and EmbedSparse requests that leave `priority` at 0; a
+//! Generate, Embed, Rerank, Classify, EmbedSparse and Transcribe requests that leave `priority` at 0; a
 //! request's own wins.
 
 use tonic::Request;
@@ -7,11 +7,12 @@ use tonic::Request;
 use crate::{Client, ConnectOptions, pb};
 
 /// The range of `GenerateRequest.priority`, `EmbedRequest.priority`, `RerankRequest.priority`,
-/// `ClassifyRequest.priority` and `EmbedSparseRequest.priority`: `-MAX_PRIORITY..=MAX_PRIORITY`.
+/// `ClassifyRequest.priority`, `EmbedSparseRequest.priority` and `TranscribeRequest.priority`:
+/// `-MAX_PRIORITY..=MAX_PRIORITY`.
 pub const MAX_PRIORITY: i32 = 100;
 
 impl ConnectOptions {
-    /// The priority (`-100..=100`) of every Generate, Embed, Rerank, Classify and EmbedSparse request that leaves
+    /// The priority (`-100..=100`) of every Generate, Embed, Rerank, Classify, EmbedSparse and Transcribe request that leaves
     /// its own at 0, e.g. a batch job's low one. Higher starts first among waiting
     /// requests; waiting raises a request's priority, so none starves; the output
     /// never changes. Out of range, [`Client::connect`] fails with
@@ -52,6 +53,12 @@ impl Prioritized for pb::ClassifyRequest {
 }
 
 impl Prioritized for pb::EmbedSparseRequest {
+    fn priority_mut(&mut self) -> &mut i32 {
+        &mut self.priority
+    }
+}
+
+impl Prioritized for pb::TranscribeRequest {
     fn priority_mut(&mut self) -> &mut i32 {
         &mut self.priority
     }
@@ -141,6 +148,19 @@ mod tests {
         let own = sparse.clone().with_priority(7);
         assert_eq!(low.embed_sparse_request(own).get_ref().priority, 7);
         assert_eq!(client(0).embed_sparse_request(sparse).get_ref().priority, 0);
+        let transcribe = pb::TranscribeRequest::new(pb::Audio::new(b"RIFF".to_vec(), "audio/wav"));
+        assert_eq!(
+            low.transcribe_request(transcribe.clone())
+                .get_ref()
+                .priority,
+            -20
+        );
+        let own = transcribe.clone().with_priority(7);
+        assert_eq!(low.transcribe_request(own).get_ref().priority, 7);
+        assert_eq!(
+            client(0).transcribe_request(transcribe).get_ref().priority,
+            0
+        );
     }
 
     #[tokio::test]
