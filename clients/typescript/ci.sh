@@ -50,5 +50,5 @@ for address in "${ADDRESSES[@]:1}"; do
   MLXGRPC_ADDRESS=$address node --test --test-concurrency=1 --test-reporter=spec dist/test/live.test.js \
     dist/test/formats.test.js dist/test/adapters.test.js dist/test/priority.test.js dist/test/tools.test.js \
     dist/test/rerank.test.js dist/test/classify.test.js dist/test/sparse.test.js dist/test/prefix.test.js dist/test/images.test.js \
-    dist/test/models.test.js
+    dist/test/models.test.js dist/test/speech.test.js
 done

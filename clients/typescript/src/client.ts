@@ -2,8 +2,8 @@
 //
 // Everything the generated client can do stays reachable through `client.raw`;
 // the wrapper adds connection setup (TLS, bearer token, default deadline), retries
-// of calls the server refused for now (RetryInfo), a Generate handle that can be
-// collected or cancelled either way, and error-detail helpers.
+// of calls the server refused for now (RetryInfo), Generate and Transcribe handles that
+// can be collected or cancelled either way, and error-detail helpers.
 
 import { readFileSync } from "node:fs";
 import { randomUUID } from "node:crypto";
@@ -39,6 +39,7 @@ import type { AdapterInfo, MemoryPlan, ModelInfo } from "./gen/mlxgrpc/v1/model_
 import { decodeEmbeddings, embeddingType, type Embeddings, type EmbeddingTypeName } from "./embeddings.js";
 import { GenerateCall, type GenerateResult } from "./generate.js";
 import { sparseEmbeddings, type EmbedSparseRequestInit, type SparseEmbeddings } from "./sparse.js";
+import { TranscribeCall, transcriptionTask, type TranscribeInit, type Transcript } from "./speech.js";
 import { Attempts, withRetry, withStreamRetry, type OnRetry } from "./retry.js";
 
 export type GenerateRequestInit = MessageInitShape<typeof GenerateRequestSchema>;
@@ -74,7 +75,7 @@ export interface ConnectOptions {
   /** Hears of each retry: the refusal's details and the delay. */
   onRetry?: OnRetry;
   /**
-   * The priority (-100 to 100) of every Generate, Embed, Rerank, Classify and EmbedSparse request that leaves its own
+   * The priority (-100 to 100) of every Generate, Embed, Rerank, Classify, EmbedSparse and Transcribe request that leaves its own
    * `priority` at 0, e.g. a batch job's low one. Higher starts first among waiting
    * requests; waiting raises a request's priority, so none starves.
    */
@@ -83,7 +84,7 @@ export interface ConnectOptions {
   interceptors?: Interceptor[];
 }
 
-/** The range of the priority of Generate, Embed, Rerank, Classify and EmbedSparse requests: -MAX_PRIORITY to MAX_PRIORITY. */
+/** The range of the priority of Generate, Embed, Rerank, Classify, EmbedSparse and Transcribe requests: -MAX_PRIORITY to MAX_PRIORITY. */
 export const MAX_PRIORITY = 100;
 
 /** Connects to an mlx-grpc server at "host:port" (or an http:// / https:// URL). */
@@ -138,7 +139,7 @@ export class MlxClient {
     readonly raw: Client<typeof InferenceService>,
     private readonly sessionManager?: Http2SessionManager,
     readonly retry: RetrySettings = { maxAttempts: 3 },
-    /** The priority of Generate, Embed, Rerank, Classify and EmbedSparse requests that leave theirs at 0 (ConnectOptions.priority). */
+    /** The priority of Generate, Embed, Rerank, Classify, EmbedSparse and Transcribe requests that leave theirs at 0 (ConnectOptions.priority). */
     readonly priority = 0,
   ) {}
 
@@ -171,7 +172,7 @@ export class MlxClient {
     return this.generate(request, options).collect();
   }
 
-  /** Cancels a queued or running Generate, Embed, Rerank, Classify or EmbedSparse by request id; false if none was running. */
+  /** Cancels a queued or running Generate, Embed, Rerank, Classify, EmbedSparse or Transcribe by request id; false if none was running. */
   async cancel(requestId: string, options?: CallOptions): Promise<boolean> {
     return (await this.unary((o) => this.raw.cancel({ requestId }, o), options)).cancelled;
   }
@@ -246,6 +247,42 @@ export class MlxClient {
     const given: EmbedSparseRequestInit = Array.isArray(request) ? { inputs: request } : request;
     const req = { ...given, priority: given.priority || this.priority };
     return sparseEmbeddings(await this.unary((o) => this.raw.embedSparse(req, o), options));
+  }
+
+  /**
+   * Starts a Transcribe stream: speech to text with a speech model (`capabilities.transcription`;
+   * empty `model`: the server's first). `audio` is an encoded file with its media type
+   * (`await audioFile(path)`, or `audio(bytes, MediaType.WAV)`); `language` an ISO 639-1
+   * code (empty: detected by a multilingual model, English for an English-only one); `task`
+   * "transcribe" (the default) or "translate" (into English), or a TranscriptionTask;
+   * `prompt` text the model reads first (names, spelling); `requestId` (assigned
+   * client-side when you set none, so `call.cancel()` works at once) and `priority` as for
+   * generate. Iterate the call for its events (`started`, `segment`s in time order,
+   * `finished`) or `await call.collect()` for a Transcript.
+   */
+  transcribeStream(request: TranscribeInit, options: CallOptions = {}): TranscribeCall {
+    const { task, ...rest } = request;
+    const requestId = request.requestId || randomUUID();
+    const priority = request.priority || this.priority;
+    const req = { ...rest, requestId, priority, ...(task === undefined ? {} : { task: transcriptionTask(task) }) };
+    const controller = new AbortController();
+    const signal = options.signal ? AbortSignal.any([options.signal, controller.signal]) : controller.signal;
+    const start = (timeoutMs: number | undefined) => this.raw.transcribe(req, { ...options, signal, timeoutMs });
+    return new TranscribeCall(requestId, start, this.attempts(options), controller, (id, o) => this.cancel(id, o));
+  }
+
+  /**
+   * Transcribes speech (see transcribeStream) and resolves to the Transcript: `requestId`,
+   * `model`, `audioSeconds`, the `segments` (`index`, `start`, `end`, `text`, `tokenIds`,
+   * `avgLogprob`, `noSpeechProb`, `compressionRatio`), the whole `text`, `language`,
+   * `segmentCount` and `seconds`. Audio whose media type does not match its bytes, cut short,
+   * empty, too large or too long is INVALID_ARGUMENT naming `audio.media_type` or
+   * `audio.data`; a language the model does not know INVALID_ARGUMENT naming `language`; a
+   * model that is not a speech model FAILED_PRECONDITION (UNSUPPORTED_OPERATION); an unknown
+   * one NOT_FOUND.
+   */
+  transcribe(request: TranscribeInit, options?: CallOptions): Promise<Transcript> {
+    return this.transcribeStream(request, options).collect();
   }
 
   /** Describes a model (empty name: the default generation model). */

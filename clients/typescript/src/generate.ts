@@ -1,5 +1,6 @@
-// A running Generate: an async iterable of events, retried before its first event
-// when the server refuses it for now, cancellable both ways.
+// A running Generate (and any server stream with a request id: StreamCall): an async
+// iterable of events, retried before its first event when the server refuses it for now,
+// cancellable both ways.
 
 import { Code, ConnectError, type CallOptions } from "@connectrpc/connect";
 
@@ -57,25 +58,37 @@ function addDelta(choice: GenerateChoice, delta: TokenDelta): void {
   choice.logprobs.push(...delta.logprobs);
 }
 
-/** Opens one attempt of the call with this much time left. */
-export type StartGenerate = (timeoutMs: number | undefined) => AsyncIterable<GenerateResponse>;
+/** Opens one attempt of a server-streaming call with this much time left. */
+export type StartStream<T> = (timeoutMs: number | undefined) => AsyncIterable<T>;
 
-/** A running Generate: an async iterable of events plus both ways to cancel it. */
-export class GenerateCall implements AsyncIterable<GenerateResponse> {
-  private stream: AsyncIterable<GenerateResponse>;
+/** Opens one attempt of the call with this much time left. */
+export type StartGenerate = StartStream<GenerateResponse>;
+
+/** Sends Cancel for a request id (MlxClient.cancel). */
+export type CancelById = (requestId: string, options?: CallOptions) => Promise<boolean>;
+
+/**
+ * A running server-streaming call with a request id (Generate, Transcribe): an async
+ * iterable of its events, retried before the first one when the server refuses it for
+ * now, cancellable both ways.
+ */
+export class StreamCall<T> implements AsyncIterable<T> {
+  private stream: AsyncIterable<T>;
 
   constructor(
     /** The request id (the caller's, or the one assigned client-side). */
     readonly requestId: string,
-    private readonly start: StartGenerate,
+    private readonly start: StartStream<T>,
     private readonly attempts: Attempts,
     private readonly controller: AbortController,
-    private readonly cancelById: (requestId: string, options?: CallOptions) => Promise<boolean>,
+    private readonly cancelById: CancelById,
+    /** The RPC's name, in the reason a stream the client left is aborted with. */
+    private readonly rpc = "stream",
   ) {
     this.stream = start(attempts.timeoutMs());
   }
 
-  [Symbol.asyncIterator](): AsyncIterator<GenerateResponse> {
+  [Symbol.asyncIterator](): AsyncIterator<T> {
     let it = this.stream[Symbol.asyncIterator]();
     let received = false;
     const controller = this.controller;
@@ -96,9 +109,9 @@ export class GenerateCall implements AsyncIterable<GenerateResponse> {
         }
       },
       // Leaving a for-await loop early (break, return, throw) cancels the call, so
-      // the server stops generating and the call's deadline timer is released.
+      // the server stops working on it and the call's deadline timer is released.
       return: async (value?: unknown) => {
-        controller.abort(new ConnectError("generate stream closed by the client", Code.Canceled));
+        controller.abort(new ConnectError(`${this.rpc} stream closed by the client`, Code.Canceled));
         // Connect's stream iterator has no return(); reading on after the
         // abort drains the call until it rejects with CANCELLED, which clears the timer.
         try {
@@ -109,6 +122,23 @@ export class GenerateCall implements AsyncIterable<GenerateResponse> {
         return { done: true, value };
       },
     };
+  }
+
+  /** Cancels the call client-side: iteration then fails with Code.Canceled. */
+  abort(reason?: unknown): void {
+    this.controller.abort(reason);
+  }
+
+  /** Asks the server to cancel the request (Cancel RPC with `requestId`); false if none was running. */
+  cancel(options?: CallOptions): Promise<boolean> {
+    return this.cancelById(this.requestId, options);
+  }
+}
+
+/** A running Generate: an async iterable of events plus both ways to cancel it. */
+export class GenerateCall extends StreamCall<GenerateResponse> {
+  constructor(requestId: string, start: StartGenerate, attempts: Attempts, controller: AbortController, cancelById: CancelById) {
+    super(requestId, start, attempts, controller, cancelById, "generate");
   }
 
   /** Reads the whole stream: the unary form of Generate (every choice, the prompt's logprobs). */
@@ -134,16 +164,11 @@ export class GenerateCall implements AsyncIterable<GenerateResponse> {
     return result;
   }
 
-  /** Cancels the call client-side: iteration then fails with Code.Canceled. */
-  abort(reason?: unknown): void {
-    this.controller.abort(reason);
-  }
-
   /**
    * Asks the server to cancel (Cancel RPC). The stream then ends normally with a
    * `finished` event whose reason is FINISH_REASON_CANCELLED.
    */
-  cancel(options?: CallOptions): Promise<boolean> {
-    return this.cancelById(this.requestId, options);
+  override cancel(options?: CallOptions): Promise<boolean> {
+    return super.cancel(options);
   }
 }

@@ -15,7 +15,7 @@ import type { ChatMessageInit } from "./tools.js";
 
 export type ContentPartInit = MessageInitShape<typeof ContentPartSchema>;
 
-/** The media types of the images and videos the server takes. */
+/** The media types of the images, videos (message parts) and audio (Transcribe) the server takes. */
 export const MediaType = {
   PNG: "image/png",
   JPEG: "image/jpeg",
@@ -26,6 +26,10 @@ export const MediaType = {
   WEBM: "video/webm",
   MATROSKA: "video/x-matroska",
   AVI: "video/x-msvideo",
+  WAV: "audio/wav",
+  MP3: "audio/mpeg",
+  FLAC: "audio/flac",
+  OGG: "audio/ogg",
 } as const;
 
 /** Bytes that do not start like a PNG, JPEG, WebP or GIF file (`mediaTypeOf`, `imageFile`). */
