@@ -11,8 +11,8 @@ Blocking::
                 print(event.delta.text, end="", flush=True)
 
 asyncio: ``from mlxgrpc_client import aio`` and ``aio.connect(...)`` (same methods,
-awaited; ``async for`` over ``generate``). Messages and enums live in
-:mod:`mlxgrpc_client.pb`; the generated modules in :mod:`mlxgrpc_client.gen`.
+awaited; ``async for`` over ``generate`` and ``transcribe_stream``). Messages and enums
+live in :mod:`mlxgrpc_client.pb`; the generated modules in :mod:`mlxgrpc_client.gen`.
 """
 
 from . import aio, pb
@@ -21,7 +21,8 @@ from ._common import (Choice, ErrorDetails, GenerationResult, classify_request, 
 from ._embeddings import Embeddings, decode_packed, dequantize, hamming, unpack_bits
 from ._images import image_part, sniff_media_type
 from ._sparse import SparseEmbeddings, SparseVector, embed_sparse_request
-from ._sync import Client, GenerateStream, connect
+from ._speech import Segment, Transcript, audio, sniff_audio_media_type, transcribe_request
+from ._sync import Client, GenerateStream, TranscribeStream, connect
 from ._videos import sniff_video_media_type, video_part
 
 __all__ = [
@@ -31,9 +32,13 @@ __all__ = [
     "ErrorDetails",
     "GenerateStream",
     "GenerationResult",
+    "Segment",
     "SparseEmbeddings",
     "SparseVector",
+    "TranscribeStream",
+    "Transcript",
     "aio",
+    "audio",
     "classify_request",
     "connect",
     "decode_packed",
@@ -48,8 +53,10 @@ __all__ = [
     "pb",
     "prefetch_request",
     "rerank_request",
+    "sniff_audio_media_type",
     "sniff_media_type",
     "sniff_video_media_type",
+    "transcribe_request",
     "unpack_bits",
     "video_part",
 ]

@@ -44,7 +44,7 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
 
 
 #: The range of GenerateRequest.priority, EmbedRequest.priority, RerankRequest.priority,
-#: ClassifyRequest.priority and EmbedSparseRequest.priority.
+#: ClassifyRequest.priority, EmbedSparseRequest.priority and TranscribeRequest.priority.
 MAX_PRIORITY = 100
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal, overload
+from typing import Any, Generic, Literal, TypeVar, overload
 
 import grpc
 
@@ -15,42 +15,40 @@ from ._common import (DEFAULT, GenerationResult, PrefetchPrompt, Prompt, auth_me
                       loaded_model, prefetch_request, rerank_request)
 from ._embeddings import Embeddings
 from ._sparse import SparseEmbeddings, embed_sparse_request
+from ._speech import AudioSource, Task, Transcript, transcribe_request
 from ._embeddings import gather as gather_embeddings
 from ._retry import Attempts, OnRetry
 
 
-class GenerateStream:
-    """A running Generate call: iterate it for ``pb.GenerateResponse`` events.
+EventT = TypeVar("EventT")
+ResultT = TypeVar("ResultT")
+StreamT = TypeVar("StreamT", bound="_EventStream[Any, Any]")
 
-    ``started``/``delta``/``finished`` events arrive as the server sends them; the
-    stream also gathers them into :attr:`result`. Errors raise ``grpc.RpcError``
-    (pass it to :func:`mlxgrpc_client.error_details`) once retries are spent: a
-    refusal with RetryInfo before the first event is retried after the server's delay.
-    :meth:`cancel` cancels the call client-side: iteration then just stops and
-    :meth:`code` is CANCELLED. Used as a context manager, leaving the block cancels the
-    call if it is still running.
-    """
 
-    def __init__(self, start: Callable[[], Any], attempts: Attempts, request_id: str):
+class _EventStream(Generic[EventT, ResultT]):
+    """A running server-streaming call whose events gather into :attr:`result` (its ``_add``):
+    retried before its first event, cancelled client-side without an error."""
+
+    def __init__(self, start: Callable[[], Any], attempts: Attempts, result: ResultT):
         self._start = start
         self._attempts = attempts
         self._call = start()
         self._cancelled = False
-        self.result = GenerationResult(request_id=request_id)
+        self.result = result
         self._events = self._iterate()
 
     @property
     def request_id(self) -> str:
         """The request id, usable with :meth:`Client.cancel` at any time."""
-        return self.result.request_id
+        return self.result.request_id  # type: ignore[attr-defined]
 
-    def _iterate(self) -> Iterator[pb.GenerateResponse]:
+    def _iterate(self) -> Iterator[EventT]:
         received = False
         while True:
             try:
                 for event in self._call:
                     received = True
-                    self.result._add(event)
+                    self.result._add(event)  # type: ignore[attr-defined]
                     yield event
                 return
             except grpc.RpcError as err:
@@ -64,20 +62,20 @@ class GenerateStream:
                 return
             self._call = self._start()
 
-    def __iter__(self) -> Iterator[pb.GenerateResponse]:
+    def __iter__(self) -> Iterator[EventT]:
         return self._events
 
-    def __next__(self) -> pb.GenerateResponse:
+    def __next__(self) -> EventT:
         return next(self._events)
 
-    def collect(self) -> GenerationResult:
+    def collect(self) -> ResultT:
         """Reads the rest of the stream and returns everything it produced."""
         for _ in self._events:
             pass
         return self.result
 
     def cancel(self) -> bool:
-        """Cancels the call client-side (the server stops the generation too)."""
+        """Cancels the call client-side (the server stops the work too)."""
         self._cancelled = True
         return self._call.cancel()
 
@@ -85,12 +83,41 @@ class GenerateStream:
         """The call's final status code (blocks until the call ends)."""
         return self._call.code()
 
-    def __enter__(self) -> GenerateStream:
+    def __enter__(self: StreamT) -> StreamT:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if not self._call.done():
             self.cancel()
+
+
+class GenerateStream(_EventStream[pb.GenerateResponse, GenerationResult]):
+    """A running Generate call: iterate it for ``pb.GenerateResponse`` events.
+
+    ``started``/``delta``/``finished`` events arrive as the server sends them; the
+    stream also gathers them into :attr:`result`. Errors raise ``grpc.RpcError``
+    (pass it to :func:`mlxgrpc_client.error_details`) once retries are spent: a
+    refusal with RetryInfo before the first event is retried after the server's delay.
+    :meth:`cancel` cancels the call client-side: iteration then just stops and
+    :meth:`code` is CANCELLED. Used as a context manager, leaving the block cancels the
+    call if it is still running.
+    """
+
+    def __init__(self, start: Callable[[], Any], attempts: Attempts, request_id: str):
+        super().__init__(start, attempts, GenerationResult(request_id=request_id))
+
+
+class TranscribeStream(_EventStream[pb.TranscribeResponse, Transcript]):
+    """A running Transcribe call: iterate it for ``pb.TranscribeResponse`` events.
+
+    ``started`` (once the audio is decoded and admitted), a ``segment`` per piece of the
+    transcript in time order, then ``finished``; the stream also gathers them into
+    :attr:`result` (a :class:`mlxgrpc_client.Transcript`). Errors, retries, :meth:`cancel`,
+    :meth:`code` and the context manager are those of :class:`GenerateStream`.
+    """
+
+    def __init__(self, start: Callable[[], Any], attempts: Attempts, request_id: str):
+        super().__init__(start, attempts, Transcript(request_id=request_id))
 
 
 class Client:
@@ -111,7 +138,8 @@ class Client:
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.on_retry = on_retry
-        #: The priority of Generate, Embed, Rerank, Classify and EmbedSparse requests that leave theirs at 0.
+        #: The priority of Generate, Embed, Rerank, Classify, EmbedSparse and Transcribe requests that leave
+        #: theirs at 0.
         self.priority = default_priority(priority)
 
     def _attempts(self, timeout: Any) -> Attempts:
@@ -131,8 +159,9 @@ class Client:
         return GenerateStream(start, attempts, req.request_id)
 
     def cancel(self, request_id: str, *, timeout: Any = DEFAULT) -> bool:
-        """Cancels a running Generate, Embed, Rerank, Classify or EmbedSparse by id (the Cancel RPC).
-        True if one was found (a cancelled Rerank, Classify or EmbedSparse then raises CANCELLED)."""
+        """Cancels a running Generate, Embed, Rerank, Classify, EmbedSparse or Transcribe by id (the
+        Cancel RPC). True if one was found (a cancelled Rerank, Classify, EmbedSparse or Transcribe
+        then raises CANCELLED)."""
         return self._unary(self.stub.Cancel, pb.CancelRequest(request_id=request_id), timeout).cancelled
 
     @overload
@@ -194,6 +223,39 @@ class Client:
         req = embed_sparse_request(inputs, **kwargs)
         req.priority = req.priority or self.priority
         return SparseEmbeddings.of(self._unary(self.stub.EmbedSparse, req, timeout))
+
+    def transcribe_stream(self, source: AudioSource | pb.Audio, *, model: str = "", language: str = "",
+                          task: Task | None = None, prompt: str = "", request_id: str = "", priority: int = 0,
+                          timeout: Any = DEFAULT) -> TranscribeStream:
+        """Starts a Transcribe call: iterate the stream for its ``pb.TranscribeResponse`` events
+        (``started``, ``segment``s, ``finished``) as the server sends them; ``.collect()`` gives
+        the :class:`mlxgrpc_client.Transcript`. The arguments are those of :meth:`transcribe`."""
+        req = transcribe_request(source, model=model, language=language, task=task, prompt=prompt,
+                                 request_id=request_id, priority=priority)
+        req.priority = req.priority or self.priority
+        attempts = self._attempts(timeout)
+        start = lambda: self.stub.Transcribe(req, timeout=attempts.timeout(), metadata=self.metadata)  # noqa: E731
+        return TranscribeStream(start, attempts, req.request_id)
+
+    def transcribe(self, source: AudioSource | pb.Audio, *, model: str = "", language: str = "",
+                   task: Task | None = None, prompt: str = "", request_id: str = "", priority: int = 0,
+                   timeout: Any = DEFAULT) -> Transcript:
+        """Transcribes speech with a speech model (``capabilities.transcription``: a Whisper-class
+        model). ``source`` is an audio file's path or bytes (WAV, MP3, FLAC or Ogg Vorbis, its
+        media type read from its signature) or a ``pb.Audio`` from
+        :func:`mlxgrpc_client.audio`. Returns a :class:`mlxgrpc_client.Transcript`: the
+        ``request_id``, ``model`` and ``audio_seconds``, the ``segments`` in time order (each
+        ``index``, ``start_seconds``, ``end_seconds``, ``text``, ``token_ids``, ``avg_logprob``,
+        ``no_speech_prob``, ``compression_ratio``), the whole ``text``, the ``language``,
+        ``segment_count`` and ``seconds``. Keywords: ``model`` (empty: the server's first speech
+        model), ``language`` (ISO 639-1; empty: detected), ``task`` (``"transcribe"`` or
+        ``"translate"`` into English), ``prompt``, ``request_id`` (for :meth:`cancel`; empty: a
+        random one), ``priority``; see :func:`mlxgrpc_client.transcribe_request`. Audio the server
+        will not take is INVALID_ARGUMENT naming ``audio.media_type`` or ``audio.data``, a language
+        the model does not know INVALID_ARGUMENT naming ``language``, a model that is not a speech
+        model FAILED_PRECONDITION. A refusal with RetryInfo before the first event is retried."""
+        return self.transcribe_stream(source, model=model, language=language, task=task, prompt=prompt,
+                                      request_id=request_id, priority=priority, timeout=timeout).collect()
 
     def model_info(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ModelInfo:
         """Describes ``model`` (empty: the default generation model)."""
@@ -348,8 +410,8 @@ def connect(
     call (``None``: none). A call refused with RESOURCE_EXHAUSTED or UNAVAILABLE and a
     RetryInfo is tried again after the server's delay, ``max_attempts`` times in all
     (1: never), within its deadline; ``on_retry(details, delay)`` hears of each retry.
-    ``priority`` (-100 to 100) is that of every Generate, Embed, Rerank, Classify and EmbedSparse request that leaves
-    its own at 0 (e.g. a batch job's low priority).
+    ``priority`` (-100 to 100) is that of every Generate, Embed, Rerank, Classify, EmbedSparse and Transcribe
+    request that leaves its own at 0 (e.g. a batch job's low priority).
     ``options`` are grpc channel options.
     """
     creds = channel_credentials(tls, root_certificates)

@@ -7,7 +7,7 @@ import asyncio
 import inspect
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Literal, overload
+from typing import Any, Generic, Literal, TypeVar, overload
 
 import grpc
 
@@ -17,6 +17,7 @@ from ._common import (DEFAULT, GenerationResult, PrefetchPrompt, Prompt, auth_me
                       loaded_model, prefetch_request, rerank_request)
 from ._embeddings import Embeddings
 from ._sparse import SparseEmbeddings, embed_sparse_request
+from ._speech import AudioSource, Task, Transcript, transcribe_request
 from ._embeddings import gather as gather_embeddings
 from ._retry import Attempts, OnRetry
 
@@ -28,37 +29,35 @@ def _task_cancelled() -> bool:
     return bool(cancelling and cancelling())
 
 
-class GenerateStream:
-    """A running Generate call: ``async for`` it for ``pb.GenerateResponse`` events.
+EventT = TypeVar("EventT")
+ResultT = TypeVar("ResultT")
+StreamT = TypeVar("StreamT", bound="_EventStream[Any, Any]")
 
-    The stream gathers the events into :attr:`result`. Errors raise
-    ``grpc.aio.AioRpcError`` (pass it to :func:`mlxgrpc_client.error_details`) once
-    retries are spent, as in the blocking client. :meth:`cancel` cancels the call
-    client-side: iteration then just stops (grpc.aio would raise
-    ``asyncio.CancelledError``) and ``await code()`` is CANCELLED. Used as an async
-    context manager, leaving the block cancels the call if still running.
-    """
 
-    def __init__(self, start: Callable[[], grpc.aio.UnaryStreamCall], attempts: Attempts, request_id: str):
+class _EventStream(Generic[EventT, ResultT]):
+    """A running server-streaming call whose events gather into :attr:`result` (its ``_add``):
+    retried before its first event, cancelled client-side without an error."""
+
+    def __init__(self, start: Callable[[], grpc.aio.UnaryStreamCall], attempts: Attempts, result: ResultT):
         self._start = start
         self._attempts = attempts
         self._call = start()
         self._cancelled = False
-        self.result = GenerationResult(request_id=request_id)
+        self.result = result
         self._events = self._iterate()
 
     @property
     def request_id(self) -> str:
         """The request id, usable with :meth:`AsyncClient.cancel` at any time."""
-        return self.result.request_id
+        return self.result.request_id  # type: ignore[attr-defined]
 
-    async def _iterate(self) -> AsyncIterator[pb.GenerateResponse]:
+    async def _iterate(self) -> AsyncIterator[EventT]:
         received = False
         while True:
             try:
                 async for event in self._call:
                     received = True
-                    self.result._add(event)
+                    self.result._add(event)  # type: ignore[attr-defined]
                     yield event
                 return
             except asyncio.CancelledError:
@@ -76,20 +75,20 @@ class GenerateStream:
                 return
             self._call = self._start()
 
-    def __aiter__(self) -> AsyncIterator[pb.GenerateResponse]:
+    def __aiter__(self) -> AsyncIterator[EventT]:
         return self._events
 
-    async def __anext__(self) -> pb.GenerateResponse:
+    async def __anext__(self) -> EventT:
         return await self._events.__anext__()
 
-    async def collect(self) -> GenerationResult:
+    async def collect(self) -> ResultT:
         """Reads the rest of the stream and returns everything it produced."""
         async for _ in self._events:
             pass
         return self.result
 
     def cancel(self) -> bool:
-        """Cancels the call client-side (the server stops the generation too)."""
+        """Cancels the call client-side (the server stops the work too)."""
         self._cancelled = True
         return self._call.cancel()
 
@@ -97,12 +96,38 @@ class GenerateStream:
         """The call's final status code (waits until the call ends)."""
         return await self._call.code()
 
-    async def __aenter__(self) -> GenerateStream:
+    async def __aenter__(self: StreamT) -> StreamT:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         if not self._call.done():
             self.cancel()
+
+
+class GenerateStream(_EventStream[pb.GenerateResponse, GenerationResult]):
+    """A running Generate call: ``async for`` it for ``pb.GenerateResponse`` events.
+
+    The stream gathers the events into :attr:`result`. Errors raise
+    ``grpc.aio.AioRpcError`` (pass it to :func:`mlxgrpc_client.error_details`) once
+    retries are spent, as in the blocking client. :meth:`cancel` cancels the call
+    client-side: iteration then just stops (grpc.aio would raise
+    ``asyncio.CancelledError``) and ``await code()`` is CANCELLED. Used as an async
+    context manager, leaving the block cancels the call if still running.
+    """
+
+    def __init__(self, start: Callable[[], grpc.aio.UnaryStreamCall], attempts: Attempts, request_id: str):
+        super().__init__(start, attempts, GenerationResult(request_id=request_id))
+
+
+class TranscribeStream(_EventStream[pb.TranscribeResponse, Transcript]):
+    """A running Transcribe call: ``async for`` it for ``pb.TranscribeResponse`` events
+    (``started``, ``segment``s, ``finished``), gathered into :attr:`result` (a
+    :class:`mlxgrpc_client.Transcript`). Errors, retries, :meth:`cancel`, ``await code()``
+    and the async context manager are those of :class:`GenerateStream`.
+    """
+
+    def __init__(self, start: Callable[[], grpc.aio.UnaryStreamCall], attempts: Attempts, request_id: str):
+        super().__init__(start, attempts, Transcript(request_id=request_id))
 
 
 class AsyncClient:
@@ -121,7 +146,8 @@ class AsyncClient:
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.on_retry = on_retry
-        #: The priority of Generate, Embed, Rerank, Classify and EmbedSparse requests that leave theirs at 0.
+        #: The priority of Generate, Embed, Rerank, Classify, EmbedSparse and Transcribe requests that leave
+        #: theirs at 0.
         self.priority = default_priority(priority)
 
     def _attempts(self, timeout: Any) -> Attempts:
@@ -141,8 +167,8 @@ class AsyncClient:
         return GenerateStream(start, attempts, req.request_id)
 
     async def cancel(self, request_id: str, *, timeout: Any = DEFAULT) -> bool:
-        """Cancels a running Generate, Embed, Rerank, Classify or EmbedSparse by id (the Cancel RPC).
-        True if one was found."""
+        """Cancels a running Generate, Embed, Rerank, Classify, EmbedSparse or Transcribe by id (the
+        Cancel RPC). True if one was found."""
         return (await self._unary(self.stub.Cancel, pb.CancelRequest(request_id=request_id), timeout)).cancelled
 
     @overload
@@ -189,6 +215,26 @@ class AsyncClient:
         req = embed_sparse_request(inputs, **kwargs)
         req.priority = req.priority or self.priority
         return SparseEmbeddings.of(await self._unary(self.stub.EmbedSparse, req, timeout))
+
+    def transcribe_stream(self, source: AudioSource | pb.Audio, *, model: str = "", language: str = "",
+                          task: Task | None = None, prompt: str = "", request_id: str = "", priority: int = 0,
+                          timeout: Any = DEFAULT) -> TranscribeStream:
+        """Starts a Transcribe call (not awaited: ``async for`` the stream, or ``await
+        .collect()``); the arguments are those of :meth:`mlxgrpc_client.Client.transcribe`."""
+        req = transcribe_request(source, model=model, language=language, task=task, prompt=prompt,
+                                 request_id=request_id, priority=priority)
+        req.priority = req.priority or self.priority
+        attempts = self._attempts(timeout)
+        start = lambda: self.stub.Transcribe(req, timeout=attempts.timeout(), metadata=self.metadata)  # noqa: E731
+        return TranscribeStream(start, attempts, req.request_id)
+
+    async def transcribe(self, source: AudioSource | pb.Audio, *, model: str = "", language: str = "",
+                         task: Task | None = None, prompt: str = "", request_id: str = "", priority: int = 0,
+                         timeout: Any = DEFAULT) -> Transcript:
+        """Transcribes speech with a speech model and returns the
+        :class:`mlxgrpc_client.Transcript` (see :meth:`mlxgrpc_client.Client.transcribe`)."""
+        return await self.transcribe_stream(source, model=model, language=language, task=task, prompt=prompt,
+                                            request_id=request_id, priority=priority, timeout=timeout).collect()
 
     async def model_info(self, model: str = "", *, timeout: Any = DEFAULT) -> pb.ModelInfo:
         return (await self._unary(self.stub.GetModelInfo, pb.GetModelInfoRequest(model=model), timeout)).info
