@@ -1,12 +1,8 @@
 package dev.mlxgrpc.client;
 
 import dev.mlxgrpc.v1.GenerateResponse;
-import io.grpc.Context;
 import io.grpc.Deadline;
-import java.time.Duration;
 import java.util.Iterator;
-import java.util.NoSuchElementException;
-import java.util.Optional;
 import java.util.function.Supplier;
 
 /**
@@ -18,40 +14,16 @@ import java.util.function.Supplier;
  */
 public final class GenerateStream
     implements Iterator<GenerateResponse>, Iterable<GenerateResponse>, AutoCloseable {
-  private final Context.CancellableContext context;
-  private final Supplier<Iterator<GenerateResponse>> start;
-  private final RetryPolicy retry;
-  private final Deadline deadline;
+  private final Events<GenerateResponse> events;
   private final String requestId;
-  private Iterator<GenerateResponse> events;
-  private int attempt = 1;
-  private boolean received;
-  private boolean done;
 
   GenerateStream(
       Supplier<Iterator<GenerateResponse>> start,
       RetryPolicy retry,
       Deadline deadline,
       String requestId) {
-    this.context = Context.current().withCancellation();
-    this.start = start;
-    this.retry = retry;
-    this.deadline = deadline;
     this.requestId = requestId;
-    this.events = open();
-  }
-
-  /** Starts one attempt, bound to this stream's cancellable context. */
-  private Iterator<GenerateResponse> open() {
-    Context previous = context.attach();
-    try {
-      return start.get();
-    } catch (RuntimeException e) {
-      context.cancel(e);
-      throw e;
-    } finally {
-      context.detach(previous);
-    }
+    this.events = new Events<>(start, retry, deadline);
   }
 
   /**
@@ -64,39 +36,11 @@ public final class GenerateStream
 
   @Override
   public boolean hasNext() {
-    while (!done) {
-      try {
-        if (events.hasNext()) {
-          return true;
-        }
-        end();
-      } catch (RuntimeException e) {
-        Optional<Duration> delay =
-            received || context.isCancelled()
-                ? Optional.empty()
-                : retry.delayAfter(e, attempt++, deadline);
-        if (delay.isEmpty()) {
-          end();
-          throw e;
-        }
-        RetryPolicy.sleep(delay.get());
-        events = open();
-      }
-    }
-    return false;
-  }
-
-  private void end() {
-    done = true;
-    context.cancel(null);
+    return events.hasNext();
   }
 
   @Override
   public GenerateResponse next() {
-    if (!hasNext()) {
-      throw new NoSuchElementException();
-    }
-    received = true;
     return events.next();
   }
 
@@ -114,7 +58,7 @@ public final class GenerateStream
 
   /** Cancels the call client-side (safe from any thread, and after the stream has ended). */
   public void cancel() {
-    context.cancel(null);
+    events.cancel();
   }
 
   /** Cancels the call if it is still open. */

@@ -1,6 +1,7 @@
 package dev.mlxgrpc.client;
 
 import dev.mlxgrpc.v1.AdapterInfo;
+import dev.mlxgrpc.v1.Audio;
 import dev.mlxgrpc.v1.CancelRequest;
 import dev.mlxgrpc.v1.ClassifyRequest;
 import dev.mlxgrpc.v1.ClassifyResponse;
@@ -33,6 +34,7 @@ import dev.mlxgrpc.v1.PrefetchRequest;
 import dev.mlxgrpc.v1.PrefetchResponse;
 import dev.mlxgrpc.v1.RerankRequest;
 import dev.mlxgrpc.v1.RerankResponse;
+import dev.mlxgrpc.v1.TranscribeRequest;
 import dev.mlxgrpc.v1.UnloadAdapterRequest;
 import dev.mlxgrpc.v1.UnloadModelRequest;
 import dev.mlxgrpc.v1.UnloadModelResponse;
@@ -72,7 +74,8 @@ import java.util.function.Function;
  * }</pre>
  *
  * <p>Generate comes blocking ({@link #generate}, {@link #generateText}) and asynchronous
- * ({@link #generateAsync}, {@link #generateTextAsync}). RPCs without a helper (Tokenize,
+ * ({@link #generateAsync}, {@link #generateTextAsync}); Transcribe as a stream of events ({@link
+ * #transcribeStream}) or a whole {@link Transcript} ({@link #transcribe}). RPCs without a helper (Tokenize,
  * Detokenize) are reached through {@link #stub()} and {@link #asyncStub()}.
  */
 public final class MlxGrpcClient implements AutoCloseable {
@@ -187,8 +190,8 @@ public final class MlxGrpcClient implements AutoCloseable {
   }
 
   /**
-   * Cancels a running or queued Generate, Embed, Rerank, Classify or EmbedSparse by its request id (the Cancel
-   * RPC). Returns whether the server found and cancelled it; a cancelled Generate stream then ends
+   * Cancels a running or queued Generate, Embed, Rerank, Classify, EmbedSparse or Transcribe by its request id (the
+   * Cancel RPC). Returns whether the server found and cancelled it; a cancelled Generate stream then ends
    * with a {@code finished} event whose reason is {@code FINISH_REASON_CANCELLED}, the others with
    * CANCELLED.
    */
@@ -300,6 +303,50 @@ public final class MlxGrpcClient implements AutoCloseable {
   /** Embeds {@code inputs} as sparse vectors with the server's first SPLADE model. */
   public SparseEmbeddings embedSparse(List<String> inputs) {
     return embedSparse(EmbedSparseRequest.newBuilder().addAllInputs(inputs).build());
+  }
+
+  /**
+   * Starts a Transcribe: speech to text with a speech model (a model with {@code
+   * getCapabilities().getTranscription()}, kind {@code MODEL_KIND_SPEECH}: a Whisper-class model;
+   * an empty model selects the server's first one). The request's {@code audio} ({@link Audios});
+   * optional {@code language} (ISO 639-1; empty: detected by a multilingual model, English for an
+   * English-only one), {@code task} ({@code TRANSCRIPTION_TASK_TRANSCRIBE}, the default, or {@code
+   * TRANSCRIPTION_TASK_TRANSLATE} into English), {@code prompt} (text the model reads first:
+   * names, vocabulary, spelling), {@code requestId} and {@code priority} (0 gets the client's
+   * default). Iterate the returned stream for its events ({@code started}, then a {@code segment}
+   * per piece of the transcript in time order, then {@code finished}), or {@link
+   * TranscribeStream#collect()} them; an empty request id is filled in client-side, so {@link
+   * TranscribeStream#requestId()} works with {@link #cancel} at once. Errors surface as {@link
+   * io.grpc.StatusRuntimeException} from the iterator: audio that does not match its media type,
+   * too long, cut short or empty is INVALID_ARGUMENT naming {@code audio.media_type} or {@code
+   * audio.data}, a language the model does not know INVALID_ARGUMENT naming {@code language}, a
+   * model that is not a speech model FAILED_PRECONDITION (ErrorInfo reason {@code
+   * UNSUPPORTED_OPERATION}), an unknown one NOT_FOUND.
+   */
+  public TranscribeStream transcribeStream(TranscribeRequest given) {
+    TranscribeRequest request = Priority.orDefault(given, priority);
+    TranscribeRequest req = request.getRequestId().isEmpty()
+        ? request.toBuilder().setRequestId(UUID.randomUUID().toString()).build()
+        : request;
+    Deadline deadline = deadline();
+    return new TranscribeStream(() -> blockingStub(deadline).transcribe(req), retry, deadline, req.getRequestId());
+  }
+
+  /**
+   * Transcribes the request's audio to its end ({@link #transcribeStream}, collected): the {@link
+   * Transcript} has the request id, the model, the audio's duration, the segments (index, start and
+   * end seconds, text, token ids, average log probability, no-speech probability, compression
+   * ratio), the whole text, the language, the segment count and the seconds it took.
+   */
+  public Transcript transcribe(TranscribeRequest request) {
+    try (TranscribeStream stream = transcribeStream(request)) {
+      return stream.collect();
+    }
+  }
+
+  /** Transcribes {@code audio} with the server's first speech model ({@link Audios#audio(Path)}). */
+  public Transcript transcribe(Audio audio) {
+    return transcribe(TranscribeRequest.newBuilder().setAudio(audio).build());
   }
 
   /** Describes {@code model}; an empty name selects the default generation model. */
@@ -571,9 +618,8 @@ public final class MlxGrpcClient implements AutoCloseable {
     }
 
     /**
-     * The priority (-100 to 100) of every Generate, Embed, Rerank, Classify and EmbedSparse request that leaves its
-     * own at 0,
-     * e.g. a batch job's low one; see {@link Priority}.
+     * The priority (-100 to 100) of every Generate, Embed, Rerank, Classify, EmbedSparse and Transcribe request
+     * that leaves its own at 0, e.g. a batch job's low one; see {@link Priority}.
      */
     public Builder priority(int priority) {
       this.priority = priority;

@@ -5,10 +5,12 @@ import dev.mlxgrpc.v1.EmbedRequest;
 import dev.mlxgrpc.v1.EmbedSparseRequest;
 import dev.mlxgrpc.v1.GenerateRequest;
 import dev.mlxgrpc.v1.RerankRequest;
+import dev.mlxgrpc.v1.TranscribeRequest;
 
 /**
  * Request priority: {@code GenerateRequest.priority}, {@code EmbedRequest.priority}, {@code
- * RerankRequest.priority}, {@code ClassifyRequest.priority} and {@code EmbedSparseRequest.priority}, from {@code -MAX} to {@code MAX} (default 0). Higher starts first among
+ * RerankRequest.priority}, {@code ClassifyRequest.priority}, {@code EmbedSparseRequest.priority} and {@code
+ * TranscribeRequest.priority}, from {@code -MAX} to {@code MAX} (default 0). Higher starts first among
  * waiting requests; waiting raises a request's priority, so none starves; the output never
  * changes. A client's default
  * ({@link MlxGrpcClient.Builder#priority(int)}) fills the requests that leave theirs at 0.
@@ -43,6 +45,10 @@ public final class Priority {
   }
 
   static EmbedSparseRequest orDefault(EmbedSparseRequest request, int priority) {
+    return request.getPriority() != 0 || priority == 0 ? request : request.toBuilder().setPriority(priority).build();
+  }
+
+  static TranscribeRequest orDefault(TranscribeRequest request, int priority) {
     return request.getPriority() != 0 || priority == 0 ? request : request.toBuilder().setPriority(priority).build();
   }
 }
