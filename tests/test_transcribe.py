@@ -36,16 +36,17 @@ def whisper_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(whisper_dir, tmp_path_factory):
-    """mlx-audio's transcript of each file, read from a path by its own loader."""
-    from mlx_audio.stt.utils import load_model
+    """mlx-audio's transcript of each file, read from a path by its own loader, with its
+    weights in the dtype the server runs (float32 on a CPU)."""
+    from engine.speech.model import load_whisper
 
-    model = load_model(whisper_dir)
+    model = load_whisper(whisper_dir)
     tmp = tmp_path_factory.mktemp("audio")
     out = {}
     for name, data in AUDIO.items():
         path = tmp / f"{name}.wav"
         path.write_bytes(data)
-        out[name] = model.generate(str(path), temperature=0.0, verbose=None)
+        out[name] = model.generate(str(path), temperature=0.0, verbose=None, fp16=False)
     return out
 
 

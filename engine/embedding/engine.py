@@ -9,7 +9,6 @@ waiters with ``EngineDead``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 from concurrent.futures import Future
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any, AsyncIterator, Callable, TypeVar
 
 from ..caches.objects import ObjectCache
 from ..description import ModelDescription
-from ..errors import InvalidRequest, NotReady, QueueFull, Unsupported
+from ..errors import InvalidRequest, NotReady, Unsupported
 from ..liveness import Breaker
 from ..loading.tokenizer_files import folder_files
 from ..preparation import Preparation
@@ -36,7 +35,7 @@ from ..serving.protocol import Control
 from ..serving.thread import EngineThread
 from ..tenancy import Tenant
 from ..validation import Limits
-from .admission_pool import AdmissionClosed, AdmissionPool, AdmissionRejected
+from .admission_pool import AdmissionPool
 from .batcher import Batcher
 from .checks import check_classify, check_embed, check_embed_sparse, check_rerank
 from .config import EmbeddingConfig
@@ -233,20 +232,10 @@ class EmbeddingEngine:
                 out[index] = SparseEmbedding(index, *nonzero_weights(result.vector, request.top_k), result.tokens)
         return [out[i] for i in range(len(ids))]  # every input answered, or KeyError
 
-    @contextlib.asynccontextmanager
-    async def _admitted(self, request_id: str, tenant: Tenant, priority: int):
+    def _admitted(self, request_id: str, tenant: Tenant, priority: int):
         """Holds an admission lease for a request, its id registered for Cancel: a Cancel call
         ends it with RequestCancelled (the caller's own cancellation stays a CancelledError)."""
-        async with self._slots.held(request_id, tenant) as seat:
-            try:
-                lease = await self._pool.acquire(priority, tenant)
-            except AdmissionRejected:
-                raise QueueFull("the embedding queue is full; retry later") from None
-            except AdmissionClosed:
-                raise NotReady("the server is shutting down") from None
-            with lease:
-                seat.begin()
-                yield seat
+        return self._slots.admitted(self._pool, request_id, tenant, priority, "embedding")
 
     async def _on_thread(self, fn: Callable[[], R]) -> R:
         """``fn()`` run on the engine thread; EngineDead once the engine is broken."""

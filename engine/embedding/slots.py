@@ -14,9 +14,10 @@ import contextlib
 import uuid
 from typing import Iterator
 
-from ..errors import RequestCancelled, echo
+from ..errors import NotReady, QueueFull, RequestCancelled, echo
 from ..serving.admission import OpenRequests, Tenants
 from ..tenancy import Tenant
+from .admission_pool import AdmissionClosed, AdmissionPool, AdmissionRejected
 
 
 class Seat:
@@ -79,6 +80,21 @@ class Slots:
         finally:
             self._cancelled.discard(slot)
             self.running.release(*slot, task)
+
+    @contextlib.asynccontextmanager
+    async def admitted(self, pool: AdmissionPool, request_id: str, tenant: Tenant, priority: int, queue: str):
+        """``held``, then a lease of ``pool`` (in its fair order) while the block runs: QueueFull
+        when the ``queue`` is full, NotReady once the pool is closed."""
+        async with self.held(request_id, tenant) as seat:
+            try:
+                lease = await pool.acquire(priority, tenant)
+            except AdmissionRejected:
+                raise QueueFull(f"the {queue} queue is full; retry later") from None
+            except AdmissionClosed:
+                raise NotReady("the server is shutting down") from None
+            with lease:
+                seat.begin()
+                yield seat
 
     @contextlib.contextmanager
     def counted(self, tenant: Tenant) -> Iterator[Seat]:

@@ -12,7 +12,6 @@ ends the call at once, but a transcription already running on the thread finishe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from concurrent.futures import Future
@@ -21,9 +20,9 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, TypeVar
 
 from ..description import Capabilities, GraphDescriptor, ModelDescription, ModelKind
-from ..embedding.admission_pool import AdmissionClosed, AdmissionPool, AdmissionRejected
+from ..embedding.admission_pool import AdmissionPool
 from ..embedding.slots import Slots
-from ..errors import NotReady, QueueFull
+from ..errors import NotReady
 from ..hardware.device import backend_name, blas_name
 from ..liveness import Breaker
 from ..loading.tokenizer_files import folder_files
@@ -138,18 +137,8 @@ class SpeechEngine:
         self.transcribed_seconds += transcript.audio_seconds
         yield replace(transcript, seconds=time.monotonic() - began)
 
-    @contextlib.asynccontextmanager
-    async def _admitted(self, request_id: str, tenant: Tenant, priority: int):
-        async with self._slots.held(request_id, tenant) as seat:
-            try:
-                lease = await self._pool.acquire(priority, tenant)
-            except AdmissionRejected:
-                raise QueueFull("the transcription queue is full; retry later") from None
-            except AdmissionClosed:
-                raise NotReady("the server is shutting down") from None
-            with lease:
-                seat.begin()
-                yield seat
+    def _admitted(self, request_id: str, tenant: Tenant, priority: int):
+        return self._slots.admitted(self._pool, request_id, tenant, priority, "transcription")
 
     async def _on_thread(self, fn: Callable[[], R]) -> R:
         self.breaker.refuse()

@@ -2,20 +2,22 @@
 mlx-audio's own ``generate`` does (30-second windows, each conditioned on the text before
 it, segment timestamps from the timestamp tokens).
 
-Invariants: the model is loaded and run on its engine thread only; decoding is greedy with
-no temperature fallback (so one file always gives one transcript, the one mlx-audio gives
-with ``temperature=0``); the tokenizer is Hugging Face's from the directory.
+Invariants: the model is loaded and run on its engine thread only, its floating weights in
+the runtime dtype (``load_whisper``); decoding is greedy with no temperature fallback (so
+one file always gives one transcript, the one mlx-audio gives with ``temperature=0`` at
+that dtype); each encoder and decoder block is evaluated on its own and tells the watchdog
+the thread moves; the tokenizer is Hugging Face's from the directory.
 """
 
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import InvalidRequest, UnsupportedModel
+from ..layering import CHECKPOINT, install
 from ..liveness import still_working
 from .audio import SAMPLE_RATE
 from .types import Segment, Transcript, TranscriptionRequest, TranscriptionTask
@@ -27,26 +29,42 @@ def is_speech_config(config: dict) -> bool:
     return config.get("model_type") in FAMILIES
 
 
-@contextmanager
-def _beating(model):
-    """Each 30-second window's decoding tells the watchdog the thread still works."""
-    decode = type(model).decode
+class _Moving:
+    """A block that evaluates its output and tells the watchdog the thread still moves: a
+    window's encoding or decoding is many blocks, and on a CPU a large model's window runs
+    longer than the stall timeout."""
 
-    def window(segment, options):
+    RANK = CHECKPOINT
+
+    def __call__(self, *args, **kwargs):
+        import mlx.core as mx
+
+        out = super().__call__(*args, **kwargs)  # a mixin over the block's class
+        mx.eval(out[0] if isinstance(out, tuple) else out)
         still_working()
-        return decode(model, segment, options)
+        return out
 
-    model.decode = window
-    try:
-        yield
-    finally:
-        del model.decode
+
+def load_whisper(path: Path, dtype: str = "auto"):
+    """mlx-audio's Whisper for the directory, its floating weights in the runtime dtype
+    (float32 on a CPU, where float16 runs several times slower)."""
+    import mlx.core as mx
+    from mlx.utils import tree_map
+    from mlx_audio.stt.utils import load_model
+
+    from ..hardware.device import runtime_dtype
+
+    model = load_model(Path(path))
+    want = runtime_dtype(dtype)
+    if want is not None and model.dtype != want:
+        model.update(tree_map(lambda a: a.astype(want) if mx.issubdtype(a.dtype, mx.floating) else a,
+                              model.parameters()))
+        model.dtype = want
+    return model
 
 
 class SpeechModel:
     def __init__(self, path: Path):
-        from mlx_audio.stt.utils import load_model
-
         config_path = Path(path) / "config.json"
         try:
             config = json.loads(config_path.read_text())
@@ -55,7 +73,9 @@ class SpeechModel:
         if not is_speech_config(config):
             raise UnsupportedModel(f"speech models of type {config.get('model_type')!r} are not served; "
                                    f"served: {', '.join(FAMILIES)}")
-        self.model = load_model(Path(path))
+        self.model = load_whisper(Path(path))
+        for block in (*self.model.encoder.blocks, *self.model.decoder.blocks):
+            install(block, _Moving)
         if getattr(self.model, "_processor", None) is None:
             raise UnsupportedModel(f"{path} has no Whisper processor files (tokenizer and preprocessor_config.json)")
         self.tokenizer = self.model._processor.tokenizer
@@ -93,10 +113,9 @@ class SpeechModel:
         """The transcript of ``samples`` (16 kHz mono float32); engine thread."""
         import mlx.core as mx
 
-        with _beating(self.model):
-            out = self.model.generate(mx.array(samples), language=request.language or None,
-                                      task=request.task.value, temperature=0.0,
-                                      initial_prompt=request.prompt or None, verbose=None)
+        out = self.model.generate(mx.array(samples), language=request.language or None,
+                                  task=request.task.value, temperature=0.0, initial_prompt=request.prompt or None,
+                                  verbose=None, fp16=self.model.dtype == mx.float16)
         segments = tuple(Segment(i, float(s["start"]), float(s["end"]), str(s["text"]),
                                  tuple(int(t) for t in s["tokens"]), float(s["avg_logprob"]),
                                  float(s["no_speech_prob"]), float(s["compression_ratio"]))
