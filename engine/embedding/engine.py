@@ -31,6 +31,7 @@ from ..requests import (
     SparseEmbedding,
 )
 from ..serving.admission import TenantStats
+from ..serving.controls_only import ControlsOnly, Run
 from ..serving.protocol import Control
 from ..serving.thread import EngineThread
 from ..tenancy import Tenant
@@ -39,7 +40,6 @@ from .admission_pool import AdmissionPool
 from .batcher import Batcher
 from .checks import check_classify, check_embed, check_embed_sparse, check_rerank
 from .config import EmbeddingConfig
-from .core import EmbeddingCore, Forward
 from .inputs import cache_key, calls_of, input_ids, text_ids
 from .kinds import describe_model, load_embedder
 from .pooling import EmbeddingModel, EmbeddingResult
@@ -57,8 +57,8 @@ class EmbeddingEngine:
         self.config = config
         self.name = name or Path(self.source).name.lower()
         self.limits = limits
-        self._thread: EngineThread[EmbeddingModel, Any, EmbeddingCore] = EngineThread(
-            f"embed-{self.name}", self._load, EmbeddingCore)
+        self._thread: EngineThread[EmbeddingModel, Any, ControlsOnly[EmbeddingModel]] = EngineThread(
+            f"embed-{self.name}", self._load, ControlsOnly)
         self._pool = AdmissionPool(config.max_active, config.max_queued, aging_s=config.priority_aging_s)
         self._model: EmbeddingModel | None = None
         self.weights_bytes = 0  # of the encoder in memory, once loaded
@@ -79,7 +79,7 @@ class EmbeddingEngine:
     async def start(self) -> None:
         self._model = await asyncio.wrap_future(self._thread.start())
 
-    def control(self, control: Control[EmbeddingCore, T]) -> Future[T]:
+    def control(self, control: Control[ControlsOnly[EmbeddingModel], T]) -> Future[T]:
         """``control.answer(core)`` on the engine thread, after the work queued before it."""
         return self._thread.ask(control)
 
@@ -240,7 +240,7 @@ class EmbeddingEngine:
     async def _on_thread(self, fn: Callable[[], R]) -> R:
         """``fn()`` run on the engine thread; EngineDead once the engine is broken."""
         self.breaker.refuse()
-        return await asyncio.wrap_future(self._thread.ask(Forward(fn)))
+        return await asyncio.wrap_future(self._thread.ask(Run(fn)))
 
     def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
         return self.model.tokenize(text, add_special_tokens)

@@ -28,13 +28,13 @@ from ..liveness import Breaker
 from ..loading.tokenizer_files import folder_files
 from ..preparation import Preparation
 from ..serving.admission import TenantStats
+from ..serving.controls_only import ControlsOnly, Run
 from ..serving.protocol import Control
 from ..serving.thread import EngineThread
 from ..tenancy import Tenant
 from ..validation import Limits, check_text_bytes
 from .audio import SAMPLE_RATE, check_audio, decode
 from .config import SpeechConfig
-from .core import SpeechCore, Transcribe
 from .model import SpeechModel
 from .types import Transcript, TranscriptionRequest, TranscriptionStarted
 
@@ -50,8 +50,8 @@ class SpeechEngine:
         self.config = config
         self.name = name or Path(self.source).name.lower()
         self.limits = limits
-        self._thread: EngineThread[SpeechModel, Any, SpeechCore] = EngineThread(
-            f"speech-{self.name}", self._load, SpeechCore)
+        self._thread: EngineThread[SpeechModel, Any, ControlsOnly[SpeechModel]] = EngineThread(
+            f"speech-{self.name}", self._load, ControlsOnly)
         self._pool = AdmissionPool(config.max_active, config.max_queued, aging_s=config.priority_aging_s)
         self._model: SpeechModel | None = None
         self.weights_bytes = 0
@@ -72,7 +72,7 @@ class SpeechEngine:
         self._pool.close()
         await asyncio.to_thread(self._thread.stop)
 
-    def control(self, control: Control[SpeechCore, T]) -> Future[T]:
+    def control(self, control: Control[ControlsOnly[SpeechModel], T]) -> Future[T]:
         return self._thread.ask(control)
 
     @property
@@ -142,7 +142,7 @@ class SpeechEngine:
 
     async def _on_thread(self, fn: Callable[[], R]) -> R:
         self.breaker.refuse()
-        return await asyncio.wrap_future(self._thread.ask(Transcribe(fn)))
+        return await asyncio.wrap_future(self._thread.ask(Run(fn)))
 
     def tokenizer_files(self) -> dict[str, bytes]:
         """What a router needs to tokenize as this model does, by file name; blocking."""
