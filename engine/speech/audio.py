@@ -100,11 +100,12 @@ def _stream_info(field: str, kind: str, data: bytes) -> Header:
     return Header(float(info.duration), int(info.sample_rate), int(info.nchannels))
 
 
-def decode(field: str, audio: AudioInput, limits) -> np.ndarray:
-    """[samples] float32 at 16 kHz, mono (blocking): the whole file, as mlx-audio reads it."""
+def decode(field: str, audio: AudioInput, limits, header: Header | None = None) -> np.ndarray:
+    """[samples] float32 at 16 kHz, mono (blocking): the whole file, as mlx-audio reads it;
+    ``header``: what ``check_audio`` already found (checked here otherwise)."""
     from mlx_audio.audio_io import read
 
-    header = check_audio(field, audio, limits)
+    header = header or check_audio(field, audio, limits)
     data = f"{field}.data"
     try:
         samples, _ = read(io.BytesIO(audio.data), dtype="float32", sample_rate=SAMPLE_RATE, nchannels=1)

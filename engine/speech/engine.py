@@ -131,7 +131,7 @@ class SpeechEngine:
         async with self._admitted(request.request_id, request.tenant, request.priority) as seat:
             began = time.monotonic()
             seat.charge(math.ceil(header.seconds * TOKENS_PER_SECOND))
-            samples = await self.preparation.run(request.tenant, decode, "audio", request.audio, self.limits)
+            samples = await self.preparation.run(request.tenant, decode, "audio", request.audio, self.limits, header)
             yield TranscriptionStarted(request.request_id, len(samples) / SAMPLE_RATE)
             transcript = await self._on_thread(lambda: model.transcribe(samples, request))
         self.transcribed_seconds += transcript.audio_seconds
