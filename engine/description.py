@@ -65,6 +65,7 @@ class MediaSupport:
 
     input: str = "embeddings"
     video: bool = False
+    audio: bool = False
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,12 @@ class Limits:
     max_image_bytes: int = setting(20 * 1024 * 1024, "cap on the encoded bytes of one image in a prompt")
     max_image_pixels: int = setting(4096 * 4096, "cap on the pixels (width x height) of one image, read from "
                                                  "its header before anything is decoded")
-    max_audio_bytes: int = setting(25 * 1024 * 1024, "cap on the encoded bytes of Transcribe's audio")
-    max_audio_seconds: float = setting(600.0, "cap on Transcribe's audio duration, read from its header before "
-                                              "anything is decoded", metavar="SECONDS")
+    max_audios: int = setting(4, "cap on audio files per request (a chat prompt's)")
+    max_audio_bytes: int = setting(25 * 1024 * 1024, "cap on the encoded bytes of one audio file (Transcribe's, "
+                                                     "or one in a prompt)")
+    max_audio_seconds: float = setting(600.0, "cap on one audio file's duration (Transcribe's, or one in a "
+                                              "prompt), read from its header before anything is decoded",
+                                       metavar="SECONDS")
     max_videos: int = setting(4, "cap on videos per request")
     max_video_bytes: int = setting(64 * 1024 * 1024, "cap on the encoded bytes of one video in a prompt")
     max_video_seconds: float = setting(600.0, "cap on one video's duration (frames / frame rate), read from its "

@@ -17,6 +17,7 @@ from .pooling_requests import (  # noqa: F401 - re-exported: the engine's reques
     RerankScore,
     SparseEmbedding,
 )
+from .speech.types import AudioInput as AudioPart  # an audio file in a chat prompt, as Transcribe's
 from .tenancy import ANONYMOUS, Tenant
 
 
@@ -51,14 +52,14 @@ class VideoPart:
     media_type: str
 
 
-MediaPart = Union[ImagePart, VideoPart]
-Part = Union[TextPart, ImagePart, VideoPart]
+MediaPart = Union[ImagePart, VideoPart, AudioPart]
+Part = Union[TextPart, ImagePart, VideoPart, AudioPart]
 
 
 @dataclass(frozen=True)
 class ChatMessage:
     """``content`` is the message's text; ``parts``, when set, the same text with images
-    and videos in their order (``content`` then joins the text parts)."""
+    videos and audio in their order (``content`` then joins the text parts)."""
 
     role: str
     content: str
@@ -73,8 +74,8 @@ class ChatMessage:
 
     @property
     def media(self) -> tuple[MediaPart, ...]:
-        """Images and videos, in order."""
-        return tuple(p for p in self.parts if isinstance(p, (ImagePart, VideoPart)))
+        """Images, videos and audio, in order."""
+        return tuple(p for p in self.parts if isinstance(p, (ImagePart, VideoPart, AudioPart)))
 
 
 @dataclass(frozen=True)
@@ -121,12 +122,16 @@ class ChatPrompt:
 
     @property
     def has_media(self) -> bool:
-        """Any image or video part."""
+        """Any image, video or audio part."""
         return any(m.media for m in self.messages)
 
     @property
     def has_videos(self) -> bool:
         return any(isinstance(p, VideoPart) for m in self.messages for p in m.parts)
+
+    @property
+    def has_audio(self) -> bool:
+        return any(isinstance(p, AudioPart) for m in self.messages for p in m.parts)
 
 
 Prompt = Union[TextPrompt, TokenPrompt, ChatPrompt]

@@ -15,6 +15,7 @@ from .errors import InvalidRequest
 from .limits import BYTES_PER_TOKEN, MAX_JSON_DEPTH, Limits  # noqa: F401 - re-exported: the checks' limits
 from .requests import ChatPrompt, GenerationRequest, SamplingOptions, StopOptions, TextPrompt, TokenPrompt
 from .tenancy import MAX_PRIORITY
+from .vision.audio import check_audios
 from .vision.images import check_images
 from .vision.video import check_videos
 
@@ -54,6 +55,7 @@ def validate_request(request: GenerationRequest, vocab_size: int, limits: Limits
     if isinstance(request.prompt, ChatPrompt) and request.prompt.has_media:
         check_images(request.prompt, limits)
         check_videos(request.prompt, limits)
+        check_audios(request.prompt, limits)
     if request.top_logprobs < 0 or request.top_logprobs > limits.max_top_logprobs:
         raise InvalidRequest("top_logprobs", f"must be between 0 and {limits.max_top_logprobs}")
     check_prompt_logprobs(request, len(request.prompt.ids) if isinstance(request.prompt, TokenPrompt) else None,
@@ -73,7 +75,7 @@ def check_prompt_logprobs(request: GenerationRequest, prompt_tokens: int | None,
     if not 0 <= k <= MAX_PROMPT_ALTERNATIVES:
         raise InvalidRequest("prompt_logprobs", f"must be between 0 and {MAX_PROMPT_ALTERNATIVES}")
     if isinstance(request.prompt, ChatPrompt) and request.prompt.has_media:
-        raise InvalidRequest("prompt_logprobs", "is not supported for prompts with images or videos")
+        raise InvalidRequest("prompt_logprobs", "is not supported for prompts with images, videos or audio")
     if prompt_tokens is not None and prompt_tokens * (1 + k) > limits.max_prompt_logprobs:
         raise InvalidRequest("prompt_logprobs", f"{prompt_tokens} prompt tokens x {1 + k} values exceed the "
                                                 f"server's limit of {limits.max_prompt_logprobs}")

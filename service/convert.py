@@ -9,6 +9,7 @@ from engine.description import MediaSupport, ModelDescription, ModelKind
 from engine.errors import InvalidRequest
 from engine.events import Delta, Event, Finished, FinishReason, PromptLogprobs, Started
 from engine.requests import (
+    AudioPart,
     ChatMessage,
     ChatPrompt,
     FormatKind,
@@ -171,7 +172,9 @@ def _part(field: str, p: gen_pb.ContentPart) -> Part:
         return ImagePart(p.image.data, p.image.media_type)
     if which == "video":
         return VideoPart(p.video.data, p.video.media_type)
-    raise InvalidRequest(field, "set text, image or video")
+    if which == "audio":
+        return AudioPart(p.audio.data, p.audio.media_type)
+    raise InvalidRequest(field, "set text, image, video or audio")
 
 
 def _json_value(field: str, text: str) -> object:
@@ -288,7 +291,7 @@ _MEDIA_INPUT = {"embeddings": model_pb.MEDIA_INPUT_EMBEDDINGS,
 
 
 def _media(m: MediaSupport | None) -> model_pb.MediaSupport | None:
-    return model_pb.MediaSupport(input=_MEDIA_INPUT[m.input], video=m.video) if m is not None else None
+    return model_pb.MediaSupport(input=_MEDIA_INPUT[m.input], video=m.video, audio=m.audio) if m is not None else None
 
 
 def adapter_info(a: AdapterInfo, sources: bool = True) -> model_pb.AdapterInfo:

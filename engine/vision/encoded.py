@@ -36,7 +36,7 @@ class EncodedImages:
         if self._cache is not None and (lease := self._cache.take(key)) is not None:
             with lease as features:
                 return features
-        features = self.tower.features(image.pixels)[0]
+        features = self.tower.audio_features(image.pixels) if image.audio else self.tower.features(image.pixels)[0]
         if features.shape[0] != image.features:  # the runs were sized from the processed image
             raise ValueError(f"an image gave {features.shape[0]} features for {image.features} positions")
         mx.eval(features)

@@ -9,9 +9,11 @@ written at the image's positions in place of the token embeddings; an image beco
 the runs of image-token positions ``process`` names (one run of ``tokens_for(pixels)``
 positions, or one run per tile: idefics3), and ``features`` gives one row per position of
 those runs, in order. A video (``video`` set: Qwen2.5-VL) is one run of positions over
-its (time, height, width) grid, like an image of many frames. Families: llava here,
+its (time, height, width) grid, like an image of many frames; an audio file (``audio``
+set: Qwen3-Omni) is one run of audio-token positions holding the audio tower's output
+for its mel features, at text positions. Families: llava here,
 gemma3 in ``vision/gemma3.py``, idefics3 and smolvlm in ``vision/idefics3.py``,
-qwen2_5_vl and qwen3_vl (multi-axis positions) in ``vision/qwen_vl.py``.
+qwen2_5_vl, qwen3_vl and qwen3_omni_moe (multi-axis positions) in ``vision/qwen_vl.py``.
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ from ..errors import UnsupportedModel
 from .video import Sampling
 
 # model types served with images (llava: an mlx-lm llama/qwen2 text side; idefics3/smolvlm: llama;
-# qwen2_5_vl / qwen3_vl: qwen2 / qwen3 with M-RoPE)
-FAMILIES = ("llava", "gemma3", "idefics3", "smolvlm", "qwen2_5_vl", "qwen3_vl")
+# qwen2_5_vl / qwen3_vl: qwen2 / qwen3 with M-RoPE; qwen3_omni_moe: its thinker, qwen3_moe with M-RoPE)
+FAMILIES = ("llava", "gemma3", "idefics3", "smolvlm", "qwen2_5_vl", "qwen3_vl", "qwen3_omni_moe")
 
 
 def is_vision_config(config: Mapping[str, Any]) -> bool:
     """A vision-language checkpoint this engine serves with images."""
-    return config.get("model_type") in FAMILIES and isinstance(config.get("vision_config"), Mapping)
+    inner = config.get("thinker_config") if config.get("model_type") == "qwen3_omni_moe" else config
+    return config.get("model_type") in FAMILIES and isinstance((inner or {}).get("vision_config"), Mapping)
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class ProcessedImage:
     text: str | None
     runs: tuple[int, ...]
     grid: tuple[int, int, int] | None = None
+    audio: bool = False  # ``pixels`` are an audio file's mel features [mel bins, frames]
+    salt: bytes = b""  # joins the file's bytes in its cache key: what else decides its features
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,17 @@ class VideoInput:
     # <|vision_end|>"), replaced before tokenizing by one "<t.t seconds>" block per pair of
     # frames; None: the placeholder token is expanded to one run in the ids (Qwen2.5-VL)
     wrapped: str | None = None
+
+
+@dataclass(frozen=True)
+class AudioSupport:
+    """How a model takes audio: its feature extractor (Whisper's log-mel, as the model's
+    processor computes it), the audio token a file's run of positions holds, and the longest
+    file the extractor reads whole (longer ones it would cut)."""
+
+    extractor: Any
+    token_id: int
+    max_seconds: float
 
 
 @dataclass
@@ -91,6 +107,7 @@ class VisionTower:
     # forward, or "embeddings+positions" where the image's positions are multi-axis (M-RoPE).
     media_input: str = "embeddings"
     video: VideoInput | None = None  # None: the model takes no video (GraphCapabilities.media.video)
+    audio: AudioSupport | None = None  # None: the model takes no audio (GraphCapabilities.media.audio)
 
     def process(self, image) -> ProcessedImage:
         """``image`` (RGB PIL) as the prompt holds it (plain numpy work, any thread)."""
@@ -101,6 +118,15 @@ class VisionTower:
         """``frames`` ([n, 3, height, width] uint8 RGB, at ``times`` seconds) as the prompt
         holds the video."""
         raise NotImplementedError(f"{type(self).__name__} takes no video")
+
+    def process_audio(self, files: list[np.ndarray]) -> list[ProcessedImage]:
+        """A prompt's audio ``files`` (16 kHz mono float32 samples each) as the prompt holds
+        them: extracted together, as the model's processor extracts one prompt's files."""
+        raise NotImplementedError(f"{type(self).__name__} takes no audio")
+
+    def audio_features(self, mel: np.ndarray) -> mx.array:
+        """[tokens, text hidden]: the audio tower's output for one file's ``mel`` (engine thread)."""
+        raise NotImplementedError(f"{type(self).__name__} takes no audio")
 
     def pixels(self, images: list) -> np.ndarray:
         """[n, channels, height, width] float32 from RGB PIL images."""
@@ -134,7 +160,7 @@ def load_vision_model(path: Path, config: dict[str, Any]):
         raise UnsupportedModel(f"{config.get('model_type')} checkpoints quantized other than by MLX's affine "
                                "quantization are not served")
     vlm, processor = mlx_vlm.load(str(path))
-    if config["model_type"] in ("qwen2_5_vl", "qwen3_vl"):
+    if config["model_type"] in ("qwen2_5_vl", "qwen3_vl", "qwen3_omni_moe"):
         from .qwen_vl import load_qwen_vl
         return load_qwen_vl(vlm, processor, path, config)
     if config["model_type"] in ("idefics3", "smolvlm"):

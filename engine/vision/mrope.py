@@ -54,6 +54,8 @@ def prompt_positions(length: int, images: Sequence) -> tuple[np.ndarray, int]:
 def _blocks(images: Sequence):
     """(start, end, grid) of each run of multi-axis positions."""
     for img in images:
+        if img.grid is None:  # an audio file: text positions
+            continue
         runs = img.feature_runs
         if len(runs) == 1:
             yield img.start + runs[0][0], img.start + runs[0][0] + runs[0][1], img.grid

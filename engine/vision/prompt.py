@@ -1,12 +1,12 @@
-"""An image chat's token ids: each image's (and video's) placeholder, as the chat template renders it,
+"""An image chat's token ids: each image's (video's, audio file's) placeholder, as the chat template renders it,
 expanded to the image's runs of image-token positions (llava: the placeholder token in
 the ids, one run; gemma3, idefics3: the placeholder in the text, replaced by the
 processor's own text for that image before tokenizing, as its processor does; an
 idefics3 image is one run per tile, with the processor's markers between them).
 
 Invariants: the placeholders in the rendered prompt are exactly the request's images and
-videos, in order, each of its own kind (a video is one run, on the models that take
-video), and every image-token id of the result lies in one of its image's runs, whose
+videos and audio files, in order, each of its own kind (a video or an audio file is one run,
+on the models that take it), and every image-token id of the result lies in one of its image's runs, whose
 lengths are the ones the image was processed to (a placeholder, image token or marker
 typed as text, or a template that drops one, is refused); an image's span runs from its
 first run's start to its last run's end and never reaches the prompt's last token, which
@@ -24,7 +24,9 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import InvalidRequest
-from ..requests import ChatPrompt, ImagePart, MediaPart, VideoPart
+from ..requests import AudioPart, ChatPrompt, ImagePart, MediaPart, VideoPart
+from ..speech.audio import SAMPLE_RATE
+from .audio import decode_audio
 from .images import decode, image_parts
 from .model import ProcessedImage, VisionTower
 from .video import decode as decode_video
@@ -41,6 +43,7 @@ class PromptImage:
     # (offset in the span, length) of each run of feature positions; () is one run: the span
     runs: tuple[tuple[int, int], ...] = ()
     grid: tuple[int, int, int] | None = None  # (t, h, w) of its multi-axis positions (M-RoPE models)
+    audio: bool = False  # an audio file: ``pixels`` are its mel features, its positions text positions
 
     @property
     def end(self) -> int:
@@ -64,14 +67,18 @@ def expand_images(text: str, tokenizer, prompt: ChatPrompt, tower: VisionTower, 
         return _expand_text(text, tokenizer, prompt, tower, limits)
     parts = list(media_parts(prompt))
     processed: list[ProcessedImage | None] = [None] * len(parts)
+    _process_audio(parts, processed, tower, limits)
     if tower.video is not None and tower.video.wrapped is not None:  # videos expanded in the text (Qwen3-VL)
         text = _expand_videos(text, parts, processed, tower, limits)
     ids = tokenizer.encode(text, add_special_tokens=False)
     kinds: dict[int, type] = {tower.image_token_id: ImagePart}
     if tower.video is not None:
         kinds[tower.video.token_id] = VideoPart
+    if tower.audio is not None:
+        kinds[tower.audio.token_id] = AudioPart
     marks = deque(i for i, t in enumerate(ids) if t in kinds)  # every image and video token
-    _check_count(len(marks) - sum(sum(p.runs) - 1 for p in processed if p is not None), len(parts))
+    _check_count(len(marks) - sum(sum(p.runs) - 1 for p in processed if p is not None and p.text is not None),
+                 len(parts))
     out: list[int] = []
     images: list[PromptImage] = []
     i = 0
@@ -79,15 +86,15 @@ def expand_images(text: str, tokenizer, prompt: ChatPrompt, tower: VisionTower, 
         mark = marks[0]
         token = ids[mark]
         if not isinstance(part, kinds[token]):
-            raise InvalidRequest("chat.messages", "the rendered prompt's image and video placeholders are not in "
-                                                  "the order of the parts (is one typed as text?)")
+            raise InvalidRequest("chat.messages", "the rendered prompt's image, video and audio placeholders are "
+                                                  "not in the order of the parts (is one typed as text?)")
         p = processed[k] or _processed(field, part, tower, limits)
         out += ids[i:mark]
-        digest = hashlib.sha256(part.data).digest()
+        digest = hashlib.sha256(part.data + p.salt).digest()
         if p.text is None:  # one placeholder token, expanded to the item's run here
             marks.popleft()
             (n,) = p.runs
-            images.append(PromptImage(len(out), n, p.pixels, digest, grid=p.grid))
+            images.append(PromptImage(len(out), n, p.pixels, digest, grid=p.grid, audio=p.audio))
             out += [token] * n
             i = mark + 1
             continue
@@ -126,19 +133,39 @@ def _expand_videos(text: str, parts, processed: list, tower: VisionTower, limits
     return pieces[0] + "".join(t + piece for t, piece in zip(texts, pieces[1:]))
 
 
+_NAMES = {ImagePart: "image", VideoPart: "video", AudioPart: "audio"}
+
+
 def media_parts(prompt: ChatPrompt) -> Iterator[tuple[str, MediaPart]]:
-    """Each image and video of ``prompt`` with its field path, in prompt order."""
+    """Each image, video and audio file of ``prompt`` with its field path, in prompt order."""
     for i, message in enumerate(prompt.messages):
         for j, part in enumerate(message.parts):
-            if isinstance(part, (ImagePart, VideoPart)):
-                yield f"chat.messages[{i}].parts[{j}].{'video' if isinstance(part, VideoPart) else 'image'}", part
+            if isinstance(part, (ImagePart, VideoPart, AudioPart)):
+                yield f"chat.messages[{i}].parts[{j}].{_NAMES[type(part)]}", part
 
 
 def _processed(field: str, part: MediaPart, tower: VisionTower, limits) -> ProcessedImage:
     if isinstance(part, ImagePart):
         return tower.process(decode(f"{field}.data", part, limits))
-    assert tower.video is not None
+    assert tower.video is not None and isinstance(part, VideoPart)  # audio is processed beforehand
     return tower.process_video(*decode_video(field, part, limits, tower.video.sampling))
+
+
+def _process_audio(parts, processed: list, tower: VisionTower, limits) -> None:
+    """Fills ``processed`` for the audio files, decoded one by one and extracted together."""
+    heard = [k for k, (_, part) in enumerate(parts) if isinstance(part, AudioPart)]
+    if not heard or tower.audio is None:
+        return
+    files = []
+    for k in heard:
+        field = parts[k][0]
+        samples = decode_audio(field, parts[k][1], limits)
+        if len(samples) > tower.audio.max_seconds * SAMPLE_RATE:
+            raise InvalidRequest(f"{field}.data", f"{len(samples) / SAMPLE_RATE:.1f} seconds; the model reads at most "
+                                                  f"{tower.audio.max_seconds:g} seconds of one audio file")
+        files.append(samples)
+    for k, p in zip(heard, tower.process_audio(files)):
+        processed[k] = p
 
 
 def _text_of(image: ProcessedImage) -> str:
@@ -148,8 +175,9 @@ def _text_of(image: ProcessedImage) -> str:
 
 def _check_count(found: int, images: int) -> None:
     if found != images:
-        raise InvalidRequest("chat.messages", f"the rendered prompt holds {found} image and video placeholders for "
-                                              f"{images} images and videos (is an image token typed as text?)")
+        raise InvalidRequest("chat.messages", f"the rendered prompt holds {found} media placeholders for "
+                                              f"{images} images, videos and audio files (is an image token typed "
+                                              "as text?)")
 
 
 def _expand_text(text: str, tokenizer, prompt: ChatPrompt, tower: VisionTower, limits

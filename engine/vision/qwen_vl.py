@@ -1,6 +1,7 @@
 """The vision side of Qwen2.5-VL (``Qwen2_5_VLForConditionalGeneration``, model type
-"qwen2_5_vl") and Qwen3-VL (``Qwen3VLForConditionalGeneration``, "qwen3_vl") as mlx-vlm
-computes it, for mlx-lm's qwen2 / qwen3 with multi-axis positions.
+"qwen2_5_vl"), Qwen3-VL (``Qwen3VLForConditionalGeneration``, "qwen3_vl") and Qwen3-Omni's
+thinker (``Qwen3OmniMoeForConditionalGeneration``, "qwen3_omni_moe": images and audio) as
+mlx-vlm computes it, for mlx-lm's qwen2 / qwen3 / qwen3_moe with multi-axis positions.
 
 Invariants, each what mlx-vlm's qwen2_5_vl / qwen3_vl does, so greedy output matches it:
 the text model is a qwen2 (head_dim hidden / heads) or qwen3 with the fields mlx-vlm's
@@ -17,7 +18,10 @@ blocks: ``mrope.DeepStackBlock``); its positions are the merged grid's
 its sampled frames on a (t, h, w) grid (t: frame pairs), expanded from ``<|video_pad|>``
 to one run of t * h * w / merge^2 tokens, its time index the frame pair's (mlx-vlm's
 ``get_rope_index``: no seconds scaling); the tower encodes it a pair of frames at a time
-(its attention never crosses frames, so the features are the whole video's).
+(its attention never crosses frames, so the features are the whole video's). An audio
+file (Qwen3-Omni) is the feature extractor's log-mel frames of the whole file, its ``<|audio_pad|>`` expanded to the
+audio tower's output length (13 tokens per 100 frames), written at the run unscaled, at
+text positions (mlx-vlm's ``get_rope_index`` gives audio no grid).
 """
 
 from __future__ import annotations
@@ -33,13 +37,16 @@ from ..errors import UnsupportedModel
 from ..liveness import still_working
 from . import mrope
 from .gemma3 import untie
-from .model import ProcessedImage, VideoInput, VisionTower, text_model, tokenizer_for
+from .model import AudioSupport, ProcessedImage, VideoInput, VisionTower, text_model, tokenizer_for
 from .video import Sampling
 
 _TEXT_FIELDS = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads", "rms_norm_eps",
                 "vocab_size", "num_key_value_heads", "max_position_embeddings", "rope_theta", "tie_word_embeddings")
 # model type -> (mlx-lm model type of its text side, M-RoPE style, text fields besides _TEXT_FIELDS)
-FAMILIES = {"qwen2_5_vl": ("qwen2", "chunked", ()), "qwen3_vl": ("qwen3", "interleaved", ("head_dim",))}
+FAMILIES = {"qwen2_5_vl": ("qwen2", "chunked", ()), "qwen3_vl": ("qwen3", "interleaved", ("head_dim",)),
+            "qwen3_omni_moe": ("qwen3_moe", "interleaved", ("head_dim", "num_experts", "num_experts_per_tok",
+                                                            "decoder_sparse_step", "mlp_only_layers",
+                                                            "moe_intermediate_size", "norm_topk_prob"))}
 # families served with video; Qwen3-VL's videos carry a "<t.t seconds>" marker per pair of frames
 VIDEO = ("qwen2_5_vl", "qwen3_vl")
 TIMESTAMPED = ("qwen3_vl",)
@@ -76,6 +83,28 @@ class QwenVLTower(VisionTower):
         text = timestamped(video.wrapped, times, video.processor.temporal_patch_size, t, per_frame)
         return ProcessedImage(pixels, text, (per_frame,) * t, grid)
 
+    def process_audio(self, files: list[np.ndarray]) -> list[ProcessedImage]:
+        audio = self.audio
+        assert audio is not None
+        out = audio.extractor(files, padding=True)  # as mlx-vlm's prepare_inputs has its processor call it
+        mel = np.asarray(out["input_features"], dtype=np.float32)
+        mask = out.get("attention_mask")
+        frames = np.full(len(files), mel.shape[-1]) if mask is None else np.asarray(mask).sum(-1)
+        if mask is not None and np.asarray(mask).shape[-1] > mel.shape[-1]:  # a mask over samples, not frames
+            frames //= np.asarray(mask).shape[-1] // mel.shape[-1]
+        padded = mel.shape[-1].to_bytes(4, "little")  # a file's frames depend on the longest one's length too
+        return [ProcessedImage(mel[k, :, :n], None, (audio_tokens(int(n)),), audio=True, salt=padded)
+                for k, n in enumerate(frames)]
+
+    def audio_features(self, mel: np.ndarray) -> mx.array:
+        self.encoded += 1
+        tower = self.vlm.audio_tower
+        x = mx.array(mel).astype(tower.conv2d1.weight.dtype)
+        out = tower(x, feature_lens=mx.array([mel.shape[-1]], dtype=mx.int32))
+        mx.eval(out)
+        still_working()  # a long file is many steps' work: the watchdog sees it move
+        return out
+
     def tokens_for(self, pixels: np.ndarray) -> int:
         return pixels.shape[0] * pixels.shape[1] * pixels.shape[2] // self.merge ** 2
 
@@ -97,6 +126,14 @@ class QwenVLTower(VisionTower):
                 still_working()  # a long video's tower is many steps' work: the watchdog sees it move
             groups.append(out)
         return mx.concatenate(groups, axis=0)[None]
+
+
+def audio_tokens(frames: int) -> int:
+    """The audio tower's output length for ``frames`` mel frames (each 100 frames give 13
+    tokens; the remainder through its three stride-2 convolutions), as mlx-vlm counts it."""
+    rest = frames % 100
+    after = (rest - 1) // 2 + 1
+    return ((after - 1) // 2 + 1 - 1) // 2 + 1 + frames // 100 * 13
 
 
 def timestamped(wrapped: str, times: np.ndarray, pair: int, groups: int, per_frame: int) -> str:
@@ -133,10 +170,15 @@ def sections_of(vlm) -> list[int]:
 
 
 def load_qwen_vl(vlm, processor, path: Path, config: dict[str, Any]):
-    """(mlx-lm qwen2 / qwen3 with M-RoPE, tokenizer, QwenVLTower) from mlx-vlm's loaded model."""
+    """(mlx-lm qwen2 / qwen3 / qwen3_moe with M-RoPE, tokenizer, QwenVLTower) from mlx-vlm's
+    loaded model (Qwen3-Omni: its thinker; the talker is not loaded)."""
     from ..mlx_typed import flatten
 
     model_type = config["model_type"]
+    if model_type == "qwen3_omni_moe":
+        if getattr(vlm, "has_talker", False):
+            vlm.disable_talker()
+        vlm = vlm.thinker
     text_config = text_config_of(vlm, model_type)
     weights = untie(dict(flatten(vlm.language_model.parameters())))
     text_config["tie_word_embeddings"] = "lm_head.weight" not in weights
@@ -152,8 +194,11 @@ def load_qwen_vl(vlm, processor, path: Path, config: dict[str, Any]):
     mrope.install_deepstack(text.layers[:deepstack])
     tokenizer = tokenizer_for(path, config, text_config)
     image_id = int(vlm.config.image_token_id)
-    if processor.image_token_id != image_id:
-        raise UnsupportedModel(f"the processor's image token {processor.image_token_id} is not the model's "
+    processor_image_id = getattr(processor, "image_token_id", None)
+    if processor_image_id is None:
+        processor_image_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    if processor_image_id != image_id:
+        raise UnsupportedModel(f"the processor's image token {processor_image_id} is not the model's "
                                f"image token {image_id}")
     vision = vlm.config.vision_config
     image = processor.image_processor
@@ -163,7 +208,25 @@ def load_qwen_vl(vlm, processor, path: Path, config: dict[str, Any]):
     return text, tokenizer, QwenVLTower(vlm, image, image_id, int(vision.patch_size), 0,
                                         media_input="embeddings+positions", merge=int(vision.spatial_merge_size),
                                         video=video_input(vlm, processor, model_type in TIMESTAMPED)
-                                        if model_type in VIDEO else None)
+                                        if model_type in VIDEO else None,
+                                        audio=audio_support(vlm, processor) if model_type == "qwen3_omni_moe"
+                                        else None)
+
+
+def audio_support(thinker, processor) -> AudioSupport:
+    """The thinker's feature extractor and audio token, checked against its audio tower."""
+    from ..speech.audio import SAMPLE_RATE
+
+    extractor = processor.feature_extractor
+    token = int(thinker.config.audio_token_id)
+    if processor.tokenizer.convert_tokens_to_ids(processor.audio_token) != token:
+        raise UnsupportedModel(f"the processor's audio token {processor.audio_token!r} is not the model's "
+                               f"audio token {token}")
+    if extractor.sampling_rate != SAMPLE_RATE or extractor.feature_size != thinker.config.audio_config.num_mel_bins:
+        raise UnsupportedModel(f"the feature extractor's {extractor.feature_size} mel bins at "
+                               f"{extractor.sampling_rate} Hz are not the audio tower's "
+                               f"{thinker.config.audio_config.num_mel_bins} at {SAMPLE_RATE}")
+    return AudioSupport(extractor, token, extractor.n_samples / extractor.sampling_rate)
 
 
 def video_input(vlm, processor, timestamps: bool) -> VideoInput | None:

@@ -9,7 +9,8 @@ keep their token embeddings); a chunk boundary may fall anywhere inside an image
 key an image's positions hold ids derived from the digest of its bytes and the position
 in its run, all at or above 2**31 (beyond any vocabulary, within 32 bits), so a prefix
 matches only where the same images sit at the same places. A prompt whose images have
-multi-axis grids (M-RoPE) keeps its positions and its shift (``mrope.prompt_positions``).
+multi-axis grids (M-RoPE) keeps its positions and its shift (``mrope.prompt_positions``;
+an audio file's positions are text positions).
 Features wider than the text model (DeepStack: the tower's k more layers' features after
 its output, each as wide) give their chunk's ``deepstack`` [k, 1, L, hidden], zero at
 positions that are not the image's.
@@ -43,7 +44,7 @@ class ImageRows:
         self._keys = [_key_ids(img.digest, img.length) for img in images]
         self.positions, self.shift = None, 0  # [3, prompt_len] int32 and the shift past it (M-RoPE)
         self.deepstack: tuple[int, mx.array] | None = None  # (chunk start, [k, 1, L, hidden]) of the last chunk
-        if images and all(img.grid is not None for img in images):
+        if any(img.grid is not None for img in images):  # audio files keep text positions
             self.positions, self.shift = prompt_positions(prompt_len, images)
 
     def key(self, tokens: Sequence[int]) -> list[int]:

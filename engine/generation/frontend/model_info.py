@@ -31,7 +31,8 @@ def describe_generation(m: LoadedModel, speculation: Speculation, response_forma
         capabilities=Capabilities(prefill_bounded_workspace=True, speculation=speculation,
                                   hidden_layer_taps=taps, native_draft=native_draft,
                                   response_formats=response_formats, chat=chat,
-                                  media=MediaSupport(m.vision.media_input, video=m.vision.video is not None)
+                                  media=MediaSupport(m.vision.media_input, video=m.vision.video is not None,
+                                                     audio=m.vision.audio is not None)
                                   if m.vision is not None else None),
         context_length=m.context_length, vocab_size=m.vocab_size,
         eos_token_ids=tuple(sorted(m.eos_ids)), has_chat_template=m.has_chat_template,

@@ -12,17 +12,20 @@ from ..config import SpeculationConfig
 
 
 def check_media(request: GenerationRequest, model: LoadedModel) -> None:
-    """Images go to vision-language models only, videos to those that take video
+    """Images go to vision-language models only, videos and audio to those that take them
     (FAILED_PRECONDITION elsewhere)."""
     prompt = request.prompt
     if not isinstance(prompt, ChatPrompt) or not prompt.has_media:
         return
     if model.vision is None:
-        raise Unsupported(f"model {model.name!r} does not take images or videos; send text only, or use a "
+        raise Unsupported(f"model {model.name!r} does not take images, videos or audio; send text only, or use a "
                           "vision-language model")
     if prompt.has_videos and model.vision.video is None:
         raise Unsupported(f"model {model.name!r} does not take videos (GetModelInfo's capabilities.media.video); "
                           "send its frames as images, or use a model that takes video")
+    if prompt.has_audio and model.vision.audio is None:
+        raise Unsupported(f"model {model.name!r} does not take audio (GetModelInfo's capabilities.media.audio); "
+                          "transcribe it first (Transcribe), or use a model that takes audio")
 
 
 def check_speculation(request: GenerationRequest, config: SpeculationConfig, model: LoadedModel, has_draft: bool,

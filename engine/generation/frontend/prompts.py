@@ -8,7 +8,7 @@ import json
 
 from ...errors import InvalidRequest, Unsupported
 from ...loading.model import LoadedModel
-from ...requests import ChatPrompt, GenerationRequest, ImagePart, TextPrompt, TokenPrompt, VideoPart
+from ...requests import AudioPart, ChatPrompt, GenerationRequest, ImagePart, TextPrompt, TokenPrompt, VideoPart
 from ...validation import Limits, check_token_ids
 from ...vision.prompt import PromptImage, expand_images
 from ..core.request import EncodedPrompt
@@ -108,7 +108,8 @@ def _message(x, as_parts: bool = False) -> dict:
     message: dict = {"role": x.role, "content": x.content}
     if x.media:  # parts in order, as multimodal templates read them
         message["content"] = [{"type": "image"} if isinstance(p, ImagePart) else
-                              {"type": "video"} if isinstance(p, VideoPart) else {"type": "text", "text": p.text}
+                              {"type": "video"} if isinstance(p, VideoPart) else
+                              {"type": "audio"} if isinstance(p, AudioPart) else {"type": "text", "text": p.text}
                               for p in x.parts]
     elif as_parts:
         message["content"] = [{"type": "text", "text": x.content}]

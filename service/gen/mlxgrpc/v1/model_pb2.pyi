@@ -78,12 +78,14 @@ class GraphDescriptor(_message.Message):
     def __init__(self, id: _Optional[str] = ..., backend: _Optional[str] = ..., graph_abi: _Optional[str] = ..., state_abi: _Optional[str] = ..., artifact: _Optional[str] = ...) -> None: ...
 
 class MediaSupport(_message.Message):
-    __slots__ = ("input", "video")
+    __slots__ = ("input", "video", "audio")
     INPUT_FIELD_NUMBER: _ClassVar[int]
     VIDEO_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
     input: MediaInput
     video: bool
-    def __init__(self, input: _Optional[_Union[MediaInput, str]] = ..., video: _Optional[bool] = ...) -> None: ...
+    audio: bool
+    def __init__(self, input: _Optional[_Union[MediaInput, str]] = ..., video: _Optional[bool] = ..., audio: _Optional[bool] = ...) -> None: ...
 
 class NativeDraft(_message.Message):
     __slots__ = ("kind", "num_draft_tokens")

@@ -1,3 +1,4 @@
+from mlxgrpc_client.gen.mlxgrpc.v1 import speech_pb2 as _speech_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -80,14 +81,16 @@ class ChatMessage(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., parts: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., reasoning: _Optional[str] = ...) -> None: ...
 
 class ContentPart(_message.Message):
-    __slots__ = ("text", "image", "video")
+    __slots__ = ("text", "image", "video", "audio")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     VIDEO_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
     text: str
     image: Image
     video: Video
-    def __init__(self, text: _Optional[str] = ..., image: _Optional[_Union[Image, _Mapping]] = ..., video: _Optional[_Union[Video, _Mapping]] = ...) -> None: ...
+    audio: _speech_pb2.Audio
+    def __init__(self, text: _Optional[str] = ..., image: _Optional[_Union[Image, _Mapping]] = ..., video: _Optional[_Union[Video, _Mapping]] = ..., audio: _Optional[_Union[_speech_pb2.Audio, _Mapping]] = ...) -> None: ...
 
 class Image(_message.Message):
     __slots__ = ("data", "media_type")
