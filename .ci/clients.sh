@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts two live servers the way a user would: the default one (bash scripts/serve.sh: the
 # embedded SmolLM2 + MiniLM) and the test fixture ("llama", the tool-capable "tools", the
-# image-taking "vision", the video-taking "video" (a tiny Qwen2.5-VL), the speech model
+# image-taking "vision", the video-taking "video" (a tiny Qwen2.5-VL), the audio-taking "omni" (a
+# tiny Qwen3-Omni), the speech model
 # "whisper", MiniLM, the cross-encoder "reranker", the sequence classifiers
 # "classifier" and "classifier-multi" and the SPLADE model "splade"), each with an adapter. Every client's agent example
 # runs against the "tools" model.
@@ -42,7 +43,7 @@ bash scripts/serve.sh --host 127.0.0.1 --port "$DEFAULT_PORT" --max-queued 8 --g
 DEFAULT_PID=$!
 .venv/bin/mlx-grpc serve --host 127.0.0.1 --port "$FIXTURE_PORT" --model "llama=$WORK/models/llama" \
   --model "tools=$WORK/models/tools-qwen" --model "vision=$WORK/models/llava" \
-  --model "video=$WORK/models/qwen2_5_vl" --speech-model "whisper=$WORK/models/whisper" \
+  --model "video=$WORK/models/qwen2_5_vl" --model "omni=$WORK/models/qwen3_omni" --speech-model "whisper=$WORK/models/whisper" \
   --embedding-model "all-minilm-l6-v2=$MINILM" --embedding-model "reranker=$WORK/models/reranker" \
   --embedding-model "classifier=$WORK/models/classifier" \
   --embedding-model "classifier-multi=$WORK/models/classifier-multi" \
