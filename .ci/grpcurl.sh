@@ -216,6 +216,27 @@ if G -d '{}' "$ADDR" $S/ListModels | has '"name": "video"'; then
   fi
   grep -q FailedPrecondition "$OUT/err.txt"
 fi
+# Audio in a chat message (the README's example), on a server with a model named "omni" (the
+# fixture's Qwen3-Omni); a mislabelled file is INVALID_ARGUMENT naming the part, and audio to
+# "vision" (images only) FAILED_PRECONDITION
+if G -d '{}' "$ADDR" $S/ListModels | has '"name": "omni"'; then
+  G -d '{"model": "omni"}' "$ADDR" $S/GetModelInfo | has '"audio": true'
+  HEARD=$(base64 -w0 clients/testdata/speech.wav)
+  G -d '{"model": "omni", "chat": {"messages": [{"role": "user", "parts": [
+    {"audio": {"data": "'"$HEARD"'", "media_type": "audio/wav"}},
+    {"text": "What is said, and in what tone?"}]}]},
+    "stopping": {"max_tokens": 8}}' "$ADDR" $S/Generate | has FINISH_REASON_LENGTH
+  if G -d '{"model": "omni", "chat": {"messages": [{"role": "user", "parts": [
+      {"audio": {"data": "'"$HEARD"'", "media_type": "audio/mpeg"}}]}]}}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
+    exit 1
+  fi
+  grep -q InvalidArgument "$OUT/err.txt" && grep -q "parts\[0\].audio.media_type" "$OUT/err.txt"
+  if G -d '{"model": "vision", "chat": {"messages": [{"role": "user", "parts": [
+      {"audio": {"data": "'"$HEARD"'", "media_type": "audio/wav"}}]}]}}' "$ADDR" $S/Generate 2>"$OUT/err.txt"; then
+    exit 1
+  fi
+  grep -q FailedPrecondition "$OUT/err.txt"
+fi
 # Transcribe (the README's example), on a server with a speech model named "whisper"; a
 # mislabelled file is INVALID_ARGUMENT naming audio.media_type
 if G -d '{}' "$ADDR" $S/ListModels | has '"name": "whisper"'; then
