@@ -74,7 +74,7 @@ func ImageFile(path string) (*pb.ContentPart, error) {
 }
 
 // UserMessage is a "user" message of parts, in order (TextPart, ImagePart, ImageFile,
-// VideoPart, VideoFile):
+// VideoPart, VideoFile, AudioPart, AudioFilePart):
 //
 //	image, err := mlxgrpc.ImageFile("photo.png")
 //	msg := mlxgrpc.UserMessage(image, mlxgrpc.TextPart("Describe the image."))

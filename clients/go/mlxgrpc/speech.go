@@ -93,6 +93,37 @@ func AudioFile(path string) (*pb.Audio, error) {
 	return AudioData(data, mediaType), nil
 }
 
+// Audio in the prompt: a chat message's parts can hold audio files as they hold images
+// and videos, heard by the model where the part stands. Build one with
+// UserMessage(audio, TextPart(text)), the audio from AudioFilePart(path) or
+// AudioPart(data, mediaType), and send it to a model that takes audio (ModelInfo's
+// Capabilities.Media.Audio is true: Qwen3-Omni); any other model refuses it with
+// FAILED_PRECONDITION (ErrorInfo reason UNSUPPORTED_OPERATION). It is checked as
+// Transcribe's audio is, by default at most 4 in a request: INVALID_ARGUMENT naming
+// chat.messages[i].parts[j].audio.media_type or ...audio.data. Its length decides its
+// prompt tokens (Qwen3-Omni: about 13 a second, plus 2).
+
+// AudioPart is a message part of an encoded audio file's bytes, with its media type
+// (MediaTypeWAV, ...; AudioMediaTypeOf detects it), sent as given: the server checks it
+// against the bytes.
+func AudioPart(data []byte, mediaType string) *pb.ContentPart {
+	return &pb.ContentPart{Part: &pb.ContentPart_Audio{Audio: AudioData(data, mediaType)}}
+}
+
+// AudioFilePart is a message part of the audio file at path, read as AudioFile reads it
+// (its media type detected from its signature): an error when it cannot be read or is
+// not a WAV, MP3, FLAC or Ogg file (errors.Is(err, ErrUnknownAudioType)).
+//
+//	audio, err := mlxgrpc.AudioFilePart("speech.wav")
+//	msg := mlxgrpc.UserMessage(audio, mlxgrpc.TextPart("What is said?"))
+func AudioFilePart(path string) (*pb.ContentPart, error) {
+	audio, err := AudioFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ContentPart{Part: &pb.ContentPart_Audio{Audio: audio}}, nil
+}
+
 // Transcription is one Transcribe request: range over Events for its stream, or
 // Collect it whole. Nothing is sent until one of them is called.
 type Transcription struct {

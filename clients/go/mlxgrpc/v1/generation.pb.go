@@ -417,6 +417,7 @@ type ContentPart struct {
 	//	*ContentPart_Text
 	//	*ContentPart_Image
 	//	*ContentPart_Video
+	//	*ContentPart_Audio
 	Part          isContentPart_Part `protobuf_oneof:"part"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -486,6 +487,15 @@ func (x *ContentPart) GetVideo() *Video {
 	return nil
 }
 
+func (x *ContentPart) GetAudio() *Audio {
+	if x != nil {
+		if x, ok := x.Part.(*ContentPart_Audio); ok {
+			return x.Audio
+		}
+	}
+	return nil
+}
+
 type isContentPart_Part interface {
 	isContentPart_Part()
 }
@@ -506,11 +516,21 @@ type ContentPart_Video struct {
 	Video *Video `protobuf:"bytes,3,opt,name=video,proto3,oneof"`
 }
 
+type ContentPart_Audio struct {
+	// An audio file, placed in the prompt where the part stands; only models whose
+	// GraphCapabilities.media.audio is true take one (FAILED_PRECONDITION elsewhere).
+	// It is checked as Transcribe's audio is (by default at most 4 per request); its length
+	// decides its tokens (Qwen3-Omni: 13 per second).
+	Audio *Audio `protobuf:"bytes,4,opt,name=audio,proto3,oneof"`
+}
+
 func (*ContentPart_Text) isContentPart_Part() {}
 
 func (*ContentPart_Image) isContentPart_Part() {}
 
 func (*ContentPart_Video) isContentPart_Part() {}
+
+func (*ContentPart_Audio) isContentPart_Part() {}
 
 // An encoded image file, checked before it is decoded: a media type that does not
 // match the bytes, a truncated or undecodable file, too many bytes or pixels, or too
@@ -2212,7 +2232,7 @@ var File_mlxgrpc_v1_generation_proto protoreflect.FileDescriptor
 const file_mlxgrpc_v1_generation_proto_rawDesc = "" +
 	"\n" +
 	"\x1bmlxgrpc/v1/generation.proto\x12\n" +
-	"mlxgrpc.v1\"\x1c\n" +
+	"mlxgrpc.v1\x1a\x17mlxgrpc/v1/speech.proto\"\x1c\n" +
 	"\bTokenIds\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\x05R\x03ids\"\xdf\x01\n" +
 	"\vChatMessage\x12\x12\n" +
@@ -2223,11 +2243,12 @@ const file_mlxgrpc_v1_generation_proto_rawDesc = "" +
 	"tool_calls\x18\x04 \x03(\v2\x14.mlxgrpc.v1.ToolCallR\ttoolCalls\x12 \n" +
 	"\ftool_call_id\x18\x05 \x01(\tR\n" +
 	"toolCallId\x12\x1c\n" +
-	"\treasoning\x18\x06 \x01(\tR\treasoning\"\x81\x01\n" +
+	"\treasoning\x18\x06 \x01(\tR\treasoning\"\xac\x01\n" +
 	"\vContentPart\x12\x14\n" +
 	"\x04text\x18\x01 \x01(\tH\x00R\x04text\x12)\n" +
 	"\x05image\x18\x02 \x01(\v2\x11.mlxgrpc.v1.ImageH\x00R\x05image\x12)\n" +
-	"\x05video\x18\x03 \x01(\v2\x11.mlxgrpc.v1.VideoH\x00R\x05videoB\x06\n" +
+	"\x05video\x18\x03 \x01(\v2\x11.mlxgrpc.v1.VideoH\x00R\x05video\x12)\n" +
+	"\x05audio\x18\x04 \x01(\v2\x11.mlxgrpc.v1.AudioH\x00R\x05audioB\x06\n" +
 	"\x04part\":\n" +
 	"\x05Image\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1d\n" +
@@ -2444,32 +2465,34 @@ var file_mlxgrpc_v1_generation_proto_goTypes = []any{
 	nil,                           // 27: mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
 	nil,                           // 28: mlxgrpc.v1.SamplingParams.LogitBiasEntry
 	(*ResponseFormat_Choice)(nil), // 29: mlxgrpc.v1.ResponseFormat.Choice
+	(*Audio)(nil),                 // 30: mlxgrpc.v1.Audio
 }
 var file_mlxgrpc_v1_generation_proto_depIdxs = []int32{
 	6,  // 0: mlxgrpc.v1.ChatMessage.parts:type_name -> mlxgrpc.v1.ContentPart
 	10, // 1: mlxgrpc.v1.ChatMessage.tool_calls:type_name -> mlxgrpc.v1.ToolCall
 	7,  // 2: mlxgrpc.v1.ContentPart.image:type_name -> mlxgrpc.v1.Image
 	8,  // 3: mlxgrpc.v1.ContentPart.video:type_name -> mlxgrpc.v1.Video
-	0,  // 4: mlxgrpc.v1.ToolChoice.mode:type_name -> mlxgrpc.v1.ToolChoiceMode
-	5,  // 5: mlxgrpc.v1.ChatMessages.messages:type_name -> mlxgrpc.v1.ChatMessage
-	9,  // 6: mlxgrpc.v1.ChatMessages.tools:type_name -> mlxgrpc.v1.Tool
-	12, // 7: mlxgrpc.v1.ChatMessages.tool_choice:type_name -> mlxgrpc.v1.ToolChoice
-	27, // 8: mlxgrpc.v1.ChatMessages.template_kwargs:type_name -> mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
-	28, // 9: mlxgrpc.v1.SamplingParams.logit_bias:type_name -> mlxgrpc.v1.SamplingParams.LogitBiasEntry
-	15, // 10: mlxgrpc.v1.SamplingParams.xtc:type_name -> mlxgrpc.v1.XtcParams
-	16, // 11: mlxgrpc.v1.SamplingParams.dry:type_name -> mlxgrpc.v1.DryParams
-	17, // 12: mlxgrpc.v1.SamplingParams.mirostat:type_name -> mlxgrpc.v1.MirostatParams
-	18, // 13: mlxgrpc.v1.SamplingParams.dynamic_temperature:type_name -> mlxgrpc.v1.DynamicTemperature
-	1,  // 14: mlxgrpc.v1.SamplingParams.sampler_order:type_name -> mlxgrpc.v1.SamplerOrder
-	29, // 15: mlxgrpc.v1.ResponseFormat.choice:type_name -> mlxgrpc.v1.ResponseFormat.Choice
-	21, // 16: mlxgrpc.v1.TokenLogprob.top_logprobs:type_name -> mlxgrpc.v1.TopLogprob
-	3,  // 17: mlxgrpc.v1.SpeculationOptions.mode:type_name -> mlxgrpc.v1.SpeculationMode
-	4,  // 18: mlxgrpc.v1.Prediction.tokens:type_name -> mlxgrpc.v1.TokenIds
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	30, // 4: mlxgrpc.v1.ContentPart.audio:type_name -> mlxgrpc.v1.Audio
+	0,  // 5: mlxgrpc.v1.ToolChoice.mode:type_name -> mlxgrpc.v1.ToolChoiceMode
+	5,  // 6: mlxgrpc.v1.ChatMessages.messages:type_name -> mlxgrpc.v1.ChatMessage
+	9,  // 7: mlxgrpc.v1.ChatMessages.tools:type_name -> mlxgrpc.v1.Tool
+	12, // 8: mlxgrpc.v1.ChatMessages.tool_choice:type_name -> mlxgrpc.v1.ToolChoice
+	27, // 9: mlxgrpc.v1.ChatMessages.template_kwargs:type_name -> mlxgrpc.v1.ChatMessages.TemplateKwargsEntry
+	28, // 10: mlxgrpc.v1.SamplingParams.logit_bias:type_name -> mlxgrpc.v1.SamplingParams.LogitBiasEntry
+	15, // 11: mlxgrpc.v1.SamplingParams.xtc:type_name -> mlxgrpc.v1.XtcParams
+	16, // 12: mlxgrpc.v1.SamplingParams.dry:type_name -> mlxgrpc.v1.DryParams
+	17, // 13: mlxgrpc.v1.SamplingParams.mirostat:type_name -> mlxgrpc.v1.MirostatParams
+	18, // 14: mlxgrpc.v1.SamplingParams.dynamic_temperature:type_name -> mlxgrpc.v1.DynamicTemperature
+	1,  // 15: mlxgrpc.v1.SamplingParams.sampler_order:type_name -> mlxgrpc.v1.SamplerOrder
+	29, // 16: mlxgrpc.v1.ResponseFormat.choice:type_name -> mlxgrpc.v1.ResponseFormat.Choice
+	21, // 17: mlxgrpc.v1.TokenLogprob.top_logprobs:type_name -> mlxgrpc.v1.TopLogprob
+	3,  // 18: mlxgrpc.v1.SpeculationOptions.mode:type_name -> mlxgrpc.v1.SpeculationMode
+	4,  // 19: mlxgrpc.v1.Prediction.tokens:type_name -> mlxgrpc.v1.TokenIds
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_mlxgrpc_v1_generation_proto_init() }
@@ -2477,10 +2500,12 @@ func file_mlxgrpc_v1_generation_proto_init() {
 	if File_mlxgrpc_v1_generation_proto != nil {
 		return
 	}
+	file_mlxgrpc_v1_speech_proto_init()
 	file_mlxgrpc_v1_generation_proto_msgTypes[2].OneofWrappers = []any{
 		(*ContentPart_Text)(nil),
 		(*ContentPart_Image)(nil),
 		(*ContentPart_Video)(nil),
+		(*ContentPart_Audio)(nil),
 	}
 	file_mlxgrpc_v1_generation_proto_msgTypes[9].OneofWrappers = []any{}
 	file_mlxgrpc_v1_generation_proto_msgTypes[10].OneofWrappers = []any{}

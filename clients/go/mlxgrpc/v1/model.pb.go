@@ -394,7 +394,10 @@ type MediaSupport struct {
 	// How media enters the graph.
 	Input MediaInput `protobuf:"varint,1,opt,name=input,proto3,enum=mlxgrpc.v1.MediaInput" json:"input,omitempty"`
 	// Video frames are accepted input.
-	Video         bool `protobuf:"varint,2,opt,name=video,proto3" json:"video,omitempty"`
+	Video bool `protobuf:"varint,2,opt,name=video,proto3" json:"video,omitempty"`
+	// Audio files (ContentPart.audio) are accepted input, heard by the model itself
+	// rather than transcribed first.
+	Audio         bool `protobuf:"varint,3,opt,name=audio,proto3" json:"audio,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -439,6 +442,13 @@ func (x *MediaSupport) GetInput() MediaInput {
 func (x *MediaSupport) GetVideo() bool {
 	if x != nil {
 		return x.Video
+	}
+	return false
+}
+
+func (x *MediaSupport) GetAudio() bool {
+	if x != nil {
+		return x.Audio
 	}
 	return false
 }
@@ -1432,10 +1442,11 @@ const file_mlxgrpc_v1_model_proto_rawDesc = "" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12\x1b\n" +
 	"\tgraph_abi\x18\x03 \x01(\tR\bgraphAbi\x12\x1b\n" +
 	"\tstate_abi\x18\x04 \x01(\tR\bstateAbi\x12\x1a\n" +
-	"\bartifact\x18\x05 \x01(\tR\bartifact\"R\n" +
+	"\bartifact\x18\x05 \x01(\tR\bartifact\"h\n" +
 	"\fMediaSupport\x12,\n" +
 	"\x05input\x18\x01 \x01(\x0e2\x16.mlxgrpc.v1.MediaInputR\x05input\x12\x14\n" +
-	"\x05video\x18\x02 \x01(\bR\x05video\"K\n" +
+	"\x05video\x18\x02 \x01(\bR\x05video\x12\x14\n" +
+	"\x05audio\x18\x03 \x01(\bR\x05audio\"K\n" +
 	"\vNativeDraft\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12(\n" +
 	"\x10num_draft_tokens\x18\x02 \x01(\x05R\x0enumDraftTokens\"B\n" +

@@ -74,7 +74,8 @@ func (TranscriptionTask) EnumDescriptor() ([]byte, []int) {
 	return file_mlxgrpc_v1_speech_proto_rawDescGZIP(), []int{0}
 }
 
-// An encoded audio file, checked from its header before any sample is decoded: a media
+// An encoded audio file (Transcribe's, or a chat prompt's ContentPart.audio), checked
+// from its header before any sample is decoded: a media
 // type that does not match the bytes, too many bytes, a duration over the server's
 // limit, or a file that ends before the length its header states (truncated) are
 // INVALID_ARGUMENT (the limits are in docs/OPERATIONS.md). The server decodes it to
