@@ -5,8 +5,8 @@
 # "tools" and "vision" models) and the tests, live
 # ones included, against each (arguments, default $MLXGRPC_ADDRESS; the servers must
 # already be running). The Rerank, Classify and EmbedSparse tests need models named
-# "reranker", "classifier" and "splade" (the second's), the image and video tests models named
-# "vision" and "video" (the second's), the speech tests (Transcribe) a model named "whisper"
+# "reranker", "classifier" and "splade" (the second's), the image, video and audio tests models named
+# "vision", "video" and "omni" (the second's), the speech tests (Transcribe) a model named "whisper"
 # (the second's); the test of models at run time
 # (live_models) a model named "llama" and --model-root over the fixture's models (the second's).
 # The examples and the tests send $MLXGRPC_TOKEN when it is set (a server with a tokens
@@ -57,5 +57,5 @@ for address in "${ADDRESSES[@]:1}"; do
   echo "== live tests against $address"
   MLXGRPC_ADDRESS=$address cargo test --locked --test live_generate --test live_calls --test retry_live --test live_priority \
     --test live_tools --test live_rerank --test live_classify --test live_sparse --test live_images --test live_videos \
-    --test live_speech --test live_prediction --test live_models -- --include-ignored
+    --test live_audio --test live_speech --test live_prediction --test live_models -- --include-ignored
 done

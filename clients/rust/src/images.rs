@@ -1,5 +1,6 @@
-//! Images in chat messages: a [`pb::ChatMessage`]'s content can be `parts` (text, images
-//! and videos, in order; see [`crate::video_media_type_of`]) instead of `content` (not both).
+//! Images in chat messages: a [`pb::ChatMessage`]'s content can be `parts` (text, images,
+//! videos and audio, in order; see [`crate::video_media_type_of`],
+//! [`crate::audio_media_type_of`]) instead of `content` (not both).
 //!
 //! [`pb::ContentPart::image_file`] reads an image file and detects its media type from
 //! its signature ([`media_type_of`]); [`pb::ContentPart::image`] takes bytes you already
@@ -141,7 +142,8 @@ impl pb::ContentPart {
 impl pb::ChatMessage {
     /// A "user" message of `parts` in order ([`pb::ContentPart::text`],
     /// [`pb::ContentPart::image`], [`pb::ContentPart::image_file`],
-    /// [`pb::ContentPart::video`], [`pb::ContentPart::video_file`]); `content` stays empty.
+    /// [`pb::ContentPart::video`], [`pb::ContentPart::video_file`],
+    /// [`pb::ContentPart::audio`], [`pb::ContentPart::audio_file`]); `content` stays empty.
     pub fn user_parts(parts: impl IntoIterator<Item = pb::ContentPart>) -> Self {
         Self {
             role: "user".into(),

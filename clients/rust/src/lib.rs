@@ -21,7 +21,8 @@
 //! [`pb::ChatMessage::tool_result`], [`GenerationResult::assistant_message`]), images in
 //! chat messages ([`pb::ChatMessage::user_parts`], [`pb::ContentPart::image_file`],
 //! [`pb::ContentPart::image`], [`media_type_of`]), videos in them ([`pb::ContentPart::video_file`],
-//! [`pb::ContentPart::video`], [`video_media_type_of`]), speech to text ([`Client::transcribe`],
+//! [`pb::ContentPart::video`], [`video_media_type_of`]), audio in them ([`pb::ContentPart::audio_file`],
+//! [`pb::ContentPart::audio`]), speech to text ([`Client::transcribe`],
 //! [`Client::transcribe_stream`], [`pb::TranscribeRequest::new`], [`pb::Audio::file`],
 //! [`audio_media_type_of`], [`Transcript`]), and [`error_details`]
 //! for the google.rpc details the server attaches to errors. Everything else is
@@ -55,6 +56,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Status};
 
 mod adapters;
+mod audio_parts;
 mod classify;
 mod client;
 mod embeddings;

@@ -45,7 +45,8 @@ use crate::{Client, RawClient, media_type, pb};
 /// taken).
 pub use pb::transcribe_response::Event as TranscriptionEvent;
 
-/// Why an audio file could not become a [`pb::Audio`].
+/// Why an audio file could not become a [`pb::Audio`] or a message part
+/// ([`pb::ContentPart::audio_file`]).
 #[derive(Debug)]
 pub enum AudioError {
     /// The file could not be read.
