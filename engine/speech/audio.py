@@ -64,7 +64,7 @@ def check_audio(field: str, audio: AudioInput, limits) -> Header:
         raise InvalidRequest(data, "holds no audio")
     if header.seconds > limits.max_audio_seconds:
         raise InvalidRequest(data, f"{header.seconds:.1f} seconds; at most {limits.max_audio_seconds:g} seconds "
-                                   "per request")
+                                   "per audio file")
     return header
 
 
