@@ -1,21 +1,24 @@
-// Images and videos in chat messages: a message's content can be parts (text, images and
-// videos, in order) instead of `content` (not both). A model that takes images (ModelInfo
-// capabilities.media set) reads them; any other refuses an image with
-// FAILED_PRECONDITION (ErrorInfo reason UNSUPPORTED_OPERATION). A model that takes videos
-// (capabilities.media.video true) samples frames from them (by default 2 a second, at most
-// 32); any other refuses a video the same way. An image or video whose media type does not
-// match its bytes, a truncated one or one too large (a video also: too long, too high a
-// frame rate or frame size, more than 4 of them) is INVALID_ARGUMENT with a BadRequest
-// field violation naming the part.
+// Images, videos and audio in chat messages: a message's content can be parts (text,
+// images, videos and audio files, in order) instead of `content` (not both). A model that
+// takes images (ModelInfo capabilities.media set) reads them; any other refuses an image
+// with FAILED_PRECONDITION (ErrorInfo reason UNSUPPORTED_OPERATION). A model that takes
+// videos (capabilities.media.video true) samples frames from them (by default 2 a second,
+// at most 32); a model that takes audio (capabilities.media.audio true: Qwen3-Omni) hears
+// an audio file where it stands (about 13 prompt tokens a second); any other refuses a
+// video or an audio file the same way. An image, video or audio file whose media type does
+// not match its bytes, a truncated one or one too large (a video also: too long, too high
+// a frame rate or frame size; a video or audio file: more than 4 of them) is
+// INVALID_ARGUMENT with a BadRequest field violation naming the part.
 import { readFile } from "node:fs/promises";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 
 import type { ContentPartSchema } from "./gen/mlxgrpc/v1/generation_pb.js";
+import { audio, audioFile } from "./speech.js";
 import type { ChatMessageInit } from "./tools.js";
 
 export type ContentPartInit = MessageInitShape<typeof ContentPartSchema>;
 
-/** The media types of the images, videos (message parts) and audio (Transcribe) the server takes. */
+/** The media types of the images, videos (message parts) and audio (Transcribe and message parts) the server takes. */
 export const MediaType = {
   PNG: "image/png",
   JPEG: "image/jpeg",
@@ -114,12 +117,26 @@ export async function videoFile(path: string): Promise<ContentPartInit> {
   return videoPart(data, videoMediaTypeOf(data, path));
 }
 
+/** A message part of an encoded audio file's bytes with its media type (`MediaType.WAV`, ...), sent as given. */
+export function audioPart(data: Uint8Array, mediaType: string): ContentPartInit {
+  return { part: { case: "audio", value: audio(data, mediaType) } };
+}
+
+/**
+ * A message part of the audio file at `path`, its media type detected from its signature
+ * (`audioMediaTypeOf`; read as `audioFile` reads Transcribe's audio).
+ */
+export async function audioFilePart(path: string): Promise<ContentPartInit> {
+  return { part: { case: "audio", value: await audioFile(path) } };
+}
+
 /**
  * A "user" message of parts in order, each a part (`imagePart`, `imageFile`, `videoPart`,
- * `videoFile`, `textPart`) or a string (a text part):
+ * `videoFile`, `audioPart`, `audioFilePart`, `textPart`) or a string (a text part):
  *
  *     chatPrompt([userMessage(await imageFile("photo.png"), "Describe the image.")])
  *     chatPrompt([userMessage(await videoFile("clip.mp4"), "What happens in the video?")])
+ *     chatPrompt([userMessage(await audioFilePart("speech.wav"), "What is said?")])
  */
 export function userMessage(...parts: (ContentPartInit | string)[]): ChatMessageInit {
   return { role: "user", parts: parts.map((p) => (typeof p === "string" ? textPart(p) : p)) };

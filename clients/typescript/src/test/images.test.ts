@@ -1,11 +1,13 @@
-// Images and videos: signature detection and the parts a user message is built of
+// Images, videos and audio: signature detection and the parts a user message is built of
 // (offline); against a live server with a model named "vision" (the test fixture's tiny
 // vision-language model), an image refused by the text-only "llama" and by a media type
 // that does not match its bytes, and streamed text for one on "vision"; with a model named
 // "video" (the fixture's tiny Qwen2.5-VL), its capabilities, a clip's frames in the prompt,
-// a media type that does not match the clip and the clip refused by "vision". A server
-// without a model named "vision" or "video" (the default one never has them) skips those
-// live tests, even under MLXGRPC_REQUIRE_LIVE=1.
+// a media type that does not match the clip and the clip refused by "vision"; with a model
+// named "omni" (the fixture's tiny Qwen3-Omni), its capabilities, an audio file's tokens in
+// the prompt, a media type that does not match the file, more than 4 files and a file
+// refused by "vision". A server without a model named "vision", "video" or "omni" (the
+// default one never has them) skips those live tests, even under MLXGRPC_REQUIRE_LIVE=1.
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, readFile, writeFile } from "node:fs/promises";
@@ -20,8 +22,11 @@ import {
   ConnectError,
   FinishReason,
   MediaType,
+  UnknownAudioTypeError,
   UnknownImageTypeError,
   UnknownVideoTypeError,
+  audioFilePart,
+  audioPart,
   chatPrompt,
   connect,
   errorDetails,
@@ -43,6 +48,9 @@ const GRADIENT = fileURLToPath(new URL("../../../testdata/gradient.png", import.
 
 /** clients/testdata/clip.mp4 (a 3-second MPEG-4 clip), from dist/test/. */
 const CLIP = fileURLToPath(new URL("../../../testdata/clip.mp4", import.meta.url));
+
+/** clients/testdata/speech.wav (a 2-second 16 kHz WAV), from dist/test/. */
+const SPEECH = fileURLToPath(new URL("../../../testdata/speech.wav", import.meta.url));
 
 const bytes = (s: string) => Uint8Array.from(s, (c) => c.charCodeAt(0));
 const SIGNATURES: Record<string, Uint8Array> = {
@@ -160,6 +168,58 @@ test("userMessage takes video parts beside text and images", () => {
   assert.ok(video.case === "video");
   assert.deepEqual(video.value.data, mp4);
   assert.equal(video.value.mediaType, MediaType.MP4);
+});
+
+const AUDIO_SIGNATURES: Record<string, Uint8Array> = {
+  [MediaType.WAV]: bytes("RIFF\x24\0\0\0WAVEfmt "),
+  [MediaType.MP3]: bytes("ID3\x04\0\0\0\0\x01\x0f"),
+  [MediaType.FLAC]: bytes("fLaC\0\0\0\x22\x10\0"),
+  [MediaType.OGG]: bytes("OggS\0\x02\0\0\0\0"),
+};
+
+test("audioPart sends the bytes and media type as given", () => {
+  const wav = AUDIO_SIGNATURES[MediaType.WAV];
+  assert.deepEqual(audioPart(wav, MediaType.WAV), { part: { case: "audio", value: { data: wav, mediaType: "audio/wav" } } });
+  // As given: no sniffing, a mislabelled file is the server's to refuse.
+  assert.deepEqual(audioPart(wav, MediaType.MP3), { part: { case: "audio", value: { data: wav, mediaType: "audio/mpeg" } } });
+});
+
+test("audioFilePart reads a file and detects its media type; an unknown file is an error", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "mlxgrpc-audio-"));
+  for (const [type, data] of Object.entries(AUDIO_SIGNATURES)) {
+    const path = join(dir, `audio-${type.slice(6)}`);
+    await writeFile(path, data);
+    assert.deepEqual(await audioFilePart(path), { part: { case: "audio", value: { data, mediaType: type } } });
+  }
+  await writeFile(join(dir, "notes.txt"), "not audio");
+  await assert.rejects(audioFilePart(join(dir, "notes.txt")), UnknownAudioTypeError);
+  await assert.rejects(audioFilePart(join(dir, "missing.wav")), { code: "ENOENT" });
+  await assert.rejects(audioFilePart(GRADIENT), UnknownAudioTypeError);
+  const speech = await audioFilePart(SPEECH);
+  assert.ok(speech.part?.case === "audio");
+  assert.equal(speech.part.value.mediaType, MediaType.WAV);
+  assert.deepEqual(speech.part.value.data, new Uint8Array(await readFile(SPEECH)));
+});
+
+test("userMessage takes audio parts beside images and text, in order", () => {
+  const wav = AUDIO_SIGNATURES[MediaType.WAV];
+  const png = SIGNATURES[MediaType.PNG];
+  const msg = userMessage(audioPart(wav, MediaType.WAV), imagePart(png, MediaType.PNG), "What is said about the image?");
+  assert.deepEqual(msg, {
+    role: "user",
+    parts: [
+      { part: { case: "audio", value: { data: wav, mediaType: "audio/wav" } } },
+      { part: { case: "image", value: { data: png, mediaType: "image/png" } } },
+      { part: { case: "text", value: "What is said about the image?" } },
+    ],
+  });
+  const wire = fromBinary(ChatMessageSchema, toBinary(ChatMessageSchema, create(ChatMessageSchema, msg)));
+  assert.equal(wire.content, "");
+  assert.deepEqual(wire.parts.map((p) => p.part.case), ["audio", "image", "text"]);
+  const sound = wire.parts[0].part;
+  assert.ok(sound.case === "audio");
+  assert.deepEqual(sound.value.data, wav);
+  assert.equal(sound.value.mediaType, MediaType.WAV);
 });
 
 // Live: the fixture's "vision" and text-only "llama" models.
@@ -329,6 +389,115 @@ liveTest("a video to the image-only vision model: FAILED_PRECONDITION, UNSUPPORT
     const d = errorDetails(err);
     assert.equal(d.code, Code.FailedPrecondition, String(err));
     assert.equal(d.errorInfo?.reason, "UNSUPPORTED_OPERATION");
+  } finally {
+    client.close();
+  }
+});
+
+// Live: the fixture's "omni" model (a tiny Qwen3-Omni: audio and images) and "vision" (images only).
+
+const NO_OMNI_MODEL = 'the server has no model named "omni" (the fixture server\'s audio-taking Qwen3-Omni; the default server never has one)';
+
+/** A client when the server has a model named "omni"; skips the test (even under MLXGRPC_REQUIRE_LIVE) otherwise. */
+async function omniClient(t: TestContext): Promise<{ client: MlxClient; served: string[] } | undefined> {
+  const client = connect(address!, { token, timeoutMs: 120_000 });
+  const served = (await discover(client)).all.map((m) => m.name);
+  if (served.includes("omni")) return { client, served };
+  client.close();
+  t.skip(NO_OMNI_MODEL);
+  return undefined;
+}
+
+const HEARD = "What is said in the recording?";
+
+liveTest("model info: omni takes audio, vision does not", async (t) => {
+  const live = await omniClient(t);
+  if (!live) return;
+  const { client, served } = live;
+  try {
+    const info = await client.getModelInfo("omni");
+    assert.equal(info.capabilities?.media?.audio, true, "omni: capabilities.media.audio");
+    if (served.includes("vision")) {
+      const vision = await client.getModelInfo("vision");
+      assert.equal(vision.capabilities?.media?.audio, false, "vision: capabilities.media.audio");
+    }
+  } finally {
+    client.close();
+  }
+});
+
+liveTest("an audio file to the omni model: streamed tokens, FinishReason.LENGTH, the audio in the prompt", async (t) => {
+  const live = await omniClient(t);
+  if (!live) return;
+  const { client } = live;
+  try {
+    const message = userMessage(await audioFilePart(SPEECH), HEARD);
+    let tokens = 0;
+    let promptTokens = 0;
+    let reason = FinishReason.UNSPECIFIED;
+    for await (const res of client.generate(describeRequest("omni", message))) {
+      if (res.event.case === "started") promptTokens = res.event.value.promptTokens;
+      else if (res.event.case === "delta") tokens += res.event.value.tokenIds.length;
+      else if (res.event.case === "finished") reason = res.event.value.reason;
+    }
+    assert.ok(tokens >= 1, `${tokens} tokens`);
+    assert.equal(reason, FinishReason.LENGTH);
+    const textOnly = await client.generateText(describeRequest("omni", userMessage(HEARD)));
+    const without = textOnly.started?.promptTokens ?? 0;
+    assert.ok(without > 0, "prompt_tokens without the audio");
+    // 2 seconds at about 13 tokens a second, between two marker tokens.
+    assert.ok(promptTokens >= without + 20, `${promptTokens} prompt tokens with the audio, ${without} without`);
+  } finally {
+    client.close();
+  }
+});
+
+liveTest("WAV bytes declared audio/mpeg: INVALID_ARGUMENT naming the part's media_type", async (t) => {
+  const live = await omniClient(t);
+  if (!live) return;
+  const { client } = live;
+  try {
+    const wav = new Uint8Array(await readFile(SPEECH));
+    const message = userMessage("Listen:", audioPart(wav, MediaType.MP3), HEARD);
+    const d = errorDetails(await expectError(client.generateText(describeRequest("omni", message))));
+    assert.equal(d.code, Code.InvalidArgument, d.message);
+    const fields = d.fieldViolations.map((v) => v.field);
+    assert.ok(fields.includes("chat.messages[0].parts[1].audio.media_type"), `field violations: ${JSON.stringify(fields)}`);
+  } finally {
+    client.close();
+  }
+});
+
+liveTest("five audio files in a request: INVALID_ARGUMENT, at most 4", async (t) => {
+  const live = await omniClient(t);
+  if (!live) return;
+  const { client } = live;
+  try {
+    const part = await audioFilePart(SPEECH);
+    const message = userMessage(part, part, part, part, part, HEARD);
+    const d = errorDetails(await expectError(client.generateText(describeRequest("omni", message))));
+    assert.equal(d.code, Code.InvalidArgument, d.message);
+    assert.match(d.message, /at most 4 audio files/);
+  } finally {
+    client.close();
+  }
+});
+
+liveTest("an audio file to the image-only vision model: FAILED_PRECONDITION, UNSUPPORTED_OPERATION", async (t) => {
+  const live = await omniClient(t);
+  if (!live) return;
+  const { client, served } = live;
+  try {
+    if (!served.includes("vision")) {
+      t.skip(NO_VISION_MODEL);
+      return;
+    }
+    const message = userMessage(await audioFilePart(SPEECH), HEARD);
+    const err = await expectError(client.generateText(describeRequest("vision", message)));
+    const d = errorDetails(err);
+    assert.equal(d.code, Code.FailedPrecondition, String(err));
+    assert.equal(d.errorInfo?.reason, "UNSUPPORTED_OPERATION");
+    assert.match(d.message, /does not take audio/);
   } finally {
     client.close();
   }
