@@ -2,8 +2,8 @@
 # CI for the Python client: fresh venv, install the distribution on its own, check the
 # generated code, run the example against the first server address, the agent example
 # against the second (its "tools" model), and the tests against each (the tools, rerank,
-# classify, sparse, image, video and speech tests need the second's "tools", "reranker",
-# "classifier", "splade", "vision", "video" and "whisper" models,
+# classify, sparse, image, video, audio and speech tests need the second's "tools", "reranker",
+# "classifier", "splade", "vision", "video", "omni" and "whisper" models,
 # the model lifecycle tests its "llama" and its --model-root;
 # arguments, default $MLXGRPC_ADDRESS; already running: this script never starts one).
 # The example and the tests send $MLXGRPC_TOKEN when it is set (a server with a tokens
@@ -60,5 +60,5 @@ for address in "${ADDRESSES[@]:1}"; do
   echo "== live tests against $address"
   MLXGRPC_ADDRESS=$address "$PY" -m pytest -ra -p no:cacheprovider tests/test_sync.py tests/test_aio.py \
     tests/test_adapters.py tests/test_models.py tests/test_tools.py tests/test_rerank.py tests/test_classify.py \
-    tests/test_embed_sparse.py tests/test_images.py tests/test_videos.py tests/test_transcribe.py
+    tests/test_embed_sparse.py tests/test_images.py tests/test_videos.py tests/test_audio.py tests/test_transcribe.py
 done

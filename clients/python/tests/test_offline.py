@@ -870,3 +870,33 @@ def test_video_part_from_bytes_and_path(tmp_path):
     parts = chat.messages[0].parts
     assert [p.WhichOneof("part") for p in parts] == ["video", "text"]
     assert parts[0].video.data == data and parts[1].text == "What happens in the video?"
+
+
+def test_audio_part_from_bytes_and_path(tmp_path):
+    from pathlib import Path
+
+    from mlxgrpc_client import audio, audio_part, image_part
+
+    testdata = Path(__file__).resolve().parents[2] / "testdata"
+    speech = testdata / "speech.wav"
+    data = speech.read_bytes()
+    from_path = audio_part(speech)
+    assert from_path.WhichOneof("part") == "audio"
+    assert (from_path.audio.data, from_path.audio.media_type) == (data, "audio/wav")
+    assert audio_part(str(speech)) == from_path == audio_part(data) == pb.ContentPart(audio=audio(speech))
+    # sniffed as for Transcribe: FLAC, Ogg, MP3 (an ID3 tag or an MPEG frame's sync bits)
+    assert audio_part(b"fLaC\0\0\0\x22").audio.media_type == "audio/flac"
+    assert audio_part(b"OggS\0\x02").audio.media_type == "audio/ogg"
+    assert audio_part(b"ID3\x04\0\0").audio.media_type == "audio/mpeg"
+    assert audio_part(b"\xff\xfb\x90\x64").audio.media_type == "audio/mpeg"
+    assert audio_part(data, "audio/mpeg").audio.media_type == "audio/mpeg"  # the caller's word
+    png = tmp_path / "photo.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n")
+    for other in (png, b"hello", b""):
+        with pytest.raises(ValueError):
+            audio_part(other)  # no known signature and no media type
+    gradient = image_part(testdata / "gradient.png")
+    chat = generate_request([{"role": "user", "parts": [from_path, gradient, "What is said about the picture?"]}]).chat
+    parts = chat.messages[0].parts
+    assert [p.WhichOneof("part") for p in parts] == ["audio", "image", "text"]
+    assert parts[0].audio.data == data and parts[1] == gradient and parts[2].text == "What is said about the picture?"

@@ -21,7 +21,7 @@ from ._common import (Choice, ErrorDetails, GenerationResult, classify_request, 
 from ._embeddings import Embeddings, decode_packed, dequantize, hamming, unpack_bits
 from ._images import image_part, sniff_media_type
 from ._sparse import SparseEmbeddings, SparseVector, embed_sparse_request
-from ._speech import Segment, Transcript, audio, sniff_audio_media_type, transcribe_request
+from ._speech import Segment, Transcript, audio, audio_part, sniff_audio_media_type, transcribe_request
 from ._sync import Client, GenerateStream, TranscribeStream, connect
 from ._videos import sniff_video_media_type, video_part
 
@@ -39,6 +39,7 @@ __all__ = [
     "Transcript",
     "aio",
     "audio",
+    "audio_part",
     "classify_request",
     "connect",
     "decode_packed",

@@ -76,7 +76,7 @@ def _message(m: pb.ChatMessage | Mapping[str, Any] | Sequence[str]) -> pb.ChatMe
         fields = dict(m)
         if "tool_calls" in fields:
             fields["tool_calls"] = [_tool_call(c) for c in fields["tool_calls"]]
-        if "parts" in fields:  # text as plain strings, images and videos from image_part() and video_part()
+        if "parts" in fields:  # text as plain strings, media from image_part(), video_part(), audio_part()
             fields["parts"] = [pb.ContentPart(text=p) if isinstance(p, str) else p for p in fields["parts"]]
         return pb.ChatMessage(**fields)
     role, content = m  # a (role, content) pair

@@ -1,8 +1,8 @@
 """Transcribe's audio, its request and its answer as Python values: an encoded file's bytes
 and their media type, read from the file's signature (WAV, FLAC, Ogg, MP3; the server checks
-the header and decodes it to 16 kHz mono), and the ``Transcript`` a Transcribe stream's
-events make: the ``started`` event's request id, model and audio length, every ``segment`` in
-time order, and ``finished``'s whole text and language."""
+the header and decodes it to 16 kHz mono), the same audio as a chat message's part, and the
+``Transcript`` a Transcribe stream's events make: the ``started`` event's request id, model
+and audio length, every ``segment`` in time order, and ``finished``'s whole text and language."""
 
 from __future__ import annotations
 
@@ -44,6 +44,12 @@ def audio(source: AudioSource, media_type: str | None = None) -> pb.Audio:
     else:
         data = bytes(source)
     return pb.Audio(data=data, media_type=media_type or sniff_audio_media_type(data))
+
+
+def audio_part(source: AudioSource, media_type: str | None = None) -> pb.ContentPart:
+    """A ``ContentPart`` holding an audio file, heard in place in a chat message by a model
+    whose ``capabilities.media.audio`` is true: ``source`` and ``media_type`` as in :func:`audio`."""
+    return pb.ContentPart(audio=audio(source, media_type))
 
 
 def _task(value: Task) -> int:
