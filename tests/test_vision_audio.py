@@ -3,7 +3,7 @@ own audio path (its ``load_audio`` from the file, its processor, its thinker) on
 fixture, alone and inside a batch of eight mixing audio, image and text rows with prefill
 chunks of 8 falling inside the audio's runs; the prompt's ids and the mel features the
 tower reads equal mlx-vlm's processor's; a repeated audio file runs no tower; GetModelInfo
-says the model takes audio. Hostile audio (ten hours claimed, cut short, mislabelled,
+says the model takes audio and the memory plan counts the thinker's weights once. Hostile audio (ten hours claimed, cut short, mislabelled,
 empty, too many files, the audio token typed as text) is INVALID_ARGUMENT naming the part,
 from the header where the header says it, and the server goes on serving; audio to a model
 that takes none is FAILED_PRECONDITION."""
@@ -25,7 +25,15 @@ from tests.fixtures.omni import AUDIO_PAD, build_qwen3_omni
 from tests.fixtures.vision_models import build_llava
 from tests.fixtures.whisper import wav, wav_bytes
 from tests.helpers import details, generate
-from tests.vision_helpers import IMAGES, MEDIA, Reference, image_part, matches, vision_server
+from tests.vision_helpers import (
+    IMAGES,
+    MEDIA,
+    Reference,
+    assert_plan_counts_checkpoint_once,
+    image_part,
+    matches,
+    vision_server,
+)
 
 MAX_TOKENS = 10
 AUDIO = {"chirp": wav(2.5, rate=22050, channels=2, seed=1), "short": wav(1.2, seed=3), "long": wav(4.0, seed=4)}
@@ -185,6 +193,11 @@ async def test_a_repeated_audio_file_runs_no_tower(served, reference):
     assert tower.encoded == before
     assert again.started.cached_tokens > 8
     assert matches(first.token_ids, reference[1]) and matches(again.token_ids, reference[1])
+
+
+async def test_the_memory_plan_counts_the_checkpoint_once(served, omni_dir):
+    stub, _ = served
+    await assert_plan_counts_checkpoint_once(stub, "omni", omni_dir)
 
 
 async def test_model_info_says_it_takes_audio(served):
