@@ -61,7 +61,7 @@ else
   MLXGRPC_ADDRESS=${ADDRESSES[0]} "${MVN[@]}" surefire:test
   for address in "${ADDRESSES[@]:1}"; do
     echo "== live tests against $address"
-    MLXGRPC_ADDRESS=$address "${MVN[@]}" surefire:test -Dtest='MlxGrpcClientTest,RetryLiveTest,ResponseFormatsTest,PriorityTest,ToolsTest,RerankTest,ClassifyTest,SparseTest,PrefixCacheTest,ImagesTest,VideosTest,SpeechTest,ModelsTest'
+    MLXGRPC_ADDRESS=$address "${MVN[@]}" surefire:test -Dtest='MlxGrpcClientTest,RetryLiveTest,ResponseFormatsTest,PriorityTest,ToolsTest,RerankTest,ClassifyTest,SparseTest,PrefixCacheTest,ImagesTest,VideosTest,AudioPartsTest,SpeechTest,ModelsTest'
   done
 fi
 

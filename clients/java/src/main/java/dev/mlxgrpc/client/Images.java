@@ -12,8 +12,8 @@ import java.util.HexFormat;
 import java.util.List;
 
 /**
- * Images in chat messages: a {@link ChatMessage}'s content can be parts (text, images and videos,
- * {@link Videos}, in order) instead of {@code content} (not both). A model that takes images (its
+ * Images in chat messages: a {@link ChatMessage}'s content can be parts (text, images, videos,
+ * {@link Videos}, and audio, {@link Audios#part}, in order) instead of {@code content} (not both). A model that takes images (its
  * {@code capabilities.media} is set) reads them; any other refuses an image with
  * FAILED_PRECONDITION (ErrorInfo reason {@code UNSUPPORTED_OPERATION}). An image whose media type
  * does not match its bytes, a truncated one or one too large is INVALID_ARGUMENT with a BadRequest
@@ -117,7 +117,10 @@ public final class Images {
     return image(data, mediaType(data, path.toString()));
   }
 
-  /** A "user" message of {@code parts} in order ({@link #text}, {@link #image}, {@link Videos#video}). */
+  /**
+   * A "user" message of {@code parts} in order ({@link #text}, {@link #image}, {@link Videos#video},
+   * {@link Audios#part}).
+   */
   public static ChatMessage user(ContentPart... parts) {
     return user(Arrays.asList(parts));
   }
