@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import UnsupportedModel
 from ..liveness import still_working
+from ..speech.audio import SAMPLE_RATE
 from . import mrope
 from .gemma3 import untie
 from .model import AudioSupport, ProcessedImage, VideoInput, VisionTower, text_model, tokenizer_for
@@ -86,7 +87,7 @@ class QwenVLTower(VisionTower):
     def process_audio(self, files: list[np.ndarray]) -> list[ProcessedImage]:
         audio = self.audio
         assert audio is not None
-        out = audio.extractor(files, padding=True)  # as mlx-vlm's prepare_inputs has its processor call it
+        out = audio.extractor(files, padding=True, sampling_rate=SAMPLE_RATE)  # as mlx-vlm's processor calls it
         mel = np.asarray(out["input_features"], dtype=np.float32)
         mask = out.get("attention_mask")
         frames = np.full(len(files), mel.shape[-1]) if mask is None else np.asarray(mask).sum(-1)
@@ -215,8 +216,6 @@ def load_qwen_vl(vlm, processor, path: Path, config: dict[str, Any]):
 
 def audio_support(thinker, processor) -> AudioSupport:
     """The thinker's feature extractor and audio token, checked against its audio tower."""
-    from ..speech.audio import SAMPLE_RATE
-
     extractor = processor.feature_extractor
     token = int(thinker.config.audio_token_id)
     if processor.tokenizer.convert_tokens_to_ids(processor.audio_token) != token:
