@@ -174,3 +174,34 @@ async def assert_plan_counts_checkpoint_once(stub, model: str, model_dir: Path) 
         with safe_open(str(path), "np") as f:
             values += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
     assert 0.98 * 4 * values <= plan.weights_bytes <= 1.02 * 4 * values, (plan.weights_bytes, 4 * values)
+
+
+async def refused(stub, request: pb.GenerateRequest, code, says: str = ""):
+    """The error ``request`` is answered with: ``code``, soon (not hung), ``says`` in its details."""
+    import time
+
+    import grpc
+    import pytest
+
+    from tests.helpers import generate
+
+    began = time.perf_counter()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await generate(stub, request)
+    assert time.perf_counter() - began < 30  # answered, not hung (the figure is the bench's)
+    assert err.value.code() == code, err.value.details()
+    assert says in err.value.details(), err.value.details()
+    return err.value
+
+
+async def assert_part_refused(stub, request: pb.GenerateRequest, field: str, says: str) -> None:
+    """``request`` is INVALID_ARGUMENT with one field violation: ``field``, saying ``says``."""
+    import grpc
+
+    from tests.helpers import details
+
+    error = await refused(stub, request, grpc.StatusCode.INVALID_ARGUMENT)
+    violations = details(error)["BadRequest"].field_violations
+    assert [v.field for v in violations] == [field]
+    assert says in violations[0].description, violations[0].description
+
