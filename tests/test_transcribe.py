@@ -194,3 +194,33 @@ async def test_a_queued_transcription_is_cancelled_only_by_its_tenant(whisper_di
         assert engine.idle
     finally:
         await engine.close()
+
+
+async def test_a_running_transcription_stops_when_cancelled_and_the_next_is_served(whisper_dir):
+    """Cancel after `started`: the transcription on the thread ends at its next block (it
+    is counted interrupted, not finished), and the next request is transcribed in full."""
+    from engine.errors import RequestCancelled
+    from engine.speech.engine import SpeechEngine
+    from engine.speech.types import AudioInput, TranscriptionRequest
+    from engine.tenancy import Tenant
+
+    alice = Tenant("alice")
+    engine = SpeechEngine(str(whisper_dir), name="whisper")
+    await engine.start()
+    try:
+        long = TranscriptionRequest(AudioInput(wav(600.0, seed=5), "audio/wav"), request_id="long", tenant=alice)
+        events = engine.transcribe(long)
+        started = await events.__anext__()
+        assert started.audio_seconds == pytest.approx(600.0)
+        finishing = asyncio.ensure_future(events.__anext__())
+        await asyncio.sleep(0.05)  # on the thread now: ten minutes are many windows' work
+        assert engine.cancel("long", "alice")
+        with pytest.raises(RequestCancelled):
+            await finishing
+        short = TranscriptionRequest(AudioInput(wav(1.0), "audio/wav"), request_id="short", tenant=alice)
+        done = [e async for e in engine.transcribe(short)]
+        assert done[-1].audio_seconds == pytest.approx(1.0)
+        assert engine.interrupted == 1 and engine.transcribed_seconds == pytest.approx(1.0)
+        assert engine.idle
+    finally:
+        await engine.close()

@@ -5,14 +5,16 @@ shares), reached only by controls; a request is checked (its header: nothing dec
 it waits for admission, and decoded in the preparation pool once admitted; request ids and
 tenant limits are the shared gate's (``Slots``), a transcription charging its tenant 50
 tokens a second of audio (Whisper's encoder positions); a Cancel call or the caller leaving
-ends the call at once, but a transcription already running on the thread finishes there
-(its result dropped) before the next starts; a stalled or dead thread breaks the engine.
+ends the call at once, and a transcription already running on the thread stops at its next
+encoder or decoder block (``Interrupted``), freeing the thread for the next; a stalled or
+dead thread breaks the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from concurrent.futures import Future
 from dataclasses import replace
@@ -35,7 +37,7 @@ from ..tenancy import Tenant
 from ..validation import Limits, check_text_bytes
 from .audio import SAMPLE_RATE, check_audio, decode
 from .config import SpeechConfig
-from .model import SpeechModel
+from .model import Interrupted, SpeechModel
 from .types import Transcript, TranscriptionRequest, TranscriptionStarted
 
 T = TypeVar("T")
@@ -59,6 +61,7 @@ class SpeechEngine:
         self.preparation = Preparation.of(limits)  # a ModelSet shares one among its engines
         self.breaker = Breaker(lambda: self.name, self._thread.fault, self._thread.give_up)
         self.transcribed_seconds = 0.0  # audio transcribed since start
+        self.interrupted = 0  # running transcriptions stopped because their caller left
 
     def _load(self) -> SpeechModel:
         model = SpeechModel(Path(self.source))
@@ -133,16 +136,30 @@ class SpeechEngine:
             seat.charge(math.ceil(header.seconds * TOKENS_PER_SECOND))
             samples = await self.preparation.run(request.tenant, decode, "audio", request.audio, self.limits, header)
             yield TranscriptionStarted(request.request_id, len(samples) / SAMPLE_RATE)
-            transcript = await self._on_thread(lambda: model.transcribe(samples, request))
+            stop = threading.Event()
+            running = self._on_thread(lambda: self._transcribe(samples, request, stop))
+            try:
+                transcript = await running
+            except BaseException:  # the caller left or was cancelled: the thread stops at its next block
+                stop.set()
+                raise
         self.transcribed_seconds += transcript.audio_seconds
         yield replace(transcript, seconds=time.monotonic() - began)
 
     def _admitted(self, request_id: str, tenant: Tenant, priority: int):
         return self._slots.admitted(self._pool, request_id, tenant, priority, "transcription")
 
-    async def _on_thread(self, fn: Callable[[], R]) -> R:
+    def _on_thread(self, fn: Callable[[], R]) -> asyncio.Future[R]:
         self.breaker.refuse()
-        return await asyncio.wrap_future(self._thread.ask(Run(fn)))
+        return asyncio.wrap_future(self._thread.ask(Run(fn)))
+
+    def _transcribe(self, samples, request: TranscriptionRequest, stop: threading.Event) -> Transcript:
+        """On the thread: the transcript, or ``Interrupted`` (counted) once ``stop`` is set."""
+        try:
+            return self.model.transcribe(samples, request, stop)
+        except Interrupted:
+            self.interrupted += 1
+            raise
 
     def tokenizer_files(self) -> dict[str, bytes]:
         """What a router needs to tokenize as this model does, by file name; blocking."""

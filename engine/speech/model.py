@@ -6,12 +6,16 @@ Invariants: the model is loaded and run on its engine thread only, its floating 
 the runtime dtype (``load_whisper``); decoding is greedy with no temperature fallback (so
 one file always gives one transcript, the one mlx-audio gives with ``temperature=0`` at
 that dtype); each encoder and decoder block is evaluated on its own and tells the watchdog
-the thread moves; the tokenizer is Hugging Face's from the directory.
+the thread moves, and a transcription whose ``stop`` is set ends there (``Interrupted``),
+so a cancelled one frees the thread within one block; the tokenizer is Hugging Face's from
+the directory.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from contextvars import ContextVar
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +27,11 @@ from .audio import SAMPLE_RATE
 from .types import Segment, Transcript, TranscriptionRequest, TranscriptionTask
 
 FAMILIES = ("whisper",)
+_STOP: ContextVar[threading.Event | None] = ContextVar("speech_stop", default=None)
+
+
+class Interrupted(Exception):
+    """A transcription stopped between two blocks because its caller left."""
 
 
 def is_speech_config(config: dict) -> bool:
@@ -42,6 +51,9 @@ class _Moving:
         out = super().__call__(*args, **kwargs)  # a mixin over the block's class
         mx.eval(out[0] if isinstance(out, tuple) else out)
         still_working()
+        stop = _STOP.get()
+        if stop is not None and stop.is_set():
+            raise Interrupted("the transcription's caller left")
         return out
 
 
@@ -109,13 +121,20 @@ class SpeechModel:
             raise InvalidRequest("prompt", f"is longer than {self.max_length // 2 - 1} tokens, half the model's "
                                            "window")
 
-    def transcribe(self, samples: np.ndarray, request: TranscriptionRequest) -> Transcript:
-        """The transcript of ``samples`` (16 kHz mono float32); engine thread."""
+    def transcribe(self, samples: np.ndarray, request: TranscriptionRequest,
+                   stop: threading.Event | None = None) -> Transcript:
+        """The transcript of ``samples`` (16 kHz mono float32); engine thread. Interrupted once
+        ``stop`` is set, at the next block's end."""
         import mlx.core as mx
 
-        out = self.model.generate(mx.array(samples), language=request.language or None,
-                                  task=request.task.value, temperature=0.0, initial_prompt=request.prompt or None,
-                                  verbose=None, fp16=self.model.dtype == mx.float16)
+        token = _STOP.set(stop)
+        try:
+            out = self.model.generate(mx.array(samples), language=request.language or None,
+                                      task=request.task.value, temperature=0.0,
+                                      initial_prompt=request.prompt or None, verbose=None,
+                                      fp16=self.model.dtype == mx.float16)
+        finally:
+            _STOP.reset(token)
         segments = tuple(Segment(i, float(s["start"]), float(s["end"]), str(s["text"]),
                                  tuple(int(t) for t in s["tokens"]), float(s["avg_logprob"]),
                                  float(s["no_speech_prob"]), float(s["compression_ratio"]))
