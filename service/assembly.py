@@ -65,8 +65,7 @@ def build_models(args: argparse.Namespace) -> ModelSet:
         embedding = [EmbeddingEngine(source, name=name, limits=limits,
                                      config=replace(tree.embedding, precision=precisions[name]))
                      for name, (_, source) in zip(names, specs)]
-    speech = [SpeechEngine(source, name=name or default_name(source), limits=limits,
-                           config=SpeechConfig(priority_aging_s=tree.embedding.priority_aging_s))
+    speech = [SpeechEngine(source, name=name or default_name(source), limits=limits, config=speech_config(tree))
               for name, source in args.speech_model or ()]
     return ModelSet(generation, embedding, lifecycle=lifecycle(tree), speech=speech)
 
@@ -79,16 +78,22 @@ def lifecycle(tree: EngineConfig) -> Lifecycle:
                      config.max_keep_alive_s)
 
 
-def engine_factory(tree: EngineConfig) -> Callable[[ModelSpec], GenerationEngine | EmbeddingEngine]:
+def speech_config(tree: EngineConfig) -> SpeechConfig:
+    return SpeechConfig(priority_aging_s=tree.embedding.priority_aging_s)  # the one aging flag of every kind
+
+
+def engine_factory(tree: EngineConfig) -> Callable[[ModelSpec], GenerationEngine | EmbeddingEngine | SpeechEngine]:
     """Builds a model loaded at run time with the server's settings and its own options."""
 
-    def make(spec: ModelSpec) -> GenerationEngine | EmbeddingEngine:
+    def make(spec: ModelSpec) -> GenerationEngine | EmbeddingEngine | SpeechEngine:
         options = spec.options
         limits = tree.limits
         if options.context_length:
             limits = replace(limits, max_prompt_tokens=options.context_length)
         if spec.kind == "embedding":
             return EmbeddingEngine(spec.source, name=spec.name, limits=limits, config=tree.embedding)
+        if spec.kind == "speech":
+            return SpeechEngine(spec.source, name=spec.name, limits=limits, config=speech_config(tree))
         config = tree.generation
         scheduler = replace(config.scheduler, kv_bits=options.kv_bits) if options.kv_bits else config.scheduler
         return GenerationEngine(spec.source, name=spec.name, config=replace(

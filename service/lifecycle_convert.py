@@ -23,7 +23,7 @@ STAGES = {"resolving": lpb.LOAD_STAGE_RESOLVING, "planning": lpb.LOAD_STAGE_PLAN
           "reading": lpb.LOAD_STAGE_READING, "converting": lpb.LOAD_STAGE_CONVERTING,
           "warming": lpb.LOAD_STAGE_WARMING, "serving": lpb.LOAD_STAGE_SERVING}
 KINDS = {mpb.MODEL_KIND_UNSPECIFIED: "generation", mpb.MODEL_KIND_GENERATION: "generation",
-         mpb.MODEL_KIND_EMBEDDING: "embedding"}
+         mpb.MODEL_KIND_EMBEDDING: "embedding", mpb.MODEL_KIND_SPEECH: "speech"}
 _MAX_KEEP_ALIVE = 10 * 365 * 86400.0
 
 
@@ -44,7 +44,7 @@ def request_keep_alive(msg, most: float) -> float | None:
 def load_options(msg: lpb.LoadModelRequest) -> tuple[str, ModelOptions]:
     """(kind, options) of a LoadModel request; INVALID_ARGUMENT naming the field."""
     if msg.kind not in KINDS:
-        raise InvalidRequest("kind", "must be MODEL_KIND_GENERATION or MODEL_KIND_EMBEDDING")
+        raise InvalidRequest("kind", "must be MODEL_KIND_GENERATION, MODEL_KIND_EMBEDDING or MODEL_KIND_SPEECH")
     o = msg.options
     options = ModelOptions(o.dtype, o.kv_bits, o.draft_model, o.context_length)
     try:
@@ -53,6 +53,8 @@ def load_options(msg: lpb.LoadModelRequest) -> tuple[str, ModelOptions]:
         raise InvalidRequest("options", str(error).removeprefix("options: ")) from None
     if KINDS[msg.kind] == "embedding" and (o.kv_bits or o.draft_model):
         raise InvalidRequest("options", "kv_bits and draft_model are for generation models")
+    if KINDS[msg.kind] == "speech" and msg.HasField("options"):
+        raise InvalidRequest("options", "a speech model takes no options")
     return KINDS[msg.kind], options
 
 

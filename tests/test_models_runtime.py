@@ -316,3 +316,27 @@ async def test_a_gguf_file_is_converted_in_a_child_process_once(fixture_models, 
             assert out.token_ids == oracle["llama"]["one"]
     finally:
         (model_root / "llama-f32.gguf").unlink()
+
+
+async def test_a_speech_model_loads_transcribes_and_unloads(server, model_root):
+    """LoadModel with kind SPEECH serves a Whisper directory from the root: Transcribe answers,
+    ListModels and GetModelInfo say it is a speech model, options are refused, UnloadModel frees it."""
+    from service.gen.mlxgrpc.v1 import model_pb2 as mpb
+    from service.gen.mlxgrpc.v1 import speech_pb2 as spb
+    from tests.fixtures.whisper import build_whisper, wav
+
+    stub, models, _ = server
+    build_whisper(model_root / "whisper")
+    wrong = await refused(load(stub, "ears", "whisper", kind=mpb.MODEL_KIND_SPEECH,
+                               options=lpb.ModelOptions(kv_bits=8)))
+    assert wrong.code() == grpc.StatusCode.INVALID_ARGUMENT and "takes no options" in wrong.details()
+    events = await load(stub, "ears", "whisper", kind=mpb.MODEL_KIND_SPEECH)
+    assert events[-1].stage == lpb.LOAD_STAGE_SERVING and events[-1].model.kind == mpb.MODEL_KIND_SPEECH
+    assert events[-1].model.capabilities.transcription
+    heard = [r async for r in stub.Transcribe(spb.TranscribeRequest(
+        model="ears", audio=spb.Audio(data=wav(2.0), media_type="audio/wav")), metadata=ADMIN)]
+    assert heard[0].started.audio_seconds == pytest.approx(2.0) and heard[-1].WhichOneof("event") == "finished"
+    listed = await statuses(stub)
+    assert listed["ears"].state == lpb.MODEL_STATE_READY and listed["ears"].kind == mpb.MODEL_KIND_SPEECH
+    reply = await stub.UnloadModel(lpb.UnloadModelRequest(name="ears"), metadata=ADMIN)
+    assert reply.freed_bytes > 0 and "ears" not in models.names()

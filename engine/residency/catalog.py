@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-KINDS = ("generation", "embedding")
+KINDS = ("generation", "embedding", "speech")
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _ENTRY_KEYS = {"name", "source", "kind", "keep_alive_s", "pinned", "tenants", "options"}
 _OPTION_KEYS = {"dtype", "kv_bits", "draft_model", "context_length"}
@@ -116,6 +116,8 @@ def _entry(entry: Any, index: int, base: Path) -> ModelSpec:
     if not isinstance(raw, dict) or set(raw) - _OPTION_KEYS:
         raise ValueError(f"{where}: options are {', '.join(sorted(_OPTION_KEYS))}")
     options = check_options(ModelOptions(**raw), where)
+    if kind == "speech" and raw:
+        raise ValueError(f"{where}: a speech model takes no options")
     keep = entry.get("keep_alive_s")
     if keep is not None and not isinstance(keep, (int, float)):
         raise ValueError(f"{where}: keep_alive_s is a number of seconds")

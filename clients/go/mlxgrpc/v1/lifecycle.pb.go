@@ -237,7 +237,8 @@ type LoadModelRequest struct {
 	// the server's --model-root (an absolute path must lie inside it). No part may lead
 	// outside the root, symbolic links included. Errors never repeat the server's paths.
 	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
-	// Generation (the default) or embedding.
+	// Generation (the default), embedding, or speech (a Whisper-class model for
+	// Transcribe).
 	Kind ModelKind `protobuf:"varint,3,opt,name=kind,proto3,enum=mlxgrpc.v1.ModelKind" json:"kind,omitempty"`
 	// How to load it.
 	Options *ModelOptions `protobuf:"bytes,4,opt,name=options,proto3" json:"options,omitempty"`

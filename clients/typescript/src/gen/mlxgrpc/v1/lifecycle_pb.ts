@@ -81,7 +81,8 @@ export type LoadModelRequest = Message<"mlxgrpc.v1.LoadModelRequest"> & {
   source: string;
 
   /**
-   * Generation (the default) or embedding.
+   * Generation (the default), embedding, or speech (a Whisper-class model for
+   * Transcribe).
    *
    * @generated from field: mlxgrpc.v1.ModelKind kind = 3;
    */
