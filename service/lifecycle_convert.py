@@ -53,7 +53,7 @@ def load_options(msg: lpb.LoadModelRequest) -> tuple[str, ModelOptions]:
         raise InvalidRequest("options", str(error).removeprefix("options: ")) from None
     if KINDS[msg.kind] == "embedding" and (o.kv_bits or o.draft_model):
         raise InvalidRequest("options", "kv_bits and draft_model are for generation models")
-    if KINDS[msg.kind] == "speech" and msg.HasField("options"):
+    if KINDS[msg.kind] == "speech" and (o.dtype or o.kv_bits or o.draft_model or o.context_length):
         raise InvalidRequest("options", "a speech model takes no options")
     return KINDS[msg.kind], options
 

@@ -406,8 +406,8 @@ def load_model_request(
 ) -> pb.LoadModelRequest:
     """Builds a LoadModelRequest: the model at ``source`` (a directory or a ``.gguf`` file,
     relative to the server's ``--model-root``; empty with the name of a catalog model: that
-    entry) loaded as ``name``. ``kind`` is ``"generation"`` (the default), ``"embedding"`` or a
-    ``pb.ModelKind``; ``dtype`` (``"auto"``, ``"float32"``, ``"float16"``, ``"bfloat16"``),
+    entry) loaded as ``name``. ``kind`` is ``"generation"`` (the default), ``"embedding"``,
+    ``"speech"`` (a Whisper directory for Transcribe; no options) or a ``pb.ModelKind``; ``dtype`` (``"auto"``, ``"float32"``, ``"float16"``, ``"bfloat16"``),
     ``kv_bits`` (0, 8 or 4), ``draft_model`` (relative to the root as ``source``) and
     ``context_length`` are its ``options``, each left at its zero value for the server's
     setting; ``keep_alive`` (``keep_alive_seconds``) is how long it stays loaded once idle
