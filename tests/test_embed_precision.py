@@ -145,3 +145,31 @@ def test_a_server_started_with_precisions_says_what_runs(fixture_models, tmp_pat
         assert (np.sum(got["b16"] * got["f32"], axis=1) >= 0.9999).all()
     finally:
         replica.stop()
+
+
+def _bf16(a: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16 (nearest even), as float32."""
+    bits = a.astype(np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).view(np.float32)
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (37, 100, 70), (64, 384, 384), (129, 40, 1536)])
+def test_the_kernels_bf16_product_is_the_bf16_rounded_float_product(M, N, K):
+    """x @ W.T + bias + residual on bfloat16-rounded x and W with float32 sums, any row, column
+    and width count (tails of the 8-row, 32-column tiles and of the k pairs)."""
+    import mlx.core as mx
+
+    ext = kernels_ext()
+    if not ext.bf16_available():
+        pytest.skip("the kernels were built without AVX-512 BF16 (ggml's product serves bf16)")
+    rng = np.random.default_rng(M * N + K)
+    x, w = rng.normal(size=(M, K)).astype(np.float32), (rng.normal(size=(N, K)) * 0.05).astype(np.float32)
+    bias, residual = rng.normal(size=N).astype(np.float32), rng.normal(size=(M, N)).astype(np.float32)
+    packed = ext.bf16_pack(mx.array(w))
+    want = _bf16(x).astype(np.float64) @ _bf16(w).astype(np.float64).T
+    got = np.array(ext.bf16_linear(mx.array(x), packed, N))
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * np.sqrt(K) * np.abs(want).max() + 1e-7)
+    tol = 2e-6 * np.sqrt(K) * np.abs(want).max()
+    both = np.array(ext.bf16_linear(mx.array(x), packed, N, mx.array(bias), mx.array(residual)))
+    np.testing.assert_allclose(both, want + bias + residual, rtol=0, atol=tol + 1e-5)
+    assert not np.allclose(got, x @ w.T, rtol=0, atol=1e-7 * np.abs(want).max())  # bf16 values, not float32's

@@ -59,7 +59,8 @@ def _set_precision(model: EmbeddingModel, requested: str, force: bool, packed: b
 
     cfg = model.encoder.config
     why = None if packed else "the CPU kernels are off" if not kernels.enabled() else "the encoder is not packed"
-    if why is None and requested != "f32":
+    own = requested == "bf16" and packed and kernels.enabled() and kernels.ext().bf16_available()
+    if why is None and requested != "f32" and not own:  # the kernels' own bf16 needs no ggml
         try:
             ggml.open_backend()
         except ggml.GgmlUnavailable as exc:

@@ -2,9 +2,10 @@
 
 Invariants: each packed sequence attends only its own keys, and padded positions come back
 as zeros, so pooling is unchanged; other masks take the encoder's own forward. A layer's four
-products are float32 through the kernels' linear unless ``set_products`` puts ggml's in (bfloat16
-or 8-bit blocks, ggml quantizing the activations to match); the float weights stay for the
-encoder's own forward.
+products are float32 through the kernels' linear unless ``set_products`` puts others in: bfloat16 by the
+kernels' own AVX-512 BF16 product where the build has it (else ggml's), or ggml's 8-bit
+blocks (ggml quantizing the activations to match); the float weights stay for the encoder's
+own forward.
 """
 
 from __future__ import annotations
@@ -90,12 +91,27 @@ def _products(layer: nn.Module) -> tuple[_Linear, _Linear, _Linear, _Linear]:
     return _Linear(qkv, bias), attn_out, intermediate, output
 
 
+class _Bf16Linear:
+    """The same product with bfloat16 values and float32 sums, by the kernels (AVX-512 BF16)."""
+
+    def __init__(self, linear: _Linear):
+        self.packed, self.n, self.bias = ext().bf16_pack(linear.weight), linear.weight.shape[0], linear.bias
+
+    def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
+        return ext().bf16_linear(x, self.packed, self.n, self.bias, residual)
+
+
+GGML_BF16 = 30  # GGML_TYPE_BF16
+
+
 def set_products(encoder: nn.Module, ggml_type: int | None) -> None:
-    """Every layer's products in float32 (None) or ggml's ``ggml_type`` (e.g. BF16, Q8_0)."""
+    """Every layer's products in float32 (None) or ``ggml_type``'s (e.g. BF16, Q8_0): BF16 by the
+    kernels' own product where this build has it, the others by ggml's."""
+    own = ggml_type == GGML_BF16 and ext().bf16_available()
     for layer in encoder.encoder.layer:
         products = _products(layer)
-        layer._kernel_products = products if ggml_type is None else tuple(_GgmlLinear(p, ggml_type)
-                                                                          for p in products)
+        layer._kernel_products = products if ggml_type is None else tuple(
+            _Bf16Linear(p) if own else _GgmlLinear(p, ggml_type) for p in products)
 
 
 _NO_ROPE = None

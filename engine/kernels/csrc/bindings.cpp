@@ -107,6 +107,11 @@ NB_MODULE(_ext, m) {
       "eps"_a = 0.0f, "silu_gate"_a = false, nb::kw_only(), "stream"_a = nb::none(),
       "prologue(x) @ weight.T (+ bias) (+ residual) in one primitive; the prologue is RMSNorm "
       "with `norm` and `eps`, SiLU-gate of x's halves with `silu_gate`, or nothing.");
+  m.def("bf16_available", &mlxk::bf16_available, "Whether this build has the AVX-512 BF16 product.");
+  m.def("bf16_pack", &mlxk::bf16_pack, "w"_a, "A float32 weight [N, K] packed for bf16_linear (bf16 panels).");
+  m.def("bf16_linear", &mlxk::bf16_linear, "x"_a, "packed"_a, "N"_a, "bias"_a = nb::none(),
+        "residual"_a = nb::none(), nb::kw_only(), "stream"_a = nb::none(),
+        "x @ W.T (+ bias) (+ residual): bfloat16 products, float32 sums; W packed by bf16_pack.");
   m.def("ggml_open", &mlxk::ggml_open, "bridge_library"_a,
         "Opens ggml's CPU backend (through the bridge ggml_build.py makes) for the ggml_* ops; once per process.");
   m.def("ggml_is_open", &mlxk::ggml_is_open, "Whether ggml_open succeeded.");

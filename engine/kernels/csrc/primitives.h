@@ -298,4 +298,24 @@ class Dequantize : public CpuPrimitive {
   int bits_;
 };
 
+// x [..., K] @ W^T (+ bias [N]) (+ residual) with bfloat16 products and float32 sums
+// (AVX-512 BF16), W as bf16_pack packs it; bf16_available() says whether this build has it.
+bool bf16_available();
+mx::array bf16_pack(const mx::array& w);
+mx::array bf16_linear(const mx::array& x, const mx::array& packed, int N, const std::optional<mx::array>& bias,
+                      const std::optional<mx::array>& residual, mx::StreamOrDevice s = {});
+
+class Bf16Linear : public CpuPrimitive {
+ public:
+  Bf16Linear(mx::Stream stream, int n, int k, bool has_bias, bool has_residual)
+      : CpuPrimitive(stream), n_(n), k_(k), has_bias_(has_bias), has_residual_(has_residual) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelBf16Linear"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  int n_, k_;
+  bool has_bias_, has_residual_;
+};
+
 } // namespace mlxk
