@@ -173,3 +173,36 @@ def test_the_kernels_bf16_product_is_the_bf16_rounded_float_product(M, N, K):
     both = np.array(ext.bf16_linear(mx.array(x), packed, N, mx.array(bias), mx.array(residual)))
     np.testing.assert_allclose(both, want + bias + residual, rtol=0, atol=tol + 1e-5)
     assert not np.allclose(got, x @ w.T, rtol=0, atol=1e-7 * np.abs(want).max())  # bf16 values, not float32's
+
+
+def _q8_blocks(a: np.ndarray) -> np.ndarray:
+    """Rows of ``a`` as int8 codes times their block scale, blocks of 32 along the row (Q8_0's values)."""
+    k = a.shape[1]
+    padded = np.zeros((a.shape[0], -(-k // 32) * 32), dtype=np.float32)
+    padded[:, :k] = a
+    blocks = padded.reshape(a.shape[0], -1, 32)
+    scale = (np.abs(blocks).max(axis=2, keepdims=True) / np.float32(127)).astype(np.float32)
+    inv = np.where(scale > 0, np.float32(127) / np.where(scale > 0, scale * 127, 1), 0).astype(np.float32)
+    codes = np.clip(np.rint(blocks * inv), -127, 127)
+    return (codes * scale).reshape(a.shape[0], -1)[:, :k]
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (37, 100, 70), (64, 384, 384), (129, 40, 1536)])
+def test_the_kernels_int8_product_is_the_q8_block_product(M, N, K):
+    """x @ W.T + bias + residual on x and W rounded to 8-bit codes in blocks of 32 with a scale
+    each, any row, column and width count."""
+    import mlx.core as mx
+
+    ext = kernels_ext()
+    if not ext.int8_available():
+        pytest.skip("the kernels were built without AVX-512 VNNI (ggml's Q8_0 product serves int8)")
+    rng = np.random.default_rng(M * N + K + 1)
+    x, w = rng.normal(size=(M, K)).astype(np.float32), (rng.normal(size=(N, K)) * 0.05).astype(np.float32)
+    bias, residual = rng.normal(size=N).astype(np.float32), rng.normal(size=(M, N)).astype(np.float32)
+    packed = ext.int8_pack(mx.array(w))
+    want = _q8_blocks(x).astype(np.float64) @ _q8_blocks(w).astype(np.float64).T
+    tol = 1e-3 * np.abs(want).max()  # a code may round the other way at a tie of float32 arithmetic
+    got = np.array(ext.int8_linear(mx.array(x), packed, N, mx.array(bias), mx.array(residual)))
+    np.testing.assert_allclose(got, want + bias + residual, rtol=0, atol=tol + 1e-5)
+    if K > 1:  # one value is its own block's largest: its code is exact
+        assert np.abs(got - bias - residual - x @ w.T).max() > 1e-4 * np.abs(want).max()  # codes, not floats

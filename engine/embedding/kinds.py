@@ -59,15 +59,15 @@ def _set_precision(model: EmbeddingModel, requested: str, force: bool, packed: b
 
     cfg = model.encoder.config
     why = None if packed else "the CPU kernels are off" if not kernels.enabled() else "the encoder is not packed"
-    own = requested == "bf16" and packed and kernels.enabled() and kernels.ext().bf16_available()
-    if why is None and requested != "f32" and not own:  # the kernels' own bf16 needs no ggml
+    own = packed and kernels.enabled() and packed_encoder.own_product(requested)
+    if why is None and requested != "f32" and not own:  # the kernels' own products need no ggml
         try:
             ggml.open_backend()
         except ggml.GgmlUnavailable as exc:
             why = str(exc)
     chosen = choose(requested, encoder_widths=(cfg.hidden_size, cfg.intermediate_size), kernels=why, force=force)
-    if chosen.ggml_type is not None:
-        packed_encoder.set_products(model.encoder, chosen.ggml_type)
+    if chosen.running != "f32":
+        packed_encoder.set_products(model.encoder, chosen.running, chosen.ggml_type)
     return _announced(model.name, chosen)
 
 

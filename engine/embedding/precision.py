@@ -1,9 +1,10 @@
 """An embedding encoder's matmul precision (``--embed-precision f32|bf16|int8``).
 
 Invariants: bf16 and int8 change only the BERT layers' four products, on the weights converted
-once (bf16: bfloat16 values, by the kernels' own AVX-512 BF16 product where the build has it,
-else ggml's CPU backend; int8: 8-bit blocks of 32 values with a half-precision scale, Q8_0, by
-ggml's) with each input row converted the same way (rounded to nearest even); embeddings,
+once, by the kernels' own products where the build has the instructions, else ggml's CPU
+backend: bf16, bfloat16 values with each input row rounded the same way (nearest even); int8,
+the kernels' 8-bit codes (a scale per weight column, per input row and block of 128 values)
+or ggml's Q8_0 (blocks of 32 values with a half-precision scale, weights and rows alike); embeddings,
 norms, attention, pooling and heads stay float32. A precision runs only where the CPU has the
 instructions that make it faster than float32 (bf16: AVX-512 BF16; int8: AVX-512 VNNI or
 AVX-VNNI), the kernels and ggml are available and the model is a BERT encoder; anywhere else

@@ -2,10 +2,10 @@
 
 Invariants: each packed sequence attends only its own keys, and padded positions come back
 as zeros, so pooling is unchanged; other masks take the encoder's own forward. A layer's four
-products are float32 through the kernels' linear unless ``set_products`` puts others in: bfloat16 by the
-kernels' own AVX-512 BF16 product where the build has it (else ggml's), or ggml's 8-bit
-blocks (ggml quantizing the activations to match); the float weights stay for the encoder's
-own forward.
+products are float32 through the kernels' linear unless ``set_products`` puts narrower ones
+in: the kernels' own (bfloat16 on AVX-512 BF16, 8-bit codes on AVX-512 VNNI) where the build
+has them, else ggml's (bfloat16, or Q8_0 blocks with the activations quantized to match);
+the float weights stay for the encoder's own forward.
 """
 
 from __future__ import annotations
@@ -91,27 +91,41 @@ def _products(layer: nn.Module) -> tuple[_Linear, _Linear, _Linear, _Linear]:
     return _Linear(qkv, bias), attn_out, intermediate, output
 
 
-class _Bf16Linear:
-    """The same product with bfloat16 values and float32 sums, by the kernels (AVX-512 BF16)."""
+class _OwnLinear:
+    """The same product by the kernels' own narrow one: "bf16" (bfloat16 values, float32 sums;
+    AVX-512 BF16) or "int8" (8-bit codes, integer sums; AVX-512 VNNI)."""
 
-    def __init__(self, linear: _Linear):
-        self.packed, self.n, self.bias = ext().bf16_pack(linear.weight), linear.weight.shape[0], linear.bias
+    def __init__(self, linear: _Linear, kind: str):
+        k = ext()
+        self.product = k.bf16_linear if kind == "bf16" else k.int8_linear
+        pack = k.bf16_pack if kind == "bf16" else k.int8_pack
+        self.packed, self.n, self.bias = pack(linear.weight), linear.weight.shape[0], linear.bias
 
     def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
-        return ext().bf16_linear(x, self.packed, self.n, self.bias, residual)
+        return self.product(x, self.packed, self.n, self.bias, residual)
 
 
-GGML_BF16 = 30  # GGML_TYPE_BF16
+def own_product(precision: str) -> bool:
+    """Whether this build of the kernels has its own ``precision`` product ("bf16", "int8")."""
+    k = ext()
+    return precision == "bf16" and k.bf16_available() or precision == "int8" and k.int8_available()
 
 
-def set_products(encoder: nn.Module, ggml_type: int | None) -> None:
-    """Every layer's products in float32 (None) or ``ggml_type``'s (e.g. BF16, Q8_0): BF16 by the
-    kernels' own product where this build has it, the others by ggml's."""
-    own = ggml_type == GGML_BF16 and ext().bf16_available()
+def set_products(encoder: nn.Module, precision: str, ggml_type: int | None) -> None:
+    """Every layer's products in float32 ("f32"), or ``precision``'s: the kernels' own where this
+    build has it, else ggml's ``ggml_type``."""
+    own = own_product(precision)
+    if precision != "f32" and not own and ggml_type is None:
+        raise ValueError(f"{precision} products need the kernels' own or a ggml type")
     for layer in encoder.encoder.layer:
         products = _products(layer)
-        layer._kernel_products = products if ggml_type is None else tuple(
-            _Bf16Linear(p) if own else _GgmlLinear(p, ggml_type) for p in products)
+        if precision == "f32":
+            layer._kernel_products = products
+        elif own:
+            layer._kernel_products = tuple(_OwnLinear(p, precision) for p in products)
+        else:
+            assert ggml_type is not None
+            layer._kernel_products = tuple(_GgmlLinear(p, ggml_type) for p in products)
 
 
 _NO_ROPE = None
@@ -156,7 +170,7 @@ def _layer(layer: nn.Module, h: mx.array, segments: mx.array, act: str) -> mx.ar
 
 
 def apply(encoder: nn.Module) -> dict[str, int]:
-    set_products(encoder, None)
+    set_products(encoder, "f32", None)
     counts = swap_leaf_modules(encoder)
     install(encoder, KernelEncoder)
     counts["packed_encoder"] = 1

@@ -112,6 +112,11 @@ NB_MODULE(_ext, m) {
   m.def("bf16_linear", &mlxk::bf16_linear, "x"_a, "packed"_a, "N"_a, "bias"_a = nb::none(),
         "residual"_a = nb::none(), nb::kw_only(), "stream"_a = nb::none(),
         "x @ W.T (+ bias) (+ residual): bfloat16 products, float32 sums; W packed by bf16_pack.");
+  m.def("int8_available", &mlxk::int8_available, "Whether this build has the AVX-512 VNNI product.");
+  m.def("int8_pack", &mlxk::int8_pack, "w"_a, "A float32 weight [N, K] as int8_linear's codes and scales.");
+  m.def("int8_linear", &mlxk::int8_linear, "x"_a, "packed"_a, "N"_a, "bias"_a = nb::none(),
+        "residual"_a = nb::none(), nb::kw_only(), "stream"_a = nb::none(),
+        "x @ W.T (+ bias) (+ residual): 8-bit codes in blocks of 32 k with a scale each (W and x), integer sums.");
   m.def("ggml_open", &mlxk::ggml_open, "bridge_library"_a,
         "Opens ggml's CPU backend (through the bridge ggml_build.py makes) for the ggml_* ops; once per process.");
   m.def("ggml_is_open", &mlxk::ggml_is_open, "Whether ggml_open succeeded.");

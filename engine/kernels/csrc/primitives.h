@@ -318,4 +318,24 @@ class Bf16Linear : public CpuPrimitive {
   bool has_bias_, has_residual_;
 };
 
+// x [..., K] @ W^T (+ bias [N]) (+ residual) with 8-bit codes (AVX-512 VNNI) in blocks of 32 k
+// with a scale each, W's and x's alike (ggml's Q8_0 values); W as int8_pack packs it.
+bool int8_available();
+mx::array int8_pack(const mx::array& w);
+mx::array int8_linear(const mx::array& x, const mx::array& packed, int N, const std::optional<mx::array>& bias,
+                      const std::optional<mx::array>& residual, mx::StreamOrDevice s = {});
+
+class Int8Linear : public CpuPrimitive {
+ public:
+  Int8Linear(mx::Stream stream, int n, int k, bool has_bias, bool has_residual)
+      : CpuPrimitive(stream), n_(n), k_(k), has_bias_(has_bias), has_residual_(has_residual) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelInt8Linear"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  int n_, k_;
+  bool has_bias_, has_residual_;
+};
+
 } // namespace mlxk
