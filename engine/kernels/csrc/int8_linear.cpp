@@ -115,7 +115,20 @@ void quantize_rows(const float* x, int64_t xs, int64_t M, int K, int Kp, uint8_t
   parallel_for(M, 16, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       const float* xr = x + m * xs;
-      for (int blk = 0; blk < blocks; ++blk) {
+      int blk = 0;
+      for (; (blk + 1) * kBlock <= K; ++blk) {  // whole blocks: two vectors of 16
+        int k0 = blk * kBlock;
+        __m512 v0 = _mm512_loadu_ps(xr + k0), v1 = _mm512_loadu_ps(xr + k0 + 16);
+        float most = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        __m512 inv = _mm512_set1_ps(most > 0.0f ? 127.0f / most : 0.0f);
+        scales[m * blocks + blk] = most / 127.0f;
+        // nearest even, as std::nearbyint; |code| <= 127, so the saturating narrowing is exact
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
+        __m128i b0 = _mm512_cvtsepi32_epi8(q0), b1 = _mm512_cvtsepi32_epi8(q1), off = _mm_set1_epi8(char(0x80));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + m * Kp + k0), _mm_xor_si128(b0, off));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + m * Kp + k0 + 16), _mm_xor_si128(b1, off));
+      }
+      for (; blk < blocks; ++blk) {
         int k0 = blk * kBlock, k1 = std::min(K, k0 + kBlock);
         float most = 0.0f;
         for (int k = k0; k < k1; ++k) {
