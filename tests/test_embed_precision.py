@@ -160,17 +160,17 @@ def test_the_kernels_bf16_product_is_the_bf16_rounded_float_product(M, N, K):
     import mlx.core as mx
 
     ext = kernels_ext()
-    if not ext.bf16_available():
+    if not ext.packed_available("bf16"):
         pytest.skip("the kernels were built without AVX-512 BF16 (ggml's product serves bf16)")
     rng = np.random.default_rng(M * N + K)
     x, w = rng.normal(size=(M, K)).astype(np.float32), (rng.normal(size=(N, K)) * 0.05).astype(np.float32)
     bias, residual = rng.normal(size=N).astype(np.float32), rng.normal(size=(M, N)).astype(np.float32)
-    packed = ext.bf16_pack(mx.array(w))
+    packed = ext.linear_pack(mx.array(w), "bf16")
     want = _bf16(x).astype(np.float64) @ _bf16(w).astype(np.float64).T
-    got = np.array(ext.bf16_linear(mx.array(x), packed, N))
+    got = np.array(ext.packed_linear(mx.array(x), packed, "bf16", N))
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * np.sqrt(K) * np.abs(want).max() + 1e-7)
     tol = 2e-6 * np.sqrt(K) * np.abs(want).max()
-    both = np.array(ext.bf16_linear(mx.array(x), packed, N, mx.array(bias), mx.array(residual)))
+    both = np.array(ext.packed_linear(mx.array(x), packed, "bf16", N, mx.array(bias), mx.array(residual)))
     np.testing.assert_allclose(both, want + bias + residual, rtol=0, atol=tol + 1e-5)
     assert not np.allclose(got, x @ w.T, rtol=0, atol=1e-7 * np.abs(want).max())  # bf16 values, not float32's
 
@@ -194,15 +194,87 @@ def test_the_kernels_int8_product_is_the_q8_block_product(M, N, K):
     import mlx.core as mx
 
     ext = kernels_ext()
-    if not ext.int8_available():
+    if not ext.packed_available("int8"):
         pytest.skip("the kernels were built without AVX-512 VNNI (ggml's Q8_0 product serves int8)")
     rng = np.random.default_rng(M * N + K + 1)
     x, w = rng.normal(size=(M, K)).astype(np.float32), (rng.normal(size=(N, K)) * 0.05).astype(np.float32)
     bias, residual = rng.normal(size=N).astype(np.float32), rng.normal(size=(M, N)).astype(np.float32)
-    packed = ext.int8_pack(mx.array(w))
+    packed = ext.linear_pack(mx.array(w), "int8")
     want = _q8_blocks(x).astype(np.float64) @ _q8_blocks(w).astype(np.float64).T
     tol = 1e-3 * np.abs(want).max()  # a code may round the other way at a tie of float32 arithmetic
-    got = np.array(ext.int8_linear(mx.array(x), packed, N, mx.array(bias), mx.array(residual)))
+    got = np.array(ext.packed_linear(mx.array(x), packed, "int8", N, mx.array(bias), mx.array(residual)))
     np.testing.assert_allclose(got, want + bias + residual, rtol=0, atol=tol + 1e-5)
     if K > 1:  # one value is its own block's largest: its code is exact
         assert np.abs(got - bias - residual - x @ w.T).max() > 1e-4 * np.abs(want).max()  # codes, not floats
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (37, 100, 70), (64, 384, 384), (129, 40, 1536)])
+def test_the_kernels_f32_product_is_the_float_product(M, N, K):
+    """x @ W.T + bias + residual in float32 on the packed weight, any row, column and width count
+    (tails of the 12-row, 32-column tiles), within float32's rounding of the float64 product."""
+    import mlx.core as mx
+
+    ext = kernels_ext()
+    if not ext.packed_available("f32"):
+        pytest.skip("the kernels were built without AVX-512 (MLX's BLAS serves f32)")
+    rng = np.random.default_rng(M * N + K + 2)
+    x, w = rng.normal(size=(M, K)).astype(np.float32), (rng.normal(size=(N, K)) * 0.05).astype(np.float32)
+    bias, residual = rng.normal(size=N).astype(np.float32), rng.normal(size=(M, N)).astype(np.float32)
+    packed = ext.linear_pack(mx.array(w), "f32")
+    want = x.astype(np.float64) @ w.astype(np.float64).T
+    tol = 1e-6 * np.sqrt(K) * np.abs(want).max() + 1e-6
+    got = np.array(ext.packed_linear(mx.array(x), packed, "f32", N))
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+    both = np.array(ext.packed_linear(mx.array(x), packed, "f32", N, mx.array(bias), mx.array(residual)))
+    np.testing.assert_allclose(both, want + bias + residual, rtol=0, atol=tol + 1e-5)
+
+
+@pytest.mark.parametrize("kind", ["f32", "bf16", "int8"])
+@pytest.mark.parametrize("act,approximate", [("gelu", False), ("gelu_tanh", True)])
+def test_a_packed_product_applies_gelu_in_its_epilogue(kind, act, approximate):
+    """act= gives the same values as the kernels' GELU over the product's output."""
+    import mlx.core as mx
+
+    ext = kernels_ext()
+    if not ext.packed_available(kind):
+        pytest.skip(f"the kernels were built without the {kind} product")
+    rng = np.random.default_rng(7)
+    x = mx.array(rng.normal(size=(50, 96)).astype(np.float32))
+    w = mx.array(rng.normal(size=(70, 96)).astype(np.float32))
+    bias = mx.array(rng.normal(size=70).astype(np.float32))
+    packed = ext.linear_pack(w, kind)
+    plain = ext.gelu(ext.packed_linear(x, packed, kind, 70, bias), approximate)
+    fused = ext.packed_linear(x, packed, kind, 70, bias, act=act)
+    np.testing.assert_array_equal(np.array(fused), np.array(plain))
+
+
+@pytest.mark.parametrize("kind", ["f32", "bf16", "int8"])
+def test_a_packed_products_row_does_not_depend_on_the_rows_beside_it(kind):
+    """Each row alone gives the bits it gives among 1-63 others (every micro-kernel height)."""
+    import mlx.core as mx
+
+    ext = kernels_ext()
+    if not ext.packed_available(kind):
+        pytest.skip(f"the kernels were built without the {kind} product")
+    rng = np.random.default_rng(8)
+    x, w = rng.normal(size=(64, 384)).astype(np.float32), rng.normal(size=(100, 384)).astype(np.float32)
+    packed = ext.linear_pack(mx.array(w), kind)
+    whole = np.array(ext.packed_linear(mx.array(x), packed, kind, 100))
+    for rows in (1, 5, 9, 13, 63):
+        part = np.array(ext.packed_linear(mx.array(x[-rows:]), packed, kind, 100))
+        np.testing.assert_array_equal(part, whole[-rows:])
+
+
+def test_packed_products_refuse_what_they_cannot_run():
+    import mlx.core as mx
+
+    ext = kernels_ext()
+    w = mx.zeros((8, 16))
+    with pytest.raises(ValueError, match="kind"):
+        ext.linear_pack(w, "f16")
+    if ext.packed_available("f32"):
+        packed = ext.linear_pack(w, "f32")
+        with pytest.raises(ValueError, match="linear_pack's output"):
+            ext.packed_linear(mx.zeros((2, 15)), packed, "f32", 8)
+        with pytest.raises(ValueError, match="act"):
+            ext.packed_linear(mx.zeros((2, 16)), packed, "f32", 8, act="relu")

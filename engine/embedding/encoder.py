@@ -196,6 +196,10 @@ class EncoderModel(nn.Module):
     def hidden_size(self) -> int:
         return self.config.hidden_size
 
+    def kernel_bytes(self) -> int:
+        """Bytes held beside its parameters (the CPU kernels' packed weights, where installed)."""
+        return 0
+
     def __call__(
         self,
         input_ids: mx.array,

@@ -59,12 +59,15 @@ class EmbeddingModel:
     labels: tuple[str, ...] = ()  # a classifier's label names, in logit order
 
     def weights_bytes(self) -> int:
-        """Bytes of the arrays of every module it holds (an encoder, a decoder, a head), each once."""
+        """Bytes of the arrays of every module it holds (an encoder, a decoder, a head), each once,
+        and of the encoder's packed product weights."""
         seen: dict[int, int] = {}
+        held = 0
         for value in vars(self).values():
             if isinstance(value, nn.Module):
                 seen.update((id(a), a.nbytes) for _, a in flatten(value.parameters()))
-        return sum(seen.values())
+                held += value.kernel_bytes() if isinstance(value, EncoderModel) else 0
+        return sum(seen.values()) + held
 
     def scores(self, logits: np.ndarray) -> np.ndarray:
         """A classifier's label scores for one input's logits."""

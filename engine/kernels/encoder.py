@@ -2,10 +2,13 @@
 
 Invariants: each packed sequence attends only its own keys, and padded positions come back
 as zeros, so pooling is unchanged; other masks take the encoder's own forward. A layer's four
-products are float32 through the kernels' linear unless ``set_products`` puts narrower ones
-in: the kernels' own (bfloat16 on AVX-512 BF16, 8-bit codes on AVX-512 VNNI) where the build
-has them, else ggml's (bfloat16, or Q8_0 blocks with the activations quantized to match);
-the float weights stay for the encoder's own forward.
+products run on weights packed once for the kernels' own products (float32 on AVX-512 FMAs,
+or what ``set_products`` asks: bfloat16 on AVX-512 BF16, 8-bit codes on AVX-512 VNNI), with the
+intermediate's GELU in the product's epilogue; where the build lacks the instructions, float32
+runs through the kernels' BLAS linear and narrower products through ggml (bfloat16, or Q8_0
+blocks with the activations quantized to match). The float weights stay for the encoder's own
+forward; ``KernelEncoder.kernel_bytes`` counts the packed copies. Layers are evaluated one at a
+time, so a layer's buffers are reused by the next instead of all being allocated ahead.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from . import ext
 from .ggml import GgmlWeights
 from .modules import swap_leaf_modules
 
-_GELU = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True}
+_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}  # packed_linear's act
 
 if TYPE_CHECKING:  # the class the mixin is installed on (``apply``), as the checker sees its ``self``
     from ..embedding.encoder import EncoderModel as _EncoderHost
@@ -41,6 +44,10 @@ class KernelEncoder(_EncoderHost):
             return super().__call__(input_ids, attention_mask, token_type_ids)
         return packed_forward(self, input_ids, lengths, token_type_ids)
 
+    def kernel_bytes(self) -> int:
+        """Bytes of the layers' packed product weights, held beside the float ones."""
+        return sum(p.nbytes for layer in self.encoder.layer for p in layer._kernel_products)
+
 
 def _prefix_lengths(input_ids: mx.array, attention_mask: mx.array | None) -> list[int] | None:
     """Real tokens per row, when every row's mask is ones then zeros."""
@@ -55,13 +62,17 @@ def _prefix_lengths(input_ids: mx.array, attention_mask: mx.array | None) -> lis
 
 
 class _Linear:
-    """x @ weight.T + bias (+ residual), float32."""
+    """act(x @ weight.T + bias (+ residual)), float32 through the BLAS."""
 
-    def __init__(self, weight: mx.array, bias: mx.array | None):
-        self.weight, self.bias = weight, bias
+    def __init__(self, weight: mx.array, bias: mx.array | None, nbytes: int = 0):
+        self.weight, self.bias, self.nbytes = weight, bias, nbytes  # nbytes: what it holds beyond the module's
 
-    def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
-        return ext().linear(x, self.weight, self.bias, residual)
+    def __call__(self, x: mx.array, residual: mx.array | None = None, act: str = "none") -> mx.array:
+        return _activated(ext().linear(x, self.weight, self.bias, residual), act)
+
+
+def _activated(y: mx.array, act: str) -> mx.array:
+    return y if act == "none" else ext().gelu(y, act == "gelu_tanh")
 
 
 class _GgmlLinear:
@@ -71,12 +82,12 @@ class _GgmlLinear:
         import gguf.quants  # numpy conversions, only when a precision asks
 
         blocks = gguf.quants.quantize(np.array(linear.weight, dtype=np.float32), gguf.GGMLQuantizationType(ggml_type))
-        self.product, self.bias = GgmlWeights(mx.array(blocks), ggml_type), linear.bias
+        self.product, self.bias, self.nbytes = GgmlWeights(mx.array(blocks), ggml_type), linear.bias, blocks.nbytes
 
-    def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
+    def __call__(self, x: mx.array, residual: mx.array | None = None, act: str = "none") -> mx.array:
         y = self.product(x)
         y = y if self.bias is None else y + self.bias
-        return y if residual is None else y + residual
+        return _activated(y if residual is None else y + residual, act)
 
 
 def _products(layer: nn.Module) -> tuple[_Linear, _Linear, _Linear, _Linear]:
@@ -88,41 +99,38 @@ def _products(layer: nn.Module) -> tuple[_Linear, _Linear, _Linear, _Linear]:
     mx.eval(qkv, bias) if bias is not None else mx.eval(qkv)
     dense = (layer.attention.output.dense, layer.intermediate.dense, layer.output.dense)
     attn_out, intermediate, output = (_Linear(d.weight, d.get("bias")) for d in dense)
-    return _Linear(qkv, bias), attn_out, intermediate, output
+    return _Linear(qkv, bias, qkv.nbytes), attn_out, intermediate, output
 
 
 class _OwnLinear:
-    """The same product by the kernels' own narrow one: "bf16" (bfloat16 values, float32 sums;
-    AVX-512 BF16) or "int8" (8-bit codes, integer sums; AVX-512 VNNI)."""
+    """The same product by the kernels' own packed one: "f32" (AVX-512 FMAs), "bf16" (bfloat16
+    values, float32 sums; AVX-512 BF16) or "int8" (8-bit codes, integer sums; AVX-512 VNNI)."""
 
     def __init__(self, linear: _Linear, kind: str):
-        k = ext()
-        self.product = k.bf16_linear if kind == "bf16" else k.int8_linear
-        pack = k.bf16_pack if kind == "bf16" else k.int8_pack
-        self.packed, self.n, self.bias = pack(linear.weight), linear.weight.shape[0], linear.bias
+        self.kind, self.packed = kind, ext().linear_pack(linear.weight, kind)
+        self.n, self.bias, self.nbytes = linear.weight.shape[0], linear.bias, self.packed.nbytes
 
-    def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
-        return self.product(x, self.packed, self.n, self.bias, residual)
+    def __call__(self, x: mx.array, residual: mx.array | None = None, act: str = "none") -> mx.array:
+        return ext().packed_linear(x, self.packed, self.kind, self.n, self.bias, residual, act)
 
 
 def own_product(precision: str) -> bool:
-    """Whether this build of the kernels has its own ``precision`` product ("bf16", "int8")."""
-    k = ext()
-    return precision == "bf16" and k.bf16_available() or precision == "int8" and k.int8_available()
+    """Whether this build of the kernels has its own ``precision`` product ("f32", "bf16", "int8")."""
+    return ext().packed_available(precision)
 
 
 def set_products(encoder: nn.Module, precision: str, ggml_type: int | None) -> None:
-    """Every layer's products in float32 ("f32"), or ``precision``'s: the kernels' own where this
-    build has it, else ggml's ``ggml_type``."""
+    """Every layer's products in ``precision``: the kernels' own where this build has it, else
+    the BLAS (f32) or ggml's ``ggml_type``."""
     own = own_product(precision)
     if precision != "f32" and not own and ggml_type is None:
         raise ValueError(f"{precision} products need the kernels' own or a ggml type")
     for layer in encoder.encoder.layer:
         products = _products(layer)
-        if precision == "f32":
-            layer._kernel_products = products
-        elif own:
+        if own:
             layer._kernel_products = tuple(_OwnLinear(p, precision) for p in products)
+        elif precision == "f32":
+            layer._kernel_products = products
         else:
             assert ggml_type is not None
             layer._kernel_products = tuple(_GgmlLinear(p, ggml_type) for p in products)
@@ -146,6 +154,7 @@ def packed_forward(encoder, input_ids: mx.array, lengths: list[int],
     segments = mx.array(starts)
     for layer in encoder.encoder.layer:
         h = _layer(layer, h, segments, encoder.config.hidden_act)
+        mx.eval(h)
     # Back to [B, L, hidden]: padded positions read the zero row appended at N.
     scatter = np.full(B * L, len(flat), dtype=np.int32)
     scatter[flat] = np.arange(len(flat), dtype=np.int32)
@@ -164,8 +173,7 @@ def _layer(layer: nn.Module, h: mx.array, segments: mx.array, act: str) -> mx.ar
     heads = K.qkv_rope(qkv(h), attn.num_heads, attn.num_heads, attn.head_dim, 0, False, 1.0, *_NO_ROPE)
     a = K.attention(*heads, attn.scale, False, 0, None, True, segments)
     a = layer.attention.output.LayerNorm(attn_out(a, h))
-    inner = intermediate(a)
-    inner = K.gelu(inner, _GELU[act]) if act in _GELU else layer.intermediate._act(inner)
+    inner = intermediate(a, act=_ACT[act]) if act in _ACT else layer.intermediate._act(intermediate(a))
     return layer.output.LayerNorm(output(inner, a))
 
 

@@ -107,16 +107,16 @@ NB_MODULE(_ext, m) {
       "eps"_a = 0.0f, "silu_gate"_a = false, nb::kw_only(), "stream"_a = nb::none(),
       "prologue(x) @ weight.T (+ bias) (+ residual) in one primitive; the prologue is RMSNorm "
       "with `norm` and `eps`, SiLU-gate of x's halves with `silu_gate`, or nothing.");
-  m.def("bf16_available", &mlxk::bf16_available, "Whether this build has the AVX-512 BF16 product.");
-  m.def("bf16_pack", &mlxk::bf16_pack, "w"_a, "A float32 weight [N, K] packed for bf16_linear (bf16 panels).");
-  m.def("bf16_linear", &mlxk::bf16_linear, "x"_a, "packed"_a, "N"_a, "bias"_a = nb::none(),
-        "residual"_a = nb::none(), nb::kw_only(), "stream"_a = nb::none(),
-        "x @ W.T (+ bias) (+ residual): bfloat16 products, float32 sums; W packed by bf16_pack.");
-  m.def("int8_available", &mlxk::int8_available, "Whether this build has the AVX-512 VNNI product.");
-  m.def("int8_pack", &mlxk::int8_pack, "w"_a, "A float32 weight [N, K] as int8_linear's codes and scales.");
-  m.def("int8_linear", &mlxk::int8_linear, "x"_a, "packed"_a, "N"_a, "bias"_a = nb::none(),
-        "residual"_a = nb::none(), nb::kw_only(), "stream"_a = nb::none(),
-        "x @ W.T (+ bias) (+ residual): 8-bit codes in blocks of 32 k with a scale each (W and x), integer sums.");
+  m.def("packed_available", &mlxk::packed_available, "kind"_a,
+        "Whether this build has the packed product of `kind` (\"f32\": AVX-512 FMAs, \"bf16\": AVX-512 BF16, "
+        "\"int8\": AVX-512 VNNI).");
+  m.def("linear_pack", &mlxk::linear_pack, "w"_a, "kind"_a,
+        "A float32 weight [N, K] packed once for packed_linear of `kind` (a flat uint8 array).");
+  m.def("packed_linear", &mlxk::packed_linear, "x"_a, "packed"_a, "kind"_a, "N"_a, "bias"_a = nb::none(),
+        "residual"_a = nb::none(), "act"_a = "none", nb::kw_only(), "stream"_a = nb::none(),
+        "act(x @ W.T (+ bias) (+ residual)) with W packed by linear_pack: f32 float32 sums of float32 "
+        "products, bf16 float32 sums of bfloat16 products, int8 integer sums of Q8_0 blocks (W and x); "
+        "act is \"none\", \"gelu\" (erf) or \"gelu_tanh\".");
   m.def("ggml_open", &mlxk::ggml_open, "bridge_library"_a,
         "Opens ggml's CPU backend (through the bridge ggml_build.py makes) for the ggml_* ops; once per process.");
   m.def("ggml_is_open", &mlxk::ggml_is_open, "Whether ggml_open succeeded.");

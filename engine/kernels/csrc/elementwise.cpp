@@ -24,19 +24,6 @@ inline vf silu_gate_v(vf g, vf u) {
   return g * vsigmoid(g) * u;
 }
 
-inline vf gelu_erf_v(vf x) {
-  // 0.5 x (1 + erf(x / sqrt 2)), through erfc so neither tail cancels.
-  vf z = (x > 0 ? x : -x) * 0.70710678118654752f;
-  vf c = verfc_pos(z);
-  return x > 0 ? x - 0.5f * x * c : 0.5f * x * c;
-}
-
-inline vf gelu_tanh_v(vf x) {
-  // 0.5 x (1 + tanh(y)) == x * sigmoid(2y), y = sqrt(2/pi) (x + 0.044715 x^3).
-  vf y = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-  return x * vsigmoid(2.0f * y);
-}
-
 void softmax_row(float* out, const float* x, int n) {
   vf m = splat(kNegInf);
   int64_t i = 0;

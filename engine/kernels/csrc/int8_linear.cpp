@@ -1,5 +1,4 @@
-// y = x W^T (+ bias) (+ residual) with 8-bit products on AVX-512 VNNI (vpdpbusd): the embedding
-// precision int8, in blocks of 32 k as ggml's Q8_0 (each block of a weight column and of an
+// The packed 8-bit product on AVX-512 VNNI (vpdpbusd): the encoder's int8 precision, in blocks of 32 k as ggml's Q8_0 (each block of a weight column and of an
 // input row symmetric with its own scale, max |v| / 127, codes rounded to nearest). W is
 // quantized once (int8_pack) and packed in panels of 32 columns by 4 consecutive k, with each
 // column's block scales and 128 x its block code sums. Each call quantizes x and stores the
@@ -7,16 +6,15 @@
 // a block's integer sum less 128 x the column's code sum is the exact integer dot product,
 // scaled by the two blocks' scales into float32 sums. A micro-kernel holds 6 rows x 32
 // columns. Without AVX-512 VNNI at build time only int8_available() is meaningful (false).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "arrays.h"
+#include "packed_linear.h"
 #include "parallel.h"
-#include "primitives.h"
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-#include <immintrin.h>
 #define MLXK_INT8 1
 #endif
 
@@ -57,8 +55,7 @@ Packed view(const uint8_t* raw, int N, int K) {
 
 template <int R>
 void micro(const uint8_t* a, int64_t lda, const float* ascale, int blocks, const int8_t* b, const int32_t* sums,
-           const float* wscale, float* y, int64_t ldy, const float* bias, const float* res, int64_t rs, int n0,
-           int N) {
+           const float* wscale, float* y, int64_t ldy, const float* res, const Epilogue& e, int n0, int N) {
   __m512 acc[R][2];
   for (int r = 0; r < R; ++r) {
     acc[r][0] = _mm512_setzero_ps();
@@ -93,20 +90,7 @@ void micro(const uint8_t* a, int64_t lda, const float* ascale, int blocks, const
                                   acc[r][1]);
     }
   }
-  int left = N - n0;
-  __mmask16 m0 = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
-  __mmask16 m1 = left >= 32 ? __mmask16(0xffff) : left <= 16 ? __mmask16(0) : __mmask16((1u << (left - 16)) - 1);
-  __m512 c0 = bias ? _mm512_maskz_loadu_ps(m0, bias + n0) : _mm512_setzero_ps();
-  __m512 c1 = bias ? _mm512_maskz_loadu_ps(m1, bias + n0 + 16) : _mm512_setzero_ps();
-  for (int r = 0; r < R; ++r) {
-    __m512 v0 = _mm512_add_ps(acc[r][0], c0), v1 = _mm512_add_ps(acc[r][1], c1);
-    if (res) {
-      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, res + r * rs + n0));
-      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, res + r * rs + n0 + 16));
-    }
-    _mm512_mask_storeu_ps(y + r * ldy + n0, m0, v0);
-    _mm512_mask_storeu_ps(y + r * ldy + n0 + 16, m1, v1);
-  }
+  store_tile<R>(acc, y, ldy, res, e, n0, N);
 }
 
 // x rows as unsigned codes (signed code + 128, zero past K) and a scale per row and block.
@@ -145,36 +129,6 @@ void quantize_rows(const float* x, int64_t xs, int64_t M, int K, int Kp, uint8_t
   });
 }
 
-void int8_rows(const uint8_t* raw, int N, int K, const float* x, int64_t xs, int64_t M, float* y,
-               const float* bias, const float* res, int64_t rs) {
-  int Kp = padded(K), blocks = Kp / kBlock, panels = (N + kNr - 1) / kNr;
-  Packed w = view(raw, N, K);
-  std::vector<uint8_t> codes(size_t(M) * Kp);
-  std::vector<float> scales(size_t(M) * blocks);
-  quantize_rows(x, xs, M, K, Kp, codes.data(), scales.data());
-  int64_t chunks = (M + kMc - 1) / kMc;
-  parallel_tasks(chunks, [&](int64_t c) {
-    int64_t m0 = c * kMc, m1 = std::min<int64_t>(M, m0 + kMc);
-    for (int p = 0; p < panels; ++p) {
-      const int8_t* b = w.codes + int64_t(p) * Kp * kNr;
-      const int32_t* sums = w.sums + int64_t(p) * blocks * kNr;
-      const float* wscale = w.scales + int64_t(p) * blocks * kNr;
-      for (int64_t m = m0; m < m1;) {
-        const uint8_t* a = codes.data() + m * Kp;
-        const float* d = scales.data() + m * blocks;
-        float* yr = y + m * N;
-        const float* rr = res ? res + m * rs : nullptr;
-        if (m1 - m >= kMr) {
-          micro<kMr>(a, Kp, d, blocks, b, sums, wscale, yr, N, bias, rr, rs, p * kNr, N);
-          m += kMr;
-        } else {
-          micro<1>(a, Kp, d, blocks, b, sums, wscale, yr, N, bias, rr, rs, p * kNr, N);
-          m += 1;
-        }
-      }
-    }
-  });
-}
 #endif
 
 } // namespace
@@ -187,20 +141,17 @@ bool int8_available() {
 #endif
 }
 
-mx::array int8_pack(const mx::array& w_in) {
-  require_float32(w_in, "int8_pack");
-  if (w_in.ndim() != 2) {
-    throw std::invalid_argument("int8_pack: the weight is [N, K]");
-  }
-  mx::array w = mx::contiguous(w_in);
-  w.eval();
-  int N = w.shape(0), K = w.shape(1), Kp = padded(K), blocks = Kp / kBlock, panels = (N + kNr - 1) / kNr;
+size_t int8_packed_bytes(int N, int K) {
+  int Kp = padded(K), blocks = Kp / kBlock, panels = (N + kNr - 1) / kNr;
+  return size_t(panels) * Kp * kNr + 2 * size_t(panels) * blocks * kNr * 4;
+}
+
+void int8_pack(const float* src, int N, int K, uint8_t* out) {
+  int Kp = padded(K), blocks = Kp / kBlock, panels = (N + kNr - 1) / kNr;
   size_t code_bytes = size_t(panels) * Kp * kNr, sum_bytes = size_t(panels) * blocks * kNr * 4;
-  std::vector<uint8_t> out(code_bytes + 2 * sum_bytes, 0);
-  auto* codes = reinterpret_cast<int8_t*>(out.data());
-  auto* sums = reinterpret_cast<int32_t*>(out.data() + code_bytes);
-  auto* scales = reinterpret_cast<float*>(out.data() + code_bytes + sum_bytes);
-  const float* src = w.data<float>();
+  auto* codes = reinterpret_cast<int8_t*>(out);
+  auto* sums = reinterpret_cast<int32_t*>(out + code_bytes);
+  auto* scales = reinterpret_cast<float*>(out + code_bytes + sum_bytes);
   for (int n = 0; n < N; ++n) {
     const float* row = src + int64_t(n) * K;
     int p = n / kNr, j = n % kNr;
@@ -219,64 +170,41 @@ mx::array int8_pack(const mx::array& w_in) {
       }
     }
   }
-  return mx::array(out.begin(), mx::Shape{int(out.size())}, mx::uint8);
 }
 
-void Int8Linear::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+void int8_rows(const uint8_t* raw, int N, int K, const float* x, int64_t xs, int64_t M, float* y,
+               const float* res, const Epilogue& e) {
 #if defined(MLXK_INT8)
-  auto& out = outputs[0];
-  auto& enc = encoder(stream(), inputs, outputs);
-  const float* bias = has_bias_ ? inputs[2].data<float>() : nullptr;
-  std::optional<Rows> residual;
-  if (has_residual_) {
-    residual.emplace(inputs[has_bias_ ? 3 : 2]);
-  }
-  enc.dispatch([x = Rows(inputs[0]), wp = inputs[1].data<uint8_t>(), N = n_, K = k_, bias, residual,
-                y = out.data<float>()]() {
-    std::vector<float> xb, rb;
-    int64_t xs = 0, rs = 0;
-    const float* xp = x.materialize(xb, xs);
-    const float* res = residual ? residual->materialize(rb, rs) : nullptr;
-    int8_rows(wp, N, K, xp, xs, x.rows, y, bias, res, rs);
+  int Kp = padded(K), blocks = Kp / kBlock, panels = (N + kNr - 1) / kNr;
+  Packed w = view(raw, N, K);
+  std::vector<uint8_t> codes(size_t(M) * Kp);
+  std::vector<float> scales(size_t(M) * blocks);
+  quantize_rows(x, xs, M, K, Kp, codes.data(), scales.data());
+  int64_t chunks = (M + kMc - 1) / kMc;
+  parallel_tasks(chunks, [&](int64_t c) {
+    int64_t m0 = c * kMc, m1 = std::min<int64_t>(M, m0 + kMc);
+    for (int p = 0; p < panels; ++p) {
+      const int8_t* b = w.codes + int64_t(p) * Kp * kNr;
+      const int32_t* sums = w.sums + int64_t(p) * blocks * kNr;
+      const float* wscale = w.scales + int64_t(p) * blocks * kNr;
+      for (int64_t m = m0; m < m1;) {
+        const uint8_t* a = codes.data() + m * Kp;
+        const float* d = scales.data() + m * blocks;
+        float* yr = y + m * N;
+        const float* rr = res ? res + m * e.rs : nullptr;
+        if (m1 - m >= kMr) {
+          micro<kMr>(a, Kp, d, blocks, b, sums, wscale, yr, N, rr, e, p * kNr, N);
+          m += kMr;
+        } else {
+          micro<1>(a, Kp, d, blocks, b, sums, wscale, yr, N, rr, e, p * kNr, N);
+          m += 1;
+        }
+      }
+    }
   });
 #else
-  throw std::runtime_error("int8_linear: built without AVX-512 VNNI");
+  (void)raw, (void)N, (void)K, (void)x, (void)xs, (void)M, (void)y, (void)res, (void)e;
 #endif
-}
-
-bool Int8Linear::is_equivalent(const mx::Primitive& other) const {
-  const auto& o = static_cast<const Int8Linear&>(other);
-  return n_ == o.n_ && k_ == o.k_ && has_bias_ == o.has_bias_ && has_residual_ == o.has_residual_;
-}
-
-mx::array int8_linear(const mx::array& x, const mx::array& packed, int N, const std::optional<mx::array>& bias,
-                      const std::optional<mx::array>& residual, mx::StreamOrDevice s) {
-  require_float32(x, "int8_linear");
-  if (!int8_available()) {
-    throw std::invalid_argument("int8_linear: the kernels were built without AVX-512 VNNI");
-  }
-  int K = x.ndim() ? x.shape(-1) : 0, Kp = padded(K), panels = (N + kNr - 1) / kNr;
-  size_t want = size_t(panels) * Kp * kNr + 2 * size_t(panels) * (Kp / kBlock) * kNr * 4;
-  if (packed.dtype() != mx::uint8 || packed.ndim() != 1 || packed.size() != want) {
-    throw std::invalid_argument("int8_linear: packed is int8_pack's output for a weight [N, K] with x [..., K]");
-  }
-  mx::Shape shape = x.shape();
-  shape.back() = N;
-  std::vector<mx::array> inputs = {x, packed};
-  if (bias) {
-    require_float32(*bias, "int8_linear (bias)");
-    if (bias->size() != size_t(N)) {
-      throw std::invalid_argument("int8_linear: bias [N]");
-    }
-    inputs.push_back(mx::contiguous(*bias));
-  }
-  if (residual) {
-    require_float32(*residual, "int8_linear (residual)");
-    inputs.push_back(mx::broadcast_to(*residual, shape));
-  }
-  return mx::array(shape, mx::float32,
-                   std::make_shared<Int8Linear>(mx::to_stream(s), N, K, bias.has_value(), residual.has_value()),
-                   inputs);
 }
 
 } // namespace mlxk

@@ -298,44 +298,27 @@ class Dequantize : public CpuPrimitive {
   int bits_;
 };
 
-// x [..., K] @ W^T (+ bias [N]) (+ residual) with bfloat16 products and float32 sums
-// (AVX-512 BF16), W as bf16_pack packs it; bf16_available() says whether this build has it.
-bool bf16_available();
-mx::array bf16_pack(const mx::array& w);
-mx::array bf16_linear(const mx::array& x, const mx::array& packed, int N, const std::optional<mx::array>& bias,
-                      const std::optional<mx::array>& residual, mx::StreamOrDevice s = {});
+// act(x [..., K] @ W^T (+ bias [N]) (+ residual)) on W packed once by linear_pack for one of
+// packed_linear.h's kinds ("f32", "bf16", "int8"); act is "none", "gelu" (erf) or "gelu_tanh".
+bool packed_available(const std::string& kind);
+mx::array linear_pack(const mx::array& w, const std::string& kind);
+mx::array packed_linear(const mx::array& x, const mx::array& packed, const std::string& kind, int N,
+                        const std::optional<mx::array>& bias, const std::optional<mx::array>& residual,
+                        const std::string& act, mx::StreamOrDevice s = {});
 
-class Bf16Linear : public CpuPrimitive {
+class PackedLinear : public CpuPrimitive {
  public:
-  Bf16Linear(mx::Stream stream, int n, int k, bool has_bias, bool has_residual)
-      : CpuPrimitive(stream), n_(n), k_(k), has_bias_(has_bias), has_residual_(has_residual) {}
+  PackedLinear(mx::Stream stream, int kind, int n, int k, bool has_bias, bool has_residual, int act)
+      : CpuPrimitive(stream), kind_(kind), n_(n), k_(k), has_bias_(has_bias), has_residual_(has_residual),
+        act_(act) {}
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
-  const char* name() const override { return "KernelBf16Linear"; }
+  const char* name() const override { return "KernelPackedLinear"; }
   bool is_equivalent(const mx::Primitive& other) const override;
 
  private:
-  int n_, k_;
+  int kind_, n_, k_;
   bool has_bias_, has_residual_;
-};
-
-// x [..., K] @ W^T (+ bias [N]) (+ residual) with 8-bit codes (AVX-512 VNNI) in blocks of 32 k
-// with a scale each, W's and x's alike (ggml's Q8_0 values); W as int8_pack packs it.
-bool int8_available();
-mx::array int8_pack(const mx::array& w);
-mx::array int8_linear(const mx::array& x, const mx::array& packed, int N, const std::optional<mx::array>& bias,
-                      const std::optional<mx::array>& residual, mx::StreamOrDevice s = {});
-
-class Int8Linear : public CpuPrimitive {
- public:
-  Int8Linear(mx::Stream stream, int n, int k, bool has_bias, bool has_residual)
-      : CpuPrimitive(stream), n_(n), k_(k), has_bias_(has_bias), has_residual_(has_residual) {}
-  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
-  const char* name() const override { return "KernelInt8Linear"; }
-  bool is_equivalent(const mx::Primitive& other) const override;
-
- private:
-  int n_, k_;
-  bool has_bias_, has_residual_;
+  int act_;
 };
 
 } // namespace mlxk

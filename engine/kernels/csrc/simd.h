@@ -153,6 +153,19 @@ inline vf verfc_pos(vf x) {
   return t * vexp(p - x * x);
 }
 
+inline vf gelu_erf_v(vf x) {
+  // 0.5 x (1 + erf(x / sqrt 2)), through erfc so neither tail cancels.
+  vf z = (x > 0 ? x : -x) * 0.70710678118654752f;
+  vf c = verfc_pos(z);
+  return x > 0 ? x - 0.5f * x * c : 0.5f * x * c;
+}
+
+inline vf gelu_tanh_v(vf x) {
+  // 0.5 x (1 + tanh(y)) == x * sigmoid(2y), y = sqrt(2/pi) (x + 0.044715 x^3).
+  vf y = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return x * vsigmoid(2.0f * y);
+}
+
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 } // namespace mlxk
