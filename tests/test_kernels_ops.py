@@ -199,3 +199,48 @@ def test_linear(K, M, N, K_, bias, residual, prologue, lead, seed):
     got = K.linear(x, w, b, r, norm, 1e-5, prologue == "silu_gate")
     bound = mx.abs(rows) @ mx.abs(w).T + (mx.abs(b) if bias else 0) + (mx.abs(r) if residual else 0)
     assert (np.abs(np.array(got) - np.array(want)) <= 1e-5 * np.array(bound) + 1e-30).all()
+
+
+@settings(max_examples=20, deadline=None)
+@given(lengths=st.lists(st.integers(1, 120), min_size=1, max_size=6), heads=st.integers(1, 3),
+       D=st.sampled_from([32, 64]), seed=st.integers(0, 2**16))
+def test_segment_attention_equals_each_sequence_alone(K, lengths, heads, D, seed):
+    """The encoder's attention: each packed sequence against its own keys only, as MLX computes
+    it for the sequence alone (any length: the 32-key panels' and 48-row blocks' tails)."""
+    if not K.segment_attention_available():
+        pytest.skip("the kernels were built without AVX-512 (the flash attention over segments serves)")
+    mx.random.seed(seed)
+    N = sum(lengths)
+    q, k, v = (mx.random.normal((1, heads, N, D)) * 2 for _ in range(3))
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    got = K.segment_attention(q, k, v, D ** -0.5, mx.array(starts))
+    assert got.shape == (1, N, heads * D)
+    got = got.reshape(1, N, heads, D).transpose(0, 2, 1, 3)
+    for a, b in zip(starts[:-1], starts[1:]):
+        a, b = int(a), int(b)
+        want = mx.fast.scaled_dot_product_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], scale=D ** -0.5)
+        rows_close(got[:, :, a:b], want)
+
+
+def test_segment_attention_rows_do_not_depend_on_the_other_sequences(K):
+    if not K.segment_attention_available():
+        pytest.skip("the kernels were built without AVX-512")
+    mx.random.seed(3)
+    q, k, v = (mx.random.normal((1, 2, 100, 32)) for _ in range(3))
+    both = K.segment_attention(q, k, v, 0.2, mx.array(np.array([0, 60, 100], dtype=np.int32)))
+    alone = K.segment_attention(q[:, :, 60:], k[:, :, 60:], v[:, :, 60:], 0.2, mx.array(np.array([0, 40], np.int32)))
+    np.testing.assert_array_equal(np.array(both[:, 60:]), np.array(alone))
+
+
+def test_segment_attention_refuses_what_it_cannot_run(K):
+    if not K.segment_attention_available():
+        pytest.skip("the kernels were built without AVX-512")
+    q = mx.zeros((1, 2, 10, 32))
+    seg = mx.array(np.array([0, 4, 10], dtype=np.int32))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        K.segment_attention(q, q, mx.zeros((1, 2, 10, 16)), 0.2, seg)
+    for bad in ([0, 4, 9], [1, 4, 10], [0, 4, 4, 10]):
+        with pytest.raises(ValueError, match="segments"):
+            K.segment_attention(q, q, q, 0.2, mx.array(np.array(bad, dtype=np.int32)))
+    with pytest.raises(ValueError, match="heads and tokens"):
+        K.segment_attention(q, mx.zeros((1, 2, 9, 32)), q, 0.2, seg)

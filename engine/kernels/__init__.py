@@ -23,7 +23,7 @@ ENV_VAR = "MLX_GRPC_KERNELS"
 # Packed encoder batches compute no padding; the size only bounds how long first results wait,
 # the tokens keep each forward's temporaries small enough to be reused from the heap.
 PACKED_BATCH_SIZE = 128
-PACKED_BATCH_TOKENS = 1024
+PACKED_BATCH_TOKENS = 2048
 _OFF = {"off", "0", "no", "false", "none"}
 _ISA = {16: "avx512", 8: "avx2", 4: "sse/neon"}
 

@@ -6,7 +6,9 @@ products run on weights packed once for the kernels' own products (float32 on AV
 or what ``set_products`` asks: bfloat16 on AVX-512 BF16, 8-bit codes on AVX-512 VNNI), with the
 intermediate's GELU in the product's epilogue; where the build lacks the instructions, float32
 runs through the kernels' BLAS linear and narrower products through ggml (bfloat16, or Q8_0
-blocks with the activations quantized to match). The float weights stay for the encoder's own
+blocks with the activations quantized to match). Attention runs whole score rows per sequence
+(segment attention) where the build has AVX-512 and the head width is a multiple of 32, else
+the kernels' flash attention over segments. The float weights stay for the encoder's own
 forward; ``KernelEncoder.kernel_bytes`` counts the packed copies. Layers are evaluated one at a
 time, so a layer's buffers are reused by the next instead of all being allocated ahead.
 """
@@ -171,7 +173,10 @@ def _layer(layer: nn.Module, h: mx.array, segments: mx.array, act: str) -> mx.ar
     if _NO_ROPE is None:
         _NO_ROPE = (mx.zeros((0,), dtype=mx.float32), mx.zeros((1,), dtype=mx.int32))
     heads = K.qkv_rope(qkv(h), attn.num_heads, attn.num_heads, attn.head_dim, 0, False, 1.0, *_NO_ROPE)
-    a = K.attention(*heads, attn.scale, False, 0, None, True, segments)
+    if attn.head_dim % 32 == 0 and K.segment_attention_available():
+        a = K.segment_attention(*heads, attn.scale, segments)
+    else:
+        a = K.attention(*heads, attn.scale, False, 0, None, True, segments)
     a = layer.attention.output.LayerNorm(attn_out(a, h))
     inner = intermediate(a, act=_ACT[act]) if act in _ACT else layer.intermediate._act(intermediate(a))
     return layer.output.LayerNorm(output(inner, a))

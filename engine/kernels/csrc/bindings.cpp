@@ -117,6 +117,12 @@ NB_MODULE(_ext, m) {
         "act(x @ W.T (+ bias) (+ residual)) with W packed by linear_pack: f32 float32 sums of float32 "
         "products, bf16 float32 sums of bfloat16 products, int8 integer sums of Q8_0 blocks (W and x); "
         "act is \"none\", \"gelu\" (erf) or \"gelu_tanh\".");
+  m.def("segment_attention_available", &mlxk::segment_attention_available,
+        "Whether this build has segment_attention (AVX-512).");
+  m.def("segment_attention", &mlxk::segment_attention, "q"_a, "k"_a, "v"_a, "scale"_a, "segments"_a, nb::kw_only(),
+        "stream"_a = nb::none(),
+        "softmax(scale q k^T) v within each packed sequence: q, k, v [1, H, N, D], segments int32 starts and "
+        "the end (0 to N); out [1, N, H * Dv], the value dim a multiple of 32.");
   m.def("ggml_open", &mlxk::ggml_open, "bridge_library"_a,
         "Opens ggml's CPU backend (through the bridge ggml_build.py makes) for the ggml_* ops; once per process.");
   m.def("ggml_is_open", &mlxk::ggml_is_open, "Whether ggml_open succeeded.");

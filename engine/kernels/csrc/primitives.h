@@ -306,6 +306,23 @@ mx::array packed_linear(const mx::array& x, const mx::array& packed, const std::
                         const std::optional<mx::array>& bias, const std::optional<mx::array>& residual,
                         const std::string& act, mx::StreamOrDevice s = {});
 
+// Packed sequences' attention for the encoder (segment_attention.cpp): q, k, v [1, H, N, D];
+// segments the int32 starts and the end, from 0 to N; out [1, N, H * Dv].
+bool segment_attention_available();
+mx::array segment_attention(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
+                            const mx::array& segments, mx::StreamOrDevice s = {});
+
+class SegmentAttention : public CpuPrimitive {
+ public:
+  SegmentAttention(mx::Stream stream, float scale) : CpuPrimitive(stream), scale_(scale) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override { return "KernelSegmentAttention"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+ private:
+  float scale_;
+};
+
 class PackedLinear : public CpuPrimitive {
  public:
   PackedLinear(mx::Stream stream, int kind, int n, int k, bool has_bias, bool has_residual, int act)
