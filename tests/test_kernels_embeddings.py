@@ -54,3 +54,20 @@ def test_masks_that_are_not_a_prefix_take_the_stock_forward(models):
     mask = mx.array([[1, 0, 1, 1], [1, 1, 1, 0]])  # a hole in row 0
     np.testing.assert_allclose(np.array(ours.encoder(ids, mask)), np.array(stock.encoder(ids, mask)),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_a_half_precision_checkpoint_loads_and_takes_the_stock_forward(models):
+    """float16 weights: the kernels install without packing float32 copies, and the encoder's
+    own forward runs (vectors close to float32's)."""
+    from engine import kernels
+    from engine.embedding.pooling import EmbeddingModel
+    from engine.loading.embedded import default_embedding_model
+
+    stock, _ = models
+    half = EmbeddingModel.load(default_embedding_model())
+    half.encoder.set_dtype(mx.float16)
+    kernels.apply_to_encoder(half.encoder, "minilm-f16")
+    assert half.encoder.kernel_bytes() < 4 * half.encoder.config.hidden_size ** 2 * 3 * 6  # no packed f32 weights
+    a, b = vectors(stock, TEXTS), vectors(half, TEXTS)
+    cosine = (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cosine.min() >= 0.999, cosine.min()

@@ -109,8 +109,9 @@ class _OwnLinear:
     values, float32 sums; AVX-512 BF16) or "int8" (8-bit codes, integer sums; AVX-512 VNNI)."""
 
     def __init__(self, linear: _Linear, kind: str):
-        self.kind, self.packed = kind, ext().linear_pack(linear.weight, kind)
-        self.n, self.bias, self.nbytes = linear.weight.shape[0], linear.bias, self.packed.nbytes
+        self.kind, self.packed = kind, ext().linear_pack(linear.weight.astype(mx.float32), kind)
+        bias = None if linear.bias is None else linear.bias.astype(mx.float32)
+        self.n, self.bias, self.nbytes = linear.weight.shape[0], bias, self.packed.nbytes
 
     def __call__(self, x: mx.array, residual: mx.array | None = None, act: str = "none") -> mx.array:
         return ext().packed_linear(x, self.packed, self.kind, self.n, self.bias, residual, act)
@@ -124,7 +125,9 @@ def own_product(precision: str) -> bool:
 def set_products(encoder: nn.Module, precision: str, ggml_type: int | None) -> None:
     """Every layer's products in ``precision``: the kernels' own where this build has it, else
     the BLAS (f32) or ggml's ``ggml_type``."""
-    own = own_product(precision)
+    # A half-precision checkpoint runs the encoder's own forward (KernelEncoder): no f32 copies.
+    own = own_product(precision) and (precision != "f32" or encoder.embeddings.word_embeddings.weight.dtype
+                                      == mx.float32)
     if precision != "f32" and not own and ggml_type is None:
         raise ValueError(f"{precision} products need the kernels' own or a ggml type")
     for layer in encoder.encoder.layer:
